@@ -1,0 +1,142 @@
+package v1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// QoSPolicyBindingType says what a QoSPolicy is bound to.
+// +kubebuilder:validation:Enum=EIP;NATGW
+type QoSPolicyBindingType string
+
+const (
+	QoSBindingTypeEIP   QoSPolicyBindingType = "EIP"
+	QoSBindingTypeNatGw QoSPolicyBindingType = "NATGW"
+)
+
+// QoSPolicyRuleDirection is the direction a bandwidth limit applies to.
+// +kubebuilder:validation:Enum=ingress;egress
+type QoSPolicyRuleDirection string
+
+const (
+	QoSDirectionIngress QoSPolicyRuleDirection = "ingress"
+	QoSDirectionEgress  QoSPolicyRuleDirection = "egress"
+)
+
+// QoSPolicyRuleMatchType is what a bandwidth limit rule matches on.
+// +kubebuilder:validation:Enum=ip
+type QoSPolicyRuleMatchType string
+
+const QoSMatchTypeIP QoSPolicyRuleMatchType = "ip"
+
+// QoSPolicyBandwidthLimitRule is one rate limit.
+// +kubebuilder:validation:XValidation:rule="!has(self.matchValue) || size(self.matchValue) == 0 || has(self.matchType)",message="matchType is required with matchValue"
+type QoSPolicyBandwidthLimitRule struct {
+	// Name identifies the rule within the policy.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +required
+	Name string `json:"name"`
+
+	// Interface the rule applies to (NATGW binding).
+	// +kubebuilder:validation:MaxLength=15
+	// +optional
+	Interface string `json:"interface,omitempty"`
+
+	// RateMax is the rate limit in Mbit/s.
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^[0-9]+([.][0-9]+)?$')",message="must be a number of Mbit/s"
+	// +optional
+	RateMax string `json:"rateMax,omitempty"`
+
+	// BurstMax is the burst in Mbit.
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^[0-9]+([.][0-9]+)?$')",message="must be a number of Mbit"
+	// +optional
+	BurstMax string `json:"burstMax,omitempty"`
+
+	// Priority orders rules with a match.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Priority int `json:"priority,omitempty"`
+
+	// Direction is ingress or egress.
+	// +optional
+	Direction QoSPolicyRuleDirection `json:"direction,omitempty"`
+
+	// MatchType is what MatchValue matches on.
+	// +optional
+	MatchType QoSPolicyRuleMatchType `json:"matchType,omitempty"`
+
+	// MatchValue is the match, e.g. "src 10.0.1.0/24".
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	MatchValue string `json:"matchValue,omitempty"`
+}
+
+// QoSPolicyBandwidthLimitRules is a list of rules.
+type QoSPolicyBandwidthLimitRules []QoSPolicyBandwidthLimitRule
+
+// QoSPolicySpec is the desired state of a QoSPolicy.
+type QoSPolicySpec struct {
+	// BandwidthLimitRules are the limits of the policy.
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	BandwidthLimitRules QoSPolicyBandwidthLimitRules `json:"bandwidthLimitRules,omitempty"`
+
+	// Shared policies may be bound to several objects.
+	// +optional
+	Shared bool `json:"shared,omitempty"`
+
+	// BindingType is EIP or NATGW.
+	// +optional
+	BindingType QoSPolicyBindingType `json:"bindingType,omitempty"`
+}
+
+// QoSPolicyStatus is the observed state of a QoSPolicy.
+type QoSPolicyStatus struct {
+	// +optional
+	BandwidthLimitRules QoSPolicyBandwidthLimitRules `json:"bandwidthLimitRules,omitempty"`
+	// +optional
+	Shared bool `json:"shared,omitempty"`
+	// +optional
+	BindingType QoSPolicyBindingType `json:"bindingType,omitempty"`
+
+	// ObservedGeneration is the metadata.generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions are the latest observations of the policy's state.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// QoSPolicy limits bandwidth of an EIP or a gateway.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,path=qos-policies,singular=qos-policy,shortName=qos
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Shared",type="boolean",JSONPath=".spec.shared"
+// +kubebuilder:printcolumn:name="BindingType",type="string",JSONPath=".spec.bindingType"
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+type QoSPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Spec QoSPolicySpec `json:"spec,omitempty"`
+	// +optional
+	Status QoSPolicyStatus `json:"status,omitempty"`
+}
+
+// QoSPolicyList is a list of QoSPolicy.
+//
+// +kubebuilder:object:root=true
+type QoSPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []QoSPolicy `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&QoSPolicy{}, &QoSPolicyList{})
+}

@@ -1,0 +1,323 @@
+package nat
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+)
+
+// ErrConflict is matched (errors.Is) by every *ConflictError.
+var ErrConflict = errors.New("conflict")
+
+// ConflictError says that an object cannot be programmed because another
+// object already holds the same identity (an EIP of a FIP, a DNAT's
+// EIP/protocol/port, ...).
+type ConflictError struct {
+	UID   string // the object that was refused
+	Field string // the field that collides, e.g. "fip.eip"
+	Value string // its value
+	With  string // UID of the object holding it
+	What  string // e.g. "EIP already has a floating IP"
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("object %s: %s %s: %s (held by %s)", e.UID, e.Field, e.Value, e.What, e.With)
+}
+
+// Is makes errors.Is(err, ErrConflict) true for every *ConflictError.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+type dnatKey struct {
+	eip   netip.Addr
+	proto Protocol
+	port  uint16
+}
+
+// State is the in-memory model of one gateway: objects by UID plus the
+// secondary indexes that enforce the conflict rules. Every backend keeps one,
+// rebuilt from the kernel when it opens, and plans each operation on it, so
+// the conflict rules live in one place. State is not safe for concurrent use;
+// backends serialize operations.
+type State struct {
+	byUID map[string]Object
+
+	eipByAddr     map[netip.Addr]string
+	fipByEIP      map[netip.Addr]string
+	fipByInternal map[netip.Addr]string
+	dnatByKey     map[dnatKey]string
+	dnatsByEIP    map[netip.Addr]int
+	snatByCIDR    map[netip.Prefix]string
+	routeByDest   map[netip.Prefix]string
+}
+
+// NewState returns an empty State.
+func NewState() *State {
+	return &State{
+		byUID:         map[string]Object{},
+		eipByAddr:     map[netip.Addr]string{},
+		fipByEIP:      map[netip.Addr]string{},
+		fipByInternal: map[netip.Addr]string{},
+		dnatByKey:     map[dnatKey]string{},
+		dnatsByEIP:    map[netip.Addr]int{},
+		snatByCIDR:    map[netip.Prefix]string{},
+		routeByDest:   map[netip.Prefix]string{},
+	}
+}
+
+// Len returns the number of objects.
+func (s *State) Len() int { return len(s.byUID) }
+
+// Get returns the object with uid.
+func (s *State) Get(uid string) (Object, bool) {
+	o, ok := s.byUID[uid]
+	return o, ok
+}
+
+// Objects returns every object in canonical order (see SortObjects).
+func (s *State) Objects() []Object {
+	out := make([]Object, 0, len(s.byUID))
+	for _, o := range s.byUID {
+		out = append(out, o)
+	}
+	SortObjects(out)
+	return out
+}
+
+// Counts returns the number of objects per kind.
+func (s *State) Counts() map[Kind]int {
+	c := map[Kind]int{}
+	for _, o := range s.byUID {
+		c[o.Kind]++
+	}
+	return c
+}
+
+// Insert adds a valid object after checking it against the others. It does
+// not replace an object with the same UID (that is an error).
+func (s *State) Insert(o Object) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	if _, ok := s.byUID[o.UID]; ok {
+		return &ConflictError{UID: o.UID, Field: "uid", Value: o.UID, With: o.UID, What: "UID already present"}
+	}
+	if err := s.conflict(o); err != nil {
+		return err
+	}
+	s.add(o)
+	return nil
+}
+
+func (s *State) conflict(o Object) error {
+	c := func(field, value, with, what string) error {
+		return &ConflictError{UID: o.UID, Field: field, Value: value, With: with, What: what}
+	}
+	switch o.Kind {
+	case KindEIP:
+		if u, ok := s.eipByAddr[o.EIP.Address]; ok {
+			return c("eip.address", o.EIP.Address.String(), u, "address already used by another EIP")
+		}
+	case KindFIP:
+		f := o.FIP
+		if u, ok := s.fipByEIP[f.EIP]; ok {
+			return c("fip.eip", f.EIP.String(), u, "EIP already has a floating IP")
+		}
+		if s.dnatsByEIP[f.EIP] > 0 {
+			return c("fip.eip", f.EIP.String(), s.anyDNATOn(f.EIP), "EIP is used by a port DNAT")
+		}
+		if u, ok := s.fipByInternal[f.InternalIP]; ok {
+			return c("fip.internalIP", f.InternalIP.String(), u, "internal IP already has a floating IP")
+		}
+	case KindDNAT:
+		d := o.DNAT
+		if u, ok := s.fipByEIP[d.EIP]; ok {
+			return c("dnat.eip", d.EIP.String(), u, "EIP is used by a floating IP")
+		}
+		k := dnatKey{d.EIP, d.Protocol, d.ExternalPort}
+		if u, ok := s.dnatByKey[k]; ok {
+			return c("dnat.externalPort", fmt.Sprintf("%s:%d/%s", d.EIP, d.ExternalPort, d.Protocol), u, "EIP, protocol and port already forwarded")
+		}
+	case KindSNAT:
+		if u, ok := s.snatByCIDR[o.SNAT.InternalCIDR]; ok {
+			return c("snat.internalCIDR", o.SNAT.InternalCIDR.String(), u, "CIDR already has an SNAT")
+		}
+	case KindRoute:
+		if u, ok := s.routeByDest[o.Route.Destination]; ok {
+			return c("route.destination", o.Route.Destination.String(), u, "destination already routed")
+		}
+	}
+	return nil
+}
+
+func (s *State) anyDNATOn(eip netip.Addr) string {
+	for k, u := range s.dnatByKey {
+		if k.eip == eip {
+			return u
+		}
+	}
+	return ""
+}
+
+func (s *State) add(o Object) {
+	s.byUID[o.UID] = o
+	switch o.Kind {
+	case KindEIP:
+		s.eipByAddr[o.EIP.Address] = o.UID
+	case KindFIP:
+		s.fipByEIP[o.FIP.EIP] = o.UID
+		s.fipByInternal[o.FIP.InternalIP] = o.UID
+	case KindDNAT:
+		d := o.DNAT
+		s.dnatByKey[dnatKey{d.EIP, d.Protocol, d.ExternalPort}] = o.UID
+		s.dnatsByEIP[d.EIP]++
+	case KindSNAT:
+		s.snatByCIDR[o.SNAT.InternalCIDR] = o.UID
+	case KindRoute:
+		s.routeByDest[o.Route.Destination] = o.UID
+	}
+}
+
+func (s *State) remove(uid string) (Object, bool) {
+	o, ok := s.byUID[uid]
+	if !ok {
+		return Object{}, false
+	}
+	delete(s.byUID, uid)
+	switch o.Kind {
+	case KindEIP:
+		delete(s.eipByAddr, o.EIP.Address)
+	case KindFIP:
+		delete(s.fipByEIP, o.FIP.EIP)
+		delete(s.fipByInternal, o.FIP.InternalIP)
+	case KindDNAT:
+		d := o.DNAT
+		delete(s.dnatByKey, dnatKey{d.EIP, d.Protocol, d.ExternalPort})
+		if s.dnatsByEIP[d.EIP]--; s.dnatsByEIP[d.EIP] <= 0 {
+			delete(s.dnatsByEIP, d.EIP)
+		}
+	case KindSNAT:
+		delete(s.snatByCIDR, o.SNAT.InternalCIDR)
+	case KindRoute:
+		delete(s.routeByDest, o.Route.Destination)
+	}
+	return o, true
+}
+
+// Change is a planned change of a State: the objects that leave the kernel
+// (deleted objects and the old spec of updated ones) and the objects that
+// enter it (new objects and the new spec of updated ones). A backend renders
+// Removed then Added as one kernel transaction, then calls Commit; if the
+// kernel refuses, it calls Rollback and the State is as before.
+type Change struct {
+	Removed []Object
+	Added   []Object
+
+	s        *State
+	replaced *State // Sync: the whole state to restore on rollback
+	done     bool
+}
+
+// Empty reports whether the change leaves the kernel as it is.
+func (c *Change) Empty() bool { return len(c.Removed) == 0 && len(c.Added) == 0 }
+
+// Commit makes the change final.
+func (c *Change) Commit() { c.done = true }
+
+// Rollback restores the State as it was before the change was planned. It is
+// a no-op after Commit.
+func (c *Change) Rollback() {
+	if c.done {
+		return
+	}
+	c.done = true
+	if c.replaced != nil {
+		*c.s = *c.replaced
+		return
+	}
+	for i := len(c.Added) - 1; i >= 0; i-- {
+		c.s.remove(c.Added[i].UID)
+	}
+	for _, o := range c.Removed {
+		c.s.add(o)
+	}
+}
+
+// PlanApply validates objs, checks them against each other and against the
+// State, and applies them to the State, returning the Change. An object equal
+// to the one already stored is a no-op; an object whose UID is stored with
+// another spec is an update (old out, new in). On error the State is
+// unchanged. A UID may appear only once in objs.
+func (s *State) PlanApply(objs []Object) (*Change, error) {
+	seen := make(map[string]bool, len(objs))
+	for i, o := range objs {
+		if err := o.Validate(); err != nil {
+			return nil, fmt.Errorf("object %d: %w", i, err)
+		}
+		if seen[o.UID] {
+			return nil, fmt.Errorf("object %d: %w", i, &FieldError{UID: o.UID, Field: "uid", Value: o.UID, Reason: "appears twice in one request"})
+		}
+		seen[o.UID] = true
+	}
+	c := &Change{s: s}
+	var todo []Object
+	for _, o := range objs {
+		old, ok := s.byUID[o.UID]
+		if ok && old.Equal(o) {
+			continue
+		}
+		if ok {
+			s.remove(o.UID)
+			c.Removed = append(c.Removed, old)
+		}
+		todo = append(todo, o)
+	}
+	for _, o := range todo {
+		if err := s.conflict(o); err != nil {
+			c.Rollback()
+			return nil, err
+		}
+		s.add(o)
+		c.Added = append(c.Added, o)
+	}
+	return c, nil
+}
+
+// PlanDelete removes the objects with the given UIDs from the State; unknown
+// UIDs are ignored, so deleting twice is a no-op.
+func (s *State) PlanDelete(uids []string) *Change {
+	c := &Change{s: s}
+	for _, uid := range uids {
+		if o, ok := s.remove(uid); ok {
+			c.Removed = append(c.Removed, o)
+		}
+	}
+	return c
+}
+
+// PlanSync replaces the whole State with desired: objects not in desired are
+// removed, changed ones updated, new ones added. desired is validated and
+// checked for conflicts on its own; on error the State is unchanged.
+func (s *State) PlanSync(desired []Object) (*Change, error) {
+	next := NewState()
+	for i, o := range desired {
+		if err := next.Insert(o); err != nil {
+			return nil, fmt.Errorf("object %d: %w", i, err)
+		}
+	}
+	c := &Change{s: s, replaced: &State{}}
+	*c.replaced = *s
+	for uid, old := range s.byUID {
+		if n, ok := next.byUID[uid]; !ok || !n.Equal(old) {
+			c.Removed = append(c.Removed, old)
+		}
+	}
+	for uid, n := range next.byUID {
+		if old, ok := s.byUID[uid]; !ok || !n.Equal(old) {
+			c.Added = append(c.Added, n)
+		}
+	}
+	SortObjects(c.Removed)
+	SortObjects(c.Added)
+	*s = *next
+	return c, nil
+}

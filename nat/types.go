@@ -1,0 +1,213 @@
+// Package nat is natgw's data plane model: the objects a VPC NAT gateway
+// programs (EIPs, floating IPs, port DNATs, CIDR SNATs and routes), their
+// validation and conflict rules, and the Dataplane interface that the
+// nftables and iptables-legacy backends implement.
+//
+// Every object carries the Kubernetes UID of its owner. A backend keys all
+// kernel state by that UID, so an object can be deleted knowing only its UID.
+// Only IPv4 is supported.
+package nat
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+)
+
+// Kind names the type of an Object.
+type Kind string
+
+// The kinds of objects a gateway programs.
+const (
+	KindEIP   Kind = "eip"
+	KindFIP   Kind = "fip"
+	KindDNAT  Kind = "dnat"
+	KindSNAT  Kind = "snat"
+	KindRoute Kind = "route"
+)
+
+// Kinds lists every Kind in the order a backend programs them.
+var Kinds = []Kind{KindEIP, KindRoute, KindFIP, KindDNAT, KindSNAT}
+
+// Protocol is a transport protocol of a port DNAT.
+type Protocol string
+
+// Supported DNAT protocols.
+const (
+	TCP Protocol = "tcp"
+	UDP Protocol = "udp"
+)
+
+// Number returns the IANA protocol number (6 or 17), or 0 if unknown.
+func (p Protocol) Number() uint8 {
+	switch p {
+	case TCP:
+		return 6
+	case UDP:
+		return 17
+	}
+	return 0
+}
+
+// Object is one thing programmed on a gateway: exactly one of the payload
+// pointers is set, matching Kind. UID is the owner's Kubernetes UID.
+type Object struct {
+	UID   string `json:"uid"`
+	Kind  Kind   `json:"kind"`
+	EIP   *EIP   `json:"eip,omitempty"`
+	FIP   *FIP   `json:"fip,omitempty"`
+	DNAT  *DNAT  `json:"dnat,omitempty"`
+	SNAT  *SNAT  `json:"snat,omitempty"`
+	Route *Route `json:"route,omitempty"`
+}
+
+// EIP is an external address of the gateway. Applying it puts Address/PrefixLen
+// on the external interface (with a gratuitous ARP) and, when QoS is set,
+// polices the EIP's traffic.
+type EIP struct {
+	Address   netip.Addr `json:"address"`
+	PrefixLen int        `json:"prefixLen"`
+	QoS       *QoS       `json:"qos,omitempty"`
+}
+
+// QoS polices an EIP's traffic like upstream's `tc ... police ... drop`:
+// packets beyond rate+burst are dropped. Rates are in Mbit/s, bursts in
+// Mbit; zero means unlimited in that direction.
+type QoS struct {
+	IngressRateMbps  uint32 `json:"ingressRateMbps,omitempty"`
+	IngressBurstMbit uint32 `json:"ingressBurstMbit,omitempty"`
+	EgressRateMbps   uint32 `json:"egressRateMbps,omitempty"`
+	EgressBurstMbit  uint32 `json:"egressBurstMbit,omitempty"`
+}
+
+// FIP is a 1:1 floating IP: traffic to EIP goes to InternalIP, and traffic
+// from InternalIP leaves with source EIP.
+type FIP struct {
+	EIP        netip.Addr `json:"eip"`
+	InternalIP netip.Addr `json:"internalIP"`
+}
+
+// DNAT forwards (EIP, Protocol, ExternalPort) to InternalIP:InternalPort.
+type DNAT struct {
+	EIP          netip.Addr `json:"eip"`
+	Protocol     Protocol   `json:"protocol"`
+	ExternalPort uint16     `json:"externalPort"`
+	InternalIP   netip.Addr `json:"internalIP"`
+	InternalPort uint16     `json:"internalPort"`
+}
+
+// SNAT translates traffic from InternalCIDR leaving through the external
+// interface to source EIP. Overlapping CIDRs match longest prefix first.
+type SNAT struct {
+	EIP          netip.Addr   `json:"eip"`
+	InternalCIDR netip.Prefix `json:"internalCIDR"`
+	RandomFully  bool         `json:"randomFully,omitempty"`
+}
+
+// RouteDevice says which of the gateway's interfaces a route leaves through.
+type RouteDevice string
+
+// Route devices.
+const (
+	// DeviceInternal is the VPC-side interface (eth0 in Kube-OVN).
+	DeviceInternal RouteDevice = "internal"
+	// DeviceExternal is the external interface (net1 in Kube-OVN).
+	DeviceExternal RouteDevice = "external"
+)
+
+// Route is a static route on the gateway: Destination via NextHop through
+// Device. A route through the external device is installed onlink, like
+// upstream's default route via the external gateway.
+type Route struct {
+	Destination netip.Prefix `json:"destination"`
+	NextHop     netip.Addr   `json:"nextHop"`
+	Device      RouteDevice  `json:"device"`
+}
+
+// String gives a short human-readable form, e.g. "fip 3f2c…: 192.0.2.10 -> 10.0.1.5".
+func (o Object) String() string {
+	switch {
+	case o.Kind == KindEIP && o.EIP != nil:
+		return fmt.Sprintf("eip %s: %s/%d", o.UID, o.EIP.Address, o.EIP.PrefixLen)
+	case o.Kind == KindFIP && o.FIP != nil:
+		return fmt.Sprintf("fip %s: %s <-> %s", o.UID, o.FIP.EIP, o.FIP.InternalIP)
+	case o.Kind == KindDNAT && o.DNAT != nil:
+		d := o.DNAT
+		return fmt.Sprintf("dnat %s: %s:%d/%s -> %s:%d", o.UID, d.EIP, d.ExternalPort, d.Protocol, d.InternalIP, d.InternalPort)
+	case o.Kind == KindSNAT && o.SNAT != nil:
+		return fmt.Sprintf("snat %s: %s -> %s", o.UID, o.SNAT.InternalCIDR, o.SNAT.EIP)
+	case o.Kind == KindRoute && o.Route != nil:
+		r := o.Route
+		return fmt.Sprintf("route %s: %s via %s dev %s", o.UID, r.Destination, r.NextHop, r.Device)
+	}
+	return fmt.Sprintf("%s %s", o.Kind, o.UID)
+}
+
+// Equal reports whether two objects have the same UID, kind and spec.
+func (o Object) Equal(p Object) bool {
+	if o.UID != p.UID || o.Kind != p.Kind {
+		return false
+	}
+	switch o.Kind {
+	case KindEIP:
+		return ptrEqual(o.EIP, p.EIP, func(a, b EIP) bool {
+			return a.Address == b.Address && a.PrefixLen == b.PrefixLen && ptrEqual(a.QoS, b.QoS, func(x, y QoS) bool { return x == y })
+		})
+	case KindFIP:
+		return ptrEqual(o.FIP, p.FIP, func(a, b FIP) bool { return a == b })
+	case KindDNAT:
+		return ptrEqual(o.DNAT, p.DNAT, func(a, b DNAT) bool { return a == b })
+	case KindSNAT:
+		return ptrEqual(o.SNAT, p.SNAT, func(a, b SNAT) bool { return a == b })
+	case KindRoute:
+		return ptrEqual(o.Route, p.Route, func(a, b Route) bool { return a == b })
+	}
+	return false
+}
+
+func ptrEqual[T any](a, b *T, eq func(T, T) bool) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return eq(*a, *b)
+}
+
+// SortObjects orders objects by kind (in Kinds order) and then UID, the
+// canonical order of List results.
+func SortObjects(objs []Object) {
+	rank := map[Kind]int{}
+	for i, k := range Kinds {
+		rank[k] = i
+	}
+	sort.SliceStable(objs, func(i, j int) bool {
+		if objs[i].Kind != objs[j].Kind {
+			return rank[objs[i].Kind] < rank[objs[j].Kind]
+		}
+		return objs[i].UID < objs[j].UID
+	})
+}
+
+// Addresses returns the EIP an object is about (FIP, DNAT, SNAT, EIP) and,
+// when it has one, its internal address (FIP, DNAT). Backends use them to
+// clean conntrack after a change.
+func (o Object) Addresses() (eip, internal netip.Addr) {
+	switch o.Kind {
+	case KindEIP:
+		if o.EIP != nil {
+			return o.EIP.Address, netip.Addr{}
+		}
+	case KindFIP:
+		if o.FIP != nil {
+			return o.FIP.EIP, o.FIP.InternalIP
+		}
+	case KindDNAT:
+		if o.DNAT != nil {
+			return o.DNAT.EIP, o.DNAT.InternalIP
+		}
+	case KindSNAT:
+		if o.SNAT != nil {
+			return o.SNAT.EIP, netip.Addr{}
+		}
+	}
+	return netip.Addr{}, netip.Addr{}
+}

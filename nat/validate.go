@@ -1,0 +1,187 @@
+package nat
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"regexp"
+)
+
+// FieldError is a validation error: which field of which object holds which
+// bad value, and why.
+type FieldError struct {
+	UID    string // the object's UID ("" when the UID itself is bad)
+	Field  string // e.g. "fip.internalIP"
+	Value  string // the offending value as text
+	Reason string
+}
+
+func (e *FieldError) Error() string {
+	if e.UID == "" {
+		return fmt.Sprintf("invalid %s %q: %s", e.Field, e.Value, e.Reason)
+	}
+	return fmt.Sprintf("object %s: invalid %s %q: %s", e.UID, e.Field, e.Value, e.Reason)
+}
+
+// ErrInvalid is matched (errors.Is) by every validation error.
+var ErrInvalid = errors.New("invalid object")
+
+// Is makes errors.Is(err, ErrInvalid) true for every *FieldError.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
+
+// MaxUIDLen bounds a UID; Kubernetes UIDs are 36 characters.
+const MaxUIDLen = 64
+
+// uidPattern admits Kubernetes UIDs and the derived UIDs of the compatibility
+// layer; no spaces or quotes, so a UID is safe in an nft comment or an
+// iptables --comment.
+var uidPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]*$`)
+
+// ValidateUID checks that uid can key kernel state.
+func ValidateUID(uid string) error {
+	if uid == "" {
+		return &FieldError{Field: "uid", Value: uid, Reason: "must not be empty"}
+	}
+	if len(uid) > MaxUIDLen {
+		return &FieldError{Field: "uid", Value: uid, Reason: fmt.Sprintf("longer than %d characters", MaxUIDLen)}
+	}
+	if !uidPattern.MatchString(uid) {
+		return &FieldError{Field: "uid", Value: uid, Reason: "may hold only letters, digits and . _ : -"}
+	}
+	return nil
+}
+
+// Validate checks an object on its own (not against others; see State for
+// conflicts). The error is a *FieldError naming the field and the value.
+func (o Object) Validate() error {
+	if err := ValidateUID(o.UID); err != nil {
+		return err
+	}
+	bad := func(field, value, reason string) error {
+		return &FieldError{UID: o.UID, Field: field, Value: value, Reason: reason}
+	}
+	set := 0
+	for _, p := range []bool{o.EIP != nil, o.FIP != nil, o.DNAT != nil, o.SNAT != nil, o.Route != nil} {
+		if p {
+			set++
+		}
+	}
+	if set != 1 {
+		return bad("kind", string(o.Kind), fmt.Sprintf("exactly one payload must be set, found %d", set))
+	}
+	unicast := func(field string, a netip.Addr) error {
+		switch {
+		case !a.IsValid():
+			return bad(field, "", "missing IPv4 address")
+		case !a.Is4():
+			return bad(field, a.String(), "not an IPv4 address (only IPv4 is supported)")
+		case a.IsUnspecified(), a.IsMulticast(), a.IsLoopback(), a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+			return bad(field, a.String(), "not a unicast address")
+		}
+		return nil
+	}
+	switch o.Kind {
+	case KindEIP:
+		if o.EIP == nil {
+			return bad("kind", string(o.Kind), "eip payload missing")
+		}
+		if err := unicast("eip.address", o.EIP.Address); err != nil {
+			return err
+		}
+		if o.EIP.PrefixLen < 1 || o.EIP.PrefixLen > 32 {
+			return bad("eip.prefixLen", fmt.Sprint(o.EIP.PrefixLen), "must be 1..32")
+		}
+		if q := o.EIP.QoS; q != nil {
+			if q.IngressBurstMbit != 0 && q.IngressRateMbps == 0 {
+				return bad("eip.qos.ingressBurstMbit", fmt.Sprint(q.IngressBurstMbit), "burst without a rate")
+			}
+			if q.EgressBurstMbit != 0 && q.EgressRateMbps == 0 {
+				return bad("eip.qos.egressBurstMbit", fmt.Sprint(q.EgressBurstMbit), "burst without a rate")
+			}
+			const maxRate = 100_000 // 100 Gbit/s
+			if q.IngressRateMbps > maxRate {
+				return bad("eip.qos.ingressRateMbps", fmt.Sprint(q.IngressRateMbps), "above 100000")
+			}
+			if q.EgressRateMbps > maxRate {
+				return bad("eip.qos.egressRateMbps", fmt.Sprint(q.EgressRateMbps), "above 100000")
+			}
+		}
+	case KindFIP:
+		if o.FIP == nil {
+			return bad("kind", string(o.Kind), "fip payload missing")
+		}
+		if err := unicast("fip.eip", o.FIP.EIP); err != nil {
+			return err
+		}
+		if err := unicast("fip.internalIP", o.FIP.InternalIP); err != nil {
+			return err
+		}
+		if o.FIP.EIP == o.FIP.InternalIP {
+			return bad("fip.internalIP", o.FIP.InternalIP.String(), "equals the EIP")
+		}
+	case KindDNAT:
+		d := o.DNAT
+		if d == nil {
+			return bad("kind", string(o.Kind), "dnat payload missing")
+		}
+		if err := unicast("dnat.eip", d.EIP); err != nil {
+			return err
+		}
+		if d.Protocol.Number() == 0 {
+			return bad("dnat.protocol", string(d.Protocol), "must be tcp or udp")
+		}
+		if d.ExternalPort == 0 {
+			return bad("dnat.externalPort", "0", "must be 1..65535")
+		}
+		if err := unicast("dnat.internalIP", d.InternalIP); err != nil {
+			return err
+		}
+		if d.InternalPort == 0 {
+			return bad("dnat.internalPort", "0", "must be 1..65535")
+		}
+	case KindSNAT:
+		s := o.SNAT
+		if s == nil {
+			return bad("kind", string(o.Kind), "snat payload missing")
+		}
+		if err := unicast("snat.eip", s.EIP); err != nil {
+			return err
+		}
+		if !s.InternalCIDR.IsValid() {
+			return bad("snat.internalCIDR", "", "missing IPv4 CIDR")
+		}
+		if !s.InternalCIDR.Addr().Is4() {
+			return bad("snat.internalCIDR", s.InternalCIDR.String(), "not an IPv4 CIDR (only IPv4 is supported)")
+		}
+		if s.InternalCIDR.Masked() != s.InternalCIDR {
+			return bad("snat.internalCIDR", s.InternalCIDR.String(), "host bits set (want "+s.InternalCIDR.Masked().String()+")")
+		}
+	case KindRoute:
+		r := o.Route
+		if r == nil {
+			return bad("kind", string(o.Kind), "route payload missing")
+		}
+		if !r.Destination.IsValid() || !r.Destination.Addr().Is4() {
+			return bad("route.destination", prefixText(r.Destination), "must be an IPv4 CIDR")
+		}
+		if r.Destination.Masked() != r.Destination {
+			return bad("route.destination", r.Destination.String(), "host bits set (want "+r.Destination.Masked().String()+")")
+		}
+		if err := unicast("route.nextHop", r.NextHop); err != nil {
+			return err
+		}
+		if r.Device != DeviceInternal && r.Device != DeviceExternal {
+			return bad("route.device", string(r.Device), "must be internal or external")
+		}
+	default:
+		return bad("kind", string(o.Kind), "must be one of eip, fip, dnat, snat, route")
+	}
+	return nil
+}
+
+func prefixText(p netip.Prefix) string {
+	if !p.IsValid() {
+		return ""
+	}
+	return p.String()
+}
