@@ -1,0 +1,259 @@
+// Package engine turns a packet-filter Renderer into a nat.Dataplane. It is
+// the one place that holds the operation sequence every backend shares:
+// serialize calls, plan them on a nat.State (validation, conflicts, update =
+// old out + new in), check and program addresses and routes, commit the
+// packet-filter change as one kernel transaction, roll back on failure,
+// and clean the conntrack entries of what was removed.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/go-logr/logr"
+
+	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/link"
+)
+
+// Renderer is what a backend (nftables, iptables-legacy) implements: the
+// kernel side of one gateway's NAT rules.
+type Renderer interface {
+	// Name is the data plane's name ("nftables", "iptables").
+	Name() string
+	// Load makes sure the backend's table/chains exist (creating them,
+	// and a new boot id, when they do not) and reads back every object
+	// stored in the kernel with the boot id.
+	Load(ctx context.Context) (objs []nat.Object, bootID string, err error)
+	// Commit programs one change as one kernel transaction: the removed
+	// objects leave and the added ones enter, all or nothing. When full
+	// is true the change is a Sync: after it the kernel must hold exactly
+	// want (removed and added are still given, for backends that diff).
+	// An error wrapping nat.ErrUnknownState means the outcome is unknown.
+	Commit(ctx context.Context, c Commit) error
+	// ForgetFlows deletes the conntrack entries NATed through the given
+	// EIPs (to an EIP, or from an internal address translated to it), in
+	// the gateway's namespace, like upstream's `conntrack -D -d EIP`.
+	ForgetFlows(ctx context.Context, eips []netip.Addr) error
+	// Close releases the backend's sockets; kernel state stays.
+	Close() error
+}
+
+// Commit is one change handed to a Renderer.
+type Commit struct {
+	Removed []nat.Object
+	Added   []nat.Object
+	// Full marks a Sync: Want is the whole desired state.
+	Full bool
+	Want []nat.Object
+}
+
+// Engine implements nat.Dataplane over a Renderer and a link.Plumber.
+type Engine struct {
+	mu     sync.Mutex
+	r      Renderer
+	plumb  *link.Plumber
+	state  *nat.State
+	bootID string
+	log    logr.Logger
+}
+
+var _ nat.Dataplane = (*Engine)(nil)
+
+// New loads the kernel state through r and returns the Engine. plumb may be
+// nil when addresses and routes are not to be programmed (then EIP and
+// Route objects only live in the packet filter's bookkeeping).
+func New(ctx context.Context, r Renderer, plumb *link.Plumber, log logr.Logger) (*Engine, error) {
+	e := &Engine{r: r, plumb: plumb, log: log.WithValues("dataplane", r.Name())}
+	if err := e.reload(ctx); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Engine) reload(ctx context.Context) error {
+	objs, boot, err := e.r.Load(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: load kernel state: %w", e.r.Name(), err)
+	}
+	st := nat.NewState()
+	for _, o := range objs {
+		if err := st.Insert(o); err != nil {
+			// The kernel holds something our rules would refuse (hand
+			// edits): keep the first, log the rest; Sync repairs.
+			e.log.Error(err, "inconsistent object in kernel state, ignored", "uid", o.UID)
+		}
+	}
+	e.state, e.bootID = st, boot
+	return nil
+}
+
+// Name implements nat.Dataplane.
+func (e *Engine) Name() string { return e.r.Name() }
+
+// BootID implements nat.Dataplane.
+func (e *Engine) BootID() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.bootID
+}
+
+// Apply implements nat.Dataplane.
+func (e *Engine) Apply(ctx context.Context, objs ...nat.Object) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c, err := e.state.PlanApply(objs)
+	if err != nil {
+		return fmt.Errorf("apply: %w", err)
+	}
+	return e.run(ctx, "apply", c, false)
+}
+
+// Delete implements nat.Dataplane.
+func (e *Engine) Delete(ctx context.Context, uids ...string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.run(ctx, "delete", e.state.PlanDelete(uids), false)
+}
+
+// Sync implements nat.Dataplane.
+func (e *Engine) Sync(ctx context.Context, desired []nat.Object) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c, err := e.state.PlanSync(desired)
+	if err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	return e.run(ctx, "sync", c, true)
+}
+
+// List implements nat.Dataplane.
+func (e *Engine) List(ctx context.Context) ([]nat.Object, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.state.Objects(), nil
+}
+
+// Reload implements nat.Dataplane.
+func (e *Engine) Reload(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.reload(ctx)
+}
+
+// Counts returns the number of objects per kind.
+func (e *Engine) Counts() map[nat.Kind]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.state.Counts()
+}
+
+// Close implements nat.Dataplane.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var errs []error
+	if e.plumb != nil {
+		errs = append(errs, e.plumb.Close())
+	}
+	errs = append(errs, e.r.Close())
+	return errors.Join(errs...)
+}
+
+// run carries out a planned change: plumbing check, one packet-filter
+// transaction, plumbing, conntrack. Called with e.mu held.
+func (e *Engine) run(ctx context.Context, op string, c *nat.Change, full bool) error {
+	if c.Empty() && !full {
+		c.Commit()
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		c.Rollback()
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if e.plumb != nil {
+		if err := e.plumb.Check(c.Added); err != nil {
+			c.Rollback()
+			return fmt.Errorf("%s: %w", op, err)
+		}
+	}
+	commit := Commit{Removed: c.Removed, Added: c.Added, Full: full}
+	if full {
+		commit.Want = e.state.Objects()
+	}
+	if err := e.r.Commit(ctx, commit); err != nil {
+		c.Rollback()
+		if errors.Is(err, nat.ErrUnknownState) {
+			if rerr := e.reload(ctx); rerr != nil {
+				return fmt.Errorf("%s: %w (and reload failed: %v)", op, err, rerr)
+			}
+		}
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if e.plumb != nil {
+		if err := e.plumb.Apply(ctx, c.Removed, c.Added); err != nil {
+			// Undo the packet-filter change so that nothing is
+			// half-applied, then restore the old addresses/routes.
+			undo := Commit{Removed: c.Added, Added: c.Removed}
+			if full {
+				undo = Commit{Removed: c.Added, Added: c.Removed, Full: true}
+				c.Rollback()
+				undo.Want = e.state.Objects()
+			} else {
+				c.Rollback()
+			}
+			if uerr := e.r.Commit(ctx, undo); uerr != nil {
+				_ = e.reload(ctx)
+				return fmt.Errorf("%s: %w (undo failed: %v): %w", op, err, uerr, nat.ErrUnknownState)
+			}
+			if perr := e.plumb.Apply(ctx, c.Added, c.Removed); perr != nil {
+				e.log.Error(perr, "restoring addresses/routes after a failed change")
+			}
+			return fmt.Errorf("%s: %w", op, err)
+		}
+	}
+	c.Commit()
+	if eips := flowsToForget(c); len(eips) > 0 {
+		if err := e.r.ForgetFlows(ctx, eips); err != nil {
+			// The rules are committed; stale flows die on their own
+			// timeouts. Report but do not fail the operation.
+			e.log.Error(err, "conntrack cleanup failed", "op", op, "eips", eips)
+		}
+	}
+	e.log.V(1).Info("committed", "op", op, "removed", len(c.Removed), "added", len(c.Added))
+	return nil
+}
+
+// flowsToForget returns the EIPs whose NAT mappings went away or moved: those
+// of removed FIP/DNAT/SNAT objects, unless the same UID was re-added with the
+// same addresses.
+func flowsToForget(c *nat.Change) []netip.Addr {
+	type pair struct{ eip, in netip.Addr }
+	added := make(map[string]pair, len(c.Added))
+	for _, o := range c.Added {
+		a, b := o.Addresses()
+		added[o.UID] = pair{a, b}
+	}
+	var eips []netip.Addr
+	seen := map[netip.Addr]bool{}
+	for _, o := range c.Removed {
+		if o.Kind == nat.KindRoute || o.Kind == nat.KindEIP {
+			continue // no NAT mapping of their own
+		}
+		a, b := o.Addresses()
+		if p, ok := added[o.UID]; ok && p == (pair{a, b}) {
+			continue
+		}
+		if a.IsValid() && !seen[a] {
+			seen[a] = true
+			eips = append(eips, a)
+		}
+	}
+	return eips
+}
