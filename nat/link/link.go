@@ -1,31 +1,281 @@
 // Package link programs a gateway's addresses and routes over netlink: EIP
-// addresses on the external interface (with a gratuitous ARP), static routes,
-// and IPv4 forwarding.
+// addresses on the external interface (with a gratuitous ARP, like upstream's
+// `ip addr replace` + `arping -U`), static routes (`ip route replace`), and
+// IPv4 forwarding. It execs nothing.
 package link
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/netns"
 )
 
-// Plumber programs addresses and routes in one gateway namespace.
+// Plumber programs addresses and routes in one gateway namespace over a
+// lasting rtnetlink handle.
 type Plumber struct {
+	mu  sync.Mutex
 	cfg nat.Config
+	ns  *netns.NS
+	h   *netlink.Handle
 }
 
-// New returns a Plumber for cfg's namespace and interfaces.
+// New opens cfg's namespace, turns on IPv4 forwarding there and returns a
+// Plumber for its interfaces.
 func New(cfg nat.Config) (*Plumber, error) {
-	return &Plumber{cfg: cfg.WithDefaults()}, nil
+	cfg = cfg.WithDefaults()
+	ns, err := netns.Open(cfg.NetNS)
+	if err != nil {
+		return nil, fmt.Errorf("link: %w", err)
+	}
+	h, err := netlink.NewHandleAt(vnetns.NsHandle(ns.Fd()))
+	if err != nil {
+		ns.Close()
+		return nil, fmt.Errorf("link: netlink handle in %q: %w", cfg.NetNS, err)
+	}
+	p := &Plumber{cfg: cfg, ns: ns, h: h}
+	if err := p.enableForwarding(); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Plumber) enableForwarding() error {
+	err := p.ns.Do(func() error {
+		// /proc/sys/net follows the namespace of the thread that opens it.
+		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644)
+	})
+	if err != nil {
+		return fmt.Errorf("link: enable ip_forward in %q: %w", p.cfg.NetNS, err)
+	}
+	return nil
+}
+
+func (p *Plumber) device(d nat.RouteDevice) string {
+	if d == nat.DeviceExternal {
+		return p.cfg.ExternalInterface
+	}
+	return p.cfg.InternalInterface
 }
 
 // Check verifies that the added EIP and Route objects can be programmed
 // (their interfaces exist) before anything is changed.
-func (p *Plumber) Check(added []nat.Object) error { return nil }
+func (p *Plumber) Check(added []nat.Object) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, o := range added {
+		var dev string
+		switch o.Kind {
+		case nat.KindEIP:
+			dev = p.cfg.ExternalInterface
+		case nat.KindRoute:
+			dev = p.device(o.Route.Device)
+		default:
+			continue
+		}
+		if _, err := p.h.LinkByName(dev); err != nil {
+			return fmt.Errorf("%s: interface %q in netns %q: %w", o, dev, p.cfg.NetNS, err)
+		}
+	}
+	return nil
+}
+
+// key identifies what an EIP or Route object puts in the kernel, so that an
+// update which keeps it (e.g. a QoS change of an EIP) does not touch it.
+func key(o nat.Object) string {
+	switch o.Kind {
+	case nat.KindEIP:
+		return fmt.Sprintf("addr %s/%d", o.EIP.Address, o.EIP.PrefixLen)
+	case nat.KindRoute:
+		return fmt.Sprintf("route %s via %s dev %s", o.Route.Destination, o.Route.NextHop, o.Route.Device)
+	}
+	return ""
+}
 
 // Apply removes the addresses/routes of removed EIP and Route objects and
-// adds those of added ones; idempotent. Other kinds are ignored.
-func (p *Plumber) Apply(ctx context.Context, removed, added []nat.Object) error { return nil }
+// adds those of added ones; idempotent. Other kinds are ignored. What an
+// object keeps across an update is left in place.
+func (p *Plumber) Apply(ctx context.Context, removed, added []nat.Object) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	kept := map[string]int{}
+	for _, o := range added {
+		if k := key(o); k != "" {
+			kept[k]++
+		}
+	}
+	for _, o := range removed {
+		k := key(o)
+		if k == "" {
+			continue
+		}
+		if kept[k] > 0 {
+			kept[k]--
+			continue
+		}
+		if err := p.remove(o); err != nil {
+			return err
+		}
+	}
+	gone := map[string]bool{}
+	for _, o := range removed {
+		gone[key(o)] = true
+	}
+	for _, o := range added {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		k := key(o)
+		if k == "" || gone[k] {
+			continue
+		}
+		if err := p.add(o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
-// Close releases the Plumber's netlink handle.
-func (p *Plumber) Close() error { return nil }
+func (p *Plumber) linkOf(o nat.Object, dev string) (netlink.Link, error) {
+	l, err := p.h.LinkByName(dev)
+	if err != nil {
+		return nil, fmt.Errorf("%s: interface %q: %w", o, dev, err)
+	}
+	return l, nil
+}
+
+func (p *Plumber) route(o nat.Object) (*netlink.Route, error) {
+	r := o.Route
+	l, err := p.linkOf(o, p.device(r.Device))
+	if err != nil {
+		return nil, err
+	}
+	rt := &netlink.Route{
+		LinkIndex: l.Attrs().Index,
+		Dst:       prefixNet(r.Destination),
+		Gw:        net.IP(r.NextHop.AsSlice()),
+	}
+	if r.Device == nat.DeviceExternal {
+		rt.Flags = int(netlink.FLAG_ONLINK)
+	}
+	return rt, nil
+}
+
+func (p *Plumber) add(o nat.Object) error {
+	switch o.Kind {
+	case nat.KindEIP:
+		l, err := p.linkOf(o, p.cfg.ExternalInterface)
+		if err != nil {
+			return err
+		}
+		a := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(o.EIP.Address.AsSlice()), Mask: net.CIDRMask(o.EIP.PrefixLen, 32)}}
+		if err := p.h.AddrReplace(l, a); err != nil {
+			return fmt.Errorf("%s: add address on %s: %w", o, p.cfg.ExternalInterface, err)
+		}
+		if err := p.gratuitousARP(l, o.EIP.Address); err != nil {
+			return fmt.Errorf("%s: gratuitous ARP: %w", o, err)
+		}
+	case nat.KindRoute:
+		rt, err := p.route(o)
+		if err != nil {
+			return err
+		}
+		if err := p.h.RouteReplace(rt); err != nil {
+			return fmt.Errorf("%s: replace route: %w", o, err)
+		}
+	}
+	return nil
+}
+
+func (p *Plumber) remove(o nat.Object) error {
+	switch o.Kind {
+	case nat.KindEIP:
+		l, err := p.linkOf(o, p.cfg.ExternalInterface)
+		if err != nil {
+			if isGone(err) {
+				return nil
+			}
+			return err
+		}
+		a := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(o.EIP.Address.AsSlice()), Mask: net.CIDRMask(o.EIP.PrefixLen, 32)}}
+		if err := p.h.AddrDel(l, a); err != nil && !isGone(err) {
+			return fmt.Errorf("%s: delete address on %s: %w", o, p.cfg.ExternalInterface, err)
+		}
+	case nat.KindRoute:
+		rt, err := p.route(o)
+		if err != nil {
+			if isGone(err) {
+				return nil
+			}
+			return err
+		}
+		if err := p.h.RouteDel(rt); err != nil && !isGone(err) {
+			return fmt.Errorf("%s: delete route: %w", o, err)
+		}
+	}
+	return nil
+}
+
+// gratuitousARP announces addr on l (an ARP request with sender = target =
+// addr, to the broadcast address), so neighbours learn the EIP's new home.
+func (p *Plumber) gratuitousARP(l netlink.Link, addr netip.Addr) error {
+	mac := l.Attrs().HardwareAddr
+	if len(mac) != 6 || l.Attrs().Flags&net.FlagUp == 0 {
+		return nil // no Ethernet address, or down: nobody to tell
+	}
+	pkt := make([]byte, 28)
+	binary.BigEndian.PutUint16(pkt[0:], 1)      // hardware type: Ethernet
+	binary.BigEndian.PutUint16(pkt[2:], 0x0800) // protocol: IPv4
+	pkt[4], pkt[5] = 6, 4
+	binary.BigEndian.PutUint16(pkt[6:], 1) // request
+	ip := addr.As4()
+	copy(pkt[8:], mac)
+	copy(pkt[14:], ip[:])
+	// target hardware address stays zero
+	copy(pkt[24:], ip[:])
+	return p.ns.Do(func() error {
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ARP)))
+		if err != nil {
+			return fmt.Errorf("packet socket: %w", err)
+		}
+		defer unix.Close(fd)
+		to := &unix.SockaddrLinklayer{
+			Protocol: htons(unix.ETH_P_ARP),
+			Ifindex:  l.Attrs().Index,
+			Halen:    6,
+			Addr:     [8]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+		}
+		return unix.Sendto(fd, pkt, 0, to)
+	})
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+func prefixNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), 32)}
+}
+
+func isGone(err error) bool {
+	var nf netlink.LinkNotFoundError
+	return errors.As(err, &nf) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EADDRNOTAVAIL) || errors.Is(err, unix.ESRCH) || errors.Is(err, unix.ENODEV)
+}
+
+// Close releases the netlink handle and the namespace.
+func (p *Plumber) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.h.Close()
+	return p.ns.Close()
+}
