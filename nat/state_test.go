@@ -1,0 +1,232 @@
+package nat
+
+import (
+	"errors"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+var (
+	a  = netip.MustParseAddr
+	pf = netip.MustParsePrefix
+)
+
+func fip(uid, eip, in string) Object {
+	return Object{UID: uid, Kind: KindFIP, FIP: &FIP{EIP: a(eip), InternalIP: a(in)}}
+}
+
+func dnat(uid, eip string, proto Protocol, port uint16, in string, inPort uint16) Object {
+	return Object{UID: uid, Kind: KindDNAT, DNAT: &DNAT{EIP: a(eip), Protocol: proto, ExternalPort: port, InternalIP: a(in), InternalPort: inPort}}
+}
+
+func snat(uid, eip, cidr string) Object {
+	return Object{UID: uid, Kind: KindSNAT, SNAT: &SNAT{EIP: a(eip), InternalCIDR: pf(cidr)}}
+}
+
+func eip(uid, addr string, bits int) Object {
+	return Object{UID: uid, Kind: KindEIP, EIP: &EIP{Address: a(addr), PrefixLen: bits}}
+}
+
+func route(uid, dst, via string, dev RouteDevice) Object {
+	return Object{UID: uid, Kind: KindRoute, Route: &Route{Destination: pf(dst), NextHop: a(via), Device: dev}}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		obj       Object
+		field     string // "" = valid
+		valuePart string
+	}{
+		{"fip ok", fip("u1", "192.0.2.10", "10.0.0.5"), "", ""},
+		{"dnat ok", dnat("u1", "192.0.2.10", TCP, 80, "10.0.0.5", 8080), "", ""},
+		{"snat ok", snat("u1", "192.0.2.10", "10.0.0.0/24"), "", ""},
+		{"eip ok", eip("u1", "192.0.2.10", 24), "", ""},
+		{"route ok", route("u1", "0.0.0.0/0", "192.0.2.1", DeviceExternal), "", ""},
+		{"empty uid", fip("", "192.0.2.10", "10.0.0.5"), "uid", ""},
+		{"uid with space", fip("a b", "192.0.2.10", "10.0.0.5"), "uid", "a b"},
+		{"uid too long", fip(strings.Repeat("x", 65), "192.0.2.10", "10.0.0.5"), "uid", "xxx"},
+		{"fip v6 eip", Object{UID: "u", Kind: KindFIP, FIP: &FIP{EIP: a("2001:db8::1"), InternalIP: a("10.0.0.5")}}, "fip.eip", "2001:db8::1"},
+		{"fip missing internal", Object{UID: "u", Kind: KindFIP, FIP: &FIP{EIP: a("192.0.2.10")}}, "fip.internalIP", ""},
+		{"fip multicast", fip("u", "224.0.0.1", "10.0.0.5"), "fip.eip", "224.0.0.1"},
+		{"fip same addrs", fip("u", "10.0.0.5", "10.0.0.5"), "fip.internalIP", "10.0.0.5"},
+		{"dnat bad proto", dnat("u", "192.0.2.10", "sctp", 80, "10.0.0.5", 80), "dnat.protocol", "sctp"},
+		{"dnat port 0", dnat("u", "192.0.2.10", UDP, 0, "10.0.0.5", 80), "dnat.externalPort", "0"},
+		{"dnat internal port 0", dnat("u", "192.0.2.10", UDP, 53, "10.0.0.5", 0), "dnat.internalPort", "0"},
+		{"snat host bits", snat("u", "192.0.2.10", "10.0.0.1/24"), "snat.internalCIDR", "10.0.0.1/24"},
+		{"eip prefix 0", eip("u", "192.0.2.10", 0), "eip.prefixLen", "0"},
+		{"eip burst without rate", Object{UID: "u", Kind: KindEIP, EIP: &EIP{Address: a("192.0.2.10"), PrefixLen: 24, QoS: &QoS{IngressBurstMbit: 5}}}, "eip.qos.ingressBurstMbit", "5"},
+		{"route bad device", route("u", "10.1.0.0/16", "10.0.0.1", "wlan0"), "route.device", "wlan0"},
+		{"two payloads", Object{UID: "u", Kind: KindFIP, FIP: &FIP{EIP: a("192.0.2.10"), InternalIP: a("10.0.0.5")}, SNAT: &SNAT{}}, "kind", "fip"},
+		{"kind mismatch", Object{UID: "u", Kind: KindDNAT, FIP: &FIP{EIP: a("192.0.2.10"), InternalIP: a("10.0.0.5")}}, "kind", "dnat"},
+		{"unknown kind", Object{UID: "u", Kind: "lb", FIP: &FIP{}}, "kind", "lb"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.obj.Validate()
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			var fe *FieldError
+			if !errors.As(err, &fe) || !errors.Is(err, ErrInvalid) {
+				t.Fatalf("Validate() = %v, want a *FieldError", err)
+			}
+			if fe.Field != tc.field || !strings.Contains(fe.Value, tc.valuePart) {
+				t.Fatalf("error names %s=%q, want %s containing %q (%v)", fe.Field, fe.Value, tc.field, tc.valuePart, err)
+			}
+			if !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("message %q does not name the field %s", err, tc.field)
+			}
+		})
+	}
+}
+
+func uids(objs []Object) []string {
+	out := []string{}
+	for _, o := range objs {
+		out = append(out, o.UID)
+	}
+	return out
+}
+
+func TestPlanApplyConflicts(t *testing.T) {
+	base := []Object{
+		fip("f1", "192.0.2.10", "10.0.0.5"),
+		dnat("d1", "192.0.2.20", TCP, 80, "10.0.0.6", 80),
+		snat("s1", "192.0.2.30", "10.0.0.0/24"),
+		eip("e1", "192.0.2.10", 24),
+		route("r1", "0.0.0.0/0", "192.0.2.1", DeviceExternal),
+	}
+	for _, tc := range []struct {
+		name  string
+		objs  []Object
+		field string // "" = no conflict
+		with  string
+	}{
+		{"second fip on eip", []Object{fip("f2", "192.0.2.10", "10.0.0.9")}, "fip.eip", "f1"},
+		{"fip on dnat eip", []Object{fip("f2", "192.0.2.20", "10.0.0.9")}, "fip.eip", "d1"},
+		{"dnat on fip eip", []Object{dnat("d2", "192.0.2.10", UDP, 53, "10.0.0.9", 53)}, "dnat.eip", "f1"},
+		{"duplicate dnat", []Object{dnat("d2", "192.0.2.20", TCP, 80, "10.0.0.9", 8080)}, "dnat.externalPort", "d1"},
+		{"same port other proto", []Object{dnat("d2", "192.0.2.20", UDP, 80, "10.0.0.9", 80)}, "", ""},
+		{"internal ip with two fips", []Object{fip("f2", "192.0.2.11", "10.0.0.5")}, "fip.internalIP", "f1"},
+		{"duplicate snat cidr", []Object{snat("s2", "192.0.2.31", "10.0.0.0/24")}, "snat.internalCIDR", "s1"},
+		{"overlapping snat ok", []Object{snat("s2", "192.0.2.31", "10.0.0.0/25")}, "", ""},
+		{"duplicate eip address", []Object{eip("e2", "192.0.2.10", 24)}, "eip.address", "e1"},
+		{"duplicate route", []Object{route("r2", "0.0.0.0/0", "192.0.2.2", DeviceExternal)}, "route.destination", "r1"},
+		{"conflict within one batch", []Object{fip("f2", "192.0.2.11", "10.0.0.7"), fip("f3", "192.0.2.11", "10.0.0.8")}, "fip.eip", "f2"},
+		{"update frees eip for another in same batch", []Object{fip("f1", "192.0.2.12", "10.0.0.5"), fip("f2", "192.0.2.10", "10.0.0.9")}, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewState()
+			for _, o := range base {
+				if err := s.Insert(o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := s.Objects()
+			c, err := s.PlanApply(tc.objs)
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("PlanApply = %v, want ok", err)
+				}
+				return
+			}
+			var ce *ConflictError
+			if !errors.As(err, &ce) || !errors.Is(err, ErrConflict) {
+				t.Fatalf("PlanApply = %v, %v; want a *ConflictError", c, err)
+			}
+			if ce.Field != tc.field || ce.With != tc.with {
+				t.Fatalf("conflict on %s with %s, want %s with %s (%v)", ce.Field, ce.With, tc.field, tc.with, err)
+			}
+			if after := s.Objects(); !reflect.DeepEqual(before, after) {
+				t.Fatalf("state changed by a refused apply:\nbefore %v\nafter  %v", uids(before), uids(after))
+			}
+			// The indexes are intact too: the refused objects can't have
+			// left traces that block a valid apply.
+			if _, err := s.PlanApply([]Object{fip("fx", "192.0.2.99", "10.0.0.99")}); err != nil {
+				t.Fatalf("state broken after rollback: %v", err)
+			}
+		})
+	}
+}
+
+func TestPlanApplyUpdateIdempotencyAndRollback(t *testing.T) {
+	s := NewState()
+	f := fip("f1", "192.0.2.10", "10.0.0.5")
+	c, err := s.PlanApply([]Object{f})
+	if err != nil || len(c.Added) != 1 || len(c.Removed) != 0 {
+		t.Fatalf("first apply: %+v %v", c, err)
+	}
+	c.Commit()
+	c, err = s.PlanApply([]Object{f})
+	if err != nil || !c.Empty() {
+		t.Fatalf("re-apply of the same spec must be a no-op: %+v %v", c, err)
+	}
+	moved := fip("f1", "192.0.2.10", "10.0.0.6")
+	c, err = s.PlanApply([]Object{moved})
+	if err != nil || len(c.Removed) != 1 || len(c.Added) != 1 || !c.Removed[0].Equal(f) || !c.Added[0].Equal(moved) {
+		t.Fatalf("update must be old out + new in: %+v %v", c, err)
+	}
+	c.Rollback()
+	if got, _ := s.Get("f1"); !got.Equal(f) {
+		t.Fatalf("rollback left %v, want %v", got, f)
+	}
+	// After the rollback the old internal IP is still indexed.
+	if _, err := s.PlanApply([]Object{fip("f2", "192.0.2.11", "10.0.0.5")}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("index lost by rollback: %v", err)
+	}
+	if _, err := s.PlanApply([]Object{f, f}); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Fatalf("duplicate uid in one batch: %v", err)
+	}
+	if _, err := s.PlanApply([]Object{fip("ok", "192.0.2.12", "10.0.0.7"), fip("bad", "192.0.2.13", "::1")}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("invalid object in batch: %v", err)
+	}
+	if _, ok := s.Get("ok"); ok {
+		t.Fatal("valid half of an invalid batch was applied")
+	}
+}
+
+func TestPlanDeleteAndSync(t *testing.T) {
+	s := NewState()
+	for _, o := range []Object{fip("f1", "192.0.2.10", "10.0.0.5"), fip("f2", "192.0.2.11", "10.0.0.6"), snat("s1", "192.0.2.30", "10.0.0.0/24")} {
+		if err := s.Insert(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := s.PlanDelete([]string{"f1", "nope", "f1"})
+	if got := uids(c.Removed); !reflect.DeepEqual(got, []string{"f1"}) {
+		t.Fatalf("delete removed %v", got)
+	}
+	c.Rollback()
+	if s.Len() != 3 {
+		t.Fatalf("rollback of delete: len %d", s.Len())
+	}
+	desired := []Object{fip("f2", "192.0.2.11", "10.0.0.7"), fip("f3", "192.0.2.12", "10.0.0.8"), snat("s1", "192.0.2.30", "10.0.0.0/24")}
+	c, err := s.PlanSync(desired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := uids(c.Removed); !reflect.DeepEqual(got, []string{"f1", "f2"}) {
+		t.Fatalf("sync removed %v, want [f1 f2]", got)
+	}
+	if got := uids(c.Added); !reflect.DeepEqual(got, []string{"f2", "f3"}) {
+		t.Fatalf("sync added %v, want [f2 f3]", got)
+	}
+	if got := uids(s.Objects()); !reflect.DeepEqual(got, []string{"f2", "f3", "s1"}) {
+		t.Fatalf("state after sync %v", got)
+	}
+	c.Rollback()
+	if got := uids(s.Objects()); !reflect.DeepEqual(got, []string{"f1", "f2", "s1"}) {
+		t.Fatalf("state after sync rollback %v", got)
+	}
+	if _, err := s.PlanSync([]Object{fip("a", "192.0.2.11", "10.0.0.7"), fip("b", "192.0.2.11", "10.0.0.8")}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("conflicting desired set: %v", err)
+	}
+	if got := uids(s.Objects()); !reflect.DeepEqual(got, []string{"f1", "f2", "s1"}) {
+		t.Fatalf("refused sync changed the state: %v", got)
+	}
+}
