@@ -1,0 +1,139 @@
+package netlab
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+
+	"github.com/natgw/natgw/nat"
+)
+
+// Addresses of the standard gateway topology (RFC 5737 documentation nets).
+var (
+	// ExtNet is the external network between ext and the gateway's net1.
+	ExtNet = netip.MustParsePrefix("192.0.2.0/24")
+	// ExtAddr is the external host's address.
+	ExtAddr = netip.MustParseAddr("192.0.2.1")
+	// GWExtAddr is the gateway's own address on net1.
+	GWExtAddr = netip.MustParseAddr("192.0.2.254")
+	// VPCNet is the VPC subnet behind the gateway's eth0.
+	VPCNet = netip.MustParsePrefix("198.51.100.0/24")
+	// GWVPCAddr is the gateway's address on eth0, the VPC hosts' default route.
+	GWVPCAddr = netip.MustParseAddr("198.51.100.1")
+)
+
+// EIP returns the i-th address handed out as an EIP in the standard
+// topology: 192.0.2.10+i for i in 0..199; the invalid Addr otherwise.
+func EIP(i int) netip.Addr {
+	if i < 0 || i > 199 {
+		return netip.Addr{}
+	}
+	return netip.AddrFrom4([4]byte{192, 0, 2, byte(10 + i)})
+}
+
+// VMAddr returns the address of the i-th VPC host (0-based): 198.51.100.10+i.
+func VMAddr(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{198, 51, 100, byte(10 + i)})
+}
+
+// GatewayOptions shape one gateway topology.
+type GatewayOptions struct {
+	// Name distinguishes several topologies in one Lab: their namespaces
+	// are named "<name>-ext", "<name>-gw", ... ("ext", "gw", ... when empty).
+	Name string
+	// VMs is the number of VPC hosts (default 3, at most 100).
+	VMs int
+}
+
+// Host is a namespace with one address of interest.
+type Host struct {
+	NS   string
+	Addr netip.Addr
+}
+
+// Gateway is one standard topology:
+//
+//	ext (eth0 192.0.2.1/24) ── veth ── (net1 192.0.2.254/24) gw (eth0 198.51.100.1/24)
+//	                                                           │ veth
+//	                          sw: bridge br0 ── veth ── vmN (eth0 198.51.100.10+N/24, default via .1)
+//
+// gw forwards IPv4. The names of the gateway's interfaces are Kube-OVN's.
+type Gateway struct {
+	Name              string
+	Ext               Host // 192.0.2.1
+	GW                string
+	Switch            string
+	VMs               []Host // 198.51.100.10, .11, .12, ...
+	ExternalInterface string // "net1" in GW
+	InternalInterface string // "eth0" in GW
+}
+
+// Config returns the nat.Config that targets this gateway.
+func (g *Gateway) Config() nat.Config {
+	return nat.Config{NetNS: g.GW, ExternalInterface: g.ExternalInterface, InternalInterface: g.InternalInterface}
+}
+
+// Gateway builds a standard topology in the Lab.
+func (l *Lab) Gateway(opts GatewayOptions) (*Gateway, error) {
+	if opts.VMs == 0 {
+		opts.VMs = 3
+	}
+	if opts.VMs < 0 || opts.VMs > 100 {
+		return nil, fmt.Errorf("netlab: gateway %q: %d VMs, want 1..100", opts.Name, opts.VMs)
+	}
+	role := func(r string) string {
+		if opts.Name == "" {
+			return r
+		}
+		return opts.Name + "-" + r
+	}
+	g := &Gateway{Name: opts.Name, ExternalInterface: nat.DefaultExternalInterface, InternalInterface: nat.DefaultInternalInterface}
+	var err error
+	mk := func(r string) string {
+		if err != nil {
+			return ""
+		}
+		var n string
+		n, err = l.NS(role(r))
+		return n
+	}
+	g.Ext = Host{NS: mk("ext"), Addr: ExtAddr}
+	g.GW = mk("gw")
+	g.Switch = mk("sw")
+	for i := 0; i < opts.VMs; i++ {
+		g.VMs = append(g.VMs, Host{NS: mk("vm" + strconv.Itoa(i+1)), Addr: VMAddr(i)})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("netlab: gateway %q: %w", opts.Name, err)
+	}
+	steps := []func() error{
+		func() error {
+			return Veth(End{NS: g.GW, Name: g.ExternalInterface, Addrs: []netip.Prefix{netip.PrefixFrom(GWExtAddr, ExtNet.Bits())}},
+				End{NS: g.Ext.NS, Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(ExtAddr, ExtNet.Bits())}})
+		},
+		func() error { return Bridge(g.Switch, "br0") },
+		func() error {
+			return Veth(End{NS: g.GW, Name: g.InternalInterface, Addrs: []netip.Prefix{netip.PrefixFrom(GWVPCAddr, VPCNet.Bits())}},
+				End{NS: g.Switch, Name: "gw"})
+		},
+		func() error { return Enslave(g.Switch, "gw", "br0") },
+		func() error { return Sysctl(g.GW, "net.ipv4.ip_forward", "1") },
+	}
+	for i, vm := range g.VMs {
+		port := "vm" + strconv.Itoa(i+1)
+		steps = append(steps,
+			func() error {
+				return Veth(End{NS: vm.NS, Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(vm.Addr, VPCNet.Bits())}},
+					End{NS: g.Switch, Name: port})
+			},
+			func() error { return Enslave(g.Switch, port, "br0") },
+			func() error { return AddRoute(vm.NS, netip.MustParsePrefix("0.0.0.0/0"), GWVPCAddr, "eth0") },
+		)
+	}
+	for _, s := range steps {
+		if err := s(); err != nil {
+			return nil, fmt.Errorf("netlab: gateway %q: %w", opts.Name, err)
+		}
+	}
+	return g, nil
+}

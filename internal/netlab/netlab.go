@@ -1,0 +1,299 @@
+// Package netlab builds throw-away network labs for tests: uniquely named
+// network namespaces (prefix "ngw-", compatible with `ip netns`), veth links,
+// bridges, the standard NAT gateway topology, in-process TCP/UDP probes and
+// readers of a namespace's kernel state. Everything a Lab makes is removed by
+// Lab.Close; namespaces left behind by killed runs are removed by SweepStale.
+//
+// Everything runs against the real kernel; the caller must be root.
+package netlab
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/natgw/natgw/nat/netns"
+)
+
+// Prefix starts the name of every namespace a Lab creates.
+const Prefix = "ngw-"
+
+// Lab owns a set of network namespaces and the probes running in them.
+// Namespace names are Prefix + ID + "-" + role. A Lab is safe for concurrent
+// use.
+type Lab struct {
+	id string
+
+	mu      sync.Mutex
+	nss     []string // in creation order
+	closers []io.Closer
+	closed  bool
+}
+
+// New returns an empty Lab with a fresh ID. The ID encodes the creating
+// process and time so that SweepStale can tell leftovers of dead runs from
+// labs in use.
+func New(ctx context.Context) (*Lab, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("netlab: %w", err)
+	}
+	var b [2]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("netlab: random id: %w", err)
+	}
+	return &Lab{id: fmt.Sprintf("%d.%08x.%s", os.Getpid(), time.Now().Unix(), hex.EncodeToString(b[:]))}, nil
+}
+
+// ForTest returns a new Lab closed by t.Cleanup. It skips the test (with the
+// reason) when not running as root, since namespaces need CAP_SYS_ADMIN.
+func ForTest(t testing.TB) *Lab {
+	t.Helper()
+	if reason := Unavailable(); reason != "" {
+		t.Skipf("netlab: %s", reason)
+	}
+	l, err := New(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Errorf("netlab: close lab %s: %v", l.id, err)
+		}
+	})
+	return l
+}
+
+// Unavailable returns why labs cannot be built here ("" when they can).
+func Unavailable() string {
+	if os.Geteuid() != 0 {
+		return "network namespace tests need root (run as root, e.g. `sudo make test`)"
+	}
+	return ""
+}
+
+// ID returns the Lab's unique id.
+func (l *Lab) ID() string { return l.id }
+
+// Name returns the namespace name the Lab uses for role (whether or not
+// the namespace exists yet).
+func (l *Lab) Name(role string) string { return Prefix + l.id + "-" + role }
+
+// NS creates the namespace for role, brings its loopback up and returns its
+// name (usable with `ip netns exec`, nat/netns.Open and nat.Config.NetNS).
+func (l *Lab) NS(role string) (string, error) {
+	if role == "" || strings.ContainsAny(role, "/ \t\n") {
+		return "", fmt.Errorf("netlab: bad role %q", role)
+	}
+	name := l.Name(role)
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return "", fmt.Errorf("netlab: create %s: lab closed", name)
+	}
+	l.mu.Unlock()
+	if err := createNamed(name); err != nil {
+		return "", fmt.Errorf("netlab: create %s: %w", name, err)
+	}
+	l.mu.Lock()
+	l.nss = append(l.nss, name)
+	l.mu.Unlock()
+	if err := withHandle(name, func(h *handle) error { return h.linkUp("lo") }); err != nil {
+		return "", fmt.Errorf("netlab: %s: %w", name, err)
+	}
+	return name, nil
+}
+
+// Namespaces returns the names of the namespaces the Lab created.
+func (l *Lab) Namespaces() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.nss...)
+}
+
+// addCloser registers c to be closed by Close, before namespaces go.
+func (l *Lab) addCloser(c io.Closer) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closers = append(l.closers, c)
+}
+
+// Close stops the Lab's probes and deletes its namespaces (their links go
+// with them). It is idempotent.
+func (l *Lab) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	closers, nss := l.closers, l.nss
+	l.closers, l.nss = nil, nil
+	l.mu.Unlock()
+
+	var errs []error
+	for i := len(closers) - 1; i >= 0; i-- {
+		if err := closers[i].Close(); err != nil && !errors.Is(err, os.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	for i := len(nss) - 1; i >= 0; i-- {
+		if err := deleteNamed(nss[i]); err != nil {
+			errs = append(errs, fmt.Errorf("netlab: delete %s: %w", nss[i], err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+var sharedRunDir sync.Once
+
+// prepareRunDir makes RunDir a shared mount point like `ip netns add` does,
+// so namespaces mounted there are visible in other mount namespaces.
+func prepareRunDir() error {
+	if err := os.MkdirAll(netns.RunDir, 0o755); err != nil {
+		return err
+	}
+	var err error
+	sharedRunDir.Do(func() {
+		err = unix.Mount("", netns.RunDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+		if errors.Is(err, unix.EINVAL) {
+			if err = unix.Mount(netns.RunDir, netns.RunDir, "none", unix.MS_BIND|unix.MS_REC, ""); err == nil {
+				err = unix.Mount("", netns.RunDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+			}
+		}
+		if err != nil {
+			err = fmt.Errorf("make %s a shared mount: %w", netns.RunDir, err)
+		}
+	})
+	return err
+}
+
+// createNamed creates a network namespace and bind-mounts it at
+// RunDir/name, as `ip netns add name` does.
+func createNamed(name string) error {
+	if err := prepareRunDir(); err != nil {
+		return err
+	}
+	path := filepath.Join(netns.RunDir, name)
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	errc := make(chan error, 1)
+	go func() {
+		// The thread ends up in the new namespace: keep it locked so
+		// the runtime discards it when this goroutine exits.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("unshare: %w", err)
+			return
+		}
+		src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
+		if err := unix.Mount(src, path, "none", unix.MS_BIND, ""); err != nil {
+			errc <- fmt.Errorf("bind mount %s: %w", path, err)
+			return
+		}
+		errc <- nil
+	}()
+	if err := <-errc; err != nil {
+		os.Remove(path)
+		return err
+	}
+	return nil
+}
+
+// deleteNamed unmounts and removes RunDir/name, as `ip netns delete` does.
+func deleteNamed(name string) error {
+	path := filepath.Join(netns.RunDir, name)
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// labInfo is what a namespace name says about the Lab that made it.
+type labInfo struct {
+	pid     int
+	created time.Time
+}
+
+// parseName decodes Prefix + "<pid>.<hex unix time>.<rand>-<role>".
+func parseName(name string) (labInfo, bool) {
+	rest, ok := strings.CutPrefix(name, Prefix)
+	if !ok {
+		return labInfo{}, false
+	}
+	id, _, ok := strings.Cut(rest, "-")
+	if !ok {
+		return labInfo{}, false
+	}
+	parts := strings.Split(id, ".")
+	if len(parts) != 3 {
+		return labInfo{}, false
+	}
+	pid, err := strconv.Atoi(parts[0])
+	if err != nil || pid <= 0 {
+		return labInfo{}, false
+	}
+	sec, err := strconv.ParseInt(parts[1], 16, 64)
+	if err != nil {
+		return labInfo{}, false
+	}
+	return labInfo{pid: pid, created: time.Unix(sec, 0)}, true
+}
+
+// ownerAlive reports whether the process that made a Lab still runs (a pid
+// reused by a process started after the Lab does not count).
+func ownerAlive(li labInfo) bool {
+	if err := unix.Kill(li.pid, 0); errors.Is(err, unix.ESRCH) {
+		return false
+	}
+	st, err := os.Stat(fmt.Sprintf("/proc/%d", li.pid))
+	if err != nil {
+		return false
+	}
+	return !st.ModTime().After(li.created.Add(2 * time.Second))
+}
+
+// SweepStale deletes namespaces left by Labs of processes that are gone and
+// that are older than maxAge, and returns their names. Namespaces of live
+// processes and names not made by a Lab are left alone.
+func SweepStale(maxAge time.Duration) ([]string, error) {
+	ents, err := os.ReadDir(netns.RunDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("netlab: sweep: %w", err)
+	}
+	var removed []string
+	var errs []error
+	for _, e := range ents {
+		li, ok := parseName(e.Name())
+		if !ok || time.Since(li.created) < maxAge || ownerAlive(li) {
+			continue
+		}
+		if err := deleteNamed(e.Name()); err != nil {
+			errs = append(errs, fmt.Errorf("netlab: sweep %s: %w", e.Name(), err))
+			continue
+		}
+		removed = append(removed, e.Name())
+	}
+	return removed, errors.Join(errs...)
+}

@@ -1,0 +1,309 @@
+package netlab
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/natgw/natgw/nat/netns"
+)
+
+// Timeouts for probes.
+const (
+	// DialTimeout bounds a probe that is expected to connect.
+	DialTimeout = 3 * time.Second
+	// FailTimeout bounds a probe that is expected not to connect.
+	FailTimeout = 400 * time.Millisecond
+	// ioTimeout bounds a server's exchange with one client.
+	ioTimeout = 5 * time.Second
+)
+
+// Reply is what a probe server answered: the client address it saw and its
+// own identity (namespace and listening address).
+type Reply struct {
+	Client netip.AddrPort
+	Server string
+}
+
+// replyPrefix starts every probe reply line.
+const replyPrefix = "natgw-probe "
+
+func formatReply(client net.Addr, server string) string {
+	return fmt.Sprintf("%sclient=%s server=%s\n", replyPrefix, client, server)
+}
+
+func parseReply(line string) (Reply, error) {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(line), replyPrefix)
+	if !ok {
+		return Reply{}, fmt.Errorf("not a probe reply: %q", line)
+	}
+	var r Reply
+	for _, f := range strings.Fields(rest) {
+		k, v, _ := strings.Cut(f, "=")
+		switch k {
+		case "client":
+			ap, err := netip.ParseAddrPort(v)
+			if err != nil {
+				return Reply{}, fmt.Errorf("probe reply %q: %w", line, err)
+			}
+			r.Client = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+		case "server":
+			r.Server = v
+		}
+	}
+	if !r.Client.IsValid() {
+		return Reply{}, fmt.Errorf("probe reply without client: %q", line)
+	}
+	return r, nil
+}
+
+// Server is a probe server listening inside a namespace. Each TCP client
+// gets one reply line naming the address it came from, then its input is
+// echoed until EOF; each UDP datagram is answered with a reply line.
+type Server struct {
+	// Name identifies the server in replies: "<ns>/<addr>".
+	Name string
+	// Addr is the address the server listens on.
+	Addr netip.AddrPort
+
+	ln   net.Listener
+	pc   net.PacketConn
+	wg   sync.WaitGroup
+	once sync.Once
+	mu   sync.Mutex
+	seen []netip.AddrPort
+}
+
+// Seen returns the client addresses the server has answered, in order.
+func (s *Server) Seen() []netip.AddrPort {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]netip.AddrPort(nil), s.seen...)
+}
+
+func (s *Server) saw(a net.Addr) {
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	s.seen = append(s.seen, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+	s.mu.Unlock()
+}
+
+// Close stops the server and waits for its goroutines.
+func (s *Server) Close() error {
+	var err error
+	s.once.Do(func() {
+		if s.ln != nil {
+			err = s.ln.Close()
+		}
+		if s.pc != nil {
+			err = s.pc.Close()
+		}
+		s.wg.Wait()
+	})
+	return err
+}
+
+// inNS runs fn inside namespace ns ("" is the caller's own).
+func inNS(ns string, fn func() error) error {
+	if ns == "" {
+		return fn()
+	}
+	return netns.Do(ns, fn)
+}
+
+// ServeTCP starts a TCP probe server on addr ("ip:port") inside ns. The
+// server stops when ctx ends or Close is called.
+func ServeTCP(ctx context.Context, ns, addr string) (*Server, error) {
+	var ln net.Listener
+	err := inNS(ns, func() error {
+		var err error
+		ln, err = (&net.ListenConfig{}).Listen(ctx, "tcp4", addr)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("netlab: serve tcp %s in %s: %w", addr, ns, err)
+	}
+	ap, _ := netip.ParseAddrPort(ln.Addr().String())
+	s := &Server{Name: ns + "/" + ln.Addr().String(), Addr: ap, ln: ln}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				defer c.Close()
+				s.saw(c.RemoteAddr())
+				_ = c.SetDeadline(time.Now().Add(ioTimeout))
+				if _, err := c.Write([]byte(formatReply(c.RemoteAddr(), s.Name))); err != nil {
+					return
+				}
+				buf := make([]byte, 4096)
+				for {
+					n, err := c.Read(buf)
+					if n > 0 {
+						if _, werr := c.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	stopOnDone(ctx, s)
+	return s, nil
+}
+
+// ServeUDP starts a UDP probe server on addr ("ip:port") inside ns.
+func ServeUDP(ctx context.Context, ns, addr string) (*Server, error) {
+	var pc net.PacketConn
+	err := inNS(ns, func() error {
+		var err error
+		pc, err = (&net.ListenConfig{}).ListenPacket(ctx, "udp4", addr)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("netlab: serve udp %s in %s: %w", addr, ns, err)
+	}
+	ap, _ := netip.ParseAddrPort(pc.LocalAddr().String())
+	s := &Server{Name: ns + "/" + pc.LocalAddr().String(), Addr: ap, pc: pc}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		buf := make([]byte, 2048)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				continue
+			}
+			s.saw(from)
+			_ = pc.SetWriteDeadline(time.Now().Add(ioTimeout))
+			_, _ = pc.WriteTo([]byte(formatReply(from, s.Name)), from)
+		}
+	}()
+	stopOnDone(ctx, s)
+	return s, nil
+}
+
+func stopOnDone(ctx context.Context, s *Server) {
+	if ctx.Done() == nil {
+		return
+	}
+	go func() {
+		<-ctx.Done()
+		s.Close()
+	}()
+}
+
+// ServeTCP starts a TCP probe server in ns that the Lab stops on Close.
+func (l *Lab) ServeTCP(ctx context.Context, ns, addr string) (*Server, error) {
+	s, err := ServeTCP(ctx, ns, addr)
+	if err != nil {
+		return nil, err
+	}
+	l.addCloser(s)
+	return s, nil
+}
+
+// ServeUDP starts a UDP probe server in ns that the Lab stops on Close.
+func (l *Lab) ServeUDP(ctx context.Context, ns, addr string) (*Server, error) {
+	s, err := ServeUDP(ctx, ns, addr)
+	if err != nil {
+		return nil, err
+	}
+	l.addCloser(s)
+	return s, nil
+}
+
+// Dial connects from inside ns to a TCP probe server at addr ("ip:port")
+// and returns its reply. The whole exchange is bounded by timeout (and ctx).
+func Dial(ctx context.Context, ns, addr string, timeout time.Duration) (Reply, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var c net.Conn
+	err := inNS(ns, func() error {
+		var err error
+		// The socket is created on this thread, inside ns; it stays
+		// there when the thread switches back.
+		c, err = (&net.Dialer{}).DialContext(ctx, "tcp4", addr)
+		return err
+	})
+	if err != nil {
+		return Reply{}, fmt.Errorf("netlab: dial tcp %s from %s: %w", addr, ns, err)
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return Reply{}, fmt.Errorf("netlab: read tcp probe reply from %s in %s: %w", addr, ns, err)
+	}
+	r, err := parseReply(line)
+	if err != nil {
+		return Reply{}, fmt.Errorf("netlab: tcp %s from %s: %w", addr, ns, err)
+	}
+	return r, nil
+}
+
+// DialUDP sends a probe datagram from inside ns to a UDP probe server at
+// addr and returns its reply. The datagram is resent every 200 ms until a
+// reply comes or timeout (or ctx) ends.
+func DialUDP(ctx context.Context, ns, addr string, timeout time.Duration) (Reply, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var c net.Conn
+	err := inNS(ns, func() error {
+		var err error
+		c, err = (&net.Dialer{}).DialContext(ctx, "udp4", addr)
+		return err
+	})
+	if err != nil {
+		return Reply{}, fmt.Errorf("netlab: dial udp %s from %s: %w", addr, ns, err)
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	buf := make([]byte, 2048)
+	for {
+		if _, err := c.Write([]byte("probe\n")); err != nil && ctx.Err() == nil {
+			// ICMP errors (e.g. port unreachable) surface here; retry
+			// until the deadline like a lost datagram.
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if ctx.Err() != nil {
+			return Reply{}, fmt.Errorf("netlab: udp %s from %s: no reply: %w", addr, ns, ctx.Err())
+		}
+		n, err := c.Read(buf)
+		if err == nil {
+			r, perr := parseReply(string(buf[:n]))
+			if perr != nil {
+				return Reply{}, fmt.Errorf("netlab: udp %s from %s: %w", addr, ns, perr)
+			}
+			return r, nil
+		}
+		if ctx.Err() != nil {
+			return Reply{}, fmt.Errorf("netlab: udp %s from %s: no reply: %w", addr, ns, ctx.Err())
+		}
+	}
+}
