@@ -1,0 +1,106 @@
+// Package iptables is natgw's iptables-legacy data plane: the feature-flag
+// fallback and the benchmark baseline. It has the semantics of the nftables
+// backend behind the same nat.Dataplane (the shared engine plans every call;
+// this package renders it), and the rule shapes of Kube-OVN's gateway script
+// (nat-gateway.sh). It is built to be correct, not fast: iptables-legacy
+// copies a whole table out of and back into the kernel on every change.
+//
+// # Execution
+//
+// Every kernel access is one exec of iptables-legacy-save or
+// iptables-legacy-restore, entered into the gateway's namespace with
+// `nsenter --net=/proc/self/fd/3`, fd 3 being a duplicate of the namespace
+// fd opened once by NewRenderer (so names, paths and "" behave alike, and a
+// re-bound name cannot redirect us). Each exec runs under ExecTimeout and the
+// caller's context; restore waits up to 30 s for the host-wide xtables lock.
+//
+// # Chains
+//
+// Table nat (the only rules added to built-in chains are the two hooks,
+// inserted at position 1 once; Load restores a missing hook and removes
+// duplicates):
+//
+//	PREROUTING   -j NATGW_DNAT_FILTER
+//	POSTROUTING  -j NATGW_SNAT_FILTER
+//
+//	NATGW_DNAT_FILTER     (ordered)
+//	  -i <internal> -j MARK --set-xmark 0x20000/0x20000   hairpin mark, new connections from the VPC
+//	  -j NATGW_EXCLUSIVE_DNAT                             FIP before port DNAT
+//	  -j NATGW_SHARED_DNAT
+//	NATGW_SNAT_FILTER     (ordered)
+//	  -j NATGW_EXCLUSIVE_SNAT                             FIP-SNAT before CIDR-SNAT before hairpin
+//	  -j NATGW_SHARED_SNAT
+//	  -j NATGW_HAIRPIN_SNAT
+//	NATGW_EXCLUSIVE_DNAT  per FIP:  -d EIP/32 -m comment --comment C -j DNAT --to-destination IN
+//	NATGW_SHARED_DNAT     per DNAT: -d EIP/32 -p P -m P --dport X -m comment --comment C -j DNAT --to-destination IN:Y
+//	NATGW_EXCLUSIVE_SNAT  per FIP:  -s IN/32 -o <external> -m comment --comment C -j SNAT --to-source EIP
+//	NATGW_SHARED_SNAT     per SNAT: [-s CIDR] -o <external> -m comment --comment C -j SNAT --to-source EIP [--random-fully]
+//	                      ordered longest prefix first (then by address), so the longest prefix wins
+//	NATGW_HAIRPIN_SNAT    per FIP and per DNAT:
+//	                      -o <internal> -m comment --comment C -m mark --mark 0x20000/0x20000
+//	                      -m conntrack --ctstate DNAT --ctorigdst EIP -j SNAT --to-source EIP
+//	NATGW_OBJECTS         never jumped to; storage only:
+//	                      -m comment --comment "@natgw-boot <16 hex>" -j RETURN   the boot id
+//	                      per EIP and per Route: -m comment --comment C -j RETURN
+//
+// Table mangle (QoS per EIP, like upstream's `tc ... police ... drop`):
+//
+//	PREROUTING   -j NATGW_QOS_INGRESS
+//	POSTROUTING  -j NATGW_QOS_EGRESS
+//
+//	NATGW_QOS_INGRESS  per EIP with an ingress rate, before DNAT:
+//	                   -d EIP/32 -i <external> -m comment --comment C -m hashlimit
+//	                   --hashlimit-above R b/s --hashlimit-burst B b --hashlimit-name N -j DROP
+//	NATGW_QOS_EGRESS   per EIP with an egress rate; mangle POSTROUTING runs before SNAT,
+//	                   so the EIP is found through conntrack, two rules sharing bucket N:
+//	                   -o <external> -m comment --comment C -m conntrack --ctorigdst EIP ... -j DROP   (replies of FIP/DNAT flows)
+//	                   -o <external> -m comment --comment C -m conntrack --ctrepldst EIP ... -j DROP   (SNATed flows)
+//
+// hashlimit runs in byte mode with one bucket per rule name (no
+// --hashlimit-mode). It refuses a burst below one second of rate, so the
+// burst is raised to 1.25 s of rate when the object asks for less. The name
+// is "ngw" + 12 hex digits of a digest of direction, EIP, rate and burst,
+// because rules that reuse a name share the kernel's first configuration.
+// The kernel rounds the rate, so chains are compared without the rate and
+// burst values (the name covers them). The first packet of a new outbound
+// flow passes the egress policer (its conntrack reply tuple is rewritten only
+// by SNAT, after mangle).
+//
+// # Comments: the objects live in the kernel
+//
+// Every rule of an object carries the comment C = "<uid> <kind> key=value...",
+// the object's whole spec, e.g.
+//
+//	"3f2c... fip eip=192.0.2.10 in=198.51.100.10"
+//	"3f2c... dnat eip=192.0.2.11 proto=tcp port=80 to=198.51.100.11:8080"
+//	"3f2c... snat eip=192.0.2.12 cidr=198.51.100.0/24 random-fully=1"
+//	"3f2c... eip addr=192.0.2.10/24 qos=100/10/50/5"
+//	"3f2c... route dst=10.0.0.0/8 via=198.51.100.254 dev=internal"
+//
+// (at most ~150 characters; iptables allows 255). Load reads one
+// iptables-legacy-save, decodes the objects from the comments, re-renders
+// them and compares with what the chains hold. Rules that do not decode,
+// UIDs whose rules disagree and objects that conflict are logged and dropped;
+// if anything differs (first start, a missing rule, a stray rule, a lost
+// hook) our chains of that table are flushed and rewritten in one restore.
+// A missing boot rule means the chains are new or were wiped: Load makes a
+// new boot id and starts empty, which tells the controller to resync.
+//
+// # Transactions
+//
+// Commit is one `iptables-legacy-restore -w 30 --noflush` run. Within it,
+// the nat section comes first, then mangle (only tables with changes are
+// listed); iptables-legacy replaces each table atomically at its COMMIT, so a
+// call is atomic per table. The nat section deletes the removed objects'
+// rules by exact spec (-D), then appends the added ones (-A; an update is old
+// out, new in) and, if any SNAT changed, flushes NATGW_SHARED_SNAT and
+// rewrites it whole in longest-prefix order. If the restore fails in the
+// mangle section after nat was committed (or is killed), the error wraps
+// nat.ErrUnknownState and the engine re-reads the kernel. A Sync (Full)
+// reads the kernel back and rewrites every chain of ours that differs from
+// the desired state (the same path as Load's repair).
+//
+// ForgetFlows deletes, with one ctnetlink dump in the namespace
+// (nat/conntrack), every conntrack entry whose original or reply tuple holds
+// one of the EIPs: upstream's `conntrack -D -d EIP` plus SNATed flows.
+package iptables

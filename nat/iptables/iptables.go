@@ -1,0 +1,538 @@
+package iptables
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"golang.org/x/sys/unix"
+
+	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/conntrack"
+	"github.com/natgw/natgw/nat/engine"
+	"github.com/natgw/natgw/nat/link"
+	"github.com/natgw/natgw/nat/netns"
+)
+
+// Name is the data plane's name.
+const Name = "iptables"
+
+// ExecTimeout bounds one iptables-legacy-save or -restore run (a restore of
+// a 100,000-object sync included); a shorter context deadline wins.
+const ExecTimeout = 2 * time.Minute
+
+// lockWait is how long iptables-legacy-restore waits for the xtables lock
+// (shared by every namespace of the host) before giving up.
+const lockWait = "30"
+
+// New returns the iptables-legacy data plane for cfg: the Renderer of this
+// package under the shared engine, with cfg's link plumber for addresses and
+// routes.
+func New(ctx context.Context, cfg nat.Config) (nat.Dataplane, error) {
+	cfg = cfg.WithDefaults()
+	r, err := NewRenderer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	plumb, err := link.New(cfg)
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("iptables: %w", err)
+	}
+	e, err := engine.New(ctx, r, plumb, cfg.Log)
+	if err != nil {
+		plumb.Close()
+		r.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Renderer is the iptables-legacy engine.Renderer: it programs natgw's chains
+// by running iptables-legacy-save and iptables-legacy-restore inside the
+// gateway's namespace. See doc.go for the layout.
+type Renderer struct {
+	rd  renderer
+	ref string
+	ns  *netns.NS
+	// nsFile is a duplicate of the namespace fd that every child gets as
+	// fd 3 and enters with `nsenter --net=/proc/self/fd/3`: the same
+	// namespace whether it was named by a name, a path or "", and even if
+	// the name is re-bound meanwhile.
+	nsFile *os.File
+	ct     *conntrack.Cleaner
+	bin    struct{ nsenter, save, restore string }
+	log    logr.Logger
+
+	// Kernel mirror, valid after Load and each successful Commit; the
+	// engine serializes calls.
+	boot  string
+	snats map[string]nat.Object // SNAT objects by UID: SHARED_SNAT is rewritten whole
+}
+
+var _ engine.Renderer = (*Renderer)(nil)
+
+// NewRenderer opens cfg's namespace and finds the tools. Call Load before
+// Commit.
+func NewRenderer(cfg nat.Config) (*Renderer, error) {
+	cfg = cfg.WithDefaults()
+	r := &Renderer{
+		rd:    renderer{extIf: cfg.ExternalInterface, intIf: cfg.InternalInterface},
+		ref:   cfg.NetNS,
+		log:   cfg.Log.WithName("iptables"),
+		snats: map[string]nat.Object{},
+	}
+	var err error
+	for _, b := range []struct {
+		dst  *string
+		name string
+	}{{&r.bin.nsenter, "nsenter"}, {&r.bin.save, "iptables-legacy-save"}, {&r.bin.restore, "iptables-legacy-restore"}} {
+		if *b.dst, err = lookPath(b.name); err != nil {
+			return nil, fmt.Errorf("iptables: %w", err)
+		}
+	}
+	if r.ns, err = netns.Open(cfg.NetNS); err != nil {
+		return nil, fmt.Errorf("iptables: %w", err)
+	}
+	fd, err := unix.FcntlInt(uintptr(r.ns.Fd()), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		r.ns.Close()
+		return nil, fmt.Errorf("iptables: dup netns fd of %q: %w", cfg.NetNS, err)
+	}
+	r.nsFile = os.NewFile(uintptr(fd), "netns:"+cfg.NetNS)
+	if r.ct, err = conntrack.Open(r.ns); err != nil {
+		r.nsFile.Close()
+		r.ns.Close()
+		return nil, fmt.Errorf("iptables: %w", err)
+	}
+	return r, nil
+}
+
+// lookPath finds a tool in PATH or in the sbin directories, which a
+// non-login root PATH may lack.
+func lookPath(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, dir := range []string{"/usr/sbin", "/sbin", "/usr/bin", "/bin"} {
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found in PATH or sbin (install iptables / util-linux)", name)
+}
+
+// Name implements engine.Renderer.
+func (r *Renderer) Name() string { return Name }
+
+// Close implements engine.Renderer. Kernel state stays.
+func (r *Renderer) Close() error {
+	return errors.Join(r.ct.Close(), r.nsFile.Close(), r.ns.Close())
+}
+
+// ForgetFlows implements engine.Renderer like upstream's `conntrack -D -d
+// EIP`, and also drops SNATed flows whose reply goes to the EIP.
+func (r *Renderer) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if _, err := r.ct.DeleteByAddr(eips); err != nil {
+		return fmt.Errorf("iptables: forget flows of %v: %w", eips, err)
+	}
+	return nil
+}
+
+// Load implements engine.Renderer. It reads our chains with one
+// iptables-legacy-save, rebuilds every object from the rule comments and,
+// when the chains do not hold exactly what those objects render to (first
+// start, a hand edit, a lost hook), rewrites our chains in one restore. A
+// missing boot rule means the chains were created anew (or wiped): the boot
+// id is then new and the state empty.
+func (r *Renderer) Load(ctx context.Context) ([]nat.Object, string, error) {
+	saved, err := r.save(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	boot, objs := r.decode(saved)
+	if boot == "" {
+		if boot, err = newBootID(); err != nil {
+			return nil, "", err
+		}
+		if len(objs) > 0 {
+			r.log.Info("boot rule missing: dropping the objects left in our chains", "objects", len(objs))
+		}
+		objs = nil
+	}
+	if err := r.reconcile(ctx, saved, objs, boot); err != nil {
+		return nil, "", err
+	}
+	r.boot = boot
+	r.setSNATs(objs)
+	return objs, boot, nil
+}
+
+// Commit implements engine.Renderer with one iptables-legacy-restore
+// --noflush run. See doc.go for the transaction shape.
+func (r *Renderer) Commit(ctx context.Context, c engine.Commit) error {
+	if c.Full {
+		saved, err := r.save(ctx)
+		if err != nil {
+			return err
+		}
+		if err := r.reconcile(ctx, saved, c.Want, r.boot); err != nil {
+			return err
+		}
+		r.setSNATs(c.Want)
+		return nil
+	}
+	sc := newScript()
+	snats := make(map[string]nat.Object, len(r.snats))
+	for uid, o := range r.snats {
+		snats[uid] = o
+	}
+	snatChanged := false
+	each := func(objs []nat.Object, cmd string) {
+		for _, o := range objs {
+			if o.Kind == nat.KindSNAT {
+				snatChanged = true
+				if cmd == "-D" {
+					delete(snats, o.UID)
+				} else {
+					snats[o.UID] = o
+				}
+				continue
+			}
+			for _, rule := range r.rd.rules(o) {
+				sc.add(rule.Table, rule.Line(cmd))
+			}
+		}
+	}
+	// Deletes first, then adds (an update is old out, new in). SNAT
+	// objects are only collected: SHARED_SNAT is rewritten whole, in
+	// longest-prefix order, at the end of the nat section.
+	each(c.Removed, "-D")
+	each(c.Added, "-A")
+	if snatChanged {
+		sc.add(tableNAT, "-F "+chainSharedSNAT)
+		for _, rule := range r.snatRules(snats) {
+			sc.add(tableNAT, rule.Line("-A"))
+		}
+	}
+	if err := r.restore(ctx, sc); err != nil {
+		return err
+	}
+	r.snats = snats
+	return nil
+}
+
+func (r *Renderer) setSNATs(objs []nat.Object) {
+	r.snats = map[string]nat.Object{}
+	for _, o := range objs {
+		if o.Kind == nat.KindSNAT {
+			r.snats[o.UID] = o
+		}
+	}
+}
+
+// snatRules renders the SHARED_SNAT chain: longest prefix first.
+func (r *Renderer) snatRules(snats map[string]nat.Object) []Rule {
+	objs := make([]nat.Object, 0, len(snats))
+	for _, o := range snats {
+		objs = append(objs, o)
+	}
+	sortSNATs(objs)
+	var out []Rule
+	for _, o := range objs {
+		out = append(out, r.rd.rules(o)...)
+	}
+	return out
+}
+
+// desired renders the whole content of our chains for objs: table → chain →
+// rules, SHARED_SNAT in longest-prefix order.
+func (r *Renderer) desired(objs []nat.Object, boot string) map[string]map[string][]Rule {
+	want := map[string]map[string][]Rule{}
+	for _, t := range tables {
+		want[t] = map[string][]Rule{}
+	}
+	put := func(rules []Rule) {
+		for _, rule := range rules {
+			want[rule.Table][rule.Chain] = append(want[rule.Table][rule.Chain], rule)
+		}
+	}
+	put(r.rd.skeleton(boot))
+	snats := map[string]nat.Object{}
+	for _, o := range objs {
+		if o.Kind == nat.KindSNAT {
+			snats[o.UID] = o
+			continue
+		}
+		put(r.rd.rules(o))
+	}
+	put(r.snatRules(snats))
+	return want
+}
+
+// reconcile makes our chains and hooks hold exactly what objs and boot
+// render to, given the kernel's current content saved. Tables that already
+// match are not written; the others have all our chains flushed and
+// rewritten, in one restore (nat, then mangle).
+func (r *Renderer) reconcile(ctx context.Context, saved dump, objs []nat.Object, boot string) error {
+	want := r.desired(objs, boot)
+	sc := newScript()
+	for _, t := range tables {
+		td := saved.table(t)
+		if !chainsMatch(td, t, want[t]) {
+			for _, ch := range ownChains[t] {
+				sc.add(t, ":"+ch+" - [0:0]") // creates, or flushes (--noflush)
+			}
+			for _, ch := range ownChains[t] {
+				for _, rule := range want[t][ch] {
+					sc.add(t, rule.Line("-A"))
+				}
+			}
+		}
+		for _, h := range hooks {
+			if h.table != t {
+				continue
+			}
+			n := 0
+			for _, rule := range td.rules[h.builtin] {
+				if len(rule.Args) == 2 && rule.Args[0] == "-j" && rule.Args[1] == h.target {
+					n++
+				}
+			}
+			if n == 0 {
+				sc.add(t, fmt.Sprintf("-I %s 1 -j %s", h.builtin, h.target))
+			}
+			for ; n > 1; n-- {
+				sc.add(t, fmt.Sprintf("-D %s -j %s", h.builtin, h.target))
+			}
+		}
+	}
+	if !sc.empty() {
+		r.log.V(1).Info("rewriting chains", "tables", sc.tableNames())
+	}
+	return r.restore(ctx, sc)
+}
+
+// chainsMatch reports whether our chains of one table exist and hold exactly
+// want (see Rule.key; ordered chains in order).
+func chainsMatch(td *tableDump, table string, want map[string][]Rule) bool {
+	for _, ch := range ownChains[table] {
+		if !td.chains[ch] {
+			return false
+		}
+		have, wantRules := td.rules[ch], want[ch]
+		if len(have) != len(wantRules) {
+			return false
+		}
+		hk, wk := make([]string, len(have)), make([]string, len(wantRules))
+		for i := range have {
+			hk[i], wk[i] = have[i].key(), wantRules[i].key()
+		}
+		if !orderedChains[ch] {
+			sort.Strings(hk)
+			sort.Strings(wk)
+		}
+		for i := range hk {
+			if hk[i] != wk[i] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// decode rebuilds the boot id and the objects from the comments of the rules
+// in our chains. Rules whose comment does not decode, UIDs whose rules
+// disagree, and objects that conflict with others are logged and left out;
+// reconcile then removes their rules.
+func (r *Renderer) decode(saved dump) (string, []nat.Object) {
+	boot := ""
+	comments := map[string]map[string]bool{} // uid → distinct comments
+	for _, t := range tables {
+		td := saved.table(t)
+		for _, ch := range ownChains[t] {
+			for _, rule := range td.rules[ch] {
+				c := rule.comment()
+				if c == "" {
+					continue
+				}
+				if strings.HasPrefix(c, bootTag+" ") {
+					if id := strings.TrimPrefix(c, bootTag+" "); boot == "" && ch == chainObjects && validBootID(id) {
+						boot = id
+					}
+					continue
+				}
+				uid, _, _ := strings.Cut(c, " ")
+				if comments[uid] == nil {
+					comments[uid] = map[string]bool{}
+				}
+				comments[uid][c] = true
+			}
+		}
+	}
+	uids := make([]string, 0, len(comments))
+	for uid := range comments {
+		uids = append(uids, uid)
+	}
+	sort.Strings(uids)
+	st := nat.NewState()
+	for _, uid := range uids {
+		if len(comments[uid]) != 1 {
+			r.log.Info("rules of one UID disagree; dropped", "uid", uid, "comments", len(comments[uid]))
+			continue
+		}
+		for c := range comments[uid] {
+			o, err := decodeComment(c)
+			if err == nil {
+				err = st.Insert(o)
+			}
+			if err != nil {
+				r.log.Error(err, "rule comment in our chains not loadable; dropped", "uid", uid)
+			}
+		}
+	}
+	return boot, st.Objects()
+}
+
+func newBootID() (string, error) {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("iptables: boot id: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+var bootIDPattern = regexp.MustCompile(`^[0-9a-f]{16}$`)
+
+func validBootID(s string) bool { return bootIDPattern.MatchString(s) }
+
+// save runs iptables-legacy-save in the namespace and parses it.
+func (r *Renderer) save(ctx context.Context) (dump, error) {
+	out, err := r.run(ctx, "", r.bin.save)
+	if err != nil {
+		return nil, fmt.Errorf("iptables: save: %w", err)
+	}
+	d, err := parseSave(out)
+	if err != nil {
+		return nil, fmt.Errorf("iptables: %w", err)
+	}
+	return d, nil
+}
+
+// lineRE finds the failing line in iptables-restore's error output
+// ("line 7 failed", "Error occurred at line: 7").
+var lineRE = regexp.MustCompile(`line:? (\d+)`)
+
+// restore runs one iptables-legacy-restore --noflush with sc. Each table of
+// the script is replaced atomically when its COMMIT line is reached; a
+// script with several tables is therefore atomic per table. If the run fails
+// in a later table (or is killed) after an earlier one was committed, the
+// error wraps nat.ErrUnknownState so the engine re-reads the kernel.
+func (r *Renderer) restore(ctx context.Context, sc *script) error {
+	if sc.empty() {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("iptables: restore: %w", err)
+	}
+	text, commits := sc.render()
+	_, err := r.run(ctx, text, r.bin.restore, "-w", lockWait, "--noflush")
+	if err == nil {
+		return nil
+	}
+	err = fmt.Errorf("iptables: restore of %s: %w", strings.Join(sc.tableNames(), "+"), err)
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: %w", err, nat.ErrUnknownState)
+	}
+	if len(commits) == 1 {
+		return err // nothing was committed
+	}
+	if m := lineRE.FindStringSubmatch(err.Error()); m != nil {
+		if n, _ := strconv.Atoi(m[1]); n > 0 && n <= commits[0] {
+			return err // failed before the first COMMIT was done
+		}
+	}
+	return fmt.Errorf("%w: %w", err, nat.ErrUnknownState)
+}
+
+// run runs bin with args inside the namespace (nsenter on the inherited
+// namespace fd), feeding stdin, under ExecTimeout. The error carries stderr.
+func (r *Renderer) run(ctx context.Context, stdin string, bin string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, ExecTimeout)
+	defer cancel()
+	argv := append([]string{"--net=/proc/self/fd/3", "--", bin}, args...)
+	cmd := exec.CommandContext(ctx, r.bin.nsenter, argv...)
+	cmd.ExtraFiles = []*os.File{r.nsFile}
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("%s: %w (%v): %s", filepath.Base(bin), ctx.Err(), err, msg)
+		}
+		return "", fmt.Errorf("%s: %w: %s", filepath.Base(bin), err, msg)
+	}
+	return stdout.String(), nil
+}
+
+// script is an iptables-restore input under construction: lines per table,
+// written out in the fixed table order (nat, then mangle).
+type script struct {
+	lines map[string][]string
+}
+
+func newScript() *script { return &script{lines: map[string][]string{}} }
+
+func (s *script) add(table, line string) { s.lines[table] = append(s.lines[table], line) }
+
+func (s *script) empty() bool { return len(s.lines) == 0 }
+
+func (s *script) tableNames() []string {
+	var out []string
+	for _, t := range tables {
+		if len(s.lines[t]) > 0 {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// render returns the script text and the line number of each table's
+// COMMIT, in order.
+func (s *script) render() (string, []int) {
+	var b strings.Builder
+	var commits []int
+	n := 0
+	for _, t := range s.tableNames() {
+		b.WriteString("*" + t + "\n")
+		n++
+		for _, l := range s.lines[t] {
+			b.WriteString(l)
+			b.WriteByte('\n')
+			n++
+		}
+		b.WriteString("COMMIT\n")
+		n++
+		commits = append(commits, n)
+	}
+	return b.String(), commits
+}

@@ -1,0 +1,426 @@
+package iptables
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/natgw/natgw/nat"
+)
+
+// Tables natgw writes to, in the order a restore script lists them.
+const (
+	tableNAT    = "nat"
+	tableMangle = "mangle"
+)
+
+var tables = []string{tableNAT, tableMangle}
+
+// Chains of our own. Their shapes follow the upstream gateway script
+// (nat-gateway.sh); the NATGW_ prefix keeps them apart from anyone else's.
+const (
+	chainDNATFilter    = "NATGW_DNAT_FILTER"
+	chainSNATFilter    = "NATGW_SNAT_FILTER"
+	chainExclusiveDNAT = "NATGW_EXCLUSIVE_DNAT"
+	chainSharedDNAT    = "NATGW_SHARED_DNAT"
+	chainExclusiveSNAT = "NATGW_EXCLUSIVE_SNAT"
+	chainSharedSNAT    = "NATGW_SHARED_SNAT"
+	chainHairpinSNAT   = "NATGW_HAIRPIN_SNAT"
+	chainObjects       = "NATGW_OBJECTS"
+	chainQoSIngress    = "NATGW_QOS_INGRESS"
+	chainQoSEgress     = "NATGW_QOS_EGRESS"
+)
+
+// ownChains lists our chains per table, in the order they are declared.
+var ownChains = map[string][]string{
+	tableNAT: {chainDNATFilter, chainSNATFilter, chainExclusiveDNAT, chainSharedDNAT,
+		chainExclusiveSNAT, chainSharedSNAT, chainHairpinSNAT, chainObjects},
+	tableMangle: {chainQoSIngress, chainQoSEgress},
+}
+
+// orderedChains are compared rule by rule in order; in every other chain of
+// ours the rules are disjoint and their order does not matter.
+var orderedChains = map[string]bool{chainDNATFilter: true, chainSNATFilter: true, chainSharedSNAT: true}
+
+// hook is the one jump natgw puts into a built-in chain.
+type hook struct {
+	table, builtin, target string
+}
+
+// hooks are the only rules natgw adds to built-in chains, each inserted at the
+// top once.
+var hooks = []hook{
+	{tableNAT, "PREROUTING", chainDNATFilter},
+	{tableNAT, "POSTROUTING", chainSNATFilter},
+	{tableMangle, "PREROUTING", chainQoSIngress},
+	{tableMangle, "POSTROUTING", chainQoSEgress},
+}
+
+// HairpinMark is the packet mark (and mask) set on new connections entering
+// from the internal interface, so that NATGW_HAIRPIN_SNAT can tell
+// VPC-internal clients apart in POSTROUTING, where the input interface is
+// unknown. It stays clear of kube-proxy's 0x4000 and 0x8000.
+const HairpinMark = 0x20000
+
+var hairpinMarkArg = fmt.Sprintf("%#x/%#x", HairpinMark, HairpinMark)
+
+// bootTag starts the comment of the rule that stores the boot id. A UID
+// cannot start with "@", so the tag cannot collide with an object.
+const bootTag = "@natgw-boot"
+
+// Rule is one iptables rule: the table and chain it lives in and its
+// arguments after "-A CHAIN", in the canonical order iptables-save prints.
+type Rule struct {
+	Table string
+	Chain string
+	Args  []string
+}
+
+// Line renders the rule as a restore line with the given command
+// ("-A", "-D", or "-I" with a position in pos).
+func (r Rule) Line(cmd string) string {
+	var b strings.Builder
+	b.WriteString(cmd)
+	b.WriteByte(' ')
+	b.WriteString(r.Chain)
+	for _, a := range r.Args {
+		b.WriteByte(' ')
+		b.WriteString(quote(a))
+	}
+	return b.String()
+}
+
+// key identifies a rule for comparing desired and actual chain contents. The
+// hashlimit rate and burst are left out: the kernel rounds them, so
+// iptables-save does not print back what was written; the hashlimit name
+// holds a digest of the configuration instead (see hashlimitName).
+func (r Rule) key() string {
+	var b strings.Builder
+	b.WriteString(r.Chain)
+	for i := 0; i < len(r.Args); i++ {
+		a := r.Args[i]
+		if (a == "--hashlimit-above" || a == "--hashlimit-burst") && i+1 < len(r.Args) {
+			i++
+			continue
+		}
+		b.WriteByte(' ')
+		b.WriteString(quote(a))
+	}
+	return b.String()
+}
+
+// comment returns the argument of "-m comment --comment", or "".
+func (r Rule) comment() string {
+	for i := 0; i+1 < len(r.Args); i++ {
+		if r.Args[i] == "--comment" {
+			return r.Args[i+1]
+		}
+	}
+	return ""
+}
+
+// quote quotes an argument for iptables-restore when it needs it, the way
+// iptables-save does.
+func quote(s string) string {
+	if s != "" && !strings.ContainsAny(s, " \t\"'\\") {
+		return s
+	}
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`)
+	return `"` + r.Replace(s) + `"`
+}
+
+// renderer holds what rule rendering needs beyond the objects.
+type renderer struct {
+	extIf, intIf string // external and internal interfaces
+}
+
+// skeleton returns the fixed rules of our chains (dispatch, hairpin mark,
+// boot id), without the hooks in built-in chains.
+func (rd renderer) skeleton(bootID string) []Rule {
+	jump := func(table, chain, target string) Rule {
+		return Rule{table, chain, []string{"-j", target}}
+	}
+	return []Rule{
+		{tableNAT, chainDNATFilter, []string{"-i", rd.intIf, "-j", "MARK", "--set-xmark", hairpinMarkArg}},
+		jump(tableNAT, chainDNATFilter, chainExclusiveDNAT),
+		jump(tableNAT, chainDNATFilter, chainSharedDNAT),
+		jump(tableNAT, chainSNATFilter, chainExclusiveSNAT),
+		jump(tableNAT, chainSNATFilter, chainSharedSNAT),
+		jump(tableNAT, chainSNATFilter, chainHairpinSNAT),
+		{tableNAT, chainObjects, withComment(nil, bootTag+" "+bootID, "-j", "RETURN")},
+	}
+}
+
+// withComment appends "-m comment --comment c" and then rest to pre.
+func withComment(pre []string, c string, rest ...string) []string {
+	out := append(append([]string{}, pre...), "-m", "comment", "--comment", c)
+	return append(out, rest...)
+}
+
+func host(a netip.Addr) string { return a.String() + "/32" }
+
+// rules renders the rules of one valid object. Every rule carries the
+// object's comment (see encodeComment), so any one of them is enough to
+// rebuild the object. Rules of the SHARED_SNAT chain are returned too; the
+// caller keeps that chain in longest-prefix-first order.
+func (rd renderer) rules(o nat.Object) []Rule {
+	c := encodeComment(o)
+	hairpin := func(eip netip.Addr) Rule {
+		return Rule{tableNAT, chainHairpinSNAT, withComment([]string{"-o", rd.intIf}, c,
+			"-m", "mark", "--mark", hairpinMarkArg,
+			"-m", "conntrack", "--ctstate", "DNAT", "--ctorigdst", eip.String(),
+			"-j", "SNAT", "--to-source", eip.String())}
+	}
+	switch o.Kind {
+	case nat.KindEIP:
+		out := []Rule{{tableNAT, chainObjects, withComment(nil, c, "-j", "RETURN")}}
+		return append(out, rd.qosRules(o.EIP, c)...)
+	case nat.KindRoute:
+		return []Rule{{tableNAT, chainObjects, withComment(nil, c, "-j", "RETURN")}}
+	case nat.KindFIP:
+		f := o.FIP
+		return []Rule{
+			{tableNAT, chainExclusiveDNAT, withComment([]string{"-d", host(f.EIP)}, c,
+				"-j", "DNAT", "--to-destination", f.InternalIP.String())},
+			{tableNAT, chainExclusiveSNAT, withComment([]string{"-s", host(f.InternalIP), "-o", rd.extIf}, c,
+				"-j", "SNAT", "--to-source", f.EIP.String())},
+			hairpin(f.EIP),
+		}
+	case nat.KindDNAT:
+		d := o.DNAT
+		p := string(d.Protocol)
+		return []Rule{
+			{tableNAT, chainSharedDNAT, withComment([]string{"-d", host(d.EIP), "-p", p, "-m", p, "--dport", strconv.Itoa(int(d.ExternalPort))}, c,
+				"-j", "DNAT", "--to-destination", netip.AddrPortFrom(d.InternalIP, d.InternalPort).String())},
+			hairpin(d.EIP),
+		}
+	case nat.KindSNAT:
+		s := o.SNAT
+		var pre []string
+		if s.InternalCIDR.Bits() > 0 { // iptables-save omits -s 0.0.0.0/0
+			pre = []string{"-s", s.InternalCIDR.String()}
+		}
+		pre = append(pre, "-o", rd.extIf)
+		args := withComment(pre, c, "-j", "SNAT", "--to-source", s.EIP.String())
+		if s.RandomFully {
+			args = append(args, "--random-fully")
+		}
+		return []Rule{{tableNAT, chainSharedSNAT, args}}
+	}
+	return nil
+}
+
+// qosRules polices an EIP like upstream's `tc ... police ... drop`, with one
+// hashlimit bucket per direction (no --hashlimit-mode: all of the EIP's
+// traffic shares it). Ingress is matched in mangle PREROUTING, before DNAT,
+// by destination EIP on the external interface. Egress is matched in mangle
+// POSTROUTING, which runs before SNAT, through conntrack: packets leaving
+// the external interface of connections that were addressed to the EIP
+// (replies of FIP/DNAT traffic) or that are answered to the EIP (SNATed
+// traffic). Both egress rules use one hashlimit name, so they share a bucket.
+func (rd renderer) qosRules(e *nat.EIP, c string) []Rule {
+	if e.QoS == nil {
+		return nil
+	}
+	q, a := e.QoS, e.Address.String()
+	var out []Rule
+	if q.IngressRateMbps > 0 {
+		hl := hashlimitArgs("in", e.Address, q.IngressRateMbps, q.IngressBurstMbit)
+		out = append(out, Rule{tableMangle, chainQoSIngress, withComment([]string{"-d", host(e.Address), "-i", rd.extIf}, c, hl...)})
+	}
+	if q.EgressRateMbps > 0 {
+		hl := hashlimitArgs("out", e.Address, q.EgressRateMbps, q.EgressBurstMbit)
+		for _, m := range []string{"--ctorigdst", "--ctrepldst"} {
+			out = append(out, Rule{tableMangle, chainQoSEgress, withComment([]string{"-o", rd.extIf}, c,
+				append([]string{"-m", "conntrack", m, a}, hl...)...)})
+		}
+	}
+	return out
+}
+
+// hashlimitArgs returns the hashlimit match (byte mode) and DROP target for
+// one direction. Rates are Mbit/s, bursts Mbit. hashlimit refuses a burst
+// smaller than one second of the (kernel-rounded) rate, so the burst is
+// raised to 1.25 s of rate when smaller.
+func hashlimitArgs(dir string, eip netip.Addr, rateMbps, burstMbit uint32) []string {
+	rate := uint64(rateMbps) * 125_000 // bytes per second
+	burst := uint64(burstMbit) * 125_000
+	if minBurst := rate + rate/4; burst < minBurst {
+		burst = minBurst
+	}
+	return []string{"-m", "hashlimit",
+		"--hashlimit-above", strconv.FormatUint(rate, 10) + "b/s",
+		"--hashlimit-burst", strconv.FormatUint(burst, 10) + "b",
+		"--hashlimit-name", hashlimitName(dir, eip, rate, burst),
+		"-j", "DROP"}
+}
+
+// hashlimitName names a bucket after a digest of its whole configuration
+// (at most 15 characters). A changed rate gets a new bucket: rules that reuse
+// a name share the first rule's table and configuration in the kernel.
+func hashlimitName(dir string, eip netip.Addr, rate, burst uint64) string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s|%s|%d|%d", dir, eip, rate, burst)))
+	return "ngw" + hex.EncodeToString(sum[:6])
+}
+
+// sortSNATs orders SNAT objects longest prefix first, then by address, the
+// order of the SHARED_SNAT chain. CIDRs of one length cannot overlap, so
+// the order among them does not matter; it is fixed only to be canonical.
+func sortSNATs(s []nat.Object) {
+	sort.Slice(s, func(i, j int) bool {
+		a, b := s[i].SNAT.InternalCIDR, s[j].SNAT.InternalCIDR
+		if a.Bits() != b.Bits() {
+			return a.Bits() > b.Bits()
+		}
+		return a.Addr().Less(b.Addr())
+	})
+}
+
+// encodeComment renders an object's comment: its UID, kind and whole spec
+// as key=value fields, e.g.
+//
+//	"3f2c... fip eip=192.0.2.10 in=198.51.100.10"
+//
+// It is at most ~150 characters (UIDs are at most 64), well under
+// iptables' 255.
+func encodeComment(o nat.Object) string {
+	f := []string{o.UID, string(o.Kind)}
+	kv := func(k, v string) { f = append(f, k+"="+v) }
+	switch o.Kind {
+	case nat.KindEIP:
+		e := o.EIP
+		kv("addr", netip.PrefixFrom(e.Address, e.PrefixLen).String())
+		if q := e.QoS; q != nil {
+			kv("qos", fmt.Sprintf("%d/%d/%d/%d", q.IngressRateMbps, q.IngressBurstMbit, q.EgressRateMbps, q.EgressBurstMbit))
+		}
+	case nat.KindFIP:
+		kv("eip", o.FIP.EIP.String())
+		kv("in", o.FIP.InternalIP.String())
+	case nat.KindDNAT:
+		d := o.DNAT
+		kv("eip", d.EIP.String())
+		kv("proto", string(d.Protocol))
+		kv("port", strconv.Itoa(int(d.ExternalPort)))
+		kv("to", netip.AddrPortFrom(d.InternalIP, d.InternalPort).String())
+	case nat.KindSNAT:
+		s := o.SNAT
+		kv("eip", s.EIP.String())
+		kv("cidr", s.InternalCIDR.String())
+		if s.RandomFully {
+			kv("random-fully", "1")
+		}
+	case nat.KindRoute:
+		r := o.Route
+		kv("dst", r.Destination.String())
+		kv("via", r.NextHop.String())
+		kv("dev", string(r.Device))
+	}
+	return strings.Join(f, " ")
+}
+
+// decodeComment parses a comment written by encodeComment back into a valid
+// object.
+func decodeComment(c string) (nat.Object, error) {
+	f := strings.Fields(c)
+	if len(f) < 2 {
+		return nat.Object{}, fmt.Errorf("comment %q: want \"<uid> <kind> key=value...\"", c)
+	}
+	o := nat.Object{UID: f[0], Kind: nat.Kind(f[1])}
+	kv := map[string]string{}
+	for _, p := range f[2:] {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok {
+			return nat.Object{}, fmt.Errorf("comment %q: field %q is not key=value", c, p)
+		}
+		if _, dup := kv[k]; dup {
+			return nat.Object{}, fmt.Errorf("comment %q: field %q twice", c, k)
+		}
+		kv[k] = v
+	}
+	var errs []error
+	take := func(k string) string {
+		v, ok := kv[k]
+		if !ok {
+			errs = append(errs, fmt.Errorf("missing %s", k))
+		}
+		delete(kv, k)
+		return v
+	}
+	addr := func(k string) netip.Addr {
+		v := take(k)
+		a, err := netip.ParseAddr(v)
+		if err != nil && v != "" {
+			errs = append(errs, fmt.Errorf("%s: %w", k, err))
+		}
+		return a
+	}
+	prefix := func(k string) netip.Prefix {
+		v := take(k)
+		p, err := netip.ParsePrefix(v)
+		if err != nil && v != "" {
+			errs = append(errs, fmt.Errorf("%s: %w", k, err))
+		}
+		return p
+	}
+	port := func(k, v string) uint16 {
+		n, err := strconv.ParseUint(v, 10, 16)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", k, err))
+		}
+		return uint16(n)
+	}
+	switch o.Kind {
+	case nat.KindEIP:
+		p := prefix("addr")
+		o.EIP = &nat.EIP{Address: p.Addr(), PrefixLen: p.Bits()}
+		if v, ok := kv["qos"]; ok {
+			delete(kv, "qos")
+			var q nat.QoS
+			if _, err := fmt.Sscanf(v, "%d/%d/%d/%d", &q.IngressRateMbps, &q.IngressBurstMbit, &q.EgressRateMbps, &q.EgressBurstMbit); err != nil {
+				errs = append(errs, fmt.Errorf("qos %q: %w", v, err))
+			}
+			o.EIP.QoS = &q
+		}
+	case nat.KindFIP:
+		o.FIP = &nat.FIP{EIP: addr("eip"), InternalIP: addr("in")}
+	case nat.KindDNAT:
+		d := &nat.DNAT{EIP: addr("eip"), Protocol: nat.Protocol(take("proto"))}
+		d.ExternalPort = port("port", take("port"))
+		if to := take("to"); to != "" {
+			ap, err := netip.ParseAddrPort(to)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("to: %w", err))
+			}
+			d.InternalIP, d.InternalPort = ap.Addr(), ap.Port()
+		}
+		o.DNAT = d
+	case nat.KindSNAT:
+		s := &nat.SNAT{EIP: addr("eip"), InternalCIDR: prefix("cidr")}
+		if v, ok := kv["random-fully"]; ok {
+			delete(kv, "random-fully")
+			s.RandomFully = v == "1"
+		}
+		o.SNAT = s
+	case nat.KindRoute:
+		o.Route = &nat.Route{Destination: prefix("dst"), NextHop: addr("via"), Device: nat.RouteDevice(take("dev"))}
+	default:
+		return nat.Object{}, fmt.Errorf("comment %q: unknown kind %q", c, o.Kind)
+	}
+	for k := range kv {
+		errs = append(errs, fmt.Errorf("unknown field %q", k))
+	}
+	if len(errs) > 0 {
+		return nat.Object{}, fmt.Errorf("comment %q: %v", c, errs)
+	}
+	if err := o.Validate(); err != nil {
+		return nat.Object{}, fmt.Errorf("comment %q: %w", c, err)
+	}
+	if encodeComment(o) != c {
+		return nat.Object{}, fmt.Errorf("comment %q: not in canonical form (%q)", c, encodeComment(o))
+	}
+	return o, nil
+}
