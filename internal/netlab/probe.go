@@ -237,6 +237,18 @@ func (l *Lab) ServeUDP(ctx context.Context, ns, addr string) (*Server, error) {
 // Dial connects from inside ns to a TCP probe server at addr ("ip:port")
 // and returns its reply. The whole exchange is bounded by timeout (and ctx).
 func Dial(ctx context.Context, ns, addr string, timeout time.Duration) (Reply, error) {
+	c, r, err := Connect(ctx, ns, addr, timeout)
+	if err != nil {
+		return Reply{}, err
+	}
+	c.Close()
+	return r, nil
+}
+
+// Connect is Dial that keeps the connection open (e.g. to hold a conntrack
+// entry); the caller closes it. Reads and writes on it are bounded by
+// ioTimeout from now.
+func Connect(ctx context.Context, ns, addr string, timeout time.Duration) (net.Conn, Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var c net.Conn
@@ -248,21 +260,22 @@ func Dial(ctx context.Context, ns, addr string, timeout time.Duration) (Reply, e
 		return err
 	})
 	if err != nil {
-		return Reply{}, fmt.Errorf("netlab: dial tcp %s from %s: %w", addr, ns, err)
+		return nil, Reply{}, fmt.Errorf("netlab: dial tcp %s from %s: %w", addr, ns, err)
 	}
-	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	}
+	dl, _ := ctx.Deadline()
+	_ = c.SetDeadline(dl)
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil {
-		return Reply{}, fmt.Errorf("netlab: read tcp probe reply from %s in %s: %w", addr, ns, err)
+		c.Close()
+		return nil, Reply{}, fmt.Errorf("netlab: read tcp probe reply from %s in %s: %w", addr, ns, err)
 	}
 	r, err := parseReply(line)
 	if err != nil {
-		return Reply{}, fmt.Errorf("netlab: tcp %s from %s: %w", addr, ns, err)
+		c.Close()
+		return nil, Reply{}, fmt.Errorf("netlab: tcp %s from %s: %w", addr, ns, err)
 	}
-	return r, nil
+	_ = c.SetDeadline(time.Now().Add(ioTimeout))
+	return c, r, nil
 }
 
 // DialUDP sends a probe datagram from inside ns to a UDP probe server at

@@ -1,0 +1,351 @@
+// Package nattest is the conformance suite every nat.Dataplane backend runs:
+// round trips of every kind, idempotency, updates, conflicts, all-or-nothing
+// batches, reopen then delete by UID, Sync, isolation from foreign nftables
+// tables and iptables rules, and real packets through the standard netlab
+// topology (FIP, DNAT, SNAT longest prefix, hairpin, conntrack cleanup). It
+// also holds the FIP benchmark both backends report.
+//
+// A backend's test calls it with a function that opens the backend:
+//
+//	func TestConformance(t *testing.T) {
+//		nattest.Run(t, func(ctx context.Context, cfg nat.Config) (nat.Dataplane, error) {
+//			return nftables.Open(ctx, cfg)
+//		})
+//	}
+//
+// Every test builds its own namespaces (internal/netlab) and removes them;
+// it skips when not root.
+package nattest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat"
+)
+
+// Opener opens a backend on the gateway cfg describes.
+type Opener func(ctx context.Context, cfg nat.Config) (nat.Dataplane, error)
+
+// Options adjust the suite to a backend.
+type Options struct {
+	// OwnIptablesLine reports whether a line of iptables-legacy-save output
+	// (a rule or a chain declaration, without the table header) belongs to
+	// the backend. The default, for the "iptables" data plane, owns the
+	// lines that declare, append to, or jump/goto a chain that did not exist
+	// before the backend was opened; for any other data plane, none.
+	OwnIptablesLine func(line string) bool
+	// OwnNftTable reports whether the nft table ("family name", e.g.
+	// "ip natgw") belongs to the backend. The default, for the "nftables"
+	// data plane, owns every table that did not exist before the backend
+	// was opened; for any other data plane, none.
+	OwnNftTable func(table string) bool
+}
+
+// opTimeout bounds every Dataplane call the suite makes.
+const opTimeout = 30 * time.Second
+
+// Run runs the conformance suite against the backend open returns.
+func Run(t *testing.T, open Opener) { RunWith(t, open, Options{}) }
+
+// RunWith is Run with options.
+func RunWith(t *testing.T, open Opener, opts Options) {
+	if reason := netlab.Unavailable(); reason != "" {
+		t.Skipf("nattest: %s", reason)
+	}
+	s := &suite{open: open, opts: opts}
+	for _, tc := range s.tests() {
+		t.Run(tc.name, tc.run)
+	}
+}
+
+type suite struct {
+	open Opener
+	opts Options
+}
+
+type test struct {
+	name string
+	run  func(t *testing.T)
+}
+
+// env is one subtest's gateway: a namespace (with the standard topology
+// when packets are sent) holding foreign rules, and an open backend whose
+// every state-changing call is followed by an isolation check.
+type env struct {
+	t    *testing.T
+	s    *suite
+	ctx  context.Context
+	lab  *netlab.Lab
+	gw   *netlab.Gateway // nil without topology
+	ns   string
+	cfg  nat.Config
+	dp   nat.Dataplane
+	base foreignState
+	// empty is the kernel state right after the backend was opened.
+	empty string
+}
+
+// newEnv makes a gateway namespace (the standard topology when topo is
+// true, else a namespace with dummy net1/eth0), installs foreign nft tables
+// and iptables-legacy rules, opens the backend and checks isolation.
+func (s *suite) newEnv(t *testing.T, topo bool) *env {
+	t.Helper()
+	e := &env{t: t, s: s, ctx: context.Background(), lab: netlab.ForTest(t)}
+	if topo {
+		gw, err := e.lab.Gateway(netlab.GatewayOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.gw, e.ns, e.cfg = gw, gw.GW, gw.Config()
+	} else {
+		ns, err := GatewayNS(e.lab, "gw")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.ns = ns
+		e.cfg = nat.Config{NetNS: ns, ExternalInterface: nat.DefaultExternalInterface, InternalInterface: nat.DefaultInternalInterface}
+	}
+	if err := installForeign(e.ctx, e.ns); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if e.base, err = readForeign(e.ctx, e.ns); err != nil {
+		t.Fatal(err)
+	}
+	e.dp = e.openDP()
+	e.check("open")
+	e.empty = e.kernel()
+	return e
+}
+
+// GatewayNS creates namespace role in lab with dummy interfaces named like
+// Kube-OVN's gateway (net1 192.0.2.254/24, eth0 198.51.100.1/24) and IPv4
+// forwarding on: enough for a backend that sends no packets.
+func GatewayNS(lab *netlab.Lab, role string) (string, error) {
+	ns, err := lab.NS(role)
+	if err != nil {
+		return "", err
+	}
+	if err := netlab.Dummy(ns, nat.DefaultExternalInterface, netip.PrefixFrom(netlab.GWExtAddr, netlab.ExtNet.Bits())); err != nil {
+		return "", err
+	}
+	if err := netlab.Dummy(ns, nat.DefaultInternalInterface, netip.PrefixFrom(netlab.GWVPCAddr, netlab.VPCNet.Bits())); err != nil {
+		return "", err
+	}
+	if err := netlab.Sysctl(ns, "net.ipv4.ip_forward", "1"); err != nil {
+		return "", err
+	}
+	return ns, nil
+}
+
+// openDP opens a backend on the env's gateway, closed at cleanup.
+func (e *env) openDP() nat.Dataplane {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, opTimeout)
+	defer cancel()
+	dp, err := e.s.open(ctx, e.cfg)
+	if err != nil {
+		e.t.Fatalf("open backend on %s: %v", e.ns, err)
+	}
+	e.t.Cleanup(func() { dp.Close() })
+	return dp
+}
+
+// reopen closes the backend and opens a new one on the same namespace.
+func (e *env) reopen() {
+	e.t.Helper()
+	if err := e.dp.Close(); err != nil {
+		e.t.Errorf("close: %v", err)
+	}
+	e.check("close")
+	e.dp = e.openDP()
+	e.check("reopen")
+}
+
+func (e *env) opCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(e.ctx, opTimeout)
+}
+
+// tryApply applies objs and checks isolation; it returns Apply's error.
+func (e *env) tryApply(objs ...nat.Object) error {
+	e.t.Helper()
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	err := e.dp.Apply(ctx, objs...)
+	e.check("apply " + describe(objs))
+	return err
+}
+
+// apply applies objs and fails the test on error.
+func (e *env) apply(objs ...nat.Object) {
+	e.t.Helper()
+	if err := e.tryApply(objs...); err != nil {
+		e.t.Fatalf("apply %s: %v", describe(objs), err)
+	}
+}
+
+// del deletes uids and fails the test on error.
+func (e *env) del(uids ...string) {
+	e.t.Helper()
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	err := e.dp.Delete(ctx, uids...)
+	e.check(fmt.Sprintf("delete %v", uids))
+	if err != nil {
+		e.t.Fatalf("delete %v: %v", uids, err)
+	}
+}
+
+// trySync syncs to desired and checks isolation; it returns Sync's error.
+func (e *env) trySync(desired ...nat.Object) error {
+	e.t.Helper()
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	err := e.dp.Sync(ctx, desired)
+	e.check("sync " + describe(desired))
+	return err
+}
+
+func (e *env) sync(desired ...nat.Object) {
+	e.t.Helper()
+	if err := e.trySync(desired...); err != nil {
+		e.t.Fatalf("sync %s: %v", describe(desired), err)
+	}
+}
+
+// list returns the backend's objects.
+func (e *env) list() []nat.Object {
+	e.t.Helper()
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	objs, err := e.dp.List(ctx)
+	if err != nil {
+		e.t.Fatalf("list: %v", err)
+	}
+	return objs
+}
+
+// wantList checks that List returns exactly want (in canonical order).
+func (e *env) wantList(what string, want ...nat.Object) {
+	e.t.Helper()
+	got := e.list()
+	want = slices.Clone(want)
+	nat.SortObjects(want)
+	if !objectsEqual(got, want) {
+		e.t.Errorf("%s: List =\n  %s\nwant\n  %s", what, describe(got), describe(want))
+	}
+}
+
+func objectsEqual(a, b []nat.Object) bool {
+	return slices.EqualFunc(a, b, func(x, y nat.Object) bool { return x.Equal(y) })
+}
+
+func uids(objs []nat.Object) []string {
+	out := make([]string, len(objs))
+	for i, o := range objs {
+		out[i] = o.UID
+	}
+	return out
+}
+
+func describe(objs []nat.Object) string {
+	if len(objs) == 0 {
+		return "[]"
+	}
+	parts := make([]string, len(objs))
+	for i, o := range objs {
+		parts[i] = o.String()
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// kernel returns everything a backend may change in the gateway namespace:
+// the nft ruleset (stateless), the iptables-legacy rules, the addresses of
+// the external interface and the routes. Two calls with nothing changed in
+// between return identical text.
+func (e *env) kernel() string {
+	e.t.Helper()
+	nft, err := netlab.Exec(e.ctx, e.ns, "", "nft", "-s", "list", "ruleset")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ipt, err := netlab.IptablesSave(e.ctx, e.ns, true)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	addrs, err := netlab.Addrs(e.ns, e.cfg.ExternalInterface)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	routes, err := netlab.Routes(e.ns)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# nft -s list ruleset\n%s# iptables-legacy-save\n%s# addresses of %s\n", nft, ipt, e.cfg.ExternalInterface)
+	for _, a := range addrs {
+		fmt.Fprintf(&b, "%s\n", a)
+	}
+	b.WriteString("# routes\n")
+	for _, r := range routes {
+		fmt.Fprintf(&b, "%s\n", r)
+	}
+	return b.String()
+}
+
+// wantKernel checks that the kernel state equals want.
+func (e *env) wantKernel(what, want string) {
+	e.t.Helper()
+	if got := e.kernel(); got != want {
+		e.t.Errorf("%s: kernel state changed:\n%s", what, lineDiff(want, got))
+	}
+}
+
+// lineDiff is a small unified-ish diff of two texts: lines only in a ("-")
+// and only in b ("+").
+func lineDiff(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	count := map[string]int{}
+	for _, l := range bl {
+		count[l]++
+	}
+	var out []string
+	for _, l := range al {
+		if count[l] > 0 {
+			count[l]--
+			continue
+		}
+		out = append(out, "- "+l)
+	}
+	count = map[string]int{}
+	for _, l := range al {
+		count[l]++
+	}
+	for _, l := range bl {
+		if count[l] > 0 {
+			count[l]--
+			continue
+		}
+		out = append(out, "+ "+l)
+	}
+	if len(out) == 0 {
+		return "(same lines, different order)\n--- want\n" + a + "\n--- got\n" + b
+	}
+	return strings.Join(out, "\n")
+}
+
+// wantErr checks that err matches target.
+func wantErr(t *testing.T, what string, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Errorf("%s: error = %v, want one matching %q", what, err, target)
+	}
+}

@@ -1,0 +1,340 @@
+package nattest
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat"
+)
+
+// Ports of the probe servers.
+const (
+	vmTCP  = 8080 // TCP probe on every VM
+	vmUDP  = 8081 // UDP probe on every VM
+	extTCP = 9090 // TCP probe on ext
+	extUDP = 9091 // UDP probe on ext
+)
+
+// testLink checks the addresses and routes the data plane programs: an
+// EIP's address on the external interface, routes in the main table.
+func (s *suite) testLink(t *testing.T) {
+	e := s.newEnv(t, false)
+	eip := EIP(UID(nat.KindEIP, 0), netlab.EIP(0))
+	eipPfx := netip.PrefixFrom(netlab.EIP(0), 24)
+	e.apply(eip)
+	if !e.hasAddr(eipPfx) {
+		t.Errorf("EIP %s: address not on %s after apply", eipPfx, e.cfg.ExternalInterface)
+	}
+	e.apply(EIP(eip.UID, netlab.EIP(1)))
+	if e.hasAddr(eipPfx) || !e.hasAddr(netip.PrefixFrom(netlab.EIP(1), 24)) {
+		t.Errorf("EIP update %s -> %s: addresses of %s are %v", netlab.EIP(0), netlab.EIP(1), e.cfg.ExternalInterface, e.addrs())
+	}
+	e.del(eip.UID)
+	if e.hasAddr(eipPfx) || e.hasAddr(netip.PrefixFrom(netlab.EIP(1), 24)) {
+		t.Errorf("EIP deleted: addresses of %s still %v", e.cfg.ExternalInterface, e.addrs())
+	}
+
+	in := Route(UID(nat.KindRoute, 0), prefix("203.0.113.0/24"), vm1, nat.DeviceInternal)
+	def := Route(UID(nat.KindRoute, 1), prefix("0.0.0.0/0"), netlab.ExtAddr, nat.DeviceExternal)
+	wantIn := netlab.Route{Dst: in.Route.Destination, Via: vm1, Dev: e.cfg.InternalInterface}
+	wantDef := netlab.Route{Dst: def.Route.Destination, Via: netlab.ExtAddr, Dev: e.cfg.ExternalInterface, OnLink: true}
+	e.apply(in, def)
+	e.wantRoutes("after applying routes", []netlab.Route{wantIn, wantDef}, nil)
+	e.apply(Route(in.UID, in.Route.Destination, vm2, nat.DeviceInternal))
+	wantIn2 := wantIn
+	wantIn2.Via = vm2
+	e.wantRoutes("after updating the next hop", []netlab.Route{wantIn2, wantDef}, []netlab.Route{wantIn})
+	e.del(in.UID, def.UID)
+	e.wantRoutes("after deleting routes", nil, []netlab.Route{wantIn, wantIn2, wantDef})
+	e.wantKernel("after deleting everything", e.empty)
+}
+
+func (e *env) addrs() []netip.Prefix {
+	e.t.Helper()
+	a, err := netlab.Addrs(e.ns, e.cfg.ExternalInterface)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return a
+}
+
+func (e *env) hasAddr(p netip.Prefix) bool { return slices.Contains(e.addrs(), p) }
+
+// wantRoutes checks that the routes in want are present and those in
+// gone are not (routes are compared by destination, next hop, device and
+// the onlink flag).
+func (e *env) wantRoutes(what string, want, gone []netlab.Route) {
+	e.t.Helper()
+	rs, err := netlab.Routes(e.ns)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, w := range want {
+		if !slices.Contains(rs, w) {
+			e.t.Errorf("%s: route %q missing; routes: %v", what, w, rs)
+		}
+	}
+	for _, g := range gone {
+		if slices.Contains(rs, g) {
+			e.t.Errorf("%s: route %q still present", what, g)
+		}
+	}
+}
+
+// topoEnv is an env with the standard topology and probe servers on every
+// VM and on ext.
+func (s *suite) topoEnv(t *testing.T) *env {
+	e := s.newEnv(t, true)
+	hosts := append([]netlab.Host{e.gw.Ext}, e.gw.VMs...)
+	for _, h := range hosts {
+		tcp, udp := vmTCP, vmUDP
+		if h == e.gw.Ext {
+			tcp, udp = extTCP, extUDP
+		}
+		if _, err := e.lab.ServeTCP(e.ctx, h.NS, fmt.Sprintf("0.0.0.0:%d", tcp)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.lab.ServeUDP(e.ctx, h.NS, fmt.Sprintf("0.0.0.0:%d", udp)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// applyEIPs applies EIP objects and makes sure their addresses are on the
+// external interface.
+func (e *env) applyEIPs(objs ...nat.Object) {
+	e.t.Helper()
+	e.apply(objs...)
+	for _, o := range objs {
+		p := netip.PrefixFrom(o.EIP.Address, o.EIP.PrefixLen)
+		if !e.hasAddr(p) {
+			// TODO(lab): remove once nat/link programs EIP addresses;
+			// the Link subtest fails meanwhile.
+			e.t.Logf("EIP %s not on %s after apply (nat/link not done?): adding it by hand for the packet test", p, e.cfg.ExternalInterface)
+			if err := netlab.AddAddr(e.ns, e.cfg.ExternalInterface, p); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+	}
+}
+
+// probe is one connection attempt: from namespace src to dst:port.
+type probe struct {
+	proto nat.Protocol
+	src   netlab.Host
+	dst   netip.Addr
+	port  uint16
+}
+
+func (p probe) String() string {
+	return fmt.Sprintf("%s %s(%s) -> %s:%d", p.proto, p.src.NS, p.src.Addr, p.dst, p.port)
+}
+
+func (p probe) run(ctx context.Context, timeout time.Duration) (netlab.Reply, error) {
+	target := netip.AddrPortFrom(p.dst, p.port).String()
+	if p.proto == nat.UDP {
+		return netlab.DialUDP(ctx, p.src.NS, target, timeout)
+	}
+	return netlab.Dial(ctx, p.src.NS, target, timeout)
+}
+
+// wantReach checks that p connects, reaches the server in namespace server
+// and that the server sees the client as client (any address when client
+// is the zero Addr).
+func (e *env) wantReach(p probe, server string, client netip.Addr) {
+	e.t.Helper()
+	r, err := p.run(e.ctx, netlab.DialTimeout)
+	if err != nil {
+		e.t.Errorf("%s: %v", p, err)
+		return
+	}
+	if !strings.HasPrefix(r.Server, server+"/") {
+		e.t.Errorf("%s: answered by %s, want a server in %s", p, r.Server, server)
+	}
+	if client.IsValid() && r.Client.Addr() != client {
+		e.t.Errorf("%s: server saw the client as %s, want %s", p, r.Client.Addr(), client)
+	}
+}
+
+// wantNoReach checks that p does not connect (within the short timeout).
+func (e *env) wantNoReach(p probe) {
+	e.t.Helper()
+	if r, err := p.run(e.ctx, netlab.FailTimeout); err == nil {
+		e.t.Errorf("%s: connected (server %s saw %s), want no connection", p, r.Server, r.Client)
+	}
+}
+
+// wantNoFlows checks that conntrack has no entry with any of addrs.
+func (e *env) wantNoFlows(what string, addrs ...netip.Addr) {
+	e.t.Helper()
+	flows, err := netlab.ConntrackEntries(e.ctx, e.ns)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, a := range addrs {
+		for _, f := range netlab.FlowsWith(flows, a) {
+			e.t.Errorf("%s: conntrack entry of %s left: %s", what, a, f)
+		}
+	}
+}
+
+// wantFlows checks that conntrack has an entry with a (so that a later
+// "no entries" check means something).
+func (e *env) wantFlows(what string, a netip.Addr) {
+	e.t.Helper()
+	flows, err := netlab.ConntrackEntries(e.ctx, e.ns)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if len(netlab.FlowsWith(flows, a)) == 0 {
+		e.t.Errorf("%s: no conntrack entry of %s; entries: %v", what, a, flows)
+	}
+}
+
+func (s *suite) testPackets(t *testing.T) {
+	for _, tc := range []test{
+		{"FIP", s.testFIPPackets},
+		{"DNAT", s.testDNATPackets},
+		{"SNATLongestPrefix", s.testSNATPackets},
+		{"Hairpin", s.testHairpin},
+	} {
+		t.Run(tc.name, tc.run)
+	}
+}
+
+func (s *suite) testFIPPackets(t *testing.T) {
+	e := s.topoEnv(t)
+	eip := netlab.EIP(0)
+	ext, v1, v2 := e.gw.Ext, e.gw.VMs[0], e.gw.VMs[1]
+	// Before anything: no way in, no way out.
+	e.wantNoReach(probe{nat.TCP, ext, eip, vmTCP})
+	e.wantNoReach(probe{nat.TCP, v1, ext.Addr, extTCP})
+
+	e.applyEIPs(EIP(UID(nat.KindEIP, 0), eip))
+	fip := FIP(UID(nat.KindFIP, 0), eip, v1.Addr)
+	e.apply(fip)
+	for _, proto := range []nat.Protocol{nat.TCP, nat.UDP} {
+		vmPort, extPort := uint16(vmTCP), uint16(extTCP)
+		if proto == nat.UDP {
+			vmPort, extPort = vmUDP, extUDP
+		}
+		e.wantReach(probe{proto, ext, eip, vmPort}, v1.NS, ext.Addr)
+		e.wantReach(probe{proto, v1, ext.Addr, extPort}, ext.NS, eip)
+	}
+	// The FIP is vm1's only: vm2 has no way out.
+	e.wantNoReach(probe{nat.TCP, v2, ext.Addr, extTCP})
+
+	// A live connection through the FIP, then delete.
+	conn, _, err := netlab.Connect(e.ctx, ext.NS, netip.AddrPortFrom(eip, vmTCP).String(), netlab.DialTimeout)
+	if err != nil {
+		t.Fatalf("open a connection through the FIP: %v", err)
+	}
+	defer conn.Close()
+	e.wantFlows("with a live connection through the FIP", eip)
+	e.del(fip.UID)
+	e.wantNoFlows("after deleting the FIP", eip)
+	e.wantNoReach(probe{nat.TCP, ext, eip, vmTCP})
+	e.wantNoReach(probe{nat.UDP, ext, eip, vmUDP})
+	e.wantNoReach(probe{nat.TCP, v1, ext.Addr, extTCP})
+}
+
+func (s *suite) testDNATPackets(t *testing.T) {
+	e := s.topoEnv(t)
+	eip := netlab.EIP(1)
+	ext, v2 := e.gw.Ext, e.gw.VMs[1]
+	e.applyEIPs(EIP(UID(nat.KindEIP, 1), eip))
+	tcp := DNAT(UID(nat.KindDNAT, 0), eip, nat.TCP, 2222, v2.Addr, vmTCP)
+	udp := DNAT(UID(nat.KindDNAT, 1), eip, nat.UDP, 2223, v2.Addr, vmUDP)
+	e.apply(tcp, udp)
+	e.wantReach(probe{nat.TCP, ext, eip, 2222}, v2.NS, ext.Addr)
+	e.wantReach(probe{nat.UDP, ext, eip, 2223}, v2.NS, ext.Addr)
+	// Only the forwarded port and protocol.
+	e.wantNoReach(probe{nat.TCP, ext, eip, 2223})
+	e.wantNoReach(probe{nat.UDP, ext, eip, 2222})
+	e.wantNoReach(probe{nat.TCP, ext, eip, vmTCP})
+
+	e.wantFlows("after DNAT traffic", eip)
+	e.del(tcp.UID, udp.UID)
+	e.wantNoFlows("after deleting the DNATs", eip)
+	e.wantNoReach(probe{nat.TCP, ext, eip, 2222})
+	e.wantNoReach(probe{nat.UDP, ext, eip, 2223})
+}
+
+func (s *suite) testSNATPackets(t *testing.T) {
+	e := s.topoEnv(t)
+	ext, v1, v2, v3 := e.gw.Ext, e.gw.VMs[0], e.gw.VMs[1], e.gw.VMs[2]
+	a, b, c := netlab.EIP(2), netlab.EIP(3), netlab.EIP(4)
+	e.applyEIPs(EIP(UID(nat.KindEIP, 2), a), EIP(UID(nat.KindEIP, 3), b), EIP(UID(nat.KindEIP, 4), c))
+	wide := SNAT(UID(nat.KindSNAT, 0), a, prefix("198.51.100.0/24"), false)
+	// .8/30 holds vm1 (.10) and vm2 (.11), not vm3 (.12).
+	narrow := SNAT(UID(nat.KindSNAT, 1), b, prefix("198.51.100.8/30"), true)
+	check := func(what string) {
+		t.Helper()
+		for _, proto := range []nat.Protocol{nat.TCP, nat.UDP} {
+			port := uint16(extTCP)
+			if proto == nat.UDP {
+				port = extUDP
+			}
+			e.wantReach(probe{proto, v1, ext.Addr, port}, ext.NS, b)
+			e.wantReach(probe{proto, v2, ext.Addr, port}, ext.NS, b)
+			e.wantReach(probe{proto, v3, ext.Addr, port}, ext.NS, a)
+		}
+		if t.Failed() {
+			t.Logf("failed %s", what)
+		}
+	}
+	// Longest prefix wins whatever the order of application.
+	e.apply(wide)
+	e.wantReach(probe{nat.TCP, v1, ext.Addr, extTCP}, ext.NS, a)
+	e.apply(narrow)
+	check("wide then narrow")
+	e.del(wide.UID, narrow.UID)
+	e.wantNoReach(probe{nat.TCP, v1, ext.Addr, extTCP})
+	e.apply(narrow)
+	e.wantNoReach(probe{nat.TCP, v3, ext.Addr, extTCP})
+	e.apply(wide)
+	check("narrow then wide")
+	e.del(wide.UID, narrow.UID)
+	e.apply(narrow, wide)
+	check("both in one batch")
+
+	// A FIP's SNAT comes before CIDR SNAT.
+	fip := FIP(UID(nat.KindFIP, 0), c, v3.Addr)
+	e.apply(fip)
+	e.wantReach(probe{nat.TCP, v3, ext.Addr, extTCP}, ext.NS, c)
+	e.wantReach(probe{nat.TCP, v1, ext.Addr, extTCP}, ext.NS, b)
+	e.del(fip.UID)
+	e.wantReach(probe{nat.TCP, v3, ext.Addr, extTCP}, ext.NS, a)
+
+	// Deleting the narrow SNAT moves vm1 to the wide one.
+	e.del(narrow.UID)
+	e.wantReach(probe{nat.TCP, v1, ext.Addr, extTCP}, ext.NS, a)
+	e.del(wide.UID)
+	e.wantNoFlows("after deleting every SNAT", a, b)
+	e.wantNoReach(probe{nat.TCP, v1, ext.Addr, extTCP})
+	e.wantNoReach(probe{nat.UDP, v3, ext.Addr, extUDP})
+}
+
+// testHairpin: a VPC host reaches another VPC host through the other's FIP
+// EIP (and a DNAT's EIP); the gateway SNATs such traffic to the EIP so that
+// the reply returns through it.
+func (s *suite) testHairpin(t *testing.T) {
+	e := s.topoEnv(t)
+	v1, v2, v3 := e.gw.VMs[0], e.gw.VMs[1], e.gw.VMs[2]
+	eipF, eipD := netlab.EIP(0), netlab.EIP(1)
+	e.applyEIPs(EIP(UID(nat.KindEIP, 0), eipF), EIP(UID(nat.KindEIP, 1), eipD))
+	e.apply(FIP(UID(nat.KindFIP, 0), eipF, v1.Addr), DNAT(UID(nat.KindDNAT, 0), eipD, nat.TCP, 2222, v3.Addr, vmTCP))
+	e.wantReach(probe{nat.TCP, v2, eipF, vmTCP}, v1.NS, eipF)
+	e.wantReach(probe{nat.UDP, v2, eipF, vmUDP}, v1.NS, eipF)
+	e.wantReach(probe{nat.TCP, v2, eipD, 2222}, v3.NS, eipD)
+	// vm1, which has a FIP of its own, reaches the DNAT too (its source is
+	// translated to one of the EIPs, either way the reply comes back).
+	e.wantReach(probe{nat.TCP, v1, eipD, 2222}, v3.NS, netip.Addr{})
+}

@@ -1,0 +1,334 @@
+package nattest
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat"
+)
+
+func (s *suite) tests() []test {
+	return []test{
+		{"RoundTrip", s.testRoundTrip},
+		{"Idempotent", s.testIdempotent},
+		{"Update", s.testUpdate},
+		{"Conflicts", s.testConflicts},
+		{"InvalidBatch", s.testInvalid},
+		{"Reopen", s.testReopen},
+		{"Sync", s.testSync},
+		{"Concurrent", s.testConcurrent},
+		{"Link", s.testLink},
+		{"Packets", s.testPackets},
+	}
+}
+
+var (
+	vm1 = netlab.VMAddr(0) // 198.51.100.10
+	vm2 = netlab.VMAddr(1) // 198.51.100.11
+	vm3 = netlab.VMAddr(2) // 198.51.100.12
+)
+
+// sample is one object of every kind and shape: EIPs with and without QoS,
+// a FIP, TCP and UDP DNATs on one port of one EIP, overlapping SNATs (one
+// with random-fully), and routes through each device.
+func sample() []nat.Object {
+	return []nat.Object{
+		EIP(UID(nat.KindEIP, 0), netlab.EIP(0)),
+		EIPQoS(UID(nat.KindEIP, 1), netlab.EIP(1), nat.QoS{IngressRateMbps: 10, IngressBurstMbit: 1, EgressRateMbps: 20, EgressBurstMbit: 2}),
+		EIP(UID(nat.KindEIP, 2), netlab.EIP(2)),
+		EIPQoS(UID(nat.KindEIP, 3), netlab.EIP(3), nat.QoS{EgressRateMbps: 5}),
+		FIP(UID(nat.KindFIP, 0), netlab.EIP(0), vm1),
+		DNAT(UID(nat.KindDNAT, 0), netlab.EIP(1), nat.TCP, 2222, vm2, 8080),
+		DNAT(UID(nat.KindDNAT, 1), netlab.EIP(1), nat.UDP, 2222, vm2, 8081),
+		SNAT(UID(nat.KindSNAT, 0), netlab.EIP(2), prefix("198.51.100.0/24"), false),
+		SNAT(UID(nat.KindSNAT, 1), netlab.EIP(3), prefix("198.51.100.8/30"), true),
+		Route(UID(nat.KindRoute, 0), prefix("203.0.113.0/24"), vm1, nat.DeviceInternal),
+		Route(UID(nat.KindRoute, 1), prefix("0.0.0.0/0"), netlab.ExtAddr, nat.DeviceExternal),
+	}
+}
+
+// testRoundTrip applies every kind one object at a time, then deletes them
+// one at a time; then all in one batch, deleted in one batch. List follows
+// each step, and after deleting everything the kernel is as right after
+// the backend was opened.
+func (s *suite) testRoundTrip(t *testing.T) {
+	e := s.newEnv(t, false)
+	objs := sample()
+	for i, o := range objs {
+		e.apply(o)
+		e.wantList("after applying "+o.String(), objs[:i+1]...)
+	}
+	for i := len(objs) - 1; i >= 0; i-- {
+		e.del(objs[i].UID)
+		e.wantList("after deleting "+objs[i].String(), objs[:i]...)
+	}
+	e.wantKernel("after deleting every object one by one", e.empty)
+
+	e.apply(objs...)
+	e.wantList("after applying all in one batch", objs...)
+	all := e.kernel()
+	e.del(uids(objs)...)
+	e.wantList("after deleting all in one batch")
+	e.wantKernel("after deleting all in one batch", e.empty)
+
+	// Applying the batch again lands in the same kernel state.
+	e.apply(objs...)
+	e.wantKernel("after applying the batch a second time", all)
+}
+
+// testIdempotent applies twice and deletes twice.
+func (s *suite) testIdempotent(t *testing.T) {
+	e := s.newEnv(t, false)
+	objs := sample()
+	e.apply(objs...)
+	k := e.kernel()
+	e.apply(objs...)
+	e.wantKernel("second apply of the same objects", k)
+	e.wantList("second apply of the same objects", objs...)
+	e.apply(objs[3], objs[5])
+	e.wantKernel("apply of a subset already present", k)
+	e.del(objs[4].UID, objs[5].UID)
+	k2 := e.kernel()
+	e.del(objs[4].UID, objs[5].UID)
+	e.wantKernel("second delete of the same UIDs", k2)
+	e.del("no-such-uid", UID(nat.KindFIP, 999))
+	e.wantKernel("delete of unknown UIDs", k2)
+	e.del(uids(objs)...)
+	e.del(uids(objs)...)
+	e.wantKernel("delete of everything, twice", e.empty)
+	e.wantList("delete of everything, twice")
+}
+
+// testUpdate re-applies UIDs with another spec: List shows the new spec and
+// the kernel is exactly as if the new spec had been applied alone.
+func (s *suite) testUpdate(t *testing.T) {
+	u := func(k nat.Kind) string { return UID(k, 100) }
+	eip4, eip5 := netlab.EIP(4), netlab.EIP(5)
+	cases := []struct {
+		name     string
+		old, new nat.Object
+	}{
+		{"fip internal IP", FIP(u(nat.KindFIP), eip4, vm1), FIP(u(nat.KindFIP), eip4, vm2)},
+		{"fip EIP", FIP(u(nat.KindFIP), eip4, vm1), FIP(u(nat.KindFIP), eip5, vm1)},
+		{"dnat internal port", DNAT(u(nat.KindDNAT), eip4, nat.TCP, 80, vm1, 8080), DNAT(u(nat.KindDNAT), eip4, nat.TCP, 80, vm1, 9090)},
+		{"dnat external port and protocol", DNAT(u(nat.KindDNAT), eip4, nat.TCP, 80, vm1, 8080), DNAT(u(nat.KindDNAT), eip4, nat.UDP, 53, vm1, 8080)},
+		{"snat CIDR", SNAT(u(nat.KindSNAT), eip4, prefix("198.51.100.0/24"), false), SNAT(u(nat.KindSNAT), eip4, prefix("198.51.100.0/25"), false)},
+		{"snat random-fully", SNAT(u(nat.KindSNAT), eip4, prefix("198.51.100.0/24"), false), SNAT(u(nat.KindSNAT), eip4, prefix("198.51.100.0/24"), true)},
+		{"eip QoS added", EIP(u(nat.KindEIP), eip4), EIPQoS(u(nat.KindEIP), eip4, nat.QoS{IngressRateMbps: 100})},
+		{"eip QoS changed", EIPQoS(u(nat.KindEIP), eip4, nat.QoS{IngressRateMbps: 100}), EIPQoS(u(nat.KindEIP), eip4, nat.QoS{IngressRateMbps: 50, EgressRateMbps: 40, EgressBurstMbit: 4})},
+		{"eip QoS removed", EIPQoS(u(nat.KindEIP), eip4, nat.QoS{IngressRateMbps: 100}), EIP(u(nat.KindEIP), eip4)},
+		{"eip address", EIP(u(nat.KindEIP), eip4), EIP(u(nat.KindEIP), eip5)},
+		{"route next hop", Route(u(nat.KindRoute), prefix("203.0.113.0/24"), vm1, nat.DeviceInternal), Route(u(nat.KindRoute), prefix("203.0.113.0/24"), vm2, nat.DeviceInternal)},
+	}
+	e := s.newEnv(t, false)
+	// Other objects stay untouched by every update.
+	others := sample()
+	e.apply(others...)
+	base := e.kernel()
+	for _, tc := range cases {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			e.t = t
+			e.apply(tc.old)
+			e.apply(tc.new)
+			e.wantList("after update", append(slices.Clone(others), tc.new)...)
+			updated := e.kernel()
+			e.del(tc.new.UID)
+			e.wantKernel("after deleting the updated object", base)
+			e.apply(tc.new)
+			e.wantKernel("new spec applied alone vs. update", updated)
+			e.del(tc.new.UID)
+		})
+	}
+}
+
+// testConflicts checks that refused objects change nothing, also when the
+// batch holds valid objects too.
+func (s *suite) testConflicts(t *testing.T) {
+	eip0, eip1, eip5 := netlab.EIP(0), netlab.EIP(1), netlab.EIP(5)
+	fipA := FIP("fip-a", eip0, vm1)
+	dnatA := DNAT("dnat-a", eip1, nat.TCP, 2222, vm2, 8080)
+	snatA := SNAT("snat-a", netlab.EIP(2), prefix("198.51.100.0/24"), false)
+	fresh := SNAT("snat-new", netlab.EIP(3), prefix("198.51.100.64/26"), false)
+	cases := []struct {
+		name  string
+		setup []nat.Object
+		bad   []nat.Object
+	}{
+		{"second FIP on an EIP", []nat.Object{fipA}, []nat.Object{FIP("fip-b", eip0, vm2)}},
+		{"second FIP for an internal IP", []nat.Object{fipA}, []nat.Object{FIP("fip-b", eip5, vm1)}},
+		{"DNAT on a FIP's EIP", []nat.Object{fipA}, []nat.Object{DNAT("dnat-b", eip0, nat.TCP, 22, vm2, 22)}},
+		{"FIP on a DNAT's EIP", []nat.Object{dnatA}, []nat.Object{FIP("fip-b", eip1, vm3)}},
+		{"duplicate DNAT", []nat.Object{dnatA}, []nat.Object{DNAT("dnat-b", eip1, nat.TCP, 2222, vm3, 9090)}},
+		{"duplicate SNAT CIDR", []nat.Object{snatA}, []nat.Object{SNAT("snat-b", netlab.EIP(3), prefix("198.51.100.0/24"), true)}},
+		{"duplicate EIP address", []nat.Object{EIP("eip-a", eip0)}, []nat.Object{EIP("eip-b", eip0)}},
+		{"duplicate route destination", []nat.Object{Route("route-a", prefix("203.0.113.0/24"), vm1, nat.DeviceInternal)},
+			[]nat.Object{Route("route-b", prefix("203.0.113.0/24"), vm2, nat.DeviceInternal)}},
+		{"two FIPs on one EIP in one batch", nil, []nat.Object{FIP("fip-b", eip5, vm2), FIP("fip-c", eip5, vm3)}},
+		{"valid object with a conflicting one", []nat.Object{fipA}, []nat.Object{fresh, FIP("fip-b", eip0, vm2)}},
+		{"conflicting one before a valid object", []nat.Object{fipA, dnatA}, []nat.Object{DNAT("dnat-b", eip1, nat.TCP, 2222, vm3, 1), fresh}},
+		{"update into a conflict", []nat.Object{fipA, dnatA}, []nat.Object{FIP("fip-a", eip1, vm1)}},
+	}
+	for _, tc := range cases {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			e := s.newEnv(t, false)
+			if len(tc.setup) > 0 {
+				e.apply(tc.setup...)
+			}
+			before := e.kernel()
+			err := e.tryApply(tc.bad...)
+			wantErr(t, "apply "+describe(tc.bad), err, nat.ErrConflict)
+			e.wantKernel("after a refused apply", before)
+			e.wantList("after a refused apply", tc.setup...)
+			// The same conflict in a Sync is refused too.
+			err = e.trySync(append(slices.Clone(tc.setup), tc.bad...)...)
+			wantErr(t, "sync with a conflict", err, nat.ErrConflict)
+			e.wantKernel("after a refused sync", before)
+			e.wantList("after a refused sync", tc.setup...)
+		})
+	}
+}
+
+// testInvalid checks that a batch with one invalid object changes nothing.
+func (s *suite) testInvalid(t *testing.T) {
+	good := FIP("fip-good", netlab.EIP(6), vm3)
+	cases := []struct {
+		name string
+		bad  nat.Object
+	}{
+		{"DNAT port 0", DNAT("dnat-bad", netlab.EIP(1), nat.TCP, 0, vm2, 80)},
+		{"DNAT protocol", DNAT("dnat-bad", netlab.EIP(1), "sctp", 80, vm2, 80)},
+		{"IPv6 FIP", FIP("fip-bad", addr("2001:db8::1"), vm1)},
+		{"SNAT CIDR with host bits", SNAT("snat-bad", netlab.EIP(2), prefix("198.51.100.5/24"), false)},
+		{"UID with a space", FIP("bad uid", netlab.EIP(7), vm2)},
+		{"empty UID", FIP("", netlab.EIP(7), vm2)},
+		{"EIP prefix length", nat.Object{UID: "eip-bad", Kind: nat.KindEIP, EIP: &nat.EIP{Address: netlab.EIP(8), PrefixLen: 33}}},
+		{"two payloads", nat.Object{UID: "two", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: netlab.EIP(8), InternalIP: vm1}, SNAT: &nat.SNAT{EIP: netlab.EIP(8), InternalCIDR: prefix("198.51.100.0/24")}}},
+		{"route device", Route("route-bad", prefix("203.0.113.0/24"), vm1, "eth7")},
+	}
+	e := s.newEnv(t, false)
+	present := sample()
+	e.apply(present...)
+	before := e.kernel()
+	for _, tc := range cases {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			e.t = t
+			for _, batch := range [][]nat.Object{{good, tc.bad}, {tc.bad, good}} {
+				err := e.tryApply(batch...)
+				wantErr(t, "apply "+describe(batch), err, nat.ErrInvalid)
+				e.wantKernel("after a refused apply", before)
+				e.wantList("after a refused apply", present...)
+			}
+			err := e.trySync(good, tc.bad)
+			wantErr(t, "sync with an invalid object", err, nat.ErrInvalid)
+			e.wantKernel("after a refused sync", before)
+			e.wantList("after a refused sync", present...)
+		})
+	}
+}
+
+// testReopen closes the backend, opens a new one on the same namespace,
+// and deletes by UID with it.
+func (s *suite) testReopen(t *testing.T) {
+	e := s.newEnv(t, false)
+	objs := sample()
+	e.apply(objs...)
+	k := e.kernel()
+	boot := e.dp.BootID()
+	if boot == "" {
+		t.Errorf("BootID is empty")
+	}
+	e.reopen()
+	e.wantList("after reopen", objs...)
+	e.wantKernel("reopen must not change the kernel", k)
+	if got := e.dp.BootID(); got != boot {
+		t.Errorf("BootID after reopen = %q, want %q (kernel state was kept)", got, boot)
+	}
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	if err := e.dp.Reload(ctx); err != nil {
+		t.Errorf("reload: %v", err)
+	}
+	e.wantList("after reload", objs...)
+	// Delete by UID only, half now, half after another reopen.
+	e.del(uids(objs[:5])...)
+	e.wantList("after delete by UID after reopen", objs[5:]...)
+	e.reopen()
+	e.wantList("after second reopen", objs[5:]...)
+	e.del(uids(objs[5:])...)
+	e.wantList("after deleting the rest")
+	e.wantKernel("after deleting everything after reopens", e.empty)
+}
+
+// testSync replaces the whole state in one call.
+func (s *suite) testSync(t *testing.T) {
+	e := s.newEnv(t, false)
+	objs := sample()
+	e.apply(objs...)
+	desired := []nat.Object{
+		objs[0], objs[2], objs[7], objs[9], // kept
+		FIP(objs[4].UID, netlab.EIP(0), vm3),                               // updated
+		DNAT("dnat-new", netlab.EIP(5), nat.TCP, 443, vm2, 8443),           // new
+		SNAT("snat-new", netlab.EIP(2), prefix("198.51.100.12/32"), false), // new
+	}
+	e.sync(desired...)
+	e.wantList("after sync", desired...)
+	synced := e.kernel()
+	e.sync(desired...)
+	e.wantKernel("second sync of the same set", synced)
+	e.sync()
+	e.wantList("after sync to nothing")
+	e.wantKernel("after sync to nothing", e.empty)
+	e.apply(desired...)
+	e.wantKernel("the synced set applied from empty vs. sync", synced)
+	e.sync(objs...)
+	e.wantList("after sync back", objs...)
+}
+
+// testConcurrent applies and deletes from several goroutines at once.
+func (s *suite) testConcurrent(t *testing.T) {
+	e := s.newEnv(t, false)
+	const workers, per = 4, 10
+	var want []nat.Object
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*per*2)
+	for w := 0; w < workers; w++ {
+		var mine []nat.Object
+		for i := 0; i < per; i++ {
+			n := w*per + i
+			mine = append(mine, FIP(UID(nat.KindFIP, n), netip.AddrFrom4([4]byte{100, 64, byte(w), byte(i + 1)}), netip.AddrFrom4([4]byte{10, 0, byte(w), byte(i + 1)})))
+		}
+		want = append(want, mine[:per/2]...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := e.opCtx()
+			defer cancel()
+			for _, o := range mine {
+				if err := e.dp.Apply(ctx, o); err != nil {
+					errs <- fmt.Errorf("apply %s: %w", o, err)
+				}
+			}
+			for _, o := range mine[per/2:] {
+				if err := e.dp.Delete(ctx, o.UID); err != nil {
+					errs <- fmt.Errorf("delete %s: %w", o.UID, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	e.check("concurrent applies and deletes")
+	e.wantList("after concurrent applies and deletes", want...)
+	k := e.kernel()
+	e.reopen()
+	e.wantList("after concurrent applies and deletes, reopened", want...)
+	e.wantKernel("reopen after concurrent changes", k)
+}
