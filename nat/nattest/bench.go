@@ -1,0 +1,94 @@
+package nattest
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat"
+)
+
+// BenchSizes are the numbers of FIPs installed before BenchFIP measures.
+var BenchSizes = []int{0, 10_000}
+
+// benchFIP returns FIP number i of a benchmark: EIPs from 100.64.0.0/10,
+// internal addresses from 10.0.0.0/8, so 10,000s of them fit.
+func benchFIP(i int) nat.Object {
+	n := uint32(i + 1)
+	eip := netip.AddrFrom4([4]byte{100, byte(64 + n>>16), byte(n >> 8), byte(n)})
+	in := netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})
+	return FIP(UID(nat.KindFIP, i), eip, in)
+}
+
+// BenchFIP measures Apply and Delete of one FIP with N FIPs already
+// installed, for each N in BenchSizes, each in a fresh namespace (dummy
+// net1/eth0, no topology). Sub-benchmarks are named "Apply/N=10000" etc.
+// Apply measures the Apply of a new FIP (its Delete is not timed); Delete
+// measures the Delete of one (its Apply is not timed).
+func BenchFIP(b *testing.B, open Opener) {
+	if reason := netlab.Unavailable(); reason != "" {
+		b.Skipf("nattest: %s", reason)
+	}
+	for _, op := range []string{"Apply", "Delete"} {
+		for _, n := range BenchSizes {
+			b.Run(fmt.Sprintf("%s/N=%d", op, n), func(b *testing.B) {
+				benchOne(b, open, op == "Apply", n)
+			})
+		}
+	}
+}
+
+func benchOne(b *testing.B, open Opener, apply bool, n int) {
+	ctx := context.Background()
+	lab := netlab.ForTest(b)
+	ns, err := GatewayNS(lab, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	dp, err := open(ctx, nat.Config{NetNS: ns, ExternalInterface: nat.DefaultExternalInterface, InternalInterface: nat.DefaultInternalInterface})
+	if err != nil {
+		b.Fatalf("open backend: %v", err)
+	}
+	defer dp.Close()
+	if n > 0 {
+		pre := make([]nat.Object, n)
+		for i := range pre {
+			pre[i] = benchFIP(i)
+		}
+		if err := dp.Sync(ctx, pre); err != nil {
+			b.Fatalf("preload %d FIPs: %v", n, err)
+		}
+	}
+	o := benchFIP(n)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if !apply {
+			b.StopTimer()
+		}
+		if err := dp.Apply(ctx, o); err != nil {
+			b.Fatalf("apply %s: %v", o, err)
+		}
+		if apply {
+			b.StopTimer()
+		} else {
+			b.StartTimer()
+		}
+		if err := dp.Delete(ctx, o.UID); err != nil {
+			b.Fatalf("delete %s: %v", o.UID, err)
+		}
+		if apply {
+			b.StartTimer()
+		}
+	}
+	b.StopTimer()
+	objs, err := dp.List(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(objs) != n {
+		b.Fatalf("after the benchmark: %d objects, want %d", len(objs), n)
+	}
+}
