@@ -3,6 +3,7 @@ package netlab
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -20,13 +21,18 @@ import (
 const DumpTimeout = 10 * time.Second
 
 // Exec runs a command inside ns (through nsenter, so ns may be a name under
-// /run/netns or a path) and returns its standard output. stdin, when not
+// /run/netns or a path; "" runs it in the caller's namespace) and returns its standard output. stdin, when not
 // empty, is fed to the command.
 func Exec(ctx context.Context, ns, stdin string, argv ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, DumpTimeout)
 	defer cancel()
-	args := append([]string{"--net=" + netns.Path(ns), "--"}, argv...)
-	cmd := exec.CommandContext(ctx, "nsenter", args...)
+	if len(argv) == 0 {
+		return "", errors.New("netlab: exec: no command")
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	if ns != "" {
+		cmd = exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + netns.Path(ns), "--"}, argv...)...)
+	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if stdin != "" {
