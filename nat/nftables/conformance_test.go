@@ -1,0 +1,18 @@
+package nftables
+
+import (
+	"context"
+	"testing"
+
+	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/nattest"
+)
+
+func opener(ctx context.Context, cfg nat.Config) (nat.Dataplane, error) { return New(ctx, cfg) }
+
+// TestConformance runs the suite every backend passes.
+func TestConformance(t *testing.T) { nattest.Run(t, opener) }
+
+// BenchmarkFIP measures Apply and Delete of one FIP at 0 and 10,000
+// existing FIPs.
+func BenchmarkFIP(b *testing.B) { nattest.BenchFIP(b, opener) }

@@ -1,0 +1,313 @@
+package nftables
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	nft "github.com/google/nftables"
+	"github.com/google/nftables/expr"
+
+	"github.com/natgw/natgw/nat"
+)
+
+// elemRef names one element held in the kernel: its set and key.
+type elemRef struct {
+	set string
+	key string
+}
+
+// setElems is elements grouped by set name.
+type setElems map[string][]nft.SetElement
+
+func (m setElems) add(set string, e nft.SetElement) { m[set] = append(m[set], e) }
+
+// maxComment bounds an element comment (the kernel's userdata TLV holds at
+// most 255 bytes including the trailing NUL).
+const maxComment = 254
+
+// mbit is bytes per megabit.
+const mbit = 1_000_000 / 8
+
+// qosOf returns the policers an EIP object asks for.
+func qosOf(o nat.Object) (map[qosKey]qosVal, error) {
+	if o.Kind != nat.KindEIP || o.EIP == nil || o.EIP.QoS == nil {
+		return nil, nil
+	}
+	q := o.EIP.QoS
+	out := map[qosKey]qosVal{}
+	for _, d := range []struct {
+		dir         qosDir
+		rate, burst uint32
+		field       string
+	}{
+		{qosIn, q.IngressRateMbps, q.IngressBurstMbit, "eip.qos.ingressBurstMbit"},
+		{qosOut, q.EgressRateMbps, q.EgressBurstMbit, "eip.qos.egressBurstMbit"},
+	} {
+		if d.rate == 0 {
+			continue
+		}
+		burst := uint64(d.burst) * mbit
+		if burst > math.MaxUint32 {
+			return nil, &nat.FieldError{UID: o.UID, Field: d.field, Value: strconv.FormatUint(uint64(d.burst), 10),
+				Reason: fmt.Sprintf("above %d (nftables limit burst is a 32-bit byte count)", math.MaxUint32/mbit)}
+		}
+		out[qosKey{d.dir, o.EIP.Address}] = qosVal{rate: uint64(d.rate) * mbit, burst: uint32(burst)}
+	}
+	return out, nil
+}
+
+func a4(a netip.Addr) []byte { b := a.As4(); return b[:] }
+
+func port4(p uint16) []byte { return []byte{byte(p >> 8), byte(p), 0, 0} }
+
+func eipComment(o nat.Object) string {
+	s := fmt.Sprintf("%s plen=%d", o.UID, o.EIP.PrefixLen)
+	if q := o.EIP.QoS; q != nil {
+		s += fmt.Sprintf(" qos=%d/%d/%d/%d", q.IngressRateMbps, q.IngressBurstMbit, q.EgressRateMbps, q.EgressBurstMbit)
+	}
+	return s
+}
+
+func routeComment(o nat.Object) string {
+	return fmt.Sprintf("%s dev=%s", o.UID, o.Route.Device)
+}
+
+// render returns the kernel elements of a valid object, by set. Every
+// element carries the owner UID first in its comment.
+func render(o nat.Object) (setElems, error) {
+	out := setElems{}
+	switch o.Kind {
+	case nat.KindEIP:
+		out.add(setEIPs, nft.SetElement{Key: a4(o.EIP.Address), Comment: eipComment(o)})
+		pol, err := qosOf(o)
+		if err != nil {
+			return nil, err
+		}
+		for k := range pol {
+			set := setQoSIn
+			if k.dir == qosOut {
+				set = setQoSOut
+			}
+			out.add(set, nft.SetElement{Key: a4(k.eip), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: k.name()}, Comment: o.UID})
+		}
+	case nat.KindFIP:
+		out.add(setFIPDNAT, nft.SetElement{Key: a4(o.FIP.EIP), Val: a4(o.FIP.InternalIP), Comment: o.UID})
+		out.add(setFIPSNAT, nft.SetElement{Key: a4(o.FIP.InternalIP), Val: a4(o.FIP.EIP), Comment: o.UID})
+	case nat.KindDNAT:
+		d := o.DNAT
+		key := append(a4(d.EIP), d.Protocol.Number(), 0, 0, 0)
+		key = append(key, port4(d.ExternalPort)...)
+		out.add(setPortDNAT, nft.SetElement{Key: key, Val: append(a4(d.InternalIP), port4(d.InternalPort)...), Comment: o.UID})
+	case nat.KindSNAT:
+		c := snatClass{o.SNAT.InternalCIDR.Bits(), o.SNAT.RandomFully}
+		out.add(c.setName(), nft.SetElement{Key: a4(o.SNAT.InternalCIDR.Addr()), Val: a4(o.SNAT.EIP), Comment: o.UID})
+	case nat.KindRoute:
+		rt := o.Route
+		mask := binary.BigEndian.AppendUint32(nil, uint32(uint64(0xffffffff)<<(32-rt.Destination.Bits())))
+		out.add(setRoutes, nft.SetElement{Key: append(a4(rt.Destination.Addr()), mask...), Val: a4(rt.NextHop), Comment: routeComment(o)})
+	default:
+		return nil, &nat.FieldError{UID: o.UID, Field: "kind", Value: string(o.Kind), Reason: "unknown kind"}
+	}
+	for _, es := range out {
+		for _, e := range es {
+			if len(e.Comment) > maxComment {
+				return nil, &nat.FieldError{UID: o.UID, Field: "uid", Value: o.UID, Reason: "element comment too long for the kernel"}
+			}
+		}
+	}
+	return out, nil
+}
+
+// refsOf returns the element references of rendered elements.
+func refsOf(es setElems) []elemRef {
+	var out []elemRef
+	for set, l := range es {
+		for _, e := range l {
+			out = append(out, elemRef{set, string(e.Key)})
+		}
+	}
+	return out
+}
+
+// snatClassOf returns the SNAT map class of an SNAT object.
+func snatClassOf(o nat.Object) (snatClass, bool) {
+	if o.Kind != nat.KindSNAT || o.SNAT == nil {
+		return snatClass{}, false
+	}
+	return snatClass{o.SNAT.InternalCIDR.Bits(), o.SNAT.RandomFully}, true
+}
+
+// elemSize is an upper bound of the netlink encoding of one element, used to
+// keep one NEWSETELEM message's element list under the 16-bit attribute
+// length.
+func elemSize(e nft.SetElement) int {
+	al := func(n int) int { return (n + 3) &^ 3 }
+	n := 4 + 8 + al(len(e.Key)) + 8 // list entry + key + flags
+	if len(e.KeyEnd) > 0 {
+		n += 8 + al(len(e.KeyEnd))
+	}
+	if len(e.Val) > 0 {
+		n += 8 + al(len(e.Val))
+	}
+	if e.VerdictData != nil {
+		n += 4 + 4 + 8 + 4 + al(len(e.VerdictData.Chain)+1)
+	}
+	if e.Comment != "" {
+		n += 4 + al(2+len(e.Comment)+1)
+	}
+	return n
+}
+
+// Limits of one NEWSETELEM/DELSETELEM message.
+const (
+	maxMsgElemBytes = 60_000 // the nested element list has a uint16 length
+	maxMsgElems     = 800
+)
+
+// chunks splits elements into message-sized slices.
+func chunks(es []nft.SetElement) [][]nft.SetElement {
+	var out [][]nft.SetElement
+	start, size := 0, 0
+	for i, e := range es {
+		s := elemSize(e)
+		if i > start && (size+s > maxMsgElemBytes || i-start >= maxMsgElems) {
+			out = append(out, es[start:i])
+			start, size = i, 0
+		}
+		size += s
+	}
+	if start < len(es) {
+		out = append(out, es[start:])
+	}
+	return out
+}
+
+// splitComment returns the UID (first word) and the key=value attributes of
+// an element comment.
+func splitComment(c string) (string, map[string]string, error) {
+	f := strings.Fields(c)
+	if len(f) == 0 {
+		return "", nil, fmt.Errorf("element without an owner UID comment")
+	}
+	if err := nat.ValidateUID(f[0]); err != nil {
+		return "", nil, err
+	}
+	kv := map[string]string{}
+	for _, w := range f[1:] {
+		k, v, ok := strings.Cut(w, "=")
+		if !ok {
+			return "", nil, fmt.Errorf("comment %q: bad attribute %q", c, w)
+		}
+		kv[k] = v
+	}
+	return f[0], kv, nil
+}
+
+func addrOf(b []byte) (netip.Addr, error) {
+	if len(b) < 4 {
+		return netip.Addr{}, fmt.Errorf("short address (%d bytes)", len(b))
+	}
+	return netip.AddrFrom4([4]byte(b[:4])), nil
+}
+
+// parseElem turns one kernel element of set into (a part of) an object.
+// Elements of the policer maps carry only their owner UID (obj is nil).
+func parseElem(set string, e nft.SetElement) (uid string, obj *nat.Object, err error) {
+	uid, kv, err := splitComment(e.Comment)
+	if err != nil {
+		return "", nil, err
+	}
+	k0, err := addrOf(e.Key)
+	if err != nil {
+		return uid, nil, err
+	}
+	switch set {
+	case setEIPs:
+		plen, err := strconv.Atoi(kv["plen"])
+		if err != nil {
+			return uid, nil, fmt.Errorf("eip %s: bad plen %q", k0, kv["plen"])
+		}
+		eip := &nat.EIP{Address: k0, PrefixLen: plen}
+		if q, ok := kv["qos"]; ok {
+			var v [4]uint32
+			parts := strings.Split(q, "/")
+			if len(parts) != 4 {
+				return uid, nil, fmt.Errorf("eip %s: bad qos %q", k0, q)
+			}
+			for i, p := range parts {
+				n, err := strconv.ParseUint(p, 10, 32)
+				if err != nil {
+					return uid, nil, fmt.Errorf("eip %s: bad qos %q", k0, q)
+				}
+				v[i] = uint32(n)
+			}
+			eip.QoS = &nat.QoS{IngressRateMbps: v[0], IngressBurstMbit: v[1], EgressRateMbps: v[2], EgressBurstMbit: v[3]}
+		}
+		return uid, &nat.Object{UID: uid, Kind: nat.KindEIP, EIP: eip}, nil
+	case setQoSIn, setQoSOut:
+		return uid, nil, nil
+	case setFIPDNAT, setFIPSNAT:
+		v, err := addrOf(e.Val)
+		if err != nil {
+			return uid, nil, err
+		}
+		f := &nat.FIP{EIP: k0, InternalIP: v}
+		if set == setFIPSNAT {
+			f = &nat.FIP{EIP: v, InternalIP: k0}
+		}
+		return uid, &nat.Object{UID: uid, Kind: nat.KindFIP, FIP: f}, nil
+	case setPortDNAT:
+		if len(e.Key) != 12 || len(e.Val) != 8 {
+			return uid, nil, fmt.Errorf("port dnat: bad key/value length %d/%d", len(e.Key), len(e.Val))
+		}
+		var proto nat.Protocol
+		switch e.Key[4] {
+		case 6:
+			proto = nat.TCP
+		case 17:
+			proto = nat.UDP
+		default:
+			return uid, nil, fmt.Errorf("port dnat: protocol %d", e.Key[4])
+		}
+		in, _ := addrOf(e.Val)
+		return uid, &nat.Object{UID: uid, Kind: nat.KindDNAT, DNAT: &nat.DNAT{
+			EIP: k0, Protocol: proto, ExternalPort: binary.BigEndian.Uint16(e.Key[8:10]),
+			InternalIP: in, InternalPort: binary.BigEndian.Uint16(e.Val[4:6]),
+		}}, nil
+	case setRoutes:
+		if len(e.Key) != 8 {
+			return uid, nil, fmt.Errorf("route: bad key length %d", len(e.Key))
+		}
+		mask := binary.BigEndian.Uint32(e.Key[4:8])
+		bits := 32 - trailingZeros(mask)
+		nh, err := addrOf(e.Val)
+		if err != nil {
+			return uid, nil, err
+		}
+		return uid, &nat.Object{UID: uid, Kind: nat.KindRoute, Route: &nat.Route{
+			Destination: netip.PrefixFrom(k0, bits), NextHop: nh, Device: nat.RouteDevice(kv["dev"]),
+		}}, nil
+	}
+	if c, ok := parseSNATSet(set); ok {
+		v, err := addrOf(e.Val)
+		if err != nil {
+			return uid, nil, err
+		}
+		return uid, &nat.Object{UID: uid, Kind: nat.KindSNAT, SNAT: &nat.SNAT{
+			EIP: v, InternalCIDR: netip.PrefixFrom(k0, c.bits), RandomFully: c.randomFully,
+		}}, nil
+	}
+	return uid, nil, fmt.Errorf("unknown set %q", set)
+}
+
+func trailingZeros(m uint32) int {
+	n := 0
+	for n < 32 && m&(1<<n) == 0 {
+		n++
+	}
+	return n
+}

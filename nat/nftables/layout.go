@@ -1,0 +1,433 @@
+package nftables
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	nft "github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
+	"golang.org/x/sys/unix"
+)
+
+// TableName is the name of natgw's table (family ip). natgw never reads or
+// writes any other table.
+const TableName = "natgw"
+
+// LayoutVersion is stored in the kernel with the boot id. A table holding
+// another version is dropped and recreated (with a new boot id).
+const LayoutVersion = 1
+
+// HairpinMark is the packet mark bit given to packets that enter from the
+// internal interface; the hairpin rule matches it.
+const HairpinMark = 0x4000
+
+// Names of the sets/maps of the table (see nat/README.md).
+const (
+	setMeta     = "meta"
+	setEIPs     = "eips"
+	setRoutes   = "routes"
+	setFIPDNAT  = "fip_dnat"
+	setFIPSNAT  = "fip_snat"
+	setPortDNAT = "port_dnat"
+	setQoSIn    = "qos_in"
+	setQoSOut   = "qos_out"
+)
+
+// Names of the chains.
+const (
+	chainDNAT     = "dstnat"
+	chainSNAT     = "srcnat"
+	chainSNATCIDR = "snat_cidr"
+	chainQoSIn    = "qos_ingress"
+	chainQoSOut   = "qos_egress"
+)
+
+// Chain priorities (see nat/README.md for why).
+const (
+	prioDNAT   = nft.ChainPriority(-100) // dstnat
+	prioSNAT   = nft.ChainPriority(100)  // srcnat
+	prioQoSIn  = nft.ChainPriority(-150) // mangle: before DNAT, the EIP is still the destination
+	prioQoSOut = nft.ChainPriority(150)  // after SNAT, the EIP is already the source
+)
+
+// 32-bit registers (NFT_REG32_00...). Concatenations are laid out on them.
+const (
+	reg0 = 8 + iota
+	reg1
+	reg2
+	reg3
+	reg4
+)
+
+// metaKey is the key of the single element of the meta set.
+var metaKey = binaryutil.NativeEndian.PutUint32(1)
+
+var (
+	typePortKey  = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeInetProto, nft.TypeInetService)
+	typePortVal  = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeInetService)
+	typeRouteKey = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeIPAddr)
+)
+
+// setSpec describes one set or map of the table.
+type setSpec struct {
+	name   string
+	key    nft.SetDatatype
+	val    nft.SetDatatype // zero for a plain set
+	concat bool
+}
+
+func (s setSpec) isMap() bool { return s.val.Name != "" }
+
+// fixedSets are created with the table and never deleted.
+var fixedSets = []setSpec{
+	{name: setMeta, key: nft.TypeMark},
+	{name: setEIPs, key: nft.TypeIPAddr},
+	{name: setRoutes, key: typeRouteKey, val: nft.TypeIPAddr, concat: true},
+	{name: setFIPDNAT, key: nft.TypeIPAddr, val: nft.TypeIPAddr},
+	{name: setFIPSNAT, key: nft.TypeIPAddr, val: nft.TypeIPAddr},
+	{name: setPortDNAT, key: typePortKey, val: typePortVal, concat: true},
+	{name: setQoSIn, key: nft.TypeIPAddr, val: nft.TypeVerdict},
+	{name: setQoSOut, key: nft.TypeIPAddr, val: nft.TypeVerdict},
+}
+
+// elementSets are the fixed sets that hold objects' elements (all but meta).
+var elementSets = fixedSets[1:]
+
+// setIDs numbers the sets this process creates, instead of the library's
+// unsynchronized global counter.
+var setIDs atomic.Uint32
+
+func (r *Renderer) set(spec setSpec) *nft.Set {
+	s := &nft.Set{
+		Table:         r.table,
+		Name:          spec.name,
+		KeyType:       spec.key,
+		DataType:      spec.val,
+		IsMap:         spec.isMap(),
+		Concatenation: spec.concat,
+		KeyByteOrder:  binaryutil.BigEndian,
+	}
+	if spec.key == nft.TypeMark {
+		s.KeyByteOrder = binaryutil.NativeEndian
+	}
+	return s
+}
+
+// newSet returns a set ready for AddSet, with a process-unique ID.
+func (r *Renderer) newSet(spec setSpec) *nft.Set {
+	s := r.set(spec)
+	s.ID = setIDs.Add(1) + 1<<20
+	return s
+}
+
+// snatClass is one CIDR SNAT map: all SNATs of one prefix length and one
+// random-fully setting.
+type snatClass struct {
+	bits        int
+	randomFully bool
+}
+
+func (c snatClass) setName() string {
+	if c.randomFully {
+		return fmt.Sprintf("snat_p%d_rf", c.bits)
+	}
+	return fmt.Sprintf("snat_p%d", c.bits)
+}
+
+func (c snatClass) spec() setSpec {
+	return setSpec{name: c.setName(), key: nft.TypeIPAddr, val: nft.TypeIPAddr}
+}
+
+// parseSNATSet recognizes a CIDR SNAT map name.
+func parseSNATSet(name string) (snatClass, bool) {
+	rest, ok := strings.CutPrefix(name, "snat_p")
+	if !ok {
+		return snatClass{}, false
+	}
+	var c snatClass
+	rest, c.randomFully = strings.CutSuffix(rest, "_rf")
+	n, err := strconv.Atoi(rest)
+	if err != nil || n < 0 || n > 32 || strconv.Itoa(n) != rest {
+		return snatClass{}, false
+	}
+	c.bits = n
+	return c, true
+}
+
+// sortSNATClasses orders classes as the snat_cidr chain evaluates them:
+// longest prefix first.
+func sortSNATClasses(cs []snatClass) {
+	sort.Slice(cs, func(i, j int) bool {
+		if cs[i].bits != cs[j].bits {
+			return cs[i].bits > cs[j].bits
+		}
+		return !cs[i].randomFully && cs[j].randomFully
+	})
+}
+
+// qosDir is a QoS direction.
+type qosDir string
+
+const (
+	qosIn  qosDir = "in"
+	qosOut qosDir = "out"
+)
+
+// qosKey names one policer: one direction of one EIP. Each has a named
+// limit object and a chain, both called qos_<dir>_<a>_<b>_<c>_<d>.
+type qosKey struct {
+	dir qosDir
+	eip netip.Addr
+}
+
+func (k qosKey) name() string {
+	return "qos_" + string(k.dir) + "_" + strings.ReplaceAll(k.eip.String(), ".", "_")
+}
+
+func parseQoSName(name string) (qosKey, bool) {
+	for _, d := range []qosDir{qosIn, qosOut} {
+		rest, ok := strings.CutPrefix(name, "qos_"+string(d)+"_")
+		if !ok {
+			continue
+		}
+		a, err := netip.ParseAddr(strings.ReplaceAll(rest, "_", "."))
+		if err != nil || !a.Is4() {
+			return qosKey{}, false
+		}
+		k := qosKey{d, a}
+		return k, k.name() == name
+	}
+	return qosKey{}, false
+}
+
+// qosVal is a policer's rate and burst in bytes.
+type qosVal struct {
+	rate  uint64 // bytes per second
+	burst uint32 // bytes
+}
+
+// ifname returns the 16-byte (IFNAMSIZ) comparison value of an interface name.
+func ifname(n string) []byte {
+	b := make([]byte, 16)
+	copy(b, n)
+	return b
+}
+
+func comment(s string) []byte { return userdata.AppendString(nil, userdata.TypeComment, s) }
+
+func loadIP(offset uint32, reg uint32) *expr.Payload {
+	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4}
+}
+
+const (
+	offSaddr = 12
+	offDaddr = 16
+)
+
+// markFrom copies the IPv4 address in reg src into ct mark as a host-order
+// 32-bit number (192.0.2.10 -> 0xc000020a), using tmp as scratch.
+func markFrom(src, tmp uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Byteorder{SourceRegister: src, DestRegister: tmp, Op: expr.ByteorderNtoh, Len: 4, Size: 4},
+		&expr.Ct{Key: expr.CtKeyMARK, Register: tmp, SourceRegister: true},
+	}
+}
+
+func lookup(set string, sreg, dreg uint32) *expr.Lookup {
+	return &expr.Lookup{SourceRegister: sreg, DestRegister: dreg, IsDestRegSet: true, SetName: set}
+}
+
+func ifMatch(key expr.MetaKey, name string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(name)},
+	}
+}
+
+func cat(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// ruleSpec is one rule of a chain.
+type ruleSpec struct {
+	comment string
+	exprs   []expr.Any
+}
+
+// chainSpec is one chain with its rules.
+type chainSpec struct {
+	name  string
+	hook  *nft.ChainHook
+	prio  *nft.ChainPriority
+	typ   nft.ChainType
+	rules []ruleSpec
+}
+
+// fixedChains returns the chains created with the table, with their rules
+// (snat_cidr's rules depend on the SNAT maps in use; see snatRules).
+func (r *Renderer) fixedChains() []chainSpec {
+	ext, in := r.cfg.ExternalInterface, r.cfg.InternalInterface
+	hairpinMask := binaryutil.NativeEndian.PutUint32(^uint32(HairpinMark))
+	hairpinBit := binaryutil.NativeEndian.PutUint32(HairpinMark)
+	zero4 := []byte{0, 0, 0, 0}
+	return []chainSpec{
+		{
+			name: chainQoSIn, hook: nft.ChainHookPrerouting, prio: ptr(prioQoSIn), typ: nft.ChainTypeFilter,
+			rules: []ruleSpec{{
+				comment: "natgw: EIP ingress QoS, before DNAT",
+				exprs: cat(ifMatch(expr.MetaKeyIIFNAME, ext), []expr.Any{
+					loadIP(offDaddr, reg0),
+					lookup(setQoSIn, reg0, 0),
+				}),
+			}},
+		},
+		{
+			name: chainDNAT, hook: nft.ChainHookPrerouting, prio: ptr(prioDNAT), typ: nft.ChainTypeNAT,
+			rules: []ruleSpec{
+				{
+					comment: "natgw: mark traffic from the VPC for hairpin SNAT",
+					exprs: cat(ifMatch(expr.MetaKeyIIFNAME, in), []expr.Any{
+						&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+						&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: hairpinMask, Xor: hairpinBit},
+						&expr.Meta{Key: expr.MetaKeyMARK, Register: 1, SourceRegister: true},
+					}),
+				},
+				{
+					comment: "natgw: ct mark = EIP on every connection to an EIP",
+					exprs: cat([]expr.Any{
+						loadIP(offDaddr, reg0),
+						&expr.Lookup{SourceRegister: reg0, SetName: setEIPs},
+					}, markFrom(reg0, reg1)),
+				},
+				{
+					comment: "natgw: floating IP DNAT",
+					exprs: cat([]expr.Any{
+						loadIP(offDaddr, reg0),
+						lookup(setFIPDNAT, reg0, reg1),
+					}, markFrom(reg0, reg2), []expr.Any{
+						&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1},
+					}),
+				},
+				{
+					comment: "natgw: port DNAT",
+					exprs: cat([]expr.Any{
+						loadIP(offDaddr, reg0),
+						&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+						&expr.Payload{DestRegister: reg2, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+						&expr.Byteorder{SourceRegister: reg0, DestRegister: reg4, Op: expr.ByteorderNtoh, Len: 4, Size: 4},
+						lookup(setPortDNAT, reg0, reg0),
+						&expr.Ct{Key: expr.CtKeyMARK, Register: reg4, SourceRegister: true},
+						&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg0, RegProtoMin: reg1},
+					}),
+				},
+			},
+		},
+		{
+			name: chainSNAT, hook: nft.ChainHookPostrouting, prio: ptr(prioSNAT), typ: nft.ChainTypeNAT,
+			rules: []ruleSpec{
+				{
+					comment: "natgw: floating IP SNAT",
+					exprs: cat([]expr.Any{
+						loadIP(offSaddr, reg0),
+						lookup(setFIPSNAT, reg0, reg1),
+					}, markFrom(reg1, reg2), []expr.Any{
+						&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1},
+					}),
+				},
+				{
+					comment: "natgw: CIDR SNAT on egress to the external network",
+					exprs: cat(ifMatch(expr.MetaKeyOIFNAME, ext), []expr.Any{
+						&expr.Verdict{Kind: expr.VerdictJump, Chain: chainSNATCIDR},
+					}),
+				},
+				{
+					comment: "natgw: hairpin SNAT to the EIP for VPC clients",
+					exprs: cat([]expr.Any{
+						&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+						&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: hairpinBit, Xor: zero4},
+						&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: zero4},
+						&expr.Ct{Key: expr.CtKeySTATUS, Register: 1},
+						&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+							Mask: binaryutil.NativeEndian.PutUint32(ipsDstNAT), Xor: zero4},
+						&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: zero4},
+					}, ifMatch(expr.MetaKeyOIFNAME, in), []expr.Any{
+						&expr.Ct{Key: expr.CtKeyDST, Register: reg0, Direction: 0},
+						&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg0},
+					}),
+				},
+			},
+		},
+		{name: chainSNATCIDR}, // rules: snatRules
+		{
+			name: chainQoSOut, hook: nft.ChainHookPostrouting, prio: ptr(prioQoSOut), typ: nft.ChainTypeFilter,
+			rules: []ruleSpec{{
+				comment: "natgw: EIP egress QoS, after SNAT",
+				exprs: cat(ifMatch(expr.MetaKeyOIFNAME, ext), []expr.Any{
+					loadIP(offSaddr, reg0),
+					lookup(setQoSOut, reg0, 0),
+				}),
+			}},
+		},
+	}
+}
+
+// ipsDstNAT is IPS_DST_NAT of enum ip_conntrack_status.
+const ipsDstNAT = 1 << 5
+
+func ptr[T any](v T) *T { return &v }
+
+// snatRule is the snat_cidr rule of one class: mask the source to the
+// class's prefix length and look it up in the class's map.
+func snatRule(c snatClass) ruleSpec {
+	var ex []expr.Any
+	ex = append(ex, loadIP(offSaddr, reg0))
+	if c.bits < 32 {
+		m := binary.BigEndian.AppendUint32(nil, uint32(uint64(0xffffffff)<<(32-c.bits)))
+		ex = append(ex, &expr.Bitwise{SourceRegister: reg0, DestRegister: reg0, Len: 4, Mask: m, Xor: []byte{0, 0, 0, 0}})
+	}
+	ex = append(ex, lookup(c.setName(), reg0, reg1))
+	ex = append(ex, markFrom(reg1, reg2)...)
+	ex = append(ex, &expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1, FullyRandom: c.randomFully})
+	rf := ""
+	if c.randomFully {
+		rf = ", random-fully"
+	}
+	return ruleSpec{comment: fmt.Sprintf("natgw: CIDR SNAT /%d%s", c.bits, rf), exprs: ex}
+}
+
+// qosRule is the one rule of a policer chain.
+func qosRule(k qosKey) ruleSpec {
+	return ruleSpec{
+		comment: "natgw: EIP " + k.eip.String() + " " + map[qosDir]string{qosIn: "ingress", qosOut: "egress"}[k.dir] + " policer",
+		exprs: []expr.Any{
+			&expr.Objref{Type: int(nft.ObjTypeLimit), Name: k.name()},
+			&expr.Verdict{Kind: expr.VerdictDrop},
+		},
+	}
+}
+
+func (r *Renderer) qosObj(k qosKey, v qosVal) *nft.NamedObj {
+	return &nft.NamedObj{
+		Table: r.table, Name: k.name(), Type: nft.ObjTypeLimit,
+		Obj: &expr.Limit{Type: expr.LimitTypePktBytes, Rate: v.rate, Unit: expr.LimitTimeSecond, Burst: v.burst, Over: true},
+	}
+}
+
+func (r *Renderer) chain(name string) *nft.Chain {
+	return &nft.Chain{Name: name, Table: r.table}
+}
+
+func (r *Renderer) addRule(chain string, rs ruleSpec) {
+	r.conn.AddRule(&nft.Rule{Table: r.table, Chain: r.chain(chain), Exprs: rs.exprs, UserData: comment(rs.comment)})
+}

@@ -1,0 +1,320 @@
+// Package nftables is natgw's nftables data plane: one table of its own
+// (`ip natgw`) whose named maps hold every NAT object as an element tagged
+// with the owner's UID, programmed over one lasting netlink connection, one
+// kernel transaction per operation. The table layout is specified in
+// nat/README.md.
+package nftables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/go-logr/logr"
+	nft "github.com/google/nftables"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/conntrack"
+	"github.com/natgw/natgw/nat/engine"
+	"github.com/natgw/natgw/nat/link"
+	"github.com/natgw/natgw/nat/netns"
+)
+
+// Name is the data plane's name.
+const Name = "nftables"
+
+// Socket sizing (see nat/README.md, "Transaction sizing").
+const (
+	// sendBuffer bounds one transaction: the whole batch goes out in one
+	// sendmsg. 100,000 FIPs (200,000 elements) encode to ~16 MiB.
+	sendBuffer = 256 << 20
+	// recvBuffer holds the acks of a large batch (one per message) and
+	// dump replies.
+	recvBuffer = 32 << 20
+	// dumpChunk is the receive size that makes the kernel fill dump
+	// replies of 32 KiB instead of 4 KiB (see primeDumpSize).
+	dumpChunk = 32 << 10
+)
+
+// DefaultTimeout bounds one kernel operation when the context has no
+// deadline.
+const DefaultTimeout = time.Minute
+
+// Option tunes the backend.
+type Option func(*options)
+
+type options struct {
+	timeout time.Duration
+	noPlumb bool
+}
+
+// WithTimeout bounds each kernel operation whose context has no deadline
+// (default DefaultTimeout).
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithoutPlumbing makes New skip addresses and routes (no link.Plumber):
+// EIP and Route objects then live only in the table. For benchmarks and
+// tests of the table alone.
+func WithoutPlumbing() Option { return func(o *options) { o.noPlumb = true } }
+
+// New opens the nftables data plane of the gateway cfg names: it loads (or
+// creates) the table and returns the engine over it.
+func New(ctx context.Context, cfg nat.Config, opts ...Option) (nat.Dataplane, error) {
+	r, err := NewRenderer(cfg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	var plumb *link.Plumber
+	if !r.opts.noPlumb {
+		if plumb, err = link.New(cfg); err != nil {
+			r.Close()
+			return nil, fmt.Errorf("nftables: %w", err)
+		}
+	}
+	e, err := engine.New(ctx, r, plumb, cfg.Log)
+	if err != nil {
+		r.Close()
+		if plumb != nil {
+			plumb.Close()
+		}
+		return nil, err
+	}
+	return e, nil
+}
+
+// Renderer is the nftables engine.Renderer of one gateway namespace. Its
+// methods are called one at a time (the engine serializes them).
+type Renderer struct {
+	cfg   nat.Config
+	opts  options
+	log   logr.Logger
+	ns    *netns.NS // kept open for the sockets' life
+	table *nft.Table
+
+	conn *nft.Conn     // lasting; nil after a failure until redialed
+	sock *netlink.Conn // conn's socket, for deadlines
+
+	// What the kernel holds, read at Load and kept by Commit.
+	index map[string][]elemRef // owner UID -> its elements
+	snat  map[snatClass]int    // SNAT objects per CIDR SNAT map
+	qos   map[qosKey]qosVal    // policers (limit object + chain)
+	boot  string
+
+	cleaner *conntrack.Cleaner // opened on first use
+}
+
+var _ engine.Renderer = (*Renderer)(nil)
+
+// NewRenderer opens cfg's namespace and dials the lasting connection. Most
+// callers want New.
+func NewRenderer(cfg nat.Config, opts ...Option) (*Renderer, error) {
+	cfg = cfg.WithDefaults()
+	r := &Renderer{
+		cfg:   cfg,
+		log:   cfg.Log.WithName("nftables"),
+		table: &nft.Table{Name: TableName, Family: nft.TableFamilyIPv4},
+		opts:  options{timeout: DefaultTimeout},
+	}
+	for _, o := range opts {
+		o(&r.opts)
+	}
+	ns, err := netns.Open(cfg.NetNS)
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	r.ns = ns
+	if err := r.dial(); err != nil {
+		ns.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Name implements engine.Renderer.
+func (r *Renderer) Name() string { return Name }
+
+// dial opens the lasting connection in the namespace with buffers sized for
+// large transactions.
+func (r *Renderer) dial() error {
+	var sock *netlink.Conn
+	c, err := nft.New(nft.AsLasting(), nft.WithNetNSFd(r.ns.Fd()), nft.WithSockOptions(func(nc *netlink.Conn) error {
+		sock = nc
+		return tune(nc)
+	}))
+	runtime.KeepAlive(r.ns)
+	if err != nil {
+		return fmt.Errorf("nftables: dial netlink in netns %q: %w", r.cfg.NetNS, err)
+	}
+	r.conn, r.sock = c, sock
+	return nil
+}
+
+// tune raises the socket buffers (the FORCE variants pass the sysctl caps;
+// they need CAP_NET_ADMIN), asks for short acks, and primes the dump size.
+func tune(nc *netlink.Conn) error {
+	rc, err := nc.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("nftables: socket: %w", err)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = errors.Join(
+			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sendBuffer),
+			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, recvBuffer),
+		)
+	}); err != nil {
+		return fmt.Errorf("nftables: socket: %w", err)
+	}
+	if serr != nil {
+		return fmt.Errorf("nftables: raise socket buffers (needs CAP_NET_ADMIN): %w", serr)
+	}
+	// Errors need not echo the (up to 64 KiB) failed message.
+	if err := nc.SetOption(netlink.CapAcknowledge, true); err != nil {
+		return fmt.Errorf("nftables: socket option: %w", err)
+	}
+	return primeDumpSize(nc, rc)
+}
+
+// primeDumpSize makes one recvmsg with a 32 KiB buffer. The kernel sizes the
+// skbs of later dumps on the largest receive buffer seen (capped at 32 KiB);
+// the netlink library peeks with 4 KiB, so without this every dump reply is
+// 4 KiB and reading a 100k-element map back re-walks it ~25x more often.
+func primeDumpSize(nc *netlink.Conn, rc interface {
+	Read(func(uintptr) bool) error
+}) error {
+	req := netlink.Message{
+		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETGEN), Flags: netlink.Request},
+		Data:   []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
+	}
+	if err := nc.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		return fmt.Errorf("nftables: socket deadline: %w", err)
+	}
+	defer nc.SetDeadline(time.Time{})
+	if _, err := nc.Send(req); err != nil {
+		return fmt.Errorf("nftables: get generation: %w", err)
+	}
+	buf := make([]byte, dumpChunk)
+	var rerr error
+	if err := rc.Read(func(fd uintptr) bool {
+		_, _, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+		return rerr != unix.EAGAIN
+	}); err != nil {
+		return fmt.Errorf("nftables: get generation: %w", err)
+	}
+	if rerr != nil {
+		return fmt.Errorf("nftables: get generation: %w", rerr)
+	}
+	return nil
+}
+
+// redial drops the connection (queued messages, a sticky queueing error or
+// stray acks go with it) and dials a new one.
+func (r *Renderer) redial() error {
+	if r.conn != nil {
+		_ = r.conn.CloseLasting()
+		r.conn, r.sock = nil, nil
+	}
+	return r.dial()
+}
+
+// ready makes sure there is a connection.
+func (r *Renderer) ready() error {
+	if r.conn != nil {
+		return nil
+	}
+	return r.dial()
+}
+
+// deadline bounds the next kernel operations by ctx (or the default timeout).
+func (r *Renderer) deadline(ctx context.Context) func() {
+	d, ok := ctx.Deadline()
+	if !ok {
+		d = time.Now().Add(r.opts.timeout)
+	}
+	_ = r.sock.SetDeadline(d)
+	return func() {
+		if r.sock != nil {
+			_ = r.sock.SetDeadline(time.Time{})
+		}
+	}
+}
+
+// flush sends the queued messages as one transaction. A rejected batch (an
+// errno in an ack) changed nothing; anything else (ENOBUFS on the acks, a
+// timeout, a broken socket) leaves the outcome unknown. Either way the
+// connection is replaced, since acks may be left on it.
+func (r *Renderer) flush(ctx context.Context) error {
+	done := r.deadline(ctx)
+	err := r.conn.Flush()
+	done()
+	if err == nil {
+		return nil
+	}
+	if rerr := r.redial(); rerr != nil {
+		r.log.Error(rerr, "redial after failed transaction")
+	}
+	var errno unix.Errno
+	if errors.Is(err, unix.ENOBUFS) || errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &errno) {
+		return fmt.Errorf("nftables transaction: %w: %w", err, nat.ErrUnknownState)
+	}
+	return fmt.Errorf("nftables transaction rejected: %w", err)
+}
+
+// ForgetFlows implements engine.Renderer: every connection NATed through an
+// EIP carries the EIP as its ct mark, so the kernel flushes them by mark.
+// If that fails, it falls back to dumping and deleting by address.
+func (r *Renderer) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
+	if len(eips) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if r.cleaner == nil {
+		c, err := conntrack.Open(r.ns)
+		if err != nil {
+			return fmt.Errorf("nftables: forget flows: %w", err)
+		}
+		r.cleaner = c
+	}
+	var failed []netip.Addr
+	var errs []error
+	for _, a := range eips {
+		if err := r.cleaner.FlushMark(conntrack.MarkOf(a), 0xffffffff); err != nil {
+			errs = append(errs, err)
+			failed = append(failed, a)
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	r.log.Error(errors.Join(errs...), "flush by ct mark failed, deleting by address", "eips", failed)
+	if _, err := r.cleaner.DeleteByAddr(failed); err != nil {
+		return fmt.Errorf("nftables: forget flows of %v: %w", failed, err)
+	}
+	return nil
+}
+
+// Close implements engine.Renderer: sockets close, kernel state stays.
+func (r *Renderer) Close() error {
+	var errs []error
+	if r.conn != nil {
+		errs = append(errs, r.conn.CloseLasting())
+		r.conn, r.sock = nil, nil
+	}
+	if r.cleaner != nil {
+		errs = append(errs, r.cleaner.Close())
+		r.cleaner = nil
+	}
+	if r.ns != nil {
+		errs = append(errs, r.ns.Close())
+		r.ns = nil
+	}
+	return errors.Join(errs...)
+}
