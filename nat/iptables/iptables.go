@@ -199,6 +199,17 @@ func (r *Renderer) Commit(ctx context.Context, c engine.Commit) error {
 		r.setSNATs(c.Want)
 		return nil
 	}
+	sc, snats := r.commitScript(c)
+	if err := r.restore(ctx, sc); err != nil {
+		return err
+	}
+	r.snats = snats
+	return nil
+}
+
+// commitScript renders an incremental Commit: the restore script and the SNAT
+// mirror after it.
+func (r *Renderer) commitScript(c engine.Commit) (*script, map[string]nat.Object) {
 	sc := newScript()
 	snats := make(map[string]nat.Object, len(r.snats))
 	for uid, o := range r.snats {
@@ -232,11 +243,7 @@ func (r *Renderer) Commit(ctx context.Context, c engine.Commit) error {
 			sc.add(tableNAT, rule.Line("-A"))
 		}
 	}
-	if err := r.restore(ctx, sc); err != nil {
-		return err
-	}
-	r.snats = snats
-	return nil
+	return sc, snats
 }
 
 func (r *Renderer) setSNATs(objs []nat.Object) {
@@ -458,18 +465,27 @@ func (r *Renderer) restore(ctx context.Context, sc *script) error {
 		return nil
 	}
 	err = fmt.Errorf("iptables: restore of %s: %w", strings.Join(sc.tableNames(), "+"), err)
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || !nothingCommitted(err.Error(), commits) {
 		return fmt.Errorf("%w: %w", err, nat.ErrUnknownState)
 	}
-	if len(commits) == 1 {
-		return err // nothing was committed
+	return err
+}
+
+// nothingCommitted tells from a failed restore's error text whether no table
+// of the script can have been replaced: true for a one-table script (the
+// table is replaced at its COMMIT, as the last step), and for a failure at
+// or before the first table's COMMIT line (commits holds the COMMIT line
+// numbers).
+func nothingCommitted(msg string, commits []int) bool {
+	if len(commits) <= 1 {
+		return true
 	}
-	if m := lineRE.FindStringSubmatch(err.Error()); m != nil {
-		if n, _ := strconv.Atoi(m[1]); n > 0 && n <= commits[0] {
-			return err // failed before the first COMMIT was done
-		}
+	m := lineRE.FindStringSubmatch(msg)
+	if m == nil {
+		return false
 	}
-	return fmt.Errorf("%w: %w", err, nat.ErrUnknownState)
+	n, _ := strconv.Atoi(m[1])
+	return n > 0 && n <= commits[0]
 }
 
 // run runs bin with args inside the namespace (nsenter on the inherited

@@ -1,0 +1,17 @@
+package iptables
+
+import (
+	"testing"
+
+	"github.com/natgw/natgw/nat/nattest"
+)
+
+// TestConformance runs the suite every backend shares: round trips,
+// conflicts, reopen, Sync, isolation and real packets (FIP, DNAT, SNAT
+// longest prefix, hairpin, conntrack cleanup).
+func TestConformance(t *testing.T) { nattest.Run(t, New) }
+
+// BenchmarkFIP measures Apply/Delete of one FIP at 0 and 10,000 FIPs:
+//
+//	go test -bench . -run '^$' ./nat/iptables/
+func BenchmarkFIP(b *testing.B) { nattest.BenchFIP(b, New) }

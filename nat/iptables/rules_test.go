@@ -1,0 +1,414 @@
+package iptables
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+
+	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/engine"
+)
+
+// Unit tests of rendering and parsing; no root needed.
+
+var rd = renderer{extIf: "net1", intIf: "eth0"}
+
+func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+func mustAddr(s string) netip.Addr     { return netip.MustParseAddr(s) }
+
+func TestRules(t *testing.T) {
+	cases := []struct {
+		name string
+		obj  nat.Object
+		want []string // "table line"
+	}{
+		{"eip without qos",
+			nat.Object{UID: "u1", Kind: nat.KindEIP, EIP: &nat.EIP{Address: mustAddr("192.0.2.10"), PrefixLen: 24}},
+			[]string{`nat -A NATGW_OBJECTS -m comment --comment "u1 eip addr=192.0.2.10/24" -j RETURN`}},
+		{"eip with ingress and egress qos",
+			nat.Object{UID: "u2", Kind: nat.KindEIP, EIP: &nat.EIP{Address: mustAddr("192.0.2.10"), PrefixLen: 32, QoS: &nat.QoS{IngressRateMbps: 8, IngressBurstMbit: 16, EgressRateMbps: 80}}},
+			[]string{
+				`nat -A NATGW_OBJECTS -m comment --comment "u2 eip addr=192.0.2.10/32 qos=8/16/80/0" -j RETURN`,
+				`mangle -A NATGW_QOS_INGRESS -d 192.0.2.10/32 -i net1 -m comment --comment "u2 eip addr=192.0.2.10/32 qos=8/16/80/0" -m hashlimit --hashlimit-above 1000000b/s --hashlimit-burst 2000000b --hashlimit-name ` + hashlimitName("in", mustAddr("192.0.2.10"), 1000000, 2000000) + ` -j DROP`,
+				`mangle -A NATGW_QOS_EGRESS -o net1 -m comment --comment "u2 eip addr=192.0.2.10/32 qos=8/16/80/0" -m conntrack --ctorigdst 192.0.2.10 -m hashlimit --hashlimit-above 10000000b/s --hashlimit-burst 12500000b --hashlimit-name ` + hashlimitName("out", mustAddr("192.0.2.10"), 10000000, 12500000) + ` -j DROP`,
+				`mangle -A NATGW_QOS_EGRESS -o net1 -m comment --comment "u2 eip addr=192.0.2.10/32 qos=8/16/80/0" -m conntrack --ctrepldst 192.0.2.10 -m hashlimit --hashlimit-above 10000000b/s --hashlimit-burst 12500000b --hashlimit-name ` + hashlimitName("out", mustAddr("192.0.2.10"), 10000000, 12500000) + ` -j DROP`,
+			}},
+		{"fip",
+			nat.Object{UID: "u3", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: mustAddr("192.0.2.10"), InternalIP: mustAddr("10.0.0.5")}},
+			[]string{
+				`nat -A NATGW_EXCLUSIVE_DNAT -d 192.0.2.10/32 -m comment --comment "u3 fip eip=192.0.2.10 in=10.0.0.5" -j DNAT --to-destination 10.0.0.5`,
+				`nat -A NATGW_EXCLUSIVE_SNAT -s 10.0.0.5/32 -o net1 -m comment --comment "u3 fip eip=192.0.2.10 in=10.0.0.5" -j SNAT --to-source 192.0.2.10`,
+				`nat -A NATGW_HAIRPIN_SNAT -o eth0 -m comment --comment "u3 fip eip=192.0.2.10 in=10.0.0.5" -m mark --mark 0x20000/0x20000 -m conntrack --ctstate DNAT --ctorigdst 192.0.2.10 -j SNAT --to-source 192.0.2.10`,
+			}},
+		{"dnat udp",
+			nat.Object{UID: "u4", Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: mustAddr("192.0.2.11"), Protocol: nat.UDP, ExternalPort: 53, InternalIP: mustAddr("10.0.0.6"), InternalPort: 5353}},
+			[]string{
+				`nat -A NATGW_SHARED_DNAT -d 192.0.2.11/32 -p udp -m udp --dport 53 -m comment --comment "u4 dnat eip=192.0.2.11 proto=udp port=53 to=10.0.0.6:5353" -j DNAT --to-destination 10.0.0.6:5353`,
+				`nat -A NATGW_HAIRPIN_SNAT -o eth0 -m comment --comment "u4 dnat eip=192.0.2.11 proto=udp port=53 to=10.0.0.6:5353" -m mark --mark 0x20000/0x20000 -m conntrack --ctstate DNAT --ctorigdst 192.0.2.11 -j SNAT --to-source 192.0.2.11`,
+			}},
+		{"snat random-fully",
+			nat.Object{UID: "u5", Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: mustAddr("192.0.2.12"), InternalCIDR: mustPrefix("10.0.0.0/16"), RandomFully: true}},
+			[]string{`nat -A NATGW_SHARED_SNAT -s 10.0.0.0/16 -o net1 -m comment --comment "u5 snat eip=192.0.2.12 cidr=10.0.0.0/16 random-fully=1" -j SNAT --to-source 192.0.2.12 --random-fully`}},
+		{"snat of everything has no -s (iptables-save omits 0.0.0.0/0)",
+			nat.Object{UID: "u6", Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: mustAddr("192.0.2.12"), InternalCIDR: mustPrefix("0.0.0.0/0")}},
+			[]string{`nat -A NATGW_SHARED_SNAT -o net1 -m comment --comment "u6 snat eip=192.0.2.12 cidr=0.0.0.0/0" -j SNAT --to-source 192.0.2.12`}},
+		{"route",
+			nat.Object{UID: "u7", Kind: nat.KindRoute, Route: &nat.Route{Destination: mustPrefix("0.0.0.0/0"), NextHop: mustAddr("192.0.2.1"), Device: nat.DeviceExternal}},
+			[]string{`nat -A NATGW_OBJECTS -m comment --comment "u7 route dst=0.0.0.0/0 via=192.0.2.1 dev=external" -j RETURN`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.obj.Validate(); err != nil {
+				t.Fatalf("test object invalid: %v", err)
+			}
+			var got []string
+			for _, r := range rd.rules(tc.obj) {
+				got = append(got, r.Table+" "+r.Line("-A"))
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("rules:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(tc.want, "\n     "))
+			}
+			// Every rule parses back (as iptables-save prints it) to
+			// the same rule, and its comment to the same object.
+			for _, r := range rd.rules(tc.obj) {
+				args, err := splitArgs(r.Line("-A")[3:])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if back := (Rule{r.Table, args[0], args[1:]}); back.key() != r.key() {
+					t.Errorf("parse back: %q != %q", back.key(), r.key())
+				}
+				o, err := decodeComment(r.comment())
+				if err != nil {
+					t.Fatalf("decode %q: %v", r.comment(), err)
+				}
+				if !o.Equal(tc.obj) {
+					t.Errorf("decode %q = %v, want %v", r.comment(), o, tc.obj)
+				}
+			}
+		})
+	}
+}
+
+func TestCommentRoundTripLimits(t *testing.T) {
+	long := strings.Repeat("a", nat.MaxUIDLen)
+	objs := []nat.Object{
+		{UID: long, Kind: nat.KindEIP, EIP: &nat.EIP{Address: mustAddr("255.255.255.254"), PrefixLen: 32, QoS: &nat.QoS{IngressRateMbps: 100000, IngressBurstMbit: 4294967295, EgressRateMbps: 100000, EgressBurstMbit: 4294967295}}},
+		{UID: long, Kind: nat.KindEIP, EIP: &nat.EIP{Address: mustAddr("192.0.2.1"), PrefixLen: 1, QoS: &nat.QoS{}}},
+		{UID: long, Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: mustAddr("255.255.255.254"), Protocol: nat.TCP, ExternalPort: 65535, InternalIP: mustAddr("255.255.255.253"), InternalPort: 65535}},
+		{UID: long, Kind: nat.KindRoute, Route: &nat.Route{Destination: mustPrefix("255.255.255.255/32"), NextHop: mustAddr("255.255.255.254"), Device: nat.DeviceInternal}},
+		{UID: "a.b_c:d-e", Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: mustAddr("192.0.2.1"), InternalCIDR: mustPrefix("10.0.0.0/8")}},
+	}
+	for _, o := range objs {
+		c := encodeComment(o)
+		if len(c) > 255 {
+			t.Errorf("comment of %v is %d characters, iptables allows 255", o, len(c))
+		}
+		back, err := decodeComment(c)
+		if err != nil {
+			t.Fatalf("decode %q: %v", c, err)
+		}
+		if !back.Equal(o) {
+			t.Errorf("round trip of %q: %v != %v", c, back, o)
+		}
+		if (back.Kind == nat.KindEIP) && (back.EIP.QoS == nil) != (o.EIP.QoS == nil) {
+			t.Errorf("round trip of %q lost whether QoS is set", c)
+		}
+	}
+}
+
+func TestDecodeCommentRejects(t *testing.T) {
+	for _, c := range []string{
+		"",
+		"uid",
+		"uid fip",
+		"uid fip eip=192.0.2.10",
+		"uid fip eip=192.0.2.10 in=nonsense",
+		"uid fip eip=192.0.2.10 in=10.0.0.1 extra=1",
+		"uid fip eip=192.0.2.10 eip=192.0.2.11 in=10.0.0.1",
+		"uid fip in=10.0.0.1 eip=192.0.2.10", // valid fields, not canonical
+		"uid fip eip=192.0.2.10 in=192.0.2.10",
+		"uid dnat eip=192.0.2.10 proto=sctp port=1 to=10.0.0.1:1",
+		"uid dnat eip=192.0.2.10 proto=tcp port=70000 to=10.0.0.1:1",
+		"uid dnat eip=192.0.2.10 proto=tcp port=80 to=10.0.0.1",
+		"uid snat eip=192.0.2.10 cidr=10.0.0.1/8",
+		"uid eip addr=192.0.2.10/24 qos=1/2/3",
+		"uid eip addr=192.0.2.10/33",
+		"uid route dst=10.0.0.0/8 via=10.0.0.1 dev=sideways",
+		"uid teleport x=1",
+		"@natgw-boot 0123456789abcdef",
+		"bad\"uid fip eip=192.0.2.10 in=10.0.0.1",
+	} {
+		if o, err := decodeComment(c); err == nil {
+			t.Errorf("decodeComment(%q) = %v, want an error", c, o)
+		}
+	}
+}
+
+func TestSplitArgs(t *testing.T) {
+	cases := []struct {
+		in   string
+		want []string
+		err  bool
+	}{
+		{`X -d 1.2.3.4/32 -j DNAT`, []string{"X", "-d", "1.2.3.4/32", "-j", "DNAT"}, false},
+		{`X -m comment --comment "a b  c" -j RETURN`, []string{"X", "-m", "comment", "--comment", "a b  c", "-j", "RETURN"}, false},
+		{`X --comment "q\"uote\\" -j A`, []string{"X", "--comment", `q"uote\`, "-j", "A"}, false},
+		{`X --comment ""`, []string{"X", "--comment", ""}, false},
+		{"X\t-j  A ", []string{"X", "-j", "A"}, false},
+		{`X --comment "open`, nil, true},
+	}
+	for _, tc := range cases {
+		got, err := splitArgs(tc.in)
+		if (err != nil) != tc.err || !slices.Equal(got, tc.want) {
+			t.Errorf("splitArgs(%q) = %q, %v; want %q, err %v", tc.in, got, err, tc.want, tc.err)
+		}
+		if err == nil {
+			// quote is the inverse of splitArgs.
+			var q []string
+			for _, a := range got {
+				q = append(q, quote(a))
+			}
+			if back, _ := splitArgs(strings.Join(q, " ")); !slices.Equal(back, got) {
+				t.Errorf("quote/splitArgs round trip of %q: %q", got, back)
+			}
+		}
+	}
+}
+
+const sampleSave = `# Generated by iptables-save v1.8.9 on Wed Dec  2 14:12:53 2026
+*nat
+:PREROUTING ACCEPT [10:600]
+:POSTROUTING ACCEPT [0:0]
+:NATGW_OBJECTS - [0:0]
+:FOREIGN - [0:0]
+-A PREROUTING -j NATGW_DNAT_FILTER
+-A PREROUTING -s 10.0.0.0/8 -j FOREIGN
+-A NATGW_OBJECTS -m comment --comment "@natgw-boot 0123456789abcdef" -j RETURN
+-A NATGW_OBJECTS -m comment --comment "u1 eip addr=192.0.2.10/24" -j RETURN
+COMMIT
+# Completed on Wed Dec  2 14:12:53 2026
+*filter
+:INPUT ACCEPT [0:0]
+COMMIT
+`
+
+func TestParseSave(t *testing.T) {
+	d, err := parseSave(sampleSave)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := d.table("nat")
+	for _, ch := range []string{"PREROUTING", "POSTROUTING", "NATGW_OBJECTS", "FOREIGN"} {
+		if !n.chains[ch] {
+			t.Errorf("chain %s not declared", ch)
+		}
+	}
+	if got := len(n.rules["PREROUTING"]); got != 2 {
+		t.Errorf("PREROUTING has %d rules, want 2", got)
+	}
+	if got := n.rules["NATGW_OBJECTS"][1].comment(); got != "u1 eip addr=192.0.2.10/24" {
+		t.Errorf("comment = %q", got)
+	}
+	if !d.table("filter").chains["INPUT"] || len(d.table("mangle").chains) != 0 {
+		t.Errorf("filter/mangle tables parsed wrong: %+v", d)
+	}
+	for _, bad := range []string{"-A X -j Y\n", "*nat\n-A X --comment \"open\nCOMMIT\n", "*nat\n-Z\nCOMMIT\n", "*nat\n-A\nCOMMIT\n"} {
+		if _, err := parseSave(bad); err == nil {
+			t.Errorf("parseSave(%q) accepted", bad)
+		}
+	}
+}
+
+func TestDecodeDropsBadAndConflictingObjects(t *testing.T) {
+	r := &Renderer{rd: rd, log: logr.Discard()}
+	fip := func(uid, eip, in string) nat.Object {
+		return nat.Object{UID: uid, Kind: nat.KindFIP, FIP: &nat.FIP{EIP: mustAddr(eip), InternalIP: mustAddr(in)}}
+	}
+	good := fip("a", "192.0.2.10", "10.0.0.1")
+	conflicting := fip("b", "192.0.2.10", "10.0.0.2") // same EIP as a
+	disagreeing := fip("c", "192.0.2.12", "10.0.0.3")
+	var lines []string
+	add := func(rules []Rule) {
+		for _, rule := range rules {
+			lines = append(lines, "-A "+rule.Line("-A")[3:])
+		}
+	}
+	add(rd.skeleton("0123456789abcdef"))
+	add(rd.rules(good))
+	add(rd.rules(conflicting))
+	cr := rd.rules(disagreeing)
+	i := slices.Index(cr[0].Args, "--comment")
+	cr[0].Args[i+1] = "c fip eip=192.0.2.13 in=10.0.0.3" // the DNAT rule says otherwise
+	add(cr)
+	lines = append(lines, `-A NATGW_SHARED_DNAT -m comment --comment "garbage" -j RETURN`)
+	d, err := parseSave("*nat\n" + strings.Join(lines, "\n") + "\nCOMMIT\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot, objs := r.decode(d)
+	if boot != "0123456789abcdef" {
+		t.Errorf("boot = %q", boot)
+	}
+	if len(objs) != 1 || !objs[0].Equal(good) {
+		t.Errorf("decoded %v, want only %v", objs, good)
+	}
+	// The kernel then differs from what the kept objects render to, so
+	// Load rewrites the chains.
+	if chainsMatch(d.table(tableNAT), tableNAT, r.desired(objs, boot)[tableNAT]) {
+		t.Error("chains with stray rules reported as matching")
+	}
+}
+
+func TestChainsMatch(t *testing.T) {
+	r := &Renderer{rd: rd, log: logr.Discard()}
+	snat := func(uid, cidr string) nat.Object {
+		return nat.Object{UID: uid, Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: mustAddr("192.0.2.10"), InternalCIDR: mustPrefix(cidr)}}
+	}
+	objs := []nat.Object{
+		{UID: "f1", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: mustAddr("192.0.2.11"), InternalIP: mustAddr("10.0.0.1")}},
+		{UID: "f2", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: mustAddr("192.0.2.12"), InternalIP: mustAddr("10.0.0.2")}},
+		snat("s8", "10.0.0.0/8"), snat("s24", "10.1.0.0/24"), snat("s16", "10.1.0.0/16"),
+	}
+	want := r.desired(objs, "0123456789abcdef")
+	if got := want[tableNAT][chainSharedSNAT]; len(got) != 3 || !strings.Contains(got[0].comment(), "s24") || !strings.Contains(got[2].comment(), "s8") {
+		t.Fatalf("SHARED_SNAT not longest prefix first: %v", got)
+	}
+	render := func(mod func(map[string][]Rule)) *tableDump {
+		td := &tableDump{chains: map[string]bool{}, rules: map[string][]Rule{}}
+		for ch, rules := range want[tableNAT] {
+			td.rules[ch] = slices.Clone(rules)
+		}
+		for _, ch := range ownChains[tableNAT] {
+			td.chains[ch] = true
+		}
+		mod(td.rules)
+		return td
+	}
+	cases := []struct {
+		name string
+		mod  func(map[string][]Rule)
+		want bool
+	}{
+		{"identical", func(map[string][]Rule) {}, true},
+		{"unordered chain in another order", func(m map[string][]Rule) { slices.Reverse(m[chainExclusiveDNAT]) }, true},
+		{"SHARED_SNAT in another order", func(m map[string][]Rule) { slices.Reverse(m[chainSharedSNAT]) }, false},
+		{"dispatch in another order", func(m map[string][]Rule) { slices.Reverse(m[chainSNATFilter]) }, false},
+		{"rule missing", func(m map[string][]Rule) { m[chainExclusiveSNAT] = m[chainExclusiveSNAT][1:] }, false},
+		{"rule duplicated", func(m map[string][]Rule) { m[chainHairpinSNAT] = append(m[chainHairpinSNAT], m[chainHairpinSNAT][0]) }, false},
+	}
+	for _, tc := range cases {
+		if got := chainsMatch(render(tc.mod), tableNAT, want[tableNAT]); got != tc.want {
+			t.Errorf("%s: chainsMatch = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	missing := render(func(map[string][]Rule) {})
+	delete(missing.chains, chainObjects)
+	if chainsMatch(missing, tableNAT, want[tableNAT]) {
+		t.Error("missing chain reported as matching")
+	}
+}
+
+func TestRuleKeyIgnoresHashlimitRounding(t *testing.T) {
+	e := &nat.EIP{Address: mustAddr("192.0.2.10"), PrefixLen: 24, QoS: &nat.QoS{IngressRateMbps: 10}}
+	r := rd.qosRules(e, "c")[0]
+	printed := slices.Clone(r.Args)
+	for i, a := range printed {
+		switch a {
+		case "--hashlimit-above":
+			printed[i+1] = "1250016b/s" // as the kernel rounds it
+		case "--hashlimit-burst":
+			printed[i+1] = "1mb"
+		}
+	}
+	if (Rule{r.Table, r.Chain, printed}).key() != r.key() {
+		t.Error("key depends on the printed hashlimit rate")
+	}
+	other := rd.qosRules(&nat.EIP{Address: e.Address, PrefixLen: 24, QoS: &nat.QoS{IngressRateMbps: 11}}, "c")[0]
+	if other.key() == r.key() {
+		t.Error("a changed rate keeps the same key (hashlimit name must change)")
+	}
+	if n := hashlimitName("out", netip.MustParseAddr("255.255.255.255"), 1<<40, 1<<41); len(n) > 15 {
+		t.Errorf("hashlimit name %q longer than 15", n)
+	}
+}
+
+func TestHashlimitBurstAtLeastRate(t *testing.T) {
+	args := hashlimitArgs("in", mustAddr("192.0.2.10"), 100, 1)
+	if !slices.Contains(args, "15625000b") { // 100 Mbit/s = 12.5 MB/s, ×1.25
+		t.Errorf("burst not raised to 1.25 s of rate: %q", args)
+	}
+	args = hashlimitArgs("in", mustAddr("192.0.2.10"), 100, 1000)
+	if !slices.Contains(args, "125000000b") {
+		t.Errorf("burst above the minimum not kept: %q", args)
+	}
+}
+
+func TestScriptAndFailureClassification(t *testing.T) {
+	sc := newScript()
+	sc.add(tableMangle, "-A M x")
+	sc.add(tableNAT, "-A N a")
+	sc.add(tableNAT, "-A N b")
+	text, commits := sc.render()
+	want := "*nat\n-A N a\n-A N b\nCOMMIT\n*mangle\n-A M x\nCOMMIT\n"
+	if text != want || !slices.Equal(commits, []int{4, 7}) {
+		t.Fatalf("render = %q %v", text, commits)
+	}
+	cases := []struct {
+		msg     string
+		commits []int
+		want    bool
+	}{
+		{"iptables-restore: line 3 failed", []int{4}, true},
+		{"anything", []int{4}, true},
+		{"iptables-restore: line 3 failed", []int{4, 7}, true},
+		{"Error occurred at line: 4", []int{4, 7}, true},
+		{"iptables-restore: line 6 failed", []int{4, 7}, false},
+		{"killed", []int{4, 7}, false},
+	}
+	for _, tc := range cases {
+		if got := nothingCommitted(tc.msg, tc.commits); got != tc.want {
+			t.Errorf("nothingCommitted(%q, %v) = %v, want %v", tc.msg, tc.commits, got, tc.want)
+		}
+	}
+}
+
+func TestCommitScript(t *testing.T) {
+	// An update is old out then new in within one nat section, and an
+	// SNAT change rewrites SHARED_SNAT, longest prefix first, after the
+	// deletes.
+	s8 := nat.Object{UID: "s8", Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: mustAddr("192.0.2.11"), InternalCIDR: mustPrefix("10.0.0.0/8")}}
+	s16 := nat.Object{UID: "s16", Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: mustAddr("192.0.2.11"), InternalCIDR: mustPrefix("10.1.0.0/16")}}
+	r := &Renderer{rd: rd, log: logr.Discard(), snats: map[string]nat.Object{"s8": s8}}
+	old := nat.Object{UID: "f", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: mustAddr("192.0.2.10"), InternalIP: mustAddr("10.0.0.1")}}
+	nw := nat.Object{UID: "f", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: mustAddr("192.0.2.10"), InternalIP: mustAddr("10.0.0.2")}}
+	sc, snats := r.commitScript(engine.Commit{Removed: []nat.Object{old}, Added: []nat.Object{nw, s16}})
+	text, commits := sc.render()
+	var want []string
+	want = append(want, "*nat")
+	for _, rule := range rd.rules(old) {
+		want = append(want, rule.Line("-D"))
+	}
+	for _, rule := range rd.rules(nw) {
+		want = append(want, rule.Line("-A"))
+	}
+	want = append(want, "-F "+chainSharedSNAT, rd.rules(s16)[0].Line("-A"), rd.rules(s8)[0].Line("-A"), "COMMIT")
+	if text != strings.Join(want, "\n")+"\n" || len(commits) != 1 {
+		t.Fatalf("script:\n%s\nwant:\n%s", text, strings.Join(want, "\n"))
+	}
+	if len(snats) != 2 || len(r.snats) != 1 {
+		t.Errorf("SNAT mirror: next %v, current %v (must change only after the restore)", snats, r.snats)
+	}
+	sc, snats = r.commitScript(engine.Commit{Removed: []nat.Object{s8}})
+	if text, _ := sc.render(); text != "*nat\n-F "+chainSharedSNAT+"\nCOMMIT\n" || len(snats) != 0 {
+		t.Errorf("deleting the last SNAT: %q, %v", text, snats)
+	}
+	eip := nat.Object{UID: "e", Kind: nat.KindEIP, EIP: &nat.EIP{Address: mustAddr("192.0.2.10"), PrefixLen: 24, QoS: &nat.QoS{EgressRateMbps: 1}}}
+	sc, _ = r.commitScript(engine.Commit{Added: []nat.Object{eip}})
+	if got := sc.tableNames(); !slices.Equal(got, []string{tableNAT, tableMangle}) {
+		t.Errorf("EIP with QoS touches %v, want nat then mangle", got)
+	}
+}
