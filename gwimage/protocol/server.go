@@ -1,0 +1,269 @@
+package protocol
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/natgw/natgw/nat"
+)
+
+// Option tunes Serve.
+type Option func(*serveOptions)
+
+type serveOptions struct {
+	maxLine int
+}
+
+// WithMaxLineBytes overrides MaxLineBytes (tests use a small bound).
+func WithMaxLineBytes(n int) Option {
+	return func(o *serveOptions) {
+		if n > 0 {
+			o.maxLine = n
+		}
+	}
+}
+
+// counter is implemented by data planes that count their objects without
+// copying them (engine.Engine).
+type counter interface {
+	Counts() map[nat.Kind]int
+}
+
+// Serve runs the agent side of the protocol: it reads one JSON request per
+// line from r, carries it out on dp as one transaction, and writes one
+// response line to w, strictly in order. A line that is not a valid request
+// gets an error response with CodeBadRequest (naming the field and value) and
+// Serve goes on; a line longer than MaxLineBytes gets an error response too
+// and is skipped up to its newline without being buffered.
+//
+// info is the template of info responses: its Version is reported as is;
+// Dataplane, BootID and Counts are filled in from dp at each request.
+//
+// Serve returns nil at EOF on r (a clean shutdown: the kernel state stays, dp
+// is not closed), ctx's error when ctx is done, or the error that broke r or
+// w. Logs go to the logr.Logger in ctx. When Serve returns because ctx is
+// done, a goroutine may stay blocked reading r until r is closed.
+func Serve(ctx context.Context, dp nat.Dataplane, r io.Reader, w io.Writer, info Info, opts ...Option) error {
+	o := serveOptions{maxLine: MaxLineBytes}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	s := &server{dp: dp, w: w, info: info, log: log}
+
+	type item struct {
+		l   line
+		err error
+	}
+	lines := make(chan item)
+	next := make(chan struct{})
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		lr := newLineReader(r, o.maxLine)
+		for {
+			l, err := lr.next()
+			select {
+			case lines <- item{l, err}:
+			case <-stop:
+				return
+			}
+			if err != nil {
+				return
+			}
+			// Wait until the line has been handled: the reader reuses
+			// its buffer.
+			select {
+			case <-next:
+			case <-stop:
+				return
+			}
+		}
+	}()
+
+	for {
+		var it item
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case it = <-lines:
+		}
+		if it.err != nil {
+			if errors.Is(it.err, io.EOF) {
+				log.V(1).Info("end of input, shutting down")
+				return nil
+			}
+			return fmt.Errorf("read request: %w", it.err)
+		}
+		resp, skip := s.handleLine(ctx, it.l, o.maxLine)
+		next <- struct{}{}
+		if skip {
+			continue
+		}
+		if err := s.write(resp); err != nil {
+			return err
+		}
+	}
+}
+
+type server struct {
+	dp   nat.Dataplane
+	w    io.Writer
+	info Info
+	log  logr.Logger
+}
+
+// handleLine turns one input line into its response; skip is true for blank
+// lines, which get no response.
+func (s *server) handleLine(ctx context.Context, l line, maxLine int) (resp Response, skip bool) {
+	if l.overflow > 0 {
+		id, _ := idFromPrefix(l.prefix, false)
+		s.log.Info("request line too long, skipped", "id", id, "bytes", l.overflow, "max", maxLine)
+		return Response{ID: id, Error: &Error{
+			Code:    CodeBadRequest,
+			Message: fmt.Sprintf("request line of %d bytes exceeds the limit of %d bytes", l.overflow, maxLine),
+		}}, false
+	}
+	if len(trimSpace(l.data)) == 0 {
+		return Response{}, true
+	}
+	req, err := DecodeRequest(l.data)
+	if err != nil {
+		var pe *Error
+		if !errors.As(err, &pe) {
+			pe = &Error{Code: CodeBadRequest, Message: err.Error()}
+		}
+		s.log.Info("bad request", "id", req.ID, "error", pe.Message, "field", pe.Field)
+		return Response{ID: req.ID, Error: pe}, false
+	}
+	return s.handle(ctx, req), false
+}
+
+// handle carries out one decoded request.
+func (s *server) handle(ctx context.Context, req Request) (resp Response) {
+	start := time.Now()
+	resp.ID = req.ID
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error(fmt.Errorf("panic: %v", p), "request handler panicked", "id", req.ID, "op", req.Op, "stack", string(debug.Stack()))
+			resp = Response{ID: req.ID, Error: &Error{Code: CodeInternal, Message: fmt.Sprintf("internal error: %v", p)}}
+		}
+		kv := []any{"id", req.ID, "op", req.Op, "objects", len(req.Objects), "uids", len(req.UIDs), "took", time.Since(start)}
+		if resp.Error != nil {
+			s.log.Info("request failed", append(kv, "code", resp.Error.Code, "error", resp.Error.Message)...)
+		} else {
+			s.log.V(1).Info("request done", kv...)
+		}
+	}()
+	var err error
+	switch req.Op {
+	case OpApply:
+		err = s.dp.Apply(ctx, req.Objects...)
+	case OpDelete:
+		err = s.dp.Delete(ctx, req.UIDs...)
+	case OpSync:
+		objs := req.Objects
+		if objs == nil {
+			objs = []nat.Object{}
+		}
+		err = s.dp.Sync(ctx, objs)
+	case OpList:
+		if req.Fresh {
+			if err = s.dp.Reload(ctx); err != nil {
+				break
+			}
+		}
+		resp.Objects, err = s.dp.List(ctx)
+		if resp.Objects == nil && err == nil {
+			resp.Objects = []nat.Object{}
+		}
+	case OpInfo:
+		if req.Fresh {
+			if err = s.dp.Reload(ctx); err != nil {
+				break
+			}
+		}
+		resp.Info, err = s.infoNow(ctx)
+	default:
+		err = &Error{Code: CodeBadRequest, Field: "op", Value: req.Op, Message: "unknown op " + req.Op}
+	}
+	if err != nil {
+		return Response{ID: req.ID, Error: ErrorFor(err)}
+	}
+	resp.OK = true
+	return resp
+}
+
+func (s *server) infoNow(ctx context.Context) (*Info, error) {
+	in := s.info
+	in.Dataplane = s.dp.Name()
+	in.BootID = s.dp.BootID()
+	if c, ok := s.dp.(counter); ok {
+		in.Counts = c.Counts()
+	} else {
+		objs, err := s.dp.List(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("count objects: %w", err)
+		}
+		in.Counts = map[nat.Kind]int{}
+		for _, o := range objs {
+			in.Counts[o.Kind]++
+		}
+	}
+	if in.Counts == nil {
+		in.Counts = map[nat.Kind]int{}
+	}
+	return &in, nil
+}
+
+func (s *server) write(resp Response) error {
+	b, err := json.Marshal(resp)
+	if err != nil {
+		b, _ = json.Marshal(Response{ID: resp.ID, Error: &Error{Code: CodeInternal, Message: "encode response: " + err.Error()}})
+	}
+	b = append(b, '\n')
+	if _, err := s.w.Write(b); err != nil {
+		return fmt.Errorf("write response %d: %w", resp.ID, err)
+	}
+	return nil
+}
+
+// ErrorFor maps a data plane error to its wire form: *nat.FieldError →
+// CodeInvalid, *nat.ConflictError → CodeConflict (both with UID, Field and
+// Value), nat.ErrUnknownState → CodeUnknownState, an *Error as is, anything
+// else → CodeInternal.
+func ErrorFor(err error) *Error {
+	var (
+		pe *Error
+		fe *nat.FieldError
+		ce *nat.ConflictError
+	)
+	switch {
+	case errors.As(err, &pe):
+		return pe
+	case errors.Is(err, nat.ErrUnknownState):
+		return &Error{Code: CodeUnknownState, Message: err.Error()}
+	case errors.As(err, &fe):
+		return &Error{Code: CodeInvalid, Message: err.Error(), UID: fe.UID, Field: fe.Field, Value: clip(fe.Value)}
+	case errors.As(err, &ce):
+		return &Error{Code: CodeConflict, Message: err.Error(), UID: ce.UID, Field: ce.Field, Value: clip(ce.Value)}
+	}
+	return &Error{Code: CodeInternal, Message: err.Error()}
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\r') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
