@@ -160,18 +160,12 @@ func Enslave(ns, port, bridge string) error {
 	return nil
 }
 
-// Dummy creates a dummy interface in ns with the given addresses, up.
-func Dummy(ns, name string, addrs ...netip.Prefix) error {
-	err := withHandle(ns, func(h *handle) error {
-		if err := h.h.LinkAdd(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: name}}); err != nil {
-			return fmt.Errorf("add dummy %s in %s: %w", name, ns, err)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("netlab: %w", err)
-	}
-	return Configure(End{NS: ns, Name: name, Addrs: addrs})
+// Stub creates interface name in ns with the given addresses, up, for
+// tests that need an interface but no peer: one end of a veth pair whose
+// other end ("<name>-peer", up, no address) stays in the same namespace.
+// (Kernels without the dummy driver exist, e.g. some microVMs.)
+func Stub(ns, name string, addrs ...netip.Prefix) error {
+	return Veth(End{NS: ns, Name: name, Addrs: addrs}, End{NS: ns, Name: name + "-peer"})
 }
 
 // AddAddr adds (replaces) address p on dev in ns.

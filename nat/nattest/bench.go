@@ -23,7 +23,7 @@ func benchFIP(i int) nat.Object {
 }
 
 // BenchFIP measures Apply and Delete of one FIP with N FIPs already
-// installed, for each N in BenchSizes, each in a fresh namespace (dummy
+// installed, for each N in BenchSizes, each in a fresh namespace (stand-alone
 // net1/eth0, no topology). Sub-benchmarks are named "Apply/N=10000" etc.
 // Apply measures the Apply of a new FIP (its Delete is not timed); Delete
 // measures the Delete of one (its Apply is not timed).

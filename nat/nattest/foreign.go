@@ -93,18 +93,10 @@ type foreignState struct {
 	iptOrder []string
 }
 
-func readForeign(ctx context.Context, ns string) (foreignState, error) {
-	nft, err := netlab.Exec(ctx, ns, "", "nft", "-s", "list", "ruleset")
-	if err != nil {
-		return foreignState{}, err
-	}
-	ipt, err := netlab.IptablesSave(ctx, ns, true)
-	if err != nil {
-		return foreignState{}, err
-	}
+func parseForeign(nft, ipt string) foreignState {
 	st := foreignState{nft: splitNftTables(nft)}
 	st.ipt, st.iptOrder = splitIptables(ipt)
-	return st, nil
+	return st
 }
 
 // splitNftTables splits an nft listing into its tables, keyed "family name".
@@ -196,10 +188,8 @@ func isChainTarget(name string) bool {
 // only what it owns (see Options).
 func (e *env) check(op string) {
 	e.t.Helper()
-	now, err := readForeign(e.ctx, e.ns)
-	if err != nil {
-		e.t.Fatalf("after %s: %v", op, err)
-	}
+	snap := e.snapshot()
+	now := parseForeign(snap.nft, snap.ipt)
 	for key, want := range e.base.nft {
 		if got, ok := now.nft[key]; !ok {
 			e.t.Errorf("isolation: after %s: foreign nft table %q is gone", op, key)

@@ -62,7 +62,12 @@ func RunWith(t *testing.T, open Opener, opts Options) {
 	}
 	s := &suite{open: open, opts: opts}
 	for _, tc := range s.tests() {
-		t.Run(tc.name, tc.run)
+		t.Run(tc.name, func(t *testing.T) {
+			// Every subtest has namespaces of its own; go test runs
+			// at most -parallel (GOMAXPROCS) of them at once.
+			t.Parallel()
+			tc.run(t)
+		})
 	}
 }
 
@@ -91,10 +96,12 @@ type env struct {
 	base foreignState
 	// empty is the kernel state right after the backend was opened.
 	empty string
+	// last caches the kernel state until the next operation (see touch).
+	last *snapshot
 }
 
 // newEnv makes a gateway namespace (the standard topology when topo is
-// true, else a namespace with dummy net1/eth0), installs foreign nft tables
+// true, else a namespace with stand-alone net1/eth0, see GatewayNS), installs foreign nft tables
 // and iptables-legacy rules, opens the backend and checks isolation.
 func (s *suite) newEnv(t *testing.T, topo bool) *env {
 	t.Helper()
@@ -116,17 +123,16 @@ func (s *suite) newEnv(t *testing.T, topo bool) *env {
 	if err := installForeign(e.ctx, e.ns); err != nil {
 		t.Fatal(err)
 	}
-	var err error
-	if e.base, err = readForeign(e.ctx, e.ns); err != nil {
-		t.Fatal(err)
-	}
+	base := e.snapshot()
+	e.base = parseForeign(base.nft, base.ipt)
+	e.touch()
 	e.dp = e.openDP()
 	e.check("open")
 	e.empty = e.kernel()
 	return e
 }
 
-// GatewayNS creates namespace role in lab with dummy interfaces named like
+// GatewayNS creates namespace role in lab with interfaces named like
 // Kube-OVN's gateway (net1 192.0.2.254/24, eth0 198.51.100.1/24) and IPv4
 // forwarding on: enough for a backend that sends no packets.
 func GatewayNS(lab *netlab.Lab, role string) (string, error) {
@@ -134,10 +140,10 @@ func GatewayNS(lab *netlab.Lab, role string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := netlab.Dummy(ns, nat.DefaultExternalInterface, netip.PrefixFrom(netlab.GWExtAddr, netlab.ExtNet.Bits())); err != nil {
+	if err := netlab.Stub(ns, nat.DefaultExternalInterface, netip.PrefixFrom(netlab.GWExtAddr, netlab.ExtNet.Bits())); err != nil {
 		return "", err
 	}
-	if err := netlab.Dummy(ns, nat.DefaultInternalInterface, netip.PrefixFrom(netlab.GWVPCAddr, netlab.VPCNet.Bits())); err != nil {
+	if err := netlab.Stub(ns, nat.DefaultInternalInterface, netip.PrefixFrom(netlab.GWVPCAddr, netlab.VPCNet.Bits())); err != nil {
 		return "", err
 	}
 	if err := netlab.Sysctl(ns, "net.ipv4.ip_forward", "1"); err != nil {
@@ -162,10 +168,12 @@ func (e *env) openDP() nat.Dataplane {
 // reopen closes the backend and opens a new one on the same namespace.
 func (e *env) reopen() {
 	e.t.Helper()
+	e.touch()
 	if err := e.dp.Close(); err != nil {
 		e.t.Errorf("close: %v", err)
 	}
 	e.check("close")
+	e.touch()
 	e.dp = e.openDP()
 	e.check("reopen")
 }
@@ -179,6 +187,7 @@ func (e *env) tryApply(objs ...nat.Object) error {
 	e.t.Helper()
 	ctx, cancel := e.opCtx()
 	defer cancel()
+	e.touch()
 	err := e.dp.Apply(ctx, objs...)
 	e.check("apply " + describe(objs))
 	return err
@@ -197,6 +206,7 @@ func (e *env) del(uids ...string) {
 	e.t.Helper()
 	ctx, cancel := e.opCtx()
 	defer cancel()
+	e.touch()
 	err := e.dp.Delete(ctx, uids...)
 	e.check(fmt.Sprintf("delete %v", uids))
 	if err != nil {
@@ -209,6 +219,7 @@ func (e *env) trySync(desired ...nat.Object) error {
 	e.t.Helper()
 	ctx, cancel := e.opCtx()
 	defer cancel()
+	e.touch()
 	err := e.dp.Sync(ctx, desired)
 	e.check("sync " + describe(desired))
 	return err
@@ -267,35 +278,63 @@ func describe(objs []nat.Object) string {
 	return "[" + strings.Join(parts, ", ") + "]"
 }
 
-// kernel returns everything a backend may change in the gateway namespace:
+// snapshot is everything a backend may change in the gateway namespace:
 // the nft ruleset (stateless), the iptables-legacy rules, the addresses of
-// the external interface and the routes. Two calls with nothing changed in
+// the external interface and the routes.
+type snapshot struct {
+	nft, ipt string
+	addrs    []netip.Prefix
+	routes   []netlab.Route
+}
+
+// touch forgets the cached snapshot: call it before anything that may
+// change the kernel.
+func (e *env) touch() { e.last = nil }
+
+// snapshot returns the kernel state, read once per change (see touch).
+func (e *env) snapshot() *snapshot {
+	e.t.Helper()
+	if e.last != nil {
+		return e.last
+	}
+	var snap snapshot
+	var iptErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		snap.ipt, iptErr = netlab.IptablesSave(e.ctx, e.ns, true)
+	}()
+	nft, err := netlab.Exec(e.ctx, e.ns, "", "nft", "-s", "list", "ruleset")
+	<-done
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if iptErr != nil {
+		e.t.Fatal(iptErr)
+	}
+	snap.nft = nft
+	if snap.addrs, err = netlab.Addrs(e.ns, e.cfg.ExternalInterface); err != nil {
+		e.t.Fatal(err)
+	}
+	if snap.routes, err = netlab.Routes(e.ns); err != nil {
+		e.t.Fatal(err)
+	}
+	e.last = &snap
+	return e.last
+}
+
+// kernel returns the snapshot as text. Two calls with nothing changed in
 // between return identical text.
 func (e *env) kernel() string {
 	e.t.Helper()
-	nft, err := netlab.Exec(e.ctx, e.ns, "", "nft", "-s", "list", "ruleset")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	ipt, err := netlab.IptablesSave(e.ctx, e.ns, true)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	addrs, err := netlab.Addrs(e.ns, e.cfg.ExternalInterface)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	routes, err := netlab.Routes(e.ns)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	snap := e.snapshot()
 	var b strings.Builder
-	fmt.Fprintf(&b, "# nft -s list ruleset\n%s# iptables-legacy-save\n%s# addresses of %s\n", nft, ipt, e.cfg.ExternalInterface)
-	for _, a := range addrs {
+	fmt.Fprintf(&b, "# nft -s list ruleset\n%s# iptables-legacy-save\n%s# addresses of %s\n", snap.nft, snap.ipt, e.cfg.ExternalInterface)
+	for _, a := range snap.addrs {
 		fmt.Fprintf(&b, "%s\n", a)
 	}
 	b.WriteString("# routes\n")
-	for _, r := range routes {
+	for _, r := range snap.routes {
 		fmt.Fprintf(&b, "%s\n", r)
 	}
 	return b.String()

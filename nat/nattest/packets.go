@@ -118,6 +118,7 @@ func (e *env) applyEIPs(objs ...nat.Object) {
 			// TODO(lab): remove once nat/link programs EIP addresses;
 			// the Link subtest fails meanwhile.
 			e.t.Logf("EIP %s not on %s after apply (nat/link not done?): adding it by hand for the packet test", p, e.cfg.ExternalInterface)
+			e.touch()
 			if err := netlab.AddAddr(e.ns, e.cfg.ExternalInterface, p); err != nil {
 				e.t.Fatal(err)
 			}

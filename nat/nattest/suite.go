@@ -109,21 +109,23 @@ func (s *suite) testIdempotent(t *testing.T) {
 func (s *suite) testUpdate(t *testing.T) {
 	u := func(k nat.Kind) string { return UID(k, 100) }
 	eip4, eip5 := netlab.EIP(4), netlab.EIP(5)
+	// Addresses and prefixes no object of sample() uses.
+	spare1, spare2 := netlab.VMAddr(10), netlab.VMAddr(11)
 	cases := []struct {
 		name     string
 		old, new nat.Object
 	}{
-		{"fip internal IP", FIP(u(nat.KindFIP), eip4, vm1), FIP(u(nat.KindFIP), eip4, vm2)},
-		{"fip EIP", FIP(u(nat.KindFIP), eip4, vm1), FIP(u(nat.KindFIP), eip5, vm1)},
+		{"fip internal IP", FIP(u(nat.KindFIP), eip4, spare1), FIP(u(nat.KindFIP), eip4, spare2)},
+		{"fip EIP", FIP(u(nat.KindFIP), eip4, spare1), FIP(u(nat.KindFIP), eip5, spare1)},
 		{"dnat internal port", DNAT(u(nat.KindDNAT), eip4, nat.TCP, 80, vm1, 8080), DNAT(u(nat.KindDNAT), eip4, nat.TCP, 80, vm1, 9090)},
 		{"dnat external port and protocol", DNAT(u(nat.KindDNAT), eip4, nat.TCP, 80, vm1, 8080), DNAT(u(nat.KindDNAT), eip4, nat.UDP, 53, vm1, 8080)},
-		{"snat CIDR", SNAT(u(nat.KindSNAT), eip4, prefix("198.51.100.0/24"), false), SNAT(u(nat.KindSNAT), eip4, prefix("198.51.100.0/25"), false)},
-		{"snat random-fully", SNAT(u(nat.KindSNAT), eip4, prefix("198.51.100.0/24"), false), SNAT(u(nat.KindSNAT), eip4, prefix("198.51.100.0/24"), true)},
+		{"snat CIDR", SNAT(u(nat.KindSNAT), eip4, prefix("198.51.100.128/25"), false), SNAT(u(nat.KindSNAT), eip4, prefix("198.51.100.128/26"), false)},
+		{"snat random-fully", SNAT(u(nat.KindSNAT), eip4, prefix("198.51.100.128/25"), false), SNAT(u(nat.KindSNAT), eip4, prefix("198.51.100.128/25"), true)},
 		{"eip QoS added", EIP(u(nat.KindEIP), eip4), EIPQoS(u(nat.KindEIP), eip4, nat.QoS{IngressRateMbps: 100})},
 		{"eip QoS changed", EIPQoS(u(nat.KindEIP), eip4, nat.QoS{IngressRateMbps: 100}), EIPQoS(u(nat.KindEIP), eip4, nat.QoS{IngressRateMbps: 50, EgressRateMbps: 40, EgressBurstMbit: 4})},
 		{"eip QoS removed", EIPQoS(u(nat.KindEIP), eip4, nat.QoS{IngressRateMbps: 100}), EIP(u(nat.KindEIP), eip4)},
 		{"eip address", EIP(u(nat.KindEIP), eip4), EIP(u(nat.KindEIP), eip5)},
-		{"route next hop", Route(u(nat.KindRoute), prefix("203.0.113.0/24"), vm1, nat.DeviceInternal), Route(u(nat.KindRoute), prefix("203.0.113.0/24"), vm2, nat.DeviceInternal)},
+		{"route next hop", Route(u(nat.KindRoute), prefix("10.1.0.0/16"), vm1, nat.DeviceInternal), Route(u(nat.KindRoute), prefix("10.1.0.0/16"), vm2, nat.DeviceInternal)},
 	}
 	e := s.newEnv(t, false)
 	// Other objects stay untouched by every update.
@@ -173,9 +175,10 @@ func (s *suite) testConflicts(t *testing.T) {
 		{"conflicting one before a valid object", []nat.Object{fipA, dnatA}, []nat.Object{DNAT("dnat-b", eip1, nat.TCP, 2222, vm3, 1), fresh}},
 		{"update into a conflict", []nat.Object{fipA, dnatA}, []nat.Object{FIP("fip-a", eip1, vm1)}},
 	}
+	e := s.newEnv(t, false)
 	for _, tc := range cases {
 		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
-			e := s.newEnv(t, false)
+			e.t = t
 			if len(tc.setup) > 0 {
 				e.apply(tc.setup...)
 			}
@@ -189,6 +192,8 @@ func (s *suite) testConflicts(t *testing.T) {
 			wantErr(t, "sync with a conflict", err, nat.ErrConflict)
 			e.wantKernel("after a refused sync", before)
 			e.wantList("after a refused sync", tc.setup...)
+			e.del(uids(tc.setup)...)
+			e.wantKernel("after deleting the case's objects", e.empty)
 		})
 	}
 }
@@ -250,6 +255,7 @@ func (s *suite) testReopen(t *testing.T) {
 	}
 	ctx, cancel := e.opCtx()
 	defer cancel()
+	e.touch()
 	if err := e.dp.Reload(ctx); err != nil {
 		t.Errorf("reload: %v", err)
 	}
@@ -321,6 +327,7 @@ func (s *suite) testConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	e.touch()
 	close(errs)
 	for err := range errs {
 		t.Error(err)
