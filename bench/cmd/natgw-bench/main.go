@@ -1,0 +1,142 @@
+// Command natgw-bench runs natgw's network-namespace benchmarks side by side
+// with the upstream way of programming a VPC NAT gateway, and writes
+// REPORT.md, one PNG plot per scenario and summary.json. It must run as
+// root; every namespace it creates is removed on exit, also on Ctrl-C.
+//
+//	natgw-bench [-quick] [-out bench/results] [-natgw bin/natgw] [-scenarios 1,2,3,4,5]
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/natgw/natgw/bench/progress"
+	"github.com/natgw/natgw/bench/report"
+	"github.com/natgw/natgw/bench/scenario"
+	"github.com/natgw/natgw/internal/netlab"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "natgw-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	quick := flag.Bool("quick", false, "reduced sizes and repetitions (make bench-quick)")
+	out := flag.String("out", "bench/results", "directory for REPORT.md, summary.json and the plots")
+	natgw := flag.String("natgw", "", "path of the natgw binary for `natgw serve` (empty: leave the agent out)")
+	only := flag.String("scenarios", "1,2,3,4,5", "comma-separated scenario numbers to run")
+	flag.Parse()
+	if reason := netlab.Unavailable(); reason != "" {
+		return errors.New(reason)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if removed, err := netlab.SweepStale(10 * time.Second); err != nil {
+		fmt.Fprintln(os.Stderr, "natgw-bench: sweeping stale namespaces:", err)
+	} else if len(removed) > 0 {
+		fmt.Fprintf(os.Stderr, "natgw-bench: removed %d stale namespaces of killed runs\n", len(removed))
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	mode := "full"
+	if *quick {
+		mode = "quick"
+	}
+	rep := &report.Report{Title: "natgw benchmarks"}
+	rep.Meta = meta(ctx, mode, *natgw)
+	rep.Intro = []string{
+		"Every figure below was measured in this run, on this machine, in network namespaces the run created and removed. " +
+			"Every figure is the median over repetitions that follow a warm-up; p90/p99 are given where latency is the point; " +
+			"comparisons are ratios of medians from the same run. Targets from issue 6 are checked next to the figures (PASS/MISS). " +
+			"The machine is shared (see the load average above), so absolute figures carry noise; ratios from the same run are the point.",
+	}
+	env := &scenario.Env{Quick: *quick, OutDir: *out, Natgw: *natgw, Report: rep, Progress: progress.Stderr()}
+	want := map[string]bool{}
+	for _, s := range strings.Split(*only, ",") {
+		want[strings.TrimSpace(s)] = true
+	}
+	var errs []error
+	for _, s := range scenario.All() {
+		if !want[s.ID] {
+			continue
+		}
+		if err := s.Run(ctx, env); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("interrupted; no report written: %w", ctx.Err())
+			}
+			errs = append(errs, fmt.Errorf("scenario %s: %w", s.ID, err))
+			env.Progress.Printf("scenario %s: %v", s.ID, err)
+		}
+	}
+	rep.Meta.Finished = time.Now()
+	rep.Meta.LoadEnd = loadavg()
+	if err := rep.Write(*out); err != nil {
+		return err
+	}
+	env.Progress.Printf("wrote %s/REPORT.md and summary.json (%s)", *out, rep.Meta.Finished.Sub(rep.Meta.Started).Round(time.Second))
+	return errors.Join(errs...)
+}
+
+func meta(ctx context.Context, mode, natgw string) report.Meta {
+	m := report.Meta{
+		Command:   strings.Join(os.Args, " "),
+		Mode:      mode,
+		Started:   time.Now(),
+		CPUs:      runtime.NumCPU(),
+		CPUModel:  cpuModel(),
+		LoadStart: loadavg(),
+		Go:        runtime.Version() + " (runner)",
+		Tools:     scenario.Tools(ctx, natgw),
+	}
+	var u unix.Utsname
+	if err := unix.Uname(&u); err == nil {
+		m.Kernel = unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:]) + " " + unix.ByteSliceToString(u.Machine[:])
+	}
+	if out, err := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty").Output(); err == nil {
+		m.Commit = strings.TrimSpace(string(out))
+	}
+	return m
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -1,0 +1,114 @@
+// Package scenario holds natgw's benchmark scenarios. Each one builds its own
+// network namespaces (internal/netlab), measures the ways of doing one job
+// side by side in the same run, and adds its tables, targets, plot and
+// metrics to a report.Report.
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/natgw/natgw/bench/progress"
+	"github.com/natgw/natgw/bench/report"
+	"github.com/natgw/natgw/internal/netlab"
+)
+
+// Env is what every scenario gets.
+type Env struct {
+	// Quick selects reduced sizes and repetitions (make bench-quick).
+	Quick bool
+	// OutDir receives the plots (the report itself is written by the caller).
+	OutDir string
+	// Natgw is the path of the natgw binary (for `natgw serve`); "" when
+	// not built, which leaves out the methods that need it.
+	Natgw string
+	// Report collects the results.
+	Report *report.Report
+	// Progress shows what runs (nil prints nothing).
+	Progress *progress.Printer
+}
+
+// Plan is the size of a run: which table sizes, how many repetitions.
+type Plan struct {
+	// S1Sizes are the existing-FIP counts of scenario 1.
+	S1Sizes []int
+	// S1Budget bounds the measured time of one (method, size) cell; the
+	// repetitions are chosen from the warm-up's duration to fit it, within
+	// [S1MinReps, S1MaxReps] (S1MaxExecReps for process-exec methods).
+	S1Budget                            time.Duration
+	S1Warmup                            int
+	S1MinReps, S1MaxReps, S1MaxExecReps int
+	// S1Flows is the number of live conntrack flows of the FIP's EIP
+	// made before every delete.
+	S1Flows int
+
+	// S4Sizes are the FIP counts of scenario 4.
+	S4Sizes []int
+	// S4Window bounds one new-flow measurement in time, S4MaxFlows in
+	// packets; S4Reps windows per size follow one warm-up window.
+	S4Window   time.Duration
+	S4MaxFlows int
+	S4Reps     int
+	// S4TCPWindow is the length of one established-TCP throughput run.
+	S4TCPWindow time.Duration
+	S4TCPReps   int
+}
+
+// FullPlan is `make bench`.
+func FullPlan() Plan {
+	return Plan{
+		S1Sizes: []int{0, 1000, 10000, 100000}, S1Budget: 12 * time.Second, S1Warmup: 2,
+		S1MinReps: 5, S1MaxReps: 300, S1MaxExecReps: 60, S1Flows: 8,
+		S4Sizes: []int{1, 1000, 10000, 50000}, S4Window: time.Second, S4MaxFlows: 250000, S4Reps: 5,
+		S4TCPWindow: 2 * time.Second, S4TCPReps: 3,
+	}
+}
+
+// QuickPlan is `make bench-quick`: smaller tables, fewer repetitions.
+func QuickPlan() Plan {
+	return Plan{
+		S1Sizes: []int{0, 1000, 10000}, S1Budget: 1500 * time.Millisecond, S1Warmup: 1,
+		S1MinReps: 3, S1MaxReps: 60, S1MaxExecReps: 15, S1Flows: 4,
+		S4Sizes: []int{1, 10000, 50000}, S4Window: 300 * time.Millisecond, S4MaxFlows: 80000, S4Reps: 3,
+		S4TCPWindow: 500 * time.Millisecond, S4TCPReps: 2,
+	}
+}
+
+func (e *Env) plan() Plan {
+	if e.Quick {
+		return QuickPlan()
+	}
+	return FullPlan()
+}
+
+// plotPath is where the PNG of a section goes; the report links it by
+// base name.
+func (e *Env) plotPath(id string) (path, name string) {
+	name = id + ".png"
+	return filepath.Join(e.OutDir, name), name
+}
+
+// withLab runs fn with a fresh Lab and removes it afterwards, also when
+// fn fails or ctx is cancelled.
+func withLab(ctx context.Context, fn func(l *netlab.Lab) error) (err error) {
+	l, err := netlab.New(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := l.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	return fn(l)
+}
+
+// since is time.Since as float seconds.
+func since(t time.Time) float64 { return time.Since(t).Seconds() }
+
+// sizeErr wraps err with the method and size it happened at.
+func sizeErr(method string, n int, err error) error {
+	return fmt.Errorf("%s at N=%d: %w", method, n, err)
+}

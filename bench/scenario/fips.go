@@ -1,0 +1,65 @@
+package scenario
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat"
+)
+
+// FIP is one floating IP as every method sees it.
+type FIP struct {
+	UID      string
+	EIP      netip.Addr
+	Internal netip.Addr
+}
+
+// Object is the FIP as a natgw object.
+func (f FIP) Object() nat.Object {
+	return nat.Object{UID: f.UID, Kind: nat.KindFIP, FIP: &nat.FIP{EIP: f.EIP, InternalIP: f.Internal}}
+}
+
+// MaxFillers bounds filler indexes: EIPs come from 100.64.0.0/10, internal
+// addresses from 10.0.0.0/8.
+const MaxFillers = 1 << 22
+
+// Filler returns the i-th FIP that fills the table: EIP 100.64.0.0+i+1,
+// internal 10.0.0.0+i+1, and a Kubernetes-shaped 36-character UID. No
+// traffic ever goes to them; they make the table big.
+func Filler(i int) FIP {
+	if i < 0 || i >= MaxFillers-2 {
+		panic(fmt.Sprintf("filler index %d out of range", i)) // a bug in a scenario's sizes, not input
+	}
+	v := uint32(i + 1)
+	return FIP{
+		UID:      fmt.Sprintf("%08x-f111-4000-8000-%012x", v, v),
+		EIP:      netip.AddrFrom4([4]byte{100, 64 | byte(v>>16&0x3f), byte(v >> 8), byte(v)}),
+		Internal: netip.AddrFrom4([4]byte{10, byte(v >> 16), byte(v >> 8), byte(v)}),
+	}
+}
+
+// Fillers returns Filler(0..n-1).
+func Fillers(n int) []FIP {
+	out := make([]FIP, n)
+	for i := range out {
+		out[i] = Filler(i)
+	}
+	return out
+}
+
+// Probe is the FIP the scenarios add, delete and send traffic to: the
+// standard topology's first EIP to its first VPC host, so its flows are
+// real (ext → gw → vm1).
+func Probe() FIP {
+	return FIP{UID: "b0b0b0b0-0000-4000-8000-000000000001", EIP: netlab.EIP(0), Internal: netlab.VMAddr(0)}
+}
+
+// Objects converts FIPs to natgw objects.
+func Objects(fs []FIP) []nat.Object {
+	out := make([]nat.Object, len(fs))
+	for i, f := range fs {
+		out[i] = f.Object()
+	}
+	return out
+}

@@ -1,0 +1,434 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"time"
+
+	"github.com/natgw/natgw/bench/report"
+	"github.com/natgw/natgw/bench/stats"
+	"github.com/natgw/natgw/internal/netlab"
+)
+
+// s1Cell is one (method, size) measurement.
+type s1Cell struct {
+	add, del stats.Summary
+	err      error
+}
+
+// s1Results holds cells by method key and size.
+type s1Results map[string]map[int]*s1Cell
+
+func (r s1Results) get(key string, n int) *s1Cell {
+	if c := r[key][n]; c != nil && c.err == nil {
+		return c
+	}
+	return nil
+}
+
+func (r s1Results) median(key string, n int, del bool) float64 {
+	c := r.get(key, n)
+	switch {
+	case c == nil:
+		return math.NaN()
+	case del:
+		return c.del.Median
+	}
+	return c.add.Median
+}
+
+// RunS1 measures the latency of adding and deleting one FIP with N FIPs
+// already installed, for every method, and reports it.
+func RunS1(ctx context.Context, e *Env) error {
+	plan := e.plan()
+	return runS1(ctx, e, plan, s1Methods(e))
+}
+
+func runS1(ctx context.Context, e *Env, plan Plan, methods []Method) error {
+	e.Progress.Scenario("scenario 1: programming latency of one FIP (add, delete) at N existing FIPs")
+	res := s1Results{}
+	var errs []error
+	total, done := len(methods)*len(plan.S1Sizes), 0
+	// Size-major order: the methods of one size run back to back, under
+	// the same machine conditions.
+	for _, n := range plan.S1Sizes {
+		for _, m := range methods {
+			done++
+			label := fmt.Sprintf("[%d/%d] %s N=%s", done, total, m.Name(), report.SizeLabel(n))
+			c := measureS1Cell(ctx, e, plan, m, n, label)
+			if res[m.Key] == nil {
+				res[m.Key] = map[int]*s1Cell{}
+			}
+			res[m.Key][n] = c
+			if c.err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				errs = append(errs, c.err)
+				e.Progress.Printf("%s: FAILED: %v", label, c.err)
+				continue
+			}
+			e.Progress.Printf("%s: add %s, delete %s (n=%d)", label, report.Seconds(c.add.Median), report.Seconds(c.del.Median), c.add.N)
+		}
+	}
+	reportS1(e, plan, methods, res)
+	return errors.Join(errs...)
+}
+
+// measureS1Cell builds a fresh gateway, preloads n FIPs with the method and
+// times add/delete pairs of the probe FIP.
+func measureS1Cell(ctx context.Context, e *Env, plan Plan, m Method, n int, label string) *s1Cell {
+	cell := &s1Cell{}
+	cell.err = withLab(ctx, func(l *netlab.Lab) error {
+		e.Progress.Step(0, 0, "%s: building namespaces", label)
+		gw, err := l.Gateway(netlab.GatewayOptions{VMs: 1})
+		if err != nil {
+			return err
+		}
+		probe := Probe()
+		// The EIP's address on net1, as upstream's EIP add puts it there.
+		if err := netlab.AddAddr(gw.GW, gw.ExternalInterface, netip.PrefixFrom(probe.EIP, netlab.ExtNet.Bits())); err != nil {
+			return err
+		}
+		prog, err := m.Open(ctx, e, gw)
+		if err != nil {
+			return fmt.Errorf("open: %w", err)
+		}
+		defer prog.Close()
+		e.Progress.Step(0, 0, "%s: preloading %d FIPs", label, n)
+		if err := prog.Preload(ctx, Fillers(n)); err != nil {
+			return err
+		}
+		ct, err := openCT(gw.GW)
+		if err != nil {
+			return err
+		}
+		defer ct.Close()
+		snd, err := newUDPSender(gw.Ext.NS, gw.Ext.Addr)
+		if err != nil {
+			return err
+		}
+		defer snd.Close()
+		r := &s1Runner{ctx: ctx, m: m, prog: prog, ct: ct, snd: snd, probe: probe, flows: plan.S1Flows, sport: 20000}
+		var last time.Duration
+		for i := 0; i < plan.S1Warmup; i++ {
+			e.Progress.Step(i+1, plan.S1Warmup, "%s: warm-up (checked)", label)
+			t0 := time.Now()
+			if _, _, err := r.pair(true); err != nil {
+				return fmt.Errorf("warm-up: %w", err)
+			}
+			last = time.Since(t0)
+		}
+		maxReps := plan.S1MaxReps
+		if m.Exec {
+			maxReps = plan.S1MaxExecReps
+		}
+		reps := plan.S1MinReps
+		if last > 0 {
+			reps = int(plan.S1Budget / last)
+		}
+		reps = max(plan.S1MinReps, min(reps, maxReps))
+		adds, dels := make([]float64, 0, reps), make([]float64, 0, reps)
+		for i := 0; i < reps; i++ {
+			e.Progress.Step(i+1, reps, "%s: add+delete", label)
+			a, d, err := r.pair(false)
+			if err != nil {
+				return fmt.Errorf("repetition %d: %w", i+1, err)
+			}
+			adds, dels = append(adds, a.Seconds()), append(dels, d.Seconds())
+		}
+		cell.add, cell.del = stats.Summarize(adds), stats.Summarize(dels)
+		return nil
+	})
+	if cell.err != nil {
+		cell.err = sizeErr(m.Name(), n, cell.err)
+	}
+	return cell
+}
+
+// s1Runner does one add/delete pair of the probe FIP.
+type s1Runner struct {
+	ctx   context.Context
+	m     Method
+	prog  Programmer
+	ct    *ctTable
+	snd   *udpSender
+	probe FIP
+	flows int
+	sport uint16
+}
+
+// pair times Add, then makes r.flows live flows through the new FIP
+// (untimed), then times Delete. Every method gets the same conntrack state
+// before its delete; for methods that do not clean conntrack the flows are
+// flushed afterwards, untimed. With check set it also proves the FIP
+// translated the flows, that a method that cleans conntrack removed them,
+// and that after the delete the EIP is no longer translated.
+func (r *s1Runner) pair(check bool) (add, del time.Duration, err error) {
+	p := r.probe
+	t0 := time.Now()
+	if err := r.prog.Add(r.ctx, p); err != nil {
+		return 0, 0, fmt.Errorf("add: %w", err)
+	}
+	add = time.Since(t0)
+	if err := r.send(r.flows); err != nil {
+		return 0, 0, err
+	}
+	_, natted, err := r.ct.WaitCount(r.ctx, p.EIP, p.Internal, r.flows, 2*time.Second)
+	if err != nil {
+		return 0, 0, err
+	}
+	if check && natted != r.flows {
+		return 0, 0, fmt.Errorf("after add: %d of %d flows to %s translated to %s", natted, r.flows, p.EIP, p.Internal)
+	}
+	t0 = time.Now()
+	if err := r.prog.Delete(r.ctx, p); err != nil {
+		return 0, 0, fmt.Errorf("delete: %w", err)
+	}
+	del = time.Since(t0)
+	if check && r.m.CleansConntrack {
+		left, _, err := r.ct.Count(p.EIP, p.Internal)
+		if err != nil {
+			return 0, 0, err
+		}
+		if left != 0 {
+			return 0, 0, fmt.Errorf("delete left %d conntrack flows to %s", left, p.EIP)
+		}
+	}
+	if !r.m.CleansConntrack || check {
+		if err := r.ct.Flush(); err != nil {
+			return 0, 0, err
+		}
+	}
+	if check {
+		// A new flow after the delete must reach the gateway itself
+		// (the EIP is its address), untranslated. NAT needs conntrack:
+		// when the last NAT rule is gone the kernel may stop tracking
+		// in this namespace, so no entry at all also means untranslated.
+		if err := r.send(1); err != nil {
+			return 0, 0, err
+		}
+		time.Sleep(100 * time.Millisecond)
+		_, natted, err := r.ct.Count(p.EIP, p.Internal)
+		if err != nil {
+			return 0, 0, fmt.Errorf("after delete: %w", err)
+		}
+		if natted != 0 {
+			return 0, 0, fmt.Errorf("after delete: a new flow to %s is still translated to %s", p.EIP, p.Internal)
+		}
+		if err := r.ct.Flush(); err != nil {
+			return 0, 0, err
+		}
+	}
+	return add, del, nil
+}
+
+// send sends n datagrams to the probe EIP from fresh source ports.
+func (r *s1Runner) send(n int) error {
+	for i := 0; i < n; i++ {
+		r.sport++
+		if r.sport < 20000 || r.sport > 60000 {
+			r.sport = 20000
+		}
+		if err := r.snd.Send(r.probe.EIP, r.sport, 7); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// s1Baseline is the method natgw is compared with.
+const s1Baseline = "a"
+
+func reportS1(e *Env, plan Plan, methods []Method, res s1Results) {
+	sec := e.Report.Section("s1", "Scenario 1: programming latency of one FIP")
+	sec.Text = append(sec.Text,
+		"Time to add one FIP, and to delete it again, on a gateway namespace that already holds N FIPs. "+
+			"Each repetition adds the probe FIP (EIP "+Probe().EIP.String()+" → "+Probe().Internal.String()+"), "+
+			fmt.Sprintf("makes %d live UDP flows through it (real packets from the ext namespace, so every method's rules and conntrack marks see them), ", plan.S1Flows)+
+			"then deletes it; only the add and the delete are timed. Every method sees the same conntrack state before its delete; "+
+			"methods that do not delete conntrack entries themselves have them flushed afterwards, untimed. "+
+			"The first repetitions are a warm-up and are checked: the flows must be translated after the add, gone after the delete "+
+			"(for methods that clean conntrack), and a new flow after the delete must not be translated.",
+		"Methods: (a) a bash script shaped like upstream's gateway script, written for this benchmark from DESIGN.md §1 "+
+			"(`bench/scenario/nat-gateway.sh`): add = `iptables-legacy-save -t nat | grep` existence check + two `iptables-legacy -t nat -A`; "+
+			"delete = the check + two `-D` + `conntrack -D -d EIP`; one bash exec per operation, preloaded with one `iptables-legacy-restore`. "+
+			"(b) the same script on `iptables-nft`/`iptables-nft-save`. (c) one `nft -f` exec per operation adding or deleting one element pair "+
+			"in two maps (`dnat to ip daddr map`, `snat to ip saddr map`), UID comments included, no conntrack cleanup. "+
+			"(d) natgw's nftables backend in-process. (e) natgw through `natgw serve` over its pipe protocol (the binary runs in the gateway namespace). "+
+			"(f) natgw's iptables-legacy backend in-process. Processes are forked from a thread inside the namespace (no `ip netns exec` wrapper).")
+	keys := map[string]bool{}
+	for _, m := range methods {
+		keys[m.Key] = true
+	}
+	for _, k := range []string{"d", "e", "f"} {
+		if !keys[k] {
+			sec.Notes = append(sec.Notes, fmt.Sprintf("Method (%s) was not run: %s.", k, missingReason(k, e)))
+		}
+	}
+	for _, del := range []bool{false, true} {
+		op := "add"
+		if del {
+			op = "delete"
+		}
+		med := report.Table{Caption: fmt.Sprintf("**%s**, median per operation", op), Header: []string{"method"}}
+		tail := report.Table{Caption: fmt.Sprintf("**%s**, p90 / p99 / repetitions", op), Header: []string{"method"}}
+		speed := report.Table{Caption: fmt.Sprintf("**%s**, speed-up over (a) (median of (a) / median of the method, same run)", op), Header: []string{"method"}}
+		for _, n := range plan.S1Sizes {
+			h := "N=" + report.SizeLabel(n)
+			med.Header, tail.Header, speed.Header = append(med.Header, h), append(tail.Header, h), append(speed.Header, h)
+		}
+		for _, m := range methods {
+			mr, tr, sr := []string{m.Name()}, []string{m.Name()}, []string{m.Name()}
+			for _, n := range plan.S1Sizes {
+				c := res[m.Key][n]
+				switch {
+				case c == nil:
+					mr, tr, sr = append(mr, "not run"), append(tr, "not run"), append(sr, "—")
+					continue
+				case c.err != nil:
+					mr, tr, sr = append(mr, "failed"), append(tr, "failed"), append(sr, "—")
+					continue
+				}
+				s := c.add
+				if del {
+					s = c.del
+				}
+				mr = append(mr, report.Seconds(s.Median))
+				tr = append(tr, fmt.Sprintf("%s / %s / %d", report.Seconds(s.P90), report.Seconds(s.P99), s.N))
+				sr = append(sr, report.Times(report.Advantage(s.Median, res.median(s1Baseline, n, del), false)))
+			}
+			med.Rows, tail.Rows, speed.Rows = append(med.Rows, mr), append(tail.Rows, tr), append(speed.Rows, sr)
+		}
+		sec.Tables = append(sec.Tables, med, tail, speed)
+	}
+	for _, m := range methods {
+		for _, n := range plan.S1Sizes {
+			if c := res[m.Key][n]; c != nil && c.err != nil {
+				sec.Notes = append(sec.Notes, fmt.Sprintf("%s at N=%s failed: %v", m.Name(), report.SizeLabel(n), c.err))
+			}
+		}
+	}
+	sec.Notes = append(sec.Notes,
+		fmt.Sprintf("Repetitions per cell: %d checked warm-up pair(s), then as many as fit a %s budget, between %d and %d (%d for methods that exec processes); "+
+			"with fewer than 100 repetitions p99 is close to the maximum.", plan.S1Warmup, plan.S1Budget, plan.S1MinReps, plan.S1MaxReps, plan.S1MaxExecReps),
+		"Exec methods run the real CLIs; iptables-legacy takes the host-wide /run/xtables.lock (`-w`), so other iptables users on the machine can add waiting time.")
+	s1Targets(e, plan, sec, res)
+	s1Metrics(e, plan, methods, res)
+	s1Plot(e, plan, methods, res, sec)
+}
+
+// missingReason says why a natgw method is absent.
+func missingReason(key string, e *Env) string {
+	switch key {
+	case "e":
+		if e.Natgw == "" {
+			return "the natgw binary was not given (-natgw)"
+		}
+		return "the agent is not available in this build"
+	}
+	return "the backend is not available in this build"
+}
+
+func s1Targets(e *Env, plan Plan, sec *report.Section, res s1Results) {
+	const at = 10000
+	serve := "e"
+	check := func(name, want string, ratio, min float64, why string) {
+		t := report.Target{Name: name, Want: want, Got: report.Times(ratio), Pass: !math.IsNaN(ratio) && ratio >= min}
+		if math.IsNaN(ratio) {
+			t.Got = "not measured"
+			t.Reason = why
+		}
+		sec.Targets = append(sec.Targets, t)
+	}
+	if !hasSize(plan.S1Sizes, at) {
+		return
+	}
+	check("S1 add at N=10k: (e) natgw serve vs (a) upstream script", "≥ 1,000× faster",
+		report.Advantage(res.median(serve, at, false), res.median(s1Baseline, at, false), false), 1000, "(e) or (a) did not run at 10k")
+	t := len(sec.Targets) - 1
+	if r := res.get(serve, at); r != nil && !sec.Targets[t].Pass {
+		sec.Targets[t].Reason = fmt.Sprintf("(e) add median %s vs (a) %s", report.Seconds(r.add.Median), report.Seconds(res.median(s1Baseline, at, false)))
+	}
+	check(fmt.Sprintf("S1 delete at N=10k incl. conntrack (%d live flows each): (e) vs (a)", plan.S1Flows), "≥ 50× faster",
+		report.Advantage(res.median(serve, at, true), res.median(s1Baseline, at, true), false), 50, "(e) or (a) did not run at 10k")
+	t = len(sec.Targets) - 1
+	if r := res.get(serve, at); r != nil && !sec.Targets[t].Pass {
+		sec.Targets[t].Reason = fmt.Sprintf("(e) delete median %s vs (a) %s", report.Seconds(r.del.Median), report.Seconds(res.median(s1Baseline, at, true)))
+	}
+	big := plan.S1Sizes[len(plan.S1Sizes)-1]
+	name := fmt.Sprintf("S1 (e) natgw serve add at N=%s vs at N=0", report.SizeLabel(big))
+	if big != 100000 {
+		name += " (quick mode: largest size run instead of 100k)"
+	}
+	r0, rb := res.median(serve, 0, false), res.median(serve, big, false)
+	growth := stats.Ratio(rb, r0)
+	tg := report.Target{Name: name, Want: "≤ 1.5×", Got: report.Times(growth), Pass: !math.IsNaN(growth) && growth <= 1.5}
+	if math.IsNaN(growth) {
+		tg.Got, tg.Reason = "not measured", "(e) did not run at both sizes"
+	} else {
+		tg.Reason = fmt.Sprintf("%s at 0, %s at %s", report.Seconds(r0), report.Seconds(rb), report.SizeLabel(big))
+	}
+	sec.Targets = append(sec.Targets, tg)
+}
+
+func hasSize(sizes []int, n int) bool {
+	for _, s := range sizes {
+		if s == n {
+			return true
+		}
+	}
+	return false
+}
+
+func s1Metrics(e *Env, plan Plan, methods []Method, res s1Results) {
+	base := "(a) upstream script, iptables-legacy"
+	for _, m := range methods {
+		if !m.Ours {
+			continue
+		}
+		for _, n := range plan.S1Sizes {
+			for _, del := range []bool{false, true} {
+				op := "add"
+				if del {
+					op = "delete"
+				}
+				e.Report.AddMetric(report.NewMetric(
+					fmt.Sprintf("s1.%s.%s.N=%s", op, m.Key, report.SizeLabel(n)), "s", report.LowerIsBetter,
+					res.median(m.Key, n, del), res.median(s1Baseline, n, del), base))
+			}
+		}
+	}
+}
+
+func s1Plot(e *Env, plan Plan, methods []Method, res s1Results, sec *report.Section) {
+	var cats []string
+	for _, n := range plan.S1Sizes {
+		cats = append(cats, report.SizeLabel(n))
+	}
+	var panels []report.Panel
+	for _, del := range []bool{false, true} {
+		title := "add one FIP"
+		if del {
+			title = "delete one FIP (incl. conntrack for a, b, d, e, f)"
+		}
+		p := report.Panel{Title: title, XLabel: "existing FIPs (N)", YLabel: "median latency (s), log scale", LogY: true, Categories: cats}
+		for _, m := range methods {
+			var ys []float64
+			for _, n := range plan.S1Sizes {
+				ys = append(ys, res.median(m.Key, n, del))
+			}
+			p.Series = append(p.Series, report.Series{Label: methodLabel(m), Y: ys, Dashed: !m.Ours})
+		}
+		panels = append(panels, p)
+	}
+	path, name := e.plotPath("s1")
+	if err := (report.Figure{Panels: panels}).SavePNG(path); err != nil {
+		sec.Notes = append(sec.Notes, "plot failed: "+err.Error())
+		return
+	}
+	sec.Plot = name
+}

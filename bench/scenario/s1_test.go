@@ -1,0 +1,105 @@
+package scenario
+
+import (
+	"context"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/natgw/natgw/bench/report"
+	"github.com/natgw/natgw/internal/netlab"
+)
+
+// tinyPlan runs scenario 1 at N ∈ {0, 10} with exactly two measured
+// repetitions: enough to prove every method's code path, the checks of the
+// warm-up, the tables and the plot.
+func tinyPlan() Plan {
+	p := QuickPlan()
+	p.S1Sizes = []int{0, 10}
+	p.S1Warmup, p.S1MinReps, p.S1MaxReps, p.S1MaxExecReps = 1, 2, 2, 2
+	p.S1Budget = time.Millisecond
+	p.S1Flows = 2
+	return p
+}
+
+func TestS1Tiny(t *testing.T) {
+	if reason := netlab.Unavailable(); reason != "" {
+		t.Skip(reason)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	e := &Env{Quick: true, OutDir: t.TempDir(), Natgw: testAgentBinary(t), Report: &report.Report{Title: "test"}}
+	methods := s1Methods(e)
+	for _, want := range []string{"a", "b", "c", "d", "e", "f"} {
+		if !hasMethod(methods, want) {
+			t.Errorf("method (%s) is missing from scenario 1", want)
+		}
+	}
+	plan := tinyPlan()
+	if err := runS1(ctx, e, plan, methods); err != nil {
+		t.Fatalf("scenario 1: %v", err)
+	}
+	sec := e.Report.Section("s1", "")
+	if len(sec.Tables) != 6 {
+		t.Fatalf("%d tables, want 6 (median, tail, speed-up for add and delete)", len(sec.Tables))
+	}
+	for _, tb := range sec.Tables {
+		if len(tb.Rows) != len(methods) {
+			t.Errorf("table %q has %d rows, want %d", tb.Caption, len(tb.Rows), len(methods))
+		}
+		for _, r := range tb.Rows {
+			for _, c := range r[1:] {
+				if c == "failed" || c == "not run" || c == "—" {
+					t.Errorf("table %q row %q has cell %q", tb.Caption, r[0], c)
+				}
+			}
+		}
+	}
+	// Tail table cells end in the repetition count.
+	for _, r := range sec.Tables[1].Rows {
+		for _, c := range r[1:] {
+			if !strings.HasSuffix(c, " / 2") {
+				t.Errorf("%s: tail cell %q, want 2 repetitions", r[0], c)
+			}
+		}
+	}
+	if sec.Plot != "s1.png" {
+		t.Fatalf("plot = %q, notes: %v", sec.Plot, sec.Notes)
+	}
+	f, err := os.Open(filepath.Join(e.OutDir, sec.Plot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := png.Decode(f); err != nil {
+		t.Errorf("plot: %v", err)
+	}
+	// Every natgw method yields one add and one delete metric per size,
+	// with (a) as baseline.
+	ours := 0
+	for _, m := range methods {
+		if m.Ours {
+			ours++
+		}
+	}
+	if got, want := len(e.Report.Metrics), ours*2*len(plan.S1Sizes); got != want {
+		t.Errorf("%d metrics, want %d", got, want)
+	}
+	for _, m := range e.Report.Metrics {
+		if m.Ours == nil || m.Baseline == nil || m.Ratio == nil || *m.Ours <= 0 {
+			t.Errorf("metric %s incomplete: %+v", m.Name, m)
+		}
+	}
+}
+
+func hasMethod(ms []Method, key string) bool {
+	for _, m := range ms {
+		if m.Key == key {
+			return true
+		}
+	}
+	return false
+}
