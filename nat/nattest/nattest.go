@@ -340,12 +340,117 @@ func (e *env) kernel() string {
 	return b.String()
 }
 
-// wantKernel checks that the kernel state equals want.
+// wantKernel checks that the kernel state is byte-identical to want: for
+// operations that must change nothing.
 func (e *env) wantKernel(what, want string) {
 	e.t.Helper()
 	if got := e.kernel(); got != want {
 		e.t.Errorf("%s: kernel state changed:\n%s", what, lineDiff(want, got))
 	}
+}
+
+// wantEquiv checks that the kernel state holds the same as want, up to the
+// order of nft sets, maps and chains in their table, of set elements and
+// of addresses: for the same objects reached by another sequence of
+// operations (listing order follows creation order, not semantics; rule
+// order inside a chain still counts).
+func (e *env) wantEquiv(what, want string) {
+	e.t.Helper()
+	if got := canonical(e.kernel()); got != canonical(want) {
+		e.t.Errorf("%s: kernel state differs:\n%s", what, lineDiff(canonical(want), got))
+	}
+}
+
+// canonical rewrites kernel() text into a canonical order (see wantEquiv).
+func canonical(text string) string {
+	sections := strings.SplitAfter(text, "\n# ")
+	for i, sec := range sections {
+		switch {
+		case strings.HasPrefix(sec, "# nft"):
+			head, body, _ := strings.Cut(sec, "\n")
+			body, tail := cutTail(body)
+			sections[i] = head + "\n" + canonicalNft(body) + tail
+		case strings.HasPrefix(sec, "addresses"):
+			head, body, _ := strings.Cut(sec, "\n")
+			body, tail := cutTail(body)
+			lines := strings.Split(body, "\n")
+			slices.Sort(lines)
+			sections[i] = head + "\n" + strings.Join(lines, "\n") + tail
+		}
+	}
+	return strings.Join(sections, "")
+}
+
+// cutTail splits the "\n# " that starts the next section off a section.
+func cutTail(body string) (string, string) {
+	if b, ok := strings.CutSuffix(body, "\n# "); ok {
+		return b, "\n# "
+	}
+	return body, ""
+}
+
+// canonicalNft sorts the blocks (sets, maps, chains, ...) of every table of
+// an nft listing, and the elements of every set and map.
+func canonicalNft(s string) string {
+	var out strings.Builder
+	var blocks []string
+	var cur strings.Builder
+	depth := 0
+	flush := func() {
+		if b := strings.TrimSpace(cur.String()); b != "" {
+			blocks = append(blocks, sortElements(b))
+		}
+		cur.Reset()
+	}
+	for _, line := range strings.Split(s, "\n") {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case depth == 0:
+			if strings.HasSuffix(trimmed, "{") {
+				depth++
+			}
+			out.WriteString(line + "\n")
+			continue
+		case depth == 1 && trimmed == "}":
+			flush()
+			slices.Sort(blocks)
+			out.WriteString(strings.Join(blocks, "\n") + "\n}\n")
+			blocks = nil
+			depth = 0
+			continue
+		case depth == 1 && trimmed == "":
+			flush()
+			continue
+		}
+		depth += strings.Count(trimmed, "{") - strings.Count(trimmed, "}")
+		cur.WriteString(trimmed + "\n")
+	}
+	flush()
+	if len(blocks) > 0 {
+		out.WriteString(strings.Join(blocks, "\n"))
+	}
+	return out.String()
+}
+
+// sortElements sorts the comma-separated items of an "elements = { ... }"
+// list in a block of an nft listing (which may span several lines).
+func sortElements(block string) string {
+	i := strings.Index(block, "elements = {")
+	if i < 0 {
+		return block
+	}
+	start := i + len("elements = {")
+	end := strings.Index(block[start:], "}")
+	if end < 0 {
+		return block
+	}
+	end += start
+	items := strings.Split(block[start:end], ",")
+	for j := range items {
+		items[j] = strings.Join(strings.Fields(items[j]), " ")
+	}
+	slices.Sort(items)
+	return block[:start] + " " + strings.Join(items, ", ") + " " + block[end:]
 }
 
 // lineDiff is a small unified-ish diff of two texts: lines only in a ("-")
