@@ -1,0 +1,184 @@
+// Command natgw-controller reconciles the kubeovn.io/v1 NAT CRDs
+// (IptablesEIP, IptablesFIPRule, IptablesDnatRule, IptablesSnatRule,
+// VpcNatGateway) onto natgw gateways, finalizer first, through one
+// long-lived `natgw serve` session per gateway (pod exec in a cluster, or a
+// child process in a network namespace with --transport=local).
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/gateway"
+	"github.com/natgw/natgw/controller/gwconfig"
+	"github.com/natgw/natgw/controller/reconciler"
+	"github.com/natgw/natgw/controller/transport"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "natgw-controller:", err)
+		os.Exit(1)
+	}
+}
+
+type flags struct {
+	kubeconfig       string
+	workers          int
+	sweepPeriod      time.Duration
+	driftPeriod      time.Duration
+	dataplane        string
+	transport        string
+	natgwBinary      string
+	gatewayConfig    string
+	podNamespace     string
+	metricsAddr      string
+	probeAddr        string
+	leaderElect      bool
+	leaderElectionNS string
+	removeUpstream   bool
+	verbosity        int
+	logJSON          bool
+}
+
+func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
+	f := &flags{}
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)")
+	fs.IntVar(&f.workers, "workers", 4, "parallel reconciles per kind (per-gateway ordering comes from the agent)")
+	fs.DurationVar(&f.sweepPeriod, "sweep-period", 5*time.Minute, "period of the orphan sweep on every gateway (also runs on each (re)connect); 0 disables the periodic sweep")
+	fs.DurationVar(&f.driftPeriod, "drift-period", 10*time.Minute, "period of the drift check (fresh list compared to the desired set, repaired with sync); 0 disables it")
+	fs.StringVar(&f.dataplane, "dataplane", transport.DataplaneNftables, "data plane of every gateway's agent: nftables or iptables (per gateway: annotation "+reconciler.DataplaneAnnotation+" on the VpcNatGateway)")
+	fs.StringVar(&f.transport, "transport", "exec", "how to reach gateways: exec (pod exec into the gateway pod) or local (natgw serve in a network namespace on this host)")
+	fs.StringVar(&f.natgwBinary, "natgw-binary", "natgw", "path of the natgw binary (local transport), or its name inside the gateway container (exec transport)")
+	fs.StringVar(&f.gatewayConfig, "gateway-config", "", "YAML file mapping gateways to namespaces and external network settings (required for the local transport)")
+	fs.StringVar(&f.podNamespace, "pod-namespace", "kube-system", "namespace of the gateway pods (exec transport)")
+	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")
+	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
+	fs.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader so that only one replica programs gateways")
+	fs.StringVar(&f.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's namespace)")
+	fs.BoolVar(&f.removeUpstream, "remove-upstream-finalizer", true, "also remove Kube-OVN's "+v1.Finalizer+" finalizer when natgw completes a deletion (natgw replaces kube-ovn-controller's VPC NAT gateway handling)")
+	fs.IntVar(&f.verbosity, "v", 0, "log verbosity (0: changes and failures, 1: every object programmed, 2+: debug)")
+	fs.BoolVar(&f.logJSON, "log-json", true, "structured JSON logs (false: text)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if err := transport.ValidDataplane(f.dataplane); err != nil {
+		return nil, fmt.Errorf("--dataplane: %w", err)
+	}
+	switch f.transport {
+	case "exec", "local":
+	default:
+		return nil, fmt.Errorf("--transport: %q is not exec or local", f.transport)
+	}
+	if f.transport == "local" && f.gatewayConfig == "" {
+		return nil, errors.New("--transport=local needs --gateway-config (which namespace is which gateway)")
+	}
+	if f.workers < 1 {
+		return nil, fmt.Errorf("--workers: %d, want at least 1", f.workers)
+	}
+	return f, nil
+}
+
+func run() error {
+	f, err := parseFlags(flag.NewFlagSet("natgw-controller", flag.ExitOnError), os.Args[1:])
+	if err != nil {
+		return err
+	}
+	hopts := &slog.HandlerOptions{Level: slog.Level(-f.verbosity)}
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, hopts)
+	if f.logJSON {
+		h = slog.NewJSONHandler(os.Stderr, hopts)
+	}
+	ctrl.SetLogger(logr.FromSlogHandler(h))
+	log := ctrl.Log.WithName("natgw-controller")
+
+	cfg := &gwconfig.Config{}
+	if f.gatewayConfig != "" {
+		if cfg, err = gwconfig.Load(f.gatewayConfig); err != nil {
+			return err
+		}
+	}
+	restCfg, err := restConfig(f.kubeconfig)
+	if err != nil {
+		return err
+	}
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
+		HealthProbeBindAddress:  f.probeAddr,
+		LeaderElection:          f.leaderElect,
+		LeaderElectionID:        "natgw-controller.kubeovn.io",
+		LeaderElectionNamespace: f.leaderElectionNS,
+	})
+	if err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+
+	var tr transport.Transport
+	switch f.transport {
+	case "local":
+		tr = &transport.Local{Binary: f.natgwBinary, Log: log.WithName("agent")}
+	case "exec":
+		cs, err := kubernetes.NewForConfig(restCfg)
+		if err != nil {
+			return fmt.Errorf("clientset: %w", err)
+		}
+		tr = &transport.Exec{Config: restCfg, Client: cs, Namespace: f.podNamespace, Command: f.natgwBinary, Log: log.WithName("agent")}
+		cfg.Unlisted = true // any gateway's pod is found by its label
+	}
+
+	ctx := ctrl.SetupSignalHandler()
+	_, err = reconciler.Setup(ctx, mgr, reconciler.Config{
+		Workers:                 f.workers,
+		RemoveUpstreamFinalizer: f.removeUpstream,
+		Gateway: gateway.Options{
+			Transport:        tr,
+			Config:           cfg,
+			DefaultDataplane: f.dataplane,
+			SweepPeriod:      f.sweepPeriod,
+			DriftPeriod:      f.driftPeriod,
+			Log:              log.WithName("gateway"),
+		},
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("starting", "transport", f.transport, "dataplane", f.dataplane, "workers", f.workers, "leaderElection", f.leaderElect)
+	return mgr.Start(ctx)
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	return ctrl.GetConfig()
+}

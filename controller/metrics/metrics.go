@@ -1,0 +1,61 @@
+// Package metrics holds natgw-controller's Prometheus metrics, registered
+// with controller-runtime's registry (served on the manager's metrics
+// address next to its default metrics).
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var (
+	// ProgramDuration is the latency of one gateway call as the controller
+	// sees it (request to confirmed response).
+	ProgramDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "natgw_program_duration_seconds",
+		Help:    "Latency of programming calls to a gateway agent, by operation, object kind and data plane.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5 ms .. ~16 s
+	}, []string{"op", "kind", "dataplane"})
+
+	// GatewayObjects is the number of objects the controller holds
+	// programmed on each gateway.
+	GatewayObjects = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "natgw_gateway_objects",
+		Help: "Objects programmed on a gateway, by kind.",
+	}, []string{"gateway", "kind"})
+
+	// GatewayConnected is 1 while the controller has a working session.
+	GatewayConnected = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "natgw_gateway_connected",
+		Help: "1 while a session to the gateway's agent is open.",
+	}, []string{"gateway", "dataplane"})
+
+	// SweepDeletions counts orphans removed from gateways.
+	SweepDeletions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "natgw_sweep_deletions_total",
+		Help: "Objects deleted from a gateway because their Kubernetes object was confirmed gone.",
+	}, []string{"gateway"})
+
+	// Resyncs counts sync transactions, by why they ran.
+	Resyncs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "natgw_resyncs_total",
+		Help: "Full sync transactions sent to a gateway, by reason (bootid, drift, dataplane).",
+	}, []string{"gateway", "reason"})
+
+	// Reconnects counts sessions opened after the first one.
+	Reconnects = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "natgw_transport_reconnects_total",
+		Help: "Sessions to a gateway's agent reopened after one ended or failed to open.",
+	}, []string{"gateway"})
+)
+
+func init() {
+	crmetrics.Registry.MustRegister(ProgramDuration, GatewayObjects, GatewayConnected, SweepDeletions, Resyncs, Reconnects)
+}
+
+// ObserveProgram records one call's latency since start.
+func ObserveProgram(op, kind, dataplane string, start time.Time) {
+	ProgramDuration.WithLabelValues(op, kind, dataplane).Observe(time.Since(start).Seconds())
+}

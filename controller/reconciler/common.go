@@ -1,0 +1,270 @@
+// Package reconciler holds natgw-controller's reconcilers for the
+// kubeovn.io/v1 NAT CRDs (IptablesEIP, IptablesFIPRule, IptablesDnatRule,
+// IptablesSnatRule, VpcNatGateway), finalizer first (DESIGN.md §6):
+//
+//  1. Get; NotFound → done (the gateway's orphan sweep covers leftovers).
+//  2. Being deleted → delete by UID on the gateway(s) it was programmed on
+//     → remove the finalizer only after the gateway confirmed.
+//  3. No finalizer → add it (with the labels naming the target gateway) in
+//     one Update; if that fails (NotFound, terminating, conflict) nothing is
+//     programmed. A successful Update is the API server's word that the
+//     object exists, is not terminating and carries the finalizer, so
+//     programming follows in the same pass.
+//  4. Resolve (EIP object, its gateway, its address) and validate → apply
+//     one nat.Object keyed by the object's UID (a spec update is one apply:
+//     old out, new in, in one transaction) → status (ready, conditions with
+//     observedGeneration) and an Event on every failure.
+//
+// The package also implements gateway.Source: the desired set of a gateway
+// and the live-read orphan confirmation.
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/gateway"
+	"github.com/natgw/natgw/gwimage/protocol"
+	"github.com/natgw/natgw/nat"
+)
+
+// Finalizer is natgw-controller's finalizer. It is not upstream's
+// kubeovn.io/kube-ovn-controller: that one belongs to kube-ovn-controller,
+// which removes it after its own cleanup; sharing it would let either
+// controller release an object whose rule the other still holds on a
+// gateway. With our own name the object stays until natgw confirmed the
+// delete, whatever else runs.
+const Finalizer = "natgw.kubeovn.io/finalizer"
+
+// DataplaneAnnotation on a VpcNatGateway overrides the data plane its agent
+// runs (nftables or iptables).
+const DataplaneAnnotation = "natgw.kubeovn.io/dataplane"
+
+// Requeue delays.
+const (
+	gatewayRetry  = 2 * time.Second        // gateway not connected
+	conflictRetry = 10 * time.Second       // EIP in use: retried also on rule events
+	staleRetry    = 100 * time.Millisecond // update conflict: the cache lags
+)
+
+// Deps are what every reconciler needs.
+type Deps struct {
+	// Client reads from the cache and writes to the API server.
+	Client client.Client
+	// APIReader reads the API server directly (orphan confirmation).
+	APIReader client.Reader
+	Registry  *gateway.Registry
+	Recorder  events.EventRecorder
+	// RemoveUpstreamFinalizer also removes kubeovn.io/kube-ovn-controller
+	// when natgw completes an object's deletion. natgw replaces
+	// kube-ovn-controller's handling of these objects (its VPC NAT gateway
+	// feature must be off, or both would program the gateways), so nothing
+	// else would ever remove upstream's finalizer from objects created
+	// before the switch and they would stay terminating forever. Only
+	// objects that carry natgw's finalizer are touched.
+	RemoveUpstreamFinalizer bool
+	Log                     logr.Logger
+}
+
+// failure is a reconcile outcome that is not Ready.
+type failure struct {
+	reason       string
+	msg          string
+	requeueAfter time.Duration
+	err          error // returned to controller-runtime (backoff) when set
+}
+
+func (f *failure) Error() string { return f.reason + ": " + f.msg }
+
+func fail(reason, format string, args ...any) *failure {
+	return &failure{reason: reason, msg: fmt.Sprintf(format, args...)}
+}
+
+// classify turns a gateway call error into a failure.
+func classify(gw string, err error) *failure {
+	var pe *protocol.Error
+	switch {
+	case errors.Is(err, gateway.ErrUnknownGateway):
+		return fail(v1.ReasonGatewayNotFound, "gateway %s is not configured in natgw-controller's gateway config", gw)
+	case errors.Is(err, gateway.ErrNotReady):
+		f := fail(v1.ReasonGatewayNotReady, "%v", err)
+		f.requeueAfter = gatewayRetry
+		return f
+	case errors.As(err, &pe) && pe.Code == protocol.CodeConflict:
+		f := fail(v1.ReasonEIPInUse, "gateway %s refused: %s", gw, pe.Message)
+		f.requeueAfter = conflictRetry
+		return f
+	case errors.As(err, &pe) && (pe.Code == protocol.CodeInvalid || pe.Code == protocol.CodeBadRequest):
+		return fail(v1.ReasonInvalid, "gateway %s refused: %s", gw, pe.Message)
+	}
+	f := fail(v1.ReasonProgramFailed, "gateway %s: %v", gw, err)
+	f.err = err
+	return f
+}
+
+// result is what Reconcile returns for a failure.
+func (f *failure) result() (ctrl.Result, error) {
+	if f.err != nil {
+		return ctrl.Result{}, f.err
+	}
+	return ctrl.Result{RequeueAfter: f.requeueAfter}, nil
+}
+
+func readyCondition(gw string) metav1.Condition {
+	return metav1.Condition{Status: metav1.ConditionTrue, Reason: v1.ReasonProgrammed, Message: "programmed on gateway " + gw}
+}
+
+func (f *failure) condition() metav1.Condition {
+	return metav1.Condition{Status: metav1.ConditionFalse, Reason: f.reason, Message: f.msg}
+}
+
+// event records a Warning Event for a failure.
+func (d *Deps) event(obj client.Object, f *failure) {
+	if d.Recorder != nil {
+		d.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, f.reason, "Program", "%s", f.msg)
+	}
+}
+
+// patchStatus writes obj's status if it differs from before's.
+func (d *Deps) patchStatus(ctx context.Context, obj, before client.Object) error {
+	if equality.Semantic.DeepEqual(before, obj) {
+		return nil
+	}
+	if err := d.Client.Status().Patch(ctx, obj, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("patch status: %w", err)
+	}
+	return nil
+}
+
+// ensureMeta makes sure obj carries the finalizer and the labels, in one
+// Update. ok false means: stop, program nothing (the object is gone or
+// terminating, or the update conflicted and the result says to requeue).
+func (d *Deps) ensureMeta(ctx context.Context, log logr.Logger, obj client.Object, labels map[string]string) (ok bool, res ctrl.Result, err error) {
+	changed := controllerutil.AddFinalizer(obj, Finalizer)
+	added := changed
+	cur := obj.GetLabels()
+	for k, v := range labels {
+		if cur[k] != v {
+			if cur == nil {
+				cur = map[string]string{}
+			}
+			cur[k] = v
+			changed = true
+		}
+	}
+	if !changed {
+		return true, ctrl.Result{}, nil
+	}
+	obj.SetLabels(cur)
+	err = d.Client.Update(ctx, obj)
+	switch {
+	case err == nil:
+		if added {
+			log.V(1).Info("finalizer added")
+		}
+		return true, ctrl.Result{}, nil
+	case apierrors.IsNotFound(err):
+		log.V(1).Info("object gone before its finalizer was added; nothing programmed")
+		return false, ctrl.Result{}, nil
+	case apierrors.IsConflict(err):
+		log.V(1).Info("finalizer/labels update conflicted; nothing programmed, retrying")
+		return false, ctrl.Result{RequeueAfter: staleRetry}, nil
+	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
+		// A terminating object takes no new finalizer; its deletion
+		// is reconciled when the event arrives.
+		log.V(1).Info("finalizer refused (object terminating?); nothing programmed", "error", err.Error())
+		return false, ctrl.Result{}, nil
+	}
+	return false, ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
+}
+
+// programmedOn lists the gateways an object may be programmed on: the one
+// its gateway label names (written before programming) and the one its
+// status names.
+func programmedOn(obj client.Object, statusGW string) []string {
+	var gws []string
+	for _, g := range []string{obj.GetLabels()[v1.LabelVpcNatGwName], statusGW} {
+		if g != "" && !slices.Contains(gws, g) {
+			gws = append(gws, g)
+		}
+	}
+	return gws
+}
+
+// unprogram deletes uid from every gateway in gws except keep. Unknown
+// gateways are skipped (nothing can have been programmed through them).
+func (d *Deps) unprogram(ctx context.Context, log logr.Logger, kind nat.Kind, uid string, gws []string, keep string) error {
+	for _, name := range gws {
+		if name == keep {
+			continue
+		}
+		gw, err := d.Registry.Get(name)
+		if errors.Is(err, gateway.ErrUnknownGateway) {
+			log.Info("gateway not configured; nothing to delete there", "gateway", name)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := gw.Delete(ctx, kind, uid); err != nil {
+			return fmt.Errorf("delete %s %s on gateway %s: %w", kind, uid, name, err)
+		}
+		log.V(1).Info("deleted on gateway", "gateway", name)
+	}
+	return nil
+}
+
+// finishDelete handles a terminating object: delete by UID on its
+// gateways, then remove the finalizer(s).
+func (d *Deps) finishDelete(ctx context.Context, log logr.Logger, obj client.Object, kind nat.Kind, uids []string, gws []string) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(obj, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	for _, uid := range uids {
+		if err := d.unprogram(ctx, log, kind, uid, gws, ""); err != nil {
+			f := classify(firstOr(gws), err)
+			d.event(obj, &failure{reason: "DeleteFailed", msg: f.msg})
+			log.Error(err, "delete on gateway failed; keeping the finalizer")
+			if f.requeueAfter > 0 && f.err == nil {
+				return ctrl.Result{RequeueAfter: f.requeueAfter}, nil
+			}
+			return ctrl.Result{}, err
+		}
+	}
+	controllerutil.RemoveFinalizer(obj, Finalizer)
+	if d.RemoveUpstreamFinalizer {
+		controllerutil.RemoveFinalizer(obj, v1.Finalizer)
+	}
+	if err := d.Client.Update(ctx, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: staleRetry}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("remove finalizer: %w", err)
+	}
+	log.V(1).Info("deleted on gateway; finalizer removed", "gateways", gws)
+	return ctrl.Result{}, nil
+}
+
+func firstOr(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}

@@ -1,0 +1,152 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/nat"
+)
+
+// eipReconciler programs IptablesEIPs: the address (with the external
+// network's prefix length) on the gateway's external interface, and its QoS.
+type eipReconciler struct {
+	*Deps
+}
+
+func (r *eipReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	e := &v1.IptablesEIP{}
+	if err := r.Client.Get(ctx, req.NamespacedName, e); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	uid := string(e.UID)
+	log := logr.FromContextOrDiscard(ctx).WithValues("uid", uid)
+	ctx = logr.NewContext(ctx, log)
+	if !e.DeletionTimestamp.IsZero() {
+		return r.finishDelete(ctx, log, e, nat.KindEIP, []string{uid}, programmedOn(e, ""))
+	}
+
+	gwName := e.Spec.NatGwDp
+	if err := r.unprogram(ctx, log, nat.KindEIP, uid, programmedOn(e, ""), gwName); err != nil {
+		return r.finish(ctx, log, e, classify(gwName, err))
+	}
+	ok, res, err := r.ensureMeta(ctx, log, e, map[string]string{v1.LabelVpcNatGwName: gwName})
+	if !ok {
+		return res, err
+	}
+	obj, f := r.build(ctx, e)
+	if f != nil {
+		return r.finish(ctx, log, e, f)
+	}
+	gw, err := r.Registry.Get(gwName)
+	if err == nil {
+		err = gw.Apply(ctx, obj)
+	}
+	if err != nil {
+		return r.finish(ctx, log, e, classify(gwName, err))
+	}
+	log.V(1).Info("programmed", "gateway", gwName, "object", obj.String())
+	return r.setStatus(ctx, e, obj, nil)
+}
+
+// build resolves the EIP's gateway configuration and QoS policy.
+func (r *eipReconciler) build(ctx context.Context, e *v1.IptablesEIP) (nat.Object, *failure) {
+	cfg, ok := r.Registry.Lookup(e.Spec.NatGwDp)
+	if !ok {
+		return nat.Object{}, fail(v1.ReasonGatewayNotFound, "gateway %s is not configured in natgw-controller's gateway config", e.Spec.NatGwDp)
+	}
+	var policy *v1.QoSPolicy
+	if e.Spec.QoSPolicy != "" {
+		policy = &v1.QoSPolicy{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: e.Spec.QoSPolicy}, policy); err != nil {
+			f := fail(v1.ReasonInvalid, "QoSPolicy %s: %v", e.Spec.QoSPolicy, err)
+			if !apierrors.IsNotFound(err) {
+				f.err = err
+			}
+			return nat.Object{}, f
+		}
+	}
+	qos, err := qosObject(policy)
+	if err != nil {
+		return nat.Object{}, fail(v1.ReasonInvalid, "%v", err)
+	}
+	obj, err := eipObject(e, cfg, qos)
+	if err != nil {
+		return nat.Object{}, fail(v1.ReasonInvalid, "%v", err)
+	}
+	return obj, nil
+}
+
+func (r *eipReconciler) finish(ctx context.Context, log logr.Logger, e *v1.IptablesEIP, f *failure) (ctrl.Result, error) {
+	switch f.reason {
+	case v1.ReasonInvalid, v1.ReasonEIPInUse, v1.ReasonGatewayNotFound:
+		if err := r.unprogram(ctx, log, nat.KindEIP, string(e.UID), programmedOn(e, ""), ""); err != nil {
+			log.Error(err, "removing the EIP from its gateway failed")
+			if f.err == nil {
+				f.err = err
+			}
+		}
+	}
+	log.Info("not programmed", "reason", f.reason, "message", f.msg)
+	r.event(e, f)
+	res, err := r.setStatus(ctx, e, nat.Object{}, f)
+	if err != nil {
+		return res, errors.Join(f.err, err)
+	}
+	return f.result()
+}
+
+// setStatus writes ready, ip, nat (which rule kinds use the EIP), the QoS
+// policy and the Ready condition.
+func (r *eipReconciler) setStatus(ctx context.Context, e *v1.IptablesEIP, obj nat.Object, f *failure) (ctrl.Result, error) {
+	before := e.DeepCopy()
+	natKinds, err := r.natUsers(ctx, e.Name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	s := &e.Status
+	s.Nat = natKinds
+	s.ObservedGeneration = e.Generation
+	if f == nil {
+		s.Ready, s.IP, s.QoSPolicy = true, obj.EIP.Address.String(), e.Spec.QoSPolicy
+		setCondition(&s.Conditions, readyCondition(e.Spec.NatGwDp), e.Generation)
+	} else {
+		s.Ready = false
+		setCondition(&s.Conditions, f.condition(), e.Generation)
+	}
+	return ctrl.Result{}, r.patchStatus(ctx, e, before)
+}
+
+// natUsers is upstream's status.nat: which kinds of rules use the EIP, in
+// upstream's order (dnat, fip, snat), joined by commas.
+func (r *eipReconciler) natUsers(ctx context.Context, eip string) (string, error) {
+	var kinds []string
+	for _, l := range []struct {
+		kind string
+		list client.ObjectList
+	}{
+		{"dnat", &v1.IptablesDnatRuleList{}},
+		{"fip", &v1.IptablesFIPRuleList{}},
+		{"snat", &v1.IptablesSnatRuleList{}},
+	} {
+		if err := r.Client.List(ctx, l.list, client.MatchingFields{eipIndex: eip}); err != nil {
+			return "", err
+		}
+		if n, err := liveCount(l.list); err != nil {
+			return "", err
+		} else if n > 0 {
+			kinds = append(kinds, l.kind)
+		}
+	}
+	return strings.Join(kinds, ","), nil
+}

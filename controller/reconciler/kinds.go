@@ -1,0 +1,114 @@
+package reconciler
+
+import (
+	"net/netip"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/nat"
+)
+
+// ruleStatus is what a rule's status says after a reconcile.
+type ruleStatus struct {
+	ready   bool
+	v4ip    string
+	gateway string
+	cond    metav1.Condition
+}
+
+// ruleKind describes one NAT rule CRD to the generic rule reconciler: one
+// value per kind replaces four copies of the same reconcile logic.
+type ruleKind[T client.Object] struct {
+	// kind is the gateway object kind, and the word in IptablesEIP
+	// status.nat.
+	kind    nat.Kind
+	newObj  func() T
+	newList func() client.ObjectList
+	items   func(client.ObjectList) []T
+	eipName func(T) string
+	// build turns the rule into its gateway object on EIP address eip.
+	build func(T, netip.Addr) (nat.Object, error)
+	// setStatus writes st (plus the kind's own fields) into the status.
+	setStatus func(T, ruleStatus)
+	ready     func(T) bool
+	// gateway is the gateway the status says the rule is programmed on.
+	gateway func(T) string
+}
+
+var fipKind = ruleKind[*v1.IptablesFIPRule]{
+	kind:    nat.KindFIP,
+	newObj:  func() *v1.IptablesFIPRule { return &v1.IptablesFIPRule{} },
+	newList: func() client.ObjectList { return &v1.IptablesFIPRuleList{} },
+	items:   func(l client.ObjectList) []*v1.IptablesFIPRule { return ptrs(l.(*v1.IptablesFIPRuleList).Items) },
+	eipName: func(o *v1.IptablesFIPRule) string { return o.Spec.EIP },
+	build:   fipObject,
+	setStatus: func(o *v1.IptablesFIPRule, st ruleStatus) {
+		s := &o.Status
+		s.Ready, s.V4ip, s.NatGwDp, s.ObservedGeneration = st.ready, st.v4ip, st.gateway, o.Generation
+		s.InternalIP = ""
+		if st.ready {
+			s.InternalIP = o.Spec.InternalIP
+		}
+		setCondition(&s.Conditions, st.cond, o.Generation)
+	},
+	ready:   func(o *v1.IptablesFIPRule) bool { return o.Status.Ready },
+	gateway: func(o *v1.IptablesFIPRule) string { return o.Status.NatGwDp },
+}
+
+var dnatKind = ruleKind[*v1.IptablesDnatRule]{
+	kind:    nat.KindDNAT,
+	newObj:  func() *v1.IptablesDnatRule { return &v1.IptablesDnatRule{} },
+	newList: func() client.ObjectList { return &v1.IptablesDnatRuleList{} },
+	items:   func(l client.ObjectList) []*v1.IptablesDnatRule { return ptrs(l.(*v1.IptablesDnatRuleList).Items) },
+	eipName: func(o *v1.IptablesDnatRule) string { return o.Spec.EIP },
+	build:   dnatObject,
+	setStatus: func(o *v1.IptablesDnatRule, st ruleStatus) {
+		s := &o.Status
+		s.Ready, s.V4ip, s.NatGwDp, s.ObservedGeneration = st.ready, st.v4ip, st.gateway, o.Generation
+		s.Protocol, s.InternalIP, s.InternalPort, s.ExternalPort = "", "", "", ""
+		if st.ready {
+			s.Protocol, s.InternalIP, s.InternalPort, s.ExternalPort = o.Spec.Protocol, o.Spec.InternalIP, o.Spec.InternalPort, o.Spec.ExternalPort
+		}
+		setCondition(&s.Conditions, st.cond, o.Generation)
+	},
+	ready:   func(o *v1.IptablesDnatRule) bool { return o.Status.Ready },
+	gateway: func(o *v1.IptablesDnatRule) string { return o.Status.NatGwDp },
+}
+
+var snatKind = ruleKind[*v1.IptablesSnatRule]{
+	kind:    nat.KindSNAT,
+	newObj:  func() *v1.IptablesSnatRule { return &v1.IptablesSnatRule{} },
+	newList: func() client.ObjectList { return &v1.IptablesSnatRuleList{} },
+	items:   func(l client.ObjectList) []*v1.IptablesSnatRule { return ptrs(l.(*v1.IptablesSnatRuleList).Items) },
+	eipName: func(o *v1.IptablesSnatRule) string { return o.Spec.EIP },
+	build:   snatObject,
+	setStatus: func(o *v1.IptablesSnatRule, st ruleStatus) {
+		s := &o.Status
+		s.Ready, s.V4ip, s.NatGwDp, s.ObservedGeneration = st.ready, st.v4ip, st.gateway, o.Generation
+		s.InternalCIDR = ""
+		if st.ready {
+			s.InternalCIDR = o.Spec.InternalCIDR
+		}
+		setCondition(&s.Conditions, st.cond, o.Generation)
+	},
+	ready:   func(o *v1.IptablesSnatRule) bool { return o.Status.Ready },
+	gateway: func(o *v1.IptablesSnatRule) string { return o.Status.NatGwDp },
+}
+
+func ptrs[T any](items []T) []*T {
+	out := make([]*T, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out
+}
+
+// setCondition sets the Ready condition with observedGeneration.
+func setCondition(conds *[]metav1.Condition, c metav1.Condition, gen int64) {
+	c.Type = v1.ConditionReady
+	c.ObservedGeneration = gen
+	meta.SetStatusCondition(conds, c)
+}

@@ -1,0 +1,159 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
+)
+
+// eipRef is a rule's EIP resolved from the cache.
+type eipRef struct {
+	eip     *v1.IptablesEIP
+	addr    netip.Addr
+	gateway string
+}
+
+// resolveEIP finds the EIP named name. requireReady also demands that the
+// EIP is programmed (its Ready status): a rule is Ready only when its
+// traffic can flow.
+func (d *Deps) resolveEIP(ctx context.Context, name string, requireReady bool) (eipRef, *failure) {
+	e := &v1.IptablesEIP{}
+	if err := d.Client.Get(ctx, types.NamespacedName{Name: name}, e); err != nil {
+		if apierrors.IsNotFound(err) {
+			return eipRef{}, fail(v1.ReasonEIPNotFound, "IptablesEIP %s not found", name)
+		}
+		f := fail(v1.ReasonEIPNotFound, "get IptablesEIP %s: %v", name, err)
+		f.err = err
+		return eipRef{}, f
+	}
+	if !e.DeletionTimestamp.IsZero() {
+		return eipRef{}, fail(v1.ReasonEIPNotFound, "IptablesEIP %s is being deleted", name)
+	}
+	addr, err := eipAddress(e)
+	if err != nil {
+		return eipRef{}, fail(v1.ReasonEIPNotReady, "IptablesEIP %s: %v", name, err)
+	}
+	if !addr.IsValid() {
+		return eipRef{}, fail(v1.ReasonEIPNotReady, "IptablesEIP %s has no address yet (spec.v4ip)", name)
+	}
+	if requireReady && !e.Status.Ready {
+		return eipRef{}, fail(v1.ReasonEIPNotReady, "IptablesEIP %s is not ready on gateway %s", name, e.Spec.NatGwDp)
+	}
+	return eipRef{eip: e, addr: addr, gateway: e.Spec.NatGwDp}, nil
+}
+
+// ruleReconciler reconciles one NAT rule kind.
+type ruleReconciler[T client.Object] struct {
+	*Deps
+	k ruleKind[T]
+}
+
+// Reconcile implements DESIGN.md §6 for a rule.
+func (r *ruleReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	obj := r.k.newObj()
+	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	uid := string(obj.GetUID())
+	log := logr.FromContextOrDiscard(ctx).WithValues("uid", uid)
+	ctx = logr.NewContext(ctx, log)
+
+	if !obj.GetDeletionTimestamp().IsZero() {
+		return r.finishDelete(ctx, log, obj, r.k.kind, []string{uid}, programmedOn(obj, r.k.gateway(obj)))
+	}
+
+	ref, f := r.resolveEIP(ctx, r.k.eipName(obj), true)
+	labels := map[string]string{}
+	if f == nil {
+		labels[v1.LabelEIPV4IP] = ref.addr.String()
+		labels[v1.LabelVpcNatGwName] = ref.gateway
+	}
+	// Before the labels move to another gateway, the rule leaves the old
+	// one (the labels are the record of where it may be programmed).
+	if f == nil {
+		if err := r.unprogram(ctx, log, r.k.kind, uid, programmedOn(obj, r.k.gateway(obj)), ref.gateway); err != nil {
+			return r.finish(ctx, log, obj, classify(ref.gateway, err))
+		}
+	}
+	ok, res, err := r.ensureMeta(ctx, log, obj, labels)
+	if !ok {
+		return res, err
+	}
+	if f != nil {
+		return r.finish(ctx, log, obj, f)
+	}
+
+	natObj, err := r.k.build(obj, ref.addr)
+	if err != nil {
+		return r.finish(ctx, log, obj, fail(v1.ReasonInvalid, "%v", err))
+	}
+	gw, err := r.Registry.Get(ref.gateway)
+	if err == nil {
+		err = gw.Apply(ctx, natObj)
+	}
+	if err != nil {
+		return r.finish(ctx, log, obj, classify(ref.gateway, err))
+	}
+	log.V(1).Info("programmed", "gateway", ref.gateway, "object", natObj.String())
+	before := obj.DeepCopyObject().(T)
+	r.k.setStatus(obj, ruleStatus{ready: true, v4ip: ref.addr.String(), gateway: ref.gateway, cond: readyCondition(ref.gateway)})
+	return ctrl.Result{}, r.patchStatus(ctx, obj, before)
+}
+
+// finish records a failure: nothing stays programmed for the rule (except
+// when the gateway could not be reached: the sync on reconnect uses the
+// desired set, which leaves unresolvable rules out), the status says why and
+// an Event is emitted.
+func (r *ruleReconciler[T]) finish(ctx context.Context, log logr.Logger, obj T, f *failure) (ctrl.Result, error) {
+	switch f.reason {
+	case v1.ReasonEIPNotFound, v1.ReasonEIPNotReady, v1.ReasonInvalid, v1.ReasonEIPInUse:
+		if err := r.unprogram(ctx, log, r.k.kind, string(obj.GetUID()), programmedOn(obj, r.k.gateway(obj)), ""); err != nil {
+			log.Error(err, "removing the rule from its gateway failed")
+			if f.err == nil {
+				f.err = err
+			}
+		}
+	}
+	log.Info("not programmed", "reason", f.reason, "message", f.msg)
+	r.event(obj, f)
+	before := obj.DeepCopyObject().(T)
+	r.k.setStatus(obj, ruleStatus{cond: f.condition()})
+	if err := r.patchStatus(ctx, obj, before); err != nil {
+		return ctrl.Result{}, errors.Join(f.err, err)
+	}
+	return f.result()
+}
+
+// desired returns the gateway objects of this kind that belong on gateway
+// gw: rules with the finalizer, not terminating, whose EIP resolves to gw.
+func (r *ruleReconciler[T]) desired(ctx context.Context, gw string) ([]owned, error) {
+	list := r.k.newList()
+	if err := r.Client.List(ctx, list); err != nil {
+		return nil, err
+	}
+	var out []owned
+	for _, o := range r.k.items(list) {
+		if !isLive(o) {
+			continue
+		}
+		ref, f := r.resolveEIP(ctx, r.k.eipName(o), false)
+		if f != nil || ref.gateway != gw {
+			continue
+		}
+		if n, err := r.k.build(o, ref.addr); err == nil {
+			out = append(out, owned{obj: n, created: o.GetCreationTimestamp().Time})
+		}
+	}
+	return out, nil
+}

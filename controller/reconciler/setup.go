@@ -1,0 +1,197 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/gateway"
+)
+
+// eipIndex indexes rules by spec.eip.
+const eipIndex = "spec.eip"
+
+// Config configures Setup.
+type Config struct {
+	// Workers is MaxConcurrentReconciles of every controller.
+	Workers int
+	// RemoveUpstreamFinalizer: see Deps.
+	RemoveUpstreamFinalizer bool
+	// Gateway configures the gateway managers (Source is filled in).
+	Gateway gateway.Options
+	// SkipNameValidation allows several managers in one process (tests).
+	SkipNameValidation bool
+}
+
+// Setup registers the field indexes, the gateway Registry (a leader-only
+// Runnable started after the caches synced) and the five controllers.
+func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry, error) {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 1
+	}
+	deps := &Deps{
+		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		Recorder:                mgr.GetEventRecorder("natgw-controller"),
+		RemoveUpstreamFinalizer: cfg.RemoveUpstreamFinalizer,
+		Log:                     cfg.Gateway.Log,
+	}
+	gopts := cfg.Gateway
+	gopts.Source = NewSource(deps)
+	reg := gateway.NewRegistry(gopts)
+	deps.Registry = reg
+	if err := mgr.Add(&registryRunnable{reg: reg, mgr: mgr}); err != nil {
+		return nil, fmt.Errorf("add gateway registry: %w", err)
+	}
+
+	opts := controller.Options{MaxConcurrentReconciles: cfg.Workers}
+	if cfg.SkipNameValidation {
+		t := true
+		opts.SkipNameValidation = &t
+	}
+	if err := setupRule(ctx, mgr, deps, fipKind, "iptables-fip-rule", opts); err != nil {
+		return nil, err
+	}
+	if err := setupRule(ctx, mgr, deps, dnatKind, "iptables-dnat-rule", opts); err != nil {
+		return nil, err
+	}
+	if err := setupRule(ctx, mgr, deps, snatKind, "iptables-snat-rule", opts); err != nil {
+		return nil, err
+	}
+
+	toEIP := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		if name := ruleEIP(o); name != "" {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name}}}
+		}
+		return nil
+	})
+	err := ctrl.NewControllerManagedBy(mgr).Named("iptables-eip").WithOptions(opts).
+		For(&v1.IptablesEIP{}).
+		Watches(&v1.IptablesFIPRule{}, toEIP).
+		Watches(&v1.IptablesDnatRule{}, toEIP).
+		Watches(&v1.IptablesSnatRule{}, toEIP).
+		Watches(&v1.QoSPolicy{}, handler.EnqueueRequestsFromMapFunc(deps.eipsOfPolicy)).
+		Complete(&eipReconciler{Deps: deps})
+	if err != nil {
+		return nil, fmt.Errorf("iptables-eip controller: %w", err)
+	}
+	err = ctrl.NewControllerManagedBy(mgr).Named("vpc-nat-gateway").WithOptions(opts).
+		For(&v1.VpcNatGateway{}).
+		Complete(&natGatewayReconciler{Deps: deps})
+	if err != nil {
+		return nil, fmt.Errorf("vpc-nat-gateway controller: %w", err)
+	}
+	return reg, nil
+}
+
+// setupRule indexes kind k by spec.eip and registers its controller: it
+// watches its own objects, its EIPs (a rule waiting for its EIP is
+// reconciled when the EIP appears or becomes ready), and the rules of every
+// kind (a rule refused because its EIP was in use is retried when another
+// rule on that EIP changes or goes away).
+func setupRule[T client.Object](ctx context.Context, mgr ctrl.Manager, deps *Deps, k ruleKind[T], name string, opts controller.Options) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, k.newObj(), eipIndex, func(o client.Object) []string {
+		if t, ok := o.(T); ok {
+			return []string{k.eipName(t)}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index %s by %s: %w", name, eipIndex, err)
+	}
+	r := &ruleReconciler[T]{Deps: deps, k: k}
+	rulesOfEIP := func(onlyWaiting bool) handler.MapFunc {
+		return func(ctx context.Context, o client.Object) []reconcile.Request {
+			var eip string
+			if e, ok := o.(*v1.IptablesEIP); ok {
+				eip = e.Name
+			} else {
+				eip = ruleEIP(o)
+			}
+			if eip == "" {
+				return nil
+			}
+			list := k.newList()
+			if err := deps.Client.List(ctx, list, client.MatchingFields{eipIndex: eip}); err != nil {
+				deps.Log.Error(err, "map to rules of EIP", "eip", eip)
+				return nil
+			}
+			var reqs []reconcile.Request
+			for _, t := range k.items(list) {
+				if onlyWaiting && (k.ready(t) || t.GetUID() == o.GetUID()) {
+					continue
+				}
+				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: t.GetName()}})
+			}
+			return reqs
+		}
+	}
+	waiting := handler.EnqueueRequestsFromMapFunc(rulesOfEIP(true))
+	err := ctrl.NewControllerManagedBy(mgr).Named(name).WithOptions(opts).
+		For(k.newObj()).
+		Watches(&v1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(rulesOfEIP(false))).
+		Watches(&v1.IptablesFIPRule{}, waiting).
+		Watches(&v1.IptablesDnatRule{}, waiting).
+		Watches(&v1.IptablesSnatRule{}, waiting).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("%s controller: %w", name, err)
+	}
+	return nil
+}
+
+// ruleEIP returns a rule's spec.eip ("" for other objects).
+func ruleEIP(o client.Object) string {
+	switch r := o.(type) {
+	case *v1.IptablesFIPRule:
+		return r.Spec.EIP
+	case *v1.IptablesDnatRule:
+		return r.Spec.EIP
+	case *v1.IptablesSnatRule:
+		return r.Spec.EIP
+	}
+	return ""
+}
+
+// eipsOfPolicy maps a QoSPolicy to the EIPs that use it.
+func (d *Deps) eipsOfPolicy(ctx context.Context, o client.Object) []reconcile.Request {
+	list := &v1.IptablesEIPList{}
+	if err := d.Client.List(ctx, list); err != nil {
+		d.Log.Error(err, "map QoSPolicy to EIPs", "qosPolicy", o.GetName())
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, e := range list.Items {
+		if e.Spec.QoSPolicy == o.GetName() {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: e.Name}})
+		}
+	}
+	return reqs
+}
+
+// registryRunnable starts the gateway Registry once the caches synced: a
+// desired set computed from an empty cache would sync every gateway empty.
+type registryRunnable struct {
+	reg *gateway.Registry
+	mgr manager.Manager
+}
+
+func (r *registryRunnable) NeedLeaderElection() bool { return true }
+
+func (r *registryRunnable) Start(ctx context.Context) error {
+	if !r.mgr.GetCache().WaitForCacheSync(ctx) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return errors.New("gateway registry: caches did not sync")
+	}
+	return r.reg.Start(ctx)
+}

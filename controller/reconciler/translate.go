@@ -1,0 +1,256 @@
+package reconciler
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/gwconfig"
+	"github.com/natgw/natgw/nat"
+)
+
+// This file turns API objects into nat.Objects. The functions are pure: the
+// callers resolve what they need from the API first.
+
+// invalidError is a spec the gateway cannot program; it names the field.
+type invalidError struct {
+	field, value, reason string
+}
+
+func (e *invalidError) Error() string {
+	return fmt.Sprintf("%s %q: %s", e.field, e.value, e.reason)
+}
+
+func invalid(field, value, reason string) error {
+	return &invalidError{field: field, value: value, reason: reason}
+}
+
+func parseIPv4(field, s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil || !a.Is4() {
+		return netip.Addr{}, invalid(field, s, "not an IPv4 address")
+	}
+	return a, nil
+}
+
+func parsePort(field, s string) (uint16, error) {
+	n, err := strconv.ParseUint(s, 10, 16)
+	if err != nil || n == 0 {
+		return 0, invalid(field, s, "not a port number from 1 to 65535")
+	}
+	return uint16(n), nil
+}
+
+// validated runs nat's own validation so that what reaches the agent is
+// known to be valid (the agent would refuse the same way).
+func validated(o nat.Object) (nat.Object, error) {
+	if err := o.Validate(); err != nil {
+		return nat.Object{}, err
+	}
+	return o, nil
+}
+
+// eipAddress returns the address an EIP uses: spec.v4ip, else status.ip
+// (set by an allocator). The empty Addr means none yet.
+func eipAddress(e *v1.IptablesEIP) (netip.Addr, error) {
+	s := e.Spec.V4ip
+	field := "spec.v4ip"
+	if s == "" {
+		s, field = e.Status.IP, "status.ip"
+	}
+	if s == "" {
+		return netip.Addr{}, nil
+	}
+	return parseIPv4(field, s)
+}
+
+// eipObject is the EIP as a gateway object: its address with the external
+// network's prefix length, and its QoS when a policy limits it.
+func eipObject(e *v1.IptablesEIP, gw gwconfig.Gateway, qos *nat.QoS) (nat.Object, error) {
+	addr, err := eipAddress(e)
+	if err != nil {
+		return nat.Object{}, err
+	}
+	if !addr.IsValid() {
+		return nat.Object{}, invalid("spec.v4ip", "", "no address: set spec.v4ip (natgw allocates no addresses)")
+	}
+	return validated(nat.Object{UID: string(e.UID), Kind: nat.KindEIP,
+		EIP: &nat.EIP{Address: addr, PrefixLen: gw.ExternalPrefixLen, QoS: qos}})
+}
+
+// qosObject maps a QoSPolicy's EIP bandwidth limits (Mbit/s, as upstream)
+// to nat.QoS; rules with a match (matchType/matchValue) are not supported
+// per EIP and are refused.
+func qosObject(p *v1.QoSPolicy) (*nat.QoS, error) {
+	if p == nil {
+		return nil, nil
+	}
+	q := &nat.QoS{}
+	for i, r := range p.Spec.BandwidthLimitRules {
+		where := fmt.Sprintf("qosPolicy %s: bandwidthLimitRules[%d]", p.Name, i)
+		if r.MatchValue != "" {
+			return nil, invalid(where+".matchValue", r.MatchValue, "per-EIP limits with a match are not supported")
+		}
+		rate, err := mbit(where+".rateMax", r.RateMax)
+		if err != nil {
+			return nil, err
+		}
+		burst, err := mbit(where+".burstMax", r.BurstMax)
+		if err != nil {
+			return nil, err
+		}
+		switch r.Direction {
+		case v1.QoSDirectionIngress:
+			q.IngressRateMbps, q.IngressBurstMbit = rate, burst
+		case v1.QoSDirectionEgress:
+			q.EgressRateMbps, q.EgressBurstMbit = rate, burst
+		default:
+			return nil, invalid(where+".direction", string(r.Direction), "must be ingress or egress")
+		}
+	}
+	if *q == (nat.QoS{}) {
+		return nil, nil
+	}
+	return q, nil
+}
+
+// mbit parses a whole number of Mbit ("" is 0); fractions are rounded up so
+// that a limit never becomes "unlimited".
+func mbit(field, s string) (uint32, error) {
+	if s == "" {
+		return 0, nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f < 0 || f > 100_000 {
+		return 0, invalid(field, s, "not a number of Mbit from 0 to 100000")
+	}
+	n := uint32(f)
+	if float64(n) < f {
+		n++
+	}
+	return n, nil
+}
+
+func fipObject(f *v1.IptablesFIPRule, eip netip.Addr) (nat.Object, error) {
+	in, err := parseIPv4("spec.internalIp", f.Spec.InternalIP)
+	if err != nil {
+		return nat.Object{}, err
+	}
+	return validated(nat.Object{UID: string(f.UID), Kind: nat.KindFIP, FIP: &nat.FIP{EIP: eip, InternalIP: in}})
+}
+
+func dnatObject(d *v1.IptablesDnatRule, eip netip.Addr) (nat.Object, error) {
+	in, err := parseIPv4("spec.internalIp", d.Spec.InternalIP)
+	if err != nil {
+		return nat.Object{}, err
+	}
+	ext, err := parsePort("spec.externalPort", d.Spec.ExternalPort)
+	if err != nil {
+		return nat.Object{}, err
+	}
+	inPort, err := parsePort("spec.internalPort", d.Spec.InternalPort)
+	if err != nil {
+		return nat.Object{}, err
+	}
+	proto := nat.Protocol(strings.ToLower(d.Spec.Protocol))
+	if proto == "" {
+		proto = nat.TCP
+	}
+	if proto.Number() == 0 {
+		return nat.Object{}, invalid("spec.protocol", d.Spec.Protocol, "must be tcp or udp")
+	}
+	return validated(nat.Object{UID: string(d.UID), Kind: nat.KindDNAT, DNAT: &nat.DNAT{
+		EIP: eip, Protocol: proto, ExternalPort: ext, InternalIP: in, InternalPort: inPort}})
+}
+
+// snatObject accepts a bare address (a /32) and a CIDR with host bits set
+// (masked), like iptables does for upstream's script.
+func snatObject(s *v1.IptablesSnatRule, eip netip.Addr) (nat.Object, error) {
+	cidr, err := parseIPv4Prefix("spec.internalCIDR", s.Spec.InternalCIDR)
+	if err != nil {
+		return nat.Object{}, err
+	}
+	return validated(nat.Object{UID: string(s.UID), Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: eip, InternalCIDR: cidr.Masked()}})
+}
+
+func parseIPv4Prefix(field, s string) (netip.Prefix, error) {
+	if !strings.Contains(s, "/") {
+		a, err := parseIPv4(field, s)
+		if err != nil {
+			return netip.Prefix{}, err
+		}
+		return netip.PrefixFrom(a, 32), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil || !p.Addr().Is4() {
+		return netip.Prefix{}, invalid(field, s, "not an IPv4 CIDR")
+	}
+	return p, nil
+}
+
+// routeSep separates a gateway's UID from a route's destination in the
+// UIDs of route objects: "<gateway uid>:rt:<a.b.c.d>-<len>". Deriving the
+// UID from the destination keeps it stable when routes are reordered, and a
+// next-hop change is then one in-place update.
+const routeSep = ":rt:"
+
+// routeUID returns the UID of the route to dst of gateway gwUID.
+func routeUID(gwUID string, dst netip.Prefix) string {
+	return gwUID + routeSep + dst.Addr().String() + "-" + strconv.Itoa(dst.Bits())
+}
+
+// routeOwner returns the gateway UID of a route object's UID.
+func routeOwner(uid string) (string, bool) {
+	owner, _, ok := strings.Cut(uid, routeSep)
+	return owner, ok
+}
+
+// routeObjects are the gateway's routes: spec.routes via the VPC
+// interface, and the default route via the external gateway (onlink) when
+// the gateway's configuration names one.
+func routeObjects(g *v1.VpcNatGateway, cfg gwconfig.Gateway) ([]nat.Object, error) {
+	var out []nat.Object
+	add := func(field string, dst netip.Prefix, via netip.Addr, dev nat.RouteDevice) error {
+		o, err := validated(nat.Object{UID: routeUID(string(g.UID), dst), Kind: nat.KindRoute,
+			Route: &nat.Route{Destination: dst, NextHop: via, Device: dev}})
+		if err != nil {
+			return fmt.Errorf("%s: %w", field, err)
+		}
+		out = append(out, o)
+		return nil
+	}
+	seen := map[netip.Prefix]string{}
+	for i, r := range g.Spec.Routes {
+		field := fmt.Sprintf("spec.routes[%d]", i)
+		dst, err := netip.ParsePrefix(r.CIDR)
+		if err != nil || !dst.Addr().Is4() {
+			return nil, invalid(field+".cidr", r.CIDR, "not an IPv4 CIDR")
+		}
+		if dst.Masked() != dst {
+			return nil, invalid(field+".cidr", r.CIDR, "host bits set (want "+dst.Masked().String()+")")
+		}
+		if prev, dup := seen[dst]; dup {
+			return nil, invalid(field+".cidr", r.CIDR, "same destination as "+prev)
+		}
+		seen[dst] = field
+		via, err := parseIPv4(field+".nextHopIP", r.NextHopIP)
+		if err != nil {
+			return nil, err
+		}
+		if err := add(field, dst, via, nat.DeviceInternal); err != nil {
+			return nil, err
+		}
+	}
+	if gw := cfg.ExternalGatewayAddr(); gw.IsValid() {
+		def := netip.MustParsePrefix("0.0.0.0/0")
+		if prev, dup := seen[def]; dup {
+			return nil, invalid(prev+".cidr", "0.0.0.0/0", "the default route goes via the external gateway "+gw.String())
+		}
+		if err := add("default route", def, gw, nat.DeviceExternal); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,123 @@
+// Package transport reaches a gateway's `natgw serve` agent and speaks the
+// gwimage/protocol wire protocol to it. A Transport opens one long-lived
+// Session per gateway; the two implementations differ only in the pipe:
+// Local starts the agent as a child process inside a named network
+// namespace, Exec runs it in the gateway pod through the pod-exec API.
+//
+// Transports do not retry: reconnecting with backoff, boot-id tracking and
+// resync live in controller/gateway, once for every transport.
+package transport
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/natgw/natgw/gwimage/protocol"
+	"github.com/natgw/natgw/nat"
+)
+
+// Data plane names accepted by `natgw serve --dataplane`.
+const (
+	DataplaneNftables = "nftables"
+	DataplaneIptables = "iptables"
+)
+
+// ValidDataplane reports whether dp names a data plane natgw implements.
+func ValidDataplane(dp string) error {
+	switch dp {
+	case DataplaneNftables, DataplaneIptables:
+		return nil
+	}
+	return fmt.Errorf("unknown data plane %q (want %s or %s)", dp, DataplaneNftables, DataplaneIptables)
+}
+
+// Gateway says which gateway to reach and how its agent runs.
+type Gateway struct {
+	// Name is the VpcNatGateway's name.
+	Name string
+	// Dataplane is passed to `natgw serve --dataplane`.
+	Dataplane string
+	// NetNS is the network namespace of the gateway (Local only): a name
+	// under /run/netns or a path.
+	NetNS string
+	// ExternalInterface and InternalInterface override the agent's
+	// defaults (net1, eth0) when set.
+	ExternalInterface string
+	InternalInterface string
+}
+
+// Session is one open connection to a gateway's agent. Calls are safe for
+// concurrent use; the agent carries them out one at a time in the order it
+// reads them, each as one kernel transaction.
+type Session interface {
+	// Apply adds or updates objects in one transaction.
+	Apply(ctx context.Context, objs ...nat.Object) error
+	// Delete removes the objects with these UIDs in one transaction.
+	Delete(ctx context.Context, uids ...string) error
+	// List returns the gateway's objects; fresh re-reads the kernel first.
+	List(ctx context.Context, fresh bool) ([]nat.Object, error)
+	// Sync makes the gateway hold exactly desired, in one transaction.
+	Sync(ctx context.Context, desired []nat.Object) error
+	// Info returns the agent's version, data plane, boot id and counts.
+	Info(ctx context.Context) (*protocol.Info, error)
+	// Done is closed when the session broke or was closed.
+	Done() <-chan struct{}
+	// Err says why the session ended (nil while it works).
+	Err() error
+	// Close ends the session: the agent sees end of input and exits; the
+	// kernel state stays.
+	Close() error
+}
+
+// Transport opens sessions to gateways.
+type Transport interface {
+	// Open starts or reaches the agent of gw. ctx bounds the opening only,
+	// not the session's lifetime.
+	Open(ctx context.Context, gw Gateway) (Session, error)
+}
+
+// serveArgs is the agent's command line for gw (after the binary).
+func serveArgs(gw Gateway, withNetNS bool) []string {
+	args := []string{"serve", "--dataplane", gw.Dataplane}
+	if withNetNS && gw.NetNS != "" {
+		args = append(args, "--netns", gw.NetNS)
+	}
+	if gw.ExternalInterface != "" {
+		args = append(args, "--external-iface", gw.ExternalInterface)
+	}
+	if gw.InternalInterface != "" {
+		args = append(args, "--internal-iface", gw.InternalInterface)
+	}
+	return args
+}
+
+// session is a protocol.Client plus what ends the pipe beneath it.
+type session struct {
+	*protocol.Client
+	// closeFn runs after the client closed its writer (the agent's stdin):
+	// it waits for the agent to exit, forcing it after a grace period.
+	closeFn func() error
+}
+
+func (s *session) Close() error {
+	err := s.Client.Close()
+	if s.closeFn != nil {
+		if cerr := s.closeFn(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// handshake checks a fresh session with an info request, so that Open
+// returns only working sessions.
+func handshake(ctx context.Context, s Session, gw Gateway) error {
+	info, err := s.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("gateway %s: info: %w", gw.Name, err)
+	}
+	if info.Dataplane != "" && info.Dataplane != gw.Dataplane {
+		return fmt.Errorf("gateway %s: agent runs data plane %q, want %q", gw.Name, info.Dataplane, gw.Dataplane)
+	}
+	return nil
+}
