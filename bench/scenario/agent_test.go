@@ -1,9 +1,25 @@
 package scenario
 
-import "testing"
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
 
 // testAgentBinary builds natgw for the tests that drive `natgw serve`.
 func testAgentBinary(t *testing.T) string {
 	t.Helper()
-	return ""
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(out)))
+	bin := filepath.Join(t.TempDir(), "natgw")
+	cmd := exec.Command("go", "build", "-o", bin, "./gwimage/cmd/natgw")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build natgw: %v\n%s", err, out)
+	}
+	return bin
 }

@@ -33,6 +33,11 @@ func natgwMethods(e *Env) []Method {
 	return ms
 }
 
-// agentMethod is (e): natgw serve over its pipe protocol; nil until the
-// agent is wired in.
-func agentMethod(e *Env) *Method { return nil }
+// agentMethod is (e): natgw serve over its pipe protocol; nil when no natgw
+// binary was given.
+func agentMethod(e *Env) *Method {
+	if e.Natgw == "" {
+		return nil
+	}
+	return &Method{Key: "e", Label: "natgw serve (nftables) over its pipe protocol", Ours: true, CleansConntrack: true, Open: openAgent}
+}

@@ -9,11 +9,6 @@ func RunS2(ctx context.Context, e *Env) error {
 	return nil
 }
 
-// RunS4 is scenario 4 (packet path).
-func RunS4(ctx context.Context, e *Env) error {
-	return nil
-}
-
 // RunS5 is scenario 5 (memory and allocations).
 func RunS5(ctx context.Context, e *Env) error {
 	sec := e.Report.Section("s5", "Scenario 5: memory and allocations")

@@ -1,0 +1,146 @@
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/natgw/natgw/gwimage/protocol"
+	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat/netns"
+)
+
+// agent is a `natgw serve` process running inside a gateway namespace (as
+// in a gateway pod) and a protocol.Client on its stdin/stdout.
+type agent struct {
+	*protocol.Client
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stderr *lockedBuffer
+	done   chan error
+}
+
+// lockedBuffer collects the agent's stderr for error messages.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.b.Len() > 64<<10 { // keep the tail only
+		l.b.Reset()
+	}
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startAgent starts `natgw --dataplane DP serve` forked from a thread inside
+// the namespace nsName, so the agent programs the namespace it runs in.
+func startAgent(bin, nsName, dataplane string) (*agent, error) {
+	ns, err := netns.Open(nsName)
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	cmd := exec.Command(bin, "--dataplane", dataplane, "serve")
+	a := &agent{cmd: cmd, stderr: &lockedBuffer{}, done: make(chan error, 1)}
+	if a.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = a.stderr
+	if err := ns.Do(cmd.Start); err != nil {
+		return nil, fmt.Errorf("start %s serve in %s: %w", bin, nsName, err)
+	}
+	go func() { a.done <- cmd.Wait() }()
+	a.Client = protocol.NewClient(stdout, a.stdin)
+	return a, nil
+}
+
+// PID is the agent's process id.
+func (a *agent) PID() int { return a.cmd.Process.Pid }
+
+// Close ends the agent's input (a clean shutdown) and waits for it to exit,
+// killing it after 30 s.
+func (a *agent) Close() error {
+	a.Client.Close()
+	select {
+	case err := <-a.done:
+		a.done <- err
+		if err != nil {
+			return fmt.Errorf("natgw serve: %w: %s", err, lastLines(a.stderr.String(), 5))
+		}
+		return nil
+	case <-time.After(30 * time.Second):
+		a.cmd.Process.Kill()
+		<-a.done
+		return errors.New("natgw serve did not exit within 30 s of closing its input; killed")
+	}
+}
+
+// wrap adds the agent's last stderr lines to a failed call's error.
+func (a *agent) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	if s := a.stderr.String(); s != "" {
+		return fmt.Errorf("%w (agent stderr: %s)", err, lastLines(s, 3))
+	}
+	return err
+}
+
+func lastLines(s string, n int) string {
+	lines := bytes.Split(bytes.TrimSpace([]byte(s)), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte(" | ")))
+}
+
+// agentProgrammer drives natgw through `natgw serve`.
+type agentProgrammer struct{ a *agent }
+
+func openAgent(ctx context.Context, e *Env, gw *netlab.Gateway) (Programmer, error) {
+	a, err := startAgent(e.Natgw, gw.GW, "nftables")
+	if err != nil {
+		return nil, err
+	}
+	// The first answer proves the agent has loaded its table.
+	if _, err := a.Info(ctx); err != nil {
+		a.Close()
+		return nil, a.wrap(fmt.Errorf("agent info: %w", err))
+	}
+	return &agentProgrammer{a: a}, nil
+}
+
+func (p *agentProgrammer) Preload(ctx context.Context, fips []FIP) error {
+	if err := p.a.Sync(ctx, Objects(fips)); err != nil {
+		return p.a.wrap(fmt.Errorf("preload %d fips: %w", len(fips), err))
+	}
+	return nil
+}
+
+func (p *agentProgrammer) Add(ctx context.Context, f FIP) error {
+	return p.a.wrap(p.a.Apply(ctx, f.Object()))
+}
+
+func (p *agentProgrammer) Delete(ctx context.Context, f FIP) error {
+	return p.a.wrap(p.a.Delete(ctx, f.UID))
+}
+
+func (p *agentProgrammer) Close() error { return p.a.Close() }
