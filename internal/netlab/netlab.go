@@ -57,13 +57,30 @@ func New(ctx context.Context) (*Lab, error) {
 	return &Lab{id: fmt.Sprintf("%d.%08x.%s", os.Getpid(), time.Now().Unix(), hex.EncodeToString(b[:]))}, nil
 }
 
+// StaleAge is how old a dead run's namespaces must be before ForTest
+// sweeps them.
+const StaleAge = time.Minute
+
+var sweepOnce sync.Once
+
 // ForTest returns a new Lab closed by t.Cleanup. It skips the test (with the
 // reason) when not running as root, since namespaces need CAP_SYS_ADMIN.
+// The first call in a process also sweeps namespaces of killed runs (see
+// SweepStale).
 func ForTest(t testing.TB) *Lab {
 	t.Helper()
 	if reason := Unavailable(); reason != "" {
 		t.Skipf("netlab: %s", reason)
 	}
+	sweepOnce.Do(func() {
+		removed, err := SweepStale(StaleAge)
+		if err != nil {
+			t.Logf("netlab: sweeping stale namespaces: %v", err)
+		}
+		if len(removed) > 0 {
+			t.Logf("netlab: removed %d stale namespaces of killed runs: %v", len(removed), removed)
+		}
+	})
 	l, err := New(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -174,6 +174,15 @@ func TestGatewayTopology(t *testing.T) {
 			} else if r.Client.Addr() != GWVPCAddr || !strings.HasPrefix(r.Server, g.VMs[1].NS+"/") {
 				t.Errorf("udp gw -> vm2: reply %+v", r)
 			}
+			// Bulk transfers both ways over the bridge.
+			for _, size := range []int64{0, 1 << 20} {
+				if r, d, err := Upload(ctx, g.GW, "198.51.100.10:8080", size, 10*time.Second); err != nil || r.Client.Addr() != GWVPCAddr || d <= 0 {
+					t.Errorf("upload %d bytes gw -> vm1: %+v, %v, %v", size, r, d, err)
+				}
+				if r, d, err := Download(ctx, g.GW, "198.51.100.10:8080", size, 10*time.Second); err != nil || r.Client.Addr() != GWVPCAddr || d <= 0 {
+					t.Errorf("download %d bytes vm1 -> gw: %+v, %v, %v", size, r, d, err)
+				}
+			}
 			// gw reaches ext on net1.
 			r, err = Dial(ctx, g.GW, "192.0.2.1:9090", DialTimeout)
 			if err != nil {

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -147,27 +149,148 @@ func ServeTCP(ctx context.Context, ns, addr string) (*Server, error) {
 				defer s.wg.Done()
 				defer c.Close()
 				s.saw(c.RemoteAddr())
-				_ = c.SetDeadline(time.Now().Add(ioTimeout))
-				if _, err := c.Write([]byte(formatReply(c.RemoteAddr(), s.Name))); err != nil {
-					return
-				}
-				buf := make([]byte, 4096)
-				for {
-					n, err := c.Read(buf)
-					if n > 0 {
-						if _, werr := c.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
+				serveConn(c, s.Name)
 			}()
 		}
 	}()
 	stopOnDone(ctx, s)
 	return s, nil
+}
+
+// serveConn runs the TCP probe protocol on one connection: the reply line,
+// then by the client's first line: "sink" (the server counts the bytes up
+// to EOF and answers "received N"), "source N" (the server sends N bytes
+// and closes), anything else is echoed with the rest of the stream. Every
+// read and write is bounded by ioTimeout.
+func serveConn(c net.Conn, name string) {
+	tick := func() { _ = c.SetDeadline(time.Now().Add(ioTimeout)) }
+	tick()
+	if _, err := c.Write([]byte(formatReply(c.RemoteAddr(), name))); err != nil {
+		return
+	}
+	br := bufio.NewReaderSize(c, 64<<10)
+	first, err := br.ReadString('\n')
+	if err != nil {
+		return
+	}
+	switch cmd := strings.Fields(first); {
+	case len(cmd) == 1 && cmd[0] == "sink":
+		var n int64
+		buf := make([]byte, 64<<10)
+		for {
+			tick()
+			k, err := br.Read(buf)
+			n += int64(k)
+			if err != nil {
+				break
+			}
+		}
+		tick()
+		fmt.Fprintf(c, "received %d\n", n)
+	case len(cmd) == 2 && cmd[0] == "source":
+		n, err := strconv.ParseInt(cmd[1], 10, 64)
+		if err != nil || n < 0 {
+			return
+		}
+		buf := make([]byte, 64<<10)
+		for n > 0 {
+			k := int64(len(buf))
+			if n < k {
+				k = n
+			}
+			tick()
+			if _, err := c.Write(buf[:k]); err != nil {
+				return
+			}
+			n -= k
+		}
+	default:
+		if _, err := c.Write([]byte(first)); err != nil {
+			return
+		}
+		buf := make([]byte, 4096)
+		for {
+			tick()
+			k, err := br.Read(buf)
+			if k > 0 {
+				if _, werr := c.Write(buf[:k]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+}
+
+// Upload connects from ns to the TCP probe server at addr, sends n bytes
+// and returns the server's reply and how long the transfer took (from the
+// first byte sent to the server's count of them). timeout bounds it all.
+func Upload(ctx context.Context, ns, addr string, n int64, timeout time.Duration) (Reply, time.Duration, error) {
+	c, r, err := Connect(ctx, ns, addr, timeout)
+	if err != nil {
+		return Reply{}, 0, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	fail := func(err error) (Reply, time.Duration, error) {
+		return Reply{}, 0, fmt.Errorf("netlab: upload %d bytes to %s from %s: %w", n, addr, ns, err)
+	}
+	start := time.Now()
+	if _, err := io.WriteString(c, "sink\n"); err != nil {
+		return fail(err)
+	}
+	if _, err := io.CopyN(c, zeros{}, n); err != nil {
+		return fail(err)
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		return fail(err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return fail(err)
+	}
+	took := time.Since(start)
+	var got int64
+	if _, err := fmt.Sscanf(line, "received %d", &got); err != nil || got != n {
+		return fail(fmt.Errorf("server answered %q", strings.TrimSpace(line)))
+	}
+	return r, took, nil
+}
+
+// Download connects from ns to the TCP probe server at addr, has it send n
+// bytes and returns the server's reply and how long the transfer took.
+func Download(ctx context.Context, ns, addr string, n int64, timeout time.Duration) (Reply, time.Duration, error) {
+	c, r, err := Connect(ctx, ns, addr, timeout)
+	if err != nil {
+		return Reply{}, 0, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	fail := func(err error) (Reply, time.Duration, error) {
+		return Reply{}, 0, fmt.Errorf("netlab: download %d bytes from %s to %s: %w", n, addr, ns, err)
+	}
+	start := time.Now()
+	if _, err := fmt.Fprintf(c, "source %d\n", n); err != nil {
+		return fail(err)
+	}
+	got, err := io.Copy(io.Discard, c)
+	if err != nil {
+		return fail(err)
+	}
+	if got != n {
+		return fail(fmt.Errorf("received %d bytes", got))
+	}
+	return r, time.Since(start), nil
+}
+
+// zeros is an endless reader of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }
 
 // ServeUDP starts a UDP probe server on addr ("ip:port") inside ns.

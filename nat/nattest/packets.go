@@ -107,21 +107,15 @@ func (s *suite) topoEnv(t *testing.T) *env {
 	return e
 }
 
-// applyEIPs applies EIP objects and makes sure their addresses are on the
-// external interface.
+// applyEIPs applies EIP objects and checks that their addresses are on the
+// external interface (the packet tests need the gateway to answer ARP for
+// them).
 func (e *env) applyEIPs(objs ...nat.Object) {
 	e.t.Helper()
 	e.apply(objs...)
 	for _, o := range objs {
-		p := netip.PrefixFrom(o.EIP.Address, o.EIP.PrefixLen)
-		if !e.hasAddr(p) {
-			// TODO(lab): remove once nat/link programs EIP addresses;
-			// the Link subtest fails meanwhile.
-			e.t.Logf("EIP %s not on %s after apply (nat/link not done?): adding it by hand for the packet test", p, e.cfg.ExternalInterface)
-			e.touch()
-			if err := netlab.AddAddr(e.ns, e.cfg.ExternalInterface, p); err != nil {
-				e.t.Fatal(err)
-			}
+		if p := netip.PrefixFrom(o.EIP.Address, o.EIP.PrefixLen); !e.hasAddr(p) {
+			e.t.Fatalf("EIP %s not on %s after apply; addresses: %v", p, e.cfg.ExternalInterface, e.addrs())
 		}
 	}
 }
@@ -205,6 +199,7 @@ func (s *suite) testPackets(t *testing.T) {
 		{"DNAT", s.testDNATPackets},
 		{"SNATLongestPrefix", s.testSNATPackets},
 		{"Hairpin", s.testHairpin},
+		{"QoS", s.testQoS},
 	} {
 		t.Run(tc.name, tc.run)
 	}
@@ -317,6 +312,8 @@ func (s *suite) testSNATPackets(t *testing.T) {
 	// Deleting the narrow SNAT moves vm1 to the wide one.
 	e.del(narrow.UID)
 	e.wantReach(probe{nat.TCP, v1, ext.Addr, extTCP}, ext.NS, a)
+	e.wantFlows("after SNAT traffic", a)
+	e.wantFlows("after SNAT traffic", b)
 	e.del(wide.UID)
 	e.wantNoFlows("after deleting every SNAT", a, b)
 	e.wantNoReach(probe{nat.TCP, v1, ext.Addr, extTCP})
@@ -338,4 +335,66 @@ func (s *suite) testHairpin(t *testing.T) {
 	// vm1, which has a FIP of its own, reaches the DNAT too (its source is
 	// translated to one of the EIPs, either way the reply comes back).
 	e.wantReach(probe{nat.TCP, v1, eipD, 2222}, v3.NS, netip.Addr{})
+}
+
+// testQoS sends bulk TCP through a FIP whose EIP is policed and checks that
+// each direction is held near its rate: the transfer cannot beat the rate
+// by more than a burst of 1.5 s (backends may round bursts up). Then the
+// QoS is removed by an update and the same transfer is much faster.
+func (s *suite) testQoS(t *testing.T) {
+	const (
+		rateMbps = 16
+		size     = 6 << 20                  // bytes: about 3 s at the rate
+		rate     = rateMbps * 1_000_000 / 8 // bytes per second
+		timeout  = 30 * time.Second
+	)
+	// 80% of the time the bytes beyond a 1.5 s burst need at the rate.
+	const floor = time.Duration((size - 3*rate/2) * int64(time.Second) / rate * 8 / 10)
+	e := s.topoEnv(t)
+	eip := netlab.EIP(0)
+	ext, v1 := e.gw.Ext, e.gw.VMs[0]
+	policed := EIPQoS(UID(nat.KindEIP, 0), eip, nat.QoS{IngressRateMbps: rateMbps, IngressBurstMbit: 1, EgressRateMbps: rateMbps, EgressBurstMbit: 1})
+	e.applyEIPs(policed)
+	e.apply(FIP(UID(nat.KindFIP, 0), eip, v1.Addr))
+	target := netip.AddrPortFrom(eip, vmTCP).String()
+	type xfer struct {
+		name string
+		run  func() (netlab.Reply, time.Duration, error)
+	}
+	xfers := []xfer{
+		{"ingress (ext uploads to the EIP)", func() (netlab.Reply, time.Duration, error) {
+			return netlab.Upload(e.ctx, ext.NS, target, size, timeout)
+		}},
+		{"egress (ext downloads from the EIP)", func() (netlab.Reply, time.Duration, error) {
+			return netlab.Download(e.ctx, ext.NS, target, size, timeout)
+		}},
+	}
+	took := make([]time.Duration, len(xfers))
+	for i, x := range xfers {
+		r, d, err := x.run()
+		if err != nil {
+			t.Errorf("%s with QoS %d Mbit/s: %v", x.name, rateMbps, err)
+			continue
+		}
+		if !strings.HasPrefix(r.Server, v1.NS+"/") {
+			t.Errorf("%s: answered by %s", x.name, r.Server)
+		}
+		took[i] = d
+		t.Logf("%s, policed at %d Mbit/s: %d bytes in %v (%.1f Mbit/s)", x.name, rateMbps, size, d, float64(size)*8/d.Seconds()/1e6)
+		if d < floor {
+			t.Errorf("%s: %d bytes in %v, faster than %d Mbit/s allows (at least %v)", x.name, size, d, rateMbps, floor)
+		}
+	}
+	e.apply(EIP(policed.UID, eip))
+	for i, x := range xfers {
+		_, d, err := x.run()
+		if err != nil {
+			t.Errorf("%s without QoS: %v", x.name, err)
+			continue
+		}
+		t.Logf("%s, QoS removed: %d bytes in %v (%.1f Mbit/s)", x.name, size, d, float64(size)*8/d.Seconds()/1e6)
+		if took[i] > 0 && d > took[i]/2 {
+			t.Errorf("%s: still slow after removing the QoS: %v (policed: %v)", x.name, d, took[i])
+		}
+	}
 }
