@@ -1,0 +1,408 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/go-logr/logr"
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/yaml"
+
+	"github.com/natgw/natgw/gwimage/protocol"
+	"github.com/natgw/natgw/gwimage/version"
+	"github.com/natgw/natgw/nat"
+)
+
+// cmdServe runs the agent on stdin/stdout, or on a unix socket (one Serve per
+// connection, all on the same data plane).
+func cmdServe(ctx context.Context, e env, g *globals, args []string) int {
+	fs := subFlags("serve", e, g, "serve [--socket PATH]")
+	socket := fs.String("socket", "", "serve on this unix socket instead of stdin/stdout")
+	pos, code, ok := parseFlags(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	log := g.logger(e.stderr).WithName("serve")
+	dp, err := g.open(ctx, log)
+	if err != nil {
+		log.Error(err, "open data plane", "dataplane", g.dataplane, "netns", g.netns)
+		return exitFail
+	}
+	log.Info("serving", "version", version.Version, "dataplane", dp.Name(), "netns", g.netns, "bootID", dp.BootID())
+	info := protocol.Info{Version: version.Version}
+	sctx := logr.NewContext(ctx, log)
+	if *socket == "" {
+		err = protocol.Serve(sctx, dp, e.stdin, e.stdout, info)
+	} else {
+		err = serveSocket(sctx, dp, *socket, info, log)
+	}
+	if cerr := dp.Close(); cerr != nil {
+		log.Error(cerr, "close data plane")
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		log.Error(err, "serve")
+		return exitFail
+	}
+	log.Info("stopped; kernel state stays")
+	return exitOK
+}
+
+// serveSocket accepts connections on a unix socket until ctx ends.
+func serveSocket(ctx context.Context, dp nat.Dataplane, path string, info protocol.Info, log logr.Logger) error {
+	_ = os.Remove(path) // a stale socket of an earlier agent
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", path, err)
+	}
+	defer os.Remove(path)
+	go func() { <-ctx.Done(); ln.Close() }()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("accept on %s: %w", path, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer conn.Close()
+			go func() { <-ctx.Done(); conn.Close() }()
+			if err := protocol.Serve(ctx, dp, conn, conn, info); err != nil && ctx.Err() == nil {
+				log.Error(err, "connection ended")
+			}
+		}()
+	}
+}
+
+func cmdApply(ctx context.Context, e env, g *globals, args []string) int {
+	return fileCommand(ctx, e, g, "apply", args, func(ctx context.Context, dp nat.Dataplane, objs []nat.Object) error {
+		if err := dp.Apply(ctx, objs...); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "applied %d object(s)\n", len(objs))
+		return nil
+	})
+}
+
+func cmdSync(ctx context.Context, e env, g *globals, args []string) int {
+	return fileCommand(ctx, e, g, "sync", args, func(ctx context.Context, dp nat.Dataplane, objs []nat.Object) error {
+		if err := dp.Sync(ctx, objs); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "synced: the gateway holds %d object(s)\n", len(objs))
+		return nil
+	})
+}
+
+// fileCommand is apply and sync: read -f FILE, then fn.
+func fileCommand(ctx context.Context, e env, g *globals, name string, args []string, fn func(context.Context, nat.Dataplane, []nat.Object) error) int {
+	fs := subFlags(name, e, g, name+" -f FILE (YAML or JSON: a list of objects, {objects: [...]}, or one object; - for stdin)")
+	file := fs.String("f", "", "file of objects (- for stdin)")
+	pos, code, ok := parseFlags(fs, args)
+	if !ok {
+		return code
+	}
+	if *file == "" || len(pos) > 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	var data []byte
+	var err error
+	if *file == "-" {
+		data, err = io.ReadAll(e.stdin)
+	} else {
+		data, err = os.ReadFile(*file)
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "natgw %s: %v\n", name, err)
+		return exitFail
+	}
+	objs, err := ParseObjects(data)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "natgw %s: %s: %v\n", name, *file, err)
+		return exitFail
+	}
+	return withDataplane(ctx, e, g, func(ctx context.Context, dp nat.Dataplane, _ logr.Logger) error {
+		return fn(ctx, dp, objs)
+	})
+}
+
+// ParseObjects reads objects from YAML or JSON: a list of objects, a
+// document {objects: [...]}, or a single object. Unknown fields are errors.
+func ParseObjects(data []byte) ([]nat.Object, error) {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	js = bytes.TrimSpace(js)
+	strict := func(v any) error {
+		dec := json.NewDecoder(bytes.NewReader(js))
+		dec.DisallowUnknownFields()
+		return dec.Decode(v)
+	}
+	switch {
+	case len(js) == 0 || string(js) == "null":
+		return []nat.Object{}, nil
+	case js[0] == '[':
+		var objs []nat.Object
+		if err := strict(&objs); err != nil {
+			return nil, fmt.Errorf("decode list of objects: %w", err)
+		}
+		return nonNil(objs), nil
+	}
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(js, &probe); err != nil {
+		return nil, fmt.Errorf("decode: want a list of objects or a mapping: %w", err)
+	}
+	if _, ok := probe["objects"]; ok {
+		var doc struct {
+			Objects []nat.Object `json:"objects"`
+		}
+		if err := strict(&doc); err != nil {
+			return nil, fmt.Errorf("decode objects: %w", err)
+		}
+		return nonNil(doc.Objects), nil
+	}
+	var o nat.Object
+	if err := strict(&o); err != nil {
+		return nil, fmt.Errorf("decode object: %w", err)
+	}
+	return []nat.Object{o}, nil
+}
+
+func nonNil(objs []nat.Object) []nat.Object {
+	if objs == nil {
+		return []nat.Object{}
+	}
+	return objs
+}
+
+func cmdDelete(ctx context.Context, e env, g *globals, args []string) int {
+	fs := subFlags("delete", e, g, "delete UID...")
+	uids, code, ok := parseFlags(fs, args)
+	if !ok {
+		return code
+	}
+	if len(uids) == 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	for _, uid := range uids {
+		if err := nat.ValidateUID(uid); err != nil {
+			fmt.Fprintf(e.stderr, "natgw delete: %v\n", err)
+			return exitUsage
+		}
+	}
+	return withDataplane(ctx, e, g, func(ctx context.Context, dp nat.Dataplane, _ logr.Logger) error {
+		before, err := dp.List(ctx)
+		if err != nil {
+			return err
+		}
+		present := map[string]nat.Object{}
+		for _, o := range before {
+			present[o.UID] = o
+		}
+		if err := dp.Delete(ctx, uids...); err != nil {
+			return err
+		}
+		for _, uid := range uids {
+			if o, ok := present[uid]; ok {
+				fmt.Fprintf(e.stdout, "deleted %s\n", o)
+			} else {
+				fmt.Fprintf(e.stdout, "not present: %s\n", uid)
+			}
+		}
+		return nil
+	})
+}
+
+func cmdList(ctx context.Context, e env, g *globals, args []string) int {
+	fs := subFlags("list", e, g, "list [-o table|json|yaml]")
+	out := fs.String("o", "table", "output format: table, json or yaml")
+	pos, code, ok := parseFlags(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 || (*out != "table" && *out != "json" && *out != "yaml") {
+		fs.Usage()
+		return exitUsage
+	}
+	return withDataplane(ctx, e, g, func(ctx context.Context, dp nat.Dataplane, _ logr.Logger) error {
+		objs, err := dp.List(ctx)
+		if err != nil {
+			return err
+		}
+		return printObjects(e.stdout, *out, objs)
+	})
+}
+
+// printObjects writes objs as a table, JSON or YAML.
+func printObjects(w io.Writer, format string, objs []nat.Object) error {
+	objs = nonNil(objs)
+	switch format {
+	case "json":
+		b, err := json.MarshalIndent(objs, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	case "yaml":
+		b, err := yaml.Marshal(objs)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "UID\tKIND\tEXTERNAL\tINTERNAL\tDETAIL")
+	for _, o := range objs {
+		ext, in, detail := columns(o)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", o.UID, o.Kind, ext, in, detail)
+	}
+	return tw.Flush()
+}
+
+// columns renders an object's table cells.
+func columns(o nat.Object) (ext, in, detail string) {
+	dash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	switch {
+	case o.EIP != nil:
+		ext = fmt.Sprintf("%s/%d", o.EIP.Address, o.EIP.PrefixLen)
+		if q := o.EIP.QoS; q != nil {
+			var parts []string
+			if q.IngressRateMbps > 0 {
+				parts = append(parts, fmt.Sprintf("ingress %dMbit/s burst %dMbit", q.IngressRateMbps, q.IngressBurstMbit))
+			}
+			if q.EgressRateMbps > 0 {
+				parts = append(parts, fmt.Sprintf("egress %dMbit/s burst %dMbit", q.EgressRateMbps, q.EgressBurstMbit))
+			}
+			detail = strings.Join(parts, ", ")
+		}
+	case o.FIP != nil:
+		ext, in, detail = o.FIP.EIP.String(), o.FIP.InternalIP.String(), "1:1"
+	case o.DNAT != nil:
+		d := o.DNAT
+		ext = fmt.Sprintf("%s:%d/%s", d.EIP, d.ExternalPort, d.Protocol)
+		in = fmt.Sprintf("%s:%d", d.InternalIP, d.InternalPort)
+	case o.SNAT != nil:
+		ext, in = o.SNAT.EIP.String(), o.SNAT.InternalCIDR.String()
+		if o.SNAT.RandomFully {
+			detail = "random-fully"
+		}
+	case o.Route != nil:
+		r := o.Route
+		detail = fmt.Sprintf("%s via %s dev %s", r.Destination, r.NextHop, r.Device)
+	}
+	return dash(ext), dash(in), dash(detail)
+}
+
+func cmdInfo(ctx context.Context, e env, g *globals, args []string) int {
+	fs := subFlags("info", e, g, "info [-o text|json]")
+	out := fs.String("o", "text", "output format: text or json")
+	pos, code, ok := parseFlags(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	return withDataplane(ctx, e, g, func(ctx context.Context, dp nat.Dataplane, _ logr.Logger) error {
+		objs, err := dp.List(ctx)
+		if err != nil {
+			return err
+		}
+		in := protocol.Info{Version: version.Version, Dataplane: dp.Name(), BootID: dp.BootID(), Counts: map[nat.Kind]int{}}
+		for _, o := range objs {
+			in.Counts[o.Kind]++
+		}
+		if *out == "json" {
+			b, err := json.MarshalIndent(in, "", "  ")
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "%s\n", b)
+			return nil
+		}
+		fmt.Fprintf(e.stdout, "version:   %s\ndataplane: %s\nnetns:     %s\nboot id:   %s\n", in.Version, in.Dataplane, nsName(g.netns), in.BootID)
+		kinds := make([]string, 0, len(nat.Kinds))
+		for _, k := range nat.Kinds {
+			kinds = append(kinds, fmt.Sprintf("%s=%d", k, in.Counts[k]))
+		}
+		sort.Strings(kinds)
+		fmt.Fprintf(e.stdout, "objects:   %s\n", strings.Join(kinds, " "))
+		return nil
+	})
+}
+
+func nsName(ref string) string {
+	if ref == "" {
+		return "(current)"
+	}
+	return ref
+}
+
+// cmdPause sleeps until SIGTERM or SIGINT. As PID 1 of a container it also
+// reaps the zombies of processes exec'd into the container.
+func cmdPause(ctx context.Context, e env, g *globals, args []string) int {
+	fs := subFlags("pause", e, g, "pause")
+	if _, code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGCHLD)
+	defer signal.Stop(sigs)
+	for {
+		select {
+		case <-ctx.Done():
+			return exitOK
+		case s := <-sigs:
+			if s != syscall.SIGCHLD {
+				return exitOK
+			}
+			if os.Getpid() == 1 {
+				reap()
+			}
+		}
+	}
+}
+
+// reap collects every exited child without blocking.
+func reap() {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,262 @@
+// Command natgw is the VPC NAT gateway agent and its CLI.
+//
+//	natgw [global flags] serve [--socket PATH]   the agent: JSON lines on stdin/stdout (or a unix socket)
+//	natgw [global flags] apply -f FILE           add/update objects (YAML or JSON), one transaction
+//	natgw [global flags] sync -f FILE            make the gateway hold exactly FILE's objects
+//	natgw [global flags] delete UID...           delete objects by UID
+//	natgw [global flags] list [-o table|json|yaml]
+//	natgw [global flags] info                    data plane, boot id, counts
+//	natgw version
+//	natgw pause                                  keep a container alive (entrypoint)
+//	natgw compat OP RULE...                      Kube-OVN nat-gateway.sh subcommands
+//
+// Global flags (also taken from the environment, for the compatibility
+// entry points that get no flags): --netns NAME|PATH ($NATGW_NETNS),
+// --dataplane nftables|iptables ($NATGW_DATAPLANE), --external-iface
+// ($NATGW_EXTERNAL_IFACE, net1), --internal-iface ($NATGW_INTERNAL_IFACE,
+// eth0), -v LEVEL ($NATGW_V).
+//
+// Invoked as nat-gateway.sh (a symlink, as in the image) natgw behaves like
+// `natgw compat`; invoked as bash it accepts only the command line Kube-OVN's
+// controller execs (`bash -c "bash /kube-ovn/nat-gateway.sh OP RULE..."`) and
+// runs it without a shell. Logs go to stderr, except in the compatibility
+// modes, where they go to stdout: the controller treats any stderr output as
+// a failure.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/natgw/natgw/gwimage/version"
+	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/iptables"
+	"github.com/natgw/natgw/nat/nftables"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args, os.Stdin, os.Stdout, os.Stderr))
+}
+
+// env carries a command's streams.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+// run dispatches on the program name, then on the subcommand.
+func run(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := env{stdin: stdin, stdout: stdout, stderr: stderr}
+	switch filepath.Base(argv[0]) {
+	case "nat-gateway.sh":
+		g := defaultGlobals()
+		return runCompat(ctx, e, &g, argv[1:])
+	case "bash":
+		return runBashShim(ctx, e, argv[1:])
+	}
+	g := defaultGlobals()
+	fs := flag.NewFlagSet("natgw", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	g.register(fs)
+	fs.Usage = func() { usage(stderr) }
+	if err := fs.Parse(argv[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	args := fs.Args()
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	cmd, rest := args[0], args[1:]
+	c, ok := commands[cmd]
+	if !ok {
+		fmt.Fprintf(stderr, "natgw: unknown command %q\n", cmd)
+		usage(stderr)
+		return exitUsage
+	}
+	return c.run(ctx, e, &g, rest)
+}
+
+type command struct {
+	summary string
+	run     func(ctx context.Context, e env, g *globals, args []string) int
+}
+
+var commands map[string]command
+
+func init() {
+	commands = map[string]command{
+		"serve":   {"run the agent: JSON-lines requests on stdin, responses on stdout", cmdServe},
+		"apply":   {"add or update the objects of a YAML/JSON file (-f), one transaction", cmdApply},
+		"sync":    {"make the gateway hold exactly the objects of a file (-f), one transaction", cmdSync},
+		"delete":  {"delete objects by UID", cmdDelete},
+		"list":    {"list the gateway's objects (-o table|json|yaml)", cmdList},
+		"info":    {"show the data plane, boot id and object counts", cmdInfo},
+		"version": {"print the version", cmdVersion},
+		"pause":   {"sleep until SIGTERM/SIGINT (container entrypoint)", cmdPause},
+		"compat":  {"run a Kube-OVN nat-gateway.sh subcommand: compat OP RULE...", cmdCompat},
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "usage: natgw [global flags] COMMAND [flags] [args]\n\ncommands:\n")
+	for _, name := range []string{"serve", "apply", "sync", "delete", "list", "info", "version", "pause", "compat"} {
+		fmt.Fprintf(w, "  %-8s %s\n", name, commands[name].summary)
+	}
+	fmt.Fprintf(w, "\nglobal flags:\n")
+	g := defaultGlobals()
+	fs := flag.NewFlagSet("natgw", flag.ContinueOnError)
+	fs.SetOutput(w)
+	g.register(fs)
+	fs.PrintDefaults()
+}
+
+// globals are the flags every command takes.
+type globals struct {
+	netns     string
+	dataplane string
+	extIface  string
+	intIface  string
+	verbosity int
+	timeout   time.Duration
+}
+
+func defaultGlobals() globals {
+	g := globals{
+		netns:     os.Getenv("NATGW_NETNS"),
+		dataplane: envOr("NATGW_DATAPLANE", nftables.Name),
+		extIface:  envOr("NATGW_EXTERNAL_IFACE", nat.DefaultExternalInterface),
+		intIface:  envOr("NATGW_INTERNAL_IFACE", nat.DefaultInternalInterface),
+		timeout:   2 * time.Minute,
+	}
+	if v, err := strconv.Atoi(os.Getenv("NATGW_V")); err == nil {
+		g.verbosity = v
+	}
+	return g
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.netns, "netns", g.netns, "network namespace of the gateway: a name under /run/netns or a path (default: the current one)")
+	fs.StringVar(&g.dataplane, "dataplane", g.dataplane, "data plane: nftables or iptables")
+	fs.StringVar(&g.extIface, "external-iface", g.extIface, "the gateway's external interface")
+	fs.StringVar(&g.intIface, "internal-iface", g.intIface, "the gateway's VPC interface")
+	fs.IntVar(&g.verbosity, "v", g.verbosity, "log verbosity (0: changes and errors, 1: every request, 2+: debug)")
+	fs.DurationVar(&g.timeout, "timeout", g.timeout, "bound of one CLI operation (not of serve)")
+}
+
+// logger returns a logr.Logger writing text to w at the globals' verbosity.
+func (g *globals) logger(w io.Writer) logr.Logger {
+	h := slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.Level(-g.verbosity)})
+	return logr.FromSlogHandler(h)
+}
+
+func (g *globals) config(log logr.Logger) nat.Config {
+	return nat.Config{NetNS: g.netns, ExternalInterface: g.extIface, InternalInterface: g.intIface, Log: log}
+}
+
+// open opens the chosen data plane.
+func (g *globals) open(ctx context.Context, log logr.Logger) (nat.Dataplane, error) {
+	cfg := g.config(log)
+	switch g.dataplane {
+	case nftables.Name:
+		return nftables.New(ctx, cfg)
+	case iptables.Name:
+		return iptables.New(ctx, cfg)
+	}
+	return nil, fmt.Errorf("unknown data plane %q (want %s or %s)", g.dataplane, nftables.Name, iptables.Name)
+}
+
+// subFlags returns a FlagSet for a subcommand that also takes the globals.
+func subFlags(name string, e env, g *globals, usageLine string) *flag.FlagSet {
+	fs := flag.NewFlagSet("natgw "+name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	g.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "usage: natgw %s\n", usageLine)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args, interleaved flags and positional arguments alike.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, int, bool) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, exitOK, false
+			}
+			return nil, exitUsage, false
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, 0, true
+		}
+		if args[0] == "--" {
+			return append(pos, args[1:]...), 0, true
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// withDataplane runs fn on the opened data plane, bounded by the timeout,
+// and closes it (kernel state stays).
+func withDataplane(ctx context.Context, e env, g *globals, fn func(ctx context.Context, dp nat.Dataplane, log logr.Logger) error) int {
+	log := g.logger(e.stderr)
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	dp, err := g.open(ctx, log)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "natgw: %v\n", err)
+		return exitFail
+	}
+	err = fn(ctx, dp, log)
+	if cerr := dp.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("close data plane: %w", cerr)
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "natgw: %v\n", err)
+		return exitFail
+	}
+	return exitOK
+}
+
+func cmdVersion(ctx context.Context, e env, g *globals, args []string) int {
+	fs := subFlags("version", e, g, "version")
+	if _, code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	fmt.Fprintln(e.stdout, version.String())
+	return exitOK
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
