@@ -213,13 +213,14 @@ func (r *Renderer) Commit(ctx context.Context, c engine.Commit) error {
 		return r.commitFull(ctx, c.Want)
 	}
 	ch := &change{del: setElems{}, add: setElems{}, qosBefore: map[qosKey]qosState{}, qosAfter: map[qosKey]qosVal{}}
-	newIndex := map[string][]elemRef{}
 	snatCount := map[snatClass]int{}
+	// The kernel holds exactly the rendering of the objects (Load makes
+	// it so, every Commit keeps it so): removed objects are deleted by
+	// the keys they render to.
 	for _, o := range c.Removed {
-		for _, ref := range r.index[o.UID] {
-			ch.del.add(ref.set, nft.SetElement{Key: []byte(ref.key)})
+		if err := render(o, ch.del); err != nil {
+			return fmt.Errorf("nftables: %w", err)
 		}
-		newIndex[o.UID] = nil
 		if cl, ok := snatClassOf(o); ok {
 			snatCount[cl]--
 		}
@@ -230,15 +231,16 @@ func (r *Renderer) Commit(ctx context.Context, c engine.Commit) error {
 			}
 		}
 	}
+	for set, es := range ch.del {
+		for i := range es {
+			es[i] = nft.SetElement{Key: es[i].Key}
+		}
+		ch.del[set] = es
+	}
 	for _, o := range c.Added {
-		es, err := render(o)
-		if err != nil {
+		if err := render(o, ch.add); err != nil {
 			return fmt.Errorf("nftables: %w", err)
 		}
-		for set, l := range es {
-			ch.add[set] = append(ch.add[set], l...)
-		}
-		newIndex[o.UID] = refsOf(es)
 		if cl, ok := snatClassOf(o); ok {
 			snatCount[cl]++
 		}
@@ -262,13 +264,6 @@ func (r *Renderer) Commit(ctx context.Context, c engine.Commit) error {
 	if err := r.run(ctx, ch); err != nil {
 		return err
 	}
-	for uid, refs := range newIndex {
-		if refs == nil {
-			delete(r.index, uid)
-		} else {
-			r.index[uid] = refs
-		}
-	}
 	for cl, d := range snatCount {
 		if r.snat[cl] += d; r.snat[cl] <= 0 {
 			delete(r.snat, cl)
@@ -285,14 +280,14 @@ func (r *Renderer) Commit(ctx context.Context, c engine.Commit) error {
 // flushed and refilled in the same transaction, and the policers and CIDR
 // SNAT maps are brought to what want needs.
 func (r *Renderer) commitFull(ctx context.Context, want []nat.Object) error {
-	ch, idx, snat, qos, err := r.fullChange(want, r.snatPresent(), r.qosPresent(), false)
+	ch, snat, qos, err := r.fullChange(want, r.snatPresent(), r.qosPresent(), false)
 	if err != nil {
 		return err
 	}
 	if err := r.run(ctx, ch); err != nil {
 		return err
 	}
-	r.index, r.snat, r.qos = idx, snat, qos
+	r.snat, r.qos = snat, qos
 	return nil
 }
 
@@ -315,26 +310,13 @@ func (r *Renderer) qosPresent() map[qosKey]qosState {
 // fullChange computes the transaction that replaces the kernel state
 // (present SNAT maps and policers as given) with want, and the bookkeeping
 // that follows it.
-func (r *Renderer) fullChange(want []nat.Object, snatBefore map[snatClass]bool, qosBefore map[qosKey]qosState, force bool) (*change, map[string][]elemRef, map[snatClass]int, map[qosKey]qosVal, error) {
-	ch := &change{full: true, add: setElems{}, qosBefore: qosBefore, qosAfter: map[qosKey]qosVal{}, qosForce: force,
-		snatBefore: snatBefore, snatAfter: map[snatClass]bool{}}
-	idx := make(map[string][]elemRef, len(want))
-	snat := map[snatClass]int{}
+func (r *Renderer) fullChange(want []nat.Object, snatBefore map[snatClass]bool, qosBefore map[qosKey]qosState, force bool) (*change, map[snatClass]int, map[qosKey]qosVal, error) {
+	ch := &change{full: true, add: presized(want), qosBefore: qosBefore, qosAfter: map[qosKey]qosVal{}, qosForce: force,
+		snatBefore: snatBefore}
 	for _, o := range want {
-		es, err := render(o)
-		if err != nil {
-			return nil, nil, nil, nil, fmt.Errorf("nftables: %w", err)
+		if err := render(o, ch.add); err != nil {
+			return nil, nil, nil, fmt.Errorf("nftables: %w", err)
 		}
-		for set, l := range es {
-			ch.add[set] = append(ch.add[set], l...)
-		}
-		idx[o.UID] = refsOf(es)
-		if cl, ok := snatClassOf(o); ok {
-			snat[cl]++
-			ch.snatAfter[cl] = true
-		}
-		pol, _ := qosOf(o)
-		maps.Copy(ch.qosAfter, pol)
 	}
 	for _, s := range elementSets {
 		ch.flush = append(ch.flush, s.name)
@@ -342,8 +324,47 @@ func (r *Renderer) fullChange(want []nat.Object, snatBefore map[snatClass]bool, 
 	for _, cl := range sortedSNAT(snatBefore) {
 		ch.flush = append(ch.flush, cl.setName())
 	}
-	qos := maps.Clone(ch.qosAfter)
-	return ch, idx, snat, qos, nil
+	snat := structureOf(want, ch)
+	return ch, snat, maps.Clone(ch.qosAfter), nil
+}
+
+// presized returns a setElems with room for the fixed sets' elements of objs.
+func presized(objs []nat.Object) setElems {
+	n := map[string]int{}
+	for _, o := range objs {
+		switch o.Kind {
+		case nat.KindEIP:
+			n[setEIPs]++
+		case nat.KindFIP:
+			n[setFIPDNAT]++
+			n[setFIPSNAT]++
+		case nat.KindDNAT:
+			n[setPortDNAT]++
+		case nat.KindRoute:
+			n[setRoutes]++
+		}
+	}
+	es := setElems{}
+	for set, c := range n {
+		es[set] = make([]nft.SetElement, 0, c)
+	}
+	return es
+}
+
+// structureOf fills ch's wanted CIDR SNAT maps and policers for objs and
+// returns the number of SNATs per map.
+func structureOf(objs []nat.Object, ch *change) map[snatClass]int {
+	ch.snatAfter = map[snatClass]bool{}
+	snat := map[snatClass]int{}
+	for _, o := range objs {
+		if cl, ok := snatClassOf(o); ok {
+			snat[cl]++
+			ch.snatAfter[cl] = true
+		}
+		pol, _ := qosOf(o)
+		maps.Copy(ch.qosAfter, pol)
+	}
+	return snat
 }
 
 // newBootID returns a fresh random boot id.
@@ -386,30 +407,22 @@ func (r *Renderer) Load(ctx context.Context) ([]nat.Object, string, error) {
 		if err := r.run(ctx, ch); err != nil {
 			return nil, "", fmt.Errorf("nftables: create table: %w", err)
 		}
-		r.index, r.snat, r.qos, r.boot = map[string][]elemRef{}, map[snatClass]int{}, map[qosKey]qosVal{}, boot
+		r.snat, r.qos, r.boot = map[snatClass]int{}, map[qosKey]qosVal{}, boot
 		return nil, boot, nil
 	}
 	objs, consistent := k.objects(r.log)
 	var ch *change
-	idx, snat, qos := k.refs, map[snatClass]int{}, map[qosKey]qosVal{}
+	var snat map[snatClass]int
+	var qos map[qosKey]qosVal
 	if consistent {
 		// Keep the elements; rewrite every rule and policer and bring the
 		// CIDR SNAT maps to what the objects need.
-		ch = &change{fixedChains: true, qosBefore: k.qos, qosAfter: map[qosKey]qosVal{}, qosForce: true,
-			snatBefore: k.snat, snatAfter: map[snatClass]bool{}}
-		for _, o := range objs {
-			if cl, ok := snatClassOf(o); ok {
-				snat[cl]++
-				ch.snatAfter[cl] = true
-			}
-			pol, _ := qosOf(o)
-			maps.Copy(ch.qosAfter, pol)
-		}
+		ch = &change{fixedChains: true, qosBefore: k.qos, qosAfter: map[qosKey]qosVal{}, qosForce: true, snatBefore: k.snat}
+		snat = structureOf(objs, ch)
 		qos = maps.Clone(ch.qosAfter)
 	} else {
 		r.log.Info("kernel elements inconsistent with their objects, rewriting the table's elements", "objects", len(objs))
-		ch, idx, snat, qos, err = r.fullChange(objs, k.snat, k.qos, true)
-		if err != nil {
+		if ch, snat, qos, err = r.fullChange(objs, k.snat, k.qos, true); err != nil {
 			return nil, "", err
 		}
 		ch.fixedChains = true
@@ -417,6 +430,6 @@ func (r *Renderer) Load(ctx context.Context) ([]nat.Object, string, error) {
 	if err := r.run(ctx, ch); err != nil {
 		return nil, "", fmt.Errorf("nftables: repair table: %w", err)
 	}
-	r.index, r.snat, r.qos, r.boot = idx, snat, qos, k.boot
+	r.snat, r.qos, r.boot = snat, qos, k.boot
 	return objs, k.boot, nil
 }

@@ -76,61 +76,51 @@ func routeComment(o nat.Object) string {
 	return fmt.Sprintf("%s dev=%s", o.UID, o.Route.Device)
 }
 
-// render returns the kernel elements of a valid object, by set. Every
-// element carries the owner UID first in its comment.
-func render(o nat.Object) (setElems, error) {
-	out := setElems{}
+// render appends the kernel elements of a valid object to out, by set.
+// Every element carries the owner UID first in its comment.
+func render(o nat.Object, out setElems) error {
+	add := func(set string, e nft.SetElement) error {
+		if len(e.Comment) > maxComment {
+			return &nat.FieldError{UID: o.UID, Field: "uid", Value: o.UID, Reason: "element comment too long for the kernel"}
+		}
+		out.add(set, e)
+		return nil
+	}
 	switch o.Kind {
 	case nat.KindEIP:
-		out.add(setEIPs, nft.SetElement{Key: a4(o.EIP.Address), Comment: eipComment(o)})
 		pol, err := qosOf(o)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		for k := range pol {
+		for _, k := range sortedKeys(pol, cmpQoSKey) {
 			set := setQoSIn
 			if k.dir == qosOut {
 				set = setQoSOut
 			}
-			out.add(set, nft.SetElement{Key: a4(k.eip), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: k.name()}, Comment: o.UID})
+			if err := add(set, nft.SetElement{Key: a4(k.eip), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: k.name()}, Comment: o.UID}); err != nil {
+				return err
+			}
 		}
+		return add(setEIPs, nft.SetElement{Key: a4(o.EIP.Address), Comment: eipComment(o)})
 	case nat.KindFIP:
-		out.add(setFIPDNAT, nft.SetElement{Key: a4(o.FIP.EIP), Val: a4(o.FIP.InternalIP), Comment: o.UID})
-		out.add(setFIPSNAT, nft.SetElement{Key: a4(o.FIP.InternalIP), Val: a4(o.FIP.EIP), Comment: o.UID})
+		if err := add(setFIPDNAT, nft.SetElement{Key: a4(o.FIP.EIP), Val: a4(o.FIP.InternalIP), Comment: o.UID}); err != nil {
+			return err
+		}
+		return add(setFIPSNAT, nft.SetElement{Key: a4(o.FIP.InternalIP), Val: a4(o.FIP.EIP), Comment: o.UID})
 	case nat.KindDNAT:
 		d := o.DNAT
 		key := append(a4(d.EIP), d.Protocol.Number(), 0, 0, 0)
 		key = append(key, port4(d.ExternalPort)...)
-		out.add(setPortDNAT, nft.SetElement{Key: key, Val: append(a4(d.InternalIP), port4(d.InternalPort)...), Comment: o.UID})
+		return add(setPortDNAT, nft.SetElement{Key: key, Val: append(a4(d.InternalIP), port4(d.InternalPort)...), Comment: o.UID})
 	case nat.KindSNAT:
 		c := snatClass{o.SNAT.InternalCIDR.Bits(), o.SNAT.RandomFully}
-		out.add(c.setName(), nft.SetElement{Key: a4(o.SNAT.InternalCIDR.Addr()), Val: a4(o.SNAT.EIP), Comment: o.UID})
+		return add(c.setName(), nft.SetElement{Key: a4(o.SNAT.InternalCIDR.Addr()), Val: a4(o.SNAT.EIP), Comment: o.UID})
 	case nat.KindRoute:
 		rt := o.Route
 		mask := binary.BigEndian.AppendUint32(nil, uint32(uint64(0xffffffff)<<(32-rt.Destination.Bits())))
-		out.add(setRoutes, nft.SetElement{Key: append(a4(rt.Destination.Addr()), mask...), Val: a4(rt.NextHop), Comment: routeComment(o)})
-	default:
-		return nil, &nat.FieldError{UID: o.UID, Field: "kind", Value: string(o.Kind), Reason: "unknown kind"}
+		return add(setRoutes, nft.SetElement{Key: append(a4(rt.Destination.Addr()), mask...), Val: a4(rt.NextHop), Comment: routeComment(o)})
 	}
-	for _, es := range out {
-		for _, e := range es {
-			if len(e.Comment) > maxComment {
-				return nil, &nat.FieldError{UID: o.UID, Field: "uid", Value: o.UID, Reason: "element comment too long for the kernel"}
-			}
-		}
-	}
-	return out, nil
-}
-
-// refsOf returns the element references of rendered elements.
-func refsOf(es setElems) []elemRef {
-	var out []elemRef
-	for set, l := range es {
-		for _, e := range l {
-			out = append(out, elemRef{set, string(e.Key)})
-		}
-	}
-	return out
+	return &nat.FieldError{UID: o.UID, Field: "kind", Value: string(o.Kind), Reason: "unknown kind"}
 }
 
 // snatClassOf returns the SNAT map class of an SNAT object.
@@ -189,6 +179,12 @@ func chunks(es []nft.SetElement) [][]nft.SetElement {
 // splitComment returns the UID (first word) and the key=value attributes of
 // an element comment.
 func splitComment(c string) (string, map[string]string, error) {
+	if !strings.Contains(c, " ") {
+		if err := nat.ValidateUID(c); err != nil {
+			return "", nil, err
+		}
+		return c, nil, nil
+	}
 	f := strings.Fields(c)
 	if len(f) == 0 {
 		return "", nil, fmt.Errorf("element without an owner UID comment")

@@ -30,7 +30,7 @@ const HairpinMark = 0x4000
 
 // Names of the sets/maps of the table (see nat/README.md).
 const (
-	setMeta     = "meta"
+	setMeta     = "natgw_meta"
 	setEIPs     = "eips"
 	setRoutes   = "routes"
 	setFIPDNAT  = "fip_dnat"

@@ -22,7 +22,7 @@ type kernelState struct {
 	snat  map[snatClass]bool          // CIDR SNAT maps present
 	qos   map[qosKey]qosState         // policer chains/objects present
 
-	refs map[string][]elemRef // filled by objects: kernel elements by owner UID
+	owner map[elemRef]string // filled by objects: owner UID of every element
 }
 
 // readKernel reads natgw's table: sets and their elements, chains, limit
@@ -174,7 +174,7 @@ func parseMeta(es []nft.SetElement) (boot, broken string) {
 // missing or conflicting element). Objects that cannot be rebuilt or that
 // conflict with earlier ones are left out.
 func (k *kernelState) objects(log logr.Logger) ([]nat.Object, bool) {
-	k.refs = map[string][]elemRef{}
+	k.owner = map[elemRef]string{}
 	objs := map[string]nat.Object{}
 	var bad []string
 	order := []string{}
@@ -196,7 +196,7 @@ func (k *kernelState) objects(log logr.Logger) ([]nat.Object, bool) {
 				bad = append(bad, fmt.Sprintf("set %s: %v", set, err))
 				continue
 			}
-			k.refs[uid] = append(k.refs[uid], elemRef{set, string(e.Key)})
+			k.owner[elemRef{set, string(e.Key)}] = uid
 			if o == nil {
 				continue
 			}
@@ -213,7 +213,19 @@ func (k *kernelState) objects(log logr.Logger) ([]nat.Object, bool) {
 	for _, o := range objs {
 		list = append(list, o)
 	}
-	nat.SortObjects(list)
+	// A deterministic order (kind, then UID) decides which of two
+	// conflicting objects stays. (nat.SortObjects is a stable sort, slow
+	// at 100k objects; UIDs are unique, so any sort gives this order.)
+	rank := map[nat.Kind]int{}
+	for i, kd := range nat.Kinds {
+		rank[kd] = i
+	}
+	slices.SortFunc(list, func(a, b nat.Object) int {
+		if a.Kind != b.Kind {
+			return rank[a.Kind] - rank[b.Kind]
+		}
+		return strings.Compare(a.UID, b.UID)
+	})
 	st := nat.NewState()
 	kept := list[:0]
 	for _, o := range list {
@@ -223,22 +235,27 @@ func (k *kernelState) objects(log logr.Logger) ([]nat.Object, bool) {
 		}
 		kept = append(kept, o)
 	}
-	keptUID := make(map[string]bool, len(kept))
+	// Every element the kept objects render to must be in the kernel with
+	// the same owner, and nothing else may be.
+	want := setElems{}
 	for _, o := range kept {
-		keptUID[o.UID] = true
-		es, err := render(o)
-		if err != nil {
+		if err := render(o, want); err != nil {
 			bad = append(bad, err.Error())
-			continue
-		}
-		if !sameRefs(refsOf(es), k.refs[o.UID]) {
-			bad = append(bad, fmt.Sprintf("uid %s: kernel elements differ from %s", o.UID, o))
 		}
 	}
-	for uid := range k.refs {
-		if !keptUID[uid] {
-			bad = append(bad, fmt.Sprintf("uid %s: elements without a valid object", uid))
+	matched := 0
+	for set, es := range want {
+		for _, e := range es {
+			uid, _, _ := strings.Cut(e.Comment, " ")
+			if k.owner[elemRef{set, string(e.Key)}] == uid {
+				matched++
+			} else {
+				bad = append(bad, fmt.Sprintf("uid %s: element %x of set %s missing or owned by another UID", uid, e.Key, set))
+			}
 		}
+	}
+	if matched != len(k.owner) {
+		bad = append(bad, fmt.Sprintf("%d elements without a valid object", len(k.owner)-matched))
 	}
 	for i, b := range bad {
 		if i == 10 {
@@ -248,20 +265,4 @@ func (k *kernelState) objects(log logr.Logger) ([]nat.Object, bool) {
 		log.Info("inconsistent kernel state", "problem", b)
 	}
 	return kept, len(bad) == 0
-}
-
-func sameRefs(a, b []elemRef) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	cmp := func(x, y elemRef) int {
-		if c := strings.Compare(x.set, y.set); c != 0 {
-			return c
-		}
-		return strings.Compare(x.key, y.key)
-	}
-	a, b = slices.Clone(a), slices.Clone(b)
-	slices.SortFunc(a, cmp)
-	slices.SortFunc(b, cmp)
-	return slices.Equal(a, b)
 }

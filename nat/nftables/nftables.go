@@ -100,11 +100,13 @@ type Renderer struct {
 	conn *nft.Conn     // lasting; nil after a failure until redialed
 	sock *netlink.Conn // conn's socket, for deadlines
 
-	// What the kernel holds, read at Load and kept by Commit.
-	index map[string][]elemRef // owner UID -> its elements
-	snat  map[snatClass]int    // SNAT objects per CIDR SNAT map
-	qos   map[qosKey]qosVal    // policers (limit object + chain)
-	boot  string
+	// The kernel's structure, read at Load and kept by Commit. Elements
+	// need no index: the kernel holds exactly the rendering of the
+	// engine's objects (Load repairs it to that), so a removed object is
+	// deleted by the keys it renders to.
+	snat map[snatClass]int // SNAT objects per CIDR SNAT map
+	qos  map[qosKey]qosVal // policers (limit object + chain)
+	boot string
 
 	cleaner *conntrack.Cleaner // opened on first use
 }
@@ -259,6 +261,14 @@ func (r *Renderer) flush(ctx context.Context) error {
 	if rerr := r.redial(); rerr != nil {
 		r.log.Error(rerr, "redial after failed transaction")
 	}
+	return classify(err)
+}
+
+// classify wraps a failed Flush: an errno delivered in an ack (or by the
+// send) means the kernel refused the batch and changed nothing; ENOBUFS
+// (acks dropped), a timeout or an error without errno leave the outcome
+// unknown.
+func classify(err error) error {
 	var errno unix.Errno
 	if errors.Is(err, unix.ENOBUFS) || errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &errno) {
 		return fmt.Errorf("nftables transaction: %w: %w", err, nat.ErrUnknownState)
@@ -266,9 +276,15 @@ func (r *Renderer) flush(ctx context.Context) error {
 	return fmt.Errorf("nftables transaction rejected: %w", err)
 }
 
-// ForgetFlows implements engine.Renderer: every connection NATed through an
-// EIP carries the EIP as its ct mark, so the kernel flushes them by mark.
-// If that fails, it falls back to dumping and deleting by address.
+// flushMarkMax is the number of EIPs up to which ForgetFlows flushes by ct
+// mark (one kernel walk of the conntrack table per EIP); beyond it, it dumps
+// the table once and deletes by address.
+const flushMarkMax = 16
+
+// ForgetFlows implements engine.Renderer: every connection to an EIP or
+// NATed through one carries the EIP as its ct mark, so the kernel flushes
+// them by mark. If that fails, or for many EIPs at once, it dumps the table
+// and deletes by address.
 func (r *Renderer) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
 	if len(eips) == 0 {
 		return nil
@@ -282,6 +298,14 @@ func (r *Renderer) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
 			return fmt.Errorf("nftables: forget flows: %w", err)
 		}
 		r.cleaner = c
+	}
+	if len(eips) > flushMarkMax {
+		// Every flush by mark walks the whole conntrack hash table in
+		// the kernel; past a few dozen EIPs one dump is cheaper.
+		if _, err := r.cleaner.DeleteByAddr(eips); err != nil {
+			return fmt.Errorf("nftables: forget flows of %d EIPs: %w", len(eips), err)
+		}
+		return nil
 	}
 	var failed []netip.Addr
 	var errs []error

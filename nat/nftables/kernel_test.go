@@ -1,0 +1,454 @@
+package nftables
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/nattest"
+	"github.com/natgw/natgw/nat/netns"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/golden/*.nft")
+
+var bootRE = regexp.MustCompile(`boot=[0-9a-f]+`)
+
+// normalize makes a table dump comparable: the boot id is random.
+func normalize(s string) string { return bootRE.ReplaceAllString(s, "boot=BOOT") }
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", "golden", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from the table (run with -update after checking):\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
+
+func nftExec(t *testing.T, ns, script string) {
+	t.Helper()
+	if _, err := netlab.Exec(context.Background(), ns, script, "nft", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func list(t *testing.T, dp nat.Dataplane) []nat.Object {
+	t.Helper()
+	objs, err := dp.List(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func sameObjects(a, b []nat.Object) bool {
+	a, b = append([]nat.Object(nil), a...), append([]nat.Object(nil), b...)
+	nat.SortObjects(a)
+	nat.SortObjects(b)
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !a[i].Equal(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func wantObjects(t *testing.T, what string, dp nat.Dataplane, want []nat.Object) {
+	t.Helper()
+	if got := list(t, dp); !sameObjects(got, want) {
+		t.Errorf("%s: List = %v, want %v", what, got, want)
+	}
+}
+
+// generation reads the ruleset generation of ns: the kernel bumps it once
+// per committed transaction.
+func generation(t testing.TB, ns string) uint32 {
+	t.Helper()
+	n, err := netns.Open(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: n.Fd()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msgs, err := c.Execute(netlink.Message{
+		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETGEN), Flags: netlink.Request},
+		Data:   []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
+	})
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("get generation: %v (%d replies)", err, len(msgs))
+	}
+	ad, err := netlink.NewAttributeDecoder(msgs[0].Data[4:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ad.ByteOrder = binary.BigEndian
+	for ad.Next() {
+		if ad.Type() == unix.NFTA_GEN_ID {
+			return ad.Uint32()
+		}
+	}
+	t.Fatalf("no generation id in %x", msgs[0].Data)
+	return 0
+}
+
+// TestGolden applies a fixed set of objects in a fresh namespace and compares
+// the table with testdata/golden/table.nft, then again after a reopen (Load
+// rewrites every rule: the result must be identical).
+func TestGolden(t *testing.T) {
+	cfg := gateway(t)
+	dp := open(t, cfg)
+	if err := dp.Apply(ctxT(t), goldenObjects()...); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "table.nft", normalize(table(t, cfg.NetNS)))
+	dp.Close()
+	dp = open(t, cfg)
+	wantObjects(t, "after reopen", dp, goldenObjects())
+	golden(t, "table.nft", normalize(table(t, cfg.NetNS)))
+	if err := dp.Delete(ctxT(t), uidsOf(goldenObjects())...); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "empty.nft", normalize(table(t, cfg.NetNS)))
+}
+
+func uidsOf(objs []nat.Object) []string {
+	var u []string
+	for _, o := range objs {
+		u = append(u, o.UID)
+	}
+	return u
+}
+
+// TestPolicersAndSNATMaps follows the per-EIP policers and the per-prefix
+// SNAT maps through updates: structure appears and disappears with the
+// objects that need it, and the snat_cidr chain stays longest prefix first.
+func TestPolicersAndSNATMaps(t *testing.T) {
+	cfg := gateway(t)
+	dp := open(t, cfg)
+	ctx := ctxT(t)
+	u := nattest.UID
+	eip := addr("192.0.2.10")
+	steps := []struct {
+		name       string
+		apply      []nat.Object
+		del        []string
+		has, hasNo []string
+	}{
+		{
+			name:  "ingress policer",
+			apply: []nat.Object{nattest.EIPQoS(u(nat.KindEIP, 1), eip, nat.QoS{IngressRateMbps: 8})},
+			has:   []string{"limit qos_in_192_0_2_10 {\n\t\trate over 1000000 bytes/second", "goto qos_in_192_0_2_10", "chain qos_in_192_0_2_10 {"},
+			hasNo: []string{"qos_out_192_0_2_10"},
+		},
+		{
+			name:  "rate change and egress added",
+			apply: []nat.Object{nattest.EIPQoS(u(nat.KindEIP, 1), eip, nat.QoS{IngressRateMbps: 16, IngressBurstMbit: 8, EgressRateMbps: 4})},
+			has:   []string{"rate over 2000000 bytes/second burst 1000000 bytes", "limit qos_out_192_0_2_10 {\n\t\trate over 500000 bytes/second", "goto qos_out_192_0_2_10"},
+		},
+		{
+			name:  "QoS removed",
+			apply: []nat.Object{nattest.EIP(u(nat.KindEIP, 1), eip)},
+			hasNo: []string{"qos_in_192_0_2_10", "qos_out_192_0_2_10", "limit "},
+		},
+		{
+			name: "SNAT maps per prefix length, longest first",
+			apply: []nat.Object{
+				nattest.SNAT(u(nat.KindSNAT, 1), eip, prefix("10.0.0.0/8"), false),
+				nattest.SNAT(u(nat.KindSNAT, 2), eip, prefix("10.1.0.0/16"), true),
+				nattest.SNAT(u(nat.KindSNAT, 3), eip, prefix("10.1.2.0/24"), false),
+			},
+			has: []string{"map snat_p8 {", "map snat_p16_rf {", "map snat_p24 {",
+				"chain snat_cidr {\n\t\tct mark set ip saddr & 255.255.255.0 map @snat_p24"},
+		},
+		{
+			name:  "last SNAT of a prefix length gone",
+			del:   []string{u(nat.KindSNAT, 3)},
+			has:   []string{"chain snat_cidr {\n\t\tct mark set ip saddr & 255.255.0.0 map @snat_p16_rf"},
+			hasNo: []string{"snat_p24"},
+		},
+	}
+	for _, s := range steps {
+		if len(s.apply) > 0 {
+			if err := dp.Apply(ctx, s.apply...); err != nil {
+				t.Fatalf("%s: %v", s.name, err)
+			}
+		}
+		if len(s.del) > 0 {
+			if err := dp.Delete(ctx, s.del...); err != nil {
+				t.Fatalf("%s: %v", s.name, err)
+			}
+		}
+		got := table(t, cfg.NetNS)
+		for _, h := range s.has {
+			if !strings.Contains(got, h) {
+				t.Errorf("%s: table lacks %q:\n%s", s.name, h, got)
+			}
+		}
+		for _, h := range s.hasNo {
+			if strings.Contains(got, h) {
+				t.Errorf("%s: table still has %q:\n%s", s.name, h, got)
+			}
+		}
+	}
+}
+
+// TestKernelRejectChangesNothing makes the kernel refuse a transaction (an
+// element put there behind the backend's back holds the key) and checks
+// that the error is not "unknown", that neither kernel nor List changed, and
+// that the backend keeps working.
+func TestKernelRejectChangesNothing(t *testing.T) {
+	cfg := gateway(t)
+	dp := open(t, cfg, WithoutPlumbing())
+	ctx := ctxT(t)
+	u := nattest.UID
+	a := nattest.FIP(u(nat.KindFIP, 1), addr("192.0.2.10"), addr("198.51.100.10"))
+	if err := dp.Apply(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	nftExec(t, cfg.NetNS, "add element ip natgw fip_dnat { 192.0.2.20 : 198.51.100.99 }\n")
+	before := table(t, cfg.NetNS)
+	gen := generation(t, cfg.NetNS)
+	b := nattest.FIP(u(nat.KindFIP, 2), addr("192.0.2.20"), addr("198.51.100.20"))
+	c := nattest.FIP(u(nat.KindFIP, 3), addr("192.0.2.30"), addr("198.51.100.30"))
+	err := dp.Apply(ctx, c, b)
+	if err == nil {
+		t.Fatal("Apply over a foreign element succeeded")
+	}
+	if errors.Is(err, nat.ErrUnknownState) {
+		t.Errorf("a rejected batch reported unknown state: %v", err)
+	}
+	if got := table(t, cfg.NetNS); got != before {
+		t.Errorf("kernel changed by a rejected batch:\n%s\nwant\n%s", got, before)
+	}
+	if g := generation(t, cfg.NetNS); g != gen {
+		t.Errorf("generation %d -> %d: something was committed", gen, g)
+	}
+	wantObjects(t, "after the rejected batch", dp, []nat.Object{a})
+	if err := dp.Apply(ctx, c); err != nil {
+		t.Fatalf("Apply after a rejected batch: %v", err)
+	}
+	// A reload finds the foreign element (no owner comment) and rewrites
+	// the elements without it; then b goes in.
+	if err := dp.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantObjects(t, "after reload", dp, []nat.Object{a, c})
+	if strings.Contains(table(t, cfg.NetNS), "198.51.100.99") {
+		t.Error("reload kept the element without owner")
+	}
+	if err := dp.Apply(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	wantObjects(t, "end", dp, []nat.Object{a, b, c})
+}
+
+// TestLoadRepairs damages the table behind the backend's back; opening it
+// again restores rules and elements from what the elements say.
+func TestLoadRepairs(t *testing.T) {
+	cfg := gateway(t)
+	dp := open(t, cfg)
+	if err := dp.Apply(ctxT(t), goldenObjects()...); err != nil {
+		t.Fatal(err)
+	}
+	want := table(t, cfg.NetNS)
+	boot := dp.BootID()
+	dp.Close()
+	nftExec(t, cfg.NetNS, strings.Join([]string{
+		"flush chain ip natgw dstnat",
+		"flush chain ip natgw snat_cidr",
+		"flush chain ip natgw qos_in_192_0_2_10",
+		"delete element ip natgw fip_snat { 198.51.100.10 }",
+		"delete element ip natgw qos_out { 192.0.2.11 }",
+		"delete chain ip natgw qos_out_192_0_2_11",
+		"delete limit ip natgw qos_out_192_0_2_11",
+		"add chain ip natgw qos_in_192_0_2_99",
+		"",
+	}, "\n"))
+	dp = open(t, cfg)
+	if dp.BootID() != boot {
+		t.Errorf("boot id changed by a repair: %s -> %s", boot, dp.BootID())
+	}
+	wantObjects(t, "after repair", dp, goldenObjects())
+	if got := table(t, cfg.NetNS); got != want {
+		t.Errorf("repaired table:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestRecreate: a table of another layout version, or no table, gives a
+// fresh table and a new boot id.
+func TestRecreate(t *testing.T) {
+	cfg := gateway(t)
+	dp := open(t, cfg, WithoutPlumbing())
+	ctx := ctxT(t)
+	if err := dp.Apply(ctx, goldenObjects()...); err != nil {
+		t.Fatal(err)
+	}
+	empty := func() string {
+		lab := netlab.ForTest(t)
+		ns, err := lab.NS("fresh")
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := open(t, nat.Config{NetNS: ns}, WithoutPlumbing())
+		d.Close()
+		return normalize(table(t, ns))
+	}()
+	for _, tc := range []struct{ name, script string }{
+		{"old layout", "delete element ip natgw natgw_meta { 0x1 }\nadd element ip natgw natgw_meta { 0x1 comment \"natgw layout=0 boot=0\" }\n"},
+		{"table deleted", "delete table ip natgw\n"},
+	} {
+		boot := dp.BootID()
+		nftExec(t, cfg.NetNS, tc.script)
+		if err := dp.Reload(ctx); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if dp.BootID() == boot || dp.BootID() == "" {
+			t.Errorf("%s: boot id %q after reload, was %q", tc.name, dp.BootID(), boot)
+		}
+		wantObjects(t, tc.name, dp, nil)
+		if got := normalize(table(t, cfg.NetNS)); got != empty {
+			t.Errorf("%s: table\n%s\nwant a fresh one:\n%s", tc.name, got, empty)
+		}
+		if err := dp.Apply(ctx, goldenObjects()...); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// manyFIPs returns n FIPs with UIDs of uidLen characters.
+func manyFIPs(n, uidLen int) []nat.Object {
+	out := make([]nat.Object, n)
+	for i := range out {
+		v := uint32(i + 1)
+		uid := nattest.UID(nat.KindFIP, i)
+		if uidLen > len(uid) {
+			uid += "-" + strings.Repeat("x", uidLen-len(uid)-1)
+		}
+		out[i] = nattest.FIP(uid, netip.AddrFrom4([4]byte{100, byte(64 + v>>16), byte(v >> 8), byte(v)}),
+			netip.AddrFrom4([4]byte{10, byte(v >> 16), byte(v >> 8), byte(v)}))
+	}
+	return out
+}
+
+// TestSyncLarge syncs 100,000 FIPs (200,000 elements) and checks it was one
+// kernel transaction, reads it back by reopening, replaces half of it with
+// a second Sync (one transaction again), and deletes by UID after a reopen.
+// A second run uses 64-character UIDs, so elements are larger than usual
+// and the per-message chunking is exercised.
+func TestSyncLarge(t *testing.T) {
+	for _, tc := range []struct {
+		n, uidLen int
+	}{{100_000, 36}, {20_000, nat.MaxUIDLen}} {
+		t.Run(fmt.Sprintf("%d_FIPs_uid%d", tc.n, tc.uidLen), func(t *testing.T) {
+			cfg := gateway(t)
+			dp := open(t, cfg, WithoutPlumbing())
+			ctx := ctxT(t)
+			objs := manyFIPs(tc.n, tc.uidLen)
+			gen := generation(t, cfg.NetNS)
+			start := time.Now()
+			if err := dp.Sync(ctx, objs); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("Sync of %d FIPs: %v", tc.n, time.Since(start))
+			if g := generation(t, cfg.NetNS); g != gen+1 {
+				t.Errorf("Sync took %d transactions, want 1", g-gen)
+			}
+			dp.Close()
+			start = time.Now()
+			dp = open(t, cfg, WithoutPlumbing())
+			t.Logf("open (Load) with %d FIPs: %v", tc.n, time.Since(start))
+			if got := list(t, dp); !sameObjects(got, objs) {
+				t.Fatalf("after reopen: %d objects, want %d", len(got), len(objs))
+			}
+			// Replace the second half.
+			next := append([]nat.Object(nil), objs[:tc.n/2]...)
+			for _, o := range manyFIPs(tc.n, tc.uidLen)[tc.n/2:] {
+				o.UID = "b" + o.UID[1:]
+				o.FIP.InternalIP = o.FIP.InternalIP.Next()
+				next = append(next, o)
+			}
+			gen = generation(t, cfg.NetNS)
+			start = time.Now()
+			if err := dp.Sync(ctx, next); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("Sync replacing %d of %d FIPs: %v", tc.n/2, tc.n, time.Since(start))
+			if g := generation(t, cfg.NetNS); g != gen+1 {
+				t.Errorf("second Sync took %d transactions, want 1", g-gen)
+			}
+			dp.Close()
+			dp = open(t, cfg, WithoutPlumbing())
+			if got := list(t, dp); !sameObjects(got, next) {
+				t.Fatalf("after second reopen: %d objects, want %d", len(got), len(next))
+			}
+			if err := dp.Delete(ctx, next[0].UID, next[len(next)-1].UID); err != nil {
+				t.Fatal(err)
+			}
+			if got := len(list(t, dp)); got != tc.n-2 {
+				t.Errorf("after deleting 2: %d objects, want %d", got, tc.n-2)
+			}
+			// The kernel agrees: reopen and read it back (the nft CLI
+			// takes too long to print 200,000 elements).
+			dp.Close()
+			dp = open(t, cfg, WithoutPlumbing())
+			if got := list(t, dp); !sameObjects(got, next[1:len(next)-1]) {
+				t.Errorf("after delete and reopen: %d objects, want %d", len(got), tc.n-2)
+			}
+		})
+	}
+}
+
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		err     error
+		unknown bool
+	}{
+		{"refused element", &netlink.OpError{Op: "receive", Err: unix.EBUSY}, false},
+		{"refused, joined", fmt.Errorf("conn.Receive: %w", errors.Join(&netlink.OpError{Op: "receive", Err: unix.ENOENT})), false},
+		{"too big to send", fmt.Errorf("SendMessages: %w", &netlink.OpError{Op: "send", Err: unix.EMSGSIZE}), false},
+		{"acks dropped", &netlink.OpError{Op: "receive", Err: unix.ENOBUFS}, true},
+		{"timeout", fmt.Errorf("conn.Receive: %w", os.ErrDeadlineExceeded), true},
+		{"no errno", errors.New("expected header 2, got 16"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := classify(tc.err)
+			if got := errors.Is(err, nat.ErrUnknownState); got != tc.unknown {
+				t.Errorf("classify(%v) unknown = %v, want %v", tc.err, got, tc.unknown)
+			}
+			if !errors.Is(err, tc.err) {
+				t.Errorf("classify(%v) = %v does not wrap the cause", tc.err, err)
+			}
+		})
+	}
+}
