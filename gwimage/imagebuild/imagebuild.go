@@ -292,7 +292,7 @@ func WriteArchive(img v1.Image, name, out string) (*Result, error) {
 			"digest":    digest.String(),
 			"size":      len(manifest),
 			"annotations": map[string]string{
-				"io.containerd.image.name":         name,
+				"io.containerd.image.name":          name,
 				"org.opencontainers.image.ref.name": refName(name),
 			},
 		}},
