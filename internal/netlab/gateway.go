@@ -1,9 +1,11 @@
 package netlab
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"strconv"
+	"time"
 
 	"github.com/natgw/natgw/nat"
 )
@@ -66,6 +68,62 @@ type Gateway struct {
 	VMs               []Host // 198.51.100.10, .11, .12, ...
 	ExternalInterface string // "net1" in GW
 	InternalInterface string // "eth0" in GW
+
+	lab  *Lab
+	role string // of GW
+}
+
+// wireGW links the (new, empty) gateway namespace to ext and the switch and
+// turns on forwarding.
+func (g *Gateway) wireGW() error {
+	if err := Veth(End{NS: g.GW, Name: g.ExternalInterface, Addrs: []netip.Prefix{netip.PrefixFrom(GWExtAddr, ExtNet.Bits())}},
+		End{NS: g.Ext.NS, Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(ExtAddr, ExtNet.Bits())}}); err != nil {
+		return err
+	}
+	if err := Veth(End{NS: g.GW, Name: g.InternalInterface, Addrs: []netip.Prefix{netip.PrefixFrom(GWVPCAddr, VPCNet.Bits())}},
+		End{NS: g.Switch, Name: "gw"}); err != nil {
+		return err
+	}
+	if err := Enslave(g.Switch, "gw", "br0"); err != nil {
+		return err
+	}
+	return Sysctl(g.GW, "net.ipv4.ip_forward", "1")
+}
+
+// RecreateGW deletes the gateway namespace and makes it again, empty, with
+// the same name and links: what a gateway pod restart does to the kernel
+// state. Processes still inside the old namespace keep it (and its links)
+// alive, so stop them first; RecreateGW waits up to ctx's deadline (at most
+// 10 s) for the old links to go.
+func (g *Gateway) RecreateGW(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := g.lab.RemoveNS(g.GW); err != nil {
+		return err
+	}
+	for _, old := range []End{{NS: g.Ext.NS, Name: "eth0"}, {NS: g.Switch, Name: "gw"}} {
+		for {
+			ok, err := LinkExists(old.NS, old.Name)
+			if err != nil {
+				return fmt.Errorf("netlab: recreate %s: %w", g.GW, err)
+			}
+			if !ok {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("netlab: recreate %s: old link %s in %s still there (a process still in the namespace?): %w", g.GW, old.Name, old.NS, ctx.Err())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	if _, err := g.lab.NS(g.role); err != nil {
+		return err
+	}
+	if err := g.wireGW(); err != nil {
+		return fmt.Errorf("netlab: recreate %s: %w", g.GW, err)
+	}
+	return nil
 }
 
 // Config returns the nat.Config that targets this gateway.
@@ -87,7 +145,7 @@ func (l *Lab) Gateway(opts GatewayOptions) (*Gateway, error) {
 		}
 		return opts.Name + "-" + r
 	}
-	g := &Gateway{Name: opts.Name, ExternalInterface: nat.DefaultExternalInterface, InternalInterface: nat.DefaultInternalInterface}
+	g := &Gateway{lab: l, role: role("gw"), Name: opts.Name, ExternalInterface: nat.DefaultExternalInterface, InternalInterface: nat.DefaultInternalInterface}
 	var err error
 	mk := func(r string) string {
 		if err != nil {
@@ -107,17 +165,8 @@ func (l *Lab) Gateway(opts GatewayOptions) (*Gateway, error) {
 		return nil, fmt.Errorf("netlab: gateway %q: %w", opts.Name, err)
 	}
 	steps := []func() error{
-		func() error {
-			return Veth(End{NS: g.GW, Name: g.ExternalInterface, Addrs: []netip.Prefix{netip.PrefixFrom(GWExtAddr, ExtNet.Bits())}},
-				End{NS: g.Ext.NS, Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(ExtAddr, ExtNet.Bits())}})
-		},
 		func() error { return Bridge(g.Switch, "br0") },
-		func() error {
-			return Veth(End{NS: g.GW, Name: g.InternalInterface, Addrs: []netip.Prefix{netip.PrefixFrom(GWVPCAddr, VPCNet.Bits())}},
-				End{NS: g.Switch, Name: "gw"})
-		},
-		func() error { return Enslave(g.Switch, "gw", "br0") },
-		func() error { return Sysctl(g.GW, "net.ipv4.ip_forward", "1") },
+		func() error { return g.wireGW() },
 	}
 	for i, vm := range g.VMs {
 		port := "vm" + strconv.Itoa(i+1)

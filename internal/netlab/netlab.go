@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -131,6 +132,23 @@ func (l *Lab) NS(role string) (string, error) {
 		return "", fmt.Errorf("netlab: %s: %w", name, err)
 	}
 	return name, nil
+}
+
+// RemoveNS deletes one namespace the Lab created (before Close).
+func (l *Lab) RemoveNS(name string) error {
+	l.mu.Lock()
+	i := slices.Index(l.nss, name)
+	if i >= 0 {
+		l.nss = slices.Delete(l.nss, i, i+1)
+	}
+	l.mu.Unlock()
+	if i < 0 {
+		return fmt.Errorf("netlab: remove %s: not a namespace of lab %s", name, l.id)
+	}
+	if err := deleteNamed(name); err != nil {
+		return fmt.Errorf("netlab: delete %s: %w", name, err)
+	}
+	return nil
 }
 
 // Namespaces returns the names of the namespaces the Lab created.

@@ -221,6 +221,48 @@ func TestGatewayTopology(t *testing.T) {
 	}
 }
 
+func TestRecreateGW(t *testing.T) {
+	ctx := context.Background()
+	lab := ForTest(t)
+	g, err := lab.Gateway(GatewayOptions{Name: "r", VMs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Exec(ctx, g.GW, "table ip t { chain c { type filter hook input priority 0; }; }\n", "nft", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lab.ServeTCP(ctx, g.VMs[0].NS, "0.0.0.0:8080"); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.RecreateGW(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rs, err := NftRuleset(ctx, g.GW); err != nil || strings.TrimSpace(rs) != "" {
+		t.Errorf("recreated gateway is not empty: %q, %v", rs, err)
+	}
+	if r, err := Dial(ctx, g.GW, "198.51.100.10:8080", DialTimeout); err != nil || r.Client.Addr() != GWVPCAddr {
+		t.Errorf("gw -> vm1 after recreate: %+v, %v", r, err)
+	}
+	if _, err := lab.ServeTCP(ctx, g.Ext.NS, "0.0.0.0:9090"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := Dial(ctx, g.GW, "192.0.2.1:9090", DialTimeout); err != nil || r.Client.Addr() != GWExtAddr {
+		t.Errorf("gw -> ext after recreate: %+v, %v", r, err)
+	}
+	if err := lab.RemoveNS("ngw-not-mine"); err == nil {
+		t.Errorf("RemoveNS of a foreign name: no error")
+	}
+	names := lab.Namespaces()
+	if err := lab.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if exists(t, n) {
+			t.Errorf("%s left after Close", n)
+		}
+	}
+}
+
 func TestKernelReaders(t *testing.T) {
 	ctx := context.Background()
 	lab := ForTest(t)
