@@ -452,3 +452,55 @@ func TestClassify(t *testing.T) {
 		})
 	}
 }
+
+// TestForgetFlows puts conntrack entries in the gateway namespace and
+// checks that ForgetFlows removes those of the given EIPs and keeps the
+// others, both by ct mark (few EIPs) and by one dump (many EIPs).
+func TestForgetFlows(t *testing.T) {
+	for _, n := range []int{2, flushMarkMax + 4} {
+		t.Run(fmt.Sprintf("%d_EIPs", n), func(t *testing.T) {
+			cfg := gateway(t)
+			r, err := NewRenderer(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			ctx := ctxT(t)
+			var eips []netip.Addr
+			insert := func(eip netip.Addr, port int) {
+				t.Helper()
+				// What the dstnat rule leaves: a connection to the EIP,
+				// marked with it.
+				if _, err := netlab.Exec(ctx, cfg.NetNS, "", "conntrack", "-I", "-p", "udp", "-s", "192.0.2.1", "-d", eip.String(),
+					"--sport", fmt.Sprint(port), "--dport", "53", "--timeout", "120", "--mark", fmt.Sprint(markOf(eip))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range n + 1 {
+				eip := netip.AddrFrom4([4]byte{192, 0, 2, byte(10 + i)})
+				insert(eip, 1000+i)
+				if i < n {
+					eips = append(eips, eip)
+				}
+			}
+			keep := netip.AddrFrom4([4]byte{192, 0, 2, byte(10 + n)})
+			if err := r.ForgetFlows(ctx, eips); err != nil {
+				t.Fatal(err)
+			}
+			flows, err := netlab.ConntrackEntries(ctx, cfg.NetNS)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range eips {
+				for _, f := range netlab.FlowsWith(flows, a) {
+					t.Errorf("entry of forgotten %s left: %s", a, f)
+				}
+			}
+			if len(netlab.FlowsWith(flows, keep)) != 1 {
+				t.Errorf("entry of %s (not forgotten) gone; entries: %v", keep, flows)
+			}
+		})
+	}
+}
+
+func markOf(a netip.Addr) uint32 { return binary.BigEndian.Uint32(a4(a)) }
