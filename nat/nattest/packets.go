@@ -309,11 +309,13 @@ func (s *suite) testSNATPackets(t *testing.T) {
 	e.del(fip.UID)
 	e.wantReach(probe{nat.TCP, v3, ext.Addr, extTCP}, ext.NS, a)
 
-	// Deleting the narrow SNAT moves vm1 to the wide one.
+	// Deleting the narrow SNAT moves vm1 to the wide one and forgets the
+	// flows through B.
+	e.wantFlows("after SNAT traffic", b)
 	e.del(narrow.UID)
+	e.wantNoFlows("after deleting the narrow SNAT", b)
 	e.wantReach(probe{nat.TCP, v1, ext.Addr, extTCP}, ext.NS, a)
 	e.wantFlows("after SNAT traffic", a)
-	e.wantFlows("after SNAT traffic", b)
 	e.del(wide.UID)
 	e.wantNoFlows("after deleting every SNAT", a, b)
 	e.wantNoReach(probe{nat.TCP, v1, ext.Addr, extTCP})
