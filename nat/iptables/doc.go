@@ -50,16 +50,18 @@
 //
 //	NATGW_QOS_INGRESS  per EIP with an ingress rate, before DNAT:
 //	                   -d EIP/32 -i <external> -m comment --comment C -m hashlimit
-//	                   --hashlimit-above R b/s --hashlimit-burst B b --hashlimit-name N -j DROP
+//	                   --hashlimit-above R b/s [--hashlimit-burst B b] --hashlimit-name N -j DROP
 //	NATGW_QOS_EGRESS   per EIP with an egress rate; mangle POSTROUTING runs before SNAT,
 //	                   so the EIP is found through conntrack, two rules sharing bucket N:
 //	                   -o <external> -m comment --comment C -m conntrack --ctorigdst EIP ... -j DROP   (replies of FIP/DNAT flows)
 //	                   -o <external> -m comment --comment C -m conntrack --ctrepldst EIP ... -j DROP   (SNATed flows)
 //
 // hashlimit runs in byte mode with one bucket per rule name (no
-// --hashlimit-mode). It refuses a burst below one second of rate, so the
-// burst is raised to 1.25 s of rate when the object asks for less. The name
-// is "ngw" + 12 hex digits of a digest of direction, EIP, rate and burst,
+// --hashlimit-mode). In byte mode an entry starts with one second of credit
+// and --hashlimit-burst only buys whole extra seconds, so the burst is
+// rendered as ceil(burst / rate) seconds, at least one (see hashlimitArgs);
+// a tc-style burst below one second of rate cannot be expressed. The name is
+// "ngw" + 12 hex digits of a digest of direction, EIP, rate and burst,
 // because rules that reuse a name share the kernel's first configuration.
 // The kernel rounds the rate, so chains are compared without the rate and
 // burst values (the name covers them). The first packet of a new outbound
@@ -79,8 +81,10 @@
 //
 // (at most ~150 characters; iptables allows 255). Load reads one
 // iptables-legacy-save, decodes the objects from the comments, re-renders
-// them and compares with what the chains hold. Rules that do not decode,
-// UIDs whose rules disagree and objects that conflict are logged and dropped;
+// them and compares with what the chains hold. The nat table is
+// authoritative: an object's comment there wins over its mangle (QoS) rules.
+// Rules that do not decode, UIDs whose rules disagree within one table and
+// objects that conflict are logged and dropped;
 // if anything differs (first start, a missing rule, a stray rule, a lost
 // hook) our chains of that table are flushed and rewritten in one restore.
 // A missing boot rule means the chains are new or were wiped: Load makes a
@@ -96,7 +100,8 @@
 // out, new in) and, if any SNAT changed, flushes NATGW_SHARED_SNAT and
 // rewrites it whole in longest-prefix order. If the restore fails in the
 // mangle section after nat was committed (or is killed), the error wraps
-// nat.ErrUnknownState and the engine re-reads the kernel. A Sync (Full)
+// nat.ErrUnknownState and the engine re-reads the kernel: Load then takes the
+// committed nat records and rewrites the QoS rules to match them. A Sync (Full)
 // reads the kernel back and rewrites every chain of ours that differs from
 // the desired state (the same path as Load's repair).
 //

@@ -366,13 +366,19 @@ func chainsMatch(td *tableDump, table string, want map[string][]Rule) bool {
 }
 
 // decode rebuilds the boot id and the objects from the comments of the rules
-// in our chains. Rules whose comment does not decode, UIDs whose rules
-// disagree, and objects that conflict with others are logged and left out;
-// reconcile then removes their rules.
+// in our chains. The nat table is authoritative: an object's comment there
+// wins over its mangle (QoS) rules, which reconcile then rewrites; this
+// settles a restore that committed nat but failed in mangle. Rules whose
+// comment does not decode, UIDs whose rules within one table disagree, and
+// objects that conflict with others are logged and left out; reconcile then
+// removes their rules.
 func (r *Renderer) decode(saved dump) (string, []nat.Object) {
 	boot := ""
-	comments := map[string]map[string]bool{} // uid → distinct comments
+	found := map[string]string{} // uid → comment, from the first table that has it
+	bad := map[string]bool{}
 	for _, t := range tables {
+		seen := map[string]string{} // this table's comments
+		disagree := map[string]bool{}
 		td := saved.table(t)
 		for _, ch := range ownChains[t] {
 			for _, rule := range td.rules[ch] {
@@ -387,32 +393,36 @@ func (r *Renderer) decode(saved dump) (string, []nat.Object) {
 					continue
 				}
 				uid, _, _ := strings.Cut(c, " ")
-				if comments[uid] == nil {
-					comments[uid] = map[string]bool{}
+				if prev, ok := seen[uid]; ok && prev != c {
+					disagree[uid] = true
 				}
-				comments[uid][c] = true
+				seen[uid] = c
+			}
+		}
+		for uid, c := range seen {
+			if _, ok := found[uid]; !ok { // else an earlier table decided
+				found[uid] = c
+				bad[uid] = disagree[uid]
 			}
 		}
 	}
-	uids := make([]string, 0, len(comments))
-	for uid := range comments {
+	uids := make([]string, 0, len(found))
+	for uid := range found {
 		uids = append(uids, uid)
 	}
 	sort.Strings(uids)
 	st := nat.NewState()
 	for _, uid := range uids {
-		if len(comments[uid]) != 1 {
-			r.log.Info("rules of one UID disagree; dropped", "uid", uid, "comments", len(comments[uid]))
+		if bad[uid] {
+			r.log.Info("rules of one UID disagree; dropped", "uid", uid)
 			continue
 		}
-		for c := range comments[uid] {
-			o, err := decodeComment(c)
-			if err == nil {
-				err = st.Insert(o)
-			}
-			if err != nil {
-				r.log.Error(err, "rule comment in our chains not loadable; dropped", "uid", uid)
-			}
+		o, err := decodeComment(found[uid])
+		if err == nil {
+			err = st.Insert(o)
+		}
+		if err != nil {
+			r.log.Error(err, "rule comment in our chains not loadable; dropped", "uid", uid)
 		}
 	}
 	return boot, st.Objects()

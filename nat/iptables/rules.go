@@ -243,27 +243,49 @@ func (rd renderer) qosRules(e *nat.EIP, c string) []Rule {
 }
 
 // hashlimitArgs returns the hashlimit match (byte mode) and DROP target for
-// one direction. Rates are Mbit/s, bursts Mbit. hashlimit refuses a burst
-// smaller than one second of the (kernel-rounded) rate, so the burst is
-// raised to 1.25 s of rate when smaller.
+// one direction. Rates are Mbit/s, bursts Mbit.
+//
+// In byte mode hashlimit does not keep a bucket of the given size: an entry
+// starts with one second of credit, and --hashlimit-burst B is turned by
+// iptables into k = ceil(B / rate') one-second refills (rate' being the rate
+// as the kernel rounds it; iptables refuses B < rate'). So the burst is
+// rendered as whole seconds of rate: none (1 s) when the object's burst fits
+// in one second, else k = ceil(burst/rate') - 1 refills passed as exactly
+// k × rate' bytes, for a total of ceil(burst/rate') seconds ≥ the burst.
 func hashlimitArgs(dir string, eip netip.Addr, rateMbps, burstMbit uint32) []string {
 	rate := uint64(rateMbps) * 125_000 // bytes per second
 	burst := uint64(burstMbit) * 125_000
-	if minBurst := rate + rate/4; burst < minBurst {
-		burst = minBurst
+	quantum := hashlimitQuantum(rate)
+	var refills uint64
+	if burst > quantum {
+		refills = (burst+quantum-1)/quantum - 1
 	}
-	return []string{"-m", "hashlimit",
-		"--hashlimit-above", strconv.FormatUint(rate, 10) + "b/s",
-		"--hashlimit-burst", strconv.FormatUint(burst, 10) + "b",
-		"--hashlimit-name", hashlimitName(dir, eip, rate, burst),
-		"-j", "DROP"}
+	args := []string{"-m", "hashlimit", "--hashlimit-above", strconv.FormatUint(rate, 10) + "b/s"}
+	if refills > 0 {
+		args = append(args, "--hashlimit-burst", strconv.FormatUint(refills*quantum, 10)+"b")
+	}
+	return append(args, "--hashlimit-name", hashlimitName(dir, eip, rate, refills), "-j", "DROP")
+}
+
+// hashlimitQuantum returns the bytes per second the kernel enforces for a
+// byte rate, computed like iptables 1.8's libxt_hashlimit (bytes_to_cost,
+// then cost_to_bytes): packet lengths count in 16-byte steps and the rate
+// is kept as a cost per step.
+func hashlimitQuantum(rate uint64) uint64 {
+	const maxU32 = 1<<32 - 1
+	steps := uint64(uint32(rate >> 4))
+	cost := maxU32 / (steps + 1)
+	if cost == 0 {
+		return rate
+	}
+	return (maxU32/cost - 1) << 4
 }
 
 // hashlimitName names a bucket after a digest of its whole configuration
 // (at most 15 characters). A changed rate gets a new bucket: rules that reuse
 // a name share the first rule's table and configuration in the kernel.
-func hashlimitName(dir string, eip netip.Addr, rate, burst uint64) string {
-	sum := sha256.Sum256([]byte(fmt.Sprintf("%s|%s|%d|%d", dir, eip, rate, burst)))
+func hashlimitName(dir string, eip netip.Addr, rate, refills uint64) string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s|%s|%d|%d", dir, eip, rate, refills)))
 	return "ngw" + hex.EncodeToString(sum[:6])
 }
 

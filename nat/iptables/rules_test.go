@@ -3,6 +3,7 @@ package iptables
 import (
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -32,9 +33,9 @@ func TestRules(t *testing.T) {
 			nat.Object{UID: "u2", Kind: nat.KindEIP, EIP: &nat.EIP{Address: mustAddr("192.0.2.10"), PrefixLen: 32, QoS: &nat.QoS{IngressRateMbps: 8, IngressBurstMbit: 16, EgressRateMbps: 80}}},
 			[]string{
 				`nat -A NATGW_OBJECTS -m comment --comment "u2 eip addr=192.0.2.10/32 qos=8/16/80/0" -j RETURN`,
-				`mangle -A NATGW_QOS_INGRESS -d 192.0.2.10/32 -i net1 -m comment --comment "u2 eip addr=192.0.2.10/32 qos=8/16/80/0" -m hashlimit --hashlimit-above 1000000b/s --hashlimit-burst 2000000b --hashlimit-name ` + hashlimitName("in", mustAddr("192.0.2.10"), 1000000, 2000000) + ` -j DROP`,
-				`mangle -A NATGW_QOS_EGRESS -o net1 -m comment --comment "u2 eip addr=192.0.2.10/32 qos=8/16/80/0" -m conntrack --ctorigdst 192.0.2.10 -m hashlimit --hashlimit-above 10000000b/s --hashlimit-burst 12500000b --hashlimit-name ` + hashlimitName("out", mustAddr("192.0.2.10"), 10000000, 12500000) + ` -j DROP`,
-				`mangle -A NATGW_QOS_EGRESS -o net1 -m comment --comment "u2 eip addr=192.0.2.10/32 qos=8/16/80/0" -m conntrack --ctrepldst 192.0.2.10 -m hashlimit --hashlimit-above 10000000b/s --hashlimit-burst 12500000b --hashlimit-name ` + hashlimitName("out", mustAddr("192.0.2.10"), 10000000, 12500000) + ` -j DROP`,
+				`mangle -A NATGW_QOS_INGRESS -d 192.0.2.10/32 -i net1 -m comment --comment "u2 eip addr=192.0.2.10/32 qos=8/16/80/0" -m hashlimit --hashlimit-above 1000000b/s --hashlimit-burst 1000000b --hashlimit-name ` + hashlimitName("in", mustAddr("192.0.2.10"), 1000000, 1) + ` -j DROP`,
+				`mangle -A NATGW_QOS_EGRESS -o net1 -m comment --comment "u2 eip addr=192.0.2.10/32 qos=8/16/80/0" -m conntrack --ctorigdst 192.0.2.10 -m hashlimit --hashlimit-above 10000000b/s --hashlimit-name ` + hashlimitName("out", mustAddr("192.0.2.10"), 10000000, 0) + ` -j DROP`,
+				`mangle -A NATGW_QOS_EGRESS -o net1 -m comment --comment "u2 eip addr=192.0.2.10/32 qos=8/16/80/0" -m conntrack --ctrepldst 192.0.2.10 -m hashlimit --hashlimit-above 10000000b/s --hashlimit-name ` + hashlimitName("out", mustAddr("192.0.2.10"), 10000000, 0) + ` -j DROP`,
 			}},
 		{"fip",
 			nat.Object{UID: "u3", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: mustAddr("192.0.2.10"), InternalIP: mustAddr("10.0.0.5")}},
@@ -336,14 +337,47 @@ func TestRuleKeyIgnoresHashlimitRounding(t *testing.T) {
 	}
 }
 
-func TestHashlimitBurstAtLeastRate(t *testing.T) {
-	args := hashlimitArgs("in", mustAddr("192.0.2.10"), 100, 1)
-	if !slices.Contains(args, "15625000b") { // 100 Mbit/s = 12.5 MB/s, ×1.25
-		t.Errorf("burst not raised to 1.25 s of rate: %q", args)
+func TestHashlimitQuantum(t *testing.T) {
+	// Rates as iptables-legacy 1.8.9 printed them back (or named them in
+	// "burst cannot be smaller than" errors) on this kernel.
+	for rate, want := range map[uint64]uint64{
+		125_000:        124_992,
+		1_250_000:      1_250_016,
+		12_500_000:     12_501_248,
+		1_250_000_000:  1_272_582_880,
+		12_500_000_000: 13_743_895_328,
+	} {
+		if got := hashlimitQuantum(rate); got != want {
+			t.Errorf("hashlimitQuantum(%d) = %d, want %d", rate, got, want)
+		}
 	}
-	args = hashlimitArgs("in", mustAddr("192.0.2.10"), 100, 1000)
-	if !slices.Contains(args, "125000000b") {
-		t.Errorf("burst above the minimum not kept: %q", args)
+}
+
+func TestHashlimitBurst(t *testing.T) {
+	q := hashlimitQuantum(2_000_000) // 16 Mbit/s
+	cases := []struct {
+		rate, burst uint32 // Mbit/s, Mbit
+		want        string // --hashlimit-burst argument, "" for none
+	}{
+		{16, 0, ""},
+		{16, 1, ""},  // within the first second of credit
+		{16, 16, ""}, // exactly one second
+		{16, 17, strconv.FormatUint(q, 10) + "b"},
+		{16, 32, strconv.FormatUint(q, 10) + "b"},
+		{16, 33, strconv.FormatUint(2*q, 10) + "b"},
+	}
+	for _, tc := range cases {
+		args := hashlimitArgs("in", mustAddr("192.0.2.10"), tc.rate, tc.burst)
+		got := ""
+		if i := slices.Index(args, "--hashlimit-burst"); i >= 0 {
+			got = args[i+1]
+		}
+		if got != tc.want {
+			t.Errorf("rate %d burst %d: --hashlimit-burst %q, want %q (%q)", tc.rate, tc.burst, got, tc.want, args)
+		}
+	}
+	if a, b := hashlimitArgs("in", mustAddr("192.0.2.10"), 16, 17), hashlimitArgs("in", mustAddr("192.0.2.10"), 16, 33); slices.Equal(a, b) {
+		t.Error("different bursts render the same rule")
 	}
 }
 
@@ -410,5 +444,43 @@ func TestCommitScript(t *testing.T) {
 	sc, _ = r.commitScript(engine.Commit{Added: []nat.Object{eip}})
 	if got := sc.tableNames(); !slices.Equal(got, []string{tableNAT, tableMangle}) {
 		t.Errorf("EIP with QoS touches %v, want nat then mangle", got)
+	}
+}
+
+func TestDecodeNATTableWins(t *testing.T) {
+	// A restore that committed nat and failed in mangle leaves an EIP whose
+	// nat record is new and whose QoS rules are old: the nat record wins
+	// and the mangle chains no longer match, so Load rewrites them.
+	r := &Renderer{rd: rd, log: logr.Discard()}
+	eip := func(rate uint32) nat.Object {
+		return nat.Object{UID: "e", Kind: nat.KindEIP, EIP: &nat.EIP{Address: mustAddr("192.0.2.10"), PrefixLen: 24, QoS: &nat.QoS{IngressRateMbps: rate}}}
+	}
+	newer, older := eip(20), eip(10)
+	text := "*nat\n"
+	for _, rule := range append(rd.skeleton("0123456789abcdef"), rd.rules(newer)...) {
+		if rule.Table == tableNAT {
+			text += rule.Line("-A") + "\n"
+		}
+	}
+	text += "COMMIT\n*mangle\n:" + chainQoSIngress + " - [0:0]\n:" + chainQoSEgress + " - [0:0]\n"
+	for _, rule := range rd.rules(older) {
+		if rule.Table == tableMangle {
+			text += rule.Line("-A") + "\n"
+		}
+	}
+	text += "COMMIT\n"
+	d, err := parseSave(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, objs := r.decode(d)
+	if len(objs) != 1 || !objs[0].Equal(newer) {
+		t.Fatalf("decoded %v, want %v", objs, newer)
+	}
+	if !chainsMatch(d.table(tableMangle), tableMangle, r.desired([]nat.Object{older}, "0123456789abcdef")[tableMangle]) {
+		t.Fatal("test setup: mangle chains do not hold the older QoS rules")
+	}
+	if chainsMatch(d.table(tableMangle), tableMangle, r.desired(objs, "0123456789abcdef")[tableMangle]) {
+		t.Error("stale QoS rules reported as matching")
 	}
 }
