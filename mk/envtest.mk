@@ -17,3 +17,7 @@ envtest-assets:
 
 envtest-clean:
 	rm -rf "$(ENVTEST_ASSETS)"
+
+# `make test` (top-level Makefile) builds the assets first and passes the path.
+TEST_DEPS += envtest-assets
+TEST_ENV += KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)"
