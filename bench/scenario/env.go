@@ -54,6 +54,22 @@ type Plan struct {
 	// S4TCPWindow is the length of one established-TCP throughput run.
 	S4TCPWindow time.Duration
 	S4TCPReps   int
+
+	// S2OneByOne FIPs are added one request each through natgw serve,
+	// S2ScriptOneByOne one script exec each with (a) (its cost grows with
+	// the table, so fewer). S2SyncSizes are bulk sizes (one Sync vs one
+	// iptables-legacy-restore), S2ResyncSizes the table sizes lost and
+	// resynced, S2StartupSize the table an agent starts on. S2Reps
+	// repetitions each.
+	S2OneByOne, S2ScriptOneByOne int
+	S2SyncSizes, S2ResyncSizes   []int
+	S2StartupSize                int
+	S2Reps                       int
+
+	// S5Sizes are the object counts of the agent's RSS; S5BenchTime is
+	// `go test -benchtime` per backend package.
+	S5Sizes     []int
+	S5BenchTime map[string]string
 }
 
 // FullPlan is `make bench`.
@@ -61,18 +77,24 @@ func FullPlan() Plan {
 	return Plan{
 		S1Sizes: []int{0, 1000, 10000, 100000}, S1Budget: 12 * time.Second, S1Warmup: 2,
 		S1MinReps: 5, S1MaxReps: 300, S1MaxExecReps: 60, S1Flows: 8,
-		S4Sizes: []int{1, 1000, 10000, 50000}, S4Window: time.Second, S4MaxFlows: 250000, S4Reps: 5,
+		S4Sizes: []int{1, 1000, 10000, 50000}, S4Window: 700 * time.Millisecond, S4MaxFlows: 200000, S4Reps: 7,
 		S4TCPWindow: 2 * time.Second, S4TCPReps: 3,
+		S2OneByOne: 1000, S2ScriptOneByOne: 200, S2SyncSizes: []int{1000, 10000, 100000}, S2ResyncSizes: []int{10000, 100000},
+		S2StartupSize: 100000, S2Reps: 3,
+		S5Sizes: []int{0, 10000, 100000}, S5BenchTime: map[string]string{"nftables": "300x", "iptables": "5x"},
 	}
 }
 
 // QuickPlan is `make bench-quick`: smaller tables, fewer repetitions.
 func QuickPlan() Plan {
 	return Plan{
-		S1Sizes: []int{0, 1000, 10000}, S1Budget: 1500 * time.Millisecond, S1Warmup: 1,
+		S1Sizes: []int{0, 1000, 10000}, S1Budget: time.Second, S1Warmup: 1,
 		S1MinReps: 3, S1MaxReps: 60, S1MaxExecReps: 15, S1Flows: 4,
 		S4Sizes: []int{1, 10000, 50000}, S4Window: 300 * time.Millisecond, S4MaxFlows: 80000, S4Reps: 3,
 		S4TCPWindow: 500 * time.Millisecond, S4TCPReps: 2,
+		S2OneByOne: 200, S2ScriptOneByOne: 10, S2SyncSizes: []int{1000, 10000}, S2ResyncSizes: []int{10000},
+		S2StartupSize: 10000, S2Reps: 2,
+		S5Sizes: []int{0, 10000}, S5BenchTime: map[string]string{"nftables": "20x", "iptables": "1x"},
 	}
 }
 

@@ -86,27 +86,30 @@ func RunS4(ctx context.Context, e *Env) error {
 func runS4(ctx context.Context, e *Env, plan Plan, variants []s4Variant) error {
 	e.Progress.Scenario("scenario 4: packet path (new UDP flows/s to the last FIP, established TCP) with N FIPs")
 	res := map[string]map[int]*s4Cell{}
-	var errs []error
-	total, done := len(variants)*len(plan.S4Sizes), 0
+	var cells []*s4Gateway
 	for _, n := range plan.S4Sizes {
 		for _, v := range variants {
-			done++
-			label := fmt.Sprintf("[%d/%d] %s N=%s", done, total, v.Label, report.SizeLabel(n))
-			c := measureS4Cell(ctx, e, plan, v, n, label)
+			c := &s4Gateway{v: v, n: n, cell: &s4Cell{}, label: fmt.Sprintf("%s N=%s", v.Label, report.SizeLabel(n))}
 			if res[v.Key] == nil {
 				res[v.Key] = map[int]*s4Cell{}
 			}
-			res[v.Key][n] = c
-			if c.err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				errs = append(errs, c.err)
-				e.Progress.Printf("%s: FAILED: %v", label, c.err)
-				continue
-			}
-			e.Progress.Printf("%s: %s new flows/s, TCP %s", label, report.Count(c.flows.Median), gbps(c.tcp.Median))
+			res[v.Key][n] = c.cell
+			cells = append(cells, c)
 		}
+	}
+	err := withLab(ctx, func(l *netlab.Lab) error { return measureS4(ctx, e, plan, l, cells) })
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	errs := []error{err}
+	for _, c := range cells {
+		if c.cell.err != nil {
+			c.cell.err = sizeErr(c.v.Label, c.n, c.cell.err)
+			errs = append(errs, c.cell.err)
+			e.Progress.Printf("%s: FAILED: %v", c.label, c.cell.err)
+			continue
+		}
+		e.Progress.Printf("%s: %s new flows/s, TCP %s", c.label, report.Count(c.cell.flows.Median), gbps(c.cell.tcp.Median))
 	}
 	reportS4(e, plan, variants, res)
 	return errors.Join(errs...)
@@ -122,79 +125,123 @@ func gbps(bps float64) string {
 // TCP port of the throughput server on vm1 (forwarded by the FIP).
 const s4TCPPort = 5201
 
-func measureS4Cell(ctx context.Context, e *Env, plan Plan, v s4Variant, n int, label string) *s4Cell {
-	cell := &s4Cell{}
-	cell.err = withLab(ctx, func(l *netlab.Lab) error {
-		e.Progress.Step(0, 0, "%s: building namespaces", label)
-		gw, err := l.Gateway(netlab.GatewayOptions{VMs: 1})
-		if err != nil {
-			return err
-		}
-		probe := Probe()
-		vm := gw.VMs[0]
-		if err := netlab.AddAddr(gw.GW, gw.ExternalInterface, netip.PrefixFrom(probe.EIP, netlab.ExtNet.Bits())); err != nil {
-			return err
-		}
-		// vm1 drops the datagrams silently (no ICMP back through the
-		// gateway); the counter of its interface still sees them.
-		vmNS, err := netns.Open(vm.NS)
-		if err != nil {
-			return err
-		}
-		defer vmNS.Close()
-		if _, err := run(ctx, vmNS, strings.NewReader("table ip sink {\n\tchain sink { type filter hook input priority 0; policy accept; meta l4proto udp drop; }\n}\n"), nil, "nft", "-f", "-"); err != nil {
-			return err
-		}
-		e.Progress.Step(0, 0, "%s: installing %d FIPs", label, n)
-		prog, err := v.Program(ctx, e, gw, Fillers(n-1), probe)
-		if err != nil {
-			return err
-		}
-		defer prog.Close()
-		m, err := newS4Meter(gw, vm, probe)
-		if err != nil {
-			return err
-		}
-		defer m.Close()
-		// Warm-up: resolve neighbours, prove the FIP translates.
-		e.Progress.Step(0, 0, "%s: warm-up", label)
-		if _, err := m.newFlows(ctx, plan.S4Window/4, 2000); err != nil {
-			return fmt.Errorf("warm-up: %w", err)
-		}
-		if err := m.checkTranslated(ctx); err != nil {
-			return fmt.Errorf("warm-up: %w", err)
-		}
-		var rates []float64
-		for i := 0; i < plan.S4Reps; i++ {
-			e.Progress.Step(i+1, plan.S4Reps, "%s: new UDP flows, %s windows", label, plan.S4Window)
-			w, err := m.newFlows(ctx, plan.S4Window, plan.S4MaxFlows)
-			if err != nil {
-				return fmt.Errorf("new flows, window %d: %w", i+1, err)
+// s4Gateway is one (variant, size) cell with its own topology.
+type s4Gateway struct {
+	v     s4Variant
+	n     int
+	label string
+	cell  *s4Cell
+	prog  io.Closer
+	m     *s4Meter
+}
+
+func (g *s4Gateway) live() bool { return g.cell.err == nil && g.m != nil }
+
+// measureS4 builds every cell's topology first, then measures in rounds:
+// each round gives every cell one window, so all cells (both variants, all
+// sizes) see the same machine conditions, and a load spike from other
+// users of the machine hits them alike instead of one cell.
+func measureS4(ctx context.Context, e *Env, plan Plan, l *netlab.Lab, cells []*s4Gateway) error {
+	defer func() {
+		for _, g := range cells {
+			if g.m != nil {
+				g.m.Close()
 			}
-			rates = append(rates, w.rate)
-			cell.sent += w.sent
-			cell.delivered += w.delivered
-		}
-		cell.flows = stats.Summarize(rates)
-		if _, err := m.tcp(ctx, plan.S4TCPWindow/4); err != nil {
-			return fmt.Errorf("TCP warm-up: %w", err)
-		}
-		var tput []float64
-		for i := 0; i < plan.S4TCPReps; i++ {
-			e.Progress.Step(i+1, plan.S4TCPReps, "%s: established TCP, %s runs", label, plan.S4TCPWindow)
-			bps, err := m.tcp(ctx, plan.S4TCPWindow)
-			if err != nil {
-				return fmt.Errorf("TCP run %d: %w", i+1, err)
+			if g.prog != nil {
+				g.prog.Close()
 			}
-			tput = append(tput, bps)
 		}
-		cell.tcp = stats.Summarize(tput)
-		return nil
-	})
-	if cell.err != nil {
-		cell.err = sizeErr(v.Label, n, cell.err)
+	}()
+	for i, g := range cells {
+		e.Progress.Step(i+1, len(cells), "set-up: %s", g.label)
+		g.cell.err = setupS4(ctx, e, l, fmt.Sprintf("c%d", i), g)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 	}
-	return cell
+	for i, g := range cells {
+		if !g.live() {
+			continue
+		}
+		e.Progress.Step(i+1, len(cells), "warm-up and check: %s", g.label)
+		if _, err := g.m.newFlows(ctx, plan.S4Window/4, 2000); err != nil {
+			g.cell.err = fmt.Errorf("warm-up: %w", err)
+		} else if err := g.m.checkTranslated(ctx); err != nil {
+			g.cell.err = fmt.Errorf("warm-up: %w", err)
+		} else if _, err := g.m.tcp(ctx, plan.S4TCPWindow/4); err != nil {
+			g.cell.err = fmt.Errorf("TCP warm-up: %w", err)
+		}
+	}
+	rates := make([][]float64, len(cells))
+	for r := 0; r < plan.S4Reps; r++ {
+		for k := range cells {
+			i := (k + r) % len(cells) // rotate the order between rounds
+			g := cells[i]
+			if !g.live() {
+				continue
+			}
+			e.Progress.Step(r+1, plan.S4Reps, "new UDP flows, round of %s windows: %s", plan.S4Window, g.label)
+			w, err := g.m.newFlows(ctx, plan.S4Window, plan.S4MaxFlows)
+			if err != nil {
+				g.cell.err = fmt.Errorf("new flows, round %d: %w", r+1, err)
+				continue
+			}
+			rates[i] = append(rates[i], w.rate)
+			g.cell.sent += w.sent
+			g.cell.delivered += w.delivered
+		}
+	}
+	tput := make([][]float64, len(cells))
+	for r := 0; r < plan.S4TCPReps; r++ {
+		for k := range cells {
+			i := (k + r) % len(cells)
+			g := cells[i]
+			if !g.live() {
+				continue
+			}
+			e.Progress.Step(r+1, plan.S4TCPReps, "established TCP, round of %s runs: %s", plan.S4TCPWindow, g.label)
+			bps, err := g.m.tcp(ctx, plan.S4TCPWindow)
+			if err != nil {
+				g.cell.err = fmt.Errorf("TCP, round %d: %w", r+1, err)
+				continue
+			}
+			tput[i] = append(tput[i], bps)
+		}
+	}
+	for i, g := range cells {
+		g.cell.flows, g.cell.tcp = stats.Summarize(rates[i]), stats.Summarize(tput[i])
+	}
+	return ctx.Err()
+}
+
+// setupS4 builds one cell's topology (namespaces named after name), installs
+// its N FIPs and opens its meter.
+func setupS4(ctx context.Context, e *Env, l *netlab.Lab, name string, g *s4Gateway) error {
+	gw, err := l.Gateway(netlab.GatewayOptions{Name: name, VMs: 1})
+	if err != nil {
+		return err
+	}
+	probe := Probe()
+	vm := gw.VMs[0]
+	if err := netlab.AddAddr(gw.GW, gw.ExternalInterface, netip.PrefixFrom(probe.EIP, netlab.ExtNet.Bits())); err != nil {
+		return err
+	}
+	// vm1 drops the datagrams silently (no ICMP back through the
+	// gateway); the counter of its interface still sees them.
+	vmNS, err := netns.Open(vm.NS)
+	if err != nil {
+		return err
+	}
+	_, err = run(ctx, vmNS, strings.NewReader("table ip sink {\n\tchain sink { type filter hook input priority 0; policy accept; meta l4proto udp drop; }\n}\n"), nil, "nft", "-f", "-")
+	vmNS.Close()
+	if err != nil {
+		return err
+	}
+	if g.prog, err = g.v.Program(ctx, e, gw, Fillers(g.n-1), probe); err != nil {
+		return err
+	}
+	g.m, err = newS4Meter(gw, vm, probe)
+	return err
 }
 
 // s4Meter sends and counts traffic through one gateway topology.
@@ -447,7 +494,7 @@ func reportS4(e *Env, plan Plan, variants []s4Variant, res map[string]map[int]*s
 		"Variants: iptables-legacy with upstream-shaped chains (PREROUTING → EXCLUSIVE_DNAT, POSTROUTING → EXCLUSIVE_SNAT, one rule per FIP each, loaded with iptables-legacy-restore), "+
 			"where every new flow walks the DNAT chain to the probe's rule and the whole SNAT chain (its source matches no FIP); "+
 			"versus natgw's nftables backend, whose maps look a FIP up in O(1).")
-	flows := report.Table{Caption: "**new UDP flows per second** to the last-installed FIP, median (p10-like spread: min / max, windows)", Header: []string{"variant"}}
+	flows := report.Table{Caption: "**new UDP flows per second** to the last-installed FIP, median (min / max, windows)", Header: []string{"variant"}}
 	tcp := report.Table{Caption: "**established TCP throughput**, median (min / max, runs)", Header: []string{"variant"}}
 	adv := report.Table{Caption: "**natgw vs iptables-legacy**, new flows per second (natgw median / iptables-legacy median, same run)", Header: []string{""}}
 	for _, n := range plan.S4Sizes {
