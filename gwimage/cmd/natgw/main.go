@@ -174,7 +174,16 @@ func (g *globals) register(fs *flag.FlagSet) {
 
 // logger returns a logr.Logger writing text to w at the globals' verbosity.
 func (g *globals) logger(w io.Writer) logr.Logger {
-	h := slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.Level(-g.verbosity)})
+	h := slog.NewTextHandler(w, &slog.HandlerOptions{
+		Level: slog.Level(-g.verbosity),
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			// logr's V(n) is slog level -n: print it as "V1", not "DEBUG+3".
+			if lvl, ok := a.Value.Any().(slog.Level); ok && a.Key == slog.LevelKey && lvl < slog.LevelInfo && lvl > slog.LevelDebug {
+				a.Value = slog.StringValue(fmt.Sprintf("V%d", -int(lvl)))
+			}
+			return a
+		},
+	})
 	return logr.FromSlogHandler(h)
 }
 
