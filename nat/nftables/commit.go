@@ -93,8 +93,9 @@ func (r *Renderer) emit(ch *change) error {
 		}
 	}
 	// 2. Fixed chains exist (snat_cidr before the rule that jumps to it).
-	chains := r.fixedChains()
+	var chains []chainSpec
 	if ch.fixedChains {
+		chains = r.fixedChains()
 		for _, cs := range chains {
 			c.AddChain(&nft.Chain{Name: cs.name, Table: r.table, Hooknum: cs.hook, Priority: cs.prio, Type: cs.typ})
 		}

@@ -179,18 +179,13 @@ func chunks(es []nft.SetElement) [][]nft.SetElement {
 // splitComment returns the UID (first word) and the key=value attributes of
 // an element comment.
 func splitComment(c string) (string, map[string]string, error) {
-	if !strings.Contains(c, " ") {
-		if err := nat.ValidateUID(c); err != nil {
-			return "", nil, err
-		}
+	// The UID is validated with the object it belongs to (nat.State).
+	if c != "" && !strings.Contains(c, " ") {
 		return c, nil, nil
 	}
 	f := strings.Fields(c)
 	if len(f) == 0 {
 		return "", nil, fmt.Errorf("element without an owner UID comment")
-	}
-	if err := nat.ValidateUID(f[0]); err != nil {
-		return "", nil, err
 	}
 	kv := map[string]string{}
 	for _, w := range f[1:] {
