@@ -66,7 +66,7 @@ func New(ctx context.Context, cfg nat.Config) (nat.Dataplane, error) {
 // gateway's namespace. See doc.go for the layout.
 type Renderer struct {
 	rd  renderer
-	ref string
+	ref string // the namespace as configured, for messages
 	ns  *netns.NS
 	// nsFile is a duplicate of the namespace fd that every child gets as
 	// fd 3 and enters with `nsenter --net=/proc/self/fd/3`: the same
@@ -444,7 +444,7 @@ func validBootID(s string) bool { return bootIDPattern.MatchString(s) }
 func (r *Renderer) save(ctx context.Context) (dump, error) {
 	out, err := r.run(ctx, "", r.bin.save)
 	if err != nil {
-		return nil, fmt.Errorf("iptables: save: %w", err)
+		return nil, fmt.Errorf("iptables: save in netns %q: %w", r.ref, err)
 	}
 	d, err := parseSave(out)
 	if err != nil {
@@ -474,7 +474,7 @@ func (r *Renderer) restore(ctx context.Context, sc *script) error {
 	if err == nil {
 		return nil
 	}
-	err = fmt.Errorf("iptables: restore of %s: %w", strings.Join(sc.tableNames(), "+"), err)
+	err = fmt.Errorf("iptables: restore of %s in netns %q: %w", strings.Join(sc.tableNames(), "+"), r.ref, err)
 	if ctx.Err() != nil || !nothingCommitted(err.Error(), commits) {
 		return fmt.Errorf("%w: %w", err, nat.ErrUnknownState)
 	}

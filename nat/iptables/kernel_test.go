@@ -12,6 +12,7 @@ import (
 
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/netns"
 )
 
 // These tests run the backend against the real kernel in a gateway topology
@@ -330,4 +331,21 @@ func sameRules(a, b string) bool {
 	slices.Sort(x)
 	slices.Sort(y)
 	return slices.Equal(x, y)
+}
+
+// TestKernelNamespaceByPath opens the backend on the gateway namespace given
+// as a path instead of a name: the rules land in that namespace.
+func TestKernelNamespaceByPath(t *testing.T) {
+	e := newKEnv(t)
+	e.dp.Close()
+	e.cfg.NetNS = netns.Path(e.gw.GW) // /run/netns/<name>
+	if !strings.HasPrefix(e.cfg.NetNS, "/") {
+		t.Fatalf("netns.Path(%q) = %q, want a path", e.gw.GW, e.cfg.NetNS)
+	}
+	e.open()
+	fip := nat.Object{UID: "fip-p", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: eip0, InternalIP: vm0}}
+	e.apply(fip)
+	if got := e.chain(chainExclusiveDNAT); len(got) != 1 || !strings.Contains(got[0], "fip-p") {
+		t.Fatalf("EXCLUSIVE_DNAT of %s = %q", e.gw.GW, got)
+	}
 }
