@@ -80,8 +80,8 @@ type Rule struct {
 	Args  []string
 }
 
-// Line renders the rule as a restore line with the given command
-// ("-A", "-D", or "-I" with a position in pos).
+// Line renders the rule as an iptables-restore line with the given command
+// ("-A" or "-D"), quoting arguments like iptables-save.
 func (r Rule) Line(cmd string) string {
 	var b strings.Builder
 	b.WriteString(cmd)
