@@ -349,3 +349,29 @@ func TestKernelNamespaceByPath(t *testing.T) {
 		t.Fatalf("EXCLUSIVE_DNAT of %s = %q", e.gw.GW, got)
 	}
 }
+
+// TestKernelPartialCommitIsUnknownState: a call that writes nat and mangle
+// fails in the mangle section after nat was committed (here because the QoS
+// chain was removed by hand). The error wraps nat.ErrUnknownState, and the
+// engine's re-read takes the committed nat record as the truth: the EIP has
+// its new QoS, and the mangle chain is rebuilt to police it.
+func TestKernelPartialCommitIsUnknownState(t *testing.T) {
+	e := newKEnv(t)
+	plain := nat.Object{UID: "eip-u", Kind: nat.KindEIP, EIP: &nat.EIP{Address: eip0, PrefixLen: 24}}
+	e.apply(plain)
+	e.sh("iptables-legacy", "-t", "mangle", "-D", "PREROUTING", "-j", chainQoSIngress)
+	e.sh("iptables-legacy", "-t", "mangle", "-X", chainQoSIngress)
+	policed := plain
+	policed.EIP = &nat.EIP{Address: eip0, PrefixLen: 24, QoS: &nat.QoS{IngressRateMbps: 5}}
+	err := e.dp.Apply(e.ctx, policed)
+	if !errors.Is(err, nat.ErrUnknownState) {
+		t.Fatalf("apply with the mangle chain gone: err = %v, want ErrUnknownState", err)
+	}
+	e.wantList(policed)
+	if got := e.chain(chainQoSIngress); len(got) != 1 || !strings.Contains(got[0], eip0.String()) {
+		t.Fatalf("%s after the re-read = %q", chainQoSIngress, got)
+	}
+	if got := e.chain("PREROUTING"); !slices.Contains(got, "-A PREROUTING -j "+chainQoSIngress) {
+		t.Fatalf("mangle hook not restored: %q", got)
+	}
+}
