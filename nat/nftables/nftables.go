@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -126,6 +127,11 @@ func NewRenderer(cfg nat.Config, opts ...Option) (*Renderer, error) {
 	for _, o := range opts {
 		o(&r.opts)
 	}
+	for _, n := range []string{cfg.ExternalInterface, cfg.InternalInterface} {
+		if len(n) >= unix.IFNAMSIZ || strings.ContainsRune(n, 0) {
+			return nil, fmt.Errorf("nftables: interface name %q: longer than %d bytes or holds NUL", n, unix.IFNAMSIZ-1)
+		}
+	}
 	ns, err := netns.Open(cfg.NetNS)
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
@@ -151,6 +157,9 @@ func (r *Renderer) dial() error {
 	}))
 	runtime.KeepAlive(r.ns)
 	if err != nil {
+		if sock != nil {
+			sock.Close() // the library does not close it when an option fails
+		}
 		return fmt.Errorf("nftables: dial netlink in netns %q: %w", r.cfg.NetNS, err)
 	}
 	r.conn, r.sock = c, sock

@@ -1,0 +1,148 @@
+package nftables
+
+import (
+	"strings"
+	"testing"
+
+	nft "github.com/google/nftables"
+
+	"github.com/natgw/natgw/nat"
+)
+
+// TestRenderParse renders every object of the golden set and parses its
+// elements back: each element names the owner, and the primary element
+// rebuilds the object exactly.
+func TestRenderParse(t *testing.T) {
+	for _, o := range goldenObjects() {
+		t.Run(o.String(), func(t *testing.T) {
+			es := setElems{}
+			if err := render(o, es); err != nil {
+				t.Fatal(err)
+			}
+			rebuilt := 0
+			for set, l := range es {
+				for _, e := range l {
+					uid, got, err := parseElem(set, e)
+					if err != nil {
+						t.Fatalf("%s: %v", set, err)
+					}
+					if uid != o.UID {
+						t.Errorf("%s: owner %q, want %q", set, uid, o.UID)
+					}
+					if got == nil {
+						continue
+					}
+					rebuilt++
+					if !got.Equal(o) {
+						t.Errorf("%s: parsed %s, want %s", set, got, o)
+					}
+				}
+			}
+			if rebuilt == 0 {
+				t.Error("no element rebuilds the object")
+			}
+		})
+	}
+}
+
+func TestRenderRefuses(t *testing.T) {
+	big := goldenObjects()[0]
+	q := *big.EIP.QoS
+	q.IngressBurstMbit = 40_000 // 5e9 bytes: not a uint32
+	e := *big.EIP
+	e.QoS = &q
+	big.EIP = &e
+	if err := render(big, setElems{}); err == nil || !strings.Contains(err.Error(), "eip.qos.ingressBurstMbit") {
+		t.Errorf("render of a 40,000 Mbit burst: %v, want a field error", err)
+	}
+}
+
+func TestParseElemRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name, set string
+		e         nft.SetElement
+	}{
+		{"no comment", setFIPDNAT, nft.SetElement{Key: []byte{1, 2, 3, 4}, Val: []byte{5, 6, 7, 8}}},
+		{"short key", setFIPDNAT, nft.SetElement{Key: []byte{1}, Val: []byte{5, 6, 7, 8}, Comment: "u"}},
+		{"eip without plen", setEIPs, nft.SetElement{Key: []byte{1, 2, 3, 4}, Comment: "u x=1"}},
+		{"eip bad qos", setEIPs, nft.SetElement{Key: []byte{1, 2, 3, 4}, Comment: "u plen=24 qos=1/2"}},
+		{"port dnat protocol", setPortDNAT, nft.SetElement{Key: make([]byte, 12), Val: make([]byte, 8), Comment: "u"}},
+		{"unknown set", "other", nft.SetElement{Key: []byte{1, 2, 3, 4}, Comment: "u"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, _, err := parseElem(tc.set, tc.e); err == nil {
+				t.Errorf("parseElem(%s, %+v) accepted it", tc.set, tc.e)
+			}
+		})
+	}
+}
+
+func TestNames(t *testing.T) {
+	for _, c := range []snatClass{{0, false}, {8, true}, {24, false}, {32, true}} {
+		got, ok := parseSNATSet(c.setName())
+		if !ok || got != c {
+			t.Errorf("parseSNATSet(%q) = %v, %v", c.setName(), got, ok)
+		}
+	}
+	for _, bad := range []string{"snat_p33", "snat_p024", "snat_p", "snat_px_rf", "fip_snat"} {
+		if _, ok := parseSNATSet(bad); ok {
+			t.Errorf("parseSNATSet(%q) accepted it", bad)
+		}
+	}
+	k := qosKey{qosOut, addr("192.0.2.10")}
+	if got, ok := parseQoSName(k.name()); !ok || got != k {
+		t.Errorf("parseQoSName(%q) = %v, %v", k.name(), got, ok)
+	}
+	for _, bad := range []string{"qos_in_1_2_3", "qos_up_1_2_3_4", "qos_ingress", "qos_in_01_2_3_4"} {
+		if _, ok := parseQoSName(bad); ok {
+			t.Errorf("parseQoSName(%q) accepted it", bad)
+		}
+	}
+	cs := []snatClass{{8, false}, {24, true}, {24, false}, {32, false}}
+	sortSNATClasses(cs)
+	want := []snatClass{{32, false}, {24, false}, {24, true}, {8, false}}
+	for i := range cs {
+		if cs[i] != want[i] {
+			t.Fatalf("sorted classes %v, want %v", cs, want)
+		}
+	}
+}
+
+// TestChunks checks that no message's element list can reach the 16-bit
+// attribute length, with the largest UIDs.
+func TestChunks(t *testing.T) {
+	objs := manyFIPs(5000, nat.MaxUIDLen)
+	es := setElems{}
+	for _, o := range objs {
+		if err := render(o, es); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := es[setFIPDNAT]
+	total := 0
+	for _, part := range chunks(l) {
+		size := 0
+		for _, e := range part {
+			size += elemSize(e)
+		}
+		if size > maxMsgElemBytes || len(part) > maxMsgElems || len(part) == 0 {
+			t.Errorf("chunk of %d elements, %d bytes", len(part), size)
+		}
+		total += len(part)
+	}
+	if total != len(l) {
+		t.Errorf("chunks hold %d elements, want %d", total, len(l))
+	}
+	// The bound covers the real encoding: a 64-character-UID FIP element
+	// encodes to 4 (entry) + 12 (key) + 12 (value) + 4+68 (comment) bytes.
+	if got := elemSize(l[0]); got < 100 {
+		t.Errorf("elemSize = %d, below the real encoding (100 bytes)", got)
+	}
+}
+
+func TestBadInterfaceName(t *testing.T) {
+	_, err := NewRenderer(nat.Config{NetNS: "/nonexistent", ExternalInterface: strings.Repeat("x", 16)})
+	if err == nil || !strings.Contains(err.Error(), "interface name") {
+		t.Errorf("NewRenderer with a 16-byte interface name: %v", err)
+	}
+}
