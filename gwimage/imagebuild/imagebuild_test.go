@@ -1,0 +1,216 @@
+package imagebuild
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"debug/elf"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
+)
+
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}
+
+// readTar returns the regular files, symlinks and directories of a tar.
+func readTar(t *testing.T, r io.Reader) (files map[string][]byte, links map[string]string, hdrs map[string]*tar.Header) {
+	t.Helper()
+	files, links, hdrs = map[string][]byte{}, map[string]string{}, map[string]*tar.Header{}
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		hdrs[h.Name] = h
+		switch h.Typeflag {
+		case tar.TypeReg:
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files[h.Name] = b
+		case tar.TypeSymlink:
+			links[h.Name] = h.Linkname
+		}
+	}
+}
+
+// TestImage builds the image twice and inspects the archive: same digest,
+// a valid OCI layout and docker archive, the entrypoint, a static natgw that
+// runs, nothing else (no shell, no iptables).
+func TestImage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds natgw twice")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	opts := Options{ModuleDir: moduleRoot(t), Version: "9.9.9-test", Name: "natgw:test", Out: filepath.Join(dir, "a.tar")}
+	r1, err := Build(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Out = filepath.Join(dir, "b.tar")
+	r2, err := Build(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := os.ReadFile(filepath.Join(dir, "a.tar"))
+	b, _ := os.ReadFile(filepath.Join(dir, "b.tar"))
+	if r1.Digest != r2.Digest || !bytes.Equal(a, b) {
+		t.Fatalf("two builds differ: %s vs %s (archives equal: %v)", r1.Digest, r2.Digest, bytes.Equal(a, b))
+	}
+	t.Logf("digest %s, layer %d bytes, binary %d bytes, archive %d bytes", r1.Digest, r1.LayerSize, r1.BinarySize, r1.ArchiveSize)
+
+	// The archive as an OCI image layout.
+	files, _, _ := readTar(t, bytes.NewReader(a))
+	layoutDir := filepath.Join(dir, "layout")
+	for name, data := range files {
+		p := filepath.Join(layoutDir, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	idx, err := layout.ImageIndexFromPath(layoutDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate.Index(idx); err != nil {
+		t.Fatalf("OCI layout: %v", err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil || len(im.Manifests) != 1 || im.Manifests[0].Digest != r1.Digest ||
+		im.Manifests[0].Annotations["io.containerd.image.name"] != "natgw:test" || im.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != "test" {
+		t.Fatalf("index.json: %+v, %v", im, err)
+	}
+	img, err := idx.Image(r1.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same archive as a docker-save archive (manifest.json).
+	dimg, err := tarball.ImageFromPath(filepath.Join(dir, "a.tar"), nil)
+	if err != nil {
+		t.Fatalf("docker archive: %v", err)
+	}
+	if err := validate.Image(dimg); err != nil {
+		t.Fatalf("docker archive: %v", err)
+	}
+	if d, _ := dimg.ConfigName(); d != r1.ConfigID {
+		t.Fatalf("docker archive config %s, want %s", d, r1.ConfigID)
+	}
+
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(cf.Config.Entrypoint, []string{"/natgw", "pause"}) || len(cf.Config.Cmd) != 0 {
+		t.Fatalf("entrypoint %q cmd %q", cf.Config.Entrypoint, cf.Config.Cmd)
+	}
+	if cf.Config.Labels["org.opencontainers.image.version"] != "9.9.9-test" || cf.OS != "linux" || cf.Architecture != runtime.GOARCH || !cf.Created.Time.Equal(Epoch) {
+		t.Fatalf("config: %+v", cf)
+	}
+
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("%d layers, %v", len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lfiles, links, hdrs := readTar(t, rc)
+	rc.Close()
+	for name, h := range hdrs {
+		if !h.ModTime.Equal(Epoch) || h.Uid != 0 || h.Gid != 0 {
+			t.Errorf("%s: mtime %v owner %d:%d", name, h.ModTime, h.Uid, h.Gid)
+		}
+		base := filepath.Base(strings.TrimSuffix(name, "/"))
+		if base == "sh" || strings.Contains(base, "iptables") || base == "nft" || base == "busybox" {
+			t.Errorf("image holds %s", name)
+		}
+	}
+	if len(lfiles) != 1 || lfiles["natgw"] == nil {
+		t.Fatalf("regular files %v, want only natgw", keys(lfiles))
+	}
+	for _, l := range []string{"bin/bash", "kube-ovn/nat-gateway.sh", "usr/local/bin/nat-gateway.sh"} {
+		if links[l] != "/natgw" {
+			t.Errorf("%s -> %q, want /natgw", l, links[l])
+		}
+	}
+
+	// natgw is static and runs.
+	bin := filepath.Join(dir, "natgw")
+	if err := os.WriteFile(bin, lfiles["natgw"], 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ef, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Error("natgw has a program interpreter: not static")
+		}
+	}
+	if libs, err := ef.ImportedLibraries(); err != nil || len(libs) != 0 {
+		t.Errorf("natgw needs %v (%v): not static", libs, err)
+	}
+	if ds, _ := ef.DynString(elf.DT_NEEDED); len(ds) != 0 {
+		t.Errorf("natgw DT_NEEDED %v", ds)
+	}
+	ef.Close()
+	out, err := exec.Command(bin, "version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "natgw 9.9.9-test ") {
+		t.Fatalf("natgw version: %q, %v", out, err)
+	}
+	// The compat name resolves by argv[0] in the image too.
+	link := filepath.Join(dir, "nat-gateway.sh")
+	os.Symlink(bin, link)
+	if out, err := exec.Command(link, "get-iptables-version").CombinedOutput(); err != nil || !strings.Contains(string(out), "natgw 9.9.9-test") {
+		t.Fatalf("nat-gateway.sh get-iptables-version: %q, %v", out, err)
+	}
+	var m v1.Manifest
+	raw, _ := img.RawManifest()
+	json.Unmarshal(raw, &m)
+	if m.MediaType != "application/vnd.oci.image.manifest.v1+json" || m.Config.MediaType != "application/vnd.oci.image.config.v1+json" {
+		t.Fatalf("media types %s / %s", m.MediaType, m.Config.MediaType)
+	}
+	gz, _ := layers[0].Compressed()
+	if _, err := gzip.NewReader(gz); err != nil {
+		t.Fatalf("layer not gzip: %v", err)
+	}
+	gz.Close()
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
