@@ -43,10 +43,13 @@ func TestS1Tiny(t *testing.T) {
 		t.Fatalf("scenario 1: %v", err)
 	}
 	sec := e.Report.Section("s1", "")
-	if len(sec.Tables) != 6 {
-		t.Fatalf("%d tables, want 6 (median, tail, speed-up for add and delete)", len(sec.Tables))
+	if len(sec.Tables) != 7 {
+		t.Fatalf("%d tables, want 7 (median, tail, speed-up for add and delete; request floor)", len(sec.Tables))
 	}
-	for _, tb := range sec.Tables {
+	if floor := sec.Tables[6]; len(floor.Rows) != 1 || !strings.HasPrefix(floor.Rows[0][0], "(e)") {
+		t.Errorf("request floor table %+v, want one row for (e)", floor)
+	}
+	for _, tb := range sec.Tables[:6] {
 		if len(tb.Rows) != len(methods) {
 			t.Errorf("table %q has %d rows, want %d", tb.Caption, len(tb.Rows), len(methods))
 		}
