@@ -112,16 +112,12 @@ func (s *suite) newEnv(t *testing.T, topo bool) *env {
 			t.Fatal(err)
 		}
 		e.gw, e.ns, e.cfg = gw, gw.GW, gw.Config()
-	} else {
-		ns, err := GatewayNS(e.lab, "gw")
-		if err != nil {
+		if err := installForeign(e.ctx, e.ns); err != nil {
 			t.Fatal(err)
 		}
-		e.ns = ns
-		e.cfg = nat.Config{NetNS: ns, ExternalInterface: nat.DefaultExternalInterface, InternalInterface: nat.DefaultInternalInterface}
-	}
-	if err := installForeign(e.ctx, e.ns); err != nil {
-		t.Fatal(err)
+	} else {
+		e.recreateNS()
+		e.cfg = nat.Config{NetNS: e.ns, ExternalInterface: nat.DefaultExternalInterface, InternalInterface: nat.DefaultInternalInterface}
 	}
 	base := e.snapshot()
 	e.base = parseForeign(base.nft, base.ipt)
@@ -130,6 +126,26 @@ func (s *suite) newEnv(t *testing.T, topo bool) *env {
 	e.check("open")
 	e.empty = e.kernel()
 	return e
+}
+
+// recreateNS (re)makes the stand-alone gateway namespace "gw" with the
+// foreign state: an empty kernel, as after a pod restart.
+func (e *env) recreateNS() {
+	e.t.Helper()
+	e.touch()
+	if e.ns != "" {
+		if err := e.lab.RemoveNS(e.ns); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	ns, err := GatewayNS(e.lab, "gw")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.ns = ns
+	if err := installForeign(e.ctx, e.ns); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // GatewayNS creates namespace role in lab with interfaces named like

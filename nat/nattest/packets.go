@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -158,11 +159,26 @@ func (e *env) wantReach(p probe, server string, client netip.Addr) {
 	}
 }
 
-// wantNoReach checks that p does not connect (within the short timeout).
-func (e *env) wantNoReach(p probe) {
+// wantNoReach checks that no probe of ps connects (within the short
+// timeout). The probes run concurrently, so a batch costs one timeout.
+func (e *env) wantNoReach(ps ...probe) {
 	e.t.Helper()
-	if r, err := p.run(e.ctx, netlab.FailTimeout); err == nil {
-		e.t.Errorf("%s: connected (server %s saw %s), want no connection", p, r.Server, r.Client)
+	errs := make([]error, len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r, err := p.run(e.ctx, netlab.FailTimeout); err == nil {
+				errs[i] = fmt.Errorf("%s: connected (server %s saw %s), want no connection", p, r.Server, r.Client)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			e.t.Error(err)
+		}
 	}
 }
 
@@ -210,8 +226,8 @@ func (s *suite) testFIPPackets(t *testing.T) {
 	eip := netlab.EIP(0)
 	ext, v1, v2 := e.gw.Ext, e.gw.VMs[0], e.gw.VMs[1]
 	// Before anything: no way in, no way out.
-	e.wantNoReach(probe{nat.TCP, ext, eip, vmTCP})
-	e.wantNoReach(probe{nat.TCP, v1, ext.Addr, extTCP})
+	e.wantNoReach(probe{nat.TCP, ext, eip, vmTCP},
+		probe{nat.TCP, v1, ext.Addr, extTCP})
 
 	e.applyEIPs(EIP(UID(nat.KindEIP, 0), eip))
 	fip := FIP(UID(nat.KindFIP, 0), eip, v1.Addr)
@@ -236,9 +252,9 @@ func (s *suite) testFIPPackets(t *testing.T) {
 	e.wantFlows("with a live connection through the FIP", eip)
 	e.del(fip.UID)
 	e.wantNoFlows("after deleting the FIP", eip)
-	e.wantNoReach(probe{nat.TCP, ext, eip, vmTCP})
-	e.wantNoReach(probe{nat.UDP, ext, eip, vmUDP})
-	e.wantNoReach(probe{nat.TCP, v1, ext.Addr, extTCP})
+	e.wantNoReach(probe{nat.TCP, ext, eip, vmTCP},
+		probe{nat.UDP, ext, eip, vmUDP},
+		probe{nat.TCP, v1, ext.Addr, extTCP})
 }
 
 func (s *suite) testDNATPackets(t *testing.T) {
@@ -252,15 +268,15 @@ func (s *suite) testDNATPackets(t *testing.T) {
 	e.wantReach(probe{nat.TCP, ext, eip, 2222}, v2.NS, ext.Addr)
 	e.wantReach(probe{nat.UDP, ext, eip, 2223}, v2.NS, ext.Addr)
 	// Only the forwarded port and protocol.
-	e.wantNoReach(probe{nat.TCP, ext, eip, 2223})
-	e.wantNoReach(probe{nat.UDP, ext, eip, 2222})
-	e.wantNoReach(probe{nat.TCP, ext, eip, vmTCP})
+	e.wantNoReach(probe{nat.TCP, ext, eip, 2223},
+		probe{nat.UDP, ext, eip, 2222},
+		probe{nat.TCP, ext, eip, vmTCP})
 
 	e.wantFlows("after DNAT traffic", eip)
 	e.del(tcp.UID, udp.UID)
 	e.wantNoFlows("after deleting the DNATs", eip)
-	e.wantNoReach(probe{nat.TCP, ext, eip, 2222})
-	e.wantNoReach(probe{nat.UDP, ext, eip, 2223})
+	e.wantNoReach(probe{nat.TCP, ext, eip, 2222},
+		probe{nat.UDP, ext, eip, 2223})
 }
 
 func (s *suite) testSNATPackets(t *testing.T) {
@@ -318,8 +334,8 @@ func (s *suite) testSNATPackets(t *testing.T) {
 	e.wantFlows("after SNAT traffic", a)
 	e.del(wide.UID)
 	e.wantNoFlows("after deleting every SNAT", a, b)
-	e.wantNoReach(probe{nat.TCP, v1, ext.Addr, extTCP})
-	e.wantNoReach(probe{nat.UDP, v3, ext.Addr, extUDP})
+	e.wantNoReach(probe{nat.TCP, v1, ext.Addr, extTCP},
+		probe{nat.UDP, v3, ext.Addr, extUDP})
 }
 
 // testHairpin: a VPC host reaches another VPC host through the other's FIP

@@ -20,6 +20,7 @@ func (s *suite) tests() []test {
 		{"Conflicts", s.testConflicts},
 		{"InvalidBatch", s.testInvalid},
 		{"Reopen", s.testReopen},
+		{"LostState", s.testLostState},
 		{"Sync", s.testSync},
 		{"Concurrent", s.testConcurrent},
 		{"Link", s.testLink},
@@ -268,6 +269,32 @@ func (s *suite) testReopen(t *testing.T) {
 	e.del(uids(objs[5:])...)
 	e.wantList("after deleting the rest")
 	e.wantEquiv("after deleting everything after reopens", e.empty)
+}
+
+// testLostState recreates the gateway namespace (what a pod restart does:
+// the kernel state is gone): a backend opened on it starts empty, with a new
+// BootID, and takes the objects again.
+func (s *suite) testLostState(t *testing.T) {
+	e := s.newEnv(t, false)
+	objs := sample()
+	e.apply(objs...)
+	boot := e.dp.BootID()
+	e.touch()
+	if err := e.dp.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	e.recreateNS()
+	e.dp = e.openDP()
+	e.check("open on a recreated namespace")
+	if got := e.dp.BootID(); got == "" || got == boot {
+		t.Errorf("BootID after the kernel state was lost = %q, want a new one (was %q)", got, boot)
+	}
+	e.wantList("after the kernel state was lost")
+	e.sync(objs...)
+	e.wantList("after a resync", objs...)
+	if got := e.dp.BootID(); got == boot {
+		t.Errorf("BootID after resync = %q, the lost state's", got)
+	}
 }
 
 // testSync replaces the whole state in one call.
