@@ -1,0 +1,534 @@
+package reconciler
+
+// Test harness: one real kube-apiserver + etcd (envtest) for the package,
+// the real natgw binary built once, and per test a netlab gateway topology
+// with a controller manager whose cache sees only that test's objects.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/gateway"
+	"github.com/natgw/natgw/controller/gwconfig"
+	"github.com/natgw/natgw/controller/transport"
+	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat"
+)
+
+var (
+	envOnce    sync.Once
+	envCfg     *rest.Config
+	envErr     error
+	envSkip    string
+	natgwBin   string
+	testScheme = runtime.NewScheme()
+)
+
+func init() {
+	if err := clientgoscheme.AddToScheme(testScheme); err != nil {
+		panic(err)
+	}
+	if err := v1.AddToScheme(testScheme); err != nil {
+		panic(err)
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if testEnv != nil {
+		if err := testEnv.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stop envtest:", err)
+		}
+	}
+	if natgwBin != "" {
+		os.RemoveAll(filepath.Dir(natgwBin))
+	}
+	os.Exit(code)
+}
+
+var testEnv *envtest.Environment
+
+func repoRoot() string {
+	wd, _ := os.Getwd()
+	return filepath.Join(wd, "..", "..")
+}
+
+// apiServer starts the package's envtest API server once. Without the
+// assets it skips, except as root in CI (make test builds them first).
+func apiServer(t *testing.T) *rest.Config {
+	t.Helper()
+	envOnce.Do(func() {
+		assets := os.Getenv("KUBEBUILDER_ASSETS")
+		if assets == "" {
+			assets = filepath.Join(repoRoot(), ".cache", "envtest", "bin")
+		}
+		for _, bin := range []string{"kube-apiserver", "etcd"} {
+			if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
+				envSkip = fmt.Sprintf("envtest assets missing (%s not in %s): run `make envtest-assets`", bin, assets)
+				return
+			}
+		}
+		testEnv = &envtest.Environment{
+			CRDDirectoryPaths:        []string{filepath.Join(repoRoot(), "controller", "config", "crd")},
+			ErrorIfCRDPathMissing:    true,
+			BinaryAssetsDirectory:    assets,
+			ControlPlaneStartTimeout: 2 * time.Minute,
+			ControlPlaneStopTimeout:  time.Minute,
+		}
+		envCfg, envErr = testEnv.Start()
+		if envErr != nil {
+			testEnv = nil
+		}
+	})
+	if envSkip != "" {
+		if os.Getenv("CI") != "" && os.Geteuid() == 0 {
+			t.Fatalf("%s (required as root in CI)", envSkip)
+		}
+		t.Skip("SKIP: " + envSkip)
+	}
+	if envErr != nil {
+		t.Fatalf("start envtest: %v", envErr)
+	}
+	return envCfg
+}
+
+var buildOnce sync.Once
+var buildErr error
+
+// natgwBinary builds gwimage/cmd/natgw once.
+func natgwBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "natgw-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		natgwBin = filepath.Join(dir, "natgw")
+		out, err := exec.Command("go", "build", "-o", natgwBin, "github.com/natgw/natgw/gwimage/cmd/natgw").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build natgw: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return natgwBin
+}
+
+// testLabel selects the objects of one test for its manager's cache.
+const testLabel = "natgw.test/case"
+
+// env is one test's world: a gateway topology, a running controller and a
+// client.
+type env struct {
+	t         *testing.T
+	ctx       context.Context
+	c         client.Client // direct (uncached) client
+	lab       *netlab.Lab
+	gw        *netlab.Gateway
+	gwName    string
+	case_     string
+	dataplane string
+	reg       *gateway.Registry
+	tr        *recordingTransport
+}
+
+type envOptions struct {
+	dataplane   string
+	sweepPeriod time.Duration
+	driftPeriod time.Duration
+	workers     int
+	noManager   bool
+}
+
+// newEnv builds the topology and starts a controller for it.
+func newEnv(t *testing.T, o envOptions) *env {
+	t.Helper()
+	cfg := apiServer(t)
+	lab := netlab.ForTest(t)
+	bin := natgwBinary(t)
+	gw, err := lab.Gateway(netlab.GatewayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.dataplane == "" {
+		o.dataplane = transport.DataplaneNftables
+	}
+	if o.workers == 0 {
+		o.workers = 4
+	}
+	c, err := client.New(cfg, client.Options{Scheme: testScheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	name = strings.Trim(name, "-") + "-" + lab.ID()[len(lab.ID())-4:]
+	e := &env{t: t, ctx: ctx, c: c, lab: lab, gw: gw, gwName: "gw-" + name, case_: name, dataplane: o.dataplane}
+	e.tr = &recordingTransport{inner: &transport.Local{Binary: bin, Log: testr.New(t).WithName("agent"), StopGrace: 5 * time.Second}}
+	t.Cleanup(func() {
+		e.cleanupObjects()
+		cancel()
+	})
+	if o.noManager {
+		return e
+	}
+	gcfg := gwconfigFor(e)
+	sel := labels.SelectorFromSet(labels.Set{testLabel: name})
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 testScheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		LeaderElection:         false,
+		Cache:                  cache.Options{DefaultLabelSelector: sel},
+		Logger:                 testr.NewWithOptions(t, testr.Options{Verbosity: 0}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.reg, err = Setup(ctx, mgr, Config{
+		Workers:                 o.workers,
+		RemoveUpstreamFinalizer: true,
+		SkipNameValidation:      true,
+		Gateway: gateway.Options{
+			Transport: e.tr, Config: gcfg, DefaultDataplane: o.dataplane,
+			SweepPeriod: o.sweepPeriod, DriftPeriod: o.driftPeriod,
+			Log: testr.New(t).WithName("gateway"),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("manager: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("manager did not stop")
+		}
+	})
+	// The manager connects once the gateway is first used.
+	if _, err := e.reg.Get(e.gwName); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// meta returns ObjectMeta for a test object.
+func (e *env) meta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: e.case_ + "-" + name, Labels: map[string]string{testLabel: e.case_}}
+}
+
+func (e *env) create(obj client.Object) {
+	e.t.Helper()
+	if err := e.c.Create(e.ctx, obj); err != nil {
+		e.t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+func (e *env) gatewayObj() *v1.VpcNatGateway {
+	g := &v1.VpcNatGateway{ObjectMeta: e.meta("x"), Spec: v1.VpcNatGatewaySpec{Vpc: "vpc1", Subnet: "net1"}}
+	g.Name = e.gwName
+	return g
+}
+
+func (e *env) eip(name string, addr netip.Addr) *v1.IptablesEIP {
+	return &v1.IptablesEIP{ObjectMeta: e.meta(name), Spec: v1.IptablesEIPSpec{V4ip: addr.String(), NatGwDp: e.gwName}}
+}
+
+func (e *env) fip(name, eip string, internal netip.Addr) *v1.IptablesFIPRule {
+	return &v1.IptablesFIPRule{ObjectMeta: e.meta(name), Spec: v1.IptablesFIPRuleSpec{EIP: e.case_ + "-" + eip, InternalIP: internal.String()}}
+}
+
+// eventually polls cond until it returns nil or the timeout passes.
+func (e *env) eventually(timeout time.Duration, what string, cond func() error) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for {
+		if err = cond(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s: not within %v: %v", what, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// readyCond returns the Ready condition of obj's status (nil if none).
+func readyOf(obj client.Object) (bool, *metav1.Condition, int64) {
+	var conds []metav1.Condition
+	var ready bool
+	switch o := obj.(type) {
+	case *v1.IptablesEIP:
+		conds, ready = o.Status.Conditions, o.Status.Ready
+	case *v1.IptablesFIPRule:
+		conds, ready = o.Status.Conditions, o.Status.Ready
+	case *v1.IptablesDnatRule:
+		conds, ready = o.Status.Conditions, o.Status.Ready
+	case *v1.IptablesSnatRule:
+		conds, ready = o.Status.Conditions, o.Status.Ready
+	case *v1.VpcNatGateway:
+		conds, ready = o.Status.Conditions, true
+	}
+	for i := range conds {
+		if conds[i].Type == v1.ConditionReady {
+			return ready && conds[i].Status == metav1.ConditionTrue, &conds[i], conds[i].ObservedGeneration
+		}
+	}
+	return false, nil, 0
+}
+
+// waitCondition waits until obj's Ready condition has reason (True for
+// Programmed) and returns the object.
+func (e *env) waitReason(obj client.Object, reason string, timeout time.Duration) {
+	e.t.Helper()
+	e.eventually(timeout, fmt.Sprintf("%T %s reason %s", obj, obj.GetName(), reason), func() error {
+		if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		ready, c, gen := readyOf(obj)
+		if c == nil {
+			return fmt.Errorf("no Ready condition yet")
+		}
+		if c.Reason != reason {
+			return fmt.Errorf("reason %s (%s)", c.Reason, c.Message)
+		}
+		if reason == v1.ReasonProgrammed && !ready {
+			return fmt.Errorf("programmed but status not ready")
+		}
+		if gen != obj.GetGeneration() {
+			return fmt.Errorf("observedGeneration %d, generation %d", gen, obj.GetGeneration())
+		}
+		return nil
+	})
+}
+
+func (e *env) waitReady(obj client.Object) { e.t.Helper(); e.waitReason(obj, v1.ReasonProgrammed, 60*time.Second) }
+
+// waitGone waits until obj no longer exists.
+func (e *env) waitGone(obj client.Object, timeout time.Duration) {
+	e.t.Helper()
+	e.eventually(timeout, fmt.Sprintf("%T %s gone", obj, obj.GetName()), func() error {
+		err := e.c.Get(e.ctx, client.ObjectKeyFromObject(obj), obj)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("still there (finalizers %v, deleting %v)", obj.GetFinalizers(), obj.GetDeletionTimestamp() != nil)
+	})
+}
+
+// kernelObjects lists the gateway's objects as a fresh agent reads them
+// from the kernel (`natgw list -o json`), independent of the controller's
+// session.
+func (e *env) kernelObjects(dataplane string) []nat.Object {
+	e.t.Helper()
+	out, err := exec.Command(natgwBin, "--netns", e.gw.GW, "--dataplane", dataplane, "list", "-o", "json").Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		e.t.Fatalf("natgw list: %v\n%s", err, stderr)
+	}
+	var objs []nat.Object
+	if err := json.Unmarshal(out, &objs); err != nil {
+		e.t.Fatalf("natgw list output: %v\n%s", err, out)
+	}
+	return objs
+}
+
+func hasUID(objs []nat.Object, uid types.UID) (nat.Object, bool) {
+	for _, o := range objs {
+		if o.UID == string(uid) {
+			return o, true
+		}
+	}
+	return nat.Object{}, false
+}
+
+func countKind(objs []nat.Object, k nat.Kind) int {
+	n := 0
+	for _, o := range objs {
+		if o.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+// cleanupObjects deletes the test's objects and waits for them to go (the
+// controller still runs), so that the shared API server stays clean.
+func (e *env) cleanupObjects() {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sel := client.MatchingLabels{testLabel: e.case_}
+	lists := []client.ObjectList{&v1.IptablesFIPRuleList{}, &v1.IptablesDnatRuleList{}, &v1.IptablesSnatRuleList{}, &v1.IptablesEIPList{}, &v1.VpcNatGatewayList{}, &v1.QoSPolicyList{}}
+	for _, l := range lists {
+		obj := listItemType(l)
+		_ = e.c.DeleteAllOf(ctx, obj, sel)
+	}
+	// Whatever the controller could not finish (e.g. it was stopped) is
+	// released by hand.
+	deadline := time.Now().Add(20 * time.Second)
+	for _, l := range lists {
+		for {
+			if err := e.c.List(ctx, l, sel); err != nil {
+				break
+			}
+			items := itemsOf(l)
+			if len(items) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				for _, it := range items {
+					it.SetFinalizers(nil)
+					_ = e.c.Update(ctx, it)
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+func listItemType(l client.ObjectList) client.Object {
+	switch l.(type) {
+	case *v1.IptablesFIPRuleList:
+		return &v1.IptablesFIPRule{}
+	case *v1.IptablesDnatRuleList:
+		return &v1.IptablesDnatRule{}
+	case *v1.IptablesSnatRuleList:
+		return &v1.IptablesSnatRule{}
+	case *v1.IptablesEIPList:
+		return &v1.IptablesEIP{}
+	case *v1.VpcNatGatewayList:
+		return &v1.VpcNatGateway{}
+	case *v1.QoSPolicyList:
+		return &v1.QoSPolicy{}
+	}
+	panic(fmt.Sprintf("unknown list %T", l))
+}
+
+func itemsOf(l client.ObjectList) []client.Object {
+	var out []client.Object
+	switch l := l.(type) {
+	case *v1.IptablesFIPRuleList:
+		for i := range l.Items {
+			out = append(out, &l.Items[i])
+		}
+	case *v1.IptablesDnatRuleList:
+		for i := range l.Items {
+			out = append(out, &l.Items[i])
+		}
+	case *v1.IptablesSnatRuleList:
+		for i := range l.Items {
+			out = append(out, &l.Items[i])
+		}
+	case *v1.IptablesEIPList:
+		for i := range l.Items {
+			out = append(out, &l.Items[i])
+		}
+	case *v1.VpcNatGatewayList:
+		for i := range l.Items {
+			out = append(out, &l.Items[i])
+		}
+	case *v1.QoSPolicyList:
+		for i := range l.Items {
+			out = append(out, &l.Items[i])
+		}
+	}
+	return out
+}
+
+// recordingTransport keeps the sessions it opened so that tests can break
+// them.
+type recordingTransport struct {
+	inner transport.Transport
+	mu    sync.Mutex
+	open  []transport.Session
+	count int
+}
+
+func (r *recordingTransport) Open(ctx context.Context, gw transport.Gateway) (transport.Session, error) {
+	s, err := r.inner.Open(ctx, gw)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.open = append(r.open, s)
+	r.count++
+	r.mu.Unlock()
+	return s, nil
+}
+
+// opened returns how many sessions were opened.
+func (r *recordingTransport) opened() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.count
+}
+
+// breakAll closes every session (the agents exit).
+func (r *recordingTransport) breakAll() {
+	r.mu.Lock()
+	open := r.open
+	r.open = nil
+	r.mu.Unlock()
+	for _, s := range open {
+		_ = s.Close()
+	}
+}
+
+
+type ctrlRequest = ctrl.Request
+
+func testLog(t *testing.T) logr.Logger { return testr.New(t) }
+
+// gwconfigFor is the gateway configuration of e's topology.
+func gwconfigFor(e *env) *gwconfig.Config {
+	return &gwconfig.Config{Gateways: []gwconfig.Gateway{{
+		Name: e.gwName, NetNS: e.gw.GW, ExternalPrefixLen: netlab.ExtNet.Bits(), ExternalGateway: netlab.ExtAddr.String(),
+	}}}
+}
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+func typesUID(s string) types.UID { return types.UID(s) }

@@ -1,0 +1,141 @@
+package reconciler
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/gwconfig"
+	"github.com/natgw/natgw/nat"
+)
+
+func TestTranslate(t *testing.T) {
+	eip := netip.MustParseAddr("192.0.2.10")
+	om := metav1.ObjectMeta{Name: "x", UID: "0b1e7c2a-5f0e-4c1e-9d57-0d1b2c3d4e5f"}
+	cases := []struct {
+		name    string
+		build   func() (nat.Object, error)
+		want    string // nat.Object.String(), or "" when an error is wanted
+		wantErr string
+	}{
+		{"fip", func() (nat.Object, error) {
+			return fipObject(&v1.IptablesFIPRule{ObjectMeta: om, Spec: v1.IptablesFIPRuleSpec{InternalIP: "10.0.1.5"}}, eip)
+		}, "fip " + string(om.UID) + ": 192.0.2.10 <-> 10.0.1.5", ""},
+		{"fip/equals-eip", func() (nat.Object, error) {
+			return fipObject(&v1.IptablesFIPRule{ObjectMeta: om, Spec: v1.IptablesFIPRuleSpec{InternalIP: "192.0.2.10"}}, eip)
+		}, "", "fip.internalIP"},
+		{"fip/v6", func() (nat.Object, error) {
+			return fipObject(&v1.IptablesFIPRule{ObjectMeta: om, Spec: v1.IptablesFIPRuleSpec{InternalIP: "fd00::1"}}, eip)
+		}, "", "spec.internalIp"},
+		{"dnat", func() (nat.Object, error) {
+			return dnatObject(&v1.IptablesDnatRule{ObjectMeta: om, Spec: v1.IptablesDnatRuleSpec{
+				ExternalPort: "8888", Protocol: "UDP", InternalIP: "10.0.1.10", InternalPort: "80"}}, eip)
+		}, "dnat " + string(om.UID) + ": 192.0.2.10:8888/udp -> 10.0.1.10:80", ""},
+		{"dnat/default-protocol", func() (nat.Object, error) {
+			return dnatObject(&v1.IptablesDnatRule{ObjectMeta: om, Spec: v1.IptablesDnatRuleSpec{
+				ExternalPort: "1", InternalIP: "10.0.1.10", InternalPort: "65535"}}, eip)
+		}, "dnat " + string(om.UID) + ": 192.0.2.10:1/tcp -> 10.0.1.10:65535", ""},
+		{"dnat/port-0", func() (nat.Object, error) {
+			return dnatObject(&v1.IptablesDnatRule{ObjectMeta: om, Spec: v1.IptablesDnatRuleSpec{
+				ExternalPort: "0", InternalIP: "10.0.1.10", InternalPort: "80"}}, eip)
+		}, "", "spec.externalPort"},
+		{"dnat/sctp", func() (nat.Object, error) {
+			return dnatObject(&v1.IptablesDnatRule{ObjectMeta: om, Spec: v1.IptablesDnatRuleSpec{
+				ExternalPort: "80", Protocol: "sctp", InternalIP: "10.0.1.10", InternalPort: "80"}}, eip)
+		}, "", "spec.protocol"},
+		{"snat", func() (nat.Object, error) {
+			return snatObject(&v1.IptablesSnatRule{ObjectMeta: om, Spec: v1.IptablesSnatRuleSpec{InternalCIDR: "10.0.1.7/24"}}, eip)
+		}, "snat " + string(om.UID) + ": 10.0.1.0/24 -> 192.0.2.10", ""},
+		{"snat/bare-ip", func() (nat.Object, error) {
+			return snatObject(&v1.IptablesSnatRule{ObjectMeta: om, Spec: v1.IptablesSnatRuleSpec{InternalCIDR: "10.0.1.7"}}, eip)
+		}, "snat " + string(om.UID) + ": 10.0.1.7/32 -> 192.0.2.10", ""},
+		{"snat/bad", func() (nat.Object, error) {
+			return snatObject(&v1.IptablesSnatRule{ObjectMeta: om, Spec: v1.IptablesSnatRuleSpec{InternalCIDR: "10.0.1.0/33"}}, eip)
+		}, "", "spec.internalCIDR"},
+		{"eip", func() (nat.Object, error) {
+			return eipObject(&v1.IptablesEIP{ObjectMeta: om, Spec: v1.IptablesEIPSpec{V4ip: "192.0.2.10"}}, gwconfig.Gateway{ExternalPrefixLen: 24}, nil)
+		}, "eip " + string(om.UID) + ": 192.0.2.10/24", ""},
+		{"eip/status-ip", func() (nat.Object, error) {
+			return eipObject(&v1.IptablesEIP{ObjectMeta: om, Status: v1.IptablesEIPStatus{IP: "192.0.2.11"}}, gwconfig.Gateway{ExternalPrefixLen: 26}, nil)
+		}, "eip " + string(om.UID) + ": 192.0.2.11/26", ""},
+		{"eip/no-address", func() (nat.Object, error) {
+			return eipObject(&v1.IptablesEIP{ObjectMeta: om}, gwconfig.Gateway{ExternalPrefixLen: 24}, nil)
+		}, "", "spec.v4ip"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.build()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got %v, %v; want an error naming %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.String() != tc.want {
+				t.Errorf("got %q, want %q", got.String(), tc.want)
+			}
+		})
+	}
+}
+
+func TestQoS(t *testing.T) {
+	p := &v1.QoSPolicy{ObjectMeta: metav1.ObjectMeta{Name: "q"}, Spec: v1.QoSPolicySpec{BandwidthLimitRules: v1.QoSPolicyBandwidthLimitRules{
+		{Name: "in", RateMax: "10", BurstMax: "2.5", Direction: v1.QoSDirectionIngress},
+		{Name: "out", RateMax: "3", Direction: v1.QoSDirectionEgress},
+	}}}
+	q, err := qosObject(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := nat.QoS{IngressRateMbps: 10, IngressBurstMbit: 3, EgressRateMbps: 3}
+	if q == nil || *q != want {
+		t.Errorf("got %+v, want %+v", q, want)
+	}
+	p.Spec.BandwidthLimitRules[1].MatchValue = "src 10.0.0.0/24"
+	if _, err := qosObject(p); err == nil || !strings.Contains(err.Error(), "matchValue") {
+		t.Errorf("a rule with a match: got %v, want an error naming matchValue", err)
+	}
+	if q, err := qosObject(nil); q != nil || err != nil {
+		t.Errorf("no policy: %v, %v", q, err)
+	}
+}
+
+func TestRouteObjects(t *testing.T) {
+	g := &v1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: "gw", UID: "0b1e7c2a-5f0e-4c1e-9d57-0d1b2c3d4e5f"},
+		Spec: v1.VpcNatGatewaySpec{Routes: []v1.Route{{CIDR: "10.2.0.0/16", NextHopIP: "10.0.1.1"}}}}
+	objs, err := routeObjects(g, gwconfig.Gateway{ExternalGateway: "192.0.2.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 2 {
+		t.Fatalf("got %v", objs)
+	}
+	if objs[0].UID != string(g.UID)+":rt:10.2.0.0-16" || objs[0].Route.Device != nat.DeviceInternal {
+		t.Errorf("route 0: %v", objs[0])
+	}
+	if objs[1].Route.Destination.Bits() != 0 || objs[1].Route.Device != nat.DeviceExternal || objs[1].Route.NextHop.String() != "192.0.2.1" {
+		t.Errorf("default route: %v", objs[1])
+	}
+	for _, o := range objs {
+		if len(o.UID) > nat.MaxUIDLen {
+			t.Errorf("route UID %q longer than %d", o.UID, nat.MaxUIDLen)
+		}
+		if owner, ok := routeOwner(o.UID); !ok || owner != string(g.UID) {
+			t.Errorf("routeOwner(%q) = %q, %v", o.UID, owner, ok)
+		}
+	}
+	g.Spec.Routes = append(g.Spec.Routes, v1.Route{CIDR: "10.2.0.0/16", NextHopIP: "10.0.1.2"})
+	if _, err := routeObjects(g, gwconfig.Gateway{}); err == nil || !strings.Contains(err.Error(), "spec.routes[1].cidr") {
+		t.Errorf("duplicate destination: %v", err)
+	}
+	g.Spec.Routes = []v1.Route{{CIDR: "10.2.0.1/16", NextHopIP: "10.0.1.1"}}
+	if _, err := routeObjects(g, gwconfig.Gateway{}); err == nil || !strings.Contains(err.Error(), "host bits") {
+		t.Errorf("host bits: %v", err)
+	}
+}
