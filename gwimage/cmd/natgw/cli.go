@@ -88,7 +88,8 @@ func serveSocket(ctx context.Context, dp nat.Dataplane, path string, info protoc
 		go func() {
 			defer wg.Done()
 			defer conn.Close()
-			go func() { <-ctx.Done(); conn.Close() }()
+			stop := context.AfterFunc(ctx, func() { conn.Close() })
+			defer stop()
 			if err := protocol.Serve(ctx, dp, conn, conn, info); err != nil && ctx.Err() == nil {
 				log.Error(err, "connection ended")
 			}
