@@ -197,7 +197,7 @@ func (e *env) check(op string) {
 			e.t.Errorf("isolation: after %s: foreign nft table %q changed:\n%s", op, key, lineDiff(want, got))
 		}
 	}
-	name := e.dp.Name()
+	name := e.name
 	ownNft := e.s.opts.OwnNftTable
 	if ownNft == nil {
 		ownNft = func(string) bool { return name == "nftables" }

@@ -93,6 +93,7 @@ type env struct {
 	ns   string
 	cfg  nat.Config
 	dp   nat.Dataplane
+	name string // dp.Name()
 	base foreignState
 	// empty is the kernel state right after the backend was opened.
 	empty string
@@ -121,8 +122,8 @@ func (s *suite) newEnv(t *testing.T, topo bool) *env {
 	}
 	base := e.snapshot()
 	e.base = parseForeign(base.nft, base.ipt)
-	e.touch()
-	e.dp = e.openDP()
+	t.Cleanup(e.closeDP)
+	e.openDP()
 	e.check("open")
 	e.empty = e.kernel()
 	return e
@@ -168,29 +169,50 @@ func GatewayNS(lab *netlab.Lab, role string) (string, error) {
 	return ns, nil
 }
 
-// openDP opens a backend on the env's gateway, closed at cleanup.
-func (e *env) openDP() nat.Dataplane {
+// openDP opens a backend on the env's gateway as e.dp. The env's cleanup
+// closes the one open at the end.
+func (e *env) openDP() {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(e.ctx, opTimeout)
 	defer cancel()
+	e.touch()
 	dp, err := e.s.open(ctx, e.cfg)
 	if err != nil {
 		e.t.Fatalf("open backend on %s: %v", e.ns, err)
 	}
-	e.t.Cleanup(func() { dp.Close() })
-	return dp
+	e.dp, e.name = dp, dp.Name()
+}
+
+// closeDP closes e.dp (once).
+func (e *env) closeDP() {
+	e.t.Helper()
+	if e.dp == nil {
+		return
+	}
+	e.touch()
+	err := e.dp.Close()
+	e.dp = nil
+	if err != nil {
+		e.t.Errorf("close: %v", err)
+	}
+}
+
+// run runs fn as a subtest on the same env (e.t is the subtest meanwhile).
+func (e *env) run(name string, fn func(t *testing.T)) {
+	parent := e.t
+	parent.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
+		e.t = t
+		defer func() { e.t = parent }()
+		fn(t)
+	})
 }
 
 // reopen closes the backend and opens a new one on the same namespace.
 func (e *env) reopen() {
 	e.t.Helper()
-	e.touch()
-	if err := e.dp.Close(); err != nil {
-		e.t.Errorf("close: %v", err)
-	}
+	e.closeDP()
 	e.check("close")
-	e.touch()
-	e.dp = e.openDP()
+	e.openDP()
 	e.check("reopen")
 }
 

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 
@@ -134,8 +133,7 @@ func (s *suite) testUpdate(t *testing.T) {
 	e.apply(others...)
 	base := e.kernel()
 	for _, tc := range cases {
-		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
-			e.t = t
+		e.run(tc.name, func(t *testing.T) {
 			e.apply(tc.old)
 			e.apply(tc.new)
 			e.wantList("after update", append(slices.Clone(others), tc.new)...)
@@ -178,8 +176,7 @@ func (s *suite) testConflicts(t *testing.T) {
 	}
 	e := s.newEnv(t, false)
 	for _, tc := range cases {
-		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
-			e.t = t
+		e.run(tc.name, func(t *testing.T) {
 			if len(tc.setup) > 0 {
 				e.apply(tc.setup...)
 			}
@@ -221,8 +218,7 @@ func (s *suite) testInvalid(t *testing.T) {
 	e.apply(present...)
 	before := e.kernel()
 	for _, tc := range cases {
-		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
-			e.t = t
+		e.run(tc.name, func(t *testing.T) {
 			for _, batch := range [][]nat.Object{{good, tc.bad}, {tc.bad, good}} {
 				err := e.tryApply(batch...)
 				wantErr(t, "apply "+describe(batch), err, nat.ErrInvalid)
@@ -279,12 +275,9 @@ func (s *suite) testLostState(t *testing.T) {
 	objs := sample()
 	e.apply(objs...)
 	boot := e.dp.BootID()
-	e.touch()
-	if err := e.dp.Close(); err != nil {
-		t.Errorf("close: %v", err)
-	}
+	e.closeDP()
 	e.recreateNS()
-	e.dp = e.openDP()
+	e.openDP()
 	e.check("open on a recreated namespace")
 	if got := e.dp.BootID(); got == "" || got == boot {
 		t.Errorf("BootID after the kernel state was lost = %q, want a new one (was %q)", got, boot)
