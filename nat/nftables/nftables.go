@@ -242,17 +242,26 @@ func (r *Renderer) ready() error {
 	return r.dial()
 }
 
-// deadline bounds the next kernel operations by ctx (or the default timeout).
+// deadline bounds the next kernel operations by ctx's deadline (or the
+// default timeout) and interrupts them when ctx is cancelled. The returned
+// function lifts the bound.
 func (r *Renderer) deadline(ctx context.Context) func() {
 	d, ok := ctx.Deadline()
 	if !ok {
 		d = time.Now().Add(r.opts.timeout)
 	}
-	_ = r.sock.SetDeadline(d)
+	sock := r.sock
+	_ = sock.SetDeadline(d)
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(fired)
+		_ = sock.SetDeadline(time.Now())
+	})
 	return func() {
-		if r.sock != nil {
-			_ = r.sock.SetDeadline(time.Time{})
+		if !stop() {
+			<-fired // the cancellation ran: let it finish before lifting
 		}
+		_ = sock.SetDeadline(time.Time{})
 	}
 }
 
