@@ -2,7 +2,28 @@
 // network namespaces (prefix "ngw-", compatible with `ip netns`), veth links,
 // bridges, the standard NAT gateway topology, in-process TCP/UDP probes and
 // readers of a namespace's kernel state. Everything a Lab makes is removed by
-// Lab.Close; namespaces left behind by killed runs are removed by SweepStale.
+// Lab.Close; namespaces left behind by killed runs are removed by SweepStale
+// (ForTest runs it once per process).
+//
+// Typical use in a test (root only; ForTest skips otherwise):
+//
+//	lab := netlab.ForTest(t)                              // closed by t.Cleanup
+//	gw, err := lab.Gateway(netlab.GatewayOptions{})       // ext, gw, sw, vm1..vm3
+//	dp, err := nftables.New(ctx, gw.Config())             // NetNS: gw.GW, net1, eth0
+//	srv, err := lab.ServeTCP(ctx, gw.VMs[0].NS, "0.0.0.0:8080")
+//	r, err := netlab.Dial(ctx, gw.Ext.NS, "192.0.2.10:8080", netlab.DialTimeout)
+//	// r.Client is the address vm1 saw; r.Server names the namespace that answered.
+//	_, err = netlab.Dial(ctx, gw.Ext.NS, "192.0.2.10:8080", netlab.FailTimeout) // must fail
+//	flows, err := netlab.ConntrackEntries(ctx, gw.GW)
+//	ruleset, err := netlab.NftRuleset(ctx, gw.GW)
+//
+// Several gateways live in one Lab through GatewayOptions.Name; each has its
+// own ext, gw, sw and VM namespaces. Gateway.RecreateGW empties a gateway
+// like a pod restart.
+//
+// Namespaces are made in-process (unshare + bind mount under /run/netns,
+// as `ip netns add` does), links and addresses over netlink; only the
+// kernel state readers exec nft, iptables-save or nsenter.
 //
 // Everything runs against the real kernel; the caller must be root.
 package netlab

@@ -318,7 +318,7 @@ func (s *suite) testSync(t *testing.T) {
 // testConcurrent applies and deletes from several goroutines at once.
 func (s *suite) testConcurrent(t *testing.T) {
 	e := s.newEnv(t, false)
-	const workers, per = 4, 10
+	const workers, per = 4, 6
 	var want []nat.Object
 	var wg sync.WaitGroup
 	errs := make(chan error, workers*per*2)
