@@ -20,19 +20,27 @@ import (
 // DumpTimeout bounds every kernel state reader.
 const DumpTimeout = 10 * time.Second
 
-// Exec runs a command inside ns (through nsenter, so ns may be a name under
-// /run/netns or a path; "" runs it in the caller's namespace) and returns its standard output. stdin, when not
-// empty, is fed to the command.
+// Command returns a command that runs name with args inside ns: through nsenter, so
+// ns may be a name under /run/netns or a path; "" runs it in the caller's
+// namespace. It is exec.CommandContext otherwise (e.g. for `natgw serve`
+// inside a gateway).
+func Command(ctx context.Context, ns, name string, args ...string) *exec.Cmd {
+	if ns == "" {
+		return exec.CommandContext(ctx, name, args...)
+	}
+	return exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + netns.Path(ns), "--", name}, args...)...)
+}
+
+// Exec runs argv inside ns (see Command), bounded by DumpTimeout, and
+// returns its standard output. stdin, when not empty, is fed to the
+// command.
 func Exec(ctx context.Context, ns, stdin string, argv ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, DumpTimeout)
 	defer cancel()
 	if len(argv) == 0 {
 		return "", errors.New("netlab: exec: no command")
 	}
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	if ns != "" {
-		cmd = exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + netns.Path(ns), "--"}, argv...)...)
-	}
+	cmd := Command(ctx, ns, argv[0], argv[1:]...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if stdin != "" {

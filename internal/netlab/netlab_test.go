@@ -317,6 +317,14 @@ func TestKernelReaders(t *testing.T) {
 	if other, err := ConntrackEntries(ctx, g.VMs[0].NS); err != nil || len(other) != 0 {
 		t.Errorf("conntrack of vm1: %v, %v", other, err)
 	}
+	// Command runs in the namespace too (e.g. a long-running agent).
+	cmd := Command(ctx, g.GW, "ip", "-o", "link", "show", "net1")
+	if out, err := cmd.Output(); err != nil || !strings.Contains(string(out), "net1") {
+		t.Errorf("Command in gw: %q, %v", out, err)
+	}
+	if _, err := Exec(ctx, g.GW, ""); err == nil {
+		t.Errorf("Exec without a command: no error")
+	}
 	ctx2, cancel := context.WithCancel(ctx)
 	cancel()
 	if _, err := NftRuleset(ctx2, g.GW); err == nil {
