@@ -152,7 +152,7 @@ func (r *Renderer) emit(ch *change) error {
 			}
 		}
 	}
-	if ch.fixedChains || !maps.Equal(ch.snatBefore, ch.snatAfter) {
+	if ch.fixedChains || !slices.Equal(sortedSNAT(ch.snatBefore), sortedSNAT(ch.snatAfter)) {
 		if !ch.createTable {
 			c.FlushChain(r.chain(chainSNATCIDR))
 		}
