@@ -382,6 +382,7 @@ func cmdPause(ctx context.Context, e env, g *globals, args []string) int {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGCHLD)
 	defer signal.Stop(sigs)
+	fmt.Fprintf(e.stderr, "natgw %s: pausing until SIGTERM or SIGINT\n", version.Version)
 	for {
 		select {
 		case <-ctx.Done():

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -154,27 +155,62 @@ func TestCLI(t *testing.T) {
 	}
 }
 
-// TestPause: the entrypoint sleeps until SIGTERM, then exits 0.
+func TestIsKeepAlive(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"-c", "while true; do sleep 10000; done"}, true},
+		{[]string{"-c", "  while  true;  do sleep 1; done "}, true},
+		{[]string{"-c", "sleep infinity"}, true},
+		{[]string{"-c", "while true; do sleep 1; rm -rf /; done"}, false},
+		{[]string{"-c", "sleep 5"}, false},
+		{[]string{"while true; do sleep 1; done"}, false},
+	} {
+		if got := isKeepAlive(tc.args); got != tc.want {
+			t.Errorf("isKeepAlive(%q) = %v", tc.args, got)
+		}
+	}
+}
+
+// TestPause: the entrypoint, and the upstream pod's keep-alive command
+// through the bash name, sleep until SIGTERM, then exit 0.
 func TestPause(t *testing.T) {
-	cmd := exec.Command(natgwBin, "pause")
+	for _, argv := range [][]string{{natgwBin, "pause"}, {filepath.Join(binDir, "bash"), "-c", "while true; do sleep 10000; done"}} {
+		testPause(t, argv)
+	}
+}
+
+func testPause(t *testing.T, argv []string) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
+	}
+	// The first line says the signal handlers are in place.
+	line, err := bufio.NewReader(stderr).ReadString('\n')
+	if err != nil || !strings.Contains(line, "pausing until SIGTERM") {
+		cmd.Process.Kill()
+		t.Fatalf("%q: first line %q, %v", argv, line, err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		t.Fatalf("pause exited on its own: %v", err)
+		t.Fatalf("%q exited on its own: %v", argv, err)
 	case <-time.After(300 * time.Millisecond):
 	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("pause after SIGTERM: %v", err)
+			t.Fatalf("%q after SIGTERM: %v", argv, err)
 		}
 	case <-time.After(5 * time.Second):
 		cmd.Process.Kill()
-		t.Fatal("pause ignored SIGTERM")
+		t.Fatalf("%q ignored SIGTERM", argv)
 	}
 }

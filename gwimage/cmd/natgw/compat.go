@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/natgw/natgw/gwimage/compat"
@@ -80,11 +81,17 @@ func carryOut(ctx context.Context, dp nat.Dataplane, plan compat.Plan) error {
 
 // runBashShim stands in for /bin/bash in the image, which has no shell: the
 // Kube-OVN controller execs `/bin/bash -c "bash /kube-ovn/nat-gateway.sh OP
-// RULE..."`. The shim accepts exactly that (with or without the inner
-// "bash", or the script path and arguments given directly), splits the
-// command on blanks and runs the subcommand in-process. Anything else is
-// refused: it is not a shell.
+// RULE..."` (its init container too) and runs the gateway container as
+// `bash -c "while true; do sleep 10000; done"`. The shim accepts exactly
+// these: a nat-gateway.sh command line (with or without the inner "bash", or
+// the script path and arguments given directly), split on blanks and run
+// in-process; the keep-alive loop (or `sleep infinity`), served as `natgw
+// pause`. Anything else is refused: it is not a shell.
 func runBashShim(ctx context.Context, e env, args []string) int {
+	if isKeepAlive(args) {
+		g := defaultGlobals()
+		return cmdPause(ctx, e, &g, nil)
+	}
 	words, err := shimWords(args)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "natgw (bash shim): %v\n", err)
@@ -92,6 +99,17 @@ func runBashShim(ctx context.Context, e env, args []string) int {
 	}
 	g := defaultGlobals()
 	return runCompat(ctx, e, &g, words)
+}
+
+// keepAlive matches the container commands that only keep a container
+// alive: the controller's gateway pod runs `bash -c "while true; do sleep
+// 10000; done"`.
+var keepAlive = regexp.MustCompile(`^(while (true|:); do sleep [0-9]+; done|sleep infinity)$`)
+
+// isKeepAlive reports whether the shim was asked for a keep-alive loop,
+// which it serves as `natgw pause`.
+func isKeepAlive(args []string) bool {
+	return len(args) == 2 && args[0] == "-c" && keepAlive.MatchString(strings.Join(strings.Fields(args[1]), " "))
 }
 
 // shimWords returns OP RULE... of a command line the bash shim accepts.
