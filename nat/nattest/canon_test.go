@@ -1,6 +1,7 @@
 package nattest
 
 import (
+	"github.com/natgw/natgw/nat"
 	"strings"
 	"testing"
 )
@@ -46,5 +47,15 @@ func TestSplitNftTables(t *testing.T) {
 	got := splitNftTables(foreignNft)
 	if len(got) != 3 || !strings.Contains(got["inet foreign"], "set blocked") || !strings.HasPrefix(got["ip nat"], "table ip nat {") {
 		t.Errorf("splitNftTables: %q", got)
+	}
+}
+
+func TestObjectsDiff(t *testing.T) {
+	a := FIP("a", addr("192.0.2.10"), addr("198.51.100.10"))
+	b := FIP("b", addr("192.0.2.11"), addr("198.51.100.11"))
+	b2 := FIP("b", addr("192.0.2.11"), addr("198.51.100.12"))
+	got := objectsDiff([]nat.Object{a, b}, []nat.Object{a, b2})
+	if !strings.Contains(got, "- "+b.String()) || !strings.Contains(got, "+ "+b2.String()) || strings.Contains(got, a.String()) {
+		t.Errorf("objectsDiff:\n%s", got)
 	}
 }

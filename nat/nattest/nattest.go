@@ -288,9 +288,48 @@ func (e *env) wantList(what string, want ...nat.Object) {
 	got := e.list()
 	want = slices.Clone(want)
 	nat.SortObjects(want)
-	if !objectsEqual(got, want) {
-		e.t.Errorf("%s: List =\n  %s\nwant\n  %s", what, describe(got), describe(want))
+	if objectsEqual(got, want) {
+		return
 	}
+	if len(got)+len(want) <= 20 {
+		e.t.Errorf("%s: List =\n  %s\nwant\n  %s", what, describe(got), describe(want))
+		return
+	}
+	e.t.Errorf("%s: List has %d objects, want %d:\n%s", what, len(got), len(want), objectsDiff(want, got))
+}
+
+// objectsDiff lists (at most 10 of each) the objects only in want ("-")
+// and only in got ("+"), compared by UID and spec.
+func objectsDiff(want, got []nat.Object) string {
+	key := func(o nat.Object) string { return o.String() }
+	in := func(objs []nat.Object) map[string]bool {
+		m := make(map[string]bool, len(objs))
+		for _, o := range objs {
+			m[key(o)] = true
+		}
+		return m
+	}
+	inWant, inGot := in(want), in(got)
+	var out []string
+	list := func(objs []nat.Object, other map[string]bool, mark string) {
+		n := 0
+		for _, o := range objs {
+			if other[key(o)] {
+				continue
+			}
+			if n++; n > 10 {
+				out = append(out, mark+" ...")
+				return
+			}
+			out = append(out, mark+" "+key(o))
+		}
+	}
+	list(want, inGot, "-")
+	list(got, inWant, "+")
+	if len(out) == 0 {
+		return "(same objects, different order)"
+	}
+	return strings.Join(out, "\n")
 }
 
 func objectsEqual(a, b []nat.Object) bool {

@@ -1,6 +1,7 @@
 package nattest
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -22,6 +23,8 @@ func (s *suite) tests() []test {
 		{"LostState", s.testLostState},
 		{"Sync", s.testSync},
 		{"Concurrent", s.testConcurrent},
+		{"Canceled", s.testCanceled},
+		{"LargeSync", s.testLargeSync},
 		{"Link", s.testLink},
 		{"Packets", s.testPackets},
 	}
@@ -358,4 +361,59 @@ func (s *suite) testConcurrent(t *testing.T) {
 	e.reopen()
 	e.wantList("after concurrent applies and deletes, reopened", want...)
 	e.wantKernel("reopen after concurrent changes", k)
+}
+
+// testCanceled calls every state-changing method with a context that is
+// already done: each fails with the context's error and changes nothing.
+func (s *suite) testCanceled(t *testing.T) {
+	e := s.newEnv(t, false)
+	objs := sample()
+	e.apply(objs[:4]...)
+	before := e.kernel()
+	ctx, cancel := context.WithCancel(e.ctx)
+	cancel()
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"apply", func() error { return e.dp.Apply(ctx, objs[4:]...) }},
+		{"delete", func() error { return e.dp.Delete(ctx, uids(objs[:4])...) }},
+		{"sync", func() error { return e.dp.Sync(ctx, objs[4:]) }},
+	}
+	for _, c := range calls {
+		e.touch()
+		err := c.call()
+		e.check(c.name + " with a canceled context")
+		wantErr(t, c.name+" with a canceled context", err, context.Canceled)
+		e.wantKernel(c.name+" with a canceled context", before)
+		e.wantList(c.name+" with a canceled context", objs[:4]...)
+	}
+}
+
+// testLargeSync syncs thousands of objects in one call (more than one
+// netlink message batch or restore chunk), reads them back after a reopen
+// and removes them in one call.
+func (s *suite) testLargeSync(t *testing.T) {
+	const fips, dnats = 3000, 1000
+	e := s.newEnv(t, false)
+	var objs []nat.Object
+	for i := 0; i < fips; i++ {
+		objs = append(objs, benchFIP(i))
+	}
+	for i := 0; i < dnats; i++ {
+		eip := netip.AddrFrom4([4]byte{100, 127, byte(i / 200), byte(i % 200)})
+		objs = append(objs, DNAT(UID(nat.KindDNAT, i), eip, nat.TCP, uint16(1000+i), netip.AddrFrom4([4]byte{10, 200, byte(i >> 8), byte(i)}), 80))
+	}
+	e.sync(objs...)
+	if got := len(e.list()); got != len(objs) {
+		t.Fatalf("after a sync of %d objects: List has %d", len(objs), got)
+	}
+	e.reopen()
+	e.wantList("after a large sync and reopen", objs...)
+	// Delete half by UID in one call, then sync to nothing.
+	e.del(uids(objs[:len(objs)/2])...)
+	e.wantList("after deleting half", objs[len(objs)/2:]...)
+	e.sync()
+	e.wantList("after sync to nothing")
+	e.wantEquiv("after sync to nothing", e.empty)
 }
