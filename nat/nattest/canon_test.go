@@ -1,9 +1,10 @@
 package nattest
 
 import (
-	"github.com/natgw/natgw/nat"
 	"strings"
 	"testing"
+
+	"github.com/natgw/natgw/nat"
 )
 
 func TestCanonical(t *testing.T) {
