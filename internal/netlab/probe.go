@@ -19,7 +19,7 @@ import (
 // Timeouts for probes.
 const (
 	// DialTimeout bounds a probe that is expected to connect.
-	DialTimeout = 3 * time.Second
+	DialTimeout = 5 * time.Second
 	// FailTimeout bounds a probe that is expected not to connect.
 	FailTimeout = 400 * time.Millisecond
 	// ioTimeout bounds a server's exchange with one client.
