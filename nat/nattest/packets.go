@@ -243,6 +243,12 @@ func (s *suite) testFIPPackets(t *testing.T) {
 	// The FIP is vm1's only: vm2 has no way out.
 	e.wantNoReach(probe{nat.TCP, v2, ext.Addr, extTCP})
 
+	// Moving the FIP to vm2 moves both directions.
+	e.apply(FIP(fip.UID, eip, v2.Addr))
+	e.wantReach(probe{nat.TCP, ext, eip, vmTCP}, v2.NS, ext.Addr)
+	e.wantReach(probe{nat.TCP, v2, ext.Addr, extTCP}, ext.NS, eip)
+	e.wantNoReach(probe{nat.TCP, v1, ext.Addr, extTCP})
+
 	// A live connection through the FIP, then delete.
 	conn, _, err := netlab.Connect(e.ctx, ext.NS, netip.AddrPortFrom(eip, vmTCP).String(), netlab.DialTimeout)
 	if err != nil {
@@ -254,7 +260,13 @@ func (s *suite) testFIPPackets(t *testing.T) {
 	e.wantNoFlows("after deleting the FIP", eip)
 	e.wantNoReach(probe{nat.TCP, ext, eip, vmTCP},
 		probe{nat.UDP, ext, eip, vmUDP},
-		probe{nat.TCP, v1, ext.Addr, extTCP})
+		probe{nat.TCP, v1, ext.Addr, extTCP},
+		probe{nat.TCP, v2, ext.Addr, extTCP})
+	// The EIP's address goes with its object.
+	e.del(UID(nat.KindEIP, 0))
+	if p := netip.PrefixFrom(eip, 24); e.hasAddr(p) {
+		t.Errorf("EIP %s still on %s after its deletion", p, e.cfg.ExternalInterface)
+	}
 }
 
 func (s *suite) testDNATPackets(t *testing.T) {
