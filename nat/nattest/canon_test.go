@@ -60,3 +60,16 @@ func TestObjectsDiff(t *testing.T) {
 		t.Errorf("objectsDiff:\n%s", got)
 	}
 }
+
+func TestDescribe(t *testing.T) {
+	objs := sample()
+	if got := describe(objs[:2]); got != "["+objs[0].String()+", "+objs[1].String()+"]" {
+		t.Errorf("describe of 2: %s", got)
+	}
+	if got := describe(objs); !strings.HasSuffix(got, "... 11 objects in all]") || strings.Contains(got, objs[3].String()) {
+		t.Errorf("describe of 11: %s", got)
+	}
+	if got := describe(nil); got != "[]" {
+		t.Errorf("describe of none: %s", got)
+	}
+}

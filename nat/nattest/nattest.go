@@ -291,7 +291,7 @@ func (e *env) wantList(what string, want ...nat.Object) {
 	if objectsEqual(got, want) {
 		return
 	}
-	if len(got)+len(want) <= 20 {
+	if len(got) <= 4 && len(want) <= 4 {
 		e.t.Errorf("%s: List =\n  %s\nwant\n  %s", what, describe(got), describe(want))
 		return
 	}
@@ -344,13 +344,20 @@ func uids(objs []nat.Object) []string {
 	return out
 }
 
+// describe names objects for messages: all of them when few, else the
+// first three and the count.
 func describe(objs []nat.Object) string {
-	if len(objs) == 0 {
-		return "[]"
+	const most = 4
+	n := min(len(objs), most)
+	if len(objs) > most {
+		n = 3
 	}
-	parts := make([]string, len(objs))
-	for i, o := range objs {
-		parts[i] = o.String()
+	parts := make([]string, n, n+1)
+	for i := range n {
+		parts[i] = objs[i].String()
+	}
+	if n < len(objs) {
+		parts = append(parts, fmt.Sprintf("... %d objects in all", len(objs)))
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
 }
