@@ -79,7 +79,7 @@ func FullPlan() Plan {
 		S1MinReps: 5, S1MaxReps: 300, S1MaxExecReps: 60, S1Flows: 8,
 		S4Sizes: []int{1, 1000, 10000, 50000}, S4Window: 700 * time.Millisecond, S4MaxFlows: 200000, S4Reps: 7,
 		S4TCPWindow: 2 * time.Second, S4TCPReps: 3,
-		S2OneByOne: 1000, S2ScriptOneByOne: 200, S2SyncSizes: []int{1000, 10000, 100000}, S2ResyncSizes: []int{10000, 100000},
+		S2OneByOne: 1000, S2ScriptOneByOne: 100, S2SyncSizes: []int{1000, 10000, 100000}, S2ResyncSizes: []int{10000, 100000},
 		S2StartupSize: 100000, S2Reps: 3,
 		S5Sizes: []int{0, 10000, 100000}, S5BenchTime: map[string]string{"nftables": "300x", "iptables": "5x"},
 	}
