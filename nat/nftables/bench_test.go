@@ -2,7 +2,6 @@ package nftables
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -33,32 +32,6 @@ func timeOps(b *testing.B, setup, op func() error) {
 	b.StopTimer()
 	slices.Sort(d)
 	b.ReportMetric(float64(d[len(d)/2].Nanoseconds())/1e3, "µs-median/op")
-}
-
-// BenchmarkFIPMedian is BenchmarkFIP with medians: Apply of one new FIP and
-// Delete of one FIP with N FIPs installed.
-func BenchmarkFIPMedian(b *testing.B) {
-	for _, op := range []string{"Apply", "Delete"} {
-		for _, n := range []int{0, 10_000} {
-			b.Run(fmt.Sprintf("%s/N=%d", op, n), func(b *testing.B) {
-				ctx := context.Background()
-				cfg := gateway(b)
-				dp := open(b, cfg)
-				objs := manyFIPs(n+1, 36)
-				if err := dp.Sync(ctx, objs[:n]); err != nil {
-					b.Fatal(err)
-				}
-				o := objs[n]
-				apply := func() error { return dp.Apply(ctx, o) }
-				del := func() error { return dp.Delete(ctx, o.UID) }
-				if op == "Apply" {
-					timeOps(b, del, apply)
-				} else {
-					timeOps(b, apply, del)
-				}
-			})
-		}
-	}
 }
 
 // BenchmarkLarge times, with 100,000 FIPs (200,000 elements): a Sync that
