@@ -540,3 +540,50 @@ func TestForgetFlows(t *testing.T) {
 }
 
 func markOf(a netip.Addr) uint32 { return binary.BigEndian.Uint32(a4(a)) }
+
+// TestAcksLost shrinks the socket's receive buffer so that the kernel drops
+// most acks of a large batch (ENOBUFS), although it applied the batch. The
+// Renderer must not report success or failure blindly: the error wraps
+// nat.ErrUnknownState, and reading the kernel back shows the batch (the
+// engine does that read on such errors; nat/engine tests it).
+func TestAcksLost(t *testing.T) {
+	cfg := gateway(t)
+	r, err := NewRenderer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, _, err := r.Load(opCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := r.sock.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 1024)
+	}); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+	objs := manyFIPs(5000, 36)
+	gen := generation(t, cfg.NetNS)
+	err = r.Commit(opCtx(t), engine.Commit{Full: true, Want: objs})
+	if !errors.Is(err, nat.ErrUnknownState) {
+		t.Fatalf("commit with acks lost: %v, want an error wrapping nat.ErrUnknownState", err)
+	}
+	if !errors.Is(err, unix.ENOBUFS) {
+		t.Errorf("error %v does not say ENOBUFS", err)
+	}
+	if g := generation(t, cfg.NetNS); g != gen+1 {
+		t.Errorf("generation %d -> %d, want one transaction", gen, g)
+	}
+	// The connection was replaced (full buffers again): reading back works.
+	got, _, err := r.Load(opCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameObjects(got, objs) {
+		t.Errorf("read back after the unknown outcome: %d objects, want the %d the kernel holds", len(got), len(objs))
+	}
+}
