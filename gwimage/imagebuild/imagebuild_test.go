@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +22,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
+	"golang.org/x/sys/unix"
+
+	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat/netns"
 )
 
 func moduleRoot(t *testing.T) string {
@@ -205,6 +210,104 @@ func TestImage(t *testing.T) {
 		t.Fatalf("layer not gzip: %v", err)
 	}
 	gz.Close()
+
+	t.Run("rootfs", func(t *testing.T) { runInRootfs(t, lfiles, links, hdrs) })
+}
+
+// runInRootfs unpacks the layer into a directory and drives a gateway
+// namespace from inside it (chroot, with only /proc and /run/netns mounted
+// in, as a container runtime would): the upstream controller's exact command
+// lines through /bin/bash, which is natgw. Nothing but the image's files is
+// there, so this proves the nftables path needs no shell, nft or iptables.
+func runInRootfs(t *testing.T, files map[string][]byte, links map[string]string, hdrs map[string]*tar.Header) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (chroot, mounts, namespaces)")
+	}
+	lab := netlab.ForTest(t)
+	gw, err := lab.Gateway(netlab.GatewayOptions{VMs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not t.TempDir: the directory is removed only once nothing is mounted
+	// in it any more.
+	root, err := os.MkdirTemp("", "natgw-rootfs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mounted []string
+	t.Cleanup(func() {
+		for _, m := range mounted {
+			if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
+				t.Errorf("unmount %s: %v (leaving %s in place)", m, err, root)
+				return
+			}
+		}
+		os.RemoveAll(root)
+	})
+	for name, h := range hdrs {
+		p := filepath.Join(root, name)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			err = os.MkdirAll(p, os.FileMode(h.Mode).Perm())
+		case tar.TypeReg:
+			err = os.WriteFile(p, files[name], os.FileMode(h.Mode).Perm())
+		case tar.TypeSymlink:
+			os.MkdirAll(filepath.Dir(p), 0o755)
+			err = os.Symlink(links[name], p)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range []string{"/proc", netns.RunDir} {
+		dst := filepath.Join(root, m)
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount(m, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			t.Fatalf("bind %s: %v", m, err)
+		}
+		mounted = append(mounted, dst)
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("/bin/bash", args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+		cmd.Dir = "/"
+		cmd.Env = []string{"PATH=/usr/local/bin:/bin", "NATGW_NETNS=" + gw.GW}
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil || errb.Len() > 0 {
+			t.Fatalf("chroot %s: /bin/bash %q: %v\nstdout: %s\nstderr: %s", root, args, err, out.String(), errb.String())
+		}
+		return out.String()
+	}
+	run("-c", "bash /kube-ovn/nat-gateway.sh init 10.96.0.0/12,198.51.100.254")
+	run("-c", "bash /kube-ovn/nat-gateway.sh eip-add 192.0.2.10/24,192.0.2.1")
+	run("-c", "bash /kube-ovn/nat-gateway.sh floating-ip-add 192.0.2.10,198.51.100.10")
+	if v := run("-c", "bash /kube-ovn/nat-gateway.sh get-iptables-version"); !strings.Contains(v, "iptables v1.8.9") {
+		t.Fatalf("get-iptables-version: %q", v)
+	}
+	table, err := netlab.NftTable(context.Background(), gw.GW, "ip", "natgw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table, `192.0.2.10 comment "compat-fip-192.0.2.10" : 198.51.100.10`) {
+		t.Fatalf("the FIP made inside the image is not in the table:\n%s", table)
+	}
+	if r, err := netlab.Dial(context.Background(), gw.Ext.NS, "192.0.2.10:80", netlab.FailTimeout); err == nil {
+		t.Fatalf("nothing listens on vm1 yet, but a connection was answered: %+v", r)
+	}
+	srv, err := lab.ServeTCP(context.Background(), gw.VMs[0].NS, "198.51.100.10:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if r, err := netlab.Dial(context.Background(), gw.Ext.NS, "192.0.2.10:80", netlab.DialTimeout); err != nil || r.Client.Addr() != netlab.ExtAddr {
+		t.Fatalf("ext -> FIP made from the image: %+v, %v", r, err)
+	}
+	run("-c", "bash /kube-ovn/nat-gateway.sh floating-ip-del 192.0.2.10")
+	run("-c", "bash /kube-ovn/nat-gateway.sh eip-del 192.0.2.10/24")
 }
 
 func keys[V any](m map[string]V) []string {
