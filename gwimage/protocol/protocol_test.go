@@ -504,3 +504,20 @@ func TestClientRefusesOversizedRequest(t *testing.T) {
 		t.Fatalf("oversized request: %v, %d bytes written", err, sink.Len())
 	}
 }
+
+func TestClientGivesUpOnStuckWrite(t *testing.T) {
+	// Nobody reads the request pipe: the write blocks.
+	_, reqW := io.Pipe()
+	respR, _ := io.Pipe()
+	c := NewClient(respR, reqW)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := c.Delete(ctx, "a")
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 2*time.Second {
+		t.Fatalf("stuck write: %v after %v, want the deadline", err, time.Since(start))
+	}
+	if err := c.Delete(context.Background(), "b"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("call after an abandoned write = %v, want ErrClosed", err)
+	}
+}
