@@ -237,7 +237,7 @@ func (k *kernelState) objects(log logr.Logger) ([]nat.Object, bool) {
 	}
 	// Every element the kept objects render to must be in the kernel with
 	// the same owner, and nothing else may be.
-	want := setElems{}
+	want := presized(kept)
 	for _, o := range kept {
 		if err := render(o, want); err != nil {
 			bad = append(bad, err.Error())
