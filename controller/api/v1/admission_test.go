@@ -70,6 +70,7 @@ func TestAPIServer(t *testing.T) {
 	c := startAPIServer(t)
 	t.Run("Admission", func(t *testing.T) { testAdmission(t, c) })
 	t.Run("UpstreamManifests", func(t *testing.T) { testUpstreamManifests(t, c) })
+	t.Run("MissingFields", func(t *testing.T) { testMissingFields(t, c) })
 	t.Run("Defaults", func(t *testing.T) { testDefaults(t, c) })
 	t.Run("StatusSubresource", func(t *testing.T) { testStatusSubresource(t, c) })
 }
@@ -239,6 +240,7 @@ func testAdmission(t *testing.T, c client.Client) {
 				t.Fatalf("got %v (reason %q), want an Invalid error", err, apierrors.ReasonForError(err))
 			}
 			msg := err.Error()
+			t.Logf("rejected: %s", msg)
 			for _, w := range tc.want {
 				if !strings.Contains(msg, w) {
 					t.Errorf("error %q\n does not contain %q", msg, w)
@@ -374,6 +376,30 @@ func testUpstreamManifests(t *testing.T, c client.Client) {
 		}
 		if err := c.Delete(ctx, u); err != nil {
 			t.Errorf("delete %s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+	}
+}
+
+// Required fields left out of a manifest are named as such.
+func testMissingFields(t *testing.T, c client.Client) {
+	cases := []struct{ doc, want string }{
+		{"kind: IptablesFIPRule\nspec: {eip: eip1}", "spec.internalIp: Required value"},
+		{"kind: IptablesFIPRule\nspec: {internalIp: 10.0.1.5}", "spec.eip: Required value"},
+		{"kind: IptablesDnatRule\nspec: {eip: eip1, internalIp: 10.0.1.5, internalPort: '80'}", "spec.externalPort: Required value"},
+		{"kind: IptablesSnatRule\nspec: {eip: eip1}", "spec.internalCIDR: Required value"},
+		{"kind: IptablesEIP\nspec: {v4ip: 172.18.0.10}", "spec.natGwDp: Required value"},
+		{"kind: VpcNatGateway\nspec: {vpc: vpc1}", "spec.subnet: Required value"},
+		{"kind: IptablesFIPRule", "spec: Required value"},
+	}
+	for i, tc := range cases {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte("apiVersion: kubeovn.io/v1\n"+tc.doc), &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		u.SetName(fmt.Sprintf("missing-%d", i))
+		err := c.Create(context.Background(), u)
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want Invalid naming %q", tc.doc, err, tc.want)
 		}
 	}
 }

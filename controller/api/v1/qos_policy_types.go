@@ -92,6 +92,7 @@ type QoSPolicySpec struct {
 
 // QoSPolicyStatus is the observed state of a QoSPolicy.
 type QoSPolicyStatus struct {
+	// +kubebuilder:validation:MaxItems=64
 	// +optional
 	BandwidthLimitRules QoSPolicyBandwidthLimitRules `json:"bandwidthLimitRules,omitempty"`
 	// +optional
