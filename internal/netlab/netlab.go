@@ -25,6 +25,12 @@
 // as `ip netns add` does), links and addresses over netlink; only the
 // kernel state readers exec nft, iptables-save or nsenter.
 //
+// Like `ip netns add`, netlab makes /run/netns a shared mount. Whoever
+// bind-mounts it elsewhere recursively (e.g. into a chroot) must make the
+// copy a slave (MS_SLAVE|MS_REC) before unmounting it: unmounting a shared
+// copy propagates back and unmounts every named namespace on the host,
+// other runs' included ("not a namespace file" errors).
+//
 // Everything runs against the real kernel; the caller must be root.
 package netlab
 
