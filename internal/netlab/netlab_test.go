@@ -72,8 +72,18 @@ func TestNamespaceLifecycle(t *testing.T) {
 		t.Errorf("probe server in %s answered from the host namespace", ns)
 	}
 
+	// A client that keeps its connection open does not hold Close up.
+	held, _, err := Connect(context.Background(), ns, srv.Addr.String(), DialTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	start := time.Now()
 	if err := lab.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Close took %v with a client connected", d)
 	}
 	if exists(t, ns) {
 		t.Errorf("%s still present after Close", ns)

@@ -78,8 +78,32 @@ type Server struct {
 	pc   net.PacketConn
 	wg   sync.WaitGroup
 	once sync.Once
-	mu   sync.Mutex
-	seen []netip.AddrPort
+	mu     sync.Mutex
+	seen   []netip.AddrPort
+	conns  map[net.Conn]struct{}
+	closed bool
+}
+
+// track registers an accepted connection so that Close can end it; false
+// when the server is closing.
+func (s *Server) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	if s.conns == nil {
+		s.conns = map[net.Conn]struct{}{}
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *Server) untrack(c net.Conn) {
+	c.Close()
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
 }
 
 // Seen returns the client addresses the server has answered, in order.
@@ -109,6 +133,12 @@ func (s *Server) Close() error {
 		if s.pc != nil {
 			err = s.pc.Close()
 		}
+		s.mu.Lock()
+		s.closed = true
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
 		s.wg.Wait()
 	})
 	return err
@@ -144,10 +174,14 @@ func ServeTCP(ctx context.Context, ns, addr string) (*Server, error) {
 			if err != nil {
 				return
 			}
+			if !s.track(c) {
+				c.Close()
+				return
+			}
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
-				defer c.Close()
+				defer s.untrack(c)
 				s.saw(c.RemoteAddr())
 				serveConn(c, s.Name)
 			}()
