@@ -1,0 +1,96 @@
+package framework
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// APIServer is one kube-apiserver + etcd pair (envtest) with the natgw CRDs
+// installed. The API server can be stopped and started again on the same
+// port with the same certificates (etcd keeps running), so clients and the
+// controller's kubeconfig stay valid across a restart.
+type APIServer struct {
+	env *envtest.Environment
+	// Config is the admin user's REST config.
+	Config *rest.Config
+	// KubeconfigPath is a kubeconfig file of the admin user.
+	KubeconfigPath string
+
+	mu      sync.Mutex
+	stopped bool
+}
+
+// StartAPIServer starts the control plane; t.Cleanup stops it.
+func StartAPIServer(t testing.TB) *APIServer {
+	t.Helper()
+	dir, crds, err := assets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	certDir := filepath.Join(work, "apiserver")
+	if err := os.Mkdir(certDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:        []string{crds},
+		ErrorIfCRDPathMissing:    true,
+		BinaryAssetsDirectory:    dir,
+		ControlPlaneStartTimeout: 2 * time.Minute, // 2 shared cores
+		ControlPlaneStopTimeout:  time.Minute,
+	}
+	// A fixed certificate directory: a restarted API server keeps its
+	// serving certificate (envtest generates one only when none exists)
+	// and its port (kept in the APIServer struct).
+	env.ControlPlane.APIServer = &envtest.APIServer{CertDir: certDir}
+	cfg, err := env.Start()
+	if err != nil {
+		_ = env.Stop()
+		t.Fatalf("start envtest: %v", err)
+	}
+	a := &APIServer{env: env, Config: cfg, KubeconfigPath: filepath.Join(work, "kubeconfig")}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop envtest: %v", err)
+		}
+	})
+	if err := os.WriteFile(a.KubeconfigPath, env.KubeConfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// Stop stops the API server (etcd keeps running).
+func (a *APIServer) Stop() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stopped {
+		return nil
+	}
+	if err := a.env.ControlPlane.APIServer.Stop(); err != nil {
+		return fmt.Errorf("stop kube-apiserver: %w", err)
+	}
+	a.stopped = true
+	return nil
+}
+
+// Start starts a stopped API server again and waits until it is healthy.
+func (a *APIServer) Start() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.stopped {
+		return nil
+	}
+	if err := a.env.ControlPlane.APIServer.Start(); err != nil {
+		return fmt.Errorf("start kube-apiserver again: %w", err)
+	}
+	a.stopped = false
+	return nil
+}

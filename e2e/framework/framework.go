@@ -1,0 +1,196 @@
+// Package framework runs natgw's whole stack for the end-to-end tests as
+// separate processes: kube-apiserver + etcd (the envtest assets), the real
+// natgw-controller binary with the local transport, and the `natgw serve`
+// agents it starts inside gateway network namespaces; client and server
+// namespaces (internal/netlab) send real packets through the gateways.
+//
+// Everything a test starts is stopped and everything it creates is removed
+// by t.Cleanup, also when the test fails. Waits poll with bounded timeouts.
+package framework
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/natgw/natgw/internal/netlab"
+)
+
+// Binaries are the programs built once per test binary.
+type Binaries struct {
+	Natgw      string
+	Controller string
+}
+
+var (
+	bins     Binaries
+	buildErr error
+	binDir   string
+)
+
+// Main builds natgw and natgw-controller into a temporary directory (when
+// the stack can run here), runs the tests and removes the directory. Call it
+// from TestMain.
+func Main(m *testing.M) int {
+	if unavailable() == "" {
+		binDir, buildErr = os.MkdirTemp("", "natgw-e2e-bin-")
+		if buildErr == nil {
+			bins, buildErr = build(binDir)
+		}
+	}
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	return code
+}
+
+// build compiles both commands with one go build.
+func build(dir string) (Binaries, error) {
+	b := Binaries{Natgw: filepath.Join(dir, "natgw"), Controller: filepath.Join(dir, "natgw-controller")}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/",
+		"github.com/natgw/natgw/gwimage/cmd/natgw",
+		"github.com/natgw/natgw/controller/cmd/natgw-controller")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return Binaries{}, fmt.Errorf("go build natgw, natgw-controller: %v\n%s", err, out)
+	}
+	return b, nil
+}
+
+// unavailable says why the stack cannot run here ("" when it can).
+func unavailable() string {
+	if why := netlab.Unavailable(); why != "" {
+		return why
+	}
+	if _, _, err := assets(); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// assets returns the envtest binary directory.
+func assets() (dir string, crds string, err error) {
+	root := repoRoot()
+	dir = os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		dir = filepath.Join(root, ".cache", "envtest", "bin")
+	}
+	for _, bin := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
+			return "", "", fmt.Errorf("envtest assets missing (%s not in %s): run `make envtest-assets`", bin, dir)
+		}
+	}
+	return dir, filepath.Join(root, "controller", "config", "crd"), nil
+}
+
+// repoRoot finds the module root from the working directory (go test runs
+// in the package directory).
+func repoRoot() string {
+	wd, _ := os.Getwd()
+	for d := wd; d != "/"; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+	}
+	return wd
+}
+
+// Require skips the test when the stack cannot run here (not root, no
+// envtest assets), except as root in CI where that is a failure; and fails
+// it when the binaries did not build.
+func Require(t testing.TB) Binaries {
+	t.Helper()
+	if why := unavailable(); why != "" {
+		if os.Getenv("CI") != "" && os.Geteuid() == 0 {
+			t.Fatalf("e2e: %s (required as root in CI)", why)
+		}
+		t.Skip("SKIP: e2e: " + why)
+	}
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	if bins.Natgw == "" {
+		t.Fatal("e2e: binaries not built: call framework.Main from TestMain")
+	}
+	return bins
+}
+
+// Poll is the interval of every wait.
+const Poll = 50 * time.Millisecond
+
+// Wait polls cond until it returns nil, ctx ends or timeout passes, and
+// returns how long it took or the last error.
+func Wait(ctx context.Context, timeout time.Duration, cond func() error) (time.Duration, error) {
+	start := time.Now()
+	deadline := start.Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return time.Since(start), nil
+		}
+		if time.Now().After(deadline) {
+			return time.Since(start), fmt.Errorf("not within %v: %w", timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), errors.Join(ctx.Err(), err)
+		case <-time.After(Poll):
+		}
+	}
+}
+
+// Eventually is Wait that fails the test.
+func Eventually(t testing.TB, ctx context.Context, timeout time.Duration, what string, cond func() error) time.Duration {
+	t.Helper()
+	d, err := Wait(ctx, timeout, cond)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return d
+}
+
+var summaryMu sync.Mutex
+
+// Summary logs a scenario's figures as one line and prints it to stdout
+// prefixed with E2E-SUMMARY, so that a run's summaries can be collected
+// with grep. kv alternates keys and values.
+func Summary(t testing.TB, scenario, dataplane string, kv ...any) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "scenario=%s dataplane=%s", scenario, dataplane)
+	for i := 0; i+1 < len(kv); i += 2 {
+		v := kv[i+1]
+		if d, ok := v.(time.Duration); ok {
+			v = d.Round(time.Millisecond)
+		}
+		fmt.Fprintf(&b, " %v=%v", kv[i], v)
+	}
+	if t.Failed() {
+		b.WriteString(" result=FAIL")
+	} else {
+		b.WriteString(" result=ok")
+	}
+	t.Log("E2E-SUMMARY " + b.String())
+	summaryMu.Lock()
+	fmt.Printf("E2E-SUMMARY %s\n", b.String())
+	summaryMu.Unlock()
+}
+
+// Dataplanes are the data planes every scenario runs on.
+var Dataplanes = []string{"nftables", "iptables"}
+
+// ForEachDataplane runs fn as one subtest per data plane.
+func ForEachDataplane(t *testing.T, fn func(t *testing.T, dataplane string)) {
+	for _, dp := range Dataplanes {
+		t.Run(dp, func(t *testing.T) { fn(t, dp) })
+	}
+}
