@@ -74,10 +74,10 @@ type Server struct {
 	// Addr is the address the server listens on.
 	Addr netip.AddrPort
 
-	ln   net.Listener
-	pc   net.PacketConn
-	wg   sync.WaitGroup
-	once sync.Once
+	ln     net.Listener
+	pc     net.PacketConn
+	wg     sync.WaitGroup
+	once   sync.Once
 	mu     sync.Mutex
 	seen   []netip.AddrPort
 	conns  map[net.Conn]struct{}
