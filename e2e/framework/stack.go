@@ -2,14 +2,13 @@ package framework
 
 import (
 	"context"
-
 	"fmt"
-	"github.com/go-logr/logr"
 	"net/netip"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -108,12 +107,14 @@ func New(t *testing.T, o Options) *Stack {
 	s := &Stack{T: t, Ctx: ctx, Dataplane: o.Dataplane, Bin: bin, GWs: map[string]*Gateway{}, opts: o}
 	start := time.Now()
 	s.API = StartAPIServer(t)
+	apiUp := time.Since(start)
 	c, err := client.New(s.API.Config, client.Options{Scheme: Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Client = c
 	s.Lab = netlab.ForTest(t)
+	labStart := time.Now()
 	for _, spec := range o.Gateways {
 		g, err := s.Lab.Gateway(netlab.GatewayOptions{Name: spec.Name, VMs: spec.VMs})
 		if err != nil {
@@ -127,10 +128,12 @@ func New(t *testing.T, o Options) *Stack {
 			s.Create(&v1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: spec.Name}, Spec: v1.VpcNatGatewaySpec{Vpc: "vpc-" + spec.Name, Subnet: "subnet-" + spec.Name}})
 		}
 	}
+	labUp := time.Since(labStart)
 	if !o.NoController {
 		s.StartController()
 	}
-	t.Logf("stack up in %v (dataplane %s, %d gateway(s))", time.Since(start).Round(time.Millisecond), o.Dataplane, len(o.Gateways))
+	t.Logf("stack up in %v (API server %v, topologies %v; dataplane %s, %d gateway(s))", time.Since(start).Round(time.Millisecond),
+		apiUp.Round(time.Millisecond), labUp.Round(time.Millisecond), o.Dataplane, len(o.Gateways))
 	return s
 }
 
