@@ -16,9 +16,9 @@
 //
 // # Chains
 //
-// Table nat (the only rules added to built-in chains are the two hooks,
-// inserted at position 1 once; Load restores a missing hook and removes
-// duplicates):
+// The only rules natgw adds to built-in chains are its hooks, one jump each
+// (two in nat, two in mangle), inserted at position 1 once; Load restores a
+// missing hook and removes duplicates. Table nat:
 //
 //	PREROUTING   -j NATGW_DNAT_FILTER
 //	POSTROUTING  -j NATGW_SNAT_FILTER
@@ -104,6 +104,15 @@
 // committed nat records and rewrites the QoS rules to match them. A Sync (Full)
 // reads the kernel back and rewrites every chain of ours that differs from
 // the desired state (the same path as Load's repair).
+//
+// # Cost
+//
+// A FIP is three rules, each with a comment match (the kernel keeps 256
+// bytes per comment), against upstream's two uncommented rules; every
+// change copies the whole nat table out and back. Measured on the 2-vCPU
+// test machine while loaded (load average ~20), one-rule restore against
+// 10,000 FIPs: upstream's shape 0.1 s CPU, this layout 0.45 s CPU (about
+// half of it for the comments, a third of the rest for the hairpin rules).
 //
 // ForgetFlows deletes, with one ctnetlink dump in the namespace
 // (nat/conntrack), every conntrack entry whose original or reply tuple holds
