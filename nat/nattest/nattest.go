@@ -1,15 +1,37 @@
-// Package nattest is the conformance suite every nat.Dataplane backend runs:
-// round trips of every kind, idempotency, updates, conflicts, all-or-nothing
-// batches, reopen then delete by UID, Sync, isolation from foreign nftables
-// tables and iptables rules, and real packets through the standard netlab
-// topology (FIP, DNAT, SNAT longest prefix, hairpin, conntrack cleanup). It
-// also holds the FIP benchmark both backends report.
+// Package nattest is the conformance suite every nat.Dataplane backend runs,
+// and the FIP benchmark both backends report (BenchFIP).
+//
+// Subtests of Run (top-level ones run in parallel, each in namespaces of
+// its own):
+//
+//	RoundTrip     apply/list/delete of every kind (EIP with and without QoS,
+//	              FIP, TCP/UDP DNAT, SNAT, routes), one by one and batched
+//	Idempotent    apply twice, delete twice, delete unknown UIDs
+//	Update        same UID, new spec: List shows it, the kernel holds exactly it
+//	Conflicts     refused (nat.ErrConflict) by Apply and Sync, kernel unchanged
+//	InvalidBatch  one invalid object (nat.ErrInvalid) refuses the whole batch
+//	Reopen        Close, open again: same objects, same BootID, delete by UID
+//	LostState     recreated namespace: empty, new BootID, resync
+//	Sync          replaces the whole state
+//	Concurrent    applies and deletes from several goroutines
+//	Canceled      a done context changes nothing
+//	LargeSync     4,000 objects in one Sync, reopen, bulk delete
+//	Link          EIP addresses on the external interface, routes
+//	Packets       real TCP/UDP through the standard netlab topology: FIP (both
+//	              ways, moved to another VM), DNAT, SNAT longest prefix (and
+//	              FIP-SNAT first), hairpin, QoS policing; after a delete no
+//	              connectivity and no conntrack entry of the EIP
+//
+// Before the backend is opened, foreign nft tables and iptables-legacy rules
+// (filter, nat and mangle, built-in and own chains) are put in the gateway
+// namespace; after every operation they must be unchanged, and the backend
+// may only have added what it owns (see Options).
 //
 // A backend's test calls it with a function that opens the backend:
 //
 //	func TestConformance(t *testing.T) {
 //		nattest.Run(t, func(ctx context.Context, cfg nat.Config) (nat.Dataplane, error) {
-//			return nftables.Open(ctx, cfg)
+//			return nftables.New(ctx, cfg)
 //		})
 //	}
 //
