@@ -111,8 +111,8 @@
 // bytes per comment), against upstream's two uncommented rules; every
 // change copies the whole nat table out and back. Measured on the 2-vCPU
 // test machine while loaded (load average ~20), one-rule restore against
-// 10,000 FIPs: upstream's shape 0.1 s CPU, this layout 0.45 s CPU (about
-// half of it for the comments, a third of the rest for the hairpin rules).
+// 10,000 FIPs: upstream's shape (20,000 rules) 0.1 s CPU; with the hairpin
+// rules (30,000) 0.25 s; with comments on all of them, this layout, 0.5 s.
 //
 // ForgetFlows deletes, with one ctnetlink dump in the namespace
 // (nat/conntrack), every conntrack entry whose original or reply tuple holds
