@@ -31,12 +31,15 @@ func Command(ctx context.Context, ns, name string, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + netns.Path(ns), "--", name}, args...)...)
 }
 
-// Exec runs argv inside ns (see Command), bounded by DumpTimeout, and
-// returns its standard output. stdin, when not empty, is fed to the
-// command.
+// Exec runs argv inside ns (see Command) and returns its standard output.
+// stdin, when not empty, is fed to the command. It is bounded by ctx's
+// deadline, or by DumpTimeout when ctx has none.
 func Exec(ctx context.Context, ns, stdin string, argv ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, DumpTimeout)
-	defer cancel()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DumpTimeout)
+		defer cancel()
+	}
 	if len(argv) == 0 {
 		return "", errors.New("netlab: exec: no command")
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/natgw/natgw/internal/netlab"
 )
@@ -74,12 +76,18 @@ COMMIT
 COMMIT
 `
 
+// xtablesWait bounds the wait for the host-wide xtables lock.
+const xtablesWait = 60 * time.Second
+
 // installForeign puts the foreign nft tables and iptables-legacy rules in ns.
 func installForeign(ctx context.Context, ns string) error {
 	if _, err := netlab.Exec(ctx, ns, foreignNft, "nft", "-f", "-"); err != nil {
 		return fmt.Errorf("install foreign nft tables: %w", err)
 	}
-	if _, err := netlab.Exec(ctx, ns, foreignIptables, "iptables-legacy-restore"); err != nil {
+	// The xtables lock is host-wide: wait for other runs' restores.
+	ctx, cancel := context.WithTimeout(ctx, xtablesWait+10*time.Second)
+	defer cancel()
+	if _, err := netlab.Exec(ctx, ns, foreignIptables, "iptables-legacy-restore", "-w", strconv.Itoa(int(xtablesWait/time.Second))); err != nil {
 		return fmt.Errorf("install foreign iptables-legacy rules: %w", err)
 	}
 	return nil
