@@ -371,8 +371,8 @@ func opCtx(t *testing.T) context.Context {
 
 // TestSyncLarge syncs 100,000 FIPs (200,000 elements) through the Renderer
 // and checks that it was one kernel transaction, that a new Renderer reads
-// all of it back as consistent, and that replacing half of it is one
-// transaction again. (The Renderer alone: the engine's planning of 100k
+// all of it back as consistent, and that replacing half of it (100,000
+// deletes by flush, 200,000 adds) is one transaction again. (The Renderer alone: the engine's planning of 100k
 // objects is slow under the race detector and is not what is tested here.)
 func TestSyncLarge(t *testing.T) {
 	const n = 100_000
@@ -417,11 +417,9 @@ func TestSyncLarge(t *testing.T) {
 		o.FIP.InternalIP = o.FIP.InternalIP.Next()
 		next = append(next, o)
 	}
+	// (TestSyncLongUIDs reads a second Sync back; at this size that read
+	// is what makes the test slow.)
 	sync(r, next)
-	_, got = load()
-	if !sameObjects(got, next) {
-		t.Fatalf("read back %d objects after the second sync, want %d", len(got), len(next))
-	}
 }
 
 // TestSyncLongUIDs syncs 20,000 FIPs with 64-character UIDs (elements of
