@@ -268,6 +268,14 @@ func runInRootfs(t *testing.T, files map[string][]byte, links map[string]string,
 			t.Fatalf("bind %s: %v", m, err)
 		}
 		mounted = append(mounted, dst)
+		// /run/netns is a shared mount (ip netns add makes it so): a
+		// recursive bind copy joins its peer group, and unmounting the
+		// copy would unmount every named namespace on the host. As a
+		// slave the copy still sees new namespaces but its unmount stays
+		// here.
+		if err := unix.Mount("", dst, "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
+			t.Fatalf("make %s a slave mount: %v", dst, err)
+		}
 	}
 	run := func(args ...string) string {
 		t.Helper()
