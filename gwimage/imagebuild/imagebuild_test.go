@@ -215,8 +215,8 @@ func TestImage(t *testing.T) {
 }
 
 // runInRootfs unpacks the layer into a directory and drives a gateway
-// namespace from inside it (chroot, with only /proc and /run/netns mounted
-// in, as a container runtime would): the upstream controller's exact command
+// namespace from inside it (chroot, with only a procfs and the gateway's
+// namespace file mounted in, as a container runtime would): the upstream controller's exact command
 // lines through /bin/bash, which is natgw. Nothing but the image's files is
 // there, so this proves the nftables path needs no shell, nft or iptables.
 func runInRootfs(t *testing.T, files map[string][]byte, links map[string]string, hdrs map[string]*tar.Header) {
@@ -259,24 +259,34 @@ func runInRootfs(t *testing.T, files map[string][]byte, links map[string]string,
 			t.Fatal(err)
 		}
 	}
-	for _, m := range []string{"/proc", netns.RunDir} {
-		dst := filepath.Join(root, m)
-		if err := os.MkdirAll(dst, 0o755); err != nil {
-			t.Fatal(err)
+	// What a container runtime gives: a fresh procfs, and (here) the one
+	// gateway namespace file. Neither has submounts, and both are made
+	// private, so nothing propagates to or from the host's mounts: a
+	// recursive bind of the shared /run/netns would join its peer group,
+	// and unmounting the copy would unmount every named namespace.
+	mnt := func(src, dst, fstype string, flags uintptr) {
+		t.Helper()
+		if err := unix.Mount(src, dst, fstype, flags, ""); err != nil {
+			t.Fatalf("mount %s on %s: %v", src, dst, err)
 		}
-		if err := unix.Mount(m, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			t.Fatalf("bind %s: %v", m, err)
-		}
-		mounted = append(mounted, dst)
-		// /run/netns is a shared mount (ip netns add makes it so): a
-		// recursive bind copy joins its peer group, and unmounting the
-		// copy would unmount every named namespace on the host. As a
-		// slave the copy still sees new namespaces but its unmount stays
-		// here.
-		if err := unix.Mount("", dst, "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
-			t.Fatalf("make %s a slave mount: %v", dst, err)
+		mounted = append([]string{dst}, mounted...)
+		if err := unix.Mount("", dst, "", unix.MS_PRIVATE, ""); err != nil {
+			t.Fatalf("make %s private: %v", dst, err)
 		}
 	}
+	procDir := filepath.Join(root, "proc")
+	if err := os.MkdirAll(procDir, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	mnt("proc", procDir, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC)
+	nsFile := filepath.Join(root, netns.RunDir, gw.GW)
+	if err := os.MkdirAll(filepath.Dir(nsFile), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(nsFile, nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	mnt(netns.Path(gw.GW), nsFile, "", unix.MS_BIND)
 	run := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command("/bin/bash", args...)
