@@ -51,12 +51,15 @@ type State struct {
 }
 
 // NewState returns an empty State.
-func NewState() *State {
+func NewState() *State { return newState(0) }
+
+// newState returns an empty State with room for n objects of any kind.
+func newState(n int) *State {
 	return &State{
-		byUID:         map[string]Object{},
+		byUID:         make(map[string]Object, n),
 		eipByAddr:     map[netip.Addr]string{},
-		fipByEIP:      map[netip.Addr]string{},
-		fipByInternal: map[netip.Addr]string{},
+		fipByEIP:      make(map[netip.Addr]string, n),
+		fipByInternal: make(map[netip.Addr]string, n),
 		dnatByKey:     map[dnatKey]string{},
 		dnatsByEIP:    map[netip.Addr]int{},
 		snatByCIDR:    map[netip.Prefix]string{},
@@ -295,10 +298,11 @@ func (s *State) PlanDelete(uids []string) *Change {
 }
 
 // PlanSync replaces the whole State with desired: objects not in desired are
-// removed, changed ones updated, new ones added. desired is validated and
+// removed, changed ones updated, new ones added (Removed and Added are in no
+// particular order). desired is validated and
 // checked for conflicts on its own; on error the State is unchanged.
 func (s *State) PlanSync(desired []Object) (*Change, error) {
-	next := NewState()
+	next := newState(len(desired))
 	for i, o := range desired {
 		if err := next.Insert(o); err != nil {
 			return nil, fmt.Errorf("object %d: %w", i, err)
@@ -316,8 +320,6 @@ func (s *State) PlanSync(desired []Object) (*Change, error) {
 			c.Added = append(c.Added, n)
 		}
 	}
-	SortObjects(c.Removed)
-	SortObjects(c.Added)
 	*s = *next
 	return c, nil
 }

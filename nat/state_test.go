@@ -210,6 +210,8 @@ func TestPlanDeleteAndSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	SortObjects(c.Removed)
+	SortObjects(c.Added)
 	if got := uids(c.Removed); !reflect.DeepEqual(got, []string{"f1", "f2"}) {
 		t.Fatalf("sync removed %v, want [f1 f2]", got)
 	}

@@ -9,9 +9,11 @@
 package nat
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
-	"sort"
+	"slices"
+	"strings"
 )
 
 // Kind names the type of an Object.
@@ -175,16 +177,23 @@ func ptrEqual[T any](a, b *T, eq func(T, T) bool) bool {
 // SortObjects orders objects by kind (in Kinds order) and then UID, the
 // canonical order of List results.
 func SortObjects(objs []Object) {
-	rank := map[Kind]int{}
-	for i, k := range Kinds {
-		rank[k] = i
-	}
-	sort.SliceStable(objs, func(i, j int) bool {
-		if objs[i].Kind != objs[j].Kind {
-			return rank[objs[i].Kind] < rank[objs[j].Kind]
+	// UIDs are unique in every list a backend returns, so an unstable
+	// sort gives the canonical order (and is several times faster at 100k).
+	slices.SortFunc(objs, func(a, b Object) int {
+		if a.Kind != b.Kind {
+			return cmp.Compare(kindRank(a.Kind), kindRank(b.Kind))
 		}
-		return objs[i].UID < objs[j].UID
+		return strings.Compare(a.UID, b.UID)
 	})
+}
+
+func kindRank(k Kind) int {
+	for i, kk := range Kinds {
+		if kk == k {
+			return i
+		}
+	}
+	return len(Kinds)
 }
 
 // Addresses returns the EIP an object is about (FIP, DNAT, SNAT, EIP) and,
