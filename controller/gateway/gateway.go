@@ -223,17 +223,22 @@ func (g *Gateway) Apply(ctx context.Context, objs ...nat.Object) error {
 	if len(objs) == 0 {
 		return nil
 	}
+	// known changes while the call still holds mu shared, so that a sync
+	// (which holds it exclusively) sees the gateway and known agree.
 	err := g.call(ctx, "apply", string(objs[0].Kind), func(s transport.Session) error {
-		return s.Apply(ctx, objs...)
+		if err := s.Apply(ctx, objs...); err != nil {
+			return err
+		}
+		g.knownMu.Lock()
+		for _, o := range objs {
+			g.known[o.UID] = o
+		}
+		g.knownMu.Unlock()
+		return nil
 	})
 	if err != nil {
 		return err
 	}
-	g.knownMu.Lock()
-	for _, o := range objs {
-		g.known[o.UID] = o
-	}
-	g.knownMu.Unlock()
 	g.updateGauge()
 	return nil
 }
@@ -245,12 +250,16 @@ func (g *Gateway) Delete(ctx context.Context, kind nat.Kind, uids ...string) err
 		return nil
 	}
 	err := g.call(ctx, "delete", string(kind), func(s transport.Session) error {
-		return s.Delete(ctx, uids...)
+		if err := s.Delete(ctx, uids...); err != nil {
+			return err
+		}
+		g.forget(uids)
+		return nil
 	})
 	if err != nil {
 		return err
 	}
-	g.forget(uids)
+	g.updateGauge()
 	return nil
 }
 
@@ -271,7 +280,6 @@ func (g *Gateway) forget(uids []string) {
 		delete(g.known, u)
 	}
 	g.knownMu.Unlock()
-	g.updateGauge()
 }
 
 // call runs fn on the current session, waiting up to ConnectWait for one.
@@ -495,10 +503,27 @@ func (g *Gateway) converge(ctx context.Context, s transport.Session, dp, reason 
 	sort.Slice(known, func(i, j int) bool { return known[i].UID < known[j].UID })
 
 	// The desired set, conflict-free: what this process programmed first,
-	// then what the API says, oldest first.
+	// then what the API says, oldest first. Unless forced (new boot id,
+	// data plane switch), API objects that are not on the gateway yet are
+	// left to their reconcile, which is pending: a drift check during
+	// churn would otherwise sync the whole set for them.
+	candidates := known
+	if force {
+		candidates = append(candidates, fromAPI...)
+	} else {
+		onGW := map[string]bool{}
+		for _, o := range have {
+			onGW[o.UID] = true
+		}
+		for _, o := range fromAPI {
+			if onGW[o.UID] {
+				candidates = append(candidates, o)
+			}
+		}
+	}
 	state := nat.NewState()
 	skipped := 0
-	for _, o := range append(known, fromAPI...) {
+	for _, o := range candidates {
 		if _, ok := state.Get(o.UID); ok {
 			continue
 		}

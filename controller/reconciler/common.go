@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -78,6 +79,59 @@ type Deps struct {
 	// objects that carry natgw's finalizer are touched.
 	RemoveUpstreamFinalizer bool
 	Log                     logr.Logger
+
+	track     *tracker
+	trackOnce sync.Once
+}
+
+// tracked returns the Deps' tracker, creating it on first use.
+func (d *Deps) tracked() *tracker {
+	d.trackOnce.Do(func() {
+		if d.track == nil {
+			d.track = newTracker()
+		}
+	})
+	return d.track
+}
+
+// reapVanished handles a name the cache no longer has: if this process
+// programmed an object under that name, its UID is deleted on the gateway
+// (the object is gone, so its UID will never be used again).
+func (d *Deps) reapVanished(ctx context.Context, kind nat.Kind, name string, uids func(trackVal) ([]string, error)) (ctrl.Result, error) {
+	v, ok := d.tracked().get(kind, name)
+	if !ok {
+		return ctrl.Result{}, nil
+	}
+	log := logr.FromContextOrDiscard(ctx).WithValues("uid", v.uid)
+	list, err := uids(v)
+	if err == nil {
+		for _, u := range list {
+			if err = d.unprogram(ctx, log, kind, u, []string{v.gateway}, ""); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		log.Error(err, "deleting a vanished object's rule failed; retrying")
+		return ctrl.Result{RequeueAfter: gatewayRetry}, nil
+	}
+	d.tracked().forget(kind, name, v.uid)
+	log.Info("object vanished without natgw's deletion (deleted while its finalizer was being added); deleted its rule on the gateway", "gateway", v.gateway)
+	return ctrl.Result{}, nil
+}
+
+// reapReplaced deletes the rule of an earlier object with the same name
+// (deleted and recreated while this process did not look).
+func (d *Deps) reapReplaced(ctx context.Context, log logr.Logger, kind nat.Kind, name, uid string) error {
+	v, ok := d.tracked().get(kind, name)
+	if !ok || v.uid == uid {
+		return nil
+	}
+	if err := d.unprogram(ctx, log, kind, v.uid, []string{v.gateway}, ""); err != nil {
+		return err
+	}
+	d.tracked().forget(kind, name, v.uid)
+	return nil
 }
 
 // failure is a reconcile outcome that is not Ready.
@@ -232,8 +286,10 @@ func (d *Deps) unprogram(ctx context.Context, log logr.Logger, kind nat.Kind, ui
 // gateways, then remove the finalizer(s).
 func (d *Deps) finishDelete(ctx context.Context, log logr.Logger, obj client.Object, kind nat.Kind, uids []string, gws []string) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(obj, Finalizer) {
+		log.V(1).Info("terminating without natgw's finalizer; nothing to do", "finalizers", obj.GetFinalizers())
 		return ctrl.Result{}, nil
 	}
+	log.V(1).Info("deleting on gateways", "gateways", gws)
 	for _, uid := range uids {
 		if err := d.unprogram(ctx, log, kind, uid, gws, ""); err != nil {
 			f := classify(firstOr(gws), err)
@@ -257,6 +313,9 @@ func (d *Deps) finishDelete(ctx context.Context, log logr.Logger, obj client.Obj
 			return ctrl.Result{RequeueAfter: staleRetry}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("remove finalizer: %w", err)
+	}
+	for _, uid := range uids {
+		d.tracked().forget(kind, obj.GetName(), uid)
 	}
 	log.V(1).Info("deleted on gateway; finalizer removed", "gateways", gws)
 	return ctrl.Result{}, nil

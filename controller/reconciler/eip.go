@@ -25,7 +25,7 @@ func (r *eipReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	e := &v1.IptablesEIP{}
 	if err := r.Client.Get(ctx, req.NamespacedName, e); err != nil {
 		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, nil
+			return r.reapVanished(ctx, nat.KindEIP, req.Name, func(v trackVal) ([]string, error) { return []string{v.uid}, nil })
 		}
 		return ctrl.Result{}, err
 	}
@@ -37,6 +37,9 @@ func (r *eipReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	}
 
 	gwName := e.Spec.NatGwDp
+	if err := r.reapReplaced(ctx, log, nat.KindEIP, e.Name, uid); err != nil {
+		return r.finish(ctx, log, e, classify(gwName, err))
+	}
 	if err := r.unprogram(ctx, log, nat.KindEIP, uid, programmedOn(e, ""), gwName); err != nil {
 		return r.finish(ctx, log, e, classify(gwName, err))
 	}
@@ -55,6 +58,7 @@ func (r *eipReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if err != nil {
 		return r.finish(ctx, log, e, classify(gwName, err))
 	}
+	r.tracked().set(nat.KindEIP, e.Name, uid, gwName)
 	log.V(1).Info("programmed", "gateway", gwName, "object", obj.String())
 	return r.setStatus(ctx, e, obj, nil)
 }

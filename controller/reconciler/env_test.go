@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -94,7 +95,7 @@ func apiServer(t *testing.T) *rest.Config {
 			}
 		}
 		testEnv = &envtest.Environment{
-			CRDDirectoryPaths:        []string{filepath.Join(repoRoot(), "controller", "config", "crd")},
+			CRDDirectoryPaths:        []string{crdDir()},
 			ErrorIfCRDPathMissing:    true,
 			BinaryAssetsDirectory:    assets,
 			ControlPlaneStartTimeout: 2 * time.Minute,
@@ -210,7 +211,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		HealthProbeBindAddress: "0",
 		LeaderElection:         false,
 		Cache:                  cache.Options{DefaultLabelSelector: sel},
-		Logger:                 testr.NewWithOptions(t, testr.Options{Verbosity: 0}),
+		Logger:                 testLog(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +223,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		Gateway: gateway.Options{
 			Transport: e.tr, Config: gcfg, DefaultDataplane: o.dataplane,
 			SweepPeriod: o.sweepPeriod, DriftPeriod: o.driftPeriod,
-			Log: testr.New(t).WithName("gateway"),
+			Log: testLog(t).WithName("gateway"),
 		},
 	})
 	if err != nil {
@@ -339,7 +340,10 @@ func (e *env) waitReason(obj client.Object, reason string, timeout time.Duration
 	})
 }
 
-func (e *env) waitReady(obj client.Object) { e.t.Helper(); e.waitReason(obj, v1.ReasonProgrammed, 60*time.Second) }
+func (e *env) waitReady(obj client.Object) {
+	e.t.Helper()
+	e.waitReason(obj, v1.ReasonProgrammed, 60*time.Second)
+}
 
 // waitGone waits until obj no longer exists.
 func (e *env) waitGone(obj client.Object, timeout time.Duration) {
@@ -517,10 +521,13 @@ func (r *recordingTransport) breakAll() {
 	}
 }
 
-
 type ctrlRequest = ctrl.Request
 
-func testLog(t *testing.T) logr.Logger { return testr.New(t) }
+// testLog logs to t at the verbosity in NATGW_TEST_V (default 0).
+func testLog(t *testing.T) logr.Logger {
+	v, _ := strconv.Atoi(os.Getenv("NATGW_TEST_V"))
+	return testr.NewWithOptions(t, testr.Options{Verbosity: v})
+}
 
 // gwconfigFor is the gateway configuration of e's topology.
 func gwconfigFor(e *env) *gwconfig.Config {
@@ -532,3 +539,12 @@ func gwconfigFor(e *env) *gwconfig.Config {
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 
 func typesUID(s string) types.UID { return types.UID(s) }
+
+// crdDir is controller/config/crd; NATGW_TEST_CRD_DIR overrides it (to try
+// CRD changes).
+func crdDir() string {
+	if d := os.Getenv("NATGW_TEST_CRD_DIR"); d != "" {
+		return d
+	}
+	return filepath.Join(repoRoot(), "controller", "config", "crd")
+}

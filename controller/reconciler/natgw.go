@@ -26,7 +26,13 @@ func (r *natGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	g := &v1.VpcNatGateway{}
 	if err := r.Client.Get(ctx, req.NamespacedName, g); err != nil {
 		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, nil
+			return r.reapVanished(ctx, nat.KindRoute, req.Name, func(v trackVal) ([]string, error) {
+				uids, f := r.routesOn(ctx, v.gateway, v.uid)
+				if f != nil {
+					return nil, f
+				}
+				return uids, nil
+			})
 		}
 		return ctrl.Result{}, err
 	}
@@ -48,7 +54,11 @@ func (r *natGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			log.Info("listing the gateway's routes failed; keeping the finalizer", "reason", f.msg)
 			return f.result()
 		}
-		return r.finishDelete(ctx, log, g, nat.KindRoute, routes, []string{g.Name})
+		res, err := r.finishDelete(ctx, log, g, nat.KindRoute, routes, []string{g.Name})
+		if err == nil && res.IsZero() {
+			r.tracked().forget(nat.KindRoute, g.Name, uid)
+		}
+		return res, err
 	}
 
 	ok, res, err := r.ensureMeta(ctx, log, g, nil)
@@ -88,6 +98,7 @@ func (r *natGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err := gw.Delete(ctx, nat.KindRoute, stale...); err != nil {
 		return r.finish(ctx, log, g, classify(g.Name, err))
 	}
+	r.tracked().set(nat.KindRoute, g.Name, uid, g.Name)
 	log.V(1).Info("routes programmed", "routes", len(want), "removed", len(stale))
 	before := g.DeepCopy()
 	g.Status.ObservedGeneration = g.Generation

@@ -53,6 +53,15 @@ func TestCreateDeleteRace(t *testing.T) {
 			})
 			if n := countKind(e.kernelObjects(dp), nat.KindFIP); n != 0 {
 				t.Errorf("%d FIP elements leaked on the gateway", n)
+				all := &v1.IptablesFIPRuleList{}
+				if err := e.c.List(e.ctx, all); err == nil {
+					for i, x := range all.Items {
+						if i < 5 {
+							t.Logf("left: %s labels %v finalizers %v deleting %v", x.Name, x.Labels, x.Finalizers, x.DeletionTimestamp != nil)
+						}
+					}
+					t.Logf("%d FIPs in the API server in total", len(all.Items))
+				}
 			}
 			f := e.fip("after", "eip", e.gw.VMs[1].Addr)
 			e.create(f)

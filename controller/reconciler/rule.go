@@ -61,7 +61,7 @@ func (r *ruleReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	obj := r.k.newObj()
 	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
 		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, nil
+			return r.reapVanished(ctx, r.k.kind, req.Name, func(v trackVal) ([]string, error) { return []string{v.uid}, nil })
 		}
 		return ctrl.Result{}, err
 	}
@@ -73,6 +73,9 @@ func (r *ruleReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return r.finishDelete(ctx, log, obj, r.k.kind, []string{uid}, programmedOn(obj, r.k.gateway(obj)))
 	}
 
+	if err := r.reapReplaced(ctx, log, r.k.kind, obj.GetName(), uid); err != nil {
+		return r.finish(ctx, log, obj, classify(firstOr(programmedOn(obj, r.k.gateway(obj))), err))
+	}
 	ref, f := r.resolveEIP(ctx, r.k.eipName(obj), true)
 	labels := map[string]string{}
 	if f == nil {
@@ -105,6 +108,7 @@ func (r *ruleReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err != nil {
 		return r.finish(ctx, log, obj, classify(ref.gateway, err))
 	}
+	r.tracked().set(r.k.kind, obj.GetName(), uid, ref.gateway)
 	log.V(1).Info("programmed", "gateway", ref.gateway, "object", natObj.String())
 	before := obj.DeepCopyObject().(T)
 	r.k.setStatus(obj, ruleStatus{ready: true, v4ip: ref.addr.String(), gateway: ref.gateway, cond: readyCondition(ref.gateway)})
