@@ -27,6 +27,8 @@ type ControllerOptions struct {
 	SweepPeriod, DriftPeriod time.Duration
 	// Workers is --workers (default 4).
 	Workers int
+	// Verbosity is -v (default: $E2E_CONTROLLER_V, else 0).
+	Verbosity int
 }
 
 // Controller is a natgw-controller child process (with the local
@@ -58,6 +60,9 @@ func StartController(t testing.TB, bin Binaries, api *APIServer, gws []gwconfig.
 	if o.Workers == 0 {
 		o.Workers = 4
 	}
+	if o.Verbosity == 0 {
+		o.Verbosity, _ = strconv.Atoi(os.Getenv("E2E_CONTROLLER_V"))
+	}
 	dir := t.TempDir()
 	cfg := gwconfig.Config{Defaults: gwconfig.Gateway{ExternalPrefixLen: 24}, Gateways: gws}
 	b, err := yaml.Marshal(cfg)
@@ -82,12 +87,14 @@ func StartController(t testing.TB, bin Binaries, api *APIServer, gws []gwconfig.
 		"--metrics-bind-address", "0",
 		"--health-probe-bind-address", "0",
 		"--log-json=false",
+		"-v", strconv.Itoa(o.Verbosity),
 	}
 	t.Cleanup(func() {
 		c.Kill()
 		if t.Failed() {
 			c.dumpLog()
 		}
+		c.closeLog()
 	})
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
@@ -200,10 +207,34 @@ func (c *Controller) Log() string {
 	return string(b)
 }
 
-// dumpLog writes the end of the log to the test log.
+func (c *Controller) closeLog() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.log != nil {
+		c.log.Close()
+		c.log = nil
+	}
+}
+
+// LogDir is where the whole controller log of a failed test is kept:
+// $E2E_LOG_DIR, or natgw-e2e-logs in the temporary directory.
+func LogDir() string {
+	if d := os.Getenv("E2E_LOG_DIR"); d != "" {
+		return d
+	}
+	return filepath.Join(os.TempDir(), "natgw-e2e-logs")
+}
+
+// dumpLog keeps the whole log in LogDir and writes its end to the test log.
 func (c *Controller) dumpLog() {
 	b := []byte(c.Log())
-	const max = 64 << 10
+	kept := filepath.Join(LogDir(), strings.NewReplacer("/", "_", " ", "_").Replace(c.t.Name())+"-controller.log")
+	if err := os.MkdirAll(LogDir(), 0o755); err == nil {
+		if err := os.WriteFile(kept, b, 0o644); err == nil {
+			c.t.Logf("whole natgw-controller log kept in %s", kept)
+		}
+	}
+	const max = 16 << 10
 	if len(b) > max {
 		b = b[len(b)-max:]
 		if i := bytes.IndexByte(b, '\n'); i >= 0 {

@@ -2,15 +2,19 @@ package framework
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat"
 )
 
 // Kernel is what a gateway namespace holds, read with the kernel's own
@@ -246,4 +250,31 @@ func withoutNatgwChains(save string) string {
 	}
 	keep()
 	return strings.Join(tables, "\n")
+}
+
+// CLI runs the natgw CLI against gateway g's namespace with data plane dp
+// (e.g. "apply", "-f", "-"), feeding stdin, and returns its output.
+func CLI(ctx context.Context, bin Binaries, g *Gateway, dp, stdin string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	argv := append([]string{"--netns", g.GW, "--dataplane", dp,
+		"--external-iface", g.ExternalInterface, "--internal-iface", g.InternalInterface}, args...)
+	cmd := exec.CommandContext(ctx, bin.Natgw, argv...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("natgw %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// ApplyObjects applies objs to gateway g with the natgw CLI, behind the
+// controller's back.
+func ApplyObjects(ctx context.Context, bin Binaries, g *Gateway, dp string, objs []nat.Object) error {
+	b, err := json.Marshal(objs)
+	if err != nil {
+		return err
+	}
+	_, err = CLI(ctx, bin, g, dp, string(b), "apply", "-f", "-")
+	return err
 }
