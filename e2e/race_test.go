@@ -1,0 +1,267 @@
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
+	fw "github.com/natgw/natgw/e2e/framework"
+	"github.com/natgw/natgw/internal/netlab"
+)
+
+// Scale of scenario 2: the 2,000 cycles per data plane. Measured
+// here (2 loaded cores): 500 cycles take 12–14 s per data plane, so the
+// full count fits the CI budget and is the default; E2E_FULL=1 asks for it
+// explicitly, E2E_RACE_CYCLES=N for any other count.
+const (
+	fullCycles    = 2000
+	defaultCycles = fullCycles
+	raceParallel  = 8
+	raceEIPsPerGW = 10
+	raceGateways  = 2
+)
+
+func raceCycles() (int, string) {
+	if n, err := strconv.Atoi(os.Getenv("E2E_RACE_CYCLES")); err == nil && n > 0 {
+		return n, "E2E_RACE_CYCLES"
+	}
+	if os.Getenv("E2E_FULL") == "1" {
+		return fullCycles, "E2E_FULL"
+	}
+	return defaultCycles, "default"
+}
+
+// raceEIP is one EIP of the race with the VPC host its FIPs point to.
+type raceEIP struct {
+	obj *v1.IptablesEIP
+	gw  *fw.Gateway
+	vm  int
+}
+
+func (e raceEIP) addr() netip.Addr { return netip.MustParseAddr(e.obj.Spec.V4ip) }
+
+// raceTopology is two gateways with ten VPC hosts each.
+func raceTopology() []fw.GatewaySpec {
+	var out []fw.GatewaySpec
+	for i := 1; i <= raceGateways; i++ {
+		out = append(out, fw.GatewaySpec{Name: "gw" + strconv.Itoa(i), VMs: raceEIPsPerGW})
+	}
+	return out
+}
+
+// createRaceEIPs creates ten EIPs per gateway and waits until they are
+// Ready; EIP i of a gateway pairs with its VPC host i.
+func createRaceEIPs(t *testing.T, s *fw.Stack) []raceEIP {
+	var eips []raceEIP
+	var objs []client.Object
+	for _, g := range s.Order {
+		for i := 0; i < raceEIPsPerGW; i++ {
+			e := fw.EIP(fmt.Sprintf("%s-eip%d", g.Name, i), g.Name, netlab.EIP(i))
+			s.Create(e)
+			eips = append(eips, raceEIP{obj: e, gw: g, vm: i})
+			objs = append(objs, e)
+		}
+	}
+	s.WaitReady(objs...)
+	return eips
+}
+
+// raceStats are the figures of a run of create→delete cycles.
+type raceStats struct {
+	cycles       int
+	took         time.Duration
+	createErrors int64 // transient (API server down), retried
+	deleteErrors int64
+}
+
+// runRace runs n FIP create→delete cycles over eips, parallel at a time
+// (each EIP used by one cycle at a time), with a random 0–20 ms between
+// create and delete. API errors are retried (the fault scenarios stop the
+// API server meanwhile), every one bounded.
+func runRace(t *testing.T, s *fw.Stack, eips []raceEIP, n, parallel int, prefix string) raceStats {
+	t.Helper()
+	free := make(chan raceEIP, len(eips))
+	for _, e := range eips {
+		free <- e
+	}
+	var next atomic.Int64
+	var st raceStats
+	var wg sync.WaitGroup
+	errs := make(chan error, parallel)
+	start := time.Now()
+	for w := 0; w < parallel; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) || s.Ctx.Err() != nil {
+					return
+				}
+				e := <-free
+				f := fw.FIP(fmt.Sprintf("%s-%d", prefix, i), e.obj.Name, netlab.VMAddr(e.vm))
+				if err := retryAPI(s, &st.createErrors, func() error { return s.Client.Create(s.Ctx, f) }); err != nil {
+					errs <- fmt.Errorf("create %s: %w", f.Name, err)
+					return
+				}
+				time.Sleep(time.Duration(rng.IntN(21)) * time.Millisecond)
+				if err := retryAPI(s, &st.deleteErrors, func() error {
+					if err := s.Client.Delete(s.Ctx, f); err != nil && !apierrors.IsNotFound(err) {
+						return err
+					}
+					return nil
+				}); err != nil {
+					errs <- fmt.Errorf("delete %s: %w", f.Name, err)
+					return
+				}
+				free <- e
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	st.cycles = n
+	st.took = time.Since(start)
+	return st
+}
+
+// retryAPI retries fn for up to a minute (the API server may be down).
+func retryAPI(s *fw.Stack, errCount *int64, fn func() error) error {
+	_, err := fw.Wait(s.Ctx, time.Minute, func() error {
+		err := fn()
+		if err != nil {
+			atomic.AddInt64(errCount, 1)
+		}
+		return err
+	})
+	return err
+}
+
+var errStillClean = errors.New("still clean")
+
+// raceAftermath checks what scenario 2 promises after the cycles: every
+// FIP gone (none stuck terminating), no entry left on any gateway whose
+// object is gone, and a fresh FIP on every EIP Ready and passing traffic.
+type aftermath struct {
+	drain         time.Duration // until the last FIP object was gone
+	stuck         int
+	leakedAtDrain int // kernel entries of gone objects when the last FIP was gone
+	leaked        int // ... after two sweep periods
+	fipEntries    int
+	freshReady    time.Duration
+	freshPaths    time.Duration
+}
+
+func raceAftermath(t *testing.T, s *fw.Stack, eips []raceEIP, drainTimeout time.Duration) aftermath {
+	t.Helper()
+	var a aftermath
+	start := time.Now()
+	_, err := fw.Wait(s.Ctx, drainTimeout, func() error {
+		l := &v1.IptablesFIPRuleList{}
+		if err := s.Client.List(s.Ctx, l); err != nil {
+			return err
+		}
+		a.stuck = len(l.Items)
+		if a.stuck > 0 {
+			return fmt.Errorf("%d FIPs left, e.g. %s (finalizers %v, deleting since %v)", a.stuck, l.Items[0].Name, l.Items[0].Finalizers, l.Items[0].DeletionTimestamp)
+		}
+		return nil
+	})
+	a.drain = time.Since(start)
+	if err != nil {
+		t.Errorf("FIPs stuck: %v", err)
+	}
+	a.leakedAtDrain, a.fipEntries = leaks(t, s)
+	if a.leakedAtDrain > 0 {
+		t.Errorf("%d kernel entries of deleted objects when the last FIP was gone (the sweep would hide this leak)", a.leakedAtDrain)
+	}
+	// Watch two sweep periods (2 s each): no entry may appear (a late
+	// apply) or stay. The wait ends early when one appears.
+	_, _ = fw.Wait(s.Ctx, 2*2*time.Second, func() error {
+		if n, _ := leaks(t, s); n > 0 {
+			return nil
+		}
+		return errStillClean
+	})
+	a.leaked, a.fipEntries = leaks(t, s)
+	if a.leaked > 0 || a.fipEntries > 0 {
+		t.Errorf("after the sweep: %d entries of deleted objects, %d FIP entries", a.leaked, a.fipEntries)
+	}
+
+	// A fresh FIP on every EIP.
+	var fresh []client.Object
+	var paths []fw.Path
+	for _, e := range eips {
+		f := fw.FIP("fresh-"+e.obj.Name, e.obj.Name, netlab.VMAddr(e.vm))
+		s.Create(f)
+		fresh = append(fresh, f)
+		paths = append(paths, e.gw.ExtTo(fw.TCP, e.addr(), fw.VMPort, e.vm))
+	}
+	start = time.Now()
+	s.WaitReady(fresh...)
+	a.freshReady = time.Since(start)
+	a.freshPaths = s.CheckPaths(60*time.Second, paths...)
+	return a
+}
+
+// leaks counts the kernel entries, on every gateway, whose owner is not in
+// the API server, and the FIP entries (UIDs of FIP objects or of nothing).
+func leaks(t *testing.T, s *fw.Stack) (gone, fips int) {
+	t.Helper()
+	uids, err := s.ObjectUIDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range s.Order {
+		k, err := fw.ReadKernel(s.Ctx, g, s.Dataplane)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for uid, es := range k.Entries {
+			owner, ok := uids[uid]
+			if !ok {
+				gone += len(es)
+				if len(es) > 0 {
+					t.Logf("gateway %s: entries of gone object %s: %v", g.Name, uid, es)
+				}
+			}
+			if !ok || len(owner) > 16 && owner[:16] == "IptablesFIPRule/" {
+				fips += len(es)
+			}
+		}
+	}
+	return gone, fips
+}
+
+// TestRace is scenario 2: FIP create→delete cycles over 20 EIPs on two
+// gateways, 8 in parallel, random 0–20 ms between create and delete.
+func TestRace(t *testing.T) {
+	n, why := raceCycles()
+	fw.ForEachDataplane(t, func(t *testing.T, dp string) {
+		s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology()})
+		eips := createRaceEIPs(t, s)
+		st := runRace(t, s, eips, n, raceParallel, "race")
+		a := raceAftermath(t, s, eips, 3*time.Minute)
+		fw.Summary(t, "2-race", dp,
+			"cycles", st.cycles, "cycles_source", strconv.Quote(why), "eips", len(eips), "gateways", len(s.Order), "parallel", raceParallel,
+			"cycles_took", st.took, "cycles_per_s", fmt.Sprintf("%.1f", float64(st.cycles)/st.took.Seconds()),
+			"api_retries", st.createErrors+st.deleteErrors,
+			"drain", a.drain, "stuck_terminating", a.stuck, "leaked_at_drain", a.leakedAtDrain, "leaked_after_sweep", a.leaked,
+			"fip_entries_left", a.fipEntries, "fresh_fips_ready_in", a.freshReady, "fresh_paths_ok_in", a.freshPaths)
+	})
+}
