@@ -406,7 +406,7 @@ func reportS1(e *Env, plan Plan, methods []Method, res s1Results) {
 		}
 		sec.Tables = append(sec.Tables, med, tail, speed)
 	}
-	rtt := report.Table{Caption: "**request floor**: latency of a request that changes nothing (`info`) through the same channel, median (p90), measured in the same rounds", Header: []string{"method"}}
+	rtt := report.Table{Caption: "**request floor**: latency of a request that changes nothing (delete of an unknown UID) through the same channel, median (p90), measured in the same rounds", Header: []string{"method"}}
 	for _, n := range plan.S1Sizes {
 		rtt.Header = append(rtt.Header, "N="+report.SizeLabel(n))
 	}
