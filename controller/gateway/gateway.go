@@ -455,7 +455,7 @@ func (g *Gateway) serve(ctx context.Context, s transport.Session) {
 			_ = s.Close()
 			return
 		case <-sweep.C:
-			g.periodic(ctx, "sweep", false)
+			g.periodic(ctx, "sweep", true)
 		case <-drift.C:
 			g.periodic(ctx, "drift", true)
 		case <-g.kick:

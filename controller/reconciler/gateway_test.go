@@ -41,6 +41,7 @@ func TestOrphanSweep(t *testing.T) {
 	kept := nat.Object{UID: string(hidden.UID), Kind: nat.KindFIP, FIP: &nat.FIP{EIP: netlab.EIP(12), InternalIP: netip.MustParseAddr("10.7.0.2")}}
 	before := counterValue(metrics.SweepDeletions.WithLabelValues(e.gwName))
 	e.natgwCLI(e.dataplane, "apply", orphan, orphanDNAT, kept)
+	t.Logf("kernel after the out-of-band apply: %v", e.kernelObjects(e.dataplane))
 
 	e.eventually(30*time.Second, "orphans swept", func() error {
 		objs := e.kernelObjects(e.dataplane)
@@ -65,18 +66,12 @@ func TestOrphanSweep(t *testing.T) {
 // natgwCLI applies objects on the gateway behind the controller's back.
 func (e *env) natgwCLI(dataplane, op string, objs ...nat.Object) {
 	e.t.Helper()
-	var b strings.Builder
-	for _, o := range objs {
-		j, err := jsonMarshal(o)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		b.WriteString("---\n")
-		b.Write(j)
-		b.WriteString("\n")
+	j, err := jsonMarshal(objs)
+	if err != nil {
+		e.t.Fatal(err)
 	}
 	cmd := exec.Command(natgwBin, "--netns", e.gw.GW, "--dataplane", dataplane, op, "-f", "-")
-	cmd.Stdin = strings.NewReader(b.String())
+	cmd.Stdin = strings.NewReader(string(j))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		e.t.Fatalf("natgw %s: %v\n%s", op, err, out)
 	}
