@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -75,17 +76,17 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 		return nil
 	})
 	err := ctrl.NewControllerManagedBy(mgr).Named("iptables-eip").WithOptions(opts).
-		For(&v1.IptablesEIP{}).
-		Watches(&v1.IptablesFIPRule{}, toEIP).
-		Watches(&v1.IptablesDnatRule{}, toEIP).
-		Watches(&v1.IptablesSnatRule{}, toEIP).
+		For(&v1.IptablesEIP{}, builder.WithPredicates(specOrMetaChanged)).
+		Watches(&v1.IptablesFIPRule{}, toEIP, builder.WithPredicates(specOrMetaChanged)).
+		Watches(&v1.IptablesDnatRule{}, toEIP, builder.WithPredicates(specOrMetaChanged)).
+		Watches(&v1.IptablesSnatRule{}, toEIP, builder.WithPredicates(specOrMetaChanged)).
 		Watches(&v1.QoSPolicy{}, handler.EnqueueRequestsFromMapFunc(deps.eipsOfPolicy)).
 		Complete(&eipReconciler{Deps: deps})
 	if err != nil {
 		return nil, fmt.Errorf("iptables-eip controller: %w", err)
 	}
 	err = ctrl.NewControllerManagedBy(mgr).Named("vpc-nat-gateway").WithOptions(opts).
-		For(&v1.VpcNatGateway{}).
+		For(&v1.VpcNatGateway{}, builder.WithPredicates(specOrMetaChanged)).
 		Complete(&natGatewayReconciler{Deps: deps})
 	if err != nil {
 		return nil, fmt.Errorf("vpc-nat-gateway controller: %w", err)
@@ -136,11 +137,11 @@ func setupRule[T client.Object](ctx context.Context, mgr ctrl.Manager, deps *Dep
 	}
 	waiting := handler.EnqueueRequestsFromMapFunc(rulesOfEIP(true))
 	err := ctrl.NewControllerManagedBy(mgr).Named(name).WithOptions(opts).
-		For(k.newObj()).
-		Watches(&v1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(rulesOfEIP(false))).
-		Watches(&v1.IptablesFIPRule{}, waiting).
-		Watches(&v1.IptablesDnatRule{}, waiting).
-		Watches(&v1.IptablesSnatRule{}, waiting).
+		For(k.newObj(), builder.WithPredicates(specOrMetaChanged)).
+		Watches(&v1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(rulesOfEIP(false)), builder.WithPredicates(eipChangedForRules)).
+		Watches(&v1.IptablesFIPRule{}, waiting, builder.WithPredicates(specOrMetaChanged)).
+		Watches(&v1.IptablesDnatRule{}, waiting, builder.WithPredicates(specOrMetaChanged)).
+		Watches(&v1.IptablesSnatRule{}, waiting, builder.WithPredicates(specOrMetaChanged)).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("%s controller: %w", name, err)

@@ -1,0 +1,40 @@
+package reconciler
+
+import (
+	"slices"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
+)
+
+// specOrMetaChanged drops update events that change nothing a reconcile
+// reads from the object itself: status-only updates (our own status
+// patches) would otherwise reconcile every object once more.
+var specOrMetaChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld, e.ObjectNew
+		return o.GetGeneration() != n.GetGeneration() ||
+			!equality.Semantic.DeepEqual(o.GetDeletionTimestamp(), n.GetDeletionTimestamp()) ||
+			!slices.Equal(o.GetFinalizers(), n.GetFinalizers()) ||
+			!equality.Semantic.DeepEqual(o.GetLabels(), n.GetLabels()) ||
+			!equality.Semantic.DeepEqual(o.GetAnnotations(), n.GetAnnotations())
+	},
+}
+
+// eipChangedForRules passes EIP updates that matter to its rules: spec,
+// deletion, readiness or address (not status.nat, which the rules change).
+var eipChangedForRules = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*v1.IptablesEIP)
+		n, ok2 := e.ObjectNew.(*v1.IptablesEIP)
+		if !ok1 || !ok2 {
+			return true
+		}
+		return o.Generation != n.Generation ||
+			!equality.Semantic.DeepEqual(o.DeletionTimestamp, n.DeletionTimestamp) ||
+			o.Status.Ready != n.Status.Ready || o.Status.IP != n.Status.IP
+	},
+}
