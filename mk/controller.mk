@@ -1,12 +1,10 @@
-# natgw-controller: its envtest tests (controller/reconciler) need the real
-# kube-apiserver + etcd that mk/envtest.mk builds; that fragment already
-# exports KUBEBUILDER_ASSETS to every recipe, so `make test` only has to
-# build them first.
+# natgw-controller. Its envtest tests (controller/reconciler) need the real
+# kube-apiserver + etcd: mk/envtest.mk already adds envtest-assets to
+# TEST_DEPS and KUBEBUILDER_ASSETS to TEST_ENV (and exports it to every
+# recipe), so nothing is repeated here.
 #
 #   make controller        build bin/natgw-controller
 #   make controller-test   the controller's tests alone (as root: gateways in namespaces)
-
-TEST_DEPS += envtest-assets
 
 .PHONY: controller controller-test
 controller:
