@@ -53,6 +53,11 @@ type State struct {
 // NewState returns an empty State.
 func NewState() *State { return newState(0) }
 
+// NewStateSize returns an empty State with room for n objects, so that
+// inserting them does not grow its maps step by step (a reload of 100,000
+// objects).
+func NewStateSize(n int) *State { return newState(n) }
+
 // newState returns an empty State with room for n objects of any kind.
 func newState(n int) *State {
 	return &State{

@@ -79,7 +79,7 @@ func (e *Engine) reload(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: load kernel state: %w", e.r.Name(), err)
 	}
-	st := nat.NewState()
+	st := nat.NewStateSize(len(objs))
 	for _, o := range objs {
 		if err := st.Insert(o); err != nil {
 			// The kernel holds something our rules would refuse (hand

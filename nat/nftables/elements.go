@@ -14,10 +14,28 @@ import (
 	"github.com/natgw/natgw/nat"
 )
 
-// elemRef names one element held in the kernel: its set and key.
+// elemRef names one element held in the kernel: its set and key. The key is
+// held inline (every key of the table fits in maxKey bytes), so building an
+// index of 200,000 elements allocates nothing per element.
 type elemRef struct {
-	set string
-	key string
+	set  string
+	n    uint8
+	key  [maxKey]byte
+	long string // a key longer than maxKey (never rendered by natgw)
+}
+
+// maxKey is the longest element key natgw renders (port DNAT: 12 bytes).
+const maxKey = 12
+
+func refOf(set string, key []byte) elemRef {
+	r := elemRef{set: set}
+	if len(key) > maxKey {
+		r.long = string(key)
+		return r
+	}
+	r.n = uint8(len(key))
+	copy(r.key[:], key)
+	return r
 }
 
 // setElems is elements grouped by set name.

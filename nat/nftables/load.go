@@ -174,8 +174,12 @@ func parseMeta(es []nft.SetElement) (boot, broken string) {
 // missing or conflicting element). Objects that cannot be rebuilt or that
 // conflict with earlier ones are left out.
 func (k *kernelState) objects(log logr.Logger) ([]nat.Object, bool) {
-	k.owner = map[elemRef]string{}
-	objs := map[string]nat.Object{}
+	total := 0
+	for _, es := range k.elems {
+		total += len(es)
+	}
+	k.owner = make(map[elemRef]string, total)
+	objs := make(map[string]nat.Object, total/2+1)
 	var bad []string
 	order := []string{}
 	for _, spec := range elementSets {
@@ -196,7 +200,7 @@ func (k *kernelState) objects(log logr.Logger) ([]nat.Object, bool) {
 				bad = append(bad, fmt.Sprintf("set %s: %v", set, err))
 				continue
 			}
-			k.owner[elemRef{set, string(e.Key)}] = uid
+			k.owner[refOf(set, e.Key)] = uid
 			if o == nil {
 				continue
 			}
@@ -226,7 +230,7 @@ func (k *kernelState) objects(log logr.Logger) ([]nat.Object, bool) {
 		}
 		return strings.Compare(a.UID, b.UID)
 	})
-	st := nat.NewState()
+	st := nat.NewStateSize(len(list))
 	kept := list[:0]
 	for _, o := range list {
 		if err := st.Insert(o); err != nil {
@@ -236,21 +240,25 @@ func (k *kernelState) objects(log logr.Logger) ([]nat.Object, bool) {
 		kept = append(kept, o)
 	}
 	// Every element the kept objects render to must be in the kernel with
-	// the same owner, and nothing else may be.
-	want := presized(kept)
-	for _, o := range kept {
-		if err := render(o, want); err != nil {
-			bad = append(bad, err.Error())
-		}
-	}
+	// the same owner, and nothing else may be. Each object is rendered
+	// into a scratch buffer reused for the next one.
 	matched := 0
-	for set, es := range want {
-		for _, e := range es {
-			uid, _, _ := strings.Cut(e.Comment, " ")
-			if k.owner[elemRef{set, string(e.Key)}] == uid {
-				matched++
-			} else {
-				bad = append(bad, fmt.Sprintf("uid %s: element %x of set %s missing or owned by another UID", uid, e.Key, set))
+	scratch := setElems{}
+	for _, o := range kept {
+		for set, es := range scratch {
+			scratch[set] = es[:0]
+		}
+		if err := render(o, scratch); err != nil {
+			bad = append(bad, err.Error())
+			continue
+		}
+		for set, es := range scratch {
+			for _, e := range es {
+				if k.owner[refOf(set, e.Key)] == o.UID {
+					matched++
+				} else {
+					bad = append(bad, fmt.Sprintf("uid %s: element %x of set %s missing or owned by another UID", o.UID, e.Key, set))
+				}
 			}
 		}
 	}
