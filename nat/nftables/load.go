@@ -58,7 +58,7 @@ func (r *Renderer) readKernel() (*kernelState, error) {
 			return k, nil
 		}
 	}
-	meta, err := r.conn.GetSetElements(byName[setMeta])
+	meta, err := r.readElements(setMeta)
 	if err != nil {
 		return nil, fmt.Errorf("read set %s: %w", setMeta, err)
 	}
@@ -114,7 +114,7 @@ func (r *Renderer) readKernel() (*kernelState, error) {
 		}
 	}
 	for _, name := range names {
-		es, err := r.conn.GetSetElements(byName[name])
+		es, err := r.readElements(name)
 		if err != nil {
 			return nil, fmt.Errorf("read set %s: %w", name, err)
 		}
