@@ -1,0 +1,101 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+
+	"github.com/natgw/natgw/gwimage/protocol"
+	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat"
+)
+
+// TestLocal runs the real agent in a gateway namespace on both data planes:
+// a session answers info, apply, list and delete, survives nothing after
+// Close, and a second session sees the first one's kernel state.
+func TestLocal(t *testing.T) {
+	lab := netlab.ForTest(t)
+	bin := filepath.Join(t.TempDir(), "natgw")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/natgw/natgw/gwimage/cmd/natgw").CombinedOutput(); err != nil {
+		t.Fatalf("go build natgw: %v\n%s", err, out)
+	}
+	for _, dp := range []string{DataplaneNftables, DataplaneIptables} {
+		t.Run(dp, func(t *testing.T) {
+			gw, err := lab.Gateway(netlab.GatewayOptions{Name: dp[:3]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr := &Local{Binary: bin, Log: testr.New(t)}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			target := Gateway{Name: "gw", Dataplane: dp, NetNS: gw.GW}
+			s, err := tr.Open(ctx, target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := s.Info(ctx)
+			if err != nil || info.Dataplane != dp || info.BootID == "" {
+				t.Fatalf("info = %+v, %v", info, err)
+			}
+			fip := nat.Object{UID: "0b1e7c2a-5f0e-4c1e-9d57-0d1b2c3d4e5f", Kind: nat.KindFIP,
+				FIP: &nat.FIP{EIP: netlab.EIP(0), InternalIP: gw.VMs[0].Addr}}
+			if err := s.Apply(ctx, fip); err != nil {
+				t.Fatal(err)
+			}
+			clash := fip
+			clash.UID = "1b1e7c2a-5f0e-4c1e-9d57-0d1b2c3d4e5f"
+			clash.FIP = &nat.FIP{EIP: netlab.EIP(0), InternalIP: gw.VMs[1].Addr}
+			var pe *protocol.Error
+			if err := s.Apply(ctx, clash); !errors.As(err, &pe) || pe.Code != protocol.CodeConflict {
+				t.Errorf("conflicting apply: %v, want a Conflict", err)
+			}
+			if err := s.Close(); err != nil {
+				t.Errorf("close: %v", err)
+			}
+			select {
+			case <-s.Done():
+			default:
+				t.Error("Done not closed after Close")
+			}
+			if _, err := s.Info(ctx); !errors.Is(err, protocol.ErrClosed) {
+				t.Errorf("info after close: %v, want ErrClosed", err)
+			}
+
+			s2, err := tr.Open(ctx, target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s2.Close()
+			objs, err := s2.List(ctx, true)
+			if err != nil || len(objs) != 1 || !objs[0].Equal(fip) {
+				t.Fatalf("second session lists %v, %v; want the FIP", objs, err)
+			}
+			if info2, _ := s2.Info(ctx); info2 == nil || info2.BootID != info.BootID {
+				t.Errorf("boot id changed across sessions on intact kernel state: %v -> %v", info.BootID, info2)
+			}
+			if err := s2.Delete(ctx, fip.UID); err != nil {
+				t.Fatal(err)
+			}
+			if objs, _ := s2.List(ctx, true); len(objs) != 0 {
+				t.Errorf("after delete: %v", objs)
+			}
+		})
+	}
+	t.Run("errors", func(t *testing.T) {
+		ctx := context.Background()
+		if _, err := (&Local{Binary: "/nonexistent/natgw"}).Open(ctx, Gateway{Name: "x", Dataplane: DataplaneNftables, NetNS: "x"}); err == nil {
+			t.Error("missing binary: no error")
+		}
+		if _, err := (&Local{Binary: bin}).Open(ctx, Gateway{Name: "x", Dataplane: "ebpf", NetNS: "x"}); err == nil {
+			t.Error("bad data plane: no error")
+		}
+		if _, err := (&Local{Binary: bin}).Open(ctx, Gateway{Name: "x", Dataplane: DataplaneNftables, NetNS: "ngw-does-not-exist"}); err == nil {
+			t.Error("missing namespace: no error")
+		}
+	})
+}
