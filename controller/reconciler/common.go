@@ -239,8 +239,9 @@ func (d *Deps) ensureMeta(ctx context.Context, log logr.Logger, obj client.Objec
 		return false, ctrl.Result{RequeueAfter: staleRetry}, nil
 	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
 		// A terminating object takes no new finalizer; its deletion
-		// is reconciled when the event arrives.
-		log.V(1).Info("finalizer refused (object terminating?); nothing programmed", "error", err.Error())
+		// is reconciled when the event arrives. (Also: a label value
+		// the API refuses, e.g. a gateway name over 63 characters.)
+		log.Info("finalizer/labels refused; nothing programmed", "error", err.Error())
 		return false, ctrl.Result{}, nil
 	}
 	return false, ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
