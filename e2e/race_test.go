@@ -89,7 +89,7 @@ type raceStats struct {
 // (each EIP used by one cycle at a time), with a random 0–20 ms between
 // create and delete. API errors are retried (the fault scenarios stop the
 // API server meanwhile), every one bounded.
-func runRace(t *testing.T, s *fw.Stack, eips []raceEIP, n, parallel int, prefix string) raceStats {
+func runRace(t *testing.T, s *fw.Stack, eips []raceEIP, n, parallel int, prefix string, progress *atomic.Int64) raceStats {
 	t.Helper()
 	free := make(chan raceEIP, len(eips))
 	for _, e := range eips {
@@ -112,7 +112,15 @@ func runRace(t *testing.T, s *fw.Stack, eips []raceEIP, n, parallel int, prefix 
 				}
 				e := <-free
 				f := fw.FIP(fmt.Sprintf("%s-%d", prefix, i), e.obj.Name, netlab.VMAddr(e.vm))
-				if err := retryAPI(s, &st.createErrors, func() error { return s.Client.Create(s.Ctx, f) }); err != nil {
+				if err := retryAPI(s, &st.createErrors, func() error {
+					err := s.Client.Create(s.Ctx, f)
+					if apierrors.IsAlreadyExists(err) {
+						// An earlier try reached the API server before it
+						// went down (names are unique per cycle).
+						return s.Get(f)
+					}
+					return err
+				}); err != nil {
 					errs <- fmt.Errorf("create %s: %w", f.Name, err)
 					return
 				}
@@ -127,6 +135,9 @@ func runRace(t *testing.T, s *fw.Stack, eips []raceEIP, n, parallel int, prefix 
 					return
 				}
 				free <- e
+				if progress != nil {
+					progress.Add(1)
+				}
 			}
 		}()
 	}
@@ -255,7 +266,7 @@ func TestRace(t *testing.T) {
 	fw.ForEachDataplane(t, func(t *testing.T, dp string) {
 		s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology()})
 		eips := createRaceEIPs(t, s)
-		st := runRace(t, s, eips, n, raceParallel, "race")
+		st := runRace(t, s, eips, n, raceParallel, "race", nil)
 		a := raceAftermath(t, s, eips, 3*time.Minute)
 		fw.Summary(t, "2-race", dp,
 			"cycles", st.cycles, "cycles_source", strconv.Quote(why), "eips", len(eips), "gateways", len(s.Order), "parallel", raceParallel,

@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +26,7 @@ type APIServer struct {
 	// KubeconfigPath is a kubeconfig file of the admin user.
 	KubeconfigPath string
 
+	certDir string
 	mu      sync.Mutex
 	stopped bool
 }
@@ -55,7 +59,7 @@ func StartAPIServer(t testing.TB) *APIServer {
 		_ = env.Stop()
 		t.Fatalf("start envtest: %v", err)
 	}
-	a := &APIServer{env: env, Config: cfg, KubeconfigPath: filepath.Join(work, "kubeconfig")}
+	a := &APIServer{env: env, Config: cfg, KubeconfigPath: filepath.Join(work, "kubeconfig"), certDir: certDir}
 	t.Cleanup(func() {
 		if err := env.Stop(); err != nil {
 			t.Errorf("stop envtest: %v", err)
@@ -67,18 +71,62 @@ func StartAPIServer(t testing.TB) *APIServer {
 	return a
 }
 
-// Stop stops the API server (etcd keeps running).
+// Stop kills the API server with SIGKILL, a crash (etcd keeps running): a
+// graceful stop waits for open watches and takes over a minute here.
 func (a *APIServer) Stop() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.stopped {
 		return nil
 	}
+	pid, err := a.pid()
+	if err != nil {
+		return err
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill -9 kube-apiserver pid %d: %w", pid, err)
+	}
+	// envtest reaps it and clears its state (the process has exited).
+	deadline := time.Now().Add(30 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kube-apiserver pid %d still there 30s after SIGKILL", pid)
+		}
+		time.Sleep(Poll)
+	}
 	if err := a.env.ControlPlane.APIServer.Stop(); err != nil {
 		return fmt.Errorf("stop kube-apiserver: %w", err)
 	}
 	a.stopped = true
 	return nil
+}
+
+// pid finds this API server's process by its certificate directory.
+func (a *APIServer) pid() (int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		argv := strings.Split(string(b), "\x00")
+		if filepath.Base(argv[0]) != "kube-apiserver" {
+			continue
+		}
+		for _, arg := range argv {
+			if arg == "--cert-dir="+a.certDir {
+				return pid, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no kube-apiserver process with --cert-dir=%s", a.certDir)
 }
 
 // Start starts a stopped API server again and waits until it is healthy.

@@ -114,7 +114,17 @@ func (s *Stack) CheckPaths(timeout time.Duration, paths ...Path) time.Duration {
 	s.T.Helper()
 	start := time.Now()
 	for _, p := range paths {
-		Eventually(s.T, s.Ctx, timeout-time.Since(start), p.String(), func() error { return p.Check(s.Ctx) })
+		var first error
+		d := Eventually(s.T, s.Ctx, timeout-time.Since(start), p.String(), func() error {
+			err := p.Check(s.Ctx)
+			if first == nil {
+				first = err
+			}
+			return err
+		})
+		if d > time.Second {
+			s.T.Logf("%s: ok after %v (first failure: %v)", p, d.Round(time.Millisecond), first)
+		}
 	}
 	return time.Since(start)
 }

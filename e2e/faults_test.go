@@ -1,0 +1,218 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
+	fw "github.com/natgw/natgw/e2e/framework"
+	"github.com/natgw/natgw/internal/netlab"
+)
+
+// stormCycles is the size of the change storms of scenario 4.
+const stormCycles = 600
+
+// stormWithFaults runs a storm of FIP create→delete cycles on two gateways
+// and calls fault n times while it runs, evenly spread over its cycles; then checks that everything converged: no object stuck, nothing
+// leaked, a fresh FIP on every EIP Ready with traffic. It returns the
+// storm's figures and the time from the storm's end to convergence.
+func stormWithFaults(t *testing.T, s *fw.Stack, n int, fault func(i int) error) (raceStats, aftermath, time.Duration) {
+	t.Helper()
+	eips := createRaceEIPs(t, s)
+	var st raceStats
+	var progress atomic.Int64
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(done)
+		st = runRace(t, s, eips, stormCycles, raceParallel, "storm", &progress)
+	}()
+	// Fault i when (i+1)/(n+1) of the storm's cycles are done.
+	for i := 0; i < n; i++ {
+		at := int64((i + 1) * stormCycles / (n + 1))
+		_, err := fw.Wait(s.Ctx, 2*time.Minute, func() error {
+			select {
+			case <-done:
+				return nil
+			default:
+			}
+			if p := progress.Load(); p < at {
+				return fmt.Errorf("%d of %d cycles", p, at)
+			}
+			return nil
+		})
+		select {
+		case <-done:
+			t.Errorf("storm ended before fault %d", i+1)
+		default:
+		}
+		if err != nil {
+			t.Errorf("fault %d: storm stalled: %v", i+1, err)
+		}
+		if err := fault(i); err != nil {
+			t.Errorf("fault %d: %v", i+1, err)
+		}
+	}
+	wg.Wait()
+	end := time.Now()
+	a := raceAftermath(t, s, eips, 3*time.Minute)
+	return st, a, time.Since(end)
+}
+
+// TestFaults is scenario 4: each fault ends converged, with nothing leaked
+// or lost, and the time to converge is reported.
+func TestFaults(t *testing.T) {
+	t.Run("AgentKill", func(t *testing.T) {
+		fw.ForEachDataplane(t, func(t *testing.T, dp string) {
+			s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology()})
+			kills := 0
+			st, a, conv := stormWithFaults(t, s, 3, func(i int) error {
+				g := s.Order[i%len(s.Order)]
+				n, err := s.Ctrl.KillAgents(g.GW)
+				kills += n
+				if err == nil && n == 0 {
+					err = fmt.Errorf("no natgw serve running for %s", g.GW)
+				}
+				return err
+			})
+			fw.Summary(t, "4a-agent-kill9", dp, "storm_cycles", st.cycles, "agents_killed", kills, "storm_took", st.took,
+				"stuck_terminating", a.stuck, "leaked_at_drain", a.leakedAtDrain, "leaked_after_sweep", a.leaked,
+				"fresh_fips_ready_in", a.freshReady, "converged_after_storm_in", conv)
+		})
+	})
+	t.Run("ControllerRestart", func(t *testing.T) {
+		fw.ForEachDataplane(t, func(t *testing.T, dp string) {
+			s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology()})
+			restarts := 0
+			st, a, conv := stormWithFaults(t, s, 3, func(int) error {
+				if err := s.Ctrl.Restart(); err != nil {
+					return err
+				}
+				restarts++
+				return nil
+			})
+			fw.Summary(t, "4b-controller-kill9-restart", dp, "storm_cycles", st.cycles, "restarts", restarts, "storm_took", st.took,
+				"stuck_terminating", a.stuck, "leaked_at_drain", a.leakedAtDrain, "leaked_after_sweep", a.leaked,
+				"fresh_fips_ready_in", a.freshReady, "converged_after_storm_in", conv)
+		})
+	})
+	t.Run("APIServerRestart", func(t *testing.T) {
+		fw.ForEachDataplane(t, func(t *testing.T, dp string) {
+			s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology()})
+			var down time.Duration
+			st, a, conv := stormWithFaults(t, s, 1, func(int) error {
+				start := time.Now()
+				if err := s.API.Stop(); err != nil {
+					return err
+				}
+				// Down for a while the storm keeps trying.
+				time.Sleep(3 * time.Second)
+				err := s.API.Start()
+				down = time.Since(start)
+				return err
+			})
+			fw.Summary(t, "4c-apiserver-restart", dp, "storm_cycles", st.cycles, "api_down", down, "api_retries", st.createErrors+st.deleteErrors,
+				"storm_took", st.took, "stuck_terminating", a.stuck, "leaked_at_drain", a.leakedAtDrain, "leaked_after_sweep", a.leaked,
+				"fresh_fips_ready_in", a.freshReady, "converged_after_storm_in", conv)
+		})
+	})
+	t.Run("NamespaceRecreate", func(t *testing.T) {
+		fw.ForEachDataplane(t, func(t *testing.T, dp string) {
+			s := fw.New(t, fw.Options{Dataplane: dp})
+			g := s.Order[0]
+			o, gwObj := programLifecycle(t, s, g)
+			before := checkProgrammed(t, s, g, append(o.all(), gwObj)).Count()
+			// A pod restart: the agent dies with the namespace, which
+			// comes back empty under the same name.
+			start := time.Now()
+			errc := make(chan error, 1)
+			go func() { errc <- g.RecreateGW(s.Ctx) }()
+			fw.Eventually(t, s.Ctx, 10*time.Second, "old namespace name removed", func() error {
+				if _, err := os.Stat("/run/netns/" + g.GW); err == nil {
+					return fmt.Errorf("%s still mounted", g.GW)
+				}
+				return nil
+			})
+			if _, err := s.Ctrl.KillAgents(g.GW); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			recreated := time.Since(start)
+			paths := s.CheckPaths(60*time.Second, o.paths(g)...)
+			k := checkProgrammed(t, s, g, append(o.all(), gwObj))
+			conv := time.Since(start)
+			fw.Summary(t, "4d-namespace-recreate", dp, "entries_before", before, "entries_after", k.Count(),
+				"namespace_recreated_in", recreated, "paths_ok_after_recreate", paths, "converged_in", conv)
+			if k.Count() != before {
+				t.Errorf("kernel entries after the resync: %d, before: %d", k.Count(), before)
+			}
+		})
+	})
+	t.Run("FlushByHand", func(t *testing.T) {
+		fw.ForEachDataplane(t, func(t *testing.T, dp string) {
+			s := fw.New(t, fw.Options{Dataplane: dp, Controller: fw.ControllerOptions{DriftPeriod: sweepPeriod, SweepPeriod: sweepPeriod}})
+			g := s.Order[0]
+			o, gwObj := programLifecycle(t, s, g)
+			before, err := fw.ReadKernel(s.Ctx, g, dp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			flush := []string{"nft", "flush", "table", "ip", "natgw"}
+			if dp == "iptables" {
+				flush = []string{"iptables-legacy", "-t", "nat", "-F"}
+			}
+			if _, err := netlab.Exec(s.Ctx, g.GW, "", flush...); err != nil {
+				t.Fatal(err)
+			}
+			flushed := time.Now()
+			// Traffic is broken now; the drift check repairs it.
+			broken := o.paths(g)[0]
+			broken.WantServer = ""
+			brokenErr := broken.Check(s.Ctx)
+			repaired := fw.Eventually(t, s.Ctx, 2*sweepPeriod+20*time.Second, "drift repaired", func() error {
+				k, err := fw.ReadKernel(s.Ctx, g, dp)
+				if err != nil {
+					return err
+				}
+				if k.Count() != before.Count() {
+					return fmt.Errorf("kernel state not restored: %d entries, want %d", k.Count(), before.Count())
+				}
+				for _, p := range o.paths(g) {
+					if err := p.Check(s.Ctx); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if limit := sweepPeriod + 3*time.Second; repaired > limit {
+				t.Errorf("drift repaired after %v, want within one check period (%v, %v with slack)", repaired, sweepPeriod, limit)
+			}
+			checkProgrammed(t, s, g, append(o.all(), gwObj))
+			fw.Summary(t, "4e-flush-by-hand", dp, "flush", fmt.Sprintf("%q", flush), "traffic_broken_by_flush", brokenErr == nil,
+				"drift_period", sweepPeriod, "repaired_in", time.Since(flushed))
+		})
+	})
+}
+
+// programLifecycle creates scenario 1's objects on g and waits until they
+// are Ready and pass traffic.
+func programLifecycle(t *testing.T, s *fw.Stack, g *fw.Gateway) (*lifecycleObjects, *v1.VpcNatGateway) {
+	t.Helper()
+	o := newLifecycleObjects(g.Name)
+	for _, obj := range o.all() {
+		s.Create(obj)
+	}
+	gwObj := &v1.VpcNatGateway{}
+	gwObj.Name = g.Name
+	s.WaitReady(append(o.all(), gwObj)...)
+	s.CheckPaths(30*time.Second, o.paths(g)...)
+	return o, gwObj
+}
