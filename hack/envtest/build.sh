@@ -78,11 +78,14 @@ mv -f "$out/etcd.tmp" "$out/etcd"
 t2=$SECONDS
 echo "etcd built in $((t2 - t1))s" >&2
 
-# Sanity: the binaries report the pinned versions.
-"$out/kube-apiserver" --version | grep -qx "Kubernetes $KUBE_VERSION" ||
-	{ echo "kube-apiserver reports $("$out/kube-apiserver" --version), want $KUBE_VERSION" >&2; exit 1; }
-"$out/etcd" --version | grep -q "etcd Version: ${ETCD_VERSION#v}" ||
-	{ echo "etcd reports $("$out/etcd" --version | head -1), want $ETCD_VERSION" >&2; exit 1; }
+# Sanity: the binaries report the pinned versions. (Capture first: with
+# pipefail, `cmd | grep -q` fails when grep exits before cmd has written all.)
+apiserver_version=$("$out/kube-apiserver" --version)
+grep -qx "Kubernetes $KUBE_VERSION" <<<"$apiserver_version" ||
+	{ echo "kube-apiserver reports $apiserver_version, want $KUBE_VERSION" >&2; exit 1; }
+etcd_version=$("$out/etcd" --version)
+grep -q "etcd Version: ${ETCD_VERSION#v}" <<<"$etcd_version" ||
+	{ echo "etcd reports $(head -1 <<<"$etcd_version"), want $ETCD_VERSION" >&2; exit 1; }
 
 printf '%s\n' "$want" >"$stamp"
 echo "envtest assets built in $((t2 - t0))s into $out" >&2
