@@ -114,7 +114,7 @@ func TestBadInput(t *testing.T) {
 			}
 			return nil
 		})
-		sw := fw.AnalyzeSwitch(st.Stop(), g.VMs[0].NS, g.VMs[1].NS)
+		sw := fw.AnalyzeSwitch(st.Stop(), g.VMs[0].NS, g.VMs[1].NS, time.Time{})
 		if sw.Failed > 0 || sw.After > 0 || sw.Other > 0 {
 			t.Errorf("the first FIP's traffic was disturbed by the second: %+v", sw)
 		}

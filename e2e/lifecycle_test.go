@@ -174,7 +174,7 @@ func TestLifecycle(t *testing.T) {
 		})
 		var sw [2]fw.Switch
 		for i, st := range streams {
-			sw[i] = fw.AnalyzeSwitch(st.Stop(), g.VMs[o.fipVM].NS, g.VMs[newVM].NS)
+			sw[i] = fw.AnalyzeSwitch(st.Stop(), g.VMs[o.fipVM].NS, g.VMs[newVM].NS, readyAt)
 			if err := sw[i].OK(); err != nil {
 				t.Errorf("%s during the FIP move: %v", []string{"tcp", "udp"}[i], err)
 			}
@@ -191,9 +191,9 @@ func TestLifecycle(t *testing.T) {
 		fw.Summary(t, "1-lifecycle", dp,
 			"objects", len(o.all())+1, "kernel_entries", entries, "ready_in", readyIn, "paths_ok_in", pathsIn,
 			"move_ready_in", moveReady,
-			"move_tcp_probes", sw[0].Probes, "move_tcp_failed", sw[0].Failed, "move_tcp_old_after_new", sw[0].Back,
+			"move_tcp_probes", sw[0].Probes, "move_tcp_failed", sw[0].Failed, "move_tcp_inflight_cut", sw[0].Cut, "move_tcp_old_after_new", sw[0].Back,
 			"move_tcp_switch_after", since(sw[0].FirstNew, moveAt),
-			"move_udp_probes", sw[1].Probes, "move_udp_failed", sw[1].Failed, "move_udp_old_after_new", sw[1].Back,
+			"move_udp_probes", sw[1].Probes, "move_udp_failed", sw[1].Failed, "move_udp_inflight_cut", sw[1].Cut, "move_udp_old_after_new", sw[1].Back,
 			"delete_all_in", delIn, "left_after_delete", left)
 	})
 }
