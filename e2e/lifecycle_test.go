@@ -193,7 +193,7 @@ func TestLifecycle(t *testing.T) {
 			"move_ready_in", moveReady,
 			"move_tcp_probes", sw[0].Probes, "move_tcp_failed", sw[0].Failed, "move_tcp_inflight_cut", sw[0].Cut, "move_tcp_old_after_new", sw[0].Back,
 			"move_tcp_switch_after", since(sw[0].FirstNew, moveAt),
-			"move_udp_probes", sw[1].Probes, "move_udp_failed", sw[1].Failed, "move_udp_inflight_cut", sw[1].Cut, "move_udp_old_after_new", sw[1].Back,
+			"move_udp_probes", sw[1].Probes, "move_udp_failed", sw[1].Failed, "move_udp_inflight_cut", sw[1].Cut, "move_udp_old_after_new", sw[1].Back, "move_udp_same_tuple_before_cleanup", sw[1].SameTuple,
 			"delete_all_in", delIn, "left_after_delete", left)
 	})
 }

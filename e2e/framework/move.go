@@ -72,6 +72,13 @@ type Switch struct {
 	// counts answers by from after to had answered; Other counts answers
 	// by anyone else.
 	Failed, Cut, Back, Other int
+	// SameTuple counts answers by from after to had answered, started
+	// before settled, by a probe whose source port an earlier probe
+	// answered by from had used: for UDP that is the same 5-tuple, so
+	// conntrack keeps it on the old mapping until the change's conntrack
+	// cleanup, which completes before settled. Not a failure; an answer
+	// by from on such a tuple after settled is Back.
+	SameTuple int
 	// FirstNew is when to first answered.
 	FirstNew time.Time
 	// Errors are the first few failures.
@@ -83,7 +90,12 @@ type Switch struct {
 func AnalyzeSwitch(rs []Result, from, to string, settled time.Time) Switch {
 	var s Switch
 	seenNew := false
+	byPort := map[uint16]Result{}
 	for _, r := range rs {
+		prev, reused := byPort[r.ClientPort]
+		if r.Err == nil {
+			byPort[r.ClientPort] = r
+		}
 		s.Probes++
 		switch {
 		case r.Err != nil && !settled.IsZero() && r.At.Before(settled):
@@ -93,8 +105,17 @@ func AnalyzeSwitch(rs []Result, from, to string, settled time.Time) Switch {
 			if len(s.Errors) < 3 {
 				s.Errors = append(s.Errors, fmt.Sprintf("%s: %v", r.At.Format("15:04:05.000"), r.Err))
 			}
+		case r.ServerNS == from && seenNew && reused && prev.ServerNS == from && !settled.IsZero() && r.At.Before(settled):
+			s.SameTuple++
 		case r.ServerNS == from && seenNew:
 			s.Back++
+			if len(s.Errors) < 3 {
+				e := fmt.Sprintf("%s: answered by %s from client port %d", r.At.Format("15:04:05.000"), from, r.ClientPort)
+				if reused {
+					e += fmt.Sprintf(" (port used before by the probe of %s answered by %s)", prev.At.Format("15:04:05.000"), prev.ServerNS)
+				}
+				s.Errors = append(s.Errors, e)
+			}
 		case r.ServerNS == from:
 			s.Before++
 		case r.ServerNS == to:

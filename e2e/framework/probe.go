@@ -26,9 +26,11 @@ type Result struct {
 	ServerNS string
 	// Client is the source address the server saw.
 	Client netip.Addr
-	Err    error
-	At     time.Time
-	Took   time.Duration
+	// ClientPort is the source port the server saw.
+	ClientPort uint16
+	Err        error
+	At         time.Time
+	Took       time.Duration
 }
 
 func (r Result) String() string {
@@ -57,6 +59,7 @@ func Probe(ctx context.Context, proto Proto, from string, to netip.Addr, port in
 	if err == nil {
 		r.ServerNS, _, _ = strings.Cut(rep.Server, "/")
 		r.Client = rep.Client.Addr()
+		r.ClientPort = rep.Client.Port()
 	}
 	return r
 }
