@@ -73,8 +73,12 @@ func (c *Client) readLoop(r io.Reader) {
 		if len(trimSpace(l.data)) == 0 {
 			continue
 		}
-		var resp Response
-		if err := json.Unmarshal(l.data, &resp); err != nil {
+		resp, ok := fastResponse(l.data)
+		if !ok {
+			resp = Response{}
+			err = json.Unmarshal(l.data, &resp)
+		}
+		if err != nil {
 			id, ok := idFromPrefix(l.data, true)
 			c.deliver(id, ok, Response{ID: id, Error: &Error{Code: CodeInternal,
 				Message: "malformed response: " + err.Error()}})
@@ -151,11 +155,7 @@ func (c *Client) Do(ctx context.Context, req Request) (Response, error) {
 	c.pending[req.ID] = ch
 	c.mu.Unlock()
 
-	b, err := json.Marshal(req)
-	if err != nil {
-		c.forget(req.ID)
-		return Response{}, fmt.Errorf("%s request: encode: %w", req.Op, err)
-	}
+	b := appendRequest(make([]byte, 0, 64+len(req.Objects)*128+len(req.UIDs)*40), req)
 	if len(b) > c.maxLine {
 		c.forget(req.ID)
 		return Response{}, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("%s request of %d bytes exceeds the limit of %d bytes", req.Op, len(b), c.maxLine)}

@@ -22,6 +22,19 @@ const maxValueText = 120
 // returned Request carries the id when it could be recovered, so that the
 // error response can be correlated.
 func DecodeRequest(data []byte) (Request, error) {
+	req, ok := fastRequest(data)
+	if !ok {
+		var err error
+		if req, err = decodeStrict(data); err != nil {
+			return req, err
+		}
+	}
+	return checkRequest(req)
+}
+
+// decodeStrict decodes a line that is not in canonical form with
+// encoding/json, refusing unknown fields and trailing data.
+func decodeStrict(data []byte) (Request, error) {
 	var req Request
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -37,6 +50,11 @@ func DecodeRequest(data []byte) (Request, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return Request{ID: req.ID}, &Error{Code: CodeBadRequest, Message: "malformed request: data after the JSON object"}
 	}
+	return req, nil
+}
+
+// checkRequest refuses ops, and fields the op does not take, and bad UIDs.
+func checkRequest(req Request) (Request, error) {
 	bad := func(field, value, msg string) (Request, error) {
 		return Request{ID: req.ID}, &Error{Code: CodeBadRequest, Field: field, Value: clip(value), Message: msg}
 	}

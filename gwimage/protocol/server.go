@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -18,7 +19,19 @@ import (
 type Option func(*serveOptions)
 
 type serveOptions struct {
-	maxLine int
+	maxLine   int
+	releaseAt int
+}
+
+// WithReleaseMemory makes Serve return the memory of a large request to the
+// operating system once it is answered: when the request line and the
+// response line together reach n bytes (a sync or list of many objects), a
+// forced garbage collection runs in the background (debug.FreeOSMemory), so
+// the agent's resident memory falls back to what its index needs instead of
+// staying at the request's peak until the runtime's scavenger gets to it.
+// It affects the whole process; natgw serve enables it.
+func WithReleaseMemory(n int) Option {
+	return func(o *serveOptions) { o.releaseAt = n }
 }
 
 // WithMaxLineBytes overrides MaxLineBytes (tests use a small bound).
@@ -57,6 +70,15 @@ func Serve(ctx context.Context, dp nat.Dataplane, r io.Reader, w io.Writer, info
 	}
 	log := logr.FromContextOrDiscard(ctx)
 	s := &server{dp: dp, w: w, info: info, log: log}
+	var releasing atomic.Bool
+	release := func() {
+		if releasing.CompareAndSwap(false, true) {
+			go func() {
+				defer releasing.Store(false)
+				debug.FreeOSMemory()
+			}()
+		}
+	}
 
 	type item struct {
 		l   line
@@ -102,13 +124,18 @@ func Serve(ctx context.Context, dp nat.Dataplane, r io.Reader, w io.Writer, info
 			}
 			return fmt.Errorf("read request: %w", it.err)
 		}
+		in := len(it.l.data)
 		resp, skip := s.handleLine(ctx, it.l, o.maxLine)
 		next <- struct{}{}
 		if skip {
 			continue
 		}
-		if err := s.write(resp); err != nil {
+		out, err := s.write(resp)
+		if err != nil {
 			return err
+		}
+		if o.releaseAt > 0 && in+out >= o.releaseAt {
+			release()
 		}
 	}
 }
@@ -223,16 +250,17 @@ func (s *server) infoNow(ctx context.Context) (*Info, error) {
 	return &in, nil
 }
 
-func (s *server) write(resp Response) error {
-	b, err := json.Marshal(resp)
+// write sends resp as one line and returns its length.
+func (s *server) write(resp Response) (int, error) {
+	b, err := marshalResponse(resp)
 	if err != nil {
 		b, _ = json.Marshal(Response{ID: resp.ID, Error: &Error{Code: CodeInternal, Message: "encode response: " + err.Error()}})
 	}
 	b = append(b, '\n')
 	if _, err := s.w.Write(b); err != nil {
-		return fmt.Errorf("write response %d: %w", resp.ID, err)
+		return 0, fmt.Errorf("write response %d: %w", resp.ID, err)
 	}
-	return nil
+	return len(b), nil
 }
 
 // ErrorFor maps a data plane error to its wire form: *nat.FieldError →

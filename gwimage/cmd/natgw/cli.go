@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -47,10 +48,13 @@ func cmdServe(ctx context.Context, e env, g *globals, args []string) int {
 		return exitFail
 	}
 	log.Info("serving", "version", version.Version, "dataplane", dp.Name(), "netns", g.netns, "bootID", dp.BootID())
+	// Reading a big table back leaves its garbage behind: return it to
+	// the system while the first requests are served.
+	go debug.FreeOSMemory()
 	info := protocol.Info{Version: version.Version}
 	sctx := logr.NewContext(ctx, log)
 	if *socket == "" {
-		err = protocol.Serve(sctx, dp, e.stdin, e.stdout, info)
+		err = protocol.Serve(sctx, dp, e.stdin, e.stdout, info, serveOptions...)
 	} else {
 		err = serveSocket(sctx, dp, *socket, info, log)
 	}
@@ -64,6 +68,11 @@ func cmdServe(ctx context.Context, e env, g *globals, args []string) int {
 	log.Info("stopped; kernel state stays")
 	return exitOK
 }
+
+// serveOptions are the protocol options of natgw serve: the memory of a
+// request of a megabyte or more (a sync or list of thousands of objects) goes
+// back to the system once it is answered.
+var serveOptions = []protocol.Option{protocol.WithReleaseMemory(1 << 20)}
 
 // serveSocket accepts connections on a unix socket until ctx ends.
 func serveSocket(ctx context.Context, dp nat.Dataplane, path string, info protocol.Info, log logr.Logger) error {
@@ -90,7 +99,7 @@ func serveSocket(ctx context.Context, dp nat.Dataplane, path string, info protoc
 			defer conn.Close()
 			stop := context.AfterFunc(ctx, func() { conn.Close() })
 			defer stop()
-			if err := protocol.Serve(ctx, dp, conn, conn, info); err != nil && ctx.Err() == nil {
+			if err := protocol.Serve(ctx, dp, conn, conn, info, serveOptions...); err != nil && ctx.Err() == nil {
 				log.Error(err, "connection ended")
 			}
 		}()
