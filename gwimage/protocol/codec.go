@@ -250,30 +250,23 @@ func (s *scanner) uint(bits int) uint64 {
 	return v
 }
 
-func (s *scanner) addr() netip.Addr {
-	t := s.str()
-	if s.bad || len(t) == 0 {
-		s.bad = s.bad || t == nil
-		return netip.Addr{}
-	}
-	a, err := netip.ParseAddr(string(t))
-	if err != nil {
-		s.bad = true
-	}
-	return a
-}
+func (s *scanner) addr() netip.Addr { return scanText(s, netip.ParseAddr) }
 
-func (s *scanner) prefix() netip.Prefix {
+func (s *scanner) prefix() netip.Prefix { return scanText(s, netip.ParsePrefix) }
+
+// scanText reads a string holding the text form of a netip value; "" is the
+// zero value, as netip's UnmarshalText has it.
+func scanText[T any](s *scanner, parse func(string) (T, error)) T {
+	var v T
 	t := s.str()
 	if s.bad || len(t) == 0 {
-		s.bad = s.bad || t == nil
-		return netip.Prefix{}
+		return v
 	}
-	p, err := netip.ParsePrefix(string(t))
+	v, err := parse(string(t))
 	if err != nil {
 		s.bad = true
 	}
-	return p
+	return v
 }
 
 // objects reads a non-empty array of objects.
