@@ -155,17 +155,14 @@ func inNS(ns string, fn func() error) error {
 // ServeTCP starts a TCP probe server on addr ("ip:port") inside ns. The
 // server stops when ctx ends or Close is called.
 func ServeTCP(ctx context.Context, ns, addr string) (*Server, error) {
-	var ln net.Listener
-	err := inNS(ns, func() error {
-		var err error
-		ln, err = (&net.ListenConfig{}).Listen(ctx, "tcp4", addr)
-		return err
+	ln, err := listenIn(ns, "tcp", addr, func() (net.Listener, error) {
+		return (&net.ListenConfig{}).Listen(ctx, "tcp4", addr)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("netlab: serve tcp %s in %s: %w", addr, ns, err)
+		return nil, err
 	}
-	ap, _ := netip.ParseAddrPort(ln.Addr().String())
-	s := &Server{Name: ns + "/" + ln.Addr().String(), Addr: ap, ln: ln}
+	s := newServer(ns, ln.Addr())
+	s.ln = ln
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -329,17 +326,14 @@ func (zeros) Read(p []byte) (int, error) {
 
 // ServeUDP starts a UDP probe server on addr ("ip:port") inside ns.
 func ServeUDP(ctx context.Context, ns, addr string) (*Server, error) {
-	var pc net.PacketConn
-	err := inNS(ns, func() error {
-		var err error
-		pc, err = (&net.ListenConfig{}).ListenPacket(ctx, "udp4", addr)
-		return err
+	pc, err := listenIn(ns, "udp", addr, func() (net.PacketConn, error) {
+		return (&net.ListenConfig{}).ListenPacket(ctx, "udp4", addr)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("netlab: serve udp %s in %s: %w", addr, ns, err)
+		return nil, err
 	}
-	ap, _ := netip.ParseAddrPort(pc.LocalAddr().String())
-	s := &Server{Name: ns + "/" + pc.LocalAddr().String(), Addr: ap, pc: pc}
+	s := newServer(ns, pc.LocalAddr())
+	s.pc = pc
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -373,7 +367,16 @@ func stopOnDone(ctx context.Context, s *Server) {
 
 // ServeTCP starts a TCP probe server in ns that the Lab stops on Close.
 func (l *Lab) ServeTCP(ctx context.Context, ns, addr string) (*Server, error) {
-	s, err := ServeTCP(ctx, ns, addr)
+	return l.track(ServeTCP(ctx, ns, addr))
+}
+
+// ServeUDP starts a UDP probe server in ns that the Lab stops on Close.
+func (l *Lab) ServeUDP(ctx context.Context, ns, addr string) (*Server, error) {
+	return l.track(ServeUDP(ctx, ns, addr))
+}
+
+// track has the Lab stop a server it started on Close.
+func (l *Lab) track(s *Server, err error) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -381,14 +384,24 @@ func (l *Lab) ServeTCP(ctx context.Context, ns, addr string) (*Server, error) {
 	return s, nil
 }
 
-// ServeUDP starts a UDP probe server in ns that the Lab stops on Close.
-func (l *Lab) ServeUDP(ctx context.Context, ns, addr string) (*Server, error) {
-	s, err := ServeUDP(ctx, ns, addr)
+// listenIn runs listen inside ns.
+func listenIn[L any](ns, network, addr string, listen func() (L, error)) (L, error) {
+	var l L
+	err := inNS(ns, func() error {
+		var err error
+		l, err = listen()
+		return err
+	})
 	if err != nil {
-		return nil, err
+		return l, fmt.Errorf("netlab: serve %s %s in %s: %w", network, addr, ns, err)
 	}
-	l.addCloser(s)
-	return s, nil
+	return l, nil
+}
+
+// newServer names a server in ns after the address it listens on.
+func newServer(ns string, a net.Addr) *Server {
+	ap, _ := netip.ParseAddrPort(a.String())
+	return &Server{Name: ns + "/" + a.String(), Addr: ap}
 }
 
 // Dial connects from inside ns to a TCP probe server at addr ("ip:port")
