@@ -24,6 +24,10 @@ type Env struct {
 	// Natgw is the path of the natgw binary (for `natgw serve`); "" when
 	// not built, which leaves out the methods that need it.
 	Natgw string
+	// EnvtestAssets is the directory of the kube-apiserver and etcd
+	// binaries (make envtest-assets), CRDDir natgw's CRDs
+	// (controller/config/crd); scenario 3 needs both.
+	EnvtestAssets, CRDDir string
 	// Report collects the results.
 	Report *report.Report
 	// Progress shows what runs (nil prints nothing).
@@ -71,6 +75,12 @@ type Plan struct {
 	// entry is left out).
 	S5Sizes     []int
 	S5BenchTime map[string]string
+
+	// S3Burst FIPs (each on its own EIP) are created at once by
+	// S3Creators parallel clients, then deleted at once; S3Paced FIPs are
+	// created and deleted one at a time, each waited for. S3Workers is
+	// the controller's --workers.
+	S3Burst, S3Paced, S3Creators, S3Workers int
 }
 
 // FullPlan is `make bench`.
@@ -83,6 +93,7 @@ func FullPlan() Plan {
 		S2OneByOne: 1000, S2ScriptOneByOne: 100, S2SyncSizes: []int{1000, 10000, 100000}, S2ResyncSizes: []int{10000, 100000},
 		S2StartupSize: 100000, S2Reps: 3,
 		S5Sizes: []int{0, 10000, 100000}, S5BenchTime: map[string]string{"nftables": "300x", "iptables": "5x"},
+		S3Burst: 1000, S3Paced: 100, S3Creators: 16, S3Workers: 4,
 	}
 }
 
@@ -96,6 +107,7 @@ func QuickPlan() Plan {
 		S2OneByOne: 200, S2ScriptOneByOne: 10, S2SyncSizes: []int{1000, 10000}, S2ResyncSizes: []int{10000},
 		S2StartupSize: 10000, S2Reps: 2,
 		S5Sizes: []int{0, 10000}, S5BenchTime: map[string]string{"nftables": "20x"},
+		S3Burst: 100, S3Paced: 20, S3Creators: 16, S3Workers: 4,
 	}
 }
 

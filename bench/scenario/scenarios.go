@@ -25,20 +25,6 @@ func All() []Scenario {
 	}
 }
 
-// RunS3 records that the controller path was not measured. No figures are
-// made up.
-func RunS3(ctx context.Context, e *Env) error {
-	sec := e.Report.Section("s3", "Scenario 3: controller path")
-	sec.NotRun = "controller not available to this harness"
-	sec.Text = append(sec.Text,
-		"This scenario (create→Ready and delete→gone latency, p50/p99, for 1,000 FIPs created at once against a real API server, "+
-			"nftables vs iptables data plane; objects per second) needs natgw's controller running against envtest. The controller landed "+
-			"while this harness was being written and the harness does not drive it yet, so nothing was measured and its target "+
-			"(create→Ready p50 ≤ 30 ms, p99 ≤ 150 ms on nftables) is not checked.")
-	e.Progress.Scenario("scenario 3: controller path — not run: controller not available to this harness")
-	return nil
-}
-
 // Tools returns the versions of the external programs the benchmarks run.
 func Tools(ctx context.Context, natgw string) []report.Tool {
 	tools := []report.Tool{

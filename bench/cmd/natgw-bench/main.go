@@ -4,6 +4,7 @@
 // root; every namespace it creates is removed on exit, also on Ctrl-C.
 //
 //	natgw-bench [-quick] [-out bench/results] [-natgw bin/natgw] [-scenarios 1,2,3,4,5]
+//	            [-envtest-assets .cache/envtest/bin] [-crds controller/config/crd]
 package main
 
 import (
@@ -40,6 +41,8 @@ func run() error {
 	out := flag.String("out", "bench/results", "directory for REPORT.md, summary.json and the plots")
 	natgw := flag.String("natgw", "", "path of the natgw binary for `natgw serve` (empty: leave the agent out)")
 	only := flag.String("scenarios", "1,2,3,4,5", "comma-separated scenario numbers to run")
+	assets := flag.String("envtest-assets", envOr("KUBEBUILDER_ASSETS", ".cache/envtest/bin"), "directory of the kube-apiserver and etcd binaries for scenario 3 (make envtest-assets)")
+	crds := flag.String("crds", "controller/config/crd", "directory of natgw's CRDs for scenario 3")
 	flag.Parse()
 	if reason := netlab.Unavailable(); reason != "" {
 		return errors.New(reason)
@@ -66,7 +69,7 @@ func run() error {
 			"comparisons are ratios of medians from the same run. Targets from issue 6 are checked next to the figures (PASS/MISS). " +
 			"The machine is shared (see the load average above), so absolute figures carry noise; ratios from the same run are the point.",
 	}
-	env := &scenario.Env{Quick: *quick, OutDir: *out, Natgw: *natgw, Report: rep, Progress: progress.Stderr()}
+	env := &scenario.Env{Quick: *quick, OutDir: *out, Natgw: *natgw, EnvtestAssets: *assets, CRDDir: *crds, Report: rep, Progress: progress.Stderr()}
 	want := map[string]bool{}
 	for _, s := range strings.Split(*only, ",") {
 		want[strings.TrimSpace(s)] = true
@@ -92,6 +95,14 @@ func run() error {
 	}
 	env.Progress.Printf("wrote %s/REPORT.md and summary.json (%s)", *out, rep.Meta.Finished.Sub(rep.Meta.Started).Round(time.Second))
 	return errors.Join(errs...)
+}
+
+// envOr returns the environment variable key, or def when it is empty.
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }
 
 func meta(ctx context.Context, mode, natgw string) report.Meta {

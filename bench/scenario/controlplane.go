@@ -1,0 +1,241 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/natgw/natgw/controller/gateway"
+	"github.com/natgw/natgw/controller/gwconfig"
+	"github.com/natgw/natgw/controller/reconciler"
+	"github.com/natgw/natgw/controller/transport"
+	"github.com/natgw/natgw/e2e/framework"
+)
+
+// controlPlane is a kube-apiserver + etcd pair (controller-runtime envtest)
+// with natgw's CRDs installed.
+type controlPlane struct {
+	env *envtest.Environment
+	// cfg is the admin user's REST config with client-side rate limiting
+	// off (as natgw-controller runs in a cluster: ctrl.GetConfig leaves it
+	// to the API server's priority and fairness).
+	cfg *rest.Config
+}
+
+// envtestReady says why the control plane cannot start ("" when it can).
+func envtestReady(e *Env) string {
+	if e.EnvtestAssets == "" {
+		return "no envtest assets directory given (-envtest-assets, or KUBEBUILDER_ASSETS)"
+	}
+	for _, bin := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(e.EnvtestAssets, bin)); err != nil {
+			return fmt.Sprintf("envtest assets missing (%s not in %s): run `make envtest-assets`", bin, e.EnvtestAssets)
+		}
+	}
+	if _, err := os.Stat(e.CRDDir); err != nil {
+		return fmt.Sprintf("CRD directory %q: %v", e.CRDDir, err)
+	}
+	return ""
+}
+
+// startControlPlane starts kube-apiserver and etcd from e.EnvtestAssets
+// and installs the CRDs of e.CRDDir.
+func startControlPlane(e *Env) (*controlPlane, error) {
+	env := &envtest.Environment{
+		CRDDirectoryPaths:        []string{e.CRDDir},
+		ErrorIfCRDPathMissing:    true,
+		BinaryAssetsDirectory:    e.EnvtestAssets,
+		ControlPlaneStartTimeout: 2 * time.Minute, // 2 shared cores
+		ControlPlaneStopTimeout:  time.Minute,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		// Start may fail after launching etcd or kube-apiserver.
+		if serr := env.Stop(); serr != nil {
+			err = errors.Join(err, fmt.Errorf("stop after failed start: %w", serr))
+		}
+		return nil, fmt.Errorf("start kube-apiserver + etcd (envtest, assets %s, CRDs %s): %w", e.EnvtestAssets, e.CRDDir, err)
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = -1, 0
+	return &controlPlane{env: env, cfg: cfg}, nil
+}
+
+// Close stops kube-apiserver and etcd.
+func (cp *controlPlane) Close() error {
+	if err := cp.env.Stop(); err != nil {
+		return fmt.Errorf("stop kube-apiserver + etcd: %w", err)
+	}
+	return nil
+}
+
+// client returns a direct (uncached) client that can also watch.
+func (cp *controlPlane) client() (client.WithWatch, error) {
+	c, err := client.NewWithWatch(cp.cfg, client.Options{Scheme: framework.Scheme})
+	if err != nil {
+		return nil, fmt.Errorf("API client: %w", err)
+	}
+	return c, nil
+}
+
+// controllerOptions configure an in-process natgw-controller.
+type controllerOptions struct {
+	// Natgw is the natgw binary the local transport runs as `natgw serve`.
+	Natgw string
+	// Dataplane is the controller's --dataplane.
+	Dataplane string
+	// Workers is --workers.
+	Workers int
+	// Gateways maps gateway names to namespaces.
+	Gateways gwconfig.Config
+	// LogPath receives the controller's log (text, level 0).
+	LogPath string
+}
+
+// runningController is natgw-controller's manager running in this process:
+// the same packages and wiring as the natgw-controller binary with
+// --transport=local.
+type runningController struct {
+	cancel context.CancelFunc
+	done   chan error
+	log    *os.File
+}
+
+// startController builds a controller-runtime manager on cp with
+// reconciler.Setup and starts it. The periodic sweep and drift check are
+// off (they also run on every connect; a run is shorter than their
+// default periods).
+func startController(ctx context.Context, cp *controlPlane, o controllerOptions) (*runningController, error) {
+	if err := o.Gateways.Validate(); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(o.LogPath)
+	if err != nil {
+		return nil, fmt.Errorf("controller log: %w", err)
+	}
+	log := logr.FromSlogHandler(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo})).WithName("natgw-controller")
+	mgr, err := ctrl.NewManager(cp.cfg, ctrl.Options{
+		Scheme:                 framework.Scheme,
+		Logger:                 log,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		LeaderElection:         false,
+	})
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("controller manager: %w", err)
+	}
+	_, err = reconciler.Setup(ctx, mgr, reconciler.Config{
+		Workers:                 o.Workers,
+		RemoveUpstreamFinalizer: true,
+		// One process runs a controller per data plane, one after the other.
+		SkipNameValidation: true,
+		Gateway: gateway.Options{
+			Transport:        &transport.Local{Binary: o.Natgw, Log: log.WithName("agent")},
+			Config:           &o.Gateways,
+			DefaultDataplane: o.Dataplane,
+			Log:              log.WithName("gateway"),
+		},
+	})
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("controller setup: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	rc := &runningController{cancel: cancel, done: make(chan error, 1), log: f}
+	go func() { rc.done <- mgr.Start(ctx) }()
+	return rc, nil
+}
+
+// Stop stops the manager (and with it the agents' sessions) and waits for
+// it, at most 30 s.
+func (rc *runningController) Stop() error {
+	rc.cancel()
+	var err error
+	select {
+	case err = <-rc.done:
+		if err != nil {
+			err = fmt.Errorf("controller manager: %w", err)
+		}
+	case <-time.After(30 * time.Second):
+		err = errors.New("controller manager did not stop within 30s")
+	}
+	if cerr := rc.log.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// writes returns the number of mutating requests (POST, PUT, PATCH,
+// DELETE; every resource, subresources included) the API server has
+// served so far, from its apiserver_request_total counter.
+func (cp *controlPlane) writes(ctx context.Context) (float64, error) {
+	cs, err := kubernetes.NewForConfig(cp.cfg)
+	if err != nil {
+		return 0, fmt.Errorf("API clientset: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	b, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("GET /metrics of kube-apiserver: %w", err)
+	}
+	return countWrites(string(b))
+}
+
+// countWrites sums the apiserver_request_total samples of mutating verbs
+// in a Prometheus text exposition.
+func countWrites(metrics string) (float64, error) {
+	const name = "apiserver_request_total{"
+	var total float64
+	seen := false
+	for _, line := range strings.Split(metrics, "\n") {
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		end := strings.LastIndexByte(line, '}')
+		if end < 0 {
+			return 0, fmt.Errorf("apiserver_request_total: malformed sample %q", line)
+		}
+		labels, value := line[len(name):end], strings.TrimSpace(line[end+1:])
+		verb := ""
+		for _, l := range strings.Split(labels, ",") {
+			if k, v, ok := strings.Cut(l, "="); ok && k == "verb" {
+				verb = strings.Trim(v, `"`)
+			}
+		}
+		switch verb {
+		case "POST", "PUT", "PATCH", "DELETE":
+		default:
+			continue
+		}
+		// A sample may carry a timestamp after its value.
+		if f := strings.Fields(value); len(f) > 0 {
+			value = f[0]
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return 0, fmt.Errorf("apiserver_request_total: value of %q: %w", line, err)
+		}
+		total += v
+		seen = true
+	}
+	if !seen {
+		return 0, errors.New("kube-apiserver /metrics has no apiserver_request_total sample of a mutating verb")
+	}
+	return total, nil
+}
