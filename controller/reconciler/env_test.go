@@ -293,26 +293,12 @@ func (e *env) eventually(timeout time.Duration, what string, cond func() error) 
 
 // readyCond returns the Ready condition of obj's status (nil if none).
 func readyOf(obj client.Object) (bool, *metav1.Condition, int64) {
-	var conds []metav1.Condition
-	var ready bool
-	switch o := obj.(type) {
-	case *v1.IptablesEIP:
-		conds, ready = o.Status.Conditions, o.Status.Ready
-	case *v1.IptablesFIPRule:
-		conds, ready = o.Status.Conditions, o.Status.Ready
-	case *v1.IptablesDnatRule:
-		conds, ready = o.Status.Conditions, o.Status.Ready
-	case *v1.IptablesSnatRule:
-		conds, ready = o.Status.Conditions, o.Status.Ready
-	case *v1.VpcNatGateway:
-		conds, ready = o.Status.Conditions, true
+	st, _ := v1.SummaryOf(obj)
+	c := st.ReadyCondition()
+	if c == nil {
+		return false, nil, 0
 	}
-	for i := range conds {
-		if conds[i].Type == v1.ConditionReady {
-			return ready && conds[i].Status == metav1.ConditionTrue, &conds[i], conds[i].ObservedGeneration
-		}
-	}
-	return false, nil, 0
+	return st.Ready && c.Status == metav1.ConditionTrue, c, c.ObservedGeneration
 }
 
 // waitCondition waits until obj's Ready condition has reason (True for

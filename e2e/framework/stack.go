@@ -225,27 +225,13 @@ func (r Ready) String() string {
 
 // ReadyOf returns obj's Ready condition.
 func ReadyOf(obj client.Object) Ready {
-	var conds []metav1.Condition
-	var observed int64
-	switch o := obj.(type) {
-	case *v1.IptablesEIP:
-		conds, observed = o.Status.Conditions, o.Status.ObservedGeneration
-	case *v1.IptablesFIPRule:
-		conds, observed = o.Status.Conditions, o.Status.ObservedGeneration
-	case *v1.IptablesDnatRule:
-		conds, observed = o.Status.Conditions, o.Status.ObservedGeneration
-	case *v1.IptablesSnatRule:
-		conds, observed = o.Status.Conditions, o.Status.ObservedGeneration
-	case *v1.VpcNatGateway:
-		conds, observed = o.Status.Conditions, o.Status.ObservedGeneration
+	st, _ := v1.SummaryOf(obj)
+	c := st.ReadyCondition()
+	if c == nil {
+		return Ready{Status: metav1.ConditionUnknown}
 	}
-	for _, c := range conds {
-		if c.Type == v1.ConditionReady {
-			return Ready{Status: c.Status, Reason: c.Reason, Message: c.Message,
-				Current: observed == obj.GetGeneration() && c.ObservedGeneration == obj.GetGeneration()}
-		}
-	}
-	return Ready{Status: metav1.ConditionUnknown}
+	return Ready{Status: c.Status, Reason: c.Reason, Message: c.Message,
+		Current: st.ObservedGeneration == obj.GetGeneration() && c.ObservedGeneration == obj.GetGeneration()}
 }
 
 // Get refreshes obj from the API server.

@@ -31,13 +31,8 @@ import (
 func cmdServe(ctx context.Context, e env, g *globals, args []string) int {
 	fs := subFlags("serve", e, g, "serve [--socket PATH]")
 	socket := fs.String("socket", "", "serve on this unix socket instead of stdin/stdout")
-	pos, code, ok := parseFlags(fs, args)
-	if !ok {
+	if code, ok := noArgs(fs, args); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		fs.Usage()
-		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -130,11 +125,10 @@ func cmdSync(ctx context.Context, e env, g *globals, args []string) int {
 func fileCommand(ctx context.Context, e env, g *globals, name string, args []string, fn func(context.Context, nat.Dataplane, []nat.Object) error) int {
 	fs := subFlags(name, e, g, name+" -f FILE (YAML or JSON: a list of objects, {objects: [...]}, or one object; - for stdin)")
 	file := fs.String("f", "", "file of objects (- for stdin)")
-	pos, code, ok := parseFlags(fs, args)
-	if !ok {
+	if code, ok := noArgs(fs, args); !ok {
 		return code
 	}
-	if *file == "" || len(pos) > 0 {
+	if *file == "" {
 		fs.Usage()
 		return exitUsage
 	}
@@ -251,11 +245,10 @@ func cmdDelete(ctx context.Context, e env, g *globals, args []string) int {
 func cmdList(ctx context.Context, e env, g *globals, args []string) int {
 	fs := subFlags("list", e, g, "list [-o table|json|yaml]")
 	out := fs.String("o", "table", "output format: table, json or yaml")
-	pos, code, ok := parseFlags(fs, args)
-	if !ok {
+	if code, ok := noArgs(fs, args); !ok {
 		return code
 	}
-	if len(pos) > 0 || (*out != "table" && *out != "json" && *out != "yaml") {
+	if *out != "table" && *out != "json" && *out != "yaml" {
 		fs.Usage()
 		return exitUsage
 	}
@@ -338,13 +331,8 @@ func columns(o nat.Object) (ext, in, detail string) {
 func cmdInfo(ctx context.Context, e env, g *globals, args []string) int {
 	fs := subFlags("info", e, g, "info [-o text|json]")
 	out := fs.String("o", "text", "output format: text or json")
-	pos, code, ok := parseFlags(fs, args)
-	if !ok {
+	if code, ok := noArgs(fs, args); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		fs.Usage()
-		return exitUsage
 	}
 	return withDataplane(ctx, e, g, func(ctx context.Context, dp nat.Dataplane, _ logr.Logger) error {
 		objs, err := dp.List(ctx)
@@ -385,7 +373,7 @@ func nsName(ref string) string {
 // reaps the zombies of processes exec'd into the container.
 func cmdPause(ctx context.Context, e env, g *globals, args []string) int {
 	fs := subFlags("pause", e, g, "pause")
-	if _, code, ok := parseFlags(fs, args); !ok {
+	if code, ok := noArgs(fs, args); !ok {
 		return code
 	}
 	sigs := make(chan os.Signal, 8)

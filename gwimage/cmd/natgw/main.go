@@ -237,6 +237,17 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, int, bool) {
 	}
 }
 
+// noArgs parses args for a subcommand that takes flags only; a positional
+// argument prints the usage. ok is false when the caller must exit with code.
+func noArgs(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	pos, code, ok := parseFlags(fs, args)
+	if ok && len(pos) > 0 {
+		fs.Usage()
+		return exitUsage, false
+	}
+	return code, ok
+}
+
 // withDataplane runs fn on the opened data plane, bounded by the timeout,
 // and closes it (kernel state stays).
 func withDataplane(ctx context.Context, e env, g *globals, fn func(ctx context.Context, dp nat.Dataplane, log logr.Logger) error) int {
@@ -261,7 +272,7 @@ func withDataplane(ctx context.Context, e env, g *globals, fn func(ctx context.C
 
 func cmdVersion(ctx context.Context, e env, g *globals, args []string) int {
 	fs := subFlags("version", e, g, "version")
-	if _, code, ok := parseFlags(fs, args); !ok {
+	if code, ok := noArgs(fs, args); !ok {
 		return code
 	}
 	fmt.Fprintln(e.stdout, version.String())
