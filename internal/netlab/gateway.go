@@ -3,6 +3,7 @@ package netlab
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"strconv"
 	"time"
@@ -74,13 +75,16 @@ type Gateway struct {
 }
 
 // wireGW links the (new, empty) gateway namespace to ext and the switch and
-// turns on forwarding.
+// turns on forwarding. The gateway's interfaces get MAC addresses derived
+// from their IP addresses, so that a recreated gateway has the same ones, as
+// a restarted Kube-OVN gateway pod keeps the MACs its IPAM gave it: the
+// neighbors' ARP caches stay right.
 func (g *Gateway) wireGW() error {
-	if err := Veth(End{NS: g.GW, Name: g.ExternalInterface, Addrs: []netip.Prefix{netip.PrefixFrom(GWExtAddr, ExtNet.Bits())}},
+	if err := Veth(End{NS: g.GW, Name: g.ExternalInterface, Addrs: []netip.Prefix{netip.PrefixFrom(GWExtAddr, ExtNet.Bits())}, MAC: macOf(GWExtAddr)},
 		End{NS: g.Ext.NS, Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(ExtAddr, ExtNet.Bits())}}); err != nil {
 		return err
 	}
-	if err := Veth(End{NS: g.GW, Name: g.InternalInterface, Addrs: []netip.Prefix{netip.PrefixFrom(GWVPCAddr, VPCNet.Bits())}},
+	if err := Veth(End{NS: g.GW, Name: g.InternalInterface, Addrs: []netip.Prefix{netip.PrefixFrom(GWVPCAddr, VPCNet.Bits())}, MAC: macOf(GWVPCAddr)},
 		End{NS: g.Switch, Name: "gw"}); err != nil {
 		return err
 	}
@@ -88,6 +92,13 @@ func (g *Gateway) wireGW() error {
 		return err
 	}
 	return Sysctl(g.GW, "net.ipv4.ip_forward", "1")
+}
+
+// macOf returns the locally administered unicast MAC 02:00:a.b.c.d of an
+// IPv4 address.
+func macOf(a netip.Addr) net.HardwareAddr {
+	b := a.As4()
+	return net.HardwareAddr{0x02, 0x00, b[0], b[1], b[2], b[3]}
 }
 
 // RecreateGW deletes the gateway namespace and makes it again, empty, with

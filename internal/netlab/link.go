@@ -68,12 +68,13 @@ func (h *handle) addrAdd(dev string, p netip.Prefix) error {
 	return nil
 }
 
-// End is one end of a veth pair: the namespace, the interface name inside it
-// and the addresses to put on it.
+// End is one end of a veth pair: the namespace, the interface name inside it,
+// the addresses to put on it and, optionally, its MAC address (nil: random).
 type End struct {
 	NS    string
 	Name  string
 	Addrs []netip.Prefix
+	MAC   net.HardwareAddr
 }
 
 // Veth creates a veth pair between a.NS and b.NS with the given names,
@@ -87,9 +88,10 @@ func Veth(a, b End) error {
 		}
 		defer peer.Close()
 		v := &netlink.Veth{
-			LinkAttrs:     netlink.LinkAttrs{Name: a.Name},
-			PeerName:      b.Name,
-			PeerNamespace: netlink.NsFd(peer.Fd()),
+			LinkAttrs:        netlink.LinkAttrs{Name: a.Name, HardwareAddr: a.MAC},
+			PeerName:         b.Name,
+			PeerNamespace:    netlink.NsFd(peer.Fd()),
+			PeerHardwareAddr: b.MAC,
 		}
 		if err := h.h.LinkAdd(v); err != nil {
 			return fmt.Errorf("add veth %s/%s -- %s/%s: %w", a.NS, a.Name, b.NS, b.Name, err)

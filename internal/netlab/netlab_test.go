@@ -244,8 +244,26 @@ func TestRecreateGW(t *testing.T) {
 	if _, err := lab.ServeTCP(ctx, g.VMs[0].NS, "0.0.0.0:8080"); err != nil {
 		t.Fatal(err)
 	}
+	// vm1 learns the gateway's MAC before the restart (over UDP: a TCP
+	// connection's TIME_WAIT would keep the old namespace alive).
+	srv, err := ServeUDP(ctx, g.GW, "0.0.0.0:7070")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DialUDP(ctx, g.VMs[0].NS, "198.51.100.1:7070", DialTimeout); err != nil {
+		t.Fatalf("vm1 -> gw: %v", err)
+	}
+	srv.Close()
 	if err := g.RecreateGW(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// The recreated gateway has the same MACs: vm1's ARP cache, still
+	// fresh, stays right, and vm1 reaches it at once.
+	if _, err := lab.ServeUDP(ctx, g.GW, "0.0.0.0:7070"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DialUDP(ctx, g.VMs[0].NS, "198.51.100.1:7070", DialTimeout); err != nil {
+		t.Errorf("vm1 -> recreated gw with its ARP cache of before: %v", err)
 	}
 	if rs, err := NftRuleset(ctx, g.GW); err != nil || strings.TrimSpace(rs) != "" {
 		t.Errorf("recreated gateway is not empty: %q, %v", rs, err)
