@@ -37,6 +37,7 @@ import (
 	"github.com/natgw/natgw/controller/gateway"
 	"github.com/natgw/natgw/controller/gwconfig"
 	"github.com/natgw/natgw/controller/transport"
+	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
 )
@@ -74,34 +75,17 @@ func TestMain(m *testing.M) {
 
 var testEnv *envtest.Environment
 
-func repoRoot() string {
-	wd, _ := os.Getwd()
-	return filepath.Join(wd, "..", "..")
-}
-
 // apiServer starts the package's envtest API server once. Without the
 // assets it skips, except as root in CI (make test builds them first).
 func apiServer(t *testing.T) *rest.Config {
 	t.Helper()
 	envOnce.Do(func() {
-		assets := os.Getenv("KUBEBUILDER_ASSETS")
-		if assets == "" {
-			assets = filepath.Join(repoRoot(), ".cache", "envtest", "bin")
+		assets := apitest.Assets()
+		if envSkip = apitest.Missing(assets); envSkip != "" {
+			return
 		}
-		for _, bin := range []string{"kube-apiserver", "etcd"} {
-			if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
-				envSkip = fmt.Sprintf("envtest assets missing (%s not in %s): run `make envtest-assets`", bin, assets)
-				return
-			}
-		}
-		testEnv = &envtest.Environment{
-			CRDDirectoryPaths:        []string{crdDir()},
-			ErrorIfCRDPathMissing:    true,
-			BinaryAssetsDirectory:    assets,
-			ControlPlaneStartTimeout: 2 * time.Minute,
-			ControlPlaneStopTimeout:  time.Minute,
-		}
-		envCfg, envErr = testEnv.Start()
+		testEnv = apitest.Environment(assets, crdDir())
+		envCfg, envErr = apitest.Start(testEnv)
 		if envErr != nil {
 			testEnv = nil
 		}
@@ -532,5 +516,5 @@ func crdDir() string {
 	if d := os.Getenv("NATGW_TEST_CRD_DIR"); d != "" {
 		return d
 	}
-	return filepath.Join(repoRoot(), "controller", "config", "crd")
+	return apitest.CRDDir()
 }

@@ -13,6 +13,8 @@ import (
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/natgw/natgw/internal/apitest"
 )
 
 // APIServer is one kube-apiserver + etcd pair (envtest) with the natgw CRDs
@@ -43,21 +45,14 @@ func StartAPIServer(t testing.TB) *APIServer {
 	if err := os.Mkdir(certDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:        []string{crds},
-		ErrorIfCRDPathMissing:    true,
-		BinaryAssetsDirectory:    dir,
-		ControlPlaneStartTimeout: 2 * time.Minute, // 2 shared cores
-		ControlPlaneStopTimeout:  time.Minute,
-	}
+	env := apitest.Environment(dir, crds)
 	// A fixed certificate directory: a restarted API server keeps its
 	// serving certificate (envtest generates one only when none exists)
 	// and its port (kept in the APIServer struct).
 	env.ControlPlane.APIServer = &envtest.APIServer{CertDir: certDir}
-	cfg, err := env.Start()
+	cfg, err := apitest.Start(env)
 	if err != nil {
-		_ = env.Stop()
-		t.Fatalf("start envtest: %v", err)
+		t.Fatal(err)
 	}
 	a := &APIServer{env: env, Config: cfg, KubeconfigPath: filepath.Join(work, "kubeconfig"), certDir: certDir}
 	t.Cleanup(func() {

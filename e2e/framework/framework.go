@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/netlab"
 )
 
@@ -79,29 +80,11 @@ func unavailable() string {
 
 // assets returns the envtest binary directory.
 func assets() (dir string, crds string, err error) {
-	root := repoRoot()
-	dir = os.Getenv("KUBEBUILDER_ASSETS")
-	if dir == "" {
-		dir = filepath.Join(root, ".cache", "envtest", "bin")
+	dir = apitest.Assets()
+	if why := apitest.Missing(dir); why != "" {
+		return "", "", errors.New(why)
 	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
-			return "", "", fmt.Errorf("envtest assets missing (%s not in %s): run `make envtest-assets`", bin, dir)
-		}
-	}
-	return dir, filepath.Join(root, "controller", "config", "crd"), nil
-}
-
-// repoRoot finds the module root from the working directory (go test runs
-// in the package directory).
-func repoRoot() string {
-	wd, _ := os.Getwd()
-	for d := wd; d != "/"; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-	}
-	return wd
+	return dir, apitest.CRDDir(), nil
 }
 
 // Require skips the test when the stack cannot run here (not root, no

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
 )
@@ -168,7 +169,7 @@ var bootRE = regexp.MustCompile(`boot=[0-9a-zA-Z]+`)
 // natgw's empty layout (nat/nftables/testdata/golden/empty.nft, boot id
 // aside): nothing but the fixed sets, maps and chains.
 func EmptyNftTable(dump string) error {
-	b, err := os.ReadFile(filepath.Join(repoRoot(), "nat", "nftables", "testdata", "golden", "empty.nft"))
+	b, err := os.ReadFile(filepath.Join(apitest.RepoRoot(), "nat", "nftables", "testdata", "golden", "empty.nft"))
 	if err != nil {
 		return err
 	}

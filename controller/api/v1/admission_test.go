@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,10 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/internal/apitest"
 )
 
 // startAPIServer starts kube-apiserver + etcd from KUBEBUILDER_ASSETS with the
@@ -28,25 +27,13 @@ import (
 func startAPIServer(t *testing.T) client.Client {
 	t.Helper()
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		t.Skip("SKIP: KUBEBUILDER_ASSETS is unset: run `make envtest-assets` and set KUBEBUILDER_ASSETS to the directory it prints")
+	if why := apitest.Missing(assets); why != "" {
+		t.Skip("SKIP: " + why)
 	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
-			t.Skipf("SKIP: %s not in KUBEBUILDER_ASSETS=%s (%v): run `make envtest-assets`", bin, assets, err)
-		}
-	}
-
-	env := &envtest.Environment{
-		CRDDirectoryPaths:        []string{filepath.Join(repoRoot(t), "controller", "config", "crd")},
-		ErrorIfCRDPathMissing:    true,
-		BinaryAssetsDirectory:    assets,
-		ControlPlaneStartTimeout: 2 * time.Minute, // 2 shared cores
-		ControlPlaneStopTimeout:  time.Minute,
-	}
-	cfg, err := env.Start()
+	env := apitest.Environment(assets, filepath.Join(repoRoot(t), "controller", "config", "crd"))
+	cfg, err := apitest.Start(env)
 	if err != nil {
-		t.Fatalf("start envtest: %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if err := env.Stop(); err != nil {
