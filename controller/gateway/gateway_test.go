@@ -1,0 +1,483 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+
+	"github.com/natgw/natgw/controller/gwconfig"
+	"github.com/natgw/natgw/controller/transport"
+	"github.com/natgw/natgw/gwimage/protocol"
+	"github.com/natgw/natgw/nat"
+)
+
+// The manager's logic (what it syncs, deletes and keeps) is tested here
+// against an in-memory agent; the real agent, kernel and API server are in
+// controller/reconciler's tests and the e2e suite.
+
+func fip(uid string, n byte) nat.Object {
+	return nat.Object{UID: uid, Kind: nat.KindFIP, FIP: &nat.FIP{
+		EIP: netip.AddrFrom4([4]byte{192, 0, 2, n}), InternalIP: netip.AddrFrom4([4]byte{10, 0, 0, n})}}
+}
+
+// agent is the kernel state of one data plane in one gateway: it survives
+// sessions (like the kernel survives `natgw serve`), and loses everything
+// with a new boot id when lost is called.
+type agent struct {
+	mu     sync.Mutex
+	objs   map[string]nat.Object
+	boot   string
+	boots  int
+	calls  []string
+	failOp string // an op that fails while set
+}
+
+func newAgent() *agent {
+	a := &agent{objs: map[string]nat.Object{}}
+	a.lost()
+	return a
+}
+
+func (a *agent) lost() {
+	a.boots++
+	a.boot = fmt.Sprintf("boot-%d", a.boots)
+	clear(a.objs)
+}
+
+func (a *agent) record(op string, detail ...string) error {
+	a.calls = append(a.calls, strings.TrimSpace(op+" "+strings.Join(detail, ",")))
+	if a.failOp == op {
+		return fmt.Errorf("%s refused by the test", op)
+	}
+	return nil
+}
+
+func (a *agent) list() []nat.Object {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []nat.Object
+	for _, o := range a.objs {
+		out = append(out, o)
+	}
+	nat.SortObjects(out)
+	return out
+}
+
+func (a *agent) uids() []string {
+	var u []string
+	for _, o := range a.list() {
+		u = append(u, o.UID)
+	}
+	return u
+}
+
+func (a *agent) put(objs ...nat.Object) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, o := range objs {
+		a.objs[o.UID] = o
+	}
+}
+
+func (a *agent) callLog() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.calls)
+}
+
+// session is one open connection to an agent.
+type session struct {
+	a    *agent
+	done chan struct{}
+	once sync.Once
+}
+
+func (s *session) Apply(_ context.Context, objs ...nat.Object) error {
+	s.a.mu.Lock()
+	defer s.a.mu.Unlock()
+	var u []string
+	for _, o := range objs {
+		u = append(u, o.UID)
+	}
+	if err := s.a.record("apply", u...); err != nil {
+		return err
+	}
+	for _, o := range objs {
+		s.a.objs[o.UID] = o
+	}
+	return nil
+}
+
+func (s *session) Delete(_ context.Context, uids ...string) error {
+	s.a.mu.Lock()
+	defer s.a.mu.Unlock()
+	if err := s.a.record("delete", uids...); err != nil {
+		return err
+	}
+	for _, u := range uids {
+		delete(s.a.objs, u)
+	}
+	return nil
+}
+
+func (s *session) List(context.Context, bool) ([]nat.Object, error) { return s.a.list(), nil }
+
+func (s *session) Sync(_ context.Context, desired []nat.Object) error {
+	s.a.mu.Lock()
+	defer s.a.mu.Unlock()
+	var u []string
+	for _, o := range desired {
+		u = append(u, o.UID)
+	}
+	if err := s.a.record("sync", u...); err != nil {
+		return err
+	}
+	clear(s.a.objs)
+	for _, o := range desired {
+		s.a.objs[o.UID] = o
+	}
+	return nil
+}
+
+func (s *session) Info(context.Context) (*protocol.Info, error) {
+	s.a.mu.Lock()
+	defer s.a.mu.Unlock()
+	return &protocol.Info{Version: "test", BootID: s.a.boot}, nil
+}
+
+func (s *session) Done() <-chan struct{} { return s.done }
+func (s *session) Err() error            { return nil }
+func (s *session) Close() error {
+	s.once.Do(func() { close(s.done) })
+	return nil
+}
+
+// fakeTransport opens sessions to one agent per data plane.
+type fakeTransport struct {
+	mu     sync.Mutex
+	agents map[string]*agent
+	open   []*session
+	refuse bool
+}
+
+func (t *fakeTransport) Open(_ context.Context, gw transport.Gateway) (transport.Session, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.refuse {
+		return nil, errors.New("agent unreachable (test)")
+	}
+	a, ok := t.agents[gw.Dataplane]
+	if !ok {
+		return nil, fmt.Errorf("no agent for data plane %q", gw.Dataplane)
+	}
+	s := &session{a: a, done: make(chan struct{})}
+	t.open = append(t.open, s)
+	return s, nil
+}
+
+// breakSessions ends every open session, as a dead agent process does.
+func (t *fakeTransport) breakSessions() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, s := range t.open {
+		s.Close()
+	}
+	t.open = nil
+}
+
+// source is the API as the manager sees it.
+type source struct {
+	mu        sync.Mutex
+	desired   []nat.Object
+	absent    map[string]bool
+	dataplane string
+}
+
+func (s *source) Desired(context.Context, string) ([]nat.Object, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.desired), nil
+}
+
+func (s *source) Absent(_ context.Context, objs []nat.Object) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, o := range objs {
+		if s.absent[o.UID] {
+			out = append(out, o.UID)
+		}
+	}
+	return out, nil
+}
+
+func (s *source) Dataplane(context.Context, string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dataplane, nil
+}
+
+type fixture struct {
+	tr  *fakeTransport
+	src *source
+	nft *agent
+	ipt *agent
+	reg *Registry
+	gw  *Gateway
+}
+
+// start runs a Registry with one gateway "gw1" until the test ends. Periods
+// of 0 leave the periodic checks off.
+func start(t *testing.T, src *source, nft *agent, drift time.Duration) *fixture {
+	t.Helper()
+	f := &fixture{src: src, nft: nft, ipt: newAgent()}
+	f.tr = &fakeTransport{agents: map[string]*agent{transport.DataplaneNftables: nft, transport.DataplaneIptables: f.ipt}}
+	f.reg = NewRegistry(Options{
+		Transport: f.tr, Source: src, DefaultDataplane: transport.DataplaneNftables,
+		Config:      &gwconfig.Config{Gateways: []gwconfig.Gateway{{Name: "gw1"}}},
+		DriftPeriod: drift, SweepPeriod: drift, ConnectWait: time.Second,
+		BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
+		Log: testr.New(t),
+	})
+	var err error
+	if f.gw, err = f.reg.Get("gw1"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		_ = f.reg.Start(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-stopped:
+		case <-time.After(10 * time.Second):
+			t.Error("Registry did not stop within 10s")
+		}
+	})
+	return f
+}
+
+// eventually polls cond for up to 5 s.
+func eventually(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func holds(a *agent, want ...string) func() error {
+	return func() error {
+		if got := a.uids(); !slices.Equal(got, want) {
+			return fmt.Errorf("agent holds %v, want %v", got, want)
+		}
+		return nil
+	}
+}
+
+// TestConnectWithNewBootID: the first connect (a boot id this process has
+// not seen) syncs the desired set; leftovers whose objects are confirmed
+// gone go, leftovers not confirmed gone stay (the cache may lag).
+func TestConnectWithNewBootID(t *testing.T) {
+	nft := newAgent()
+	nft.put(fip("a", 1), fip("orphan", 9), fip("unconfirmed", 8))
+	src := &source{desired: []nat.Object{fip("a", 1), fip("b", 2)}, absent: map[string]bool{"orphan": true}}
+	f := start(t, src, nft, 0)
+	eventually(t, "desired set synced", holds(nft, "a", "b", "unconfirmed"))
+	if got := nft.callLog(); len(got) != 1 || !strings.HasPrefix(got[0], "sync ") {
+		t.Errorf("calls %v, want exactly one sync", got)
+	}
+	if dp := f.gw.Dataplane(); dp != transport.DataplaneNftables {
+		t.Errorf("Dataplane() = %q", dp)
+	}
+}
+
+// TestReconnectSameBootID: an agent that restarts on an intact kernel (same
+// boot id) gets no sync; a leftover confirmed gone is deleted by UID.
+func TestReconnectSameBootID(t *testing.T) {
+	nft := newAgent()
+	src := &source{desired: []nat.Object{fip("a", 1)}, absent: map[string]bool{"orphan": true}}
+	f := start(t, src, nft, 0)
+	eventually(t, "first sync", holds(nft, "a"))
+	before := len(nft.callLog())
+	nft.put(fip("orphan", 9)) // left by a delete the agent never confirmed
+	f.tr.breakSessions()
+	eventually(t, "orphan swept on reconnect", holds(nft, "a"))
+	if got := nft.callLog()[before:]; !slices.Equal(got, []string{"delete orphan"}) {
+		t.Errorf("calls after the reconnect %v, want [delete orphan]", got)
+	}
+}
+
+// TestLostKernelState: a new boot id after a reconnect (pod restarted,
+// table lost) is answered with one sync of everything this process
+// programmed and the API wants.
+func TestLostKernelState(t *testing.T) {
+	nft := newAgent()
+	src := &source{desired: []nat.Object{fip("a", 1)}}
+	f := start(t, src, nft, 0)
+	eventually(t, "first sync", holds(nft, "a"))
+	if err := f.gw.Apply(context.Background(), fip("b", 2)); err != nil {
+		t.Fatal(err)
+	}
+	nft.mu.Lock()
+	nft.lost()
+	nft.mu.Unlock()
+	f.tr.breakSessions()
+	eventually(t, "resynced after the lost state", holds(nft, "a", "b"))
+}
+
+// TestDriftRepaired: an object removed behind the manager's back comes
+// back within a drift period; an object the API does not know yet (its
+// reconcile pending) is not synced by the drift check.
+func TestDriftRepaired(t *testing.T) {
+	nft := newAgent()
+	src := &source{desired: []nat.Object{fip("a", 1), fip("b", 2)}}
+	f := start(t, src, nft, 20*time.Millisecond)
+	eventually(t, "first sync", holds(nft, "a", "b"))
+	nft.mu.Lock()
+	delete(nft.objs, "b")
+	nft.mu.Unlock()
+	eventually(t, "drift repaired", holds(nft, "a", "b"))
+
+	src.mu.Lock()
+	src.desired = append(src.desired, fip("pending", 3))
+	src.mu.Unlock()
+	time.Sleep(100 * time.Millisecond) // several drift periods
+	if got := nft.uids(); slices.Contains(got, "pending") {
+		t.Errorf("the drift check programmed an object whose reconcile is pending: %v", got)
+	}
+	if err := f.gw.Apply(context.Background(), fip("pending", 3)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "applied", holds(nft, "a", "b", "pending"))
+}
+
+// TestDeleteForgets: a confirmed delete leaves the desired set of the
+// process, so a later resync does not bring the object back while the
+// (lagging) API still lists it without a confirmation that it is gone.
+func TestDeleteForgets(t *testing.T) {
+	nft := newAgent()
+	src := &source{}
+	f := start(t, src, nft, 0)
+	ctx := context.Background()
+	eventually(t, "connected", func() error {
+		if f.gw.Dataplane() == "" {
+			return errors.New("no session")
+		}
+		return nil
+	})
+	if err := f.gw.Apply(ctx, fip("a", 1), fip("b", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.gw.Delete(ctx, nat.KindFIP, "a"); err != nil {
+		t.Fatal(err)
+	}
+	nft.mu.Lock()
+	nft.lost()
+	nft.mu.Unlock()
+	f.tr.breakSessions()
+	eventually(t, "resynced", holds(nft, "b"))
+}
+
+// TestSwitchDataplane: when the wanted data plane changes, the old plane is
+// emptied first, then the new one gets the desired set.
+func TestSwitchDataplane(t *testing.T) {
+	nft := newAgent()
+	src := &source{desired: []nat.Object{fip("a", 1)}, dataplane: transport.DataplaneNftables}
+	f := start(t, src, nft, 0)
+	eventually(t, "first sync", holds(nft, "a"))
+	src.mu.Lock()
+	src.dataplane = transport.DataplaneIptables
+	src.mu.Unlock()
+	f.reg.Kick("gw1")
+	eventually(t, "moved to iptables", holds(f.ipt, "a"))
+	eventually(t, "nftables emptied", holds(nft))
+	if dp := f.gw.Dataplane(); dp != transport.DataplaneIptables {
+		t.Errorf("Dataplane() = %q after the switch", dp)
+	}
+	if err := f.gw.Apply(context.Background(), fip("b", 2)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "new objects go to iptables", holds(f.ipt, "a", "b"))
+}
+
+// TestSwitchFailsStays: when emptying the old plane fails, the gateway
+// stays on it with its objects.
+func TestSwitchFailsStays(t *testing.T) {
+	nft := newAgent()
+	src := &source{desired: []nat.Object{fip("a", 1)}, dataplane: transport.DataplaneNftables}
+	f := start(t, src, nft, 0)
+	eventually(t, "first sync", holds(nft, "a"))
+	nft.mu.Lock()
+	nft.failOp = "sync"
+	nft.mu.Unlock()
+	src.mu.Lock()
+	src.dataplane = transport.DataplaneIptables
+	src.mu.Unlock()
+	f.reg.Kick("gw1")
+	eventually(t, "switch attempted", func() error {
+		for _, c := range nft.callLog() {
+			if c == "sync" { // the emptying sync, refused
+				return nil
+			}
+		}
+		return errors.New("no emptying sync yet")
+	})
+	time.Sleep(50 * time.Millisecond)
+	if dp := f.gw.Dataplane(); dp != transport.DataplaneNftables {
+		t.Errorf("Dataplane() = %q, want to stay on nftables", dp)
+	}
+	if err := holds(nft, "a")(); err != nil {
+		t.Error(err)
+	}
+	if got := f.ipt.uids(); len(got) != 0 {
+		t.Errorf("iptables got %v", got)
+	}
+}
+
+// TestNotReady: calls without a session fail with ErrNotReady after
+// ConnectWait, and unknown gateways with ErrUnknownGateway.
+func TestNotReady(t *testing.T) {
+	nft := newAgent()
+	f := start(t, &source{}, nft, 0)
+	f.tr.mu.Lock()
+	f.tr.refuse = true
+	f.tr.mu.Unlock()
+	f.tr.breakSessions()
+	eventually(t, "session gone", func() error {
+		if dp := f.gw.Dataplane(); dp != "" {
+			return fmt.Errorf("still connected on %s", dp)
+		}
+		return nil
+	})
+	if err := f.gw.Apply(context.Background(), fip("a", 1)); !errors.Is(err, ErrNotReady) {
+		t.Errorf("Apply without a session: %v, want ErrNotReady", err)
+	}
+	if _, err := f.reg.Get("nope"); !errors.Is(err, ErrUnknownGateway) {
+		t.Errorf("Get(unknown): %v, want ErrUnknownGateway", err)
+	}
+	f.tr.mu.Lock()
+	f.tr.refuse = false
+	f.tr.mu.Unlock()
+	eventually(t, "reconnected", func() error {
+		return f.gw.Apply(context.Background(), fip("a", 1))
+	})
+}
