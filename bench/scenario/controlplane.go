@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"github.com/natgw/natgw/controller/reconciler"
 	"github.com/natgw/natgw/controller/transport"
 	"github.com/natgw/natgw/e2e/framework"
+	"github.com/natgw/natgw/internal/apitest"
 )
 
 // controlPlane is a kube-apiserver + etcd pair (controller-runtime envtest)
@@ -38,13 +38,8 @@ type controlPlane struct {
 
 // envtestReady says why the control plane cannot start ("" when it can).
 func envtestReady(e *Env) string {
-	if e.EnvtestAssets == "" {
-		return "no envtest assets directory given (-envtest-assets, or KUBEBUILDER_ASSETS)"
-	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(e.EnvtestAssets, bin)); err != nil {
-			return fmt.Sprintf("envtest assets missing (%s not in %s): run `make envtest-assets`", bin, e.EnvtestAssets)
-		}
+	if why := apitest.Missing(e.EnvtestAssets); why != "" {
+		return why
 	}
 	if _, err := os.Stat(e.CRDDir); err != nil {
 		return fmt.Sprintf("CRD directory %q: %v", e.CRDDir, err)
@@ -55,20 +50,10 @@ func envtestReady(e *Env) string {
 // startControlPlane starts kube-apiserver and etcd from e.EnvtestAssets
 // and installs the CRDs of e.CRDDir.
 func startControlPlane(e *Env) (*controlPlane, error) {
-	env := &envtest.Environment{
-		CRDDirectoryPaths:        []string{e.CRDDir},
-		ErrorIfCRDPathMissing:    true,
-		BinaryAssetsDirectory:    e.EnvtestAssets,
-		ControlPlaneStartTimeout: 2 * time.Minute, // 2 shared cores
-		ControlPlaneStopTimeout:  time.Minute,
-	}
-	cfg, err := env.Start()
+	env := apitest.Environment(e.EnvtestAssets, e.CRDDir)
+	cfg, err := apitest.Start(env)
 	if err != nil {
-		// Start may fail after launching etcd or kube-apiserver.
-		if serr := env.Stop(); serr != nil {
-			err = errors.Join(err, fmt.Errorf("stop after failed start: %w", serr))
-		}
-		return nil, fmt.Errorf("start kube-apiserver + etcd (envtest, assets %s, CRDs %s): %w", e.EnvtestAssets, e.CRDDir, err)
+		return nil, err
 	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = -1, 0

@@ -109,7 +109,7 @@ func QuickPlan() Plan {
 		S2OneByOne: 200, S2ScriptOneByOne: 10, S2SyncSizes: []int{1000, 10000}, S2ResyncSizes: []int{10000},
 		S2StartupSize: 10000, S2Reps: 2,
 		S5Sizes: []int{0, 10000}, S5BenchTime: map[string]string{"nftables": "20x"},
-		S3Burst: 100, S3Paced: 20, S3Creators: 16, S3Workers: 4,
+		S3Burst: 50, S3Paced: 20, S3Creators: 16, S3Workers: 4,
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/natgw/natgw/bench/report"
+	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/netlab"
 )
 
@@ -21,12 +22,7 @@ func TestS3Tiny(t *testing.T) {
 	if reason := netlab.Unavailable(); reason != "" {
 		t.Skip(reason)
 	}
-	root := testRoot(t)
-	e := &Env{Quick: true, OutDir: t.TempDir(), Report: &report.Report{Title: "test"},
-		EnvtestAssets: os.Getenv("KUBEBUILDER_ASSETS"), CRDDir: filepath.Join(root, "controller", "config", "crd")}
-	if e.EnvtestAssets == "" {
-		e.EnvtestAssets = filepath.Join(root, ".cache", "envtest", "bin")
-	}
+	e := &Env{Quick: true, OutDir: t.TempDir(), Report: &report.Report{Title: "test"}, EnvtestAssets: apitest.Assets(), CRDDir: apitest.CRDDir()}
 	if why := envtestReady(e); why != "" {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("%s (required as root in CI)", why)

@@ -26,6 +26,7 @@ import (
 	"github.com/natgw/natgw/bench/progress"
 	"github.com/natgw/natgw/bench/report"
 	"github.com/natgw/natgw/bench/scenario"
+	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/netlab"
 )
 
@@ -41,8 +42,8 @@ func run() error {
 	out := flag.String("out", "bench/results", "directory for REPORT.md, summary.json and the plots")
 	natgw := flag.String("natgw", "", "path of the natgw binary for `natgw serve` (empty: leave the agent out)")
 	only := flag.String("scenarios", "1,2,3,4,5", "comma-separated scenario numbers to run")
-	assets := flag.String("envtest-assets", envOr("KUBEBUILDER_ASSETS", ".cache/envtest/bin"), "directory of the kube-apiserver and etcd binaries for scenario 3 (make envtest-assets)")
-	crds := flag.String("crds", "controller/config/crd", "directory of natgw's CRDs for scenario 3")
+	assets := flag.String("envtest-assets", apitest.Assets(), "directory of the kube-apiserver and etcd binaries for scenario 3 (make envtest-assets)")
+	crds := flag.String("crds", apitest.CRDDir(), "directory of natgw's CRDs for scenario 3")
 	flag.Parse()
 	if reason := netlab.Unavailable(); reason != "" {
 		return errors.New(reason)
@@ -95,14 +96,6 @@ func run() error {
 	}
 	env.Progress.Printf("wrote %s/REPORT.md and summary.json (%s)", *out, rep.Meta.Finished.Sub(rep.Meta.Started).Round(time.Second))
 	return errors.Join(errs...)
-}
-
-// envOr returns the environment variable key, or def when it is empty.
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }
 
 func meta(ctx context.Context, mode, natgw string) report.Meta {
