@@ -247,6 +247,6 @@ func s5Allocs(ctx context.Context, e *Env, plan Plan, sec *report.Section) error
 		e.Progress.Printf("allocations: %s: %d benchmark lines", b.name, len(rs))
 	}
 	sec.Tables = append(sec.Tables, t)
-	sec.Notes = append(sec.Notes, fmt.Sprintf("-benchtime per backend: %v (iptables-legacy takes ~1 s per operation at 10k, so fewer iterations).", plan.S5BenchTime))
+	sec.Notes = append(sec.Notes, fmt.Sprintf("-benchtime per backend: %v (iptables-legacy's operations grow with its table, so it gets fewer iterations).", plan.S5BenchTime))
 	return errors.Join(errs...)
 }

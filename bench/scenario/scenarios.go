@@ -3,9 +3,12 @@ package scenario
 import (
 	"context"
 	"os/exec"
+	"path/filepath"
+	"runtime/debug"
 	"strings"
 
 	"github.com/natgw/natgw/bench/report"
+	"github.com/natgw/natgw/internal/apitest"
 )
 
 // Scenario is one numbered benchmark.
@@ -25,8 +28,10 @@ func All() []Scenario {
 	}
 }
 
-// Tools returns the versions of the external programs the benchmarks run.
-func Tools(ctx context.Context, natgw string) []report.Tool {
+// Tools returns the versions of the external programs the benchmarks run
+// (natgw's agent and envtestAssets' kube-apiserver and etcd when given) and
+// of the Go modules natgw's packages are built with.
+func Tools(ctx context.Context, natgw, envtestAssets string) []report.Tool {
 	tools := []report.Tool{
 		{Name: "iptables-legacy", Version: toolVersion(ctx, "iptables-legacy", "--version")},
 		{Name: "iptables-nft", Version: toolVersion(ctx, "iptables-nft", "--version")},
@@ -37,6 +42,19 @@ func Tools(ctx context.Context, natgw string) []report.Tool {
 	}
 	if natgw != "" {
 		tools = append(tools, report.Tool{Name: "natgw", Version: toolVersion(ctx, natgw, "version")})
+	}
+	if envtestAssets != "" && apitest.Missing(envtestAssets) == "" {
+		tools = append(tools,
+			report.Tool{Name: "kube-apiserver (scenario 3)", Version: toolVersion(ctx, filepath.Join(envtestAssets, "kube-apiserver"), "--version")},
+			report.Tool{Name: "etcd (scenario 3)", Version: toolVersion(ctx, filepath.Join(envtestAssets, "etcd"), "--version")})
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			switch d.Path {
+			case "github.com/google/nftables", "sigs.k8s.io/controller-runtime", "k8s.io/client-go":
+				tools = append(tools, report.Tool{Name: d.Path + " (Go module)", Version: d.Version})
+			}
+		}
 	}
 	if _, err := exec.LookPath("go"); err == nil {
 		tools = append(tools, report.Tool{Name: "go (toolchain on PATH)", Version: strings.TrimPrefix(toolVersion(ctx, "go", "version"), "go version ")})

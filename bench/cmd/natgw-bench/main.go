@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -63,7 +64,7 @@ func run() error {
 		mode = "quick"
 	}
 	rep := &report.Report{Title: "natgw benchmarks"}
-	rep.Meta = meta(ctx, mode, *natgw)
+	rep.Meta = meta(ctx, mode, *natgw, *assets)
 	rep.Intro = []string{
 		"Every figure below was measured in this run, on this machine, in network namespaces the run created and removed. " +
 			"Every figure is the median over repetitions that follow a warm-up; p90/p99 are given where latency is the point; " +
@@ -89,6 +90,9 @@ func run() error {
 			errs = append(errs, fmt.Errorf("scenario %s failed (details above and in the report)", s.ID))
 		}
 	}
+	if err := removeStalePlots(*out, rep); err != nil {
+		return err
+	}
 	rep.Meta.Finished = time.Now()
 	rep.Meta.LoadEnd = loadavg()
 	if err := rep.Write(*out); err != nil {
@@ -98,7 +102,29 @@ func run() error {
 	return errors.Join(errs...)
 }
 
-func meta(ctx context.Context, mode, natgw string) report.Meta {
+// removeStalePlots removes the plots in dir that this run did not write
+// (scenarios left out, failed or not run), so every file the report sits
+// with comes from the same run as REPORT.md and summary.json.
+func removeStalePlots(dir string, rep *report.Report) error {
+	written := map[string]bool{}
+	for _, s := range rep.Sections {
+		if s.Plot != "" {
+			written[s.Plot] = true
+		}
+	}
+	for _, s := range scenario.All() {
+		name := "s" + s.ID + ".png"
+		if written[name] {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove the plot of an earlier run: %w", err)
+		}
+	}
+	return nil
+}
+
+func meta(ctx context.Context, mode, natgw, envtestAssets string) report.Meta {
 	m := report.Meta{
 		Command:   strings.Join(os.Args, " "),
 		Mode:      mode,
@@ -107,7 +133,7 @@ func meta(ctx context.Context, mode, natgw string) report.Meta {
 		CPUModel:  cpuModel(),
 		LoadStart: loadavg(),
 		Go:        runtime.Version() + " (runner)",
-		Tools:     scenario.Tools(ctx, natgw),
+		Tools:     scenario.Tools(ctx, natgw, envtestAssets),
 	}
 	var u unix.Utsname
 	if err := unix.Uname(&u); err == nil {
