@@ -81,6 +81,9 @@ type Plan struct {
 	// created and deleted one at a time, each waited for. S3Workers is
 	// the controller's --workers.
 	S3Burst, S3Paced, S3Creators, S3Workers int
+	// S3StartTogether starts every data plane's kube-apiserver + etcd at
+	// once before the first run, instead of each just before its run.
+	S3StartTogether bool
 }
 
 // FullPlan is `make bench`.
@@ -109,7 +112,7 @@ func QuickPlan() Plan {
 		S2OneByOne: 200, S2ScriptOneByOne: 10, S2SyncSizes: []int{1000, 10000}, S2ResyncSizes: []int{10000},
 		S2StartupSize: 10000, S2Reps: 2,
 		S5Sizes: []int{0, 10000}, S5BenchTime: map[string]string{"nftables": "20x"},
-		S3Burst: 50, S3Paced: 20, S3Creators: 16, S3Workers: 4,
+		S3Burst: 50, S3Paced: 20, S3Creators: 16, S3Workers: 4, S3StartTogether: true,
 	}
 }
 

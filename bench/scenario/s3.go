@@ -77,10 +77,34 @@ func runS3(ctx context.Context, e *Env, plan Plan) error {
 		sec.NotRun = envtestReady(e)
 		return errors.New(sec.NotRun)
 	}
+	// One control plane per data plane; with S3StartTogether all start
+	// at once before the first run (an idle one costs little CPU),
+	// otherwise each just before its run.
+	planes := make([]*planeStart, len(s3Dataplanes))
+	if plan.S3StartTogether {
+		for i := range planes {
+			planes[i] = startPlane(e)
+		}
+	}
+	next := 0
+	defer func() {
+		// Runs cut short (ctx) leave started planes behind: stop them.
+		for _, p := range planes[next:] {
+			if p != nil {
+				if cp, _, err := p.wait(); err == nil {
+					cp.Close()
+				}
+			}
+		}
+	}()
 	var results []*s3Result
 	var errs []error
 	for i, dp := range s3Dataplanes {
-		r := runS3Dataplane(ctx, e, plan, dp, fmt.Sprintf("[%d/%d] %s", i+1, len(s3Dataplanes), dp))
+		if planes[i] == nil {
+			planes[i] = startPlane(e)
+		}
+		next = i + 1
+		r := runS3Dataplane(ctx, e, plan, dp, fmt.Sprintf("[%d/%d] %s", i+1, len(s3Dataplanes), dp), planes[i])
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -94,13 +118,39 @@ func runS3(ctx context.Context, e *Env, plan Plan) error {
 	return errors.Join(errs...)
 }
 
-// runS3Dataplane starts a fresh control plane, gateway topology and
-// controller for dp, makes the EIPs, then measures paced and burst FIPs.
-func runS3Dataplane(ctx context.Context, e *Env, plan Plan, dp, label string) *s3Result {
+// planeStart is a control plane starting in the background.
+type planeStart struct {
+	done chan struct{}
+	cp   *controlPlane
+	up   time.Duration
+	err  error
+}
+
+func startPlane(e *Env) *planeStart {
+	p := &planeStart{done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		t0 := time.Now()
+		p.cp, p.err = startControlPlane(e)
+		p.up = time.Since(t0)
+	}()
+	return p
+}
+
+// wait returns the started control plane, how long its start took, or
+// why it failed.
+func (p *planeStart) wait() (*controlPlane, time.Duration, error) {
+	<-p.done
+	return p.cp, p.up, p.err
+}
+
+// runS3Dataplane takes the control plane of p (and stops it at the end),
+// builds a fresh gateway topology and controller for dp, makes the EIPs,
+// then measures paced and burst FIPs.
+func runS3Dataplane(ctx context.Context, e *Env, plan Plan, dp, label string, p *planeStart) *s3Result {
 	r := &s3Result{dp: dp}
-	t0 := time.Now()
-	e.Progress.Printf("%s: starting kube-apiserver + etcd", label)
-	cp, err := startControlPlane(e)
+	e.Progress.Printf("%s: kube-apiserver + etcd", label)
+	cp, up, err := p.wait()
 	if err != nil {
 		r.err = err
 		return r
@@ -110,7 +160,7 @@ func runS3Dataplane(ctx context.Context, e *Env, plan Plan, dp, label string) *s
 			r.err = err
 		}
 	}()
-	r.apiUp = time.Since(t0)
+	r.apiUp = up
 	r.err = withLab(ctx, func(l *netlab.Lab) error {
 		return measureS3(ctx, e, plan, cp, l, r, label)
 	})
@@ -415,7 +465,11 @@ func reportS3(e *Env, plan Plan, sec *report.Section, results []*s3Result) {
 	where := report.Table{Caption: "**burst: where the time goes** — the API server's write rate seen by the clients, and the controller behind it",
 		Header: []string{"data plane", "creates: all returned after", "API create rate", "Create request p50 / p99", "last FIP Ready after",
 			"API writes until then (per FIP, per s)", "deletes: all returned after", "last FIP gone after", "API writes until then (per FIP, per s)"}}
-	setup := report.Table{Caption: "**set-up** (not part of the figures above)",
+	setupCaption := "**set-up** (not part of the figures above)"
+	if plan.S3StartTogether {
+		setupCaption += "; the control planes of both data planes were started at the same time (quick mode), so each start shares the CPUs with the other"
+	}
+	setup := report.Table{Caption: setupCaption,
 		Header: []string{"data plane", "kube-apiserver + etcd up", "EIPs created at once until all Ready", "EIPs Ready/s"}}
 	for _, dp := range s3Dataplanes {
 		r := byDP[dp]
