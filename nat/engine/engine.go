@@ -42,6 +42,14 @@ type Renderer interface {
 	Close() error
 }
 
+// StateLoader is implemented by Renderers whose Load builds the nat.State
+// of the objects it reads anyway (to check them against each other): the
+// engine adopts that State instead of inserting every object again.
+type StateLoader interface {
+	// LoadState is Load, returning the objects as a State.
+	LoadState(ctx context.Context) (st *nat.State, bootID string, err error)
+}
+
 // Commit is one change handed to a Renderer.
 type Commit struct {
 	Removed []nat.Object
@@ -75,6 +83,14 @@ func New(ctx context.Context, r Renderer, plumb *link.Plumber, log logr.Logger) 
 }
 
 func (e *Engine) reload(ctx context.Context) error {
+	if sl, ok := e.r.(StateLoader); ok {
+		st, boot, err := sl.LoadState(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: load kernel state: %w", e.r.Name(), err)
+		}
+		e.state, e.bootID = st, boot
+		return nil
+	}
 	objs, boot, err := e.r.Load(ctx)
 	if err != nil {
 		return fmt.Errorf("%s: load kernel state: %w", e.r.Name(), err)

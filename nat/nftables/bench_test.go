@@ -2,9 +2,12 @@ package nftables
 
 import (
 	"context"
+	"net/netip"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/natgw/natgw/nat"
 )
 
 // timeOps runs op b.N times, timing each call, and reports the median in
@@ -54,5 +57,99 @@ func BenchmarkLarge(b *testing.B) {
 	})
 	if got, err := dp.List(ctx); err != nil || len(got) != n {
 		b.Fatalf("after the benchmark: %d objects (%v), want %d", len(got), err, n)
+	}
+}
+
+// fipsVariant returns manyFIPs(n, 36) with every step-th FIP changed (new
+// UID and internal IP); step 1 changes all of them (and their EIPs too).
+func fipsVariant(n, step int) []nat.Object {
+	objs := manyFIPs(n, 36)
+	for i := 0; i < n; i += step {
+		o := objs[i]
+		f := *o.FIP
+		o.UID = "c" + o.UID[1:]
+		f.InternalIP = netip.AddrFrom4([4]byte{11, f.InternalIP.As4()[1], f.InternalIP.As4()[2], f.InternalIP.As4()[3]})
+		if step == 1 {
+			f.EIP = netip.AddrFrom4([4]byte{101, f.EIP.As4()[1], f.EIP.As4()[2], f.EIP.As4()[3]})
+		}
+		o.FIP = &f
+		objs[i] = o
+	}
+	return objs
+}
+
+// BenchmarkSync100k times a Sync of 100,000 FIPs through the engine (the
+// whole path of a gateway resync: planning, rendering, one transaction):
+// into an empty table, replacing a 100k set of which 1% differs, and
+// replacing a 100k set entirely (other UIDs, EIPs and internal IPs).
+func BenchmarkSync100k(b *testing.B) {
+	const n = 100_000
+	ctx := context.Background()
+	cfg := gateway(b)
+	dp := open(b, cfg, WithoutPlumbing())
+	base := manyFIPs(n, 36)
+	for _, bc := range []struct {
+		name  string
+		other []nat.Object // nil: start from an empty table
+	}{
+		{"Empty", nil},
+		{"Changed1pct", fipsVariant(n, 100)},
+		{"ChangedAll", fipsVariant(n, 1)},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			next := base
+			setup := func() error {
+				if bc.other == nil {
+					return dp.Sync(ctx, nil)
+				}
+				return nil
+			}
+			if bc.other != nil {
+				if err := dp.Sync(ctx, bc.other); err != nil {
+					b.Fatal(err)
+				}
+			}
+			timeOps(b, setup, func() error {
+				err := dp.Sync(ctx, next)
+				if bc.other != nil {
+					if &next[0] == &base[0] {
+						next = bc.other
+					} else {
+						next = base
+					}
+				}
+				return err
+			})
+		})
+	}
+}
+
+// BenchmarkLoad100k times the start of an agent on a table of 100,000 FIPs:
+// opening the engine (reading the table back, checking it, rebuilding the
+// index).
+func BenchmarkLoad100k(b *testing.B) {
+	const n = 100_000
+	ctx := context.Background()
+	cfg := gateway(b)
+	dp := open(b, cfg, WithoutPlumbing())
+	if err := dp.Sync(ctx, manyFIPs(n, 36)); err != nil {
+		b.Fatal(err)
+	}
+	var last nat.Dataplane
+	timeOps(b, func() error {
+		if last != nil {
+			return last.Close()
+		}
+		return nil
+	}, func() error {
+		var err error
+		last, err = New(ctx, cfg, WithoutPlumbing())
+		return err
+	})
+	if last != nil {
+		if got, err := last.List(ctx); err != nil || len(got) != n {
+			b.Fatalf("after the benchmark: %d objects (%v), want %d", len(got), err, n)
+		}
+		last.Close()
 	}
 }

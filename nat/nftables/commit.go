@@ -4,14 +4,17 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	nft "github.com/google/nftables"
 
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/engine"
+	"golang.org/x/sys/unix"
 )
 
 // qosState is what the kernel holds of one policer.
@@ -32,6 +35,7 @@ type change struct {
 	flush []string // with full
 	del   setElems // element deletes (keys only)
 	add   setElems
+	excl  bool // adds fail on an existing key (NLM_F_EXCL)
 
 	qosBefore map[qosKey]qosState // affected policers as in the kernel
 	qosAfter  map[qosKey]qosVal   // affected policers as wanted (absent: none)
@@ -61,8 +65,8 @@ func cmpQoSKey(a, b qosKey) int {
 // one transaction: deletes before the deletion of what they referenced,
 // creations before their references. It returns the first queueing error;
 // the caller must then drop the connection.
-func (r *Renderer) emit(ch *change) error {
-	c := r.conn
+func (r *Renderer) emit(t *txn, ch *change) error {
+	c := t.lib
 	if ch.dropTable {
 		c.DelTable(r.table)
 	}
@@ -73,10 +77,9 @@ func (r *Renderer) emit(ch *change) error {
 				return fmt.Errorf("add set %s: %w", spec.name, err)
 			}
 		}
-		meta := nft.SetElement{Key: metaKey, Comment: fmt.Sprintf("natgw layout=%d boot=%s", LayoutVersion, ch.bootID)}
-		if err := c.SetAddElements(r.set(fixedSets[0]), []nft.SetElement{meta}); err != nil {
-			return fmt.Errorf("add boot id: %w", err)
-		}
+	}
+	if err := t.spill(); err != nil {
+		return err
 	}
 	// 1. Elements out.
 	if ch.full {
@@ -84,13 +87,11 @@ func (r *Renderer) emit(ch *change) error {
 			c.FlushSet(&nft.Set{Table: r.table, Name: name})
 		}
 	}
+	if err := t.spill(); err != nil {
+		return err
+	}
 	for _, name := range slices.Sorted(maps.Keys(ch.del)) {
-		s := &nft.Set{Table: r.table, Name: name}
-		for _, part := range chunks(ch.del[name]) {
-			if err := c.SetDeleteElements(s, part); err != nil {
-				return fmt.Errorf("delete elements of %s: %w", name, err)
-			}
-		}
+		t.elements(true, false, name, ch.del[name])
 	}
 	// 2. Fixed chains exist (snat_cidr before the rule that jumps to it).
 	var chains []chainSpec
@@ -128,7 +129,7 @@ func (r *Renderer) emit(ch *change) error {
 			if !b.chain {
 				c.AddChain(r.chain(k.name()))
 			}
-			r.addRule(k.name(), qosRule(k))
+			r.addRule(c, k.name(), qosRule(k))
 		}
 	}
 	// 4. CIDR SNAT maps in, then the rules.
@@ -148,7 +149,7 @@ func (r *Renderer) emit(ch *change) error {
 				c.FlushChain(r.chain(cs.name))
 			}
 			for _, rs := range cs.rules {
-				r.addRule(cs.name, rs)
+				r.addRule(c, cs.name, rs)
 			}
 		}
 	}
@@ -157,7 +158,7 @@ func (r *Renderer) emit(ch *change) error {
 			c.FlushChain(r.chain(chainSNATCIDR))
 		}
 		for _, cl := range sortedSNAT(ch.snatAfter) {
-			r.addRule(chainSNATCIDR, snatRule(cl))
+			r.addRule(c, chainSNATCIDR, snatRule(cl))
 		}
 	}
 	// 5. CIDR SNAT maps out (no rule refers to them any more).
@@ -167,14 +168,22 @@ func (r *Renderer) emit(ch *change) error {
 		}
 	}
 	// 6. Elements in.
-	for _, name := range slices.Sorted(maps.Keys(ch.add)) {
-		s := &nft.Set{Table: r.table, Name: name}
-		for _, part := range chunks(ch.add[name]) {
-			if err := c.SetAddElements(s, part); err != nil {
-				return fmt.Errorf("add elements to %s: %w", name, err)
-			}
-		}
+	if err := t.spill(); err != nil {
+		return err
 	}
+	for _, name := range slices.Sorted(maps.Keys(ch.add)) {
+		t.elements(false, ch.excl, name, ch.add[name])
+	}
+	// 7. The meta element, with the generation this transaction will
+	// have if nobody else commits first (see Load).
+	if t.seq == t.base {
+		return nil // nothing to change: no transaction
+	}
+	boot := r.boot
+	if ch.createTable {
+		boot = ch.bootID
+	}
+	t.meta(metaComment(boot), r.gen+1)
 	return nil
 }
 
@@ -197,23 +206,59 @@ func (r *Renderer) run(ctx context.Context, ch *change) error {
 	if err := r.ready(); err != nil {
 		return err
 	}
-	if err := r.emit(ch); err != nil {
-		// Earlier messages are queued and an error may stick to the
-		// Conn: drop it.
-		if rerr := r.redial(); rerr != nil {
-			r.log.Error(rerr, "redial after queueing error")
-		}
+	t, err := newTxn(r.seq, ch.size())
+	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	return r.flush(ctx)
+	if err := r.emit(t, ch); err != nil {
+		// Nothing was sent.
+		return fmt.Errorf("nftables: %w", err)
+	}
+	return r.flush(ctx, t)
 }
 
-// Commit implements engine.Renderer.
+// size estimates the encoded size of ch's element messages.
+func (ch *change) size() int {
+	n := 0
+	for _, m := range []setElems{ch.del, ch.add} {
+		for _, es := range m {
+			for _, e := range es {
+				n += elemSize(e)
+			}
+			n += (len(es)/maxMsgElems + 1) * 64
+		}
+	}
+	return n + 4096
+}
+
+// Commit implements engine.Renderer. A Sync (c.Full) whose difference to
+// the present objects is small sends only that difference, like an Apply,
+// with adds that must not find their key in the kernel; if the kernel
+// refuses it (its elements are not what the objects render to: a hand
+// edit), or if the difference is large, every element set is flushed and
+// refilled instead. Either way it is one transaction that commits.
 func (r *Renderer) Commit(ctx context.Context, c engine.Commit) error {
-	if c.Full {
+	if !c.Full {
+		return r.commitDiff(ctx, c.Removed, c.Added, false)
+	}
+	if len(c.Removed)+len(c.Added) >= len(c.Want)/2 {
 		return r.commitFull(ctx, c.Want)
 	}
-	ch := &change{del: setElems{}, add: setElems{}, qosBefore: map[qosKey]qosState{}, qosAfter: map[qosKey]qosVal{}}
+	err := r.commitDiff(ctx, c.Removed, c.Added, true)
+	var errno unix.Errno
+	if err == nil || errors.Is(err, nat.ErrUnknownState) || ctx.Err() != nil || !errors.As(err, &errno) {
+		return err
+	}
+	r.log.Info("sync: the kernel refused the difference (its elements are not what the objects render to), rewriting every element", "error", err)
+	return r.commitFull(ctx, c.Want)
+}
+
+// commitDiff deletes the elements of removed and adds those of added in
+// one transaction; with exclusive, an added element whose key the kernel
+// already holds makes the kernel refuse the transaction.
+func (r *Renderer) commitDiff(ctx context.Context, removed, added []nat.Object, exclusive bool) error {
+	ch := &change{del: setElems{}, add: setElems{}, excl: exclusive, qosBefore: map[qosKey]qosState{}, qosAfter: map[qosKey]qosVal{}}
+	c := engine.Commit{Removed: removed, Added: added}
 	snatCount := map[snatClass]int{}
 	// The kernel holds exactly the rendering of the objects (Load makes
 	// it so, every Commit keeps it so): removed objects are deleted by
@@ -379,22 +424,27 @@ func newBootID() (string, error) {
 
 // Load implements engine.Renderer. See nat/README.md, "Start".
 func (r *Renderer) Load(ctx context.Context) ([]nat.Object, string, error) {
+	st, boot, err := r.LoadState(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	return st.Objects(), boot, nil
+}
+
+// LoadState implements engine.StateLoader: Load, returning the objects as
+// the nat.State the consistency check built.
+func (r *Renderer) LoadState(ctx context.Context) (*nat.State, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
 	if err := r.ready(); err != nil {
 		return nil, "", err
 	}
-	done := r.deadline(ctx)
-	k, err := r.readKernel()
-	done()
+	k, objs, st, consistent, err := r.readObjects(ctx)
 	if err != nil {
-		// A read can leave partial dump replies on the socket.
-		if rerr := r.redial(); rerr != nil {
-			r.log.Error(rerr, "redial after failed read")
-		}
-		return nil, "", fmt.Errorf("nftables: read table: %w", err)
+		return nil, "", err
 	}
+	r.gen = k.gen
 	if !k.exists || k.broken != "" {
 		if k.exists {
 			r.log.Info("table layout not usable, recreating it (state is lost, boot id changes)", "reason", k.broken)
@@ -409,9 +459,8 @@ func (r *Renderer) Load(ctx context.Context) ([]nat.Object, string, error) {
 			return nil, "", fmt.Errorf("nftables: create table: %w", err)
 		}
 		r.snat, r.qos, r.boot = map[snatClass]int{}, map[qosKey]qosVal{}, boot
-		return nil, boot, nil
+		return nat.NewState(), boot, nil
 	}
-	objs, consistent := k.objects(r.log)
 	var ch *change
 	var snat map[snatClass]int
 	var qos map[qosKey]qosVal
@@ -428,9 +477,48 @@ func (r *Renderer) Load(ctx context.Context) ([]nat.Object, string, error) {
 		}
 		ch.fixedChains = true
 	}
+	r.boot = k.boot
 	if err := r.run(ctx, ch); err != nil {
 		return nil, "", fmt.Errorf("nftables: repair table: %w", err)
 	}
-	r.snat, r.qos, r.boot = snat, qos, k.boot
-	return objs, k.boot, nil
+	r.snat, r.qos = snat, qos
+	return st, k.boot, nil
+}
+
+// maxReads bounds the reads of readObjects (the pauses add up to ~15 s).
+const maxReads = 20
+
+// readObjects reads the table and rebuilds its objects, reading again
+// while a dump was torn (see kernelState.torn), with growing pauses.
+func (r *Renderer) readObjects(ctx context.Context) (*kernelState, []nat.Object, *nat.State, bool, error) {
+	pause := 10 * time.Millisecond
+	for try := 1; ; try++ {
+		done := r.deadline(ctx)
+		k, err := r.readKernel()
+		done()
+		if err != nil {
+			// A read can leave partial dump replies on the socket.
+			if rerr := r.redial(); rerr != nil {
+				r.log.Error(rerr, "redial after failed read")
+			}
+			return nil, nil, nil, false, fmt.Errorf("nftables: read table: %w", err)
+		}
+		if !k.exists || k.broken != "" {
+			return k, nil, nil, false, nil
+		}
+		objs, st, consistent := k.objects(r.log)
+		if !k.torn {
+			return k, objs, st, consistent, nil
+		}
+		if try == maxReads {
+			return nil, nil, nil, false, fmt.Errorf("nftables: read table: %d set dumps in a row repeated elements", try)
+		}
+		r.log.Info("a set dump repeated elements (the kernel resized a map during the dump), reading again", "try", try)
+		select {
+		case <-ctx.Done():
+			return nil, nil, nil, false, fmt.Errorf("nftables: read table: %w", ctx.Err())
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, time.Second)
+	}
 }

@@ -18,12 +18,28 @@ import (
 // that allocates little per element: at 100,000 elements the library's
 // decoder allocates ~190 MB, most of it garbage at once.
 func (r *Renderer) readElements(set string) ([]nft.SetElement, error) {
+	var out []nft.SetElement
+	err := r.dumpSet(set, func(n int) { out = make([]nft.SetElement, 0, n) }, func(b []byte) error {
+		e, err := decodeElem(b)
+		if err != nil {
+			return err
+		}
+		out = append(out, e)
+		return nil
+	})
+	return out, err
+}
+
+// dumpSet dumps the elements of one set of natgw's table, calling size with
+// a rough element count once the dump is read, then elem with each
+// NFTA_LIST_ELEM payload.
+func (r *Renderer) dumpSet(set string, size func(n int), elem func(b []byte) error) error {
 	data, err := netlink.MarshalAttributes([]netlink.Attribute{
 		{Type: unix.NFTA_SET_TABLE, Data: []byte(TableName + "\x00")},
 		{Type: unix.NFTA_SET_NAME, Data: []byte(set + "\x00")},
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	req := netlink.Message{
 		Header: netlink.Header{
@@ -33,11 +49,11 @@ func (r *Renderer) readElements(set string) ([]nft.SetElement, error) {
 		Data: append([]byte{unix.AF_INET, unix.NFNETLINK_V0, 0, 0}, data...),
 	}
 	if _, err := r.sock.Send(req); err != nil {
-		return nil, fmt.Errorf("send: %w", err)
+		return fmt.Errorf("send: %w", err)
 	}
 	msgs, err := r.sock.Receive()
 	if err != nil {
-		return nil, fmt.Errorf("receive: %w", err)
+		return fmt.Errorf("receive: %w", err)
 	}
 	n := 0
 	for _, m := range msgs {
@@ -45,19 +61,19 @@ func (r *Renderer) readElements(set string) ([]nft.SetElement, error) {
 			n += len(m.Data) / 64 // rough: an element encodes to 64+ bytes
 		}
 	}
-	out := make([]nft.SetElement, 0, n)
+	size(n)
 	for _, m := range msgs {
 		if m.Header.Type != netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWSETELEM) {
 			continue
 		}
 		if len(m.Data) < 4 {
-			return nil, fmt.Errorf("short element message (%d bytes)", len(m.Data))
+			return fmt.Errorf("short element message (%d bytes)", len(m.Data))
 		}
-		if out, err = decodeElemList(m.Data[4:], out); err != nil {
-			return nil, err
+		if err := decodeElemList(m.Data[4:], elem); err != nil {
+			return err
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // attrs walks the netlink attributes in b, calling fn with each type (flag
@@ -81,9 +97,10 @@ func attrs(b []byte, fn func(typ uint16, v []byte) error) error {
 	return nil
 }
 
-// decodeElemList appends the elements of one NEWSETELEM message's payload.
-func decodeElemList(b []byte, out []nft.SetElement) ([]nft.SetElement, error) {
-	err := attrs(b, func(typ uint16, v []byte) error {
+// decodeElemList calls elem with each NFTA_LIST_ELEM of one NEWSETELEM
+// message's payload.
+func decodeElemList(b []byte, elem func(b []byte) error) error {
+	return attrs(b, func(typ uint16, v []byte) error {
 		if typ != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
 			return nil
 		}
@@ -91,15 +108,9 @@ func decodeElemList(b []byte, out []nft.SetElement) ([]nft.SetElement, error) {
 			if typ != unix.NFTA_LIST_ELEM {
 				return nil
 			}
-			e, err := decodeElem(v)
-			if err != nil {
-				return err
-			}
-			out = append(out, e)
-			return nil
+			return elem(v)
 		})
 	})
-	return out, err
 }
 
 // dataValue returns the NFTA_DATA_VALUE in a nested nft_data attribute, and
@@ -173,18 +184,26 @@ func decodeElem(b []byte) (nft.SetElement, error) {
 	return e, nil
 }
 
-// elemComment returns the comment TLV of element userdata (bounds-checked,
-// unlike userdata.Get).
+// elemComment returns the comment TLV of element userdata.
 func elemComment(u []byte) string {
+	if v := udataTLV(u, userdata.NFTNL_UDATA_SET_ELEM_COMMENT); v != nil {
+		return cString(v)
+	}
+	return ""
+}
+
+// udataTLV returns the value of the first TLV of type typ in element
+// userdata, nil if there is none (bounds-checked, unlike userdata.Get).
+func udataTLV(u []byte, typ userdata.Type) []byte {
 	for len(u) >= 2 {
-		typ, l := userdata.Type(u[0]), int(u[1])
+		t, l := userdata.Type(u[0]), int(u[1])
 		if 2+l > len(u) {
-			return ""
+			return nil
 		}
-		if typ == userdata.NFTNL_UDATA_SET_ELEM_COMMENT {
-			return cString(u[2 : 2+l])
+		if t == typ {
+			return u[2 : 2+l]
 		}
 		u = u[2+l:]
 	}
-	return ""
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	nft "github.com/google/nftables"
 	"github.com/google/nftables/userdata"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
@@ -53,6 +54,19 @@ func encodeElemList(t *testing.T, key, val []byte, verdictChain, comment string)
 	return b
 }
 
+// decodeAll decodes every element of one NEWSETELEM payload.
+func decodeAll(b []byte) ([]nft.SetElement, error) {
+	var es []nft.SetElement
+	err := decodeElemList(b, func(b []byte) error {
+		e, err := decodeElem(b)
+		if err == nil {
+			es = append(es, e)
+		}
+		return err
+	})
+	return es, err
+}
+
 // TestDecodeElemList decodes elements as the kernel encodes them, and
 // refuses (without panicking) every truncation of one.
 func TestDecodeElemList(t *testing.T) {
@@ -69,7 +83,7 @@ func TestDecodeElemList(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := encodeElemList(t, tc.key, tc.val, tc.chain, tc.cmt)
-			es, err := decodeElemList(b, nil)
+			es, err := decodeAll(b)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +100,7 @@ func TestDecodeElemList(t *testing.T) {
 			// Every truncation decodes without a panic; one that cuts
 			// into the element must not yield it intact.
 			for n := range len(b) {
-				es, err := decodeElemList(b[:n], nil)
+				es, err := decodeAll(b[:n])
 				if err == nil && len(es) > 0 && n < len(b)-3 { // more than the trailing padding cut
 					t.Errorf("truncated to %d of %d bytes: decoded intact", n, len(b))
 				}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
@@ -394,11 +395,11 @@ func TestSyncLarge(t *testing.T) {
 	}
 	r, _ := load()
 	objs := manyFIPs(n, 36)
-	sync := func(r *Renderer, want []nat.Object) {
+	sync := func(r *Renderer, removed, added, want []nat.Object) {
 		t.Helper()
 		gen := generation(t, cfg.NetNS)
 		start := time.Now()
-		if err := r.Commit(opCtx(t), engine.Commit{Full: true, Want: want}); err != nil {
+		if err := r.Commit(opCtx(t), engine.Commit{Full: true, Removed: removed, Added: added, Want: want}); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("full commit of %d FIPs: %v", len(want), time.Since(start))
@@ -406,7 +407,7 @@ func TestSyncLarge(t *testing.T) {
 			t.Errorf("full commit took %d transactions, want 1", g-gen)
 		}
 	}
-	sync(r, objs)
+	sync(r, nil, objs, objs)
 	r, got := load()
 	if !sameObjects(got, objs) {
 		t.Fatalf("read back %d objects, want %d", len(got), len(objs))
@@ -419,7 +420,7 @@ func TestSyncLarge(t *testing.T) {
 	}
 	// (TestSyncLongUIDs reads a second Sync back; at this size that read
 	// is what makes the test slow.)
-	sync(r, next)
+	sync(r, objs[n/2:], next[n/2:], next)
 }
 
 // TestSyncLongUIDs syncs 20,000 FIPs with 64-character UIDs (elements of
@@ -566,7 +567,7 @@ func TestAcksLost(t *testing.T) {
 	}
 	objs := manyFIPs(5000, 36)
 	gen := generation(t, cfg.NetNS)
-	err = r.Commit(opCtx(t), engine.Commit{Full: true, Want: objs})
+	err = r.Commit(opCtx(t), engine.Commit{Full: true, Added: objs, Want: objs})
 	if !errors.Is(err, nat.ErrUnknownState) {
 		t.Fatalf("commit with acks lost: %v, want an error wrapping nat.ErrUnknownState", err)
 	}
@@ -584,4 +585,110 @@ func TestAcksLost(t *testing.T) {
 	if !sameObjects(got, objs) {
 		t.Errorf("read back after the unknown outcome: %d objects, want the %d the kernel holds", len(got), len(objs))
 	}
+}
+
+// TestSyncDiff: a Sync that changes a few of many objects sends only the
+// difference, in one transaction; when the kernel's elements are not what
+// the index says (hand edits), the kernel refuses the difference and the
+// Sync rewrites every element instead, still as one committed transaction.
+func TestSyncDiff(t *testing.T) {
+	const n = 200
+	base := manyFIPs(n, 36)
+	next := append([]nat.Object(nil), base...)
+	for i := 0; i < n; i += 20 { // 10 of 200 replaced
+		o := next[i]
+		f := *o.FIP
+		f.InternalIP = netip.AddrFrom4([4]byte{11, 0, byte(i >> 8), byte(i)})
+		o.UID, o.FIP = "d"+o.UID[1:], &f
+		next[i] = o
+	}
+	gone, kept := base[0].FIP, base[1].FIP
+	for _, tc := range []struct {
+		name string
+		edit string // nft script run before the Sync ("" none)
+	}{
+		{"clean", ""},
+		{"element of a removed object deleted by hand", fmt.Sprintf("delete element ip natgw fip_snat { %s }", gone.InternalIP)},
+		{"stray element on a key the sync adds", fmt.Sprintf("add element ip natgw fip_snat { %s : 192.0.2.1 }", next[0].FIP.InternalIP)},
+		{"element of a kept object deleted by hand", fmt.Sprintf("delete element ip natgw fip_dnat { %s }", kept.EIP)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := gateway(t)
+			dp := open(t, cfg, WithoutPlumbing())
+			if err := dp.Sync(ctxT(t), base); err != nil {
+				t.Fatal(err)
+			}
+			if tc.edit != "" {
+				nftExec(t, cfg.NetNS, tc.edit+"\n")
+			}
+			gen := generation(t, cfg.NetNS)
+			if err := dp.Sync(ctxT(t), next); err != nil {
+				t.Fatal(err)
+			}
+			if g := generation(t, cfg.NetNS); g != gen+1 {
+				t.Errorf("sync took %d committed transactions, want 1", g-gen)
+			}
+			r, err := NewRenderer(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			k, err := r.readKernel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, _, consistent := k.objects(logr.Discard())
+			if !sameObjects(objs, next) {
+				t.Errorf("kernel holds %d objects, want the %d synced", len(objs), len(next))
+			}
+			// A hand edit the difference does not touch is left to Load.
+			if want := tc.name != "element of a kept object deleted by hand"; consistent != want {
+				t.Errorf("kernel consistent with its objects: %v, want %v", consistent, want)
+			}
+		})
+	}
+}
+
+// TestLoadMirror: Load skips reading fip_snat (the mirror of fip_dnat)
+// only while the ruleset generation is the one natgw's last transaction
+// stored; any other commit in the namespace (another table, a hand edit of
+// natgw's) makes it read and check everything.
+func TestLoadMirror(t *testing.T) {
+	cfg := gateway(t)
+	dp := open(t, cfg)
+	if err := dp.Apply(ctxT(t), goldenObjects()...); err != nil {
+		t.Fatal(err)
+	}
+	dp.Close()
+	r, err := NewRenderer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	check := func(what string, mirror, consistent bool) {
+		t.Helper()
+		k, err := r.readKernel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k.mirror != mirror {
+			t.Errorf("%s: fip_snat taken as the mirror: %v, want %v", what, k.mirror, mirror)
+		}
+		objs, _, ok := k.objects(logr.Discard())
+		if ok != consistent {
+			t.Errorf("%s: consistent %v, want %v", what, ok, consistent)
+		}
+		if consistent && !sameObjects(objs, goldenObjects()) {
+			t.Errorf("%s: read %v, want the golden objects", what, objs)
+		}
+	}
+	check("after natgw's last transaction", true, true)
+	nftExec(t, cfg.NetNS, "add table ip foreign\n")
+	check("after another table was added", false, true)
+	if _, _, err := r.Load(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	check("after Load's own transaction", true, true)
+	nftExec(t, cfg.NetNS, "delete element ip natgw fip_snat { 198.51.100.10 }\n")
+	check("after fip_snat was edited by hand", false, false)
 }

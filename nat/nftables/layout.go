@@ -69,6 +69,17 @@ const (
 // metaKey is the key of the single element of the meta set.
 var metaKey = binaryutil.NativeEndian.PutUint32(1)
 
+// udataGen is a userdata TLV type of natgw's own (nft shows only the
+// comment TLV and ignores it) on the natgw_meta element: the ruleset
+// generation that natgw's last transaction committed, as far as natgw knew
+// (4 bytes, big endian). See nat/README.md, "Start".
+const udataGen = 0xf0
+
+// metaComment is the comment of the natgw_meta element.
+func metaComment(boot string) string {
+	return fmt.Sprintf("natgw layout=%d boot=%s", LayoutVersion, boot)
+}
+
 var (
 	typePortKey  = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeInetProto, nft.TypeInetService)
 	typePortVal  = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeInetService)
@@ -428,6 +439,6 @@ func (r *Renderer) chain(name string) *nft.Chain {
 	return &nft.Chain{Name: name, Table: r.table}
 }
 
-func (r *Renderer) addRule(chain string, rs ruleSpec) {
-	r.conn.AddRule(&nft.Rule{Table: r.table, Chain: r.chain(chain), Exprs: rs.exprs, UserData: comment(rs.comment)})
+func (r *Renderer) addRule(c *nft.Conn, chain string, rs ruleSpec) {
+	c.AddRule(&nft.Rule{Table: r.table, Chain: r.chain(chain), Exprs: rs.exprs, UserData: comment(rs.comment)})
 }

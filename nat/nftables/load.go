@@ -2,12 +2,15 @@ package nftables
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/go-logr/logr"
 	nft "github.com/google/nftables"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/nat"
 )
@@ -22,6 +25,21 @@ type kernelState struct {
 	snat  map[snatClass]bool          // CIDR SNAT maps present
 	qos   map[qosKey]qosState         // policer chains/objects present
 
+	// gen is the ruleset generation read before the sets (and again
+	// after them: if it moved, the sets were read in full). mirror means
+	// that the generation is the one natgw's last transaction stored in
+	// natgw_meta: nothing changed the kernel since, so fip_snat, which
+	// mirrors fip_dnat, was not read (elems holds no entry for it).
+	gen    uint32
+	mirror bool
+
+	// torn is set by objects when a dump held an element twice: the
+	// kernel resumes a set dump by counting elements, so a hash table
+	// resize between two replies (the kernel grows a map in the
+	// background after many adds) can repeat some elements and skip
+	// others. Such a read must be repeated, never repaired from.
+	torn bool
+
 	owner map[elemRef]string // filled by objects: owner UID of every element
 }
 
@@ -29,6 +47,11 @@ type kernelState struct {
 // objects. It never looks at other tables.
 func (r *Renderer) readKernel() (*kernelState, error) {
 	k := &kernelState{elems: map[string][]nft.SetElement{}, snat: map[snatClass]bool{}, qos: map[qosKey]qosState{}}
+	gen, err := r.generation()
+	if err != nil {
+		return nil, err
+	}
+	k.gen = gen
 	tables, err := r.conn.ListTablesOfFamily(nft.TableFamilyIPv4)
 	if err != nil {
 		return nil, fmt.Errorf("list tables: %w", err)
@@ -58,13 +81,20 @@ func (r *Renderer) readKernel() (*kernelState, error) {
 			return k, nil
 		}
 	}
-	meta, err := r.readElements(setMeta)
-	if err != nil {
+	var meta []metaElem
+	if err := r.dumpSet(setMeta, func(int) {}, func(b []byte) error {
+		m, err := decodeMeta(b)
+		meta = append(meta, m)
+		return err
+	}); err != nil {
 		return nil, fmt.Errorf("read set %s: %w", setMeta, err)
 	}
-	if k.boot, k.broken = parseMeta(meta); k.broken != "" {
+	var stored uint32
+	var hasGen bool
+	if k.boot, stored, hasGen, k.broken = parseMeta(meta); k.broken != "" {
 		return k, nil
 	}
+	k.mirror = hasGen && stored == gen
 	chains, err := r.conn.ListChainsOfTableFamily(nft.TableFamilyIPv4)
 	if err != nil {
 		return nil, fmt.Errorf("list chains: %w", err)
@@ -114,13 +144,62 @@ func (r *Renderer) readKernel() (*kernelState, error) {
 		}
 	}
 	for _, name := range names {
+		if name == setFIPSNAT && k.mirror {
+			continue
+		}
 		es, err := r.readElements(name)
 		if err != nil {
 			return nil, fmt.Errorf("read set %s: %w", name, err)
 		}
 		k.elems[name] = es
 	}
+	if k.mirror {
+		// Did anything commit while the sets were read? Then the
+		// mirror may differ: read it too.
+		if k.gen, err = r.generation(); err != nil {
+			return nil, err
+		}
+		if k.gen != gen {
+			k.mirror = false
+			es, err := r.readElements(setFIPSNAT)
+			if err != nil {
+				return nil, fmt.Errorf("read set %s: %w", setFIPSNAT, err)
+			}
+			k.elems[setFIPSNAT] = es
+		}
+	}
 	return k, nil
+}
+
+// generation reads the namespace's ruleset generation (the kernel bumps it
+// once per committed nf_tables transaction, whoever commits).
+func (r *Renderer) generation() (uint32, error) {
+	msgs, err := r.sock.Execute(netlink.Message{
+		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETGEN), Flags: netlink.Request},
+		Data:   []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("get generation: %w", err)
+	}
+	for _, m := range msgs {
+		if len(m.Data) < 4 {
+			continue
+		}
+		var gen uint32
+		found := false
+		if err := attrs(m.Data[4:], func(typ uint16, v []byte) error {
+			if typ == unix.NFTA_GEN_ID && len(v) == 4 {
+				gen, found = binary.BigEndian.Uint32(v), true
+			}
+			return nil
+		}); err != nil {
+			return 0, fmt.Errorf("get generation: %w", err)
+		}
+		if found {
+			return gen, nil
+		}
+	}
+	return 0, fmt.Errorf("get generation: no generation in the reply")
 }
 
 // setMismatch says how a kernel set differs from its spec ("" if it does not).
@@ -150,36 +229,81 @@ func sameHook(cs chainSpec, c *nft.Chain) bool {
 	return *cs.hook == *c.Hooknum && c.Priority != nil && *cs.prio == *c.Priority && cs.typ == c.Type
 }
 
-// parseMeta reads the boot id and checks the layout version.
-func parseMeta(es []nft.SetElement) (boot, broken string) {
+// metaElem is an element of natgw_meta.
+type metaElem struct {
+	key     []byte
+	comment string
+	gen     uint32
+	hasGen  bool
+}
+
+// decodeMeta decodes one NFTA_LIST_ELEM of natgw_meta.
+func decodeMeta(b []byte) (metaElem, error) {
+	var m metaElem
+	err := attrs(b, func(typ uint16, v []byte) error {
+		switch typ {
+		case unix.NFTA_SET_ELEM_KEY:
+			key, _, err := dataValue(v)
+			m.key = key
+			return err
+		case unix.NFTA_SET_ELEM_USERDATA:
+			m.comment = elemComment(v)
+			if g := udataTLV(v, udataGen); len(g) == 4 {
+				m.gen, m.hasGen = binary.BigEndian.Uint32(g), true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return metaElem{}, fmt.Errorf("decode %s element: %w", setMeta, err)
+	}
+	return m, nil
+}
+
+// parseMeta reads the boot id and the stored generation, and checks the
+// layout version.
+func parseMeta(es []metaElem) (boot string, gen uint32, hasGen bool, broken string) {
 	for _, e := range es {
-		if !bytes.Equal(e.Key, metaKey) {
+		if !bytes.Equal(e.key, metaKey) {
 			continue
 		}
-		f := strings.Fields(e.Comment)
+		f := strings.Fields(e.comment)
 		if len(f) != 3 || f[0] != "natgw" || f[1] != fmt.Sprintf("layout=%d", LayoutVersion) {
-			return "", fmt.Sprintf("meta element %q: not layout %d", e.Comment, LayoutVersion)
+			return "", 0, false, fmt.Sprintf("meta element %q: not layout %d", e.comment, LayoutVersion)
 		}
 		boot, ok := strings.CutPrefix(f[2], "boot=")
 		if !ok || boot == "" {
-			return "", fmt.Sprintf("meta element %q: no boot id", e.Comment)
+			return "", 0, false, fmt.Sprintf("meta element %q: no boot id", e.comment)
 		}
-		return boot, ""
+		return boot, e.gen, e.hasGen, ""
 	}
-	return "", "no boot id"
+	return "", 0, false, "no boot id"
 }
 
 // objects rebuilds the objects from the elements read, and reports whether
 // the kernel holds exactly the elements those objects render to (no stray,
 // missing or conflicting element). Objects that cannot be rebuilt or that
-// conflict with earlier ones are left out.
-func (k *kernelState) objects(log logr.Logger) ([]nat.Object, bool) {
+// conflict with earlier ones are left out. It also returns the nat.State of
+// the objects kept.
+func (k *kernelState) objects(log logr.Logger) ([]nat.Object, *nat.State, bool) {
+	// With the mirror untouched since natgw wrote it, fip_snat was not
+	// read, and each FIP comes from one fip_dnat element, which is exactly
+	// what that FIP renders to there: parsing it, the UID check and the
+	// conflict checks are the whole check. Otherwise every element is
+	// checked against the rendering of the objects.
+	checked := func(set string) bool { return !k.mirror || (set != setFIPDNAT && set != setFIPSNAT) }
 	total := 0
-	for _, es := range k.elems {
-		total += len(es)
+	for set, es := range k.elems {
+		if checked(set) {
+			total += len(es)
+		}
 	}
 	k.owner = make(map[elemRef]string, total)
-	objs := make(map[string]nat.Object, total/2+1)
+	type sourced struct {
+		o   nat.Object
+		set string // the set of the first element it was rebuilt from
+	}
+	objs := make(map[string]sourced, total/2+1)
 	var bad []string
 	order := []string{}
 	for _, spec := range elementSets {
@@ -200,45 +324,33 @@ func (k *kernelState) objects(log logr.Logger) ([]nat.Object, bool) {
 				bad = append(bad, fmt.Sprintf("set %s: %v", set, err))
 				continue
 			}
-			k.owner[refOf(set, e.Key)] = uid
+			if checked(set) {
+				ref := refOf(set, e.Key)
+				if _, dup := k.owner[ref]; dup {
+					k.torn = true
+				}
+				k.owner[ref] = uid
+			}
 			if o == nil {
 				continue
 			}
 			if prev, ok := objs[uid]; ok {
-				if !prev.Equal(*o) {
-					bad = append(bad, fmt.Sprintf("uid %s: %s and %s", uid, prev, o))
+				if !prev.o.Equal(*o) {
+					bad = append(bad, fmt.Sprintf("uid %s: %s and %s", uid, prev.o, o))
+				} else if prev.set == set {
+					k.torn = true // the same element twice
 				}
 				continue
 			}
-			objs[uid] = *o
+			objs[uid] = sourced{*o, set}
 		}
 	}
 	list := make([]nat.Object, 0, len(objs))
-	for _, o := range objs {
-		list = append(list, o)
+	for _, so := range objs {
+		list = append(list, so.o)
 	}
-	// A deterministic order (kind, then UID) decides which of two
-	// conflicting objects stays. (nat.SortObjects is a stable sort, slow
-	// at 100k objects; UIDs are unique, so any sort gives this order.)
-	rank := map[nat.Kind]int{}
-	for i, kd := range nat.Kinds {
-		rank[kd] = i
-	}
-	slices.SortFunc(list, func(a, b nat.Object) int {
-		if a.Kind != b.Kind {
-			return rank[a.Kind] - rank[b.Kind]
-		}
-		return strings.Compare(a.UID, b.UID)
-	})
-	st := nat.NewStateSize(len(list))
-	kept := list[:0]
-	for _, o := range list {
-		if err := st.Insert(o); err != nil {
-			bad = append(bad, err.Error())
-			continue
-		}
-		kept = append(kept, o)
-	}
+	st, kept, conflicts := insertAll(list)
+	bad = append(bad, conflicts...)
 	// Every element the kept objects render to must be in the kernel with
 	// the same owner, and nothing else may be. Each object is rendered
 	// into a scratch buffer reused for the next one.
@@ -253,6 +365,9 @@ func (k *kernelState) objects(log logr.Logger) ([]nat.Object, bool) {
 			continue
 		}
 		for set, es := range scratch {
+			if !checked(set) {
+				continue
+			}
 			for _, e := range es {
 				if k.owner[refOf(set, e.Key)] == o.UID {
 					matched++
@@ -272,5 +387,36 @@ func (k *kernelState) objects(log logr.Logger) ([]nat.Object, bool) {
 		}
 		log.Info("inconsistent kernel state", "problem", b)
 	}
-	return kept, len(bad) == 0
+	return kept, st, len(bad) == 0
+}
+
+// insertAll inserts objs into a new nat.State and returns it with the
+// objects kept and the conflicts of those left out. Without conflicts the
+// order does not matter; with conflicts a deterministic order (kind, then
+// UID) decides which of two conflicting objects stays, so then it starts
+// over in that order. (nat.SortObjects is that order; UIDs are unique.)
+func insertAll(objs []nat.Object) (*nat.State, []nat.Object, []string) {
+	st := nat.NewStateSize(len(objs))
+	clean := true
+	for _, o := range objs {
+		if st.Insert(o) != nil {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return st, objs, nil
+	}
+	nat.SortObjects(objs)
+	st = nat.NewStateSize(len(objs))
+	var bad []string
+	kept := objs[:0:0]
+	for _, o := range objs {
+		if err := st.Insert(o); err != nil {
+			bad = append(bad, err.Error())
+			continue
+		}
+		kept = append(kept, o)
+	}
+	return st, kept, bad
 }

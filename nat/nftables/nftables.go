@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -98,8 +99,15 @@ type Renderer struct {
 	ns    *netns.NS // kept open for the sockets' life
 	table *nft.Table
 
-	conn *nft.Conn     // lasting; nil after a failure until redialed
-	sock *netlink.Conn // conn's socket, for deadlines
+	conn *nft.Conn       // lasting; nil after a failure until redialed
+	sock *netlink.Conn   // conn's socket, for deadlines
+	raw  syscall.RawConn // sock's, for batches (see exchange)
+	seq  uint32          // next batch message sequence number
+	// gen is the ruleset generation after natgw's last transaction as far
+	// as natgw knows (read at Load, +1 per commit); each transaction
+	// stores gen+1 with the boot id (see Load).
+	gen    uint32
+	ackBuf []byte
 
 	// The kernel's structure, read at Load and kept by Commit. Elements
 	// need no index: the kernel holds exactly the rendering of the
@@ -162,7 +170,12 @@ func (r *Renderer) dial() error {
 		}
 		return fmt.Errorf("nftables: dial netlink in netns %q: %w", r.cfg.NetNS, err)
 	}
-	r.conn, r.sock = c, sock
+	raw, err := sock.SyscallConn()
+	if err != nil {
+		_ = c.CloseLasting()
+		return fmt.Errorf("nftables: socket: %w", err)
+	}
+	r.conn, r.sock, r.raw = c, sock, raw
 	return nil
 }
 
@@ -265,15 +278,19 @@ func (r *Renderer) deadline(ctx context.Context) func() {
 	}
 }
 
-// flush sends the queued messages as one transaction. A rejected batch (an
-// errno in an ack) changed nothing; anything else (ENOBUFS on the acks, a
-// timeout, a broken socket) leaves the outcome unknown. Either way the
-// connection is replaced, since acks may be left on it.
-func (r *Renderer) flush(ctx context.Context) error {
+// flush sends t as one transaction. A rejected batch (an errno in an ack)
+// changed nothing; anything else (ENOBUFS on the acks, a timeout, a broken
+// socket) leaves the outcome unknown. Either way the connection is
+// replaced, since acks may be left on it.
+func (r *Renderer) flush(ctx context.Context, t *txn) error {
 	done := r.deadline(ctx)
-	err := r.conn.Flush()
+	err := r.exchange(t)
 	done()
+	r.seq = t.seq + 1
 	if err == nil {
+		if t.seq != t.base {
+			r.gen++
+		}
 		return nil
 	}
 	if rerr := r.redial(); rerr != nil {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
 	nft "github.com/google/nftables"
 
 	"github.com/natgw/natgw/nat"
@@ -144,5 +145,63 @@ func TestBadInterfaceName(t *testing.T) {
 	_, err := NewRenderer(nat.Config{NetNS: "/nonexistent", ExternalInterface: strings.Repeat("x", 16)})
 	if err == nil || !strings.Contains(err.Error(), "interface name") {
 		t.Errorf("NewRenderer with a 16-byte interface name: %v", err)
+	}
+}
+
+// TestObjectsCheck rebuilds objects from element sets as a Load reads them:
+// consistent sets, the mirror shortcut, and the damage Load must see
+// (missing mirror element, conflicting mirror) or must read again (an
+// element twice in a dump: a torn dump, never repaired from).
+func TestObjectsCheck(t *testing.T) {
+	objs := goldenObjects()
+	rendered := setElems{}
+	for _, o := range objs {
+		if err := render(o, rendered); err != nil {
+			t.Fatal(err)
+		}
+	}
+	with := func(edit func(m map[string][]nft.SetElement)) map[string][]nft.SetElement {
+		m := map[string][]nft.SetElement{}
+		for set, es := range rendered {
+			m[set] = append([]nft.SetElement(nil), es...)
+		}
+		edit(m)
+		return m
+	}
+	same := func(map[string][]nft.SetElement) {}
+	dupFirst := func(set string) func(m map[string][]nft.SetElement) {
+		return func(m map[string][]nft.SetElement) { m[set] = append(m[set], m[set][0]) }
+	}
+	for _, tc := range []struct {
+		name             string
+		mirror           bool
+		elems            map[string][]nft.SetElement
+		consistent, torn bool
+	}{
+		{"consistent", false, with(same), true, false},
+		{"mirror", true, with(func(m map[string][]nft.SetElement) { delete(m, setFIPSNAT) }), true, false},
+		{"mirror element missing", false, with(func(m map[string][]nft.SetElement) { m[setFIPSNAT] = nil }), false, false},
+		{"mirror disagrees", false, with(func(m map[string][]nft.SetElement) {
+			e := m[setFIPSNAT][0]
+			e.Val = []byte{192, 0, 2, 99}
+			m[setFIPSNAT] = []nft.SetElement{e}
+		}), false, false},
+		{"fip_dnat element twice, mirror", true, with(func(m map[string][]nft.SetElement) {
+			delete(m, setFIPSNAT)
+			dupFirst(setFIPDNAT)(m)
+		}), true, true},
+		{"fip_dnat element twice", false, with(dupFirst(setFIPDNAT)), true, true},
+		{"eips element twice", false, with(dupFirst(setEIPs)), true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := &kernelState{elems: tc.elems, mirror: tc.mirror}
+			got, st, consistent := k.objects(logr.Discard())
+			if consistent != tc.consistent || k.torn != tc.torn {
+				t.Errorf("consistent %v, torn %v; want %v, %v", consistent, k.torn, tc.consistent, tc.torn)
+			}
+			if tc.consistent && (!sameObjects(got, objs) || st.Len() != len(objs)) {
+				t.Errorf("rebuilt %d objects (state %d), want %d", len(got), st.Len(), len(objs))
+			}
+		})
 	}
 }
