@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 
@@ -67,7 +68,13 @@ func (e *Exec) Open(ctx context.Context, gw Gateway) (Session, error) {
 	if command == "" {
 		command = "natgw"
 	}
-	req := e.Client.CoreV1().RESTClient().Post().
+	// The exec URL comes from Config (Client may be any implementation,
+	// e.g. a cache-backed one, and is used for the pod lookup only).
+	core, err := corev1client.NewForConfig(e.Config)
+	if err != nil {
+		return nil, fmt.Errorf("gateway %s: REST client: %w", gw.Name, err)
+	}
+	req := core.RESTClient().Post().
 		Resource("pods").Namespace(pod.Namespace).Name(pod.Name).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
 			Container: GatewayContainer,

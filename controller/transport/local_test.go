@@ -15,15 +15,22 @@ import (
 	"github.com/natgw/natgw/nat"
 )
 
+// buildNatgw builds the agent binary for one test.
+func buildNatgw(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "natgw")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/natgw/natgw/gwimage/cmd/natgw").CombinedOutput(); err != nil {
+		t.Fatalf("go build natgw: %v\n%s", err, out)
+	}
+	return bin
+}
+
 // TestLocal runs the real agent in a gateway namespace on both data planes:
 // a session answers info, apply, list and delete, survives nothing after
 // Close, and a second session sees the first one's kernel state.
 func TestLocal(t *testing.T) {
 	lab := netlab.ForTest(t)
-	bin := filepath.Join(t.TempDir(), "natgw")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/natgw/natgw/gwimage/cmd/natgw").CombinedOutput(); err != nil {
-		t.Fatalf("go build natgw: %v\n%s", err, out)
-	}
+	bin := buildNatgw(t)
 	for _, dp := range []string{DataplaneNftables, DataplaneIptables} {
 		t.Run(dp, func(t *testing.T) {
 			gw, err := lab.Gateway(netlab.GatewayOptions{Name: dp[:3]})
