@@ -27,6 +27,9 @@ import (
 // metrics, the second the baseline.
 var s3Dataplanes = []string{transport.DataplaneNftables, transport.DataplaneIptables}
 
+// s3Warmup FIPs go through the paced cycle before the measured ones.
+const s3Warmup = 1
+
 // s3EIPPrefixLen is the prefix length of the EIP addresses (fillers in
 // 100.64.0.0/16) on the gateway's external interface.
 const s3EIPPrefixLen = 16
@@ -210,7 +213,7 @@ func measureS3(ctx context.Context, e *Env, plan Plan, cp *controlPlane, l *netl
 	timeout := func(n int) time.Duration { return 3*time.Minute + time.Duration(n)*300*time.Millisecond }
 
 	// One EIP per FIP, all Ready before any FIP is made.
-	r.eips = plan.S3Burst + plan.S3Paced
+	r.eips = plan.S3Burst + s3Warmup + plan.S3Paced
 	e.Progress.Printf("%s: %d EIPs", label, r.eips)
 	t0 := time.Now()
 	if err := parallel(ctx, r.eips, plan.S3Creators, func(i int) error {
@@ -225,23 +228,43 @@ func measureS3(ctx context.Context, e *Env, plan Plan, cp *controlPlane, l *netl
 	}
 	r.eipsReady = time.Since(t0)
 
-	// Paced: one FIP at a time, each waited for, on the last S3Paced EIPs.
+	// Paced: one FIP at a time, each waited for, on the last EIPs; the
+	// first s3Warmup are a warm-up, checked in the kernel, not measured.
 	paced := &s3Phase{n: plan.S3Paced}
 	var readies, gones, calls []float64
-	for i := 0; i < plan.S3Paced; i++ {
-		e.Progress.Step(i+1, plan.S3Paced, "%s: paced, create → Ready → delete → gone, one FIP at a time", label)
+	kernel := func() (framework.Kernel, error) {
+		k, err := framework.ReadKernel(ctx, &framework.Gateway{Gateway: gw, Name: gwName}, r.dp)
+		if err != nil {
+			return k, fmt.Errorf("read the gateway's kernel state: %w", err)
+		}
+		return k, nil
+	}
+	for i := 0; i < s3Warmup+plan.S3Paced; i++ {
+		warm := i < s3Warmup
+		if warm {
+			e.Progress.Step(i+1, s3Warmup, "%s: paced, warm-up (checked in the kernel)", label)
+		} else {
+			e.Progress.Step(i+1-s3Warmup, plan.S3Paced, "%s: paced, create → Ready → delete → gone, one FIP at a time", label)
+		}
 		k := plan.S3Burst + i
 		f := framework.FIP(s3FIPName(k), s3EIPName(k), Filler(k).Internal)
 		start := time.Now()
 		if err := createObj(ctx, c, f); err != nil {
 			return err
 		}
-		calls = append(calls, since(start))
+		call := since(start)
 		at, err := w.waitReady(ctx, timeout(1), f.Name)
 		if err != nil {
 			return fmt.Errorf("paced FIP %d: %w", i+1, err)
 		}
-		readies = append(readies, at[0].Sub(start).Seconds())
+		ready := at[0].Sub(start).Seconds()
+		if warm {
+			if kern, err := kernel(); err != nil {
+				return err
+			} else if len(kern.Entries[string(f.UID)]) == 0 {
+				return fmt.Errorf("warm-up: FIP %s (%s) is Ready but has no entry in the gateway's %s state", f.Name, f.UID, r.dp)
+			}
+		}
 		start = time.Now()
 		if err := c.Delete(ctx, f); err != nil {
 			return fmt.Errorf("delete IptablesFIPRule %s: %w", f.Name, err)
@@ -250,7 +273,15 @@ func measureS3(ctx context.Context, e *Env, plan Plan, cp *controlPlane, l *netl
 		if err != nil {
 			return fmt.Errorf("paced FIP %d: %w", i+1, err)
 		}
-		gones = append(gones, at[0].Sub(start).Seconds())
+		if warm {
+			if kern, err := kernel(); err != nil {
+				return err
+			} else if len(kern.Entries[string(f.UID)]) != 0 {
+				return fmt.Errorf("warm-up: FIP %s (%s) is gone but still in the gateway's %s state", f.Name, f.UID, r.dp)
+			}
+			continue
+		}
+		calls, readies, gones = append(calls, call), append(readies, ready), append(gones, at[0].Sub(start).Seconds())
 	}
 	paced.ready, paced.gone, paced.createCall = stats.Summarize(readies), stats.Summarize(gones), stats.Summarize(calls)
 	r.paced = paced
@@ -302,9 +333,9 @@ func measureS3(ctx context.Context, e *Env, plan Plan, cp *controlPlane, l *netl
 	}
 	burst.ready, burst.createCall, burst.readySpan = stats.Summarize(lat), stats.Summarize(calls), last.Sub(t0)
 	// Every FIP of the burst is in the kernel, under its object's UID.
-	k, err := framework.ReadKernel(ctx, &framework.Gateway{Gateway: gw, Name: gwName}, r.dp)
+	k, err := kernel()
 	if err != nil {
-		return fmt.Errorf("read the gateway's kernel state: %w", err)
+		return err
 	}
 	for _, f := range fips {
 		if len(k.Entries[string(f.UID)]) > 0 {
@@ -349,8 +380,8 @@ func measureS3(ctx context.Context, e *Env, plan Plan, cp *controlPlane, l *netl
 	}
 	burst.gone, burst.goneSpan = stats.Summarize(lat), last.Sub(t0)
 	r.burst = burst
-	if k, err = framework.ReadKernel(ctx, &framework.Gateway{Gateway: gw, Name: gwName}, r.dp); err != nil {
-		return fmt.Errorf("read the gateway's kernel state: %w", err)
+	if k, err = kernel(); err != nil {
+		return err
 	}
 	for _, f := range fips {
 		if len(k.Entries[string(f.UID)]) > 0 {
@@ -450,8 +481,8 @@ func reportS3(e *Env, plan Plan, sec *report.Section, results []*s3Result) {
 			"controller-runtime manager, reconciler.Setup, one `natgw serve --netns` child per gateway) against a real kube-apiserver + etcd "+
 			"(envtest binaries from `make envtest-assets`, natgw's CRDs from controller/config/crd), with client-side rate limiting off as in a cluster. "+
 			"Each data plane gets a fresh API server, a fresh gateway namespace and its own controller "+fmt.Sprintf("(%d workers). ", plan.S3Workers)+
-			fmt.Sprintf("First %d EIPs are created and waited for (a FIP needs an EIP of its own); then: ", plan.S3Burst+plan.S3Paced)+
-			fmt.Sprintf("**paced**: %d FIPs one at a time (create, wait until Ready, delete, wait until gone, next): the per-object latency without queueing; ", plan.S3Paced)+
+			fmt.Sprintf("First %d EIPs are created and waited for (a FIP needs an EIP of its own); then: ", plan.S3Burst+s3Warmup+plan.S3Paced)+
+			fmt.Sprintf("**paced**: %d FIPs one at a time (create, wait until Ready, delete, wait until gone, next) after %d warm-up FIP checked in the kernel: the per-object latency without queueing; ", plan.S3Paced, s3Warmup)+
 			fmt.Sprintf("**burst**: %d FIPs created at once by %d parallel clients, then deleted at once. ", plan.S3Burst, plan.S3Creators)+
 			"create→Ready runs from the start of the Create request until a watch on the API server delivers the object with Ready=True (reason Programmed) for its generation; "+
 			"delete→gone from the start of the Delete request until the watch delivers its deletion (natgw's finalizer is removed after the kernel entries are). "+
