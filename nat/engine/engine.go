@@ -50,13 +50,42 @@ type StateLoader interface {
 	LoadState(ctx context.Context) (st *nat.State, bootID string, err error)
 }
 
+// WantOnDemand is implemented by Renderers that need the whole desired
+// state of a Sync only sometimes (they diff): the engine then leaves
+// Commit.Want nil and the Renderer calls Commit.Desired when it needs it,
+// which saves building and sorting 100,000 objects per Sync.
+type WantOnDemand interface {
+	WantOnDemand() bool
+}
+
 // Commit is one change handed to a Renderer.
 type Commit struct {
 	Removed []nat.Object
 	Added   []nat.Object
-	// Full marks a Sync: Want is the whole desired state.
+	// Full marks a Sync: Want is the whole desired state (in canonical
+	// order), unless the Renderer is a WantOnDemand (see Desired).
 	Full bool
 	Want []nat.Object
+
+	desired func() []nat.Object // Want on demand, in no particular order
+	n       int                 // its length
+}
+
+// Desired returns the whole desired state of a Sync: Want if set, else
+// computed on demand (in no particular order).
+func (c Commit) Desired() []nat.Object {
+	if c.Want != nil || c.desired == nil {
+		return c.Want
+	}
+	return c.desired()
+}
+
+// DesiredLen returns len(c.Desired()) without computing it.
+func (c Commit) DesiredLen() int {
+	if c.Want != nil || c.desired == nil {
+		return len(c.Want)
+	}
+	return c.n
 }
 
 // Engine implements nat.Dataplane over a Renderer and a link.Plumber.
@@ -201,7 +230,11 @@ func (e *Engine) run(ctx context.Context, op string, c *nat.Change, full bool) e
 	}
 	commit := Commit{Removed: c.Removed, Added: c.Added, Full: full}
 	if full {
-		commit.Want = e.state.Objects()
+		if wd, ok := e.r.(WantOnDemand); ok && wd.WantOnDemand() {
+			commit.desired, commit.n = e.state.Unordered, e.state.Len()
+		} else {
+			commit.Want = e.state.Objects()
+		}
 	}
 	if err := e.r.Commit(ctx, commit); err != nil {
 		c.Rollback()
@@ -250,6 +283,9 @@ func (e *Engine) run(ctx context.Context, op string, c *nat.Change, full bool) e
 // of removed FIP/DNAT/SNAT objects, unless the same UID was re-added with the
 // same addresses.
 func flowsToForget(c *nat.Change) []netip.Addr {
+	if len(c.Removed) == 0 {
+		return nil
+	}
 	type pair struct{ eip, in netip.Addr }
 	added := make(map[string]pair, len(c.Added))
 	for _, o := range c.Added {

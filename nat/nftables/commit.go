@@ -241,8 +241,8 @@ func (r *Renderer) Commit(ctx context.Context, c engine.Commit) error {
 	if !c.Full {
 		return r.commitDiff(ctx, c.Removed, c.Added, false)
 	}
-	if len(c.Removed)+len(c.Added) >= len(c.Want)/2 {
-		return r.commitFull(ctx, c.Want)
+	if len(c.Removed)+len(c.Added) >= c.DesiredLen()/2 {
+		return r.commitFull(ctx, c.Desired())
 	}
 	err := r.commitDiff(ctx, c.Removed, c.Added, true)
 	var errno unix.Errno
@@ -250,8 +250,12 @@ func (r *Renderer) Commit(ctx context.Context, c engine.Commit) error {
 		return err
 	}
 	r.log.Info("sync: the kernel refused the difference (its elements are not what the objects render to), rewriting every element", "error", err)
-	return r.commitFull(ctx, c.Want)
+	return r.commitFull(ctx, c.Desired())
 }
+
+// WantOnDemand implements engine.WantOnDemand: a Sync by difference needs
+// no list of every object.
+func (r *Renderer) WantOnDemand() bool { return true }
 
 // commitDiff deletes the elements of removed and adds those of added in
 // one transaction; with exclusive, an added element whose key the kernel

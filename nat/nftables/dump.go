@@ -18,22 +18,42 @@ import (
 // that allocates little per element: at 100,000 elements the library's
 // decoder allocates ~190 MB, most of it garbage at once.
 func (r *Renderer) readElements(set string) ([]nft.SetElement, error) {
-	var out []nft.SetElement
-	err := r.dumpSet(set, func(n int) { out = make([]nft.SetElement, 0, n) }, func(b []byte) error {
+	// The count is known at the end: collect in blocks, then copy once
+	// (appending to one slice would copy it ~17 times up to 100,000).
+	const block = 4096
+	var blocks [][]nft.SetElement
+	cur := make([]nft.SetElement, 0, 64)
+	err := r.dumpSet(set, func(b []byte) error {
 		e, err := decodeElem(b)
 		if err != nil {
 			return err
 		}
-		out = append(out, e)
+		if len(cur) == cap(cur) {
+			blocks = append(blocks, cur)
+			cur = make([]nft.SetElement, 0, min(block, 2*cap(cur)))
+		}
+		cur = append(cur, e)
 		return nil
 	})
-	return out, err
+	if err != nil || len(blocks) == 0 {
+		return cur, err
+	}
+	n := len(cur)
+	for _, b := range blocks {
+		n += len(b)
+	}
+	out := make([]nft.SetElement, 0, n)
+	for _, b := range blocks {
+		out = append(out, b...)
+	}
+	return append(out, cur...), nil
 }
 
-// dumpSet dumps the elements of one set of natgw's table, calling size with
-// a rough element count once the dump is read, then elem with each
-// NFTA_LIST_ELEM payload.
-func (r *Renderer) dumpSet(set string, size func(n int), elem func(b []byte) error) error {
+// dumpSet dumps the elements of one set of natgw's table, calling elem
+// with each NFTA_LIST_ELEM payload (in another goroutine than the reads:
+// the kernel walks the set for the next reply while the previous one is
+// decoded).
+func (r *Renderer) dumpSet(set string, elem func(b []byte) error) error {
 	data, err := netlink.MarshalAttributes([]netlink.Attribute{
 		{Type: unix.NFTA_SET_TABLE, Data: []byte(TableName + "\x00")},
 		{Type: unix.NFTA_SET_NAME, Data: []byte(set + "\x00")},
@@ -48,28 +68,110 @@ func (r *Renderer) dumpSet(set string, size func(n int), elem func(b []byte) err
 		},
 		Data: append([]byte{unix.AF_INET, unix.NFNETLINK_V0, 0, 0}, data...),
 	}
-	if _, err := r.sock.Send(req); err != nil {
+	sent, err := r.sock.Send(req)
+	if err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
-	msgs, err := r.sock.Receive()
-	if err != nil {
-		return fmt.Errorf("receive: %w", err)
+	const nbuf = 4
+	free := make(chan []byte, nbuf)
+	for range nbuf {
+		free <- make([]byte, 2*dumpChunk)
 	}
-	n := 0
-	for _, m := range msgs {
-		if len(m.Data) > 4 {
-			n += len(m.Data) / 64 // rough: an element encodes to 64+ bytes
+	full := make(chan []byte, nbuf)
+	decoded := make(chan error, 1)
+	go func() {
+		var derr error
+		for b := range full {
+			if derr == nil {
+				derr = decodeReply(b, elem)
+			}
+			free <- b[:cap(b)]
+		}
+		decoded <- derr
+	}()
+	rerr := r.readDump(sent.Header.Sequence, free, full)
+	close(full)
+	if derr := <-decoded; rerr == nil {
+		rerr = derr
+	}
+	return rerr
+}
+
+// readDump reads the replies of one dump with sequence number seq, passing
+// each datagram (taken from free) to full, until NLMSG_DONE.
+func (r *Renderer) readDump(seq uint32, free <-chan []byte, full chan<- []byte) error {
+	for {
+		buf := <-free
+		var n int
+		var rerr error
+		if err := r.raw.Read(func(fd uintptr) bool {
+			n, _, _, _, rerr = unix.Recvmsg(int(fd), buf, nil, unix.MSG_DONTWAIT)
+			return rerr != unix.EAGAIN
+		}); err != nil {
+			return fmt.Errorf("receive: %w", err)
+		}
+		if rerr != nil {
+			return fmt.Errorf("receive: %w", rerr)
+		}
+		b := buf[:n]
+		end, err := dumpEnd(b, seq)
+		if err != nil {
+			return err
+		}
+		full <- b
+		if end {
+			return nil
 		}
 	}
-	size(n)
-	for _, m := range msgs {
-		if m.Header.Type != netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWSETELEM) {
+}
+
+// dumpEnd checks the messages of one dump datagram: it reports whether it
+// holds the NLMSG_DONE of the dump seq, and returns an error reply as an
+// error.
+func dumpEnd(b []byte, seq uint32) (bool, error) {
+	for len(b) >= unix.SizeofNlMsghdr {
+		l := int(binary.NativeEndian.Uint32(b[0:4]))
+		typ := binary.NativeEndian.Uint16(b[4:6])
+		s := binary.NativeEndian.Uint32(b[8:12])
+		if l < unix.SizeofNlMsghdr || l > len(b) {
+			return false, fmt.Errorf("receive: bad message length %d", l)
+		}
+		if s == seq {
+			switch typ {
+			case unix.NLMSG_DONE:
+				return true, nil
+			case unix.NLMSG_ERROR:
+				if l >= unix.SizeofNlMsghdr+4 {
+					if code := int32(binary.NativeEndian.Uint32(b[unix.SizeofNlMsghdr:])); code != 0 {
+						return true, fmt.Errorf("receive: %w", unix.Errno(-code))
+					}
+				}
+				return true, nil
+			}
+		}
+		b = b[min((l+3)&^3, len(b)):]
+	}
+	return false, nil
+}
+
+// decodeReply calls elem with each element of the NEWSETELEM messages in
+// one dump datagram.
+func decodeReply(b []byte, elem func(b []byte) error) error {
+	for len(b) >= unix.SizeofNlMsghdr {
+		l := int(binary.NativeEndian.Uint32(b[0:4]))
+		typ := binary.NativeEndian.Uint16(b[4:6])
+		if l < unix.SizeofNlMsghdr || l > len(b) {
+			return fmt.Errorf("bad message length %d", l)
+		}
+		m := b[unix.SizeofNlMsghdr:l]
+		b = b[min((l+3)&^3, len(b)):]
+		if typ != unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWSETELEM {
 			continue
 		}
-		if len(m.Data) < 4 {
-			return fmt.Errorf("short element message (%d bytes)", len(m.Data))
+		if len(m) < 4 {
+			return fmt.Errorf("short element message (%d bytes)", len(m))
 		}
-		if err := decodeElemList(m.Data[4:], elem); err != nil {
+		if err := decodeElemList(m[4:], elem); err != nil {
 			return err
 		}
 	}

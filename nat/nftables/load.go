@@ -82,7 +82,7 @@ func (r *Renderer) readKernel() (*kernelState, error) {
 		}
 	}
 	var meta []metaElem
-	if err := r.dumpSet(setMeta, func(int) {}, func(b []byte) error {
+	if err := r.dumpSet(setMeta, func(b []byte) error {
 		m, err := decodeMeta(b)
 		meta = append(meta, m)
 		return err
@@ -303,7 +303,16 @@ func (k *kernelState) objects(log logr.Logger) ([]nat.Object, *nat.State, bool) 
 		o   nat.Object
 		set string // the set of the first element it was rebuilt from
 	}
-	objs := make(map[string]sourced, total/2+1)
+	// Only a FIP is rebuilt from two elements (fip_dnat, fip_snat); in
+	// mirror mode every object comes from one element and goes straight
+	// to the list (insertAll finds repeated UIDs).
+	var objs map[string]sourced
+	var list []nat.Object
+	if k.mirror {
+		list = make([]nat.Object, 0, total+len(k.elems[setFIPDNAT]))
+	} else {
+		objs = make(map[string]sourced, total/2+1)
+	}
 	var bad []string
 	order := []string{}
 	for _, spec := range elementSets {
@@ -334,6 +343,10 @@ func (k *kernelState) objects(log logr.Logger) ([]nat.Object, *nat.State, bool) 
 			if o == nil {
 				continue
 			}
+			if k.mirror {
+				list = append(list, *o)
+				continue
+			}
 			if prev, ok := objs[uid]; ok {
 				if !prev.o.Equal(*o) {
 					bad = append(bad, fmt.Sprintf("uid %s: %s and %s", uid, prev.o, o))
@@ -345,12 +358,17 @@ func (k *kernelState) objects(log logr.Logger) ([]nat.Object, *nat.State, bool) 
 			objs[uid] = sourced{*o, set}
 		}
 	}
-	list := make([]nat.Object, 0, len(objs))
-	for _, so := range objs {
-		list = append(list, so.o)
+	if !k.mirror {
+		list = make([]nat.Object, 0, len(objs))
+		for _, so := range objs {
+			list = append(list, so.o)
+		}
 	}
-	st, kept, conflicts := insertAll(list)
+	st, kept, conflicts, repeated := insertAll(list)
 	bad = append(bad, conflicts...)
+	if repeated > 0 {
+		k.torn = true // the same element twice in one set
+	}
 	// Every element the kept objects render to must be in the kernel with
 	// the same owner, and nothing else may be. Each object is rendered
 	// into a scratch buffer reused for the next one.
@@ -391,11 +409,14 @@ func (k *kernelState) objects(log logr.Logger) ([]nat.Object, *nat.State, bool) 
 }
 
 // insertAll inserts objs into a new nat.State and returns it with the
-// objects kept and the conflicts of those left out. Without conflicts the
-// order does not matter; with conflicts a deterministic order (kind, then
-// UID) decides which of two conflicting objects stays, so then it starts
-// over in that order. (nat.SortObjects is that order; UIDs are unique.)
-func insertAll(objs []nat.Object) (*nat.State, []nat.Object, []string) {
+// objects kept, the conflicts of those left out, and how many were left out
+// because an equal object was inserted already (the same element read
+// twice). Without conflicts the order does not matter; with conflicts a
+// deterministic order (kind, then UID) decides which of two conflicting
+// objects stays, so then it starts over in that order. (nat.SortObjects is
+// that order; objects of one UID may come in any order, but they are equal
+// or in conflict, which makes the Load inconsistent anyway.)
+func insertAll(objs []nat.Object) (*nat.State, []nat.Object, []string, int) {
 	st := nat.NewStateSize(len(objs))
 	clean := true
 	for _, o := range objs {
@@ -405,18 +426,23 @@ func insertAll(objs []nat.Object) (*nat.State, []nat.Object, []string) {
 		}
 	}
 	if clean {
-		return st, objs, nil
+		return st, objs, nil, 0
 	}
 	nat.SortObjects(objs)
 	st = nat.NewStateSize(len(objs))
 	var bad []string
+	repeated := 0
 	kept := objs[:0:0]
 	for _, o := range objs {
 		if err := st.Insert(o); err != nil {
+			if prev, ok := st.Get(o.UID); ok && prev.Equal(o) {
+				repeated++
+				continue
+			}
 			bad = append(bad, err.Error())
 			continue
 		}
 		kept = append(kept, o)
 	}
-	return st, kept, bad
+	return st, kept, bad, repeated
 }
