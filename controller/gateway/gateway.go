@@ -40,6 +40,13 @@ type Source interface {
 	Absent(ctx context.Context, objs []nat.Object) ([]string, error)
 	// Dataplane returns the data plane the gateway should run.
 	Dataplane(ctx context.Context, gateway string) (string, error)
+	// ProgrammedDataplane returns the data plane the gateway was last
+	// programmed with, as recorded by RecordDataplane in a store that
+	// outlives the process ("" when unknown). It must not come from a
+	// lagging cache.
+	ProgrammedDataplane(ctx context.Context, gateway string) (string, error)
+	// RecordDataplane records that the gateway is programmed with dp.
+	RecordDataplane(ctx context.Context, gateway, dp string) error
 }
 
 // Options configure every gateway manager of a Registry.
@@ -425,14 +432,65 @@ func (g *Gateway) connect(ctx context.Context, dp string) (transport.Session, er
 		reason = "bootid"
 		g.log.Info("agent has a new boot id: syncing the desired set", "dataplane", dp, "bootID", info.BootID, "previousBootID", g.bootID)
 	}
-	if err := g.converge(octx, s, dp, reason, true, reason == "bootid"); err != nil {
+	emptied, settled := g.emptyPrevious(octx, dp)
+	if emptied {
+		// The previous data plane took the EIP addresses and routes
+		// that both share: start the new one from nothing.
+		reason = "dataplane"
+		if err := s.Sync(octx, nil); err != nil {
+			_ = s.Close()
+			return nil, fmt.Errorf("clear the %s data plane after emptying the previous one: %w", dp, err)
+		}
+	}
+	if err := g.converge(octx, s, dp, reason, true, reason != "connect"); err != nil {
 		_ = s.Close()
 		return nil, err
 	}
 	g.bootID = info.BootID
 	g.publish(s, dp)
+	if settled {
+		g.recordDataplane(octx, dp)
+	}
 	g.log.Info("gateway connected", "dataplane", dp, "bootID", info.BootID, "version", info.Version)
 	return s, nil
+}
+
+// emptyPrevious removes the objects of the data plane the gateway was last
+// programmed with when that is not dp (its annotation changed while the
+// gateway was unreachable, or the controller restarted with another
+// --dataplane). emptied reports that it did; settled that no other data
+// plane is left to empty (so dp may be recorded). A failure is logged and
+// the connect goes on: a gateway that cannot reach its old data plane still
+// gets its new one, and the next connect tries again.
+func (g *Gateway) emptyPrevious(ctx context.Context, dp string) (emptied, settled bool) {
+	prev, err := g.opts.Source.ProgrammedDataplane(ctx, g.cfg.Name)
+	if err != nil {
+		g.log.Error(err, "reading the data plane the gateway was last programmed with; not emptying it")
+		return false, false
+	}
+	if prev == "" || prev == dp {
+		return false, true
+	}
+	log := g.log.WithValues("from", prev, "to", dp)
+	log.Info("the gateway was last programmed with another data plane: emptying it first")
+	old, err := g.opts.Transport.Open(ctx, g.target(prev))
+	if err != nil {
+		log.Error(err, "opening the previous data plane's agent failed; its rules stay until the next connect")
+		return false, false
+	}
+	defer old.Close()
+	if err := old.Sync(ctx, nil); err != nil {
+		log.Error(err, "emptying the previous data plane failed; its rules stay until the next connect")
+		return false, false
+	}
+	return true, true
+}
+
+// recordDataplane records the data plane the gateway is programmed with.
+func (g *Gateway) recordDataplane(ctx context.Context, dp string) {
+	if err := g.opts.Source.RecordDataplane(ctx, g.cfg.Name, dp); err != nil {
+		g.log.Error(err, "recording the gateway's data plane", "dataplane", dp)
+	}
 }
 
 // serve runs the periodic work on an open session until it breaks.
@@ -686,6 +744,7 @@ func (g *Gateway) maybeSwitch(ctx context.Context) transport.Session {
 	_ = old.Close()
 	g.bootID = info.BootID
 	g.publish(next, want)
+	g.recordDataplane(cctx, want)
 	log.Info("switched the gateway's data plane", "bootID", info.BootID)
 	return next
 }

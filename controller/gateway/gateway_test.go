@@ -162,10 +162,11 @@ func (s *session) Close() error {
 
 // fakeTransport opens sessions to one agent per data plane.
 type fakeTransport struct {
-	mu     sync.Mutex
-	agents map[string]*agent
-	open   []*session
-	refuse bool
+	mu          sync.Mutex
+	agents      map[string]*agent
+	open        []*session
+	refuse      bool
+	unreachable map[string]bool // data planes whose agent cannot start
 }
 
 func (t *fakeTransport) Open(_ context.Context, gw transport.Gateway) (transport.Session, error) {
@@ -175,7 +176,7 @@ func (t *fakeTransport) Open(_ context.Context, gw transport.Gateway) (transport
 		return nil, errors.New("agent unreachable (test)")
 	}
 	a, ok := t.agents[gw.Dataplane]
-	if !ok {
+	if !ok || t.unreachable[gw.Dataplane] {
 		return nil, fmt.Errorf("no agent for data plane %q", gw.Dataplane)
 	}
 	s := &session{a: a, done: make(chan struct{})}
@@ -195,10 +196,30 @@ func (t *fakeTransport) breakSessions() {
 
 // source is the API as the manager sees it.
 type source struct {
-	mu        sync.Mutex
-	desired   []nat.Object
-	absent    map[string]bool
-	dataplane string
+	mu         sync.Mutex
+	desired    []nat.Object
+	absent     map[string]bool
+	dataplane  string
+	programmed string // the recorded data plane
+}
+
+func (s *source) ProgrammedDataplane(context.Context, string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.programmed, nil
+}
+
+func (s *source) RecordDataplane(_ context.Context, _, dp string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.programmed = dp
+	return nil
+}
+
+func (s *source) recorded() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.programmed
 }
 
 func (s *source) Desired(context.Context, string) ([]nat.Object, error) {
@@ -238,8 +259,15 @@ type fixture struct {
 // of 0 leave the periodic checks off.
 func start(t *testing.T, src *source, nft *agent, drift time.Duration) *fixture {
 	t.Helper()
-	f := &fixture{src: src, nft: nft, ipt: newAgent()}
-	f.tr = &fakeTransport{agents: map[string]*agent{transport.DataplaneNftables: nft, transport.DataplaneIptables: f.ipt}}
+	return startWith(t, src, nft, newAgent(), nil, drift)
+}
+
+// startWith is start with a given iptables agent and data planes whose
+// agents cannot be reached.
+func startWith(t *testing.T, src *source, nft, ipt *agent, unreachable map[string]bool, drift time.Duration) *fixture {
+	t.Helper()
+	f := &fixture{src: src, nft: nft, ipt: ipt}
+	f.tr = &fakeTransport{agents: map[string]*agent{transport.DataplaneNftables: nft, transport.DataplaneIptables: f.ipt}, unreachable: unreachable}
 	f.reg = NewRegistry(Options{
 		Transport: f.tr, Source: src, DefaultDataplane: transport.DataplaneNftables,
 		Config:      &gwconfig.Config{Gateways: []gwconfig.Gateway{{Name: "gw1"}}},
@@ -413,6 +441,9 @@ func TestSwitchDataplane(t *testing.T) {
 	if dp := f.gw.Dataplane(); dp != transport.DataplaneIptables {
 		t.Errorf("Dataplane() = %q after the switch", dp)
 	}
+	if got := src.recorded(); got != transport.DataplaneIptables {
+		t.Errorf("recorded data plane %q after the switch", got)
+	}
 	if err := f.gw.Apply(context.Background(), fip("b", 2)); err != nil {
 		t.Fatal(err)
 	}
@@ -480,4 +511,46 @@ func TestNotReady(t *testing.T) {
 	eventually(t, "reconnected", func() error {
 		return f.gw.Apply(context.Background(), fip("a", 1))
 	})
+}
+
+// TestDataplaneChangedWhileAway: the gateway was last programmed with
+// iptables (recorded), and the controller now wants nftables (the
+// annotation changed while the gateway was unreachable, or a new
+// --dataplane): the iptables objects are removed first, nftables gets the
+// desired set, and nftables is recorded. When the old agent cannot be
+// reached, nftables is programmed anyway and iptables stays recorded, so
+// the next connect tries again.
+func TestDataplaneChangedWhileAway(t *testing.T) {
+	for _, reachable := range []bool{true, false} {
+		t.Run(fmt.Sprintf("old agent reachable=%v", reachable), func(t *testing.T) {
+			nft, ipt := newAgent(), newAgent()
+			ipt.put(fip("a", 1), fip("gone", 9))
+			src := &source{desired: []nat.Object{fip("a", 1)}, programmed: transport.DataplaneIptables,
+				absent: map[string]bool{"gone": true}}
+			f := startWith(t, src, nft, ipt, map[string]bool{transport.DataplaneIptables: !reachable}, 0)
+			eventually(t, "nftables programmed", holds(nft, "a"))
+			if reachable {
+				eventually(t, "iptables emptied", holds(ipt))
+				eventually(t, "nftables recorded", func() error {
+					if got := src.recorded(); got != transport.DataplaneNftables {
+						return fmt.Errorf("recorded %q", got)
+					}
+					return nil
+				})
+				if got := nft.callLog(); len(got) < 2 || got[0] != "sync" {
+					t.Errorf("nftables calls %v: want the clearing sync first, then the desired set", got)
+				}
+			} else {
+				if err := holds(ipt, "a", "gone")(); err != nil {
+					t.Error(err)
+				}
+				if got := src.recorded(); got != transport.DataplaneIptables {
+					t.Errorf("recorded %q, want iptables kept until it is emptied", got)
+				}
+			}
+			if dp := f.gw.Dataplane(); dp != transport.DataplaneNftables {
+				t.Errorf("Dataplane() = %q", dp)
+			}
+		})
+	}
 }

@@ -142,6 +142,7 @@ type env struct {
 	dataplane string
 	reg       *gateway.Registry
 	tr        *recordingTransport
+	cancel    context.CancelFunc
 }
 
 type envOptions struct {
@@ -184,9 +185,16 @@ func newEnv(t *testing.T, o envOptions) *env {
 		e.cleanupObjects()
 		cancel()
 	})
-	if o.noManager {
-		return e
+	e.cancel = cancel
+	if !o.noManager {
+		e.startManager(cfg, o)
 	}
+	return e
+}
+
+// startManager starts the controller (its Registry connects the gateway).
+func (e *env) startManager(cfg *rest.Config, o envOptions) {
+	t, ctx, cancel, name := e.t, e.ctx, e.cancel, e.case_
 	gcfg := gwconfigFor(e)
 	sel := labels.SelectorFromSet(labels.Set{testLabel: name})
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -230,7 +238,6 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if _, err := e.reg.Get(e.gwName); err != nil {
 		t.Fatal(err)
 	}
-	return e
 }
 
 // meta returns ObjectMeta for a test object.

@@ -185,9 +185,69 @@ func TestDataplaneSwitch(t *testing.T) {
 		if objs := e.kernelObjects(from); len(objs) != 0 {
 			t.Errorf("%d objects left on %s after switching to %s: %v", len(objs), from, to, objs)
 		}
+		e.eventually(10*time.Second, "data plane recorded", func() error {
+			if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(g), g); err != nil {
+				return err
+			}
+			if g.Status.Dataplane != to {
+				return fmt.Errorf("status.dataplane %q", g.Status.Dataplane)
+			}
+			return nil
+		})
 		if _, err := e.probe(e.gw.VMs[0], netlab.EIP(11)); err != nil {
 			t.Errorf("packet after switching to %s: %v", to, err)
 		}
+	}
+}
+
+// TestDataplaneChangedWhileAway: the gateway's status says it was last
+// programmed with iptables, and its iptables chains still hold an EIP and a
+// FIP (the annotation changed, or the controller's --dataplane, while no
+// controller ran): the controller that starts on nftables empties iptables
+// first, programs nftables, records nftables, and traffic flows.
+func TestDataplaneChangedWhileAway(t *testing.T) {
+	o := envOptions{dataplane: transport.DataplaneNftables, noManager: true}
+	e := newEnv(t, o)
+	g := e.gatewayObj()
+	e.create(g)
+	g.Status.Dataplane = transport.DataplaneIptables
+	if err := e.c.Status().Update(e.ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	eip := e.eip("eip", netlab.EIP(12))
+	e.create(eip)
+	f := e.fip("fip", "eip", e.gw.VMs[0].Addr)
+	e.create(f)
+	// What the iptables agent programmed before: the same EIP and FIP
+	// (their UIDs) and a FIP whose object is gone.
+	left := []nat.Object{
+		{UID: string(eip.UID), Kind: nat.KindEIP, EIP: &nat.EIP{Address: netlab.EIP(12), PrefixLen: 24}},
+		{UID: string(f.UID), Kind: nat.KindFIP, FIP: &nat.FIP{EIP: netlab.EIP(12), InternalIP: e.gw.VMs[1].Addr}},
+	}
+	e.natgwCLI(transport.DataplaneIptables, "apply", left...)
+	if n := len(e.kernelObjects(transport.DataplaneIptables)); n != len(left) {
+		t.Fatalf("iptables holds %d objects before the controller starts, want %d", n, len(left))
+	}
+
+	e.startManager(apiServer(t), o)
+	e.waitReady(f)
+	if objs := e.kernelObjects(transport.DataplaneIptables); len(objs) != 0 {
+		t.Errorf("iptables still holds %v", objs)
+	}
+	if _, ok := hasUID(e.kernelObjects(transport.DataplaneNftables), f.UID); !ok {
+		t.Error("FIP not on nftables")
+	}
+	e.eventually(10*time.Second, "nftables recorded", func() error {
+		if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(g), g); err != nil {
+			return err
+		}
+		if g.Status.Dataplane != transport.DataplaneNftables {
+			return fmt.Errorf("status.dataplane %q", g.Status.Dataplane)
+		}
+		return nil
+	})
+	if _, err := e.probe(e.gw.VMs[0], netlab.EIP(12)); err != nil {
+		t.Errorf("packet through nftables: %v", err)
 	}
 }
 

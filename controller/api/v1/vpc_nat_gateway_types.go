@@ -116,6 +116,14 @@ type VpcNatGatewayStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
+	// Dataplane is the data plane (nftables or iptables) natgw last
+	// programmed the gateway with. When the wanted data plane differs on
+	// the next connect (the annotation changed while the gateway was
+	// unreachable), the rules of this one are removed first.
+	// +kubebuilder:validation:Enum=nftables;iptables
+	// +optional
+	Dataplane string `json:"dataplane,omitempty"`
+
 	// Conditions are the latest observations of the gateway's state.
 	// +listType=map
 	// +listMapKey=type
@@ -132,6 +140,7 @@ type VpcNatGatewayStatus struct {
 // +kubebuilder:printcolumn:name="Vpc",type="string",JSONPath=".spec.vpc"
 // +kubebuilder:printcolumn:name="Subnet",type="string",JSONPath=".spec.subnet"
 // +kubebuilder:printcolumn:name="LanIP",type="string",JSONPath=".spec.lanIp"
+// +kubebuilder:printcolumn:name="Dataplane",type="string",JSONPath=".status.dataplane"
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
 type VpcNatGateway struct {
 	metav1.TypeMeta   `json:",inline"`
