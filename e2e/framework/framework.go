@@ -16,12 +16,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/internal/testsummary"
 )
 
 // Binaries are the programs built once per test binary.
@@ -141,11 +141,9 @@ func Eventually(t testing.TB, ctx context.Context, timeout time.Duration, what s
 	return d
 }
 
-var summaryMu sync.Mutex
-
-// Summary logs a scenario's figures as one line and prints it to stdout
-// prefixed with E2E-SUMMARY, so that a run's summaries can be collected
-// with grep. kv alternates keys and values.
+// Summary records a scenario's figures as one line prefixed with
+// E2E-SUMMARY (internal/testsummary: the test log, and the file `make test`
+// prints at its end). kv alternates keys and values.
 func Summary(t testing.TB, scenario, dataplane string, kv ...any) {
 	t.Helper()
 	var b strings.Builder
@@ -162,10 +160,7 @@ func Summary(t testing.TB, scenario, dataplane string, kv ...any) {
 	} else {
 		b.WriteString(" result=ok")
 	}
-	t.Log("E2E-SUMMARY " + b.String())
-	summaryMu.Lock()
-	fmt.Printf("E2E-SUMMARY %s\n", b.String())
-	summaryMu.Unlock()
+	testsummary.Record(t, "E2E-SUMMARY "+b.String())
 }
 
 // Dataplanes are the data planes every scenario runs on.
