@@ -16,6 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/natgw/natgw/controller/gateway"
@@ -223,4 +224,45 @@ func countWrites(metrics string) (float64, error) {
 		return 0, errors.New("kube-apiserver /metrics has no apiserver_request_total sample of a mutating verb")
 	}
 	return total, nil
+}
+
+// reconcileStats is what controller-runtime's metrics say about one
+// controller's reconciles.
+type reconcileStats struct {
+	Count   uint64
+	Seconds float64 // summed duration
+}
+
+// sub returns s − o (the reconciles between two readings).
+func (s reconcileStats) sub(o reconcileStats) reconcileStats {
+	return reconcileStats{Count: s.Count - o.Count, Seconds: s.Seconds - o.Seconds}
+}
+
+// reconciles reads controller_runtime_reconcile_time_seconds of the
+// in-process controllers from controller-runtime's metrics registry, by
+// controller name (e.g. "iptables-fip-rule"). The registry is global, so
+// compare readings (sub) taken around a phase.
+func reconciles() (map[string]reconcileStats, error) {
+	mfs, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		return nil, fmt.Errorf("gather controller-runtime metrics: %w", err)
+	}
+	out := map[string]reconcileStats{}
+	for _, mf := range mfs {
+		if mf.GetName() != "controller_runtime_reconcile_time_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" {
+					h := m.GetHistogram()
+					s := out[l.GetValue()]
+					s.Count += h.GetSampleCount()
+					s.Seconds += h.GetSampleSum()
+					out[l.GetValue()] = s
+				}
+			}
+		}
+	}
+	return out, nil
 }

@@ -69,6 +69,15 @@ func TestS3Tiny(t *testing.T) {
 			t.Errorf("target %q does not name the data plane", tg.Name)
 		}
 	}
+	for _, dp := range s3Dataplanes {
+		found := false
+		for _, n := range sec.Notes {
+			found = found || (strings.HasPrefix(n, dp+", paced: reconciles per create+delete cycle") && strings.Contains(n, "iptables-fip-rule"))
+		}
+		if !found {
+			t.Errorf("no note of the %s controller's reconciles per paced FIP: %v", dp, sec.Notes)
+		}
+	}
 	if len(e.Report.Metrics) != 10 {
 		t.Errorf("%d metrics, want 10 (4 latencies per variant, 2 burst rates)", len(e.Report.Metrics))
 	}
