@@ -176,9 +176,22 @@ func run() error {
 	return mgr.Start(ctx)
 }
 
+// restConfig loads --kubeconfig, or what ctrl.GetConfig finds (in-cluster
+// config, $KUBECONFIG, ~/.kube/config). Either way client-side rate
+// limiting is off unless the file sets a QPS, as ctrl.GetConfig has it: the
+// API server's priority and fairness limits the controller, not client-go's
+// default of 5 requests per second, which would hold a burst of FIPs to a
+// couple per second.
 func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if kubeconfig == "" {
+		return ctrl.GetConfig()
 	}
-	return ctrl.GetConfig()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+	}
+	if cfg.QPS == 0 {
+		cfg.QPS = -1
+	}
+	return cfg, nil
 }

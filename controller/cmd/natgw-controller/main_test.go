@@ -3,6 +3,8 @@ package main
 import (
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -43,5 +45,31 @@ func TestParseFlags(t *testing.T) {
 				t.Errorf("flags = %+v", f)
 			}
 		})
+	}
+}
+
+// TestRestConfigRateLimit: a --kubeconfig without a QPS gets no client-side
+// rate limit (as ctrl.GetConfig), one with a QPS keeps it.
+func TestRestConfigRateLimit(t *testing.T) {
+	const kubeconfig = `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, []byte(kubeconfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := restConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.QPS >= 0 {
+		t.Errorf("QPS = %v, want client-side rate limiting off (negative)", cfg.QPS)
+	}
+	if _, err := restConfig(filepath.Join(t.TempDir(), "missing")); err == nil || !strings.Contains(err.Error(), "--kubeconfig") {
+		t.Errorf("missing kubeconfig: %v, want an error naming --kubeconfig", err)
 	}
 }
