@@ -268,7 +268,7 @@ func (e *Engine) run(ctx context.Context, op string, c *nat.Change, full bool) e
 		}
 	}
 	c.Commit()
-	if eips := flowsToForget(c); len(eips) > 0 {
+	if eips := flowsToForget(c, e.state.Get); len(eips) > 0 {
 		if err := e.r.ForgetFlows(ctx, eips); err != nil {
 			// The rules are committed; stale flows die on their own
 			// timeouts. Report but do not fail the operation.
@@ -281,28 +281,28 @@ func (e *Engine) run(ctx context.Context, op string, c *nat.Change, full bool) e
 
 // flowsToForget returns the EIPs whose NAT mappings went away or moved: those
 // of removed FIP/DNAT/SNAT objects, unless the same UID was re-added with the
-// same addresses.
-func flowsToForget(c *nat.Change) []netip.Addr {
-	if len(c.Removed) == 0 {
-		return nil
-	}
-	type pair struct{ eip, in netip.Addr }
-	added := make(map[string]pair, len(c.Added))
-	for _, o := range c.Added {
-		a, b := o.Addresses()
-		added[o.UID] = pair{a, b}
-	}
+// same addresses. now looks an object up in the state after the change
+// (which holds every added object), so no index of the added ones is built.
+func flowsToForget(c *nat.Change, now func(uid string) (nat.Object, bool)) []netip.Addr {
 	var eips []netip.Addr
-	seen := map[netip.Addr]bool{}
+	var seen map[netip.Addr]bool
 	for _, o := range c.Removed {
 		if o.Kind == nat.KindRoute || o.Kind == nat.KindEIP {
 			continue // no NAT mapping of their own
 		}
 		a, b := o.Addresses()
-		if p, ok := added[o.UID]; ok && p == (pair{a, b}) {
+		if n, ok := now(o.UID); ok {
+			if na, nb := n.Addresses(); na == a && nb == b {
+				continue
+			}
+		}
+		if !a.IsValid() {
 			continue
 		}
-		if a.IsValid() && !seen[a] {
+		if seen == nil {
+			seen = make(map[netip.Addr]bool, len(c.Removed))
+		}
+		if !seen[a] {
 			seen[a] = true
 			eips = append(eips, a)
 		}
