@@ -3,6 +3,7 @@ package nftables
 import (
 	"context"
 	"net/netip"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -150,6 +151,19 @@ func BenchmarkLoad100k(b *testing.B) {
 		if got, err := last.List(ctx); err != nil || len(got) != n {
 			b.Fatalf("after the benchmark: %d objects (%v), want %d", len(got), err, n)
 		}
+		// The heap the open engine keeps (its index of n objects): live
+		// heap with it, minus live heap once it is closed and dropped.
+		with := liveHeap()
 		last.Close()
+		last = nil
+		b.ReportMetric(float64(with-liveHeap())/(1<<20), "MiB-kept")
 	}
+}
+
+// liveHeap returns the heap in use after a garbage collection.
+func liveHeap() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
 }

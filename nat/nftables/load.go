@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 
@@ -21,9 +22,9 @@ type kernelState struct {
 	broken string // why the table must be recreated ("" if usable)
 	boot   string
 
-	elems map[string][]nft.SetElement // by set name
-	snat  map[snatClass]bool          // CIDR SNAT maps present
-	qos   map[qosKey]qosState         // policer chains/objects present
+	elems map[string][][]nft.SetElement // by set name, in blocks
+	snat  map[snatClass]bool            // CIDR SNAT maps present
+	qos   map[qosKey]qosState           // policer chains/objects present
 
 	// gen is the ruleset generation read before the sets (and again
 	// after them: if it moved, the sets were read in full). mirror means
@@ -46,7 +47,7 @@ type kernelState struct {
 // readKernel reads natgw's table: sets and their elements, chains, limit
 // objects. It never looks at other tables.
 func (r *Renderer) readKernel() (*kernelState, error) {
-	k := &kernelState{elems: map[string][]nft.SetElement{}, snat: map[snatClass]bool{}, qos: map[qosKey]qosState{}}
+	k := &kernelState{elems: map[string][][]nft.SetElement{}, snat: map[snatClass]bool{}, qos: map[qosKey]qosState{}}
 	gen, err := r.generation()
 	if err != nil {
 		return nil, err
@@ -293,9 +294,16 @@ func (k *kernelState) objects(log logr.Logger) ([]nat.Object, *nat.State, bool) 
 	// checked against the rendering of the objects.
 	checked := func(set string) bool { return !k.mirror || (set != setFIPDNAT && set != setFIPSNAT) }
 	total := 0
-	for set, es := range k.elems {
+	count := func(set string) int {
+		n := 0
+		for _, b := range k.elems[set] {
+			n += len(b)
+		}
+		return n
+	}
+	for set := range k.elems {
 		if checked(set) {
-			total += len(es)
+			total += count(set)
 		}
 	}
 	k.owner = make(map[elemRef]string, total)
@@ -309,7 +317,7 @@ func (k *kernelState) objects(log logr.Logger) ([]nat.Object, *nat.State, bool) 
 	var objs map[string]sourced
 	var list []nat.Object
 	if k.mirror {
-		list = make([]nat.Object, 0, total+len(k.elems[setFIPDNAT]))
+		list = make([]nat.Object, 0, total+count(setFIPDNAT))
 	} else {
 		objs = make(map[string]sourced, total/2+1)
 	}
@@ -327,7 +335,7 @@ func (k *kernelState) objects(log logr.Logger) ([]nat.Object, *nat.State, bool) 
 	slices.Sort(snatSets)
 	order = append(order, snatSets...)
 	for _, set := range order {
-		for _, e := range k.elems[set] {
+		for _, e := range all(k.elems[set]) {
 			uid, o, err := parseElem(set, e)
 			if err != nil {
 				bad = append(bad, fmt.Sprintf("set %s: %v", set, err))
@@ -406,6 +414,21 @@ func (k *kernelState) objects(log logr.Logger) ([]nat.Object, *nat.State, bool) 
 		log.Info("inconsistent kernel state", "problem", b)
 	}
 	return kept, st, len(bad) == 0
+}
+
+// all iterates the elements of blocks.
+func all(blocks [][]nft.SetElement) iter.Seq2[int, nft.SetElement] {
+	return func(yield func(int, nft.SetElement) bool) {
+		i := 0
+		for _, b := range blocks {
+			for _, e := range b {
+				if !yield(i, e) {
+					return
+				}
+				i++
+			}
+		}
+	}
 }
 
 // insertAll inserts objs into a new nat.State and returns it with the

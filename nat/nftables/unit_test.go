@@ -194,7 +194,11 @@ func TestObjectsCheck(t *testing.T) {
 		{"eips element twice", false, with(dupFirst(setEIPs)), true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			k := &kernelState{elems: tc.elems, mirror: tc.mirror}
+			blocks := map[string][][]nft.SetElement{}
+			for set, es := range tc.elems {
+				blocks[set] = [][]nft.SetElement{es[:len(es)/2], es[len(es)/2:]}
+			}
+			k := &kernelState{elems: blocks, mirror: tc.mirror}
 			got, st, consistent := k.objects(logr.Discard())
 			if consistent != tc.consistent || k.torn != tc.torn {
 				t.Errorf("consistent %v, torn %v; want %v, %v", consistent, k.torn, tc.consistent, tc.torn)
