@@ -69,17 +69,7 @@ func TestS1Tiny(t *testing.T) {
 			}
 		}
 	}
-	if sec.Plot != "s1.png" {
-		t.Fatalf("plot = %q, notes: %v", sec.Plot, sec.Notes)
-	}
-	f, err := os.Open(filepath.Join(e.OutDir, sec.Plot))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := png.Decode(f); err != nil {
-		t.Errorf("plot: %v", err)
-	}
+	checkPlot(t, e.OutDir, sec, "s1.png")
 	// Every natgw method yields one add and one delete metric per size,
 	// with (a) as baseline.
 	ours := 0
@@ -105,4 +95,21 @@ func hasMethod(ms []Method, key string) bool {
 		}
 	}
 	return false
+}
+
+// checkPlot checks that sec names the plot want and that the file in dir
+// is a PNG.
+func checkPlot(t *testing.T, dir string, sec *report.Section, want string) {
+	t.Helper()
+	if sec.Plot != want {
+		t.Fatalf("plot = %q, notes: %v", sec.Plot, sec.Notes)
+	}
+	f, err := os.Open(filepath.Join(dir, sec.Plot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := png.Decode(f); err != nil {
+		t.Errorf("plot: %v", err)
+	}
 }

@@ -2,10 +2,8 @@ package scenario
 
 import (
 	"context"
-	"image/png"
 	"math"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -86,17 +84,7 @@ func TestS3Tiny(t *testing.T) {
 			t.Errorf("metric %s incomplete: %+v", m.Name, m)
 		}
 	}
-	if sec.Plot != "s3.png" {
-		t.Fatalf("plot = %q, notes: %v", sec.Plot, sec.Notes)
-	}
-	f, err := os.Open(filepath.Join(e.OutDir, sec.Plot))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := png.Decode(f); err != nil {
-		t.Errorf("plot: %v", err)
-	}
+	checkPlot(t, e.OutDir, sec, "s3.png")
 }
 
 func TestCountWrites(t *testing.T) {

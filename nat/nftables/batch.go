@@ -307,15 +307,8 @@ func (r *Renderer) exchange(t *txn) error {
 		if rerr != nil {
 			return errors.Join(append(errs, fmt.Errorf("read acks (%d of %d): %w", got, n, rerr))...)
 		}
-		b := buf[:rn]
-		for len(b) >= unix.SizeofNlMsghdr {
-			l := int(binary.NativeEndian.Uint32(b[0:4]))
-			typ := binary.NativeEndian.Uint16(b[4:6])
-			if l < unix.SizeofNlMsghdr || l > len(b) {
-				return fmt.Errorf("read acks: bad message length %d", l)
-			}
-			m := b[unix.SizeofNlMsghdr:l]
-			b = b[min((l+3)&^3, len(b)):]
+		var bad error
+		for typ, m := range messages(buf[:rn], &bad) {
 			if typ != unix.NLMSG_ERROR || len(m) < 4+unix.SizeofNlMsghdr {
 				continue
 			}
@@ -333,6 +326,9 @@ func (r *Renderer) exchange(t *txn) error {
 			if code != 0 {
 				errs = append(errs, fmt.Errorf("%s (message %d of %d): %w", t.what[i], i+1, n, unix.Errno(-code)))
 			}
+		}
+		if bad != nil {
+			return fmt.Errorf("read acks: %w", bad)
 		}
 	}
 	if len(errs) > 0 {

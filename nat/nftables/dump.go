@@ -3,6 +3,7 @@ package nftables
 import (
 	"encoding/binary"
 	"fmt"
+	"iter"
 
 	nft "github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -146,14 +147,8 @@ func dumpEnd(b []byte, seq uint32) (bool, error) {
 // decodeReply calls elem with each element of the NEWSETELEM messages in
 // one dump datagram.
 func decodeReply(b []byte, elem func(b []byte) error) error {
-	for len(b) >= unix.SizeofNlMsghdr {
-		l := int(binary.NativeEndian.Uint32(b[0:4]))
-		typ := binary.NativeEndian.Uint16(b[4:6])
-		if l < unix.SizeofNlMsghdr || l > len(b) {
-			return fmt.Errorf("bad message length %d", l)
-		}
-		m := b[unix.SizeofNlMsghdr:l]
-		b = b[min((l+3)&^3, len(b)):]
+	var bad error
+	for typ, m := range messages(b, &bad) {
 		if typ != unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWSETELEM {
 			continue
 		}
@@ -164,7 +159,28 @@ func decodeReply(b []byte, elem func(b []byte) error) error {
 			return err
 		}
 	}
-	return nil
+	return bad
+}
+
+// messages iterates the netlink messages of one datagram: each type and
+// payload (after the header). A bad length ends the iteration and is left
+// in *bad.
+func messages(b []byte, bad *error) iter.Seq2[uint16, []byte] {
+	return func(yield func(uint16, []byte) bool) {
+		for len(b) >= unix.SizeofNlMsghdr {
+			l := int(binary.NativeEndian.Uint32(b[0:4]))
+			typ := binary.NativeEndian.Uint16(b[4:6])
+			if l < unix.SizeofNlMsghdr || l > len(b) {
+				*bad = fmt.Errorf("bad message length %d", l)
+				return
+			}
+			m := b[unix.SizeofNlMsghdr:l]
+			b = b[min((l+3)&^3, len(b)):]
+			if !yield(typ, m) {
+				return
+			}
+		}
+	}
 }
 
 // attrs walks the netlink attributes in b, calling fn with each type (flag
