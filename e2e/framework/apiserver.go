@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -89,8 +90,18 @@ func (a *APIServer) Stop() error {
 		}
 		time.Sleep(Poll)
 	}
-	if err := a.env.ControlPlane.APIServer.Stop(); err != nil {
-		return fmt.Errorf("stop kube-apiserver: %w", err)
+	// envtest marks the process exited a moment after its Wait reaped
+	// it; a Stop in between signals a process that is gone (ESRCH).
+	// Retry until envtest has seen the exit and Stop is a no-op.
+	for {
+		err := a.env.ControlPlane.APIServer.Stop()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.ESRCH) && !errors.Is(err, os.ErrProcessDone) || time.Now().After(deadline) {
+			return fmt.Errorf("stop kube-apiserver: %w", err)
+		}
+		time.Sleep(Poll)
 	}
 	a.stopped = true
 	return nil
