@@ -90,6 +90,12 @@
 // A missing boot rule means the chains are new or were wiped: Load makes a
 // new boot id and starts empty, which tells the controller to resync.
 //
+// iptables-legacy has no transaction spanning a save and a restore, so Load
+// and Commit hold an exclusive flock on the gateway's network namespace file
+// from the save to the restore (netns.NS.Lock): two openers of one gateway
+// (an agent starting while `natgw list` runs) cannot both find no boot rule
+// and write different boot ids, nor rewrite chains from a stale save.
+//
 // # Transactions
 //
 // Commit is one `iptables-legacy-restore -w 30 --noflush` run. Within it,

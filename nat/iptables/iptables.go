@@ -161,8 +161,14 @@ func (r *Renderer) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
 // when the chains do not hold exactly what those objects render to (first
 // start, a hand edit, a lost hook), rewrites our chains in one restore. A
 // missing boot rule means the chains were created anew (or wiped): the boot
-// id is then new and the state empty.
+// id is then new and the state empty. It holds the gateway lock (see
+// lock) from the save to the restore.
 func (r *Renderer) Load(ctx context.Context) ([]nat.Object, string, error) {
+	unlock, err := r.lock(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	defer unlock()
 	saved, err := r.save(ctx)
 	if err != nil {
 		return nil, "", err
@@ -185,9 +191,27 @@ func (r *Renderer) Load(ctx context.Context) ([]nat.Object, string, error) {
 	return objs, boot, nil
 }
 
+// lock takes the gateway namespace's lock (netns.NS.Lock) for one save and
+// restore: iptables-legacy has no transaction across a read and a write, so
+// two openers (an agent starting while `natgw list` runs) would otherwise
+// both find no boot rule and write different boot ids, or rewrite chains
+// from a save the other has just changed.
+func (r *Renderer) lock(ctx context.Context) (func(), error) {
+	unlock, err := r.ns.Lock(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("iptables: %w", err)
+	}
+	return unlock, nil
+}
+
 // Commit implements engine.Renderer with one iptables-legacy-restore
 // --noflush run. See doc.go for the transaction shape.
 func (r *Renderer) Commit(ctx context.Context, c engine.Commit) error {
+	unlock, err := r.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if c.Full {
 		saved, err := r.save(ctx)
 		if err != nil {

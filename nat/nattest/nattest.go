@@ -14,6 +14,8 @@
 //	LostState     recreated namespace: empty, new BootID, resync
 //	Sync          replaces the whole state
 //	Concurrent    applies and deletes from several goroutines
+//	ConcurrentOpen several backends opened at once on an empty kernel: all
+//	              succeed with one BootID (agent start racing `natgw list`)
 //	Canceled      a done context changes nothing
 //	LargeSync     4,000 objects in one Sync, reopen, bulk delete
 //	Link          EIP addresses on the external interface, routes

@@ -23,6 +23,7 @@ func (s *suite) tests() []test {
 		{"LostState", s.testLostState},
 		{"Sync", s.testSync},
 		{"Concurrent", s.testConcurrent},
+		{"ConcurrentOpen", s.testConcurrentOpen},
 		{"Canceled", s.testCanceled},
 		{"LargeSync", s.testLargeSync},
 		{"Link", s.testLink},
@@ -361,6 +362,73 @@ func (s *suite) testConcurrent(t *testing.T) {
 	e.reopen()
 	e.wantList("after concurrent applies and deletes, reopened", want...)
 	e.wantKernel("reopen after concurrent changes", k)
+}
+
+// testConcurrentOpen opens several backends at once on a gateway whose
+// kernel state is empty, as when the agent starts while an operator runs
+// `natgw list`: every open succeeds, all agree on one BootID, and what one
+// applies another lists after a Reload.
+func (s *suite) testConcurrentOpen(t *testing.T) {
+	e := s.newEnv(t, false)
+	const rounds, openers = 5, 6
+	for round := 0; round < rounds; round++ {
+		e.closeDP()
+		e.recreateNS()
+		dps := make([]nat.Dataplane, openers)
+		errs := make([]error, openers)
+		var wg sync.WaitGroup
+		for i := range dps {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := e.opCtx()
+				defer cancel()
+				dps[i], errs[i] = s.open(ctx, e.cfg)
+			}()
+		}
+		wg.Wait()
+		var open []nat.Dataplane
+		for i, dp := range dps {
+			if errs[i] != nil {
+				t.Errorf("round %d: opener %d of %d: %v", round, i, openers, errs[i])
+				continue
+			}
+			open = append(open, dp)
+		}
+		if len(open) > 0 {
+			boot := open[0].BootID()
+			for i, dp := range open[1:] {
+				if got := dp.BootID(); got != boot {
+					t.Errorf("round %d: BootID of open backend %d = %q, of backend 0 = %q", round, i+1, got, boot)
+				}
+			}
+			e.dp, e.name = open[0], open[0].Name()
+			e.check(fmt.Sprintf("round %d: concurrent opens", round))
+			fip := FIP(UID(nat.KindFIP, round), netlab.EIP(round), vm1)
+			e.apply(fip)
+			ctx, cancel := e.opCtx()
+			other := open[len(open)-1]
+			err := other.Reload(ctx)
+			var got []nat.Object
+			if err == nil {
+				got, err = other.List(ctx)
+			}
+			cancel()
+			if err != nil {
+				t.Errorf("round %d: reload and list on another backend: %v", round, err)
+			} else if want := []nat.Object{fip}; !objectsEqual(got, want) {
+				t.Errorf("round %d: reload and list on another backend after apply:\n%s", round, objectsDiff(want, got))
+			}
+		}
+		for _, dp := range open[1:] {
+			if err := dp.Close(); err != nil {
+				t.Errorf("round %d: close: %v", round, err)
+			}
+		}
+		if t.Failed() {
+			return
+		}
+	}
 }
 
 // testCanceled calls every state-changing method with a context that is

@@ -3,11 +3,14 @@
 package netns
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -65,6 +68,36 @@ func (n *NS) Fd() int {
 
 // Ref returns the reference the namespace was opened with.
 func (n *NS) Ref() string { return n.ref }
+
+// lockPoll is how often Lock tries again while another holder has the lock.
+const lockPoll = 5 * time.Millisecond
+
+// Lock takes an exclusive advisory lock (flock) on the namespace itself, so
+// that processes (or NS values within one process) that read and then
+// rewrite state of the same namespace do so one at a time. Every reference
+// to one namespace (a name under RunDir, /proc/PID/ns/net) is the same
+// inode, hence the same lock. It waits until the lock is free or ctx is
+// done, and returns the function that releases it.
+func (n *NS) Lock(ctx context.Context) (unlock func(), err error) {
+	fd := n.Fd()
+	for {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() {
+				unix.Flock(fd, unix.LOCK_UN)
+				runtime.KeepAlive(n)
+			}, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			return nil, fmt.Errorf("lock netns %q: %w", n.ref, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("lock netns %q: %w", n.ref, ctx.Err())
+		case <-time.After(lockPoll):
+		}
+	}
+}
 
 // Close closes the namespace file.
 func (n *NS) Close() error { return n.f.Close() }

@@ -444,12 +444,28 @@ func (r *Renderer) LoadState(ctx context.Context) (*nat.State, string, error) {
 	if err := r.ready(); err != nil {
 		return nil, "", err
 	}
-	k, objs, st, consistent, err := r.readObjects(ctx)
+	// Openers of one gateway read, then create or repair the table one at a
+	// time (an agent starting while `natgw list` runs): without it, two
+	// could both find the layout broken and replace each other's table.
+	unlock, err := r.ns.Lock(ctx)
 	if err != nil {
-		return nil, "", err
+		return nil, "", fmt.Errorf("nftables: %w", err)
 	}
-	r.gen = k.gen
-	if !k.exists || k.broken != "" {
+	defer unlock()
+	var (
+		k          *kernelState
+		objs       []nat.Object
+		st         *nat.State
+		consistent bool
+	)
+	for race := 0; ; race++ {
+		if k, objs, st, consistent, err = r.readObjects(ctx); err != nil {
+			return nil, "", err
+		}
+		r.gen = k.gen
+		if k.exists && k.broken == "" {
+			break
+		}
 		if k.exists {
 			r.log.Info("table layout not usable, recreating it (state is lost, boot id changes)", "reason", k.broken)
 		}
@@ -459,15 +475,26 @@ func (r *Renderer) LoadState(ctx context.Context) (*nat.State, string, error) {
 		}
 		ch := &change{dropTable: k.exists, createTable: true, bootID: boot, fixedChains: true,
 			snatBefore: map[snatClass]bool{}, snatAfter: map[snatClass]bool{}}
-		if err := r.run(ctx, ch); err != nil {
-			return nil, "", fmt.Errorf("nftables: create table: %w", err)
+		err = r.run(ctx, ch)
+		if err == nil {
+			r.snat, r.qos, r.boot = map[snatClass]int{}, map[qosKey]qosVal{}, boot
+			return nat.NewState(), boot, nil
 		}
-		r.snat, r.qos, r.boot = map[snatClass]int{}, map[qosKey]qosVal{}, boot
-		return nat.NewState(), boot, nil
+		// Something that does not take the namespace lock (nft by hand, an
+		// older natgw) created the table between our read and our create:
+		// the create is exclusive, so read again and adopt its table rather
+		// than fail or replace it.
+		if !k.exists && errors.Is(err, unix.EEXIST) && race < maxCreateRaces {
+			r.log.V(1).Info("the table was created concurrently, reading it again")
+			continue
+		}
+		return nil, "", fmt.Errorf("nftables: create table: %w", err)
 	}
-	var ch *change
-	var snat map[snatClass]int
-	var qos map[qosKey]qosVal
+	var (
+		ch   *change
+		snat map[snatClass]int
+		qos  map[qosKey]qosVal
+	)
 	if consistent {
 		// Keep the elements; rewrite every rule and policer and bring the
 		// CIDR SNAT maps to what the objects need.
@@ -488,6 +515,10 @@ func (r *Renderer) LoadState(ctx context.Context) (*nat.State, string, error) {
 	r.snat, r.qos = snat, qos
 	return st, k.boot, nil
 }
+
+// maxCreateRaces bounds how often LoadState reads again after losing the
+// race to create the table to another opener.
+const maxCreateRaces = 3
 
 // maxReads bounds the reads of readObjects (the pauses add up to ~15 s).
 const maxReads = 20
