@@ -65,61 +65,72 @@ func stormWithFaults(t *testing.T, s *fw.Stack, n int, fault func(i int) error) 
 	return st, a, time.Since(end)
 }
 
+// faultStorm runs one storm-with-faults scenario on both data planes (race
+// topology) and records its summary line. newFault returns, for a fresh
+// stack, the fault to inject n times and the fault's own figures, read
+// after the storm; the storm's and the aftermath's figures follow them.
+func faultStorm(t *testing.T, scenario string, n int, newFault func(s *fw.Stack) (fault func(i int) error, figures func() []any)) {
+	fw.ForEachDataplane(t, func(t *testing.T, dp string) {
+		s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology()})
+		fault, figures := newFault(s)
+		st, a, conv := stormWithFaults(t, s, n, fault)
+		kv := append([]any{"storm_cycles", st.cycles}, figures()...)
+		kv = append(kv, "api_retries", st.createErrors+st.deleteErrors, "storm_took", st.took,
+			"stuck_terminating", a.stuck, "leaked_at_drain", a.leakedAtDrain, "leaked_after_sweep", a.leaked,
+			"fresh_fips_ready_in", a.freshReady, "converged_after_storm_in", conv)
+		fw.Summary(t, scenario, dp, kv...)
+	})
+}
+
 // TestFaults is scenario 4: each fault ends converged, with nothing leaked
 // or lost, and the time to converge is reported.
 func TestFaults(t *testing.T) {
 	t.Run("AgentKill", func(t *testing.T) {
-		fw.ForEachDataplane(t, func(t *testing.T, dp string) {
-			s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology()})
+		faultStorm(t, "4a-agent-kill9", 3, func(s *fw.Stack) (func(int) error, func() []any) {
 			kills := 0
-			st, a, conv := stormWithFaults(t, s, 3, func(i int) error {
-				g := s.Order[i%len(s.Order)]
-				n, err := s.Ctrl.KillAgents(g.GW)
-				kills += n
-				if err == nil && n == 0 {
-					err = fmt.Errorf("no natgw serve running for %s", g.GW)
+			return func(i int) error {
+					g := s.Order[i%len(s.Order)]
+					n, err := s.Ctrl.KillAgents(g.GW)
+					kills += n
+					if err == nil && n == 0 {
+						err = fmt.Errorf("no natgw serve running for %s", g.GW)
+					}
+					return err
+				}, func() []any {
+					return []any{"agents_killed", kills}
 				}
-				return err
-			})
-			fw.Summary(t, "4a-agent-kill9", dp, "storm_cycles", st.cycles, "agents_killed", kills, "storm_took", st.took,
-				"stuck_terminating", a.stuck, "leaked_at_drain", a.leakedAtDrain, "leaked_after_sweep", a.leaked,
-				"fresh_fips_ready_in", a.freshReady, "converged_after_storm_in", conv)
 		})
 	})
 	t.Run("ControllerRestart", func(t *testing.T) {
-		fw.ForEachDataplane(t, func(t *testing.T, dp string) {
-			s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology()})
+		faultStorm(t, "4b-controller-kill9-restart", 3, func(s *fw.Stack) (func(int) error, func() []any) {
 			restarts := 0
-			st, a, conv := stormWithFaults(t, s, 3, func(int) error {
-				if err := s.Ctrl.Restart(); err != nil {
-					return err
+			return func(int) error {
+					if err := s.Ctrl.Restart(); err != nil {
+						return err
+					}
+					restarts++
+					return nil
+				}, func() []any {
+					return []any{"restarts", restarts}
 				}
-				restarts++
-				return nil
-			})
-			fw.Summary(t, "4b-controller-kill9-restart", dp, "storm_cycles", st.cycles, "restarts", restarts, "storm_took", st.took,
-				"stuck_terminating", a.stuck, "leaked_at_drain", a.leakedAtDrain, "leaked_after_sweep", a.leaked,
-				"fresh_fips_ready_in", a.freshReady, "converged_after_storm_in", conv)
 		})
 	})
 	t.Run("APIServerRestart", func(t *testing.T) {
-		fw.ForEachDataplane(t, func(t *testing.T, dp string) {
-			s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology()})
+		faultStorm(t, "4c-apiserver-restart", 1, func(s *fw.Stack) (func(int) error, func() []any) {
 			var down time.Duration
-			st, a, conv := stormWithFaults(t, s, 1, func(int) error {
-				start := time.Now()
-				if err := s.API.Stop(); err != nil {
+			return func(int) error {
+					start := time.Now()
+					if err := s.API.Stop(); err != nil {
+						return err
+					}
+					// Down for a while the storm keeps trying.
+					time.Sleep(3 * time.Second)
+					err := s.API.Start()
+					down = time.Since(start)
 					return err
+				}, func() []any {
+					return []any{"api_down", down}
 				}
-				// Down for a while the storm keeps trying.
-				time.Sleep(3 * time.Second)
-				err := s.API.Start()
-				down = time.Since(start)
-				return err
-			})
-			fw.Summary(t, "4c-apiserver-restart", dp, "storm_cycles", st.cycles, "api_down", down, "api_retries", st.createErrors+st.deleteErrors,
-				"storm_took", st.took, "stuck_terminating", a.stuck, "leaked_at_drain", a.leakedAtDrain, "leaked_after_sweep", a.leaked,
-				"fresh_fips_ready_in", a.freshReady, "converged_after_storm_in", conv)
 		})
 	})
 	t.Run("NamespaceRecreate", func(t *testing.T) {

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
-	"sync"
 	"time"
 
 	"github.com/natgw/natgw/gwimage/protocol"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/internal/syncbuf"
 	"github.com/natgw/natgw/nat/netns"
 )
 
@@ -21,29 +21,8 @@ type agent struct {
 	*protocol.Client
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
-	stderr *lockedBuffer
+	stderr *syncbuf.Buffer
 	done   chan error
-}
-
-// lockedBuffer collects the agent's stderr for error messages.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.b.Len() > 64<<10 { // keep the tail only
-		l.b.Reset()
-	}
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // startAgent starts `natgw --dataplane DP serve` forked from a thread inside
@@ -55,7 +34,7 @@ func startAgent(bin, nsName, dataplane string) (*agent, error) {
 	}
 	defer ns.Close()
 	cmd := exec.Command(bin, "--dataplane", dataplane, "serve")
-	a := &agent{cmd: cmd, stderr: &lockedBuffer{}, done: make(chan error, 1)}
+	a := &agent{cmd: cmd, stderr: &syncbuf.Buffer{Max: 64 << 10}, done: make(chan error, 1)}
 	if a.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err
 	}

@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -109,30 +108,16 @@ func (a *APIServer) Stop() error {
 
 // pid finds this API server's process by its certificate directory.
 func (a *APIServer) pid() (int, error) {
-	ents, err := os.ReadDir("/proc")
+	pids, err := processes(func(argv []string) bool {
+		return filepath.Base(argv[0]) == "kube-apiserver" && slices.Contains(argv, "--cert-dir="+a.certDir)
+	})
 	if err != nil {
 		return 0, err
 	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		argv := strings.Split(string(b), "\x00")
-		if filepath.Base(argv[0]) != "kube-apiserver" {
-			continue
-		}
-		for _, arg := range argv {
-			if arg == "--cert-dir="+a.certDir {
-				return pid, nil
-			}
-		}
+	if len(pids) == 0 {
+		return 0, fmt.Errorf("no kube-apiserver process with --cert-dir=%s", a.certDir)
 	}
-	return 0, fmt.Errorf("no kube-apiserver process with --cert-dir=%s", a.certDir)
+	return pids[0], nil
 }
 
 // Start starts a stopped API server again and waits until it is healthy.

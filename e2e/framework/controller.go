@@ -247,31 +247,17 @@ func (c *Controller) dumpLog() {
 // AgentPIDs returns the pids of the natgw serve processes of this test's
 // natgw binary running for network namespace ns.
 func (c *Controller) AgentPIDs(ns string) ([]int, error) {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, err
-	}
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		argv := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	return processes(func(argv []string) bool {
 		if len(argv) < 2 || argv[0] != c.bin.Natgw || argv[1] != "serve" {
-			continue
+			return false
 		}
 		for i := 0; i+1 < len(argv); i++ {
 			if argv[i] == "--netns" && argv[i+1] == ns {
-				pids = append(pids, pid)
+				return true
 			}
 		}
-	}
-	return pids, nil
+		return false
+	})
 }
 
 // KillAgents sends SIGKILL to the agents serving ns and returns how many

@@ -13,7 +13,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -25,12 +24,12 @@ import (
 	"os/exec"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/natgw/natgw/gwimage/protocol"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/internal/syncbuf"
 	"github.com/natgw/natgw/nat"
 )
 
@@ -73,7 +72,7 @@ type demo struct {
 	gw               *netlab.Gateway
 	agent            *exec.Cmd
 	agentDone        chan error
-	agentLog         *lockedBuffer
+	agentLog         *syncbuf.Buffer
 	client           *protocol.Client
 	checks           int
 }
@@ -288,7 +287,7 @@ func (d *demo) startAgent() error {
 	if err != nil {
 		return err
 	}
-	d.agentLog = &lockedBuffer{}
+	d.agentLog = &syncbuf.Buffer{}
 	cmd.Stderr = d.agentLog
 	// Its own process group: Ctrl-C reaches the demo, which ends the agent
 	// by closing its stdin.
@@ -448,28 +447,4 @@ func indent(s string) string {
 		b.WriteString("    " + l + "\n")
 	}
 	return b.String()
-}
-
-// lockedBuffer collects the agent's stderr.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *lockedBuffer) Len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Len()
 }

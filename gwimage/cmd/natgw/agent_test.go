@@ -14,13 +14,13 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/natgw/natgw/gwimage/protocol"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/internal/syncbuf"
 	"github.com/natgw/natgw/nat"
 )
 
@@ -59,31 +59,13 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// syncBuffer is a goroutine-safe buffer for a child's stderr.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // agent is a running `natgw serve` child process and a Client on its pipes.
 type agent struct {
 	*protocol.Client
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	stdout io.ReadCloser
-	stderr *syncBuffer
+	stderr *syncbuf.Buffer
 	done   chan error
 }
 
@@ -91,7 +73,7 @@ func startAgent(t testing.TB, ns string, extra ...string) *agent {
 	t.Helper()
 	args := append([]string{"--netns", ns}, extra...)
 	cmd := exec.Command(natgwBin, append(args, "serve")...)
-	a := &agent{cmd: cmd, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	a := &agent{cmd: cmd, stderr: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	var err error
 	if a.stdin, err = cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
@@ -386,7 +368,7 @@ func TestMalformedAndOversizedLines(t *testing.T) {
 	cmd := exec.Command(natgwBin, "--netns", gw.GW, "serve")
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
-	stderr := &syncBuffer{}
+	stderr := &syncbuf.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -446,7 +428,7 @@ func TestServeSocket(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	sock := filepath.Join(t.TempDir(), "natgw.sock")
 	cmd := exec.Command(natgwBin, "--netns", gw.GW, "serve", "--socket", sock)
-	stderr := &syncBuffer{}
+	stderr := &syncbuf.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
