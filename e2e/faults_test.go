@@ -17,12 +17,38 @@ import (
 const stormCycles = 600
 
 // stormWithFaults runs a storm of FIP create→delete cycles on two gateways
-// and calls fault n times while it runs, evenly spread over its cycles; then checks that everything converged: no object stuck, nothing
-// leaked, a fresh FIP on every EIP Ready with traffic. It returns the
-// storm's figures and the time from the storm's end to convergence.
+// and calls fault n times while it runs, evenly spread over its cycles
+// (fault i when (i+1)/(n+1) of them are done); then checks that everything
+// converged: no object stuck, nothing leaked, a fresh FIP on every EIP
+// Ready with traffic. It returns the storm's figures and the time from the
+// storm's end to convergence.
+//
+// The storm's cycles need no controller (a FIP deleted before its finalizer
+// is added just goes), so a slow fault (a controller restart) could see the
+// storm end before the next fault: cycles from raceParallel past a fault's
+// point wait until that fault has been injected, which still leaves up to
+// raceParallel cycles in flight during every fault.
 func stormWithFaults(t *testing.T, s *fw.Stack, n int, fault func(i int) error) (raceStats, aftermath, time.Duration) {
 	t.Helper()
 	eips := createRaceEIPs(t, s)
+	at := make([]int64, n)
+	injected := make([]chan struct{}, n)
+	for i := range at {
+		at[i] = int64((i + 1) * stormCycles / (n + 1))
+		injected[i] = make(chan struct{})
+	}
+	gate := func(cycle int64) {
+		for i := range at {
+			if cycle < at[i]+raceParallel {
+				return
+			}
+			select {
+			case <-injected[i]:
+			case <-s.Ctx.Done():
+				return
+			}
+		}
+	}
 	var st raceStats
 	var progress atomic.Int64
 	var wg sync.WaitGroup
@@ -31,19 +57,17 @@ func stormWithFaults(t *testing.T, s *fw.Stack, n int, fault func(i int) error) 
 	go func() {
 		defer wg.Done()
 		defer close(done)
-		st = runRace(t, s, eips, stormCycles, raceParallel, "storm", &progress)
+		st = runRace(t, s, eips, stormCycles, raceParallel, "storm", &progress, gate)
 	}()
-	// Fault i when (i+1)/(n+1) of the storm's cycles are done.
 	for i := 0; i < n; i++ {
-		at := int64((i + 1) * stormCycles / (n + 1))
 		_, err := fw.Wait(s.Ctx, 2*time.Minute, func() error {
 			select {
 			case <-done:
 				return nil
 			default:
 			}
-			if p := progress.Load(); p < at {
-				return fmt.Errorf("%d of %d cycles", p, at)
+			if p := progress.Load(); p < at[i] {
+				return fmt.Errorf("%d of %d cycles", p, at[i])
 			}
 			return nil
 		})
@@ -58,6 +82,7 @@ func stormWithFaults(t *testing.T, s *fw.Stack, n int, fault func(i int) error) 
 		if err := fault(i); err != nil {
 			t.Errorf("fault %d: %v", i+1, err)
 		}
+		close(injected[i])
 	}
 	wg.Wait()
 	end := time.Now()

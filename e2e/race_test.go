@@ -89,7 +89,7 @@ type raceStats struct {
 // (each EIP used by one cycle at a time), with a random 0–20 ms between
 // create and delete. API errors are retried (the fault scenarios stop the
 // API server meanwhile), every one bounded.
-func runRace(t *testing.T, s *fw.Stack, eips []raceEIP, n, parallel int, prefix string, progress *atomic.Int64) raceStats {
+func runRace(t *testing.T, s *fw.Stack, eips []raceEIP, n, parallel int, prefix string, progress *atomic.Int64, gate func(cycle int64)) raceStats {
 	t.Helper()
 	free := make(chan raceEIP, len(eips))
 	for _, e := range eips {
@@ -109,6 +109,9 @@ func runRace(t *testing.T, s *fw.Stack, eips []raceEIP, n, parallel int, prefix 
 				i := next.Add(1) - 1
 				if i >= int64(n) || s.Ctx.Err() != nil {
 					return
+				}
+				if gate != nil {
+					gate(i)
 				}
 				e := <-free
 				f := fw.FIP(fmt.Sprintf("%s-%d", prefix, i), e.obj.Name, netlab.VMAddr(e.vm))
@@ -266,7 +269,7 @@ func TestRace(t *testing.T) {
 	fw.ForEachDataplane(t, func(t *testing.T, dp string) {
 		s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology()})
 		eips := createRaceEIPs(t, s)
-		st := runRace(t, s, eips, n, raceParallel, "race", nil)
+		st := runRace(t, s, eips, n, raceParallel, "race", nil, nil)
 		a := raceAftermath(t, s, eips, 3*time.Minute)
 		fw.Summary(t, "2-race", dp,
 			"cycles", st.cycles, "cycles_source", strconv.Quote(why), "eips", len(eips), "gateways", len(s.Order), "parallel", raceParallel,

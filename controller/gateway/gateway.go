@@ -256,14 +256,18 @@ func (g *Gateway) Delete(ctx context.Context, kind nat.Kind, uids ...string) err
 	if len(uids) == 0 {
 		return nil
 	}
+	// The objects leave the desired set of this process whatever the
+	// outcome: a delete whose answer was lost (the agent died mid-request)
+	// must not be kept on the gateway by the next connect's sync, which
+	// starts from what this process programmed. Whether each object is
+	// really gone is then the connect's orphan check (Source.Absent) or the
+	// caller's retry.
 	err := g.call(ctx, "delete", string(kind), func(s transport.Session) error {
-		if err := s.Delete(ctx, uids...); err != nil {
-			return err
-		}
-		g.forget(uids)
-		return nil
+		defer g.forget(uids)
+		return s.Delete(ctx, uids...)
 	})
 	if err != nil {
+		g.forget(uids)
 		return err
 	}
 	g.updateGauge()

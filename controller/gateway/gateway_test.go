@@ -425,6 +425,40 @@ func TestDeleteForgets(t *testing.T) {
 	eventually(t, "resynced", holds(nft, "b"))
 }
 
+// TestFailedDeleteForgets: a delete that fails (the agent died before it
+// answered) still takes the object out of the process's desired set, so
+// the reconnect deletes it as an orphan once its object is confirmed gone
+// instead of keeping it until the caller's retry.
+func TestFailedDeleteForgets(t *testing.T) {
+	nft := newAgent()
+	src := &source{absent: map[string]bool{}}
+	f := start(t, src, nft, 0)
+	ctx := context.Background()
+	eventually(t, "connected", func() error {
+		if f.gw.Dataplane() == "" {
+			return errors.New("no session")
+		}
+		return nil
+	})
+	if err := f.gw.Apply(ctx, fip("a", 1), fip("b", 2)); err != nil {
+		t.Fatal(err)
+	}
+	nft.mu.Lock()
+	nft.failOp = "delete"
+	nft.mu.Unlock()
+	if err := f.gw.Delete(ctx, nat.KindFIP, "a"); err == nil {
+		t.Fatal("delete succeeded while the agent refuses deletes")
+	}
+	nft.mu.Lock()
+	nft.failOp = ""
+	nft.mu.Unlock()
+	src.mu.Lock()
+	src.absent["a"] = true
+	src.mu.Unlock()
+	f.tr.breakSessions()
+	eventually(t, "orphan of the failed delete swept on reconnect", holds(nft, "b"))
+}
+
 // TestSwitchDataplane: when the wanted data plane changes, the old plane is
 // emptied first, then the new one gets the desired set.
 func TestSwitchDataplane(t *testing.T) {

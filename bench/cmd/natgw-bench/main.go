@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -45,7 +46,19 @@ func run() error {
 	only := flag.String("scenarios", "1,2,3,4,5", "comma-separated scenario numbers to run")
 	assets := flag.String("envtest-assets", apitest.Assets(), "directory of the kube-apiserver and etcd binaries for scenario 3 (make envtest-assets)")
 	crds := flag.String("crds", apitest.CRDDir(), "directory of natgw's CRDs for scenario 3")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (harness, in-process backends and scenario 3's controller) to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if reason := netlab.Unavailable(); reason != "" {
 		return errors.New(reason)
 	}
