@@ -25,6 +25,7 @@ import (
 	"github.com/natgw/natgw/controller/transport"
 	"github.com/natgw/natgw/e2e/framework"
 	"github.com/natgw/natgw/internal/apitest"
+	"github.com/natgw/natgw/internal/procfs"
 )
 
 // controlPlane is a kube-apiserver + etcd pair (controller-runtime envtest)
@@ -59,6 +60,30 @@ func startControlPlane(e *Env) (*controlPlane, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = -1, 0
 	return &controlPlane{env: env, cfg: cfg}, nil
+}
+
+// cpu returns the CPU time kube-apiserver and etcd have used so far.
+func (cp *controlPlane) cpu() (time.Duration, error) {
+	cpl := cp.env.ControlPlane
+	if cpl.APIServer == nil || cpl.Etcd == nil {
+		return 0, errors.New("control plane not started")
+	}
+	var sum time.Duration
+	for _, p := range []struct{ name, arg string }{
+		{"kube-apiserver", "--cert-dir=" + cpl.APIServer.CertDir},
+		{"etcd", "--data-dir=" + cpl.Etcd.DataDir},
+	} {
+		pid, err := procfs.FindOne(p.name, p.arg)
+		if err != nil {
+			return 0, err
+		}
+		t, err := procfs.CPUTime(pid)
+		if err != nil {
+			return 0, fmt.Errorf("%s CPU time: %w", p.name, err)
+		}
+		sum += t
+	}
+	return sum, nil
 }
 
 // Close stops kube-apiserver and etcd.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,6 +50,9 @@ type s3Phase struct {
 	// first Create (Delete) until the last FIP was Ready (gone), the
 	// benchmark's own included.
 	createWrites, deleteWrites float64
+	// Burst only: CPU time kube-apiserver and etcd used over the same
+	// spans as the writes.
+	createCPU, deleteCPU time.Duration
 	// Paced only: the controller's reconciles over the measured cycles
 	// (create and delete of every FIP), by controller name.
 	reconciles map[string]reconcileStats
@@ -321,6 +325,10 @@ func measureS3(ctx context.Context, e *Env, plan Plan, cp *controlPlane, l *netl
 	if err != nil {
 		return err
 	}
+	cpu0, err := cp.cpu()
+	if err != nil {
+		return err
+	}
 	t0 = time.Now()
 	if err := parallel(ctx, n, plan.S3Creators, func(i int) error {
 		starts[i] = time.Now()
@@ -340,6 +348,11 @@ func measureS3(ctx context.Context, e *Env, plan Plan, cp *controlPlane, l *netl
 		return err
 	}
 	burst.createWrites = w1 - w0
+	cpu1, err := cp.cpu()
+	if err != nil {
+		return err
+	}
+	burst.createCPU = cpu1 - cpu0
 	var lat []float64
 	calls = calls[:0]
 	last := t0
@@ -370,6 +383,9 @@ func measureS3(ctx context.Context, e *Env, plan Plan, cp *controlPlane, l *netl
 	if w0, err = cp.writes(ctx); err != nil {
 		return err
 	}
+	if cpu0, err = cp.cpu(); err != nil {
+		return err
+	}
 	t0 = time.Now()
 	if err := parallel(ctx, n, plan.S3Creators, func(i int) error {
 		starts[i] = time.Now()
@@ -389,6 +405,10 @@ func measureS3(ctx context.Context, e *Env, plan Plan, cp *controlPlane, l *netl
 		return err
 	}
 	burst.deleteWrites = w1 - w0
+	if cpu1, err = cp.cpu(); err != nil {
+		return err
+	}
+	burst.deleteCPU = cpu1 - cpu0
 	lat, last = lat[:0], t0
 	for i := range names {
 		lat = append(lat, goneAt[i].Sub(starts[i]).Seconds())
@@ -530,7 +550,8 @@ func reportS3(e *Env, plan Plan, sec *report.Section, results []*s3Result) {
 		Header: []string{"data plane", "variant", "FIPs", "create→Ready p50 / p90 / p99", "delete→gone p50 / p90 / p99", "Ready/s", "gone/s"}}
 	where := report.Table{Caption: "**burst: where the time goes** — the API server's write rate seen by the clients, and the controller behind it",
 		Header: []string{"data plane", "creates: all returned after", "API create rate", "Create request p50 / p99", "last FIP Ready after",
-			"API writes until then (per FIP, per s)", "deletes: all returned after", "last FIP gone after", "API writes until then (per FIP, per s)"}}
+			"API writes until then (per FIP, per s)", "kube-apiserver + etcd CPU until then (share of all CPUs)",
+			"deletes: all returned after", "last FIP gone after", "API writes until then (per FIP, per s)", "kube-apiserver + etcd CPU until then (share of all CPUs)"}}
 	setupCaption := "**set-up** (not part of the figures above)"
 	if plan.S3StartTogether {
 		setupCaption += "; the control planes of both data planes were started at the same time (quick mode), so each start shares the CPUs with the other"
@@ -571,8 +592,8 @@ func reportS3(e *Env, plan Plan, sec *report.Section, results []*s3Result) {
 			where.Rows = append(where.Rows, []string{dp, report.Seconds(b.createSpan.Seconds()),
 				report.Count(float64(b.n)/b.createSpan.Seconds()) + " /s",
 				report.Seconds(b.createCall.Median) + " / " + report.Seconds(b.createCall.P99),
-				report.Seconds(b.readySpan.Seconds()), writesCell(b.createWrites, b.n, b.readySpan),
-				report.Seconds(b.deleteSpan.Seconds()), report.Seconds(b.goneSpan.Seconds()), writesCell(b.deleteWrites, b.n, b.goneSpan)})
+				report.Seconds(b.readySpan.Seconds()), writesCell(b.createWrites, b.n, b.readySpan), cpuCell(b.createCPU, b.readySpan),
+				report.Seconds(b.deleteSpan.Seconds()), report.Seconds(b.goneSpan.Seconds()), writesCell(b.deleteWrites, b.n, b.goneSpan), cpuCell(b.deleteCPU, b.goneSpan)})
 		}
 		if r.paced != nil {
 			if rc := reconcileNote(r.paced); rc != "" {
@@ -594,6 +615,17 @@ func reportS3(e *Env, plan Plan, sec *report.Section, results []*s3Result) {
 	sec.Notes = append(sec.Notes,
 		"Rate: a paced run's FIPs/s is 1 / mean latency (one at a time); a burst's is FIPs / (first request → last FIP Ready or gone).",
 		"The controller, the API server, etcd, the agent and the benchmark's clients share the machine's CPUs (see CPUs and load average above).")
+}
+
+// cpuShare is cpu as a share of what all of the machine's CPUs could give
+// over span.
+func cpuShare(cpu, span time.Duration) float64 {
+	return cpu.Seconds() / (span.Seconds() * float64(runtime.NumCPU()))
+}
+
+// cpuCell formats CPU time used over span, with its share of all CPUs.
+func cpuCell(cpu, span time.Duration) string {
+	return fmt.Sprintf("%s (%.0f%%)", report.Seconds(cpu.Seconds()), 100*cpuShare(cpu, span))
 }
 
 // writesCell formats a count of API writes, per FIP and per second.
@@ -647,6 +679,12 @@ func s3MissReason(p, paced *s3Phase) string {
 			p.n, report.Count(float64(p.n)/p.createSpan.Seconds()), report.Seconds(p.createSpan.Seconds()), report.Seconds(p.createCall.Median),
 			report.Count(float64(p.n)/p.readySpan.Seconds()), report.Seconds(p.readySpan.Seconds()),
 			report.Count(p.createWrites/float64(p.n)), report.Count(p.createWrites/p.readySpan.Seconds()))
+		share := cpuShare(p.createCPU, p.readySpan)
+		why += fmt.Sprintf(". Over that span kube-apiserver and etcd alone used %s of CPU, %.0f%% of all %d CPUs (%s per API write)",
+			report.Seconds(p.createCPU.Seconds()), 100*share, runtime.NumCPU(), report.Seconds(p.createCPU.Seconds()/p.createWrites))
+		if share >= 0.5 {
+			why += ", so the API server's write capacity on this machine, not natgw's programming, bounds the burst"
+		}
 		if paced != nil {
 			why += fmt.Sprintf("; one at a time (paced) create→Ready is p50 %s, p99 %s", report.Seconds(paced.ready.Median), report.Seconds(paced.ready.P99))
 		}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/natgw/natgw/internal/apitest"
+	"github.com/natgw/natgw/internal/procfs"
 )
 
 // APIServer is one kube-apiserver + etcd pair (envtest) with the natgw CRDs
@@ -108,16 +108,7 @@ func (a *APIServer) Stop() error {
 
 // pid finds this API server's process by its certificate directory.
 func (a *APIServer) pid() (int, error) {
-	pids, err := processes(func(argv []string) bool {
-		return filepath.Base(argv[0]) == "kube-apiserver" && slices.Contains(argv, "--cert-dir="+a.certDir)
-	})
-	if err != nil {
-		return 0, err
-	}
-	if len(pids) == 0 {
-		return 0, fmt.Errorf("no kube-apiserver process with --cert-dir=%s", a.certDir)
-	}
-	return pids[0], nil
+	return procfs.FindOne("kube-apiserver", "--cert-dir="+a.certDir)
 }
 
 // Start starts a stopped API server again and waits until it is healthy.

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/natgw/natgw/controller/gwconfig"
+	"github.com/natgw/natgw/internal/procfs"
 )
 
 // ControllerOptions configure the natgw-controller process.
@@ -247,7 +248,7 @@ func (c *Controller) dumpLog() {
 // AgentPIDs returns the pids of the natgw serve processes of this test's
 // natgw binary running for network namespace ns.
 func (c *Controller) AgentPIDs(ns string) ([]int, error) {
-	return processes(func(argv []string) bool {
+	return procfs.Find(func(argv []string) bool {
 		if len(argv) < 2 || argv[0] != c.bin.Natgw || argv[1] != "serve" {
 			return false
 		}
