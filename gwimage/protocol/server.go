@@ -23,12 +23,20 @@ type serveOptions struct {
 	releaseAt int
 }
 
+// reloadBytesPerObject is what a re-read of the kernel counts per object
+// toward WithReleaseMemory's bound (a 100k-FIP nftables reload allocates
+// ~190 MB).
+const reloadBytesPerObject = 1024
+
 // WithReleaseMemory makes Serve return the memory of a large request to the
 // operating system once it is answered: when the request line and the
 // response line together reach n bytes (a sync or list of many objects), a
 // forced garbage collection runs in the background (debug.FreeOSMemory), so
 // the agent's resident memory falls back to what its index needs instead of
 // staying at the request's peak until the runtime's scavenger gets to it.
+// A request that re-reads the kernel (list or info with fresh) counts
+// reloadBytesPerObject per object the agent then holds, since reading a big
+// table back leaves garbage far beyond its small request and response.
 // It affects the whole process; natgw serve enables it.
 func WithReleaseMemory(n int) Option {
 	return func(o *serveOptions) { o.releaseAt = n }
@@ -134,7 +142,9 @@ func Serve(ctx context.Context, dp nat.Dataplane, r io.Reader, w io.Writer, info
 		if err != nil {
 			return err
 		}
-		if o.releaseAt > 0 && in+out >= o.releaseAt {
+		work := in + out + s.reloaded*reloadBytesPerObject
+		s.reloaded = 0
+		if o.releaseAt > 0 && work >= o.releaseAt {
 			release()
 		}
 	}
@@ -145,6 +155,9 @@ type server struct {
 	w    io.Writer
 	info Info
 	log  logr.Logger
+	// reloaded is the number of objects the last request read back from
+	// the kernel (a fresh list or info), 0 when it read nothing.
+	reloaded int
 }
 
 // handleLine turns one input line into its response; skip is true for blank
@@ -203,7 +216,7 @@ func (s *server) handle(ctx context.Context, req Request) (resp Response) {
 		err = s.dp.Sync(ctx, objs)
 	case OpList:
 		if req.Fresh {
-			if err = s.dp.Reload(ctx); err != nil {
+			if err = s.reload(ctx); err != nil {
 				break
 			}
 		}
@@ -213,7 +226,7 @@ func (s *server) handle(ctx context.Context, req Request) (resp Response) {
 		}
 	case OpInfo:
 		if req.Fresh {
-			if err = s.dp.Reload(ctx); err != nil {
+			if err = s.reload(ctx); err != nil {
 				break
 			}
 		}
@@ -226,6 +239,19 @@ func (s *server) handle(ctx context.Context, req Request) (resp Response) {
 	}
 	resp.OK = true
 	return resp
+}
+
+// reload re-reads the kernel and records how many objects it read.
+func (s *server) reload(ctx context.Context) error {
+	if err := s.dp.Reload(ctx); err != nil {
+		return err
+	}
+	if c, ok := s.dp.(counter); ok {
+		for _, n := range c.Counts() {
+			s.reloaded += n
+		}
+	}
+	return nil
 }
 
 func (s *server) infoNow(ctx context.Context) (*Info, error) {
