@@ -297,6 +297,20 @@ func startWith(t *testing.T, src *source, nft, ipt *agent, unreachable map[strin
 }
 
 // eventually polls cond for up to 5 s.
+// applyConnected waits for the gateway's first session and applies objs.
+func (f *fixture) applyConnected(t *testing.T, objs ...nat.Object) {
+	t.Helper()
+	eventually(t, "connected", func() error {
+		if f.gw.Dataplane() == "" {
+			return errors.New("no session")
+		}
+		return nil
+	})
+	if err := f.gw.Apply(context.Background(), objs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func eventually(t *testing.T, what string, cond func() error) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -406,15 +420,7 @@ func TestDeleteForgets(t *testing.T) {
 	src := &source{}
 	f := start(t, src, nft, 0)
 	ctx := context.Background()
-	eventually(t, "connected", func() error {
-		if f.gw.Dataplane() == "" {
-			return errors.New("no session")
-		}
-		return nil
-	})
-	if err := f.gw.Apply(ctx, fip("a", 1), fip("b", 2)); err != nil {
-		t.Fatal(err)
-	}
+	f.applyConnected(t, fip("a", 1), fip("b", 2))
 	if err := f.gw.Delete(ctx, nat.KindFIP, "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -434,15 +440,7 @@ func TestFailedDeleteForgets(t *testing.T) {
 	src := &source{absent: map[string]bool{}}
 	f := start(t, src, nft, 0)
 	ctx := context.Background()
-	eventually(t, "connected", func() error {
-		if f.gw.Dataplane() == "" {
-			return errors.New("no session")
-		}
-		return nil
-	})
-	if err := f.gw.Apply(ctx, fip("a", 1), fip("b", 2)); err != nil {
-		t.Fatal(err)
-	}
+	f.applyConnected(t, fip("a", 1), fip("b", 2))
 	nft.mu.Lock()
 	nft.failOp = "delete"
 	nft.mu.Unlock()
