@@ -62,6 +62,26 @@ func startControlPlane(e *Env) (*controlPlane, error) {
 	return &controlPlane{env: env, cfg: cfg}, nil
 }
 
+// apiLoad is what the control plane has served so far: mutating requests
+// (see writes) and the CPU time of kube-apiserver and etcd (see cpu).
+type apiLoad struct {
+	writes float64
+	cpu    time.Duration
+}
+
+// load reads writes and cpu together, for differences over a span.
+func (cp *controlPlane) load(ctx context.Context) (apiLoad, error) {
+	w, err := cp.writes(ctx)
+	if err != nil {
+		return apiLoad{}, err
+	}
+	c, err := cp.cpu()
+	if err != nil {
+		return apiLoad{}, err
+	}
+	return apiLoad{writes: w, cpu: c}, nil
+}
+
 // cpu returns the CPU time kube-apiserver and etcd have used so far.
 func (cp *controlPlane) cpu() (time.Duration, error) {
 	cpl := cp.env.ControlPlane

@@ -321,11 +321,7 @@ func measureS3(ctx context.Context, e *Env, plan Plan, cp *controlPlane, l *netl
 	}
 	starts, ends := make([]time.Time, n), make([]time.Time, n)
 	e.Progress.Printf("%s: burst, creating %d FIPs at once (%d parallel clients)", label, n, plan.S3Creators)
-	w0, err := cp.writes(ctx)
-	if err != nil {
-		return err
-	}
-	cpu0, err := cp.cpu()
+	l0, err := cp.load(ctx)
 	if err != nil {
 		return err
 	}
@@ -343,16 +339,11 @@ func measureS3(ctx context.Context, e *Env, plan Plan, cp *controlPlane, l *netl
 	if err != nil {
 		return fmt.Errorf("burst: %w", err)
 	}
-	w1, err := cp.writes(ctx)
+	l1, err := cp.load(ctx)
 	if err != nil {
 		return err
 	}
-	burst.createWrites = w1 - w0
-	cpu1, err := cp.cpu()
-	if err != nil {
-		return err
-	}
-	burst.createCPU = cpu1 - cpu0
+	burst.createWrites, burst.createCPU = l1.writes-l0.writes, l1.cpu-l0.cpu
 	var lat []float64
 	calls = calls[:0]
 	last := t0
@@ -380,10 +371,7 @@ func measureS3(ctx context.Context, e *Env, plan Plan, cp *controlPlane, l *netl
 		report.Seconds(burst.createSpan.Seconds()), report.Seconds(burst.readySpan.Seconds()), report.Seconds(burst.ready.Median), report.Seconds(burst.ready.P99))
 
 	e.Progress.Printf("%s: burst, deleting %d FIPs at once", label, n)
-	if w0, err = cp.writes(ctx); err != nil {
-		return err
-	}
-	if cpu0, err = cp.cpu(); err != nil {
+	if l0, err = cp.load(ctx); err != nil {
 		return err
 	}
 	t0 = time.Now()
@@ -401,14 +389,10 @@ func measureS3(ctx context.Context, e *Env, plan Plan, cp *controlPlane, l *netl
 	if err != nil {
 		return fmt.Errorf("burst delete: %w", err)
 	}
-	if w1, err = cp.writes(ctx); err != nil {
+	if l1, err = cp.load(ctx); err != nil {
 		return err
 	}
-	burst.deleteWrites = w1 - w0
-	if cpu1, err = cp.cpu(); err != nil {
-		return err
-	}
-	burst.deleteCPU = cpu1 - cpu0
+	burst.deleteWrites, burst.deleteCPU = l1.writes-l0.writes, l1.cpu-l0.cpu
 	lat, last = lat[:0], t0
 	for i := range names {
 		lat = append(lat, goneAt[i].Sub(starts[i]).Seconds())
