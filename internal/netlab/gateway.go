@@ -101,13 +101,19 @@ func macOf(a netip.Addr) net.HardwareAddr {
 	return net.HardwareAddr{0x02, 0x00, b[0], b[1], b[2], b[3]}
 }
 
+// recreateWait bounds RecreateGW's wait for the old namespace's links. The
+// kernel tears a namespace down in a shared work queue after its last user
+// is gone; on a machine busy creating and deleting many namespaces (make
+// test runs packages in parallel) that took over 10 s once in CI.
+const recreateWait = 30 * time.Second
+
 // RecreateGW deletes the gateway namespace and makes it again, empty, with
 // the same name and links: what a gateway pod restart does to the kernel
 // state. Processes still inside the old namespace keep it (and its links)
 // alive, so stop them first; RecreateGW waits up to ctx's deadline (at most
-// 10 s) for the old links to go.
+// recreateWait) for the old links to go.
 func (g *Gateway) RecreateGW(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, recreateWait)
 	defer cancel()
 	if err := g.lab.RemoveNS(g.GW); err != nil {
 		return err
