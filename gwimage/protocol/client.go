@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/natgw/natgw/nat"
 )
@@ -170,37 +171,36 @@ func (c *Client) Do(ctx context.Context, req Request) (Response, error) {
 	case <-c.done:
 		return Response{}, c.Err()
 	}
-	// The write runs aside so that a stuck stream (an agent that stopped
-	// reading) cannot hold the caller past its context. Once a line is
-	// partly written there is no taking it back: giving up on a write
-	// breaks the stream for every call.
-	werrc := make(chan error, 1)
-	go func() {
-		_, err := c.w.Write(b)
-		<-c.wsem
-		werrc <- err
-	}()
-	select {
-	case werr := <-werrc:
-		if werr != nil {
-			// A partial line may have been written: the stream is unusable.
-			c.fail(fmt.Errorf("%w: write request: %w", ErrClosed, werr))
-			return Response{}, c.Err()
-		}
-	case <-ctx.Done():
-		select {
-		case werr := <-werrc:
-			if werr == nil { // written after all: the stream is fine
-				c.forget(req.ID)
-				return Response{}, fmt.Errorf("%s request %d: %w", req.Op, req.ID, ctx.Err())
+	// The caller writes the line itself (no goroutine per call: on an idle
+	// gateway every hand-off can mean waking another CPU). So that a stuck
+	// stream (an agent that stopped reading) cannot hold the caller past
+	// its context, ctx ending mid-write closes the stream, which unblocks
+	// the write. Once a line is partly written there is no taking it back:
+	// giving up on a write breaks the stream for every call.
+	var state atomic.Int32 // writing → written, or writing → abandoned
+	const (
+		writing = iota
+		written
+		abandoned
+	)
+	stopWatch := context.AfterFunc(ctx, func() {
+		if state.CompareAndSwap(writing, abandoned) {
+			c.fail(fmt.Errorf("%w: %s request %d abandoned while writing: %w", ErrClosed, req.Op, req.ID, ctx.Err()))
+			if cl, ok := c.w.(io.Closer); ok {
+				cl.Close()
 			}
-		default:
 		}
-		c.fail(fmt.Errorf("%w: %s request %d abandoned while writing: %w", ErrClosed, req.Op, req.ID, ctx.Err()))
-		if cl, ok := c.w.(io.Closer); ok {
-			cl.Close() // unblocks the write
-		}
+	})
+	_, werr := c.w.Write(b)
+	<-c.wsem
+	stopWatch()
+	if !state.CompareAndSwap(writing, written) {
 		return Response{}, fmt.Errorf("%s request %d: %w", req.Op, req.ID, ctx.Err())
+	}
+	if werr != nil {
+		// A partial line may have been written: the stream is unusable.
+		c.fail(fmt.Errorf("%w: write request: %w", ErrClosed, werr))
+		return Response{}, c.Err()
 	}
 
 	select {

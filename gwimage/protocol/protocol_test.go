@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/natgw/natgw/internal/syncbuf"
 	"github.com/natgw/natgw/nat"
 )
 
@@ -353,6 +354,37 @@ func TestServeStopsOnContext(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Serve did not stop on cancel")
+	}
+}
+
+func TestServeAnswersNothingAfterReturning(t *testing.T) {
+	r, w := io.Pipe()
+	defer w.Close()
+	out := &syncbuf.Buffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, newFakeDP(), r, out, Info{}) }()
+	if _, err := io.WriteString(w, `{"id":1,"op":"info"}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(out.String(), `"id":1`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer to the first request: %q", out.String())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Serve = %v, want context.Canceled", err)
+	}
+	// The reading goroutine still takes this line, but must not answer.
+	if _, err := io.WriteString(w, `{"id":2,"op":"info"}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if strings.Contains(out.String(), `"id":2`) {
+		t.Fatalf("Serve answered after it returned: %q", out.String())
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -88,65 +89,62 @@ func Serve(ctx context.Context, dp nat.Dataplane, r io.Reader, w io.Writer, info
 		}
 	}
 
-	type item struct {
-		l   line
-		err error
-	}
-	lines := make(chan item)
-	next := make(chan struct{})
+	// The reading goroutine also carries each request out and answers it,
+	// so a request costs no hand-off between goroutines (on an idle
+	// gateway every hand-off can mean waking another CPU). Serve itself
+	// only waits for it or for ctx. busy is held from a line's arrival to
+	// its answer: Serve returns on ctx only once no request is between
+	// the two, so nothing is written after Serve returned.
+	var busy sync.Mutex
 	stop := make(chan struct{})
-	defer close(stop)
+	done := make(chan error, 1)
 	go func() {
 		lr := newLineReader(r, o.maxLine)
 		for {
 			l, err := lr.next()
+			busy.Lock()
 			select {
-			case lines <- item{l, err}:
 			case <-stop:
+				busy.Unlock()
 				return
+			default:
 			}
 			if err != nil {
+				busy.Unlock()
+				if errors.Is(err, io.EOF) {
+					log.V(1).Info("end of input, shutting down")
+					done <- nil
+				} else {
+					done <- fmt.Errorf("read request: %w", err)
+				}
 				return
 			}
-			// Wait until the line has been handled: the reader reuses
-			// its buffer.
-			select {
-			case <-next:
-			case <-stop:
-				return
+			in := len(l.data)
+			resp, skip := s.handleLine(ctx, l, o.maxLine)
+			if !skip {
+				out, err := s.write(resp)
+				if err != nil {
+					busy.Unlock()
+					done <- err
+					return
+				}
+				work := in + out + s.reloaded*reloadBytesPerObject
+				s.reloaded = 0
+				if o.releaseAt > 0 && work >= o.releaseAt {
+					release()
+				}
 			}
+			busy.Unlock()
 		}
 	}()
-
-	for {
-		var it item
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case it = <-lines:
-		}
-		if it.err != nil {
-			if errors.Is(it.err, io.EOF) {
-				log.V(1).Info("end of input, shutting down")
-				return nil
-			}
-			return fmt.Errorf("read request: %w", it.err)
-		}
-		in := len(it.l.data)
-		resp, skip := s.handleLine(ctx, it.l, o.maxLine)
-		next <- struct{}{}
-		if skip {
-			continue
-		}
-		out, err := s.write(resp)
-		if err != nil {
-			return err
-		}
-		work := in + out + s.reloaded*reloadBytesPerObject
-		s.reloaded = 0
-		if o.releaseAt > 0 && work >= o.releaseAt {
-			release()
-		}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		busy.Lock()
+		close(stop)
+		busy.Unlock()
+		return ctx.Err()
 	}
 }
 
