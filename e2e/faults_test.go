@@ -101,7 +101,7 @@ func faultStorm(t *testing.T, scenario string, n int, newFault func(s *fw.Stack)
 		st, a, conv := stormWithFaults(t, s, n, fault)
 		kv := append([]any{"storm_cycles", st.cycles}, figures()...)
 		kv = append(kv, "api_retries", st.createErrors+st.deleteErrors, "storm_took", st.took,
-			"stuck_terminating", a.stuck, "leaked_at_drain", a.leakedAtDrain, "leaked_after_sweep", a.leaked,
+			"stuck_terminating", a.stuck, "leaked_at_drain", a.leakedAtDrain, "reaped_after_drain", a.reapedAfterDrain, "leaked_after_sweep", a.leaked,
 			"fresh_fips_ready_in", a.freshReady, "converged_after_storm_in", conv)
 		fw.Summary(t, scenario, dp, kv...)
 	})

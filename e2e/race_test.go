@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -174,11 +175,18 @@ var errStillClean = errors.New("still clean")
 type aftermath struct {
 	drain         time.Duration // until the last FIP object was gone
 	stuck         int
-	leakedAtDrain int // kernel entries of gone objects when the last FIP was gone
-	leaked        int // ... after two sweep periods
-	fipEntries    int
-	freshReady    time.Duration
-	freshPaths    time.Duration
+	leakedAtDrain int // kernel entries of gone objects when the last FIP was gone, not removed by the controller's reap of vanished objects
+	// reapedAfterDrain are entries of gone objects present when the last
+	// FIP was gone that the controller's own deletion path removed right
+	// after: objects deleted while their finalizer was being added, which
+	// the controller programmed and remembers (reconciler's tracker), so
+	// it deletes them when it sees them vanish. Not a leak; entries the
+	// orphan sweep removed, or that stayed, are.
+	reapedAfterDrain int
+	leaked           int // ... after two sweep periods
+	fipEntries       int
+	freshReady       time.Duration
+	freshPaths       time.Duration
 }
 
 func raceAftermath(t *testing.T, s *fw.Stack, eips []raceEIP, drainTimeout time.Duration) aftermath {
@@ -200,9 +208,10 @@ func raceAftermath(t *testing.T, s *fw.Stack, eips []raceEIP, drainTimeout time.
 	if err != nil {
 		t.Errorf("FIPs stuck: %v", err)
 	}
-	a.leakedAtDrain, a.fipEntries = leaks(t, s)
+	atDrain, _ := leakedUIDs(t, s)
+	a.reapedAfterDrain, a.leakedAtDrain = classifyDrainLeftovers(t, s, atDrain)
 	if a.leakedAtDrain > 0 {
-		t.Errorf("%d kernel entries of deleted objects when the last FIP was gone (the sweep would hide this leak)", a.leakedAtDrain)
+		t.Errorf("%d kernel entries of deleted objects when the last FIP was gone that the controller did not reap (the sweep would hide this leak)", a.leakedAtDrain)
 	}
 	// Watch two sweep periods (2 s each): no entry may appear (a late
 	// apply) or stay. The wait ends early when one appears.
@@ -237,10 +246,23 @@ func raceAftermath(t *testing.T, s *fw.Stack, eips []raceEIP, drainTimeout time.
 // the API server, and the FIP entries (UIDs of FIP objects or of nothing).
 func leaks(t *testing.T, s *fw.Stack) (gone, fips int) {
 	t.Helper()
+	byUID, fips := leakedUIDs(t, s)
+	for _, n := range byUID {
+		gone += n
+	}
+	return gone, fips
+}
+
+// leakedUIDs returns, by UID, the kernel entries on every gateway whose
+// owner is not in the API server, and the count of FIP entries (UIDs of FIP
+// objects or of nothing).
+func leakedUIDs(t *testing.T, s *fw.Stack) (gone map[string]int, fips int) {
+	t.Helper()
 	uids, err := s.ObjectUIDs()
 	if err != nil {
 		t.Fatal(err)
 	}
+	gone = map[string]int{}
 	for _, g := range s.Order {
 		k, err := fw.ReadKernel(s.Ctx, g, s.Dataplane)
 		if err != nil {
@@ -248,11 +270,9 @@ func leaks(t *testing.T, s *fw.Stack) (gone, fips int) {
 		}
 		for uid, es := range k.Entries {
 			owner, ok := uids[uid]
-			if !ok {
-				gone += len(es)
-				if len(es) > 0 {
-					t.Logf("gateway %s: entries of gone object %s: %v", g.Name, uid, es)
-				}
+			if !ok && len(es) > 0 {
+				gone[uid] += len(es)
+				t.Logf("gateway %s: entries of gone object %s: %v", g.Name, uid, es)
 			}
 			if !ok || len(owner) > 16 && owner[:16] == "IptablesFIPRule/" {
 				fips += len(es)
@@ -260,6 +280,70 @@ func leaks(t *testing.T, s *fw.Stack) (gone, fips int) {
 		}
 	}
 	return gone, fips
+}
+
+// reapSettle is how long entries of gone objects found at drain get to be
+// reaped by the controller: far below the sweep period (2 s), which may
+// still fall into it; the controller's log tells which of the two removed
+// an entry.
+const reapSettle = 500 * time.Millisecond
+
+// classifyDrainLeftovers splits the entries of gone objects found when the
+// last FIP was gone into those the controller's reconciler reaped within
+// reapSettle (its log says "object vanished" for the UID, and no sweep
+// named it) and the rest: leaks.
+func classifyDrainLeftovers(t *testing.T, s *fw.Stack, atDrain map[string]int) (reaped, leaked int) {
+	t.Helper()
+	if len(atDrain) == 0 {
+		return 0, 0
+	}
+	_, _ = fw.Wait(s.Ctx, reapSettle, func() error {
+		now, _ := leakedUIDs(t, s)
+		for uid := range atDrain {
+			if now[uid] > 0 {
+				return errStillClean
+			}
+		}
+		return nil
+	})
+	now, _ := leakedUIDs(t, s)
+	log := s.Ctrl.Log()
+	for uid, n := range atDrain {
+		how := reapedBy(log, uid)
+		t.Logf("entries of gone object %s at drain: %d, %d left after %v, removed by: %s", uid, n, now[uid], reapSettle, how)
+		if now[uid] == 0 && how == "reap" {
+			reaped += n
+		} else {
+			leaked += n
+		}
+	}
+	return reaped, leaked
+}
+
+// reapedBy says which part of the controller logged the removal of uid's
+// rules: "reap" (the reconciler, for an object that vanished while its
+// finalizer was being added), "sweep" (the orphan sweep, also when the
+// reconciler logged it too), or "none".
+func reapedBy(log, uid string) string {
+	reaped, swept := false, false
+	for _, l := range strings.Split(log, "\n") {
+		if !strings.Contains(l, uid) {
+			continue
+		}
+		switch {
+		case strings.Contains(l, "swept orphans"):
+			swept = true
+		case strings.Contains(l, "object vanished"):
+			reaped = true
+		}
+	}
+	switch {
+	case swept:
+		return "sweep"
+	case reaped:
+		return "reap"
+	}
+	return "none"
 }
 
 // TestRace is scenario 2: FIP create→delete cycles over 20 EIPs on two
@@ -275,7 +359,27 @@ func TestRace(t *testing.T) {
 			"cycles", st.cycles, "cycles_source", strconv.Quote(why), "eips", len(eips), "gateways", len(s.Order), "parallel", raceParallel,
 			"cycles_took", st.took, "cycles_per_s", fmt.Sprintf("%.1f", float64(st.cycles)/st.took.Seconds()),
 			"api_retries", st.createErrors+st.deleteErrors,
-			"drain", a.drain, "stuck_terminating", a.stuck, "leaked_at_drain", a.leakedAtDrain, "leaked_after_sweep", a.leaked,
+			"drain", a.drain, "stuck_terminating", a.stuck, "leaked_at_drain", a.leakedAtDrain, "reaped_after_drain", a.reapedAfterDrain, "leaked_after_sweep", a.leaked,
 			"fip_entries_left", a.fipEntries, "fresh_fips_ready_in", a.freshReady, "fresh_paths_ok_in", a.freshPaths)
 	})
+}
+
+func TestReapedBy(t *testing.T) {
+	const uid = "0b1c2d3e-0000-4000-8000-000000000001"
+	reap := `time=T level=INFO msg="object vanished without natgw's deletion (deleted while its finalizer was being added); deleted its rule on the gateway" uid=` + uid + ` gateway=gw1`
+	sweep := `time=T level=INFO msg="swept orphans" gateway=gw1 uids="[` + uid + ` other]" reason=sweep`
+	other := `time=T level=INFO msg="swept orphans" gateway=gw1 uids="[other]" reason=sweep`
+	for _, tc := range []struct {
+		name, log, want string
+	}{
+		{"nothing", other, "none"},
+		{"reap", other + "\n" + reap, "reap"},
+		{"sweep", sweep, "sweep"},
+		{"both: the sweep removed it first", sweep + "\n" + reap, "sweep"},
+		{"both: reap then sweep", reap + "\n" + sweep, "sweep"},
+	} {
+		if got := reapedBy(tc.log, uid); got != tc.want {
+			t.Errorf("%s: reapedBy = %q, want %q", tc.name, got, tc.want)
+		}
+	}
 }
