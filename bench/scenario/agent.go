@@ -46,8 +46,12 @@ func startAgent(bin, nsName, dataplane string) (*agent, error) {
 	if err := ns.Do(cmd.Start); err != nil {
 		return nil, fmt.Errorf("start %s serve in %s: %w", bin, nsName, err)
 	}
-	go func() { a.done <- cmd.Wait() }()
 	a.Client = protocol.NewClient(stdout, a.stdin)
+	go func() {
+		err := cmd.Wait()
+		a.Client.Broken(fmt.Errorf("natgw serve exited: %v", err))
+		a.done <- err
+	}()
 	return a, nil
 }
 

@@ -74,9 +74,13 @@ func (l *Local) Open(ctx context.Context, gw Gateway) (Session, error) {
 		forwardLines(stderrR, log)
 	}()
 
+	client := protocol.NewClient(stdoutR, stdin)
 	exited := make(chan error, 1)
 	go func() {
-		exited <- cmd.Wait()
+		err := cmd.Wait()
+		// The client reads only while a call waits: tell it now.
+		client.Broken(fmt.Errorf("gateway %s: agent exited: %v", gw.Name, exitStatus(err)))
+		exited <- err
 		close(exited)
 	}()
 	grace := l.StopGrace
@@ -86,7 +90,7 @@ func (l *Local) Open(ctx context.Context, gw Gateway) (Session, error) {
 	var once sync.Once
 	var waitErr error
 	s := &session{
-		Client: protocol.NewClient(stdoutR, stdin),
+		Client: client,
 		closeFn: func() error {
 			once.Do(func() {
 				select {
@@ -119,6 +123,14 @@ func exitError(err error) error {
 		return nil
 	}
 	return fmt.Errorf("agent exited: %w", err)
+}
+
+// exitStatus describes how the agent process ended.
+func exitStatus(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
 }
 
 // forwardLines logs each line read from r until it ends.

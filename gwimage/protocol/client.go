@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/natgw/natgw/nat"
 )
@@ -26,10 +28,28 @@ var ErrClosed = errors.New("agent connection closed")
 // concurrent use: each call gets a fresh id, writes are serialized, and
 // responses are matched to calls by id. When the stream breaks, every
 // pending and later call fails with an error matching ErrClosed.
+//
+// How responses are read depends on r. When r supports read deadlines (an
+// *os.File of a pipe, as for a local agent), a waiting call reads the
+// responses itself, handing other calls' answers to them, so that a lone
+// call costs no hand-off between goroutines (on an idle machine each one
+// can mean waking another CPU); a call whose context ends stops its read
+// with a deadline and leaves the stream intact. Then nothing reads between
+// calls: a stream that ends while no call waits is noticed by the next
+// call, or at once when the owner of the stream calls Broken (transports do
+// when the agent process exits). Otherwise (a pod-exec stream) a goroutine
+// reads responses and hands them to the calls, and ends the Client as soon
+// as the stream ends.
 type Client struct {
 	w       io.Writer
 	wsem    chan struct{} // one writer at a time, acquirable with a context
 	maxLine int           // largest request line sent (MaxLineBytes)
+
+	// Direct reading (r has deadlines): dr is r, lr reads its lines,
+	// rtok is held by the call that reads. nil dr: readLoop reads.
+	dr   deadlineReader
+	lr   *lineReader
+	rtok chan struct{}
 
 	mu      sync.Mutex
 	nextID  uint64
@@ -39,9 +59,16 @@ type Client struct {
 	skipped int // response lines that matched no call
 }
 
+// deadlineReader is a reader whose blocked reads a deadline can end.
+type deadlineReader interface {
+	io.Reader
+	SetReadDeadline(time.Time) error
+}
+
 // NewClient starts a Client that writes requests to w and reads responses
-// from r. Its reading goroutine runs until r ends (for an agent: after
-// Close, when the agent has exited).
+// from r (see Client for the two ways it reads). A reading goroutine, when
+// there is one, runs until r ends (for an agent: after Close, when the
+// agent has exited).
 func NewClient(r io.Reader, w io.Writer) *Client {
 	c := &Client{
 		w:       w,
@@ -49,6 +76,10 @@ func NewClient(r io.Reader, w io.Writer) *Client {
 		maxLine: MaxLineBytes,
 		pending: map[uint64]chan Response{},
 		done:    make(chan struct{}),
+	}
+	if dr, ok := r.(deadlineReader); ok && dr.SetReadDeadline(time.Time{}) == nil {
+		c.dr, c.lr, c.rtok = dr, newLineReader(r, MaxResponseBytes), make(chan struct{}, 1)
+		return c
 	}
 	go c.readLoop(r)
 	return c
@@ -59,34 +90,80 @@ func (c *Client) readLoop(r io.Reader) {
 	for {
 		l, err := lr.next()
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			c.fail(fmt.Errorf("%w: read response: %w", ErrClosed, err))
+			c.fail(readError(err))
 			return
 		}
-		if l.overflow > 0 {
-			id, ok := idFromPrefix(l.prefix, false)
-			c.deliver(id, ok, Response{ID: id, Error: &Error{Code: CodeInternal,
-				Message: fmt.Sprintf("response of %d bytes exceeds the client's limit of %d", l.overflow, MaxResponseBytes)}})
-			continue
-		}
-		if len(trimSpace(l.data)) == 0 {
-			continue
-		}
-		resp, ok := fastResponse(l.data)
-		if !ok {
-			resp = Response{}
-			err = json.Unmarshal(l.data, &resp)
-		}
-		if err != nil {
-			id, ok := idFromPrefix(l.data, true)
-			c.deliver(id, ok, Response{ID: id, Error: &Error{Code: CodeInternal,
-				Message: "malformed response: " + err.Error()}})
-			continue
-		}
-		c.deliver(resp.ID, true, resp)
+		c.dispatch(l)
 	}
+}
+
+func readError(err error) error {
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("%w: read response: %w", ErrClosed, err)
+}
+
+// dispatch decodes one response line and delivers it.
+func (c *Client) dispatch(l line) {
+	if l.overflow > 0 {
+		id, ok := idFromPrefix(l.prefix, false)
+		c.deliver(id, ok, Response{ID: id, Error: &Error{Code: CodeInternal,
+			Message: fmt.Sprintf("response of %d bytes exceeds the client's limit of %d", l.overflow, MaxResponseBytes)}})
+		return
+	}
+	if len(trimSpace(l.data)) == 0 {
+		return
+	}
+	resp, ok := fastResponse(l.data)
+	var err error
+	if !ok {
+		resp = Response{}
+		err = json.Unmarshal(l.data, &resp)
+	}
+	if err != nil {
+		id, ok := idFromPrefix(l.data, true)
+		c.deliver(id, ok, Response{ID: id, Error: &Error{Code: CodeInternal,
+			Message: "malformed response: " + err.Error()}})
+		return
+	}
+	c.deliver(resp.ID, true, resp)
+}
+
+// readUntil reads and dispatches response lines until ch holds an answer
+// (or is closed: the stream broke). The caller holds rtok. When ctx ends
+// first, a read deadline stops the read (a partly read line is kept for the
+// next reader) and ctx's error is returned.
+func (c *Client) readUntil(ctx context.Context, ch chan Response) error {
+	if len(ch) > 0 {
+		return nil
+	}
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(fired)
+		_ = c.dr.SetReadDeadline(time.Unix(1, 0))
+	})
+	defer func() {
+		if !stop() {
+			<-fired // let the interruption finish before lifting it
+		}
+		_ = c.dr.SetReadDeadline(time.Time{})
+	}()
+	for len(ch) == 0 {
+		if c.Err() != nil {
+			return nil // failed: ch is closed
+		}
+		l, err := c.lr.next()
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil {
+				return ctx.Err()
+			}
+			c.fail(readError(err))
+			return nil
+		}
+		c.dispatch(l)
+	}
+	return nil
 }
 
 // deliver hands resp to the call waiting for id; lines that match no call
@@ -127,6 +204,13 @@ func (c *Client) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.err
+}
+
+// Broken ends the Client as if its stream broke with err: pending and later
+// calls fail with ErrClosed and err. Transports call it when they learn
+// first that the agent is gone (its process exited).
+func (c *Client) Broken(err error) {
+	c.fail(fmt.Errorf("%w: %w", ErrClosed, err))
 }
 
 // Close fails pending calls with ErrClosed and closes w (ending the agent's
@@ -203,21 +287,40 @@ func (c *Client) Do(ctx context.Context, req Request) (Response, error) {
 		return Response{}, c.Err()
 	}
 
-	select {
-	case resp, ok := <-ch:
-		if !ok {
-			return Response{}, c.Err()
+	return c.await(ctx, req, ch)
+}
+
+// await waits for the response to req on ch; in direct mode a call takes
+// the read token when no other call reads and reads until its answer is in.
+func (c *Client) await(ctx context.Context, req Request, ch chan Response) (Response, error) {
+	for {
+		var tok chan struct{} // nil unless reading directly: never ready
+		if c.dr != nil {
+			tok = c.rtok
 		}
-		if !resp.OK {
-			if resp.Error == nil {
-				resp.Error = &Error{Code: CodeInternal, Message: "agent answered not ok without an error"}
+		select {
+		case resp, ok := <-ch:
+			if !ok {
+				return Response{}, c.Err()
 			}
-			return resp, resp.Error
+			if !resp.OK {
+				if resp.Error == nil {
+					resp.Error = &Error{Code: CodeInternal, Message: "agent answered not ok without an error"}
+				}
+				return resp, resp.Error
+			}
+			return resp, nil
+		case <-ctx.Done():
+			c.forget(req.ID)
+			return Response{}, fmt.Errorf("%s request %d: %w", req.Op, req.ID, ctx.Err())
+		case tok <- struct{}{}:
+			err := c.readUntil(ctx, ch)
+			<-c.rtok
+			if err != nil {
+				c.forget(req.ID)
+				return Response{}, fmt.Errorf("%s request %d: %w", req.Op, req.ID, err)
+			}
 		}
-		return resp, nil
-	case <-ctx.Done():
-		c.forget(req.ID)
-		return Response{}, fmt.Errorf("%s request %d: %w", req.Op, req.ID, ctx.Err())
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
 )
 
 // prefixKeep is how much of an over-long line is kept, to recover its
@@ -21,6 +22,10 @@ type lineReader struct {
 	br  *bufio.Reader
 	max int
 	buf []byte
+	// cur is the line being read; resume says a read deadline cut it
+	// short and the next call goes on with it.
+	cur    line
+	resume bool
 }
 
 func newLineReader(r io.Reader, max int) *lineReader {
@@ -37,12 +42,20 @@ type line struct {
 // next returns the next line. A last line without a newline before EOF is
 // returned as a line; io.EOF comes only when nothing is left. The returned
 // data is valid until the next call.
+//
+// When the underlying reader's deadline passes (os.ErrDeadlineExceeded),
+// the bytes of the line read so far are kept and the next call goes on with
+// them, so a read given up on does not lose a partly received line.
 func (lr *lineReader) next() (line, error) {
-	if cap(lr.buf) > keepBuf {
-		lr.buf = nil // do not hold on to the memory of one huge line
+	if !lr.resume {
+		if cap(lr.buf) > keepBuf {
+			lr.buf = nil // do not hold on to the memory of one huge line
+		}
+		lr.buf = lr.buf[:0]
+		lr.cur = line{}
 	}
-	lr.buf = lr.buf[:0]
-	var l line
+	lr.resume = false
+	l := &lr.cur
 	for {
 		chunk, err := lr.br.ReadSlice('\n')
 		if need := len(lr.buf) + len(chunk); l.overflow == 0 && need <= lr.max+1 {
@@ -63,14 +76,17 @@ func (lr *lineReader) next() (line, error) {
 		}
 		switch {
 		case err == nil:
-			return lr.finish(l), nil
+			return lr.finish(*l), nil
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
 		case errors.Is(err, io.EOF):
 			if len(lr.buf) == 0 && l.overflow == 0 {
 				return line{}, io.EOF
 			}
-			return lr.finish(l), nil
+			return lr.finish(*l), nil
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			lr.resume = true
+			return line{}, err
 		default:
 			return line{}, err
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -30,15 +31,37 @@ func dnat(uid, eip string, port uint16, in string, inPort uint16) nat.Object {
 // client's side and waits for Serve to return, reporting its error.
 func pipeAgent(t *testing.T, dp nat.Dataplane, opts ...Option) (*Client, func() error) {
 	t.Helper()
+	return pipeAgentMode(t, dp, false, opts...)
+}
+
+// pipeAgentMode is pipeAgent with the responses on an os.Pipe when direct is
+// set: a reader with deadlines, which the Client reads from in its calls.
+func pipeAgentMode(t *testing.T, dp nat.Dataplane, direct bool, opts ...Option) (*Client, func() error) {
+	t.Helper()
 	reqR, reqW := io.Pipe()
-	respR, respW := io.Pipe()
+	var respR io.Reader
+	var respW io.WriteCloser
+	if direct {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		respR, respW = r, w
+	} else {
+		r, w := io.Pipe()
+		respR, respW = r, w
+	}
 	done := make(chan error, 1)
 	go func() {
 		err := Serve(context.Background(), dp, reqR, respW, Info{Version: "test"}, opts...)
-		respW.CloseWithError(io.EOF)
+		respW.Close()
 		done <- err
 	}()
 	c := NewClient(respR, reqW)
+	if got := c.dr != nil; got != direct {
+		t.Fatalf("client reads directly: %v, want %v", got, direct)
+	}
 	stop := sync.OnceValue(func() error {
 		c.Close()
 		select {
@@ -52,15 +75,29 @@ func pipeAgent(t *testing.T, dp nat.Dataplane, opts ...Option) (*Client, func() 
 	return c, stop
 }
 
+// bothModes runs f with the Client reading through its goroutine and
+// reading directly in its calls.
+func bothModes(t *testing.T, f func(t *testing.T, direct bool)) {
+	for _, direct := range []bool{false, true} {
+		name := "goroutine"
+		if direct {
+			name = "direct"
+		}
+		t.Run(name, func(t *testing.T) { f(t, direct) })
+	}
+}
+
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func TestRoundTripEveryOp(t *testing.T) {
+func TestRoundTripEveryOp(t *testing.T) { bothModes(t, testRoundTripEveryOp) }
+
+func testRoundTripEveryOp(t *testing.T, direct bool) {
 	dp := newFakeDP()
-	c, stop := pipeAgent(t, dp)
+	c, stop := pipeAgentMode(t, dp, direct)
 	ctx := ctxT(t)
 
 	a, b := fip("a", "192.0.2.10", "198.51.100.10"), dnat("b", "192.0.2.11", 80, "198.51.100.11", 8080)
@@ -246,9 +283,11 @@ func TestBadAndOversizedLinesKeepServing(t *testing.T) {
 	}
 }
 
-func TestConcurrentCallsCorrelate(t *testing.T) {
+func TestConcurrentCallsCorrelate(t *testing.T) { bothModes(t, testConcurrentCallsCorrelate) }
+
+func testConcurrentCallsCorrelate(t *testing.T, direct bool) {
 	dp := newFakeDP()
-	c, _ := pipeAgent(t, dp)
+	c, _ := pipeAgentMode(t, dp, direct)
 	ctx := ctxT(t)
 	const n = 64
 	var wg sync.WaitGroup
@@ -318,10 +357,12 @@ func TestClientFailsPendingWhenStreamBreaks(t *testing.T) {
 	}
 }
 
-func TestClientContextAndStrays(t *testing.T) {
+func TestClientContextAndStrays(t *testing.T) { bothModes(t, testClientContextAndStrays) }
+
+func testClientContextAndStrays(t *testing.T, direct bool) {
 	dp := newFakeDP()
 	dp.block = make(chan struct{})
-	c, _ := pipeAgent(t, dp)
+	c, _ := pipeAgentMode(t, dp, direct)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	err := c.Delete(ctx, "a")
@@ -411,6 +452,75 @@ func TestLineReader(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("lines\n got %v\nwant %v", got, want)
 	}
+}
+
+// chunkReader returns its chunks one per Read; a nil chunk is a passed read
+// deadline.
+type chunkReader struct{ chunks [][]byte }
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	if len(r.chunks) == 0 {
+		return 0, io.EOF
+	}
+	c := r.chunks[0]
+	r.chunks = r.chunks[1:]
+	if c == nil {
+		return 0, os.ErrDeadlineExceeded
+	}
+	return copy(p, c), nil
+}
+
+func TestLineReaderResumesAfterDeadline(t *testing.T) {
+	lr := newLineReader(&chunkReader{chunks: [][]byte{[]byte(`{"id":1,`), nil, []byte(`"ok":true}` + "\n" + `{"id":2}` + "\n")}}, 64)
+	if _, err := lr.next(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("first read = %v, want the deadline", err)
+	}
+	for _, want := range []string{`{"id":1,"ok":true}`, `{"id":2}`} {
+		l, err := lr.next()
+		if err != nil || string(l.data) != want {
+			t.Fatalf("line = %q, %v; want %q", l.data, err, want)
+		}
+	}
+}
+
+func TestDirectClientNoticesBrokenStream(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	_, reqW := io.Pipe()
+	c := NewClient(r, reqW)
+	if c.dr == nil {
+		t.Fatal("client on an os.Pipe does not read directly")
+	}
+	c.Broken(errors.New("agent exited: signal: killed"))
+	select {
+	case <-c.Done():
+	default:
+		t.Fatal("Done not closed after Broken")
+	}
+	if err := c.Delete(ctxT(t), "x"); !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), "signal: killed") {
+		t.Fatalf("call after Broken = %v, want ErrClosed with the cause", err)
+	}
+	// A stream that ends under a waiting call fails it.
+	r2, w2, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	reqR2, reqW2 := io.Pipe()
+	c2 := NewClient(r2, reqW2)
+	go func() {
+		lr := newLineReader(reqR2, MaxLineBytes)
+		if _, err := lr.next(); err == nil {
+			w2.Close() // read the request, died without answering
+		}
+	}()
+	if err := c2.Delete(ctxT(t), "x"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("call when the stream ends = %v, want ErrClosed", err)
+	}
+	w.Close()
 }
 
 func TestLineReaderDoesNotBufferLongLines(t *testing.T) {

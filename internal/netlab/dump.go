@@ -113,6 +113,12 @@ func (f Flow) Has(a netip.Addr) bool {
 	return false
 }
 
+// Translated reports whether the flow is NATed: its reply tuple is not the
+// reverse of its original one.
+func (f Flow) Translated() bool {
+	return f.ReplySrc != f.OrigDst || f.ReplyDst != f.OrigSrc
+}
+
 func (f Flow) String() string {
 	return fmt.Sprintf("proto=%d orig=%s->%s reply=%s->%s mark=%#x", f.Proto, f.OrigSrc, f.OrigDst, f.ReplySrc, f.ReplyDst, f.Mark)
 }
