@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -134,4 +135,51 @@ func (p *agentProgrammer) Close() error { return p.a.Close() }
 // through the pipe protocol.
 func (p *agentProgrammer) RoundTrip(ctx context.Context) error {
 	return p.a.wrap(p.a.Delete(ctx, "bench-round-trip-unknown-uid"))
+}
+
+// pipeEcho is an idle `cat` on a pair of pipes: the round trip of one line
+// through it is what any call to another process costs on this machine
+// before that process does any work (waking it, and then its caller).
+type pipeEcho struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
+}
+
+func startPipeEcho() (*pipeEcho, error) {
+	cmd := exec.Command("cat")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start cat: %w", err)
+	}
+	p := &pipeEcho{cmd: cmd, in: in, out: bufio.NewReader(out)}
+	if _, err := p.RoundTrip(); err != nil { // the first one starts it
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// RoundTrip writes one line and reads it back, returning how long it took.
+func (p *pipeEcho) RoundTrip() (time.Duration, error) {
+	t0 := time.Now()
+	if _, err := p.in.Write([]byte("x\n")); err != nil {
+		return 0, fmt.Errorf("echo: %w", err)
+	}
+	if _, err := p.out.ReadBytes('\n'); err != nil {
+		return 0, fmt.Errorf("echo: %w", err)
+	}
+	return time.Since(t0), nil
+}
+
+func (p *pipeEcho) Close() error {
+	p.in.Close()
+	return p.cmd.Wait()
 }

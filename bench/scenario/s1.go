@@ -21,6 +21,11 @@ type s1Cell struct {
 	// rtt is the latency of a request that changes nothing, for
 	// methods with a request floor (roundTripper); N is 0 otherwise.
 	rtt stats.Summary
+	// wake is the round trip of one line through an idle `cat` (the
+	// machine's floor for a call to another process that was idle for a
+	// round), measured once per round for methods with a request floor;
+	// the same for every size of the method.
+	wake stats.Summary
 	// firstPairOnly: a pair took over 30 s, so the checked first pair
 	// is the only measurement.
 	firstPairOnly bool
@@ -178,7 +183,28 @@ func measureS1Method(ctx context.Context, e *Env, plan Plan, m Method, label str
 			s.reps = max(minReps, min(s.reps, maxReps))
 			rounds = max(rounds, s.reps)
 		}
+		// For a method that calls another process: an idle `cat`, echoed
+		// once per round, after the round (so it idled as long as an
+		// agent does between its pairs).
+		var echo *pipeEcho
+		var wakes []float64
+		for _, s := range slots {
+			if _, ok := s.r.prog.(roundTripper); ok && s.live() && echo == nil {
+				var err error
+				if echo, err = startPipeEcho(); err != nil {
+					return fmt.Errorf("wake-up floor: %w", err)
+				}
+				defer echo.Close()
+			}
+		}
 		for r := 0; r < rounds; r++ {
+			if echo != nil && r > 0 {
+				d, err := echo.RoundTrip()
+				if err != nil {
+					return fmt.Errorf("wake-up floor: %w", err)
+				}
+				wakes = append(wakes, d.Seconds())
+			}
 			e.Progress.Step(r+1, rounds, "%s: add+delete rounds over every N", label)
 			for _, s := range slots {
 				if !s.live() || r >= s.reps {
@@ -205,6 +231,9 @@ func measureS1Method(ctx context.Context, e *Env, plan Plan, m Method, label str
 		}
 		for _, s := range slots {
 			s.cell.add, s.cell.del, s.cell.rtt = stats.Summarize(s.adds), stats.Summarize(s.dels), stats.Summarize(s.rtts)
+			if len(s.rtts) > 0 {
+				s.cell.wake = stats.Summarize(wakes)
+			}
 		}
 		return nil
 	})
@@ -425,6 +454,16 @@ func reportS1(e *Env, plan Plan, methods []Method, res s1Results) {
 			rtt.Rows = append(rtt.Rows, row)
 		}
 	}
+	for _, m := range methods {
+		if c := res.get(m.Key, plan.S1Sizes[0]); c != nil && c.wake.N > 0 {
+			row := []string{"one line through an idle `cat` (this machine's wake-up floor for a call to another process, once per round)"}
+			for range plan.S1Sizes {
+				row = append(row, fmt.Sprintf("%s (%s)", report.Seconds(c.wake.Median), report.Seconds(c.wake.P90)))
+			}
+			rtt.Rows = append(rtt.Rows, row)
+			break
+		}
+	}
 	if len(rtt.Rows) > 0 {
 		sec.Tables = append(sec.Tables, rtt)
 	}
@@ -508,8 +547,12 @@ func s1Targets(e *Env, plan Plan, sec *report.Section, res s1Results) {
 // round trip) and the in-process backend's time for the same operation.
 func floorNote(serve, inproc *s1Cell, del bool) string {
 	parts := []string{}
+	if serve.wake.N > 0 {
+		parts = append(parts, "one line echoed by an idle `cat` through a pipe, after the same idle time as the agent's add, takes "+report.Seconds(serve.wake.Median)+
+			" (waking an idle process and its caller again: this machine's floor for any call to another process, measured in the same rounds)")
+	}
 	if serve.rtt.N > 0 {
-		parts = append(parts, "a request that changes nothing takes "+report.Seconds(serve.rtt.Median)+" through the pipe (process wake-ups on a loaded machine)")
+		parts = append(parts, "a request that changes nothing, sent right after the delete (agent awake), takes "+report.Seconds(serve.rtt.Median)+" through the pipe")
 	}
 	if inproc != nil {
 		v := inproc.add.Median
