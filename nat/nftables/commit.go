@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"time"
@@ -374,7 +375,7 @@ func (r *Renderer) fullChange(want []nat.Object, snatBefore map[snatClass]bool, 
 	for _, cl := range sortedSNAT(snatBefore) {
 		ch.flush = append(ch.flush, cl.setName())
 	}
-	snat := structureOf(want, ch)
+	snat := structureOf(slices.Values(want), ch)
 	return ch, snat, maps.Clone(ch.qosAfter), nil
 }
 
@@ -403,10 +404,10 @@ func presized(objs []nat.Object) setElems {
 
 // structureOf fills ch's wanted CIDR SNAT maps and policers for objs and
 // returns the number of SNATs per map.
-func structureOf(objs []nat.Object, ch *change) map[snatClass]int {
+func structureOf(objs iter.Seq[nat.Object], ch *change) map[snatClass]int {
 	ch.snatAfter = map[snatClass]bool{}
 	snat := map[snatClass]int{}
-	for _, o := range objs {
+	for o := range objs {
 		if cl, ok := snatClassOf(o); ok {
 			snat[cl]++
 			ch.snatAfter[cl] = true
@@ -454,12 +455,12 @@ func (r *Renderer) LoadState(ctx context.Context) (*nat.State, string, error) {
 	defer unlock()
 	var (
 		k          *kernelState
-		objs       []nat.Object
+		others     []nat.Object
 		st         *nat.State
 		consistent bool
 	)
 	for race := 0; ; race++ {
-		if k, objs, st, consistent, err = r.readObjects(ctx); err != nil {
+		if k, st, others, consistent, err = r.readObjects(ctx); err != nil {
 			return nil, "", err
 		}
 		r.gen = k.gen
@@ -499,11 +500,11 @@ func (r *Renderer) LoadState(ctx context.Context) (*nat.State, string, error) {
 		// Keep the elements; rewrite every rule and policer and bring the
 		// CIDR SNAT maps to what the objects need.
 		ch = &change{fixedChains: true, qosBefore: k.qos, qosAfter: map[qosKey]qosVal{}, qosForce: true, snatBefore: k.snat}
-		snat = structureOf(objs, ch)
+		snat = structureOf(slices.Values(others), ch) // FIPs add nothing to it
 		qos = maps.Clone(ch.qosAfter)
 	} else {
-		r.log.Info("kernel elements inconsistent with their objects, rewriting the table's elements", "objects", len(objs))
-		if ch, snat, qos, err = r.fullChange(objs, k.snat, k.qos, true); err != nil {
+		r.log.Info("kernel elements inconsistent with their objects, rewriting the table's elements", "objects", st.Len())
+		if ch, snat, qos, err = r.fullChange(st.Unordered(), k.snat, k.qos, true); err != nil {
 			return nil, "", err
 		}
 		ch.fixedChains = true
@@ -523,9 +524,10 @@ const maxCreateRaces = 3
 // maxReads bounds the reads of readObjects (the pauses add up to ~15 s).
 const maxReads = 20
 
-// readObjects reads the table and rebuilds its objects, reading again
-// while a dump was torn (see kernelState.torn), with growing pauses.
-func (r *Renderer) readObjects(ctx context.Context) (*kernelState, []nat.Object, *nat.State, bool, error) {
+// readObjects reads the table and rebuilds its objects (see
+// kernelState.objects), reading again while a dump was torn (see
+// kernelState.torn), with growing pauses.
+func (r *Renderer) readObjects(ctx context.Context) (*kernelState, *nat.State, []nat.Object, bool, error) {
 	pause := 10 * time.Millisecond
 	for try := 1; ; try++ {
 		done := r.deadline(ctx)
@@ -541,9 +543,9 @@ func (r *Renderer) readObjects(ctx context.Context) (*kernelState, []nat.Object,
 		if !k.exists || k.broken != "" {
 			return k, nil, nil, false, nil
 		}
-		objs, st, consistent := k.objects(r.log)
+		st, others, consistent := k.objects(r.log)
 		if !k.torn {
-			return k, objs, st, consistent, nil
+			return k, st, others, consistent, nil
 		}
 		if try == maxReads {
 			return nil, nil, nil, false, fmt.Errorf("nftables: read table: %d set dumps in a row repeated elements", try)

@@ -12,37 +12,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// readElements dumps the elements of one set of natgw's table over the
-// lasting connection, in blocks (the count is known only at the end;
-// copying 100,000 elements into one slice costs more than the decoding).
-// It does what (*nft.Conn).GetSetElements does for the attributes natgw
-// uses (key, value or verdict, flags, comment; natgw's sets have no
-// intervals), with a decoder that allocates little per element: at 100,000
-// elements the library's decoder allocates ~190 MB, most of it garbage at
-// once.
-func (r *Renderer) readElements(set string) ([][]nft.SetElement, error) {
-	const block = 4096
-	var blocks [][]nft.SetElement
-	cur := make([]nft.SetElement, 0, 64)
-	err := r.dumpSet(set, func(b []byte) error {
-		e, err := decodeElem(b)
-		if err != nil {
-			return err
-		}
-		if len(cur) == cap(cur) {
-			blocks = append(blocks, cur)
-			cur = make([]nft.SetElement, 0, min(block, 2*cap(cur)))
-		}
-		cur = append(cur, e)
-		return nil
-	})
-	return append(blocks, cur), err
-}
-
-// dumpSet dumps the elements of one set of natgw's table, calling elem
-// with each NFTA_LIST_ELEM payload (in another goroutine than the reads:
-// the kernel walks the set for the next reply while the previous one is
-// decoded).
+// dumpSet dumps the elements of one set of natgw's table over the lasting
+// connection, calling elem with each NFTA_LIST_ELEM payload (in another
+// goroutine than the reads: the kernel walks the set for the next reply
+// while the previous one is decoded). The payload is valid only during the
+// call: its buffer is reused. It does what (*nft.Conn).GetSetElements does
+// for the attributes natgw uses (key, value or verdict, flags, comment;
+// natgw's sets have no intervals; see decodeElem) with a decoder that
+// allocates little per element: at 100,000 elements the library's decoder
+// allocates ~190 MB, most of it garbage at once.
 func (r *Renderer) dumpSet(set string, elem func(b []byte) error) error {
 	data, err := netlink.MarshalAttributes([]netlink.Attribute{
 		{Type: unix.NFTA_SET_TABLE, Data: []byte(TableName + "\x00")},
@@ -62,12 +40,8 @@ func (r *Renderer) dumpSet(set string, elem func(b []byte) error) error {
 	if err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
-	const nbuf = 4
-	free := make(chan []byte, nbuf)
-	for range nbuf {
-		free <- make([]byte, 2*dumpChunk)
-	}
-	full := make(chan []byte, nbuf)
+	free := make(chan []byte, maxDumpBufs)
+	full := make(chan []byte, maxDumpBufs)
 	decoded := make(chan error, 1)
 	go func() {
 		var derr error
@@ -87,11 +61,33 @@ func (r *Renderer) dumpSet(set string, elem func(b []byte) error) error {
 	return rerr
 }
 
+// maxDumpBufs bounds the receive buffers of one dump (of 2*dumpChunk bytes
+// each: 4 MiB in all). The kernel walks a set for the next reply only when
+// the previous one is received, so the reads must not wait for the
+// decoding: a buffer is taken from free if one is there, else allocated,
+// up to this bound.
+const maxDumpBufs = 64
+
 // readDump reads the replies of one dump with sequence number seq, passing
-// each datagram (taken from free) to full, until NLMSG_DONE.
+// each datagram to full, until NLMSG_DONE. Its buffers come from free (the
+// ones the decoding is done with) or are allocated while free is empty, up
+// to maxDumpBufs.
 func (r *Renderer) readDump(seq uint32, free <-chan []byte, full chan<- []byte) error {
+	bufs := 0
+	next := func() []byte {
+		select {
+		case b := <-free:
+			return b
+		default:
+		}
+		if bufs < maxDumpBufs {
+			bufs++
+			return make([]byte, 2*dumpChunk)
+		}
+		return <-free
+	}
 	for {
-		buf := <-free
+		buf := next()
 		var n int
 		var rerr error
 		if err := r.raw.Read(func(fd uintptr) bool {
@@ -256,18 +252,18 @@ func cString(b []byte) string {
 	return string(b)
 }
 
-// decodeElem decodes one NFTA_LIST_ELEM. Key and value share one
-// allocation.
+// decodeElem decodes one NFTA_LIST_ELEM. Key and Val point into b (no
+// copy): callers that keep them beyond b's life copy them.
 func decodeElem(b []byte) (nft.SetElement, error) {
 	var e nft.SetElement
-	var key, val, udata []byte
+	var udata []byte
 	err := attrs(b, func(typ uint16, v []byte) error {
 		var err error
 		switch typ {
 		case unix.NFTA_SET_ELEM_KEY:
-			key, _, err = dataValue(v)
+			e.Key, _, err = dataValue(v)
 		case unix.NFTA_SET_ELEM_DATA:
-			val, e.VerdictData, err = dataValue(v)
+			e.Val, e.VerdictData, err = dataValue(v)
 		case unix.NFTA_SET_ELEM_FLAGS:
 			if len(v) >= 4 {
 				e.IntervalEnd = binary.BigEndian.Uint32(v)&unix.NFT_SET_ELEM_INTERVAL_END != 0
@@ -279,13 +275,6 @@ func decodeElem(b []byte) (nft.SetElement, error) {
 	})
 	if err != nil {
 		return nft.SetElement{}, fmt.Errorf("decode element: %w", err)
-	}
-	kv := make([]byte, len(key)+len(val))
-	copy(kv, key)
-	copy(kv[len(key):], val)
-	e.Key = kv[:len(key):len(key)]
-	if val != nil {
-		e.Val = kv[len(key):]
 	}
 	e.Comment = elemComment(udata)
 	return e, nil

@@ -108,3 +108,24 @@ func TestDecodeElemList(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeMetaCopies: the natgw_meta element decoded from a dump buffer
+// stays intact once the buffer is reused for the next reply (a key left
+// pointing into it made Load find no boot id and recreate the table).
+func TestDecodeMetaCopies(t *testing.T) {
+	b := encodeElemList(t, metaKey, nil, "", metaComment("0123"))
+	var m metaElem
+	if err := decodeElemList(b, func(v []byte) error {
+		var err error
+		m, err = decodeMeta(v)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range b {
+		b[i] = 0xff // the next reply
+	}
+	if boot, _, _, broken := parseMeta([]metaElem{m}); broken != "" || boot != "0123" {
+		t.Errorf("after the buffer's reuse: boot %q, broken %q; want boot 0123", boot, broken)
+	}
+}

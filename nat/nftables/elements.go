@@ -224,54 +224,55 @@ func addrOf(b []byte) (netip.Addr, error) {
 }
 
 // parseElem turns one kernel element of set into (a part of) an object.
-// Elements of the policer maps carry only their owner UID (obj is nil).
-func parseElem(set string, e nft.SetElement) (uid string, obj *nat.Object, err error) {
+// Elements of the policer maps carry only their owner UID (obj is the zero
+// Object, of no Kind).
+func parseElem(set string, e nft.SetElement) (uid string, obj nat.Object, err error) {
 	uid, kv, err := splitComment(e.Comment)
 	if err != nil {
-		return "", nil, err
+		return "", nat.Object{}, err
 	}
 	k0, err := addrOf(e.Key)
 	if err != nil {
-		return uid, nil, err
+		return uid, nat.Object{}, err
 	}
 	switch set {
 	case setEIPs:
 		plen, err := strconv.Atoi(kv["plen"])
 		if err != nil {
-			return uid, nil, fmt.Errorf("eip %s: bad plen %q", k0, kv["plen"])
+			return uid, nat.Object{}, fmt.Errorf("eip %s: bad plen %q", k0, kv["plen"])
 		}
 		eip := &nat.EIP{Address: k0, PrefixLen: plen}
 		if q, ok := kv["qos"]; ok {
 			var v [4]uint32
 			parts := strings.Split(q, "/")
 			if len(parts) != 4 {
-				return uid, nil, fmt.Errorf("eip %s: bad qos %q", k0, q)
+				return uid, nat.Object{}, fmt.Errorf("eip %s: bad qos %q", k0, q)
 			}
 			for i, p := range parts {
 				n, err := strconv.ParseUint(p, 10, 32)
 				if err != nil {
-					return uid, nil, fmt.Errorf("eip %s: bad qos %q", k0, q)
+					return uid, nat.Object{}, fmt.Errorf("eip %s: bad qos %q", k0, q)
 				}
 				v[i] = uint32(n)
 			}
 			eip.QoS = &nat.QoS{IngressRateMbps: v[0], IngressBurstMbit: v[1], EgressRateMbps: v[2], EgressBurstMbit: v[3]}
 		}
-		return uid, &nat.Object{UID: uid, Kind: nat.KindEIP, EIP: eip}, nil
+		return uid, nat.Object{UID: uid, Kind: nat.KindEIP, EIP: eip}, nil
 	case setQoSIn, setQoSOut:
-		return uid, nil, nil
+		return uid, nat.Object{}, nil
 	case setFIPDNAT, setFIPSNAT:
 		v, err := addrOf(e.Val)
 		if err != nil {
-			return uid, nil, err
+			return uid, nat.Object{}, err
 		}
 		f := &nat.FIP{EIP: k0, InternalIP: v}
 		if set == setFIPSNAT {
 			f = &nat.FIP{EIP: v, InternalIP: k0}
 		}
-		return uid, &nat.Object{UID: uid, Kind: nat.KindFIP, FIP: f}, nil
+		return uid, nat.Object{UID: uid, Kind: nat.KindFIP, FIP: f}, nil
 	case setPortDNAT:
 		if len(e.Key) != 12 || len(e.Val) != 8 {
-			return uid, nil, fmt.Errorf("port dnat: bad key/value length %d/%d", len(e.Key), len(e.Val))
+			return uid, nat.Object{}, fmt.Errorf("port dnat: bad key/value length %d/%d", len(e.Key), len(e.Val))
 		}
 		var proto nat.Protocol
 		switch e.Key[4] {
@@ -280,37 +281,37 @@ func parseElem(set string, e nft.SetElement) (uid string, obj *nat.Object, err e
 		case 17:
 			proto = nat.UDP
 		default:
-			return uid, nil, fmt.Errorf("port dnat: protocol %d", e.Key[4])
+			return uid, nat.Object{}, fmt.Errorf("port dnat: protocol %d", e.Key[4])
 		}
 		in, _ := addrOf(e.Val)
-		return uid, &nat.Object{UID: uid, Kind: nat.KindDNAT, DNAT: &nat.DNAT{
+		return uid, nat.Object{UID: uid, Kind: nat.KindDNAT, DNAT: &nat.DNAT{
 			EIP: k0, Protocol: proto, ExternalPort: binary.BigEndian.Uint16(e.Key[8:10]),
 			InternalIP: in, InternalPort: binary.BigEndian.Uint16(e.Val[4:6]),
 		}}, nil
 	case setRoutes:
 		if len(e.Key) != 8 {
-			return uid, nil, fmt.Errorf("route: bad key length %d", len(e.Key))
+			return uid, nat.Object{}, fmt.Errorf("route: bad key length %d", len(e.Key))
 		}
 		mask := binary.BigEndian.Uint32(e.Key[4:8])
 		bits := 32 - trailingZeros(mask)
 		nh, err := addrOf(e.Val)
 		if err != nil {
-			return uid, nil, err
+			return uid, nat.Object{}, err
 		}
-		return uid, &nat.Object{UID: uid, Kind: nat.KindRoute, Route: &nat.Route{
+		return uid, nat.Object{UID: uid, Kind: nat.KindRoute, Route: &nat.Route{
 			Destination: netip.PrefixFrom(k0, bits), NextHop: nh, Device: nat.RouteDevice(kv["dev"]),
 		}}, nil
 	}
 	if c, ok := parseSNATSet(set); ok {
 		v, err := addrOf(e.Val)
 		if err != nil {
-			return uid, nil, err
+			return uid, nat.Object{}, err
 		}
-		return uid, &nat.Object{UID: uid, Kind: nat.KindSNAT, SNAT: &nat.SNAT{
+		return uid, nat.Object{UID: uid, Kind: nat.KindSNAT, SNAT: &nat.SNAT{
 			EIP: v, InternalCIDR: netip.PrefixFrom(k0, c.bits), RandomFully: c.randomFully,
 		}}, nil
 	}
-	return uid, nil, fmt.Errorf("unknown set %q", set)
+	return uid, nat.Object{}, fmt.Errorf("unknown set %q", set)
 }
 
 func trailingZeros(m uint32) int {

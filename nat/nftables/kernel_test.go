@@ -637,8 +637,8 @@ func TestSyncDiff(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			objs, _, consistent := k.objects(logr.Discard())
-			if !sameObjects(objs, next) {
+			st, _, consistent := k.objects(logr.Discard())
+			if objs := st.Objects(); !sameObjects(objs, next) {
 				t.Errorf("kernel holds %d objects, want the %d synced", len(objs), len(next))
 			}
 			// A hand edit the difference does not touch is left to Load.
@@ -674,11 +674,11 @@ func TestLoadMirror(t *testing.T) {
 		if k.mirror != mirror {
 			t.Errorf("%s: fip_snat taken as the mirror: %v, want %v", what, k.mirror, mirror)
 		}
-		objs, _, ok := k.objects(logr.Discard())
+		st, _, ok := k.objects(logr.Discard())
 		if ok != consistent {
 			t.Errorf("%s: consistent %v, want %v", what, ok, consistent)
 		}
-		if consistent && !sameObjects(objs, goldenObjects()) {
+		if objs := st.Objects(); consistent && !sameObjects(objs, goldenObjects()) {
 			t.Errorf("%s: read %v, want the golden objects", what, objs)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"iter"
+	"maps"
 	"slices"
 	"strings"
 
@@ -22,17 +23,23 @@ type kernelState struct {
 	broken string // why the table must be recreated ("" if usable)
 	boot   string
 
-	elems map[string][][]nft.SetElement // by set name, in blocks
-	snat  map[snatClass]bool            // CIDR SNAT maps present
-	qos   map[qosKey]qosState           // policer chains/objects present
+	snat map[snatClass]bool  // CIDR SNAT maps present
+	qos  map[qosKey]qosState // policer chains/objects present
 
 	// gen is the ruleset generation read before the sets (and again
-	// after them: if it moved, the sets were read in full). mirror means
-	// that the generation is the one natgw's last transaction stored in
-	// natgw_meta: nothing changed the kernel since, so fip_snat, which
-	// mirrors fip_dnat, was not read (elems holds no entry for it).
+	// after them: if it moved, the sets were read again in full). mirror
+	// means that the generation is the one natgw's last transaction
+	// stored in natgw_meta: nothing changed the kernel since, so
+	// fip_snat, which mirrors fip_dnat, was not read.
 	gen    uint32
 	mirror bool
+
+	// rebuilt holds the objects readKernel rebuilt from the elements
+	// while it read them (see rebuild); objects finishes it.
+	rebuilt *rebuild
+	// elems are elements by set name, in blocks, for objects to rebuild
+	// from when readKernel did not (a kernelState made by hand in tests).
+	elems map[string][][]nft.SetElement
 
 	// torn is set by objects when a dump held an element twice: the
 	// kernel resumes a set dump by counting elements, so a hash table
@@ -40,14 +47,12 @@ type kernelState struct {
 	// background after many adds) can repeat some elements and skip
 	// others. Such a read must be repeated, never repaired from.
 	torn bool
-
-	owner map[elemRef]string // filled by objects: owner UID of every element
 }
 
 // readKernel reads natgw's table: sets and their elements, chains, limit
 // objects. It never looks at other tables.
 func (r *Renderer) readKernel() (*kernelState, error) {
-	k := &kernelState{elems: map[string][][]nft.SetElement{}, snat: map[snatClass]bool{}, qos: map[qosKey]qosState{}}
+	k := &kernelState{snat: map[snatClass]bool{}, qos: map[qosKey]qosState{}}
 	gen, err := r.generation()
 	if err != nil {
 		return nil, err
@@ -138,38 +143,59 @@ func (r *Renderer) readKernel() (*kernelState, error) {
 	for _, spec := range elementSets {
 		names = append(names, spec.name)
 	}
+	var snatSets []string
 	for name := range byName {
 		if cl, ok := parseSNATSet(name); ok {
 			k.snat[cl] = true
-			names = append(names, name)
+			snatSets = append(snatSets, name)
 		}
 	}
-	for _, name := range names {
-		if name == setFIPSNAT && k.mirror {
-			continue
-		}
-		es, err := r.readElements(name)
-		if err != nil {
-			return nil, fmt.Errorf("read set %s: %w", name, err)
-		}
-		k.elems[name] = es
+	slices.Sort(snatSets) // the order of kernelState.objects
+	names = append(names, snatSets...)
+	if k.rebuilt, err = r.readSets(names, k.mirror); err != nil {
+		return nil, err
 	}
 	if k.mirror {
 		// Did anything commit while the sets were read? Then the
-		// mirror may differ: read it too.
+		// mirror may differ: read everything again, fip_snat too, and
+		// check it all (rare: another commit in the namespace during
+		// the read).
 		if k.gen, err = r.generation(); err != nil {
 			return nil, err
 		}
 		if k.gen != gen {
 			k.mirror = false
-			es, err := r.readElements(setFIPSNAT)
-			if err != nil {
-				return nil, fmt.Errorf("read set %s: %w", setFIPSNAT, err)
+			if k.rebuilt, err = r.readSets(names, false); err != nil {
+				return nil, err
 			}
-			k.elems[setFIPSNAT] = es
 		}
 	}
 	return k, nil
+}
+
+// readSets dumps the element sets names in order (without fip_snat in
+// mirror mode) and rebuilds their objects while they are read: the dump
+// goroutine decodes and rebuilds each reply while the kernel walks the set
+// for the next one, so at 100,000 elements the rebuild costs little more
+// than the kernel's walk. No element is kept.
+func (r *Renderer) readSets(names []string, mirror bool) (*rebuild, error) {
+	b := newRebuild(mirror, 0)
+	for _, name := range names {
+		if mirror && name == setFIPSNAT {
+			continue
+		}
+		if err := r.dumpSet(name, func(v []byte) error {
+			e, err := decodeElem(v)
+			if err != nil {
+				return err
+			}
+			b.add(name, e)
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("read set %s: %w", name, err)
+		}
+	}
+	return b, nil
 }
 
 // generation reads the namespace's ruleset generation (the kernel bumps it
@@ -238,14 +264,15 @@ type metaElem struct {
 	hasGen  bool
 }
 
-// decodeMeta decodes one NFTA_LIST_ELEM of natgw_meta.
+// decodeMeta decodes one NFTA_LIST_ELEM of natgw_meta. The result keeps
+// nothing of b.
 func decodeMeta(b []byte) (metaElem, error) {
 	var m metaElem
 	err := attrs(b, func(typ uint16, v []byte) error {
 		switch typ {
 		case unix.NFTA_SET_ELEM_KEY:
 			key, _, err := dataValue(v)
-			m.key = key
+			m.key = bytes.Clone(key) // b is a dump buffer, reused
 			return err
 		case unix.NFTA_SET_ELEM_USERDATA:
 			m.comment = elemComment(v)
@@ -281,108 +308,190 @@ func parseMeta(es []metaElem) (boot string, gen uint32, hasGen bool, broken stri
 	return "", 0, false, "no boot id"
 }
 
-// objects rebuilds the objects from the elements read, and reports whether
-// the kernel holds exactly the elements those objects render to (no stray,
-// missing or conflicting element). Objects that cannot be rebuilt or that
-// conflict with earlier ones are left out. It also returns the nat.State of
-// the objects kept.
-func (k *kernelState) objects(log logr.Logger) ([]nat.Object, *nat.State, bool) {
-	// With the mirror untouched since natgw wrote it, fip_snat was not
-	// read, and each FIP comes from one fip_dnat element, which is exactly
-	// what that FIP renders to there: parsing it, the UID check and the
-	// conflict checks are the whole check. Otherwise every element is
-	// checked against the rendering of the objects.
-	checked := func(set string) bool { return !k.mirror || (set != setFIPDNAT && set != setFIPSNAT) }
-	total := 0
-	count := func(set string) int {
-		n := 0
-		for _, b := range k.elems[set] {
-			n += len(b)
+// objects finishes the rebuild of the objects from the elements read (see
+// rebuild): it returns the nat.State of the objects kept, the kept objects
+// other than FIPs (those the table's structure depends on: its CIDR SNAT
+// maps and policers), and whether the kernel holds exactly the elements the
+// kept objects render to (no stray, missing or conflicting element).
+// Objects that cannot be rebuilt or that conflict with earlier ones are left
+// out. It sets k.torn if a set held an element twice.
+func (k *kernelState) objects(log logr.Logger) (*nat.State, []nat.Object, bool) {
+	b := k.rebuilt
+	if b == nil {
+		total := 0
+		for _, blocks := range k.elems {
+			for _, es := range blocks {
+				total += len(es)
+			}
 		}
-		return n
-	}
-	for set := range k.elems {
-		if checked(set) {
-			total += count(set)
+		b = newRebuild(k.mirror, total)
+		for _, set := range elementOrder(slices.Sorted(maps.Keys(k.elems))) {
+			for _, e := range all(k.elems[set]) {
+				b.add(set, e)
+			}
 		}
 	}
-	k.owner = make(map[elemRef]string, total)
-	type sourced struct {
-		o   nat.Object
-		set string // the set of the first element it was rebuilt from
-	}
-	// Only a FIP is rebuilt from two elements (fip_dnat, fip_snat); in
-	// mirror mode every object comes from one element and goes straight
-	// to the list (insertAll finds repeated UIDs).
-	var objs map[string]sourced
-	var list []nat.Object
-	if k.mirror {
-		list = make([]nat.Object, 0, total+count(setFIPDNAT))
-	} else {
-		objs = make(map[string]sourced, total/2+1)
-	}
-	var bad []string
+	st, others, consistent := b.finish(log)
+	k.torn = b.torn
+	return st, others, consistent
+}
+
+// elementOrder returns the element sets in the order their elements are
+// rebuilt: the fixed sets, then the CIDR SNAT maps among sets, in the order
+// given.
+func elementOrder(sets []string) []string {
 	order := []string{}
 	for _, spec := range elementSets {
 		order = append(order, spec.name)
 	}
-	var snatSets []string
-	for name := range k.elems {
+	for _, name := range sets {
 		if _, ok := parseSNATSet(name); ok {
-			snatSets = append(snatSets, name)
+			order = append(order, name)
 		}
 	}
-	slices.Sort(snatSets)
-	order = append(order, snatSets...)
-	for _, set := range order {
-		for _, e := range all(k.elems[set]) {
-			uid, o, err := parseElem(set, e)
-			if err != nil {
-				bad = append(bad, fmt.Sprintf("set %s: %v", set, err))
-				continue
-			}
-			if checked(set) {
-				ref := refOf(set, e.Key)
-				if _, dup := k.owner[ref]; dup {
-					k.torn = true
-				}
-				k.owner[ref] = uid
-			}
-			if o == nil {
-				continue
-			}
-			if k.mirror {
-				list = append(list, *o)
-				continue
-			}
-			if prev, ok := objs[uid]; ok {
-				if !prev.o.Equal(*o) {
-					bad = append(bad, fmt.Sprintf("uid %s: %s and %s", uid, prev.o, o))
-				} else if prev.set == set {
-					k.torn = true // the same element twice
-				}
-				continue
-			}
-			objs[uid] = sourced{*o, set}
-		}
+	return order
+}
+
+// rebuild turns kernel elements into objects: add takes them one set after
+// the other (in elementOrder), as they are read; finish checks the result.
+//
+// With the mirror untouched since natgw wrote it (mirror), fip_snat is not
+// read, and each FIP comes from one fip_dnat element, which is exactly what
+// that FIP renders to there: parsing it, the UID check and the conflict
+// checks are the whole check. Otherwise every element is checked against
+// the rendering of the objects.
+//
+// Memory is what start-up time goes to beyond the kernel's walk of the
+// sets (a fresh agent pays for every page it touches), so in mirror mode a
+// FIP is held once, in the nat.State, and nowhere else.
+type rebuild struct {
+	mirror bool
+	owner  map[elemRef]string // owner UID of every checked element
+
+	// Without mirror, a FIP is rebuilt from two elements (fip_dnat,
+	// fip_snat): objects are collected by UID (objs), and inserted into a
+	// nat.State by finish. In mirror mode every object comes from one
+	// element and is inserted into st as it comes (insertAll's first
+	// pass); list holds the objects other than FIPs. Once an insert fails,
+	// st is nil and list holds every object (see add).
+	objs map[string]sourced
+	st   *nat.State
+	list []nat.Object
+
+	bad  []string
+	torn bool // an element was read twice
+}
+
+// sourced is an object and the set of the first element it was rebuilt
+// from.
+type sourced struct {
+	o   nat.Object
+	set string
+}
+
+// newRebuild returns an empty rebuild; hint is the number of elements
+// expected, if known.
+func newRebuild(mirror bool, hint int) *rebuild {
+	b := &rebuild{mirror: mirror, owner: map[elemRef]string{}}
+	if mirror {
+		b.st = nat.NewStateSize(hint)
+	} else {
+		b.objs = make(map[string]sourced, hint/2+1)
 	}
-	if !k.mirror {
-		list = make([]nat.Object, 0, len(objs))
-		for _, so := range objs {
+	return b
+}
+
+// checked says whether the elements of set are checked against the
+// rendering of the objects.
+func (b *rebuild) checked(set string) bool {
+	return !b.mirror || (set != setFIPDNAT && set != setFIPSNAT)
+}
+
+// add rebuilds (a part of) an object from element e of set. It keeps
+// nothing of e's Key and Val (they may point into a reused buffer).
+func (b *rebuild) add(set string, e nft.SetElement) {
+	uid, o, err := parseElem(set, e)
+	if err != nil {
+		b.bad = append(b.bad, fmt.Sprintf("set %s: %v", set, err))
+		return
+	}
+	if b.checked(set) {
+		ref := refOf(set, e.Key)
+		if _, dup := b.owner[ref]; dup {
+			b.torn = true
+		}
+		b.owner[ref] = uid
+	}
+	switch {
+	case o.Kind == "":
+		// A policer map element: it only names its owner.
+	case b.mirror && b.st == nil:
+		b.list = append(b.list, o)
+	case b.mirror:
+		if b.st.Insert(o) != nil {
+			// A conflict (or an element read twice): finish sorts
+			// every object and inserts them again (see insertAll).
+			// Every object before this one is in st.
+			b.list = append(b.st.Unordered(), o)
+			b.st = nil
+		} else if o.Kind != nat.KindFIP {
+			b.list = append(b.list, o)
+		}
+	default:
+		if prev, ok := b.objs[uid]; ok {
+			if !prev.o.Equal(o) {
+				b.bad = append(b.bad, fmt.Sprintf("uid %s: %s and %s", uid, prev.o, o))
+			} else if prev.set == set {
+				b.torn = true // the same element twice
+			}
+			return
+		}
+		b.objs[uid] = sourced{o, set}
+	}
+}
+
+// finish inserts the objects into a nat.State (unless add did), checks
+// that the kernel holds exactly what the kept objects render to, and logs
+// the inconsistencies found. It returns what kernelState.objects does.
+func (b *rebuild) finish(log logr.Logger) (*nat.State, []nat.Object, bool) {
+	var (
+		st        *nat.State
+		kept      []nat.Object // to check: all, or all but the FIPs
+		conflicts []string
+		repeated  int
+	)
+	switch {
+	case b.mirror && b.st != nil:
+		st, kept = b.st, b.list // every insert succeeded
+	case b.mirror:
+		st, kept, conflicts, repeated = insertSorted(b.list)
+	default:
+		list := make([]nat.Object, 0, len(b.objs))
+		for _, so := range b.objs {
 			list = append(list, so.o)
 		}
+		st, kept, conflicts, repeated = insertAll(list)
 	}
-	st, kept, conflicts, repeated := insertAll(list)
-	bad = append(bad, conflicts...)
+	bad := append(b.bad, conflicts...)
 	if repeated > 0 {
-		k.torn = true // the same element twice in one set
+		b.torn = true // the same element twice in one set
 	}
 	// Every element the kept objects render to must be in the kernel with
 	// the same owner, and nothing else may be. Each object is rendered
 	// into a scratch buffer reused for the next one.
 	matched := 0
 	scratch := setElems{}
+	var others []nat.Object
 	for _, o := range kept {
+		if o.Kind == nat.KindFIP && b.mirror {
+			// Its elements are in the FIP maps only, which are not
+			// checked; and a valid UID (at most nat.MaxUIDLen
+			// characters) fits an element comment.
+			continue
+		}
+		if o.Kind != nat.KindFIP {
+			others = append(others, o)
+		}
 		for set, es := range scratch {
 			scratch[set] = es[:0]
 		}
@@ -391,11 +500,11 @@ func (k *kernelState) objects(log logr.Logger) ([]nat.Object, *nat.State, bool) 
 			continue
 		}
 		for set, es := range scratch {
-			if !checked(set) {
+			if !b.checked(set) {
 				continue
 			}
 			for _, e := range es {
-				if k.owner[refOf(set, e.Key)] == o.UID {
+				if b.owner[refOf(set, e.Key)] == o.UID {
 					matched++
 				} else {
 					bad = append(bad, fmt.Sprintf("uid %s: element %x of set %s missing or owned by another UID", o.UID, e.Key, set))
@@ -403,17 +512,17 @@ func (k *kernelState) objects(log logr.Logger) ([]nat.Object, *nat.State, bool) 
 			}
 		}
 	}
-	if matched != len(k.owner) {
-		bad = append(bad, fmt.Sprintf("%d elements without a valid object", len(k.owner)-matched))
+	if matched != len(b.owner) {
+		bad = append(bad, fmt.Sprintf("%d elements without a valid object", len(b.owner)-matched))
 	}
-	for i, b := range bad {
+	for i, m := range bad {
 		if i == 10 {
 			log.Info("more inconsistencies", "count", len(bad)-i)
 			break
 		}
-		log.Info("inconsistent kernel state", "problem", b)
+		log.Info("inconsistent kernel state", "problem", m)
 	}
-	return kept, st, len(bad) == 0
+	return st, others, len(bad) == 0
 }
 
 // all iterates the elements of blocks.
@@ -435,24 +544,26 @@ func all(blocks [][]nft.SetElement) iter.Seq2[int, nft.SetElement] {
 // objects kept, the conflicts of those left out, and how many were left out
 // because an equal object was inserted already (the same element read
 // twice). Without conflicts the order does not matter; with conflicts a
-// deterministic order (kind, then UID) decides which of two conflicting
-// objects stays, so then it starts over in that order. (nat.SortObjects is
-// that order; objects of one UID may come in any order, but they are equal
-// or in conflict, which makes the Load inconsistent anyway.)
+// deterministic order decides which of two conflicting objects stays, so
+// then it starts over in that order (see insertSorted).
 func insertAll(objs []nat.Object) (*nat.State, []nat.Object, []string, int) {
 	st := nat.NewStateSize(len(objs))
-	clean := true
 	for _, o := range objs {
 		if st.Insert(o) != nil {
-			clean = false
-			break
+			return insertSorted(objs)
 		}
 	}
-	if clean {
-		return st, objs, nil, 0
-	}
+	return st, objs, nil, 0
+}
+
+// insertSorted is insertAll for objects that conflict: it sorts objs by
+// kind, then UID (nat.SortObjects), and inserts them in that order into a
+// new nat.State, so that the first of two conflicting objects in that order
+// stays. (Objects of one UID may come in any order, but they are equal or
+// in conflict, which makes the Load inconsistent anyway.)
+func insertSorted(objs []nat.Object) (*nat.State, []nat.Object, []string, int) {
 	nat.SortObjects(objs)
-	st = nat.NewStateSize(len(objs))
+	st := nat.NewStateSize(len(objs))
 	var bad []string
 	repeated := 0
 	kept := objs[:0:0]
