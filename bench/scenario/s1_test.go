@@ -46,8 +46,14 @@ func TestS1Tiny(t *testing.T) {
 	if len(sec.Tables) != 7 {
 		t.Fatalf("%d tables, want 7 (median, tail, speed-up for add and delete; request floor)", len(sec.Tables))
 	}
-	if floor := sec.Tables[6]; len(floor.Rows) != 1 || !strings.HasPrefix(floor.Rows[0][0], "(e)") {
-		t.Errorf("request floor table %+v, want one row for (e)", floor)
+	if floor := sec.Tables[6]; len(floor.Rows) != 2 || !strings.HasPrefix(floor.Rows[0][0], "(e)") || !strings.Contains(floor.Rows[1][0], "idle `cat`") {
+		t.Errorf("request floor table %+v, want a row for (e) and one for the idle-cat wake-up floor", floor)
+	} else {
+		for _, c := range floor.Rows[1][1:] {
+			if c == "—" || strings.HasPrefix(c, "0 ") {
+				t.Errorf("wake-up floor cell %q, want a measured latency", c)
+			}
+		}
 	}
 	for _, tb := range sec.Tables[:6] {
 		if len(tb.Rows) != len(methods) {
