@@ -38,19 +38,25 @@ func pipeAgent(t *testing.T, dp nat.Dataplane, opts ...Option) (*Client, func() 
 // set: a reader with deadlines, which the Client reads from in its calls.
 func pipeAgentMode(t *testing.T, dp nat.Dataplane, direct bool, opts ...Option) (*Client, func() error) {
 	t.Helper()
-	reqR, reqW := io.Pipe()
-	var respR io.Reader
-	var respW io.WriteCloser
+	var reqR, respR io.Reader
+	var reqW, respW io.WriteCloser
 	if direct {
+		// Both ways on kernel pipes, as for a local agent: a write
+		// returns once its line is in the pipe's buffer.
 		r, w, err := os.Pipe()
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { r.Close() })
-		respR, respW = r, w
+		rr, rw, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close(); rr.Close() })
+		respR, respW, reqR, reqW = r, w, rr, rw
 	} else {
 		r, w := io.Pipe()
-		respR, respW = r, w
+		rr, rw := io.Pipe()
+		respR, respW, reqR, reqW = r, w, rr, rw
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -479,6 +485,33 @@ func TestLineReaderResumesAfterDeadline(t *testing.T) {
 		l, err := lr.next()
 		if err != nil || string(l.data) != want {
 			t.Fatalf("line = %q, %v; want %q", l.data, err, want)
+		}
+	}
+}
+
+func TestDirectClientReaderHandsOver(t *testing.T) {
+	// Call A times out while the agent is stuck on it; B, queued behind
+	// it, must still get its own answer, whichever of the two was reading
+	// when A gave up.
+	for range 10 {
+		dp := newFakeDP()
+		dp.block = make(chan struct{})
+		c, _ := pipeAgentMode(t, dp, true)
+		short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		errA := make(chan error, 1)
+		go func() { errA <- c.Delete(short, "a") }()
+		errB := make(chan error, 1)
+		go func() { errB <- c.Delete(ctxT(t), "b") }()
+		if err := <-errA; !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("call A = %v, want its deadline", err)
+		}
+		cancel()
+		close(dp.block)
+		if err := <-errB; err != nil {
+			t.Fatalf("call B = %v, want its answer", err)
+		}
+		if _, err := c.Info(ctxT(t)); err != nil {
+			t.Fatalf("a later call: %v", err)
 		}
 	}
 }
