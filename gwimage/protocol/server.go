@@ -98,43 +98,45 @@ func Serve(ctx context.Context, dp nat.Dataplane, r io.Reader, w io.Writer, info
 	var busy sync.Mutex
 	stop := make(chan struct{})
 	done := make(chan error, 1)
+	// step answers one line (or ends on a read error) under busy; end
+	// says the goroutine stops, with err for Serve.
+	step := func(l line, rerr error) (end bool, err error) {
+		busy.Lock()
+		defer busy.Unlock()
+		select {
+		case <-stop:
+			return true, nil // Serve returned: answer nothing
+		default:
+		}
+		switch {
+		case errors.Is(rerr, io.EOF):
+			log.V(1).Info("end of input, shutting down")
+			return true, nil
+		case rerr != nil:
+			return true, fmt.Errorf("read request: %w", rerr)
+		}
+		resp, skip := s.handleLine(ctx, l, o.maxLine)
+		if skip {
+			return false, nil
+		}
+		out, err := s.write(resp)
+		if err != nil {
+			return true, err
+		}
+		work := len(l.data) + out + s.reloaded*reloadBytesPerObject
+		s.reloaded = 0
+		if o.releaseAt > 0 && work >= o.releaseAt {
+			release()
+		}
+		return false, nil
+	}
 	go func() {
 		lr := newLineReader(r, o.maxLine)
 		for {
-			l, err := lr.next()
-			busy.Lock()
-			select {
-			case <-stop:
-				busy.Unlock()
-				return
-			default:
-			}
-			if err != nil {
-				busy.Unlock()
-				if errors.Is(err, io.EOF) {
-					log.V(1).Info("end of input, shutting down")
-					done <- nil
-				} else {
-					done <- fmt.Errorf("read request: %w", err)
-				}
+			if end, err := step(lr.next()); end {
+				done <- err
 				return
 			}
-			in := len(l.data)
-			resp, skip := s.handleLine(ctx, l, o.maxLine)
-			if !skip {
-				out, err := s.write(resp)
-				if err != nil {
-					busy.Unlock()
-					done <- err
-					return
-				}
-				work := in + out + s.reloaded*reloadBytesPerObject
-				s.reloaded = 0
-				if o.releaseAt > 0 && work >= o.releaseAt {
-					release()
-				}
-			}
-			busy.Unlock()
 		}
 	}()
 	select {

@@ -139,19 +139,12 @@ func (r *Renderer) readKernel() (*kernelState, error) {
 			}
 		}
 	}
-	names := []string{}
-	for _, spec := range elementSets {
-		names = append(names, spec.name)
-	}
-	var snatSets []string
 	for name := range byName {
 		if cl, ok := parseSNATSet(name); ok {
 			k.snat[cl] = true
-			snatSets = append(snatSets, name)
 		}
 	}
-	slices.Sort(snatSets) // the order of kernelState.objects
-	names = append(names, snatSets...)
+	names := elementOrder(slices.Sorted(maps.Keys(byName)))
 	if k.rebuilt, err = r.readSets(names, k.mirror); err != nil {
 		return nil, err
 	}
