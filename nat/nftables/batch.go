@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -17,10 +18,11 @@ import (
 // no per-element allocation (the library's encoder allocated ~300 MB of
 // garbage for 200,000 elements).
 type txn struct {
-	buf  []byte
-	seq  uint32   // sequence number of the next message
-	base uint32   // sequence number of the first message
-	what []string // what each message does, by seq-base (for errors)
+	buf   []byte
+	seq   uint32   // sequence number of the next message
+	base  uint32   // sequence number of the first message
+	what  []string // what each message does, by seq-base (for errors)
+	start []int    // where each message starts in buf, by seq-base
 	lib  *nft.Conn
 	err  error // first error of the recording connection
 }
@@ -66,9 +68,12 @@ func (t *txn) finish(start int) {
 	binary.NativeEndian.PutUint32(t.buf[start:], uint32(len(t.buf)-start))
 }
 
-// acked counts one acknowledged message.
-func (t *txn) acked(what string) {
+// acked counts one message of the transaction, which starts at start in
+// t.buf and was encoded with NLM_F_ACK (close keeps the flag on the last
+// one only).
+func (t *txn) acked(start int, what string) {
 	t.what = append(t.what, what)
+	t.start = append(t.start, start)
 	t.seq++
 }
 
@@ -98,7 +103,7 @@ func (t *txn) record(req []netlink.Message) ([]netlink.Message, error) {
 		t.buf = append(t.buf, m.Data...)
 		t.buf = pad(t.buf)
 		t.finish(start)
-		t.acked(msgName(typ))
+		t.acked(start, msgName(typ))
 	}
 	return nil, nil
 }
@@ -183,7 +188,7 @@ func (t *txn) elements(del, excl bool, set string, es []nft.SetElement) {
 		}
 		t.end(list)
 		t.finish(start)
-		t.acked(what)
+		t.acked(start, what)
 	}
 }
 
@@ -195,7 +200,7 @@ func (t *txn) meta(comment string, gen uint32) {
 	t.attrStr(unix.NFTA_SET_ELEM_LIST_TABLE, TableName)
 	t.attrStr(unix.NFTA_SET_ELEM_LIST_SET, setMeta)
 	t.finish(start)
-	t.acked("flush " + setMeta)
+	t.acked(start, "flush "+setMeta)
 	start = t.header(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWSETELEM, unix.NLM_F_REQUEST|unix.NLM_F_ACK|unix.NLM_F_CREATE, unix.AF_INET, 0)
 	t.attrStr(unix.NFTA_SET_ELEM_LIST_TABLE, TableName)
 	t.attrStr(unix.NFTA_SET_ELEM_LIST_SET, setMeta)
@@ -211,7 +216,7 @@ func (t *txn) meta(comment string, gen uint32) {
 	t.end(el)
 	t.end(list)
 	t.finish(start)
-	t.acked("add element to " + setMeta)
+	t.acked(start, "add element to "+setMeta)
 }
 
 // element appends one NFTA_LIST_ELEM.
@@ -248,22 +253,33 @@ func (t *txn) element(e nft.SetElement, keyOnly bool) {
 	t.end(el)
 }
 
-// close ends the batch; it returns the number of acknowledged messages.
+// close ends the batch; it returns the number of messages in it (batch
+// begin and end not counted). Only the last message keeps NLM_F_ACK: the
+// kernel reports an error for every message that fails whether it asked for
+// an ack or not, and it processes the whole batch before it answers, in
+// message order, so the last message's answer ends the kernel's reply. One
+// ack instead of one per message saves a read per message, and a bulk
+// transaction cannot overrun the receive buffer with acks.
 func (t *txn) close() (int, error) {
 	if err := t.spill(); err != nil {
 		return 0, err
+	}
+	for _, start := range t.start[:max(len(t.start)-1, 0)] {
+		flags := t.buf[start+6 : start+8]
+		binary.NativeEndian.PutUint16(flags, binary.NativeEndian.Uint16(flags)&^unix.NLM_F_ACK)
 	}
 	t.control(unix.NFNL_MSG_BATCH_END)
 	return int(t.seq - t.base), nil
 }
 
-// exchange sends the batch in one sendmsg and reads one ack per message. An
-// errno in an ack is returned as a unix.Errno (the kernel refused the
-// batch); any other failure (ENOBUFS, deadline) leaves the outcome unknown.
-// The kernel processes the batch within sendmsg, so every ack is queued by
-// the time it returns; once an error ack has been read, missing acks are not
+// exchange sends the batch in one sendmsg and reads the kernel's answers
+// up to the one for the last message (see close). An errno in an answer is
+// returned as a unix.Errno (the kernel refused the batch); any other
+// failure (ENOBUFS, deadline) leaves the outcome unknown. The kernel
+// processes the batch within sendmsg, so its answers are queued by the time
+// it returns; once an error has been read, answers still missing are not
 // waited for.
-func (r *Renderer) exchange(t *txn) error {
+func (r *Renderer) exchange(ctx context.Context, t *txn) error {
 	n, err := t.close()
 	if err != nil {
 		return err
@@ -272,7 +288,7 @@ func (r *Renderer) exchange(t *txn) error {
 		return nil
 	}
 	var serr error
-	if err := r.raw.Write(func(fd uintptr) bool {
+	if err := r.io(ctx, true, func(fd uintptr) bool {
 		serr = unix.Sendmsg(int(fd), t.buf, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, 0)
 		return serr != unix.EAGAIN
 	}); err != nil {
@@ -285,13 +301,13 @@ func (r *Renderer) exchange(t *txn) error {
 		r.ackBuf = make([]byte, 64<<10)
 	}
 	buf := r.ackBuf[:cap(r.ackBuf)]
+	last := uint32(n - 1)
 	var errs []error
-	got := 0
-	for got < n {
+	for answered := false; !answered; {
 		var rn int
 		var rerr error
 		stop := false
-		if err := r.raw.Read(func(fd uintptr) bool {
+		if err := r.io(ctx, false, func(fd uintptr) bool {
 			rn, _, _, _, rerr = unix.Recvmsg(int(fd), buf, nil, unix.MSG_DONTWAIT)
 			if rerr == unix.EAGAIN && len(errs) > 0 {
 				stop = true // the kernel sent what it had; errors are known
@@ -299,13 +315,13 @@ func (r *Renderer) exchange(t *txn) error {
 			}
 			return rerr != unix.EAGAIN
 		}); err != nil {
-			return errors.Join(append(errs, fmt.Errorf("read acks (%d of %d): %w", got, n, err))...)
+			return errors.Join(append(errs, fmt.Errorf("read acks: %w", err))...)
 		}
 		if stop {
 			break
 		}
 		if rerr != nil {
-			return errors.Join(append(errs, fmt.Errorf("read acks (%d of %d): %w", got, n, rerr))...)
+			return errors.Join(append(errs, fmt.Errorf("read acks: %w", rerr))...)
 		}
 		var bad error
 		for typ, m := range messages(buf[:rn], &bad) {
@@ -319,13 +335,13 @@ func (r *Renderer) exchange(t *txn) error {
 				return errors.Join(append(errs, fmt.Errorf("batch: %w", unix.Errno(-code)))...)
 			}
 			i := seq - t.base
-			if i >= uint32(n) {
+			if i > last {
 				continue // not ours (the batch header, or stale)
 			}
-			got++
 			if code != 0 {
 				errs = append(errs, fmt.Errorf("%s (message %d of %d): %w", t.what[i], i+1, n, unix.Errno(-code)))
 			}
+			answered = answered || i == last
 		}
 		if bad != nil {
 			return fmt.Errorf("read acks: %w", bad)
@@ -335,4 +351,22 @@ func (r *Renderer) exchange(t *txn) error {
 		return errors.Join(errs...)
 	}
 	return nil
+}
+
+// io runs op on the socket's descriptor right away, without the runtime
+// poller; only if op would block (it returns false) does it bound the wait by
+// ctx (see deadline) and wait for the socket through the poller. The kernel
+// answers a batch within sendmsg, so the common path sets no deadline and
+// arms no timer.
+func (r *Renderer) io(ctx context.Context, write bool, op func(fd uintptr) bool) error {
+	done := false
+	if err := r.raw.Control(func(fd uintptr) { done = op(fd) }); err != nil || done {
+		return err
+	}
+	lift := r.deadline(ctx)
+	defer lift()
+	if write {
+		return r.raw.Write(op)
+	}
+	return r.raw.Read(op)
 }

@@ -249,6 +249,11 @@ func TestKernelRejectChangesNothing(t *testing.T) {
 	if errors.Is(err, nat.ErrUnknownState) {
 		t.Errorf("a rejected batch reported unknown state: %v", err)
 	}
+	// The failing message is not the last one, which alone asks for an
+	// ack: its error still comes back, named.
+	if !errors.Is(err, unix.EEXIST) || !strings.Contains(err.Error(), "add elements to fip_dnat (message 1 of ") {
+		t.Errorf("error %q does not name the refused message (add elements to fip_dnat, message 1) with EEXIST", err)
+	}
 	if got := table(t, cfg.NetNS); got != before {
 		t.Errorf("kernel changed by a rejected batch:\n%s\nwant\n%s", got, before)
 	}
@@ -540,50 +545,83 @@ func TestForgetFlows(t *testing.T) {
 
 func markOf(a netip.Addr) uint32 { return binary.BigEndian.Uint32(a4(a)) }
 
-// TestAcksLost shrinks the socket's receive buffer so that the kernel drops
-// most acks of a large batch (ENOBUFS), although it applied the batch. The
-// Renderer must not report success or failure blindly: the error wraps
-// nat.ErrUnknownState, and reading the kernel back shows the batch (the
-// engine does that read on such errors; nat/engine tests it).
-func TestAcksLost(t *testing.T) {
-	cfg := gateway(t)
-	r, err := NewRenderer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if _, _, err := r.Load(opCtx(t)); err != nil {
-		t.Fatal(err)
-	}
-	rc, err := r.sock.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 1024)
-	}); err != nil || serr != nil {
-		t.Fatal(err, serr)
-	}
+// TestTinyReceiveBuffer shrinks the socket's receive buffer to a few
+// answers. A batch asks for one answer (the last message's ack; see
+// txn.close), so a large transaction that applies is reported as applied
+// however small the buffer. A batch whose many messages fail gets one error
+// answer each: when they overrun the buffer (ENOBUFS), the Renderer must not
+// report success or failure blindly: the error wraps nat.ErrUnknownState
+// (the engine reads the kernel back on such errors; nat/engine tests it).
+func TestTinyReceiveBuffer(t *testing.T) {
 	objs := manyFIPs(5000, 36)
-	gen := generation(t, cfg.NetNS)
-	err = r.Commit(opCtx(t), engine.Commit{Full: true, Added: objs, Want: objs})
-	if !errors.Is(err, nat.ErrUnknownState) {
-		t.Fatalf("commit with acks lost: %v, want an error wrapping nat.ErrUnknownState", err)
-	}
-	if !errors.Is(err, unix.ENOBUFS) {
-		t.Errorf("error %v does not say ENOBUFS", err)
-	}
-	if g := generation(t, cfg.NetNS); g != gen+1 {
-		t.Errorf("generation %d -> %d, want one transaction", gen, g)
-	}
-	// The connection was replaced (full buffers again): reading back works.
-	got, _, err := r.Load(opCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !sameObjects(got, objs) {
-		t.Errorf("read back after the unknown outcome: %d objects, want the %d the kernel holds", len(got), len(objs))
+	for _, tc := range []struct {
+		name     string
+		conflict bool // every key of the batch's adds is in the kernel already
+	}{
+		{"applied batch", false},
+		{"rejected batch with more errors than the buffer holds", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := gateway(t)
+			r, err := NewRenderer(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			if _, _, err := r.Load(opCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+			if tc.conflict {
+				var b strings.Builder
+				for _, o := range objs {
+					fmt.Fprintf(&b, "add element ip natgw fip_dnat { %s : 192.0.2.1 }\n", o.FIP.EIP)
+					fmt.Fprintf(&b, "add element ip natgw fip_snat { %s : 192.0.2.1 }\n", o.FIP.InternalIP)
+				}
+				nftExec(t, cfg.NetNS, b.String())
+			}
+			rc, err := r.sock.SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var serr error
+			if err := rc.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 1024)
+			}); err != nil || serr != nil {
+				t.Fatal(err, serr)
+			}
+			gen := generation(t, cfg.NetNS)
+			err = r.commitDiff(opCtx(t), nil, objs, tc.conflict)
+			if !tc.conflict {
+				if err != nil {
+					t.Fatalf("commit of %d FIPs with a tiny receive buffer: %v", len(objs), err)
+				}
+				if g := generation(t, cfg.NetNS); g != gen+1 {
+					t.Errorf("generation %d -> %d, want one transaction", gen, g)
+				}
+			} else {
+				if !errors.Is(err, nat.ErrUnknownState) || !errors.Is(err, unix.ENOBUFS) {
+					t.Fatalf("commit whose errors overrun the buffer: %v, want an error wrapping nat.ErrUnknownState and ENOBUFS", err)
+				}
+				if g := generation(t, cfg.NetNS); g != gen {
+					t.Errorf("generation %d -> %d, want the rejected batch to commit nothing", gen, g)
+				}
+			}
+			// The connection was replaced (full buffers again) after the
+			// unknown outcome; either way reading back works and shows
+			// what the kernel holds.
+			k, err := r.readKernel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, _, _ := k.objects(logr.Discard())
+			want := objs
+			if tc.conflict {
+				want = nil
+			}
+			if got := st.Objects(); !sameObjects(got, want) {
+				t.Errorf("read back: %d objects, want %d", len(got), len(want))
+			}
+		})
 	}
 }
 

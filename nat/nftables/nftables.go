@@ -283,9 +283,7 @@ func (r *Renderer) deadline(ctx context.Context) func() {
 // socket) leaves the outcome unknown. Either way the connection is
 // replaced, since acks may be left on it.
 func (r *Renderer) flush(ctx context.Context, t *txn) error {
-	done := r.deadline(ctx)
-	err := r.exchange(t)
-	done()
+	err := r.exchange(ctx, t)
 	r.seq = t.seq + 1
 	if err == nil {
 		if t.seq != t.base {
