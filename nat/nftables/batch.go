@@ -23,8 +23,8 @@ type txn struct {
 	base  uint32   // sequence number of the first message
 	what  []string // what each message does, by seq-base (for errors)
 	start []int    // where each message starts in buf, by seq-base
-	lib  *nft.Conn
-	err  error // first error of the recording connection
+	lib   *nft.Conn
+	err   error // first error of the recording connection
 }
 
 // nlHdrLen is the size of a netlink message header plus nfgenmsg.
