@@ -1,9 +1,12 @@
 // Package conntrack removes the connection-tracking entries of NAT mappings
-// that went away, in a gateway's network namespace, over one lasting
-// ctnetlink socket (github.com/ti-mo/conntrack).
+// that went away, in a gateway's network namespace, over two lasting
+// ctnetlink sockets: one of github.com/ti-mo/conntrack for dumps and deletes
+// of single entries, one of package nlsock for flushes by mark.
 package conntrack
 
 import (
+	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -16,15 +19,19 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/nat/netns"
+	"github.com/natgw/natgw/nat/nlsock"
 )
 
-// Cleaner deletes conntrack entries in one namespace. It keeps its socket
+// Cleaner deletes conntrack entries in one namespace. It keeps its sockets
 // open: closing a netfilter socket right after a delete blocks for an RCU
 // grace period (~8 ms), so a Cleaner is meant to live as long as its backend.
 type Cleaner struct {
 	mu   sync.Mutex
-	ns   *netns.NS // kept open for the socket's life
-	conn *ct.Conn
+	ns   *netns.NS // kept open for the sockets' life
+	conn *ct.Conn  // dumps and deletes of single entries
+	nl   *nlsock.Socket
+	seq  uint32
+	buf  []byte
 }
 
 // Open dials ctnetlink in ns (nil: the caller's namespace).
@@ -40,7 +47,12 @@ func Open(ns *netns.NS) (*Cleaner, error) {
 	}
 	// Dumps of a busy table need room; the default buffer overruns.
 	_ = c.SetReadBuffer(4 << 20)
-	return &Cleaner{ns: ns, conn: c}, nil
+	nl, err := nlsock.Dial(ns, unix.NETLINK_NETFILTER)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("conntrack: %w", err)
+	}
+	return &Cleaner{ns: ns, conn: c, nl: nl, buf: make([]byte, 4096)}, nil
 }
 
 // MarkOf returns the ct mark natgw's nftables rules give the connections
@@ -50,16 +62,67 @@ func MarkOf(eip netip.Addr) uint32 {
 	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 }
 
+// ctnetlink message and attribute numbers (linux/netfilter/nfnetlink_conntrack.h).
+const (
+	ipctnlMsgCtDelete = 2
+	ctaMark           = 8
+	ctaMarkMask       = 21
+)
+
 // FlushMark deletes, inside the kernel, every IPv4 entry whose ct mark
-// matches mark under mask. This is the cheap path: no dump.
-func (c *Cleaner) FlushMark(mark, mask uint32) error {
+// matches mark under mask. This is the cheap path: no dump. It is one
+// ctnetlink delete without a tuple, filtered by family (nfgenmsg version 1:
+// the family is honoured) and mark, exchanged on a socket the Go runtime's
+// poller does not watch (see package nlsock).
+func (c *Cleaner) FlushMark(ctx context.Context, mark, mask uint32) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	f := ct.NewFilter().Family(netfilter.ProtoIPv4).Mark(mark).MarkMask(mask)
-	if err := c.conn.FlushFilter(f); err != nil {
+	c.seq++
+	req := binary.NativeEndian.AppendUint32(make([]byte, 0, 36), 0) // length, below
+	req = binary.NativeEndian.AppendUint16(req, unix.NFNL_SUBSYS_CTNETLINK<<8|ipctnlMsgCtDelete)
+	req = binary.NativeEndian.AppendUint16(req, unix.NLM_F_REQUEST|unix.NLM_F_ACK)
+	req = binary.NativeEndian.AppendUint32(req, c.seq)
+	req = binary.NativeEndian.AppendUint32(req, 0)
+	req = append(req, unix.AF_INET, 1, 0, 0)
+	for _, a := range [][2]uint32{{ctaMark, mark}, {ctaMarkMask, mask}} {
+		req = binary.NativeEndian.AppendUint16(req, 8)
+		req = binary.NativeEndian.AppendUint16(req, uint16(a[0]))
+		req = binary.BigEndian.AppendUint32(req, a[1])
+	}
+	binary.NativeEndian.PutUint32(req, uint32(len(req)))
+	if err := c.answer(ctx, req, c.seq); err != nil {
 		return fmt.Errorf("conntrack: flush mark %#x/%#x: %w", mark, mask, err)
 	}
 	return nil
+}
+
+// answer sends req and reads until the ack or error of message seq.
+// Called with c.mu held.
+func (c *Cleaner) answer(ctx context.Context, req []byte, seq uint32) error {
+	if err := c.nl.Send(ctx, req); err != nil {
+		return err
+	}
+	for {
+		n, err := c.nl.Recv(ctx, c.buf)
+		if err != nil {
+			return err
+		}
+		var bad error
+		for h, m := range nlsock.Messages(c.buf[:n], &bad) {
+			if h.Type != unix.NLMSG_ERROR {
+				continue
+			}
+			if code, s, ok := nlsock.Errno(m); ok && s == seq {
+				if code != 0 {
+					return code
+				}
+				return nil
+			}
+		}
+		if bad != nil {
+			return bad
+		}
+	}
 }
 
 // DeleteByAddr dumps the IPv4 table and deletes every entry whose original or
@@ -121,5 +184,5 @@ func (c *Cleaner) matching(addrs []netip.Addr) ([]ct.Flow, error) {
 func (c *Cleaner) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.conn.Close()
+	return errors.Join(c.conn.Close(), c.nl.Close())
 }

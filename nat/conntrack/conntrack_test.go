@@ -1,6 +1,7 @@
 package conntrack
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"os"
@@ -63,7 +64,7 @@ func TestFlushMarkAndDeleteByAddr(t *testing.T) {
 	if n := count(eipA); n != 2 {
 		t.Fatalf("flows of %s before flush = %d, want 2", eipA, n)
 	}
-	if err := c.FlushMark(MarkOf(eipA), 0xffffffff); err != nil {
+	if err := c.FlushMark(context.Background(), MarkOf(eipA), 0xffffffff); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(eipA); n != 0 {

@@ -8,6 +8,8 @@ import (
 
 	nft "github.com/google/nftables"
 	"github.com/mdlayher/netlink"
+
+	"github.com/natgw/natgw/nat/nlsock"
 	"golang.org/x/sys/unix"
 )
 
@@ -287,86 +289,58 @@ func (r *Renderer) exchange(ctx context.Context, t *txn) error {
 	if n == 0 {
 		return nil
 	}
-	var serr error
-	if err := r.io(ctx, true, func(fd uintptr) bool {
-		serr = unix.Sendmsg(int(fd), t.buf, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, 0)
-		return serr != unix.EAGAIN
-	}); err != nil {
-		return fmt.Errorf("sendmsg: %w", err)
+	if err := r.nl.Send(ctx, t.buf); err != nil {
+		return err
 	}
-	if serr != nil {
-		return fmt.Errorf("sendmsg: %w", serr)
-	}
-	if cap(r.ackBuf) == 0 {
-		r.ackBuf = make([]byte, 64<<10)
-	}
-	buf := r.ackBuf[:cap(r.ackBuf)]
+	buf := r.buffer()
 	last := uint32(n - 1)
 	var errs []error
 	for answered := false; !answered; {
 		var rn int
-		var rerr error
-		stop := false
-		if err := r.io(ctx, false, func(fd uintptr) bool {
-			rn, _, _, _, rerr = unix.Recvmsg(int(fd), buf, nil, unix.MSG_DONTWAIT)
-			if rerr == unix.EAGAIN && len(errs) > 0 {
-				stop = true // the kernel sent what it had; errors are known
-				return true
+		if len(errs) == 0 {
+			if rn, err = r.nl.Recv(ctx, buf); err != nil {
+				return fmt.Errorf("read acks: %w", err)
 			}
-			return rerr != unix.EAGAIN
-		}); err != nil {
-			return errors.Join(append(errs, fmt.Errorf("read acks: %w", err))...)
-		}
-		if stop {
-			break
-		}
-		if rerr != nil {
-			return errors.Join(append(errs, fmt.Errorf("read acks: %w", rerr))...)
+		} else {
+			// The kernel sent what it had; the errors are known.
+			ok := false
+			if rn, ok, err = r.nl.TryRecv(buf); err != nil || !ok {
+				return errors.Join(append(errs, err)...)
+			}
 		}
 		var bad error
-		for typ, m := range messages(buf[:rn], &bad) {
-			if typ != unix.NLMSG_ERROR || len(m) < 4+unix.SizeofNlMsghdr {
+		for h, m := range nlsock.Messages(buf[:rn], &bad) {
+			if h.Type != unix.NLMSG_ERROR {
 				continue
 			}
-			code := int32(binary.NativeEndian.Uint32(m[0:4]))
-			seq := binary.NativeEndian.Uint32(m[4+8 : 4+12])
+			code, seq, ok := nlsock.Errno(m)
+			if !ok {
+				continue
+			}
 			if seq == t.base-1 && code != 0 {
 				// An error about the batch as a whole: nothing more comes.
-				return errors.Join(append(errs, fmt.Errorf("batch: %w", unix.Errno(-code)))...)
+				return errors.Join(append(errs, fmt.Errorf("batch: %w", code))...)
 			}
 			i := seq - t.base
 			if i > last {
 				continue // not ours (the batch header, or stale)
 			}
 			if code != 0 {
-				errs = append(errs, fmt.Errorf("%s (message %d of %d): %w", t.what[i], i+1, n, unix.Errno(-code)))
+				errs = append(errs, fmt.Errorf("%s (message %d of %d): %w", t.what[i], i+1, n, code))
 			}
 			answered = answered || i == last
 		}
 		if bad != nil {
-			return fmt.Errorf("read acks: %w", bad)
+			return errors.Join(append(errs, fmt.Errorf("read acks: %w", bad))...)
 		}
 	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
-// io runs op on the socket's descriptor right away, without the runtime
-// poller; only if op would block (it returns false) does it bound the wait by
-// ctx (see deadline) and wait for the socket through the poller. The kernel
-// answers a batch within sendmsg, so the common path sets no deadline and
-// arms no timer.
-func (r *Renderer) io(ctx context.Context, write bool, op func(fd uintptr) bool) error {
-	done := false
-	if err := r.raw.Control(func(fd uintptr) { done = op(fd) }); err != nil || done {
-		return err
+// buffer returns the Renderer's receive buffer for answers.
+func (r *Renderer) buffer() []byte {
+	if cap(r.ackBuf) == 0 {
+		r.ackBuf = make([]byte, 64<<10)
 	}
-	lift := r.deadline(ctx)
-	defer lift()
-	if write {
-		return r.raw.Write(op)
-	}
-	return r.raw.Read(op)
+	return r.ackBuf[:cap(r.ackBuf)]
 }

@@ -531,7 +531,7 @@ func (r *Renderer) readObjects(ctx context.Context) (*kernelState, *nat.State, [
 	pause := 10 * time.Millisecond
 	for try := 1; ; try++ {
 		done := r.deadline(ctx)
-		k, err := r.readKernel()
+		k, err := r.readKernel(ctx)
 		done()
 		if err != nil {
 			// A read can leave partial dump replies on the socket.

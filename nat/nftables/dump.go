@@ -1,14 +1,15 @@
 package nftables
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
-	"iter"
 
 	nft "github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
 	"github.com/mdlayher/netlink"
+	"github.com/natgw/natgw/nat/nlsock"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,7 +22,7 @@ import (
 // natgw's sets have no intervals; see decodeElem) with a decoder that
 // allocates little per element: at 100,000 elements the library's decoder
 // allocates ~190 MB, most of it garbage at once.
-func (r *Renderer) dumpSet(set string, elem func(b []byte) error) error {
+func (r *Renderer) dumpSet(ctx context.Context, set string, elem func(b []byte) error) error {
 	data, err := netlink.MarshalAttributes([]netlink.Attribute{
 		{Type: unix.NFTA_SET_TABLE, Data: []byte(TableName + "\x00")},
 		{Type: unix.NFTA_SET_NAME, Data: []byte(set + "\x00")},
@@ -29,15 +30,8 @@ func (r *Renderer) dumpSet(set string, elem func(b []byte) error) error {
 	if err != nil {
 		return err
 	}
-	req := netlink.Message{
-		Header: netlink.Header{
-			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETSETELEM),
-			Flags: netlink.Request | netlink.Dump,
-		},
-		Data: append([]byte{unix.AF_INET, unix.NFNETLINK_V0, 0, 0}, data...),
-	}
-	sent, err := r.sock.Send(req)
-	if err != nil {
+	req, seq := r.request(unix.NFT_MSG_GETSETELEM, unix.NLM_F_REQUEST|unix.NLM_F_DUMP, unix.AF_INET, data)
+	if err := r.nl.Send(ctx, req); err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
 	free := make(chan []byte, maxDumpBufs)
@@ -53,7 +47,7 @@ func (r *Renderer) dumpSet(set string, elem func(b []byte) error) error {
 		}
 		decoded <- derr
 	}()
-	rerr := r.readDump(sent.Header.Sequence, free, full)
+	rerr := r.readDump(ctx, seq, free, full)
 	close(full)
 	if derr := <-decoded; rerr == nil {
 		rerr = derr
@@ -72,7 +66,7 @@ const maxDumpBufs = 64
 // each datagram to full, until NLMSG_DONE. Its buffers come from free (the
 // ones the decoding is done with) or are allocated while free is empty, up
 // to maxDumpBufs.
-func (r *Renderer) readDump(seq uint32, free <-chan []byte, full chan<- []byte) error {
+func (r *Renderer) readDump(ctx context.Context, seq uint32, free <-chan []byte, full chan<- []byte) error {
 	bufs := 0
 	next := func() []byte {
 		select {
@@ -88,16 +82,9 @@ func (r *Renderer) readDump(seq uint32, free <-chan []byte, full chan<- []byte) 
 	}
 	for {
 		buf := next()
-		var n int
-		var rerr error
-		if err := r.raw.Read(func(fd uintptr) bool {
-			n, _, _, _, rerr = unix.Recvmsg(int(fd), buf, nil, unix.MSG_DONTWAIT)
-			return rerr != unix.EAGAIN
-		}); err != nil {
+		n, err := r.nl.Recv(ctx, buf)
+		if err != nil {
 			return fmt.Errorf("receive: %w", err)
-		}
-		if rerr != nil {
-			return fmt.Errorf("receive: %w", rerr)
 		}
 		b := buf[:n]
 		end, err := dumpEnd(b, seq)
@@ -144,8 +131,8 @@ func dumpEnd(b []byte, seq uint32) (bool, error) {
 // one dump datagram.
 func decodeReply(b []byte, elem func(b []byte) error) error {
 	var bad error
-	for typ, m := range messages(b, &bad) {
-		if typ != unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWSETELEM {
+	for h, m := range nlsock.Messages(b, &bad) {
+		if h.Type != unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWSETELEM {
 			continue
 		}
 		if len(m) < 4 {
@@ -158,25 +145,19 @@ func decodeReply(b []byte, elem func(b []byte) error) error {
 	return bad
 }
 
-// messages iterates the netlink messages of one datagram: each type and
-// payload (after the header). A bad length ends the iteration and is left
-// in *bad.
-func messages(b []byte, bad *error) iter.Seq2[uint16, []byte] {
-	return func(yield func(uint16, []byte) bool) {
-		for len(b) >= unix.SizeofNlMsghdr {
-			l := int(binary.NativeEndian.Uint32(b[0:4]))
-			typ := binary.NativeEndian.Uint16(b[4:6])
-			if l < unix.SizeofNlMsghdr || l > len(b) {
-				*bad = fmt.Errorf("bad message length %d", l)
-				return
-			}
-			m := b[unix.SizeofNlMsghdr:l]
-			b = b[min((l+3)&^3, len(b)):]
-			if !yield(typ, m) {
-				return
-			}
-		}
-	}
+// request encodes one nf_tables request (header, nfgenmsg, attributes)
+// with the next sequence number, which it returns.
+func (r *Renderer) request(typ, flags uint16, family uint8, attrs []byte) ([]byte, uint32) {
+	seq := r.seq
+	r.seq++
+	b := make([]byte, 0, nlHdrLen+len(attrs))
+	b = binary.NativeEndian.AppendUint32(b, uint32(nlHdrLen+len(attrs)))
+	b = binary.NativeEndian.AppendUint16(b, unix.NFNL_SUBSYS_NFTABLES<<8|typ)
+	b = binary.NativeEndian.AppendUint16(b, flags)
+	b = binary.NativeEndian.AppendUint32(b, seq)
+	b = binary.NativeEndian.AppendUint32(b, 0) // port id: the kernel's
+	b = append(b, family, unix.NFNETLINK_V0, 0, 0)
+	return append(b, attrs...), seq
 }
 
 // attrs walks the netlink attributes in b, calling fn with each type (flag

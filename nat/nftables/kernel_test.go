@@ -579,15 +579,8 @@ func TestTinyReceiveBuffer(t *testing.T) {
 				}
 				nftExec(t, cfg.NetNS, b.String())
 			}
-			rc, err := r.sock.SyscallConn()
-			if err != nil {
+			if err := r.nl.SetBuffers(0, 1024); err != nil {
 				t.Fatal(err)
-			}
-			var serr error
-			if err := rc.Control(func(fd uintptr) {
-				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 1024)
-			}); err != nil || serr != nil {
-				t.Fatal(err, serr)
 			}
 			gen := generation(t, cfg.NetNS)
 			err = r.commitDiff(opCtx(t), nil, objs, tc.conflict)
@@ -609,7 +602,7 @@ func TestTinyReceiveBuffer(t *testing.T) {
 			// The connection was replaced (full buffers again) after the
 			// unknown outcome; either way reading back works and shows
 			// what the kernel holds.
-			k, err := r.readKernel()
+			k, err := r.readKernel(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -671,7 +664,7 @@ func TestSyncDiff(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer r.Close()
-			k, err := r.readKernel()
+			k, err := r.readKernel(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -705,7 +698,7 @@ func TestLoadMirror(t *testing.T) {
 	defer r.Close()
 	check := func(what string, mirror, consistent bool) {
 		t.Helper()
-		k, err := r.readKernel()
+		k, err := r.readKernel(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"iter"
@@ -11,10 +12,10 @@ import (
 
 	"github.com/go-logr/logr"
 	nft "github.com/google/nftables"
-	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/nlsock"
 )
 
 // kernelState is what Load reads back from the kernel.
@@ -51,9 +52,9 @@ type kernelState struct {
 
 // readKernel reads natgw's table: sets and their elements, chains, limit
 // objects. It never looks at other tables.
-func (r *Renderer) readKernel() (*kernelState, error) {
+func (r *Renderer) readKernel(ctx context.Context) (*kernelState, error) {
 	k := &kernelState{snat: map[snatClass]bool{}, qos: map[qosKey]qosState{}}
-	gen, err := r.generation()
+	gen, err := r.generation(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +89,7 @@ func (r *Renderer) readKernel() (*kernelState, error) {
 		}
 	}
 	var meta []metaElem
-	if err := r.dumpSet(setMeta, func(b []byte) error {
+	if err := r.dumpSet(ctx, setMeta, func(b []byte) error {
 		m, err := decodeMeta(b)
 		meta = append(meta, m)
 		return err
@@ -145,7 +146,7 @@ func (r *Renderer) readKernel() (*kernelState, error) {
 		}
 	}
 	names := elementOrder(slices.Sorted(maps.Keys(byName)))
-	if k.rebuilt, err = r.readSets(names, k.mirror); err != nil {
+	if k.rebuilt, err = r.readSets(ctx, names, k.mirror); err != nil {
 		return nil, err
 	}
 	if k.mirror {
@@ -153,12 +154,12 @@ func (r *Renderer) readKernel() (*kernelState, error) {
 		// mirror may differ: read everything again, fip_snat too, and
 		// check it all (rare: another commit in the namespace during
 		// the read).
-		if k.gen, err = r.generation(); err != nil {
+		if k.gen, err = r.generation(ctx); err != nil {
 			return nil, err
 		}
 		if k.gen != gen {
 			k.mirror = false
-			if k.rebuilt, err = r.readSets(names, false); err != nil {
+			if k.rebuilt, err = r.readSets(ctx, names, false); err != nil {
 				return nil, err
 			}
 		}
@@ -171,13 +172,13 @@ func (r *Renderer) readKernel() (*kernelState, error) {
 // goroutine decodes and rebuilds each reply while the kernel walks the set
 // for the next one, so at 100,000 elements the rebuild costs little more
 // than the kernel's walk. No element is kept.
-func (r *Renderer) readSets(names []string, mirror bool) (*rebuild, error) {
+func (r *Renderer) readSets(ctx context.Context, names []string, mirror bool) (*rebuild, error) {
 	b := newRebuild(mirror, 0)
 	for _, name := range names {
 		if mirror && name == setFIPSNAT {
 			continue
 		}
-		if err := r.dumpSet(name, func(v []byte) error {
+		if err := r.dumpSet(ctx, name, func(v []byte) error {
 			e, err := decodeElem(v)
 			if err != nil {
 				return err
@@ -193,33 +194,51 @@ func (r *Renderer) readSets(names []string, mirror bool) (*rebuild, error) {
 
 // generation reads the namespace's ruleset generation (the kernel bumps it
 // once per committed nf_tables transaction, whoever commits).
-func (r *Renderer) generation() (uint32, error) {
-	msgs, err := r.sock.Execute(netlink.Message{
-		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETGEN), Flags: netlink.Request},
-		Data:   []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
-	})
-	if err != nil {
+func (r *Renderer) generation(ctx context.Context) (uint32, error) {
+	req, seq := r.request(unix.NFT_MSG_GETGEN, unix.NLM_F_REQUEST, unix.AF_UNSPEC, nil)
+	if err := r.nl.Send(ctx, req); err != nil {
 		return 0, fmt.Errorf("get generation: %w", err)
 	}
-	for _, m := range msgs {
-		if len(m.Data) < 4 {
-			continue
-		}
-		var gen uint32
-		found := false
-		if err := attrs(m.Data[4:], func(typ uint16, v []byte) error {
-			if typ == unix.NFTA_GEN_ID && len(v) == 4 {
-				gen, found = binary.BigEndian.Uint32(v), true
-			}
-			return nil
-		}); err != nil {
+	// The answer is read into the large ack buffer: the kernel sizes later
+	// dump replies on the largest receive buffer it has seen (up to
+	// dumpChunk), so this also makes set dumps come in big replies.
+	buf := r.buffer()
+	for {
+		n, err := r.nl.Recv(ctx, buf)
+		if err != nil {
 			return 0, fmt.Errorf("get generation: %w", err)
 		}
-		if found {
+		var bad error
+		for h, m := range nlsock.Messages(buf[:n], &bad) {
+			if h.Seq != seq {
+				continue // stale
+			}
+			if h.Type == unix.NLMSG_ERROR {
+				code, _, _ := nlsock.Errno(m)
+				return 0, fmt.Errorf("get generation: %w", code)
+			}
+			if len(m) < 4 {
+				continue
+			}
+			var gen uint32
+			found := false
+			if err := attrs(m[4:], func(typ uint16, v []byte) error {
+				if typ == unix.NFTA_GEN_ID && len(v) == 4 {
+					gen, found = binary.BigEndian.Uint32(v), true
+				}
+				return nil
+			}); err != nil {
+				return 0, fmt.Errorf("get generation: %w", err)
+			}
+			if !found {
+				return 0, fmt.Errorf("get generation: no generation in the reply")
+			}
 			return gen, nil
 		}
+		if bad != nil {
+			return 0, fmt.Errorf("get generation: %w", bad)
+		}
 	}
-	return 0, fmt.Errorf("get generation: no generation in the reply")
 }
 
 // setMismatch says how a kernel set differs from its spec ("" if it does not).

@@ -13,7 +13,6 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -26,6 +25,7 @@ import (
 	"github.com/natgw/natgw/nat/engine"
 	"github.com/natgw/natgw/nat/link"
 	"github.com/natgw/natgw/nat/netns"
+	"github.com/natgw/natgw/nat/nlsock"
 )
 
 // Name is the data plane's name.
@@ -36,11 +36,11 @@ const (
 	// sendBuffer bounds one transaction: the whole batch goes out in one
 	// sendmsg. 100,000 FIPs (200,000 elements) encode to ~16 MiB.
 	sendBuffer = 256 << 20
-	// recvBuffer holds the acks of a large batch (one per message) and
-	// dump replies.
+	// recvBuffer holds the error answers of a large rejected batch (one
+	// per failing message) and dump replies.
 	recvBuffer = 32 << 20
 	// dumpChunk is the receive size that makes the kernel fill dump
-	// replies of 32 KiB instead of 4 KiB (see primeDumpSize).
+	// replies of 32 KiB instead of 4 KiB (see generation).
 	dumpChunk = 32 << 10
 )
 
@@ -99,10 +99,14 @@ type Renderer struct {
 	ns    *netns.NS // kept open for the sockets' life
 	table *nft.Table
 
-	conn *nft.Conn       // lasting; nil after a failure until redialed
-	sock *netlink.Conn   // conn's socket, for deadlines
-	raw  syscall.RawConn // sock's, for batches (see exchange)
-	seq  uint32          // next batch message sequence number
+	// conn is the library's lasting connection, for reading the table's
+	// structure at Load; nl carries transactions, set dumps and the
+	// generation (see package nlsock). Both are nil after a failure until
+	// redialed.
+	conn *nft.Conn
+	sock *netlink.Conn // conn's socket, for deadlines
+	nl   *nlsock.Socket
+	seq  uint32 // next request or batch message sequence number
 	// gen is the ruleset generation after natgw's last transaction as far
 	// as natgw knows (read at Load, +1 per commit); each transaction
 	// stores gen+1 with the boot id (see Load).
@@ -155,13 +159,15 @@ func NewRenderer(cfg nat.Config, opts ...Option) (*Renderer, error) {
 // Name implements engine.Renderer.
 func (r *Renderer) Name() string { return Name }
 
-// dial opens the lasting connection in the namespace with buffers sized for
-// large transactions.
+// dial opens the library's lasting connection and natgw's own socket in
+// the namespace. The own socket gets buffers sized for large transactions
+// (the FORCE variants pass the sysctl caps; they need CAP_NET_ADMIN) and
+// short error answers.
 func (r *Renderer) dial() error {
 	var sock *netlink.Conn
 	c, err := nft.New(nft.AsLasting(), nft.WithNetNSFd(r.ns.Fd()), nft.WithSockOptions(func(nc *netlink.Conn) error {
 		sock = nc
-		return tune(nc)
+		return nil
 	}))
 	runtime.KeepAlive(r.ns)
 	if err != nil {
@@ -170,80 +176,38 @@ func (r *Renderer) dial() error {
 		}
 		return fmt.Errorf("nftables: dial netlink in netns %q: %w", r.cfg.NetNS, err)
 	}
-	raw, err := sock.SyscallConn()
+	nl, err := nlsock.Dial(r.ns, unix.NETLINK_NETFILTER)
+	if err == nil {
+		err = errors.Join(nl.SetBuffers(sendBuffer, recvBuffer), nl.CapAcks())
+		if err != nil {
+			nl.Close()
+		}
+	}
 	if err != nil {
 		_ = c.CloseLasting()
-		return fmt.Errorf("nftables: socket: %w", err)
+		return fmt.Errorf("nftables: netns %q: %w", r.cfg.NetNS, err)
 	}
-	r.conn, r.sock, r.raw = c, sock, raw
+	r.conn, r.sock, r.nl = c, sock, nl
 	return nil
 }
 
-// tune raises the socket buffers (the FORCE variants pass the sysctl caps;
-// they need CAP_NET_ADMIN), asks for short acks, and primes the dump size.
-func tune(nc *netlink.Conn) error {
-	rc, err := nc.SyscallConn()
-	if err != nil {
-		return fmt.Errorf("nftables: socket: %w", err)
+// closeSockets closes both sockets (kernel state stays).
+func (r *Renderer) closeSockets() error {
+	var errs []error
+	if r.conn != nil {
+		errs = append(errs, r.conn.CloseLasting())
 	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = errors.Join(
-			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sendBuffer),
-			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, recvBuffer),
-		)
-	}); err != nil {
-		return fmt.Errorf("nftables: socket: %w", err)
+	if r.nl != nil {
+		errs = append(errs, r.nl.Close())
 	}
-	if serr != nil {
-		return fmt.Errorf("nftables: raise socket buffers (needs CAP_NET_ADMIN): %w", serr)
-	}
-	// Errors need not echo the (up to 64 KiB) failed message.
-	if err := nc.SetOption(netlink.CapAcknowledge, true); err != nil {
-		return fmt.Errorf("nftables: socket option: %w", err)
-	}
-	return primeDumpSize(nc, rc)
-}
-
-// primeDumpSize makes one recvmsg with a 32 KiB buffer. The kernel sizes the
-// skbs of later dumps on the largest receive buffer seen (capped at 32 KiB);
-// the netlink library peeks with 4 KiB, so without this every dump reply is
-// 4 KiB and reading a 100k-element map back re-walks it ~25x more often.
-func primeDumpSize(nc *netlink.Conn, rc interface {
-	Read(func(uintptr) bool) error
-}) error {
-	req := netlink.Message{
-		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETGEN), Flags: netlink.Request},
-		Data:   []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
-	}
-	if err := nc.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
-		return fmt.Errorf("nftables: socket deadline: %w", err)
-	}
-	defer nc.SetDeadline(time.Time{})
-	if _, err := nc.Send(req); err != nil {
-		return fmt.Errorf("nftables: get generation: %w", err)
-	}
-	buf := make([]byte, dumpChunk)
-	var rerr error
-	if err := rc.Read(func(fd uintptr) bool {
-		_, _, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
-		return rerr != unix.EAGAIN
-	}); err != nil {
-		return fmt.Errorf("nftables: get generation: %w", err)
-	}
-	if rerr != nil {
-		return fmt.Errorf("nftables: get generation: %w", rerr)
-	}
-	return nil
+	r.conn, r.sock, r.nl = nil, nil, nil
+	return errors.Join(errs...)
 }
 
 // redial drops the connection (queued messages, a sticky queueing error or
 // stray acks go with it) and dials a new one.
 func (r *Renderer) redial() error {
-	if r.conn != nil {
-		_ = r.conn.CloseLasting()
-		r.conn, r.sock = nil, nil
-	}
+	_ = r.closeSockets()
 	return r.dial()
 }
 
@@ -343,7 +307,7 @@ func (r *Renderer) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
 	var failed []netip.Addr
 	var errs []error
 	for _, a := range eips {
-		if err := r.cleaner.FlushMark(conntrack.MarkOf(a), 0xffffffff); err != nil {
+		if err := r.cleaner.FlushMark(ctx, conntrack.MarkOf(a), 0xffffffff); err != nil {
 			errs = append(errs, err)
 			failed = append(failed, a)
 		}
@@ -360,11 +324,7 @@ func (r *Renderer) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
 
 // Close implements engine.Renderer: sockets close, kernel state stays.
 func (r *Renderer) Close() error {
-	var errs []error
-	if r.conn != nil {
-		errs = append(errs, r.conn.CloseLasting())
-		r.conn, r.sock = nil, nil
-	}
+	errs := []error{r.closeSockets()}
 	if r.cleaner != nil {
 		errs = append(errs, r.cleaner.Close())
 		r.cleaner = nil
