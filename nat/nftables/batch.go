@@ -20,13 +20,14 @@ import (
 // no per-element allocation (the library's encoder allocated ~300 MB of
 // garbage for 200,000 elements).
 type txn struct {
-	buf   []byte
-	seq   uint32   // sequence number of the next message
-	base  uint32   // sequence number of the first message
-	what  []string // what each message does, by seq-base (for errors)
-	start []int    // where each message starts in buf, by seq-base
-	lib   *nft.Conn
-	err   error // first error of the recording connection
+	buf     []byte
+	seq     uint32   // sequence number of the next message
+	base    uint32   // sequence number of the first message
+	what    []string // what each message does, by seq-base (for errors)
+	start   []int    // where each message starts in buf, by seq-base
+	lib     *nft.Conn
+	stamped bool  // holds the natgw_meta element (see meta)
+	err     error // first error of the recording connection
 }
 
 // nlHdrLen is the size of a netlink message header plus nfgenmsg.
@@ -219,6 +220,7 @@ func (t *txn) meta(comment string, gen uint32) {
 	t.end(list)
 	t.finish(start)
 	t.acked(start, "add element to "+setMeta)
+	t.stamped = true
 }
 
 // element appends one NFTA_LIST_ELEM.

@@ -37,6 +37,7 @@ type change struct {
 	del   setElems // element deletes (keys only)
 	add   setElems
 	excl  bool // adds fail on an existing key (NLM_F_EXCL)
+	stamp bool // store the generation in natgw_meta (see Settle)
 
 	qosBefore map[qosKey]qosState // affected policers as in the kernel
 	qosAfter  map[qosKey]qosVal   // affected policers as wanted (absent: none)
@@ -176,9 +177,10 @@ func (r *Renderer) emit(t *txn, ch *change) error {
 		t.elements(false, ch.excl, name, ch.add[name])
 	}
 	// 7. The meta element, with the generation this transaction will
-	// have if nobody else commits first (see Load).
-	if t.seq == t.base {
-		return nil // nothing to change: no transaction
+	// have if nobody else commits first (see Load), in transactions that
+	// create or rewrite the table and in Settle's.
+	if !ch.stamp {
+		return nil
 	}
 	boot := r.boot
 	if ch.createTable {
@@ -216,6 +218,23 @@ func (r *Renderer) run(ctx context.Context, ch *change) error {
 		return fmt.Errorf("nftables: %w", err)
 	}
 	return r.flush(ctx, t)
+}
+
+// Settle stores the ruleset generation of natgw's last transaction in the
+// natgw_meta element, unless it is there already. Transactions that create
+// or rewrite the table store it themselves; Apply, Delete and a Sync by
+// difference leave it out: only the next Load needs it (to skip reading
+// fip_snat, see Load), and it would cost the kernel two more messages in
+// every small transaction. Close settles. After a crash the stored
+// generation is stale and the next Load reads and checks everything.
+func (r *Renderer) Settle(ctx context.Context) error {
+	if r.stamped || r.boot == "" {
+		return nil
+	}
+	if err := r.run(ctx, &change{stamp: true}); err != nil {
+		return fmt.Errorf("nftables: store generation: %w", err)
+	}
+	return nil
 }
 
 // size estimates the encoded size of ch's element messages.
@@ -362,7 +381,7 @@ func (r *Renderer) qosPresent() map[qosKey]qosState {
 // (present SNAT maps and policers as given) with want, and the bookkeeping
 // that follows it.
 func (r *Renderer) fullChange(want []nat.Object, snatBefore map[snatClass]bool, qosBefore map[qosKey]qosState, force bool) (*change, map[snatClass]int, map[qosKey]qosVal, error) {
-	ch := &change{full: true, add: presized(want), qosBefore: qosBefore, qosAfter: map[qosKey]qosVal{}, qosForce: force,
+	ch := &change{full: true, stamp: true, add: presized(want), qosBefore: qosBefore, qosAfter: map[qosKey]qosVal{}, qosForce: force,
 		snatBefore: snatBefore}
 	for _, o := range want {
 		if err := render(o, ch.add); err != nil {
@@ -474,7 +493,7 @@ func (r *Renderer) LoadState(ctx context.Context) (*nat.State, string, error) {
 		if err != nil {
 			return nil, "", err
 		}
-		ch := &change{dropTable: k.exists, createTable: true, bootID: boot, fixedChains: true,
+		ch := &change{dropTable: k.exists, createTable: true, bootID: boot, fixedChains: true, stamp: true,
 			snatBefore: map[snatClass]bool{}, snatAfter: map[snatClass]bool{}}
 		err = r.run(ctx, ch)
 		if err == nil {
@@ -499,7 +518,7 @@ func (r *Renderer) LoadState(ctx context.Context) (*nat.State, string, error) {
 	if consistent {
 		// Keep the elements; rewrite every rule and policer and bring the
 		// CIDR SNAT maps to what the objects need.
-		ch = &change{fixedChains: true, qosBefore: k.qos, qosAfter: map[qosKey]qosVal{}, qosForce: true, snatBefore: k.snat}
+		ch = &change{fixedChains: true, qosBefore: k.qos, qosAfter: map[qosKey]qosVal{}, qosForce: true, snatBefore: k.snat, stamp: true}
 		snat = structureOf(slices.Values(others), ch) // FIPs add nothing to it
 		qos = maps.Clone(ch.qosAfter)
 	} else {

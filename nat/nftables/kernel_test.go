@@ -690,7 +690,6 @@ func TestLoadMirror(t *testing.T) {
 	if err := dp.Apply(ctxT(t), goldenObjects()...); err != nil {
 		t.Fatal(err)
 	}
-	dp.Close()
 	r, err := NewRenderer(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -713,7 +712,10 @@ func TestLoadMirror(t *testing.T) {
 			t.Errorf("%s: read %v, want the golden objects", what, objs)
 		}
 	}
-	check("after natgw's last transaction", true, true)
+	// Apply leaves the generation to Settle (Close settles).
+	check("after an Apply, before Close", false, true)
+	dp.Close()
+	check("after natgw's last transaction and Close", true, true)
 	nftExec(t, cfg.NetNS, "add table ip foreign\n")
 	check("after another table was added", false, true)
 	if _, _, err := r.Load(ctxT(t)); err != nil {

@@ -108,10 +108,11 @@ type Renderer struct {
 	nl   *nlsock.Socket
 	seq  uint32 // next request or batch message sequence number
 	// gen is the ruleset generation after natgw's last transaction as far
-	// as natgw knows (read at Load, +1 per commit); each transaction
-	// stores gen+1 with the boot id (see Load).
-	gen    uint32
-	ackBuf []byte
+	// as natgw knows (read at Load, +1 per commit); a transaction that
+	// stores it in natgw_meta stores gen+1, its own (see Load, Settle).
+	gen     uint32
+	stamped bool // natgw_meta holds gen (see Settle)
+	ackBuf  []byte
 
 	// The kernel's structure, read at Load and kept by Commit. Elements
 	// need no index: the kernel holds exactly the rendering of the
@@ -178,6 +179,7 @@ func (r *Renderer) dial() error {
 	}
 	nl, err := nlsock.Dial(r.ns, unix.NETLINK_NETFILTER)
 	if err == nil {
+		nl.SetTimeout(r.opts.timeout)
 		err = errors.Join(nl.SetBuffers(sendBuffer, recvBuffer), nl.CapAcks())
 		if err != nil {
 			nl.Close()
@@ -252,6 +254,7 @@ func (r *Renderer) flush(ctx context.Context, t *txn) error {
 	if err == nil {
 		if t.seq != t.base {
 			r.gen++
+			r.stamped = t.stamped
 		}
 		return nil
 	}
@@ -322,9 +325,19 @@ func (r *Renderer) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
 	return nil
 }
 
-// Close implements engine.Renderer: sockets close, kernel state stays.
+// Close implements engine.Renderer: it settles (see Settle), sockets
+// close, kernel state stays.
 func (r *Renderer) Close() error {
-	errs := []error{r.closeSockets()}
+	var errs []error
+	if r.conn != nil {
+		// The stored generation is only a hint for the next Load.
+		ctx, cancel := context.WithTimeout(context.Background(), r.opts.timeout)
+		if err := r.Settle(ctx); err != nil {
+			r.log.Error(err, "closing: the next start reads the whole table")
+		}
+		cancel()
+	}
+	errs = append(errs, r.closeSockets())
 	if r.cleaner != nil {
 		errs = append(errs, r.cleaner.Close())
 		r.cleaner = nil

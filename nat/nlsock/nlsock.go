@@ -25,7 +25,8 @@ import (
 	"github.com/natgw/natgw/nat/netns"
 )
 
-// DefaultTimeout bounds a wait of a Socket whose context has no deadline.
+// DefaultTimeout bounds a wait of a Socket whose context has no deadline
+// (see SetTimeout).
 const DefaultTimeout = 30 * time.Second
 
 // pollSlice is the longest single poll(2): a cancelled context is noticed
@@ -35,8 +36,9 @@ const pollSlice = 50 * time.Millisecond
 // Socket is one netlink socket in one network namespace. Its methods may be
 // called from one goroutine at a time, except Close.
 type Socket struct {
-	fd     int
-	closed atomic.Bool
+	fd      int
+	closed  atomic.Bool
+	timeout time.Duration
 }
 
 // Dial opens a netlink socket of protocol proto (unix.NETLINK_NETFILTER)
@@ -62,8 +64,12 @@ func Dial(ns *netns.NS, proto int) (*Socket, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("netlink socket: bind: %w", err)
 	}
-	return &Socket{fd: fd}, nil
+	return &Socket{fd: fd, timeout: DefaultTimeout}, nil
 }
+
+// SetTimeout sets what bounds a wait when the context has no deadline
+// (DefaultTimeout until set).
+func (s *Socket) SetTimeout(d time.Duration) { s.timeout = d }
 
 // SetBuffers sets the send and receive buffer sizes past the system's
 // limits (SO_SNDBUFFORCE, SO_RCVBUFFORCE: needs CAP_NET_ADMIN); 0 leaves a
@@ -146,11 +152,11 @@ func (s *Socket) TryRecv(b []byte) (n int, ok bool, err error) {
 }
 
 // wait blocks in poll(2) until the socket is ready for events, ctx is done
-// or its deadline (DefaultTimeout without one) passes.
+// or its deadline (the socket's timeout without one) passes.
 func (s *Socket) wait(ctx context.Context, events int16) error {
 	deadline, ok := ctx.Deadline()
 	if !ok {
-		deadline = time.Now().Add(DefaultTimeout)
+		deadline = time.Now().Add(s.timeout)
 	}
 	for {
 		if err := ctx.Err(); err != nil {
