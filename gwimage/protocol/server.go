@@ -195,6 +195,9 @@ func (s *server) handle(ctx context.Context, req Request) (resp Response) {
 			s.log.Error(fmt.Errorf("panic: %v", p), "request handler panicked", "id", req.ID, "op", req.Op, "stack", string(debug.Stack()))
 			resp = Response{ID: req.ID, Error: &Error{Code: CodeInternal, Message: fmt.Sprintf("internal error: %v", p)}}
 		}
+		if resp.Error == nil && !s.log.V(1).Enabled() {
+			return // no garbage for a log line nobody reads
+		}
 		kv := []any{"id", req.ID, "op", req.Op, "objects", len(req.Objects), "uids", len(req.UIDs), "took", time.Since(start)}
 		if resp.Error != nil {
 			s.log.Info("request failed", append(kv, "code", resp.Error.Code, "error", resp.Error.Message)...)

@@ -34,9 +34,13 @@ type txn struct {
 const nlHdrLen = unix.SizeofNlMsghdr + 4
 
 // newTxn starts a batch whose messages are numbered from seq; size is a
-// hint of the bytes it will hold.
-func newTxn(seq uint32, size int) (*txn, error) {
-	t := &txn{buf: make([]byte, 0, size+2*nlHdrLen), seq: seq}
+// hint of the bytes it will hold. The batch is built in buf if it has room
+// (see Renderer.txBuf).
+func newTxn(seq uint32, size int, buf []byte) (*txn, error) {
+	if cap(buf) < size+2*nlHdrLen {
+		buf = make([]byte, 0, size+2*nlHdrLen)
+	}
+	t := &txn{buf: buf[:0], seq: seq}
 	lib, err := nft.New(nft.WithTestDial(t.record))
 	if err != nil {
 		return nil, fmt.Errorf("recording connection: %w", err)

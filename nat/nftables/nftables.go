@@ -113,6 +113,7 @@ type Renderer struct {
 	gen     uint32
 	stamped bool // natgw_meta holds gen (see Settle)
 	ackBuf  []byte
+	txBuf   []byte // the last small transaction's batch buffer, reused
 
 	// The kernel's structure, read at Load and kept by Commit. Elements
 	// need no index: the kernel holds exactly the rendering of the

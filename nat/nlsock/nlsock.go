@@ -101,16 +101,19 @@ func (s *Socket) CapAcks() error {
 // sendmsg.
 func (s *Socket) Send(ctx context.Context, b []byte) error {
 	for {
-		err := unix.Sendmsg(s.fd, b, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, unix.MSG_DONTWAIT)
+		// write(2) on the non-blocking socket: to the kernel (the socket
+		// is not connected anywhere else), without the sockaddr that
+		// sendmsg's Go wrapper allocates.
+		_, err := unix.Write(s.fd, b)
 		if err != unix.EAGAIN && err != unix.EINTR {
 			if err != nil {
-				return fmt.Errorf("sendmsg: %w", err)
+				return fmt.Errorf("send: %w", err)
 			}
 			return nil
 		}
 		if err == unix.EAGAIN {
 			if err := s.wait(ctx, unix.POLLOUT); err != nil {
-				return fmt.Errorf("sendmsg: %w", err)
+				return fmt.Errorf("send: %w", err)
 			}
 		}
 	}
@@ -120,17 +123,15 @@ func (s *Socket) Send(ctx context.Context, b []byte) error {
 // returns its length.
 func (s *Socket) Recv(ctx context.Context, b []byte) (int, error) {
 	for {
-		n, _, _, _, err := unix.Recvmsg(s.fd, b, nil, unix.MSG_DONTWAIT)
-		if err != unix.EAGAIN && err != unix.EINTR {
-			if err != nil {
-				return 0, fmt.Errorf("recvmsg: %w", err)
-			}
+		n, ok, err := s.TryRecv(b)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
 			return n, nil
 		}
-		if err == unix.EAGAIN {
-			if err := s.wait(ctx, unix.POLLIN); err != nil {
-				return 0, fmt.Errorf("recvmsg: %w", err)
-			}
+		if err := s.wait(ctx, unix.POLLIN); err != nil {
+			return 0, fmt.Errorf("receive: %w", err)
 		}
 	}
 }
@@ -138,7 +139,9 @@ func (s *Socket) Recv(ctx context.Context, b []byte) (int, error) {
 // TryRecv is Recv without waiting: ok is false when nothing is queued.
 func (s *Socket) TryRecv(b []byte) (n int, ok bool, err error) {
 	for {
-		n, _, _, _, err := unix.Recvmsg(s.fd, b, nil, unix.MSG_DONTWAIT)
+		// read(2): the datagram without the sender's address (always
+		// the kernel here), which recvmsg's Go wrapper allocates.
+		n, err := unix.Read(s.fd, b)
 		switch err {
 		case nil:
 			return n, true, nil
@@ -147,7 +150,7 @@ func (s *Socket) TryRecv(b []byte) (n int, ok bool, err error) {
 		case unix.EINTR:
 			continue
 		}
-		return 0, false, fmt.Errorf("recvmsg: %w", err)
+		return 0, false, fmt.Errorf("receive: %w", err)
 	}
 }
 
