@@ -8,9 +8,9 @@ import (
 
 	nft "github.com/google/nftables"
 	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/nat/nlsock"
-	"golang.org/x/sys/unix"
 )
 
 // txn is one transaction being built: one netlink batch in one buffer.

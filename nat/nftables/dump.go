@@ -9,12 +9,13 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
 	"github.com/mdlayher/netlink"
-	"github.com/natgw/natgw/nat/nlsock"
 	"golang.org/x/sys/unix"
+
+	"github.com/natgw/natgw/nat/nlsock"
 )
 
-// dumpSet dumps the elements of one set of natgw's table over the lasting
-// connection, calling elem with each NFTA_LIST_ELEM payload (in another
+// dumpSet dumps the elements of one set of natgw's table over natgw's own
+// socket (r.nl), calling elem with each NFTA_LIST_ELEM payload (in another
 // goroutine than the reads: the kernel walks the set for the next reply
 // while the previous one is decoded). The payload is valid only during the
 // call: its buffer is reused. It does what (*nft.Conn).GetSetElements does
