@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -264,6 +265,22 @@ func (e *env) eip(name string, addr netip.Addr) *v1.IptablesEIP {
 
 func (e *env) fip(name, eip string, internal netip.Addr) *v1.IptablesFIPRule {
 	return &v1.IptablesFIPRule{ObjectMeta: e.meta(name), Spec: v1.IptablesFIPRuleSpec{EIP: e.case_ + "-" + eip, InternalIP: internal.String()}}
+}
+
+// update reads obj again, applies mutate and writes it, again while the
+// write conflicts: the controller writes the same objects (finalizer,
+// status) whenever it reconciles them, so the test's copy may be stale.
+func (e *env) update(obj client.Object, mutate func()) {
+	e.t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		mutate()
+		return e.c.Update(e.ctx, obj)
+	}); err != nil {
+		e.t.Fatalf("update %s: %v", obj.GetName(), err)
+	}
 }
 
 // eventually polls cond until it returns nil or the timeout passes.

@@ -159,16 +159,12 @@ func TestDataplaneSwitch(t *testing.T) {
 
 	for _, to := range []string{transport.DataplaneIptables, transport.DataplaneNftables} {
 		from := map[string]string{transport.DataplaneIptables: transport.DataplaneNftables, transport.DataplaneNftables: transport.DataplaneIptables}[to]
-		if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(g), g); err != nil {
-			t.Fatal(err)
-		}
-		if g.Annotations == nil {
-			g.Annotations = map[string]string{}
-		}
-		g.Annotations[DataplaneAnnotation] = to
-		if err := e.c.Update(e.ctx, g); err != nil {
-			t.Fatal(err)
-		}
+		e.update(g, func() {
+			if g.Annotations == nil {
+				g.Annotations = map[string]string{}
+			}
+			g.Annotations[DataplaneAnnotation] = to
+		})
 		e.eventually(30*time.Second, "rules on "+to, func() error {
 			gw, err := e.reg.Get(e.gwName)
 			if err != nil {

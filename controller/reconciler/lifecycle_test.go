@@ -88,10 +88,7 @@ func TestFIPLifecycle(t *testing.T) {
 			}
 
 			// Spec update: one apply replaces the rule.
-			f.Spec.InternalIP = e.gw.VMs[1].Addr.String()
-			if err := e.c.Update(e.ctx, f); err != nil {
-				t.Fatal(err)
-			}
+			e.update(f, func() { f.Spec.InternalIP = e.gw.VMs[1].Addr.String() })
 			e.waitReady(f)
 			if f.Status.InternalIP != e.gw.VMs[1].Addr.String() {
 				t.Errorf("status.internalIp = %q after update", f.Status.InternalIP)
