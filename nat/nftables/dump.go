@@ -103,27 +103,25 @@ func (r *Renderer) readDump(ctx context.Context, seq uint32, free <-chan []byte,
 // holds the NLMSG_DONE of the dump seq, and returns an error reply as an
 // error.
 func dumpEnd(b []byte, seq uint32) (bool, error) {
-	for len(b) >= unix.SizeofNlMsghdr {
-		l := int(binary.NativeEndian.Uint32(b[0:4]))
-		typ := binary.NativeEndian.Uint16(b[4:6])
-		s := binary.NativeEndian.Uint32(b[8:12])
-		if l < unix.SizeofNlMsghdr || l > len(b) {
-			return false, fmt.Errorf("receive: bad message length %d", l)
+	var bad error
+	for h, m := range nlsock.Messages(b, &bad) {
+		if h.Seq != seq {
+			continue
 		}
-		if s == seq {
-			switch typ {
-			case unix.NLMSG_DONE:
-				return true, nil
-			case unix.NLMSG_ERROR:
-				if l >= unix.SizeofNlMsghdr+4 {
-					if code := int32(binary.NativeEndian.Uint32(b[unix.SizeofNlMsghdr:])); code != 0 {
-						return true, fmt.Errorf("receive: %w", unix.Errno(-code))
-					}
+		switch h.Type {
+		case unix.NLMSG_DONE:
+			return true, nil
+		case unix.NLMSG_ERROR:
+			if len(m) >= 4 {
+				if code := int32(binary.NativeEndian.Uint32(m)); code != 0 {
+					return true, fmt.Errorf("receive: %w", unix.Errno(-code))
 				}
-				return true, nil
 			}
+			return true, nil
 		}
-		b = b[min((l+3)&^3, len(b)):]
+	}
+	if bad != nil {
+		return false, fmt.Errorf("receive: %w", bad)
 	}
 	return false, nil
 }
