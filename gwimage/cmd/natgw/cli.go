@@ -24,6 +24,7 @@ import (
 	"github.com/natgw/natgw/gwimage/protocol"
 	"github.com/natgw/natgw/gwimage/version"
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/planes"
 )
 
 // cmdServe runs the agent on stdin/stdout, or on a unix socket (one Serve per
@@ -37,9 +38,23 @@ func cmdServe(ctx context.Context, e env, g *globals, args []string) int {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log := g.logger(e.stderr).WithName("serve")
+	// The other data plane's state in this namespace goes first (issue 11).
+	emptied, err := planes.EmptyOthers(ctx, g.dataplane, g.config(log))
+	if err != nil {
+		log.Error(err, "empty the other data plane", "dataplane", g.dataplane, "netns", g.netns)
+		return exitFail
+	}
+	if !emptied.Empty() {
+		log.Info("emptied another data plane's state", "dataplanes", emptied.Planes, "objects", len(emptied.Objects))
+	}
 	dp, err := g.open(ctx, log)
 	if err != nil {
 		log.Error(err, "open data plane", "dataplane", g.dataplane, "netns", g.netns)
+		return exitFail
+	}
+	if err := planes.Restore(ctx, dp, g.config(log), emptied); err != nil {
+		log.Error(err, "restore addresses and routes")
+		_ = dp.Close()
 		return exitFail
 	}
 	log.Info("serving", "version", version.Version, "dataplane", dp.Name(), "netns", g.netns, "bootID", dp.BootID())
