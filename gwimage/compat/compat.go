@@ -1,39 +1,42 @@
 // Package compat translates the subcommands of Kube-OVN's gateway script
-// (dist/images/vpcnatgateway/nat-gateway.sh) into natgw objects, so that an
-// unmodified Kube-OVN controller can drive the natgw image.
+// (dist/images/vpcnatgateway/nat-gateway.sh) as the controllers of Kube-OVN
+// v1.13 to v1.16 call it into natgw objects, so that an unmodified Kube-OVN
+// can drive the natgw image.
 //
 // The controller runs `nat-gateway.sh <op> <rule> <rule>...`, each rule one
 // argument of comma-joined fields. Parse is a pure function from such an
-// invocation to a Plan: objects to apply, UIDs to delete, EIP QoS changes.
-// Objects made this way get a UID derived from their identity, so a later
-// "-del" finds them without the controller knowing any UID:
+// invocation to a Plan: objects to apply, UIDs to delete, EIP QoS changes,
+// interface names. Objects made this way get a UID derived from their
+// identity, so a later "-del" finds them without the controller knowing any
+// UID:
 //
-//	eip-add           "EIP/LEN,GATEWAY"        eip    compat-eip-EIP  (+ route compat-route-0.0.0.0-0 via GATEWAY, external)
-//	eip-del           "EIP[/LEN]"              deletes compat-eip-EIP
+//	init              (none) | "VPC_IFACE,EXT_IFACE"   interface names (v1.16 non-primary CNI mode)
+//	subnet-route-add  "CIDR,NEXTHOP" ...       route  compat-route-ADDR-LEN via NEXTHOP, internal
+//	subnet-route-del  "CIDR" ...               deletes compat-route-ADDR-LEN (must exist, as `ip route del`)
+//	eip-add           "EIP/LEN"                eip    compat-eip-EIP (+ default route from $GATEWAY_V4, see Plan.DefaultRouteFromEnv)
+//	eip-del           "EIP/LEN"                deletes compat-eip-EIP
 //	floating-ip-add   "EIP,INTERNAL"           fip    compat-fip-EIP
-//	floating-ip-del   "EIP[,INTERNAL]"         deletes compat-fip-EIP
+//	floating-ip-del   "EIP" | "EIP,INTERNAL"   deletes compat-fip-EIP
 //	dnat-add          "EIP,PORT,PROTO,IP,PORT" dnat   compat-dnat-EIP-PROTO-PORT
-//	dnat-del          "EIP,PORT,PROTO[,...]"   deletes compat-dnat-EIP-PROTO-PORT
+//	dnat-del          "EIP,PORT,PROTO[,IP,PORT]" deletes compat-dnat-EIP-PROTO-PORT
 //	snat-add          "EIP,CIDR[,--random-fully]" snat compat-snat-EIP-ADDR-LEN
 //	snat-del          "EIP,CIDR"               deletes compat-snat-EIP-ADDR-LEN
-//	init              "CIDR,NEXTHOP" ...       route  compat-route-ADDR-LEN via NEXTHOP, internal
-//	                  (no rules, or "IFACE,IFACE": nothing to program)
-//	subnet-route-add  "CIDR,NEXTHOP"           route  compat-route-ADDR-LEN via NEXTHOP, internal
-//	subnet-route-del  "CIDR[,...]"             deletes compat-route-ADDR-LEN
-//	ext-subnet-route-add "CIDR,GATEWAY"        route  compat-route-0.0.0.0-0 via GATEWAY, external
-//	ext-subnet-route-del                       nothing (upstream never deletes it)
-//	eip-ingress-qos-add "EIP,PRIO,RATE,BURST"  sets the EIP object's ingress rate/burst (Mbit/s, Mbit)
+//	eip-ingress-qos-add "EIP,PRIO,RATE,BURST"  sets the EIP object's ingress rate (Mbit/s) and burst (MB)
 //	eip-egress-qos-add  "EIP,PRIO,RATE,BURST"  same for egress
-//	eip-ingress-qos-del "EIP" / eip-egress-qos-del "EIP"  clears that direction
+//	eip-ingress-qos-del "EIP" / eip-egress-qos-del "EIP"  clears that direction (no EIP: nothing to do)
+//	qos-add "DIR,IFACE,PRIO,CLASSIFIER,MATCHTYPE,MATCHDIR,CIDR,RATE,BURST" / qos-del (7 or 9 fields)
+//	                                           gateway-wide QoS: parsed and checked, refused (ErrGatewayQoS)
 //	get-iptables-version                       prints a version line (see VersionLine)
 //
-// Like the script, each argument is split on whitespace and each rule's
-// fields on commas, empty fields dropped; an EIP field may carry a /LEN,
-// which is ignored except for eip-add. One invocation is one transaction.
+// Like the script, the arguments are joined and split on blanks, and each
+// rule's fields on commas; an EIP field may carry a /LEN, which is ignored
+// except by eip-add. One invocation is one transaction.
 package compat
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -41,13 +44,13 @@ import (
 	"github.com/natgw/natgw/nat"
 )
 
-// The subcommands Parse accepts.
+// The subcommands Parse accepts: those of the script of Kube-OVN v1.13 to
+// v1.16 (v1.12's ext-subnet-route-add and eip-add "EIP/LEN,GATEWAY" are gone
+// upstream since v1.13.0 and are refused like any unknown subcommand).
 const (
 	OpInit               = "init"
 	OpSubnetRouteAdd     = "subnet-route-add"
 	OpSubnetRouteDel     = "subnet-route-del"
-	OpExtSubnetRouteAdd  = "ext-subnet-route-add"
-	OpExtSubnetRouteDel  = "ext-subnet-route-del"
 	OpEIPAdd             = "eip-add"
 	OpEIPDel             = "eip-del"
 	OpFIPAdd             = "floating-ip-add"
@@ -60,15 +63,22 @@ const (
 	OpEIPIngressQoSDel   = "eip-ingress-qos-del"
 	OpEIPEgressQoSAdd    = "eip-egress-qos-add"
 	OpEIPEgressQoSDel    = "eip-egress-qos-del"
+	OpQoSAdd             = "qos-add"
+	OpQoSDel             = "qos-del"
 	OpGetIptablesVersion = "get-iptables-version"
 )
 
 // Ops lists every accepted subcommand, for usage messages.
 var Ops = []string{
-	OpInit, OpSubnetRouteAdd, OpSubnetRouteDel, OpExtSubnetRouteAdd, OpExtSubnetRouteDel,
+	OpInit, OpSubnetRouteAdd, OpSubnetRouteDel,
 	OpEIPAdd, OpEIPDel, OpFIPAdd, OpFIPDel, OpDNATAdd, OpDNATDel, OpSNATAdd, OpSNATDel,
-	OpEIPIngressQoSAdd, OpEIPIngressQoSDel, OpEIPEgressQoSAdd, OpEIPEgressQoSDel, OpGetIptablesVersion,
+	OpEIPIngressQoSAdd, OpEIPIngressQoSDel, OpEIPEgressQoSAdd, OpEIPEgressQoSDel,
+	OpQoSAdd, OpQoSDel, OpGetIptablesVersion,
 }
+
+// ErrGatewayQoS is returned (wrapped in an *ArgError) for a well-formed
+// gateway-wide qos-add/qos-del: natgw polices per EIP only.
+var ErrGatewayQoS = errors.New("gateway-wide QoS (VpcNatGateway.spec.qosPolicy) is not implemented by natgw; use EIP QoS")
 
 // Direction of an EIP QoS change.
 type Direction string
@@ -79,7 +89,13 @@ const (
 	Egress  Direction = "egress"
 )
 
+// BytesPerMB is upstream's burst unit: the script multiplies the burst by
+// 1,048,576 to get bytes.
+const BytesPerMB = 1 << 20
+
 // QoSChange sets (or, with Remove, clears) one direction of an EIP's QoS.
+// RateMbps is upstream's rate (Mbit/s); BurstMbit is upstream's burst (MB)
+// in natgw's unit, Mbit, rounded up.
 type QoSChange struct {
 	EIP       netip.Addr
 	Direction Direction
@@ -88,13 +104,51 @@ type QoSChange struct {
 	Remove    bool
 }
 
+// Presence says what an add does when an object with the same UID is
+// already programmed with another spec.
+type Presence int
+
+// Presence values.
+const (
+	// Replace updates the object in place (`ip addr replace`, `ip route
+	// replace`).
+	Replace Presence = iota
+	// Keep leaves the programmed object and succeeds (the script finds the
+	// rule and adds nothing: snat-add with the same EIP and CIDR).
+	Keep
+	// Refuse fails the call (the script's floating-ip-add and dnat-add when
+	// the identity is bound to another internal address).
+	Refuse
+)
+
+// Interfaces are the gateway's interface names given to init.
+type Interfaces struct {
+	VPC      string // the VPC side (Kube-OVN: eth0)
+	External string // the external side (Kube-OVN: net1)
+}
+
 // Plan is what one invocation does. At most one of Apply, Delete and QoS is
 // non-empty.
 type Plan struct {
-	Op     string
-	Apply  []nat.Object
-	Delete []string
-	QoS    []QoSChange
+	Op    string
+	Apply []nat.Object
+	// IfPresent says, by UID, what to do when an object of Apply is
+	// already programmed with another spec; a missing UID is Replace.
+	IfPresent map[string]Presence
+	Delete    []string
+	// MustExist lists UIDs of Delete that must be programmed, or the call
+	// fails (subnet-route-del: `ip route del` of a missing route fails).
+	MustExist []string
+	QoS       []QoSChange
+	// Interfaces is set by init with "VPC_IFACE,EXT_IFACE".
+	Interfaces *Interfaces
+	// Init: the call is init (with or without interface names).
+	Init bool
+	// DefaultRouteFromEnv: eip-add also sets the default route via the
+	// container's $GATEWAY_V4 on the external interface, when it is set
+	// (Kube-OVN v1.16's pod has that variable; v1.13's has none and its
+	// script does not read it, so nothing changes there).
+	DefaultRouteFromEnv bool
 	// PrintVersion: get-iptables-version, print VersionLine.
 	PrintVersion bool
 }
@@ -157,6 +211,17 @@ func RouteUID(dest netip.Prefix) string {
 // DefaultRoute is the destination of the external default route.
 var DefaultRoute = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
 
+// DefaultRouteObject is the default route eip-add sets from $GATEWAY_V4: via
+// gw on the external interface, on link (the script's `ip route replace
+// default via $GATEWAY_V4 dev EXT onlink`). gw must be an IPv4 address.
+func DefaultRouteObject(gw string) (nat.Object, error) {
+	a, err := netip.ParseAddr(gw)
+	if err != nil || !a.Is4() {
+		return nat.Object{}, &ArgError{Op: OpEIPAdd, Index: -1, Field: "GATEWAY_V4", Value: gw, Reason: fmt.Sprintf("environment variable GATEWAY_V4 %q is not an IPv4 address", gw)}
+	}
+	return nat.Object{UID: RouteUID(DefaultRoute), Kind: nat.KindRoute, Route: &nat.Route{Destination: DefaultRoute, NextHop: a, Device: nat.DeviceExternal}}, nil
+}
+
 // Parse translates one invocation (op and its rule arguments) into a Plan.
 // It does not touch the system. The error is an *ArgError.
 func Parse(op string, args []string) (Plan, error) {
@@ -166,12 +231,19 @@ func Parse(op string, args []string) (Plan, error) {
 	if !ok {
 		return p, &ArgError{Op: op, Index: -1, Reason: fmt.Sprintf("unknown subcommand (want one of %s)", strings.Join(Ops, ", "))}
 	}
+	if op == OpInit {
+		return parseInit(p, args)
+	}
 	made := map[string]nat.Object{} // objects of earlier rules, by UID
 	for i, rule := range rules {
 		r := &ruleParser{op: op, index: i, rule: rule}
-		for _, f := range strings.Split(rule, ",") {
-			if f != "" {
-				r.fields = append(r.fields, f)
+		if spec.keepEmpty {
+			r.fields = strings.Split(rule, ",")
+		} else {
+			for _, f := range strings.Split(rule, ",") {
+				if f != "" {
+					r.fields = append(r.fields, f)
+				}
 			}
 		}
 		if len(r.fields) == 0 {
@@ -179,6 +251,9 @@ func Parse(op string, args []string) (Plan, error) {
 		}
 		if len(r.fields) < spec.min {
 			return p, r.fail("", "", fmt.Sprintf("want %d comma-separated fields (%s), got %d", spec.min, spec.format, len(r.fields)))
+		}
+		if spec.max > 0 && len(r.fields) > spec.max {
+			return p, r.fail("", "", fmt.Sprintf("want at most %d comma-separated fields (%s), got %d", spec.max, spec.format, len(r.fields)))
 		}
 		start := len(p.Apply)
 		if err := spec.parse(r, &p); err != nil {
@@ -201,58 +276,84 @@ func Parse(op string, args []string) (Plan, error) {
 		p.Apply = kept
 	}
 	p.Delete = dedupe(p.Delete)
-	if op == OpGetIptablesVersion {
+	p.MustExist = dedupe(p.MustExist)
+	switch op {
+	case OpGetIptablesVersion:
 		p.PrintVersion = true
+	case OpEIPAdd:
+		p.DefaultRouteFromEnv = true
 	}
 	return p, nil
 }
 
+// parseInit reads init's rules: none, or "VPC_IFACE,EXT_IFACE" (the script
+// joins the arguments, drops blanks around commas and wants exactly two
+// non-empty names).
+func parseInit(p Plan, args []string) (Plan, error) {
+	p.Init = true
+	joined := strings.TrimSpace(strings.Join(args, " "))
+	if joined == "" {
+		return p, nil
+	}
+	parts := strings.Split(joined, ",")
+	fail := func(field, value, reason string) (Plan, error) {
+		return p, &ArgError{Op: OpInit, Index: 0, Rule: joined, Field: field, Value: value, Reason: reason}
+	}
+	if len(parts) != 2 {
+		return fail("", "", "want two interface names separated by a comma (VPC_IFACE,EXT_IFACE)")
+	}
+	names := [2]string{strings.TrimSpace(parts[0]), strings.TrimSpace(parts[1])}
+	for i, field := range []string{"vpcInterface", "externalInterface"} {
+		if names[i] == "" {
+			return fail(field, "", "interface name is empty")
+		}
+		if !isIfaceName(names[i]) {
+			return fail(field, names[i], "not an interface name")
+		}
+	}
+	p.Interfaces = &Interfaces{VPC: names[0], External: names[1]}
+	return p, nil
+}
+
 type opSpec struct {
-	min    int    // least number of fields per rule
-	format string // for messages
-	parse  func(r *ruleParser, p *Plan) error
+	min, max  int    // least and most number of fields per rule (max 0: any)
+	keepEmpty bool   // empty fields count (qos-add/qos-del: matchall leaves some empty)
+	format    string // for messages
+	parse     func(r *ruleParser, p *Plan) error
 }
 
 var specs = map[string]opSpec{
-	OpInit: {1, "CIDR,NEXTHOP or INTERNAL_IFACE,EXTERNAL_IFACE", func(r *ruleParser, p *Plan) error {
-		if isIfaceName(r.fields[0]) {
-			return nil // interface names (newer controllers): nothing to program
+	OpInit: {format: "VPC_IFACE,EXT_IFACE"}, // parseInit
+	OpSubnetRouteAdd: {min: 2, max: 2, format: "CIDR,NEXTHOP", parse: func(r *ruleParser, p *Plan) error {
+		dst, err := r.prefix(0, "cidr")
+		if err != nil {
+			return err
 		}
-		return routeRule(r, p, nat.DeviceInternal, false)
+		nh, err := r.addr(1, "nextHop")
+		if err != nil {
+			return err
+		}
+		p.Apply = append(p.Apply, nat.Object{UID: RouteUID(dst), Kind: nat.KindRoute, Route: &nat.Route{Destination: dst, NextHop: nh, Device: nat.DeviceInternal}})
+		return nil
 	}},
-	OpSubnetRouteAdd: {2, "CIDR,NEXTHOP", func(r *ruleParser, p *Plan) error {
-		return routeRule(r, p, nat.DeviceInternal, false)
-	}},
-	OpSubnetRouteDel: {1, "CIDR", func(r *ruleParser, p *Plan) error {
+	OpSubnetRouteDel: {min: 1, format: "CIDR", parse: func(r *ruleParser, p *Plan) error {
 		dst, err := r.prefix(0, "cidr")
 		if err != nil {
 			return err
 		}
 		p.Delete = append(p.Delete, RouteUID(dst))
+		p.MustExist = append(p.MustExist, RouteUID(dst))
 		return nil
 	}},
-	OpExtSubnetRouteAdd: {2, "CIDR,GATEWAY", func(r *ruleParser, p *Plan) error {
-		if _, err := r.prefix(0, "cidr"); err != nil {
-			return err
-		}
-		return routeRule(r, p, nat.DeviceExternal, true)
-	}},
-	OpExtSubnetRouteDel: {0, "CIDR", func(r *ruleParser, p *Plan) error { return nil }},
-	OpEIPAdd: {2, "EIP/LEN,GATEWAY", func(r *ruleParser, p *Plan) error {
+	OpEIPAdd: {min: 1, max: 1, format: "EIP/LEN", parse: func(r *ruleParser, p *Plan) error {
 		addr, bits, err := r.addrLen(0, "eip")
 		if err != nil {
 			return err
 		}
-		gw, err := r.addr(1, "gateway")
-		if err != nil {
-			return err
-		}
-		p.Apply = append(p.Apply,
-			nat.Object{UID: EIPUID(addr), Kind: nat.KindEIP, EIP: &nat.EIP{Address: addr, PrefixLen: bits}},
-			nat.Object{UID: RouteUID(DefaultRoute), Kind: nat.KindRoute, Route: &nat.Route{Destination: DefaultRoute, NextHop: gw, Device: nat.DeviceExternal}})
+		p.Apply = append(p.Apply, nat.Object{UID: EIPUID(addr), Kind: nat.KindEIP, EIP: &nat.EIP{Address: addr, PrefixLen: bits}})
 		return nil
 	}},
-	OpEIPDel: {1, "EIP[/LEN]", func(r *ruleParser, p *Plan) error {
+	OpEIPDel: {min: 1, format: "EIP/LEN", parse: func(r *ruleParser, p *Plan) error {
 		addr, err := r.eip(0)
 		if err != nil {
 			return err
@@ -260,7 +361,7 @@ var specs = map[string]opSpec{
 		p.Delete = append(p.Delete, EIPUID(addr))
 		return nil
 	}},
-	OpFIPAdd: {2, "EIP,INTERNAL_IP", func(r *ruleParser, p *Plan) error {
+	OpFIPAdd: {min: 2, max: 2, format: "EIP,INTERNAL_IP", parse: func(r *ruleParser, p *Plan) error {
 		eip, err := r.eip(0)
 		if err != nil {
 			return err
@@ -269,18 +370,23 @@ var specs = map[string]opSpec{
 		if err != nil {
 			return err
 		}
-		p.Apply = append(p.Apply, nat.Object{UID: FIPUID(eip), Kind: nat.KindFIP, FIP: &nat.FIP{EIP: eip, InternalIP: in}})
+		p.refuse(nat.Object{UID: FIPUID(eip), Kind: nat.KindFIP, FIP: &nat.FIP{EIP: eip, InternalIP: in}})
 		return nil
 	}},
-	OpFIPDel: {1, "EIP[,INTERNAL_IP]", func(r *ruleParser, p *Plan) error {
+	OpFIPDel: {min: 1, max: 2, format: "EIP[,INTERNAL_IP]", parse: func(r *ruleParser, p *Plan) error {
 		eip, err := r.eip(0)
 		if err != nil {
 			return err
 		}
+		if len(r.fields) > 1 {
+			if _, err := r.addr(1, "internalIP"); err != nil {
+				return err
+			}
+		}
 		p.Delete = append(p.Delete, FIPUID(eip))
 		return nil
 	}},
-	OpDNATAdd: {5, "EIP,EXTERNAL_PORT,PROTOCOL,INTERNAL_IP,INTERNAL_PORT", func(r *ruleParser, p *Plan) error {
+	OpDNATAdd: {min: 5, max: 5, format: "EIP,EXTERNAL_PORT,PROTOCOL,INTERNAL_IP,INTERNAL_PORT", parse: func(r *ruleParser, p *Plan) error {
 		eip, port, proto, err := r.dnatKey()
 		if err != nil {
 			return err
@@ -293,34 +399,47 @@ var specs = map[string]opSpec{
 		if err != nil {
 			return err
 		}
-		p.Apply = append(p.Apply, nat.Object{UID: DNATUID(eip, proto, port), Kind: nat.KindDNAT, DNAT: &nat.DNAT{
+		p.refuse(nat.Object{UID: DNATUID(eip, proto, port), Kind: nat.KindDNAT, DNAT: &nat.DNAT{
 			EIP: eip, Protocol: proto, ExternalPort: port, InternalIP: in, InternalPort: inPort}})
 		return nil
 	}},
-	OpDNATDel: {3, "EIP,EXTERNAL_PORT,PROTOCOL[,INTERNAL_IP,INTERNAL_PORT]", func(r *ruleParser, p *Plan) error {
+	OpDNATDel: {min: 3, max: 5, format: "EIP,EXTERNAL_PORT,PROTOCOL[,INTERNAL_IP,INTERNAL_PORT]", parse: func(r *ruleParser, p *Plan) error {
 		eip, port, proto, err := r.dnatKey()
 		if err != nil {
 			return err
 		}
+		if len(r.fields) == 4 {
+			return r.fail("internalPort", "", "missing (want 3 or 5 fields)")
+		}
+		if len(r.fields) == 5 {
+			if _, err := r.addr(3, "internalIP"); err != nil {
+				return err
+			}
+			if _, err := r.port(4, "internalPort"); err != nil {
+				return err
+			}
+		}
 		p.Delete = append(p.Delete, DNATUID(eip, proto, port))
 		return nil
 	}},
-	OpSNATAdd: {2, "EIP,INTERNAL_CIDR[,--random-fully]", func(r *ruleParser, p *Plan) error {
+	OpSNATAdd: {min: 2, max: 3, format: "EIP,INTERNAL_CIDR[,--random-fully]", parse: func(r *ruleParser, p *Plan) error {
 		eip, cidr, err := r.snatKey()
 		if err != nil {
 			return err
 		}
 		random := false
 		if len(r.fields) > 2 {
-			if r.fields[2] != "--random-fully" || len(r.fields) > 3 {
-				return r.fail("option", strings.Join(r.fields[2:], ","), "the only option is --random-fully")
+			if r.fields[2] != "--random-fully" {
+				return r.fail("option", r.fields[2], "the only option is --random-fully")
 			}
 			random = true
 		}
-		p.Apply = append(p.Apply, nat.Object{UID: SNATUID(eip, cidr), Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: eip, InternalCIDR: cidr, RandomFully: random}})
+		o := nat.Object{UID: SNATUID(eip, cidr), Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: eip, InternalCIDR: cidr, RandomFully: random}}
+		p.Apply = append(p.Apply, o)
+		p.presence(o.UID, Keep)
 		return nil
 	}},
-	OpSNATDel: {2, "EIP,INTERNAL_CIDR", func(r *ruleParser, p *Plan) error {
+	OpSNATDel: {min: 2, format: "EIP,INTERNAL_CIDR[,...]", parse: func(r *ruleParser, p *Plan) error {
 		eip, cidr, err := r.snatKey()
 		if err != nil {
 			return err
@@ -328,32 +447,76 @@ var specs = map[string]opSpec{
 		p.Delete = append(p.Delete, SNATUID(eip, cidr))
 		return nil
 	}},
-	OpEIPIngressQoSAdd:   {3, "EIP,PRIORITY,RATE_MBIT[,BURST_MBIT]", qosAdd(Ingress)},
-	OpEIPEgressQoSAdd:    {3, "EIP,PRIORITY,RATE_MBIT[,BURST_MBIT]", qosAdd(Egress)},
-	OpEIPIngressQoSDel:   {1, "EIP", qosDel(Ingress)},
-	OpEIPEgressQoSDel:    {1, "EIP", qosDel(Egress)},
-	OpGetIptablesVersion: {0, "", func(r *ruleParser, p *Plan) error { return nil }},
+	OpEIPIngressQoSAdd: {min: 4, max: 4, format: "EIP,PRIORITY,RATE_MBIT_S,BURST_MB", parse: qosAdd(Ingress)},
+	OpEIPEgressQoSAdd:  {min: 4, max: 4, format: "EIP,PRIORITY,RATE_MBIT_S,BURST_MB", parse: qosAdd(Egress)},
+	OpEIPIngressQoSDel: {min: 1, max: 1, format: "EIP", parse: qosDel(Ingress)},
+	OpEIPEgressQoSDel:  {min: 1, max: 1, format: "EIP", parse: qosDel(Egress)},
+	OpQoSAdd: {min: 9, max: 9, keepEmpty: true, format: "DIRECTION,IFACE,PRIORITY,CLASSIFIER,MATCHTYPE,MATCHDIR,CIDR,RATE,BURST", parse: func(r *ruleParser, p *Plan) error {
+		return gatewayQoS(r, true)
+	}},
+	OpQoSDel: {min: 7, max: 9, keepEmpty: true, format: "DIRECTION,IFACE,PRIORITY,CLASSIFIER,MATCHTYPE,MATCHDIR,CIDR[,RATE,BURST]", parse: func(r *ruleParser, p *Plan) error {
+		return gatewayQoS(r, len(r.fields) == 9)
+	}},
+	OpGetIptablesVersion: {format: "", parse: func(r *ruleParser, p *Plan) error { return nil }},
 }
 
-// routeRule reads "CIDR,NEXTHOP": a route to CIDR (or, when dflt, the
-// default route) via NEXTHOP on dev.
-func routeRule(r *ruleParser, p *Plan, dev nat.RouteDevice, dflt bool) error {
-	dst := DefaultRoute
-	if !dflt {
-		var err error
-		if dst, err = r.prefix(0, "cidr"); err != nil {
+// refuse adds o to the plan; an object already programmed with another spec
+// under its UID fails the call.
+func (p *Plan) refuse(o nat.Object) {
+	p.Apply = append(p.Apply, o)
+	p.presence(o.UID, Refuse)
+}
+
+func (p *Plan) presence(uid string, pr Presence) {
+	if p.IfPresent == nil {
+		p.IfPresent = map[string]Presence{}
+	}
+	p.IfPresent[uid] = pr
+}
+
+// gatewayQoS checks one gateway-wide QoS rule (with rate and burst when
+// withRate) and then refuses it: natgw has no gateway-wide QoS.
+func gatewayQoS(r *ruleParser, withRate bool) error {
+	switch r.fields[0] {
+	case "ingress", "egress":
+	default:
+		return r.fail("direction", r.fields[0], "want ingress or egress")
+	}
+	if !isIfaceName(r.fields[1]) {
+		return r.fail("iface", r.fields[1], "not an interface name")
+	}
+	if _, err := r.uint(2, "priority", 1<<16-1); err != nil {
+		return err
+	}
+	switch r.fields[3] {
+	case "u32":
+		if r.fields[4] != "ip" {
+			return r.fail("matchType", r.fields[4], "want ip")
+		}
+		if r.fields[5] != "src" && r.fields[5] != "dst" {
+			return r.fail("matchDirection", r.fields[5], "want src or dst")
+		}
+		if _, err := r.prefix(6, "cidr"); err != nil {
+			return err
+		}
+	case "matchall":
+		for i, name := range map[int]string{4: "matchType", 5: "matchDirection", 6: "cidr"} {
+			if r.fields[i] != "" {
+				return r.fail(name, r.fields[i], "must be empty for matchall")
+			}
+		}
+	default:
+		return r.fail("classifier", r.fields[3], "want u32 or matchall")
+	}
+	if withRate {
+		if _, err := r.decimal(7, "rate"); err != nil {
+			return err
+		}
+		if _, err := r.decimal(8, "burst"); err != nil {
 			return err
 		}
 	}
-	if len(r.fields) < 2 {
-		return r.fail("nextHop", "", "missing next hop (want CIDR,NEXTHOP)")
-	}
-	nh, err := r.addr(1, "nextHop")
-	if err != nil {
-		return err
-	}
-	p.Apply = append(p.Apply, nat.Object{UID: RouteUID(dst), Kind: nat.KindRoute, Route: &nat.Route{Destination: dst, NextHop: nh, Device: dev}})
-	return nil
+	return r.fail("", "", ErrGatewayQoS.Error())
 }
 
 func qosAdd(dir Direction) func(r *ruleParser, p *Plan) error {
@@ -365,18 +528,24 @@ func qosAdd(dir Direction) func(r *ruleParser, p *Plan) error {
 		if _, err := r.uint(1, "priority", 1<<16-1); err != nil {
 			return err
 		}
-		rate, err := r.uint(2, "rate", 100_000)
+		rate, err := r.decimal(2, "rate")
 		if err != nil {
 			return err
 		}
-		var burst uint64
-		if len(r.fields) > 3 {
-			if burst, err = r.uint(3, "burst", 100_000); err != nil {
-				return err
-			}
+		if rate <= 0 || rate > 100_000 {
+			return r.fail("rate", r.fields[2], "want a rate above 0 and at most 100000 Mbit/s (use the -del subcommand to remove a limit)")
 		}
-		if rate == 0 {
-			return r.fail("rate", "0", "must be at least 1 Mbit/s (use the -del subcommand to remove a limit)")
+		if rate != math.Trunc(rate) {
+			return r.fail("rate", r.fields[2], "natgw polices whole Mbit/s; a fractional rate is not supported")
+		}
+		burstMB, err := r.decimal(3, "burst")
+		if err != nil {
+			return err
+		}
+		// MB (2^20 bytes) to Mbit (10^6 bits), rounded up.
+		burst := math.Ceil(burstMB * BytesPerMB * 8 / 1e6)
+		if burst > 1_000_000 {
+			return r.fail("burst", r.fields[3], "at most about 119209 MB")
 		}
 		p.QoS = append(p.QoS, QoSChange{EIP: eip, Direction: dir, RateMbps: uint32(rate), BurstMbit: uint32(burst)})
 		return nil
@@ -395,8 +564,9 @@ func qosDel(dir Direction) func(r *ruleParser, p *Plan) error {
 }
 
 // ApplyQoS returns the EIP objects of current changed by changes (an EIP is
-// found by address, whatever its UID). It fails when a change names an
-// address that has no EIP object.
+// found by address, whatever its UID). A change that sets a limit on an
+// address with no EIP object is an error; removing one from such an address
+// changes nothing, as the controller deletes an EIP's QoS after the EIP.
 func ApplyQoS(current []nat.Object, changes []QoSChange) ([]nat.Object, error) {
 	byAddr := map[netip.Addr]int{}
 	var out []nat.Object
@@ -418,6 +588,9 @@ func ApplyQoS(current []nat.Object, changes []QoSChange) ([]nat.Object, error) {
 				}
 			}
 			if !found {
+				if ch.Remove {
+					continue
+				}
 				return nil, fmt.Errorf("eip %s: no EIP object holds this address (run eip-add first)", ch.EIP)
 			}
 			i = len(out) - 1
@@ -614,4 +787,24 @@ func dedupe(s []string) []string {
 		return nil
 	}
 	return out
+}
+
+// decimal reads a non-negative decimal number as the script's awk and tc
+// read it (digits with an optional fraction: "25", "1.5").
+func (r *ruleParser) decimal(i int, name string) (float64, error) {
+	s, err := r.field(i, name)
+	if err != nil {
+		return 0, err
+	}
+	ok := s != "" && s != "."
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c == '.') {
+			ok = false
+		}
+	}
+	v, perr := strconv.ParseFloat(s, 64)
+	if !ok || perr != nil || strings.Count(s, ".") > 1 {
+		return 0, r.fail(name, s, "want a decimal number such as 25 or 1.5")
+	}
+	return v, nil
 }

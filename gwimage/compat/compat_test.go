@@ -23,51 +23,84 @@ func route(uid, dst, nh string, dev nat.RouteDevice) nat.Object {
 	return nat.Object{UID: uid, Kind: nat.KindRoute, Route: &nat.Route{Destination: pfx(dst), NextHop: a(nh), Device: dev}}
 }
 
-func TestParse(t *testing.T) {
-	defRoute := route("compat-route-0.0.0.0-0", "0.0.0.0/0", "192.0.2.1", nat.DeviceExternal)
+// Versions of Kube-OVN whose controller call formats the tables below carry
+// (../shared/KUBE-OVN-CONTRACT.md: facts read at v1.13.4 and v1.16.2; the
+// v1.14 and v1.15 controllers send one of the two shapes of each call, and
+// both are accepted).
+const (
+	v113 = "v1.13"
+	v114 = "v1.14"
+	v115 = "v1.15"
+	v116 = "v1.16"
+)
+
+var allVersions = []string{v113, v114, v115, v116}
+
+func fip(eip, in string) nat.Object {
+	return nat.Object{UID: "compat-fip-" + eip, Kind: nat.KindFIP, FIP: &nat.FIP{EIP: a(eip), InternalIP: a(in)}}
+}
+
+func dnatObj(eip string, port uint16, proto nat.Protocol, in string, inPort uint16) nat.Object {
+	return nat.Object{UID: DNATUID(a(eip), proto, port), Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: a(eip), Protocol: proto, ExternalPort: port, InternalIP: a(in), InternalPort: inPort}}
+}
+
+func snatObj(eip, cidr string, random bool) nat.Object {
+	return nat.Object{UID: SNATUID(a(eip), pfx(cidr)), Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: a(eip), InternalCIDR: pfx(cidr), RandomFully: random}}
+}
+
+func presence(p Presence, objs ...nat.Object) map[string]Presence {
+	m := map[string]Presence{}
+	for _, o := range objs {
+		m[o.UID] = p
+	}
+	return m
+}
+
+// TestContractFormats: every subcommand in every call shape the controllers
+// of v1.13 to v1.16 send (the contract file's table), as the controller
+// builds the argument list, parses to the plan natgw carries out.
+func TestContractFormats(t *testing.T) {
+	f10, d11, s12 := fip("192.0.2.10", "198.51.100.10"), dnatObj("192.0.2.11", 8080, nat.TCP, "198.51.100.11", 80), snatObj("192.0.2.12", "198.51.100.0/24", true)
 	tests := []struct {
-		name string
-		op   string
-		args []string
-		want Plan
+		versions []string
+		name     string
+		op       string
+		args     []string
+		want     Plan
 	}{
-		{"init v1.13 service cidr", "init", []string{"10.96.0.0/12,198.51.100.1"}, Plan{Apply: []nat.Object{
-			route("compat-route-10.96.0.0-12", "10.96.0.0/12", "198.51.100.1", nat.DeviceInternal)}}},
-		{"init no rules", "init", nil, Plan{}},
-		{"init interface names", "init", []string{"eth0,net1"}, Plan{}},
-		{"subnet routes, several per call", "subnet-route-add", []string{"10.0.1.0/24,198.51.100.1", "10.0.2.0/24,198.51.100.1"}, Plan{Apply: []nat.Object{
+		{allVersions, "init without rules (trailing blank)", "init", []string{""}, Plan{Init: true}},
+		{[]string{v116}, "init with VPC_IFACE,EXT_IFACE (non-primary CNI)", "init", []string{"net2,net1"}, Plan{Init: true, Interfaces: &Interfaces{VPC: "net2", External: "net1"}}},
+		{[]string{v116}, "init, blanks around the comma", "init", []string{"net2", ",", "net1"}, Plan{Init: true, Interfaces: &Interfaces{VPC: "net2", External: "net1"}}},
+		{allVersions, "subnet routes, several per call", "subnet-route-add", []string{"10.0.1.0/24,198.51.100.1", "10.0.2.0/24,198.51.100.1"}, Plan{Apply: []nat.Object{
 			route("compat-route-10.0.1.0-24", "10.0.1.0/24", "198.51.100.1", nat.DeviceInternal),
 			route("compat-route-10.0.2.0-24", "10.0.2.0/24", "198.51.100.1", nat.DeviceInternal)}}},
-		{"subnet route del", "subnet-route-del", []string{"10.0.1.0/24"}, Plan{Delete: []string{"compat-route-10.0.1.0-24"}}},
-		{"ext subnet route", "ext-subnet-route-add", []string{"192.0.2.0/24,192.0.2.1"}, Plan{Apply: []nat.Object{defRoute}}},
-		{"ext subnet route del is a no-op", "ext-subnet-route-del", []string{"192.0.2.0/24"}, Plan{}},
-		{"eip add", "eip-add", []string{"192.0.2.10/24,192.0.2.1"}, Plan{Apply: []nat.Object{eipObj("192.0.2.10", 24, nil), defRoute}}},
-		{"two eips share the default route", "eip-add", []string{"192.0.2.10/24,192.0.2.1", "192.0.2.11/24,192.0.2.1"}, Plan{Apply: []nat.Object{
-			eipObj("192.0.2.10", 24, nil), defRoute, eipObj("192.0.2.11", 24, nil)}}},
-		{"eip without length", "eip-add", []string{"192.0.2.10,192.0.2.1"}, Plan{Apply: []nat.Object{eipObj("192.0.2.10", 32, nil), defRoute}}},
-		{"eip del", "eip-del", []string{"192.0.2.10/24", "192.0.2.11"}, Plan{Delete: []string{"compat-eip-192.0.2.10", "compat-eip-192.0.2.11"}}},
-		{"fip add (eip may carry a length)", "floating-ip-add", []string{"192.0.2.10/24,198.51.100.10"}, Plan{Apply: []nat.Object{
-			{UID: "compat-fip-192.0.2.10", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: a("192.0.2.10"), InternalIP: a("198.51.100.10")}}}}},
-		{"fip del with internal ip", "floating-ip-del", []string{"192.0.2.10,198.51.100.10"}, Plan{Delete: []string{"compat-fip-192.0.2.10"}}},
-		{"fip del eip only (newer controllers)", "floating-ip-del", []string{"192.0.2.10"}, Plan{Delete: []string{"compat-fip-192.0.2.10"}}},
-		{"fip del stateless form", "floating-ip-del", []string{"192.0.2.10,"}, Plan{Delete: []string{"compat-fip-192.0.2.10"}}},
-		{"dnat add", "dnat-add", []string{"192.0.2.11,8080,TCP,198.51.100.11,80"}, Plan{Apply: []nat.Object{
-			{UID: "compat-dnat-192.0.2.11-tcp-8080", Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: a("192.0.2.11"), Protocol: nat.TCP, ExternalPort: 8080, InternalIP: a("198.51.100.11"), InternalPort: 80}}}}},
-		{"dnat del full rule", "dnat-del", []string{"192.0.2.11,8080,tcp,198.51.100.11,80"}, Plan{Delete: []string{"compat-dnat-192.0.2.11-tcp-8080"}}},
-		{"dnat del identity triplet", "dnat-del", []string{"192.0.2.11,53,udp"}, Plan{Delete: []string{"compat-dnat-192.0.2.11-udp-53"}}},
-		{"snat add random fully", "snat-add", []string{"192.0.2.12,198.51.100.0/24,--random-fully"}, Plan{Apply: []nat.Object{
-			{UID: "compat-snat-192.0.2.12-198.51.100.0-24", Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: a("192.0.2.12"), InternalCIDR: pfx("198.51.100.0/24"), RandomFully: true}}}}},
-		{"snat add single ip", "snat-add", []string{"192.0.2.12,198.51.100.7"}, Plan{Apply: []nat.Object{
-			{UID: "compat-snat-192.0.2.12-198.51.100.7-32", Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: a("192.0.2.12"), InternalCIDR: pfx("198.51.100.7/32")}}}}},
-		{"snat del", "snat-del", []string{"192.0.2.12,198.51.100.0/24"}, Plan{Delete: []string{"compat-snat-192.0.2.12-198.51.100.0-24"}}},
-		{"rules split on whitespace like the script", "floating-ip-del", []string{"192.0.2.10 192.0.2.11"}, Plan{Delete: []string{"compat-fip-192.0.2.10", "compat-fip-192.0.2.11"}}},
-		{"duplicate deletes collapse", "eip-del", []string{"192.0.2.10", "192.0.2.10/24"}, Plan{Delete: []string{"compat-eip-192.0.2.10"}}},
-		{"ingress qos", "eip-ingress-qos-add", []string{"192.0.2.10,1,10,5"}, Plan{QoS: []QoSChange{{EIP: a("192.0.2.10"), Direction: Ingress, RateMbps: 10, BurstMbit: 5}}}},
-		{"egress qos without burst", "eip-egress-qos-add", []string{"192.0.2.10/24,2,20"}, Plan{QoS: []QoSChange{{EIP: a("192.0.2.10"), Direction: Egress, RateMbps: 20}}}},
-		{"qos del", "eip-egress-qos-del", []string{"192.0.2.10"}, Plan{QoS: []QoSChange{{EIP: a("192.0.2.10"), Direction: Egress, Remove: true}}}},
-		{"version", "get-iptables-version", nil, Plan{PrintVersion: true}},
+		{allVersions, "subnet route del", "subnet-route-del", []string{"10.0.1.0/24"}, Plan{Delete: []string{"compat-route-10.0.1.0-24"}, MustExist: []string{"compat-route-10.0.1.0-24"}}},
+		{allVersions, "eip add EIP/LEN", "eip-add", []string{"192.0.2.10/24"}, Plan{Apply: []nat.Object{eipObj("192.0.2.10", 24, nil)}, DefaultRouteFromEnv: true}},
+		{allVersions, "eip del EIP/LEN", "eip-del", []string{"192.0.2.10/24"}, Plan{Delete: []string{"compat-eip-192.0.2.10"}}},
+		{allVersions, "ingress qos, burst in MB", "eip-ingress-qos-add", []string{"192.0.2.10,1,10,5"}, Plan{QoS: []QoSChange{{EIP: a("192.0.2.10"), Direction: Ingress, RateMbps: 10, BurstMbit: 42}}}},
+		{allVersions, "egress qos, decimal burst", "eip-egress-qos-add", []string{"192.0.2.10,2,20,1.5"}, Plan{QoS: []QoSChange{{EIP: a("192.0.2.10"), Direction: Egress, RateMbps: 20, BurstMbit: 13}}}},
+		{allVersions, "egress qos, decimal rate that is whole", "eip-egress-qos-add", []string{"192.0.2.10,2,20.0,0"}, Plan{QoS: []QoSChange{{EIP: a("192.0.2.10"), Direction: Egress, RateMbps: 20}}}},
+		{allVersions, "ingress qos del", "eip-ingress-qos-del", []string{"192.0.2.10"}, Plan{QoS: []QoSChange{{EIP: a("192.0.2.10"), Direction: Ingress, Remove: true}}}},
+		{allVersions, "egress qos del", "eip-egress-qos-del", []string{"192.0.2.10"}, Plan{QoS: []QoSChange{{EIP: a("192.0.2.10"), Direction: Egress, Remove: true}}}},
+		{allVersions, "fip add", "floating-ip-add", []string{"192.0.2.10,198.51.100.10"}, Plan{Apply: []nat.Object{f10}, IfPresent: presence(Refuse, f10)}},
+		{[]string{v113, v114, v115}, "fip del EIP,INTERNAL_IP", "floating-ip-del", []string{"192.0.2.10,198.51.100.10"}, Plan{Delete: []string{"compat-fip-192.0.2.10"}}},
+		{[]string{v116}, "fip del EIP", "floating-ip-del", []string{"192.0.2.10"}, Plan{Delete: []string{"compat-fip-192.0.2.10"}}},
+		{allVersions, "dnat add", "dnat-add", []string{"192.0.2.11,8080,tcp,198.51.100.11,80"}, Plan{Apply: []nat.Object{d11}, IfPresent: presence(Refuse, d11)}},
+		{[]string{v113, v114, v115}, "dnat del, five fields", "dnat-del", []string{"192.0.2.11,8080,tcp,198.51.100.11,80"}, Plan{Delete: []string{"compat-dnat-192.0.2.11-tcp-8080"}}},
+		{[]string{v116}, "dnat del, identity triplet", "dnat-del", []string{"192.0.2.11,53,udp"}, Plan{Delete: []string{"compat-dnat-192.0.2.11-udp-53"}}},
+		{allVersions, "snat add --random-fully (iptables above 1.6.2)", "snat-add", []string{"192.0.2.12,198.51.100.0/24,--random-fully"}, Plan{Apply: []nat.Object{s12}, IfPresent: presence(Keep, s12)}},
+		{allVersions, "snat add", "snat-add", []string{"192.0.2.12,198.51.100.7"}, Plan{Apply: []nat.Object{snatObj("192.0.2.12", "198.51.100.7/32", false)}, IfPresent: presence(Keep, snatObj("192.0.2.12", "198.51.100.7/32", false))}},
+		{allVersions, "snat del", "snat-del", []string{"192.0.2.12,198.51.100.0/24"}, Plan{Delete: []string{"compat-snat-192.0.2.12-198.51.100.0-24"}}},
+		{allVersions, "get-iptables-version (no trailing blank)", "get-iptables-version", nil, Plan{PrintVersion: true}},
 	}
+	seen := map[string]map[string]bool{}
 	for _, tt := range tests {
+		for _, v := range tt.versions {
+			if seen[v] == nil {
+				seen[v] = map[string]bool{}
+			}
+			seen[v][tt.op] = true
+		}
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := Parse(tt.op, tt.args)
 			if err != nil {
@@ -84,6 +117,75 @@ func TestParse(t *testing.T) {
 			}
 		})
 	}
+	// Every subcommand the controllers send is covered for every version
+	// (gateway-wide QoS: TestGatewayQoS).
+	for _, v := range allVersions {
+		for _, op := range Ops {
+			if op == OpQoSAdd || op == OpQoSDel {
+				continue
+			}
+			if !seen[v][op] {
+				t.Errorf("%s: no row for %s", v, op)
+			}
+		}
+	}
+}
+
+// TestParseMore: the script's word splitting and other shapes.
+func TestParseMore(t *testing.T) {
+	tests := []struct {
+		name string
+		op   string
+		args []string
+		want Plan
+	}{
+		{"rules split on whitespace like the script", "floating-ip-del", []string{"192.0.2.10 192.0.2.11"}, Plan{Delete: []string{"compat-fip-192.0.2.10", "compat-fip-192.0.2.11"}}},
+		{"duplicate deletes collapse", "eip-del", []string{"192.0.2.10", "192.0.2.10/24"}, Plan{Delete: []string{"compat-eip-192.0.2.10"}}},
+		{"eip without length is a /32", "eip-add", []string{"192.0.2.10"}, Plan{Apply: []nat.Object{eipObj("192.0.2.10", 32, nil)}, DefaultRouteFromEnv: true}},
+		{"two eips in one call", "eip-add", []string{"192.0.2.10/24", "192.0.2.11/24"}, Plan{Apply: []nat.Object{eipObj("192.0.2.10", 24, nil), eipObj("192.0.2.11", 24, nil)}, DefaultRouteFromEnv: true}},
+		{"protocol in capitals", "dnat-del", []string{"192.0.2.11,53,UDP"}, Plan{Delete: []string{"compat-dnat-192.0.2.11-udp-53"}}},
+		{"fip del stateless form", "floating-ip-del", []string{"192.0.2.10,"}, Plan{Delete: []string{"compat-fip-192.0.2.10"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Parse(tt.op, tt.args)
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			tt.want.Op = tt.op
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("Parse(%s %q)\n got %+v\nwant %+v", tt.op, tt.args, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestGatewayQoS: qos-add's 9 fields and qos-del's 7 (or 9) are read with
+// u32 and matchall semantics; a well-formed rule is refused with
+// ErrGatewayQoS's message, a malformed one names its field.
+func TestGatewayQoS(t *testing.T) {
+	tests := []struct {
+		op, rule, field, want string
+	}{
+		{"qos-add", "egress,net1,2,u32,ip,dst,192.168.1.1/32,25,25", "", "not implemented"},
+		{"qos-add", "ingress,net1,3,matchall,,,,30,1.5", "", "not implemented"},
+		{"qos-del", "egress,net1,2,u32,ip,src,192.168.1.1/32", "", "not implemented"},
+		{"qos-del", "egress,net1,3,matchall,,,", "", "not implemented"},
+		{"qos-add", "sideways,net1,2,u32,ip,dst,192.168.1.1/32,25,25", "direction", "ingress or egress"},
+		{"qos-add", "egress,net1,2,u32,ip,up,192.168.1.1/32,25,25", "matchDirection", "src or dst"},
+		{"qos-add", "egress,net1,2,u32,ip,dst,192.168.1.300/32,25,25", "cidr", "CIDR"},
+		{"qos-add", "egress,net1,3,matchall,ip,,,30,30", "matchType", "empty for matchall"},
+		{"qos-add", "egress,net1,3,flower,,,,30,30", "classifier", "u32 or matchall"},
+		{"qos-add", "egress,net1,3,matchall,,,,fast,30", "rate", "decimal"},
+		{"qos-add", "egress,net1,3,matchall,,,,30", "", "want 9"},
+	}
+	for _, tt := range tests {
+		_, err := Parse(tt.op, []string{tt.rule})
+		var ae *ArgError
+		if !errors.As(err, &ae) || ae.Field != tt.field || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Parse(%s %q) = %v, want field %q mentioning %q", tt.op, tt.rule, err, tt.field, tt.want)
+		}
+	}
 }
 
 func TestParseErrors(t *testing.T) {
@@ -95,21 +197,28 @@ func TestParseErrors(t *testing.T) {
 		want  string
 	}{
 		{"explode", nil, -1, "", "unknown subcommand"},
-		{"qos-add", []string{"ingress,net1,1,matchall"}, -1, "", "unknown subcommand"},
+		{"ext-subnet-route-add", []string{"192.0.2.0/24,192.0.2.1"}, -1, "", "unknown subcommand"},
 		{"floating-ip-add", []string{"192.0.2.10"}, 0, "", "want 2 comma-separated fields"},
 		{"floating-ip-add", []string{"192.0.2.10,198.51.100.1", "192.0.2.300,198.51.100.2"}, 1, "eip", "not an IPv4 address"},
 		{"floating-ip-add", []string{"2001:db8::1,198.51.100.1"}, 0, "eip", "not an IPv4"},
+		{"floating-ip-del", []string{"192.0.2.10,bad"}, 0, "internalIP", "not an IPv4"},
 		{"dnat-add", []string{"192.0.2.11,0,tcp,198.51.100.11,80"}, 0, "externalPort", "1..65535"},
-		{"dnat-add", []string{"192.0.2.11,80,sctp,198.51.100.11,80"}, 0, "protocol", "tcp or udp"},
+		{"dnat-add", []string{"192.0.2.11,80,icmp,198.51.100.11,80"}, 0, "protocol", "want tcp"},
 		{"dnat-add", []string{"192.0.2.11,80,tcp,198.51.100.11,65536"}, 0, "internalPort", "0..65535"},
+		{"dnat-del", []string{"192.0.2.11,80,tcp,198.51.100.11"}, 0, "internalPort", "3 or 5"},
 		{"snat-add", []string{"192.0.2.12,198.51.100.0/24,--random"}, 0, "option", "--random-fully"},
 		{"snat-add", []string{"192.0.2.12,198.51.100.0/40"}, 0, "internalCIDR", "CIDR"},
-		{"eip-add", []string{"192.0.2.10/24"}, 0, "", "want 2"},
-		{"eip-add", []string{"192.0.2.10/24,192.0.2.1", "192.0.2.11/24,192.0.2.2"}, 1, "", "contradicts an earlier rule"},
+		{"eip-add", []string{"192.0.2.10/24,192.0.2.1"}, 0, "", "at most 1"},
+		{"eip-add", []string{"192.0.2.10/33"}, 0, "eip", "prefix length"},
 		{"subnet-route-add", []string{"10.0.0.0/8"}, 0, "", "want 2"},
-		{"init", []string{"10.96.0.0/12"}, 0, "nextHop", "missing next hop"},
-		{"eip-ingress-qos-add", []string{"192.0.2.10,1,0,1"}, 0, "rate", "at least 1"},
-		{"eip-ingress-qos-add", []string{"192.0.2.10,1,1.5,1"}, 0, "rate", "whole number"},
+		{"init", []string{"net1"}, 0, "", "two interface names"},
+		{"init", []string{"net1,net2,net3"}, 0, "", "two interface names"},
+		{"init", []string{"10.96.0.0/12,198.51.100.1"}, 0, "vpcInterface", "not an interface name"},
+		{"init", []string{",net1"}, 0, "vpcInterface", "empty"},
+		{"eip-ingress-qos-add", []string{"192.0.2.10,1,0,1"}, 0, "rate", "above 0"},
+		{"eip-ingress-qos-add", []string{"192.0.2.10,1,1.5,1"}, 0, "rate", "whole Mbit/s"},
+		{"eip-ingress-qos-add", []string{"192.0.2.10,1,10"}, 0, "", "want 4"},
+		{"eip-ingress-qos-add", []string{"192.0.2.10,1,10,1e3"}, 0, "burst", "decimal"},
 		{"floating-ip-add", []string{"192.0.2.10,198.51.100.1", "192.0.2.10,198.51.100.2"}, 1, "", "contradicts"},
 	}
 	for _, tt := range tests {
@@ -152,6 +261,10 @@ func TestApplyQoS(t *testing.T) {
 	if _, err := ApplyQoS(cur, []QoSChange{{EIP: a("192.0.2.99"), Direction: Ingress, RateMbps: 1}}); err == nil {
 		t.Fatal("QoS on an unknown EIP accepted")
 	}
+	// The controller deletes an EIP's QoS after the EIP: nothing to do.
+	if got, err := ApplyQoS(cur, []QoSChange{{EIP: a("192.0.2.99"), Direction: Egress, Remove: true}}); err != nil || len(got) != 0 {
+		t.Fatalf("QoS delete on a deleted EIP: %v, %v", got, err)
+	}
 }
 
 // addDel pairs each -add subcommand with the -del that undoes it.
@@ -162,15 +275,16 @@ var addDel = map[string]string{
 // FuzzParse: no input panics; every error is an *ArgError; every object is
 // valid or fails validation with a *nat.FieldError (never anything else);
 // every UID is a valid UID; and the -del of the same rules deletes exactly
-// the UIDs the -add made (the shared default route of eip-add excepted).
+// the UIDs the -add made.
 // Seeds: testdata/fuzz/FuzzParse.
 func FuzzParse(f *testing.F) {
-	f.Add("eip-add", "192.0.2.10/24,192.0.2.1")
+	f.Add("eip-add", "192.0.2.10/24")
 	f.Add("floating-ip-add", "192.0.2.10,198.51.100.10 192.0.2.11/24,198.51.100.11")
 	f.Add("dnat-add", "192.0.2.11,8080,tcp,198.51.100.11,80")
 	f.Add("snat-add", "192.0.2.12,198.51.100.0/24,--random-fully")
 	f.Add("subnet-route-add", "10.0.1.0/24,198.51.100.1")
-	f.Add("init", "10.96.0.0/12,198.51.100.1")
+	f.Add("init", "net2,net1")
+	f.Add("qos-add", "egress,net1,3,matchall,,,,30,30")
 	f.Add("eip-ingress-qos-add", "192.0.2.10,1,10,5")
 	f.Add("dnat-del", ",,,")
 	f.Fuzz(func(t *testing.T, op, arg string) {
@@ -206,9 +320,6 @@ func FuzzParse(f *testing.F) {
 		}
 		var made []string
 		for _, o := range p.Apply {
-			if op == OpEIPAdd && o.Kind == nat.KindRoute {
-				continue
-			}
 			made = append(made, o.UID)
 		}
 		if !reflect.DeepEqual(dedupe(made), d.Delete) {

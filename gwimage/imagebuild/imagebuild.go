@@ -11,10 +11,14 @@
 //	/natgw                               the binary (entrypoint: /natgw pause)
 //	/usr/local/bin/nat-gateway.sh -> /natgw   Kube-OVN script name (argv[0] dispatch)
 //	/kube-ovn/nat-gateway.sh -> /natgw        the path Kube-OVN's controller execs
-//	/bin/bash -> /natgw                       not a shell: runs only `bash -c "bash /kube-ovn/nat-gateway.sh OP RULE..."`
+//	/bin/bash, /bin/sh -> /natgw              not a shell: run only the command lines Kube-OVN uses
+//	                                          (`bash -c "bash /kube-ovn/nat-gateway.sh OP RULE..."`,
+//	                                          `sh -c "sysctl -w KEY=VALUE"`, `bash -c "sleep infinity"`)
+//	/bin/sleep, /bin/sysctl -> /natgw         the gateway pod's command and PostStart hook
 //	/tmp                                      empty, 1777
 //
-// and no shell, iptables or other tools.
+// and no shell, iptables or other tools: each link is served by natgw
+// (gwimage/cmd/natgw, multicall).
 package imagebuild
 
 import (
@@ -137,6 +141,10 @@ type entry struct {
 	data       []byte
 }
 
+// Links are the image's paths (without the leading slash) that are
+// symbolic links to /natgw.
+var Links = []string{"bin/bash", "bin/sh", "bin/sleep", "bin/sysctl", "kube-ovn/nat-gateway.sh", "usr/local/bin/nat-gateway.sh"}
+
 // layerEntries lists the layer's files in archive order.
 func layerEntries(bin []byte) []entry {
 	dir := func(n string, mode int64) entry { return entry{name: n, mode: mode, typ: tar.TypeDir} }
@@ -144,6 +152,9 @@ func layerEntries(bin []byte) []entry {
 	return []entry{
 		dir("bin/", 0o755),
 		sym("bin/bash"),
+		sym("bin/sh"),
+		sym("bin/sleep"),
+		sym("bin/sysctl"),
 		dir("kube-ovn/", 0o755),
 		sym("kube-ovn/nat-gateway.sh"),
 		{name: "natgw", mode: 0o755, typ: tar.TypeReg, data: bin},

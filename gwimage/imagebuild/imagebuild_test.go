@@ -155,14 +155,17 @@ func TestImage(t *testing.T) {
 			t.Errorf("%s: mtime %v owner %d:%d", name, h.ModTime, h.Uid, h.Gid)
 		}
 		base := filepath.Base(strings.TrimSuffix(name, "/"))
-		if base == "sh" || strings.Contains(base, "iptables") || base == "nft" || base == "busybox" {
+		if strings.Contains(base, "iptables") || base == "nft" || base == "busybox" || base == "ip" || base == "tc" {
 			t.Errorf("image holds %s", name)
 		}
 	}
 	if len(lfiles) != 1 || lfiles["natgw"] == nil {
 		t.Fatalf("regular files %v, want only natgw", keys(lfiles))
 	}
-	for _, l := range []string{"bin/bash", "kube-ovn/nat-gateway.sh", "usr/local/bin/nat-gateway.sh"} {
+	if len(links) != len(Links) {
+		t.Errorf("links %v, want %v", keys(links), Links)
+	}
+	for _, l := range Links {
 		if links[l] != "/natgw" {
 			t.Errorf("%s -> %q, want /natgw", l, links[l])
 		}
@@ -292,7 +295,7 @@ func runInRootfs(t *testing.T, files map[string][]byte, links map[string]string,
 		cmd := exec.Command("/bin/bash", args...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
 		cmd.Dir = "/"
-		cmd.Env = []string{"PATH=/usr/local/bin:/bin", "NATGW_NETNS=" + gw.GW}
+		cmd.Env = []string{"PATH=/usr/local/bin:/bin", "NATGW_NETNS=" + gw.GW, "GATEWAY_V4=" + netlab.ExtAddr.String(), "NATGW_STATE_DIR=/tmp"}
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		if err := cmd.Run(); err != nil || errb.Len() > 0 {
@@ -300,8 +303,8 @@ func runInRootfs(t *testing.T, files map[string][]byte, links map[string]string,
 		}
 		return out.String()
 	}
-	run("-c", "bash /kube-ovn/nat-gateway.sh init 10.96.0.0/12,198.51.100.254")
-	run("-c", "bash /kube-ovn/nat-gateway.sh eip-add 192.0.2.10/24,192.0.2.1")
+	run("-c", "bash /kube-ovn/nat-gateway.sh init ")
+	run("-c", "bash /kube-ovn/nat-gateway.sh eip-add 192.0.2.10/24")
 	run("-c", "bash /kube-ovn/nat-gateway.sh floating-ip-add 192.0.2.10,198.51.100.10")
 	if v := run("-c", "bash /kube-ovn/nat-gateway.sh get-iptables-version"); !strings.Contains(v, "iptables v1.8.9") {
 		t.Fatalf("get-iptables-version: %q", v)

@@ -2,19 +2,90 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"github.com/natgw/natgw/gwimage/compat"
 	"github.com/natgw/natgw/gwimage/version"
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/netns"
 )
 
 // cmdCompat is `natgw compat OP RULE...`.
 func cmdCompat(ctx context.Context, e env, g *globals, args []string) int {
 	return runCompat(ctx, e, g, args)
+}
+
+// stateDir holds what init records for later calls (the interface names), as
+// the script keeps /etc/kube-ovn/nat-gateway.env: in the container's
+// filesystem, so a new pod starts without it and the controller's init
+// writes it again. $NATGW_STATE_DIR overrides it (tests).
+func stateDir() string { return envOr("NATGW_STATE_DIR", "/etc/natgw") }
+
+// interfacesFile is where init with "VPC_IFACE,EXT_IFACE" records them.
+func interfacesFile() string { return filepath.Join(stateDir(), "interfaces") }
+
+// loadInterfaces sets g's interface names from the file init wrote, if any.
+func loadInterfaces(g *globals) error {
+	b, err := os.ReadFile(interfacesFile())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the interfaces init recorded: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), "=")
+		switch k {
+		case "VPC_INTERFACE":
+			g.intIface = v
+		case "EXTERNAL_INTERFACE":
+			g.extIface = v
+		}
+	}
+	return nil
+}
+
+// saveInterfaces records init's interface names; nil removes the record
+// (init without names goes back to the defaults, as the script's does).
+func saveInterfaces(in *compat.Interfaces) error {
+	if in == nil {
+		if err := os.Remove(interfacesFile()); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("reset interface names: %w", err)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(stateDir(), 0o755); err != nil {
+		return fmt.Errorf("record interface names: %w", err)
+	}
+	body := fmt.Sprintf("VPC_INTERFACE=%s\nEXTERNAL_INTERFACE=%s\n", in.VPC, in.External)
+	tmp := interfacesFile() + ".tmp"
+	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+		return fmt.Errorf("record interface names: %w", err)
+	}
+	if err := os.Rename(tmp, interfacesFile()); err != nil {
+		return fmt.Errorf("record interface names: %w", err)
+	}
+	return nil
+}
+
+// linkExists reports whether the gateway namespace has a link named name.
+func linkExists(g *globals, name string) (bool, error) {
+	found := false
+	look := func() error {
+		_, err := net.InterfaceByName(name)
+		found = err == nil
+		return nil
+	}
+	if g.netns == "" {
+		return found, look()
+	}
+	err := netns.Do(g.netns, look)
+	return found, err
 }
 
 // runCompat carries out one nat-gateway.sh subcommand: args are OP RULE....
@@ -36,6 +107,38 @@ func runCompat(ctx context.Context, e env, g *globals, args []string) int {
 	if plan.PrintVersion {
 		fmt.Fprintln(e.stdout, compat.VersionLine(version.Version, g.dataplane))
 		return exitOK
+	}
+	if plan.DefaultRouteFromEnv {
+		if gw := os.Getenv("GATEWAY_V4"); gw != "" {
+			o, err := compat.DefaultRouteObject(gw)
+			if err != nil {
+				fmt.Fprintf(e.stderr, "natgw: %v\n", err)
+				return exitUsage
+			}
+			plan.Apply = append(plan.Apply, o)
+		}
+	}
+	if plan.Init {
+		if in := plan.Interfaces; in != nil {
+			for _, name := range []string{in.VPC, in.External} {
+				ok, err := linkExists(g, name)
+				if err == nil && !ok {
+					err = fmt.Errorf("interface %q not found", name)
+				}
+				if err != nil {
+					fmt.Fprintf(e.stderr, "natgw: init: %v\n", err)
+					return exitFail
+				}
+			}
+		}
+		if err := saveInterfaces(plan.Interfaces); err != nil {
+			fmt.Fprintf(e.stderr, "natgw: init: %v\n", err)
+			return exitFail
+		}
+	}
+	if err := loadInterfaces(g); err != nil {
+		fmt.Fprintf(e.stderr, "natgw: %s: %v\n", op, err)
+		return exitFail
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
@@ -62,8 +165,27 @@ func runCompat(ctx context.Context, e env, g *globals, args []string) int {
 func carryOut(ctx context.Context, dp nat.Dataplane, plan compat.Plan) error {
 	switch {
 	case len(plan.Apply) > 0:
-		return dp.Apply(ctx, plan.Apply...)
+		apply, err := resolvePresence(ctx, dp, plan)
+		if err != nil || len(apply) == 0 {
+			return err
+		}
+		return dp.Apply(ctx, apply...)
 	case len(plan.Delete) > 0:
+		if len(plan.MustExist) > 0 {
+			cur, err := dp.List(ctx)
+			if err != nil {
+				return err
+			}
+			have := map[string]bool{}
+			for _, o := range cur {
+				have[o.UID] = true
+			}
+			for _, uid := range plan.MustExist {
+				if !have[uid] {
+					return fmt.Errorf("%s: not programmed (nothing to delete)", uid)
+				}
+			}
+		}
 		return dp.Delete(ctx, plan.Delete...)
 	case len(plan.QoS) > 0:
 		cur, err := dp.List(ctx)
@@ -71,7 +193,7 @@ func carryOut(ctx context.Context, dp nat.Dataplane, plan compat.Plan) error {
 			return err
 		}
 		changed, err := compat.ApplyQoS(cur, plan.QoS)
-		if err != nil {
+		if err != nil || len(changed) == 0 {
 			return err
 		}
 		return dp.Apply(ctx, changed...)
@@ -79,58 +201,31 @@ func carryOut(ctx context.Context, dp nat.Dataplane, plan compat.Plan) error {
 	return nil
 }
 
-// runBashShim stands in for /bin/bash in the image, which has no shell: the
-// Kube-OVN controller execs `/bin/bash -c "bash /kube-ovn/nat-gateway.sh OP
-// RULE..."` (its init container too) and runs the gateway container as
-// `bash -c "while true; do sleep 10000; done"`. The shim accepts exactly
-// these: a nat-gateway.sh command line (with or without the inner "bash", or
-// the script path and arguments given directly), split on blanks and run
-// in-process; the keep-alive loop (or `sleep infinity`), served as `natgw
-// pause`. Anything else is refused: it is not a shell.
-func runBashShim(ctx context.Context, e env, args []string) int {
-	if isKeepAlive(args) {
-		g := defaultGlobals()
-		return cmdPause(ctx, e, &g, nil)
+// resolvePresence drops the objects of plan.Apply that are already
+// programmed and must be kept, and fails when one must not be replaced.
+func resolvePresence(ctx context.Context, dp nat.Dataplane, plan compat.Plan) ([]nat.Object, error) {
+	if len(plan.IfPresent) == 0 {
+		return plan.Apply, nil
 	}
-	words, err := shimWords(args)
+	cur, err := dp.List(ctx)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "natgw (bash shim): %v\n", err)
-		return 127
+		return nil, err
 	}
-	g := defaultGlobals()
-	return runCompat(ctx, e, &g, words)
-}
-
-// keepAlive matches the container commands that only keep a container
-// alive: the controller's gateway pod runs `bash -c "while true; do sleep
-// 10000; done"`.
-var keepAlive = regexp.MustCompile(`^(while (true|:); do sleep [0-9]+; done|sleep infinity)$`)
-
-// isKeepAlive reports whether the shim was asked for a keep-alive loop,
-// which it serves as `natgw pause`.
-func isKeepAlive(args []string) bool {
-	return len(args) == 2 && args[0] == "-c" && keepAlive.MatchString(strings.Join(strings.Fields(args[1]), " "))
-}
-
-// shimWords returns OP RULE... of a command line the bash shim accepts.
-func shimWords(args []string) ([]string, error) {
-	var words []string
-	switch {
-	case len(args) == 2 && args[0] == "-c":
-		if strings.ContainsAny(args[1], "'\"`$;&|<>(){}*?[]\\!#~=") {
-			return nil, fmt.Errorf("not a shell: refusing %q (only `[bash] .../nat-gateway.sh OP RULE...` runs)", args[1])
+	byUID := make(map[string]nat.Object, len(cur))
+	for _, o := range cur {
+		byUID[o.UID] = o
+	}
+	var out []nat.Object
+	for _, o := range plan.Apply {
+		old, ok := byUID[o.UID]
+		switch {
+		case !ok || old.Equal(o):
+		case plan.IfPresent[o.UID] == compat.Keep:
+			continue
+		case plan.IfPresent[o.UID] == compat.Refuse:
+			return nil, fmt.Errorf("%s is already programmed as %q; remove it first", o.UID, old.String())
 		}
-		words = strings.Fields(args[1])
-	case len(args) >= 1 && !strings.HasPrefix(args[0], "-"):
-		words = args
-	default:
-		return nil, fmt.Errorf("not a shell: only `bash -c \"bash /kube-ovn/nat-gateway.sh OP RULE...\"` runs, got %q", args)
+		out = append(out, o)
 	}
-	if len(words) > 0 && words[0] == "bash" {
-		words = words[1:]
-	}
-	if len(words) < 2 || filepath.Base(words[0]) != "nat-gateway.sh" {
-		return nil, fmt.Errorf("not a shell: only nat-gateway.sh runs, got %q", strings.Join(words, " "))
-	}
-	return words[1:], nil
+	return out, nil
 }

@@ -32,7 +32,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -65,12 +64,8 @@ type env struct {
 // run dispatches on the program name, then on the subcommand.
 func run(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	e := env{stdin: stdin, stdout: stdout, stderr: stderr}
-	switch filepath.Base(argv[0]) {
-	case "nat-gateway.sh":
-		g := defaultGlobals()
-		return runCompat(ctx, e, &g, argv[1:])
-	case "bash":
-		return runBashShim(ctx, e, argv[1:])
+	if code, ok := multicall(ctx, e, argv); ok {
+		return code
 	}
 	g := defaultGlobals()
 	fs := flag.NewFlagSet("natgw", flag.ContinueOnError)

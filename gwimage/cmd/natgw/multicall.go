@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The image has no shell and no userland: the programs Kube-OVN's pod specs
+// and controller run in a pod of the gateway image are links to natgw, which
+// dispatches on its program name (see multicall). Each accepts exactly the
+// forms upstream uses and refuses anything else with a message on stderr.
+//
+//	nat-gateway.sh OP RULE...     natgw compat
+//	bash|sh -c "LINE"             LINE one of: [bash ]/…/nat-gateway.sh OP RULE...;
+//	                              sleep infinity | while true; do sleep N; done;
+//	                              sysctl -w KEY=VALUE...
+//	sleep infinity|DURATION       the container command of the gateway pod
+//	sysctl [-w] KEY[=VALUE]...    the v1.16 PostStart hook (through sh -c)
+
+// multicall runs argv when its program name is one of the image's links;
+// ok is false for any other name (natgw itself).
+func multicall(ctx context.Context, e env, argv []string) (code int, ok bool) {
+	args := argv[1:]
+	switch filepath.Base(argv[0]) {
+	case "nat-gateway.sh":
+		g := defaultGlobals()
+		return runCompat(ctx, e, &g, args), true
+	case "bash", "sh":
+		return runShellShim(ctx, e, args), true
+	case "sleep":
+		return runSleep(ctx, e, args), true
+	case "sysctl":
+		return runSysctl(e, args), true
+	}
+	return 0, false
+}
+
+// exitNotFound is a shell's exit status for a command it cannot run.
+const exitNotFound = 127
+
+// runShellShim stands in for /bin/bash and /bin/sh: it runs the command
+// lines upstream's pods and controller use (see multicall) without a shell.
+func runShellShim(ctx context.Context, e env, args []string) int {
+	if isKeepAlive(args) {
+		g := defaultGlobals()
+		return cmdPause(ctx, e, &g, nil)
+	}
+	if len(args) == 2 && args[0] == "-c" {
+		if words := strings.Fields(args[1]); len(words) > 0 && words[0] == "sysctl" && !strings.ContainsAny(args[1], shellMeta) {
+			return runSysctl(e, words[1:])
+		}
+	}
+	words, err := shimWords(args)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "natgw (shell shim): %v\n", err)
+		return exitNotFound
+	}
+	g := defaultGlobals()
+	return runCompat(ctx, e, &g, words)
+}
+
+// shellMeta are the characters that would make a command line more than
+// words separated by blanks.
+const shellMeta = "'\"`$;&|<>(){}*?[]\\!#~"
+
+// keepAlive matches the container commands that only keep a container
+// alive: `sleep infinity` and `while true; do sleep N; done`.
+var keepAlive = regexp.MustCompile(`^(while (true|:); do sleep [0-9]+; done|sleep infinity)$`)
+
+// isKeepAlive reports whether the shim was asked for a keep-alive loop,
+// which it serves as `natgw pause`.
+func isKeepAlive(args []string) bool {
+	return len(args) == 2 && args[0] == "-c" && keepAlive.MatchString(strings.Join(strings.Fields(args[1]), " "))
+}
+
+// shimWords returns OP RULE... of a nat-gateway.sh command line the shim
+// accepts: `-c "[bash] PATH/nat-gateway.sh OP RULE..."` or the script path
+// and its arguments given directly.
+func shimWords(args []string) ([]string, error) {
+	var words []string
+	switch {
+	case len(args) == 2 && args[0] == "-c":
+		if strings.ContainsAny(args[1], shellMeta+"=") {
+			return nil, fmt.Errorf("not a shell: refusing %q (only `[bash] .../nat-gateway.sh OP RULE...`, `sleep infinity` and `sysctl -w KEY=VALUE` run)", args[1])
+		}
+		words = strings.Fields(args[1])
+	case len(args) >= 1 && !strings.HasPrefix(args[0], "-"):
+		words = args
+	default:
+		return nil, fmt.Errorf("not a shell: only `bash -c \"bash /kube-ovn/nat-gateway.sh OP RULE...\"` runs, got %q", args)
+	}
+	if len(words) > 0 && (words[0] == "bash" || words[0] == "sh") {
+		words = words[1:]
+	}
+	if len(words) < 2 || filepath.Base(words[0]) != "nat-gateway.sh" {
+		return nil, fmt.Errorf("not a shell: only nat-gateway.sh runs, got %q", strings.Join(words, " "))
+	}
+	return words[1:], nil
+}
+
+// runSleep is sleep(1) for one operand: "infinity" (served as natgw pause:
+// it ends on SIGTERM or SIGINT, and reaps children as PID 1) or a number of
+// seconds with an optional s, m, h or d suffix.
+func runSleep(ctx context.Context, e env, args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintf(e.stderr, "sleep: want one operand (infinity or a duration such as 10, 1.5, 2m), got %q\n", args)
+		return exitFail
+	}
+	if args[0] == "infinity" {
+		g := defaultGlobals()
+		return cmdPause(ctx, e, &g, nil)
+	}
+	d, err := parseSleep(args[0])
+	if err != nil {
+		fmt.Fprintf(e.stderr, "sleep: %v\n", err)
+		return exitFail
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	select {
+	case <-ctx.Done():
+		return 128 + int(syscall.SIGTERM)
+	case <-time.After(d):
+		return exitOK
+	}
+}
+
+// parseSleep reads sleep(1)'s NUMBER[SUFFIX].
+func parseSleep(s string) (time.Duration, error) {
+	unit := time.Second
+	num := s
+	if n := len(s); n > 0 {
+		switch s[n-1] {
+		case 's':
+			num = s[:n-1]
+		case 'm':
+			unit, num = time.Minute, s[:n-1]
+		case 'h':
+			unit, num = time.Hour, s[:n-1]
+		case 'd':
+			unit, num = 24*time.Hour, s[:n-1]
+		}
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v < 0 || strings.ContainsAny(num, "eEnNxX+-") || v*float64(unit) > float64(1<<62) {
+		return 0, fmt.Errorf("invalid time interval %q", s)
+	}
+	return time.Duration(v * float64(unit)), nil
+}
+
+// procSys is where sysctl reads and writes (a variable for tests).
+var procSys = "/proc/sys"
+
+// runSysctl is sysctl(8) for `-w KEY=VALUE...` and `KEY...` (read): it
+// prints "KEY = VALUE" for each, as procps does. A key is dotted
+// (net.ipv4.ip_forward) or slashed.
+func runSysctl(e env, args []string) int {
+	write := false
+	var ops []string
+	for _, a := range args {
+		switch {
+		case a == "-w":
+			write = true
+		case strings.HasPrefix(a, "-"):
+			fmt.Fprintf(e.stderr, "sysctl: option %q not supported (natgw's sysctl takes -w KEY=VALUE and KEY)\n", a)
+			return exitFail
+		default:
+			ops = append(ops, a)
+		}
+	}
+	if len(ops) == 0 {
+		fmt.Fprintln(e.stderr, "sysctl: no variables specified")
+		return exitFail
+	}
+	code := exitOK
+	for _, op := range ops {
+		key, val, set := strings.Cut(op, "=")
+		if write && !set {
+			fmt.Fprintf(e.stderr, "sysctl: %q must be of the form name=value\n", op)
+			code = exitFail
+			continue
+		}
+		if err := sysctlOne(e, key, val, set); err != nil {
+			fmt.Fprintf(e.stderr, "sysctl: %v\n", err)
+			code = exitFail
+		}
+	}
+	return code
+}
+
+func sysctlOne(e env, key, val string, set bool) error {
+	key = strings.TrimSpace(key)
+	rel := strings.ReplaceAll(key, ".", "/")
+	if key == "" || strings.Contains(rel, "..") || strings.HasPrefix(rel, "/") {
+		return fmt.Errorf("cannot stat %q: invalid key", key)
+	}
+	p := filepath.Join(procSys, rel)
+	if set {
+		if err := os.WriteFile(p, []byte(strings.TrimSpace(val)+"\n"), 0o644); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("cannot stat %s: No such file or directory", p)
+			}
+			return fmt.Errorf("setting key %q: %w", key, err)
+		}
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("cannot stat %s: No such file or directory", p)
+		}
+		return fmt.Errorf("reading key %q: %w", key, err)
+	}
+	fmt.Fprintf(e.stdout, "%s = %s\n", key, strings.TrimSpace(string(b)))
+	return nil
+}
