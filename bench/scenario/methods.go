@@ -27,7 +27,7 @@ type Programmer interface {
 
 // Method names a Programmer for the report and opens it on a gateway.
 type Method struct {
-	Key   string // "a".."f"
+	Key   string // "a", "a1", "b".."f"
 	Label string
 	// Exec marks methods that exec processes per operation (their cost
 	// grows with the table; they get fewer repetitions at big sizes).
@@ -89,20 +89,27 @@ func openScript(v scriptVariant) func(context.Context, *Env, *netlab.Gateway) (P
 // fips with one iptables-restore.
 func (p *scriptProgrammer) Preload(ctx context.Context, fips []FIP) error {
 	var b bytes.Buffer
-	b.Grow(len(fips)*110 + 256)
 	b.WriteString("*nat\n:EXCLUSIVE_DNAT - [0:0]\n:EXCLUSIVE_SNAT - [0:0]\n")
 	b.WriteString("-A PREROUTING -j EXCLUSIVE_DNAT\n-A POSTROUTING -j EXCLUSIVE_SNAT\n")
-	for _, f := range fips {
-		fmt.Fprintf(&b, "-A EXCLUSIVE_DNAT -d %s/32 -j DNAT --to-destination %s\n", f.EIP, f.Internal)
-	}
-	for _, f := range fips {
-		fmt.Fprintf(&b, "-A EXCLUSIVE_SNAT -s %s/32 -j SNAT --to-source %s\n", f.Internal, f.EIP)
-	}
+	writeFIPChains(&b, fips)
 	b.WriteString("COMMIT\n")
 	if _, err := run(ctx, p.ns, &b, nil, p.v.restore, "-w"); err != nil {
 		return fmt.Errorf("preload %d fips: %w", len(fips), err)
 	}
 	return nil
+}
+
+// writeFIPChains writes fips as iptables-restore lines of the
+// EXCLUSIVE_DNAT and EXCLUSIVE_SNAT chains, in the form upstream's script
+// appends them.
+func writeFIPChains(b *bytes.Buffer, fips []FIP) {
+	b.Grow(len(fips) * 110)
+	for _, f := range fips {
+		fmt.Fprintf(b, "-A EXCLUSIVE_DNAT -d %s/32 -j DNAT --to-destination %s\n", f.EIP, f.Internal)
+	}
+	for _, f := range fips {
+		fmt.Fprintf(b, "-A EXCLUSIVE_SNAT -s %s/32 -j SNAT --to-source %s\n", f.Internal, f.EIP)
+	}
 }
 
 func (p *scriptProgrammer) op(ctx context.Context, op string, f FIP) error {
@@ -255,8 +262,9 @@ func (p *dataplaneProgrammer) Close() error { return p.dp.Close() }
 // when their backends are linked in (see backends.go).
 func s1Methods(e *Env) []Method {
 	ms := []Method{
-		{Key: "a", Label: "upstream script, iptables-legacy", Exec: true, CleansConntrack: true, Open: openScript(legacyScript)},
-		{Key: "b", Label: "upstream script, iptables-nft", Exec: true, CleansConntrack: true, Open: openScript(nftScript)},
+		{Key: "a", Label: "Kube-OVN v1.16.2 nat-gateway.sh, iptables-legacy", Exec: true, CleansConntrack: true, Open: openUpstream},
+		{Key: "a1", Label: "upstream-shaped script, iptables-legacy", Exec: true, CleansConntrack: true, Open: openScript(legacyScript)},
+		{Key: "b", Label: "upstream-shaped script, iptables-nft", Exec: true, CleansConntrack: true, Open: openScript(nftScript)},
 		{Key: "c", Label: "`nft -f` exec per op (map element pair)", Exec: true, Open: openNftCLI},
 	}
 	ms = append(ms, natgwMethods(e)...)

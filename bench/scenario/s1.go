@@ -383,10 +383,14 @@ func reportS1(e *Env, plan Plan, methods []Method, res s1Results) {
 			"methods that do not delete conntrack entries themselves have them flushed afterwards, untimed. "+
 			"The first repetitions are a warm-up and are checked: the flows must be translated after the add, gone after the delete "+
 			"(for methods that clean conntrack), and a new flow after the delete must not be translated.",
-		"Methods: (a) a bash script shaped like upstream's gateway script, written for this benchmark from DESIGN.md §1 "+
+		"Methods: (a) Kube-OVN v1.16.2's own `nat-gateway.sh` (from the Go module proxy), exec'd as kube-ovn-controller does: "+
+			"`/bin/bash -c \"bash nat-gateway.sh floating-ip-add EIP,IP\"` (add = a full `iptables-legacy-save | grep` check + two `-A`), "+
+			"`floating-ip-del EIP` (two full saves + two `-D` + `conntrack -D -d EIP`); a call with standard error output counts as failed, as the controller counts it; "+
+			"preloaded with upstream's init chain layout and N FIPs in one `iptables-legacy-restore`. "+
+			"(a1) a bash script shaped like upstream's, written for this benchmark from DESIGN.md §1 "+
 			"(`bench/scenario/nat-gateway.sh`): add = `iptables-legacy-save -t nat | grep` existence check + two `iptables-legacy -t nat -A`; "+
-			"delete = the check + two `-D` + `conntrack -D -d EIP`; one bash exec per operation, preloaded with one `iptables-legacy-restore`. "+
-			"(b) the same script on `iptables-nft`/`iptables-nft-save`. (c) one `nft -f` exec per operation adding or deleting one element pair "+
+			"delete = the check + two `-D` + `conntrack -D -d EIP`. "+
+			"(b) the shaped script on `iptables-nft`/`iptables-nft-save`. (c) one `nft -f` exec per operation adding or deleting one element pair "+
 			"in two maps (`dnat to ip daddr map`, `snat to ip saddr map`), UID comments included, no conntrack cleanup. "+
 			"(d) natgw's nftables backend in-process. (e) natgw through `natgw serve` over its pipe protocol (the binary runs in the gateway namespace). "+
 			"(f) natgw's iptables-legacy backend in-process. Processes are forked from a thread inside the namespace (no `ip netns exec` wrapper).")
@@ -577,7 +581,7 @@ func hasSize(sizes []int, n int) bool {
 }
 
 func s1Metrics(e *Env, plan Plan, methods []Method, res s1Results) {
-	base := "(a) upstream script, iptables-legacy"
+	base := "(a) Kube-OVN v1.16.2 nat-gateway.sh, iptables-legacy"
 	for _, m := range methods {
 		if !m.Ours {
 			continue

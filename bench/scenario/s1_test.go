@@ -33,7 +33,7 @@ func TestS1Tiny(t *testing.T) {
 	defer cancel()
 	e := &Env{Quick: true, OutDir: t.TempDir(), Natgw: testAgentBinary(t), Report: &report.Report{Title: "test"}}
 	methods := s1Methods(e)
-	for _, want := range []string{"a", "b", "c", "d", "e", "f"} {
+	for _, want := range []string{"a", "a1", "b", "c", "d", "e", "f"} {
 		if !hasMethod(methods, want) {
 			t.Errorf("method (%s) is missing from scenario 1", want)
 		}
