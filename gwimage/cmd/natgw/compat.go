@@ -171,6 +171,13 @@ func carryOut(ctx context.Context, dp nat.Dataplane, plan compat.Plan) error {
 		}
 		return dp.Apply(ctx, apply...)
 	case len(plan.Delete) > 0:
+		if isSNATDelete(plan) {
+			cur, err := dp.List(ctx)
+			if err != nil {
+				return err
+			}
+			return deleteWithQueue(ctx, dp, cur, plan.Delete)
+		}
 		if len(plan.MustExist) > 0 {
 			cur, err := dp.List(ctx)
 			if err != nil {
@@ -215,8 +222,12 @@ func resolvePresence(ctx context.Context, dp nat.Dataplane, plan compat.Plan) ([
 	for _, o := range cur {
 		byUID[o.UID] = o
 	}
+	apply, _, err := queueSNATs(cur, plan.Apply)
+	if err != nil {
+		return nil, err
+	}
 	var out []nat.Object
-	for _, o := range plan.Apply {
+	for _, o := range apply {
 		old, ok := byUID[o.UID]
 		switch {
 		case !ok || old.Equal(o):

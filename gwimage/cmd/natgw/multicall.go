@@ -205,7 +205,15 @@ func sysctlOne(e env, key, val string, set bool) error {
 	}
 	p := filepath.Join(procSys, rel)
 	if set {
-		if err := os.WriteFile(p, []byte(strings.TrimSpace(val)+"\n"), 0o644); err != nil {
+		// Never create: a key that is not there is an error, as in /proc/sys.
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+		if err == nil {
+			_, err = f.WriteString(strings.TrimSpace(val) + "\n")
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("cannot stat %s: No such file or directory", p)
 			}
