@@ -52,7 +52,7 @@ func TestValidate(t *testing.T) {
 		{"fip missing internal", Object{UID: "u", Kind: KindFIP, FIP: &FIP{EIP: a("192.0.2.10")}}, "fip.internalIP", ""},
 		{"fip multicast", fip("u", "224.0.0.1", "10.0.0.5"), "fip.eip", "224.0.0.1"},
 		{"fip same addrs", fip("u", "10.0.0.5", "10.0.0.5"), "fip.internalIP", "10.0.0.5"},
-		{"dnat bad proto", dnat("u", "192.0.2.10", "sctp", 80, "10.0.0.5", 80), "dnat.protocol", "sctp"},
+		{"dnat bad proto", dnat("u", "192.0.2.10", "icmp", 80, "10.0.0.5", 80), "dnat.protocol", "icmp"},
 		{"dnat port 0", dnat("u", "192.0.2.10", UDP, 0, "10.0.0.5", 80), "dnat.externalPort", "0"},
 		{"dnat internal port 0", dnat("u", "192.0.2.10", UDP, 53, "10.0.0.5", 0), "dnat.internalPort", "0"},
 		{"snat host bits", snat("u", "192.0.2.10", "10.0.0.1/24"), "snat.internalCIDR", "10.0.0.1/24"},

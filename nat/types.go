@@ -36,17 +36,20 @@ type Protocol string
 
 // Supported DNAT protocols.
 const (
-	TCP Protocol = "tcp"
-	UDP Protocol = "udp"
+	TCP  Protocol = "tcp"
+	UDP  Protocol = "udp"
+	SCTP Protocol = "sctp"
 )
 
-// Number returns the IANA protocol number (6 or 17), or 0 if unknown.
+// Number returns the IANA protocol number (6, 17 or 132), or 0 if unknown.
 func (p Protocol) Number() uint8 {
 	switch p {
 	case TCP:
 		return 6
 	case UDP:
 		return 17
+	case SCTP:
+		return 132
 	}
 	return 0
 }

@@ -139,7 +139,7 @@ func (o Object) Validate() error {
 			return err
 		}
 		if d.Protocol.Number() == 0 {
-			return bad("dnat.protocol", string(d.Protocol), "must be tcp or udp")
+			return bad("dnat.protocol", string(d.Protocol), "must be tcp, udp or sctp")
 		}
 		if d.ExternalPort == 0 {
 			return bad("dnat.externalPort", "0", "must be 1..65535")

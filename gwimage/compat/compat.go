@@ -742,7 +742,7 @@ func (r *ruleParser) dnatKey() (netip.Addr, uint16, nat.Protocol, error) {
 	}
 	proto := nat.Protocol(strings.ToLower(s))
 	if proto.Number() == 0 {
-		return netip.Addr{}, 0, "", r.fail("protocol", s, "want tcp or udp")
+		return netip.Addr{}, 0, "", r.fail("protocol", s, "want tcp, udp or sctp")
 	}
 	return eip, port, proto, nil
 }

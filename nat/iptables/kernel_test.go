@@ -211,7 +211,7 @@ func TestKernelRefusedCallsChangeNothing(t *testing.T) {
 		{"same dnat port", []nat.Object{{UID: "dnat-x", Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: eip1, Protocol: nat.TCP, ExternalPort: 80, InternalIP: vm0, InternalPort: 81}}}, nat.ErrConflict},
 		{"batch with one invalid", []nat.Object{
 			{UID: "snat-ok", Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: eip2, InternalCIDR: netip.MustParsePrefix("198.51.100.128/25")}},
-			{UID: "dnat-bad", Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: eip2, Protocol: "sctp", ExternalPort: 1, InternalIP: vm0, InternalPort: 1}},
+			{UID: "dnat-bad", Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: eip2, Protocol: "icmp", ExternalPort: 1, InternalIP: vm0, InternalPort: 1}},
 		}, nat.ErrInvalid},
 	}
 	for _, tc := range cases {

@@ -132,7 +132,7 @@ func TestDecodeCommentRejects(t *testing.T) {
 		"uid fip eip=192.0.2.10 eip=192.0.2.11 in=10.0.0.1",
 		"uid fip in=10.0.0.1 eip=192.0.2.10", // valid fields, not canonical
 		"uid fip eip=192.0.2.10 in=192.0.2.10",
-		"uid dnat eip=192.0.2.10 proto=sctp port=1 to=10.0.0.1:1",
+		"uid dnat eip=192.0.2.10 proto=icmp port=1 to=10.0.0.1:1",
 		"uid dnat eip=192.0.2.10 proto=tcp port=70000 to=10.0.0.1:1",
 		"uid dnat eip=192.0.2.10 proto=tcp port=80 to=10.0.0.1",
 		"uid snat eip=192.0.2.10 cidr=10.0.0.1/8",

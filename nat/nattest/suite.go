@@ -208,7 +208,7 @@ func (s *suite) testInvalid(t *testing.T) {
 		bad  nat.Object
 	}{
 		{"DNAT port 0", DNAT("dnat-bad", netlab.EIP(1), nat.TCP, 0, vm2, 80)},
-		{"DNAT protocol", DNAT("dnat-bad", netlab.EIP(1), "sctp", 80, vm2, 80)},
+		{"DNAT protocol", DNAT("dnat-bad", netlab.EIP(1), "icmp", 80, vm2, 80)},
 		{"IPv6 FIP", FIP("fip-bad", addr("2001:db8::1"), vm1)},
 		{"SNAT CIDR with host bits", SNAT("snat-bad", netlab.EIP(2), prefix("198.51.100.5/24"), false)},
 		{"UID with a space", FIP("bad uid", netlab.EIP(7), vm2)},

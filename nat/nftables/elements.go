@@ -280,6 +280,8 @@ func parseElem(set string, e nft.SetElement) (uid string, obj nat.Object, err er
 			proto = nat.TCP
 		case 17:
 			proto = nat.UDP
+		case 132:
+			proto = nat.SCTP
 		default:
 			return uid, nat.Object{}, fmt.Errorf("port dnat: protocol %d", e.Key[4])
 		}
