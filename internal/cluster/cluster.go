@@ -48,7 +48,8 @@ const (
 	DefaultBase = "/var/lib/natgw-cluster"
 	// BridgeName is the pod network's bridge.
 	BridgeName = "ngwcbr0"
-	// NodeLink is the dummy link that holds the node's address.
+	// NodeLink is the link that holds the node's address (one end of a
+	// veth pair whose both ends stay on the host).
 	NodeLink = "ngwnode0"
 	// PauseImage is the self-built sandbox image (internal/cluster/images).
 	PauseImage = "docker.io/natgw/pause:0.1.0"
@@ -167,7 +168,7 @@ type Cluster struct {
 // starts the cluster, returning when the node is Ready and pods can be
 // created. On failure everything it changed is restored. SIGINT and
 // SIGTERM during the cluster's life run Down and exit.
-func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
+func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if why := Missing(cfg); why != "" {
 		return nil, errors.New("cluster: " + why)
 	}
@@ -175,7 +176,7 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &Cluster{cfg: cfg, lock: lock, stopSig: make(chan struct{})}
+	c := &Cluster{cfg: cfg, lock: lock, stopSig: make(chan struct{})}
 	if err := cleanupStale(ctx, c.logf); err != nil {
 		c.unlock()
 		return nil, err
@@ -198,7 +199,6 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 				err = errors.Join(err, fmt.Errorf("tear-down after the failed start: %w", derr))
 			}
 			err = fmt.Errorf("%w\n%s", err, tail)
-			c = nil
 		}
 	}()
 	t0 := time.Now()
@@ -420,12 +420,13 @@ func (c *Cluster) writeFiles(ctx context.Context) error {
 	return nil
 }
 
-// hostNetwork adds the node's address (a dummy link, so the node's traffic
-// stays on this host) and the kubernetes.default service's DNAT (no
+// hostNetwork adds the node's address (on a veth pair of the host's own,
+// so the node's traffic stays on this host) and the kubernetes.default service's DNAT (no
 // kube-proxy: in-cluster clients reach the API server through it).
 func (c *Cluster) hostNetwork(ctx context.Context) error {
 	steps := [][]string{
-		{"ip", "link", "add", NodeLink, "type", "dummy"},
+		{"ip", "link", "add", NodeLink, "type", "veth", "peer", "name", NodeLink + "p"}, // no dummy module on every VM kernel
+		{"ip", "link", "set", NodeLink + "p", "up"},
 		{"ip", "addr", "add", c.cfg.NodeIP + "/32", "dev", NodeLink},
 		{"ip", "link", "set", NodeLink, "up"},
 		{"iptables", "-t", "nat", "-N", svcChain},

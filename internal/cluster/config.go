@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 )
 
@@ -69,14 +70,39 @@ func (c *Cluster) cniConfig() string {
       "ipam": {
         "type": "host-local",
         "dataDir": %q,
-        "ranges": [[{"subnet": %q}]],
+        "ranges": [[{"subnet": %q, "rangeStart": %q, "rangeEnd": %q}]],
         "routes": [{"dst": "0.0.0.0/0"}]
       }
     },
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }
-`, BridgeName, c.path("cni/ipam"), c.cfg.PodCIDR)
+`, BridgeName, c.path("cni/ipam"), c.cfg.PodCIDR, c.hostAddr(2), c.hostAddr(PodRangeEnd))
+}
+
+// PodRangeEnd is the last host number host-local hands to pods; the
+// addresses above it in PodCIDR are free for hosts a test attaches to the
+// bridge (HostAddr).
+const PodRangeEnd = 199
+
+// hostAddr returns host number n of the pod CIDR (a /24).
+func (c *Cluster) hostAddr(n int) string {
+	p, err := netip.ParsePrefix(c.cfg.PodCIDR)
+	if err != nil {
+		return ""
+	}
+	b := p.Masked().Addr().As4()
+	b[3] = byte(n)
+	return netip.AddrFrom4(b).String()
+}
+
+// HostAddr returns host number n (PodRangeEnd < n < 255) of the pod CIDR, an
+// address no pod gets: for hosts a test attaches to the pod bridge.
+func (c *Cluster) HostAddr(n int) (netip.Addr, error) {
+	if n <= PodRangeEnd || n > 254 {
+		return netip.Addr{}, fmt.Errorf("cluster: host number %d outside %d..254", n, PodRangeEnd+1)
+	}
+	return netip.ParseAddr(c.hostAddr(n))
 }
 
 // kubeletConfig is the KubeletConfiguration: cgroupfs on cgroup v1, x509
