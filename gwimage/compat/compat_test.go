@@ -88,6 +88,8 @@ func TestContractFormats(t *testing.T) {
 		{allVersions, "dnat add", "dnat-add", []string{"192.0.2.11,8080,tcp,198.51.100.11,80"}, Plan{Apply: []nat.Object{d11}, IfPresent: presence(Refuse, d11)}},
 		{[]string{v113, v114, v115}, "dnat del, five fields", "dnat-del", []string{"192.0.2.11,8080,tcp,198.51.100.11,80"}, Plan{Delete: []string{"compat-dnat-192.0.2.11-tcp-8080"}}},
 		{[]string{v116}, "dnat del, identity triplet", "dnat-del", []string{"192.0.2.11,53,udp"}, Plan{Delete: []string{"compat-dnat-192.0.2.11-udp-53"}}},
+		{allVersions, "dnat add sctp", "dnat-add", []string{"192.0.2.11,9000,sctp,198.51.100.11,9000"}, Plan{Apply: []nat.Object{dnatObj("192.0.2.11", 9000, nat.SCTP, "198.51.100.11", 9000)}, IfPresent: presence(Refuse, dnatObj("192.0.2.11", 9000, nat.SCTP, "198.51.100.11", 9000))}},
+		{[]string{v116}, "dnat del sctp", "dnat-del", []string{"192.0.2.11,9000,sctp"}, Plan{Delete: []string{"compat-dnat-192.0.2.11-sctp-9000"}}},
 		{allVersions, "snat add --random-fully (iptables above 1.6.2)", "snat-add", []string{"192.0.2.12,198.51.100.0/24,--random-fully"}, Plan{Apply: []nat.Object{s12}, IfPresent: presence(Keep, s12)}},
 		{allVersions, "snat add", "snat-add", []string{"192.0.2.12,198.51.100.7"}, Plan{Apply: []nat.Object{snatObj("192.0.2.12", "198.51.100.7/32", false)}, IfPresent: presence(Keep, snatObj("192.0.2.12", "198.51.100.7/32", false))}},
 		{allVersions, "snat del", "snat-del", []string{"192.0.2.12,198.51.100.0/24"}, Plan{Delete: []string{"compat-snat-192.0.2.12-198.51.100.0-24"}}},

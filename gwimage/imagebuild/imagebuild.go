@@ -15,6 +15,7 @@
 //	                                          (`bash -c "bash /kube-ovn/nat-gateway.sh OP RULE..."`,
 //	                                          `sh -c "sysctl -w KEY=VALUE"`, `bash -c "sleep infinity"`)
 //	/bin/sleep, /bin/sysctl -> /natgw         the gateway pod's command and PostStart hook
+//	/bin/ip, /bin/iptables, /bin/ip6tables    only the VPC LB pod's init containers' forms
 //	/tmp                                      empty, 1777
 //
 // and no shell, iptables or other tools: each link is served by natgw
@@ -143,7 +144,7 @@ type entry struct {
 
 // Links are the image's paths (without the leading slash) that are
 // symbolic links to /natgw.
-var Links = []string{"bin/bash", "bin/sh", "bin/sleep", "bin/sysctl", "kube-ovn/nat-gateway.sh", "usr/local/bin/nat-gateway.sh"}
+var Links = []string{"bin/bash", "bin/ip", "bin/ip6tables", "bin/iptables", "bin/sh", "bin/sleep", "bin/sysctl", "kube-ovn/nat-gateway.sh", "usr/local/bin/nat-gateway.sh"}
 
 // layerEntries lists the layer's files in archive order.
 func layerEntries(bin []byte) []entry {
@@ -152,6 +153,9 @@ func layerEntries(bin []byte) []entry {
 	return []entry{
 		dir("bin/", 0o755),
 		sym("bin/bash"),
+		sym("bin/ip"),
+		sym("bin/ip6tables"),
+		sym("bin/iptables"),
 		sym("bin/sh"),
 		sym("bin/sleep"),
 		sym("bin/sysctl"),

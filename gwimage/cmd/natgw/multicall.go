@@ -25,6 +25,8 @@ import (
 //	                              sysctl -w KEY=VALUE...
 //	sleep infinity|DURATION       the container command of the gateway pod
 //	sysctl [-w] KEY[=VALUE]...    the v1.16 PostStart hook (through sh -c)
+//	ip [-4|-6] route replace CIDR via GW                the VPC LB pod's init containers
+//	iptables|ip6tables -t nat -I POSTROUTING -d CIDR -j MASQUERADE   (vpclb.go)
 
 // multicall runs argv when its program name is one of the image's links;
 // ok is false for any other name (natgw itself).
@@ -40,6 +42,10 @@ func multicall(ctx context.Context, e env, argv []string) (code int, ok bool) {
 		return runSleep(ctx, e, args), true
 	case "sysctl":
 		return runSysctl(e, args), true
+	case "ip":
+		return runIP(e, args), true
+	case "iptables", "ip6tables":
+		return runIptables(e, filepath.Base(argv[0]), args), true
 	}
 	return 0, false
 }
