@@ -40,13 +40,6 @@ type Source interface {
 	Absent(ctx context.Context, objs []nat.Object) ([]string, error)
 	// Dataplane returns the data plane the gateway should run.
 	Dataplane(ctx context.Context, gateway string) (string, error)
-	// ProgrammedDataplane returns the data plane the gateway was last
-	// programmed with, as recorded by RecordDataplane in a store that
-	// outlives the process ("" when unknown). It must not come from a
-	// lagging cache.
-	ProgrammedDataplane(ctx context.Context, gateway string) (string, error)
-	// RecordDataplane records that the gateway is programmed with dp.
-	RecordDataplane(ctx context.Context, gateway, dp string) error
 }
 
 // Options configure every gateway manager of a Registry.
@@ -436,65 +429,14 @@ func (g *Gateway) connect(ctx context.Context, dp string) (transport.Session, er
 		reason = "bootid"
 		g.log.Info("agent has a new boot id: syncing the desired set", "dataplane", dp, "bootID", info.BootID, "previousBootID", g.bootID)
 	}
-	emptied, settled := g.emptyPrevious(octx, dp)
-	if emptied {
-		// The previous data plane took the EIP addresses and routes
-		// that both share: start the new one from nothing.
-		reason = "dataplane"
-		if err := s.Sync(octx, nil); err != nil {
-			_ = s.Close()
-			return nil, fmt.Errorf("clear the %s data plane after emptying the previous one: %w", dp, err)
-		}
-	}
 	if err := g.converge(octx, s, dp, reason, true, reason != "connect"); err != nil {
 		_ = s.Close()
 		return nil, err
 	}
 	g.bootID = info.BootID
 	g.publish(s, dp)
-	if settled {
-		g.recordDataplane(octx, dp)
-	}
 	g.log.Info("gateway connected", "dataplane", dp, "bootID", info.BootID, "version", info.Version)
 	return s, nil
-}
-
-// emptyPrevious removes the objects of the data plane the gateway was last
-// programmed with when that is not dp (its annotation changed while the
-// gateway was unreachable, or the controller restarted with another
-// --dataplane). emptied reports that it did; settled that no other data
-// plane is left to empty (so dp may be recorded). A failure is logged and
-// the connect goes on: a gateway that cannot reach its old data plane still
-// gets its new one, and the next connect tries again.
-func (g *Gateway) emptyPrevious(ctx context.Context, dp string) (emptied, settled bool) {
-	prev, err := g.opts.Source.ProgrammedDataplane(ctx, g.cfg.Name)
-	if err != nil {
-		g.log.Error(err, "reading the data plane the gateway was last programmed with; not emptying it")
-		return false, false
-	}
-	if prev == "" || prev == dp {
-		return false, true
-	}
-	log := g.log.WithValues("from", prev, "to", dp)
-	log.Info("the gateway was last programmed with another data plane: emptying it first")
-	old, err := g.opts.Transport.Open(ctx, g.target(prev))
-	if err != nil {
-		log.Error(err, "opening the previous data plane's agent failed; its rules stay until the next connect")
-		return false, false
-	}
-	defer old.Close()
-	if err := old.Sync(ctx, nil); err != nil {
-		log.Error(err, "emptying the previous data plane failed; its rules stay until the next connect")
-		return false, false
-	}
-	return true, true
-}
-
-// recordDataplane records the data plane the gateway is programmed with.
-func (g *Gateway) recordDataplane(ctx context.Context, dp string) {
-	if err := g.opts.Source.RecordDataplane(ctx, g.cfg.Name, dp); err != nil {
-		g.log.Error(err, "recording the gateway's data plane", "dataplane", dp)
-	}
 }
 
 // serve runs the periodic work on an open session until it breaks.
@@ -696,24 +638,34 @@ func sameExcept(have, want []nat.Object, drop []string) bool {
 }
 
 // maybeSwitch moves the gateway to another data plane when the wanted one
-// differs from the running one: the old agent's objects are removed first
-// (both agents share the namespace's EIP addresses and routes, so removing
-// the old ones after the new ones were added would take those away), then
-// the new agent is synced with the desired set. Traffic to the gateway's
-// NAT rules stops for the duration of the switch. It returns the new
-// session, or nil when nothing changed.
+// differs from the running one. The new agent, when it starts, empties
+// every other data plane's natgw state in the namespace itself (package
+// nat/planes: rules, EIP addresses, routes), so the switch is: stop calls
+// (exclusive lock), open the new agent, close the old one, sync the desired
+// set on the new one. When the new agent cannot be opened the gateway stays
+// on the old one, untouched. When the sync fails the gateway is left
+// without a session and the run loop reconnects (to the wanted data plane,
+// forcing a sync on its new boot id). Traffic to the gateway's NAT rules
+// stops for the duration of the switch. It returns the new session, or nil
+// when it did not switch.
 func (g *Gateway) maybeSwitch(ctx context.Context) transport.Session {
 	want := g.wantDataplane(ctx)
 	g.mu.RLock()
-	cur, old := g.dataplane, g.sess
+	cur := g.dataplane
 	g.mu.RUnlock()
-	if old == nil || want == cur || want == "" {
+	if cur == "" || want == cur || want == "" {
 		return nil
 	}
 	log := g.log.WithValues("from", cur, "to", want)
 	log.Info("switching the gateway's data plane")
 	cctx, cancel := context.WithTimeout(ctx, g.opts.CallTimeout)
 	defer cancel()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.sess
+	if old == nil || g.dataplane != cur {
+		return nil
+	}
 	next, err := g.opts.Transport.Open(cctx, g.target(want))
 	if err != nil {
 		log.Error(err, "data plane switch: opening the new agent failed; staying")
@@ -725,30 +677,17 @@ func (g *Gateway) maybeSwitch(ctx context.Context) transport.Session {
 		_ = next.Close()
 		return nil
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if err := old.Sync(cctx, nil); err != nil {
-		log.Error(err, "data plane switch: cleaning the old data plane failed; staying")
-		_ = next.Close()
-		return nil
-	}
-	// Start the new agent from nothing so that EIP addresses and routes
-	// the old agent just removed are added again.
-	if err := next.Sync(cctx, nil); err != nil {
-		log.Error(err, "data plane switch: clearing the new data plane failed")
-	}
-	if err := g.converge(cctx, next, want, "dataplane", true, true); err != nil {
-		log.Error(err, "data plane switch: syncing the new data plane failed; going back")
-		_ = next.Close()
-		if err := g.converge(cctx, old, cur, "dataplane", true, true); err != nil {
-			log.Error(err, "data plane switch: restoring the old data plane failed")
-		}
-		return nil
-	}
+	// The new agent emptied the old data plane when it started: the old
+	// session must not program anything any more.
 	_ = old.Close()
+	g.publish(nil, "")
+	if err := g.converge(cctx, next, want, "dataplane", true, true); err != nil {
+		log.Error(err, "data plane switch: syncing the new data plane failed; reconnecting")
+		_ = next.Close()
+		return nil
+	}
 	g.bootID = info.BootID
 	g.publish(next, want)
-	g.recordDataplane(cctx, want)
 	log.Info("switched the gateway's data plane", "bootID", info.BootID)
 	return next
 }

@@ -179,6 +179,15 @@ func (t *fakeTransport) Open(_ context.Context, gw transport.Gateway) (transport
 	if !ok || t.unreachable[gw.Dataplane] {
 		return nil, fmt.Errorf("no agent for data plane %q", gw.Dataplane)
 	}
+	// natgw serve empties every other data plane's state when it
+	// starts (nat/planes).
+	for dp, other := range t.agents {
+		if dp != gw.Dataplane {
+			other.mu.Lock()
+			clear(other.objs)
+			other.mu.Unlock()
+		}
+	}
 	s := &session{a: a, done: make(chan struct{})}
 	t.open = append(t.open, s)
 	return s, nil
@@ -196,30 +205,10 @@ func (t *fakeTransport) breakSessions() {
 
 // source is the API as the manager sees it.
 type source struct {
-	mu         sync.Mutex
-	desired    []nat.Object
-	absent     map[string]bool
-	dataplane  string
-	programmed string // the recorded data plane
-}
-
-func (s *source) ProgrammedDataplane(context.Context, string) (string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.programmed, nil
-}
-
-func (s *source) RecordDataplane(_ context.Context, _, dp string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.programmed = dp
-	return nil
-}
-
-func (s *source) recorded() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.programmed
+	mu        sync.Mutex
+	desired   []nat.Object
+	absent    map[string]bool
+	dataplane string
 }
 
 func (s *source) Desired(context.Context, string) ([]nat.Object, error) {
@@ -457,8 +446,9 @@ func TestFailedDeleteForgets(t *testing.T) {
 	eventually(t, "orphan of the failed delete swept on reconnect", holds(nft, "b"))
 }
 
-// TestSwitchDataplane: when the wanted data plane changes, the old plane is
-// emptied first, then the new one gets the desired set.
+// TestSwitchDataplane: when the wanted data plane changes, the new agent
+// is opened (it empties the old data plane as it starts), the old session
+// closed and the new one gets the desired set.
 func TestSwitchDataplane(t *testing.T) {
 	nft := newAgent()
 	src := &source{desired: []nat.Object{fip("a", 1)}, dataplane: transport.DataplaneNftables}
@@ -473,45 +463,35 @@ func TestSwitchDataplane(t *testing.T) {
 	if dp := f.gw.Dataplane(); dp != transport.DataplaneIptables {
 		t.Errorf("Dataplane() = %q after the switch", dp)
 	}
-	if got := src.recorded(); got != transport.DataplaneIptables {
-		t.Errorf("recorded data plane %q after the switch", got)
-	}
 	if err := f.gw.Apply(context.Background(), fip("b", 2)); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "new objects go to iptables", holds(f.ipt, "a", "b"))
 }
 
-// TestSwitchFailsStays: when emptying the old plane fails, the gateway
-// stays on it with its objects.
+// TestSwitchFailsStays: when the new data plane's agent cannot be opened,
+// the gateway stays on the old one with its objects and keeps programming
+// there.
 func TestSwitchFailsStays(t *testing.T) {
-	nft := newAgent()
+	nft, ipt := newAgent(), newAgent()
 	src := &source{desired: []nat.Object{fip("a", 1)}, dataplane: transport.DataplaneNftables}
-	f := start(t, src, nft, 0)
+	f := startWith(t, src, nft, ipt, map[string]bool{transport.DataplaneIptables: true}, 0)
 	eventually(t, "first sync", holds(nft, "a"))
-	nft.mu.Lock()
-	nft.failOp = "sync"
-	nft.mu.Unlock()
 	src.mu.Lock()
 	src.dataplane = transport.DataplaneIptables
 	src.mu.Unlock()
 	f.reg.Kick("gw1")
-	eventually(t, "switch attempted", func() error {
-		for _, c := range nft.callLog() {
-			if c == "sync" { // the emptying sync, refused
-				return nil
-			}
-		}
-		return errors.New("no emptying sync yet")
-	})
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
 	if dp := f.gw.Dataplane(); dp != transport.DataplaneNftables {
 		t.Errorf("Dataplane() = %q, want to stay on nftables", dp)
 	}
-	if err := holds(nft, "a")(); err != nil {
+	if err := f.gw.Apply(context.Background(), fip("b", 2)); err != nil {
+		t.Fatalf("apply after the failed switch: %v", err)
+	}
+	if err := holds(nft, "a", "b")(); err != nil {
 		t.Error(err)
 	}
-	if got := f.ipt.uids(); len(got) != 0 {
+	if got := ipt.uids(); len(got) != 0 {
 		t.Errorf("iptables got %v", got)
 	}
 }
@@ -545,44 +525,20 @@ func TestNotReady(t *testing.T) {
 	})
 }
 
-// TestDataplaneChangedWhileAway: the gateway was last programmed with
-// iptables (recorded), and the controller now wants nftables (the
-// annotation changed while the gateway was unreachable, or a new
-// --dataplane): the iptables objects are removed first, nftables gets the
-// desired set, and nftables is recorded. When the old agent cannot be
-// reached, nftables is programmed anyway and iptables stays recorded, so
-// the next connect tries again.
+// TestDataplaneChangedWhileAway: iptables holds objects (the controller's
+// --dataplane changed while no controller ran); the controller connects on
+// nftables, whose agent empties iptables as it starts, and syncs the
+// desired set there. Nothing in the API says which data plane held them.
 func TestDataplaneChangedWhileAway(t *testing.T) {
-	for _, reachable := range []bool{true, false} {
-		t.Run(fmt.Sprintf("old agent reachable=%v", reachable), func(t *testing.T) {
-			nft, ipt := newAgent(), newAgent()
-			ipt.put(fip("a", 1), fip("gone", 9))
-			src := &source{desired: []nat.Object{fip("a", 1)}, programmed: transport.DataplaneIptables,
-				absent: map[string]bool{"gone": true}}
-			f := startWith(t, src, nft, ipt, map[string]bool{transport.DataplaneIptables: !reachable}, 0)
-			eventually(t, "nftables programmed", holds(nft, "a"))
-			if reachable {
-				eventually(t, "iptables emptied", holds(ipt))
-				eventually(t, "nftables recorded", func() error {
-					if got := src.recorded(); got != transport.DataplaneNftables {
-						return fmt.Errorf("recorded %q", got)
-					}
-					return nil
-				})
-				if got := nft.callLog(); len(got) < 2 || got[0] != "sync" {
-					t.Errorf("nftables calls %v: want the clearing sync first, then the desired set", got)
-				}
-			} else {
-				if err := holds(ipt, "a", "gone")(); err != nil {
-					t.Error(err)
-				}
-				if got := src.recorded(); got != transport.DataplaneIptables {
-					t.Errorf("recorded %q, want iptables kept until it is emptied", got)
-				}
-			}
-			if dp := f.gw.Dataplane(); dp != transport.DataplaneNftables {
-				t.Errorf("Dataplane() = %q", dp)
-			}
-		})
+	nft, ipt := newAgent(), newAgent()
+	ipt.put(fip("a", 1), fip("gone", 9))
+	src := &source{desired: []nat.Object{fip("a", 1)}, absent: map[string]bool{"gone": true}}
+	f := startWith(t, src, nft, ipt, nil, 0)
+	eventually(t, "nftables programmed", holds(nft, "a"))
+	if err := holds(ipt)(); err != nil {
+		t.Error(err)
+	}
+	if dp := f.gw.Dataplane(); dp != transport.DataplaneNftables {
+		t.Errorf("Dataplane() = %q", dp)
 	}
 }

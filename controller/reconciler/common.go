@@ -6,10 +6,13 @@
 //  2. Being deleted → delete by UID on the gateway(s) it was programmed on
 //     → remove the finalizer only after the gateway confirmed.
 //  3. No finalizer → add it (with the labels naming the target gateway) in
-//     one Update; if that fails (NotFound, terminating, conflict) nothing is
+//     one metadata patch with optimistic lock; if that fails (NotFound, terminating, conflict) nothing is
 //     programmed. A successful Update is the API server's word that the
 //     object exists, is not terminating and carries the finalizer, so
-//     programming follows in the same pass.
+//     programming follows in the same pass. No write sends a whole
+//     object: metadata by patch, status by patch of the fields natgw owns
+//     through the status subresource, so fields natgw's types do not know
+//     are never dropped.
 //  4. Resolve (EIP object, its gateway, its address) and validate → apply
 //     one nat.Object keyed by the object's UID (a spec update is one apply:
 //     old out, new in, in one transaction) → status (ready, conditions with
@@ -178,12 +181,12 @@ func (f *failure) result() (ctrl.Result, error) {
 	return ctrl.Result{RequeueAfter: f.requeueAfter}, nil
 }
 
-func readyCondition(gw string) metav1.Condition {
-	return metav1.Condition{Status: metav1.ConditionTrue, Reason: v1.ReasonProgrammed, Message: "programmed on gateway " + gw}
+func readyCondition(gw string) v1.Condition {
+	return v1.Condition{Status: metav1.ConditionTrue, Reason: v1.ReasonProgrammed, Message: "programmed on gateway " + gw}
 }
 
-func (f *failure) condition() metav1.Condition {
-	return metav1.Condition{Status: metav1.ConditionFalse, Reason: f.reason, Message: f.msg}
+func (f *failure) condition() v1.Condition {
+	return v1.Condition{Status: metav1.ConditionFalse, Reason: f.reason, Message: f.msg}
 }
 
 // event records a Warning Event for a failure.
@@ -204,10 +207,21 @@ func (d *Deps) patchStatus(ctx context.Context, obj, before client.Object) error
 	return nil
 }
 
+// patchMeta writes obj's metadata changes since before (finalizers,
+// labels, annotations) as one JSON merge patch carrying before's
+// resourceVersion: the API server refuses it with a conflict when the
+// object changed meanwhile (a finalizer list is replaced whole), and
+// nothing else of the object is sent, so fields natgw's types do not know
+// stay as they are.
+func (d *Deps) patchMeta(ctx context.Context, obj, before client.Object) error {
+	return d.Client.Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+}
+
 // ensureMeta makes sure obj carries the finalizer and the labels, in one
-// Update. ok false means: stop, program nothing (the object is gone or
+// metadata patch (patchMeta). ok false means: stop, program nothing (the object is gone or
 // terminating, or the update conflicted and the result says to requeue).
 func (d *Deps) ensureMeta(ctx context.Context, log logr.Logger, obj client.Object, labels map[string]string) (ok bool, res ctrl.Result, err error) {
+	before := obj.DeepCopyObject().(client.Object)
 	changed := controllerutil.AddFinalizer(obj, Finalizer)
 	added := changed
 	cur := obj.GetLabels()
@@ -224,7 +238,7 @@ func (d *Deps) ensureMeta(ctx context.Context, log logr.Logger, obj client.Objec
 		return true, ctrl.Result{}, nil
 	}
 	obj.SetLabels(cur)
-	err = d.Client.Update(ctx, obj)
+	err = d.patchMeta(ctx, obj, before)
 	switch {
 	case err == nil:
 		if added {
@@ -302,11 +316,12 @@ func (d *Deps) finishDelete(ctx context.Context, log logr.Logger, obj client.Obj
 			return ctrl.Result{}, err
 		}
 	}
+	before := obj.DeepCopyObject().(client.Object)
 	controllerutil.RemoveFinalizer(obj, Finalizer)
 	if d.RemoveUpstreamFinalizer {
 		controllerutil.RemoveFinalizer(obj, v1.Finalizer)
 	}
-	if err := d.Client.Update(ctx, obj); err != nil {
+	if err := d.patchMeta(ctx, obj, before); err != nil {
 		if apierrors.IsNotFound(err) {
 			return ctrl.Result{}, nil
 		}

@@ -120,7 +120,6 @@ func (r *eipReconciler) setStatus(ctx context.Context, e *v1.IptablesEIP, obj na
 	}
 	s := &e.Status
 	s.Nat = natKinds
-	s.ObservedGeneration = e.Generation
 	if f == nil {
 		s.Ready, s.IP, s.QoSPolicy = true, obj.EIP.Address.String(), e.Spec.QoSPolicy
 		setCondition(&s.Conditions, readyCondition(e.Spec.NatGwDp), e.Generation)

@@ -35,6 +35,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/crdtest"
 	"github.com/natgw/natgw/controller/gateway"
 	"github.com/natgw/natgw/controller/gwconfig"
 	"github.com/natgw/natgw/controller/transport"
@@ -44,13 +45,22 @@ import (
 )
 
 var (
-	envOnce    sync.Once
-	envCfg     *rest.Config
-	envErr     error
-	envSkip    string
 	natgwBin   string
 	testScheme = runtime.NewScheme()
 )
+
+// apiEnv is one envtest API server, started on first use.
+type apiEnv struct {
+	once sync.Once
+	env  *envtest.Environment
+	cfg  *rest.Config
+	err  error
+	skip string
+}
+
+// apiEnvs are the package's API servers: one with natgw's CRDs, one with
+// upstream Kube-OVN v1.16.2's (a cluster with Kube-OVN).
+var apiEnvs = map[crdtest.Set]*apiEnv{crdtest.Natgw: {}, crdtest.Upstream: {}}
 
 func init() {
 	if err := clientgoscheme.AddToScheme(testScheme); err != nil {
@@ -63,9 +73,11 @@ func init() {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if testEnv != nil {
-		if err := testEnv.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stop envtest:", err)
+	for set, a := range apiEnvs {
+		if a.env != nil {
+			if err := a.env.Stop(); err != nil {
+				fmt.Fprintf(os.Stderr, "stop envtest (%s CRDs): %v\n", set, err)
+			}
 		}
 	}
 	if natgwBin != "" {
@@ -74,33 +86,41 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var testEnv *envtest.Environment
+// apiServer starts the package's envtest API server with natgw's CRDs once.
+func apiServer(t *testing.T) *rest.Config { return apiServerFor(t, crdtest.Natgw) }
 
-// apiServer starts the package's envtest API server once. Without the
-// assets it skips, except as root in CI (make test builds them first).
-func apiServer(t *testing.T) *rest.Config {
+// apiServerFor starts the package's envtest API server with set's CRDs
+// once. Without the assets it skips, except as root in CI (make test builds
+// them first).
+func apiServerFor(t *testing.T, set crdtest.Set) *rest.Config {
 	t.Helper()
-	envOnce.Do(func() {
+	a := apiEnvs[set]
+	a.once.Do(func() {
 		assets := apitest.Assets()
-		if envSkip = apitest.Missing(assets); envSkip != "" {
+		if a.skip = apitest.Missing(assets); a.skip != "" {
 			return
 		}
-		testEnv = apitest.Environment(assets, crdDir())
-		envCfg, envErr = apitest.Start(testEnv)
-		if envErr != nil {
-			testEnv = nil
+		dir, err := crdtest.Path(context.Background(), set, crdDir())
+		if err != nil {
+			a.err = err
+			return
+		}
+		a.env = apitest.Environment(assets, dir)
+		a.cfg, a.err = apitest.Start(a.env)
+		if a.err != nil {
+			a.env = nil
 		}
 	})
-	if envSkip != "" {
+	if a.skip != "" {
 		if os.Getenv("CI") != "" && os.Geteuid() == 0 {
-			t.Fatalf("%s (required as root in CI)", envSkip)
+			t.Fatalf("%s (required as root in CI)", a.skip)
 		}
-		t.Skip("SKIP: " + envSkip)
+		t.Skip("SKIP: " + a.skip)
 	}
-	if envErr != nil {
-		t.Fatalf("start envtest: %v", envErr)
+	if a.err != nil {
+		t.Fatalf("start envtest with %s CRDs: %v", set, a.err)
 	}
-	return envCfg
+	return a.cfg
 }
 
 var buildOnce sync.Once
@@ -136,6 +156,7 @@ type env struct {
 	t         *testing.T
 	ctx       context.Context
 	c         client.Client // direct (uncached) client
+	cfg       *rest.Config
 	lab       *netlab.Lab
 	gw        *netlab.Gateway
 	gwName    string
@@ -152,12 +173,17 @@ type envOptions struct {
 	driftPeriod time.Duration
 	workers     int
 	noManager   bool
+	// crds is the CRD set of the API server (default natgw's).
+	crds crdtest.Set
 }
 
 // newEnv builds the topology and starts a controller for it.
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
-	cfg := apiServer(t)
+	if o.crds == "" {
+		o.crds = crdtest.Natgw
+	}
+	cfg := apiServerFor(t, o.crds)
 	lab := netlab.ForTest(t)
 	bin := natgwBinary(t)
 	gw, err := lab.Gateway(netlab.GatewayOptions{})
@@ -180,7 +206,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		name = name[:40]
 	}
 	name = strings.Trim(name, "-") + "-" + lab.ID()[len(lab.ID())-4:]
-	e := &env{t: t, ctx: ctx, c: c, lab: lab, gw: gw, gwName: "gw-" + name, case_: name, dataplane: o.dataplane}
+	e := &env{t: t, ctx: ctx, c: c, cfg: cfg, lab: lab, gw: gw, gwName: "gw-" + name, case_: name, dataplane: o.dataplane}
 	e.tr = &recordingTransport{inner: &transport.Local{Binary: bin, Log: testr.New(t).WithName("agent"), StopGrace: 5 * time.Second}}
 	t.Cleanup(func() {
 		e.cleanupObjects()
@@ -300,7 +326,7 @@ func (e *env) eventually(timeout time.Duration, what string, cond func() error) 
 }
 
 // readyCond returns the Ready condition of obj's status (nil if none).
-func readyOf(obj client.Object) (bool, *metav1.Condition, int64) {
+func readyOf(obj client.Object) (bool, *v1.Condition, int64) {
 	st, _ := v1.SummaryOf(obj)
 	c := st.ReadyCondition()
 	if c == nil {

@@ -1,6 +1,8 @@
 package reconciler
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -10,14 +12,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/crdtest"
 	"github.com/natgw/natgw/controller/metrics"
 	"github.com/natgw/natgw/controller/transport"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/planes"
 )
 
 // TestOrphanSweep: an object on the gateway whose owner does not exist is
@@ -178,73 +183,159 @@ func TestDataplaneSwitch(t *testing.T) {
 			}
 			return nil
 		})
-		if objs := e.kernelObjects(from); len(objs) != 0 {
-			t.Errorf("%d objects left on %s after switching to %s: %v", len(objs), from, to, objs)
+		// (natgw list would create the old data plane's table: not used.)
+		if e.holds(from) {
+			t.Errorf("%s still holds natgw state after switching to %s", from, to)
 		}
-		e.eventually(10*time.Second, "data plane recorded", func() error {
-			if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(g), g); err != nil {
-				return err
-			}
-			if g.Status.Dataplane != to {
-				return fmt.Errorf("status.dataplane %q", g.Status.Dataplane)
-			}
-			return nil
-		})
 		if _, err := e.probe(e.gw.VMs[0], netlab.EIP(11)); err != nil {
 			t.Errorf("packet after switching to %s: %v", to, err)
 		}
 	}
 }
 
-// TestDataplaneChangedWhileAway: the gateway's status says it was last
-// programmed with iptables, and its iptables chains still hold an EIP and a
-// FIP (the annotation changed, or the controller's --dataplane, while no
-// controller ran): the controller that starts on nftables empties iptables
-// first, programs nftables, records nftables, and traffic flows.
+// holds reports whether data plane dp holds natgw state (table or chains)
+// in the gateway's namespace (read without creating anything).
+func (e *env) holds(dp string) bool {
+	e.t.Helper()
+	ok, err := planes.Holds(e.ctx, dp, e.gw.Config())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ok
+}
+
+// unreachable checks that TCP from ext to eip:8080 reaches nothing (a
+// server listens on every VM).
+func (e *env) unreachable(eip netip.Addr) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	for _, vm := range e.gw.VMs {
+		srv, err := e.lab.ServeTCP(ctx, vm.NS, vm.Addr.String()+":8080")
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		defer srv.Close()
+	}
+	if r, err := netlab.Dial(ctx, e.gw.Ext.NS, eip.String()+":8080", 2*time.Second); err == nil {
+		e.t.Errorf("TCP to %s (its FIP is deleted) reaches %s", eip, r.Server)
+	}
+}
+
+// TestDataplaneChangedWhileAway: iptables holds natgw state (the
+// controller's --dataplane changed while no controller ran): an EIP and FIP
+// of live objects, and an EIP and FIP whose objects were deleted meanwhile.
+// A controller started on nftables (its agent empties iptables as it
+// starts, whatever the API says) programs the live objects on nftables;
+// nothing of iptables remains and the deleted FIP's EIP reaches nothing.
+// With and without a VpcNatGateway object, on natgw's and upstream's CRDs
+// (upstream's status has no field to record a data plane in; nothing needs
+// one).
 func TestDataplaneChangedWhileAway(t *testing.T) {
-	o := envOptions{dataplane: transport.DataplaneNftables, noManager: true}
+	for _, set := range crdtest.Sets {
+		for _, withGW := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/gateway-object=%v", set, withGW), func(t *testing.T) {
+				o := envOptions{dataplane: transport.DataplaneNftables, noManager: true, crds: set}
+				e := newEnv(t, o)
+				if withGW {
+					e.create(e.gatewayObj())
+				}
+				eip := e.eip("eip", netlab.EIP(12))
+				e.create(eip)
+				f := e.fip("fip", "eip", e.gw.VMs[0].Addr)
+				e.create(f)
+				left := []nat.Object{
+					{UID: string(eip.UID), Kind: nat.KindEIP, EIP: &nat.EIP{Address: netlab.EIP(12), PrefixLen: 24}},
+					{UID: string(f.UID), Kind: nat.KindFIP, FIP: &nat.FIP{EIP: netlab.EIP(12), InternalIP: e.gw.VMs[1].Addr}},
+					{UID: string(uuid.NewUUID()), Kind: nat.KindEIP, EIP: &nat.EIP{Address: netlab.EIP(13), PrefixLen: 24}},
+					{UID: string(uuid.NewUUID()), Kind: nat.KindFIP, FIP: &nat.FIP{EIP: netlab.EIP(13), InternalIP: e.gw.VMs[2].Addr}},
+				}
+				e.natgwCLI(transport.DataplaneIptables, "apply", left...)
+				if got, err := e.probe(e.gw.VMs[2], netlab.EIP(13)); err != nil || !strings.Contains(got, e.gw.VMs[2].NS) {
+					t.Fatalf("before: the stale FIP does not forward (%q, %v): the test proves nothing", got, err)
+				}
+
+				e.startManager(e.cfg, o)
+				e.waitReady(f)
+				if e.holds(transport.DataplaneIptables) {
+					t.Error("iptables still holds natgw state")
+				}
+				if _, ok := hasUID(e.kernelObjects(transport.DataplaneNftables), f.UID); !ok {
+					t.Error("FIP not on nftables")
+				}
+				if got, err := e.probe(e.gw.VMs[0], netlab.EIP(12)); err != nil || !strings.Contains(got, e.gw.VMs[0].NS) {
+					t.Errorf("TCP through nftables: %q, %v", got, err)
+				}
+				e.unreachable(netlab.EIP(13))
+			})
+		}
+	}
+}
+
+// TestSwitchKilled: the controller switches a gateway from nftables to
+// iptables (annotation) and is stopped at once, somewhere in the switch;
+// the FIP is deleted while no controller runs; the next controller starts
+// with --dataplane iptables. Afterwards nftables holds nothing, the live FIP
+// forwards on iptables and the deleted FIP's EIP reaches nothing. On
+// upstream's CRDs.
+func TestSwitchKilled(t *testing.T) {
+	o := envOptions{dataplane: transport.DataplaneNftables, noManager: true, crds: crdtest.Upstream}
 	e := newEnv(t, o)
+	mctx, stop := context.WithCancel(e.ctx)
+	first := *e
+	first.ctx, first.cancel = mctx, stop
+	first.startManager(e.cfg, o)
 	g := e.gatewayObj()
 	e.create(g)
-	g.Status.Dataplane = transport.DataplaneIptables
-	if err := e.c.Status().Update(e.ctx, g); err != nil {
+	for i, name := range []string{"a", "b"} {
+		eip := e.eip("eip-"+name, netlab.EIP(20+i))
+		e.create(eip)
+		f := e.fip("fip-"+name, "eip-"+name, e.gw.VMs[i].Addr)
+		e.create(f)
+		e.waitReady(f)
+	}
+	opened := e.tr.opened()
+	patch := []byte(`{"metadata":{"annotations":{"` + DataplaneAnnotation + `":"iptables"}}}`)
+	if err := e.c.Patch(e.ctx, g, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		t.Fatal(err)
 	}
-	eip := e.eip("eip", netlab.EIP(12))
-	e.create(eip)
-	f := e.fip("fip", "eip", e.gw.VMs[0].Addr)
-	e.create(f)
-	// What the iptables agent programmed before: the same EIP and FIP
-	// (their UIDs) and a FIP whose object is gone.
-	left := []nat.Object{
-		{UID: string(eip.UID), Kind: nat.KindEIP, EIP: &nat.EIP{Address: netlab.EIP(12), PrefixLen: 24}},
-		{UID: string(f.UID), Kind: nat.KindFIP, FIP: &nat.FIP{EIP: netlab.EIP(12), InternalIP: e.gw.VMs[1].Addr}},
-	}
-	e.natgwCLI(transport.DataplaneIptables, "apply", left...)
-	if n := len(e.kernelObjects(transport.DataplaneIptables)); n != len(left) {
-		t.Fatalf("iptables holds %d objects before the controller starts, want %d", n, len(left))
-	}
-
-	e.startManager(apiServer(t), o)
-	e.waitReady(f)
-	if objs := e.kernelObjects(transport.DataplaneIptables); len(objs) != 0 {
-		t.Errorf("iptables still holds %v", objs)
-	}
-	if _, ok := hasUID(e.kernelObjects(transport.DataplaneNftables), f.UID); !ok {
-		t.Error("FIP not on nftables")
-	}
-	e.eventually(10*time.Second, "nftables recorded", func() error {
-		if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(g), g); err != nil {
-			return err
-		}
-		if g.Status.Dataplane != transport.DataplaneNftables {
-			return fmt.Errorf("status.dataplane %q", g.Status.Dataplane)
+	e.eventually(30*time.Second, "the iptables agent opened", func() error {
+		if e.tr.opened() == opened {
+			return errors.New("not yet")
 		}
 		return nil
 	})
-	if _, err := e.probe(e.gw.VMs[0], netlab.EIP(12)); err != nil {
-		t.Errorf("packet through nftables: %v", err)
+	stop() // the controller dies in the middle of the switch
+	time.Sleep(200 * time.Millisecond)
+
+	gone := &v1.IptablesFIPRule{}
+	if err := e.c.Get(e.ctx, client.ObjectKey{Name: e.case_ + "-fip-b"}, gone); err != nil {
+		t.Fatal(err)
 	}
+	if err := e.c.Delete(e.ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+
+	o.dataplane = transport.DataplaneIptables
+	e.startManager(e.cfg, o)
+	e.waitGone(gone, time.Minute)
+	live := &v1.IptablesFIPRule{}
+	if err := e.c.Get(e.ctx, client.ObjectKey{Name: e.case_ + "-fip-a"}, live); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(time.Minute, "the live FIP on iptables", func() error {
+		if _, ok := hasUID(e.kernelObjects(transport.DataplaneIptables), live.UID); !ok {
+			return errors.New("not there")
+		}
+		return nil
+	})
+	if e.holds(transport.DataplaneNftables) {
+		t.Error("nftables still holds natgw state")
+	}
+	if got, err := e.probe(e.gw.VMs[0], netlab.EIP(20)); err != nil || !strings.Contains(got, e.gw.VMs[0].NS) {
+		t.Errorf("TCP through iptables: %q, %v", got, err)
+	}
+	e.unreachable(netlab.EIP(21))
 }
 
 // counterValue reads a counter.

@@ -3,7 +3,6 @@ package reconciler
 import (
 	"net/netip"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -16,7 +15,7 @@ type ruleStatus struct {
 	ready   bool
 	v4ip    string
 	gateway string
-	cond    metav1.Condition
+	cond    v1.Condition
 }
 
 // ruleKind describes one NAT rule CRD to the generic rule reconciler: one
@@ -47,7 +46,7 @@ var fipKind = ruleKind[*v1.IptablesFIPRule]{
 	build:   fipObject,
 	setStatus: func(o *v1.IptablesFIPRule, st ruleStatus) {
 		s := &o.Status
-		s.Ready, s.V4ip, s.NatGwDp, s.ObservedGeneration = st.ready, st.v4ip, st.gateway, o.Generation
+		s.Ready, s.V4ip, s.NatGwDp = st.ready, st.v4ip, st.gateway
 		s.InternalIP = ""
 		if st.ready {
 			s.InternalIP = o.Spec.InternalIP
@@ -67,7 +66,7 @@ var dnatKind = ruleKind[*v1.IptablesDnatRule]{
 	build:   dnatObject,
 	setStatus: func(o *v1.IptablesDnatRule, st ruleStatus) {
 		s := &o.Status
-		s.Ready, s.V4ip, s.NatGwDp, s.ObservedGeneration = st.ready, st.v4ip, st.gateway, o.Generation
+		s.Ready, s.V4ip, s.NatGwDp = st.ready, st.v4ip, st.gateway
 		s.Protocol, s.InternalIP, s.InternalPort, s.ExternalPort = "", "", "", ""
 		if st.ready {
 			s.Protocol, s.InternalIP, s.InternalPort, s.ExternalPort = o.Spec.Protocol, o.Spec.InternalIP, o.Spec.InternalPort, o.Spec.ExternalPort
@@ -87,7 +86,7 @@ var snatKind = ruleKind[*v1.IptablesSnatRule]{
 	build:   snatObject,
 	setStatus: func(o *v1.IptablesSnatRule, st ruleStatus) {
 		s := &o.Status
-		s.Ready, s.V4ip, s.NatGwDp, s.ObservedGeneration = st.ready, st.v4ip, st.gateway, o.Generation
+		s.Ready, s.V4ip, s.NatGwDp = st.ready, st.v4ip, st.gateway
 		s.InternalCIDR = ""
 		if st.ready {
 			s.InternalCIDR = o.Spec.InternalCIDR
@@ -107,8 +106,8 @@ func ptrs[T any](items []T) []*T {
 }
 
 // setCondition sets the Ready condition with observedGeneration.
-func setCondition(conds *[]metav1.Condition, c metav1.Condition, gen int64) {
+func setCondition(conds *[]v1.Condition, c v1.Condition, gen int64) {
 	c.Type = v1.ConditionReady
 	c.ObservedGeneration = gen
-	meta.SetStatusCondition(conds, c)
+	v1.SetCondition(conds, c, metav1.Now())
 }

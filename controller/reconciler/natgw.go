@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -100,10 +101,7 @@ func (r *natGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	r.tracked().set(nat.KindRoute, g.Name, uid, g.Name)
 	log.V(1).Info("routes programmed", "routes", len(want), "removed", len(stale))
-	before := g.DeepCopy()
-	g.Status.ObservedGeneration = g.Generation
-	setCondition(&g.Status.Conditions, readyCondition(g.Name), g.Generation)
-	return ctrl.Result{}, r.patchStatus(ctx, g, before)
+	return ctrl.Result{}, r.setReady(ctx, g, readyCondition(g.Name))
 }
 
 // routesOn lists the UIDs of gateway gwName's route objects owned by uid.
@@ -130,13 +128,36 @@ func (r *natGatewayReconciler) routesOn(ctx context.Context, gwName, uid string)
 func (r *natGatewayReconciler) finish(ctx context.Context, log logr.Logger, g *v1.VpcNatGateway, f *failure) (ctrl.Result, error) {
 	log.Info("routes not programmed", "reason", f.reason, "message", f.msg)
 	r.event(g, f)
-	before := g.DeepCopy()
-	g.Status.ObservedGeneration = g.Generation
-	setCondition(&g.Status.Conditions, f.condition(), g.Generation)
-	if err := r.patchStatus(ctx, g, before); err != nil {
+	if err := r.setReady(ctx, g, f.condition()); err != nil {
 		return ctrl.Result{}, errors.Join(f.err, err)
 	}
 	return f.result()
+}
+
+// setReady stores the gateway's Ready condition in its ReadyAnnotation
+// (upstream's VpcNatGateway status has no conditions), by metadata patch.
+func (r *natGatewayReconciler) setReady(ctx context.Context, g *v1.VpcNatGateway, c v1.Condition) error {
+	var conds []v1.Condition
+	if cur := v1.GatewayReady(g); cur != nil {
+		conds = append(conds, *cur)
+	}
+	setCondition(&conds, c, g.Generation)
+	val, err := json.Marshal(conds[0])
+	if err != nil {
+		return fmt.Errorf("encode the Ready condition: %w", err)
+	}
+	if g.Annotations[v1.ReadyAnnotation] == string(val) {
+		return nil
+	}
+	before := g.DeepCopy()
+	if g.Annotations == nil {
+		g.Annotations = map[string]string{}
+	}
+	g.Annotations[v1.ReadyAnnotation] = string(val)
+	if err := r.patchMeta(ctx, g, before); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("write the Ready annotation: %w", err)
+	}
+	return nil
 }
 
 // dataplaneOf returns the data plane a VpcNatGateway's annotation asks for

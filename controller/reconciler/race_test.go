@@ -249,7 +249,7 @@ func TestLatency200FIPs(t *testing.T) {
 			readyAt := make([]time.Time, n)
 			var mu sync.Mutex
 			// Watch for readiness from a separate goroutine.
-			wc, err := client.NewWithWatch(envCfg, client.Options{Scheme: testScheme})
+			wc, err := client.NewWithWatch(e.cfg, client.Options{Scheme: testScheme})
 			if err != nil {
 				t.Fatal(err)
 			}

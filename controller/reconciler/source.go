@@ -185,39 +185,3 @@ func (s *Source) Dataplane(ctx context.Context, gw string) (string, error) {
 	}
 	return dataplaneOf(g)
 }
-
-// ProgrammedDataplane returns the data plane recorded in the
-// VpcNatGateway's status, read from the API server (not the cache: a stale
-// answer would make the manager empty a data plane in use). "" when the
-// object is absent or has none recorded.
-func (s *Source) ProgrammedDataplane(ctx context.Context, gw string) (string, error) {
-	g := &v1.VpcNatGateway{}
-	if err := s.deps.APIReader.Get(ctx, types.NamespacedName{Name: gw}, g); err != nil {
-		if apierrors.IsNotFound(err) {
-			return "", nil
-		}
-		return "", fmt.Errorf("live read of VpcNatGateway %s: %w", gw, err)
-	}
-	return g.Status.Dataplane, nil
-}
-
-// RecordDataplane records dp in the VpcNatGateway's status (nothing when
-// the object is absent).
-func (s *Source) RecordDataplane(ctx context.Context, gw, dp string) error {
-	g := &v1.VpcNatGateway{}
-	if err := s.deps.APIReader.Get(ctx, types.NamespacedName{Name: gw}, g); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("live read of VpcNatGateway %s: %w", gw, err)
-	}
-	if g.Status.Dataplane == dp {
-		return nil
-	}
-	before := g.DeepCopy()
-	g.Status.Dataplane = dp
-	if err := s.deps.Client.Status().Patch(ctx, g, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("record data plane %s of VpcNatGateway %s: %w", dp, gw, err)
-	}
-	return nil
-}

@@ -131,6 +131,21 @@ func EmptyOthers(ctx context.Context, keep string, cfg nat.Config) (Emptied, err
 	return out, nil
 }
 
+// Holds reports whether data plane name holds natgw state (its table or
+// chains) in cfg's namespace. It creates nothing.
+func Holds(ctx context.Context, name string, cfg nat.Config) (bool, error) {
+	pl, ok := planesByName[name]
+	if !ok {
+		return false, fmt.Errorf("planes: data plane %q: want one of %s", name, strings.Join(Names, ", "))
+	}
+	ns, err := netns.Open(cfg.NetNS)
+	if err != nil {
+		return false, fmt.Errorf("planes: %w", err)
+	}
+	defer ns.Close()
+	return pl.present(ctx, ns)
+}
+
 // empty opens a data plane, removes the addresses and routes of its EIPs and
 // routes, then syncs it empty (rules and their conntrack entries).
 func empty(ctx context.Context, open Opener, cfg nat.Config) ([]nat.Object, error) {

@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/crdtest"
 	"github.com/natgw/natgw/internal/apitest"
 )
 
@@ -58,6 +58,7 @@ func TestAPIServer(t *testing.T) {
 	t.Run("Admission", func(t *testing.T) { testAdmission(t, c) })
 	t.Run("UpstreamManifests", func(t *testing.T) { testUpstreamManifests(t, c) })
 	t.Run("MissingFields", func(t *testing.T) { testMissingFields(t, c) })
+	t.Run("FullUpstreamObjects", func(t *testing.T) { testFullUpstreamObjects(t, c) })
 	t.Run("Defaults", func(t *testing.T) { testDefaults(t, c) })
 	t.Run("StatusSubresource", func(t *testing.T) { testStatusSubresource(t, c) })
 }
@@ -151,7 +152,10 @@ func testAdmission(t *testing.T, c client.Client) {
 		{"eip/v4ip-too-long", eip(func(s *v1.IptablesEIPSpec) { s.V4ip = "1000.1000.1000.1000" }), []string{"spec.v4ip"}},
 		{"eip/v6ip-is-v4", eip(func(s *v1.IptablesEIPSpec) { s.V6ip = "10.0.0.1" }), []string{"spec.v6ip", "must be an IPv6 address"}},
 		{"eip/mac", eip(func(s *v1.IptablesEIPSpec) { s.MacAddress = "00:00:5e:00:53" }), []string{"spec.macAddress", "must be a MAC address"}},
-		{"eip/no-gateway", eip(func(s *v1.IptablesEIPSpec) { s.NatGwDp = "" }), []string{"spec.natGwDp"}},
+		// Empty names are accepted as upstream's schema accepts them;
+		// natgw-controller reports such objects (EIPNotFound,
+		// GatewayNotFound).
+		{"eip/no-gateway", eip(func(s *v1.IptablesEIPSpec) { s.NatGwDp = "" }), nil},
 
 		// IptablesFIPRule
 		{"fip/valid", fip(nil), nil},
@@ -159,7 +163,7 @@ func testAdmission(t *testing.T, c client.Client) {
 		{"fip/internal-v6", fip(func(s *v1.IptablesFIPRuleSpec) { s.InternalIP = "fd00::5" }), []string{"spec.internalIp", notIPv4}},
 		{"fip/internal-empty", fip(func(s *v1.IptablesFIPRuleSpec) { s.InternalIP = "" }), []string{"spec.internalIp", notIPv4}},
 		{"fip/internal-name", fip(func(s *v1.IptablesFIPRuleSpec) { s.InternalIP = "vm1" }), []string{"spec.internalIp", notIPv4}},
-		{"fip/no-eip", fip(func(s *v1.IptablesFIPRuleSpec) { s.EIP = "" }), []string{"spec.eip"}},
+		{"fip/no-eip", fip(func(s *v1.IptablesFIPRuleSpec) { s.EIP = "" }), nil},
 
 		// IptablesDnatRule
 		{"dnat/valid-tcp", dnat(nil), nil},
@@ -194,7 +198,7 @@ func testAdmission(t *testing.T, c client.Client) {
 		{"gw/route-nexthop", gw(func(s *v1.VpcNatGatewaySpec) {
 			s.Routes = append(s.Routes, v1.Route{CIDR: "10.2.0.0/16", NextHopIP: "fd00::1"})
 		}), []string{"spec.routes[1].nextHopIP", notIPv4}},
-		{"gw/no-vpc", gw(func(s *v1.VpcNatGatewaySpec) { s.Vpc = "" }), []string{"spec.vpc"}},
+		{"gw/no-vpc", gw(func(s *v1.VpcNatGatewaySpec) { s.Vpc = "" }), nil},
 
 		// QoSPolicy
 		{"qos/valid", qos(nil), nil},
@@ -367,27 +371,72 @@ func testUpstreamManifests(t *testing.T, c client.Client) {
 	}
 }
 
-// Required fields left out of a manifest are named as such.
+// Fields upstream's schema leaves optional are optional here too: manifests
+// without them are accepted as on upstream's CRDs (natgw-controller then
+// reports the object Invalid, naming the field).
 func testMissingFields(t *testing.T, c client.Client) {
-	cases := []struct{ doc, want string }{
-		{"kind: IptablesFIPRule\nspec: {eip: eip1}", "spec.internalIp: Required value"},
-		{"kind: IptablesFIPRule\nspec: {internalIp: 10.0.1.5}", "spec.eip: Required value"},
-		{"kind: IptablesDnatRule\nspec: {eip: eip1, internalIp: 10.0.1.5, internalPort: '80'}", "spec.externalPort: Required value"},
-		{"kind: IptablesSnatRule\nspec: {eip: eip1}", "spec.internalCIDR: Required value"},
-		{"kind: IptablesEIP\nspec: {v4ip: 172.18.0.10}", "spec.natGwDp: Required value"},
-		{"kind: VpcNatGateway\nspec: {vpc: vpc1}", "spec.subnet: Required value"},
-		{"kind: IptablesFIPRule", "spec: Required value"},
+	docs := []string{
+		"kind: IptablesFIPRule\nspec: {eip: eip1}",
+		"kind: IptablesFIPRule\nspec: {internalIp: 10.0.1.5}",
+		"kind: IptablesDnatRule\nspec: {eip: eip1, internalIp: 10.0.1.5, internalPort: '80'}",
+		"kind: IptablesSnatRule\nspec: {eip: eip1}",
+		"kind: IptablesEIP\nspec: {v4ip: 172.18.0.10}",
+		"kind: VpcNatGateway\nspec: {vpc: vpc1}",
+		"kind: IptablesFIPRule",
 	}
-	for i, tc := range cases {
+	for i, doc := range docs {
 		u := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal([]byte("apiVersion: kubeovn.io/v1\n"+tc.doc), &u.Object); err != nil {
+		if err := yaml.Unmarshal([]byte("apiVersion: kubeovn.io/v1\n"+doc), &u.Object); err != nil {
 			t.Fatal(err)
 		}
 		u.SetName(fmt.Sprintf("missing-%d", i))
-		err := c.Create(context.Background(), u)
-		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: got %v, want Invalid naming %q", tc.doc, err, tc.want)
+		if err := c.Create(context.Background(), u, client.FieldValidation(metav1.FieldValidationStrict)); err != nil {
+			t.Errorf("%s: %v, want accepted (as upstream's schema does)", doc, err)
+			continue
 		}
+		_ = c.Delete(context.Background(), u)
+	}
+}
+
+// testFullUpstreamObjects creates, for every kind, an object with every
+// field of upstream v1.16.2's schema set (crdtest.Object), with strict field
+// validation (an unknown field would fail), writes a status with every
+// status field through the status subresource, and reads both back
+// unchanged, field by field: natgw's CRDs keep everything upstream's do.
+func testFullUpstreamObjects(t *testing.T, c client.Client) {
+	ctx := context.Background()
+	up, err := crdtest.LoadSet(ctx, crdtest.Upstream, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range crdtest.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			u := crdtest.Object(up[kind], "full-"+strings.ToLower(kind), crdtest.Valid)
+			status := u.Object["status"]
+			delete(u.Object, "status")
+			want := crdtest.Leaves(u.Object["spec"])
+			if err := c.Create(ctx, u, client.FieldValidation(metav1.FieldValidationStrict)); err != nil {
+				t.Fatalf("create: %v", err)
+			}
+			defer c.Delete(ctx, u)
+			u.Object["status"] = status
+			if err := c.Status().Update(ctx, u, client.FieldValidation(metav1.FieldValidationStrict)); err != nil {
+				t.Fatalf("status update: %v", err)
+			}
+			got := &unstructured.Unstructured{}
+			got.SetGroupVersionKind(u.GroupVersionKind())
+			if err := c.Get(ctx, client.ObjectKeyFromObject(u), got); err != nil {
+				t.Fatal(err)
+			}
+			for what, pair := range map[string][2]map[string]any{
+				"spec":   {want, crdtest.Leaves(got.Object["spec"])},
+				"status": {crdtest.Leaves(status), crdtest.Leaves(got.Object["status"])},
+			} {
+				if d := crdtest.DiffLeaves(pair[0], pair[1]); len(d) > 0 {
+					t.Errorf("%s changed on natgw's CRDs:\n%s", what, strings.Join(d, "\n"))
+				}
+			}
+		})
 	}
 }
 
@@ -423,12 +472,11 @@ func testStatusSubresource(t *testing.T, c client.Client) {
 
 	f.Status = v1.IptablesFIPRuleStatus{
 		Ready: true, V4ip: "172.18.0.10", NatGwDp: "gw1", InternalIP: f.Spec.InternalIP,
-		ObservedGeneration: f.Generation,
 	}
-	meta.SetStatusCondition(&f.Status.Conditions, metav1.Condition{
+	v1.SetCondition(&f.Status.Conditions, v1.Condition{
 		Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.ReasonProgrammed,
 		Message: "programmed on gw1", ObservedGeneration: f.Generation,
-	})
+	}, metav1.Now())
 	f.Spec.InternalIP = "10.0.1.99" // ignored through /status
 	if err := c.Status().Update(ctx, f); err != nil {
 		t.Fatalf("status update: %v", err)
@@ -441,19 +489,21 @@ func testStatusSubresource(t *testing.T, c client.Client) {
 	if got.Spec.InternalIP != "10.0.1.5" {
 		t.Errorf("status update changed spec.internalIp to %q", got.Spec.InternalIP)
 	}
-	if !got.Status.Ready || got.Status.V4ip != "172.18.0.10" || got.Status.ObservedGeneration != got.Generation {
+	if !got.Status.Ready || got.Status.V4ip != "172.18.0.10" {
 		t.Errorf("status not stored: %+v", got.Status)
 	}
-	if !meta.IsStatusConditionTrue(got.Status.Conditions, v1.ConditionReady) {
+	if c := v1.FindCondition(got.Status.Conditions, v1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue ||
+		c.ObservedGeneration != got.Generation || c.LastUpdateTime.IsZero() || c.LastTransitionTime.IsZero() {
 		t.Errorf("Ready condition not stored: %+v", got.Status.Conditions)
 	}
 
-	// A bad condition is rejected by metav1.Condition's own schema.
-	got.Status.Conditions = append(got.Status.Conditions, metav1.Condition{
-		Type: "Programmed", Status: "Maybe", Reason: "x", LastTransitionTime: metav1.Now(),
+	// A condition in upstream's shape (lastUpdateTime, no reason or
+	// message), as kube-ovn-controller writes them, is stored as is.
+	got.Status.Conditions = append(got.Status.Conditions, v1.Condition{
+		Type: "Validated", Status: metav1.ConditionTrue, LastUpdateTime: metav1.Now(),
 	})
-	if err := c.Status().Update(ctx, got); !apierrors.IsInvalid(err) {
-		t.Errorf("condition with status Maybe: got %v, want Invalid", err)
+	if err := c.Status().Update(ctx, got); err != nil {
+		t.Errorf("condition in upstream's shape: %v", err)
 	}
 
 	// Deleting an object with a finalizer leaves it terminating, spec intact.

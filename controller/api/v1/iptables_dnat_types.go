@@ -7,15 +7,14 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // as upstream.
 type IptablesDnatRuleSpec struct {
 	// EIP is the name of the IptablesEIP to forward from.
-	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	// +required
+	// +optional
 	EIP string `json:"eip"`
 
 	// ExternalPort is the port on the EIP, "1".."65535".
 	// +kubebuilder:validation:MaxLength=5
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[1-9][0-9]{0,4}$') && int(self) <= 65535",message="must be a port number from 1 to 65535"
-	// +required
+	// +optional
 	ExternalPort string `json:"externalPort"`
 
 	// Protocol is tcp or udp.
@@ -27,13 +26,13 @@ type IptablesDnatRuleSpec struct {
 	// InternalIP is the IPv4 address inside the VPC to forward to.
 	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="must be an IPv4 address"
-	// +required
+	// +optional
 	InternalIP string `json:"internalIp"`
 
 	// InternalPort is the port to forward to, "1".."65535".
 	// +kubebuilder:validation:MaxLength=5
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[1-9][0-9]{0,4}$') && int(self) <= 65535",message="must be a port number from 1 to 65535"
-	// +required
+	// +optional
 	InternalPort string `json:"internalPort"`
 }
 
@@ -75,15 +74,9 @@ type IptablesDnatRuleStatus struct {
 	// +optional
 	ExternalPort string `json:"externalPort,omitempty"`
 
-	// ObservedGeneration is the metadata.generation the status describes.
-	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-
 	// Conditions are the latest observations of the rule's state.
-	// +listType=map
-	// +listMapKey=type
 	// +optional
-	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+	Conditions []Condition `json:"conditions,omitempty"`
 }
 
 // IptablesDnatRule forwards one port of an EIP to an internal address on a
@@ -107,7 +100,7 @@ type IptablesDnatRule struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// +required
+	// +optional
 	Spec IptablesDnatRuleSpec `json:"spec"`
 	// +optional
 	Status IptablesDnatRuleStatus `json:"status,omitempty"`

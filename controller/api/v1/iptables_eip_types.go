@@ -25,9 +25,8 @@ type IptablesEIPSpec struct {
 	MacAddress string `json:"macAddress,omitempty"`
 
 	// NatGwDp is the name of the VpcNatGateway that holds the EIP.
-	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	// +required
+	// +optional
 	NatGwDp string `json:"natGwDp"`
 
 	// QoSPolicy is the name of a QoSPolicy applied to the EIP.
@@ -65,15 +64,9 @@ type IptablesEIPStatus struct {
 	// +optional
 	QoSPolicy string `json:"qosPolicy,omitempty"`
 
-	// ObservedGeneration is the metadata.generation the status describes.
-	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-
 	// Conditions are the latest observations of the EIP's state.
-	// +listType=map
-	// +listMapKey=type
 	// +optional
-	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+	Conditions []Condition `json:"conditions,omitempty"`
 }
 
 // IptablesEIP is an external IP address on a VPC NAT gateway.
@@ -91,7 +84,7 @@ type IptablesEIP struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// +required
+	// +optional
 	Spec IptablesEIPSpec `json:"spec"`
 	// +optional
 	Status IptablesEIPStatus `json:"status,omitempty"`

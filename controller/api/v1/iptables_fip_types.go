@@ -6,15 +6,14 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // between an EIP and an internal address.
 type IptablesFIPRuleSpec struct {
 	// EIP is the name of the IptablesEIP to map.
-	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	// +required
+	// +optional
 	EIP string `json:"eip"`
 
 	// InternalIP is the IPv4 address inside the VPC that the EIP maps to.
 	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="must be an IPv4 address"
-	// +required
+	// +optional
 	InternalIP string `json:"internalIp"`
 }
 
@@ -44,15 +43,9 @@ type IptablesFIPRuleStatus struct {
 	// +optional
 	InternalIP string `json:"internalIp,omitempty"`
 
-	// ObservedGeneration is the metadata.generation the status describes.
-	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-
 	// Conditions are the latest observations of the rule's state.
-	// +listType=map
-	// +listMapKey=type
 	// +optional
-	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+	Conditions []Condition `json:"conditions,omitempty"`
 }
 
 // IptablesFIPRule maps an EIP 1:1 to an internal IP on a VPC NAT gateway.
@@ -71,7 +64,7 @@ type IptablesFIPRule struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// +required
+	// +optional
 	Spec IptablesFIPRuleSpec `json:"spec"`
 	// +optional
 	Status IptablesFIPRuleStatus `json:"status,omitempty"`

@@ -7,16 +7,15 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // its source. Overlapping CIDRs match longest prefix first.
 type IptablesSnatRuleSpec struct {
 	// EIP is the name of the IptablesEIP to use as source address.
-	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	// +required
+	// +optional
 	EIP string `json:"eip"`
 
 	// InternalCIDR is the IPv4 source range inside the VPC, e.g. 10.0.1.0/24.
 	// A bare IPv4 address (as upstream's iptables accepts) means a /32.
 	// +kubebuilder:validation:MaxLength=18
 	// +kubebuilder:validation:XValidation:rule="(isCIDR(self) && cidr(self).ip().family() == 4) || (isIP(self) && ip(self).family() == 4)",message="must be an IPv4 CIDR such as 10.0.1.0/24, or an IPv4 address"
-	// +required
+	// +optional
 	InternalCIDR string `json:"internalCIDR"`
 }
 
@@ -46,15 +45,9 @@ type IptablesSnatRuleStatus struct {
 	// +optional
 	InternalCIDR string `json:"internalCIDR,omitempty"`
 
-	// ObservedGeneration is the metadata.generation the status describes.
-	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-
 	// Conditions are the latest observations of the rule's state.
-	// +listType=map
-	// +listMapKey=type
 	// +optional
-	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+	Conditions []Condition `json:"conditions,omitempty"`
 }
 
 // IptablesSnatRule source-NATs an internal CIDR to an EIP on a VPC NAT
@@ -74,7 +67,7 @@ type IptablesSnatRule struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// +required
+	// +optional
 	Spec IptablesSnatRuleSpec `json:"spec"`
 	// +optional
 	Status IptablesSnatRuleStatus `json:"status,omitempty"`

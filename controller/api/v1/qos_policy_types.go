@@ -100,15 +100,9 @@ type QoSPolicyStatus struct {
 	// +optional
 	BindingType QoSPolicyBindingType `json:"bindingType,omitempty"`
 
-	// ObservedGeneration is the metadata.generation the status describes.
-	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-
 	// Conditions are the latest observations of the policy's state.
-	// +listType=map
-	// +listMapKey=type
 	// +optional
-	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+	Conditions []Condition `json:"conditions,omitempty"`
 }
 
 // QoSPolicy limits bandwidth of an EIP or a gateway.
@@ -116,7 +110,7 @@ type QoSPolicyStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,path=qos-policies,singular=qos-policy,shortName=qos
 // +kubebuilder:subresource:status
-// +kubebuilder:printcolumn:name="Shared",type="boolean",JSONPath=".spec.shared"
+// +kubebuilder:printcolumn:name="Shared",type="string",JSONPath=".spec.shared"
 // +kubebuilder:printcolumn:name="BindingType",type="string",JSONPath=".spec.bindingType"
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
 type QoSPolicy struct {

@@ -8,15 +8,13 @@ import (
 // VpcNatGatewaySpec is the desired state of a VPC NAT gateway.
 type VpcNatGatewaySpec struct {
 	// Vpc is the name of the VPC the gateway serves.
-	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	// +required
+	// +optional
 	Vpc string `json:"vpc"`
 
 	// Subnet is the name of the VPC subnet the gateway's LAN side sits in.
-	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	// +required
+	// +optional
 	Subnet string `json:"subnet"`
 
 	// ExternalSubnets are the names of the external subnets the gateway
@@ -58,6 +56,16 @@ type VpcNatGatewaySpec struct {
 	// +kubebuilder:validation:MaxItems=1024
 	// +optional
 	Routes []Route `json:"routes,omitempty"`
+
+	// NoDefaultEIP disables the default EIP upstream assigns to a new
+	// gateway (kept for upstream compatibility; natgw assigns none).
+	// +optional
+	NoDefaultEIP bool `json:"noDefaultEIP,omitempty"`
+
+	// Annotations are added to the gateway pod template when upstream
+	// creates the gateway (kept for upstream compatibility).
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // Route is a route on the gateway: cidr via nextHopIP on the VPC interface.
@@ -65,13 +73,13 @@ type Route struct {
 	// CIDR is the IPv4 destination, e.g. 10.1.0.0/16.
 	// +kubebuilder:validation:MaxLength=18
 	// +kubebuilder:validation:XValidation:rule="isCIDR(self) && cidr(self).ip().family() == 4",message="must be an IPv4 CIDR such as 10.1.0.0/16"
-	// +required
+	// +optional
 	CIDR string `json:"cidr"`
 
 	// NextHopIP is the IPv4 next hop.
 	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="must be an IPv4 address"
-	// +required
+	// +optional
 	NextHopIP string `json:"nextHopIP"`
 }
 
@@ -98,7 +106,9 @@ type VpcBgpSpeaker struct {
 	ExtraArgs []string `json:"extraArgs,omitempty"`
 }
 
-// VpcNatGatewayStatus is the observed state of a VpcNatGateway.
+// VpcNatGatewayStatus is the observed state of a VpcNatGateway. Upstream's
+// schema has no conditions here: natgw keeps the gateway's Ready condition
+// in the annotation ReadyAnnotation (see GatewayReady).
 type VpcNatGatewayStatus struct {
 	// QoSPolicy is the QoS policy in effect.
 	// +optional
@@ -112,23 +122,13 @@ type VpcNatGatewayStatus struct {
 	// +optional
 	Selector []string `json:"selector,omitempty"`
 
-	// ObservedGeneration is the metadata.generation the status describes.
+	// Tolerations are the tolerations in effect.
 	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 
-	// Dataplane is the data plane (nftables or iptables) natgw last
-	// programmed the gateway with. When the wanted data plane differs on
-	// the next connect (the annotation changed while the gateway was
-	// unreachable), the rules of this one are removed first.
-	// +kubebuilder:validation:Enum=nftables;iptables
+	// Affinity is the affinity in effect.
 	// +optional
-	Dataplane string `json:"dataplane,omitempty"`
-
-	// Conditions are the latest observations of the gateway's state.
-	// +listType=map
-	// +listMapKey=type
-	// +optional
-	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
 }
 
 // VpcNatGateway is a NAT gateway for a VPC: a pod (or, locally, a network
@@ -140,13 +140,12 @@ type VpcNatGatewayStatus struct {
 // +kubebuilder:printcolumn:name="Vpc",type="string",JSONPath=".spec.vpc"
 // +kubebuilder:printcolumn:name="Subnet",type="string",JSONPath=".spec.subnet"
 // +kubebuilder:printcolumn:name="LanIP",type="string",JSONPath=".spec.lanIp"
-// +kubebuilder:printcolumn:name="Dataplane",type="string",JSONPath=".status.dataplane"
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
 type VpcNatGateway struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// +required
+	// +optional
 	Spec VpcNatGatewaySpec `json:"spec"`
 	// +optional
 	Status VpcNatGatewayStatus `json:"status,omitempty"`
