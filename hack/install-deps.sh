@@ -3,7 +3,7 @@
 # they are already present. Needs root (it is a no-op when all are present).
 set -euo pipefail
 need=()
-for pair in nft:nftables iptables-legacy:iptables conntrack:conntrack ip:iproute2 arping:iputils-arping bash:bash lsmod:kmod; do
+for pair in nft:nftables iptables-legacy:iptables conntrack:conntrack ip:iproute2 arping:iputils-arping bash:bash lsmod:kmod ipcalc-ng:ipcalc-ng; do
   bin=${pair%%:*} pkg=${pair#*:}
   command -v "$bin" >/dev/null 2>&1 || need+=("$pkg")
 done
