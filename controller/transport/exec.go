@@ -115,7 +115,12 @@ func (e *Exec) Open(ctx context.Context, gw Gateway) (Session, error) {
 		if err == nil {
 			err = io.EOF
 		}
-		stdoutW.CloseWithError(fmt.Errorf("exec stream of pod %s/%s ended: %w", pod.Namespace, pod.Name, err))
+		log.V(1).Info("exec stream ended", "err", err.Error())
+		err = fmt.Errorf("exec stream of pod %s/%s ended: %w", pod.Namespace, pod.Name, err)
+		stdoutW.CloseWithError(err)
+		// A stream that ended (or never started) reads no more input:
+		// fail the writers instead of leaving them blocked on the pipe.
+		stdinR.CloseWithError(err)
 		stderrW.Close()
 		ended <- err
 		close(ended)
