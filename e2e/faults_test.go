@@ -9,6 +9,7 @@ import (
 	"time"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/crdtest"
 	fw "github.com/natgw/natgw/e2e/framework"
 	"github.com/natgw/natgw/internal/netlab"
 )
@@ -95,11 +96,12 @@ func stormWithFaults(t *testing.T, s *fw.Stack, n int, fault func(i int) error) 
 // stack, the fault to inject n times and the fault's own figures, read
 // after the storm; the storm's and the aftermath's figures follow them.
 func faultStorm(t *testing.T, scenario string, n int, newFault func(s *fw.Stack) (fault func(i int) error, figures func() []any)) {
-	fw.ForEachDataplane(t, func(t *testing.T, dp string) {
-		s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology()})
+	// On upstream's CRDs, as TestRace.
+	fw.ForEachDataplaneOn(t, crdtest.Upstream, func(t *testing.T, dp string, set crdtest.Set) {
+		s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology(), CRDs: set})
 		fault, figures := newFault(s)
 		st, a, conv := stormWithFaults(t, s, n, fault)
-		kv := append([]any{"storm_cycles", st.cycles}, figures()...)
+		kv := append([]any{"crds", set, "unknown_field_warnings", checkUnknownFields(t, s), "storm_cycles", st.cycles}, figures()...)
 		kv = append(kv, "api_retries", st.createErrors+st.deleteErrors, "storm_took", st.took,
 			"stuck_terminating", a.stuck, "leaked_at_drain", a.leakedAtDrain, "reaped_after_drain", a.reapedAfterDrain, "leaked_after_sweep", a.leaked,
 			"fresh_fips_ready_in", a.freshReady, "converged_after_storm_in", conv)

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/crdtest"
 	fw "github.com/natgw/natgw/e2e/framework"
 	"github.com/natgw/natgw/internal/netlab"
 )
@@ -347,21 +348,37 @@ func reapedBy(log, uid string) string {
 }
 
 // TestRace is scenario 2: FIP create→delete cycles over 20 EIPs on two
-// gateways, 8 in parallel, random 0–20 ms between create and delete.
+// gateways, 8 in parallel, random 0–20 ms between create and delete. It
+// runs on upstream Kube-OVN v1.16.2's CRDs, as on a cluster with Kube-OVN
+// (natgw's own CRDs are a superset, proven by controller/crdtest; the other
+// scenarios run on them), and the controller's log must hold no "unknown
+// field" warning (a status field upstream's schema lacks).
 func TestRace(t *testing.T) {
 	n, why := raceCycles()
-	fw.ForEachDataplane(t, func(t *testing.T, dp string) {
-		s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology()})
+	fw.ForEachDataplaneOn(t, crdtest.Upstream, func(t *testing.T, dp string, set crdtest.Set) {
+		s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology(), CRDs: set})
 		eips := createRaceEIPs(t, s)
 		st := runRace(t, s, eips, n, raceParallel, "race", nil, nil)
 		a := raceAftermath(t, s, eips, 3*time.Minute)
-		fw.Summary(t, "2-race", dp,
+		warnings := checkUnknownFields(t, s)
+		fw.Summary(t, "2-race", dp, "crds", set, "unknown_field_warnings", warnings,
 			"cycles", st.cycles, "cycles_source", strconv.Quote(why), "eips", len(eips), "gateways", len(s.Order), "parallel", raceParallel,
 			"cycles_took", st.took, "cycles_per_s", fmt.Sprintf("%.1f", float64(st.cycles)/st.took.Seconds()),
 			"api_retries", st.createErrors+st.deleteErrors,
 			"drain", a.drain, "stuck_terminating", a.stuck, "leaked_at_drain", a.leakedAtDrain, "reaped_after_drain", a.reapedAfterDrain, "leaked_after_sweep", a.leaked,
 			"fip_entries_left", a.fipEntries, "fresh_fips_ready_in", a.freshReady, "fresh_paths_ok_in", a.freshPaths)
 	})
+}
+
+// checkUnknownFields fails the test when the controller's log holds an
+// "unknown field" warning, and returns their number.
+func checkUnknownFields(t *testing.T, s *fw.Stack) int {
+	t.Helper()
+	n := fw.UnknownFieldWarnings(s.Ctrl.Log())
+	if n > 0 {
+		t.Errorf("controller log holds %d \"unknown field\" warnings (a write with a field the %s CRDs lack)", n, s.CRDs)
+	}
+	return n
 }
 
 func TestReapedBy(t *testing.T) {

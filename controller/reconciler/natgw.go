@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/gateway"
@@ -154,7 +155,9 @@ func (r *natGatewayReconciler) setReady(ctx context.Context, g *v1.VpcNatGateway
 		g.Annotations = map[string]string{}
 	}
 	g.Annotations[v1.ReadyAnnotation] = string(val)
-	if err := r.patchMeta(ctx, g, before); err != nil && !apierrors.IsNotFound(err) {
+	// A JSON merge patch of one annotation key merges into the map: no
+	// lock needed, nothing else is sent.
+	if err := r.Client.Patch(ctx, g, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("write the Ready annotation: %w", err)
 	}
 	return nil

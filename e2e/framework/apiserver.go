@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/natgw/natgw/controller/crdtest"
 	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/procfs"
 )
@@ -33,10 +35,20 @@ type APIServer struct {
 	stopped bool
 }
 
-// StartAPIServer starts the control plane; t.Cleanup stops it.
-func StartAPIServer(t testing.TB) *APIServer {
+// StartAPIServer starts the control plane with natgw's CRDs; t.Cleanup
+// stops it.
+func StartAPIServer(t testing.TB) *APIServer { return StartAPIServerWith(t, crdtest.Natgw) }
+
+// StartAPIServerWith starts the control plane with the CRD set set (natgw's,
+// or upstream Kube-OVN v1.16.2's as a cluster with Kube-OVN has them);
+// t.Cleanup stops it.
+func StartAPIServerWith(t testing.TB, set crdtest.Set) *APIServer {
 	t.Helper()
-	dir, crds, err := assets()
+	dir, natgwCRDs, err := assets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds, err := crdtest.Path(context.Background(), set, natgwCRDs)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,9 @@ type ControllerOptions struct {
 	Workers int
 	// Verbosity is -v (default: $E2E_CONTROLLER_V, else 0).
 	Verbosity int
+	// LeaderElect runs the controller with leader election (a Lease in
+	// namespace default); off by default.
+	LeaderElect bool
 }
 
 // Controller is a natgw-controller child process (with the local
@@ -84,7 +87,8 @@ func StartController(t testing.TB, bin Binaries, api *APIServer, gws []gwconfig.
 		"--sweep-period", o.SweepPeriod.String(),
 		"--drift-period", o.DriftPeriod.String(),
 		"--workers", strconv.Itoa(o.Workers),
-		"--leader-elect=false",
+		"--leader-elect=" + strconv.FormatBool(o.LeaderElect),
+		"--leader-election-namespace", "default",
 		"--metrics-bind-address", "0",
 		"--health-probe-bind-address", "0",
 		"--log-json=false",
@@ -175,6 +179,41 @@ func (c *Controller) Kill9() error {
 		time.Sleep(Poll)
 	}
 	return nil
+}
+
+// SetDataplane changes --dataplane for the next Start.
+func (c *Controller) SetDataplane(dp string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.args {
+		if c.args[i] == "--dataplane" && i+1 < len(c.args) {
+			c.args[i+1] = dp
+		}
+	}
+}
+
+// Stop stops the controller cleanly (SIGTERM to the controller alone: it
+// closes its agents' sessions itself) and waits up to timeout for it to
+// exit.
+func (c *Controller) Stop(timeout time.Duration) error {
+	c.mu.Lock()
+	cmd, exited := c.cmd, c.exited
+	c.cmd = nil
+	c.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return fmt.Errorf("SIGTERM natgw-controller pid %d: %w", cmd.Process.Pid, err)
+	}
+	select {
+	case <-exited:
+		return nil
+	case <-time.After(timeout):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+		return fmt.Errorf("natgw-controller pid %d did not exit within %v of SIGTERM", cmd.Process.Pid, timeout)
+	}
 }
 
 // Restart kills the controller with SIGKILL and starts a new one.

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/natgw/natgw/controller/crdtest"
 	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/internal/testsummary"
@@ -165,6 +166,25 @@ func Summary(t testing.TB, scenario, dataplane string, kv ...any) {
 
 // Dataplanes are the data planes every scenario runs on.
 var Dataplanes = []string{"nftables", "iptables"}
+
+// ForEachDataplaneOn runs fn as one subtest per data plane, on the API
+// server's CRD set set (named in the subtest when it is not natgw's).
+func ForEachDataplaneOn(t *testing.T, set crdtest.Set, fn func(t *testing.T, dataplane string, set crdtest.Set)) {
+	for _, dp := range Dataplanes {
+		name := dp
+		if set != crdtest.Natgw {
+			name = string(set) + "-crds/" + dp
+		}
+		t.Run(name, func(t *testing.T) { fn(t, dp, set) })
+	}
+}
+
+// UnknownFieldWarnings counts the API server's "unknown field" warnings in
+// a controller log (client-go logs every warning it gets): a write carrying
+// a field the installed schema lacks, which the API server prunes.
+func UnknownFieldWarnings(log string) int {
+	return strings.Count(log, "unknown field")
+}
 
 // ForEachDataplane runs fn as one subtest per data plane.
 func ForEachDataplane(t *testing.T, fn func(t *testing.T, dataplane string)) {

@@ -17,6 +17,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/crdtest"
 	"github.com/natgw/natgw/controller/gwconfig"
 	"github.com/natgw/natgw/internal/netlab"
 )
@@ -64,6 +65,8 @@ type Options struct {
 	NoGatewayObjects bool
 	// Controller options (Dataplane is filled in).
 	Controller ControllerOptions
+	// CRDs is the CRD set of the API server (default natgw's).
+	CRDs crdtest.Set
 }
 
 // Stack is one test's whole world: an API server, the gateway topologies
@@ -72,8 +75,10 @@ type Stack struct {
 	T         *testing.T
 	Ctx       context.Context
 	Dataplane string
-	Bin       Binaries
-	API       *APIServer
+	// CRDs is the API server's CRD set.
+	CRDs crdtest.Set
+	Bin  Binaries
+	API  *APIServer
 	// Client talks to the API server directly (no cache).
 	Client client.Client
 	Lab    *netlab.Lab
@@ -106,7 +111,11 @@ func New(t *testing.T, o Options) *Stack {
 	t.Cleanup(cancel)
 	s := &Stack{T: t, Ctx: ctx, Dataplane: o.Dataplane, Bin: bin, GWs: map[string]*Gateway{}, opts: o}
 	start := time.Now()
-	s.API = StartAPIServer(t)
+	if o.CRDs == "" {
+		o.CRDs = crdtest.Natgw
+	}
+	s.CRDs = o.CRDs
+	s.API = StartAPIServerWith(t, o.CRDs)
 	apiUp := time.Since(start)
 	c, err := client.New(s.API.Config, client.Options{Scheme: Scheme})
 	if err != nil {
@@ -132,8 +141,8 @@ func New(t *testing.T, o Options) *Stack {
 	if !o.NoController {
 		s.StartController()
 	}
-	t.Logf("stack up in %v (API server %v, topologies %v; dataplane %s, %d gateway(s))", time.Since(start).Round(time.Millisecond),
-		apiUp.Round(time.Millisecond), labUp.Round(time.Millisecond), o.Dataplane, len(o.Gateways))
+	t.Logf("stack up in %v (API server %v, topologies %v; dataplane %s, %d gateway(s), %s CRDs)", time.Since(start).Round(time.Millisecond),
+		apiUp.Round(time.Millisecond), labUp.Round(time.Millisecond), o.Dataplane, len(o.Gateways), o.CRDs)
 	return s
 }
 
