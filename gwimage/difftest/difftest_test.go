@@ -19,6 +19,7 @@ import (
 
 	"github.com/natgw/natgw/gwimage/imagebuild"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/internal/testsummary"
 	"github.com/natgw/natgw/internal/upstream"
 	"github.com/natgw/natgw/nat/netns"
 )
@@ -116,7 +117,7 @@ func (s *side) exec(ctx context.Context, line string) verdict {
 // with the call), merged-/usr links, the alternatives (iptables), an empty
 // /etc/kube-ovn the script's init writes to, /proc, /dev/null, and the
 // script at /kube-ovn/nat-gateway.sh, as upstream's image has it.
-func upstreamRoot(t *testing.T, script []byte) string {
+func upstreamRoot(t *testing.T, scripts map[string][]byte) string {
 	root := t.TempDir()
 	for _, d := range []string{"usr", "proc", "dev", "etc", "tmp", "run", "kube-ovn", "var/run"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
@@ -133,8 +134,10 @@ func upstreamRoot(t *testing.T, script []byte) string {
 	if err := os.WriteFile(filepath.Join(root, "dev/null"), nil, 0o666); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(root, "kube-ovn/nat-gateway.sh"), script, 0o755); err != nil {
-		t.Fatal(err)
+	for name, script := range scripts {
+		if err := os.WriteFile(filepath.Join(root, "kube-ovn", name), script, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// Kernel modules: init runs `modprobe ifb` and, when that fails,
 	// `lsmod`. The test must not load a module into the host's kernel, and
@@ -151,6 +154,9 @@ func upstreamRoot(t *testing.T, script []byte) string {
 	for name, body := range map[string]string{
 		"modprobe": "#!/bin/sh\nexit 1\n",
 		"lsmod":    "#!/bin/sh\necho 'Module                  Size  Used by'\n",
+		// lb-svc.sh runs busybox's `ipcalc -n|-p`; ipcalc-ng prints the
+		// same NETWORK= and PREFIX= lines.
+		"ipcalc": "#!/bin/sh\nexec ipcalc-ng \"$@\"\n",
 	} {
 		if err := os.WriteFile(filepath.Join(fake, name), []byte(body), 0o755); err != nil {
 			t.Fatal(err)
@@ -198,14 +204,18 @@ func natgwRoot(t *testing.T, ctx context.Context) string {
 }
 
 func newSides(t *testing.T, ctx context.Context) (*side, *side) {
-	for _, tool := range []string{"bash", "iptables-legacy", "iptables-legacy-save", "arping", "conntrack", "ip", "nsenter", "unshare", "chroot", "mount"} {
+	for _, tool := range []string{"bash", "iptables", "iptables-save", "iptables-legacy", "iptables-legacy-save", "arping", "conntrack", "ip", "ipcalc-ng", "nsenter", "unshare", "chroot", "mount"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s is missing: upstream's script needs its userland (hack/install-deps.sh installs it)", tool)
 		}
 	}
-	script, err := upstream.ReadFile(ctx, upstream.NatGatewayScript)
-	if err != nil {
-		t.Fatal(err)
+	scripts := map[string][]byte{}
+	for name, rel := range map[string]string{"nat-gateway.sh": upstream.NatGatewayScript, "lb-svc.sh": upstream.LBSvcScript} {
+		b, err := upstream.ReadFile(ctx, rel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scripts[name] = b
 	}
 	lab := netlab.ForTest(t)
 	mk := func(name string) *netlab.Gateway {
@@ -215,7 +225,7 @@ func newSides(t *testing.T, ctx context.Context) (*side, *side) {
 		}
 		return gw
 	}
-	up := &side{name: "up", gw: mk("up"), lab: lab, root: upstreamRoot(t, script)}
+	up := &side{name: "up", gw: mk("up"), lab: lab, root: upstreamRoot(t, scripts)}
 	ng := &side{name: "ng", gw: mk("ng"), lab: lab, root: natgwRoot(t, ctx)}
 	tool := func(name string) string {
 		p, err := exec.LookPath(name)
@@ -362,23 +372,38 @@ func (s *side) links(t *testing.T) string {
 		as[i] = a.String()
 	}
 	slices.Sort(as)
-	return fmt.Sprintf("net1 %v; routes %v", as, rs)
+	// Policy rules and table 100 (lb-svc.sh), as ip prints them.
+	rules, err := netlab.Exec(context.Background(), s.gw.GW, "", "ip", "-4", "rule", "show")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t100, err := netlab.Exec(context.Background(), s.gw.GW, "", "ip", "-4", "route", "show", "table", "100")
+	if err != nil {
+		t100 = "no table 100" // the kernel makes a table with its first route
+	}
+	return fmt.Sprintf("net1 %v; routes %v; rules %q; table 100 %q", as, rs, rules, t100)
 }
 
 // call is one controller call: nat-gateway.sh's OP and rules, as the
 // controller joins them (init keeps its trailing blank).
 type call struct {
-	Op    string
-	Rules []string
+	// Script is the script the call runs ("" is nat-gateway.sh).
+	Script string
+	Op     string
+	Rules  []string
 	// Note says why the call is there (scenario steps).
 	Note string
 }
 
 func (c call) line() string {
-	if c.Op == "get-iptables-version" {
-		return "bash /kube-ovn/nat-gateway.sh " + c.Op
+	script := c.Script
+	if script == "" {
+		script = "nat-gateway.sh"
 	}
-	return "bash /kube-ovn/nat-gateway.sh " + c.Op + " " + strings.Join(c.Rules, " ")
+	if c.Op == "get-iptables-version" {
+		return "bash /kube-ovn/" + script + " " + c.Op
+	}
+	return "bash /kube-ovn/" + script + " " + c.Op + " " + strings.Join(c.Rules, " ")
 }
 
 // difference is one way the two gateways disagreed after a call.
@@ -397,6 +422,7 @@ type tally struct {
 	mu          sync.Mutex
 	calls       int
 	probes      int
+	answered    int // probes of the upstream side that got an answer
 	differences []difference
 }
 
@@ -425,7 +451,7 @@ func step(t *testing.T, ctx context.Context, up, ng *side, tl *tally, name strin
 	tl.mu.Lock()
 	tl.calls++
 	tl.mu.Unlock()
-	label := fmt.Sprintf("%s: %s", name, strings.TrimPrefix(c.line(), "bash /kube-ovn/nat-gateway.sh "))
+	label := fmt.Sprintf("%s: %s", name, strings.TrimPrefix(strings.TrimPrefix(c.line(), "bash /kube-ovn/nat-gateway.sh "), "bash /kube-ovn/"))
 	if vu.OK() != vn.OK() {
 		tl.add(difference{Step: label, What: "verdict", Upstream: fmt.Sprintf("exit %d stderr %q stdout %q", vu.Code, vu.Stderr, vu.Stdout), Natgw: fmt.Sprintf("exit %d stderr %q", vn.Code, vn.Stderr)})
 	}
@@ -440,6 +466,12 @@ func step(t *testing.T, ctx context.Context, up, ng *side, tl *tally, name strin
 	go func() { defer wg.Done(); rn = ng.observe(ctx, ps) }()
 	wg.Wait()
 	n := 2 * len(ps)
+	answered := 0
+	for i := range ru {
+		if ru[i] != "fail" {
+			answered++
+		}
+	}
 	for i, p := range ps {
 		if ru[i] == rn[i] {
 			continue
@@ -476,6 +508,7 @@ func step(t *testing.T, ctx context.Context, up, ng *side, tl *tally, name strin
 	}
 	tl.mu.Lock()
 	tl.probes += n
+	tl.answered += answered
 	tl.mu.Unlock()
 }
 
@@ -846,6 +879,62 @@ func TestAgainstUpstream(t *testing.T) {
 		}
 		t.Errorf("difference: %s: %s\n  upstream: %s\n  natgw:    %s", d.Step, d.What, d.Upstream, d.Natgw)
 	}
-	t.Logf("DIFFTEST-SUMMARY upstream=%s@%s calls=%d (fixed %d, generated %d over seeds %v) probes=%d differences=%d explained=%d unexplained=%d elapsed=%s cpus=%d",
-		upstream.Module, upstream.Version, tl.calls, nFixed, generated, seeds, tl.probes, len(tl.differences), explained, len(tl.differences)-explained, time.Since(start).Round(time.Second), runtime.NumCPU())
+	testsummary.Record(t, fmt.Sprintf("DIFFTEST-SUMMARY script=nat-gateway.sh upstream=%s@%s calls=%d (fixed %d, generated %d over seeds %v) probes=%d answered=%d differences=%d explained=%d unexplained=%d elapsed=%s cpus=%d",
+		upstream.Module, upstream.Version, tl.calls, nFixed, generated, seeds, tl.probes, tl.answered, len(tl.differences), explained, len(tl.differences)-explained, time.Since(start).Round(time.Second), runtime.NumCPU()))
+}
+
+// lbSvc is the LoadBalancer-Service pods' life (service_lb.go): init, the
+// Service's EIPs with the external gateway, DNATs of its ports to the
+// cluster IP side, deletes, a gateway that does not answer ARP, an unknown
+// subcommand. Each call as the controller builds it (trailing blank kept).
+func lbSvc() []call {
+	e := func(i int) string { return eips[i].String() }
+	v := func(i int) string { return vms[i].String() }
+	lb := func(op string, rules ...string) call {
+		if len(rules) == 0 {
+			rules = []string{""}
+		}
+		return call{Script: "lb-svc.sh", Op: op, Rules: rules}
+	}
+	return []call{
+		lb("init"),
+		lb("init"),
+		lb("eip-add", e(0)+"/24,"+gatewayV4),
+		lb("dnat-add", e(0)+",80,tcp,"+v(0)+",80,"+v(0)),
+		lb("dnat-add", e(0)+",80,tcp,"+v(0)+",80,"+v(0)),
+		lb("dnat-add", e(0)+",8080,udp,"+v(1)+",80,"+v(1)),
+		lb("eip-add", e(1)+"/24,"+gatewayV4),
+		lb("dnat-add", e(1)+",80,tcp,"+v(2)+",80,"+v(2), e(1)+",80,udp,"+v(2)+",80,"+v(2)),
+		lb("dnat-del", e(0)+",80,tcp,"+v(0)+",80"),
+		lb("dnat-del", e(0)+",80,tcp,"+v(0)+",80"),
+		lb("dnat-del", e(1)+",80,udp,"+v(2)+",80"),
+		lb("eip-add", e(2)+"/24,192.0.2.99"),
+		lb("explode"),
+	}
+}
+
+// TestLBSvcAgainstUpstream: upstream v1.16.2's lb-svc.sh and natgw's image,
+// side by side, call for call, with the same probes as TestAgainstUpstream.
+func TestLBSvcAgainstUpstream(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces, chroot, mounts)")
+	}
+	if reason := netlab.Unavailable(); reason != "" {
+		t.Skip(reason)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	up, ng := newSides(t, ctx)
+	up.startServers(t, ctx)
+	ng.startServers(t, ctx)
+	tl := &tally{}
+	for i, c := range lbSvc() {
+		step(t, ctx, up, ng, tl, fmt.Sprintf("lb-svc %02d", i+1), c, nil)
+	}
+	for _, d := range tl.differences {
+		t.Errorf("difference: %s: %s\n  upstream: %s\n  natgw:    %s", d.Step, d.What, d.Upstream, d.Natgw)
+	}
+	testsummary.Record(t, fmt.Sprintf("DIFFTEST-SUMMARY script=lb-svc.sh upstream=%s@%s calls=%d probes=%d answered=%d differences=%d elapsed=%s",
+		upstream.Module, upstream.Version, tl.calls, tl.probes, tl.answered, len(tl.differences), time.Since(start).Round(time.Second)))
 }

@@ -11,6 +11,7 @@
 //	/natgw                               the binary (entrypoint: /natgw pause)
 //	/usr/local/bin/nat-gateway.sh -> /natgw   Kube-OVN script name (argv[0] dispatch)
 //	/kube-ovn/nat-gateway.sh -> /natgw        the path Kube-OVN's controller execs
+//	/kube-ovn/lb-svc.sh -> /natgw             the LoadBalancer-Service pods' script
 //	/bin/bash, /bin/sh -> /natgw              not a shell: run only the command lines Kube-OVN uses
 //	                                          (`bash -c "bash /kube-ovn/nat-gateway.sh OP RULE..."`,
 //	                                          `sh -c "sysctl -w KEY=VALUE"`, `bash -c "sleep infinity"`)
@@ -144,7 +145,7 @@ type entry struct {
 
 // Links are the image's paths (without the leading slash) that are
 // symbolic links to /natgw.
-var Links = []string{"bin/bash", "bin/ip", "bin/ip6tables", "bin/iptables", "bin/sh", "bin/sleep", "bin/sysctl", "kube-ovn/nat-gateway.sh", "usr/local/bin/nat-gateway.sh"}
+var Links = []string{"bin/bash", "bin/ip", "bin/ip6tables", "bin/iptables", "bin/sh", "bin/sleep", "bin/sysctl", "kube-ovn/lb-svc.sh", "kube-ovn/nat-gateway.sh", "usr/local/bin/nat-gateway.sh"}
 
 // layerEntries lists the layer's files in archive order.
 func layerEntries(bin []byte) []entry {
@@ -160,6 +161,7 @@ func layerEntries(bin []byte) []entry {
 		sym("bin/sleep"),
 		sym("bin/sysctl"),
 		dir("kube-ovn/", 0o755),
+		sym("kube-ovn/lb-svc.sh"),
 		sym("kube-ovn/nat-gateway.sh"),
 		{name: "natgw", mode: 0o755, typ: tar.TypeReg, data: bin},
 		dir("tmp/", 0o1777),

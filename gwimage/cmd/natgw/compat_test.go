@@ -280,3 +280,44 @@ func versionAtLeast(v string, want ...int) bool {
 	}
 	return true
 }
+
+// TestCompatInitInterfaces: init with VPC_IFACE,EXT_IFACE (Kube-OVN v1.16's
+// non-primary CNI mode) is honoured by the calls after it: the EIP goes on
+// the named external interface; init without rules goes back to net1.
+func TestCompatInitInterfaces(t *testing.T) {
+	lab := netlab.ForTest(t)
+	gw, err := lab.Gateway(netlab.GatewayOptions{VMs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlab.Stub(gw.GW, "ext2"); err != nil {
+		t.Fatal(err)
+	}
+	has := func(dev, addr string) bool {
+		t.Helper()
+		addrs, err := netlab.Addrs(gw.GW, dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range addrs {
+			if a.Addr().String() == addr {
+				return true
+			}
+		}
+		return false
+	}
+	compatCLI(t, gw.GW, "nftables", true, "init", "eth0,ext2")
+	compatCLI(t, gw.GW, "nftables", true, "eip-add", "192.0.2.50/24")
+	if !has("ext2", "192.0.2.50") || has("net1", "192.0.2.50") {
+		t.Fatal("after init eth0,ext2 the EIP is not on ext2 only")
+	}
+	compatCLI(t, gw.GW, "nftables", true, "eip-del", "192.0.2.50/24")
+	if has("ext2", "192.0.2.50") {
+		t.Fatal("eip-del left the EIP on ext2")
+	}
+	compatCLI(t, gw.GW, "nftables", true, "init", "")
+	compatCLI(t, gw.GW, "nftables", true, "eip-add", "192.0.2.51/24")
+	if !has("net1", "192.0.2.51") || has("ext2", "192.0.2.51") {
+		t.Fatal("after init without rules the EIP is not on net1")
+	}
+}

@@ -20,7 +20,8 @@ import (
 // forms upstream uses and refuses anything else with a message on stderr.
 //
 //	nat-gateway.sh OP RULE...     natgw compat
-//	bash|sh -c "LINE"             LINE one of: [bash ]/…/nat-gateway.sh OP RULE...;
+//	lb-svc.sh OP RULE...          the LoadBalancer-Service pods' script (lbsvc.go)
+//	bash|sh -c "LINE"             LINE one of: [bash ]/…/nat-gateway.sh|lb-svc.sh OP RULE...;
 //	                              sleep infinity | while true; do sleep N; done;
 //	                              sysctl -w KEY=VALUE...
 //	sleep infinity|DURATION       the container command of the gateway pod
@@ -40,6 +41,8 @@ func multicall(ctx context.Context, e env, argv []string) (code int, ok bool) {
 		return runShellShim(ctx, e, args), true
 	case "sleep":
 		return runSleep(ctx, e, args), true
+	case "lb-svc.sh":
+		return runLBSvc(e, args), true
 	case "sysctl":
 		return runSysctl(e, args), true
 	case "ip":
@@ -65,10 +68,13 @@ func runShellShim(ctx context.Context, e env, args []string) int {
 			return runSysctl(e, words[1:])
 		}
 	}
-	words, err := shimWords(args)
+	script, words, err := shimScript(args)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "natgw (shell shim): %v\n", err)
 		return exitNotFound
+	}
+	if script == "lb-svc.sh" {
+		return runLBSvc(e, words)
 	}
 	g := defaultGlobals()
 	return runCompat(ctx, e, &g, words)
@@ -92,25 +98,43 @@ func isKeepAlive(args []string) bool {
 // accepts: `-c "[bash] PATH/nat-gateway.sh OP RULE..."` or the script path
 // and its arguments given directly.
 func shimWords(args []string) ([]string, error) {
+	script, words, err := shimScript(args)
+	if err == nil && script != "nat-gateway.sh" {
+		err = fmt.Errorf("not a shell: only nat-gateway.sh runs here, got %s", script)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return words, nil
+}
+
+// shimScript returns the script name (nat-gateway.sh or lb-svc.sh) and OP
+// RULE... of a command line the shim accepts: `-c "[bash] PATH/SCRIPT OP
+// RULE..."` or the script path and its arguments given directly.
+func shimScript(args []string) (string, []string, error) {
 	var words []string
 	switch {
 	case len(args) == 2 && args[0] == "-c":
 		if strings.ContainsAny(args[1], shellMeta+"=") {
-			return nil, fmt.Errorf("not a shell: refusing %q (only `[bash] .../nat-gateway.sh OP RULE...`, `sleep infinity` and `sysctl -w KEY=VALUE` run)", args[1])
+			return "", nil, fmt.Errorf("not a shell: refusing %q (only `[bash] .../nat-gateway.sh OP RULE...`, `[bash] .../lb-svc.sh OP RULE...`, `sleep infinity` and `sysctl -w KEY=VALUE` run)", args[1])
 		}
 		words = strings.Fields(args[1])
 	case len(args) >= 1 && !strings.HasPrefix(args[0], "-"):
 		words = args
 	default:
-		return nil, fmt.Errorf("not a shell: only `bash -c \"bash /kube-ovn/nat-gateway.sh OP RULE...\"` runs, got %q", args)
+		return "", nil, fmt.Errorf("not a shell: only `bash -c \"bash /kube-ovn/nat-gateway.sh OP RULE...\"` runs, got %q", args)
 	}
 	if len(words) > 0 && (words[0] == "bash" || words[0] == "sh") {
 		words = words[1:]
 	}
-	if len(words) < 2 || filepath.Base(words[0]) != "nat-gateway.sh" {
-		return nil, fmt.Errorf("not a shell: only nat-gateway.sh runs, got %q", strings.Join(words, " "))
+	if len(words) < 2 {
+		return "", nil, fmt.Errorf("not a shell: only nat-gateway.sh and lb-svc.sh run, got %q", strings.Join(words, " "))
 	}
-	return words[1:], nil
+	switch script := filepath.Base(words[0]); script {
+	case "nat-gateway.sh", "lb-svc.sh":
+		return script, words[1:], nil
+	}
+	return "", nil, fmt.Errorf("not a shell: only nat-gateway.sh and lb-svc.sh run, got %q", strings.Join(words, " "))
 }
 
 // runSleep is sleep(1) for one operand: "infinity" (served as natgw pause:
