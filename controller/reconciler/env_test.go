@@ -175,6 +175,9 @@ type envOptions struct {
 	noManager   bool
 	// crds is the CRD set of the API server (default natgw's).
 	crds crdtest.Set
+	// warnings, when set, gets the API server's warnings to the
+	// controller's client.
+	warnings rest.WarningHandler
 }
 
 // newEnv builds the topology and starts a controller for it.
@@ -224,6 +227,10 @@ func (e *env) startManager(cfg *rest.Config, o envOptions) {
 	t, ctx, cancel, name := e.t, e.ctx, e.cancel, e.case_
 	gcfg := gwconfigFor(e)
 	sel := labels.SelectorFromSet(labels.Set{testLabel: name})
+	if o.warnings != nil {
+		cfg = rest.CopyConfig(cfg)
+		cfg.WarningHandler = o.warnings
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 testScheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
