@@ -8,13 +8,16 @@
 #   make cluster-assets    build what the cluster needs (once)
 #   make controller-image  natgw-controller's image -> gwimage/out/natgw-controller-image.tar
 #                          (`make image` builds it too)
+#   make cluster-images    the iptables variant of the gateway image (gateway image +
+#                          Debian's iptables-legacy tools) -> .cache/cluster/natgw-iptables-image.tar
 #   make cluster-up        start the cluster with natgw's images imported; prints KUBECONFIG
 #   make cluster-down      stop it and restore the host (also after a killed run)
 
 CLUSTER_BIN ?= $(CURDIR)/.cache/cluster/bin
 CLUSTER_PAUSE ?= $(CURDIR)/.cache/cluster/pause-image.tar
+CLUSTER_IPTABLES_IMAGE ?= $(CURDIR)/.cache/cluster/natgw-iptables-image.tar
 
-.PHONY: cluster-deps cluster-assets controller-image cluster-up cluster-down
+.PHONY: cluster-deps cluster-assets controller-image cluster-images cluster-up cluster-down
 # runc from Debian (the cluster's only apt package besides install-deps.sh's).
 cluster-deps:
 	@command -v runc >/dev/null 2>&1 || { echo "cluster-deps: installing runc"; \
@@ -34,8 +37,18 @@ controller-image:
 # `make image` builds the gateway image (mk/gwimage.mk) and the controller's.
 image: controller-image
 
-cluster-up: cluster-assets image
-	@$(GO) run ./internal/cluster/cmd/natgw-cluster -repo $(CURDIR) up
+cluster-images: image
+	@$(GO) run ./internal/cluster/cmd/mkimage -image gateway-iptables -version $(NATGW_VERSION) \
+	  -base $(NATGW_OUT)/natgw-image.tar -o $(CLUSTER_IPTABLES_IMAGE) >/dev/null
+
+cluster-up: cluster-assets cluster-images
+	@$(GO) run ./internal/cluster/cmd/natgw-cluster -repo $(CURDIR) up \
+	  -image $(NATGW_OUT)/natgw-image.tar -image $(NATGW_OUT)/natgw-controller-image.tar -image $(CLUSTER_IPTABLES_IMAGE)
 
 cluster-down:
 	@$(GO) run ./internal/cluster/cmd/natgw-cluster -repo $(CURDIR) down
+
+# The cluster e2e (e2e/cluster) runs in `make test`: it needs the binaries and
+# every image, and fails instead of skipping when they are missing.
+TEST_DEPS += cluster-assets cluster-images
+TEST_ENV += NATGW_CLUSTER_REQUIRED=1

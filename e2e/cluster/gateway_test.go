@@ -1,0 +1,303 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/reconciler"
+	"github.com/natgw/natgw/controller/transport"
+	fw "github.com/natgw/natgw/e2e/framework"
+	"github.com/natgw/natgw/internal/cluster"
+	"github.com/natgw/natgw/internal/netlab"
+)
+
+// podGateway is one gateway pod with its Multus-style net1, the external
+// host and the VPC hosts on the pod network behind its eth0.
+type podGateway struct {
+	*fw.Gateway
+	Pod   *corev1.Pod
+	PodIP netip.Addr
+	// NetNS is the pod's network namespace (/proc/PID/ns/net of its
+	// container's init).
+	NetNS string
+	dp    string
+}
+
+// newStack returns a framework Stack (its helpers only need the test, a
+// context and a client) on the cluster's API server as the admin.
+func newStack(t *testing.T, dp string) *fw.Stack {
+	t.Helper()
+	cfg, err := env.c.RESTConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(cfg, client.Options{Scheme: fw.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return &fw.Stack{T: t, Ctx: ctx, Dataplane: dp, Client: cl}
+}
+
+// gatewayStatefulSet is upstream Kube-OVN's gateway StatefulSet shape
+// (pkg/controller/vpc_nat_gateway.go): vpc-nat-gw-<name> in kube-system,
+// container vpc-nat-gw, privileged, labelled app=vpc-nat-gw-<name> and
+// ovn.kubernetes.io/vpc-nat-gw=true. The container runs the image's
+// entrypoint (`/natgw pause`: the image has no `sleep`).
+func gatewayStatefulSet(name, image string) *appsv1.StatefulSet {
+	labels := map[string]string{"app": transport.GatewayAppPrefix + name, transport.GatewayPodLabel: "true"}
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: transport.GatewayAppPrefix + name, Namespace: gatewayNamespace, Labels: labels},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:       ptr.To[int32](1),
+			Selector:       &metav1.LabelSelector{MatchLabels: labels},
+			UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr.To[int64](2),
+					DNSPolicy:                     corev1.DNSDefault,
+					Containers: []corev1.Container{{
+						Name:            transport.GatewayContainer,
+						Image:           image,
+						ImagePullPolicy: corev1.PullNever,
+						SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true), AllowPrivilegeEscalation: ptr.To(true)},
+					}},
+				},
+			},
+		},
+	}
+}
+
+// gatewayImage is the image of data plane dp's gateways as the CRI finds
+// it: the gateway image (natgw only) for nftables, its iptables variant
+// (plus Debian's iptables-legacy tools) for iptables.
+func gatewayImage(t *testing.T, dp string) string {
+	t.Helper()
+	n, err := archiveImageName(gatewayArchive(env.repo, dp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cluster.QualifiedImage(n)
+}
+
+// startGateway creates the VpcNatGateway (with the data plane annotation)
+// and its StatefulSet, waits for the pod, and wires it: net1 on the
+// external network with an external host, VPC hosts on the pod network
+// routed through the pod's eth0, probe servers everywhere. Everything is
+// removed by t.Cleanup.
+func startGateway(t *testing.T, s *fw.Stack, lab *netlab.Lab, name string, vms int) *podGateway {
+	t.Helper()
+	cs, err := env.c.Clientset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts := gatewayStatefulSet(name, gatewayImage(t, s.Dataplane))
+	if _, err := cs.AppsV1().StatefulSets(gatewayNamespace).Create(s.Ctx, sts, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create statefulset: %v", err)
+	}
+	t.Cleanup(func() { deleteStatefulSet(t, cs, sts.Name) })
+
+	g := &podGateway{dp: s.Dataplane, Gateway: &fw.Gateway{Name: name, Gateway: &netlab.Gateway{
+		Name: name, ExternalInterface: "net1", InternalInterface: "eth0"}}}
+	if err := g.attach(s.Ctx, t, cs, lab, vms); err != nil {
+		t.Fatal(err)
+	}
+	s.Create(&v1.VpcNatGateway{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{reconciler.DataplaneAnnotation: s.Dataplane}},
+		Spec:       v1.VpcNatGatewaySpec{Vpc: "vpc-" + name, Subnet: "subnet-" + name},
+	})
+	return g
+}
+
+// attach waits for the gateway's running pod and wires it (see
+// startGateway). Called again after the pod was replaced, it wires the new
+// pod to the same external host and VPC hosts.
+func (g *podGateway) attach(ctx context.Context, t *testing.T, cs kubernetes.Interface, lab *netlab.Lab, vms int) error {
+	pod, err := waitGatewayPod(ctx, cs, g.Name, g.Pod, 2*time.Minute)
+	if err != nil {
+		return err
+	}
+	pid, err := containerPid(ctx, pod)
+	if err != nil {
+		return err
+	}
+	g.Pod, g.NetNS = pod, fmt.Sprintf("/proc/%d/ns/net", pid)
+	g.PodIP, err = netip.ParseAddr(pod.Status.PodIP)
+	if err != nil {
+		return fmt.Errorf("pod %s IP %q: %w", pod.Name, pod.Status.PodIP, err)
+	}
+	g.GW = g.NetNS
+	// The pod's forwarding is upstream's PostStart hook (sysctl -w
+	// net.ipv4.ip_forward=1); the natgw image has no shell to run it.
+	if err := netlab.Sysctl(g.NetNS, "net.ipv4.ip_forward", "1"); err != nil {
+		return err
+	}
+	if g.Ext.NS == "" {
+		ns, err := lab.NS("ext-" + g.dp)
+		if err != nil {
+			return err
+		}
+		g.Ext = netlab.Host{NS: ns, Addr: netlab.ExtAddr}
+		for _, proto := range []string{"tcp", "udp"} {
+			if err := serve(ctx, lab, proto, ns, fw.ExtPort); err != nil {
+				return err
+			}
+		}
+	} else if _, err := netlab.Exec(ctx, g.Ext.NS, "", "ip", "link", "del", "eth0"); err != nil && !strings.Contains(err.Error(), "Cannot find") {
+		return err
+	}
+	// Multus's part: a veth whose one end becomes the pod's net1 on the
+	// external subnet.
+	if err := netlab.Veth(
+		netlab.End{NS: g.NetNS, Name: "net1", Addrs: []netip.Prefix{netip.PrefixFrom(netlab.GWExtAddr, netlab.ExtNet.Bits())}},
+		netlab.End{NS: g.Ext.NS, Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(netlab.ExtAddr, netlab.ExtNet.Bits())}},
+	); err != nil {
+		return err
+	}
+	// VPC hosts: namespaces on the pod bridge (the VPC's switch) with the
+	// gateway pod's eth0 as their default route.
+	bits := 24
+	for i := 0; i < vms; i++ {
+		if i < len(g.VMs) {
+			if err := replaceDefault(ctx, g.VMs[i].NS, g.PodIP); err != nil {
+				return err
+			}
+			continue
+		}
+		addr, err := env.c.HostAddr(200 + vmIndex(g.dp, i))
+		if err != nil {
+			return err
+		}
+		ns, err := lab.NS(fmt.Sprintf("vm%d-%s", i, g.dp))
+		if err != nil {
+			return err
+		}
+		host := fmt.Sprintf("ngwv%s%d", g.dp[:3], i)
+		if err := netlab.Veth(netlab.End{NS: ns, Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(addr, bits)}}, netlab.End{NS: "", Name: host}); err != nil {
+			return err
+		}
+		if err := netlab.Enslave("", host, cluster.BridgeName); err != nil {
+			return err
+		}
+		if err := netlab.AddRoute(ns, netip.MustParsePrefix("0.0.0.0/0"), g.PodIP, "eth0"); err != nil {
+			return err
+		}
+		for _, proto := range []string{"tcp", "udp"} {
+			if err := serve(ctx, lab, proto, ns, fw.VMPort); err != nil {
+				return err
+			}
+		}
+		g.VMs = append(g.VMs, netlab.Host{NS: ns, Addr: addr})
+	}
+	return nil
+}
+
+// vmIndex spreads the VPC hosts of the two data planes' gateways over
+// distinct addresses.
+func vmIndex(dp string, i int) int {
+	if dp == "iptables" {
+		return 20 + i
+	}
+	return i
+}
+
+func replaceDefault(ctx context.Context, ns string, via netip.Addr) error {
+	_, err := netlab.Exec(ctx, ns, "", "ip", "route", "replace", "default", "via", via.String(), "dev", "eth0")
+	return err
+}
+
+func serve(ctx context.Context, lab *netlab.Lab, proto, ns string, port int) error {
+	addr := net.JoinHostPort("0.0.0.0", strconv.Itoa(port))
+	var err error
+	if proto == "tcp" {
+		_, err = lab.ServeTCP(ctx, ns, addr)
+	} else {
+		_, err = lab.ServeUDP(ctx, ns, addr)
+	}
+	return err
+}
+
+// waitGatewayPod waits for a running pod of gateway name other than old.
+func waitGatewayPod(ctx context.Context, cs kubernetes.Interface, name string, old *corev1.Pod, limit time.Duration) (*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	sel := transport.GatewayPodSelector(name).String()
+	for {
+		pods, err := cs.CoreV1().Pods(gatewayNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err == nil {
+			for i := range pods.Items {
+				p := &pods.Items[i]
+				if old != nil && p.UID == old.UID {
+					continue
+				}
+				if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" &&
+					len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil {
+					return p, nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("gateway %s: no running pod (selector %s): %w", name, sel, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// containerPid returns the host pid of the pod's gateway container (its
+// task in containerd), whose network namespace is the pod's.
+func containerPid(ctx context.Context, pod *corev1.Pod) (int, error) {
+	id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	out, err := env.c.Ctr(ctx, "tasks", "ls")
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 3 && f[0] == id {
+			return strconv.Atoi(f[1])
+		}
+	}
+	return 0, fmt.Errorf("pod %s: container %s has no task:\n%s", pod.Name, id, out)
+}
+
+// deleteStatefulSet deletes a gateway's StatefulSet and waits for its pods
+// to be gone (their network namespaces with them).
+func deleteStatefulSet(t *testing.T, cs kubernetes.Interface, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := cs.AppsV1().StatefulSets(gatewayNamespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("delete statefulset %s: %v", name, err)
+		return
+	}
+	for {
+		pods, err := cs.CoreV1().Pods(gatewayNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+		if err == nil && len(pods.Items) == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Errorf("statefulset %s: pods not gone: %v", name, ctx.Err())
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
