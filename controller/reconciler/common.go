@@ -7,7 +7,7 @@
 //     → remove the finalizer only after the gateway confirmed.
 //  3. No finalizer → add it (with the labels naming the target gateway) in
 //     one metadata patch with optimistic lock; if that fails (NotFound, terminating, conflict) nothing is
-//     programmed. A successful Update is the API server's word that the
+//     programmed. A successful patch is the API server's word that the
 //     object exists, is not terminating and carries the finalizer, so
 //     programming follows in the same pass. No write sends a whole
 //     object: metadata by patch, status by patch of the fields natgw owns

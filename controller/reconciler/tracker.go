@@ -9,7 +9,7 @@ import (
 // tracker remembers, per object kind and name, the UID and gateway this
 // process programmed. It closes a hole that finalizers alone leave: the API
 // server checks for finalizers when a DELETE starts, so an object deleted
-// while our finalizer Update is in flight can vanish although the Update
+// while our finalizer patch is in flight can vanish although the patch
 // succeeded (and we programmed it). The reconcile that then finds the name
 // gone from the cache deletes the remembered UID. Leftovers from before a
 // controller restart are the orphan sweep's.
