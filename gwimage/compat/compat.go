@@ -25,7 +25,7 @@
 //	eip-egress-qos-add  "EIP,PRIO,RATE,BURST"  same for egress
 //	eip-ingress-qos-del "EIP" / eip-egress-qos-del "EIP"  clears that direction (no EIP: nothing to do)
 //	qos-add "DIR,IFACE,PRIO,CLASSIFIER,MATCHTYPE,MATCHDIR,CIDR,RATE,BURST" / qos-del (7 or 9 fields)
-//	                                           gateway-wide QoS: parsed and checked, refused (ErrGatewayQoS)
+//	                                           gateway-wide QoS (VpcNatGateway.spec.qosPolicy), see GatewayQoS
 //	get-iptables-version                       prints a version line (see VersionLine)
 //
 // Like the script, the arguments are joined and split on blanks, and each
@@ -34,7 +34,6 @@
 package compat
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"net/netip"
@@ -76,9 +75,34 @@ var Ops = []string{
 	OpQoSAdd, OpQoSDel, OpGetIptablesVersion,
 }
 
-// ErrGatewayQoS is returned (wrapped in an *ArgError) for a well-formed
-// gateway-wide qos-add/qos-del: natgw polices per EIP only.
-var ErrGatewayQoS = errors.New("gateway-wide QoS (VpcNatGateway.spec.qosPolicy) is not implemented by natgw; use EIP QoS")
+// GatewayQoS is one gateway-wide QoS rule of qos-add (Add) or qos-del, with
+// upstream's tc semantics: on Iface, traffic leaving it (egress) or arriving
+// on it (ingress), all of it (matchall) or that whose MatchDir address is in
+// CIDR (u32), is held to RateMbps (Mbit/s, decimals allowed) with a burst of
+// BurstMB (MB of 2^20 bytes); of the rules of one interface and direction
+// the one of lowest Priority that matches applies. A rule is identified by
+// Key: an add replaces the rule of the same key, a del removes it.
+type GatewayQoS struct {
+	Add        bool
+	Direction  Direction
+	Iface      string
+	Priority   uint16
+	Classifier string       // "u32" or "matchall"
+	MatchDir   string       // "src" or "dst" (u32)
+	CIDR       netip.Prefix // u32
+	RateMbps   float64
+	BurstMB    float64
+}
+
+// Key identifies the rule a qos-add replaces and a qos-del removes: upstream
+// deletes the filter of the same address and match direction (u32), or the
+// device's matchall filter, before adding.
+func (q GatewayQoS) Key() string {
+	if q.Classifier == "matchall" {
+		return fmt.Sprintf("%s %s matchall", q.Direction, q.Iface)
+	}
+	return fmt.Sprintf("%s %s u32 %s %s", q.Direction, q.Iface, q.MatchDir, q.CIDR)
+}
 
 // Direction of an EIP QoS change.
 type Direction string
@@ -140,6 +164,8 @@ type Plan struct {
 	// fails (subnet-route-del: `ip route del` of a missing route fails).
 	MustExist []string
 	QoS       []QoSChange
+	// GatewayQoS are the rules of qos-add and qos-del.
+	GatewayQoS []GatewayQoS
 	// Interfaces is set by init with "VPC_IFACE,EXT_IFACE".
 	Interfaces *Interfaces
 	// Init: the call is init (with or without interface names).
@@ -154,7 +180,9 @@ type Plan struct {
 }
 
 // Empty reports whether the plan changes nothing.
-func (p Plan) Empty() bool { return len(p.Apply) == 0 && len(p.Delete) == 0 && len(p.QoS) == 0 }
+func (p Plan) Empty() bool {
+	return len(p.Apply) == 0 && len(p.Delete) == 0 && len(p.QoS) == 0 && len(p.GatewayQoS) == 0
+}
 
 // ArgError says which rule of an invocation is bad and why.
 type ArgError struct {
@@ -452,10 +480,10 @@ var specs = map[string]opSpec{
 	OpEIPIngressQoSDel: {min: 1, max: 1, format: "EIP", parse: qosDel(Ingress)},
 	OpEIPEgressQoSDel:  {min: 1, max: 1, format: "EIP", parse: qosDel(Egress)},
 	OpQoSAdd: {min: 9, max: 9, keepEmpty: true, format: "DIRECTION,IFACE,PRIORITY,CLASSIFIER,MATCHTYPE,MATCHDIR,CIDR,RATE,BURST", parse: func(r *ruleParser, p *Plan) error {
-		return gatewayQoS(r, true)
+		return gatewayQoS(r, p, true)
 	}},
 	OpQoSDel: {min: 7, max: 9, keepEmpty: true, format: "DIRECTION,IFACE,PRIORITY,CLASSIFIER,MATCHTYPE,MATCHDIR,CIDR[,RATE,BURST]", parse: func(r *ruleParser, p *Plan) error {
-		return gatewayQoS(r, len(r.fields) == 9)
+		return gatewayQoS(r, p, false)
 	}},
 	OpGetIptablesVersion: {format: "", parse: func(r *ruleParser, p *Plan) error { return nil }},
 }
@@ -474,20 +502,26 @@ func (p *Plan) presence(uid string, pr Presence) {
 	p.IfPresent[uid] = pr
 }
 
-// gatewayQoS checks one gateway-wide QoS rule (with rate and burst when
-// withRate) and then refuses it: natgw has no gateway-wide QoS.
-func gatewayQoS(r *ruleParser, withRate bool) error {
+// gatewayQoS reads one gateway-wide QoS rule (qos-add: with rate and
+// burst; qos-del: 7 fields, or 9 whose rate and burst are ignored).
+func gatewayQoS(r *ruleParser, p *Plan, add bool) error {
+	q := GatewayQoS{Add: add}
 	switch r.fields[0] {
 	case "ingress", "egress":
+		q.Direction = Direction(r.fields[0])
 	default:
 		return r.fail("direction", r.fields[0], "want ingress or egress")
 	}
 	if !isIfaceName(r.fields[1]) {
 		return r.fail("iface", r.fields[1], "not an interface name")
 	}
-	if _, err := r.uint(2, "priority", 1<<16-1); err != nil {
+	q.Iface = r.fields[1]
+	prio, err := r.uint(2, "priority", 1<<16-1)
+	if err != nil {
 		return err
 	}
+	q.Priority = uint16(prio)
+	q.Classifier = r.fields[3]
 	switch r.fields[3] {
 	case "u32":
 		if r.fields[4] != "ip" {
@@ -496,8 +530,12 @@ func gatewayQoS(r *ruleParser, withRate bool) error {
 		if r.fields[5] != "src" && r.fields[5] != "dst" {
 			return r.fail("matchDirection", r.fields[5], "want src or dst")
 		}
-		if _, err := r.prefix(6, "cidr"); err != nil {
+		q.MatchDir = r.fields[5]
+		if q.CIDR, err = r.prefix(6, "cidr"); err != nil {
 			return err
+		}
+		if q.CIDR.Masked() != q.CIDR {
+			return r.fail("cidr", r.fields[6], "host bits set")
 		}
 	case "matchall":
 		for i, name := range map[int]string{4: "matchType", 5: "matchDirection", 6: "cidr"} {
@@ -508,15 +546,22 @@ func gatewayQoS(r *ruleParser, withRate bool) error {
 	default:
 		return r.fail("classifier", r.fields[3], "want u32 or matchall")
 	}
-	if withRate {
-		if _, err := r.decimal(7, "rate"); err != nil {
+	if add {
+		if q.RateMbps, err = r.decimal(7, "rate"); err != nil {
 			return err
 		}
-		if _, err := r.decimal(8, "burst"); err != nil {
+		if q.RateMbps <= 0 || q.RateMbps > 100_000 {
+			return r.fail("rate", r.fields[7], "want a rate above 0 and at most 100000 Mbit/s")
+		}
+		if q.BurstMB, err = r.decimal(8, "burst"); err != nil {
 			return err
+		}
+		if q.BurstMB*BytesPerMB > math.MaxUint32 {
+			return r.fail("burst", r.fields[8], "at most 4095 MB")
 		}
 	}
-	return r.fail("", "", ErrGatewayQoS.Error())
+	p.GatewayQoS = append(p.GatewayQoS, q)
+	return nil
 }
 
 func qosAdd(dir Direction) func(r *ruleParser, p *Plan) error {

@@ -120,7 +120,7 @@ func TestContractFormats(t *testing.T) {
 		})
 	}
 	// Every subcommand the controllers send is covered for every version
-	// (gateway-wide QoS: TestGatewayQoS).
+	// (gateway-wide QoS, the same 9 fields in every version: TestGatewayQoS).
 	for _, v := range allVersions {
 		for _, op := range Ops {
 			if op == OpQoSAdd || op == OpQoSDel {
@@ -162,26 +162,42 @@ func TestParseMore(t *testing.T) {
 	}
 }
 
-// TestGatewayQoS: qos-add's 9 fields and qos-del's 7 (or 9) are read with
-// u32 and matchall semantics; a well-formed rule is refused with
-// ErrGatewayQoS's message, a malformed one names its field.
+// TestGatewayQoS: qos-add's 9 fields and qos-del's 7 (or 9) with u32 and
+// matchall semantics, for every version (the same 9 fields since v1.13);
+// a malformed rule names its field.
 func TestGatewayQoS(t *testing.T) {
-	tests := []struct {
+	good := []struct {
+		op, rule string
+		want     GatewayQoS
+		key      string
+	}{
+		{"qos-add", "egress,net1,2,u32,ip,dst,192.168.1.1/32,25,25", GatewayQoS{Add: true, Direction: Egress, Iface: "net1", Priority: 2, Classifier: "u32", MatchDir: "dst", CIDR: pfx("192.168.1.1/32"), RateMbps: 25, BurstMB: 25}, "egress net1 u32 dst 192.168.1.1/32"},
+		{"qos-add", "ingress,net1,3,matchall,,,,1.5,0.5", GatewayQoS{Add: true, Direction: Ingress, Iface: "net1", Priority: 3, Classifier: "matchall", RateMbps: 1.5, BurstMB: 0.5}, "ingress net1 matchall"},
+		{"qos-del", "egress,net1,2,u32,ip,src,10.0.0.0/24", GatewayQoS{Direction: Egress, Iface: "net1", Priority: 2, Classifier: "u32", MatchDir: "src", CIDR: pfx("10.0.0.0/24")}, "egress net1 u32 src 10.0.0.0/24"},
+		{"qos-del", "egress,net1,3,matchall,,,", GatewayQoS{Direction: Egress, Iface: "net1", Priority: 3, Classifier: "matchall"}, "egress net1 matchall"},
+		{"qos-del", "egress,net1,3,matchall,,,,30,30", GatewayQoS{Direction: Egress, Iface: "net1", Priority: 3, Classifier: "matchall"}, "egress net1 matchall"},
+	}
+	for _, tt := range good {
+		p, err := Parse(tt.op, []string{tt.rule})
+		if err != nil || len(p.GatewayQoS) != 1 || !reflect.DeepEqual(p.GatewayQoS[0], tt.want) || p.GatewayQoS[0].Key() != tt.key {
+			t.Errorf("Parse(%s %q) = %+v, %v; want %+v key %q", tt.op, tt.rule, p.GatewayQoS, err, tt.want, tt.key)
+		}
+	}
+	bad := []struct {
 		op, rule, field, want string
 	}{
-		{"qos-add", "egress,net1,2,u32,ip,dst,192.168.1.1/32,25,25", "", "not implemented"},
-		{"qos-add", "ingress,net1,3,matchall,,,,30,1.5", "", "not implemented"},
-		{"qos-del", "egress,net1,2,u32,ip,src,192.168.1.1/32", "", "not implemented"},
-		{"qos-del", "egress,net1,3,matchall,,,", "", "not implemented"},
 		{"qos-add", "sideways,net1,2,u32,ip,dst,192.168.1.1/32,25,25", "direction", "ingress or egress"},
 		{"qos-add", "egress,net1,2,u32,ip,up,192.168.1.1/32,25,25", "matchDirection", "src or dst"},
 		{"qos-add", "egress,net1,2,u32,ip,dst,192.168.1.300/32,25,25", "cidr", "CIDR"},
+		{"qos-add", "egress,net1,2,u32,ip,dst,192.168.1.1/24,25,25", "cidr", "host bits"},
 		{"qos-add", "egress,net1,3,matchall,ip,,,30,30", "matchType", "empty for matchall"},
 		{"qos-add", "egress,net1,3,flower,,,,30,30", "classifier", "u32 or matchall"},
 		{"qos-add", "egress,net1,3,matchall,,,,fast,30", "rate", "decimal"},
+		{"qos-add", "egress,net1,3,matchall,,,,0,30", "rate", "above 0"},
+		{"qos-add", "egress,net/1,3,matchall,,,,1,30", "iface", "interface name"},
 		{"qos-add", "egress,net1,3,matchall,,,,30", "", "want 9"},
 	}
-	for _, tt := range tests {
+	for _, tt := range bad {
 		_, err := Parse(tt.op, []string{tt.rule})
 		var ae *ArgError
 		if !errors.As(err, &ae) || ae.Field != tt.field || !strings.Contains(err.Error(), tt.want) {

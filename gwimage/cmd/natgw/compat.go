@@ -73,6 +73,15 @@ func saveInterfaces(in *compat.Interfaces) error {
 	return nil
 }
 
+// inNetns runs fn in the gateway's namespace (the current one when g names
+// none).
+func inNetns(g *globals, fn func() error) error {
+	if g.netns == "" {
+		return fn()
+	}
+	return netns.Do(g.netns, fn)
+}
+
 // linkExists reports whether the gateway namespace has a link named name.
 func linkExists(g *globals, name string) (bool, error) {
 	found := false
@@ -139,6 +148,13 @@ func runCompat(ctx context.Context, e env, g *globals, args []string) int {
 	if err := loadInterfaces(g); err != nil {
 		fmt.Fprintf(e.stderr, "natgw: %s: %v\n", op, err)
 		return exitFail
+	}
+	if len(plan.GatewayQoS) > 0 {
+		if err := inNetns(g, func() error { return applyGatewayQoS(plan.GatewayQoS) }); err != nil {
+			fmt.Fprintf(e.stderr, "natgw: %s: %v\n", op, err)
+			return exitFail
+		}
+		return exitOK
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()

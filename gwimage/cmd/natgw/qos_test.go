@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,4 +80,86 @@ func TestCompatQoSUnits(t *testing.T) {
 	compatCLI(t, gw.GW, "nftables", true, "eip-del", eip+"/24")
 	compatCLI(t, gw.GW, "nftables", true, "eip-ingress-qos-del", eip)
 	compatCLI(t, gw.GW, "nftables", true, "eip-egress-qos-del", eip)
+}
+
+// TestCompatGatewayQoS: gateway-wide qos-add/qos-del (VpcNatGateway
+// qosPolicy) through nat-gateway.sh, checked with measured TCP throughput
+// through a FIP, in upstream's units (Mbit/s, MB): a matchall egress rule on
+// net1 holds downloads; a u32 ingress rule on the EIP holds uploads; a u32
+// rule of lower priority that matches takes precedence over the matchall
+// (tc's first matching filter); qos-del lifts each.
+func TestCompatGatewayQoS(t *testing.T) {
+	lab := netlab.ForTest(t)
+	gw, err := lab.Gateway(netlab.GatewayOptions{VMs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t, 3*time.Minute)
+	if _, err := lab.ServeTCP(ctx, gw.VMs[0].NS, "0.0.0.0:80"); err != nil {
+		t.Fatal(err)
+	}
+	eip := netlab.EIP(0).String()
+	sh := func(op string, rules ...string) { compatCLI(t, gw.GW, "nftables", true, op, rules...) }
+	sh("init", "")
+	sh("eip-add", eip+"/24")
+	sh("floating-ip-add", eip+","+gw.VMs[0].Addr.String())
+	const mb = 1 << 20
+	const size, rate int64 = 6 * mb, 16_000_000 / 8
+	// At least 80% of what the bytes beyond the bucket (a second of rate
+	// plus the 1 MB burst) need at 16 Mbit/s.
+	floor := time.Duration((size - mb - rate) * 8 / 10 * int64(time.Second) / rate)
+	measure := func(what string, upload bool) time.Duration {
+		t.Helper()
+		var d time.Duration
+		var err error
+		if upload {
+			_, d, err = netlab.Upload(ctx, gw.Ext.NS, eip+":80", size, 30*time.Second)
+		} else {
+			_, d, err = netlab.Download(ctx, gw.Ext.NS, eip+":80", size, 30*time.Second)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		t.Logf("%s: %d bytes in %v (%.1f Mbit/s)", what, size, d, float64(size)*8/d.Seconds()/1e6)
+		return d
+	}
+	free := measure("download, no QoS", false)
+	if free > floor/2 {
+		t.Logf("unpoliced download is slow on this machine (%v); the checks below still hold", free)
+	}
+	sh("qos-add", "egress,net1,3,matchall,,,,16,1")
+	if d := measure("download, egress matchall 16 Mbit/s", false); d < floor {
+		t.Errorf("download %v under an egress matchall of 16 Mbit/s, 1 MB: faster than allowed (%v)", d, floor)
+	}
+	if d := measure("upload, egress matchall only", true); d >= floor {
+		t.Errorf("upload %v: held by an egress rule", d)
+	}
+	// A u32 rule of lower priority matching ext's traffic takes precedence.
+	sh("qos-add", "egress,net1,1,u32,ip,dst,"+netlab.ExtAddr.String()+"/32,1000,10")
+	if d := measure("download, egress u32 1000 Mbit/s before the matchall", false); d >= floor {
+		t.Errorf("download %v: the matchall (priority 3) applied although the u32 rule (priority 1) matched first", d)
+	}
+	sh("qos-del", "egress,net1,1,u32,ip,dst,"+netlab.ExtAddr.String()+"/32")
+	if d := measure("download, u32 deleted: the matchall again", false); d < floor {
+		t.Errorf("download %v after qos-del of the u32 rule: the matchall did not apply (%v)", d, floor)
+	}
+	sh("qos-del", "egress,net1,3,matchall,,,")
+	// Egress sees addresses after source NAT: the FIP's EIP.
+	sh("qos-add", "egress,net1,2,u32,ip,src,"+eip+"/32,16,1")
+	if d := measure("download, egress u32 src EIP 16 Mbit/s", false); d < floor {
+		t.Errorf("download %v under an egress rule of 16 Mbit/s on source %s: faster than allowed (%v)", d, eip, floor)
+	}
+	sh("qos-del", "egress,net1,2,u32,ip,src,"+eip+"/32")
+	sh("qos-add", "ingress,net1,2,u32,ip,dst,"+eip+"/32,16,1")
+	if d := measure("upload, ingress u32 dst EIP 16 Mbit/s", true); d < floor {
+		t.Errorf("upload %v under an ingress rule of 16 Mbit/s on the EIP: faster than allowed (%v)", d, floor)
+	}
+	sh("qos-del", "ingress,net1,2,u32,ip,dst,"+eip+"/32")
+	if d := measure("upload, ingress rule deleted", true); d >= floor {
+		t.Errorf("upload %v: still held after qos-del", d)
+	}
+	table, err := netlab.NftTable(context.Background(), gw.GW, "ip", gwQoSTable)
+	if err != nil || strings.Contains(table, "limit") {
+		t.Fatalf("after the deletes the table still limits: %q, %v", table, err)
+	}
 }
