@@ -21,9 +21,9 @@
 //	dnat-del          "EIP,PORT,PROTO[,IP,PORT]" deletes compat-dnat-EIP-PROTO-PORT
 //	snat-add          "EIP,CIDR[,--random-fully]" snat compat-snat-EIP-ADDR-LEN
 //	snat-del          "EIP,CIDR"               deletes compat-snat-EIP-ADDR-LEN
-//	eip-ingress-qos-add "EIP,PRIO,RATE,BURST"  sets the EIP object's ingress rate (Mbit/s) and burst (MB)
-//	eip-egress-qos-add  "EIP,PRIO,RATE,BURST"  same for egress
-//	eip-ingress-qos-del "EIP" / eip-egress-qos-del "EIP"  clears that direction (no EIP: nothing to do)
+//	eip-ingress-qos-add "EIP,PRIO,RATE,BURST"  QoS rule: ingress on the external interface, u32 dst EIP/32 (Mbit/s, MB)
+//	eip-egress-qos-add  "EIP,PRIO,RATE,BURST"  same for egress, u32 src EIP/32 (as upstream's script builds them)
+//	eip-ingress-qos-del "EIP" / eip-egress-qos-del "EIP"  removes that rule (whether or not the EIP is there)
 //	qos-add "DIR,IFACE,PRIO,CLASSIFIER,MATCHTYPE,MATCHDIR,CIDR,RATE,BURST" / qos-del (7 or 9 fields)
 //	                                           gateway-wide QoS (VpcNatGateway.spec.qosPolicy), see GatewayQoS
 //	get-iptables-version                       prints a version line (see VersionLine)
@@ -117,17 +117,6 @@ const (
 // 1,048,576 to get bytes.
 const BytesPerMB = 1 << 20
 
-// QoSChange sets (or, with Remove, clears) one direction of an EIP's QoS.
-// RateMbps is upstream's rate (Mbit/s); BurstMbit is upstream's burst (MB)
-// in natgw's unit, Mbit, rounded up.
-type QoSChange struct {
-	EIP       netip.Addr
-	Direction Direction
-	RateMbps  uint32
-	BurstMbit uint32
-	Remove    bool
-}
-
 // Presence says what an add does when an object with the same UID is
 // already programmed with another spec.
 type Presence int
@@ -151,8 +140,8 @@ type Interfaces struct {
 	External string // the external side (Kube-OVN: net1)
 }
 
-// Plan is what one invocation does. At most one of Apply, Delete and QoS is
-// non-empty.
+// Plan is what one invocation does. At most one of Apply, Delete and
+// GatewayQoS is non-empty.
 type Plan struct {
 	Op    string
 	Apply []nat.Object
@@ -163,8 +152,8 @@ type Plan struct {
 	// MustExist lists UIDs of Delete that must be programmed, or the call
 	// fails (subnet-route-del: `ip route del` of a missing route fails).
 	MustExist []string
-	QoS       []QoSChange
-	// GatewayQoS are the rules of qos-add and qos-del.
+	// GatewayQoS are the rules of qos-add and qos-del, and of the EIP QoS
+	// subcommands (Iface "": the external interface).
 	GatewayQoS []GatewayQoS
 	// Interfaces is set by init with "VPC_IFACE,EXT_IFACE".
 	Interfaces *Interfaces
@@ -181,7 +170,7 @@ type Plan struct {
 
 // Empty reports whether the plan changes nothing.
 func (p Plan) Empty() bool {
-	return len(p.Apply) == 0 && len(p.Delete) == 0 && len(p.QoS) == 0 && len(p.GatewayQoS) == 0
+	return len(p.Apply) == 0 && len(p.Delete) == 0 && len(p.GatewayQoS) == 0
 }
 
 // ArgError says which rule of an invocation is bad and why.
@@ -564,35 +553,42 @@ func gatewayQoS(r *ruleParser, p *Plan, add bool) error {
 	return nil
 }
 
+// eipQoS is the QoS rule upstream's script makes for an EIP: on the
+// external interface, ingress by destination, egress by source.
+func eipQoS(dir Direction, eip netip.Addr) GatewayQoS {
+	q := GatewayQoS{Direction: dir, Classifier: "u32", MatchDir: "dst", CIDR: netip.PrefixFrom(eip, 32)}
+	if dir == Egress {
+		q.MatchDir = "src"
+	}
+	return q
+}
+
 func qosAdd(dir Direction) func(r *ruleParser, p *Plan) error {
 	return func(r *ruleParser, p *Plan) error {
 		eip, err := r.eip(0)
 		if err != nil {
 			return err
 		}
-		if _, err := r.uint(1, "priority", 1<<16-1); err != nil {
-			return err
-		}
-		rate, err := r.decimal(2, "rate")
+		q := eipQoS(dir, eip)
+		q.Add = true
+		prio, err := r.uint(1, "priority", 1<<16-1)
 		if err != nil {
 			return err
 		}
-		if rate <= 0 || rate > 100_000 {
+		q.Priority = uint16(prio)
+		if q.RateMbps, err = r.decimal(2, "rate"); err != nil {
+			return err
+		}
+		if q.RateMbps <= 0 || q.RateMbps > 100_000 {
 			return r.fail("rate", r.fields[2], "want a rate above 0 and at most 100000 Mbit/s (use the -del subcommand to remove a limit)")
 		}
-		if rate != math.Trunc(rate) {
-			return r.fail("rate", r.fields[2], "natgw polices whole Mbit/s; a fractional rate is not supported")
-		}
-		burstMB, err := r.decimal(3, "burst")
-		if err != nil {
+		if q.BurstMB, err = r.decimal(3, "burst"); err != nil {
 			return err
 		}
-		// MB (2^20 bytes) to Mbit (10^6 bits), rounded up.
-		burst := math.Ceil(burstMB * BytesPerMB * 8 / 1e6)
-		if burst > 1_000_000 {
-			return r.fail("burst", r.fields[3], "at most about 119209 MB")
+		if q.BurstMB*BytesPerMB > math.MaxUint32 {
+			return r.fail("burst", r.fields[3], "at most 4095 MB")
 		}
-		p.QoS = append(p.QoS, QoSChange{EIP: eip, Direction: dir, RateMbps: uint32(rate), BurstMbit: uint32(burst)})
+		p.GatewayQoS = append(p.GatewayQoS, q)
 		return nil
 	}
 }
@@ -603,66 +599,9 @@ func qosDel(dir Direction) func(r *ruleParser, p *Plan) error {
 		if err != nil {
 			return err
 		}
-		p.QoS = append(p.QoS, QoSChange{EIP: eip, Direction: dir, Remove: true})
+		p.GatewayQoS = append(p.GatewayQoS, eipQoS(dir, eip))
 		return nil
 	}
-}
-
-// ApplyQoS returns the EIP objects of current changed by changes (an EIP is
-// found by address, whatever its UID). A change that sets a limit on an
-// address with no EIP object is an error; removing one from such an address
-// changes nothing, as the controller deletes an EIP's QoS after the EIP.
-func ApplyQoS(current []nat.Object, changes []QoSChange) ([]nat.Object, error) {
-	byAddr := map[netip.Addr]int{}
-	var out []nat.Object
-	for _, ch := range changes {
-		i, ok := byAddr[ch.EIP]
-		if !ok {
-			found := false
-			for _, o := range current {
-				if o.Kind == nat.KindEIP && o.EIP != nil && o.EIP.Address == ch.EIP {
-					e := *o.EIP
-					if e.QoS != nil {
-						q := *e.QoS
-						e.QoS = &q
-					}
-					o.EIP = &e
-					out = append(out, o)
-					found = true
-					break
-				}
-			}
-			if !found {
-				if ch.Remove {
-					continue
-				}
-				return nil, fmt.Errorf("eip %s: no EIP object holds this address (run eip-add first)", ch.EIP)
-			}
-			i = len(out) - 1
-			byAddr[ch.EIP] = i
-		}
-		e := out[i].EIP
-		q := nat.QoS{}
-		if e.QoS != nil {
-			q = *e.QoS
-		}
-		switch {
-		case ch.Direction == Ingress && ch.Remove:
-			q.IngressRateMbps, q.IngressBurstMbit = 0, 0
-		case ch.Direction == Ingress:
-			q.IngressRateMbps, q.IngressBurstMbit = ch.RateMbps, ch.BurstMbit
-		case ch.Remove:
-			q.EgressRateMbps, q.EgressBurstMbit = 0, 0
-		default:
-			q.EgressRateMbps, q.EgressBurstMbit = ch.RateMbps, ch.BurstMbit
-		}
-		if q == (nat.QoS{}) {
-			e.QoS = nil
-		} else {
-			e.QoS = &q
-		}
-	}
-	return out, nil
 }
 
 // ruleParser reads the fields of one rule.

@@ -77,11 +77,14 @@ func TestContractFormats(t *testing.T) {
 		{allVersions, "subnet route del", "subnet-route-del", []string{"10.0.1.0/24"}, Plan{Delete: []string{"compat-route-10.0.1.0-24"}, MustExist: []string{"compat-route-10.0.1.0-24"}}},
 		{allVersions, "eip add EIP/LEN", "eip-add", []string{"192.0.2.10/24"}, Plan{Apply: []nat.Object{eipObj("192.0.2.10", 24, nil)}, DefaultRouteFromEnv: true}},
 		{allVersions, "eip del EIP/LEN", "eip-del", []string{"192.0.2.10/24"}, Plan{Delete: []string{"compat-eip-192.0.2.10"}}},
-		{allVersions, "ingress qos, burst in MB", "eip-ingress-qos-add", []string{"192.0.2.10,1,10,5"}, Plan{QoS: []QoSChange{{EIP: a("192.0.2.10"), Direction: Ingress, RateMbps: 10, BurstMbit: 42}}}},
-		{allVersions, "egress qos, decimal burst", "eip-egress-qos-add", []string{"192.0.2.10,2,20,1.5"}, Plan{QoS: []QoSChange{{EIP: a("192.0.2.10"), Direction: Egress, RateMbps: 20, BurstMbit: 13}}}},
-		{allVersions, "egress qos, decimal rate that is whole", "eip-egress-qos-add", []string{"192.0.2.10,2,20.0,0"}, Plan{QoS: []QoSChange{{EIP: a("192.0.2.10"), Direction: Egress, RateMbps: 20}}}},
-		{allVersions, "ingress qos del", "eip-ingress-qos-del", []string{"192.0.2.10"}, Plan{QoS: []QoSChange{{EIP: a("192.0.2.10"), Direction: Ingress, Remove: true}}}},
-		{allVersions, "egress qos del", "eip-egress-qos-del", []string{"192.0.2.10"}, Plan{QoS: []QoSChange{{EIP: a("192.0.2.10"), Direction: Egress, Remove: true}}}},
+		{allVersions, "ingress qos: u32 dst EIP on the external interface, burst in MB", "eip-ingress-qos-add", []string{"192.0.2.10,1,10,5"}, Plan{GatewayQoS: []GatewayQoS{
+			{Add: true, Direction: Ingress, Priority: 1, Classifier: "u32", MatchDir: "dst", CIDR: pfx("192.0.2.10/32"), RateMbps: 10, BurstMB: 5}}}},
+		{allVersions, "egress qos: u32 src EIP, decimal rate and burst", "eip-egress-qos-add", []string{"192.0.2.10,2,1.5,0.5"}, Plan{GatewayQoS: []GatewayQoS{
+			{Add: true, Direction: Egress, Priority: 2, Classifier: "u32", MatchDir: "src", CIDR: pfx("192.0.2.10/32"), RateMbps: 1.5, BurstMB: 0.5}}}},
+		{allVersions, "ingress qos del", "eip-ingress-qos-del", []string{"192.0.2.10"}, Plan{GatewayQoS: []GatewayQoS{
+			{Direction: Ingress, Classifier: "u32", MatchDir: "dst", CIDR: pfx("192.0.2.10/32")}}}},
+		{allVersions, "egress qos del", "eip-egress-qos-del", []string{"192.0.2.10"}, Plan{GatewayQoS: []GatewayQoS{
+			{Direction: Egress, Classifier: "u32", MatchDir: "src", CIDR: pfx("192.0.2.10/32")}}}},
 		{allVersions, "fip add", "floating-ip-add", []string{"192.0.2.10,198.51.100.10"}, Plan{Apply: []nat.Object{f10}, IfPresent: presence(Refuse, f10)}},
 		{[]string{v113, v114, v115}, "fip del EIP,INTERNAL_IP", "floating-ip-del", []string{"192.0.2.10,198.51.100.10"}, Plan{Delete: []string{"compat-fip-192.0.2.10"}}},
 		{[]string{v116}, "fip del EIP", "floating-ip-del", []string{"192.0.2.10"}, Plan{Delete: []string{"compat-fip-192.0.2.10"}}},
@@ -234,7 +237,7 @@ func TestParseErrors(t *testing.T) {
 		{"init", []string{"10.96.0.0/12,198.51.100.1"}, 0, "vpcInterface", "not an interface name"},
 		{"init", []string{",net1"}, 0, "vpcInterface", "empty"},
 		{"eip-ingress-qos-add", []string{"192.0.2.10,1,0,1"}, 0, "rate", "above 0"},
-		{"eip-ingress-qos-add", []string{"192.0.2.10,1,1.5,1"}, 0, "rate", "whole Mbit/s"},
+		{"eip-ingress-qos-add", []string{"192.0.2.10,1,1.5.1,1"}, 0, "rate", "decimal"},
 		{"eip-ingress-qos-add", []string{"192.0.2.10,1,10"}, 0, "", "want 4"},
 		{"eip-ingress-qos-add", []string{"192.0.2.10,1,10,1e3"}, 0, "burst", "decimal"},
 		{"floating-ip-add", []string{"192.0.2.10,198.51.100.1", "192.0.2.10,198.51.100.2"}, 1, "", "contradicts"},
@@ -249,39 +252,6 @@ func TestParseErrors(t *testing.T) {
 		if ae.Index != tt.index || ae.Field != tt.field || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Parse(%s %q) = %v (index %d field %q), want index %d field %q mentioning %q", tt.op, tt.args, err, ae.Index, ae.Field, tt.index, tt.field, tt.want)
 		}
-	}
-}
-
-func TestApplyQoS(t *testing.T) {
-	cur := []nat.Object{
-		eipObj("192.0.2.10", 24, nil),
-		{UID: "k8s-uid-1", Kind: nat.KindEIP, EIP: &nat.EIP{Address: a("192.0.2.11"), PrefixLen: 24, QoS: &nat.QoS{EgressRateMbps: 5}}},
-		{UID: "f", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: a("192.0.2.10"), InternalIP: a("10.0.0.1")}},
-	}
-	got, err := ApplyQoS(cur, []QoSChange{
-		{EIP: a("192.0.2.10"), Direction: Ingress, RateMbps: 10, BurstMbit: 2},
-		{EIP: a("192.0.2.10"), Direction: Egress, RateMbps: 3},
-		{EIP: a("192.0.2.11"), Direction: Egress, Remove: true},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []nat.Object{
-		eipObj("192.0.2.10", 24, &nat.QoS{IngressRateMbps: 10, IngressBurstMbit: 2, EgressRateMbps: 3}),
-		{UID: "k8s-uid-1", Kind: nat.KindEIP, EIP: &nat.EIP{Address: a("192.0.2.11"), PrefixLen: 24}},
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("ApplyQoS\n got %v\nwant %v", got, want)
-	}
-	if cur[1].EIP.QoS == nil || cur[1].EIP.QoS.EgressRateMbps != 5 {
-		t.Fatal("ApplyQoS changed its input")
-	}
-	if _, err := ApplyQoS(cur, []QoSChange{{EIP: a("192.0.2.99"), Direction: Ingress, RateMbps: 1}}); err == nil {
-		t.Fatal("QoS on an unknown EIP accepted")
-	}
-	// The controller deletes an EIP's QoS after the EIP: nothing to do.
-	if got, err := ApplyQoS(cur, []QoSChange{{EIP: a("192.0.2.99"), Direction: Egress, Remove: true}}); err != nil || len(got) != 0 {
-		t.Fatalf("QoS delete on a deleted EIP: %v, %v", got, err)
 	}
 }
 

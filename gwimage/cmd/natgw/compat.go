@@ -150,6 +150,11 @@ func runCompat(ctx context.Context, e env, g *globals, args []string) int {
 		return exitFail
 	}
 	if len(plan.GatewayQoS) > 0 {
+		for i := range plan.GatewayQoS {
+			if plan.GatewayQoS[i].Iface == "" { // EIP QoS: the external interface
+				plan.GatewayQoS[i].Iface = g.extIface
+			}
+		}
 		if err := inNetns(g, func() error { return applyGatewayQoS(plan.GatewayQoS) }); err != nil {
 			fmt.Fprintf(e.stderr, "natgw: %s: %v\n", op, err)
 			return exitFail
@@ -210,16 +215,6 @@ func carryOut(ctx context.Context, dp nat.Dataplane, plan compat.Plan) error {
 			}
 		}
 		return dp.Delete(ctx, plan.Delete...)
-	case len(plan.QoS) > 0:
-		cur, err := dp.List(ctx)
-		if err != nil {
-			return err
-		}
-		changed, err := compat.ApplyQoS(cur, plan.QoS)
-		if err != nil || len(changed) == 0 {
-			return err
-		}
-		return dp.Apply(ctx, changed...)
 	}
 	return nil
 }

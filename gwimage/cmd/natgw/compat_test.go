@@ -122,9 +122,10 @@ func compatWant() []nat.Object {
 		return nat.Object{UID: "compat-eip-" + s, Kind: nat.KindEIP, EIP: &nat.EIP{Address: a(s), PrefixLen: 24, QoS: q}}
 	}
 	return []nat.Object{
-		// Bursts are upstream's MB: 10 MB = 83.9 Mbit, 5 MB = 41.9 Mbit.
-		eip("192.0.2.10", &nat.QoS{IngressRateMbps: 100, IngressBurstMbit: 84}),
-		eip("192.0.2.11", &nat.QoS{EgressRateMbps: 50, EgressBurstMbit: 42}),
+		// EIP QoS is in the gateway QoS table (natgw_gwqos), as upstream
+		// makes it per EIP on the device: not on the EIP objects.
+		eip("192.0.2.10", nil),
+		eip("192.0.2.11", nil),
 		eip("192.0.2.12", nil),
 		{UID: "compat-route-0.0.0.0-0", Kind: nat.KindRoute, Route: &nat.Route{Destination: p("0.0.0.0/0"), NextHop: a("192.0.2.1"), Device: nat.DeviceExternal}},
 		{UID: "compat-route-10.30.0.0-16", Kind: nat.KindRoute, Route: &nat.Route{Destination: p("10.30.0.0/16"), NextHop: a("198.51.100.254"), Device: nat.DeviceInternal}},
@@ -238,7 +239,8 @@ func TestCompatFailures(t *testing.T) {
 		{[]string{"floating-ip-add", "192.0.2.20,300.1.1.1"}, 2, "not an IPv4 address"},
 		{[]string{"qos-add", "ingress,net1,1,matchall"}, 2, "want 9"},
 		{[]string{"ext-subnet-route-add", "192.0.2.0/24,192.0.2.1"}, 2, "unknown subcommand"},
-		{[]string{"eip-ingress-qos-add", "192.0.2.99,1,10,1"}, 1, "no EIP object"},
+		{[]string{"eip-ingress-qos-add", "192.0.2.99,1,10,1"}, 0, ""}, // as the script: a rule for the address, EIP or not
+		{[]string{"eip-ingress-qos-add", "192.0.2.99,1,0,1"}, 2, "above 0"},
 	} {
 		cmd := exec.Command(filepath.Join(binDir, "nat-gateway.sh"), tc.args...)
 		cmd.Env = append(os.Environ(), "NATGW_NETNS="+gw.GW, "NATGW_STATE_DIR="+stateDirFor(t, gw.GW))

@@ -13,7 +13,7 @@ import (
 // upstream's documented units (rate in Mbit/s, burst in MB of 2^20 bytes)
 // with measured TCP throughput through a FIP (upstream's own tc QoS cannot
 // run on this kernel, so this is the reference instead):
-//   - at 16 Mbit/s with a 1 MB burst, 6 MiB take at least 80% of what the
+//   - at 12.5 Mbit/s with a 1 MB burst, 6 MiB take at least 80% of what the
 //     bytes beyond the bucket need at that rate (the kernel's limit bucket
 //     holds one second of rate plus the burst), and finish (a rate read in
 //     a smaller unit would not);
@@ -50,17 +50,17 @@ func TestCompatQoSUnits(t *testing.T) {
 	}
 	const mb = 1 << 20
 	for _, x := range xfers {
-		// Rate: 16 Mbit/s, burst 1 MB.
-		compatCLI(t, gw.GW, "nftables", true, "eip-"+x.dir+"-qos-add", eip+",1,16,1")
-		const size, rate int64 = 6 * mb, 16_000_000 / 8
+		// Rate: 12.5 Mbit/s (decimals, as upstream allows), burst 1 MB.
+		compatCLI(t, gw.GW, "nftables", true, "eip-"+x.dir+"-qos-add", eip+",1,12.5,1")
+		const size, rate int64 = 6 * mb, 12_500_000 / 8
 		d, err := x.run(size)
 		if err != nil {
-			t.Fatalf("%s at 16 Mbit/s: %v", x.dir, err)
+			t.Fatalf("%s at 12.5 Mbit/s: %v", x.dir, err)
 		}
 		floor := time.Duration((size - mb - rate) * 8 / 10 * int64(time.Second) / rate)
-		t.Logf("%s, 16 Mbit/s burst 1 MB: %d bytes in %v (%.1f Mbit/s; at least %v)", x.dir, size, d, float64(size)*8/d.Seconds()/1e6, floor)
+		t.Logf("%s, 12.5 Mbit/s burst 1 MB: %d bytes in %v (%.1f Mbit/s; at least %v)", x.dir, size, d, float64(size)*8/d.Seconds()/1e6, floor)
 		if d < floor {
-			t.Errorf("%s: %d bytes in %v, faster than 16 Mbit/s with a 1 MB burst allows (%v)", x.dir, size, d, floor)
+			t.Errorf("%s: %d bytes in %v, faster than 12.5 Mbit/s with a 1 MB burst allows (%v)", x.dir, size, d, floor)
 		}
 		// Burst: 8 Mbit/s, burst 4 MB; 4 MiB fit in the bucket.
 		compatCLI(t, gw.GW, "nftables", true, "eip-"+x.dir+"-qos-add", eip+",1,8,4")
