@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -380,11 +381,18 @@ func lbsvcDNATDel(f []string) error {
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
+	tables, err := c.ListTablesOfFamily(nft.TableFamilyIPv4)
+	if err != nil {
+		return fmt.Errorf("nftables: list tables: %w", err)
+	}
+	if !slices.ContainsFunc(tables, func(x *nft.Table) bool { return x.Name == lbsvcTable }) {
+		return nil // nothing was added: nothing to delete, as the script
+	}
 	t := &nft.Table{Name: lbsvcTable, Family: nft.TableFamilyIPv4}
 	pre := &nft.Chain{Name: "prerouting", Table: t}
 	r, err := findRule(c, t, pre, d.tag())
 	if err != nil || r == nil {
-		return nil // no table or no such DNAT: nothing to delete, as the script
+		return err // no such DNAT: nothing to delete, as the script
 	}
 	if err := c.DelRule(&nft.Rule{Table: t, Chain: pre, Handle: r.Handle}); err != nil {
 		return fmt.Errorf("nftables: delete DNAT %s: %w", d.tag(), err)
