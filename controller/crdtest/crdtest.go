@@ -181,6 +181,9 @@ func schemaSuperset(path string, up, ours *apiextv1.JSONSchemaProps) []string {
 	if up.XPreserveUnknownFields != nil && *up.XPreserveUnknownFields && (ours.XPreserveUnknownFields == nil || !*ours.XPreserveUnknownFields) {
 		d = append(d, orRoot(path)+": upstream preserves unknown fields, natgw does not")
 	}
+	if ours.Default != nil && up.Default == nil {
+		d = append(d, fmt.Sprintf("%s: natgw defaults it to %s, upstream does not", orRoot(path), ours.Default.Raw))
+	}
 	for _, r := range ours.Required {
 		if !slices.Contains(up.Required, r) && !strings.HasPrefix(path, ".metadata") {
 			d = append(d, fmt.Sprintf("%s: natgw requires %s, upstream does not", orRoot(path), r))

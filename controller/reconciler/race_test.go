@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/crdtest"
 	"github.com/natgw/natgw/controller/gateway"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/internal/testsummary"
@@ -24,11 +25,25 @@ import (
 // TestCreateDeleteRace is the upstream leak: 200 FIPs on one EIP, each
 // created and deleted at once with no pause. Afterwards no FIP may remain
 // on the gateway, no object may be stuck terminating, and a new FIP on the
-// same EIP must become Ready.
+// same EIP must become Ready. On both data planes with natgw's CRDs, and on
+// nftables with upstream's (no "unknown field" warning allowed).
 func TestCreateDeleteRace(t *testing.T) {
-	for _, dp := range dataplanes {
-		t.Run(dp, func(t *testing.T) {
-			e := newEnv(t, envOptions{dataplane: dp, workers: 4})
+	type run struct {
+		name, dp string
+		crds     crdtest.Set
+	}
+	runs := []run{{dataplanes[0], dataplanes[0], crdtest.Natgw}, {dataplanes[1], dataplanes[1], crdtest.Natgw},
+		{"upstream-crds/" + dataplanes[0], dataplanes[0], crdtest.Upstream}}
+	for _, r := range runs {
+		dp := r.dp
+		t.Run(r.name, func(t *testing.T) {
+			warnings := &warningCounter{}
+			e := newEnv(t, envOptions{dataplane: dp, workers: 4, crds: r.crds, warnings: warnings})
+			defer func() {
+				if n := warnings.unknown.Load(); n > 0 {
+					t.Errorf("the controller got %d \"unknown field\" warnings, e.g. %v", n, warnings.first.Load())
+				}
+			}()
 			eip := e.eip("eip", netlab.EIP(5))
 			e.create(eip)
 			e.waitReady(eip)

@@ -159,7 +159,7 @@ func dnatObject(d *v1.IptablesDnatRule, eip netip.Addr) (nat.Object, error) {
 		proto = nat.TCP
 	}
 	if proto.Number() == 0 {
-		return nat.Object{}, invalid("spec.protocol", d.Spec.Protocol, "must be tcp or udp")
+		return nat.Object{}, invalid("spec.protocol", d.Spec.Protocol, "must be tcp, udp or sctp")
 	}
 	return validated(nat.Object{UID: string(d.UID), Kind: nat.KindDNAT, DNAT: &nat.DNAT{
 		EIP: eip, Protocol: proto, ExternalPort: ext, InternalIP: in, InternalPort: inPort}})

@@ -45,6 +45,10 @@ func TestTranslate(t *testing.T) {
 		{"dnat/sctp", func() (nat.Object, error) {
 			return dnatObject(&v1.IptablesDnatRule{ObjectMeta: om, Spec: v1.IptablesDnatRuleSpec{
 				ExternalPort: "80", Protocol: "sctp", InternalIP: "10.0.1.10", InternalPort: "80"}}, eip)
+		}, "dnat " + string(om.UID) + ": 192.0.2.10:80/sctp -> 10.0.1.10:80", ""},
+		{"dnat/icmp", func() (nat.Object, error) {
+			return dnatObject(&v1.IptablesDnatRule{ObjectMeta: om, Spec: v1.IptablesDnatRuleSpec{
+				ExternalPort: "80", Protocol: "icmp", InternalIP: "10.0.1.10", InternalPort: "80"}}, eip)
 		}, "", "spec.protocol"},
 		{"snat", func() (nat.Object, error) {
 			return snatObject(&v1.IptablesSnatRule{ObjectMeta: om, Spec: v1.IptablesSnatRuleSpec{InternalCIDR: "10.0.1.7/24"}}, eip)

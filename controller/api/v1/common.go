@@ -20,8 +20,9 @@ const (
 
 // Protocol values of IptablesDnatRule.spec.protocol.
 const (
-	ProtocolTCP = "tcp"
-	ProtocolUDP = "udp"
+	ProtocolTCP  = "tcp"
+	ProtocolUDP  = "udp"
+	ProtocolSCTP = "sctp"
 )
 
 // Common condition types and reasons. Controllers may add their own.

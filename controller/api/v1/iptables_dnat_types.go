@@ -17,9 +17,9 @@ type IptablesDnatRuleSpec struct {
 	// +optional
 	ExternalPort string `json:"externalPort"`
 
-	// Protocol is tcp or udp.
-	// +kubebuilder:validation:Enum=tcp;udp
-	// +kubebuilder:default=tcp
+	// Protocol is tcp, udp or sctp; empty means tcp (no schema default:
+	// objects are stored as upstream's schema stores them).
+	// +kubebuilder:validation:Enum=tcp;udp;sctp
 	// +optional
 	Protocol string `json:"protocol,omitempty"`
 
