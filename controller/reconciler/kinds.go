@@ -70,6 +70,9 @@ var dnatKind = ruleKind[*v1.IptablesDnatRule]{
 		s.Protocol, s.InternalIP, s.InternalPort, s.ExternalPort = "", "", "", ""
 		if st.ready {
 			s.Protocol, s.InternalIP, s.InternalPort, s.ExternalPort = o.Spec.Protocol, o.Spec.InternalIP, o.Spec.InternalPort, o.Spec.ExternalPort
+			if s.Protocol == "" {
+				s.Protocol = v1.ProtocolTCP // what was programmed
+			}
 		}
 		setCondition(&s.Conditions, st.cond, o.Generation)
 	},
