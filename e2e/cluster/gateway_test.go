@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,6 +47,7 @@ func newStack(t *testing.T, dp string) *fw.Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.QPS, cfg.Burst = 500, 1000 // the storm, not client-go's default 5/s, sets the pace
 	cl, err := client.New(cfg, client.Options{Scheme: fw.Scheme})
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +183,8 @@ func (g *podGateway) attach(ctx context.Context, t *testing.T, cs kubernetes.Int
 			}
 			continue
 		}
-		addr, err := env.c.HostAddr(200 + vmIndex(g.dp, i))
+		n := int(vmCount.Add(1)) - 1 // a fresh address and host link name per VPC host of the package run
+		addr, err := env.c.HostAddr(cluster.PodRangeEnd + 1 + n)
 		if err != nil {
 			return err
 		}
@@ -189,7 +192,7 @@ func (g *podGateway) attach(ctx context.Context, t *testing.T, cs kubernetes.Int
 		if err != nil {
 			return err
 		}
-		host := fmt.Sprintf("ngwv%s%d", g.dp[:3], i)
+		host := fmt.Sprintf("ngwvm%d", n)
 		if err := netlab.Veth(netlab.End{NS: ns, Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(addr, bits)}}, netlab.End{NS: "", Name: host}); err != nil {
 			return err
 		}
@@ -209,14 +212,10 @@ func (g *podGateway) attach(ctx context.Context, t *testing.T, cs kubernetes.Int
 	return nil
 }
 
-// vmIndex spreads the VPC hosts of the two data planes' gateways over
-// distinct addresses.
-func vmIndex(dp string, i int) int {
-	if dp == "iptables" {
-		return 20 + i
-	}
-	return i
-}
+// vmCount numbers the VPC hosts of the package run: each gets its own
+// address of the pod CIDR above the pods' range and its own host link (a
+// namespace removed by an earlier test may still be going away).
+var vmCount atomic.Int32
 
 func replaceDefault(ctx context.Context, ns string, via netip.Addr) error {
 	_, err := netlab.Exec(ctx, ns, "", "ip", "route", "replace", "default", "via", via.String(), "dev", "eth0")
