@@ -71,14 +71,22 @@ func runLBSvc(e env, args []string) int {
 		return exitFail
 	}
 	fmt.Fprintf(e.stdout, "%s %s\n", op, strings.Join(rules, " "))
+	split := make([][]string, len(rules))
 	for i, rule := range rules {
-		var fields []string
 		for _, f := range strings.Split(rule, ",") {
 			if f != "" {
-				fields = append(fields, f)
+				split[i] = append(split[i], f)
 			}
 		}
-		err := step(fields)
+		// Every rule is checked before anything is programmed: a
+		// malformed rule changes nothing.
+		if err := lbsvcCheck(op, split[i]); err != nil {
+			fmt.Fprintf(e.stderr, "lb-svc.sh %s: rule %d %q: %v\n", op, i+1, rule, err)
+			return exitFail
+		}
+	}
+	for i, rule := range rules {
+		err := step(split[i])
 		if errors.Is(err, errStop) {
 			return exitOK
 		}
@@ -88,6 +96,34 @@ func runLBSvc(e env, args []string) int {
 		}
 	}
 	return exitOK
+}
+
+// lbsvcCheck checks one rule's fields without touching the system.
+func lbsvcCheck(op string, f []string) error {
+	switch op {
+	case "eip-add":
+		if len(f) < 2 {
+			return errors.New("want EIP/LEN,GATEWAY")
+		}
+		if _, err := lbsvcPrefix(f[0]); err != nil {
+			return err
+		}
+		_, err := lbsvcAddr(f[1], "gateway")
+		return err
+	case "dnat-add":
+		if _, err := parseDNATSpec(f); err != nil {
+			return err
+		}
+		if len(f) < 6 {
+			return errors.New("want EIP,PORT,PROTOCOL,INTERNAL_IP,INTERNAL_PORT,GATEWAY")
+		}
+		_, err := lbsvcAddr(f[5], "gateway")
+		return err
+	case "dnat-del":
+		_, err := parseDNATSpec(f)
+		return err
+	}
+	return nil
 }
 
 func lbsvcLink(name string) (netlink.Link, error) {
