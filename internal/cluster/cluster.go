@@ -249,7 +249,8 @@ func (c *Cluster) Detach() {
 	c.unlock()
 }
 
-// Down stops the cluster and restores the host. It is idempotent.
+// Down stops the cluster, restores the host and checks that the recorded
+// sysctls and iptables rules are as they were before Up. It is idempotent.
 func (c *Cluster) Down(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -261,6 +262,9 @@ func (c *Cluster) Down(ctx context.Context) error {
 	var err error
 	if c.state != nil {
 		err = restoreHost(ctx, c.state)
+		if err == nil {
+			err = verifyRestored(ctx, c.state)
+		}
 	}
 	if err == nil {
 		if rerr := os.Remove(StatePath); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
@@ -285,6 +289,9 @@ func cleanupStale(ctx context.Context, logf func(string, ...any)) error {
 	}
 	logf("cluster: a previous run left %s: restoring the host first", StatePath)
 	if err := restoreHost(ctx, st); err != nil {
+		return fmt.Errorf("cluster: clean up after the previous run: %w", err)
+	}
+	if err := verifyRestored(ctx, st); err != nil {
 		return fmt.Errorf("cluster: clean up after the previous run: %w", err)
 	}
 	if err := os.Remove(StatePath); err != nil {
@@ -351,6 +358,18 @@ func (c *Cluster) logf(format string, args ...any) {
 }
 
 func (c *Cluster) path(p string) string { return filepath.Join(c.cfg.Base, p) }
+
+// Before returns what Up recorded of the host before changing it (under
+// the lock, after any clean-up of a killed run): what Down restores and
+// checks.
+func (c *Cluster) Before() HostState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == nil {
+		return HostState{}
+	}
+	return *c.state
+}
 
 // Config returns the cluster's configuration.
 func (c *Cluster) Config() Config { return c.cfg }
@@ -611,7 +630,7 @@ func (c *Cluster) ImportImage(ctx context.Context, archive string) error {
 		return err
 	}
 	for n := range after {
-		if before[n] {
+		if before[n] || strings.HasPrefix(n, "sha256:") {
 			continue
 		}
 		if q := QualifiedImage(n); q != n {

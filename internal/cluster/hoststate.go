@@ -400,6 +400,31 @@ func restoreHost(ctx context.Context, st *HostState) error {
 	return errors.Join(errs...)
 }
 
+// verifyRestored compares the host with st: every recorded sysctl and
+// every iptables front end's rules must be as they were before Up.
+func verifyRestored(ctx context.Context, st *HostState) error {
+	var errs []error
+	for k, v := range st.Sysctls {
+		if v == "" {
+			continue
+		}
+		if cur, err := readSysctl(k); err != nil || cur != v {
+			errs = append(errs, fmt.Errorf("sysctl %s is %q, was %q before the cluster (%v)", k, cur, v, err))
+		}
+	}
+	for tool, before := range st.IPTables {
+		after, err := iptablesSave(ctx, tool)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if after != before {
+			errs = append(errs, fmt.Errorf("%s rules differ from before the cluster:\nnow:\n%s\nbefore:\n%s", tool, after, before))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // stopProcs stops the recorded daemons (SIGTERM, then SIGKILL after a grace
 // period), then kills every other process running one of the cluster's
 // binaries (shims) and every process left in the kubepods cgroups.
@@ -627,12 +652,17 @@ func run(ctx context.Context, name string, args ...string) error {
 	return err
 }
 
+// output runs a command with a timeout and returns its standard output;
+// its standard error goes into the error.
 func output(ctx context.Context, name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, name, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		return string(out), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		return string(out), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()+" "+string(out)))
 	}
 	return string(out), nil
 }
