@@ -50,7 +50,6 @@ func admissionCases(gw string) []struct {
 		{dnat(func(s *v1.IptablesDnatRuleSpec) { s.ExternalPort = "http" }), "spec.externalPort"},
 		{dnat(func(s *v1.IptablesDnatRuleSpec) { s.InternalPort = "-1" }), "spec.internalPort"},
 		{dnat(func(s *v1.IptablesDnatRuleSpec) { s.Protocol = "icmp" }), "spec.protocol"},
-		{dnat(func(s *v1.IptablesDnatRuleSpec) { s.Protocol = "sctp" }), "spec.protocol"},
 		{dnat(func(s *v1.IptablesDnatRuleSpec) { s.InternalIP = "198.51.100.256" }), "spec.internalIp"},
 		{fw.SNAT("bad-snat", "e1", "198.51.100.0/33"), "spec.internalCIDR"},
 		{fw.SNAT("bad-snat", "e1", "2001:db8::/64"), "spec.internalCIDR"},
