@@ -1,0 +1,596 @@
+//go:build kubeovn
+
+// Package kubeovn_test drives natgw's gateway image with Kube-OVN's own,
+// unmodified kube-ovn-controller v1.16.2 in a real single-node cluster
+// (internal/cluster): the natgw image is Kube-OVN's vpcNatImage, the
+// controller creates the gateway's StatefulSet and execs its nat-gateway.sh
+// calls into the pod; the test attaches net1 as Multus would (with the
+// address Kube-OVN's annotation names) and sends real TCP through the pod.
+// Issue 12 part 4.
+package kubeovn_test
+
+import (
+	"archive/tar"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/natgw/natgw/internal/cluster"
+	"github.com/natgw/natgw/internal/kubeovn"
+	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/internal/testsummary"
+)
+
+// RequireEnv set to 1 turns missing assets into a failure instead of a skip.
+const RequireEnv = "NATGW_KUBEOVN_REQUIRED"
+
+const (
+	gwName   = "kovn"
+	ns       = "kube-system"
+	stsName  = "vpc-nat-gw-" + gwName
+	podName  = stsName + "-0"
+	extPort  = 7001
+	vmPort   = 7002
+	dnatPort = 7080
+)
+
+var (
+	eipFIP  = netip.MustParseAddr("192.0.2.10")
+	eipNAT  = netip.MustParseAddr("192.0.2.11")
+	lanIP   = "10.244.77.253"
+	extHost = netlab.ExtAddr // 192.0.2.1: the external subnet's gateway
+)
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(b), "module github.com/natgw/natgw\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("natgw's go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// imageName reads the image name written into an OCI archive's index.
+func imageName(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			return "", fmt.Errorf("%s: index.json: %w", path, err)
+		}
+		if h.Name != "index.json" {
+			continue
+		}
+		var idx struct {
+			Manifests []struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"manifests"`
+		}
+		if err := json.NewDecoder(tr).Decode(&idx); err != nil {
+			return "", fmt.Errorf("%s: index.json: %w", path, err)
+		}
+		if len(idx.Manifests) == 0 || idx.Manifests[0].Annotations["io.containerd.image.name"] == "" {
+			return "", fmt.Errorf("%s: no image name", path)
+		}
+		return idx.Manifests[0].Annotations["io.containerd.image.name"], nil
+	}
+}
+
+type env struct {
+	t   *testing.T
+	ctx context.Context
+	c   *cluster.Cluster
+	k   *kubeovn.KubeOVN
+	lab *netlab.Lab
+	ext string // external namespace (192.0.2.1, net1's peer)
+	vms []netlab.Host
+}
+
+func (e *env) kubectl(stdin string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+	defer cancel()
+	var in io.Reader
+	if stdin != "" {
+		in = strings.NewReader(stdin)
+	}
+	return e.c.Kubectl(ctx, in, args...)
+}
+
+func (e *env) mustKubectl(stdin string, args ...string) string {
+	e.t.Helper()
+	out, err := e.kubectl(stdin, args...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+// eventually polls f every 250 ms until it returns nil or limit passes.
+func eventually(ctx context.Context, limit time.Duration, f func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	var err error
+	for {
+		if err = f(); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("after %v: %w", limit, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+type gwPod struct {
+	uid, ip, netns, extIP string
+}
+
+// waitPod waits for a Running gateway pod other than old whose container
+// runs, with Kube-OVN's external address annotation.
+func (e *env) waitPod(oldUID string) (gwPod, error) {
+	var p gwPod
+	err := eventually(e.ctx, 3*time.Minute, func() error {
+		out, err := e.kubectl("", "-n", ns, "get", "pod", podName, "-o", "json")
+		if err != nil {
+			return err
+		}
+		var pod struct {
+			Metadata struct {
+				UID               string            `json:"uid"`
+				Annotations       map[string]string `json:"annotations"`
+				DeletionTimestamp *string           `json:"deletionTimestamp"`
+			} `json:"metadata"`
+			Status struct {
+				Phase             string `json:"phase"`
+				PodIP             string `json:"podIP"`
+				ContainerStatuses []struct {
+					ContainerID string `json:"containerID"`
+					State       struct {
+						Running *struct{} `json:"running"`
+					} `json:"state"`
+				} `json:"containerStatuses"`
+			} `json:"status"`
+		}
+		if err := json.Unmarshal([]byte(out), &pod); err != nil {
+			return err
+		}
+		if pod.Metadata.UID == oldUID || pod.Metadata.DeletionTimestamp != nil {
+			return fmt.Errorf("pod %s still the old one", podName)
+		}
+		if pod.Status.Phase != "Running" || pod.Status.PodIP == "" || len(pod.Status.ContainerStatuses) != 1 || pod.Status.ContainerStatuses[0].State.Running == nil {
+			return fmt.Errorf("pod %s not running: phase %s", podName, pod.Status.Phase)
+		}
+		ext := pod.Metadata.Annotations[kubeovn.ExternalIPAnnotation]
+		if ext == "" {
+			return fmt.Errorf("pod %s has no %s annotation", podName, kubeovn.ExternalIPAnnotation)
+		}
+		id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
+		tasks, err := e.c.Ctr(e.ctx, "tasks", "ls")
+		if err != nil {
+			return err
+		}
+		pid := 0
+		for _, l := range strings.Split(tasks, "\n") {
+			if f := strings.Fields(l); len(f) >= 3 && f[0] == id {
+				pid, _ = strconv.Atoi(f[1])
+			}
+		}
+		if pid == 0 {
+			return fmt.Errorf("container %s has no task", id)
+		}
+		p = gwPod{uid: pod.Metadata.UID, ip: pod.Status.PodIP, netns: fmt.Sprintf("/proc/%d/ns/net", pid), extIP: ext}
+		return nil
+	})
+	return p, err
+}
+
+// attach does Multus's part for the pod: a veth whose pod end is net1 with
+// the address Kube-OVN's annotation names, its peer the external host; and
+// points the VPC hosts' default route at the pod's eth0.
+func (e *env) attach(p gwPod) error {
+	a, err := netip.ParseAddr(p.extIP)
+	if err != nil {
+		return fmt.Errorf("annotation %s=%q: %w", kubeovn.ExternalIPAnnotation, p.extIP, err)
+	}
+	if ok, err := netlab.LinkExists(e.ext, "eth0"); err != nil {
+		return err
+	} else if ok {
+		if _, err := netlab.Exec(e.ctx, e.ext, "", "ip", "link", "del", "eth0"); err != nil {
+			return err
+		}
+	}
+	if err := netlab.Veth(
+		netlab.End{NS: p.netns, Name: "net1", Addrs: []netip.Prefix{netip.PrefixFrom(a, netlab.ExtNet.Bits())}},
+		netlab.End{NS: e.ext, Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(extHost, netlab.ExtNet.Bits())}},
+	); err != nil {
+		return err
+	}
+	for _, vm := range e.vms {
+		if _, err := netlab.Exec(e.ctx, vm.NS, "", "ip", "route", "replace", "default", "via", p.ip, "dev", "eth0"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ready waits for status.ready of a Kube-OVN object.
+func (e *env) ready(kind, name string) (time.Duration, error) {
+	t0 := time.Now()
+	err := eventually(e.ctx, 2*time.Minute, func() error {
+		out, err := e.kubectl("", "get", kind, name, "-o", "jsonpath={.status.ready}")
+		if err != nil {
+			return err
+		}
+		if out != "true" {
+			return fmt.Errorf("%s %s: status.ready=%q", kind, name, out)
+		}
+		return nil
+	})
+	return time.Since(t0), err
+}
+
+// probe is one expected path: from namespace from to addr, answered by a
+// server in namespace server, which saw source src.
+type probe struct {
+	name, from, addr, server string
+	src                      netip.Addr
+}
+
+func (e *env) check(p probe) error {
+	r, err := netlab.Dial(e.ctx, p.from, p.addr, 2*time.Second)
+	if err != nil {
+		return fmt.Errorf("%s: %w", p.name, err)
+	}
+	if !strings.Contains(r.Server, p.server) {
+		return fmt.Errorf("%s: answered by %s, want a server in %s", p.name, r.Server, p.server)
+	}
+	if r.Client.Addr() != p.src {
+		return fmt.Errorf("%s: server saw source %s, want %s", p.name, r.Client.Addr(), p.src)
+	}
+	return nil
+}
+
+func (e *env) blocked(p probe) error {
+	if r, err := netlab.Dial(e.ctx, p.from, p.addr, netlab.FailTimeout); err == nil {
+		return fmt.Errorf("%s: still answered (by %s, source %s)", p.name, r.Server, r.Client)
+	}
+	return nil
+}
+
+func TestKubeOVNDrivesNatgw(t *testing.T) {
+	required := os.Getenv(RequireEnv) == "1"
+	skip := func(why string) {
+		if required {
+			t.Fatalf("%s, but %s=1", why, RequireEnv)
+		}
+		t.Skip(why)
+	}
+	repo, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(repo, "gwimage/out/natgw-image.tar")
+	ccfg := cluster.Defaults(cluster.Config{Images: []string{archive}, Log: os.Stderr}, repo)
+	kcfg := kubeovn.Config{
+		Controller: filepath.Join(repo, ".cache/kubeovn/bin/kube-ovn-controller"),
+		NodeName:   ccfg.NodeName, NodeIP: ccfg.NodeIP,
+		Dir: filepath.Join(repo, ".cache/kubeovn/run"),
+		Log: os.Stderr,
+	}
+	if why := cluster.Missing(ccfg); why != "" {
+		skip(why)
+	}
+	if why := kubeovn.Missing(kcfg); why != "" {
+		skip(why)
+	}
+	if why := netlab.Unavailable(); why != "" {
+		skip(why)
+	}
+	if _, err := os.Stat(archive); err != nil {
+		skip(archive + " missing (run `make image`)")
+	}
+	image, err := imageName(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	image = cluster.QualifiedImage(image)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	start := time.Now()
+	c, err := cluster.Up(ctx, ccfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		dctx, dcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer dcancel()
+		if err := c.Down(dctx); err != nil {
+			t.Error(err)
+		}
+	})
+	upIn := time.Since(start)
+	lab := netlab.ForTest(t)
+	e := &env{t: t, ctx: ctx, c: c, lab: lab}
+	kcfg.Kubeconfig = c.Kubeconfig()
+
+	// Kube-OVN's CRDs, the NAD CRD, then the objects the controller needs.
+	crds, err := kubeovn.CRDs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.mustKubectl(crds, "apply", "--server-side", "-f", "-")
+	e.mustKubectl(kubeovn.Prerequisites(), "apply", "--server-side", "-f", "-")
+	e.mustKubectl("", "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+	ext := netlab.ExtNet.String()
+	e.mustKubectl(kubeovn.Objects(image, kubeovn.Network{
+		ExternalCIDR: ext, ExternalGateway: extHost.String(),
+		ExternalExclude: []string{extHost.String()},
+		VPC:             "vpc-" + gwName, VPCSubnet: "subnet-" + gwName,
+		VPCCIDR: ccfg.PodCIDR, VPCGateway: "10.244.77.1",
+		VPCExclude: []string{"10.244.77.1..10.244.77.252"},
+	}), "apply", "--server-side", "-f", "-")
+
+	t0 := time.Now()
+	k, err := kubeovn.Start(ctx, kcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.k = k
+	t.Cleanup(func() {
+		if t.Failed() {
+			if b, err := os.ReadFile(filepath.Join(repo, ".cache/kubeovn/run/kube-ovn-controller.out")); err == nil {
+				s := string(b)
+				if len(s) > 20000 {
+					s = s[len(s)-20000:]
+				}
+				t.Logf("kube-ovn-controller output (tail):\n%s", s)
+			}
+			out, _ := e.kubectl("", "get", "pods,sts,vpc-nat-gw,iptables-eip,iptables-fip,iptables-dnat,iptables-snat,subnet,vpc", "-A", "-o", "wide")
+			t.Logf("objects:\n%s", out)
+		}
+		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer scancel()
+		if err := k.Stop(sctx); err != nil {
+			t.Error(err)
+		}
+	})
+	// The subnets validated by the controller before the gateway.
+	for _, s := range []string{kubeovn.ExternalNetwork, "subnet-" + gwName} {
+		if err := eventually(ctx, 2*time.Minute, func() error {
+			if err := k.Alive(); err != nil {
+				return err
+			}
+			out, err := e.kubectl("", "get", "subnet", s, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+			if err != nil {
+				return err
+			}
+			if out != "True" {
+				return fmt.Errorf("subnet %s Ready=%q", s, out)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	controllerIn := time.Since(t0)
+
+	// External host and VPC hosts.
+	e.ext, err = lab.NS("ext")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lab.ServeTCP(ctx, e.ext, net.JoinHostPort("0.0.0.0", strconv.Itoa(extPort))); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		addr, err := c.HostAddr(cluster.PodRangeEnd + 1 + i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vns, err := lab.NS(fmt.Sprintf("vm%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		host := fmt.Sprintf("ngwkovm%d", i)
+		if err := netlab.Veth(netlab.End{NS: vns, Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(addr, 24)}}, netlab.End{NS: "", Name: host}); err != nil {
+			t.Fatal(err)
+		}
+		if err := netlab.Enslave("", host, cluster.BridgeName); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lab.ServeTCP(ctx, vns, net.JoinHostPort("0.0.0.0", strconv.Itoa(vmPort))); err != nil {
+			t.Fatal(err)
+		}
+		e.vms = append(e.vms, netlab.Host{NS: vns, Addr: addr})
+	}
+
+	// The VpcNatGateway: Kube-OVN creates the StatefulSet with the natgw image.
+	t0 = time.Now()
+	e.mustKubectl(fmt.Sprintf(`apiVersion: kubeovn.io/v1
+kind: VpcNatGateway
+metadata:
+  name: %s
+spec:
+  vpc: vpc-%[1]s
+  subnet: subnet-%[1]s
+  lanIp: %s
+`, gwName, lanIP), "apply", "-f", "-")
+	pod, err := e.waitPod("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	podIn := time.Since(t0)
+	img := e.mustKubectl("", "-n", ns, "get", "pod", podName, "-o", "jsonpath={.spec.containers[0].image}")
+	if img != image {
+		t.Fatalf("gateway pod runs image %q, want natgw's %q", img, image)
+	}
+	if err := e.attach(pod); err != nil {
+		t.Fatal(err)
+	}
+
+	// EIPs, FIP, DNAT, SNAT.
+	t0 = time.Now()
+	vm0, vm1 := e.vms[0], e.vms[1]
+	e.mustKubectl(fmt.Sprintf(`apiVersion: kubeovn.io/v1
+kind: IptablesEIP
+metadata:
+  name: eip-fip
+spec:
+  natGwDp: %[1]s
+  v4ip: %[2]s
+---
+apiVersion: kubeovn.io/v1
+kind: IptablesEIP
+metadata:
+  name: eip-nat
+spec:
+  natGwDp: %[1]s
+  v4ip: %[3]s
+---
+apiVersion: kubeovn.io/v1
+kind: IptablesFIPRule
+metadata:
+  name: fip0
+spec:
+  eip: eip-fip
+  internalIp: %[4]s
+---
+apiVersion: kubeovn.io/v1
+kind: IptablesDnatRule
+metadata:
+  name: dnat1
+spec:
+  eip: eip-nat
+  externalPort: "%[6]d"
+  internalIp: %[5]s
+  internalPort: "%[7]d"
+  protocol: tcp
+---
+apiVersion: kubeovn.io/v1
+kind: IptablesSnatRule
+metadata:
+  name: snat1
+spec:
+  eip: eip-nat
+  internalCIDR: %[8]s
+`, gwName, eipFIP, eipNAT, vm0.Addr, vm1.Addr, dnatPort, vmPort, ccfg.PodCIDR), "apply", "-f", "-")
+	for _, o := range [][2]string{{"iptables-eip", "eip-fip"}, {"iptables-eip", "eip-nat"}, {"iptables-fip", "fip0"}, {"iptables-dnat", "dnat1"}, {"iptables-snat", "snat1"}} {
+		if _, err := e.ready(o[0], o[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	readyIn := time.Since(t0)
+
+	probes := []probe{
+		{"ext->FIP", e.ext, net.JoinHostPort(eipFIP.String(), strconv.Itoa(vmPort)), vm0.NS, extHost},
+		{"FIP vm0->ext", vm0.NS, net.JoinHostPort(extHost.String(), strconv.Itoa(extPort)), e.ext, eipFIP},
+		{"ext->DNAT", e.ext, net.JoinHostPort(eipNAT.String(), strconv.Itoa(dnatPort)), vm1.NS, extHost},
+		{"SNAT vm1->ext", vm1.NS, net.JoinHostPort(extHost.String(), strconv.Itoa(extPort)), e.ext, eipNAT},
+	}
+	checkAll := func(limit time.Duration) error {
+		for _, p := range probes {
+			if err := eventually(ctx, limit, func() error { return e.check(p) }); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := checkAll(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	// Pod deleted: the StatefulSet makes a new one, Kube-OVN replays init
+	// and every rule into it.
+	t0 = time.Now()
+	e.mustKubectl("", "-n", ns, "delete", "pod", podName, "--wait=false")
+	pod2, err := e.waitPod(pod.uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.attach(pod2); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkAll(2 * time.Minute); err != nil {
+		t.Fatalf("after the pod was replaced: %v", err)
+	}
+	replayIn := time.Since(t0)
+
+	// Delete every rule and EIP: traffic stops, nothing left in the pod.
+	t0 = time.Now()
+	e.mustKubectl("", "delete", "iptables-fip/fip0", "iptables-dnat/dnat1", "iptables-snat/snat1", "--timeout=2m")
+	e.mustKubectl("", "delete", "iptables-eip/eip-fip", "iptables-eip/eip-nat", "--timeout=2m")
+	for _, p := range probes {
+		if err := eventually(ctx, 30*time.Second, func() error { return e.blocked(p) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var leftover string
+	if err := eventually(ctx, 30*time.Second, func() error {
+		list, err := e.kubectl("", "-n", ns, "exec", podName, "--", "/natgw", "list")
+		if err != nil {
+			return err
+		}
+		ruleset, err := netlab.NftRuleset(ctx, pod2.netns)
+		if err != nil {
+			return err
+		}
+		addrs, err := netlab.Addrs(pod2.netns, "net1")
+		if err != nil {
+			return err
+		}
+		leftover = ""
+		for _, a := range []netip.Addr{eipFIP, eipNAT, vm0.Addr, vm1.Addr} {
+			if strings.Contains(list, a.String()) {
+				leftover += fmt.Sprintf("natgw list names %s:\n%s\n", a, list)
+			}
+			if strings.Contains(ruleset, a.String()) {
+				leftover += fmt.Sprintf("nft ruleset names %s\n", a)
+			}
+		}
+		for _, p := range addrs {
+			if p.Addr() == eipFIP || p.Addr() == eipNAT {
+				leftover += fmt.Sprintf("net1 still has %s\n", p)
+			}
+		}
+		if leftover != "" {
+			return fmt.Errorf("gateway not empty:\n%s", leftover)
+		}
+		return nil
+	}); err != nil {
+		t.Logf("nft ruleset in the pod:\n%s", func() string { s, _ := netlab.NftRuleset(ctx, pod2.netns); return s }())
+		t.Fatal(err)
+	}
+	deleteIn := time.Since(t0)
+	if err := k.Alive(); err != nil {
+		t.Fatal(err)
+	}
+
+	testsummary.Record(t, fmt.Sprintf("CLUSTER-SUMMARY scenario=kube-ovn-drives-natgw kube_ovn=%s image=%s cluster_up=%v controller_ready=%v gw_pod_running=%v objects_ready=%v probes=%d replay_after_pod_delete=%v delete_to_empty=%v result=ok",
+		"v1.16.2", image, upIn.Round(time.Millisecond), controllerIn.Round(time.Millisecond), podIn.Round(time.Millisecond), readyIn.Round(time.Millisecond),
+		len(probes), replayIn.Round(time.Millisecond), deleteIn.Round(time.Millisecond)))
+}
