@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -647,11 +648,23 @@ func (c *Cluster) imageNames(ctx context.Context) (map[string]bool, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseImageNames(out), nil
+}
+
+// imageRef is what `ctr images ls -q` prints for an image: a lowercase
+// reference or digest. Anything else on its output (a log line of ctr's,
+// seen in CI as `time="..." level=...`) is not an image name.
+var imageRef = regexp.MustCompile(`^[a-z0-9][a-z0-9._/:@-]*$`)
+
+// parseImageNames returns the image names of `ctr images ls -q` output.
+func parseImageNames(out string) map[string]bool {
 	m := map[string]bool{}
-	for _, l := range strings.Fields(out) {
-		m[l] = true
+	for _, l := range strings.Split(out, "\n") {
+		if l = strings.TrimSpace(l); imageRef.MatchString(l) {
+			m[l] = true
+		}
 	}
-	return m, nil
+	return m
 }
 
 func (c *Cluster) startKubelet(ctx context.Context) error {

@@ -61,3 +61,19 @@ func TestMissing(t *testing.T) {
 		t.Errorf("Missing = %q, want it to name kubelet (or root)", why)
 	}
 }
+
+func TestParseImageNames(t *testing.T) {
+	out := "docker.io/natgw/pause:0.1.0\n" +
+		`time="2026-12-03T12:43:51Z" level=warning msg="something"` + "\n" +
+		"natgw:0.1.0\nsha256:0123abcd\n\n"
+	got := parseImageNames(out)
+	want := map[string]bool{"docker.io/natgw/pause:0.1.0": true, "natgw:0.1.0": true, "sha256:0123abcd": true}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for n := range want {
+		if !got[n] {
+			t.Errorf("%q missing from %v", n, got)
+		}
+	}
+}
