@@ -22,9 +22,10 @@
 // state" when table ip natgw exists; iptables-legacy when the namespace's
 // nat or mangle table (iptables-legacy-save) has natgw's chains.
 //
-// Two agents of different data planes must not start in one namespace at
-// the same time (each would empty the other); natgw-controller closes the
-// old agent before it opens the new one.
+// Two agents of different data planes must not program one namespace at
+// the same time (each would empty the other at its start): during a switch
+// natgw-controller sends nothing to the old agent while the new one starts,
+// and closes the old one before it programs the new one.
 package planes
 
 import (
