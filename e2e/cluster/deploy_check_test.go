@@ -55,7 +55,10 @@ func TestDeployment(t *testing.T) {
 		{"create", "pods/exec", gatewayNamespace, true},
 		{"get", "pods/exec", gatewayNamespace, true}, // the WebSocket upgrade
 		{"list", "pods", gatewayNamespace, true},
-		{"update", "iptables-eips.kubeovn.io/status", "", true},
+		{"patch", "iptables-eips.kubeovn.io/status", "", true},
+		{"patch", "iptables-fip-rules.kubeovn.io", "", true}, // finalizers and labels, by merge patch
+		{"update", "iptables-eips.kubeovn.io/status", "", false},
+		{"update", "iptables-fip-rules.kubeovn.io", "", false}, // no whole-object writes
 		{"watch", "vpc-nat-gateways.kubeovn.io", "", true},
 		{"create", "pods", gatewayNamespace, false},
 		{"delete", "pods", gatewayNamespace, false},
