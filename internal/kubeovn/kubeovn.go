@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -58,7 +59,7 @@ func Missing(cfg Config) string {
 		return "Kube-OVN's controller needs root (mount namespace)"
 	}
 	var miss []string
-	for _, p := range []string{cfg.Controller, "/usr/sbin/ovsdb-server", "/usr/bin/ovsdb-tool", "/usr/bin/ovn-sbctl", "/usr/bin/unshare"} {
+	for _, p := range []string{cfg.Controller, "/usr/sbin/ovsdb-server", "/usr/bin/ovsdb-tool", "/usr/bin/ovn-sbctl", "/usr/bin/ovn-nbctl", "/usr/bin/unshare"} {
 		if _, err := os.Stat(p); err != nil {
 			miss = append(miss, p)
 		}
@@ -73,6 +74,35 @@ func Missing(cfg Config) string {
 type KubeOVN struct {
 	cfg   Config
 	procs []*proc
+	// spawn runs functions on one OS thread that stays locked and alive
+	// until Stop: a child's parent-death signal fires when the thread that
+	// forked it exits, and Go ends threads that other code locked (e.g.
+	// netlab's namespace switches) — a child forked from such a thread
+	// would be killed under the test's feet.
+	spawn chan func()
+	quit  chan struct{}
+}
+
+func (k *KubeOVN) startSpawner() {
+	k.spawn, k.quit = make(chan func()), make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread lives until Stop, then exits
+		for {
+			select {
+			case f := <-k.spawn:
+				f()
+			case <-k.quit:
+				return
+			}
+		}
+	}()
+}
+
+// onSpawner runs f on the spawner thread.
+func (k *KubeOVN) onSpawner(f func() error) error {
+	done := make(chan error, 1)
+	k.spawn <- func() { done <- f() }
+	return <-done
 }
 
 type proc struct {
@@ -117,6 +147,7 @@ func Start(ctx context.Context, cfg Config) (_ *KubeOVN, err error) {
 		return nil, fmt.Errorf("kubeovn: %w", err)
 	}
 	k := &KubeOVN{cfg: cfg}
+	k.startSpawner()
 	defer func() {
 		if err != nil {
 			_ = k.Stop(context.Background())
@@ -129,6 +160,14 @@ func Start(ctx context.Context, cfg Config) (_ *KubeOVN, err error) {
 		if err := k.startDB(ctx, db.name, db.model, db.port); err != nil {
 			return nil, err
 		}
+	}
+	// The global rows ovn-northd's deployment would create (the controller
+	// reads NB_Global and exits without it).
+	if _, err := run(ctx, "ovn-nbctl", "--db="+k.NBAddr(), "--timeout=10", "init"); err != nil {
+		return nil, err
+	}
+	if _, err := run(ctx, "ovn-sbctl", "--db="+k.SBAddr(), "--timeout=10", "init"); err != nil {
+		return nil, err
 	}
 	// Without a chassis for the node the controller loops on "failed to get Chassis".
 	if _, err := run(ctx, "ovn-sbctl", "--db="+k.SBAddr(), "--timeout=10", "chassis-add", cfg.NodeName, "geneve", cfg.NodeIP,
@@ -231,7 +270,7 @@ func (k *KubeOVN) start(name string, cmd *exec.Cmd) error {
 	}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := k.onSpawner(cmd.Start); err != nil {
 		out.Close()
 		return fmt.Errorf("kubeovn: start %s: %w", name, err)
 	}
@@ -280,6 +319,10 @@ func (k *KubeOVN) Stop(ctx context.Context) error {
 		}
 	}
 	k.procs = nil
+	if k.quit != nil {
+		close(k.quit)
+		k.quit = nil
+	}
 	if os.Getenv("NATGW_KEEP_KUBEOVN") != "1" {
 		if err := os.RemoveAll(k.cfg.Dir); err != nil {
 			errs = append(errs, fmt.Errorf("kubeovn: %w", err))
