@@ -19,4 +19,9 @@ kubeovn-assets: kubeovn-deps
 	@KUBEOVN_BIN="$(KUBEOVN_BIN)" hack/kubeovn/build.sh
 
 kubeovn-e2e: kubeovn-assets cluster-assets image
-	NATGW_KUBEOVN_REQUIRED=1 $(GO) test -tags kubeovn -count=1 -v -timeout 20m ./e2e/kubeovn
+	NATGW_KUBEOVN_REQUIRED=1 $(GO) test -count=1 -v -timeout 20m ./e2e/kubeovn
+
+# The scenario runs in `make test` (it shares the cluster lock with
+# e2e/cluster); missing assets fail instead of skipping.
+TEST_DEPS += kubeovn-assets
+TEST_ENV += NATGW_KUBEOVN_REQUIRED=1

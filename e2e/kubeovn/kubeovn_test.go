@@ -1,5 +1,3 @@
-//go:build kubeovn
-
 // Package kubeovn_test drives natgw's gateway image with Kube-OVN's own,
 // unmodified kube-ovn-controller v1.16.2 in a real single-node cluster
 // (internal/cluster): the natgw image is Kube-OVN's vpcNatImage, the
@@ -595,8 +593,18 @@ spec:
 	if err := k.Alive(); err != nil {
 		t.Fatal(err)
 	}
+	// The pod Kube-OVN made runs upstream's own command and hook on the
+	// natgw image and stayed Running (no container restart) throughout.
+	cmd := e.mustKubectl("", "-n", ns, "get", "pod", podName, "-o", "jsonpath={.spec.containers[0].command} {.spec.containers[0].lifecycle.postStart.exec.command}")
+	if !strings.Contains(cmd, `"sleep","infinity"`) {
+		t.Errorf("gateway container command/hook %s: not upstream's sleep infinity", cmd)
+	}
+	state := e.mustKubectl("", "-n", ns, "get", "pod", podName, "-o", "jsonpath={.metadata.uid} {.status.phase} {.status.containerStatuses[0].restartCount}")
+	if want := pod2.uid + " Running 0"; state != want {
+		t.Errorf("gateway pod: uid/phase/restarts %q, want %q", state, want)
+	}
 
-	testsummary.Record(t, fmt.Sprintf("CLUSTER-SUMMARY scenario=kube-ovn-drives-natgw kube_ovn=%s image=%s cluster_up=%v controller_ready=%v gw_pod_running=%v objects_ready=%v probes=%d replay_after_pod_delete=%v delete_to_empty=%v result=ok",
+	testsummary.Record(t, fmt.Sprintf("CLUSTER-SUMMARY scenario=kube-ovn-drives-natgw kube_ovn=%s image=%s cluster_up=%v controller_ready=%v gw_pod_running=%v objects_ready=%v probes=%d replay_after_pod_delete=%v delete_to_empty=%v gw_cmd=%q result=ok",
 		"v1.16.2", image, upIn.Round(time.Millisecond), controllerIn.Round(time.Millisecond), podIn.Round(time.Millisecond), readyIn.Round(time.Millisecond),
-		len(probes), replayIn.Round(time.Millisecond), deleteIn.Round(time.Millisecond)))
+		len(probes), replayIn.Round(time.Millisecond), deleteIn.Round(time.Millisecond), cmd))
 }

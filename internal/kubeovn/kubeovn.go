@@ -84,14 +84,15 @@ type KubeOVN struct {
 }
 
 func (k *KubeOVN) startSpawner() {
-	k.spawn, k.quit = make(chan func()), make(chan struct{})
+	spawn, quit := make(chan func()), make(chan struct{})
+	k.spawn, k.quit = spawn, quit
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread lives until Stop, then exits
 		for {
 			select {
-			case f := <-k.spawn:
+			case f := <-spawn:
 				f()
-			case <-k.quit:
+			case <-quit:
 				return
 			}
 		}
