@@ -100,7 +100,7 @@ func NewRenderer(cfg nat.Config) (*Renderer, error) {
 		dst  *string
 		name string
 	}{{&r.bin.nsenter, "nsenter"}, {&r.bin.save, "iptables-legacy-save"}, {&r.bin.restore, "iptables-legacy-restore"}} {
-		if *b.dst, err = lookPath(b.name); err != nil {
+		if *b.dst, err = LookPath(b.name); err != nil {
 			return nil, fmt.Errorf("iptables: %w", err)
 		}
 	}
@@ -121,9 +121,9 @@ func NewRenderer(cfg nat.Config) (*Renderer, error) {
 	return r, nil
 }
 
-// lookPath finds a tool in PATH or in the sbin directories, which a
+// LookPath finds a tool in PATH or in the sbin directories, which a
 // non-login root PATH may lack.
-func lookPath(name string) (string, error) {
+func LookPath(name string) (string, error) {
 	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}

@@ -92,9 +92,10 @@ func (p *Plumber) Check(added []nat.Object) error {
 	return nil
 }
 
-// key identifies what an EIP or Route object puts in the kernel, so that an
-// update which keeps it (e.g. a QoS change of an EIP) does not touch it.
-func key(o nat.Object) string {
+// Key identifies what an EIP or Route object puts in the kernel ("addr
+// A/LEN", "route D via N dev I"), so that an update which keeps it (e.g. a
+// QoS change of an EIP) does not touch it; "" for other kinds.
+func Key(o nat.Object) string {
 	switch o.Kind {
 	case nat.KindEIP:
 		return fmt.Sprintf("addr %s/%d", o.EIP.Address, o.EIP.PrefixLen)
@@ -112,12 +113,12 @@ func (p *Plumber) Apply(ctx context.Context, removed, added []nat.Object) error 
 	defer p.mu.Unlock()
 	kept := map[string]int{}
 	for _, o := range added {
-		if k := key(o); k != "" {
+		if k := Key(o); k != "" {
 			kept[k]++
 		}
 	}
 	for _, o := range removed {
-		k := key(o)
+		k := Key(o)
 		if k == "" {
 			continue
 		}
@@ -131,13 +132,13 @@ func (p *Plumber) Apply(ctx context.Context, removed, added []nat.Object) error 
 	}
 	gone := map[string]bool{}
 	for _, o := range removed {
-		gone[key(o)] = true
+		gone[Key(o)] = true
 	}
 	for _, o := range added {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		k := key(o)
+		k := Key(o)
 		if k == "" || gone[k] {
 			continue
 		}

@@ -37,7 +37,6 @@ import (
 	"maps"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -177,7 +176,7 @@ func Restore(ctx context.Context, kept nat.Dataplane, cfg nat.Config, e Emptied)
 	}
 	removed := map[string]bool{}
 	for _, o := range plumbed(e.Objects) {
-		removed[plumbKey(o)] = true
+		removed[link.Key(o)] = true
 	}
 	objs, err := kept.List(ctx)
 	if err != nil {
@@ -185,7 +184,7 @@ func Restore(ctx context.Context, kept nat.Dataplane, cfg nat.Config, e Emptied)
 	}
 	var back []nat.Object
 	for _, o := range plumbed(objs) {
-		if removed[plumbKey(o)] {
+		if removed[link.Key(o)] {
 			back = append(back, o)
 		}
 	}
@@ -207,17 +206,6 @@ func plumbed(objs []nat.Object) []nat.Object {
 		}
 	}
 	return out
-}
-
-// plumbKey names what an EIP or route puts into the namespace.
-func plumbKey(o nat.Object) string {
-	switch o.Kind {
-	case nat.KindEIP:
-		return fmt.Sprintf("addr %s/%d", o.EIP.Address, o.EIP.PrefixLen)
-	case nat.KindRoute:
-		return fmt.Sprintf("route %s via %s dev %s", o.Route.Destination, o.Route.NextHop, o.Route.Device)
-	}
-	return ""
 }
 
 func plumb(ctx context.Context, cfg nat.Config, removed, added []nat.Object) error {
@@ -364,7 +352,7 @@ func iptablesSave(ctx context.Context, ns *netns.NS) (map[string]string, error) 
 		if t != "nat" && t != "mangle" {
 			continue
 		}
-		if _, err := lookPath("iptables-legacy-save"); err != nil {
+		if _, err := iptables.LookPath("iptables-legacy-save"); err != nil {
 			return nil, nil
 		}
 		saved, err := inNS(ctx, ns, "iptables-legacy-save", nil, "-t", t)
@@ -382,11 +370,11 @@ const execTimeout = 30 * time.Second
 // inNS runs tool with args inside ns (nsenter onto a duplicate of its fd)
 // and returns its standard output.
 func inNS(ctx context.Context, ns *netns.NS, tool string, stdin io.Reader, args ...string) (string, error) {
-	nsenter, err := lookPath("nsenter")
+	nsenter, err := iptables.LookPath("nsenter")
 	if err != nil {
 		return "", err
 	}
-	bin, err := lookPath(tool)
+	bin, err := iptables.LookPath(tool)
 	if err != nil {
 		return "", err
 	}
@@ -406,18 +394,4 @@ func inNS(ctx context.Context, ns *netns.NS, tool string, stdin io.Reader, args 
 		return "", fmt.Errorf("%s %s: %w: %s", tool, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return stdout.String(), nil
-}
-
-// lookPath finds a tool in PATH or in the sbin directories.
-func lookPath(name string) (string, error) {
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
-	}
-	for _, dir := range []string{"/usr/sbin", "/sbin", "/usr/bin", "/bin"} {
-		p := filepath.Join(dir, name)
-		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s not found in PATH or sbin", name)
 }
