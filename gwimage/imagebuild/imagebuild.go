@@ -39,9 +39,6 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -135,23 +132,15 @@ func BuildBinary(ctx context.Context, o Options, out string) error {
 	return nil
 }
 
-// entry is one file of the layer.
-type entry struct {
-	name, link string
-	mode       int64
-	typ        byte
-	data       []byte
-}
-
 // Links are the image's paths (without the leading slash) that are
 // symbolic links to /natgw.
 var Links = []string{"bin/bash", "bin/ip", "bin/ip6tables", "bin/iptables", "bin/sh", "bin/sleep", "bin/sysctl", "kube-ovn/lb-svc.sh", "kube-ovn/nat-gateway.sh", "usr/local/bin/nat-gateway.sh"}
 
 // layerEntries lists the layer's files in archive order.
-func layerEntries(bin []byte) []entry {
-	dir := func(n string, mode int64) entry { return entry{name: n, mode: mode, typ: tar.TypeDir} }
-	sym := func(n string) entry { return entry{name: n, link: "/natgw", mode: 0o777, typ: tar.TypeSymlink} }
-	return []entry{
+func layerEntries(bin []byte) []Entry {
+	dir := func(n string, mode int64) Entry { return Entry{Name: n, Mode: mode, Type: tar.TypeDir} }
+	sym := func(n string) Entry { return Entry{Name: n, Link: "/natgw", Mode: 0o777, Type: tar.TypeSymlink} }
+	return []Entry{
 		dir("bin/", 0o755),
 		sym("bin/bash"),
 		sym("bin/ip"),
@@ -163,35 +152,13 @@ func layerEntries(bin []byte) []entry {
 		dir("kube-ovn/", 0o755),
 		sym("kube-ovn/lb-svc.sh"),
 		sym("kube-ovn/nat-gateway.sh"),
-		{name: "natgw", mode: 0o755, typ: tar.TypeReg, data: bin},
+		{Name: "natgw", Mode: 0o755, Type: tar.TypeReg, Data: bin},
 		dir("tmp/", 0o1777),
 		dir("usr/", 0o755),
 		dir("usr/local/", 0o755),
 		dir("usr/local/bin/", 0o755),
 		sym("usr/local/bin/nat-gateway.sh"),
 	}
-}
-
-// layerTar renders the layer's uncompressed tar.
-func layerTar(bin []byte) ([]byte, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, e := range layerEntries(bin) {
-		h := &tar.Header{
-			Typeflag: e.typ, Name: e.name, Linkname: e.link, Mode: e.mode, Size: int64(len(e.data)),
-			ModTime: Epoch, Uid: 0, Gid: 0, Format: tar.FormatUSTAR,
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return nil, fmt.Errorf("imagebuild: layer %s: %w", e.name, err)
-		}
-		if _, err := tw.Write(e.data); err != nil {
-			return nil, fmt.Errorf("imagebuild: layer %s: %w", e.name, err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, fmt.Errorf("imagebuild: layer: %w", err)
-	}
-	return buf.Bytes(), nil
 }
 
 // Labels returns the image labels.
@@ -208,44 +175,17 @@ func Labels(version string) map[string]string {
 
 // Image assembles the image from the natgw binary.
 func Image(bin []byte, o Options) (v1.Image, error) {
-	raw, err := layerTar(bin)
+	raw, err := LayerTar(layerEntries(bin))
 	if err != nil {
 		return nil, err
 	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(raw)), nil
-	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressedCaching)
-	if err != nil {
-		return nil, fmt.Errorf("imagebuild: layer: %w", err)
-	}
-	base := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	base = mutate.ConfigMediaType(base, types.OCIConfigJSON)
-	img, err := mutate.Append(base, mutate.Addendum{
-		Layer:   layer,
-		History: v1.History{Created: v1.Time{Time: Epoch}, CreatedBy: "natgw imagebuild: /natgw, compatibility links", Comment: "natgw " + o.Version},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("imagebuild: append layer: %w", err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, fmt.Errorf("imagebuild: config: %w", err)
-	}
-	cf = cf.DeepCopy()
-	cf.Architecture, cf.OS = o.Arch, "linux"
-	cf.Created = v1.Time{Time: Epoch}
-	cf.Config = v1.Config{
+	return OneLayer(raw, "natgw imagebuild: /natgw, compatibility links", "natgw "+o.Version, o.Arch, v1.Config{
 		Entrypoint: []string{"/natgw", "pause"},
 		Env:        []string{"PATH=/usr/local/bin:/bin"},
 		WorkingDir: "/",
 		Labels:     Labels(o.Version),
 		StopSignal: "SIGTERM",
-	}
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		return nil, fmt.Errorf("imagebuild: config: %w", err)
-	}
-	return img, nil
+	})
 }
 
 // WriteArchive writes img as one tar holding an OCI image layout

@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,10 +19,6 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/natgw/natgw/gwimage/imagebuild"
 )
@@ -126,51 +121,14 @@ func Build(ctx context.Context, s Spec, out string) (*imagebuild.Result, error) 
 // Image assembles the image from the binary's bytes: /BINARY and an empty
 // /tmp, every entry owned by root with imagebuild.Epoch as its time.
 func Image(s Spec, bin []byte) (v1.Image, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, h := range []*tar.Header{
-		{Typeflag: tar.TypeReg, Name: s.Binary, Mode: 0o755, Size: int64(len(bin))},
-		{Typeflag: tar.TypeDir, Name: "tmp/", Mode: 0o1777},
-	} {
-		h.ModTime, h.Format = imagebuild.Epoch, tar.FormatUSTAR
-		if err := tw.WriteHeader(h); err != nil {
-			return nil, fmt.Errorf("images: layer %s: %w", h.Name, err)
-		}
-		if h.Typeflag == tar.TypeReg {
-			if _, err := tw.Write(bin); err != nil {
-				return nil, fmt.Errorf("images: layer %s: %w", h.Name, err)
-			}
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, fmt.Errorf("images: layer: %w", err)
-	}
-	raw := buf.Bytes()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(raw)), nil
-	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressedCaching)
-	if err != nil {
-		return nil, fmt.Errorf("images: layer: %w", err)
-	}
-	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	img, err := mutate.Append(base, mutate.Addendum{
-		Layer:   layer,
-		History: v1.History{Created: v1.Time{Time: imagebuild.Epoch}, CreatedBy: "natgw images: /" + s.Binary, Comment: s.Title + " " + s.Version},
+	raw, err := imagebuild.LayerTar([]imagebuild.Entry{
+		{Type: tar.TypeReg, Name: s.Binary, Mode: 0o755, Data: bin},
+		{Type: tar.TypeDir, Name: "tmp/", Mode: 0o1777},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("images: append layer: %w", err)
+		return nil, err
 	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, fmt.Errorf("images: config: %w", err)
-	}
-	cf = cf.DeepCopy()
-	cf.Architecture, cf.OS = s.Arch, "linux"
-	if cf.Architecture == "" {
-		cf.Architecture = runtime.GOARCH
-	}
-	cf.Created = v1.Time{Time: imagebuild.Epoch}
-	cf.Config = v1.Config{
+	return imagebuild.OneLayer(raw, "natgw images: /"+s.Binary, s.Title+" "+s.Version, s.Arch, v1.Config{
 		Entrypoint: append([]string{"/" + s.Binary}, s.Args...),
 		Env:        []string{"PATH=/"},
 		WorkingDir: "/",
@@ -184,10 +142,5 @@ func Image(s Spec, bin []byte) (v1.Image, error) {
 			"org.opencontainers.image.created":     imagebuild.Epoch.Format(time.RFC3339),
 		},
 		StopSignal: "SIGTERM",
-	}
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		return nil, fmt.Errorf("images: config: %w", err)
-	}
-	return img, nil
+	})
 }

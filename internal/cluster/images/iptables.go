@@ -2,10 +2,8 @@ package images
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,10 +11,7 @@ import (
 	"sort"
 	"strings"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/natgw/natgw/gwimage/imagebuild"
 )
@@ -53,38 +48,20 @@ func GatewayIptables(ctx context.Context, baseArchive, name, out string) (*image
 	if err != nil {
 		return nil, err
 	}
-	raw, err := filesLayer(files)
+	raw, err := imagebuild.LayerTar(files)
 	if err != nil {
 		return nil, err
 	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(raw)), nil
-	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressedCaching)
+	img, err := imagebuild.Append(base, raw, "natgw images: iptables-legacy, nsenter and their libraries from Debian", "")
 	if err != nil {
-		return nil, fmt.Errorf("images: layer: %w", err)
-	}
-	img, err := mutate.Append(base, mutate.Addendum{
-		Layer:   layer,
-		History: v1.History{Created: v1.Time{Time: imagebuild.Epoch}, CreatedBy: "natgw images: iptables-legacy, nsenter and their libraries from Debian"},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("images: append layer: %w", err)
+		return nil, err
 	}
 	return imagebuild.WriteArchive(img, name, out)
 }
 
-// layerFile is one entry of a layer: a regular file (data), a directory or
-// a symlink (link).
-type layerFile struct {
-	name, link string
-	mode       int64
-	dir        bool
-	data       []byte
-}
-
 // iptablesFiles collects the tools, the libraries ldd names, the loader and
 // the extensions, each under the path the loader or xtables looks for it.
-func iptablesFiles(ctx context.Context) ([]layerFile, error) {
+func iptablesFiles(ctx context.Context) ([]imagebuild.Entry, error) {
 	paths := map[string]string{} // image path -> host file
 	for _, t := range IptablesTools {
 		paths[t] = t
@@ -118,7 +95,7 @@ func iptablesFiles(ctx context.Context) ([]layerFile, error) {
 	}
 	sort.Strings(names)
 	dirs := map[string]bool{}
-	var files []layerFile
+	var files []imagebuild.Entry
 	for _, n := range names {
 		data, err := os.ReadFile(paths[n]) // follows symlinks: the real file under the linked name
 		if err != nil {
@@ -132,44 +109,18 @@ func iptablesFiles(ctx context.Context) ([]layerFile, error) {
 		if strings.HasPrefix(rel, "etc/") {
 			mode = 0o644
 		}
-		files = append(files, layerFile{name: rel, mode: mode, data: data})
+		files = append(files, imagebuild.Entry{Type: tar.TypeReg, Name: rel, Mode: mode, Data: data})
 	}
 	for _, l := range IptablesLinks {
-		files = append(files, layerFile{name: l, link: "xtables-legacy-multi", mode: 0o777})
+		files = append(files, imagebuild.Entry{Type: tar.TypeSymlink, Name: l, Link: "xtables-legacy-multi", Mode: 0o777})
 	}
 	dirs["run/"] = true
 	for d := range dirs {
-		files = append(files, layerFile{name: d, dir: true, mode: 0o755})
+		files = append(files, imagebuild.Entry{Type: tar.TypeDir, Name: d, Mode: 0o755})
 	}
-	sort.Slice(files, func(i, j int) bool { return files[i].name < files[j].name })
+	sort.Slice(files, func(i, j int) bool { return files[i].Name < files[j].Name })
 	return files, nil
 }
 
 // lddRE matches "name => /path (0x...)" and "/path (0x...)" lines.
 var lddRE = regexp.MustCompile(`(?m)^\s*(\S+)(?: => (\S+))? \(0x[0-9a-f]+\)$`)
-
-func filesLayer(files []layerFile) ([]byte, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, f := range files {
-		h := &tar.Header{Name: f.name, Mode: f.mode, ModTime: imagebuild.Epoch, Format: tar.FormatUSTAR}
-		switch {
-		case f.dir:
-			h.Typeflag = tar.TypeDir
-		case f.link != "":
-			h.Typeflag, h.Linkname = tar.TypeSymlink, f.link
-		default:
-			h.Typeflag, h.Size = tar.TypeReg, int64(len(f.data))
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return nil, fmt.Errorf("images: layer %s: %w", f.name, err)
-		}
-		if _, err := tw.Write(f.data); err != nil {
-			return nil, fmt.Errorf("images: layer %s: %w", f.name, err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, fmt.Errorf("images: layer: %w", err)
-	}
-	return buf.Bytes(), nil
-}
