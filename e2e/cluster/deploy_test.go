@@ -1,12 +1,9 @@
 package cluster_test
 
 import (
-	"archive/tar"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +11,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/natgw/natgw/gwimage/imagebuild"
 	"github.com/natgw/natgw/internal/cluster"
 )
 
@@ -30,7 +28,7 @@ const (
 // overlay that only points the image at the archive's name and tag, then
 // waits for both replicas to be ready and a leader to hold the lease.
 func deployController(ctx context.Context, c *cluster.Cluster, repo string) error {
-	name, err := archiveImageName(filepath.Join(repo, "gwimage/out/natgw-controller-image.tar"))
+	name, err := imagebuild.ArchiveName(filepath.Join(repo, "gwimage/out/natgw-controller-image.tar"))
 	if err != nil {
 		return err
 	}
@@ -84,42 +82,5 @@ images:
 			return ctx.Err()
 		case <-time.After(500 * time.Millisecond):
 		}
-	}
-}
-
-// archiveImageName reads the image name an archive of gwimage/imagebuild's
-// format records (index.json's io.containerd.image.name).
-func archiveImageName(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return "", fmt.Errorf("%s: no index.json", path)
-		}
-		if err != nil {
-			return "", fmt.Errorf("%s: %w", path, err)
-		}
-		if h.Name != "index.json" {
-			continue
-		}
-		var idx struct {
-			Manifests []struct {
-				Annotations map[string]string `json:"annotations"`
-			} `json:"manifests"`
-		}
-		if err := json.NewDecoder(tr).Decode(&idx); err != nil {
-			return "", fmt.Errorf("%s: index.json: %w", path, err)
-		}
-		for _, m := range idx.Manifests {
-			if n := m.Annotations["io.containerd.image.name"]; n != "" {
-				return n, nil
-			}
-		}
-		return "", fmt.Errorf("%s: index.json names no image", path)
 	}
 }

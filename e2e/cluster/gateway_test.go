@@ -23,6 +23,7 @@ import (
 	"github.com/natgw/natgw/controller/reconciler"
 	"github.com/natgw/natgw/controller/transport"
 	fw "github.com/natgw/natgw/e2e/framework"
+	"github.com/natgw/natgw/gwimage/imagebuild"
 	"github.com/natgw/natgw/internal/cluster"
 	"github.com/natgw/natgw/internal/netlab"
 )
@@ -92,7 +93,7 @@ func gatewayStatefulSet(name, image string) *appsv1.StatefulSet {
 // (plus Debian's iptables-legacy tools) for iptables.
 func gatewayImage(t *testing.T, dp string) string {
 	t.Helper()
-	n, err := archiveImageName(gatewayArchive(env.repo, dp))
+	n, err := imagebuild.ArchiveName(gatewayArchive(env.repo, dp))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	repo, err := repoRoot()
+	repo, err := cluster.RepoRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -113,25 +113,6 @@ func gatewayArchive(repo, dp string) string {
 		return filepath.Join(repo, ".cache/cluster/natgw-iptables-image.tar")
 	}
 	return filepath.Join(repo, "gwimage/out/natgw-image.tar")
-}
-
-// repoRoot finds the natgw checkout above the working directory.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.HasPrefix(string(b), "module github.com/natgw/natgw\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("natgw's go.mod not found above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // dumpDiagnostics prints what explains a failure: pods, events, the

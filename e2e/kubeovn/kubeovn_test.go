@@ -8,7 +8,6 @@
 package kubeovn_test
 
 import (
-	"archive/tar"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/natgw/natgw/gwimage/imagebuild"
 	"github.com/natgw/natgw/internal/cluster"
 	"github.com/natgw/natgw/internal/kubeovn"
 	"github.com/natgw/natgw/internal/netlab"
@@ -48,55 +48,6 @@ var (
 	lanIP   = "10.244.77.253"
 	extHost = netlab.ExtAddr // 192.0.2.1: the external subnet's gateway
 )
-
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.HasPrefix(string(b), "module github.com/natgw/natgw\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("natgw's go.mod not found above the working directory")
-		}
-		dir = parent
-	}
-}
-
-// imageName reads the image name written into an OCI archive's index.
-func imageName(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err != nil {
-			return "", fmt.Errorf("%s: index.json: %w", path, err)
-		}
-		if h.Name != "index.json" {
-			continue
-		}
-		var idx struct {
-			Manifests []struct {
-				Annotations map[string]string `json:"annotations"`
-			} `json:"manifests"`
-		}
-		if err := json.NewDecoder(tr).Decode(&idx); err != nil {
-			return "", fmt.Errorf("%s: index.json: %w", path, err)
-		}
-		if len(idx.Manifests) == 0 || idx.Manifests[0].Annotations["io.containerd.image.name"] == "" {
-			return "", fmt.Errorf("%s: no image name", path)
-		}
-		return idx.Manifests[0].Annotations["io.containerd.image.name"], nil
-	}
-}
 
 type env struct {
 	t   *testing.T
@@ -294,7 +245,7 @@ func TestKubeOVNDrivesNatgw(t *testing.T) {
 		}
 		t.Skip(why)
 	}
-	repo, err := repoRoot()
+	repo, err := cluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +269,7 @@ func TestKubeOVNDrivesNatgw(t *testing.T) {
 	if _, err := os.Stat(archive); err != nil {
 		skip(archive + " missing (run `make image`)")
 	}
-	image, err := imageName(archive)
+	image, err := imagebuild.ArchiveName(archive)
 	if err != nil {
 		t.Fatal(err)
 	}
