@@ -1,9 +1,7 @@
 package cluster_test
 
 import (
-	"fmt"
 	"net/netip"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,21 +16,7 @@ import (
 // clusterSummary records one CLUSTER-SUMMARY line (internal/testsummary).
 func clusterSummary(t *testing.T, scenario, dp string, kv ...any) {
 	t.Helper()
-	var b strings.Builder
-	fmt.Fprintf(&b, "CLUSTER-SUMMARY scenario=%s dataplane=%s", scenario, dp)
-	for i := 0; i+1 < len(kv); i += 2 {
-		v := kv[i+1]
-		if d, ok := v.(time.Duration); ok {
-			v = d.Round(time.Millisecond)
-		}
-		fmt.Fprintf(&b, " %v=%v", kv[i], v)
-	}
-	if t.Failed() {
-		b.WriteString(" result=FAIL")
-	} else {
-		b.WriteString(" result=ok")
-	}
-	testsummary.Record(t, b.String())
+	testsummary.Scenario(t, "CLUSTER-SUMMARY", scenario, dp, kv...)
 }
 
 // TestLifecycle: EIP, FIP, DNAT and SNAT objects on a gateway pod, through

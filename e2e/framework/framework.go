@@ -147,21 +147,7 @@ func Eventually(t testing.TB, ctx context.Context, timeout time.Duration, what s
 // prints at its end). kv alternates keys and values.
 func Summary(t testing.TB, scenario, dataplane string, kv ...any) {
 	t.Helper()
-	var b strings.Builder
-	fmt.Fprintf(&b, "scenario=%s dataplane=%s", scenario, dataplane)
-	for i := 0; i+1 < len(kv); i += 2 {
-		v := kv[i+1]
-		if d, ok := v.(time.Duration); ok {
-			v = d.Round(time.Millisecond)
-		}
-		fmt.Fprintf(&b, " %v=%v", kv[i], v)
-	}
-	if t.Failed() {
-		b.WriteString(" result=FAIL")
-	} else {
-		b.WriteString(" result=ok")
-	}
-	testsummary.Record(t, "E2E-SUMMARY "+b.String())
+	testsummary.Scenario(t, "E2E-SUMMARY", scenario, dataplane, kv...)
 }
 
 // Dataplanes are the data planes every scenario runs on.

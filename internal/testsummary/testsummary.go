@@ -8,8 +8,10 @@ package testsummary
 import (
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // EnvVar names the file the lines are appended to.
@@ -41,4 +43,26 @@ func Record(t testing.TB, line string) {
 	if err := f.Close(); err != nil {
 		t.Errorf("test summary: close %s: %v", path, err)
 	}
+}
+
+// Scenario records one scenario's line: "PREFIX scenario=S dataplane=D
+// k=v ... result=ok|FAIL" (result from t.Failed()). kv alternates keys and
+// values; durations are rounded to the millisecond.
+func Scenario(t testing.TB, prefix, scenario, dataplane string, kv ...any) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s scenario=%s dataplane=%s", prefix, scenario, dataplane)
+	for i := 0; i+1 < len(kv); i += 2 {
+		v := kv[i+1]
+		if d, ok := v.(time.Duration); ok {
+			v = d.Round(time.Millisecond)
+		}
+		fmt.Fprintf(&b, " %v=%v", kv[i], v)
+	}
+	if t.Failed() {
+		b.WriteString(" result=FAIL")
+	} else {
+		b.WriteString(" result=ok")
+	}
+	Record(t, b.String())
 }
