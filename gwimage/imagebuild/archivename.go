@@ -2,10 +2,14 @@ package imagebuild
 
 import (
 	"archive/tar"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 )
 
 // ArchiveName reads the image name an archive written by WriteArchive
@@ -43,4 +47,18 @@ func ArchiveName(path string) (string, error) {
 		}
 		return "", fmt.Errorf("%s: index.json names no image", path)
 	}
+}
+
+// ModuleDir finds natgw's module root (the directory of the go.mod that
+// `go env GOMOD` names), where the image builds run `go build`.
+func ModuleDir(ctx context.Context) (string, error) {
+	b, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(b))
+	if gomod == "" || gomod == os.DevNull {
+		return "", fmt.Errorf("not inside the natgw module")
+	}
+	return filepath.Dir(gomod), nil
 }

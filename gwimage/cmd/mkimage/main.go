@@ -11,11 +11,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"syscall"
 
 	"github.com/natgw/natgw/gwimage/imagebuild"
@@ -32,7 +30,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	mod, err := moduleDir(ctx)
+	mod, err := imagebuild.ModuleDir(ctx)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "mkimage: %v\n", err)
 		os.Exit(1)
@@ -48,17 +46,4 @@ func main() {
 	fmt.Printf("config   %s\n", res.ConfigID)
 	fmt.Printf("size     layer %d bytes (compressed), binary %d bytes, archive %d bytes\n", res.LayerSize, res.BinarySize, res.ArchiveSize)
 	fmt.Printf("archive  %s (docker load -i / podman load -i)\n", abs)
-}
-
-// moduleDir finds natgw's module root through `go env GOMOD`.
-func moduleDir(ctx context.Context) (string, error) {
-	b, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(b))
-	if gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("not inside the natgw module")
-	}
-	return filepath.Dir(gomod), nil
 }

@@ -16,12 +16,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 
+	"github.com/natgw/natgw/gwimage/imagebuild"
 	"github.com/natgw/natgw/internal/cluster/images"
 )
 
@@ -51,7 +50,7 @@ func run(ctx context.Context, which, version, base, out string) error {
 		fmt.Printf("image    %s\ndigest   %s\narchive  %s (%d bytes)\n", res.Name, res.Digest, out, res.ArchiveSize)
 		return nil
 	}
-	mod, err := moduleDir(ctx)
+	mod, err := imagebuild.ModuleDir(ctx)
 	if err != nil {
 		return err
 	}
@@ -74,17 +73,4 @@ func run(ctx context.Context, which, version, base, out string) error {
 	fmt.Printf("size     layer %d bytes (compressed), binary %d bytes, archive %d bytes\n", res.LayerSize, res.BinarySize, res.ArchiveSize)
 	fmt.Printf("archive  %s\n", abs)
 	return nil
-}
-
-// moduleDir finds natgw's module root through `go env GOMOD`.
-func moduleDir(ctx context.Context) (string, error) {
-	b, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(b))
-	if gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("not inside the natgw module")
-	}
-	return filepath.Dir(gomod), nil
 }
