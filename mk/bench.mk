@@ -3,7 +3,7 @@
 # removes. Needs root (namespaces, netfilter).
 #
 #   make bench        every scenario at full size (~30 min); writes the
-#                     committed bench/results/ (REPORT.md, summary.json, PNGs)
+#                     committed bench/results/ (REPORT.md, summary.json, SVG plots)
 #   make bench-quick  the same at reduced sizes and repetitions (< 3 min);
 #                     writes .cache/bench-quick/
 #

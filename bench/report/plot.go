@@ -1,19 +1,20 @@
 package report
 
 import (
+	"bufio"
 	"fmt"
-	"image/color"
+	"html"
+	"io"
 	"math"
 	"os"
-
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
+	"strconv"
+	"strings"
 )
 
-// Figure is one PNG: one or more panels side by side.
+// PlotExt is the file name extension of the plots Figure.Save writes.
+const PlotExt = ".svg"
+
+// Figure is one plot file: one or more panels side by side.
 type Figure struct {
 	Panels []Panel
 }
@@ -38,101 +39,195 @@ type Series struct {
 }
 
 // palette: distinguishable colours, one per series index.
-var palette = []color.Color{
-	color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}, // red
-	color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}, // orange
-	color.RGBA{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff}, // brown
-	color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, // blue
-	color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, // green
-	color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff}, // purple
-	color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}, // grey
-	color.RGBA{R: 0x17, G: 0xbe, B: 0xcf, A: 0xff}, // cyan
-}
+var palette = []string{"#d62728", "#ff7f0e", "#8c564b", "#1f77b4", "#2ca02c", "#9467bd", "#7f7f7f", "#17becf"}
 
-// SavePNG renders the figure to path.
-func (f Figure) SavePNG(path string) error {
+// Geometry of one panel, in SVG user units (pixels).
+const (
+	panelW, panelH           = 640.0, 520.0
+	marginL, marginR         = 78.0, 20.0
+	marginT, marginB         = 40.0, 56.0
+	legendLine, legendIndent = 17.0, 12.0
+)
+
+// Save renders the figure as SVG to path (the plots are written by hand, so
+// the benchmark report needs no plotting library).
+func (f Figure) Save(path string) error {
 	if len(f.Panels) == 0 {
 		return fmt.Errorf("plot %s: no panels", path)
-	}
-	const panelW, h = 6.5 * vg.Inch, 5.5 * vg.Inch
-	img := vgimg.New(panelW*vg.Length(len(f.Panels)), h)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 1, Cols: len(f.Panels), PadX: vg.Millimeter * 4, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
-	for i, p := range f.Panels {
-		pl, err := p.plot()
-		if err != nil {
-			return fmt.Errorf("plot %s: panel %q: %w", path, p.Title, err)
-		}
-		pl.Draw(tiles.At(dc, i, 0))
 	}
 	out, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("plot: %w", err)
 	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(out); err != nil {
+	w := bufio.NewWriter(out)
+	f.write(w)
+	if err := w.Flush(); err != nil {
 		out.Close()
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
 	return out.Close()
 }
 
-func (p Panel) plot() (*plot.Plot, error) {
-	pl := plot.New()
-	pl.Title.Text = p.Title
-	pl.X.Label.Text = p.XLabel
-	pl.Y.Label.Text = p.YLabel
-	pl.Legend.Top = true
-	pl.Legend.Left = true
-	var ticks []plot.Tick
-	for i, c := range p.Categories {
-		ticks = append(ticks, plot.Tick{Value: float64(i), Label: c})
+func (f Figure) write(w io.Writer) {
+	width := panelW * float64(len(f.Panels))
+	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%s" height="%s" viewBox="0 0 %s %s" font-family="sans-serif" font-size="13">`+"\n",
+		px(width), px(panelH), px(width), px(panelH))
+	fmt.Fprintf(w, `<rect width="%s" height="%s" fill="white"/>`+"\n", px(width), px(panelH))
+	for i, p := range f.Panels {
+		fmt.Fprintf(w, `<g class="panel" transform="translate(%s,0)">`+"\n", px(panelW*float64(i)))
+		p.write(w)
+		fmt.Fprintln(w, "</g>")
 	}
-	pl.X.Tick.Marker = plot.ConstantTicks(ticks)
-	pl.X.Min, pl.X.Max = -0.2, float64(len(p.Categories))-0.8
+	fmt.Fprintln(w, "</svg>")
+}
+
+// yAxis maps data values to the panel's vertical pixels.
+type yAxis struct {
+	log    bool
+	lo, hi float64 // in data units (log: exponents)
+}
+
+func (a yAxis) scale(v float64) float64 {
+	if a.log {
+		v = math.Log10(v)
+	}
+	top, bottom := marginT, panelH-marginB
+	return bottom - (v-a.lo)/(a.hi-a.lo)*(bottom-top)
+}
+
+// ticks returns the Y tick values: decades on a log axis, about six round
+// steps on a linear one.
+func (a yAxis) ticks() []float64 {
+	var out []float64
+	if a.log {
+		for e := math.Ceil(a.lo); e <= a.hi; e++ {
+			out = append(out, math.Pow(10, e))
+		}
+		return out
+	}
+	step := niceStep((a.hi - a.lo) / 6)
+	for v := math.Ceil(a.lo/step) * step; v <= a.hi+step*1e-9; v += step {
+		out = append(out, v)
+	}
+	return out
+}
+
+// niceStep rounds x up to 1, 2 or 5 times a power of ten.
+func niceStep(x float64) float64 {
+	if x <= 0 || math.IsNaN(x) || math.IsInf(x, 0) {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(x)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= x {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+// axis fits the Y axis to the data and leaves room above it for the
+// legend (top left): about legendShare of the height per series.
+func (p Panel) axis() yAxis {
 	lo, hi := math.Inf(1), math.Inf(-1)
-	for si, s := range p.Series {
-		var pts plotter.XYs
+	for _, s := range p.Series {
 		for i, y := range s.Y {
-			if i >= len(p.Categories) || math.IsNaN(y) || math.IsInf(y, 0) || (p.LogY && y <= 0) {
-				continue
+			if p.usable(i, y) {
+				lo, hi = math.Min(lo, y), math.Max(hi, y)
 			}
-			pts = append(pts, plotter.XY{X: float64(i), Y: y})
-			lo, hi = math.Min(lo, y), math.Max(hi, y)
 		}
-		if len(pts) == 0 {
-			continue
-		}
-		line, points, err := plotter.NewLinePoints(pts)
-		if err != nil {
-			return nil, err
-		}
-		c := palette[si%len(palette)]
-		line.Color, points.Color = c, c
-		line.Width = vg.Points(1.5)
-		if s.Dashed {
-			line.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
-			points.Shape = draw.TriangleGlyph{}
-		} else {
-			points.Shape = draw.CircleGlyph{}
-		}
-		pl.Add(line, points)
-		pl.Legend.Add(s.Label, line, points)
 	}
-	// Leave room above the data for the legend (top left): it takes
-	// about legendLine of the plot's height per series.
-	const legendLine = 0.048
-	free := 1 - math.Min(0.6, 0.04+legendLine*float64(len(p.Series)))
-	if p.LogY && !math.IsInf(lo, 0) {
-		pl.Y.Scale = plot.LogScale{}
-		pl.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	const legendShare = 0.048
+	free := 1 - math.Min(0.6, 0.04+legendShare*float64(len(p.Series)))
+	switch {
+	case math.IsInf(lo, 0):
+		return yAxis{log: false, lo: 0, hi: 1}
+	case p.LogY:
 		bottom := math.Floor(math.Log10(lo))
 		top := math.Log10(hi) + 0.1
-		pl.Y.Min = math.Pow(10, bottom) * 0.999
-		pl.Y.Max = math.Pow(10, bottom+(top-bottom)/free)
-	} else if !math.IsInf(lo, 0) {
-		pl.Y.Min = 0
-		pl.Y.Max = hi * 1.05 / free
+		return yAxis{log: true, lo: bottom, hi: bottom + (top-bottom)/free}
 	}
-	pl.Add(plotter.NewGrid())
-	return pl, nil
+	if hi <= 0 {
+		hi = 1
+	}
+	return yAxis{lo: 0, hi: hi * 1.05 / free}
 }
+
+// usable reports whether Y value y at category i can be drawn.
+func (p Panel) usable(i int, y float64) bool {
+	return i < len(p.Categories) && !math.IsNaN(y) && !math.IsInf(y, 0) && (!p.LogY || y > 0)
+}
+
+func (p Panel) x(i int) float64 {
+	n := float64(len(p.Categories))
+	left, right := marginL, panelW-marginR
+	return left + (float64(i)+0.3)/(n-0.4)*(right-left)
+}
+
+func (p Panel) write(w io.Writer) {
+	a := p.axis()
+	left, right, top, bottom := marginL, panelW-marginR, marginT, panelH-marginB
+	fmt.Fprintf(w, `<text x="%s" y="22" text-anchor="middle" font-size="15">%s</text>`+"\n", px((left+right)/2), esc(p.Title))
+	for _, t := range a.ticks() {
+		y := a.scale(t)
+		fmt.Fprintf(w, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#ddd"/>`+"\n", px(left), px(y), px(right), px(y))
+		fmt.Fprintf(w, `<text x="%s" y="%s" text-anchor="end">%s</text>`+"\n", px(left-6), px(y+4), tickLabel(t))
+	}
+	for i, c := range p.Categories {
+		x := p.x(i)
+		fmt.Fprintf(w, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#ddd"/>`+"\n", px(x), px(top), px(x), px(bottom))
+		fmt.Fprintf(w, `<text x="%s" y="%s" text-anchor="middle">%s</text>`+"\n", px(x), px(bottom+18), esc(c))
+	}
+	fmt.Fprintf(w, `<rect x="%s" y="%s" width="%s" height="%s" fill="none" stroke="black"/>`+"\n", px(left), px(top), px(right-left), px(bottom-top))
+	fmt.Fprintf(w, `<text x="%s" y="%s" text-anchor="middle">%s</text>`+"\n", px((left+right)/2), px(panelH-12), esc(p.XLabel))
+	fmt.Fprintf(w, `<text transform="translate(18,%s) rotate(-90)" text-anchor="middle">%s</text>`+"\n", px((top+bottom)/2), esc(p.YLabel))
+	for si, s := range p.Series {
+		colour := palette[si%len(palette)]
+		dash := ""
+		if s.Dashed {
+			dash = ` stroke-dasharray="7,4"`
+		}
+		// One polyline per run of usable points: a gap breaks the line.
+		var run []string
+		flush := func() {
+			if len(run) > 1 {
+				fmt.Fprintf(w, `<polyline class="series" points="%s" fill="none" stroke="%s" stroke-width="2"%s/>`+"\n", strings.Join(run, " "), colour, dash)
+			}
+			run = run[:0]
+		}
+		for i, y := range s.Y {
+			if !p.usable(i, y) {
+				flush()
+				continue
+			}
+			cx, cy := p.x(i), a.scale(y)
+			run = append(run, px(cx)+","+px(cy))
+			marker(w, s.Dashed, cx, cy, colour)
+		}
+		flush()
+		ly := top + 16 + legendLine*float64(si)
+		fmt.Fprintf(w, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="%s" stroke-width="2"%s/>`+"\n",
+			px(left+legendIndent), px(ly-4), px(left+legendIndent+28), px(ly-4), colour, dash)
+		marker(w, s.Dashed, left+legendIndent+14, ly-4, colour)
+		fmt.Fprintf(w, `<text x="%s" y="%s">%s</text>`+"\n", px(left+legendIndent+36), px(ly), esc(s.Label))
+	}
+}
+
+// marker draws a data point: a circle on solid lines, a triangle on dashed
+// ones (the baselines), so the two read apart also without colour.
+func marker(w io.Writer, triangle bool, x, y float64, colour string) {
+	if triangle {
+		fmt.Fprintf(w, `<polygon points="%s,%s %s,%s %s,%s" fill="%s"/>`+"\n", px(x), px(y-5), px(x-4.5), px(y+3.5), px(x+4.5), px(y+3.5), colour)
+		return
+	}
+	fmt.Fprintf(w, `<circle cx="%s" cy="%s" r="3.5" fill="%s"/>`+"\n", px(x), px(y), colour)
+}
+
+// tickLabel writes a tick value compactly: 1e-05, 0.001, 20, 1e+06.
+func tickLabel(v float64) string {
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+func px(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+
+func esc(s string) string { return html.EscapeString(s) }

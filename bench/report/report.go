@@ -145,7 +145,7 @@ func (r *Report) Section(id, title string) *Section {
 func (r *Report) AddMetric(ms ...Metric) { r.Metrics = append(r.Metrics, ms...) }
 
 // Write writes REPORT.md and summary.json into dir (plots are written by
-// the scenarios through Figure.SavePNG).
+// the scenarios through Figure.Save).
 func (r *Report) Write(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("report: %w", err)

@@ -3,7 +3,8 @@ package report
 import (
 	"bytes"
 	"encoding/json"
-	"image/png"
+	"encoding/xml"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -27,7 +28,7 @@ func sampleReport() *Report {
 	s.Targets = append(s.Targets,
 		Target{Name: "add at 10k", Want: "≥ 1000×", Got: "1,520×", Pass: true},
 		Target{Name: "delete at 10k", Want: "≥ 50×", Got: "30×", Pass: false, Reason: "conntrack dump walks the table"})
-	s.Plot = "s1.png"
+	s.Plot = "s1.svg"
 	s.Notes = append(s.Notes, "5 repetitions at 100k")
 	if again := r.Section("s1", "ignored"); again != s {
 		panic("Section did not return the existing section")
@@ -56,7 +57,7 @@ func TestWriteMarkdown(t *testing.T) {
 		"| delete at 10k | ≥ 50× | 30× | **MISS** | conntrack dump walks the table |",
 		"## Scenario 1: programming latency\n\nLatency of one FIP add.\n",
 		"add, median\n\n| method | N=0 |\n|---|---|\n| (a) a\\|b | 27 ms |\n",
-		"![Scenario 1: programming latency](s1.png)",
+		"![Scenario 1: programming latency](s1.svg)",
 		"- 5 repetitions at 100k\n",
 		"## Scenario 3: controller path\n\n**Not run: controller not available.**",
 	} {
@@ -137,28 +138,70 @@ func TestWriteFilesAndPlot(t *testing.T) {
 		}
 	}
 	fig := Figure{Panels: []Panel{
-		{Title: "add", YLabel: "latency (s)", LogY: true, Categories: []string{"0", "1k", "10k"},
-			Series: []Series{{Label: "a", Y: []float64{0.027, 0.037, 0.126}}, {Label: "d", Y: []float64{14e-6, math.NaN(), 15e-6}, Dashed: true}}},
+		{Title: "add <a&b>", YLabel: "latency (s)", LogY: true, Categories: []string{"0", "1k", "10k", "100k"},
+			Series: []Series{{Label: "a", Y: []float64{0.027, 0.037, 0.126, 1.2}}, {Label: "d", Y: []float64{14e-6, math.NaN(), 15e-6, 16e-6}, Dashed: true}}},
 		{Title: "rate", Categories: []string{"1", "50k"}, Series: []Series{{Label: "x", Y: []float64{4e5, 3.9e5}}}},
 	}}
-	path := filepath.Join(dir, "s1.png")
-	if err := fig.SavePNG(path); err != nil {
+	path := filepath.Join(dir, "s1"+PlotExt)
+	if err := fig.Save(path); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	img, err := png.Decode(f)
-	if err != nil {
-		t.Fatalf("plot is not a PNG: %v", err)
+	// Walk the SVG as XML: it must parse, hold one group per panel and
+	// one polyline per run of drawable points (the NaN breaks d's line
+	// into a lone point, not drawn as a line, and a run of two).
+	var panels, lines, dashed int
+	var texts []string
+	dec := xml.NewDecoder(bytes.NewReader(data))
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("plot is not well-formed SVG: %v", err)
+		}
+		switch el := tok.(type) {
+		case xml.StartElement:
+			attr := map[string]string{}
+			for _, a := range el.Attr {
+				attr[a.Name.Local] = a.Value
+			}
+			switch {
+			case el.Name.Local == "g" && attr["class"] == "panel":
+				panels++
+			case el.Name.Local == "polyline" && attr["class"] == "series":
+				lines++
+				if attr["stroke-dasharray"] != "" {
+					dashed++
+				}
+			}
+		case xml.CharData:
+			texts = append(texts, string(el))
+		}
 	}
-	if b := img.Bounds(); b.Dx() < 1000 || b.Dy() < 300 {
-		t.Errorf("plot is %v, want two panels side by side", b)
+	if panels != 2 || lines != 3 || dashed != 1 {
+		t.Errorf("panels=%d series lines=%d dashed=%d, want 2, 3 (a, d after its gap, x), 1", panels, lines, dashed)
 	}
-	if err := (Figure{}).SavePNG(filepath.Join(dir, "empty.png")); err == nil {
+	all := strings.Join(texts, "|")
+	for _, want := range []string{"add <a&b>", "100k", "latency (s)", "0.001", "50k"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("plot text lacks %q: %s", want, all)
+		}
+	}
+	if err := (Figure{}).Save(filepath.Join(dir, "empty"+PlotExt)); err == nil {
 		t.Error("a figure without panels was accepted")
+	}
+}
+
+func TestNiceStep(t *testing.T) {
+	for _, tt := range []struct{ in, want float64 }{{0.7, 1}, {1.3, 2}, {3, 5}, {7, 10}, {130, 200}, {0, 1}} {
+		if got := niceStep(tt.in); math.Abs(got-tt.want) > 1e-9 {
+			t.Errorf("niceStep(%v) = %v, want %v", tt.in, got, tt.want)
+		}
 	}
 }
 

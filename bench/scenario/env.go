@@ -123,10 +123,10 @@ func (e *Env) plan() Plan {
 	return FullPlan()
 }
 
-// plotPath is where the PNG of a section goes; the report links it by
+// plotPath is where the plot of a section goes; the report links it by
 // base name.
 func (e *Env) plotPath(id string) (path, name string) {
-	name = id + ".png"
+	name = id + report.PlotExt
 	return filepath.Join(e.OutDir, name), name
 }
 

@@ -622,7 +622,7 @@ func s1Plot(e *Env, plan Plan, methods []Method, res s1Results, sec *report.Sect
 		panels = append(panels, p)
 	}
 	path, name := e.plotPath("s1")
-	if err := (report.Figure{Panels: panels}).SavePNG(path); err != nil {
+	if err := (report.Figure{Panels: panels}).Save(path); err != nil {
 		sec.Notes = append(sec.Notes, "plot failed: "+err.Error())
 		return
 	}

@@ -2,7 +2,9 @@ package scenario
 
 import (
 	"context"
-	"image/png"
+	"encoding/xml"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,7 +77,7 @@ func TestS1Tiny(t *testing.T) {
 			}
 		}
 	}
-	checkPlot(t, e.OutDir, sec, "s1.png")
+	checkPlot(t, e.OutDir, sec, "s1"+report.PlotExt)
 	// Every natgw method yields one add and one delete metric per size,
 	// with (a) as baseline.
 	ours := 0
@@ -115,7 +117,21 @@ func checkPlot(t *testing.T, dir string, sec *report.Section, want string) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := png.Decode(f); err != nil {
-		t.Errorf("plot: %v", err)
+	dec := xml.NewDecoder(f)
+	root := ""
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("plot %s is not well-formed: %v", sec.Plot, err)
+		}
+		if el, ok := tok.(xml.StartElement); ok && root == "" {
+			root = el.Name.Local
+		}
+	}
+	if root != "svg" {
+		t.Errorf("plot %s: root element %q, want svg", sec.Plot, root)
 	}
 }

@@ -377,7 +377,7 @@ func s2Plot(e *Env, plan Plan, sec *report.Section, syncMed, restoreMed map[int]
 	p := report.Panel{Title: "bulk load of N FIPs into an empty gateway", XLabel: "FIPs (N)", YLabel: "median (s), log scale", LogY: true, Categories: cats,
 		Series: []report.Series{{Label: "iptables-legacy-restore (one exec)", Y: rs, Dashed: true}, {Label: "natgw serve, one sync request", Y: ys}}}
 	path, name := e.plotPath("s2")
-	if err := (report.Figure{Panels: []report.Panel{p}}).SavePNG(path); err != nil {
+	if err := (report.Figure{Panels: []report.Panel{p}}).Save(path); err != nil {
 		sec.Notes = append(sec.Notes, "plot failed: "+err.Error())
 		return
 	}

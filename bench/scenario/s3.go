@@ -758,7 +758,7 @@ func s3Plot(e *Env, sec *report.Section, results []*s3Result) {
 		panels = append(panels, p)
 	}
 	path, name := e.plotPath("s3")
-	if err := (report.Figure{Panels: panels}).SavePNG(path); err != nil {
+	if err := (report.Figure{Panels: panels}).Save(path); err != nil {
 		sec.Notes = append(sec.Notes, "plot failed: "+err.Error())
 		return
 	}

@@ -84,7 +84,7 @@ func TestS3Tiny(t *testing.T) {
 			t.Errorf("metric %s incomplete: %+v", m.Name, m)
 		}
 	}
-	checkPlot(t, e.OutDir, sec, "s3.png")
+	checkPlot(t, e.OutDir, sec, "s3"+report.PlotExt)
 }
 
 func TestCountWrites(t *testing.T) {

@@ -607,7 +607,7 @@ func s4Plot(e *Env, plan Plan, variants []s4Variant, res map[string]map[int]*s4C
 		pt.Series = append(pt.Series, report.Series{Label: v.Label, Y: ty, Dashed: !v.Ours})
 	}
 	path, name := e.plotPath("s4")
-	if err := (report.Figure{Panels: []report.Panel{pf, pt}}).SavePNG(path); err != nil {
+	if err := (report.Figure{Panels: []report.Panel{pf, pt}}).Save(path); err != nil {
 		sec.Notes = append(sec.Notes, "plot failed: "+err.Error())
 		return
 	}

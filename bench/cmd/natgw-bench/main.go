@@ -126,12 +126,15 @@ func removeStalePlots(dir string, rep *report.Report) error {
 		}
 	}
 	for _, s := range scenario.All() {
-		name := "s" + s.ID + ".png"
-		if written[name] {
-			continue
-		}
-		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("remove the plot of an earlier run: %w", err)
+		// ".png": the plots of runs before they became SVG.
+		for _, ext := range []string{report.PlotExt, ".png"} {
+			name := "s" + s.ID + ext
+			if written[name] {
+				continue
+			}
+			if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("remove the plot of an earlier run: %w", err)
+			}
 		}
 	}
 	return nil
