@@ -3,8 +3,6 @@ package iptables
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -175,7 +173,7 @@ func (r *Renderer) Load(ctx context.Context) ([]nat.Object, string, error) {
 	}
 	boot, objs := r.decode(saved)
 	if boot == "" {
-		if boot, err = newBootID(); err != nil {
+		if boot, err = engine.NewBootID(); err != nil {
 			return nil, "", err
 		}
 		if len(objs) > 0 {
@@ -411,7 +409,7 @@ func (r *Renderer) decode(saved dump) (string, []nat.Object) {
 					continue
 				}
 				if strings.HasPrefix(c, bootTag+" ") {
-					if id := strings.TrimPrefix(c, bootTag+" "); boot == "" && ch == chainObjects && validBootID(id) {
+					if id := strings.TrimPrefix(c, bootTag+" "); boot == "" && ch == chainObjects && engine.ValidBootID(id) {
 						boot = id
 					}
 					continue
@@ -451,18 +449,6 @@ func (r *Renderer) decode(saved dump) (string, []nat.Object) {
 	}
 	return boot, st.Objects()
 }
-
-func newBootID() (string, error) {
-	b := make([]byte, 8)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("iptables: boot id: %w", err)
-	}
-	return hex.EncodeToString(b), nil
-}
-
-var bootIDPattern = regexp.MustCompile(`^[0-9a-f]{16}$`)
-
-func validBootID(s string) bool { return bootIDPattern.MatchString(s) }
 
 // save runs iptables-legacy-save in the namespace and parses it.
 func (r *Renderer) save(ctx context.Context) (dump, error) {

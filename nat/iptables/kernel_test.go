@@ -12,6 +12,7 @@ import (
 
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/engine"
 	"github.com/natgw/natgw/nat/netns"
 )
 
@@ -127,7 +128,7 @@ func testObjects() []nat.Object {
 func TestKernelRoundTripReopenDelete(t *testing.T) {
 	e := newKEnv(t)
 	boot := e.dp.BootID()
-	if !validBootID(boot) {
+	if !engine.ValidBootID(boot) {
 		t.Fatalf("boot id %q", boot)
 	}
 	objs := testObjects()
@@ -313,7 +314,7 @@ func TestKernelRepairAndBootID(t *testing.T) {
 	if err := e.dp.Reload(e.ctx); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
-	if got := e.dp.BootID(); got == boot || !validBootID(got) {
+	if got := e.dp.BootID(); got == boot || !engine.ValidBootID(got) {
 		t.Fatalf("boot id after the chains were lost = %q (was %q)", got, boot)
 	}
 	e.wantList()

@@ -2,8 +2,6 @@ package nftables
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"iter"
@@ -447,15 +445,6 @@ func structureOf(objs iter.Seq[nat.Object], ch *change) map[snatClass]int {
 	return snat
 }
 
-// newBootID returns a fresh random boot id.
-func newBootID() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("nftables: boot id: %w", err)
-	}
-	return hex.EncodeToString(b[:]), nil
-}
-
 // Load implements engine.Renderer. See nat/README.md, "Start".
 func (r *Renderer) Load(ctx context.Context) ([]nat.Object, string, error) {
 	st, boot, err := r.LoadState(ctx)
@@ -499,7 +488,7 @@ func (r *Renderer) LoadState(ctx context.Context) (*nat.State, string, error) {
 		if k.exists {
 			r.log.Info("table layout not usable, recreating it (state is lost, boot id changes)", "reason", k.broken)
 		}
-		boot, err := newBootID()
+		boot, err := engine.NewBootID()
 		if err != nil {
 			return nil, "", err
 		}
