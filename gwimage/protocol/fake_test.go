@@ -2,29 +2,34 @@ package protocol
 
 import (
 	"context"
-	"fmt"
 	"sync"
 
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/natfake"
 )
 
-// fakeDP is the in-memory test double for the protocol's unit tests: it plans
-// every call on a nat.State (so validation and conflicts are the real ones)
-// and holds no kernel state. Tests with the real backends live in
-// gwimage/cmd/natgw.
+// fakeDP is the protocol tests' data plane: natfake's in-memory Dataplane
+// (the engine's real validation and conflicts, no kernel) plus what these
+// tests watch: the calls the server made, reloads, an error for the next
+// mutating call, and a gate that holds mutating calls. Tests with the real
+// backends live in gwimage/cmd/natgw.
 type fakeDP struct {
+	*natfake.Dataplane
+
 	mu      sync.Mutex
-	st      *nat.State
-	boot    string
 	reloads int
 	fail    error // returned by the next mutating call, then cleared
 	calls   []string
 	block   chan struct{} // when set, mutating calls wait for it
 }
 
-func newFakeDP() *fakeDP { return &fakeDP{st: nat.NewState(), boot: "boot-1"} }
-
-func (f *fakeDP) Name() string { return "fake" }
+func newFakeDP() *fakeDP {
+	d, err := natfake.Over(natfake.NewRenderer("fake", "boot-1"))
+	if err != nil {
+		panic(err) // an in-memory Renderer with a boot id cannot fail to load
+	}
+	return &fakeDP{Dataplane: d}
+}
 
 func (f *fakeDP) take(op string) error {
 	if f.block != nil {
@@ -42,59 +47,28 @@ func (f *fakeDP) Apply(ctx context.Context, objs ...nat.Object) error {
 	if err := f.take("apply"); err != nil {
 		return err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c, err := f.st.PlanApply(objs)
-	if err != nil {
-		return fmt.Errorf("apply: %w", err)
-	}
-	c.Commit()
-	return nil
+	return f.Dataplane.Apply(ctx, objs...)
 }
 
 func (f *fakeDP) Delete(ctx context.Context, uids ...string) error {
 	if err := f.take("delete"); err != nil {
 		return err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.st.PlanDelete(uids).Commit()
-	return nil
-}
-
-func (f *fakeDP) List(ctx context.Context) ([]nat.Object, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.st.Objects(), nil
+	return f.Dataplane.Delete(ctx, uids...)
 }
 
 func (f *fakeDP) Sync(ctx context.Context, desired []nat.Object) error {
 	if err := f.take("sync"); err != nil {
 		return err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c, err := f.st.PlanSync(desired)
-	if err != nil {
-		return fmt.Errorf("sync: %w", err)
-	}
-	c.Commit()
-	return nil
+	return f.Dataplane.Sync(ctx, desired)
 }
 
 func (f *fakeDP) Reload(ctx context.Context) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.reloads++
-	return nil
+	f.mu.Unlock()
+	return f.Dataplane.Reload(ctx)
 }
-
-func (f *fakeDP) BootID() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.boot
-}
-
-func (f *fakeDP) Close() error { return nil }
 
 var _ nat.Dataplane = (*fakeDP)(nil)

@@ -1,0 +1,176 @@
+package natfake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/nattest"
+)
+
+var (
+	eip1 = netip.MustParseAddr("192.0.2.10")
+	eip2 = netip.MustParseAddr("192.0.2.11")
+	in1  = netip.MustParseAddr("10.0.1.5")
+	in2  = netip.MustParseAddr("10.0.1.6")
+)
+
+// TestRefusals: the fake refuses what the engine's rules refuse, changes
+// nothing when it does, and says which field.
+func TestRefusals(t *testing.T) {
+	ctx := context.Background()
+	base := []nat.Object{
+		nattest.EIP("e1", eip1),
+		nattest.FIP("f1", eip1, in1),
+		nattest.DNAT("d1", eip2, nat.TCP, 80, in2, 8080),
+	}
+	tests := []struct {
+		name    string
+		apply   []nat.Object
+		field   string // of the *ConflictError or *FieldError
+		invalid bool   // *FieldError rather than *ConflictError
+	}{
+		{"second FIP on an EIP", []nat.Object{nattest.FIP("f2", eip1, in2)}, "fip.eip", false},
+		{"DNAT port taken", []nat.Object{nattest.DNAT("d2", eip2, nat.TCP, 80, in1, 22)}, "dnat.externalPort", false},
+		{"bad one among good ones", []nat.Object{nattest.FIP("f3", eip2, in1), {UID: "x", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: eip2}}}, "fip.internalIP", true},
+		{"no UID", []nat.Object{{Kind: nat.KindFIP, FIP: &nat.FIP{EIP: eip2, InternalIP: in1}}}, "uid", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := New("nftables")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Apply(ctx, base...); err != nil {
+				t.Fatal(err)
+			}
+			before, commits := d.Dump(), d.Renderer.Commits()
+			err = d.Apply(ctx, tt.apply...)
+			var ce *nat.ConflictError
+			var fe *nat.FieldError
+			switch {
+			case err == nil:
+				t.Fatal("accepted")
+			case tt.invalid && !errors.As(err, &fe):
+				t.Fatalf("want a *nat.FieldError, got %T %v", err, err)
+			case !tt.invalid && !errors.As(err, &ce):
+				t.Fatalf("want a *nat.ConflictError, got %T %v", err, err)
+			case tt.invalid && fe.Field != tt.field, !tt.invalid && ce.Field != tt.field:
+				t.Fatalf("error names the wrong field: %v (want %s)", err, tt.field)
+			}
+			if d.Dump() != before || d.Renderer.Commits() != commits {
+				t.Fatalf("a refused apply changed the kernel:\n%s\nwas\n%s", d.Dump(), before)
+			}
+		})
+	}
+}
+
+// TestTransactions: failures leave the kernel as it was; an unknown outcome
+// is re-read; a lost kernel comes back with a new boot id.
+func TestTransactions(t *testing.T) {
+	ctx := context.Background()
+	d, err := New("iptables")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Apply(ctx, nattest.FIP("f1", eip1, in1)); err != nil {
+		t.Fatal(err)
+	}
+	d.Renderer.FailNext(fmt.Errorf("EPERM"))
+	if err := d.Apply(ctx, nattest.FIP("f2", eip2, in2)); err == nil {
+		t.Fatal("a failed commit was reported done")
+	}
+	if got := uids(t, d); fmt.Sprint(got) != "[f1]" {
+		t.Fatalf("after a failed commit: %v", got)
+	}
+	d.Renderer.FailNext(fmt.Errorf("ack lost: %w", nat.ErrUnknownState))
+	if err := d.Apply(ctx, nattest.FIP("f2", eip2, in2)); !errors.Is(err, nat.ErrUnknownState) {
+		t.Fatalf("want ErrUnknownState, got %v", err)
+	}
+	if got := uids(t, d); fmt.Sprint(got) != "[f1 f2]" {
+		t.Fatalf("after an unknown outcome the index must mirror the kernel: %v", got)
+	}
+	if err := d.Delete(ctx, "f1", "unknown"); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Renderer.Forgotten(); fmt.Sprint(got) != "[192.0.2.10]" {
+		t.Fatalf("conntrack of the deleted FIP's EIP: %v", got)
+	}
+	if err := d.Sync(ctx, []nat.Object{nattest.FIP("f9", eip1, in2)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := uids(t, d); fmt.Sprint(got) != "[f9]" {
+		t.Fatalf("after sync: %v", got)
+	}
+	boot := d.BootID()
+	d.Renderer.Lose()
+	if err := d.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d.BootID() == boot || len(uids(t, d)) != 0 {
+		t.Fatalf("lost kernel: boot %s (was %s), objects %v", d.BootID(), boot, uids(t, d))
+	}
+	// An agent restart over the same kernel keeps its state and boot id.
+	if err := d.Apply(ctx, nattest.FIP("f1", eip1, in1)); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Over(d.Renderer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.BootID() != d.BootID() || fmt.Sprint(uids(t, again)) != "[f1]" {
+		t.Fatalf("restart: boot %s/%s objects %v", again.BootID(), d.BootID(), uids(t, again))
+	}
+}
+
+// TestDump is a golden test of the text dump.
+func TestDump(t *testing.T) {
+	ctx := context.Background()
+	r := NewRenderer("nftables", "0123456789abcdef0123456789abcdef")
+	d, err := Over(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = d.Apply(ctx,
+		nattest.EIPQoS("e1", eip1, nat.QoS{IngressRateMbps: 10, IngressBurstMbit: 8}),
+		nattest.FIP("f1", eip1, in1),
+		nattest.DNAT("d1", eip2, nat.UDP, 53, in2, 5353),
+		nattest.SNAT("s1", eip2, netip.MustParsePrefix("10.0.1.0/24"), true),
+		nattest.Route("r1", netip.MustParsePrefix("10.0.2.0/24"), netip.MustParseAddr("10.0.1.1"), nat.DeviceInternal),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", "dump.golden")
+	got := d.Dump()
+	if os.Getenv("UPDATE_GOLDEN") != "" {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Fatalf("dump differs from %s (UPDATE_GOLDEN=1 rewrites it):\n%s", golden, got)
+	}
+}
+
+func uids(t *testing.T, d nat.Dataplane) []string {
+	t.Helper()
+	objs, err := d.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, o := range objs {
+		out = append(out, o.UID)
+	}
+	return out
+}
