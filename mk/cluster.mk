@@ -29,16 +29,16 @@ cluster-deps:
 
 cluster-assets: cluster-deps envtest-assets
 	@CLUSTER_BIN="$(CLUSTER_BIN)" hack/cluster/build.sh
-	@$(GO) run ./internal/cluster/cmd/mkimage -image pause -o $(CLUSTER_PAUSE) >/dev/null
+	@$(GO) run ./gwimage/cmd/mkimage -image pause -o $(CLUSTER_PAUSE) >/dev/null
 
 controller-image:
-	$(GO) run ./internal/cluster/cmd/mkimage -image controller -version $(NATGW_VERSION) -o $(NATGW_OUT)/natgw-controller-image.tar
+	$(GO) run ./gwimage/cmd/mkimage -image controller -version $(NATGW_VERSION) -o $(NATGW_OUT)/natgw-controller-image.tar
 
 # `make image` builds the gateway image (mk/gwimage.mk) and the controller's.
 image: controller-image
 
 cluster-images: image
-	@$(GO) run ./internal/cluster/cmd/mkimage -image gateway-iptables -version $(NATGW_VERSION) \
+	@$(GO) run ./gwimage/cmd/mkimage -image gateway-iptables -version $(NATGW_VERSION) \
 	  -base $(NATGW_OUT)/natgw-image.tar -o $(CLUSTER_IPTABLES_IMAGE) >/dev/null
 
 cluster-up: cluster-assets cluster-images

@@ -15,33 +15,23 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
+# shellcheck source=../lib.sh
+source "$here/../lib.sh"
 out="${ENVTEST_ASSETS:-$root/.cache/envtest/bin}"
 
-KUBE_VERSION=v1.37.2
-KUBE_MAJOR=1
-KUBE_MINOR=37
 ETCD_VERSION=v3.7.3
 
 apiserver_mod="$here/kube-apiserver"
 etcd_mod="$here/etcd"
 apiserver_tags="selinux,notest,grpcnotrace"
 
-ldflags=""
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-	ldflags+=" -X $pkg.gitVersion=$KUBE_VERSION"
-	ldflags+=" -X $pkg.gitMajor=$KUBE_MAJOR"
-	ldflags+=" -X $pkg.gitMinor=$KUBE_MINOR"
-	ldflags+=" -X $pkg.gitTreeState=clean"
-done
-ldflags="${ldflags# }"
-
-hash_files() { cat "$@" | sha256sum | cut -d' ' -f1; }
+ldflags="$(kube_ldflags)"
 
 # Everything the binaries depend on, in one stamp.
 stamp_content() {
 	echo "kube-apiserver $KUBE_VERSION $(hash_files "$apiserver_mod/go.mod" "$apiserver_mod/go.sum")"
 	echo "etcd $ETCD_VERSION $(hash_files "$etcd_mod/go.mod" "$etcd_mod/go.sum")"
-	echo "go $(go env GOVERSION) $(go env GOOS)/$(go env GOARCH)"
+	go_stamp
 	echo "tags $apiserver_tags"
 	echo "ldflags $ldflags"
 }
@@ -49,8 +39,7 @@ stamp_content() {
 want="$(stamp_content)"
 stamp="$out/.stamp"
 
-if [[ "${ENVTEST_FORCE:-}" != 1 && -x "$out/kube-apiserver" && -x "$out/etcd" && -f "$stamp" ]] &&
-	[[ "$(cat "$stamp")" == "$want" ]]; then
+if up_to_date "$stamp" "$want" "${ENVTEST_FORCE:-}" "$out/kube-apiserver" "$out/etcd"; then
 	echo "envtest assets up to date in $out ($KUBE_VERSION, etcd $ETCD_VERSION)" >&2
 	echo "KUBEBUILDER_ASSETS=$out"
 	exit 0
@@ -59,24 +48,11 @@ fi
 mkdir -p "$out"
 rm -f "$stamp"
 
-# The nested modules stand alone: never let a go.work or the caller's GOFLAGS
-# (e.g. -mod=vendor) leak into them. Static binaries, no cgo.
-export GOWORK=off CGO_ENABLED=0 GOFLAGS=-buildvcs=false
-
-# One build at a time (2-core machines): each go build already uses every core.
+go_isolate
 t0=$SECONDS
-echo "building kube-apiserver $KUBE_VERSION (cold: several minutes) ..." >&2
-go build -C "$apiserver_mod" -tags "$apiserver_tags" -ldflags "$ldflags" \
-	-o "$out/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
-mv -f "$out/kube-apiserver.tmp" "$out/kube-apiserver"
-t1=$SECONDS
-echo "kube-apiserver built in $((t1 - t0))s" >&2
-
-echo "building etcd $ETCD_VERSION ..." >&2
-go build -C "$etcd_mod" -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3
-mv -f "$out/etcd.tmp" "$out/etcd"
-t2=$SECONDS
-echo "etcd built in $((t2 - t1))s" >&2
+echo "building kube-apiserver $KUBE_VERSION and etcd $ETCD_VERSION (cold: several minutes) ..." >&2
+go_build "$apiserver_mod" "$apiserver_tags" "$ldflags" "$out" k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver
+go_build "$etcd_mod" "" "" "$out" go.etcd.io/etcd/server/v3 etcd
 
 # Sanity: the binaries report the pinned versions. (Capture first: with
 # pipefail, `cmd | grep -q` fails when grep exits before cmd has written all.)
@@ -88,5 +64,5 @@ grep -q "etcd Version: ${ETCD_VERSION#v}" <<<"$etcd_version" ||
 	{ echo "etcd reports $(head -1 <<<"$etcd_version"), want $ETCD_VERSION" >&2; exit 1; }
 
 printf '%s\n' "$want" >"$stamp"
-echo "envtest assets built in $((t2 - t0))s into $out" >&2
+echo "envtest assets built in $((SECONDS - t0))s into $out" >&2
 echo "KUBEBUILDER_ASSETS=$out"

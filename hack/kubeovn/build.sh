@@ -17,22 +17,23 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
+# shellcheck source=../lib.sh
+source "$here/../lib.sh"
 out="${KUBEOVN_BIN:-$root/.cache/kubeovn/bin}"
 mod="$here/controller"
 KUBEOVN_VERSION=v1.16.2
 pkg=github.com/kubeovn/kube-ovn/cmd/controller
 
-hash_files() { cat "$@" | sha256sum | cut -d' ' -f1; }
 stamp_content() {
 	echo "kube-ovn $KUBEOVN_VERSION $(hash_files "$mod/go.mod" "$mod/go.sum")"
-	echo "go $(go env GOVERSION) $(go env GOOS)/$(go env GOARCH)"
+	go_stamp
 	echo "pkg $pkg"
 }
 want="$(stamp_content)"
 stamp="$out/.stamp"
 bin="$out/kube-ovn-controller"
 
-if [[ "${KUBEOVN_FORCE:-}" != 1 && -x "$bin" && -f "$stamp" ]] && [[ "$(cat "$stamp")" == "$want" ]]; then
+if up_to_date "$stamp" "$want" "${KUBEOVN_FORCE:-}" "$bin"; then
 	echo "kube-ovn-controller $KUBEOVN_VERSION up to date in $out" >&2
 	echo "KUBEOVN_CONTROLLER=$bin"
 	exit 0

@@ -1,9 +1,14 @@
-// Command mkimage builds the natgw gateway image without a container daemon
-// (see package gwimage/imagebuild) and prints its digest and sizes:
+// Command mkimage builds natgw's images without a container daemon and
+// prints each one's name, digest and sizes:
 //
-//	go run ./gwimage/cmd/mkimage -version 0.1.0 -o gwimage/out/natgw-image.tar
+//	go run ./gwimage/cmd/mkimage -version 0.1.0                    # the gateway image (gwimage/imagebuild)
+//	go run ./gwimage/cmd/mkimage -image controller -version 0.1.0  # natgw-controller's image (internal/cluster/images)
+//	go run ./gwimage/cmd/mkimage -image pause                      # the test cluster's pause image
+//	go run ./gwimage/cmd/mkimage -image gateway-iptables -base gwimage/out/natgw-image.tar
 //
-// Load the archive with `docker load -i FILE` or `podman load -i FILE`.
+// gateway-iptables is the gateway image plus the host's iptables-legacy
+// tools (see images.GatewayIptables), for the cluster e2e's iptables data
+// plane. Load an archive with `docker load -i FILE` or `podman load -i FILE`.
 package main
 
 import (
@@ -17,33 +22,79 @@ import (
 	"syscall"
 
 	"github.com/natgw/natgw/gwimage/imagebuild"
+	"github.com/natgw/natgw/internal/cluster/images"
 )
 
+// defaultOut is each image's archive when -o is not given.
+var defaultOut = map[string]string{
+	"gateway":          "gwimage/out/natgw-image.tar",
+	"controller":       "gwimage/out/natgw-controller-image.tar",
+	"pause":            ".cache/cluster/pause-image.tar",
+	"gateway-iptables": ".cache/cluster/natgw-iptables-image.tar",
+}
+
+type options struct {
+	image, version, name, out, arch, base string
+}
+
 func main() {
-	version := flag.String("version", "0.1.0", "natgw version stamped into the binary and labels")
-	name := flag.String("name", "", "image reference recorded in the archive (default natgw:VERSION)")
-	out := flag.String("o", "gwimage/out/natgw-image.tar", "archive to write")
-	arch := flag.String("arch", runtime.GOARCH, "image architecture (GOARCH)")
+	var o options
+	flag.StringVar(&o.image, "image", "gateway", "gateway, controller, pause or gateway-iptables")
+	flag.StringVar(&o.version, "version", "0.1.0", "natgw version stamped into the binary, tags and labels")
+	flag.StringVar(&o.name, "name", "", "gateway: image reference recorded in the archive (default natgw:VERSION)")
+	flag.StringVar(&o.out, "o", "", "archive to write (default per image: gwimage/out/natgw-image.tar, ...)")
+	flag.StringVar(&o.arch, "arch", runtime.GOARCH, "gateway: image architecture (GOARCH)")
+	flag.StringVar(&o.base, "base", "gwimage/out/natgw-image.tar", "gateway-iptables: the gateway image archive it extends")
 	flag.Parse()
-	if *name == "" {
-		*name = "natgw:" + *version
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	mod, err := imagebuild.ModuleDir(ctx)
-	if err != nil {
+	if err := run(ctx, o); err != nil {
 		fmt.Fprintf(os.Stderr, "mkimage: %v\n", err)
 		os.Exit(1)
 	}
-	res, err := imagebuild.Build(ctx, imagebuild.Options{ModuleDir: mod, Version: *version, Name: *name, Arch: *arch, Out: *out})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "mkimage: %v\n", err)
-		os.Exit(1)
+}
+
+func run(ctx context.Context, o options) error {
+	def, ok := defaultOut[o.image]
+	if !ok {
+		return fmt.Errorf("-image %q: want gateway, controller, pause or gateway-iptables", o.image)
 	}
-	abs, _ := filepath.Abs(*out)
-	fmt.Printf("image    %s (%s/linux)\n", res.Name, *arch)
+	if o.out == "" {
+		o.out = def
+	}
+	res, err := build(ctx, o)
+	if err != nil {
+		return err
+	}
+	abs, _ := filepath.Abs(o.out)
+	fmt.Printf("image    %s\n", res.Name)
 	fmt.Printf("digest   %s\n", res.Digest)
 	fmt.Printf("config   %s\n", res.ConfigID)
-	fmt.Printf("size     layer %d bytes (compressed), binary %d bytes, archive %d bytes\n", res.LayerSize, res.BinarySize, res.ArchiveSize)
+	binary := ""
+	if res.BinarySize > 0 {
+		binary = fmt.Sprintf(", binary %d bytes", res.BinarySize)
+	}
+	fmt.Printf("size     layer %d bytes (compressed)%s, archive %d bytes\n", res.LayerSize, binary, res.ArchiveSize)
 	fmt.Printf("archive  %s (docker load -i / podman load -i)\n", abs)
+	return nil
+}
+
+func build(ctx context.Context, o options) (*imagebuild.Result, error) {
+	if o.image == "gateway-iptables" {
+		return images.GatewayIptables(ctx, o.base, images.GatewayIptablesName(o.version), o.out)
+	}
+	mod, err := imagebuild.ModuleDir(ctx)
+	if err != nil {
+		return nil, err
+	}
+	switch o.image {
+	case "controller":
+		return images.Build(ctx, images.Controller(mod, o.version), o.out)
+	case "pause":
+		return images.Build(ctx, images.Pause(mod), o.out)
+	}
+	if o.name == "" {
+		o.name = "natgw:" + o.version
+	}
+	return imagebuild.Build(ctx, imagebuild.Options{ModuleDir: mod, Version: o.version, Name: o.name, Arch: o.arch, Out: o.out})
 }
