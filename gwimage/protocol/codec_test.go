@@ -184,14 +184,9 @@ func FuzzFastDecode(f *testing.F) {
 
 // BenchmarkSyncLine100k: encoding and decoding a sync of 100,000 FIPs, fast
 // paths against encoding/json.
+// (codec_jsonv2_test.go adds encoding/json/v2 under GOEXPERIMENT=jsonv2.)
 func BenchmarkSyncLine100k(b *testing.B) {
-	objs := make([]nat.Object, 100000)
-	for i := range objs {
-		objs[i] = nat.Object{UID: "00000001-f111-4000-8000-" + string(rune('a'+i%26)) + "00000000001", Kind: nat.KindFIP,
-			FIP: &nat.FIP{EIP: netip.AddrFrom4([4]byte{100, 64, byte(i >> 8), byte(i)}), InternalIP: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})}}
-	}
-	req := Request{ID: 1, Op: OpSync, Objects: objs}
-	line := appendRequest(nil, req)
+	req, line := syncRequest100k()
 	b.Run("encode/fast", func(b *testing.B) {
 		for b.Loop() {
 			appendRequest(make([]byte, 0, len(line)), req)
@@ -218,4 +213,15 @@ func BenchmarkSyncLine100k(b *testing.B) {
 			}
 		}
 	})
+}
+
+// syncRequest100k is a sync request of 100,000 FIPs and its encoded line.
+func syncRequest100k() (Request, []byte) {
+	objs := make([]nat.Object, 100000)
+	for i := range objs {
+		objs[i] = nat.Object{UID: "00000001-f111-4000-8000-" + string(rune('a'+i%26)) + "00000000001", Kind: nat.KindFIP,
+			FIP: &nat.FIP{EIP: netip.AddrFrom4([4]byte{100, 64, byte(i >> 8), byte(i)}), InternalIP: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})}}
+	}
+	req := Request{ID: 1, Op: OpSync, Objects: objs}
+	return req, appendRequest(nil, req)
 }
