@@ -19,7 +19,7 @@ BENCH_FLAGS = -natgw $(BENCH_BIN)/natgw -envtest-assets $(ENVTEST_ASSETS) -crds 
 .PHONY: bench bench-quick bench-build
 bench-build:
 	@mkdir -p $(BENCH_BIN)
-	$(GO) build -o $(BENCH_BIN)/ ./bench/cmd/natgw-bench ./gwimage/cmd/natgw
+	$(GO) build -o $(BENCH_BIN)/ ./bench/cmd/natgw-bench ./gwimage/cmd/natgw ./controller/cmd/natgw-controller
 
 bench: deps envtest-assets bench-build
 	$(BENCH_SUDO) $(BENCH_BIN)/natgw-bench -out bench/results $(BENCH_FLAGS) $(BENCH_ARGS)

@@ -25,6 +25,7 @@ func All() []Scenario {
 		{ID: "3", Run: RunS3},
 		{ID: "4", Run: RunS4},
 		{ID: "5", Run: RunS5},
+		{ID: "6", Run: RunS6},
 	}
 }
 

@@ -3,7 +3,7 @@
 // REPORT.md, one PNG plot per scenario and summary.json. It must run as
 // root; every namespace it creates is removed on exit, also on Ctrl-C.
 //
-//	natgw-bench [-quick] [-out bench/results] [-natgw bin/natgw] [-scenarios 1,2,3,4,5]
+//	natgw-bench [-quick] [-out bench/results] [-natgw bin/natgw] [-scenarios 1,2,3,4,5,6]
 //	            [-envtest-assets .cache/envtest/bin] [-crds controller/config/crd]
 package main
 
@@ -43,7 +43,7 @@ func run() error {
 	quick := flag.Bool("quick", false, "reduced sizes and repetitions (make bench-quick)")
 	out := flag.String("out", "bench/results", "directory for REPORT.md, summary.json and the plots")
 	natgw := flag.String("natgw", "", "path of the natgw binary for `natgw serve` (empty: leave the agent out)")
-	only := flag.String("scenarios", "1,2,3,4,5", "comma-separated scenario numbers to run")
+	only := flag.String("scenarios", allScenarios(), "comma-separated scenario numbers to run")
 	assets := flag.String("envtest-assets", apitest.Assets(), "directory of the kube-apiserver and etcd binaries for scenario 3 (make envtest-assets)")
 	crds := flag.String("crds", apitest.CRDDir(), "directory of natgw's CRDs for scenario 3")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (harness, in-process backends and scenario 3's controller) to this file")
@@ -113,6 +113,15 @@ func run() error {
 	}
 	env.Progress.Printf("wrote %s/REPORT.md and summary.json (%s)", *out, rep.Meta.Finished.Sub(rep.Meta.Started).Round(time.Second))
 	return errors.Join(errs...)
+}
+
+// allScenarios lists every scenario's number, comma-separated.
+func allScenarios() string {
+	var ids []string
+	for _, s := range scenario.All() {
+		ids = append(ids, s.ID)
+	}
+	return strings.Join(ids, ",")
 }
 
 // removeStalePlots removes the plots in dir that this run did not write

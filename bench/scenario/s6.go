@@ -1,0 +1,1069 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/natgw/natgw/bench/report"
+	"github.com/natgw/natgw/bench/stats"
+	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/gwconfig"
+	"github.com/natgw/natgw/controller/transport"
+	"github.com/natgw/natgw/e2e/framework"
+	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/internal/procfs"
+)
+
+// s6Plan is the size of scenario 6.
+type s6Plan struct {
+	// Gateways are network namespaces, each with its own `natgw serve`.
+	Gateways int
+	// Rules are the FIP, DNAT and SNAT objects over all gateways (their
+	// EIPs come on top, see s6MixOf).
+	Rules int
+	// Paced FIPs are created one at a time in each paced phase (after one
+	// warm-up FIP checked in the kernel).
+	Paced int
+	// Creators are the parallel API clients that create the objects.
+	Creators int
+	// Workers is the controller's --workers.
+	Workers int
+}
+
+// s6SizeEnv overrides the size: "GATEWAYS,RULES[,PACED]" (development and
+// tests; the report says the size it ran).
+const s6SizeEnv = "NATGW_BENCH_S6"
+
+func s6PlanFor(quick bool) (s6Plan, error) {
+	p := s6Plan{Gateways: 100, Rules: 100000, Paced: 30, Creators: 16, Workers: 4}
+	if quick {
+		p.Gateways, p.Rules = 10, 10000
+	}
+	if v := os.Getenv(s6SizeEnv); v != "" {
+		f := strings.Split(v, ",")
+		var n [3]int
+		for i := range f {
+			if i >= len(n) {
+				return p, fmt.Errorf("%s=%q: want GATEWAYS,RULES[,PACED]", s6SizeEnv, v)
+			}
+			x, err := strconv.Atoi(strings.TrimSpace(f[i]))
+			if err != nil {
+				return p, fmt.Errorf("%s=%q: %w", s6SizeEnv, v, err)
+			}
+			n[i] = x
+		}
+		if len(f) < 2 {
+			return p, fmt.Errorf("%s=%q: want GATEWAYS,RULES[,PACED]", s6SizeEnv, v)
+		}
+		p.Gateways, p.Rules = n[0], n[1]
+		if len(f) == 3 {
+			p.Paced = n[2]
+		}
+	}
+	return p, p.validate()
+}
+
+func (p s6Plan) validate() error {
+	switch {
+	case p.Gateways < 1 || p.Gateways > 249:
+		return fmt.Errorf("scenario 6: %d gateways, want 1..249 (each gets 10.G.0.0/16 inside)", p.Gateways)
+	case p.Rules < 3*p.Gateways:
+		return fmt.Errorf("scenario 6: %d rules over %d gateways, want at least 3 per gateway (one of each kind)", p.Rules, p.Gateways)
+	case p.Paced < 1 || p.Paced > 1000:
+		return fmt.Errorf("scenario 6: %d paced FIPs, want 1..1000", p.Paced)
+	case p.Creators < 1 || p.Workers < 1:
+		return errors.New("scenario 6: creators and workers must be at least 1")
+	}
+	m := s6MixOf(p.rulesOn(0))
+	if hosts := m.FIPs + (m.DNATs+s6PortsPerHost-1)/s6PortsPerHost; hosts > 100*250 || m.SNATs > 600 {
+		return fmt.Errorf("scenario 6: %d rules per gateway do not fit the address plan (%+v)", p.rulesOn(0), m)
+	}
+	return nil
+}
+
+// rulesOn is gateway g's share of the rules.
+func (p s6Plan) rulesOn(g int) int {
+	n := p.Rules / p.Gateways
+	if g < p.Rules%p.Gateways {
+		n++
+	}
+	return n
+}
+
+// The mix of one gateway's rules: a tenth are FIPs, each with an EIP of
+// its own; a tenth are SNATs of distinct /26 CIDRs sharing one EIP; the
+// rest are DNATs (TCP port forwards), s6PortsPerEIP external ports per
+// EIP, s6PortsPerHost forwards to each internal host.
+const (
+	s6FIPPercent   = 10
+	s6SNATPercent  = 10
+	s6PortsPerEIP  = 50
+	s6PortsPerHost = 4
+)
+
+// s6Mix is one gateway's object counts.
+type s6Mix struct{ FIPs, DNATs, SNATs, DNATEIPs int }
+
+func s6MixOf(n int) s6Mix {
+	m := s6Mix{FIPs: max(1, n*s6FIPPercent/100), SNATs: max(1, n*s6SNATPercent/100)}
+	m.DNATs = n - m.FIPs - m.SNATs
+	m.DNATEIPs = (m.DNATs + s6PortsPerEIP - 1) / s6PortsPerEIP
+	return m
+}
+
+// EIPs is the gateway's EIP count: one per FIP, the DNATs', the SNATs' one.
+func (m s6Mix) EIPs() int { return m.FIPs + m.DNATEIPs + 1 }
+
+// s6Host is internal host h of gateway g: 10.g.(h/250).(h%250+2). Gateway
+// 250's space holds the paced FIPs.
+func s6Host(g, h int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, byte(g), byte(h / 250), byte(h%250 + 2)})
+}
+
+const s6PacedNet = 250
+
+func s6GatewayName(g int) string { return fmt.Sprintf("gw-%03d", g) }
+
+// s6Obj is one object of the load with the gateway it belongs to.
+type s6Obj struct {
+	obj  client.Object
+	kind string // "eip", "fip", "dnat", "snat"
+	gw   int
+}
+
+// s6Objects builds the load: the EIPs (addresses Filler(i).EIP after the
+// paced EIPs' ones) and the rules, each list interleaved over the gateways
+// so that every gateway receives objects throughout the creation.
+func s6Objects(p s6Plan) (eips, rules []s6Obj) {
+	perGW := make([][]s6Obj, p.Gateways)
+	perGWRules := make([][]s6Obj, p.Gateways)
+	addr := p.Paced + 2 // Filler indexes 0..Paced+1 are the paced EIPs'
+	eip := func(g int, name string) string {
+		perGW[g] = append(perGW[g], s6Obj{obj: framework.EIP(name, s6GatewayName(g), Filler(addr).EIP), kind: "eip", gw: g})
+		addr++
+		return name
+	}
+	for g := 0; g < p.Gateways; g++ {
+		m := s6MixOf(p.rulesOn(g))
+		rule := func(kind string, o client.Object) {
+			perGWRules[g] = append(perGWRules[g], s6Obj{obj: o, kind: kind, gw: g})
+		}
+		for k := 0; k < m.FIPs; k++ {
+			e := eip(g, fmt.Sprintf("eip-g%03d-fip%05d", g, k))
+			rule("fip", framework.FIP(fmt.Sprintf("fip-g%03d-%05d", g, k), e, s6Host(g, k)))
+		}
+		var dnatEIP string
+		for k := 0; k < m.DNATs; k++ {
+			if k%s6PortsPerEIP == 0 {
+				dnatEIP = eip(g, fmt.Sprintf("eip-g%03d-dnat%03d", g, k/s6PortsPerEIP))
+			}
+			rule("dnat", framework.DNAT(fmt.Sprintf("dnat-g%03d-%05d", g, k), dnatEIP, "tcp",
+				10000+k%s6PortsPerEIP, s6Host(g, m.FIPs+k/s6PortsPerHost), 8000+k%s6PortsPerHost))
+		}
+		snatEIP := eip(g, fmt.Sprintf("eip-g%03d-snat", g))
+		for k := 0; k < m.SNATs; k++ {
+			cidr := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(g), byte(100 + k/4), byte(k % 4 * 64)}), 26)
+			rule("snat", framework.SNAT(fmt.Sprintf("snat-g%03d-%04d", g, k), snatEIP, cidr.String()))
+		}
+	}
+	interleave := func(lists [][]s6Obj) []s6Obj {
+		var out []s6Obj
+		for i := 0; ; i++ {
+			added := false
+			for _, l := range lists {
+				if i < len(l) {
+					out, added = append(out, l[i]), true
+				}
+			}
+			if !added {
+				return out
+			}
+		}
+	}
+	return interleave(perGW), interleave(perGWRules)
+}
+
+// s6Counts counts objects by kind.
+func s6Counts(objs ...[]s6Obj) map[string]int {
+	out := map[string]int{}
+	for _, l := range objs {
+		for _, o := range l {
+			out[o.kind]++
+		}
+	}
+	return out
+}
+
+// s6Paced is one paced phase: create→Ready and delete→gone of single FIPs.
+type s6Paced struct {
+	ready, gone, createCall stats.Summary
+}
+
+// s6Load is the first programming of every object.
+type s6Load struct {
+	eips, rules int
+	// From the first EIP create: all EIPs created, all Ready; from the
+	// first rule create: all rules created, all Ready.
+	eipsCreated, eipsReady, rulesCreated, rulesReady time.Duration
+	// Over the whole load (first EIP create to last rule Ready).
+	span             time.Duration
+	writes           apiWrites
+	apiCPU, ctlCPU   time.Duration
+	lostReady        int
+	drained          time.Duration // last rule Ready → the controller's queues empty
+	reconcilesPerObj float64
+}
+
+// s6Cold is the restart of the controller with everything in place.
+type s6Cold struct {
+	stop                  time.Duration // SIGTERM → exit
+	firstSynced, synced   time.Duration // exec → first / last gateway synced
+	drained               time.Duration // exec → queues empty
+	syncedObjects         int           // objects the gateways' syncs sent, all gateways
+	writes                apiWrites     // API writes from SIGTERM until drained
+	ctlCPU                time.Duration // the new process's CPU until drained
+	lostReady             int
+	rss, hwm              float64
+	kernelOK, kernelTotal int // gateways whose kernel state held exactly their objects
+	kernelObjects         int // UIDs found in all gateways' kernel state
+}
+
+// s6Result is what one run measured.
+type s6Result struct {
+	plan    s6Plan
+	mix     s6Mix
+	counts  map[string]int // load objects by kind (EIPs included)
+	apiUp   time.Duration
+	gwSetup time.Duration
+	ctlBin  string
+	// Controller memory: idle (gateways connected, paced EIPs only), with
+	// every object Ready (and the peak since the start), after the cold
+	// start (the new process: now and its peak).
+	idleRSS, readyRSS, readyHWM float64
+	base, loaded                *s6Paced
+	load                        *s6Load
+	cold                        *s6Cold
+	log                         string // the controller's log, kept when the run failed
+	took                        time.Duration
+}
+
+// RunS6 measures natgw-controller at scale: a natgw-controller process
+// (the binary, local transport) with many gateways and objects against a
+// real kube-apiserver + etcd: memory, cold start, one change under load.
+func RunS6(ctx context.Context, e *Env) error {
+	plan, err := s6PlanFor(e.Quick)
+	if err != nil {
+		sec := e.Report.Section("s6", "Scenario 6: the controller at scale")
+		sec.NotRun = err.Error()
+		return err
+	}
+	return runS6(ctx, e, plan)
+}
+
+func runS6(ctx context.Context, e *Env, plan s6Plan) error {
+	e.Progress.Scenario("scenario 6: the controller at scale (%s rules over %d gateways; natgw-controller process, kube-apiserver + etcd, natgw serve)",
+		report.SizeLabel(plan.Rules), plan.Gateways)
+	sec := e.Report.Section("s6", "Scenario 6: the controller at scale")
+	switch {
+	case e.Natgw == "":
+		sec.NotRun = "the natgw binary was not given (-natgw), and the controller drives `natgw serve`"
+		return nil
+	case envtestReady(e) != "":
+		sec.NotRun = envtestReady(e)
+		return errors.New(sec.NotRun)
+	}
+	r := &s6Result{plan: plan, mix: s6MixOf(plan.rulesOn(0))}
+	t0 := time.Now()
+	err := measureS6(ctx, e, r)
+	r.took = time.Since(t0)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
+		err = fmt.Errorf("scenario 6: %w", err)
+		e.Progress.Printf("FAILED: %v", err)
+	}
+	reportS6(e, sec, r, err)
+	return err
+}
+
+func measureS6(ctx context.Context, e *Env, r *s6Result) (err error) {
+	tmp, err := os.MkdirTemp("", "natgw-bench-s6-")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			r.log = filepath.Join(tmp, "controller.log")
+			return
+		}
+		os.RemoveAll(tmp)
+	}()
+	e.Progress.Step(0, 0, "natgw-controller binary")
+	if r.ctlBin, err = controllerBinary(ctx, e.Natgw, tmp); err != nil {
+		return err
+	}
+	e.Progress.Step(0, 0, "kube-apiserver + etcd")
+	t0 := time.Now()
+	cp, err := startControlPlane(e)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := cp.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	r.apiUp = time.Since(t0)
+	kubeconfig := filepath.Join(tmp, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, cp.env.KubeConfig, 0o600); err != nil {
+		return err
+	}
+	return withLab(ctx, func(l *netlab.Lab) error {
+		return s6Run(ctx, e, r, cp, l, tmp, kubeconfig)
+	})
+}
+
+// s6Gateway makes gateway g's namespace with Kube-OVN's interface names
+// and the standard topology's addresses on one end of a veth pair each
+// (no peers: the scenario programs and reads state, it sends no traffic).
+func s6Gateway(l *netlab.Lab, g int) (*netlab.Gateway, error) {
+	ns, err := l.NS(fmt.Sprintf("g%03d", g))
+	if err != nil {
+		return nil, err
+	}
+	gw := &netlab.Gateway{Name: s6GatewayName(g), GW: ns, ExternalInterface: "net1", InternalInterface: "eth0"}
+	if err := netlab.Stub(ns, gw.ExternalInterface, netip.PrefixFrom(netlab.GWExtAddr, netlab.ExtNet.Bits())); err != nil {
+		return nil, err
+	}
+	if err := netlab.Stub(ns, gw.InternalInterface, netip.PrefixFrom(netlab.GWVPCAddr, netlab.VPCNet.Bits())); err != nil {
+		return nil, err
+	}
+	return gw, nil
+}
+
+// s6Dataplane is the data plane scenario 6 runs (the controller's default).
+const s6Dataplane = transport.DataplaneNftables
+
+func s6Run(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab.Lab, tmp, kubeconfig string) error {
+	plan := r.plan
+	t0 := time.Now()
+	gws := make([]*netlab.Gateway, plan.Gateways)
+	cfg := gwconfig.Config{Defaults: gwconfig.Gateway{ExternalPrefixLen: s3EIPPrefixLen, ExternalGateway: netlab.ExtAddr.String()}}
+	for g := range gws {
+		e.Progress.Step(g, plan.Gateways, "gateway namespaces")
+		var err error
+		if gws[g], err = s6Gateway(l, g); err != nil {
+			return err
+		}
+		cfg.Gateways = append(cfg.Gateways, gwconfig.Gateway{Name: gws[g].Name, NetNS: gws[g].GW})
+	}
+	r.gwSetup = time.Since(t0)
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	cfgPath := filepath.Join(tmp, "gateways.yaml")
+	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+		return err
+	}
+	metricsAddr, err := freeLocalAddr()
+	if err != nil {
+		return err
+	}
+	ctl := &ctlProcess{bin: r.ctlBin, logPath: filepath.Join(tmp, "controller.log"), metricsAddr: metricsAddr, args: []string{
+		"--kubeconfig", kubeconfig,
+		"--transport", "local",
+		"--natgw-binary", e.Natgw,
+		"--gateway-config", cfgPath,
+		"--dataplane", s6Dataplane,
+		"--workers", strconv.Itoa(plan.Workers),
+		"--leader-elect=false",
+		"--metrics-bind-address", metricsAddr,
+		"--health-probe-bind-address", "0",
+	}}
+	defer ctl.kill()
+
+	c, err := cp.client()
+	if err != nil {
+		return err
+	}
+	tr, err := trackReady(ctx, cp)
+	if err != nil {
+		return err
+	}
+	defer tr.Stop()
+	fw, err := watchFIPs(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer fw.Stop()
+	if err := ctl.start(); err != nil {
+		return err
+	}
+
+	// Every gateway's VpcNatGateway, and the EIPs of the paced FIPs
+	// (Paced + one warm-up, spread over the gateways): every gateway's
+	// session is open before the first measurement.
+	e.Progress.Step(0, 0, "%d VpcNatGateways and %d EIPs for the paced FIPs", plan.Gateways, plan.Paced+1)
+	// A VpcNatGateway's default route (via the configured external
+	// gateway) is in its gateway's kernel state under its UID.
+	gwObjs := make([]s6Obj, plan.Gateways)
+	for g := range gwObjs {
+		gwObjs[g] = s6Obj{obj: &v1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: s6GatewayName(g)}, Spec: v1.VpcNatGatewaySpec{Vpc: "vpc1", Subnet: "subnet1"}}, kind: "gw", gw: g}
+	}
+	if err := parallel(ctx, plan.Gateways, plan.Creators, func(g int) error {
+		return createObj(ctx, c, gwObjs[g].obj)
+	}); err != nil {
+		return err
+	}
+	pacedEIP := func(k int) string { return fmt.Sprintf("eip-paced-%04d", k) }
+	pacedEIPs := make([]s6Obj, plan.Paced+1)
+	for k := range pacedEIPs {
+		g := k % plan.Gateways
+		pacedEIPs[k] = s6Obj{obj: framework.EIP(pacedEIP(k), s6GatewayName(g), Filler(k).EIP), kind: "eip", gw: g}
+	}
+	if err := parallel(ctx, len(pacedEIPs), plan.Creators, func(k int) error {
+		return createObj(ctx, c, pacedEIPs[k].obj)
+	}); err != nil {
+		return err
+	}
+	if _, err := tr.wait(ctx, map[string]int{"eip": plan.Paced + 1}, 2*time.Minute, nil); err != nil {
+		return fmt.Errorf("paced EIPs: %w", err)
+	}
+	if err := s6WaitConnected(ctx, ctl, plan.Gateways); err != nil {
+		return err
+	}
+	if _, err := s6WaitDrained(ctx, ctl, nil, time.Minute); err != nil {
+		return err
+	}
+	if r.idleRSS, _, err = ctl.memory(); err != nil {
+		return err
+	}
+
+	kernel := func(g int) (framework.Kernel, error) {
+		k, err := framework.ReadKernel(ctx, &framework.Gateway{Gateway: gws[g], Name: gws[g].Name}, s6Dataplane)
+		if err != nil {
+			return k, fmt.Errorf("read gateway %s's kernel state: %w", gws[g].Name, err)
+		}
+		return k, nil
+	}
+	paced := func(label, prefix string) (*s6Paced, error) {
+		return s6RunPaced(ctx, e, c, fw, kernel, plan, label, prefix, pacedEIP)
+	}
+	if r.base, err = paced("paced, ~0 objects", "fip-base"); err != nil {
+		return fmt.Errorf("paced FIPs before the load: %w", err)
+	}
+
+	eips, rules := s6Objects(plan)
+	r.counts = s6Counts(eips, rules)
+	if r.load, err = s6RunLoad(ctx, e, cp, c, ctl, tr, plan, eips, rules); err != nil {
+		return err
+	}
+	time.Sleep(2 * time.Second) // settle: what the memory is when nothing happens
+	if r.readyRSS, r.readyHWM, err = ctl.memory(); err != nil {
+		return err
+	}
+	e.Progress.Printf("controller with %s objects Ready: VmRSS %s, peak VmHWM %s (idle before the load: %s)",
+		report.SizeLabel(len(eips)+len(rules)), report.Bytes(r.readyRSS), report.Bytes(r.readyHWM), report.Bytes(r.idleRSS))
+
+	if r.loaded, err = paced("paced, all objects in place", "fip-load"); err != nil {
+		return fmt.Errorf("paced FIPs with the load in place: %w", err)
+	}
+	e.Progress.Printf("one FIP at a time, create→Ready p50 %s p99 %s with ~0 objects, p50 %s p99 %s with %s in place",
+		report.Seconds(r.base.ready.Median), report.Seconds(r.base.ready.P99), report.Seconds(r.loaded.ready.Median),
+		report.Seconds(r.loaded.ready.P99), report.SizeLabel(len(eips)+len(rules)))
+
+	if r.cold, err = s6ColdStart(ctx, e, cp, ctl, tr, plan, r.counts); err != nil {
+		return err
+	}
+	return s6CheckKernel(ctx, e, r.cold, plan, kernel, gwObjs, pacedEIPs, eips, rules)
+}
+
+// s6WaitConnected waits until the controller's natgw_gateway_connected
+// says every gateway has a session.
+func s6WaitConnected(ctx context.Context, ctl *ctlProcess, n int) error {
+	_, err := framework.Wait(ctx, 2*time.Minute, func() error {
+		if err := ctl.alive(); err != nil {
+			return err
+		}
+		ms, err := ctl.metrics(ctx)
+		if err != nil {
+			return err
+		}
+		if got := ms.sum("natgw_gateway_connected", nil); int(got) != n {
+			return fmt.Errorf("%v of %d gateways connected", got, n)
+		}
+		return nil
+	})
+	return err
+}
+
+// s6Controllers are natgw-controller's controllers (as named in
+// controller-runtime's metrics) and the kinds whose objects each one
+// reconciles at least once after a start.
+var s6Controllers = []struct{ name, kind string }{
+	{"iptables-eip", "eip"},
+	{"iptables-fip-rule", "fip"},
+	{"iptables-dnat-rule", "dnat"},
+	{"iptables-snat-rule", "snat"},
+	{"vpc-nat-gateway", "gw"},
+}
+
+// s6WaitDrained waits until every controller's work queue is empty with no
+// reconcile running and, per controller, at least min[kind] reconciles
+// done since the process started; it returns when that was first seen
+// (polled every 100 ms).
+func s6WaitDrained(ctx context.Context, ctl *ctlProcess, minReconciles map[string]int, timeout time.Duration) (time.Time, error) {
+	var at time.Time
+	_, err := framework.Wait(ctx, timeout, func() error {
+		if err := ctl.alive(); err != nil {
+			return err
+		}
+		ms, err := ctl.metrics(ctx)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		for _, c := range s6Controllers {
+			depth := ms.sum("workqueue_depth", map[string]string{"name": c.name})
+			active := ms.sum("controller_runtime_active_workers", map[string]string{"controller": c.name})
+			done := ms.sum("controller_runtime_reconcile_total", map[string]string{"controller": c.name})
+			if depth > 0 || active > 0 || done < float64(minReconciles[c.kind]) {
+				return fmt.Errorf("controller %s: %v queued, %v running, %v of at least %d reconciles done", c.name, depth, active, done, minReconciles[c.kind])
+			}
+		}
+		at = now
+		return nil
+	})
+	return at, err
+}
+
+// s6RunPaced creates plan.Paced FIPs one at a time after one warm-up FIP
+// (checked in its gateway's kernel after Ready and after gone): create,
+// wait until Ready, delete, wait until gone, next. FIP k uses the paced
+// EIP k, on gateway k mod Gateways.
+func s6RunPaced(ctx context.Context, e *Env, c client.Client, fw *fipWatch, kernel func(int) (framework.Kernel, error),
+	plan s6Plan, label, prefix string, eip func(int) string) (*s6Paced, error) {
+	var readies, gones, calls []float64
+	for k := 0; k <= plan.Paced; k++ {
+		warm := k == 0
+		if warm {
+			e.Progress.Step(0, 0, "%s: warm-up FIP (checked in the kernel)", label)
+		} else {
+			e.Progress.Step(k, plan.Paced, "%s: create → Ready → delete → gone, one FIP at a time", label)
+		}
+		f := framework.FIP(fmt.Sprintf("%s-%04d", prefix, k), eip(k), s6Host(s6PacedNet, k))
+		g := k % plan.Gateways
+		start := time.Now()
+		if err := createObj(ctx, c, f); err != nil {
+			return nil, err
+		}
+		call := since(start)
+		at, err := fw.waitReady(ctx, time.Minute, f.Name)
+		if err != nil {
+			return nil, err
+		}
+		ready := at[0].Sub(start).Seconds()
+		if warm {
+			if k, err := kernel(g); err != nil {
+				return nil, err
+			} else if len(k.Entries[string(f.UID)]) == 0 {
+				return nil, fmt.Errorf("warm-up FIP %s (%s) is Ready but not in gateway %s's kernel state", f.Name, f.UID, s6GatewayName(g))
+			}
+		}
+		start = time.Now()
+		if err := c.Delete(ctx, f); err != nil {
+			return nil, fmt.Errorf("delete IptablesFIPRule %s: %w", f.Name, err)
+		}
+		if at, err = fw.waitGone(ctx, time.Minute, f.Name); err != nil {
+			return nil, err
+		}
+		if warm {
+			if k, err := kernel(g); err != nil {
+				return nil, err
+			} else if len(k.Entries[string(f.UID)]) != 0 {
+				return nil, fmt.Errorf("warm-up FIP %s (%s) is gone but still in gateway %s's kernel state", f.Name, f.UID, s6GatewayName(g))
+			}
+			continue
+		}
+		readies, gones, calls = append(readies, ready), append(gones, at[0].Sub(start).Seconds()), append(calls, call)
+	}
+	return &s6Paced{ready: stats.Summarize(readies), gone: stats.Summarize(gones), createCall: stats.Summarize(calls)}, nil
+}
+
+// s6APIWrites reads the API server's write counters.
+func s6APIWrites(ctx context.Context, cp *controlPlane) (apiWrites, error) {
+	cs, err := kubernetes.NewForConfig(cp.cfg)
+	if err != nil {
+		return apiWrites{}, fmt.Errorf("API clientset: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	b, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return apiWrites{}, fmt.Errorf("GET /metrics of kube-apiserver: %w", err)
+	}
+	ms, err := parseProm(string(b))
+	if err != nil {
+		return apiWrites{}, fmt.Errorf("kube-apiserver /metrics: %w", err)
+	}
+	return ms.apiWrites(), nil
+}
+
+// s6RunLoad creates every EIP (parallel clients), waits until they are
+// Ready, then creates every rule and waits until all are Ready, with the
+// controller running: the first programming overlaps the creation.
+func s6RunLoad(ctx context.Context, e *Env, cp *controlPlane, c client.Client, ctl *ctlProcess, tr *readyTracker,
+	plan s6Plan, eips, rules []s6Obj) (*s6Load, error) {
+	ld := &s6Load{eips: len(eips), rules: len(rules)}
+	counts := s6Counts(eips, rules)
+	_, lost0 := tr.counts()
+	w0, err := s6APIWrites(ctx, cp)
+	if err != nil {
+		return nil, err
+	}
+	cpu0, err := cp.cpu()
+	if err != nil {
+		return nil, err
+	}
+	ctlCPU0, err := procfs.CPUTime(ctl.pid())
+	if err != nil {
+		return nil, err
+	}
+	create := func(objs []s6Obj, what string) error {
+		var mu sync.Mutex
+		done := 0
+		return parallel(ctx, len(objs), plan.Creators, func(i int) error {
+			if err := createObj(ctx, c, objs[i].obj); err != nil {
+				return err
+			}
+			mu.Lock()
+			done++
+			e.Progress.Step(done, len(objs), "creating %s", what)
+			mu.Unlock()
+			return nil
+		})
+	}
+	// Ready is awaited with a stall bound (no object changed state for
+	// that long), not a total one: the total grows with the size.
+	const stall = 3 * time.Minute
+	t0 := time.Now()
+	if err := create(eips, "EIPs"); err != nil {
+		return nil, err
+	}
+	ld.eipsCreated = time.Since(t0)
+	wantEIPs := map[string]int{"eip": counts["eip"] + plan.Paced + 1}
+	at, err := tr.wait(ctx, wantEIPs, stall, func(ready, total int) { e.Progress.Step(ready, total, "EIPs Ready") })
+	if err != nil {
+		return nil, fmt.Errorf("EIPs: %w", err)
+	}
+	ld.eipsReady = at.Sub(t0)
+	e.Progress.Printf("%d EIPs created in %s, all Ready after %s", len(eips), report.Seconds(ld.eipsCreated.Seconds()), report.Seconds(ld.eipsReady.Seconds()))
+
+	t1 := time.Now()
+	if err := create(rules, "rules"); err != nil {
+		return nil, err
+	}
+	ld.rulesCreated = time.Since(t1)
+	want := map[string]int{"fip": counts["fip"], "dnat": counts["dnat"], "snat": counts["snat"]}
+	at, err = tr.wait(ctx, want, stall, func(ready, total int) { e.Progress.Step(ready, total, "rules Ready") })
+	if err != nil {
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	ld.rulesReady, ld.span = at.Sub(t1), at.Sub(t0)
+	w1, err := s6APIWrites(ctx, cp)
+	if err != nil {
+		return nil, err
+	}
+	cpu1, err := cp.cpu()
+	if err != nil {
+		return nil, err
+	}
+	ctlCPU1, err := procfs.CPUTime(ctl.pid())
+	if err != nil {
+		return nil, err
+	}
+	ld.writes, ld.apiCPU, ld.ctlCPU = w1.sub(w0), cpu1-cpu0, ctlCPU1-ctlCPU0
+	_, lost1 := tr.counts()
+	ld.lostReady = lost1 - lost0
+	e.Progress.Printf("%d rules created in %s, all Ready after %s; %s objects Ready %s after the first create (%s API writes, %s/s)",
+		len(rules), report.Seconds(ld.rulesCreated.Seconds()), report.Seconds(ld.rulesReady.Seconds()), report.SizeLabel(len(eips)+len(rules)),
+		report.Seconds(ld.span.Seconds()), report.Count(ld.writes.all), report.Count(ld.writes.all/ld.span.Seconds()))
+	e.Progress.Step(0, 0, "waiting for the controller's queues to drain")
+	drainedAt, err := s6WaitDrained(ctx, ctl, nil, 10*time.Minute)
+	if err != nil {
+		return nil, fmt.Errorf("after the load: %w", err)
+	}
+	ld.drained = max(0, drainedAt.Sub(at))
+	if ms, err := ctl.metrics(ctx); err == nil {
+		ld.reconcilesPerObj = ms.sum("controller_runtime_reconcile_total", nil) / float64(len(eips)+len(rules))
+	}
+	return ld, nil
+}
+
+// s6ColdStart stops the controller (SIGTERM) and starts it again with
+// every object in place: the time from exec until every gateway is synced
+// (the controller's "gateway connected" log line, which follows the sync
+// of the gateway's desired set) and until its queues are drained, and the
+// API writes the restart made.
+func s6ColdStart(ctx context.Context, e *Env, cp *controlPlane, ctl *ctlProcess, tr *readyTracker, plan s6Plan, counts map[string]int) (*s6Cold, error) {
+	cs := &s6Cold{}
+	_, lost0 := tr.counts()
+	w0, err := s6APIWrites(ctx, cp)
+	if err != nil {
+		return nil, err
+	}
+	e.Progress.Step(0, 0, "cold start: stopping the controller (SIGTERM)")
+	if cs.stop, err = ctl.stop(time.Minute); err != nil {
+		return nil, err
+	}
+	offset := ctl.logSize()
+	e.Progress.Step(0, 0, "cold start: starting the controller with everything in place")
+	if err := ctl.start(); err != nil {
+		return nil, err
+	}
+	exec := ctl.started
+	synced := map[string]time.Time{}
+	shown := -1
+	_, err = framework.Wait(ctx, 10*time.Minute, func() error {
+		if err := ctl.alive(); err != nil {
+			return err
+		}
+		lines, next, err := ctl.readLog(offset)
+		if err != nil {
+			return err
+		}
+		offset = next
+		for _, l := range lines {
+			switch {
+			case l.Msg == "synced the gateway" && l.Objects != nil:
+				cs.syncedObjects += *l.Objects
+			case l.Msg == "gateway connected" && l.Gateway != "":
+				if _, ok := synced[l.Gateway]; !ok {
+					synced[l.Gateway] = l.Time
+				}
+			}
+		}
+		if len(synced) != shown {
+			shown = len(synced)
+			e.Progress.Step(shown, plan.Gateways, "cold start: gateways synced")
+		}
+		if len(synced) < plan.Gateways {
+			return fmt.Errorf("%d of %d gateways synced", len(synced), plan.Gateways)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cold start: %w", err)
+	}
+	for _, t := range synced {
+		d := t.Sub(exec)
+		if cs.firstSynced == 0 || d < cs.firstSynced {
+			cs.firstSynced = d
+		}
+		cs.synced = max(cs.synced, d)
+	}
+	e.Progress.Step(0, 0, "cold start: waiting for the queues to drain")
+	minRec := map[string]int{"gw": plan.Gateways}
+	for k, n := range counts {
+		minRec[k] = n
+	}
+	minRec["eip"] += plan.Paced + 1
+	at, err := s6WaitDrained(ctx, ctl, minRec, 10*time.Minute)
+	if err != nil {
+		return nil, fmt.Errorf("cold start: %w", err)
+	}
+	cs.drained = at.Sub(exec)
+	if cs.ctlCPU, err = procfs.CPUTime(ctl.pid()); err != nil {
+		return nil, err
+	}
+	if cs.rss, cs.hwm, err = ctl.memory(); err != nil {
+		return nil, err
+	}
+	// Writes that land just after the queues drained (a status patch
+	// whose reconcile ended) are counted too.
+	time.Sleep(2 * time.Second)
+	w1, err := s6APIWrites(ctx, cp)
+	if err != nil {
+		return nil, err
+	}
+	cs.writes = w1.sub(w0)
+	_, lost1 := tr.counts()
+	cs.lostReady = lost1 - lost0
+	e.Progress.Printf("cold start: SIGTERM→exit %s; exec→first gateway synced %s, all %d synced %s, queues drained %s; %s API writes to natgw's objects, %d objects lost Ready",
+		report.Seconds(cs.stop.Seconds()), report.Seconds(cs.firstSynced.Seconds()), plan.Gateways, report.Seconds(cs.synced.Seconds()),
+		report.Seconds(cs.drained.Seconds()), report.Count(cs.writes.natgw), cs.lostReady)
+	return cs, nil
+}
+
+// s6CheckKernel reads every gateway's kernel state and checks it holds
+// exactly the UIDs of its objects (objs, by gateway), and on net1 exactly
+// its EIPs' addresses.
+func s6CheckKernel(ctx context.Context, e *Env, cs *s6Cold, plan s6Plan, kernel func(int) (framework.Kernel, error), objs ...[]s6Obj) error {
+	want := make([]map[string]bool, plan.Gateways)
+	addrs := make([]int, plan.Gateways)
+	for g := range want {
+		want[g] = map[string]bool{}
+	}
+	for _, l := range objs {
+		for _, o := range l {
+			if o.obj.GetUID() == "" {
+				return fmt.Errorf("%s %s has no UID after its create", o.kind, o.obj.GetName())
+			}
+			want[o.gw][string(o.obj.GetUID())] = true
+			if o.kind == "eip" {
+				addrs[o.gw]++
+			}
+		}
+	}
+	cs.kernelTotal = plan.Gateways
+	var mu sync.Mutex
+	var bad []string
+	checked := 0
+	err := parallel(ctx, plan.Gateways, 2, func(g int) error {
+		k, err := kernel(g)
+		if err != nil {
+			return err
+		}
+		var missing, extra int
+		var other []string
+		for u, es := range k.Entries {
+			if !want[g][u] {
+				extra++
+				if len(other) < 2 {
+					other = append(other, fmt.Sprintf("%q: %v", u, es))
+				}
+			}
+		}
+		for u := range want[g] {
+			if len(k.Entries[u]) == 0 {
+				missing++
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		checked++
+		e.Progress.Step(checked, plan.Gateways, "cold start: checking every gateway's kernel state")
+		cs.kernelObjects += len(k.Entries)
+		switch {
+		case missing > 0 || extra > 0:
+			bad = append(bad, fmt.Sprintf("%s: %d of its %d objects missing, %d UIDs that are not its objects' (e.g. %s)", s6GatewayName(g), missing, len(want[g]), extra, strings.Join(other, ", ")))
+		case len(k.EIPAddrs()) != addrs[g]:
+			bad = append(bad, fmt.Sprintf("%s: %d EIP addresses on %s, want %d", s6GatewayName(g), len(k.EIPAddrs()), "net1", addrs[g]))
+		default:
+			cs.kernelOK++
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(bad) > 0 {
+		if len(bad) > 5 {
+			bad = append(bad[:5], fmt.Sprintf("and %d more", len(bad)-5))
+		}
+		return fmt.Errorf("after the cold start %d of %d gateways do not hold exactly their objects: %s", plan.Gateways-cs.kernelOK, plan.Gateways, strings.Join(bad, "; "))
+	}
+	e.Progress.Printf("cold start: every gateway's kernel state holds exactly its objects (%d of %d gateways, %s UIDs)", cs.kernelOK, cs.kernelTotal, report.Count(float64(cs.kernelObjects)))
+	return nil
+}
+
+// Targets of issue 16 part 4.
+const (
+	s6TargetRSS   = 512 << 20
+	s6TargetCold  = 30 * time.Second
+	s6TargetRatio = 2.0
+)
+
+func reportS6(e *Env, sec *report.Section, r *s6Result, runErr error) {
+	p := r.plan
+	m := r.mix
+	sec.Text = append(sec.Text,
+		fmt.Sprintf("natgw-controller runs as its own process (the `natgw-controller` binary, `--transport=local --gateway-config` with %d gateways, "+
+			"%d workers, leader election off, default sweep and drift periods) against a real kube-apiserver + etcd (envtest binaries, natgw's CRDs), "+
+			"each gateway a network namespace of this run with its own `natgw serve` (nftables) started by the controller. ", p.Gateways, p.Workers)+
+			fmt.Sprintf("The load is %s rules over %d gateways; per gateway (%s rules): %d FIPs, each with its own EIP; %d DNATs (TCP port forwards, %d external ports per EIP, %d forwards per internal host) on %d EIPs; "+
+				"%d SNATs of distinct /26 CIDRs sharing one EIP: %d EIPs per gateway. ",
+				report.SizeLabel(p.Rules), p.Gateways, report.SizeLabel(p.rulesOn(0)), m.FIPs, m.DNATs, s6PortsPerEIP, s6PortsPerHost, m.DNATEIPs, m.SNATs, m.EIPs())+
+			fmt.Sprintf("Steps: every gateway's VpcNatGateway and %d EIPs for paced FIPs; **paced, ~0 objects**: %d FIPs one at a time (create, Ready, delete, gone) after a warm-up FIP checked in the kernel; "+
+				"**load**: every EIP created by %d parallel clients (client-side rate limiting off), awaited Ready, then every rule, with the controller running (its first programming overlaps the creation); "+
+				"controller memory from /proc/PID/status; **paced, all objects in place**: the same paced FIPs on the same controller; "+
+				"**cold start**: SIGTERM, then the same binary started again with everything in place: exec → every gateway synced (its \"gateway connected\" log line, logged after the gateway's desired set was synced to its agent) "+
+				"and → its work queues drained (controller-runtime's workqueue_depth and active workers 0, every object reconciled once, from its /metrics), the API writes the restart made (kube-apiserver's apiserver_request_total), "+
+				"then every gateway's nft table read: it must hold exactly the UIDs of its objects, and net1 exactly their addresses. "+
+				"Ready is as a watch (informers) on the API server sees it: Ready=True for the object's generation.", p.Paced+1, p.Paced, p.Creators))
+	if r.took > 0 {
+		sec.Notes = append(sec.Notes, fmt.Sprintf("The scenario took %s (kube-apiserver + etcd up in %s, %d gateway namespaces in %s).",
+			report.Seconds(r.took.Seconds()), report.Seconds(r.apiUp.Seconds()), p.Gateways, report.Seconds(r.gwSetup.Seconds())))
+	}
+	if runErr != nil {
+		note := fmt.Sprintf("Failed: %v", runErr)
+		if r.log != "" {
+			note += fmt.Sprintf(" (the controller's log is kept in %s)", r.log)
+		}
+		sec.Notes = append(sec.Notes, note)
+	}
+	total := 0
+	for _, n := range r.counts {
+		total += n
+	}
+	if len(r.counts) > 0 {
+		sec.Tables = append(sec.Tables, report.Table{Caption: "**the objects**",
+			Header: []string{"kind", "per gateway", "all gateways"},
+			Rows: [][]string{
+				{"IptablesFIPRule", strconv.Itoa(m.FIPs), strconv.Itoa(r.counts["fip"])},
+				{"IptablesDnatRule", strconv.Itoa(m.DNATs), strconv.Itoa(r.counts["dnat"])},
+				{"IptablesSnatRule", strconv.Itoa(m.SNATs), strconv.Itoa(r.counts["snat"])},
+				{"IptablesEIP", strconv.Itoa(m.EIPs()), strconv.Itoa(r.counts["eip"])},
+				{"all", strconv.Itoa(m.FIPs + m.DNATs + m.SNATs + m.EIPs()), strconv.Itoa(total)},
+			}})
+	}
+	if ld := r.load; ld != nil {
+		n := float64(ld.eips + ld.rules)
+		sec.Tables = append(sec.Tables, report.Table{Caption: "**first programming** (the load; the controller running while the objects are created)",
+			Header: []string{"EIPs: created / all Ready after", "rules: created / all Ready after", "all objects Ready after (objects/s)",
+				"API writes (per object, per s)", "of them to natgw's objects / Events", "kube-apiserver + etcd CPU (share of all CPUs)", "controller CPU (share)",
+				"reconciles per object", "queues drained after the last Ready", "objects that lost Ready"},
+			Rows: [][]string{{
+				report.Seconds(ld.eipsCreated.Seconds()) + " / " + report.Seconds(ld.eipsReady.Seconds()),
+				report.Seconds(ld.rulesCreated.Seconds()) + " / " + report.Seconds(ld.rulesReady.Seconds()),
+				fmt.Sprintf("%s (%s/s)", report.Seconds(ld.span.Seconds()), report.Count(n/ld.span.Seconds())),
+				writesCell(ld.writes.all, int(n), ld.span),
+				report.Count(ld.writes.natgw) + " / " + report.Count(ld.writes.events),
+				cpuCell(ld.apiCPU, ld.span), cpuCell(ld.ctlCPU, ld.span),
+				report.Count(ld.reconcilesPerObj), report.Seconds(ld.drained.Seconds()), strconv.Itoa(ld.lostReady),
+			}}})
+	}
+	mem := report.Table{Caption: "**natgw-controller memory** (VmRSS, peak VmHWM from /proc/PID/status)", Header: []string{"when", "objects", "VmRSS", "peak VmHWM"}}
+	if r.idleRSS > 0 {
+		mem.Rows = append(mem.Rows, []string{"idle: gateways connected, before the load", strconv.Itoa(p.Paced + 1 + p.Gateways), report.Bytes(r.idleRSS), "—"})
+	}
+	if r.readyRSS > 0 {
+		mem.Rows = append(mem.Rows, []string{"every object Ready (peak: since the start, the load included)", strconv.Itoa(total), report.Bytes(r.readyRSS), report.Bytes(r.readyHWM)})
+	}
+	if c := r.cold; c != nil && c.rss > 0 {
+		mem.Rows = append(mem.Rows, []string{"after the cold start, queues drained (peak: of the new process)", strconv.Itoa(total), report.Bytes(c.rss), report.Bytes(c.hwm)})
+	}
+	if len(mem.Rows) > 0 {
+		sec.Tables = append(sec.Tables, mem)
+	}
+	if c := r.cold; c != nil {
+		sec.Tables = append(sec.Tables, report.Table{Caption: "**cold start** with every object in place (the new process, times from its exec)",
+			Header: []string{"SIGTERM → exit", "first gateway synced", "all gateways synced", "queues drained", "objects in the gateways' syncs",
+				"API writes to natgw's objects (Events; all)", "objects that lost Ready", "controller CPU until drained", "gateways holding exactly their objects (UIDs in the kernel)"},
+			Rows: [][]string{{
+				report.Seconds(c.stop.Seconds()), report.Seconds(c.firstSynced.Seconds()), report.Seconds(c.synced.Seconds()), report.Seconds(c.drained.Seconds()),
+				report.Count(float64(c.syncedObjects)),
+				fmt.Sprintf("%s (%s; %s)", report.Count(c.writes.natgw), report.Count(c.writes.events), report.Count(c.writes.all)),
+				strconv.Itoa(c.lostReady), cpuCell(c.ctlCPU, c.drained),
+				fmt.Sprintf("%d of %d (%s)", c.kernelOK, c.kernelTotal, report.Count(float64(c.kernelObjects))),
+			}}})
+	}
+	lat := report.Table{Caption: "**one FIP at a time** on the same controller, create→Ready and delete→gone per FIP, p50 / p90 / p99",
+		Header: []string{"objects in place", "FIPs", "create→Ready p50 / p90 / p99", "delete→gone p50 / p90 / p99", "Create request p50"}}
+	for _, v := range []struct {
+		what string
+		ps   *s6Paced
+	}{{fmt.Sprintf("~0 (%d gateways, %d EIPs)", p.Gateways, p.Paced+1), r.base}, {report.SizeLabel(total), r.loaded}} {
+		if v.ps != nil {
+			lat.Rows = append(lat.Rows, []string{v.what, strconv.Itoa(v.ps.ready.N), pct(v.ps.ready), pct(v.ps.gone), report.Seconds(v.ps.createCall.Median)})
+		}
+	}
+	if len(lat.Rows) > 0 {
+		sec.Tables = append(sec.Tables, lat)
+	}
+	s6TargetRows(sec, r)
+	s6Metrics(e, r)
+	sec.Notes = append(sec.Notes,
+		"The controller, the agents, kube-apiserver, etcd and the benchmark's clients share the machine's CPUs (see CPUs and load average above).")
+}
+
+func s6TargetRows(sec *report.Section, r *s6Result) {
+	p := r.plan
+	size := fmt.Sprintf("%s rules over %d gateways%s", report.SizeLabel(p.Rules), p.Gateways, quickNote(p.Rules, 100000))
+	rss := report.Target{Name: "S6 natgw-controller RSS with every object Ready (the larger of VmRSS and peak VmHWM), " + size, Want: "≤ " + report.Bytes(s6TargetRSS)}
+	if r.readyRSS > 0 {
+		worst := math.Max(r.readyRSS, r.readyHWM)
+		rss.Got, rss.Pass = report.Bytes(worst), worst <= s6TargetRSS
+		rss.Reason = fmt.Sprintf("VmRSS %s, peak VmHWM %s (the load included); idle before the load %s", report.Bytes(r.readyRSS), report.Bytes(r.readyHWM), report.Bytes(r.idleRSS))
+		if c := r.cold; c != nil {
+			rss.Reason += fmt.Sprintf("; after the cold start %s, its peak %s", report.Bytes(c.rss), report.Bytes(c.hwm))
+		}
+	} else {
+		rss.Got, rss.Reason = "not measured", "the run failed before every object was Ready (see the notes)"
+	}
+	sec.Targets = append(sec.Targets, rss)
+
+	cold := math.NaN()
+	if r.cold != nil {
+		cold = r.cold.synced.Seconds()
+	}
+	ct := maxTarget("S6 cold start: exec → every gateway synced, "+size, s6TargetCold, cold)
+	if c := r.cold; c != nil {
+		ct.Reason = fmt.Sprintf("first gateway synced after %s, queues drained after %s; the restart made %s API writes to natgw's objects, %d objects lost Ready; %d of %d gateways held exactly their objects",
+			report.Seconds(c.firstSynced.Seconds()), report.Seconds(c.drained.Seconds()), report.Count(c.writes.natgw), c.lostReady, c.kernelOK, c.kernelTotal)
+	}
+	sec.Targets = append(sec.Targets, ct)
+
+	for _, q := range []struct {
+		name string
+		get  func(stats.Summary) float64
+	}{{"p50", func(s stats.Summary) float64 { return s.Median }}, {"p99", func(s stats.Summary) float64 { return s.P99 }}} {
+		t := report.Target{Name: fmt.Sprintf("S6 one FIP create→Ready %s with everything in place ÷ with ~0 objects (%d paced each), %s", q.name, p.Paced, size),
+			Want: fmt.Sprintf("≤ %.0f×", s6TargetRatio)}
+		if r.base == nil || r.loaded == nil {
+			t.Got, t.Reason = "not measured", "the run failed before both paced phases (see the notes)"
+		} else {
+			b, l := q.get(r.base.ready), q.get(r.loaded.ready)
+			ratio := l / b
+			t.Got, t.Pass = fmt.Sprintf("%.2f×", ratio), ratio <= s6TargetRatio
+			t.Reason = fmt.Sprintf("%s with everything in place, %s with ~0 objects", report.Seconds(l), report.Seconds(b))
+		}
+		sec.Targets = append(sec.Targets, t)
+	}
+}
+
+func s6Metrics(e *Env, r *s6Result) {
+	nan := math.NaN()
+	add := func(name, unit, better string, v float64) {
+		e.Report.AddMetric(report.NewMetric("s6."+name, unit, better, v, nan, ""))
+	}
+	if r.readyRSS > 0 {
+		add("controller_rss_ready", "bytes", report.LowerIsBetter, r.readyRSS)
+		add("controller_hwm_ready", "bytes", report.LowerIsBetter, r.readyHWM)
+	}
+	if ld := r.load; ld != nil {
+		add("load.objects_ready_per_s", "objects/s", report.HigherIsBetter, float64(ld.eips+ld.rules)/ld.span.Seconds())
+		add("load.api_writes_per_object", "writes", report.LowerIsBetter, ld.writes.all/float64(ld.eips+ld.rules))
+	}
+	if c := r.cold; c != nil {
+		add("cold_start.all_synced", "s", report.LowerIsBetter, c.synced.Seconds())
+		add("cold_start.drained", "s", report.LowerIsBetter, c.drained.Seconds())
+		add("cold_start.api_writes", "writes", report.LowerIsBetter, c.writes.natgw)
+		add("cold_start.controller_hwm", "bytes", report.LowerIsBetter, c.hwm)
+	}
+	if r.base != nil && r.loaded != nil {
+		const baseName = "the same controller with ~0 objects"
+		e.Report.AddMetric(
+			report.NewMetric("s6.paced_loaded.create_ready.p50", "s", report.LowerIsBetter, r.loaded.ready.Median, r.base.ready.Median, baseName),
+			report.NewMetric("s6.paced_loaded.create_ready.p99", "s", report.LowerIsBetter, r.loaded.ready.P99, r.base.ready.P99, baseName))
+	}
+}
