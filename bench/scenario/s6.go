@@ -388,7 +388,7 @@ func s6Run(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab
 	if err != nil {
 		return err
 	}
-	ctl := &ctlProcess{bin: r.ctlBin, logPath: filepath.Join(tmp, "controller.log"), metricsAddr: metricsAddr, args: []string{
+	ctl := &ctlProcess{bin: r.ctlBin, logPath: filepath.Join(tmp, "controller.log"), metricsAddr: metricsAddr, memCap: s6MemCap(), args: []string{
 		"--kubeconfig", kubeconfig,
 		"--transport", "local",
 		"--natgw-binary", e.Natgw,
@@ -445,7 +445,7 @@ func s6Run(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab
 	}); err != nil {
 		return err
 	}
-	if _, err := tr.wait(ctx, map[string]int{"eip": plan.Paced + 1}, 2*time.Minute, nil); err != nil {
+	if _, err := tr.wait(ctx, map[string]int{"eip": plan.Paced + 1}, 2*time.Minute, ctl.alive, nil); err != nil {
 		return fmt.Errorf("paced EIPs: %w", err)
 	}
 	if err := s6WaitConnected(ctx, ctl, plan.Gateways); err != nil {
@@ -671,7 +671,7 @@ func s6RunLoad(ctx context.Context, e *Env, cp *controlPlane, c client.Client, c
 	}
 	ld.eipsCreated = time.Since(t0)
 	wantEIPs := map[string]int{"eip": counts["eip"] + plan.Paced + 1}
-	at, err := tr.wait(ctx, wantEIPs, stall, func(ready, total int) { e.Progress.Step(ready, total, "EIPs Ready") })
+	at, err := tr.wait(ctx, wantEIPs, stall, ctl.alive, func(ready, total int) { e.Progress.Step(ready, total, "EIPs Ready") })
 	if err != nil {
 		return nil, fmt.Errorf("EIPs: %w", err)
 	}
@@ -684,7 +684,7 @@ func s6RunLoad(ctx context.Context, e *Env, cp *controlPlane, c client.Client, c
 	}
 	ld.rulesCreated = time.Since(t1)
 	want := map[string]int{"fip": counts["fip"], "dnat": counts["dnat"], "snat": counts["snat"]}
-	at, err = tr.wait(ctx, want, stall, func(ready, total int) { e.Progress.Step(ready, total, "rules Ready") })
+	at, err = tr.wait(ctx, want, stall, ctl.alive, func(ready, total int) { e.Progress.Step(ready, total, "rules Ready") })
 	if err != nil {
 		return nil, fmt.Errorf("rules: %w", err)
 	}

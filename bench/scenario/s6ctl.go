@@ -59,11 +59,56 @@ type ctlProcess struct {
 	bin, logPath, metricsAddr string
 	args                      []string
 
+	// memCap, when set, bounds the controller's VmRSS: above it the
+	// benchmark kills the controller (and says so) rather than let it take
+	// the memory of a shared machine.
+	memCap float64
+
 	mu      sync.Mutex
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	waitErr error
+	killed  string // why the benchmark killed it over memCap
 	started time.Time
+}
+
+// s6MemCap is the controller's memory bound: half of what the machine has
+// available now, at most 8 GiB.
+func s6MemCap() float64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 8 << 30
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "MemAvailable:" {
+			if kb, err := strconv.ParseFloat(f[1], 64); err == nil {
+				return min(8<<30, kb*1024/2)
+			}
+		}
+	}
+	return 8 << 30
+}
+
+// guard kills the controller when its VmRSS exceeds memCap.
+func (p *ctlProcess) guard(pid int, exited chan struct{}) {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-exited:
+			return
+		case <-t.C:
+		}
+		rss, _, err := procStatus(pid)
+		if err != nil || rss <= p.memCap {
+			continue
+		}
+		p.mu.Lock()
+		p.killed = fmt.Sprintf("killed by the benchmark: VmRSS %.0f MiB over the bound of %.0f MiB (half the machine's available memory, at most 8 GiB)", rss/(1<<20), p.memCap/(1<<20))
+		p.mu.Unlock()
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		return
+	}
 }
 
 // start execs the controller. It is forked from a goroutine locked to its
@@ -104,6 +149,9 @@ func (p *ctlProcess) start() error {
 		return fmt.Errorf("start natgw-controller: %w", err)
 	}
 	p.cmd, p.exited, p.started = cmd, exited, t0
+	if p.memCap > 0 {
+		go p.guard(cmd.Process.Pid, exited)
+	}
 	return nil
 }
 
@@ -126,6 +174,9 @@ func (p *ctlProcess) alive() error {
 	}
 	select {
 	case <-p.exited:
+		if p.killed != "" {
+			return fmt.Errorf("natgw-controller %s", p.killed)
+		}
 		return fmt.Errorf("natgw-controller exited: %v (log: %s)", p.waitErr, p.tail())
 	default:
 		return nil

@@ -136,9 +136,9 @@ func (t *readyTracker) counts() (map[string]int, int) {
 
 // wait waits until every kind in want has at least that many Ready
 // objects and returns when the last of them became Ready. It fails when no
-// object changed state for stall, or ctx ends. progress gets the Ready
-// count over all kinds in want.
-func (t *readyTracker) wait(ctx context.Context, want map[string]int, stall time.Duration, progress func(ready, total int)) (time.Time, error) {
+// object changed state for stall, when alive (checked every second) fails,
+// or ctx ends. progress gets the Ready count over all kinds in want.
+func (t *readyTracker) wait(ctx context.Context, want map[string]int, stall time.Duration, alive func() error, progress func(ready, total int)) (time.Time, error) {
 	total := 0
 	for _, n := range want {
 		total += n
@@ -169,6 +169,9 @@ func (t *readyTracker) wait(ctx context.Context, want map[string]int, stall time
 		if len(short) == 0 {
 			return last, nil
 		}
+		if err := alive(); err != nil {
+			return time.Time{}, err
+		}
 		select {
 		case <-changed:
 			timer.Reset(stall)
@@ -178,6 +181,7 @@ func (t *readyTracker) wait(ctx context.Context, want map[string]int, stall time
 			case <-ctx.Done():
 				return time.Time{}, ctx.Err()
 			}
+		case <-tick.C:
 		case <-timer.C:
 			sort.Strings(short)
 			return time.Time{}, fmt.Errorf("no object became Ready or lost Ready for %v; Ready: %s", stall, strings.Join(short, ", "))
