@@ -352,22 +352,52 @@ func reapedBy(log, uid string) string {
 // runs on upstream Kube-OVN v1.16.2's CRDs, as on a cluster with Kube-OVN
 // (natgw's own CRDs are a superset, proven by controller/crdtest; the other
 // scenarios run on them), and the controller's log must hold no "unknown
-// field" warning (a status field upstream's schema lacks).
+// field" warning (a status field upstream's schema lacks). With the
+// admission policy (controller/config/admission, installed as a user would)
+// on both data planes: every FIP is born with natgw's finalizer, so none
+// may vanish without natgw's deletion (vanished_reaped=0). Without it on
+// nftables: the controller adds the finalizer, and a FIP deleted while that
+// patch is in flight vanishes and is reaped (vanished_reaped ≥ 0).
 func TestRace(t *testing.T) {
 	n, why := raceCycles()
 	fw.ForEachDataplaneOn(t, crdtest.Upstream, func(t *testing.T, dp string, set crdtest.Set) {
-		s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology(), CRDs: set})
-		eips := createRaceEIPs(t, s)
-		st := runRace(t, s, eips, n, raceParallel, "race", nil, nil)
-		a := raceAftermath(t, s, eips, 3*time.Minute)
-		warnings := checkUnknownFields(t, s)
-		fw.Summary(t, "2-race", dp, "crds", set, "unknown_field_warnings", warnings,
-			"cycles", st.cycles, "cycles_source", strconv.Quote(why), "eips", len(eips), "gateways", len(s.Order), "parallel", raceParallel,
-			"cycles_took", st.took, "cycles_per_s", fmt.Sprintf("%.1f", float64(st.cycles)/st.took.Seconds()),
-			"api_retries", st.createErrors+st.deleteErrors,
-			"drain", a.drain, "stuck_terminating", a.stuck, "leaked_at_drain", a.leakedAtDrain, "reaped_after_drain", a.reapedAfterDrain, "leaked_after_sweep", a.leaked,
-			"fip_entries_left", a.fipEntries, "fresh_fips_ready_in", a.freshReady, "fresh_paths_ok_in", a.freshPaths)
+		testRace(t, dp, set, true, n, why)
 	})
+	t.Run("no-admission/"+fw.Dataplanes[0], func(t *testing.T) {
+		testRace(t, fw.Dataplanes[0], crdtest.Upstream, false, n, why)
+	})
+}
+
+func testRace(t *testing.T, dp string, set crdtest.Set, admission bool, n int, why string) {
+	s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology(), CRDs: set, NoAdmission: !admission})
+	eips := createRaceEIPs(t, s)
+	st := runRace(t, s, eips, n, raceParallel, "race", nil, nil)
+	a := raceAftermath(t, s, eips, 3*time.Minute)
+	warnings := checkUnknownFields(t, s)
+	reaped := vanishedReaped(s.Ctrl.Log())
+	if admission && reaped > 0 {
+		t.Errorf("%d objects vanished without natgw's deletion and were reaped although the admission policy created them with the finalizer", reaped)
+	}
+	fw.Summary(t, "2-race", dp, "crds", set, "admission_policy", admission, "vanished_reaped", reaped, "unknown_field_warnings", warnings,
+		"cycles", st.cycles, "cycles_source", strconv.Quote(why), "eips", len(eips), "gateways", len(s.Order), "parallel", raceParallel,
+		"cycles_took", st.took, "cycles_per_s", fmt.Sprintf("%.1f", float64(st.cycles)/st.took.Seconds()),
+		"api_retries", st.createErrors+st.deleteErrors,
+		"drain", a.drain, "stuck_terminating", a.stuck, "leaked_at_drain", a.leakedAtDrain, "reaped_after_drain", a.reapedAfterDrain, "leaked_after_sweep", a.leaked,
+		"fip_entries_left", a.fipEntries, "fresh_fips_ready_in", a.freshReady, "fresh_paths_ok_in", a.freshPaths)
+}
+
+// vanishedReaped counts the objects whose rule the controller's reconciler
+// deleted because they vanished without natgw's deletion (its log line
+// "object vanished ..." per object; the reconciler's reapVanished, metric
+// natgw_vanished_reaped_total).
+func vanishedReaped(log string) int {
+	n := 0
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "object vanished") {
+			n++
+		}
+	}
+	return n
 }
 
 // checkUnknownFields fails the test when the controller's log holds an

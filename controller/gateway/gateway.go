@@ -182,6 +182,11 @@ type Gateway struct {
 
 	knownMu sync.Mutex
 	known   map[string]nat.Object // what this process programmed and has not deleted
+	// held mirrors the UIDs the agent holds (guarded by knownMu): what the
+	// last converge left on it (the fresh list's objects kept, unconfirmed
+	// ones included), plus every UID an Apply sent, minus those a Delete
+	// removed. A superset: an Apply that failed may have left nothing.
+	held map[string]struct{}
 
 	kick chan struct{}
 }
@@ -193,6 +198,7 @@ func newGateway(cfg gwconfig.Gateway, opts *Options) *Gateway {
 		log:   opts.Log.WithValues("gateway", cfg.Name),
 		ready: make(chan struct{}),
 		known: map[string]nat.Object{},
+		held:  map[string]struct{}{},
 		kick:  make(chan struct{}, 1),
 	}
 }
@@ -226,6 +232,11 @@ func (g *Gateway) Apply(ctx context.Context, objs ...nat.Object) error {
 	// known changes while the call still holds mu shared, so that a sync
 	// (which holds it exclusively) sees the gateway and known agree.
 	err := g.call(ctx, "apply", string(objs[0].Kind), func(s transport.Session) error {
+		g.knownMu.Lock()
+		for _, o := range objs {
+			g.held[o.UID] = struct{}{}
+		}
+		g.knownMu.Unlock()
 		if err := s.Apply(ctx, objs...); err != nil {
 			return err
 		}
@@ -263,8 +274,41 @@ func (g *Gateway) Delete(ctx context.Context, kind nat.Kind, uids ...string) err
 		g.forget(uids)
 		return err
 	}
+	g.knownMu.Lock()
+	for _, u := range uids {
+		delete(g.held, u)
+	}
+	g.knownMu.Unlock()
 	g.updateGauge()
 	return nil
+}
+
+// Holders returns the gateways whose agent holds uid as far as this process
+// knows (each gateway's mirror of its agent, see Gateway.held). It waits
+// for any sync, sweep or switch in progress (they hold a gateway's lock
+// exclusively), so the answer includes what they left on a gateway. A
+// gateway that has no session yet is not a holder: its next connect lists
+// its objects and deletes those whose Kubernetes object is confirmed gone.
+func (r *Registry) Holders(uid string) []string {
+	r.mu.Lock()
+	gws := make([]*Gateway, 0, len(r.gateways))
+	for _, g := range r.gateways {
+		gws = append(gws, g)
+	}
+	r.mu.Unlock()
+	var out []string
+	for _, g := range gws {
+		g.mu.RLock()
+		g.knownMu.Lock()
+		_, ok := g.held[uid]
+		g.knownMu.Unlock()
+		g.mu.RUnlock()
+		if ok {
+			out = append(out, g.cfg.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // List returns the gateway's objects (from the agent's index).
@@ -581,7 +625,9 @@ func (g *Gateway) converge(ctx context.Context, s transport.Session, dp, reason 
 	setKnown := func() {
 		g.knownMu.Lock()
 		g.known = map[string]nat.Object{}
+		g.held = make(map[string]struct{}, len(want))
 		for _, o := range want {
+			g.held[o.UID] = struct{}{}
 			if desired[o.UID] {
 				g.known[o.UID] = o
 			}

@@ -44,6 +44,15 @@ var (
 		Help: "Full sync transactions sent to a gateway, by reason (bootid, drift, dataplane).",
 	}, []string{"gateway", "reason"})
 
+	// VanishedReaped counts objects that vanished from the API without
+	// natgw's deletion (deleted while their finalizer was being added) and
+	// whose rule the reconciler then deleted from what it remembered. Zero
+	// for objects created with the finalizer (controller/config/admission).
+	VanishedReaped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "natgw_vanished_reaped_total",
+		Help: "Objects gone from the API without natgw's deletion whose programmed rule the reconciler deleted, by kind.",
+	}, []string{"kind"})
+
 	// Reconnects counts sessions opened after the first one.
 	Reconnects = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "natgw_transport_reconnects_total",
@@ -52,7 +61,7 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(ProgramDuration, GatewayObjects, GatewayConnected, SweepDeletions, Resyncs, Reconnects)
+	crmetrics.Registry.MustRegister(ProgramDuration, GatewayObjects, GatewayConnected, SweepDeletions, Resyncs, Reconnects, VanishedReaped)
 }
 
 // ObserveProgram records one call's latency since start.

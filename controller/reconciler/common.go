@@ -5,9 +5,10 @@
 //  1. Get; NotFound → done (the gateway's orphan sweep covers leftovers).
 //  2. Being deleted → delete by UID on the gateway(s) it was programmed on
 //     → remove the finalizer only after the gateway confirmed.
-//  3. No finalizer → add it (with the labels naming the target gateway) in
-//     one metadata patch with optimistic lock; if that fails (NotFound, terminating, conflict) nothing is
-//     programmed. A successful patch is the API server's word that the
+//  3. No finalizer → add it in one metadata patch with optimistic lock
+//     (none when the admission policy of controller/config/admission put
+//     it there at creation); if that fails (NotFound, terminating,
+//     conflict) nothing is programmed. A successful patch is the API server's word that the
 //     object exists, is not terminating and carries the finalizer, so
 //     programming follows in the same pass. No write sends a whole
 //     object: metadata by patch, status by patch of the fields natgw owns
@@ -42,6 +43,7 @@ import (
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/gateway"
+	"github.com/natgw/natgw/controller/metrics"
 	"github.com/natgw/natgw/gwimage/protocol"
 	"github.com/natgw/natgw/nat"
 )
@@ -81,7 +83,12 @@ type Deps struct {
 	// before the switch and they would stay terminating forever. Only
 	// objects that carry natgw's finalizer are touched.
 	RemoveUpstreamFinalizer bool
-	Log                     logr.Logger
+	// RuleLabels also writes upstream's labels ovn.kubernetes.io/eip_v4_ip
+	// and ovn.kubernetes.io/vpc-nat-gw-name on rules (and the latter on
+	// EIPs) before programming, as kube-ovn-controller does (its own in-use
+	// index). natgw does not need them: one more write per object.
+	RuleLabels bool
+	Log        logr.Logger
 
 	track     *tracker
 	trackOnce sync.Once
@@ -119,6 +126,7 @@ func (d *Deps) reapVanished(ctx context.Context, kind nat.Kind, name string, uid
 		return ctrl.Result{RequeueAfter: gatewayRetry}, nil
 	}
 	d.tracked().forget(kind, name, v.uid)
+	metrics.VanishedReaped.WithLabelValues(string(kind)).Inc()
 	log.Info("object vanished without natgw's deletion (deleted while its finalizer was being added); deleted its rule on the gateway", "gateway", v.gateway)
 	return ctrl.Result{}, nil
 }
@@ -217,8 +225,9 @@ func (d *Deps) patchMeta(ctx context.Context, obj, before client.Object) error {
 	return d.Client.Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 }
 
-// ensureMeta makes sure obj carries the finalizer and the labels, in one
-// metadata patch (patchMeta). ok false means: stop, program nothing (the object is gone or
+// ensureMeta makes sure obj carries the finalizer and the labels (none
+// unless RuleLabels), in one metadata patch (patchMeta); no write when they
+// are there already (the admission policy adds the finalizer at creation). ok false means: stop, program nothing (the object is gone or
 // terminating, or the update conflicted and the result says to requeue).
 func (d *Deps) ensureMeta(ctx context.Context, log logr.Logger, obj client.Object, labels map[string]string) (ok bool, res ctrl.Result, err error) {
 	before := obj.DeepCopyObject().(client.Object)
@@ -261,15 +270,26 @@ func (d *Deps) ensureMeta(ctx context.Context, log logr.Logger, obj client.Objec
 	return false, ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
 }
 
-// programmedOn lists the gateways an object may be programmed on: the one
-// its gateway label names (written before programming) and the one its
-// status names.
-func programmedOn(obj client.Object, statusGW string) []string {
+// programmedOn lists the gateways an object may be programmed on: those
+// named (a rule's status.natGwDp, written with Ready; an EIP's
+// spec.natGwDp), the one its vpc-nat-gw-name label names (written before
+// programming with RuleLabels, and always by earlier natgw-controllers), and every gateway
+// whose agent holds its UID as far as this process knows
+// (gateway.Registry.Holders): that covers a controller that died between
+// programming and its status write, which left neither label nor status.
+func (d *Deps) programmedOn(obj client.Object, named ...string) []string {
 	var gws []string
-	for _, g := range []string{obj.GetLabels()[v1.LabelVpcNatGwName], statusGW} {
+	add := func(g string) {
 		if g != "" && !slices.Contains(gws, g) {
 			gws = append(gws, g)
 		}
+	}
+	for _, g := range named {
+		add(g)
+	}
+	add(obj.GetLabels()[v1.LabelVpcNatGwName])
+	for _, g := range d.Registry.Holders(string(obj.GetUID())) {
+		add(g)
 	}
 	return gws
 }
@@ -334,7 +354,27 @@ func (d *Deps) finishDelete(ctx context.Context, log logr.Logger, obj client.Obj
 		d.tracked().forget(kind, obj.GetName(), uid)
 	}
 	log.V(1).Info("deleted on gateway; finalizer removed", "gateways", gws)
+	d.deleteLeftovers(ctx, log, kind, uids)
 	return ctrl.Result{}, nil
+}
+
+// deleteLeftovers deletes uids, whose object is now gone, from every
+// gateway that holds one of them after all: a gateway whose connect
+// (sync, sweep) ran between the look-up of programmedOn and the finalizer's
+// removal, and kept the UID because its object still existed then. The
+// object is gone, so a failure here is the orphan sweep's to finish.
+func (d *Deps) deleteLeftovers(ctx context.Context, log logr.Logger, kind nat.Kind, uids []string) {
+	for _, uid := range uids {
+		gws := d.Registry.Holders(uid)
+		if len(gws) == 0 {
+			continue
+		}
+		if err := d.unprogram(ctx, log, kind, uid, gws, ""); err != nil {
+			log.Error(err, "deleting the rule of a deleted object left on a gateway failed; the orphan sweep removes it", "uid", uid, "gateways", gws)
+			continue
+		}
+		log.Info("deleted the rule of a deleted object left on a gateway by a concurrent sync", "uid", uid, "gateways", gws)
+	}
 }
 
 func firstOr(s []string) string {

@@ -33,17 +33,21 @@ func (r *eipReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	log := logr.FromContextOrDiscard(ctx).WithValues("uid", uid)
 	ctx = logr.NewContext(ctx, log)
 	if !e.DeletionTimestamp.IsZero() {
-		return r.finishDelete(ctx, log, e, nat.KindEIP, []string{uid}, programmedOn(e, ""))
+		return r.finishDelete(ctx, log, e, nat.KindEIP, []string{uid}, r.programmedOn(e, e.Spec.NatGwDp))
 	}
 
 	gwName := e.Spec.NatGwDp
 	if err := r.reapReplaced(ctx, log, nat.KindEIP, e.Name, uid); err != nil {
 		return r.finish(ctx, log, e, classify(gwName, err))
 	}
-	if err := r.unprogram(ctx, log, nat.KindEIP, uid, programmedOn(e, ""), gwName); err != nil {
+	if err := r.unprogram(ctx, log, nat.KindEIP, uid, r.programmedOn(e), gwName); err != nil {
 		return r.finish(ctx, log, e, classify(gwName, err))
 	}
-	ok, res, err := r.ensureMeta(ctx, log, e, map[string]string{v1.LabelVpcNatGwName: gwName})
+	var labels map[string]string
+	if r.RuleLabels {
+		labels = map[string]string{v1.LabelVpcNatGwName: gwName}
+	}
+	ok, res, err := r.ensureMeta(ctx, log, e, labels)
 	if !ok {
 		return res, err
 	}
@@ -94,7 +98,7 @@ func (r *eipReconciler) build(ctx context.Context, e *v1.IptablesEIP) (nat.Objec
 func (r *eipReconciler) finish(ctx context.Context, log logr.Logger, e *v1.IptablesEIP, f *failure) (ctrl.Result, error) {
 	switch f.reason {
 	case v1.ReasonInvalid, v1.ReasonEIPInUse, v1.ReasonGatewayNotFound:
-		if err := r.unprogram(ctx, log, nat.KindEIP, string(e.UID), programmedOn(e, ""), ""); err != nil {
+		if err := r.unprogram(ctx, log, nat.KindEIP, string(e.UID), r.programmedOn(e, e.Spec.NatGwDp), ""); err != nil {
 			log.Error(err, "removing the EIP from its gateway failed")
 			if f.err == nil {
 				f.err = err

@@ -20,6 +20,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -178,6 +179,12 @@ type envOptions struct {
 	// warnings, when set, gets the API server's warnings to the
 	// controller's client.
 	warnings rest.WarningHandler
+	// admission installs controller/config/admission's policy with a
+	// binding limited to the test's objects: they are created with natgw's
+	// finalizer.
+	admission bool
+	// ruleLabels is the controller's --rule-labels.
+	ruleLabels bool
 }
 
 // newEnv builds the topology and starts a controller for it.
@@ -216,6 +223,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 		cancel()
 	})
 	e.cancel = cancel
+	if o.admission {
+		e.installAdmission()
+	}
 	if !o.noManager {
 		e.startManager(cfg, o)
 	}
@@ -245,6 +255,7 @@ func (e *env) startManager(cfg *rest.Config, o envOptions) {
 	e.reg, err = Setup(ctx, mgr, Config{
 		Workers:                 o.workers,
 		RemoveUpstreamFinalizer: true,
+		RuleLabels:              o.ruleLabels,
 		SkipNameValidation:      true,
 		Gateway: gateway.Options{
 			Transport: e.tr, Config: gcfg, DefaultDataplane: o.dataplane,
@@ -272,6 +283,24 @@ func (e *env) startManager(cfg *rest.Config, o envOptions) {
 	if _, err := e.reg.Get(e.gwName); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// installAdmission installs the admission policy as shipped with a binding
+// of the test's own that matches only the test's objects (the API server is
+// shared by the package's tests); t.Cleanup removes the binding.
+func (e *env) installAdmission() {
+	e.t.Helper()
+	err := apitest.InstallAdmission(e.ctx, e.cfg, apitest.AdmissionOptions{BindingSuffix: e.case_, Selector: map[string]string{testLabel: e.case_}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() {
+		b := &admissionregistrationv1.MutatingAdmissionPolicyBinding{}
+		b.Name = "natgw-finalizer-" + e.case_
+		if err := e.c.Delete(context.Background(), b); err != nil && !apierrors.IsNotFound(err) {
+			e.t.Errorf("delete the test's admission policy binding: %v", err)
+		}
+	})
 }
 
 // meta returns ObjectMeta for a test object.

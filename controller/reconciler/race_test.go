@@ -17,6 +17,7 @@ import (
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/crdtest"
 	"github.com/natgw/natgw/controller/gateway"
+	"github.com/natgw/natgw/controller/metrics"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/internal/testsummary"
 	"github.com/natgw/natgw/nat"
@@ -29,16 +30,20 @@ import (
 // nftables with upstream's (no "unknown field" warning allowed).
 func TestCreateDeleteRace(t *testing.T) {
 	type run struct {
-		name, dp string
-		crds     crdtest.Set
+		name, dp  string
+		crds      crdtest.Set
+		admission bool
 	}
-	runs := []run{{dataplanes[0], dataplanes[0], crdtest.Natgw}, {dataplanes[1], dataplanes[1], crdtest.Natgw},
-		{"upstream-crds/" + dataplanes[0], dataplanes[0], crdtest.Upstream}}
+	runs := []run{{dataplanes[0], dataplanes[0], crdtest.Natgw, false}, {dataplanes[1], dataplanes[1], crdtest.Natgw, false},
+		{"upstream-crds/" + dataplanes[0], dataplanes[0], crdtest.Upstream, false},
+		{"admission/" + dataplanes[0], dataplanes[0], crdtest.Natgw, true}, {"admission/" + dataplanes[1], dataplanes[1], crdtest.Natgw, true},
+		{"upstream-crds/admission/" + dataplanes[0], dataplanes[0], crdtest.Upstream, true}}
 	for _, r := range runs {
 		dp := r.dp
 		t.Run(r.name, func(t *testing.T) {
 			warnings := &warningCounter{}
-			e := newEnv(t, envOptions{dataplane: dp, workers: 4, crds: r.crds, warnings: warnings})
+			e := newEnv(t, envOptions{dataplane: dp, workers: 4, crds: r.crds, warnings: warnings, admission: r.admission})
+			reapedBefore := counterValue(metrics.VanishedReaped.WithLabelValues(string(nat.KindFIP)))
 			defer func() {
 				if n := warnings.unknown.Load(); n > 0 {
 					t.Errorf("the controller got %d \"unknown field\" warnings, e.g. %v", n, warnings.first.Load())
@@ -79,6 +84,13 @@ func TestCreateDeleteRace(t *testing.T) {
 					t.Logf("%d FIPs in the API server in total", len(all.Items))
 				}
 			}
+			// Objects born with the finalizer never vanish without
+			// natgw's deletion: the tracker's reap is not needed.
+			reaped := counterValue(metrics.VanishedReaped.WithLabelValues(string(nat.KindFIP))) - reapedBefore
+			if r.admission && reaped != 0 {
+				t.Errorf("%v FIPs vanished and were reaped although the admission policy created them with the finalizer", reaped)
+			}
+			testsummary.Record(t, fmt.Sprintf("RACE %s: %d create→delete cycles, vanished objects reaped: %v (admission policy: %v)", r.name, cycles, reaped, r.admission))
 			f := e.fip("after", "eip", e.gw.VMs[1].Addr)
 			e.create(f)
 			e.waitReady(f)

@@ -70,22 +70,20 @@ func (r *ruleReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	ctx = logr.NewContext(ctx, log)
 
 	if !obj.GetDeletionTimestamp().IsZero() {
-		return r.finishDelete(ctx, log, obj, r.k.kind, []string{uid}, programmedOn(obj, r.k.gateway(obj)))
+		return r.finishDelete(ctx, log, obj, r.k.kind, []string{uid}, r.programmedOn(obj, r.k.gateway(obj)))
 	}
 
 	if err := r.reapReplaced(ctx, log, r.k.kind, obj.GetName(), uid); err != nil {
-		return r.finish(ctx, log, obj, classify(firstOr(programmedOn(obj, r.k.gateway(obj))), err))
+		return r.finish(ctx, log, obj, classify(firstOr(r.programmedOn(obj, r.k.gateway(obj))), err))
 	}
 	ref, f := r.resolveEIP(ctx, r.k.eipName(obj), true)
-	labels := map[string]string{}
-	if f == nil {
-		labels[v1.LabelEIPV4IP] = ref.addr.String()
-		labels[v1.LabelVpcNatGwName] = ref.gateway
+	var labels map[string]string
+	if f == nil && r.RuleLabels {
+		labels = map[string]string{v1.LabelEIPV4IP: ref.addr.String(), v1.LabelVpcNatGwName: ref.gateway}
 	}
-	// Before the labels move to another gateway, the rule leaves the old
-	// one (the labels are the record of where it may be programmed).
+	// A rule whose EIP moved to another gateway leaves the old one first.
 	if f == nil {
-		if err := r.unprogram(ctx, log, r.k.kind, uid, programmedOn(obj, r.k.gateway(obj)), ref.gateway); err != nil {
+		if err := r.unprogram(ctx, log, r.k.kind, uid, r.programmedOn(obj, r.k.gateway(obj)), ref.gateway); err != nil {
 			return r.finish(ctx, log, obj, classify(ref.gateway, err))
 		}
 	}
@@ -122,7 +120,7 @@ func (r *ruleReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (ct
 func (r *ruleReconciler[T]) finish(ctx context.Context, log logr.Logger, obj T, f *failure) (ctrl.Result, error) {
 	switch f.reason {
 	case v1.ReasonEIPNotFound, v1.ReasonEIPNotReady, v1.ReasonInvalid, v1.ReasonEIPInUse:
-		if err := r.unprogram(ctx, log, r.k.kind, string(obj.GetUID()), programmedOn(obj, r.k.gateway(obj)), ""); err != nil {
+		if err := r.unprogram(ctx, log, r.k.kind, string(obj.GetUID()), r.programmedOn(obj, r.k.gateway(obj)), ""); err != nil {
 			log.Error(err, "removing the rule from its gateway failed")
 			if f.err == nil {
 				f.err = err

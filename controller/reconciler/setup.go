@@ -27,6 +27,8 @@ type Config struct {
 	Workers int
 	// RemoveUpstreamFinalizer: see Deps.
 	RemoveUpstreamFinalizer bool
+	// RuleLabels: see Deps.
+	RuleLabels bool
 	// Gateway configures the gateway managers (Source is filled in).
 	Gateway gateway.Options
 	// SkipNameValidation allows several managers in one process (tests).
@@ -44,6 +46,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("natgw-controller"),
 		RemoveUpstreamFinalizer: cfg.RemoveUpstreamFinalizer,
+		RuleLabels:              cfg.RuleLabels,
 		Log:                     cfg.Gateway.Log,
 	}
 	gopts := cfg.Gateway

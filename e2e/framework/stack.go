@@ -19,6 +19,7 @@ import (
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/crdtest"
 	"github.com/natgw/natgw/controller/gwconfig"
+	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/netlab"
 )
 
@@ -67,6 +68,10 @@ type Options struct {
 	Controller ControllerOptions
 	// CRDs is the CRD set of the API server (default natgw's).
 	CRDs crdtest.Set
+	// NoAdmission leaves out controller/config/admission (the policy that
+	// puts natgw's finalizer on NAT objects at creation), which the Stack
+	// otherwise installs as a user would, next to the CRDs.
+	NoAdmission bool
 }
 
 // Stack is one test's whole world: an API server, the gateway topologies
@@ -116,6 +121,11 @@ func New(t *testing.T, o Options) *Stack {
 	}
 	s.CRDs = o.CRDs
 	s.API = StartAPIServerWith(t, o.CRDs)
+	if !o.NoAdmission {
+		if err := apitest.InstallAdmission(ctx, s.API.Config, apitest.AdmissionOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	apiUp := time.Since(start)
 	c, err := client.New(s.API.Config, client.Options{Scheme: Scheme})
 	if err != nil {
@@ -141,8 +151,8 @@ func New(t *testing.T, o Options) *Stack {
 	if !o.NoController {
 		s.StartController()
 	}
-	t.Logf("stack up in %v (API server %v, topologies %v; dataplane %s, %d gateway(s), %s CRDs)", time.Since(start).Round(time.Millisecond),
-		apiUp.Round(time.Millisecond), labUp.Round(time.Millisecond), o.Dataplane, len(o.Gateways), o.CRDs)
+	t.Logf("stack up in %v (API server %v, topologies %v; dataplane %s, %d gateway(s), %s CRDs, admission policy %v)", time.Since(start).Round(time.Millisecond),
+		apiUp.Round(time.Millisecond), labUp.Round(time.Millisecond), o.Dataplane, len(o.Gateways), o.CRDs, !o.NoAdmission)
 	return s
 }
 

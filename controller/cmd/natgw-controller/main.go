@@ -52,6 +52,7 @@ type flags struct {
 	leaderElect      bool
 	leaderElectionNS string
 	removeUpstream   bool
+	ruleLabels       bool
 	verbosity        int
 	logJSON          bool
 }
@@ -72,6 +73,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	fs.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader so that only one replica programs gateways")
 	fs.StringVar(&f.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's namespace)")
 	fs.BoolVar(&f.removeUpstream, "remove-upstream-finalizer", true, "also remove Kube-OVN's "+v1.Finalizer+" finalizer when natgw completes a deletion (natgw replaces kube-ovn-controller's VPC NAT gateway handling)")
+	fs.BoolVar(&f.ruleLabels, "rule-labels", false, "also write upstream's labels "+v1.LabelEIPV4IP+" and "+v1.LabelVpcNatGwName+" on NAT rules (the latter on IptablesEIPs) before programming, as kube-ovn-controller does; natgw does not need them (one more API write per object)")
 	fs.IntVar(&f.verbosity, "v", 0, "log verbosity (0: changes and failures, 1: every object programmed, 2+: debug)")
 	fs.BoolVar(&f.logJSON, "log-json", true, "structured JSON logs (false: text)")
 	if err := fs.Parse(args); err != nil {
@@ -170,6 +172,7 @@ func run() error {
 	_, err = reconciler.Setup(ctx, mgr, reconciler.Config{
 		Workers:                 f.workers,
 		RemoveUpstreamFinalizer: f.removeUpstream,
+		RuleLabels:              f.ruleLabels,
 		Gateway: gateway.Options{
 			Transport:        tr,
 			Config:           cfg,
@@ -182,7 +185,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	log.Info("starting", "transport", f.transport, "dataplane", f.dataplane, "workers", f.workers, "leaderElection", f.leaderElect)
+	log.Info("starting", "transport", f.transport, "dataplane", f.dataplane, "workers", f.workers, "leaderElection", f.leaderElect, "ruleLabels", f.ruleLabels)
 	return mgr.Start(ctx)
 }
 

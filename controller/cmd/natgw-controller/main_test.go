@@ -17,8 +17,9 @@ func TestParseFlags(t *testing.T) {
 		check   func(*flags) bool
 	}{
 		{nil, "", func(f *flags) bool {
-			return f.transport == "exec" && f.dataplane == "nftables" && f.leaderElect && f.workers == 4 && f.removeUpstream
+			return f.transport == "exec" && f.dataplane == "nftables" && f.leaderElect && f.workers == 4 && f.removeUpstream && !f.ruleLabels
 		}},
+		{[]string{"--rule-labels"}, "", func(f *flags) bool { return f.ruleLabels }},
 		{[]string{"--transport=local", "--gateway-config=/x.yaml", "--dataplane=iptables", "--workers=8", "--leader-elect=false", "--sweep-period=1m"}, "", func(f *flags) bool {
 			return f.transport == "local" && f.dataplane == "iptables" && f.workers == 8 && !f.leaderElect && f.sweepPeriod == time.Minute
 		}},
