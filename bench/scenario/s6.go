@@ -24,6 +24,7 @@ import (
 	"github.com/natgw/natgw/controller/gwconfig"
 	"github.com/natgw/natgw/controller/transport"
 	"github.com/natgw/natgw/e2e/framework"
+	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/internal/procfs"
 )
@@ -271,34 +272,37 @@ func RunS6(ctx context.Context, e *Env) error {
 		sec.NotRun = err.Error()
 		return err
 	}
-	return runS6(ctx, e, plan)
+	_, err = runS6(ctx, e, plan)
+	return err
 }
 
-func runS6(ctx context.Context, e *Env, plan s6Plan) error {
+// runS6 runs scenario 6 at plan's size and reports it; the result is nil
+// when the scenario did not run.
+func runS6(ctx context.Context, e *Env, plan s6Plan) (*s6Result, error) {
 	e.Progress.Scenario("scenario 6: the controller at scale (%s rules over %d gateways; natgw-controller process, kube-apiserver + etcd, natgw serve)",
 		report.SizeLabel(plan.Rules), plan.Gateways)
 	sec := e.Report.Section("s6", "Scenario 6: the controller at scale")
 	switch {
 	case e.Natgw == "":
 		sec.NotRun = "the natgw binary was not given (-natgw), and the controller drives `natgw serve`"
-		return nil
+		return nil, nil
 	case envtestReady(e) != "":
 		sec.NotRun = envtestReady(e)
-		return errors.New(sec.NotRun)
+		return nil, errors.New(sec.NotRun)
 	}
 	r := &s6Result{plan: plan, mix: s6MixOf(plan.rulesOn(0))}
 	t0 := time.Now()
 	err := measureS6(ctx, e, r)
 	r.took = time.Since(t0)
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return r, ctx.Err()
 	}
 	if err != nil {
 		err = fmt.Errorf("scenario 6: %w", err)
 		e.Progress.Printf("FAILED: %v", err)
 	}
 	reportS6(e, sec, r, err)
-	return err
+	return r, err
 }
 
 func measureS6(ctx context.Context, e *Env, r *s6Result) (err error) {
@@ -329,6 +333,11 @@ func measureS6(ctx context.Context, e *Env, r *s6Result) (err error) {
 		}
 	}()
 	r.apiUp = time.Since(t0)
+	// As users install natgw (`kubectl apply -k controller/config`): the
+	// admission policy gives objects natgw's finalizer at creation.
+	if err := apitest.InstallAdmission(ctx, cp.cfg, apitest.AdmissionOptions{Dir: filepath.Join(filepath.Dir(e.CRDDir), "admission")}); err != nil {
+		return err
+	}
 	kubeconfig := filepath.Join(tmp, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, cp.env.KubeConfig, 0o600); err != nil {
 		return err
@@ -898,7 +907,7 @@ func reportS6(e *Env, sec *report.Section, r *s6Result, runErr error) {
 	m := r.mix
 	sec.Text = append(sec.Text,
 		fmt.Sprintf("natgw-controller runs as its own process (the `natgw-controller` binary, `--transport=local --gateway-config` with %d gateways, "+
-			"%d workers, leader election off, default sweep and drift periods) against a real kube-apiserver + etcd (envtest binaries, natgw's CRDs), "+
+			"%d workers, leader election off, default sweep and drift periods) against a real kube-apiserver + etcd (envtest binaries, natgw's CRDs and controller/config/admission installed as `kubectl apply -k controller/config` installs them: objects are created with natgw's finalizer), "+
 			"each gateway a network namespace of this run with its own `natgw serve` (nftables) started by the controller. ", p.Gateways, p.Workers)+
 			fmt.Sprintf("The load is %s rules over %d gateways; per gateway (%s rules): %d FIPs, each with its own EIP; %d DNATs (TCP port forwards, %d external ports per EIP, %d forwards per internal host) on %d EIPs; "+
 				"%d SNATs of distinct /26 CIDRs sharing one EIP: %d EIPs per gateway. ",
