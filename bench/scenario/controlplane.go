@@ -62,16 +62,25 @@ func startControlPlane(e *Env) (*controlPlane, error) {
 	return &controlPlane{env: env, cfg: cfg}, nil
 }
 
+// installAdmission installs the admission policy of dir (a user's
+// `kubectl apply -k controller/config` installs controller/config/admission
+// with the CRDs) and waits until the API server enforces it.
+func (cp *controlPlane) installAdmission(ctx context.Context, dir string) error {
+	return apitest.InstallAdmission(ctx, cp.cfg, apitest.AdmissionOptions{Dir: dir})
+}
+
 // apiLoad is what the control plane has served so far: mutating requests
-// (see writes) and the CPU time of kube-apiserver and etcd (see cpu).
+// (see writes), by kind of request, and the CPU time of kube-apiserver and
+// etcd (see cpu).
 type apiLoad struct {
 	writes float64
+	byKey  writeCounts
 	cpu    time.Duration
 }
 
 // load reads writes and cpu together, for differences over a span.
 func (cp *controlPlane) load(ctx context.Context) (apiLoad, error) {
-	w, err := cp.writes(ctx)
+	w, err := cp.writeCounts(ctx)
 	if err != nil {
 		return apiLoad{}, err
 	}
@@ -79,7 +88,44 @@ func (cp *controlPlane) load(ctx context.Context) (apiLoad, error) {
 	if err != nil {
 		return apiLoad{}, err
 	}
-	return apiLoad{writes: w, cpu: c}, nil
+	return apiLoad{writes: w.total(), byKey: w, cpu: c}, nil
+}
+
+// writeKey is one kind of mutating request: verb, API group, resource
+// and subresource (apiserver_request_total's labels).
+type writeKey struct {
+	verb, group, resource, subresource string
+}
+
+func (k writeKey) String() string {
+	s := k.verb + " " + k.resource
+	if k.subresource != "" {
+		s += "/" + k.subresource
+	}
+	return s
+}
+
+// writeCounts are mutating requests served, by kind.
+type writeCounts map[writeKey]float64
+
+func (w writeCounts) total() float64 {
+	var t float64
+	for _, v := range w {
+		t += v
+	}
+	return t
+}
+
+// sub returns w - o (the requests served between two reads), without
+// the kinds that did not change.
+func (w writeCounts) sub(o writeCounts) writeCounts {
+	out := writeCounts{}
+	for k, v := range w {
+		if d := v - o[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
 }
 
 // cpu returns the CPU time kube-apiserver and etcd have used so far.
@@ -211,28 +257,36 @@ func (rc *runningController) Stop() error {
 	return err
 }
 
-// writes returns the number of mutating requests (POST, PUT, PATCH,
-// DELETE; every resource, subresources included) the API server has
-// served so far, from its apiserver_request_total counter.
-func (cp *controlPlane) writes(ctx context.Context) (float64, error) {
+// writeCounts returns the mutating requests (POST, PUT, PATCH, DELETE;
+// every resource, subresources included) the API server has served so
+// far, by kind, from its apiserver_request_total counter.
+func (cp *controlPlane) writeCounts(ctx context.Context) (writeCounts, error) {
 	cs, err := kubernetes.NewForConfig(cp.cfg)
 	if err != nil {
-		return 0, fmt.Errorf("API clientset: %w", err)
+		return nil, fmt.Errorf("API clientset: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	b, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("GET /metrics of kube-apiserver: %w", err)
+		return nil, fmt.Errorf("GET /metrics of kube-apiserver: %w", err)
 	}
-	return countWrites(string(b))
+	return parseWrites(string(b))
 }
 
 // countWrites sums the apiserver_request_total samples of mutating verbs
 // in a Prometheus text exposition.
 func countWrites(metrics string) (float64, error) {
+	w, err := parseWrites(metrics)
+	return w.total(), err
+}
+
+// parseWrites sums the apiserver_request_total samples of mutating verbs
+// in a Prometheus text exposition by verb, group, resource and
+// subresource (over response codes and the other labels).
+func parseWrites(metrics string) (writeCounts, error) {
 	const name = "apiserver_request_total{"
-	var total float64
+	out := writeCounts{}
 	seen := false
 	for _, line := range strings.Split(metrics, "\n") {
 		if !strings.HasPrefix(line, name) {
@@ -240,16 +294,28 @@ func countWrites(metrics string) (float64, error) {
 		}
 		end := strings.LastIndexByte(line, '}')
 		if end < 0 {
-			return 0, fmt.Errorf("apiserver_request_total: malformed sample %q", line)
+			return nil, fmt.Errorf("apiserver_request_total: malformed sample %q", line)
 		}
 		labels, value := line[len(name):end], strings.TrimSpace(line[end+1:])
-		verb := ""
+		var key writeKey
 		for _, l := range strings.Split(labels, ",") {
-			if k, v, ok := strings.Cut(l, "="); ok && k == "verb" {
-				verb = strings.Trim(v, `"`)
+			k, v, ok := strings.Cut(l, "=")
+			if !ok {
+				continue
+			}
+			v = strings.Trim(v, `"`)
+			switch k {
+			case "verb":
+				key.verb = v
+			case "group":
+				key.group = v
+			case "resource":
+				key.resource = v
+			case "subresource":
+				key.subresource = v
 			}
 		}
-		switch verb {
+		switch key.verb {
 		case "POST", "PUT", "PATCH", "DELETE":
 		default:
 			continue
@@ -260,15 +326,15 @@ func countWrites(metrics string) (float64, error) {
 		}
 		v, err := strconv.ParseFloat(value, 64)
 		if err != nil {
-			return 0, fmt.Errorf("apiserver_request_total: value of %q: %w", line, err)
+			return nil, fmt.Errorf("apiserver_request_total: value of %q: %w", line, err)
 		}
-		total += v
+		out[key] += v
 		seen = true
 	}
 	if !seen {
-		return 0, errors.New("kube-apiserver /metrics has no apiserver_request_total sample of a mutating verb")
+		return nil, errors.New("kube-apiserver /metrics has no apiserver_request_total sample of a mutating verb")
 	}
-	return total, nil
+	return out, nil
 }
 
 // reconcileStats is what controller-runtime's metrics say about one
