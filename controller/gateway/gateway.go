@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -51,6 +52,10 @@ type Options struct {
 	DefaultDataplane string
 	// SweepPeriod is how often orphans are swept (besides every connect).
 	SweepPeriod time.Duration
+	// Resweep is how long after each connect a second sweep runs (default
+	// 5s): the connect's sync took the desired set from the cache, which
+	// may not yet have seen objects vanish.
+	Resweep time.Duration
 	// DriftPeriod is how often a fresh list is compared to the desired set.
 	DriftPeriod time.Duration
 	// ConnectWait bounds how long a call waits for a session before
@@ -60,7 +65,14 @@ type Options struct {
 	BackoffMin, BackoffMax time.Duration
 	// CallTimeout bounds sync, list and sweep calls of the manager (1m).
 	CallTimeout time.Duration
-	Log         logr.Logger
+	// OnConnection, when set, is called with the gateway's name each time
+	// its session is published (connected) or withdrawn (the session
+	// broke, the pod went away, a data plane switch began), so that the
+	// objects reporting the gateway's state are reconciled: a gateway that
+	// went away must not stay Ready in the API. It must not block (it runs
+	// under the manager's lock).
+	OnConnection func(gateway string, connected bool)
+	Log          logr.Logger
 }
 
 // ErrNotReady is matched when a gateway has no working session.
@@ -94,6 +106,9 @@ func NewRegistry(opts Options) *Registry {
 	}
 	if opts.CallTimeout <= 0 {
 		opts.CallTimeout = time.Minute
+	}
+	if opts.Resweep <= 0 {
+		opts.Resweep = 5 * time.Second
 	}
 	if opts.Config == nil {
 		opts.Config = &gwconfig.Config{}
@@ -381,7 +396,11 @@ func (g *Gateway) publish(s transport.Session, dp string) {
 	if g.dataplane != "" {
 		metrics.GatewayConnected.WithLabelValues(g.cfg.Name, g.dataplane).Set(0)
 	}
+	was := g.sess != nil
 	g.sess, g.dataplane = s, dp
+	if now := s != nil; now != was && g.opts.OnConnection != nil {
+		g.opts.OnConnection(g.cfg.Name, now)
+	}
 	g.readyMu.Lock()
 	defer g.readyMu.Unlock()
 	if s == nil {
@@ -489,10 +508,14 @@ func (g *Gateway) serve(ctx context.Context, s transport.Session) {
 	defer sweep.Stop()
 	drift := ticker(g.opts.DriftPeriod)
 	defer drift.Stop()
+	resweep := time.NewTimer(g.opts.Resweep)
+	defer resweep.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-resweep.C:
+			g.periodic(ctx, "sweep", true)
 		case <-s.Done():
 			g.log.Info("session to the gateway agent ended; reconnecting", "reason", fmt.Sprint(s.Err()))
 			g.mu.Lock()
@@ -549,6 +572,16 @@ func (g *Gateway) converge(ctx context.Context, s transport.Session, dp, reason 
 	}
 	g.knownMu.Unlock()
 	sort.Slice(known, func(i, j int) bool { return known[i].UID < known[j].UID })
+	// What this process holds but the cache no longer lists, and a live
+	// read confirms gone, is no longer desired: e.g. an object a connect's
+	// sync took from a cache that had not yet seen it vanish (deleted while
+	// its finalizer was being added, so no reconcile deletes its UID).
+	// Without this it would stay desired, and on the gateway, for the
+	// life of the process.
+	known, err = g.dropGone(ctx, known, fromAPI)
+	if err != nil {
+		return err
+	}
 
 	// The desired set, conflict-free: what this process programmed first,
 	// then what the API says, oldest first. Unless forced (new boot id,
@@ -658,6 +691,33 @@ func (g *Gateway) converge(ctx context.Context, s transport.Session, dp, reason 
 	}
 	setKnown()
 	return nil
+}
+
+// dropGone returns known without the objects that fromAPI lacks and
+// whose Kubernetes object a live read confirms gone.
+func (g *Gateway) dropGone(ctx context.Context, known, fromAPI []nat.Object) ([]nat.Object, error) {
+	listed := map[string]bool{}
+	for _, o := range fromAPI {
+		listed[o.UID] = true
+	}
+	var unlisted []nat.Object
+	for _, o := range known {
+		if !listed[o.UID] {
+			unlisted = append(unlisted, o)
+		}
+	}
+	if len(unlisted) == 0 {
+		return known, nil
+	}
+	gone, err := g.opts.Source.Absent(ctx, unlisted)
+	if err != nil {
+		return nil, fmt.Errorf("confirm vanished objects: %w", err)
+	}
+	if len(gone) == 0 {
+		return known, nil
+	}
+	g.log.Info("objects this process programmed are gone from the API; no longer desired", "uids", gone)
+	return slices.DeleteFunc(known, func(o nat.Object) bool { return slices.Contains(gone, o.UID) }), nil
 }
 
 // sameExcept reports whether have minus the UIDs in drop equals want

@@ -251,19 +251,23 @@ func start(t *testing.T, src *source, nft *agent, drift time.Duration) *fixture 
 	return startWith(t, src, nft, newAgent(), nil, drift)
 }
 
-// startWith is start with a given iptables agent and data planes whose
-// agents cannot be reached.
-func startWith(t *testing.T, src *source, nft, ipt *agent, unreachable map[string]bool, drift time.Duration) *fixture {
+// startWith is start with a given iptables agent, data planes whose
+// agents cannot be reached, and changes to the Options.
+func startWith(t *testing.T, src *source, nft, ipt *agent, unreachable map[string]bool, drift time.Duration, mods ...func(*Options)) *fixture {
 	t.Helper()
 	f := &fixture{src: src, nft: nft, ipt: ipt}
 	f.tr = &fakeTransport{agents: map[string]*agent{transport.DataplaneNftables: nft, transport.DataplaneIptables: f.ipt}, unreachable: unreachable}
-	f.reg = NewRegistry(Options{
+	opts := Options{
 		Transport: f.tr, Source: src, DefaultDataplane: transport.DataplaneNftables,
 		Config:      &gwconfig.Config{Gateways: []gwconfig.Gateway{{Name: "gw1"}}},
 		DriftPeriod: drift, SweepPeriod: drift, ConnectWait: time.Second,
 		BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
 		Log: testr.New(t),
-	})
+	}
+	for _, m := range mods {
+		m(&opts)
+	}
+	f.reg = NewRegistry(opts)
 	var err error
 	if f.gw, err = f.reg.Get("gw1"); err != nil {
 		t.Fatal(err)
@@ -540,5 +544,76 @@ func TestDataplaneChangedWhileAway(t *testing.T) {
 	}
 	if dp := f.gw.Dataplane(); dp != transport.DataplaneNftables {
 		t.Errorf("Dataplane() = %q", dp)
+	}
+}
+
+// TestOnConnection: the manager reports each change of its gateway's
+// connection (connected, session broke, reconnected), once per change, so
+// that the API's Ready state follows the gateway.
+func TestOnConnection(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	f := startWith(t, &source{}, newAgent(), newAgent(), nil, 0, func(o *Options) {
+		o.OnConnection = func(gw string, connected bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, fmt.Sprintf("%s:%v", gw, connected))
+		}
+	})
+	seen := func(want ...string) func() error {
+		return func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(got, want) {
+				return fmt.Errorf("notified %v, want %v", got, want)
+			}
+			return nil
+		}
+	}
+	eventually(t, "connected", seen("gw1:true"))
+	f.tr.mu.Lock()
+	f.tr.refuse = true
+	f.tr.mu.Unlock()
+	f.tr.breakSessions()
+	eventually(t, "disconnected", seen("gw1:true", "gw1:false"))
+	time.Sleep(100 * time.Millisecond) // failed reconnects change nothing
+	if err := seen("gw1:true", "gw1:false")(); err != nil {
+		t.Error(err)
+	}
+	f.tr.mu.Lock()
+	f.tr.refuse = false
+	f.tr.mu.Unlock()
+	eventually(t, "reconnected", seen("gw1:true", "gw1:false", "gw1:true"))
+}
+
+// TestVanishedAfterSync: the connect's sync took an object from a cache
+// that had not yet seen it vanish (deleted while its finalizer was being
+// added: no reconcile will delete its UID). Once the cache drops it and a
+// live read confirms it gone, the next check (here the sweep shortly after
+// the connect) deletes it from the gateway.
+func TestVanishedAfterSync(t *testing.T) {
+	nft := newAgent()
+	src := &source{desired: []nat.Object{fip("a", 1), fip("x", 2)}, absent: map[string]bool{}}
+	startWith(t, src, nft, newAgent(), nil, 0, func(o *Options) { o.Resweep = 200 * time.Millisecond })
+	eventually(t, "synced", holds(nft, "a", "x"))
+	src.mu.Lock()
+	src.desired = []nat.Object{fip("a", 1)}
+	src.absent["x"] = true
+	src.mu.Unlock()
+	eventually(t, "vanished object deleted", holds(nft, "a"))
+}
+
+// TestUnlistedButLiveKept: an object this process programmed that the
+// cache does not list yet (or any more) but that still exists stays.
+func TestUnlistedButLiveKept(t *testing.T) {
+	nft := newAgent()
+	src := &source{absent: map[string]bool{}}
+	f := startWith(t, src, nft, newAgent(), nil, 0, func(o *Options) { o.Resweep = 100 * time.Millisecond })
+	f.applyConnected(t, fip("new", 3))
+	time.Sleep(300 * time.Millisecond)
+	f.gw.Kick()
+	time.Sleep(200 * time.Millisecond)
+	if err := holds(nft, "new")(); err != nil {
+		t.Error(err)
 	}
 }

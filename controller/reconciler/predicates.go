@@ -35,6 +35,16 @@ var eipChangedForRules = predicate.Funcs{
 		}
 		return o.Generation != n.Generation ||
 			!equality.Semantic.DeepEqual(o.DeletionTimestamp, n.DeletionTimestamp) ||
-			o.Status.Ready != n.Status.Ready || o.Status.IP != n.Status.IP
+			o.Status.Ready != n.Status.Ready || o.Status.IP != n.Status.IP ||
+			readyReason(o.Status.Conditions) != readyReason(n.Status.Conditions)
 	},
+}
+
+// readyReason is the reason of the Ready condition ("" when none): a rule
+// reports GatewayNotReady while its EIP does, EIPNotReady otherwise.
+func readyReason(conds []v1.Condition) string {
+	if c := v1.FindCondition(conds, v1.ConditionReady); c != nil {
+		return c.Reason
+	}
+	return ""
 }

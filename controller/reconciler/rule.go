@@ -45,6 +45,13 @@ func (d *Deps) resolveEIP(ctx context.Context, name string, requireReady bool) (
 		return eipRef{}, fail(v1.ReasonEIPNotReady, "IptablesEIP %s has no address yet (spec.v4ip)", name)
 	}
 	if requireReady && !e.Status.Ready {
+		// The EIP is down with its gateway: say so (and retry as for
+		// any unreachable gateway) rather than blame the EIP.
+		if c := v1.FindCondition(e.Status.Conditions, v1.ConditionReady); c != nil && c.Reason == v1.ReasonGatewayNotReady {
+			f := fail(v1.ReasonGatewayNotReady, "IptablesEIP %s: %s", name, c.Message)
+			f.requeueAfter = gatewayRetry
+			return eipRef{}, f
+		}
 		return eipRef{}, fail(v1.ReasonEIPNotReady, "IptablesEIP %s is not ready on gateway %s", name, e.Spec.NatGwDp)
 	}
 	return eipRef{eip: e, addr: addr, gateway: e.Spec.NatGwDp}, nil

@@ -51,6 +51,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 	}
 	gopts := cfg.Gateway
 	gopts.Source = NewSource(deps)
+	gev := &gatewayEvents{}
+	gopts.OnConnection = gev.send
 	reg := gateway.NewRegistry(gopts)
 	deps.Registry = reg
 	if err := mgr.Add(&registryRunnable{reg: reg, mgr: mgr}); err != nil {
@@ -84,12 +86,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 		Watches(&v1.IptablesDnatRule{}, toEIP, builder.WithPredicates(specOrMetaChanged)).
 		Watches(&v1.IptablesSnatRule{}, toEIP, builder.WithPredicates(specOrMetaChanged)).
 		Watches(&v1.QoSPolicy{}, handler.EnqueueRequestsFromMapFunc(deps.eipsOfPolicy)).
+		WatchesRawSource(gev.source(deps.eipsOfGateway)).
 		Complete(&eipReconciler{Deps: deps})
 	if err != nil {
 		return nil, fmt.Errorf("iptables-eip controller: %w", err)
 	}
 	err = ctrl.NewControllerManagedBy(mgr).Named("vpc-nat-gateway").WithOptions(opts).
 		For(&v1.VpcNatGateway{}, builder.WithPredicates(specOrMetaChanged)).
+		WatchesRawSource(gev.source(gatewayRequest)).
 		Complete(&natGatewayReconciler{Deps: deps})
 	if err != nil {
 		return nil, fmt.Errorf("vpc-nat-gateway controller: %w", err)
