@@ -813,8 +813,10 @@ func s3TargetRows(plan Plan, sec *report.Section, ours, base *s3Result) {
 	case math.IsNaN(w.ratio):
 		t.Got, t.Pass, t.Reason = "not measured", false, "the measurement failed (see the notes)"
 	case !t.Pass:
-		t.Reason = fmt.Sprintf("floor (1 + %s) × %d ÷ %s/s = %s (plain creates by the same %d clients with no controller running), last FIP Ready after %s; ",
-			report.Count(w.perFIP), burst.n, report.Count(w.plainRate), report.Seconds(w.floor.Seconds()), plan.S3Creators, report.Seconds(burst.readySpan.Seconds())) +
+		t.Reason = fmt.Sprintf("floor (1 + %s) × %d ÷ %s/s = %s (plain creates by the same %d clients with no controller running), last FIP Ready after %s; "+
+			"the floor assumes the controller's writes go as parallel as the %d clients' creates, and the controller runs %d workers per kind; ",
+			report.Count(w.perFIP), burst.n, report.Count(w.plainRate), report.Seconds(w.floor.Seconds()), plan.S3Creators, report.Seconds(burst.readySpan.Seconds()),
+			plan.S3Creators, plan.S3Workers) +
 			s3MissReason(burst, paced)
 	}
 	sec.Targets = append(sec.Targets, t)
