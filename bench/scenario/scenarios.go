@@ -26,6 +26,7 @@ func All() []Scenario {
 		{ID: "4", Run: RunS4},
 		{ID: "5", Run: RunS5},
 		{ID: "6", Run: RunS6},
+		{ID: "7", Run: RunS7},
 	}
 }
 
