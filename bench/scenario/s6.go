@@ -49,8 +49,14 @@ type s6Plan struct {
 // tests; the report says the size it ran).
 const s6SizeEnv = "NATGW_BENCH_S6"
 
+// The full size (make bench); -quick runs a tenth of both.
+const (
+	s6FullGateways = 100
+	s6FullRules    = 100000
+)
+
 func s6PlanFor(quick bool) (s6Plan, error) {
-	p := s6Plan{Gateways: 100, Rules: 100000, Paced: 30, Creators: 16, Workers: 4}
+	p := s6Plan{Gateways: s6FullGateways, Rules: s6FullRules, Paced: 30, Creators: 16, Workers: 4}
 	if quick {
 		p.Gateways, p.Rules = 10, 10000
 	}
@@ -243,6 +249,12 @@ type s6Cold struct {
 	kernelObjects         int // UIDs found in all gateways' kernel state
 }
 
+// s6PhasePeak is the controller's largest sampled VmRSS in one phase.
+type s6PhasePeak struct {
+	phase string
+	rss   float64
+}
+
 // s6Result is what one run measured.
 type s6Result struct {
 	plan    s6Plan
@@ -255,11 +267,13 @@ type s6Result struct {
 	// every object Ready (and the peak since the start), after the cold
 	// start (the new process: now and its peak).
 	idleRSS, readyRSS, readyHWM float64
-	base, loaded                *s6Paced
-	load                        *s6Load
-	cold                        *s6Cold
-	log                         string // the controller's log, kept when the run failed
-	took                        time.Duration
+	// peaks are the largest VmRSS sampled every 500 ms during each phase.
+	peaks        []s6PhasePeak
+	base, loaded *s6Paced
+	load         *s6Load
+	cold         *s6Cold
+	log          string // the controller's log, kept when the run failed
+	took         time.Duration
 }
 
 // RunS6 measures natgw-controller at scale: a natgw-controller process
@@ -466,6 +480,8 @@ func s6Run(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab
 	if r.idleRSS, _, err = ctl.memory(); err != nil {
 		return err
 	}
+	phase := func(name string) { r.peaks = append(r.peaks, s6PhasePeak{name, ctl.takePeak()}) }
+	phase("start, gateways connected")
 
 	kernel := func(g int) (framework.Kernel, error) {
 		k, err := framework.ReadKernel(ctx, &framework.Gateway{Gateway: gws[g], Name: gws[g].Name}, s6Dataplane)
@@ -480,10 +496,11 @@ func s6Run(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab
 	if r.base, err = paced("paced, ~0 objects", "fip-base"); err != nil {
 		return fmt.Errorf("paced FIPs before the load: %w", err)
 	}
+	phase("paced, ~0 objects")
 
 	eips, rules := s6Objects(plan)
 	r.counts = s6Counts(eips, rules)
-	if r.load, err = s6RunLoad(ctx, e, cp, c, ctl, tr, plan, eips, rules); err != nil {
+	if r.load, err = s6RunLoad(ctx, e, cp, c, ctl, tr, plan, eips, rules, phase); err != nil {
 		return err
 	}
 	time.Sleep(2 * time.Second) // settle: what the memory is when nothing happens
@@ -493,14 +510,16 @@ func s6Run(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab
 	e.Progress.Printf("controller with %s objects Ready: VmRSS %s, peak VmHWM %s (idle before the load: %s)",
 		report.SizeLabel(len(eips)+len(rules)), report.Bytes(r.readyRSS), report.Bytes(r.readyHWM), report.Bytes(r.idleRSS))
 
+	phase("every object Ready, queues drained")
 	if r.loaded, err = paced("paced, all objects in place", "fip-load"); err != nil {
 		return fmt.Errorf("paced FIPs with the load in place: %w", err)
 	}
+	phase("paced, every object in place")
 	e.Progress.Printf("one FIP at a time, create→Ready p50 %s p99 %s with ~0 objects, p50 %s p99 %s with %s in place",
 		report.Seconds(r.base.ready.Median), report.Seconds(r.base.ready.P99), report.Seconds(r.loaded.ready.Median),
 		report.Seconds(r.loaded.ready.P99), report.SizeLabel(len(eips)+len(rules)))
 
-	if r.cold, err = s6ColdStart(ctx, e, cp, ctl, tr, plan, r.counts); err != nil {
+	if r.cold, err = s6ColdStart(ctx, e, cp, ctl, tr, plan, r.counts, phase); err != nil {
 		return err
 	}
 	return s6CheckKernel(ctx, e, r.cold, plan, kernel, gwObjs, pacedEIPs, eips, rules)
@@ -641,7 +660,7 @@ func s6APIWrites(ctx context.Context, cp *controlPlane) (apiWrites, error) {
 // Ready, then creates every rule and waits until all are Ready, with the
 // controller running: the first programming overlaps the creation.
 func s6RunLoad(ctx context.Context, e *Env, cp *controlPlane, c client.Client, ctl *ctlProcess, tr *readyTracker,
-	plan s6Plan, eips, rules []s6Obj) (*s6Load, error) {
+	plan s6Plan, eips, rules []s6Obj, phase func(string)) (*s6Load, error) {
 	ld := &s6Load{eips: len(eips), rules: len(rules)}
 	counts := s6Counts(eips, rules)
 	_, lost0 := tr.counts()
@@ -685,6 +704,7 @@ func s6RunLoad(ctx context.Context, e *Env, cp *controlPlane, c client.Client, c
 		return nil, fmt.Errorf("EIPs: %w", err)
 	}
 	ld.eipsReady = at.Sub(t0)
+	phase("load: EIPs created until Ready")
 	e.Progress.Printf("%d EIPs created in %s, all Ready after %s", len(eips), report.Seconds(ld.eipsCreated.Seconds()), report.Seconds(ld.eipsReady.Seconds()))
 
 	t1 := time.Now()
@@ -698,6 +718,7 @@ func s6RunLoad(ctx context.Context, e *Env, cp *controlPlane, c client.Client, c
 		return nil, fmt.Errorf("rules: %w", err)
 	}
 	ld.rulesReady, ld.span = at.Sub(t1), at.Sub(t0)
+	phase("load: rules created until Ready")
 	w1, err := s6APIWrites(ctx, cp)
 	if err != nil {
 		return nil, err
@@ -733,7 +754,7 @@ func s6RunLoad(ctx context.Context, e *Env, cp *controlPlane, c client.Client, c
 // (the controller's "gateway connected" log line, which follows the sync
 // of the gateway's desired set) and until its queues are drained, and the
 // API writes the restart made.
-func s6ColdStart(ctx context.Context, e *Env, cp *controlPlane, ctl *ctlProcess, tr *readyTracker, plan s6Plan, counts map[string]int) (*s6Cold, error) {
+func s6ColdStart(ctx context.Context, e *Env, cp *controlPlane, ctl *ctlProcess, tr *readyTracker, plan s6Plan, counts map[string]int, phase func(string)) (*s6Cold, error) {
 	cs := &s6Cold{}
 	_, lost0 := tr.counts()
 	w0, err := s6APIWrites(ctx, cp)
@@ -744,6 +765,7 @@ func s6ColdStart(ctx context.Context, e *Env, cp *controlPlane, ctl *ctlProcess,
 	if cs.stop, err = ctl.stop(time.Minute); err != nil {
 		return nil, err
 	}
+	ctl.takePeak() // the old process's last samples: in the previous phase
 	offset := ctl.logSize()
 	e.Progress.Step(0, 0, "cold start: starting the controller with everything in place")
 	if err := ctl.start(); err != nil {
@@ -790,6 +812,7 @@ func s6ColdStart(ctx context.Context, e *Env, cp *controlPlane, ctl *ctlProcess,
 		}
 		cs.synced = max(cs.synced, d)
 	}
+	phase("cold start: exec until every gateway synced")
 	e.Progress.Step(0, 0, "cold start: waiting for the queues to drain")
 	minRec := map[string]int{"gw": plan.Gateways}
 	for k, n := range counts {
@@ -801,6 +824,7 @@ func s6ColdStart(ctx context.Context, e *Env, cp *controlPlane, ctl *ctlProcess,
 		return nil, fmt.Errorf("cold start: %w", err)
 	}
 	cs.drained = at.Sub(exec)
+	phase("cold start: until the queues drained")
 	if cs.ctlCPU, err = procfs.CPUTime(ctl.pid()); err != nil {
 		return nil, err
 	}
@@ -974,6 +998,13 @@ func reportS6(e *Env, sec *report.Section, r *s6Result, runErr error) {
 	if len(mem.Rows) > 0 {
 		sec.Tables = append(sec.Tables, mem)
 	}
+	if len(r.peaks) > 0 {
+		t := report.Table{Caption: "**natgw-controller VmRSS by phase** (the largest of samples every 500 ms during the phase)", Header: []string{"phase", "largest VmRSS sampled"}}
+		for _, pk := range r.peaks {
+			t.Rows = append(t.Rows, []string{pk.phase, report.Bytes(pk.rss)})
+		}
+		sec.Tables = append(sec.Tables, t)
+	}
 	if c := r.cold; c != nil {
 		sec.Tables = append(sec.Tables, report.Table{Caption: "**cold start** with every object in place (the new process, times from its exec)",
 			Header: []string{"SIGTERM → exit", "first gateway synced", "all gateways synced", "queues drained", "objects in the gateways' syncs",
@@ -1007,7 +1038,10 @@ func reportS6(e *Env, sec *report.Section, r *s6Result, runErr error) {
 
 func s6TargetRows(sec *report.Section, r *s6Result) {
 	p := r.plan
-	size := fmt.Sprintf("%s rules over %d gateways%s", report.SizeLabel(p.Rules), p.Gateways, quickNote(p.Rules, 100000))
+	size := fmt.Sprintf("%s rules over %d gateways", report.SizeLabel(p.Rules), p.Gateways)
+	if p.Rules != s6FullRules || p.Gateways != s6FullGateways {
+		size += fmt.Sprintf(" (not the full size: %s over %d)", report.SizeLabel(s6FullRules), s6FullGateways)
+	}
 	rss := report.Target{Name: "S6 natgw-controller RSS with every object Ready (the larger of VmRSS and peak VmHWM), " + size, Want: "≤ " + report.Bytes(s6TargetRSS)}
 	if r.readyRSS > 0 {
 		worst := math.Max(r.readyRSS, r.readyHWM)

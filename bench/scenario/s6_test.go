@@ -84,10 +84,18 @@ func TestS6Tiny(t *testing.T) {
 	}
 
 	sec := e.Report.Section("s6", "")
-	if sec.NotRun != "" || len(sec.Tables) != 5 {
-		t.Fatalf("not run %q, %d tables, want 5 (objects, load, memory, cold start, paced); notes %v", sec.NotRun, len(sec.Tables), sec.Notes)
+	if sec.NotRun != "" || len(sec.Tables) != 6 {
+		t.Fatalf("not run %q, %d tables, want 6 (objects, load, memory, memory by phase, cold start, paced); notes %v", sec.NotRun, len(sec.Tables), sec.Notes)
 	}
-	if got := sec.Tables[3].Rows[0][8]; !strings.HasPrefix(got, "2 of 2 ") {
+	if len(r.peaks) != 8 || len(sec.Tables[3].Rows) != 8 {
+		t.Errorf("%d phases with a sampled peak, want 8: %+v", len(r.peaks), r.peaks)
+	}
+	for _, pk := range r.peaks {
+		if pk.rss < 8<<20 || pk.rss > 4*r.readyHWM+c.hwm {
+			t.Errorf("phase %q: sampled peak %v", pk.phase, pk.rss)
+		}
+	}
+	if got := sec.Tables[4].Rows[0][8]; !strings.HasPrefix(got, "2 of 2 ") {
 		t.Errorf("cold start table: kernel cell %q", got)
 	}
 	if len(sec.Targets) != 4 {

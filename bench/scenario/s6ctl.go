@@ -68,7 +68,8 @@ type ctlProcess struct {
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	waitErr error
-	killed  string // why the benchmark killed it over memCap
+	killed  string  // why the benchmark killed it over memCap
+	peak    float64 // largest VmRSS sampled since takePeak
 	started time.Time
 }
 
@@ -89,7 +90,24 @@ func s6MemCap() float64 {
 	return 8 << 30
 }
 
-// guard kills the controller when its VmRSS exceeds memCap.
+// takePeak returns the largest VmRSS sampled (every 500 ms) since the
+// last call, and starts a new span.
+// A span shorter than the sampling period gets a sample now.
+func (p *ctlProcess) takePeak() float64 {
+	p.mu.Lock()
+	v := p.peak
+	p.peak = 0
+	p.mu.Unlock()
+	if v == 0 {
+		if rss, _, err := p.memory(); err == nil {
+			v = rss
+		}
+	}
+	return v
+}
+
+// guard samples the controller's VmRSS (see takePeak) and kills the
+// controller when it exceeds memCap.
 func (p *ctlProcess) guard(pid int, exited chan struct{}) {
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
@@ -100,7 +118,13 @@ func (p *ctlProcess) guard(pid int, exited chan struct{}) {
 		case <-t.C:
 		}
 		rss, _, err := procStatus(pid)
-		if err != nil || rss <= p.memCap {
+		if err != nil {
+			continue
+		}
+		p.mu.Lock()
+		p.peak = max(p.peak, rss)
+		p.mu.Unlock()
+		if p.memCap <= 0 || rss <= p.memCap {
 			continue
 		}
 		p.mu.Lock()
@@ -149,9 +173,7 @@ func (p *ctlProcess) start() error {
 		return fmt.Errorf("start natgw-controller: %w", err)
 	}
 	p.cmd, p.exited, p.started = cmd, exited, t0
-	if p.memCap > 0 {
-		go p.guard(cmd.Process.Pid, exited)
-	}
+	go p.guard(cmd.Process.Pid, exited)
 	return nil
 }
 
