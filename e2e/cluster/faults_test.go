@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,30 +22,34 @@ import (
 	"github.com/natgw/natgw/internal/netlab"
 )
 
-// Storm parameters: at least stormCycles FIP create→delete cycles per data
-// plane from stormWorkers workers over stormEIPs EIPs, while the faults
-// run one after the other.
+// Storm parameters: one storm phase per fault, each at least phaseCycles
+// FIP create→delete cycles (stormWorkers workers over stormEIPs EIPs), so
+// that the phases total at least stormCycles.
 const (
 	stormCycles  = 500
 	stormWorkers = 4
 	stormEIPs    = 3
 )
 
-// faultResult is one fault and how long the system took to be whole again.
-type faultResult struct {
-	name string
-	took time.Duration
-	err  error
+// fault is one fault injected mid-storm. inject returns once the fault is
+// done (the test's own repairs included, e.g. net1 re-attached).
+type fault struct {
+	name   string
+	inject func(ctx context.Context) error
 }
 
-// TestFaults: a create→delete storm of FIPs on a gateway pod while, one
-// after the other, the gateway pod is deleted (the StatefulSet makes a new
-// one: new boot id, one sync; the test re-attaches net1 as Multus would),
-// the exec stream is cut (the agent process in the pod is killed on the
-// node), the leader controller pod is deleted, and the kube-apiserver is
-// restarted. Afterwards no object is stuck terminating, the pod's kernel
-// state holds nothing but the EIPs (then nothing once they are deleted),
-// and a fresh FIP carries real traffic.
+// TestFaults: a create→delete storm of FIPs on a gateway pod, in phases,
+// one per fault: the gateway pod deleted (the StatefulSet makes a new one:
+// new boot id, one sync; the test re-attaches net1 as Multus would), the
+// exec stream cut (the agent process in the pod killed on the node), the
+// kubelet restarted (every exec stream through it breaks), the leader
+// controller pod deleted, and the kube-apiserver restarted. Each phase
+// storms until the fault is injected and recovered from (a new agent
+// serves the gateway and it is Ready) and it has done its share of the
+// cycles, then converges: no FIP left (none stuck terminating) and the
+// pod's kernel state holds nothing but the EIPs. Each phase prints its own
+// summary line; the last line checks the total, that a fresh FIP carries
+// real traffic, and that deleting everything leaves nothing.
 func TestFaults(t *testing.T) {
 	fw.ForEachDataplane(t, func(t *testing.T, dp string) {
 		s := newStack(t, dp)
@@ -67,90 +72,46 @@ func TestFaults(t *testing.T) {
 		for _, e := range eips {
 			s.WaitReady(e)
 		}
-
-		var cycles, apiErrs atomic.Int64
-		faultsDone := make(chan []faultResult, 1)
-		ctx, cancel := context.WithTimeout(s.Ctx, 8*time.Minute)
-		defer cancel()
-		go func() { faultsDone <- runFaults(ctx, t, s, cs, lab, g) }()
-
-		start := time.Now()
-		var wg sync.WaitGroup
-		var results []faultResult
-		stop := make(chan struct{})
-		for w := 0; w < stormWorkers; w++ {
-			wg.Add(1)
-			go func(w int) {
-				defer wg.Done()
-				for n := 0; ; n++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					i := (w + n) % stormEIPs
-					fip := fw.FIP(fmt.Sprintf("%s-w%d-%d", name, w, n), eips[i].Name, g.VMs[i].Addr)
-					if err := retryAPI(ctx, &apiErrs, func() error { return s.Client.Create(ctx, fip) }); err != nil {
-						t.Errorf("create %s: %v", fip.Name, err)
-						return
-					}
-					if err := retryAPI(ctx, &apiErrs, func() error {
-						err := s.Client.Delete(ctx, fip)
-						if apierrors.IsNotFound(err) {
-							return nil
-						}
-						return err
-					}); err != nil {
-						t.Errorf("delete %s: %v", fip.Name, err)
-						return
-					}
-					cycles.Add(1)
+		faults := []fault{
+			{"gateway-pod-deleted", func(ctx context.Context) error {
+				if err := cs.CoreV1().Pods(gatewayNamespace).Delete(ctx, g.Pod.Name, metav1.DeleteOptions{}); err != nil {
+					return err
 				}
-			}(w)
+				return g.attach(ctx, t, cs, lab, len(g.VMs))
+			}},
+			{"exec-stream-cut", func(context.Context) error {
+				_, err := killAgents(g.NetNS)
+				return err
+			}},
+			{"kubelet-restarted", func(ctx context.Context) error {
+				return env.c.Restart(ctx, "kubelet")
+			}},
+			{"leader-pod-deleted", func(ctx context.Context) error {
+				return deleteLeader(ctx, cs)
+			}},
+			{"apiserver-restarted", func(ctx context.Context) error {
+				if err := env.c.Restart(ctx, "kube-apiserver"); err != nil {
+					return err
+				}
+				return env.c.WaitAPI(ctx, 2*time.Minute)
+			}},
 		}
-		// Stop when the faults are over and the cycles are enough.
-		for results == nil || cycles.Load() < stormCycles {
-			select {
-			case results = <-faultsDone:
-			case <-time.After(100 * time.Millisecond):
-			case <-ctx.Done():
-				close(stop)
-				wg.Wait()
-				t.Fatalf("storm: %v after %d cycles", ctx.Err(), cycles.Load())
-			}
-			if t.Failed() {
+		perPhase := (stormCycles + len(faults) - 1) / len(faults)
+		var total int64
+		for i, f := range faults {
+			ok := t.Run(f.name, func(t *testing.T) {
+				total += stormPhase(t, s, g, eips, fmt.Sprintf("%s-p%d", name, i), perPhase, f)
+			})
+			if !ok {
 				break
 			}
 		}
-		close(stop)
-		wg.Wait()
-		stormIn := time.Since(start)
-
-		// Converge: every FIP gone, the pod's kernel holds only the EIPs.
-		var leaked int
-		converge := fw.Eventually(t, s.Ctx, 2*time.Minute, "storm converged", func() error {
-			var fips v1.IptablesFIPRuleList
-			if err := s.Client.List(s.Ctx, &fips); err != nil {
-				return err
-			}
-			if len(fips.Items) > 0 {
-				return fmt.Errorf("%d FIPs left, e.g. %s (deleting since %v)", len(fips.Items), fips.Items[0].Name, fips.Items[0].DeletionTimestamp)
-			}
-			k, err := fw.ReadKernel(s.Ctx, g.Gateway, dp)
-			if err != nil {
-				return err
-			}
-			leaked = 0
-			for uid, e := range k.Entries {
-				if !isEIP(uid, eips) {
-					leaked += len(e)
-				}
-			}
-			if leaked > 0 {
-				return fmt.Errorf("%d kernel entries of deleted FIPs in the pod's namespace", leaked)
-			}
-			return nil
-		})
+		if t.Failed() {
+			return
+		}
+		if total < stormCycles {
+			t.Errorf("storm: %d cycles, want >= %d", total, stormCycles)
+		}
 
 		// The recovered stack still programs and carries traffic.
 		final := fw.FIP(name+"-final", eips[0].Name, g.VMs[0].Addr)
@@ -171,17 +132,126 @@ func TestFaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		kv := []any{"cycles", cycles.Load(), "workers", stormWorkers, "storm_in", stormIn, "api_retries", apiErrs.Load()}
-		for _, r := range results {
-			if r.err != nil {
-				t.Errorf("fault %s: %v", r.name, r.err)
-			}
-			kv = append(kv, r.name+"_recovered_in", r.took)
-		}
-		kv = append(kv, "converge_in", converge, "leaked_kernel_entries", leaked, "left_after_delete_all", left,
-			"delete_all_in", delIn, "stuck_terminating", len(stuck))
-		clusterSummary(t, "storm-faults", dp, kv...)
+		clusterSummary(t, "storm-faults", dp, "cycles", total, "phases", len(faults), "workers", stormWorkers,
+			"left_after_delete_all", left, "delete_all_in", delIn, "stuck_terminating", len(stuck))
 	})
+}
+
+// stormPhase storms FIP create→delete cycles on g (names prefixed tag)
+// while fault f is injected, until the gateway recovered and at least
+// cycles cycles are done; then it waits for convergence, counts leaks and
+// records the fault's summary line. It returns the cycles done.
+func stormPhase(t *testing.T, s *fw.Stack, g *podGateway, eips []*v1.IptablesEIP, tag string, cycles int, f fault) int64 {
+	ctx, cancel := context.WithTimeout(s.Ctx, 4*time.Minute)
+	defer cancel()
+	var done, apiErrs atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < stormWorkers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				i := (w + n) % len(eips)
+				fip := fw.FIP(fmt.Sprintf("%s-w%d-%d", tag, w, n), eips[i].Name, g.VMs[i].Addr)
+				if err := retryAPI(ctx, &apiErrs, func() error { return s.Client.Create(ctx, fip) }); err != nil {
+					t.Errorf("create %s: %v", fip.Name, err)
+					return
+				}
+				if err := retryAPI(ctx, &apiErrs, func() error {
+					err := s.Client.Delete(ctx, fip)
+					if apierrors.IsNotFound(err) {
+						return nil
+					}
+					return err
+				}); err != nil {
+					t.Errorf("delete %s: %v", fip.Name, err)
+					return
+				}
+				done.Add(1)
+			}
+		}(w)
+	}
+	halt := func() {
+		close(stop)
+		wg.Wait()
+	}
+
+	// The fault, once the storm runs; recovered when an agent that was not
+	// there before serves the gateway and the gateway is Ready.
+	time.Sleep(time.Second)
+	before, err := agentPids(g.NetNS)
+	if err != nil {
+		halt()
+		t.Fatal(err)
+	}
+	faultAt := time.Now()
+	cyclesBefore := done.Load()
+	if err := f.inject(ctx); err != nil {
+		halt()
+		t.Fatalf("fault %s: %v", f.name, err)
+	}
+	_, err = fw.Wait(ctx, 2*time.Minute, func() error {
+		pids, err := agentPids(g.NetNS)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(pids, func(p int) bool { return !slices.Contains(before, p) }) {
+			return errors.New("no new natgw serve in the gateway pod")
+		}
+		return gatewayReady(ctx, s, g.Name)
+	})
+	recovered := time.Since(faultAt)
+	if err != nil {
+		halt()
+		t.Fatalf("fault %s: not recovered: %v", f.name, err)
+	}
+	t.Logf("fault %s: recovered in %v", f.name, recovered.Round(time.Millisecond))
+	for done.Load() < int64(cycles) && !t.Failed() && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+	}
+	halt()
+	stormIn := time.Since(start)
+
+	// Converge: every FIP gone, the pod's kernel holds only the EIPs.
+	var leaked, stuck int
+	converge, cerr := fw.Wait(s.Ctx, 2*time.Minute, func() error {
+		var fips v1.IptablesFIPRuleList
+		if err := s.Client.List(s.Ctx, &fips); err != nil {
+			return err
+		}
+		stuck = len(fips.Items)
+		if stuck > 0 {
+			return fmt.Errorf("%d FIPs left, e.g. %s (deleting since %v)", stuck, fips.Items[0].Name, fips.Items[0].DeletionTimestamp)
+		}
+		k, err := fw.ReadKernel(s.Ctx, g.Gateway, s.Dataplane)
+		if err != nil {
+			return err
+		}
+		leaked = 0
+		for uid, e := range k.Entries {
+			if !isEIP(uid, eips) {
+				leaked += len(e)
+			}
+		}
+		if leaked > 0 {
+			return fmt.Errorf("%d kernel entries of deleted FIPs in the pod's namespace", leaked)
+		}
+		return nil
+	})
+	if cerr != nil {
+		t.Errorf("fault %s: storm did not converge: %v", f.name, cerr)
+	}
+	clusterSummary(t, "storm-"+f.name, s.Dataplane, "cycles", done.Load(), "cycles_before_fault", cyclesBefore,
+		"workers", stormWorkers, "storm_in", stormIn, "api_retries", apiErrs.Load(), "recovered_in", recovered,
+		"converge_in", converge, "leaked_kernel_entries", leaked, "stuck_terminating", stuck)
+	return done.Load()
 }
 
 func isEIP(uid string, eips []*v1.IptablesEIP) bool {
@@ -193,94 +263,42 @@ func isEIP(uid string, eips []*v1.IptablesEIP) bool {
 	return false
 }
 
-// runFaults injects the faults one after the other, each once the gateway
-// is Ready again after the previous one, and reports how long each took to
-// recover.
-func runFaults(ctx context.Context, t *testing.T, s *fw.Stack, cs kubernetes.Interface, lab *netlab.Lab, g *podGateway) []faultResult {
-	settle := func() { time.Sleep(2 * time.Second) } // let the storm run between faults
-	var out []faultResult
-	do := func(name string, fn func() error) {
-		settle()
-		start := time.Now()
-		err := fn()
-		if err == nil {
-			err = waitGatewayReady(ctx, s, g.Name)
-		}
-		out = append(out, faultResult{name: name, took: time.Since(start), err: err})
-		t.Logf("fault %s: recovered in %v (err %v)", name, time.Since(start).Round(time.Millisecond), err)
-	}
-	do("gateway_pod_deleted", func() error {
-		if err := cs.CoreV1().Pods(gatewayNamespace).Delete(ctx, g.Pod.Name, metav1.DeleteOptions{}); err != nil {
-			return err
-		}
-		return g.attach(ctx, t, cs, lab, len(g.VMs))
-	})
-	do("exec_stream_cut", func() error {
-		killed, err := killAgents(g.NetNS)
-		if err != nil {
-			return err
-		}
-		// The controller notices and starts a new agent over a new exec.
-		_, err = fw.Wait(ctx, 2*time.Minute, func() error {
-			pids, err := agentPids(g.NetNS)
-			if err != nil {
-				return err
-			}
-			for _, p := range pids {
-				if !killed[p] {
-					return nil
-				}
-			}
-			return errors.New("no new natgw serve in the pod")
-		})
+// deleteLeader deletes the controller pod holding the lease and waits for
+// another to hold it.
+func deleteLeader(ctx context.Context, cs kubernetes.Interface) error {
+	l, err := cs.CoordinationV1().Leases(controllerNS).Get(ctx, controllerLease, metav1.GetOptions{})
+	if err != nil {
 		return err
-	})
-	do("leader_pod_deleted", func() error {
+	}
+	pod, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+	if err := cs.CoreV1().Pods(controllerNS).Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
+		return err
+	}
+	_, err = fw.Wait(ctx, 2*time.Minute, func() error {
 		l, err := cs.CoordinationV1().Leases(controllerNS).Get(ctx, controllerLease, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		pod, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
-		if err := cs.CoreV1().Pods(controllerNS).Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
-			return err
-		}
-		// A new leader holds the lease.
-		_, err = fw.Wait(ctx, 2*time.Minute, func() error {
-			l, err := cs.CoordinationV1().Leases(controllerNS).Get(ctx, controllerLease, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if h := l.Spec.HolderIdentity; h == nil || *h == "" || strings.HasPrefix(*h, pod+"_") {
-				return fmt.Errorf("lease still with %s", pod)
-			}
-			return nil
-		})
-		return err
-	})
-	do("apiserver_restarted", func() error {
-		if err := env.c.Restart(ctx, "kube-apiserver"); err != nil {
-			return err
-		}
-		return env.c.WaitAPI(ctx, 2*time.Minute)
-	})
-	return out
-}
-
-// waitGatewayReady waits for the VpcNatGateway's Ready condition (the
-// controller holds a session to its pod).
-func waitGatewayReady(ctx context.Context, s *fw.Stack, name string) error {
-	gw := &v1.VpcNatGateway{}
-	gw.Name = name
-	_, err := fw.Wait(ctx, 2*time.Minute, func() error {
-		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(gw), gw); err != nil {
-			return err
-		}
-		if r := fw.ReadyOf(gw); r.Status != metav1.ConditionTrue || !r.Current {
-			return fmt.Errorf("%s", r)
+		if h := l.Spec.HolderIdentity; h == nil || *h == "" || strings.HasPrefix(*h, pod+"_") {
+			return fmt.Errorf("lease still with %s", pod)
 		}
 		return nil
 	})
 	return err
+}
+
+// gatewayReady says why the VpcNatGateway is not Ready for its current
+// generation (nil when it is).
+func gatewayReady(ctx context.Context, s *fw.Stack, name string) error {
+	gw := &v1.VpcNatGateway{}
+	gw.Name = name
+	if err := s.Client.Get(ctx, client.ObjectKeyFromObject(gw), gw); err != nil {
+		return err
+	}
+	if r := fw.ReadyOf(gw); r.Status != metav1.ConditionTrue || !r.Current {
+		return fmt.Errorf("%s", r)
+	}
+	return nil
 }
 
 // agentPids lists the `natgw serve` processes running in network

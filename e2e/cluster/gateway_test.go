@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,10 +20,9 @@ import (
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/reconciler"
-	"github.com/natgw/natgw/controller/transport"
 	fw "github.com/natgw/natgw/e2e/framework"
-	"github.com/natgw/natgw/gwimage/imagebuild"
 	"github.com/natgw/natgw/internal/cluster"
+	"github.com/natgw/natgw/internal/clusterstack"
 	"github.com/natgw/natgw/internal/netlab"
 )
 
@@ -58,46 +56,15 @@ func newStack(t *testing.T, dp string) *fw.Stack {
 	return &fw.Stack{T: t, Ctx: ctx, Dataplane: dp, Client: cl}
 }
 
-// gatewayStatefulSet is upstream Kube-OVN's gateway StatefulSet shape
-// (pkg/controller/vpc_nat_gateway.go): vpc-nat-gw-<name> in kube-system,
-// container vpc-nat-gw, privileged, labelled app=vpc-nat-gw-<name> and
-// ovn.kubernetes.io/vpc-nat-gw=true. The container runs the image's
-// entrypoint (`/natgw pause`: the image has no `sleep`).
-func gatewayStatefulSet(name, image string) *appsv1.StatefulSet {
-	labels := map[string]string{"app": transport.GatewayAppPrefix + name, transport.GatewayPodLabel: "true"}
-	return &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: transport.GatewayAppPrefix + name, Namespace: gatewayNamespace, Labels: labels},
-		Spec: appsv1.StatefulSetSpec{
-			Replicas:       ptr.To[int32](1),
-			Selector:       &metav1.LabelSelector{MatchLabels: labels},
-			UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr.To[int64](2),
-					DNSPolicy:                     corev1.DNSDefault,
-					Containers: []corev1.Container{{
-						Name:            transport.GatewayContainer,
-						Image:           image,
-						ImagePullPolicy: corev1.PullNever,
-						SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true), AllowPrivilegeEscalation: ptr.To(true)},
-					}},
-				},
-			},
-		},
-	}
-}
-
 // gatewayImage is the image of data plane dp's gateways as the CRI finds
-// it: the gateway image (natgw only) for nftables, its iptables variant
-// (plus Debian's iptables-legacy tools) for iptables.
+// it (clusterstack.GatewayImage).
 func gatewayImage(t *testing.T, dp string) string {
 	t.Helper()
-	n, err := imagebuild.ArchiveName(gatewayArchive(env.repo, dp))
+	img, err := clusterstack.GatewayImage(env.repo, dp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cluster.QualifiedImage(n)
+	return img
 }
 
 // startGateway creates the VpcNatGateway (with the data plane annotation)
@@ -107,11 +74,18 @@ func gatewayImage(t *testing.T, dp string) string {
 // removed by t.Cleanup.
 func startGateway(t *testing.T, s *fw.Stack, lab *netlab.Lab, name string, vms int) *podGateway {
 	t.Helper()
+	return startGatewayImage(t, s, lab, name, vms, gatewayImage(t, s.Dataplane))
+}
+
+// startGatewayImage is startGateway with the pod's container running
+// image (e.g. one without natgw, whose agent cannot start).
+func startGatewayImage(t *testing.T, s *fw.Stack, lab *netlab.Lab, name string, vms int, image string) *podGateway {
+	t.Helper()
 	cs, err := env.c.Clientset()
 	if err != nil {
 		t.Fatal(err)
 	}
-	sts := gatewayStatefulSet(name, gatewayImage(t, s.Dataplane))
+	sts := clusterstack.GatewayStatefulSet(name, image)
 	if _, err := cs.AppsV1().StatefulSets(gatewayNamespace).Create(s.Ctx, sts, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create statefulset: %v", err)
 	}
@@ -133,11 +107,11 @@ func startGateway(t *testing.T, s *fw.Stack, lab *netlab.Lab, name string, vms i
 // startGateway). Called again after the pod was replaced, it wires the new
 // pod to the same external host and VPC hosts.
 func (g *podGateway) attach(ctx context.Context, t *testing.T, cs kubernetes.Interface, lab *netlab.Lab, vms int) error {
-	pod, err := waitGatewayPod(ctx, cs, g.Name, g.Pod, 2*time.Minute)
+	pod, err := clusterstack.WaitGatewayPod(ctx, cs, g.Name, g.Pod, 2*time.Minute)
 	if err != nil {
 		return err
 	}
-	pid, err := containerPid(ctx, pod)
+	pid, err := clusterstack.ContainerPid(ctx, env.c, pod)
 	if err != nil {
 		return err
 	}
@@ -232,50 +206,6 @@ func serve(ctx context.Context, lab *netlab.Lab, proto, ns string, port int) err
 		_, err = lab.ServeUDP(ctx, ns, addr)
 	}
 	return err
-}
-
-// waitGatewayPod waits for a running pod of gateway name other than old.
-func waitGatewayPod(ctx context.Context, cs kubernetes.Interface, name string, old *corev1.Pod, limit time.Duration) (*corev1.Pod, error) {
-	ctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
-	sel := transport.GatewayPodSelector(name).String()
-	for {
-		pods, err := cs.CoreV1().Pods(gatewayNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
-		if err == nil {
-			for i := range pods.Items {
-				p := &pods.Items[i]
-				if old != nil && p.UID == old.UID {
-					continue
-				}
-				if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" &&
-					len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil {
-					return p, nil
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("gateway %s: no running pod (selector %s): %w", name, sel, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// containerPid returns the host pid of the pod's gateway container (its
-// task in containerd), whose network namespace is the pod's.
-func containerPid(ctx context.Context, pod *corev1.Pod) (int, error) {
-	id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
-	out, err := env.c.Ctr(ctx, "tasks", "ls")
-	if err != nil {
-		return 0, err
-	}
-	for _, l := range strings.Split(out, "\n") {
-		f := strings.Fields(l)
-		if len(f) >= 3 && f[0] == id {
-			return strconv.Atoi(f[1])
-		}
-	}
-	return 0, fmt.Errorf("pod %s: container %s has no task:\n%s", pod.Name, id, out)
 }
 
 // deleteStatefulSet deletes a gateway's StatefulSet and waits for its pods

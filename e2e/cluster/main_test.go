@@ -15,12 +15,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/natgw/natgw/internal/cluster"
+	"github.com/natgw/natgw/internal/clusterstack"
 	"github.com/natgw/natgw/internal/netlab"
 )
 
@@ -48,11 +48,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	images := []string{
-		gatewayArchive(repo, "nftables"),
-		gatewayArchive(repo, "iptables"),
-		filepath.Join(repo, "gwimage/out/natgw-controller-image.tar"),
-	}
+	images := clusterstack.Images(repo)
 	cfg := cluster.Defaults(cluster.Config{Images: images, Log: os.Stderr}, repo)
 	why := cluster.Missing(cfg)
 	if why == "" {
@@ -82,7 +78,7 @@ func run(m *testing.M) int {
 	env = &clusterEnv{c: c, repo: repo, upIn: time.Since(start)}
 	code := func() int {
 		t0 := time.Now()
-		if err := deployController(ctx, c, repo); err != nil {
+		if err := clusterstack.DeployController(ctx, c, repo); err != nil {
 			fmt.Fprintln(os.Stderr, "cluster e2e: deploy the controller:", err)
 			dumpDiagnostics(c)
 			return 1
@@ -104,15 +100,6 @@ func run(m *testing.M) int {
 	}
 	fmt.Fprintf(os.Stderr, "cluster e2e: cluster down in %v\n", time.Since(t0).Round(time.Millisecond))
 	return code
-}
-
-// gatewayArchive is the image archive of data plane dp's gateways (see
-// gatewayImage).
-func gatewayArchive(repo, dp string) string {
-	if dp == "iptables" {
-		return filepath.Join(repo, ".cache/cluster/natgw-iptables-image.tar")
-	}
-	return filepath.Join(repo, "gwimage/out/natgw-image.tar")
 }
 
 // dumpDiagnostics prints what explains a failure: pods, events, the

@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	fw "github.com/natgw/natgw/e2e/framework"
+	"github.com/natgw/natgw/internal/clusterstack"
 	"github.com/natgw/natgw/internal/netlab"
 )
 
@@ -141,7 +142,7 @@ func TestUpstreamPodShapes(t *testing.T) {
 	t0 = time.Now()
 	failedBefore = t.Failed()
 	name := "shapes-v113"
-	sts := gatewayStatefulSet(name, image)
+	sts := clusterstack.GatewayStatefulSet(name, image)
 	sts.Spec.Template.Spec.Containers[0].Command = []string{"sleep", "infinity"}
 	if _, err := cs.AppsV1().StatefulSets(gatewayNamespace).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create statefulset: %v", err)
@@ -337,7 +338,7 @@ func waitDeploymentPod(ctx context.Context, cs kubernetes.Interface, d *appsv1.D
 				last = fmt.Sprintf("%s %s init %+v containers %+v", p.Name, p.Status.Phase, p.Status.InitContainerStatuses, p.Status.ContainerStatuses)
 				if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" &&
 					len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil {
-					pid, err := containerPid(ctx, p)
+					pid, err := clusterstack.ContainerPid(ctx, env.c, p)
 					if err != nil {
 						return nil, "", err
 					}
