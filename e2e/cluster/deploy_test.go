@@ -6,9 +6,7 @@ import "github.com/natgw/natgw/internal/clusterstack"
 // (internal/clusterstack).
 const (
 	controllerNS     = clusterstack.ControllerNS
-	controllerName   = clusterstack.ControllerName
 	controllerSA     = clusterstack.ControllerSA
 	controllerLease  = clusterstack.ControllerLease
-	controllerImage  = clusterstack.ControllerImage
 	gatewayNamespace = clusterstack.GatewayNamespace
 )
