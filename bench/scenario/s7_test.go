@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/natgw/natgw/bench/report"
+	"github.com/natgw/natgw/internal/cluster"
 	"github.com/natgw/natgw/internal/clusterstack"
 )
 
@@ -47,5 +48,19 @@ func TestReportS7(t *testing.T) {
 	}
 	if !found || len(r.Metrics) != 10 {
 		t.Errorf("%d metrics (exec request found: %v), want 10", len(r.Metrics), found)
+	}
+}
+
+// TestS7Missing: without its images the scenario is not run, and says
+// which archive is missing (or which cluster asset, on a machine without
+// them).
+func TestS7Missing(t *testing.T) {
+	cfg := cluster.Defaults(cluster.Config{Images: []string{"/nonexistent/natgw-image.tar"}}, t.TempDir())
+	why := s7Missing(cfg)
+	if why == "" {
+		t.Fatal("s7Missing: nothing missing with a nonexistent image archive")
+	}
+	if !strings.Contains(why, "make") {
+		t.Errorf("s7Missing: %q does not say what builds it", why)
 	}
 }
