@@ -1050,6 +1050,15 @@ func s6TargetRows(sec *report.Section, r *s6Result) {
 		if c := r.cold; c != nil {
 			rss.Reason += fmt.Sprintf("; after the cold start %s, its peak %s", report.Bytes(c.rss), report.Bytes(c.hwm))
 		}
+		var top s6PhasePeak
+		for _, pk := range r.peaks {
+			if pk.rss > top.rss {
+				top = pk
+			}
+		}
+		if top.rss > 0 {
+			rss.Reason += fmt.Sprintf("; the largest sample (%s) in the phase \"%s\"", report.Bytes(top.rss), top.phase)
+		}
 	} else {
 		rss.Got, rss.Reason = "not measured", "the run failed before every object was Ready (see the notes)"
 	}
