@@ -12,6 +12,7 @@ import (
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/gateway"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat"
 )
 
 // TestWritesPerRule counts the controller's writes to a FIP from its create
@@ -161,10 +162,13 @@ func testDeleteAfterCrash(t *testing.T, dp string, deleteWhileDown bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := gw.List(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A call waits 2 s for the session; the first connect of a loaded
+	// machine may take longer.
+	var objs []nat.Object
+	e.eventually(30*time.Second, "gateway connected", func() (err error) {
+		objs, err = gw.List(e.ctx)
+		return err
+	})
 	if _, ok := hasUID(objs, f.UID); !ok {
 		t.Fatalf("the connected agent does not list the FIP: %v", objs)
 	}
