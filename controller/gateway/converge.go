@@ -1,0 +1,205 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/natgw/natgw/controller/metrics"
+	"github.com/natgw/natgw/controller/transport"
+	"github.com/natgw/natgw/nat"
+)
+
+// converge compares the gateway's objects with the desired set: objects
+// that are not desired and whose Kubernetes object is confirmed gone are
+// orphans; anything else that differs is repaired with one sync (which also
+// removes the orphans); orphans alone are deleted by UID. force syncs even
+// when nothing differs (a new boot id). Caller holds mu exclusively.
+func (g *Gateway) converge(ctx context.Context, s transport.Session, dp, reason string, fresh, force bool) error {
+	have, err := s.List(ctx, fresh)
+	if err != nil {
+		return fmt.Errorf("list: %w", err)
+	}
+	fromAPI, err := g.opts.Source.Desired(ctx, g.cfg.Name)
+	if err != nil {
+		return fmt.Errorf("desired set: %w", err)
+	}
+	g.knownMu.Lock()
+	known := make([]nat.Object, 0, len(g.known))
+	for _, o := range g.known {
+		known = append(known, o)
+	}
+	g.knownMu.Unlock()
+	sort.Slice(known, func(i, j int) bool { return known[i].UID < known[j].UID })
+	// What this process holds but the cache no longer lists, and a live
+	// read confirms gone, is no longer desired: e.g. an object a connect's
+	// sync took from a cache that had not yet seen it vanish (deleted while
+	// its finalizer was being added, so no reconcile deletes its UID).
+	// Without this it would stay desired, and on the gateway, for the
+	// life of the process.
+	known, err = g.dropGone(ctx, known, fromAPI)
+	if err != nil {
+		return err
+	}
+
+	// The desired set, conflict-free: what this process programmed first,
+	// then what the API says, oldest first. Unless forced (new boot id,
+	// data plane switch), API objects that are not on the gateway yet are
+	// left to their reconcile, which is pending: a drift check during
+	// churn would otherwise sync the whole set for them.
+	candidates := known
+	if force {
+		candidates = append(candidates, fromAPI...)
+	} else {
+		onGW := map[string]bool{}
+		for _, o := range have {
+			onGW[o.UID] = true
+		}
+		for _, o := range fromAPI {
+			if onGW[o.UID] {
+				candidates = append(candidates, o)
+			}
+		}
+	}
+	state := nat.NewState()
+	skipped := 0
+	for _, o := range candidates {
+		if _, ok := state.Get(o.UID); ok {
+			continue
+		}
+		if err := state.Insert(o); err != nil {
+			skipped++
+			g.log.V(1).Info("left out of the desired set", "uid", o.UID, "object", o.String(), "error", err.Error())
+		}
+	}
+	desired := map[string]bool{}
+	for _, o := range state.Objects() {
+		desired[o.UID] = true
+	}
+
+	var extras []nat.Object
+	for _, o := range have {
+		if !desired[o.UID] {
+			extras = append(extras, o)
+		}
+	}
+	var orphans []string
+	if len(extras) > 0 {
+		orphans, err = g.opts.Source.Absent(ctx, extras)
+		if err != nil {
+			return fmt.Errorf("confirm orphans: %w", err)
+		}
+		gone := map[string]bool{}
+		for _, u := range orphans {
+			gone[u] = true
+		}
+		// Objects not confirmed gone stay (the cache may lag the API).
+		for _, o := range extras {
+			if !gone[o.UID] {
+				if err := state.Insert(o); err != nil {
+					g.log.Info("unconfirmed object on the gateway conflicts with the desired set; the sync removes it", "uid", o.UID, "object", o.String(), "error", err.Error())
+				}
+			}
+		}
+	}
+	want := state.Objects()
+
+	same := len(have) == len(want)
+	if same {
+		for i := range have {
+			if !have[i].Equal(want[i]) {
+				same = false
+				break
+			}
+		}
+	}
+	// Remember exactly what is now desired and on the gateway.
+	setKnown := func() {
+		g.knownMu.Lock()
+		g.known = map[string]nat.Object{}
+		g.held = make(map[string]struct{}, len(want))
+		for _, o := range want {
+			g.held[o.UID] = struct{}{}
+			if desired[o.UID] {
+				g.known[o.UID] = o
+			}
+		}
+		g.knownMu.Unlock()
+		g.updateGauge()
+	}
+	switch {
+	case same && !force:
+	case !force && sameExcept(have, want, orphans):
+		start := time.Now()
+		if err := s.Delete(ctx, orphans...); err != nil {
+			return fmt.Errorf("delete orphans: %w", err)
+		}
+		metrics.ObserveProgram("delete", "orphan", dp, start)
+	default:
+		start := time.Now()
+		if err := s.Sync(ctx, want); err != nil {
+			return fmt.Errorf("sync %d objects: %w", len(want), err)
+		}
+		metrics.ObserveProgram("sync", "all", dp, start)
+		metrics.Resyncs.WithLabelValues(g.cfg.Name, reason).Inc()
+		g.log.Info("synced the gateway", "reason", reason, "objects", len(want), "had", len(have), "orphans", len(orphans), "leftOut", skipped)
+	}
+	if len(orphans) > 0 {
+		metrics.SweepDeletions.WithLabelValues(g.cfg.Name).Add(float64(len(orphans)))
+		g.log.Info("swept orphans", "uids", orphans, "reason", reason)
+	}
+	setKnown()
+	return nil
+}
+
+// dropGone returns known without the objects that fromAPI lacks and
+// whose Kubernetes object a live read confirms gone.
+func (g *Gateway) dropGone(ctx context.Context, known, fromAPI []nat.Object) ([]nat.Object, error) {
+	listed := map[string]bool{}
+	for _, o := range fromAPI {
+		listed[o.UID] = true
+	}
+	var unlisted []nat.Object
+	for _, o := range known {
+		if !listed[o.UID] {
+			unlisted = append(unlisted, o)
+		}
+	}
+	if len(unlisted) == 0 {
+		return known, nil
+	}
+	gone, err := g.opts.Source.Absent(ctx, unlisted)
+	if err != nil {
+		return nil, fmt.Errorf("confirm vanished objects: %w", err)
+	}
+	if len(gone) == 0 {
+		return known, nil
+	}
+	g.log.Info("objects this process programmed are gone from the API; no longer desired", "uids", gone)
+	return slices.DeleteFunc(known, func(o nat.Object) bool { return slices.Contains(gone, o.UID) }), nil
+}
+
+// sameExcept reports whether have minus the UIDs in drop equals want
+// (both in canonical order).
+func sameExcept(have, want []nat.Object, drop []string) bool {
+	if len(drop) == 0 {
+		return false
+	}
+	gone := map[string]bool{}
+	for _, u := range drop {
+		gone[u] = true
+	}
+	i := 0
+	for _, o := range have {
+		if gone[o.UID] {
+			continue
+		}
+		if i >= len(want) || !o.Equal(want[i]) {
+			return false
+		}
+		i++
+	}
+	return i == len(want)
+}

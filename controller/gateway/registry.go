@@ -1,0 +1,194 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/natgw/natgw/controller/gwconfig"
+	"github.com/natgw/natgw/controller/transport"
+	"github.com/natgw/natgw/nat"
+)
+
+// Source tells a gateway manager what the API says.
+type Source interface {
+	// Desired returns the objects the gateway should hold according to
+	// the (cached) API: every object with the controller's finalizer that
+	// is not being deleted and resolves to this gateway, oldest first (on
+	// conflicts the older object wins).
+	Desired(ctx context.Context, gateway string) ([]nat.Object, error)
+	// Absent returns the UIDs among objs whose Kubernetes object is
+	// confirmed gone by a live read of the API server (not a cache).
+	Absent(ctx context.Context, objs []nat.Object) ([]string, error)
+	// Dataplane returns the data plane the gateway should run.
+	Dataplane(ctx context.Context, gateway string) (string, error)
+}
+
+// Options configure every gateway manager of a Registry.
+type Options struct {
+	Transport transport.Transport
+	Source    Source
+	Config    *gwconfig.Config
+	// DefaultDataplane is the controller's --dataplane.
+	DefaultDataplane string
+	// SweepPeriod is how often orphans are swept (besides every connect).
+	SweepPeriod time.Duration
+	// Resweep is how long after each connect a second sweep runs (default
+	// 5s): the connect's sync took the desired set from the cache, which
+	// may not yet have seen objects vanish.
+	Resweep time.Duration
+	// DriftPeriod is how often a fresh list is compared to the desired set.
+	DriftPeriod time.Duration
+	// ConnectWait bounds how long a call waits for a session before
+	// failing with ErrNotReady (default 2s).
+	ConnectWait time.Duration
+	// BackoffMin and BackoffMax bound the reconnect backoff (100ms, 30s).
+	BackoffMin, BackoffMax time.Duration
+	// CallTimeout bounds sync, list and sweep calls of the manager (1m).
+	CallTimeout time.Duration
+	// OnConnection, when set, is called with the gateway's name each time
+	// its session is published (connected) or withdrawn (the session
+	// broke, the pod went away, a data plane switch began), so that the
+	// objects reporting the gateway's state are reconciled: a gateway that
+	// went away must not stay Ready in the API. It must not block (it runs
+	// under the manager's lock).
+	OnConnection func(gateway string, connected bool)
+	Log          logr.Logger
+}
+
+// ErrNotReady is matched when a gateway has no working session.
+var ErrNotReady = errors.New("gateway not connected")
+
+// ErrUnknownGateway is matched for gateways that are not configured.
+var ErrUnknownGateway = errors.New("gateway not configured")
+
+// Registry holds the managers of all gateways, created on first use. It is
+// a controller-runtime Runnable: managers run while it runs (only on the
+// leader).
+type Registry struct {
+	opts     Options
+	mu       sync.Mutex
+	gateways map[string]*Gateway
+	ctx      context.Context // set by Start
+	started  chan struct{}
+	wg       sync.WaitGroup
+}
+
+// NewRegistry returns a Registry; call Start to run it.
+func NewRegistry(opts Options) *Registry {
+	if opts.ConnectWait <= 0 {
+		opts.ConnectWait = 2 * time.Second
+	}
+	if opts.BackoffMin <= 0 {
+		opts.BackoffMin = 100 * time.Millisecond
+	}
+	if opts.BackoffMax <= 0 {
+		opts.BackoffMax = 30 * time.Second
+	}
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = time.Minute
+	}
+	if opts.Resweep <= 0 {
+		opts.Resweep = 5 * time.Second
+	}
+	if opts.Config == nil {
+		opts.Config = &gwconfig.Config{}
+	}
+	return &Registry{opts: opts, gateways: map[string]*Gateway{}, started: make(chan struct{})}
+}
+
+// NeedLeaderElection makes the Registry run only on the leader.
+func (r *Registry) NeedLeaderElection() bool { return true }
+
+// Start runs gateway managers until ctx ends. Callers must start it after
+// the caches synced (the manager does so for Runnables that need leader
+// election... and the controller's Source waits for the cache itself).
+func (r *Registry) Start(ctx context.Context) error {
+	r.mu.Lock()
+	r.ctx = ctx
+	close(r.started)
+	for _, g := range r.gateways {
+		r.run(g)
+	}
+	r.mu.Unlock()
+	<-ctx.Done()
+	r.wg.Wait()
+	return nil
+}
+
+func (r *Registry) run(g *Gateway) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		g.run(r.ctx)
+	}()
+}
+
+// Get returns the manager of gateway name, creating it (and starting it
+// once the Registry runs) on first use.
+func (r *Registry) Get(name string) (*Gateway, error) {
+	cfg, ok := r.opts.Config.Lookup(name)
+	if !ok {
+		return nil, fmt.Errorf("gateway %q: %w", name, ErrUnknownGateway)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if g, ok := r.gateways[name]; ok {
+		return g, nil
+	}
+	g := newGateway(cfg, &r.opts)
+	r.gateways[name] = g
+	if r.ctx != nil {
+		r.run(g)
+	}
+	return g, nil
+}
+
+// Lookup returns the configuration of gateway name (false if unknown).
+func (r *Registry) Lookup(name string) (gwconfig.Gateway, bool) {
+	return r.opts.Config.Lookup(name)
+}
+
+// Kick asks gateway name's manager to re-check its data plane and the
+// drift of its objects soon. Unknown gateways are ignored.
+func (r *Registry) Kick(name string) {
+	r.mu.Lock()
+	g := r.gateways[name]
+	r.mu.Unlock()
+	if g != nil {
+		g.Kick()
+	}
+}
+
+// Holders returns the gateways whose agent holds uid as far as this process
+// knows (each gateway's mirror of its agent, see Gateway.held). It waits
+// for any sync, sweep or switch in progress (they hold a gateway's lock
+// exclusively), so the answer includes what they left on a gateway. A
+// gateway that has no session yet is not a holder: its next connect lists
+// its objects and deletes those whose Kubernetes object is confirmed gone.
+func (r *Registry) Holders(uid string) []string {
+	r.mu.Lock()
+	gws := make([]*Gateway, 0, len(r.gateways))
+	for _, g := range r.gateways {
+		gws = append(gws, g)
+	}
+	r.mu.Unlock()
+	var out []string
+	for _, g := range gws {
+		g.mu.RLock()
+		g.knownMu.Lock()
+		_, ok := g.held[uid]
+		g.knownMu.Unlock()
+		g.mu.RUnlock()
+		if ok {
+			out = append(out, g.cfg.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

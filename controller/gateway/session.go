@@ -1,0 +1,245 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/natgw/natgw/controller/metrics"
+	"github.com/natgw/natgw/controller/transport"
+)
+
+// publish makes s the current session (nil: none). Caller holds mu.
+func (g *Gateway) publish(s transport.Session, dp string) {
+	if g.dataplane != "" {
+		metrics.GatewayConnected.WithLabelValues(g.cfg.Name, g.dataplane).Set(0)
+	}
+	was := g.sess != nil
+	g.sess, g.dataplane = s, dp
+	if now := s != nil; now != was && g.opts.OnConnection != nil {
+		g.opts.OnConnection(g.cfg.Name, now)
+	}
+	g.readyMu.Lock()
+	defer g.readyMu.Unlock()
+	if s == nil {
+		select {
+		case <-g.ready:
+			g.ready = make(chan struct{})
+		default:
+		}
+		return
+	}
+	metrics.GatewayConnected.WithLabelValues(g.cfg.Name, dp).Set(1)
+	select {
+	case <-g.ready:
+	default:
+		close(g.ready)
+	}
+}
+
+// wantDataplane asks the Source, falling back to the configuration and
+// the controller's default.
+func (g *Gateway) wantDataplane(ctx context.Context) string {
+	dp, err := g.opts.Source.Dataplane(ctx, g.cfg.Name)
+	if err != nil {
+		g.log.Error(err, "reading the gateway's data plane; using the configured one")
+	}
+	if dp == "" {
+		dp = g.cfg.Dataplane
+	}
+	if dp == "" {
+		dp = g.opts.DefaultDataplane
+	}
+	return dp
+}
+
+func (g *Gateway) target(dp string) transport.Gateway {
+	return transport.Gateway{
+		Name: g.cfg.Name, Dataplane: dp, NetNS: g.cfg.NetNS,
+		ExternalInterface: g.cfg.ExternalInterface, InternalInterface: g.cfg.InternalInterface,
+	}
+}
+
+// run keeps a session open until ctx ends.
+func (g *Gateway) run(ctx context.Context) {
+	backoff := g.opts.BackoffMin
+	first := true
+	for ctx.Err() == nil {
+		if !first {
+			metrics.Reconnects.WithLabelValues(g.cfg.Name).Inc()
+		}
+		first = false
+		dp := g.wantDataplane(ctx)
+		s, err := g.connect(ctx, dp)
+		if err != nil {
+			g.log.Error(err, "connecting to the gateway agent failed; retrying", "dataplane", dp, "backoff", backoff)
+			if !sleep(ctx, backoff) {
+				break
+			}
+			backoff = min(backoff*2, g.opts.BackoffMax)
+			continue
+		}
+		backoff = g.opts.BackoffMin
+		g.serve(ctx, s)
+	}
+	g.mu.Lock()
+	if g.sess != nil {
+		_ = g.sess.Close()
+		g.publish(nil, "")
+	}
+	g.mu.Unlock()
+}
+
+// connect opens a session and converges the gateway before publishing it.
+func (g *Gateway) connect(ctx context.Context, dp string) (transport.Session, error) {
+	octx, cancel := context.WithTimeout(ctx, g.opts.CallTimeout)
+	defer cancel()
+	s, err := g.opts.Transport.Open(octx, g.target(dp))
+	if err != nil {
+		return nil, fmt.Errorf("open session: %w", err)
+	}
+	info, err := s.Info(octx)
+	if err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("info: %w", err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	reason := "connect"
+	if info.BootID != g.bootID {
+		reason = "bootid"
+		g.log.Info("agent has a new boot id: syncing the desired set", "dataplane", dp, "bootID", info.BootID, "previousBootID", g.bootID)
+	}
+	if err := g.converge(octx, s, dp, reason, true, reason != "connect"); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	g.bootID = info.BootID
+	g.publish(s, dp)
+	g.log.Info("gateway connected", "dataplane", dp, "bootID", info.BootID, "version", info.Version)
+	return s, nil
+}
+
+// serve runs the periodic work on an open session until it breaks.
+func (g *Gateway) serve(ctx context.Context, s transport.Session) {
+	sweep := ticker(g.opts.SweepPeriod)
+	defer sweep.Stop()
+	drift := ticker(g.opts.DriftPeriod)
+	defer drift.Stop()
+	resweep := time.NewTimer(g.opts.Resweep)
+	defer resweep.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-resweep.C:
+			g.periodic(ctx, "sweep", true)
+		case <-s.Done():
+			g.log.Info("session to the gateway agent ended; reconnecting", "reason", fmt.Sprint(s.Err()))
+			g.mu.Lock()
+			if g.sess == s {
+				g.publish(nil, "")
+			}
+			g.mu.Unlock()
+			_ = s.Close()
+			return
+		case <-sweep.C:
+			g.periodic(ctx, "sweep", true)
+		case <-drift.C:
+			g.periodic(ctx, "drift", true)
+		case <-g.kick:
+			if next := g.maybeSwitch(ctx); next != nil {
+				s = next
+			}
+			g.periodic(ctx, "drift", true)
+		}
+	}
+}
+
+func (g *Gateway) periodic(ctx context.Context, reason string, fresh bool) {
+	cctx, cancel := context.WithTimeout(ctx, g.opts.CallTimeout)
+	defer cancel()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.sess == nil {
+		return
+	}
+	if err := g.converge(cctx, g.sess, g.dataplane, reason, fresh, false); err != nil {
+		g.log.Error(err, "converging the gateway failed", "reason", reason)
+	}
+}
+
+// maybeSwitch moves the gateway to another data plane when the wanted one
+// differs from the running one. The new agent, when it starts, empties
+// every other data plane's natgw state in the namespace itself (package
+// nat/planes: rules, EIP addresses, routes), so the switch is: stop calls
+// (exclusive lock), open the new agent, close the old one, sync the desired
+// set on the new one. When the new agent cannot be opened the gateway stays
+// on the old one, untouched. When the sync fails the gateway is left
+// without a session and the run loop reconnects (to the wanted data plane,
+// forcing a sync on its new boot id). Traffic to the gateway's NAT rules
+// stops for the duration of the switch. It returns the new session, or nil
+// when it did not switch.
+func (g *Gateway) maybeSwitch(ctx context.Context) transport.Session {
+	want := g.wantDataplane(ctx)
+	g.mu.RLock()
+	cur := g.dataplane
+	g.mu.RUnlock()
+	if cur == "" || want == cur || want == "" {
+		return nil
+	}
+	log := g.log.WithValues("from", cur, "to", want)
+	log.Info("switching the gateway's data plane")
+	cctx, cancel := context.WithTimeout(ctx, g.opts.CallTimeout)
+	defer cancel()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.sess
+	if old == nil || g.dataplane != cur {
+		return nil
+	}
+	next, err := g.opts.Transport.Open(cctx, g.target(want))
+	if err != nil {
+		log.Error(err, "data plane switch: opening the new agent failed; staying")
+		return nil
+	}
+	info, err := next.Info(cctx)
+	if err != nil {
+		log.Error(err, "data plane switch: new agent info failed; staying")
+		_ = next.Close()
+		return nil
+	}
+	// The new agent emptied the old data plane when it started: the old
+	// session must not program anything any more.
+	_ = old.Close()
+	g.publish(nil, "")
+	if err := g.converge(cctx, next, want, "dataplane", true, true); err != nil {
+		log.Error(err, "data plane switch: syncing the new data plane failed; reconnecting")
+		_ = next.Close()
+		return nil
+	}
+	g.bootID = info.BootID
+	g.publish(next, want)
+	log.Info("switched the gateway's data plane", "bootID", info.BootID)
+	return next
+}
+
+func ticker(d time.Duration) *time.Ticker {
+	if d <= 0 {
+		t := time.NewTicker(time.Hour)
+		t.Stop()
+		return t
+	}
+	return time.NewTicker(d)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
