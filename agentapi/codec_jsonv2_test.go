@@ -1,6 +1,6 @@
 //go:build goexperiment.jsonv2
 
-package protocol
+package agentapi
 
 import (
 	jsonv2 "encoding/json/v2"

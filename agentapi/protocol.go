@@ -1,9 +1,9 @@
-// Package protocol is the wire format between the controller and a gateway's
+// Package agentapi is the natgw agent's API, the wire format between the controller and a gateway's
 // `natgw serve` agent: one JSON object per line in each direction over the
 // agent's stdin/stdout (a pod-exec session or a local pipe). Every request
 // carries an id that its response repeats; the agent answers requests in the
 // order it reads them, one kernel transaction per request.
-package protocol
+package agentapi
 
 import (
 	"github.com/natgw/natgw/nat"

@@ -16,7 +16,7 @@ NATGW_OUT := $(CURDIR)/gwimage/out
 NATGW_LDFLAGS := -s -w -buildid= -X github.com/natgw/natgw/gwimage/version.Version=$(NATGW_VERSION)
 FUZZTIME ?= 5s
 # package:FuzzTarget, one package at a time.
-GWIMAGE_FUZZ := ./gwimage/protocol:FuzzDecodeRequest ./gwimage/protocol:FuzzFastDecode ./gwimage/protocol:FuzzServe ./gwimage/compat:FuzzParse
+GWIMAGE_FUZZ := ./agentapi:FuzzDecodeRequest ./agentapi:FuzzFastDecode ./agentapi:FuzzServe ./gwimage/compat:FuzzParse
 
 .PHONY: natgw image gwimage-fuzz
 natgw:

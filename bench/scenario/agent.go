@@ -10,16 +10,16 @@ import (
 	"os/exec"
 	"time"
 
-	"github.com/natgw/natgw/gwimage/protocol"
+	"github.com/natgw/natgw/agentapi"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/internal/syncbuf"
 	"github.com/natgw/natgw/nat/netns"
 )
 
 // agent is a `natgw serve` process running inside a gateway namespace (as
-// in a gateway pod) and a protocol.Client on its stdin/stdout.
+// in a gateway pod) and a agentapi.Client on its stdin/stdout.
 type agent struct {
-	*protocol.Client
+	*agentapi.Client
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	stderr *syncbuf.Buffer
@@ -47,7 +47,7 @@ func startAgent(bin, nsName, dataplane string) (*agent, error) {
 	if err := ns.Do(cmd.Start); err != nil {
 		return nil, fmt.Errorf("start %s serve in %s: %w", bin, nsName, err)
 	}
-	a.Client = protocol.NewClient(stdout, a.stdin)
+	a.Client = agentapi.NewClient(stdout, a.stdin)
 	go func() {
 		err := cmd.Wait()
 		a.Client.Broken(fmt.Errorf("natgw serve exited: %v", err))

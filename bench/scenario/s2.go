@@ -7,9 +7,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/natgw/natgw/agentapi"
 	"github.com/natgw/natgw/bench/report"
 	"github.com/natgw/natgw/bench/stats"
-	"github.com/natgw/natgw/gwimage/protocol"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/netns"
@@ -208,7 +208,7 @@ func RunS2(ctx context.Context, e *Env) error {
 					return err
 				}
 				start := time.Now()
-				resp, err := a.Do(ctx, protocol.Request{Op: protocol.OpInfo, Fresh: true})
+				resp, err := a.Do(ctx, agentapi.Request{Op: agentapi.OpInfo, Fresh: true})
 				if err != nil {
 					return a.wrap(err)
 				}
@@ -334,7 +334,7 @@ func startAgentReady(ctx context.Context, e *Env, ns string) (*agent, error) {
 
 // checkCount proves the agent holds n FIPs after re-reading the kernel.
 func checkCount(ctx context.Context, a *agent, n int) error {
-	resp, err := a.Do(ctx, protocol.Request{Op: protocol.OpInfo, Fresh: true})
+	resp, err := a.Do(ctx, agentapi.Request{Op: agentapi.OpInfo, Fresh: true})
 	if err != nil {
 		return a.wrap(err)
 	}

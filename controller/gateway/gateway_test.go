@@ -13,9 +13,9 @@ import (
 
 	"github.com/go-logr/logr/testr"
 
+	"github.com/natgw/natgw/agentapi"
 	"github.com/natgw/natgw/controller/gwconfig"
 	"github.com/natgw/natgw/controller/transport"
-	"github.com/natgw/natgw/gwimage/protocol"
 	"github.com/natgw/natgw/nat"
 )
 
@@ -147,10 +147,10 @@ func (s *session) Sync(_ context.Context, desired []nat.Object) error {
 	return nil
 }
 
-func (s *session) Info(context.Context) (*protocol.Info, error) {
+func (s *session) Info(context.Context) (*agentapi.Info, error) {
 	s.a.mu.Lock()
 	defer s.a.mu.Unlock()
-	return &protocol.Info{Version: "test", BootID: s.a.boot}, nil
+	return &agentapi.Info{Version: "test", BootID: s.a.boot}, nil
 }
 
 func (s *session) Done() <-chan struct{} { return s.done }

@@ -41,10 +41,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	"github.com/natgw/natgw/agentapi"
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/gateway"
 	"github.com/natgw/natgw/controller/metrics"
-	"github.com/natgw/natgw/gwimage/protocol"
 	"github.com/natgw/natgw/nat"
 )
 
@@ -161,7 +161,7 @@ func fail(reason, format string, args ...any) *failure {
 
 // classify turns a gateway call error into a failure.
 func classify(gw string, err error) *failure {
-	var pe *protocol.Error
+	var pe *agentapi.Error
 	switch {
 	case errors.Is(err, gateway.ErrUnknownGateway):
 		return fail(v1.ReasonGatewayNotFound, "gateway %s is not configured in natgw-controller's gateway config", gw)
@@ -169,11 +169,11 @@ func classify(gw string, err error) *failure {
 		f := fail(v1.ReasonGatewayNotReady, "%v", err)
 		f.requeueAfter = gatewayRetry
 		return f
-	case errors.As(err, &pe) && pe.Code == protocol.CodeConflict:
+	case errors.As(err, &pe) && pe.Code == agentapi.CodeConflict:
 		f := fail(v1.ReasonEIPInUse, "gateway %s refused: %s", gw, pe.Message)
 		f.requeueAfter = conflictRetry
 		return f
-	case errors.As(err, &pe) && (pe.Code == protocol.CodeInvalid || pe.Code == protocol.CodeBadRequest):
+	case errors.As(err, &pe) && (pe.Code == agentapi.CodeInvalid || pe.Code == agentapi.CodeBadRequest):
 		return fail(v1.ReasonInvalid, "gateway %s refused: %s", gw, pe.Message)
 	}
 	f := fail(v1.ReasonProgramFailed, "gateway %s: %v", gw, err)

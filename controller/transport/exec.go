@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 
-	"github.com/natgw/natgw/gwimage/protocol"
+	"github.com/natgw/natgw/agentapi"
 )
 
 // Upstream Kube-OVN's names for the gateway pod.
@@ -127,7 +127,7 @@ func (e *Exec) Open(ctx context.Context, gw Gateway) (Session, error) {
 	}()
 	var once sync.Once
 	s := &session{
-		Client: protocol.NewClient(stdoutR, stdinW),
+		Client: agentapi.NewClient(stdoutR, stdinW),
 		closeFn: func() error {
 			once.Do(func() {
 				select {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/natgw/natgw/gwimage/protocol"
+	"github.com/natgw/natgw/agentapi"
 )
 
 // Local runs `natgw serve --netns NS --dataplane DP` as a child process per
@@ -74,7 +74,7 @@ func (l *Local) Open(ctx context.Context, gw Gateway) (Session, error) {
 		forwardLines(stderrR, log)
 	}()
 
-	client := protocol.NewClient(stdoutR, stdin)
+	client := agentapi.NewClient(stdoutR, stdin)
 	exited := make(chan error, 1)
 	go func() {
 		err := cmd.Wait()

@@ -10,7 +10,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 
-	"github.com/natgw/natgw/gwimage/protocol"
+	"github.com/natgw/natgw/agentapi"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
 )
@@ -57,8 +57,8 @@ func TestLocal(t *testing.T) {
 			clash := fip
 			clash.UID = "1b1e7c2a-5f0e-4c1e-9d57-0d1b2c3d4e5f"
 			clash.FIP = &nat.FIP{EIP: netlab.EIP(0), InternalIP: gw.VMs[1].Addr}
-			var pe *protocol.Error
-			if err := s.Apply(ctx, clash); !errors.As(err, &pe) || pe.Code != protocol.CodeConflict {
+			var pe *agentapi.Error
+			if err := s.Apply(ctx, clash); !errors.As(err, &pe) || pe.Code != agentapi.CodeConflict {
 				t.Errorf("conflicting apply: %v, want a Conflict", err)
 			}
 			if err := s.Close(); err != nil {
@@ -69,7 +69,7 @@ func TestLocal(t *testing.T) {
 			default:
 				t.Error("Done not closed after Close")
 			}
-			if _, err := s.Info(ctx); !errors.Is(err, protocol.ErrClosed) {
+			if _, err := s.Info(ctx); !errors.Is(err, agentapi.ErrClosed) {
 				t.Errorf("info after close: %v, want ErrClosed", err)
 			}
 

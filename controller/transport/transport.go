@@ -1,5 +1,5 @@
 // Package transport reaches a gateway's `natgw serve` agent and speaks the
-// gwimage/protocol wire protocol to it. A Transport opens one long-lived
+// agentapi wire protocol to it. A Transport opens one long-lived
 // Session per gateway; the two implementations differ only in the pipe:
 // Local starts the agent as a child process inside a named network
 // namespace, Exec runs it in the gateway pod through the pod-exec API.
@@ -12,7 +12,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/natgw/natgw/gwimage/protocol"
+	"github.com/natgw/natgw/agentapi"
 	"github.com/natgw/natgw/nat"
 )
 
@@ -59,7 +59,7 @@ type Session interface {
 	// Sync makes the gateway hold exactly desired, in one transaction.
 	Sync(ctx context.Context, desired []nat.Object) error
 	// Info returns the agent's version, data plane, boot id and counts.
-	Info(ctx context.Context) (*protocol.Info, error)
+	Info(ctx context.Context) (*agentapi.Info, error)
 	// Done is closed when the session broke or was closed.
 	Done() <-chan struct{}
 	// Err says why the session ended (nil while it works).
@@ -91,9 +91,9 @@ func serveArgs(gw Gateway, withNetNS bool) []string {
 	return args
 }
 
-// session is a protocol.Client plus what ends the pipe beneath it.
+// session is a agentapi.Client plus what ends the pipe beneath it.
 type session struct {
-	*protocol.Client
+	*agentapi.Client
 	// closeFn runs after the client closed its writer (the agent's stdin):
 	// it waits for the agent to exit, forcing it after a grace period.
 	closeFn func() error

@@ -2,7 +2,7 @@
 // cluster (`make demo`, as root): it builds the standard gateway topology in
 // network namespaces (internal/netlab), starts `natgw serve` in the gateway
 // namespace as a child process and speaks the protocol to it over its
-// stdin/stdout (gwimage/protocol.Client), applies an EIP, a floating IP, a
+// stdin/stdout (gwimage/agentapi.Client), applies an EIP, a floating IP, a
 // port DNAT and an SNAT, proves with real TCP connections that the external
 // host reaches the VPC hosts through the EIPs and that their outbound
 // traffic leaves as the EIPs, prints `natgw list` and the nft table, deletes
@@ -27,7 +27,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/natgw/natgw/gwimage/protocol"
+	"github.com/natgw/natgw/agentapi"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/internal/syncbuf"
 	"github.com/natgw/natgw/nat"
@@ -73,7 +73,7 @@ type demo struct {
 	agent            *exec.Cmd
 	agentDone        chan error
 	agentLog         *syncbuf.Buffer
-	client           *protocol.Client
+	client           *agentapi.Client
 	checks           int
 }
 
@@ -310,7 +310,7 @@ func (d *demo) startAgent() error {
 	}
 	d.agent, d.agentDone = cmd, make(chan error, 1)
 	go func() { d.agentDone <- cmd.Wait() }()
-	d.client = protocol.NewClient(stdout, stdin)
+	d.client = agentapi.NewClient(stdout, stdin)
 	return nil
 }
 

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/natgw/natgw/gwimage/protocol"
+	"github.com/natgw/natgw/agentapi"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/internal/syncbuf"
 	"github.com/natgw/natgw/nat"
@@ -61,7 +61,7 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 
 // agent is a running `natgw serve` child process and a Client on its pipes.
 type agent struct {
-	*protocol.Client
+	*agentapi.Client
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	stdout io.ReadCloser
@@ -86,7 +86,7 @@ func startAgent(t testing.TB, ns string, extra ...string) *agent {
 		t.Fatal(err)
 	}
 	go func() { a.done <- cmd.Wait() }()
-	a.Client = protocol.NewClient(a.stdout, a.stdin)
+	a.Client = agentapi.NewClient(a.stdout, a.stdin)
 	t.Cleanup(func() {
 		a.Client.Close()
 		a.wait(t)
@@ -282,11 +282,11 @@ func TestProtocolRoundTrips(t *testing.T) {
 			}
 			// Errors come back with their codes and the agent goes on.
 			err = a.Apply(ctx, nat.Object{UID: "fip-2", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: netlab.EIP(0), InternalIP: netlab.VMAddr(2)}})
-			if pe, ok := err.(*protocol.Error); !ok || pe.Code != protocol.CodeConflict || pe.Field != "fip.eip" || pe.Value != netlab.EIP(0).String() {
+			if pe, ok := err.(*agentapi.Error); !ok || pe.Code != agentapi.CodeConflict || pe.Field != "fip.eip" || pe.Value != netlab.EIP(0).String() {
 				t.Fatalf("conflicting apply = %v", err)
 			}
 			err = a.Apply(ctx, nat.Object{UID: "bad", Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: netlab.EIP(2), InternalCIDR: netip.MustParsePrefix("10.0.0.1/8")}})
-			if pe, ok := err.(*protocol.Error); !ok || pe.Code != protocol.CodeInvalid || pe.Field != "snat.internalCIDR" || pe.UID != "bad" {
+			if pe, ok := err.(*agentapi.Error); !ok || pe.Code != agentapi.CodeInvalid || pe.Field != "snat.internalCIDR" || pe.UID != "bad" {
 				t.Fatalf("invalid apply = %v", err)
 			}
 			if err := a.Delete(ctx, "fip-1", "dnat-1", "no-such-uid"); err != nil {
@@ -376,11 +376,11 @@ func TestMalformedAndOversizedLines(t *testing.T) {
 	defer cmd.Wait()
 	defer stdin.Close()
 	dec := json.NewDecoder(stdout)
-	send := func(b []byte) protocol.Response {
+	send := func(b []byte) agentapi.Response {
 		t.Helper()
 		errc := make(chan error, 1)
 		go func() { _, err := stdin.Write(b); errc <- err }()
-		var r protocol.Response
+		var r agentapi.Response
 		if err := dec.Decode(&r); err != nil {
 			t.Fatalf("read response: %v\nstderr: %s", err, stderr.String())
 		}
@@ -389,7 +389,7 @@ func TestMalformedAndOversizedLines(t *testing.T) {
 		}
 		return r
 	}
-	huge := append([]byte(`{"id":3,"op":"delete","uids":["`), bytes.Repeat([]byte("x"), protocol.MaxLineBytes)...)
+	huge := append([]byte(`{"id":3,"op":"delete","uids":["`), bytes.Repeat([]byte("x"), agentapi.MaxLineBytes)...)
 	huge = append(huge, `"]}`+"\n"...)
 	for _, tc := range []struct {
 		line  []byte
@@ -403,7 +403,7 @@ func TestMalformedAndOversizedLines(t *testing.T) {
 		{[]byte(`{"id":4,"op":"frobnicate"}` + "\n"), 4, "op", "frobnicate"},
 	} {
 		r := send(tc.line)
-		if r.OK || r.ID != tc.id || r.Error == nil || r.Error.Code != protocol.CodeBadRequest || r.Error.Field != tc.field ||
+		if r.OK || r.ID != tc.id || r.Error == nil || r.Error.Code != agentapi.CodeBadRequest || r.Error.Field != tc.field ||
 			!strings.Contains(r.Error.Message+r.Error.Value, tc.msg) {
 			t.Fatalf("line %.50q: response %+v %+v", tc.line, r, r.Error)
 		}
@@ -435,12 +435,12 @@ func TestServeSocket(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	dial := func() *protocol.Client {
+	dial := func() *agentapi.Client {
 		t.Helper()
 		for i := 0; ; i++ {
 			c, err := net.Dial("unix", sock)
 			if err == nil {
-				cl := protocol.NewClient(c, c)
+				cl := agentapi.NewClient(c, c)
 				t.Cleanup(func() { cl.Close() })
 				return cl
 			}

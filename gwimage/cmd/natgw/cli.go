@@ -21,7 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
 
-	"github.com/natgw/natgw/gwimage/protocol"
+	"github.com/natgw/natgw/agentapi"
 	"github.com/natgw/natgw/gwimage/version"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/planes"
@@ -61,10 +61,10 @@ func cmdServe(ctx context.Context, e env, g *globals, args []string) int {
 	// Reading a big table back leaves its garbage behind: return it to
 	// the system while the first requests are served.
 	go debug.FreeOSMemory()
-	info := protocol.Info{Version: version.Version}
+	info := agentapi.Info{Version: version.Version}
 	sctx := logr.NewContext(ctx, log)
 	if *socket == "" {
-		err = protocol.Serve(sctx, dp, e.stdin, e.stdout, info, serveOptions...)
+		err = agentapi.Serve(sctx, dp, e.stdin, e.stdout, info, serveOptions...)
 	} else {
 		err = serveSocket(sctx, dp, *socket, info, log)
 	}
@@ -82,10 +82,10 @@ func cmdServe(ctx context.Context, e env, g *globals, args []string) int {
 // serveOptions are the protocol options of natgw serve: the memory of a
 // request of a megabyte or more (a sync or list of thousands of objects) goes
 // back to the system once it is answered.
-var serveOptions = []protocol.Option{protocol.WithReleaseMemory(1 << 20)}
+var serveOptions = []agentapi.Option{agentapi.WithReleaseMemory(1 << 20)}
 
 // serveSocket accepts connections on a unix socket until ctx ends.
-func serveSocket(ctx context.Context, dp nat.Dataplane, path string, info protocol.Info, log logr.Logger) error {
+func serveSocket(ctx context.Context, dp nat.Dataplane, path string, info agentapi.Info, log logr.Logger) error {
 	_ = os.Remove(path) // a stale socket of an earlier agent
 	ln, err := net.Listen("unix", path)
 	if err != nil {
@@ -109,7 +109,7 @@ func serveSocket(ctx context.Context, dp nat.Dataplane, path string, info protoc
 			defer conn.Close()
 			stop := context.AfterFunc(ctx, func() { conn.Close() })
 			defer stop()
-			if err := protocol.Serve(ctx, dp, conn, conn, info, serveOptions...); err != nil && ctx.Err() == nil {
+			if err := agentapi.Serve(ctx, dp, conn, conn, info, serveOptions...); err != nil && ctx.Err() == nil {
 				log.Error(err, "connection ended")
 			}
 		}()
@@ -354,7 +354,7 @@ func cmdInfo(ctx context.Context, e env, g *globals, args []string) int {
 		if err != nil {
 			return err
 		}
-		in := protocol.Info{Version: version.Version, Dataplane: dp.Name(), BootID: dp.BootID(), Counts: map[nat.Kind]int{}}
+		in := agentapi.Info{Version: version.Version, Dataplane: dp.Name(), BootID: dp.BootID(), Counts: map[nat.Kind]int{}}
 		for _, o := range objs {
 			in.Counts[o.Kind]++
 		}

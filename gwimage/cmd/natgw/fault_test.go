@@ -11,7 +11,7 @@ import (
 
 	nft "github.com/google/nftables"
 
-	"github.com/natgw/natgw/gwimage/protocol"
+	"github.com/natgw/natgw/agentapi"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/netns"
@@ -136,7 +136,7 @@ func TestKillDuringLargeSync(t *testing.T) {
 		a.wait(t)
 		err := <-errc
 		if err != nil {
-			if !errors.Is(err, protocol.ErrClosed) {
+			if !errors.Is(err, agentapi.ErrClosed) {
 				t.Fatalf("sync cut by kill: %v, want ErrClosed", err)
 			}
 			interrupted++
