@@ -325,7 +325,9 @@ func measureS6(ctx context.Context, e *Env, r *s6Result) (err error) {
 		return err
 	}
 	defer func() {
-		if err != nil {
+		// A failure keeps the controller's log for the report; an
+		// interrupted run writes no report, so it keeps nothing.
+		if err != nil && ctx.Err() == nil {
 			r.log = filepath.Join(tmp, "controller.log")
 			return
 		}
