@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
@@ -304,6 +305,23 @@ func (e *env) installAdmission() {
 }
 
 // meta returns ObjectMeta for a test object.
+// watchFIPs watches the test's FIP rules (its own client, so the watch
+// sees what the API server sends, not the controller's cache). Stopped at
+// the test's end.
+func (e *env) watchFIPs() watch.Interface {
+	e.t.Helper()
+	wc, err := client.NewWithWatch(e.cfg, client.Options{Scheme: testScheme})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	w, err := wc.Watch(e.ctx, &v1.IptablesFIPRuleList{}, client.MatchingLabels{testLabel: e.case_})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(w.Stop)
+	return w
+}
+
 func (e *env) meta(name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: e.case_ + "-" + name, Labels: map[string]string{testLabel: e.case_}}
 }

@@ -276,15 +276,7 @@ func TestLatency200FIPs(t *testing.T) {
 			readyAt := make([]time.Time, n)
 			var mu sync.Mutex
 			// Watch for readiness from a separate goroutine.
-			wc, err := client.NewWithWatch(e.cfg, client.Options{Scheme: testScheme})
-			if err != nil {
-				t.Fatal(err)
-			}
-			w, err := wc.Watch(e.ctx, &v1.IptablesFIPRuleList{}, client.MatchingLabels{testLabel: e.case_})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Stop()
+			w := e.watchFIPs()
 			index := map[string]int{}
 			for i := range n {
 				index[fmt.Sprintf("%s-fip-%d", e.case_, i)] = i

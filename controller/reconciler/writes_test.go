@@ -43,15 +43,7 @@ func TestWritesPerRule(t *testing.T) {
 				t.Errorf("EIP labels %v: the policy sets %s from spec.natGwDp", eip.Labels, v1.LabelVpcNatGwName)
 			}
 
-			wc, err := client.NewWithWatch(e.cfg, client.Options{Scheme: testScheme})
-			if err != nil {
-				t.Fatal(err)
-			}
-			w, err := wc.Watch(e.ctx, &v1.IptablesFIPRuleList{}, client.MatchingLabels{testLabel: e.case_})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Stop()
+			w := e.watchFIPs()
 
 			f := e.fip("fip", "eip", e.gw.VMs[0].Addr)
 			e.create(f)
