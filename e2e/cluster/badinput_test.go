@@ -32,23 +32,15 @@ import (
 // deleted one), with traffic through the FIP that survived.
 func TestGatewayNotRunning(t *testing.T) {
 	fw.ForEachDataplane(t, func(t *testing.T, dp string) {
-		s := newStack(t, dp)
-		lab := netlab.ForTest(t)
 		name := "n-" + dp[:3]
-		g := startGateway(t, s, lab, name, 1)
+		s, lab, g := readyGateway(t, dp, name, 1)
 		gwObj := &v1.VpcNatGateway{}
 		gwObj.Name = name
-		s.WaitReady(gwObj)
 		cs, err := env.c.Clientset()
 		if err != nil {
 			t.Fatal(err)
 		}
-		var eips []*v1.IptablesEIP
-		for i := 0; i < 3; i++ {
-			e := fw.EIP(fmt.Sprintf("%s-e%d", name, i), name, netlab.EIP(20+i))
-			s.Create(e)
-			eips = append(eips, e)
-		}
+		eips := createEIPs(s, name, 20, 3)
 		keep := fw.FIP(name+"-keep", eips[0].Name, g.VMs[0].Addr)
 		del := fw.FIP(name+"-del", eips[2].Name, g.VMs[0].Addr)
 		del.Spec.InternalIP = "10.251.0.2"
@@ -99,22 +91,10 @@ func TestGatewayNotRunning(t *testing.T) {
 		leaked := kernelHoldsExactly(t, s, g, eips[0], eips[1], eips[2], keep, added)
 		s.CheckPaths(30*time.Second, g.ExtTo(fw.TCP, netlab.EIP(20), fw.VMPort, 0))
 
-		s.DeleteAll(90 * time.Second)
-		k, err := fw.ReadKernel(s.Ctx, g.Gateway, dp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		left := k.Count() + len(k.EIPAddrs())
-		if left > 0 {
-			t.Errorf("%d entries and EIP addresses %v left in the pod's namespace", k.Count(), k.EIPAddrs())
-		}
-		stuck, err := s.ObjectUIDs()
-		if err != nil {
-			t.Fatal(err)
-		}
+		left, _, stuck := deleteAll(t, s, g, 90*time.Second)
 		clusterSummary(t, "gateway-not-running", dp, "pod", g.Pod.Name, "gateway_notready_in", notReadyIn,
 			"warning_events", warnings, "recovered_in", recoveredIn, "delete_while_down_released_in", releasedIn,
-			"leaked_kernel_entries", leaked+left, "stuck_terminating", len(stuck))
+			"leaked_kernel_entries", leaked+left, "stuck_terminating", stuck)
 	})
 }
 
@@ -177,21 +157,9 @@ func TestExecStartFails(t *testing.T) {
 		leaked := kernelHoldsExactly(t, s, g, eip, fip)
 		s.CheckPaths(30*time.Second, g.ExtTo(fw.TCP, netlab.EIP(30), fw.VMPort, 0))
 
-		s.DeleteAll(90 * time.Second)
-		k, err := fw.ReadKernel(s.Ctx, g.Gateway, dp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		left := k.Count() + len(k.EIPAddrs())
-		if left > 0 {
-			t.Errorf("%d entries and EIP addresses %v left in the pod's namespace", k.Count(), k.EIPAddrs())
-		}
-		stuck, err := s.ObjectUIDs()
-		if err != nil {
-			t.Fatal(err)
-		}
+		left, _, stuck := deleteAll(t, s, g, 90*time.Second)
 		clusterSummary(t, "exec-start-fails", dp, "gateway_notready_in", notReadyIn, "warning_events", warnings,
-			"recovered_in", recoveredIn, "leaked_kernel_entries", leaked+left, "stuck_terminating", len(stuck))
+			"recovered_in", recoveredIn, "leaked_kernel_entries", leaked+left, "stuck_terminating", stuck)
 	})
 }
 

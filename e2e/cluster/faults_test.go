@@ -52,23 +52,13 @@ type fault struct {
 // real traffic, and that deleting everything leaves nothing.
 func TestFaults(t *testing.T) {
 	fw.ForEachDataplane(t, func(t *testing.T, dp string) {
-		s := newStack(t, dp)
-		lab := netlab.ForTest(t)
 		name := "f-" + dp[:3]
-		g := startGateway(t, s, lab, name, stormEIPs)
-		gwObj := &v1.VpcNatGateway{}
-		gwObj.Name = name
-		s.WaitReady(gwObj)
+		s, lab, g := readyGateway(t, dp, name, stormEIPs)
 		cs, err := env.c.Clientset()
 		if err != nil {
 			t.Fatal(err)
 		}
-		var eips []*v1.IptablesEIP
-		for i := 0; i < stormEIPs; i++ {
-			e := fw.EIP(fmt.Sprintf("%s-e%d", name, i), name, netlab.EIP(10+i))
-			s.Create(e)
-			eips = append(eips, e)
-		}
+		eips := createEIPs(s, name, 10, stormEIPs)
 		for _, e := range eips {
 			s.WaitReady(e)
 		}
@@ -119,21 +109,9 @@ func TestFaults(t *testing.T) {
 		s.WaitReady(final)
 		s.CheckPaths(30*time.Second, g.ExtTo(fw.TCP, netlab.EIP(10), fw.VMPort, 0), g.VMOut(fw.UDP, 0, netlab.EIP(10)))
 
-		delIn := s.DeleteAll(90 * time.Second)
-		k, err := fw.ReadKernel(s.Ctx, g.Gateway, dp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		left := k.Count() + len(k.EIPAddrs())
-		if left > 0 {
-			t.Errorf("after deleting everything: %d entries, EIP addresses %v in the pod's namespace:\n%s", k.Count(), k.EIPAddrs(), k.Dump)
-		}
-		stuck, err := s.ObjectUIDs()
-		if err != nil {
-			t.Fatal(err)
-		}
+		left, delIn, stuck := deleteAll(t, s, g, 90*time.Second)
 		clusterSummary(t, "storm-faults", dp, "cycles", total, "phases", len(faults), "workers", stormWorkers,
-			"left_after_delete_all", left, "delete_all_in", delIn, "stuck_terminating", len(stuck))
+			"left_after_delete_all", left, "delete_all_in", delIn, "stuck_terminating", stuck)
 	})
 }
 

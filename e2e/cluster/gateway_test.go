@@ -231,3 +231,49 @@ func deleteStatefulSet(t *testing.T, cs kubernetes.Interface, name string) {
 		}
 	}
 }
+
+// readyGateway starts a stack on dp and gateway name (a pod of the natgw
+// image with vms VPC hosts) and waits until the VpcNatGateway is Ready.
+func readyGateway(t *testing.T, dp, name string, vms int) (*fw.Stack, *netlab.Lab, *podGateway) {
+	t.Helper()
+	s := newStack(t, dp)
+	lab := netlab.ForTest(t)
+	g := startGateway(t, s, lab, name, vms)
+	gw := &v1.VpcNatGateway{}
+	gw.Name = name
+	s.WaitReady(gw)
+	return s, lab, g
+}
+
+// createEIPs creates n IptablesEIPs <gateway>-e<i> on gateway with the
+// addresses netlab.EIP(first+i).
+func createEIPs(s *fw.Stack, gateway string, first, n int) []*v1.IptablesEIP {
+	eips := make([]*v1.IptablesEIP, n)
+	for i := range eips {
+		eips[i] = fw.EIP(fmt.Sprintf("%s-e%d", gateway, i), gateway, netlab.EIP(first+i))
+		s.Create(eips[i])
+	}
+	return eips
+}
+
+// deleteAll deletes every object and reports what the gateway pod's
+// namespace still holds afterwards (kernel entries plus EIP addresses,
+// also as a test error), how long the delete took, and how many objects
+// are stuck terminating.
+func deleteAll(t *testing.T, s *fw.Stack, g *podGateway, timeout time.Duration) (left int, took time.Duration, stuck int) {
+	t.Helper()
+	took = s.DeleteAll(timeout)
+	k, err := fw.ReadKernel(s.Ctx, g.Gateway, s.Dataplane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left = k.Count() + len(k.EIPAddrs())
+	if left > 0 {
+		t.Errorf("after deleting everything: %d entries, EIP addresses %v in the pod's namespace:\n%s", k.Count(), k.EIPAddrs(), k.Dump)
+	}
+	uids, err := s.ObjectUIDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return left, took, len(uids)
+}

@@ -7,10 +7,8 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/natgw/natgw/controller/api/v1"
 	fw "github.com/natgw/natgw/e2e/framework"
 	"github.com/natgw/natgw/internal/clusterstack"
-	"github.com/natgw/natgw/internal/netlab"
 )
 
 // TestLatency measures the real path (clusterstack.Measure, which bench
@@ -21,19 +19,12 @@ import (
 // gateway pod. Afterwards the pod's namespace holds nothing.
 func TestLatency(t *testing.T) {
 	fw.ForEachDataplane(t, func(t *testing.T, dp string) {
-		s := newStack(t, dp)
-		lab := netlab.ForTest(t)
 		name := "l-" + dp[:3]
-		g := startGateway(t, s, lab, name, 1)
-		gwObj := &v1.VpcNatGateway{}
-		gwObj.Name = name
-		s.WaitReady(gwObj)
+		s, _, g := readyGateway(t, dp, name, 1)
 		sz := clusterstack.DefaultSizes
 		var eips []string
 		var objs []client.Object
-		for i := 0; i < sz.Burst; i++ {
-			e := fw.EIP(fmt.Sprintf("%s-e%d", name, i), name, netlab.EIP(i))
-			s.Create(e)
+		for _, e := range createEIPs(s, name, 0, sz.Burst) {
 			eips = append(eips, e.Name)
 			objs = append(objs, e)
 		}
@@ -59,15 +50,7 @@ func TestLatency(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.DeleteAll(90 * time.Second)
-		k, err := fw.ReadKernel(s.Ctx, g.Gateway, dp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		left := k.Count() + len(k.EIPAddrs())
-		if left > 0 {
-			t.Errorf("%d entries and EIP addresses %v left in the pod's namespace", k.Count(), k.EIPAddrs())
-		}
+		left, _, _ := deleteAll(t, s, g, 90*time.Second)
 		clusterSummary(t, "latency", dp, append(r.KV(), "leaked_kernel_entries", left)...)
 	})
 }
