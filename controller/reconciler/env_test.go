@@ -305,6 +305,27 @@ func (e *env) installAdmission() {
 }
 
 // meta returns ObjectMeta for a test object.
+// indexedClient returns a client that reads from an informer cache with
+// the controller's indexes (registerIndexes), as the binary's does: the
+// Source lists a gateway's objects by index, which a direct client cannot.
+// The cache runs until the test ends.
+func (e *env) indexedClient() client.Client {
+	e.t.Helper()
+	ca, err := cache.New(e.cfg, cache.Options{Scheme: testScheme})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := registerIndexes(e.ctx, ca); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { _ = ca.Start(e.ctx) }()
+	c, err := client.New(e.cfg, client.Options{Scheme: testScheme, Cache: &client.CacheOptions{Reader: ca}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
 // watchFIPs watches the test's FIP rules (its own client, so the watch
 // sees what the API server sends, not the controller's cache). Stopped at
 // the test's end.

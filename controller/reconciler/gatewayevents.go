@@ -63,15 +63,13 @@ func gatewayRequest(_ context.Context, gw string) []reconcile.Request {
 // eipsOfGateway maps a gateway change to the gateway's EIPs.
 func (d *Deps) eipsOfGateway(ctx context.Context, gw string) []reconcile.Request {
 	list := &v1.IptablesEIPList{}
-	if err := d.Client.List(ctx, list); err != nil {
+	if err := d.Client.List(ctx, list, client.MatchingFields{gatewayIndex: gw}); err != nil {
 		d.Log.Error(err, "map gateway to EIPs", "gateway", gw)
 		return nil
 	}
-	var reqs []reconcile.Request
+	reqs := make([]reconcile.Request, 0, len(list.Items))
 	for _, e := range list.Items {
-		if e.Spec.NatGwDp == gw {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: e.Name}})
-		}
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: e.Name}})
 	}
 	return reqs
 }

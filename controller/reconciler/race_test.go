@@ -127,7 +127,12 @@ func TestFinalizerAddFailsNothingProgrammed(t *testing.T) {
 	e := newEnv(t, envOptions{noManager: true})
 	gcfg := gwconfigFor(e)
 	deps := &Deps{Client: e.c, APIReader: e.c, Log: testLog(t)}
-	deps.Registry = gateway.NewRegistry(gateway.Options{Transport: e.tr, Source: NewSource(deps), Config: gcfg, DefaultDataplane: e.dataplane, Log: testLog(t)})
+	// The reconciler reads through e.c (the cases below give it stale
+	// views); the gateway's desired sets come from an indexed cache, as
+	// in the binary.
+	src := &Deps{Client: e.indexedClient(), APIReader: e.c, Log: testLog(t)}
+	deps.Registry = gateway.NewRegistry(gateway.Options{Transport: e.tr, Source: NewSource(src), Config: gcfg, DefaultDataplane: e.dataplane, Log: testLog(t)})
+	src.Registry = deps.Registry
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	go func() { _ = deps.Registry.Start(ctx) }()

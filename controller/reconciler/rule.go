@@ -144,24 +144,27 @@ func (r *ruleReconciler[T]) finish(ctx context.Context, log logr.Logger, obj T, 
 	return f.result()
 }
 
-// desired returns the gateway objects of this kind that belong on gateway
-// gw: rules with the finalizer, not terminating, whose EIP resolves to gw.
-func (r *ruleReconciler[T]) desired(ctx context.Context, gw string) ([]owned, error) {
-	list := r.k.newList()
-	if err := r.Client.List(ctx, list); err != nil {
-		return nil, err
-	}
+// desired returns the gateway objects of this kind that belong on the
+// gateway of eips (its EIPs that are not being deleted): rules with the
+// finalizer, not terminating, on one of those EIPs that has an address.
+func (r *ruleReconciler[T]) desired(ctx context.Context, eips []*v1.IptablesEIP) ([]owned, error) {
 	var out []owned
-	for _, o := range r.k.items(list) {
-		if !isLive(o) {
+	for _, e := range eips {
+		addr, err := eipAddress(e)
+		if err != nil || !addr.IsValid() {
 			continue
 		}
-		ref, f := r.resolveEIP(ctx, r.k.eipName(o), false)
-		if f != nil || ref.gateway != gw {
-			continue
+		list := r.k.newList()
+		if err := r.Client.List(ctx, list, client.MatchingFields{eipIndex: e.Name}); err != nil {
+			return nil, err
 		}
-		if n, err := r.k.build(o, ref.addr); err == nil {
-			out = append(out, owned{obj: n, created: o.GetCreationTimestamp().Time})
+		for _, o := range r.k.items(list) {
+			if !isLive(o) {
+				continue
+			}
+			if n, err := r.k.build(o, addr); err == nil {
+				out = append(out, owned{obj: n, created: o.GetCreationTimestamp().Time})
+			}
 		}
 	}
 	return out, nil

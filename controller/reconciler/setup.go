@@ -21,6 +21,13 @@ import (
 // eipIndex indexes rules by spec.eip.
 const eipIndex = "spec.eip"
 
+// gatewayIndex indexes IptablesEIPs by spec.natGwDp: a gateway's desired
+// set and its connection events read only that gateway's EIPs (and, by
+// eipIndex, their rules), so their cost follows the gateway's objects,
+// not every object of every gateway (the cache deep-copies what a List
+// returns).
+const gatewayIndex = "spec.natGwDp"
+
 // Config configures Setup.
 type Config struct {
 	// Workers is MaxConcurrentReconciles of every controller.
@@ -59,6 +66,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 		return nil, fmt.Errorf("add gateway registry: %w", err)
 	}
 
+	if err := registerIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return nil, err
+	}
 	opts := controller.Options{MaxConcurrentReconciles: cfg.Workers}
 	if cfg.SkipNameValidation {
 		t := true
@@ -101,20 +111,48 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 	return reg, nil
 }
 
-// setupRule indexes kind k by spec.eip and registers its controller: it
-// watches its own objects, its EIPs (a rule waiting for its EIP is
-// reconciled when the EIP appears or becomes ready), and the rules of every
-// kind (a rule refused because its EIP was in use is retried when another
-// rule on that EIP changes or goes away).
-func setupRule[T client.Object](ctx context.Context, mgr ctrl.Manager, deps *Deps, k ruleKind[T], name string, opts controller.Options) error {
-	if err := mgr.GetFieldIndexer().IndexField(ctx, k.newObj(), eipIndex, func(o client.Object) []string {
+// registerIndexes registers the cache indexes the reconcilers and the
+// Source read by: rules of each kind by spec.eip, EIPs by spec.natGwDp.
+func registerIndexes(ctx context.Context, idx client.FieldIndexer) error {
+	if err := idx.IndexField(ctx, &v1.IptablesEIP{}, gatewayIndex, func(o client.Object) []string {
+		if e, ok := o.(*v1.IptablesEIP); ok && e.Spec.NatGwDp != "" {
+			return []string{e.Spec.NatGwDp}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index IptablesEIPs by %s: %w", gatewayIndex, err)
+	}
+	for _, err := range []error{
+		indexByEIP(ctx, idx, fipKind),
+		indexByEIP(ctx, idx, dnatKind),
+		indexByEIP(ctx, idx, snatKind),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// indexByEIP indexes rule kind k by spec.eip.
+func indexByEIP[T client.Object](ctx context.Context, idx client.FieldIndexer, k ruleKind[T]) error {
+	if err := idx.IndexField(ctx, k.newObj(), eipIndex, func(o client.Object) []string {
 		if t, ok := o.(T); ok {
 			return []string{k.eipName(t)}
 		}
 		return nil
 	}); err != nil {
-		return fmt.Errorf("index %s by %s: %w", name, eipIndex, err)
+		return fmt.Errorf("index %T by %s: %w", k.newObj(), eipIndex, err)
 	}
+	return nil
+}
+
+// setupRule registers the controller of rule kind k: it
+// watches its own objects, its EIPs (a rule waiting for its EIP is
+// reconciled when the EIP appears or becomes ready), and the rules of every
+// kind (a rule refused because its EIP was in use is retried when another
+// rule on that EIP changes or goes away).
+func setupRule[T client.Object](ctx context.Context, mgr ctrl.Manager, deps *Deps, k ruleKind[T], name string, opts controller.Options) error {
 	r := &ruleReconciler[T]{Deps: deps, k: k}
 	rulesOfEIP := func(onlyWaiting bool) handler.MapFunc {
 		return func(ctx context.Context, o client.Object) []reconcile.Request {

@@ -52,7 +52,7 @@ func liveCount(list client.ObjectList) (int, error) {
 type Source struct {
 	deps  *Deps
 	rules []interface {
-		desired(ctx context.Context, gw string) ([]owned, error)
+		desired(ctx context.Context, eips []*v1.IptablesEIP) ([]owned, error)
 	}
 	eips *eipReconciler
 }
@@ -64,7 +64,7 @@ func NewSource(deps *Deps) *Source {
 	return &Source{
 		deps: deps,
 		rules: []interface {
-			desired(ctx context.Context, gw string) ([]owned, error)
+			desired(ctx context.Context, eips []*v1.IptablesEIP) ([]owned, error)
 		}{
 			&ruleReconciler[*v1.IptablesFIPRule]{Deps: deps, k: fipKind},
 			&ruleReconciler[*v1.IptablesDnatRule]{Deps: deps, k: dnatKind},
@@ -80,12 +80,16 @@ func NewSource(deps *Deps) *Source {
 func (s *Source) Desired(ctx context.Context, gw string) ([]nat.Object, error) {
 	var all []owned
 	eips := &v1.IptablesEIPList{}
-	if err := s.deps.Client.List(ctx, eips); err != nil {
+	if err := s.deps.Client.List(ctx, eips, client.MatchingFields{gatewayIndex: gw}); err != nil {
 		return nil, fmt.Errorf("list IptablesEIPs: %w", err)
 	}
+	onGW := make([]*v1.IptablesEIP, 0, len(eips.Items))
 	for i := range eips.Items {
 		e := &eips.Items[i]
-		if !isLive(e) || e.Spec.NatGwDp != gw {
+		if e.DeletionTimestamp.IsZero() {
+			onGW = append(onGW, e) // rules of an EIP being deleted are not desired
+		}
+		if !isLive(e) {
 			continue
 		}
 		if o, f := s.eips.build(ctx, e); f == nil {
@@ -93,7 +97,7 @@ func (s *Source) Desired(ctx context.Context, gw string) ([]nat.Object, error) {
 		}
 	}
 	for _, r := range s.rules {
-		objs, err := r.desired(ctx, gw)
+		objs, err := r.desired(ctx, onGW)
 		if err != nil {
 			return nil, fmt.Errorf("desired rules: %w", err)
 		}

@@ -111,7 +111,21 @@ func TestDeleteAfterCrashBeforeStatus(t *testing.T) {
 
 func testDeleteAfterCrash(t *testing.T, dp string, deleteWhileDown bool) {
 	e := newEnv(t, envOptions{noManager: true, dataplane: dp})
-	deps := &Deps{Client: e.c, APIReader: e.c, Log: testLog(t)}
+	cached := e.indexedClient()
+	deps := &Deps{Client: cached, APIReader: e.c, Log: testLog(t)}
+	terminatingInCache := func(obj client.Object) {
+		t.Helper()
+		e.eventually(30*time.Second, "the cache sees "+obj.GetName()+" terminating", func() error {
+			cur := obj.DeepCopyObject().(client.Object)
+			if err := cached.Get(e.ctx, client.ObjectKeyFromObject(obj), cur); err != nil {
+				return err
+			}
+			if cur.GetDeletionTimestamp().IsZero() {
+				return fmt.Errorf("not terminating in the cache yet")
+			}
+			return nil
+		})
+	}
 	deps.Registry = gateway.NewRegistry(gateway.Options{Transport: e.tr, Source: NewSource(deps), Config: gwconfigFor(e), DefaultDataplane: dp, Log: testLog(t)})
 	eips := &eipReconciler{Deps: deps}
 	fips := &ruleReconciler[*v1.IptablesFIPRule]{Deps: deps, k: fipKind}
@@ -137,6 +151,18 @@ func testDeleteAfterCrash(t *testing.T, dp string, deleteWhileDown bool) {
 		t.Fatal(err)
 	}
 	e.natgwCLI(dp, "apply", eipObj, fipObj)
+	// The new process starts once its cache holds both objects (as the
+	// registry starts after the caches synced).
+	e.eventually(30*time.Second, "the cache has the EIP's address and the FIP", func() error {
+		ce, cf := &v1.IptablesEIP{}, &v1.IptablesFIPRule{}
+		if err := cached.Get(e.ctx, client.ObjectKeyFromObject(eip), ce); err != nil {
+			return err
+		}
+		if ce.Status.IP == "" {
+			return fmt.Errorf("EIP status not in the cache yet")
+		}
+		return cached.Get(e.ctx, client.ObjectKeyFromObject(f), cf)
+	})
 	if _, ok := hasUID(e.kernelObjects(dp), f.UID); !ok {
 		t.Fatal("setup: the FIP is not in the kernel")
 	}
@@ -144,6 +170,7 @@ func testDeleteAfterCrash(t *testing.T, dp string, deleteWhileDown bool) {
 		if err := e.c.Delete(e.ctx, f); err != nil {
 			t.Fatal(err)
 		}
+		terminatingInCache(f)
 	}
 
 	// The new controller process: its registry connects the gateway.
@@ -168,6 +195,7 @@ func testDeleteAfterCrash(t *testing.T, dp string, deleteWhileDown bool) {
 		if err := e.c.Delete(e.ctx, f); err != nil {
 			t.Fatal(err)
 		}
+		terminatingInCache(f)
 	}
 	cur := &v1.IptablesFIPRule{}
 	if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(f), cur); err != nil {
@@ -197,6 +225,7 @@ func testDeleteAfterCrash(t *testing.T, dp string, deleteWhileDown bool) {
 	if err := e.c.Delete(e.ctx, eip); err != nil {
 		t.Fatal(err)
 	}
+	terminatingInCache(eip)
 	if _, err := eips.Reconcile(e.ctx, reqFor(eip)); err != nil {
 		t.Fatal(err)
 	}
