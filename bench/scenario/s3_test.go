@@ -17,17 +17,7 @@ import (
 // planes against a real kube-apiserver + etcd: the figures, targets,
 // metrics and plot must all be produced.
 func TestS3Tiny(t *testing.T) {
-	if reason := netlab.Unavailable(); reason != "" {
-		t.Skip(reason)
-	}
-	e := &Env{Quick: true, OutDir: t.TempDir(), Report: &report.Report{Title: "test"}, EnvtestAssets: apitest.Assets(), CRDDir: apitest.CRDDir()}
-	if why := envtestReady(e); why != "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s (required as root in CI)", why)
-		}
-		t.Skip("SKIP: " + why)
-	}
-	e.Natgw = testAgentBinary(t)
+	e := controlPlaneEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	plan := QuickPlan()
@@ -218,4 +208,23 @@ apiserver_request_total_other{verb="POST"} 1000
 			}
 		})
 	}
+}
+
+// controlPlaneEnv is the Env of the control-plane scenarios' tests (3 and
+// 6): quick, a temporary report, the envtest assets (required as root in
+// CI, else the test skips) and the natgw agent built for the test.
+func controlPlaneEnv(t *testing.T) *Env {
+	t.Helper()
+	if reason := netlab.Unavailable(); reason != "" {
+		t.Skip(reason)
+	}
+	e := &Env{Quick: true, OutDir: t.TempDir(), Report: &report.Report{Title: "test"}, EnvtestAssets: apitest.Assets(), CRDDir: apitest.CRDDir()}
+	if why := envtestReady(e); why != "" {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s (required as root in CI)", why)
+		}
+		t.Skip("SKIP: " + why)
+	}
+	e.Natgw = testAgentBinary(t)
+	return e
 }

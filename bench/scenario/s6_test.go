@@ -3,15 +3,11 @@ package scenario
 import (
 	"context"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/natgw/natgw/bench/report"
 	v1 "github.com/natgw/natgw/controller/api/v1"
-	"github.com/natgw/natgw/internal/apitest"
-	"github.com/natgw/natgw/internal/netlab"
 )
 
 // TestS6Tiny runs scenario 6 with 2 gateways, 30 rules and 3 paced FIPs:
@@ -19,17 +15,7 @@ import (
 // kube-apiserver + etcd and `natgw serve` in two namespaces. The figures
 // must be there and consistent with each other and with the size.
 func TestS6Tiny(t *testing.T) {
-	if reason := netlab.Unavailable(); reason != "" {
-		t.Skip(reason)
-	}
-	e := &Env{Quick: true, OutDir: t.TempDir(), Report: &report.Report{Title: "test"}, EnvtestAssets: apitest.Assets(), CRDDir: apitest.CRDDir()}
-	if why := envtestReady(e); why != "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s (required as root in CI)", why)
-		}
-		t.Skip("SKIP: " + why)
-	}
-	e.Natgw = testAgentBinary(t)
+	e := controlPlaneEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	plan := s6Plan{Gateways: 2, Rules: 30, Paced: 3, Creators: 4, Workers: 2}

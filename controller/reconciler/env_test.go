@@ -326,6 +326,20 @@ func (e *env) indexedClient() client.Client {
 	return c
 }
 
+// programmedEIP creates an IptablesEIP as a controller that programmed it
+// left it: with natgw's finalizer and a Ready status naming its address.
+func (e *env) programmedEIP(name string, addr netip.Addr) *v1.IptablesEIP {
+	e.t.Helper()
+	eip := e.eip(name, addr)
+	eip.Finalizers = []string{Finalizer}
+	e.create(eip)
+	eip.Status = v1.IptablesEIPStatus{Ready: true, IP: addr.String()}
+	if err := e.c.Status().Update(e.ctx, eip); err != nil {
+		e.t.Fatal(err)
+	}
+	return eip
+}
+
 // watchFIPs watches the test's FIP rules (its own client, so the watch
 // sees what the API server sends, not the controller's cache). Stopped at
 // the test's end.

@@ -141,13 +141,7 @@ func TestFinalizerAddFailsNothingProgrammed(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	eip := e.eip("eip", netlab.EIP(6))
-	eip.Finalizers = []string{Finalizer}
-	e.create(eip)
-	eip.Status = v1.IptablesEIPStatus{Ready: true, IP: netlab.EIP(6).String()}
-	if err := e.c.Status().Update(e.ctx, eip); err != nil {
-		t.Fatal(err)
-	}
+	eip := e.programmedEIP("eip", netlab.EIP(6))
 
 	// Each case returns the stale view the reconciler reads.
 	cases := []struct {

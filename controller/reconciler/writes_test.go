@@ -130,13 +130,7 @@ func testDeleteAfterCrash(t *testing.T, dp string, deleteWhileDown bool) {
 	eips := &eipReconciler{Deps: deps}
 	fips := &ruleReconciler[*v1.IptablesFIPRule]{Deps: deps, k: fipKind}
 
-	eip := e.eip("eip", netlab.EIP(8))
-	eip.Finalizers = []string{Finalizer}
-	e.create(eip)
-	eip.Status = v1.IptablesEIPStatus{Ready: true, IP: netlab.EIP(8).String()}
-	if err := e.c.Status().Update(e.ctx, eip); err != nil {
-		t.Fatal(err)
-	}
+	eip := e.programmedEIP("eip", netlab.EIP(8))
 	f := e.fip("fip", "eip", e.gw.VMs[0].Addr)
 	f.Finalizers = []string{Finalizer}
 	e.create(f)
