@@ -340,6 +340,18 @@ func (e *env) programmedEIP(name string, addr netip.Addr) *v1.IptablesEIP {
 	return eip
 }
 
+// startRegistry starts reg (as the manager would, until the test ends)
+// and returns the test gateway's manager.
+func (e *env) startRegistry(reg *gateway.Registry) *gateway.Gateway {
+	e.t.Helper()
+	go func() { _ = reg.Start(e.ctx) }()
+	gw, err := reg.Get(e.gwName)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return gw
+}
+
 // watchFIPs watches the test's FIP rules (its own client, so the watch
 // sees what the API server sends, not the controller's cache). Stopped at
 // the test's end.

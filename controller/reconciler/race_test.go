@@ -133,13 +133,7 @@ func TestFinalizerAddFailsNothingProgrammed(t *testing.T) {
 	src := &Deps{Client: e.indexedClient(), APIReader: e.c, Log: testLog(t)}
 	deps.Registry = gateway.NewRegistry(gateway.Options{Transport: e.tr, Source: NewSource(src), Config: gcfg, DefaultDataplane: e.dataplane, Log: testLog(t)})
 	src.Registry = deps.Registry
-	ctx, cancel := context.WithCancel(e.ctx)
-	defer cancel()
-	go func() { _ = deps.Registry.Start(ctx) }()
-	gw, err := deps.Registry.Get(e.gwName)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gw := e.startRegistry(deps.Registry)
 
 	eip := e.programmedEIP("eip", netlab.EIP(6))
 

@@ -1,7 +1,6 @@
 package reconciler
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -168,13 +167,7 @@ func testDeleteAfterCrash(t *testing.T, dp string, deleteWhileDown bool) {
 	}
 
 	// The new controller process: its registry connects the gateway.
-	ctx, cancel := context.WithCancel(e.ctx)
-	defer cancel()
-	go func() { _ = deps.Registry.Start(ctx) }()
-	gw, err := deps.Registry.Get(e.gwName)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gw := e.startRegistry(deps.Registry)
 	// A call waits 2 s for the session; the first connect of a loaded
 	// machine may take longer.
 	var objs []nat.Object
