@@ -2,10 +2,10 @@
 # programming a VPC NAT gateway, in network namespaces the runner creates and
 # removes. Needs root (namespaces, netfilter).
 #
-#   make bench        every scenario at full size (~30 min); writes the
+#   make bench        every scenario at full size (32 min here, 2026-12-03); writes the
 #                     committed bench/results/ (REPORT.md, summary.json, SVG plots)
-#   make bench-quick  the same at reduced sizes and repetitions (< 3 min);
-#                     writes .cache/bench-quick/
+#   make bench-quick  the same at reduced sizes and repetitions (a few minutes;
+#                     scenario 7 adds ~2 min when the cluster is built); writes .cache/bench-quick/
 #
 # Not part of `make test`; bench/scenario's own tests run the harness at tiny
 # sizes there. Scenario 3 (controller path) runs kube-apiserver + etcd from
