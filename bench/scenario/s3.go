@@ -226,8 +226,8 @@ func measureS3(ctx context.Context, e *Env, plan Plan, cp *controlPlane, l *netl
 	rc, err := startController(ctx, cp, controllerOptions{
 		Natgw: e.Natgw, Dataplane: r.dp, Workers: plan.S3Workers, LogPath: logPath,
 		Gateways: gwconfig.Config{
-			Defaults: gwconfig.Gateway{ExternalPrefixLen: s3EIPPrefixLen},
-			Gateways: []gwconfig.Gateway{{Name: gwName, NetNS: gw.GW, ExternalGateway: netlab.ExtAddr.String(),
+			Defaults: gwconfig.Entry{ExternalPrefixLen: s3EIPPrefixLen},
+			Gateways: []gwconfig.Entry{{Name: gwName, NetNS: gw.GW, ExternalGateway: netlab.ExtAddr.String(),
 				ExternalInterface: gw.ExternalInterface, InternalInterface: gw.InternalInterface}},
 		},
 	})

@@ -388,14 +388,14 @@ func s6Run(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab
 	plan := r.plan
 	t0 := time.Now()
 	gws := make([]*netlab.Gateway, plan.Gateways)
-	cfg := gwconfig.Config{Defaults: gwconfig.Gateway{ExternalPrefixLen: s3EIPPrefixLen, ExternalGateway: netlab.ExtAddr.String()}}
+	cfg := gwconfig.Config{Defaults: gwconfig.Entry{ExternalPrefixLen: s3EIPPrefixLen, ExternalGateway: netlab.ExtAddr.String()}}
 	for g := range gws {
 		e.Progress.Step(g, plan.Gateways, "gateway namespaces")
 		var err error
 		if gws[g], err = s6Gateway(l, g); err != nil {
 			return err
 		}
-		cfg.Gateways = append(cfg.Gateways, gwconfig.Gateway{Name: gws[g].Name, NetNS: gws[g].GW})
+		cfg.Gateways = append(cfg.Gateways, gwconfig.Entry{Name: gws[g].Name, NetNS: gws[g].GW})
 	}
 	r.gwSetup = time.Since(t0)
 	if err := cfg.Validate(); err != nil {

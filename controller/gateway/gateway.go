@@ -28,7 +28,7 @@ import (
 
 // Gateway manages the session to one gateway's agent.
 type Gateway struct {
-	cfg  gwconfig.Gateway
+	cfg  gwconfig.Entry
 	opts *Options
 	log  logr.Logger
 
@@ -53,7 +53,7 @@ type Gateway struct {
 	kick chan struct{}
 }
 
-func newGateway(cfg gwconfig.Gateway, opts *Options) *Gateway {
+func newGateway(cfg gwconfig.Entry, opts *Options) *Gateway {
 	return &Gateway{
 		cfg:   cfg,
 		opts:  opts,
@@ -69,7 +69,7 @@ func newGateway(cfg gwconfig.Gateway, opts *Options) *Gateway {
 func (g *Gateway) Name() string { return g.cfg.Name }
 
 // Config returns the gateway's configuration.
-func (g *Gateway) Config() gwconfig.Gateway { return g.cfg }
+func (g *Gateway) Config() gwconfig.Entry { return g.cfg }
 
 // Kick asks the manager to re-check the data plane and drift soon.
 func (g *Gateway) Kick() {

@@ -169,7 +169,7 @@ type fakeTransport struct {
 	unreachable map[string]bool // data planes whose agent cannot start
 }
 
-func (t *fakeTransport) Open(_ context.Context, gw transport.Gateway) (transport.Session, error) {
+func (t *fakeTransport) Open(_ context.Context, gw transport.Endpoint) (transport.Session, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.refuse {
@@ -259,7 +259,7 @@ func startWith(t *testing.T, src *source, nft, ipt *agent, unreachable map[strin
 	f.tr = &fakeTransport{agents: map[string]*agent{transport.DataplaneNftables: nft, transport.DataplaneIptables: f.ipt}, unreachable: unreachable}
 	opts := Options{
 		Transport: f.tr, Source: src, DefaultDataplane: transport.DataplaneNftables,
-		Config:      &gwconfig.Config{Gateways: []gwconfig.Gateway{{Name: "gw1"}}},
+		Config:      &gwconfig.Config{Gateways: []gwconfig.Entry{{Name: "gw1"}}},
 		DriftPeriod: drift, SweepPeriod: drift, ConnectWait: time.Second,
 		BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
 		Log: testr.New(t),

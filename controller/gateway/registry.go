@@ -150,7 +150,7 @@ func (r *Registry) Get(name string) (*Gateway, error) {
 }
 
 // Lookup returns the configuration of gateway name (false if unknown).
-func (r *Registry) Lookup(name string) (gwconfig.Gateway, bool) {
+func (r *Registry) Lookup(name string) (gwconfig.Entry, bool) {
 	return r.opts.Config.Lookup(name)
 }
 

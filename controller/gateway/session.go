@@ -53,8 +53,8 @@ func (g *Gateway) wantDataplane(ctx context.Context) string {
 	return dp
 }
 
-func (g *Gateway) target(dp string) transport.Gateway {
-	return transport.Gateway{
+func (g *Gateway) target(dp string) transport.Endpoint {
+	return transport.Endpoint{
 		Name: g.cfg.Name, Dataplane: dp, NetNS: g.cfg.NetNS,
 		ExternalInterface: g.cfg.ExternalInterface, InternalInterface: g.cfg.InternalInterface,
 	}

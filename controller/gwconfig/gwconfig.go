@@ -24,9 +24,10 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Gateway is the configuration of one gateway. Empty fields take the
+// Entry is one gateway's entry in the config file (or the file's
+// defaults): where its agent runs and what the API does not say. Empty fields take the
 // file's defaults.
-type Gateway struct {
+type Entry struct {
 	// Name is the VpcNatGateway's name.
 	Name string `json:"name,omitempty"`
 	// NetNS is the gateway's network namespace (local transport).
@@ -52,8 +53,8 @@ const DefaultExternalPrefixLen = 24
 
 // Config is the whole file.
 type Config struct {
-	Defaults Gateway   `json:"defaults,omitempty"`
-	Gateways []Gateway `json:"gateways,omitempty"`
+	Defaults Entry   `json:"defaults,omitempty"`
+	Gateways []Entry `json:"gateways,omitempty"`
 	// Unlisted allows gateways that are not listed, with the defaults
 	// (the exec transport finds any gateway's pod by label). Set by the
 	// controller for the exec transport, not read from the file.
@@ -98,7 +99,7 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-func (g Gateway) validate(where string) error {
+func (g Entry) validate(where string) error {
 	switch g.Dataplane {
 	case "", "nftables", "iptables":
 	default:
@@ -119,8 +120,8 @@ func (g Gateway) validate(where string) error {
 // Lookup returns the configuration of gateway name with defaults filled in,
 // and false when the gateway is not configured (and unlisted gateways are
 // not allowed).
-func (c *Config) Lookup(name string) (Gateway, bool) {
-	var g Gateway
+func (c *Config) Lookup(name string) (Entry, bool) {
+	var g Entry
 	found := false
 	for _, x := range c.Gateways {
 		if x.Name == name {
@@ -129,7 +130,7 @@ func (c *Config) Lookup(name string) (Gateway, bool) {
 		}
 	}
 	if !found && !c.Unlisted {
-		return Gateway{}, false
+		return Entry{}, false
 	}
 	g.Name = name
 	d := c.Defaults
@@ -152,7 +153,7 @@ func (c *Config) Lookup(name string) (Gateway, bool) {
 }
 
 // ExternalGatewayAddr returns the parsed external gateway (invalid when unset).
-func (g Gateway) ExternalGatewayAddr() netip.Addr {
+func (g Entry) ExternalGatewayAddr() netip.Addr {
 	a, _ := netip.ParseAddr(g.ExternalGateway)
 	return a
 }

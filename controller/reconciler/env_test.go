@@ -612,7 +612,7 @@ type recordingTransport struct {
 	count int
 }
 
-func (r *recordingTransport) Open(ctx context.Context, gw transport.Gateway) (transport.Session, error) {
+func (r *recordingTransport) Open(ctx context.Context, gw transport.Endpoint) (transport.Session, error) {
 	s, err := r.inner.Open(ctx, gw)
 	if err != nil {
 		return nil, err
@@ -652,7 +652,7 @@ func testLog(t *testing.T) logr.Logger {
 
 // gwconfigFor is the gateway configuration of e's topology.
 func gwconfigFor(e *env) *gwconfig.Config {
-	return &gwconfig.Config{Gateways: []gwconfig.Gateway{{
+	return &gwconfig.Config{Gateways: []gwconfig.Entry{{
 		Name: e.gwName, NetNS: e.gw.GW, ExternalPrefixLen: netlab.ExtNet.Bits(), ExternalGateway: netlab.ExtAddr.String(),
 	}}}
 }

@@ -68,7 +68,7 @@ func eipAddress(e *v1.IptablesEIP) (netip.Addr, error) {
 
 // eipObject is the EIP as a gateway object: its address with the external
 // network's prefix length, and its QoS when a policy limits it.
-func eipObject(e *v1.IptablesEIP, gw gwconfig.Gateway, qos *nat.QoS) (nat.Object, error) {
+func eipObject(e *v1.IptablesEIP, gw gwconfig.Entry, qos *nat.QoS) (nat.Object, error) {
 	addr, err := eipAddress(e)
 	if err != nil {
 		return nat.Object{}, err
@@ -210,7 +210,7 @@ func routeOwner(uid string) (string, bool) {
 // routeObjects are the gateway's routes: spec.routes via the VPC
 // interface, and the default route via the external gateway (onlink) when
 // the gateway's configuration names one.
-func routeObjects(g *v1.VpcNatGateway, cfg gwconfig.Gateway) ([]nat.Object, error) {
+func routeObjects(g *v1.VpcNatGateway, cfg gwconfig.Entry) ([]nat.Object, error) {
 	var out []nat.Object
 	add := func(field string, dst netip.Prefix, via netip.Addr, dev nat.RouteDevice) error {
 		o, err := validated(nat.Object{UID: routeUID(string(g.UID), dst), Kind: nat.KindRoute,

@@ -56,7 +56,7 @@ type Exec struct {
 }
 
 // Open finds the gateway's running pod and starts the agent in it.
-func (e *Exec) Open(ctx context.Context, gw Gateway) (Session, error) {
+func (e *Exec) Open(ctx context.Context, gw Endpoint) (Session, error) {
 	if err := ValidDataplane(gw.Dataplane); err != nil {
 		return nil, fmt.Errorf("exec transport: gateway %s: %w", gw.Name, err)
 	}

@@ -149,7 +149,7 @@ func TestExecStream(t *testing.T) {
 	tr := &Exec{Config: &rest.Config{Host: srv.URL}, Client: fake.NewClientset(pod), Namespace: "kube-system", Log: testr.New(t)}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	target := Gateway{Name: "gw1", Dataplane: DataplaneNftables, NetNS: "ignored-by-exec"}
+	target := Endpoint{Name: "gw1", Dataplane: DataplaneNftables, NetNS: "ignored-by-exec"}
 
 	s, err := tr.Open(ctx, target)
 	if err != nil {

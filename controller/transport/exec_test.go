@@ -70,7 +70,7 @@ func TestFindPod(t *testing.T) {
 }
 
 func TestServeArgs(t *testing.T) {
-	got := serveArgs(Gateway{Name: "g", Dataplane: "iptables", NetNS: "ns", ExternalInterface: "ext0"}, true)
+	got := serveArgs(Endpoint{Name: "g", Dataplane: "iptables", NetNS: "ns", ExternalInterface: "ext0"}, true)
 	want := []string{"serve", "--dataplane", "iptables", "--netns", "ns", "--external-iface", "ext0"}
 	if len(got) != len(want) {
 		t.Fatalf("got %q, want %q", got, want)
@@ -80,7 +80,7 @@ func TestServeArgs(t *testing.T) {
 			t.Fatalf("got %q, want %q", got, want)
 		}
 	}
-	if got := serveArgs(Gateway{Dataplane: "nftables", NetNS: "ns"}, false); len(got) != 3 {
+	if got := serveArgs(Endpoint{Dataplane: "nftables", NetNS: "ns"}, false); len(got) != 3 {
 		t.Errorf("exec args carry the namespace: %q", got)
 	}
 }

@@ -31,7 +31,7 @@ type Local struct {
 }
 
 // Open starts the agent for gw and checks it with an info request.
-func (l *Local) Open(ctx context.Context, gw Gateway) (Session, error) {
+func (l *Local) Open(ctx context.Context, gw Endpoint) (Session, error) {
 	if l.Binary == "" {
 		return nil, errors.New("local transport: natgw binary path not set")
 	}

@@ -40,7 +40,7 @@ func TestLocal(t *testing.T) {
 			tr := &Local{Binary: bin, Log: testr.New(t)}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			target := Gateway{Name: "gw", Dataplane: dp, NetNS: gw.GW}
+			target := Endpoint{Name: "gw", Dataplane: dp, NetNS: gw.GW}
 			s, err := tr.Open(ctx, target)
 			if err != nil {
 				t.Fatal(err)
@@ -95,13 +95,13 @@ func TestLocal(t *testing.T) {
 	}
 	t.Run("errors", func(t *testing.T) {
 		ctx := context.Background()
-		if _, err := (&Local{Binary: "/nonexistent/natgw"}).Open(ctx, Gateway{Name: "x", Dataplane: DataplaneNftables, NetNS: "x"}); err == nil {
+		if _, err := (&Local{Binary: "/nonexistent/natgw"}).Open(ctx, Endpoint{Name: "x", Dataplane: DataplaneNftables, NetNS: "x"}); err == nil {
 			t.Error("missing binary: no error")
 		}
-		if _, err := (&Local{Binary: bin}).Open(ctx, Gateway{Name: "x", Dataplane: "ebpf", NetNS: "x"}); err == nil {
+		if _, err := (&Local{Binary: bin}).Open(ctx, Endpoint{Name: "x", Dataplane: "ebpf", NetNS: "x"}); err == nil {
 			t.Error("bad data plane: no error")
 		}
-		if _, err := (&Local{Binary: bin}).Open(ctx, Gateway{Name: "x", Dataplane: DataplaneNftables, NetNS: "ngw-does-not-exist"}); err == nil {
+		if _, err := (&Local{Binary: bin}).Open(ctx, Endpoint{Name: "x", Dataplane: DataplaneNftables, NetNS: "ngw-does-not-exist"}); err == nil {
 			t.Error("missing namespace: no error")
 		}
 	})

@@ -31,8 +31,8 @@ func ValidDataplane(dp string) error {
 	return fmt.Errorf("unknown data plane %q (want %s or %s)", dp, DataplaneNftables, DataplaneIptables)
 }
 
-// Gateway says which gateway to reach and how its agent runs.
-type Gateway struct {
+// Endpoint says which gateway to reach and how its agent runs.
+type Endpoint struct {
 	// Name is the VpcNatGateway's name.
 	Name string
 	// Dataplane is passed to `natgw serve --dataplane`.
@@ -73,11 +73,11 @@ type Session interface {
 type Transport interface {
 	// Open starts or reaches the agent of gw. ctx bounds the opening only,
 	// not the session's lifetime.
-	Open(ctx context.Context, gw Gateway) (Session, error)
+	Open(ctx context.Context, gw Endpoint) (Session, error)
 }
 
 // serveArgs is the agent's command line for gw (after the binary).
-func serveArgs(gw Gateway, withNetNS bool) []string {
+func serveArgs(gw Endpoint, withNetNS bool) []string {
 	args := []string{"serve", "--dataplane", gw.Dataplane}
 	if withNetNS && gw.NetNS != "" {
 		args = append(args, "--netns", gw.NetNS)
@@ -111,7 +111,7 @@ func (s *session) Close() error {
 
 // handshake checks a fresh session with an info request, so that Open
 // returns only working sessions.
-func handshake(ctx context.Context, s Session, gw Gateway) error {
+func handshake(ctx context.Context, s Session, gw Endpoint) error {
 	info, err := s.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("gateway %s: info: %w", gw.Name, err)

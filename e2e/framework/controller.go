@@ -53,7 +53,7 @@ type Controller struct {
 
 // StartController writes the gateway configuration and starts the
 // controller; t.Cleanup kills it and its agents.
-func StartController(t testing.TB, bin Binaries, api *APIServer, gws []gwconfig.Gateway, o ControllerOptions) *Controller {
+func StartController(t testing.TB, bin Binaries, api *APIServer, gws []gwconfig.Entry, o ControllerOptions) *Controller {
 	t.Helper()
 	if o.SweepPeriod == 0 {
 		o.SweepPeriod = 2 * time.Second
@@ -68,7 +68,7 @@ func StartController(t testing.TB, bin Binaries, api *APIServer, gws []gwconfig.
 		o.Verbosity, _ = strconv.Atoi(os.Getenv("E2E_CONTROLLER_V"))
 	}
 	dir := t.TempDir()
-	cfg := gwconfig.Config{Defaults: gwconfig.Gateway{ExternalPrefixLen: 24}, Gateways: gws}
+	cfg := gwconfig.Config{Defaults: gwconfig.Entry{ExternalPrefixLen: 24}, Gateways: gws}
 	b, err := yaml.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -176,10 +176,10 @@ func (s *Stack) serveProbes(g *Gateway) {
 }
 
 // GatewayConfigs is the controller's gateway configuration for the Stack.
-func (s *Stack) GatewayConfigs() []gwconfig.Gateway {
-	var out []gwconfig.Gateway
+func (s *Stack) GatewayConfigs() []gwconfig.Entry {
+	var out []gwconfig.Entry
 	for _, g := range s.Order {
-		out = append(out, gwconfig.Gateway{Name: g.Name, NetNS: g.GW, ExternalGateway: netlab.ExtAddr.String(),
+		out = append(out, gwconfig.Entry{Name: g.Name, NetNS: g.GW, ExternalGateway: netlab.ExtAddr.String(),
 			ExternalInterface: g.ExternalInterface, InternalInterface: g.InternalInterface})
 	}
 	return out

@@ -166,7 +166,7 @@ func Measure(ctx context.Context, tg Target, sz Sizes) (*Result, error) {
 
 	ex := &transport.Exec{Config: tg.Config, Client: tg.Clientset, Namespace: GatewayNamespace, Command: "/natgw", Log: logr.Discard()}
 	openStart := time.Now()
-	sess, err := ex.Open(ctx, transport.Gateway{Name: tg.Gateway, Dataplane: tg.Dataplane})
+	sess, err := ex.Open(ctx, transport.Endpoint{Name: tg.Gateway, Dataplane: tg.Dataplane})
 	if err != nil {
 		return nil, fmt.Errorf("open an exec session: %w", err)
 	}
