@@ -242,7 +242,7 @@ func TestFaults(t *testing.T) {
 
 // programLifecycle creates scenario 1's objects on g and waits until they
 // are Ready and pass traffic.
-func programLifecycle(t *testing.T, s *fw.Stack, g *fw.Gateway) (*lifecycleObjects, *v1.VpcNatGateway) {
+func programLifecycle(t *testing.T, s *fw.Stack, g *fw.Topology) (*lifecycleObjects, *v1.VpcNatGateway) {
 	t.Helper()
 	o := newLifecycleObjects(g.Name)
 	for _, obj := range o.all() {

@@ -43,7 +43,7 @@ func (o *lifecycleObjects) all() []client.Object {
 
 // paths are the probes that must pass while the objects are programmed:
 // both directions of every rule, and what must not answer.
-func (o *lifecycleObjects) paths(g *fw.Gateway) []fw.Path {
+func (o *lifecycleObjects) paths(g *fw.Topology) []fw.Path {
 	return []fw.Path{
 		g.ExtTo(fw.TCP, o.eFIP, fw.VMPort, o.fipVM), // FIP inbound
 		g.ExtTo(fw.UDP, o.eFIP, fw.VMPort, o.fipVM),
@@ -59,7 +59,7 @@ func (o *lifecycleObjects) paths(g *fw.Gateway) []fw.Path {
 }
 
 // noPaths are the probes that must fail once everything is deleted.
-func (o *lifecycleObjects) noPaths(g *fw.Gateway) []fw.Path {
+func (o *lifecycleObjects) noPaths(g *fw.Topology) []fw.Path {
 	return []fw.Path{
 		g.ExtTo(fw.TCP, o.eFIP, fw.VMPort, -1),
 		g.ExtTo(fw.UDP, o.eDNAT, 53, -1),
@@ -70,7 +70,7 @@ func (o *lifecycleObjects) noPaths(g *fw.Gateway) []fw.Path {
 
 // checkProgrammed asserts that every object's UID has entries in the
 // gateway's kernel state and that its EIPs are on the external interface.
-func checkProgrammed(t *testing.T, s *fw.Stack, g *fw.Gateway, objs []client.Object) fw.Kernel {
+func checkProgrammed(t *testing.T, s *fw.Stack, g *fw.Topology, objs []client.Object) fw.Kernel {
 	t.Helper()
 	k, err := fw.ReadKernel(s.Ctx, g, s.Dataplane)
 	if err != nil {
@@ -87,7 +87,7 @@ func checkProgrammed(t *testing.T, s *fw.Stack, g *fw.Gateway, objs []client.Obj
 // checkEmpty asserts that gateway g holds nothing of natgw's: no tagged
 // entry, no EIP address, the empty nft layout, no conntrack flow of the
 // EIPs.
-func checkEmpty(t *testing.T, s *fw.Stack, g *fw.Gateway, eips []netip.Addr) int {
+func checkEmpty(t *testing.T, s *fw.Stack, g *fw.Topology, eips []netip.Addr) int {
 	t.Helper()
 	k, err := fw.ReadKernel(s.Ctx, g, s.Dataplane)
 	if err != nil {

@@ -47,7 +47,7 @@ func raceCycles() (int, string) {
 // raceEIP is one EIP of the race with the VPC host its FIPs point to.
 type raceEIP struct {
 	obj *v1.IptablesEIP
-	gw  *fw.Gateway
+	gw  *fw.Topology
 	vm  int
 }
 

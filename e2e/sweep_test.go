@@ -35,7 +35,7 @@ func leakSet(first int) []nat.Object {
 
 // waitLeaksGone waits until no kernel entry of leaks is left on g and
 // their EIP addresses are gone, and returns how long it took.
-func waitLeaksGone(t *testing.T, s *fw.Stack, g *fw.Gateway, leaks []nat.Object, timeout time.Duration) time.Duration {
+func waitLeaksGone(t *testing.T, s *fw.Stack, g *fw.Topology, leaks []nat.Object, timeout time.Duration) time.Duration {
 	t.Helper()
 	return fw.Eventually(t, s.Ctx, timeout, "leaked entries removed", func() error {
 		k, err := fw.ReadKernel(s.Ctx, g, s.Dataplane)
@@ -59,7 +59,7 @@ func waitLeaksGone(t *testing.T, s *fw.Stack, g *fw.Gateway, leaks []nat.Object,
 }
 
 // liveEntries returns the kernel entries of uids.
-func liveEntries(t *testing.T, s *fw.Stack, g *fw.Gateway, uids []string) map[string][]string {
+func liveEntries(t *testing.T, s *fw.Stack, g *fw.Topology, uids []string) map[string][]string {
 	t.Helper()
 	k, err := fw.ReadKernel(s.Ctx, g, s.Dataplane)
 	if err != nil {

@@ -272,7 +272,7 @@ func measureS3(ctx context.Context, e *Env, plan Plan, cp *controlPlane, l *netl
 	paced := &s3Phase{n: plan.S3Paced}
 	var readies, gones, calls []float64
 	kernel := func() (framework.Kernel, error) {
-		k, err := framework.ReadKernel(ctx, &framework.Gateway{Gateway: gw, Name: gwName}, r.dp)
+		k, err := framework.ReadKernel(ctx, &framework.Topology{Gateway: gw, Name: gwName}, r.dp)
 		if err != nil {
 			return k, fmt.Errorf("read the gateway's kernel state: %w", err)
 		}

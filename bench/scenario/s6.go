@@ -486,7 +486,7 @@ func s6Run(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab
 	phase("start, gateways connected")
 
 	kernel := func(g int) (framework.Kernel, error) {
-		k, err := framework.ReadKernel(ctx, &framework.Gateway{Gateway: gws[g], Name: gws[g].Name}, s6Dataplane)
+		k, err := framework.ReadKernel(ctx, &framework.Topology{Gateway: gws[g], Name: gws[g].Name}, s6Dataplane)
 		if err != nil {
 			return k, fmt.Errorf("read gateway %s's kernel state: %w", gws[g].Name, err)
 		}

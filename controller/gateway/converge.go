@@ -17,7 +17,7 @@ import (
 // orphans; anything else that differs is repaired with one sync (which also
 // removes the orphans); orphans alone are deleted by UID. force syncs even
 // when nothing differs (a new boot id). Caller holds mu exclusively.
-func (g *Gateway) converge(ctx context.Context, s transport.Session, dp, reason string, fresh, force bool) error {
+func (g *Manager) converge(ctx context.Context, s transport.Session, dp, reason string, fresh, force bool) error {
 	have, err := s.List(ctx, fresh)
 	if err != nil {
 		return fmt.Errorf("list: %w", err)
@@ -156,7 +156,7 @@ func (g *Gateway) converge(ctx context.Context, s transport.Session, dp, reason 
 
 // dropGone returns known without the objects that fromAPI lacks and
 // whose Kubernetes object a live read confirms gone.
-func (g *Gateway) dropGone(ctx context.Context, known, fromAPI []nat.Object) ([]nat.Object, error) {
+func (g *Manager) dropGone(ctx context.Context, known, fromAPI []nat.Object) ([]nat.Object, error) {
 	listed := map[string]bool{}
 	for _, o := range fromAPI {
 		listed[o.UID] = true

@@ -7,7 +7,7 @@
 // compared to the desired set, repaired with sync); and switches a
 // gateway's data plane when asked to.
 //
-// Reconcilers program through Gateway.Apply and Gateway.Delete, which run
+// Reconcilers program through Manager.Apply and Manager.Delete, which run
 // in parallel; syncs, sweeps and data plane switches exclude them for their
 // duration, so that a sync never undoes an apply or delete it did not see.
 package gateway
@@ -26,8 +26,8 @@ import (
 	"github.com/natgw/natgw/nat"
 )
 
-// Gateway manages the session to one gateway's agent.
-type Gateway struct {
+// Manager manages the session to one gateway's agent.
+type Manager struct {
 	cfg  gwconfig.Entry
 	opts *Options
 	log  logr.Logger
@@ -53,8 +53,8 @@ type Gateway struct {
 	kick chan struct{}
 }
 
-func newGateway(cfg gwconfig.Entry, opts *Options) *Gateway {
-	return &Gateway{
+func newManager(cfg gwconfig.Entry, opts *Options) *Manager {
+	return &Manager{
 		cfg:   cfg,
 		opts:  opts,
 		log:   opts.Log.WithValues("gateway", cfg.Name),
@@ -66,13 +66,13 @@ func newGateway(cfg gwconfig.Entry, opts *Options) *Gateway {
 }
 
 // Name returns the gateway's name.
-func (g *Gateway) Name() string { return g.cfg.Name }
+func (g *Manager) Name() string { return g.cfg.Name }
 
 // Config returns the gateway's configuration.
-func (g *Gateway) Config() gwconfig.Entry { return g.cfg }
+func (g *Manager) Config() gwconfig.Entry { return g.cfg }
 
 // Kick asks the manager to re-check the data plane and drift soon.
-func (g *Gateway) Kick() {
+func (g *Manager) Kick() {
 	select {
 	case g.kick <- struct{}{}:
 	default:
@@ -80,14 +80,14 @@ func (g *Gateway) Kick() {
 }
 
 // Dataplane returns the data plane of the current session ("" when none).
-func (g *Gateway) Dataplane() string {
+func (g *Manager) Dataplane() string {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	return g.dataplane
 }
 
 // Apply programs objs in one transaction on the gateway.
-func (g *Gateway) Apply(ctx context.Context, objs ...nat.Object) error {
+func (g *Manager) Apply(ctx context.Context, objs ...nat.Object) error {
 	if len(objs) == 0 {
 		return nil
 	}
@@ -118,7 +118,7 @@ func (g *Gateway) Apply(ctx context.Context, objs ...nat.Object) error {
 
 // Delete removes the objects with these UIDs from the gateway in one
 // transaction; a nil error is the agent's confirmation.
-func (g *Gateway) Delete(ctx context.Context, kind nat.Kind, uids ...string) error {
+func (g *Manager) Delete(ctx context.Context, kind nat.Kind, uids ...string) error {
 	if len(uids) == 0 {
 		return nil
 	}
@@ -146,7 +146,7 @@ func (g *Gateway) Delete(ctx context.Context, kind nat.Kind, uids ...string) err
 }
 
 // List returns the gateway's objects (from the agent's index).
-func (g *Gateway) List(ctx context.Context) ([]nat.Object, error) {
+func (g *Manager) List(ctx context.Context) ([]nat.Object, error) {
 	var objs []nat.Object
 	err := g.call(ctx, "list", "", func(s transport.Session) error {
 		var err error
@@ -156,7 +156,7 @@ func (g *Gateway) List(ctx context.Context) ([]nat.Object, error) {
 	return objs, err
 }
 
-func (g *Gateway) forget(uids []string) {
+func (g *Manager) forget(uids []string) {
 	g.knownMu.Lock()
 	for _, u := range uids {
 		delete(g.known, u)
@@ -165,7 +165,7 @@ func (g *Gateway) forget(uids []string) {
 }
 
 // call runs fn on the current session, waiting up to ConnectWait for one.
-func (g *Gateway) call(ctx context.Context, op, kind string, fn func(transport.Session) error) error {
+func (g *Manager) call(ctx context.Context, op, kind string, fn func(transport.Session) error) error {
 	g.readyMu.Lock()
 	ready := g.ready
 	g.readyMu.Unlock()
@@ -198,7 +198,7 @@ func (g *Gateway) call(ctx context.Context, op, kind string, fn func(transport.S
 	return nil
 }
 
-func (g *Gateway) updateGauge() {
+func (g *Manager) updateGauge() {
 	counts := map[nat.Kind]int{}
 	g.knownMu.Lock()
 	for _, o := range g.known {

@@ -241,7 +241,7 @@ type fixture struct {
 	nft *agent
 	ipt *agent
 	reg *Registry
-	gw  *Gateway
+	gw  *Manager
 }
 
 // start runs a Registry with one gateway "gw1" until the test ends. Periods

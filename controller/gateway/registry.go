@@ -73,7 +73,7 @@ var ErrUnknownGateway = errors.New("gateway not configured")
 type Registry struct {
 	opts     Options
 	mu       sync.Mutex
-	gateways map[string]*Gateway
+	gateways map[string]*Manager
 	ctx      context.Context // set by Start
 	started  chan struct{}
 	wg       sync.WaitGroup
@@ -99,7 +99,7 @@ func NewRegistry(opts Options) *Registry {
 	if opts.Config == nil {
 		opts.Config = &gwconfig.Config{}
 	}
-	return &Registry{opts: opts, gateways: map[string]*Gateway{}, started: make(chan struct{})}
+	return &Registry{opts: opts, gateways: map[string]*Manager{}, started: make(chan struct{})}
 }
 
 // NeedLeaderElection makes the Registry run only on the leader.
@@ -121,7 +121,7 @@ func (r *Registry) Start(ctx context.Context) error {
 	return nil
 }
 
-func (r *Registry) run(g *Gateway) {
+func (r *Registry) run(g *Manager) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
@@ -131,7 +131,7 @@ func (r *Registry) run(g *Gateway) {
 
 // Get returns the manager of gateway name, creating it (and starting it
 // once the Registry runs) on first use.
-func (r *Registry) Get(name string) (*Gateway, error) {
+func (r *Registry) Get(name string) (*Manager, error) {
 	cfg, ok := r.opts.Config.Lookup(name)
 	if !ok {
 		return nil, fmt.Errorf("gateway %q: %w", name, ErrUnknownGateway)
@@ -141,7 +141,7 @@ func (r *Registry) Get(name string) (*Gateway, error) {
 	if g, ok := r.gateways[name]; ok {
 		return g, nil
 	}
-	g := newGateway(cfg, &r.opts)
+	g := newManager(cfg, &r.opts)
 	r.gateways[name] = g
 	if r.ctx != nil {
 		r.run(g)
@@ -166,14 +166,14 @@ func (r *Registry) Kick(name string) {
 }
 
 // Holders returns the gateways whose agent holds uid as far as this process
-// knows (each gateway's mirror of its agent, see Gateway.held). It waits
+// knows (each gateway's mirror of its agent, see Manager.held). It waits
 // for any sync, sweep or switch in progress (they hold a gateway's lock
 // exclusively), so the answer includes what they left on a gateway. A
 // gateway that has no session yet is not a holder: its next connect lists
 // its objects and deletes those whose Kubernetes object is confirmed gone.
 func (r *Registry) Holders(uid string) []string {
 	r.mu.Lock()
-	gws := make([]*Gateway, 0, len(r.gateways))
+	gws := make([]*Manager, 0, len(r.gateways))
 	for _, g := range r.gateways {
 		gws = append(gws, g)
 	}

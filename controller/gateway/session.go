@@ -10,7 +10,7 @@ import (
 )
 
 // publish makes s the current session (nil: none). Caller holds mu.
-func (g *Gateway) publish(s transport.Session, dp string) {
+func (g *Manager) publish(s transport.Session, dp string) {
 	if g.dataplane != "" {
 		metrics.GatewayConnected.WithLabelValues(g.cfg.Name, g.dataplane).Set(0)
 	}
@@ -39,7 +39,7 @@ func (g *Gateway) publish(s transport.Session, dp string) {
 
 // wantDataplane asks the Source, falling back to the configuration and
 // the controller's default.
-func (g *Gateway) wantDataplane(ctx context.Context) string {
+func (g *Manager) wantDataplane(ctx context.Context) string {
 	dp, err := g.opts.Source.Dataplane(ctx, g.cfg.Name)
 	if err != nil {
 		g.log.Error(err, "reading the gateway's data plane; using the configured one")
@@ -53,7 +53,7 @@ func (g *Gateway) wantDataplane(ctx context.Context) string {
 	return dp
 }
 
-func (g *Gateway) target(dp string) transport.Endpoint {
+func (g *Manager) target(dp string) transport.Endpoint {
 	return transport.Endpoint{
 		Name: g.cfg.Name, Dataplane: dp, NetNS: g.cfg.NetNS,
 		ExternalInterface: g.cfg.ExternalInterface, InternalInterface: g.cfg.InternalInterface,
@@ -61,7 +61,7 @@ func (g *Gateway) target(dp string) transport.Endpoint {
 }
 
 // run keeps a session open until ctx ends.
-func (g *Gateway) run(ctx context.Context) {
+func (g *Manager) run(ctx context.Context) {
 	backoff := g.opts.BackoffMin
 	first := true
 	for ctx.Err() == nil {
@@ -91,7 +91,7 @@ func (g *Gateway) run(ctx context.Context) {
 }
 
 // connect opens a session and converges the gateway before publishing it.
-func (g *Gateway) connect(ctx context.Context, dp string) (transport.Session, error) {
+func (g *Manager) connect(ctx context.Context, dp string) (transport.Session, error) {
 	octx, cancel := context.WithTimeout(ctx, g.opts.CallTimeout)
 	defer cancel()
 	s, err := g.opts.Transport.Open(octx, g.target(dp))
@@ -121,7 +121,7 @@ func (g *Gateway) connect(ctx context.Context, dp string) (transport.Session, er
 }
 
 // serve runs the periodic work on an open session until it breaks.
-func (g *Gateway) serve(ctx context.Context, s transport.Session) {
+func (g *Manager) serve(ctx context.Context, s transport.Session) {
 	sweep := ticker(g.opts.SweepPeriod)
 	defer sweep.Stop()
 	drift := ticker(g.opts.DriftPeriod)
@@ -156,7 +156,7 @@ func (g *Gateway) serve(ctx context.Context, s transport.Session) {
 	}
 }
 
-func (g *Gateway) periodic(ctx context.Context, reason string, fresh bool) {
+func (g *Manager) periodic(ctx context.Context, reason string, fresh bool) {
 	cctx, cancel := context.WithTimeout(ctx, g.opts.CallTimeout)
 	defer cancel()
 	g.mu.Lock()
@@ -180,7 +180,7 @@ func (g *Gateway) periodic(ctx context.Context, reason string, fresh bool) {
 // forcing a sync on its new boot id). Traffic to the gateway's NAT rules
 // stops for the duration of the switch. It returns the new session, or nil
 // when it did not switch.
-func (g *Gateway) maybeSwitch(ctx context.Context) transport.Session {
+func (g *Manager) maybeSwitch(ctx context.Context) transport.Session {
 	want := g.wantDataplane(ctx)
 	g.mu.RLock()
 	cur := g.dataplane

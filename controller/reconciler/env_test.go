@@ -342,7 +342,7 @@ func (e *env) programmedEIP(name string, addr netip.Addr) *v1.IptablesEIP {
 
 // startRegistry starts reg (as the manager would, until the test ends)
 // and returns the test gateway's manager.
-func (e *env) startRegistry(reg *gateway.Registry) *gateway.Gateway {
+func (e *env) startRegistry(reg *gateway.Registry) *gateway.Manager {
 	e.t.Helper()
 	go func() { _ = reg.Start(e.ctx) }()
 	gw, err := reg.Get(e.gwName)

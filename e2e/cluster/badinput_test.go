@@ -226,7 +226,7 @@ func kernelHoldsExactly(t *testing.T, s *fw.Stack, g *podGateway, objs ...client
 	t.Helper()
 	var leaked int
 	fw.Eventually(t, s.Ctx, 30*time.Second, "kernel holds exactly the live objects", func() error {
-		k, err := fw.ReadKernel(s.Ctx, g.Gateway, s.Dataplane)
+		k, err := fw.ReadKernel(s.Ctx, g.Topology, s.Dataplane)
 		if err != nil {
 			return err
 		}

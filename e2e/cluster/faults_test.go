@@ -208,7 +208,7 @@ func stormPhase(t *testing.T, s *fw.Stack, g *podGateway, eips []*v1.IptablesEIP
 		if stuck > 0 {
 			return fmt.Errorf("%d FIPs left, e.g. %s (deleting since %v)", stuck, fips.Items[0].Name, fips.Items[0].DeletionTimestamp)
 		}
-		k, err := fw.ReadKernel(s.Ctx, g.Gateway, s.Dataplane)
+		k, err := fw.ReadKernel(s.Ctx, g.Topology, s.Dataplane)
 		if err != nil {
 			return err
 		}

@@ -29,7 +29,7 @@ import (
 // podGateway is one gateway pod with its Multus-style net1, the external
 // host and the VPC hosts on the pod network behind its eth0.
 type podGateway struct {
-	*fw.Gateway
+	*fw.Topology
 	Pod   *corev1.Pod
 	PodIP netip.Addr
 	// NetNS is the pod's network namespace (/proc/PID/ns/net of its
@@ -91,7 +91,7 @@ func startGatewayImage(t *testing.T, s *fw.Stack, lab *netlab.Lab, name string, 
 	}
 	t.Cleanup(func() { deleteStatefulSet(t, cs, sts.Name) })
 
-	g := &podGateway{dp: s.Dataplane, Gateway: &fw.Gateway{Name: name, Gateway: &netlab.Gateway{
+	g := &podGateway{dp: s.Dataplane, Topology: &fw.Topology{Name: name, Gateway: &netlab.Gateway{
 		Name: name, ExternalInterface: "net1", InternalInterface: "eth0"}}}
 	if err := g.attach(s.Ctx, t, cs, lab, vms); err != nil {
 		t.Fatal(err)
@@ -263,7 +263,7 @@ func createEIPs(s *fw.Stack, gateway string, first, n int) []*v1.IptablesEIP {
 func deleteAll(t *testing.T, s *fw.Stack, g *podGateway, timeout time.Duration) (left int, took time.Duration, stuck int) {
 	t.Helper()
 	took = s.DeleteAll(timeout)
-	k, err := fw.ReadKernel(s.Ctx, g.Gateway, s.Dataplane)
+	k, err := fw.ReadKernel(s.Ctx, g.Topology, s.Dataplane)
 	if err != nil {
 		t.Fatal(err)
 	}

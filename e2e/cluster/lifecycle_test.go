@@ -65,7 +65,7 @@ func TestLifecycle(t *testing.T) {
 			g.ExtTo(fw.TCP, eSNAT, fw.VMPort, -1), // an SNAT EIP takes no inbound connections
 		}
 		pathsIn := s.CheckPaths(30*time.Second, paths...)
-		k, err := fw.ReadKernel(s.Ctx, g.Gateway, dp)
+		k, err := fw.ReadKernel(s.Ctx, g.Topology, dp)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +77,7 @@ func TestLifecycle(t *testing.T) {
 		entries := k.Count()
 
 		delIn := s.DeleteAll(60 * time.Second)
-		k, err = fw.ReadKernel(s.Ctx, g.Gateway, dp)
+		k, err = fw.ReadKernel(s.Ctx, g.Topology, dp)
 		if err != nil {
 			t.Fatal(err)
 		}

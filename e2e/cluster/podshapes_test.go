@@ -148,7 +148,7 @@ func TestUpstreamPodShapes(t *testing.T) {
 		t.Fatalf("create statefulset: %v", err)
 	}
 	t.Cleanup(func() { deleteStatefulSet(t, cs, sts.Name) })
-	g := &podGateway{dp: dp, Gateway: &fw.Gateway{Name: name, Gateway: &netlab.Gateway{
+	g := &podGateway{dp: dp, Topology: &fw.Topology{Name: name, Gateway: &netlab.Gateway{
 		Name: name, ExternalInterface: "net1", InternalInterface: "eth0"}}}
 	// attach also sets ip_forward=1 in the pod: v1.13.4's pod has no
 	// PostStart, so this is the test's stand-in for the node's setting.

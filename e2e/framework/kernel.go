@@ -66,7 +66,7 @@ func (k Kernel) EIPAddrs() []netip.Prefix {
 var uidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 
 // ReadKernel reads gateway g's kernel state for data plane dp.
-func ReadKernel(ctx context.Context, g *Gateway, dp string) (Kernel, error) {
+func ReadKernel(ctx context.Context, g *Topology, dp string) (Kernel, error) {
 	var k Kernel
 	var err error
 	switch dp {
@@ -191,7 +191,7 @@ type Foreign struct {
 }
 
 // ReadForeign reads the foreign state of gateway g.
-func ReadForeign(ctx context.Context, g *Gateway) (Foreign, error) {
+func ReadForeign(ctx context.Context, g *Topology) (Foreign, error) {
 	nft, err := netlab.NftRuleset(ctx, g.GW)
 	if err != nil {
 		return Foreign{}, err
@@ -255,7 +255,7 @@ func withoutNatgwChains(save string) string {
 
 // CLI runs the natgw CLI against gateway g's namespace with data plane dp
 // (e.g. "apply", "-f", "-"), feeding stdin, and returns its output.
-func CLI(ctx context.Context, bin Binaries, g *Gateway, dp, stdin string, args ...string) (string, error) {
+func CLI(ctx context.Context, bin Binaries, g *Topology, dp, stdin string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	argv := append([]string{"--netns", g.GW, "--dataplane", dp,
@@ -271,7 +271,7 @@ func CLI(ctx context.Context, bin Binaries, g *Gateway, dp, stdin string, args .
 
 // ApplyObjects applies objs to gateway g with the natgw CLI, behind the
 // controller's back.
-func ApplyObjects(ctx context.Context, bin Binaries, g *Gateway, dp string, objs []nat.Object) error {
+func ApplyObjects(ctx context.Context, bin Binaries, g *Topology, dp string, objs []nat.Object) error {
 	b, err := json.Marshal(objs)
 	if err != nil {
 		return err

@@ -135,7 +135,7 @@ func (s *Stack) CheckPaths(timeout time.Duration, paths ...Path) time.Duration {
 // ExtTo returns the probe from gateway g's external host to addr:port,
 // expected to be answered by VPC host vm (-1: no answer) seeing the
 // external host's address.
-func (g *Gateway) ExtTo(proto Proto, addr netip.Addr, port, vm int) Path {
+func (g *Topology) ExtTo(proto Proto, addr netip.Addr, port, vm int) Path {
 	p := Path{Proto: proto, From: g.Ext.NS, To: addr, Port: port}
 	if vm >= 0 {
 		p.WantServer, p.WantClient = g.VMs[vm].NS, netlab.ExtAddr
@@ -146,7 +146,7 @@ func (g *Gateway) ExtTo(proto Proto, addr netip.Addr, port, vm int) Path {
 // VMOut returns the probe from VPC host vm to the external host, expected
 // to be answered with the external host seeing source src (invalid: no
 // answer expected).
-func (g *Gateway) VMOut(proto Proto, vm int, src netip.Addr) Path {
+func (g *Topology) VMOut(proto Proto, vm int, src netip.Addr) Path {
 	p := Path{Proto: proto, From: g.VMs[vm].NS, To: netlab.ExtAddr, Port: ExtPort}
 	if src.IsValid() {
 		p.WantServer, p.WantClient = g.Ext.NS, src

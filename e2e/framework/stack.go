@@ -87,16 +87,18 @@ type Stack struct {
 	// Client talks to the API server directly (no cache).
 	Client client.Client
 	Lab    *netlab.Lab
-	GWs    map[string]*Gateway
+	GWs    map[string]*Topology
 	// Order is the gateways in the order they were asked for.
-	Order []*Gateway
+	Order []*Topology
 	Ctrl  *Controller
 
 	opts Options
 }
 
-// Gateway is one gateway topology: ext, gw, the VPC hosts.
-type Gateway struct {
+// Topology is one gateway's netlab topology (ext, gw, the VPC hosts) as a
+// Stack holds it: the netlab.Gateway under the name the API knows, with its
+// probe paths.
+type Topology struct {
 	*netlab.Gateway
 	Name string
 }
@@ -114,7 +116,7 @@ func New(t *testing.T, o Options) *Stack {
 	o.Controller.Dataplane = o.Dataplane
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	s := &Stack{T: t, Ctx: ctx, Dataplane: o.Dataplane, Bin: bin, GWs: map[string]*Gateway{}, opts: o}
+	s := &Stack{T: t, Ctx: ctx, Dataplane: o.Dataplane, Bin: bin, GWs: map[string]*Topology{}, opts: o}
 	start := time.Now()
 	if o.CRDs == "" {
 		o.CRDs = crdtest.Natgw
@@ -139,7 +141,7 @@ func New(t *testing.T, o Options) *Stack {
 		if err != nil {
 			t.Fatal(err)
 		}
-		gw := &Gateway{Gateway: g, Name: spec.Name}
+		gw := &Topology{Gateway: g, Name: spec.Name}
 		s.GWs[spec.Name] = gw
 		s.Order = append(s.Order, gw)
 		s.serveProbes(gw)
@@ -158,7 +160,7 @@ func New(t *testing.T, o Options) *Stack {
 
 // serveProbes starts TCP and UDP probe servers on every VPC host (VMPort)
 // and on the external host (ExtPort).
-func (s *Stack) serveProbes(g *Gateway) {
+func (s *Stack) serveProbes(g *Topology) {
 	hosts := append([]netlab.Host{g.Ext}, g.VMs...)
 	for i, h := range hosts {
 		port := VMPort
