@@ -7,27 +7,20 @@ import (
 	"fmt"
 
 	nft "github.com/google/nftables"
-	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/nat/nlsock"
 )
 
-// txn is one transaction being built: one netlink batch in one buffer.
-// Structural messages (tables, sets, chains, rules, objects) are encoded by
-// the library on a recording connection and copied in (spill); element
-// messages, the bulk of a large transaction, are encoded here directly, with
-// no per-element allocation (the library's encoder allocated ~300 MB of
-// garbage for 200,000 elements).
+// txn is one transaction being encoded: one netlink batch in one buffer
+// (see encode.go).
 type txn struct {
 	buf     []byte
 	seq     uint32   // sequence number of the next message
 	base    uint32   // sequence number of the first message
 	what    []string // what each message does, by seq-base (for errors)
 	start   []int    // where each message starts in buf, by seq-base
-	lib     *nft.Conn
-	stamped bool  // holds the natgw_meta element (see meta)
-	err     error // first error of the recording connection
+	stamped bool     // holds the natgw_meta element (see stamp)
 }
 
 // nlHdrLen is the size of a netlink message header plus nfgenmsg.
@@ -36,20 +29,15 @@ const nlHdrLen = unix.SizeofNlMsghdr + 4
 // newTxn starts a batch whose messages are numbered from seq; size is a
 // hint of the bytes it will hold. The batch is built in buf if it has room
 // (see Renderer.txBuf).
-func newTxn(seq uint32, size int, buf []byte) (*txn, error) {
+func newTxn(seq uint32, size int, buf []byte) *txn {
 	if cap(buf) < size+2*nlHdrLen {
 		buf = make([]byte, 0, size+2*nlHdrLen)
 	}
 	t := &txn{buf: buf[:0], seq: seq}
-	lib, err := nft.New(nft.WithTestDial(t.record))
-	if err != nil {
-		return nil, fmt.Errorf("recording connection: %w", err)
-	}
-	t.lib = lib
 	t.control(unix.NFNL_MSG_BATCH_BEGIN) // seq: base-1
 	t.seq++
 	t.base = t.seq
-	return t, nil
+	return t
 }
 
 // control appends a batch begin/end message (not acknowledged).
@@ -82,62 +70,6 @@ func (t *txn) acked(start int, what string) {
 	t.what = append(t.what, what)
 	t.start = append(t.start, start)
 	t.seq++
-}
-
-// record is the recording connection's dial: it copies every message the
-// library sends (without the library's batch begin/end) into the batch and
-// answers each with an ack.
-func (t *txn) record(req []netlink.Message) ([]netlink.Message, error) {
-	ack := []netlink.Message{{Header: netlink.Header{Type: netlink.Error}, Data: make([]byte, 4)}}
-	if req == nil {
-		return ack, nil // the library reads one ack per message
-	}
-	for _, m := range req {
-		typ := uint16(m.Header.Type)
-		if typ == unix.NFNL_MSG_BATCH_BEGIN || typ == unix.NFNL_MSG_BATCH_END {
-			continue
-		}
-		if m.Header.Flags&netlink.Acknowledge == 0 {
-			t.err = errors.Join(t.err, fmt.Errorf("library message %#x without ack flag", typ))
-			continue
-		}
-		start := len(t.buf)
-		t.buf = binary.NativeEndian.AppendUint32(t.buf, 0)
-		t.buf = binary.NativeEndian.AppendUint16(t.buf, typ)
-		t.buf = binary.NativeEndian.AppendUint16(t.buf, uint16(m.Header.Flags))
-		t.buf = binary.NativeEndian.AppendUint32(t.buf, t.seq)
-		t.buf = binary.NativeEndian.AppendUint32(t.buf, 0)
-		t.buf = append(t.buf, m.Data...)
-		t.buf = pad(t.buf)
-		t.finish(start)
-		t.acked(start, msgName(typ))
-	}
-	return nil, nil
-}
-
-// spill moves the messages queued on the recording connection into the
-// batch, keeping the order of the calls.
-func (t *txn) spill() error {
-	if err := t.lib.Flush(); err != nil {
-		return fmt.Errorf("encode: %w", err)
-	}
-	return t.err
-}
-
-// msgName names an nf_tables message type for error messages.
-func msgName(typ uint16) string {
-	names := map[uint16]string{
-		unix.NFT_MSG_NEWTABLE: "add table", unix.NFT_MSG_DELTABLE: "delete table",
-		unix.NFT_MSG_NEWCHAIN: "add chain", unix.NFT_MSG_DELCHAIN: "delete chain",
-		unix.NFT_MSG_NEWRULE: "add rule", unix.NFT_MSG_DELRULE: "delete rules",
-		unix.NFT_MSG_NEWSET: "add set", unix.NFT_MSG_DELSET: "delete set",
-		unix.NFT_MSG_NEWSETELEM: "add elements", unix.NFT_MSG_DELSETELEM: "delete elements",
-		unix.NFT_MSG_NEWOBJ: "add object", unix.NFT_MSG_DELOBJ: "delete object",
-	}
-	if n, ok := names[typ&0xff]; ok {
-		return n
-	}
-	return fmt.Sprintf("message %#x", typ)
 }
 
 func pad(b []byte) []byte {
@@ -199,10 +131,10 @@ func (t *txn) elements(del, excl bool, set string, es []nft.SetElement) {
 	}
 }
 
-// meta flushes natgw_meta and adds its element again with comment and the
+// stamp flushes natgw_meta and adds its element again with comment and the
 // generation gen in userdata (see udataGen). A flush, not a delete, so
 // that it works even if the element was deleted by hand.
-func (t *txn) meta(comment string, gen uint32) {
+func (t *txn) stamp(comment string, gen uint32) {
 	start := t.header(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_DELSETELEM, unix.NLM_F_REQUEST|unix.NLM_F_ACK, unix.AF_INET, 0)
 	t.attrStr(unix.NFTA_SET_ELEM_LIST_TABLE, TableName)
 	t.attrStr(unix.NFTA_SET_ELEM_LIST_SET, setMeta)
@@ -268,16 +200,13 @@ func (t *txn) element(e nft.SetElement, keyOnly bool) {
 // message order, so the last message's answer ends the kernel's reply. One
 // ack instead of one per message saves a read per message, and a bulk
 // transaction cannot overrun the receive buffer with acks.
-func (t *txn) close() (int, error) {
-	if err := t.spill(); err != nil {
-		return 0, err
-	}
+func (t *txn) close() int {
 	for _, start := range t.start[:max(len(t.start)-1, 0)] {
 		flags := t.buf[start+6 : start+8]
 		binary.NativeEndian.PutUint16(flags, binary.NativeEndian.Uint16(flags)&^unix.NLM_F_ACK)
 	}
 	t.control(unix.NFNL_MSG_BATCH_END)
-	return int(t.seq - t.base), nil
+	return int(t.seq - t.base)
 }
 
 // exchange sends the batch in one sendmsg and reads the kernel's answers
@@ -288,10 +217,7 @@ func (t *txn) close() (int, error) {
 // it returns; once an error has been read, answers still missing are not
 // waited for.
 func (r *Renderer) exchange(ctx context.Context, t *txn) error {
-	n, err := t.close()
-	if err != nil {
-		return err
-	}
+	n := t.close()
 	if n == 0 {
 		return nil
 	}
@@ -300,7 +226,10 @@ func (r *Renderer) exchange(ctx context.Context, t *txn) error {
 	}
 	buf := r.buffer()
 	last := uint32(n - 1)
-	var errs []error
+	var (
+		errs []error
+		err  error
+	)
 	for answered := false; !answered; {
 		var rn int
 		if len(errs) == 0 {

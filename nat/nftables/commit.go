@@ -61,44 +61,36 @@ func cmpQoSKey(a, b qosKey) int {
 	return a.eip.Compare(b.eip)
 }
 
-// emit queues ch on the connection, in an order the kernel accepts within
-// one transaction: deletes before the deletion of what they referenced,
-// creations before their references. It returns the first queueing error;
-// the caller must then drop the connection.
-func (r *Renderer) emit(t *txn, ch *change) error {
-	c := t.lib
+// plan is the layout step: it turns ch into the transaction that makes
+// it, in an order the kernel accepts within one transaction (deletes
+// before the deletion of what they referenced, creations before their
+// references). It does not touch the kernel.
+func (r *Renderer) plan(ch *change) *Tx {
+	tx := &Tx{}
 	if ch.dropTable {
-		c.DelTable(r.table)
+		tx.deleteTable()
 	}
 	if ch.createTable {
-		c.CreateTable(r.table)
+		tx.createTable()
 		for _, spec := range fixedSets {
-			if err := c.AddSet(r.newSet(spec), nil); err != nil {
-				return fmt.Errorf("add set %s: %w", spec.name, err)
-			}
+			tx.addSet(spec)
 		}
-	}
-	if err := t.spill(); err != nil {
-		return err
 	}
 	// 1. Elements out.
 	if ch.full {
 		for _, name := range ch.flush {
-			c.FlushSet(&nft.Set{Table: r.table, Name: name})
+			tx.flushSet(name)
 		}
 	}
-	if err := t.spill(); err != nil {
-		return err
-	}
 	for _, name := range slices.Sorted(maps.Keys(ch.del)) {
-		t.elements(true, false, name, ch.del[name])
+		tx.deleteElements(name, ch.del[name])
 	}
 	// 2. Fixed chains exist (snat_cidr before the rule that jumps to it).
 	var chains []chainSpec
 	if ch.fixedChains {
-		chains = r.fixedChains()
+		chains = fixedChains(r.cfg)
 		for _, cs := range chains {
-			c.AddChain(&nft.Chain{Name: cs.name, Table: r.table, Hooknum: cs.hook, Priority: cs.prio, Type: cs.typ})
+			tx.addChain(cs)
 		}
 	}
 	// 3. Policers.
@@ -116,28 +108,26 @@ func (r *Renderer) emit(t *txn, ch *change) error {
 			continue
 		}
 		if b.chain {
-			c.FlushChain(r.chain(k.name()))
+			tx.flushChain(k.name())
 			if !want {
-				c.DelChain(r.chain(k.name()))
+				tx.deleteChain(k.name())
 			}
 		}
 		if b.obj {
-			c.DeleteObject(&nft.NamedObj{Table: r.table, Name: k.name(), Type: nft.ObjTypeLimit})
+			tx.deleteLimit(k.name())
 		}
 		if want {
-			c.AddObj(r.qosObj(k, a))
+			tx.addLimit(k, a)
 			if !b.chain {
-				c.AddChain(r.chain(k.name()))
+				tx.addChain(chainSpec{name: k.name()})
 			}
-			r.addRule(c, k.name(), qosRule(k))
+			tx.addRule(k.name(), qosRule(k))
 		}
 	}
 	// 4. CIDR SNAT maps in, then the rules.
 	for _, cl := range sortedSNAT(ch.snatAfter) {
 		if !ch.snatBefore[cl] {
-			if err := c.AddSet(r.newSet(cl.spec()), nil); err != nil {
-				return fmt.Errorf("add set %s: %w", cl.setName(), err)
-			}
+			tx.addSet(cl.spec())
 		}
 	}
 	if ch.fixedChains {
@@ -146,46 +136,42 @@ func (r *Renderer) emit(t *txn, ch *change) error {
 				continue
 			}
 			if !ch.createTable {
-				c.FlushChain(r.chain(cs.name))
+				tx.flushChain(cs.name)
 			}
 			for _, rs := range cs.rules {
-				r.addRule(c, cs.name, rs)
+				tx.addRule(cs.name, rs)
 			}
 		}
 	}
 	if ch.fixedChains || !slices.Equal(sortedSNAT(ch.snatBefore), sortedSNAT(ch.snatAfter)) {
 		if !ch.createTable {
-			c.FlushChain(r.chain(chainSNATCIDR))
+			tx.flushChain(chainSNATCIDR)
 		}
 		for _, cl := range sortedSNAT(ch.snatAfter) {
-			r.addRule(c, chainSNATCIDR, snatRule(cl))
+			tx.addRule(chainSNATCIDR, snatRule(cl))
 		}
 	}
 	// 5. CIDR SNAT maps out (no rule refers to them any more).
 	for _, cl := range sortedSNAT(ch.snatBefore) {
 		if !ch.snatAfter[cl] {
-			c.DelSet(&nft.Set{Table: r.table, Name: cl.setName()})
+			tx.deleteSet(cl.setName())
 		}
 	}
 	// 6. Elements in.
-	if err := t.spill(); err != nil {
-		return err
-	}
 	for _, name := range slices.Sorted(maps.Keys(ch.add)) {
-		t.elements(false, ch.excl, name, ch.add[name])
+		tx.addElements(name, ch.add[name], ch.excl)
 	}
 	// 7. The meta element, with the generation this transaction will
 	// have if nobody else commits first (see Load), in transactions that
 	// create or rewrite the table and in Settle's.
-	if !ch.stamp {
-		return nil
+	if ch.stamp {
+		boot := r.boot
+		if ch.createTable {
+			boot = ch.bootID
+		}
+		tx.stamp(metaComment(boot), r.gen+1)
 	}
-	boot := r.boot
-	if ch.createTable {
-		boot = ch.bootID
-	}
-	t.meta(metaComment(boot), r.gen+1)
-	return nil
+	return tx
 }
 
 func sortedSNAT(m map[snatClass]bool) []snatClass {
@@ -199,7 +185,7 @@ func sortedSNAT(m map[snatClass]bool) []snatClass {
 	return cs
 }
 
-// run queues and commits ch as one transaction.
+// run plans ch and commits it as one transaction.
 func (r *Renderer) run(ctx context.Context, ch *change) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -207,14 +193,20 @@ func (r *Renderer) run(ctx context.Context, ch *change) error {
 	if err := r.ready(); err != nil {
 		return err
 	}
-	t, err := newTxn(r.seq, ch.size(), r.txBuf)
-	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
+	return r.exec(ctx, r.plan(ch))
+}
+
+// exec is the transport: it encodes tx into one netlink batch and
+// commits it.
+func (r *Renderer) exec(ctx context.Context, tx *Tx) error {
+	if r.trace != nil {
+		r.trace(tx)
 	}
+	t := newTxn(r.seq, tx.elemBytes(), r.txBuf)
 	if cap(t.buf) <= keepTxBuf {
 		defer func() { r.txBuf = t.buf[:0] }()
 	}
-	if err := r.emit(t, ch); err != nil {
+	if err := t.encode(tx); err != nil {
 		// Nothing was sent.
 		return fmt.Errorf("nftables: %w", err)
 	}
@@ -243,20 +235,6 @@ func (r *Renderer) Settle(ctx context.Context) error {
 		return fmt.Errorf("nftables: store generation: %w", err)
 	}
 	return nil
-}
-
-// size estimates the encoded size of ch's element messages.
-func (ch *change) size() int {
-	n := 0
-	for _, m := range []setElems{ch.del, ch.add} {
-		for _, es := range m {
-			for _, e := range es {
-				n += elemSize(e)
-			}
-			n += (len(es)/maxMsgElems + 1) * 64
-		}
-	}
-	return n + 4096
 }
 
 // Commit implements engine.Renderer. A Sync (c.Full) whose difference to

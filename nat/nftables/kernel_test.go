@@ -725,3 +725,64 @@ func TestLoadMirror(t *testing.T) {
 	nftExec(t, cfg.NetNS, "delete element ip natgw fip_snat { 198.51.100.10 }\n")
 	check("after fip_snat was edited by hand", false, false)
 }
+
+// TestListing: after every transaction natgw sends (open, adds, QoS
+// changes that need kbytes and mbytes units, a /32 and a /0 SNAT map,
+// deletes, a full Sync), the kernel's `nft list table` equals the listing
+// of the text rendering of every transaction sent so far.
+func TestListing(t *testing.T) {
+	cfg := gateway(t)
+	r, err := NewRenderer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var model listing
+	var sent []string
+	r.trace = func(tx *Tx) {
+		sent = append(sent, tx.String())
+		if err := model.apply(tx); err != nil {
+			t.Errorf("the model refuses transaction %d:\n%s\n%v", len(sent), tx, err)
+		}
+	}
+	ctx := ctxT(t)
+	e, err := engine.New(ctx, r, nil, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	check := func(step string) {
+		t.Helper()
+		got, want := canonical(normalize(table(t, cfg.NetNS))), canonical(normalize(model.String()))
+		if got != want {
+			t.Fatalf("%s: the kernel lists\n%s\nthe rendering of the %d transactions sent says\n%s\nlast transaction:\n%s", step, got, len(sent), want, sent[len(sent)-1])
+		}
+	}
+	check("open")
+	if err := e.Apply(ctx, goldenObjects()...); err != nil {
+		t.Fatal(err)
+	}
+	check("golden objects")
+	u := nattest.UID
+	more := []nat.Object{
+		nattest.EIPQoS(u(nat.KindEIP, 1), addr("192.0.2.10"), nat.QoS{IngressRateMbps: 128, EgressRateMbps: 8192, EgressBurstMbit: 1024}),
+		nattest.EIP(u(nat.KindEIP, 9), addr("192.0.2.40")),
+		nattest.SNAT(u(nat.KindSNAT, 7), addr("192.0.2.40"), prefix("203.0.113.7/32"), false),
+		nattest.SNAT(u(nat.KindSNAT, 8), addr("192.0.2.40"), prefix("0.0.0.0/0"), true),
+	}
+	if err := e.Apply(ctx, more...); err != nil {
+		t.Fatal(err)
+	}
+	check("QoS change and /32, /0 SNATs")
+	if err := e.Delete(ctx, u(nat.KindEIP, 2), u(nat.KindSNAT, 2), u(nat.KindDNAT, 1)); err != nil {
+		t.Fatal(err)
+	}
+	check("deletes")
+	if err := e.Sync(ctx, goldenObjects()[3:6]); err != nil {
+		t.Fatal(err)
+	}
+	check("sync")
+	if err := r.Settle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("settle")
+}

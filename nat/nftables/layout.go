@@ -12,8 +12,9 @@ import (
 	nft "github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
-	"github.com/google/nftables/userdata"
 	"golang.org/x/sys/unix"
+
+	"github.com/natgw/natgw/nat"
 )
 
 // TableName is the name of natgw's table (family ip). natgw never reads or
@@ -115,29 +116,6 @@ var elementSets = fixedSets[1:]
 // unsynchronized global counter.
 var setIDs atomic.Uint32
 
-func (r *Renderer) set(spec setSpec) *nft.Set {
-	s := &nft.Set{
-		Table:         r.table,
-		Name:          spec.name,
-		KeyType:       spec.key,
-		DataType:      spec.val,
-		IsMap:         spec.isMap(),
-		Concatenation: spec.concat,
-		KeyByteOrder:  binaryutil.BigEndian,
-	}
-	if spec.key == nft.TypeMark {
-		s.KeyByteOrder = binaryutil.NativeEndian
-	}
-	return s
-}
-
-// newSet returns a set ready for AddSet, with a process-unique ID.
-func (r *Renderer) newSet(spec setSpec) *nft.Set {
-	s := r.set(spec)
-	s.ID = setIDs.Add(1) + 1<<20
-	return s
-}
-
 // snatClass is one CIDR SNAT map: all SNATs of one prefix length and one
 // random-fully setting.
 type snatClass struct {
@@ -231,8 +209,6 @@ func ifname(n string) []byte {
 	return b
 }
 
-func comment(s string) []byte { return userdata.AppendString(nil, userdata.TypeComment, s) }
-
 func loadIP(offset uint32, reg uint32) *expr.Payload {
 	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4}
 }
@@ -270,13 +246,15 @@ func cat(parts ...[]expr.Any) []expr.Any {
 	return out
 }
 
-// ruleSpec is one rule of a chain.
+// ruleSpec is one rule of a chain: its expressions, and the same rule as
+// `nft list` shows it (TestListing checks that the two agree in the kernel).
 type ruleSpec struct {
+	text    string
 	comment string
 	exprs   []expr.Any
 }
 
-// chainSpec is one chain with its rules.
+// chainSpec is one chain with its rules; a base chain has a hook.
 type chainSpec struct {
 	name  string
 	hook  *nft.ChainHook
@@ -285,10 +263,22 @@ type chainSpec struct {
 	rules []ruleSpec
 }
 
+// hookName is the nft name of a hook of the ip family.
+var hookName = map[nft.ChainHook]string{
+	*nft.ChainHookPrerouting: "prerouting", *nft.ChainHookInput: "input", *nft.ChainHookForward: "forward",
+	*nft.ChainHookOutput: "output", *nft.ChainHookPostrouting: "postrouting",
+}
+
+// prioName is the name nft gives a standard priority of the ip family.
+var prioName = map[nft.ChainPriority]string{
+	-300: "raw", -150: "mangle", -100: "dstnat", 0: "filter", 50: "security", 100: "srcnat",
+}
+
 // fixedChains returns the chains created with the table, with their rules
-// (snat_cidr's rules depend on the SNAT maps in use; see snatRules).
-func (r *Renderer) fixedChains() []chainSpec {
-	ext, in := r.cfg.ExternalInterface, r.cfg.InternalInterface
+// (snat_cidr's rules depend on the SNAT maps in use; see snatRule).
+func fixedChains(cfg nat.Config) []chainSpec {
+	ext, in := cfg.ExternalInterface, cfg.InternalInterface
+	qext, qin := strconv.Quote(ext), strconv.Quote(in)
 	hairpinMask := binaryutil.NativeEndian.PutUint32(^uint32(HairpinMark))
 	hairpinBit := binaryutil.NativeEndian.PutUint32(HairpinMark)
 	zero4 := []byte{0, 0, 0, 0}
@@ -296,6 +286,7 @@ func (r *Renderer) fixedChains() []chainSpec {
 		{
 			name: chainQoSIn, hook: nft.ChainHookPrerouting, prio: ptr(prioQoSIn), typ: nft.ChainTypeFilter,
 			rules: []ruleSpec{{
+				text:    "iifname " + qext + " ip daddr vmap @qos_in",
 				comment: "natgw: EIP ingress QoS, before DNAT",
 				exprs: cat(ifMatch(expr.MetaKeyIIFNAME, ext), []expr.Any{
 					loadIP(offDaddr, reg0),
@@ -307,6 +298,7 @@ func (r *Renderer) fixedChains() []chainSpec {
 			name: chainDNAT, hook: nft.ChainHookPrerouting, prio: ptr(prioDNAT), typ: nft.ChainTypeNAT,
 			rules: []ruleSpec{
 				{
+					text:    "iifname " + qin + " meta mark set meta mark | 0x00004000",
 					comment: "natgw: mark traffic from the VPC for hairpin SNAT",
 					exprs: cat(ifMatch(expr.MetaKeyIIFNAME, in), []expr.Any{
 						&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
@@ -315,6 +307,7 @@ func (r *Renderer) fixedChains() []chainSpec {
 					}),
 				},
 				{
+					text:    "ip daddr @eips ct mark set ip daddr",
 					comment: "natgw: ct mark = EIP on every connection to an EIP",
 					exprs: cat([]expr.Any{
 						loadIP(offDaddr, reg0),
@@ -322,6 +315,7 @@ func (r *Renderer) fixedChains() []chainSpec {
 					}, markFrom(reg0, reg1)),
 				},
 				{
+					text:    "ct mark set ip daddr dnat to ip daddr map @fip_dnat",
 					comment: "natgw: floating IP DNAT",
 					exprs: cat([]expr.Any{
 						loadIP(offDaddr, reg0),
@@ -331,6 +325,7 @@ func (r *Renderer) fixedChains() []chainSpec {
 					}),
 				},
 				{
+					text:    "ct mark set ip daddr dnat ip to ip daddr . meta l4proto . th dport map @port_dnat",
 					comment: "natgw: port DNAT",
 					exprs: cat([]expr.Any{
 						loadIP(offDaddr, reg0),
@@ -348,6 +343,7 @@ func (r *Renderer) fixedChains() []chainSpec {
 			name: chainSNAT, hook: nft.ChainHookPostrouting, prio: ptr(prioSNAT), typ: nft.ChainTypeNAT,
 			rules: []ruleSpec{
 				{
+					text:    "ct mark set ip saddr map @fip_snat snat to ip saddr map @fip_snat",
 					comment: "natgw: floating IP SNAT",
 					exprs: cat([]expr.Any{
 						loadIP(offSaddr, reg0),
@@ -357,12 +353,14 @@ func (r *Renderer) fixedChains() []chainSpec {
 					}),
 				},
 				{
+					text:    "oifname " + qext + " jump snat_cidr",
 					comment: "natgw: CIDR SNAT on egress to the external network",
 					exprs: cat(ifMatch(expr.MetaKeyOIFNAME, ext), []expr.Any{
 						&expr.Verdict{Kind: expr.VerdictJump, Chain: chainSNATCIDR},
 					}),
 				},
 				{
+					text:    "meta mark & 0x00004000 != 0x00000000 ct status dnat oifname " + qin + " snat to ct original ip daddr",
 					comment: "natgw: hairpin SNAT to the EIP for VPC clients",
 					exprs: cat([]expr.Any{
 						&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
@@ -383,6 +381,7 @@ func (r *Renderer) fixedChains() []chainSpec {
 		{
 			name: chainQoSOut, hook: nft.ChainHookPostrouting, prio: ptr(prioQoSOut), typ: nft.ChainTypeFilter,
 			rules: []ruleSpec{{
+				text:    "oifname " + qext + " ip saddr vmap @qos_out",
 				comment: "natgw: EIP egress QoS, after SNAT",
 				exprs: cat(ifMatch(expr.MetaKeyOIFNAME, ext), []expr.Any{
 					loadIP(offSaddr, reg0),
@@ -402,24 +401,32 @@ func ptr[T any](v T) *T { return &v }
 // class's prefix length and look it up in the class's map.
 func snatRule(c snatClass) ruleSpec {
 	var ex []expr.Any
+	src := "ip saddr"
 	ex = append(ex, loadIP(offSaddr, reg0))
 	if c.bits < 32 {
 		m := binary.BigEndian.AppendUint32(nil, uint32(uint64(0xffffffff)<<(32-c.bits)))
 		ex = append(ex, &expr.Bitwise{SourceRegister: reg0, DestRegister: reg0, Len: 4, Mask: m, Xor: []byte{0, 0, 0, 0}})
+		src += " & " + netip.AddrFrom4([4]byte(m)).String()
 	}
 	ex = append(ex, lookup(c.setName(), reg0, reg1))
 	ex = append(ex, markFrom(reg1, reg2)...)
 	ex = append(ex, &expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1, FullyRandom: c.randomFully})
-	rf := ""
+	rf, rfText := "", ""
 	if c.randomFully {
-		rf = ", random-fully"
+		rf, rfText = ", random-fully", " fully-random"
 	}
-	return ruleSpec{comment: fmt.Sprintf("natgw: CIDR SNAT /%d%s", c.bits, rf), exprs: ex}
+	m := src + " map @" + c.setName()
+	return ruleSpec{
+		text:    "ct mark set " + m + " snat to " + m + rfText,
+		comment: fmt.Sprintf("natgw: CIDR SNAT /%d%s", c.bits, rf),
+		exprs:   ex,
+	}
 }
 
 // qosRule is the one rule of a policer chain.
 func qosRule(k qosKey) ruleSpec {
 	return ruleSpec{
+		text:    "limit name " + strconv.Quote(k.name()) + " drop",
 		comment: "natgw: EIP " + k.eip.String() + " " + map[qosDir]string{qosIn: "ingress", qosOut: "egress"}[k.dir] + " policer",
 		exprs: []expr.Any{
 			&expr.Objref{Type: int(nft.ObjTypeLimit), Name: k.name()},
@@ -428,17 +435,7 @@ func qosRule(k qosKey) ruleSpec {
 	}
 }
 
-func (r *Renderer) qosObj(k qosKey, v qosVal) *nft.NamedObj {
-	return &nft.NamedObj{
-		Table: r.table, Name: k.name(), Type: nft.ObjTypeLimit,
-		Obj: &expr.Limit{Type: expr.LimitTypePktBytes, Rate: v.rate, Unit: expr.LimitTimeSecond, Burst: v.burst, Over: true},
-	}
-}
-
-func (r *Renderer) chain(name string) *nft.Chain {
-	return &nft.Chain{Name: name, Table: r.table}
-}
-
-func (r *Renderer) addRule(c *nft.Conn, chain string, rs ruleSpec) {
-	c.AddRule(&nft.Rule{Table: r.table, Chain: r.chain(chain), Exprs: rs.exprs, UserData: comment(rs.comment)})
+// limitExpr is a policer's limit: packets beyond rate (plus burst) match.
+func limitExpr(v qosVal) *expr.Limit {
+	return &expr.Limit{Type: expr.LimitTypePktBytes, Rate: v.rate, Unit: expr.LimitTimeSecond, Burst: v.burst, Over: true}
 }

@@ -107,7 +107,7 @@ func (r *Renderer) readKernel(ctx context.Context) (*kernelState, error) {
 		return nil, fmt.Errorf("list chains: %w", err)
 	}
 	fixed := map[string]chainSpec{}
-	for _, cs := range r.fixedChains() {
+	for _, cs := range fixedChains(r.cfg) {
 		fixed[cs.name] = cs
 	}
 	for _, c := range chains {

@@ -90,6 +90,16 @@ func New(ctx context.Context, cfg nat.Config, opts ...Option) (nat.Dataplane, er
 	return e, nil
 }
 
+// checkInterfaces refuses interface names the rules cannot match.
+func checkInterfaces(cfg nat.Config) error {
+	for _, n := range []string{cfg.ExternalInterface, cfg.InternalInterface} {
+		if len(n) >= unix.IFNAMSIZ || strings.ContainsRune(n, 0) {
+			return fmt.Errorf("interface name %q: longer than %d bytes or holds NUL", n, unix.IFNAMSIZ-1)
+		}
+	}
+	return nil
+}
+
 // Renderer is the nftables engine.Renderer of one gateway namespace. Its
 // methods are called one at a time (the engine serializes them).
 type Renderer struct {
@@ -114,6 +124,7 @@ type Renderer struct {
 	stamped bool // natgw_meta holds gen (see Settle)
 	ackBuf  []byte
 	txBuf   []byte // the last small transaction's batch buffer, reused
+	trace   func(*Tx) // if set, sees every transaction before it is sent (tests)
 
 	// The kernel's structure, read at Load and kept by Commit. Elements
 	// need no index: the kernel holds exactly the rendering of the
@@ -141,10 +152,8 @@ func NewRenderer(cfg nat.Config, opts ...Option) (*Renderer, error) {
 	for _, o := range opts {
 		o(&r.opts)
 	}
-	for _, n := range []string{cfg.ExternalInterface, cfg.InternalInterface} {
-		if len(n) >= unix.IFNAMSIZ || strings.ContainsRune(n, 0) {
-			return nil, fmt.Errorf("nftables: interface name %q: longer than %d bytes or holds NUL", n, unix.IFNAMSIZ-1)
-		}
+	if err := checkInterfaces(cfg); err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
 	}
 	ns, err := netns.Open(cfg.NetNS)
 	if err != nil {

@@ -1,0 +1,193 @@
+package nftables
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	nft "github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// encode appends the netlink messages of tx to the batch. Structural
+// messages (table, sets, chains, rules, limit objects) are built with
+// mdlayher/netlink's attribute encoder and google/nftables' public
+// expression marshaller, in the same bytes as google/nftables' Conn would
+// send (TestEncodeMatchesLibrary). Element messages, the bulk of a large
+// transaction, are appended by elements/stamp straight into the batch
+// buffer (see there for the measured gain).
+func (t *txn) encode(tx *Tx) error {
+	for i := range tx.ops {
+		o := &tx.ops[i]
+		var err error
+		switch o.kind {
+		case opCreateTable:
+			err = t.msg(unix.NFT_MSG_NEWTABLE, unix.NLM_F_EXCL, "create table", tableAttrs)
+		case opDeleteTable:
+			err = t.msg(unix.NFT_MSG_DELTABLE, 0, "delete table", tableAttrs)
+		case opAddSet:
+			err = t.msg(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, "add set "+o.name, func(ae *netlink.AttributeEncoder) { setAttrs(ae, o.set) })
+		case opFlushSet:
+			err = t.msg(unix.NFT_MSG_DELSETELEM, 0, "flush set "+o.name, named(unix.NFTA_SET_TABLE, unix.NFTA_SET_NAME, o.name))
+		case opDeleteSet:
+			err = t.msg(unix.NFT_MSG_DELSET, 0, "delete set "+o.name, named(unix.NFTA_SET_TABLE, unix.NFTA_SET_NAME, o.name))
+		case opAddChain:
+			err = t.msg(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, "add chain "+o.name, func(ae *netlink.AttributeEncoder) { chainAttrs(ae, o.chain) })
+		case opFlushChain:
+			err = t.msg(unix.NFT_MSG_DELRULE, 0, "flush chain "+o.name, named(unix.NFTA_RULE_TABLE, unix.NFTA_RULE_CHAIN, o.name))
+		case opDeleteChain:
+			err = t.msg(unix.NFT_MSG_DELCHAIN, 0, "delete chain "+o.name, named(unix.NFTA_CHAIN_TABLE, unix.NFTA_CHAIN_NAME, o.name))
+		case opAddRule:
+			err = t.msg(unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_ECHO|unix.NLM_F_APPEND, "add rule to "+o.name,
+				func(ae *netlink.AttributeEncoder) { ruleAttrs(ae, o.name, o.rule) })
+		case opAddLimit:
+			err = t.msg(unix.NFT_MSG_NEWOBJ, unix.NLM_F_CREATE, "add limit "+o.name, func(ae *netlink.AttributeEncoder) { limitAttrs(ae, o.name, &o.limit) })
+		case opDeleteLimit:
+			err = t.msg(unix.NFT_MSG_DELOBJ, 0, "delete limit "+o.name, func(ae *netlink.AttributeEncoder) { limitAttrs(ae, o.name, nil) })
+		case opAddElements:
+			t.elements(false, o.excl, o.name, o.elems)
+		case opDeleteElements:
+			t.elements(true, false, o.name, o.elems)
+		case opStamp:
+			t.stamp(o.comment, o.gen)
+		default:
+			err = fmt.Errorf("unknown operation %d on %q", o.kind, o.name)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// msg appends one acknowledged nf_tables message of type typ (flags beyond
+// request and ack as given) whose attributes attrs encodes.
+func (t *txn) msg(typ, flags uint16, what string, attrs func(*netlink.AttributeEncoder)) error {
+	ae := netlink.NewAttributeEncoder()
+	ae.ByteOrder = binary.BigEndian
+	attrs(ae)
+	b, err := ae.Encode()
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", what, err)
+	}
+	start := t.header(unix.NFNL_SUBSYS_NFTABLES<<8|typ, unix.NLM_F_REQUEST|unix.NLM_F_ACK|flags, unix.AF_INET, 0)
+	t.buf = append(t.buf, b...)
+	t.finish(start)
+	t.acked(start, what)
+	return nil
+}
+
+func tableAttrs(ae *netlink.AttributeEncoder) {
+	ae.String(unix.NFTA_TABLE_NAME, TableName)
+	ae.Uint32(unix.NFTA_TABLE_FLAGS, 0)
+}
+
+// named encodes the table and the name of one of its sets or chains.
+func named(tableAttr, nameAttr uint16, name string) func(*netlink.AttributeEncoder) {
+	return func(ae *netlink.AttributeEncoder) {
+		ae.String(tableAttr, TableName)
+		ae.String(nameAttr, name)
+	}
+}
+
+// nested encodes attrs as the payload of an attribute.
+func nested(attrs func(*netlink.AttributeEncoder)) func() ([]byte, error) {
+	return func() ([]byte, error) {
+		ae := netlink.NewAttributeEncoder()
+		ae.ByteOrder = binary.BigEndian
+		attrs(ae)
+		return ae.Encode()
+	}
+}
+
+// nftSetConcat is NFTA_SET_FLAGS' NFT_SET_CONCAT (not in x/sys/unix).
+const nftSetConcat = 0x80
+
+// nftaSetDescConcat is NFTA_SET_DESC_CONCAT (not in x/sys/unix).
+const nftaSetDescConcat = 2
+
+// setAttrs encodes a set or map of the table.
+func setAttrs(ae *netlink.AttributeEncoder, s setSpec) {
+	var flags uint32
+	if s.isMap() {
+		flags |= unix.NFT_SET_MAP
+	}
+	if s.concat {
+		flags |= nftSetConcat
+	}
+	ae.String(unix.NFTA_SET_TABLE, TableName)
+	ae.String(unix.NFTA_SET_NAME, s.name)
+	ae.Uint32(unix.NFTA_SET_FLAGS, flags)
+	ae.Uint32(unix.NFTA_SET_KEY_TYPE, s.key.GetNFTMagic())
+	ae.Uint32(unix.NFTA_SET_KEY_LEN, s.key.Bytes)
+	ae.Uint32(unix.NFTA_SET_ID, setIDs.Add(1)+1<<20)
+	if s.isMap() {
+		dt := s.val.GetNFTMagic()
+		if s.val.Name == nft.TypeVerdict.Name {
+			dt = unix.NFT_DATA_VERDICT
+		}
+		ae.Uint32(unix.NFTA_SET_DATA_TYPE, dt)
+		ae.Uint32(unix.NFTA_SET_DATA_LEN, s.val.Bytes)
+	}
+	if s.concat {
+		// The length of each field of the key (the kernel needs them to
+		// walk a concatenation; nft needs them to list the set).
+		ae.Do(unix.NLA_F_NESTED|unix.NFTA_SET_DESC, nested(func(desc *netlink.AttributeEncoder) {
+			desc.Do(unix.NLA_F_NESTED|nftaSetDescConcat, nested(func(cat *netlink.AttributeEncoder) {
+				for _, f := range nft.ConcatSetTypeElements(s.key) {
+					cat.Do(unix.NFTA_SET_DESC_SIZE, nested(func(v *netlink.AttributeEncoder) {
+						v.Uint32(unix.NFTA_DATA_VALUE, f.Bytes)
+					}))
+				}
+			}))
+		}))
+	}
+	// The key's byte order, for nft's listing (1 host, 2 network).
+	order := uint32(2)
+	if s.key.Name == nft.TypeMark.Name {
+		order = 1
+	}
+	ae.Bytes(unix.NFTA_SET_USERDATA, userdata.AppendUint32(nil, userdata.NFTNL_UDATA_SET_KEYBYTEORDER, order))
+}
+
+// chainAttrs encodes a chain; a base chain with its hook and type.
+func chainAttrs(ae *netlink.AttributeEncoder, c chainSpec) {
+	ae.String(unix.NFTA_CHAIN_TABLE, TableName)
+	ae.String(unix.NFTA_CHAIN_NAME, c.name)
+	if c.hook == nil || c.prio == nil {
+		return
+	}
+	ae.Nested(unix.NFTA_CHAIN_HOOK, func(h *netlink.AttributeEncoder) error {
+		h.Uint32(unix.NFTA_HOOK_HOOKNUM, uint32(*c.hook))
+		h.Uint32(unix.NFTA_HOOK_PRIORITY, uint32(*c.prio))
+		return nil
+	})
+	ae.String(unix.NFTA_CHAIN_TYPE, string(c.typ))
+}
+
+// ruleAttrs encodes a rule appended to chain, its comment in userdata.
+func ruleAttrs(ae *netlink.AttributeEncoder, chain string, r ruleSpec) {
+	ae.String(unix.NFTA_RULE_TABLE, TableName)
+	ae.String(unix.NFTA_RULE_CHAIN, chain)
+	ae.Nested(unix.NFTA_RULE_EXPRESSIONS, func(list *netlink.AttributeEncoder) error {
+		for _, e := range r.exprs {
+			list.Do(unix.NLA_F_NESTED|unix.NFTA_LIST_ELEM, func() ([]byte, error) { return expr.Marshal(unix.NFPROTO_IPV4, e) })
+		}
+		return nil
+	})
+	ae.Bytes(unix.NFTA_RULE_USERDATA, userdata.AppendString(nil, userdata.TypeComment, r.comment))
+}
+
+// limitAttrs encodes a named limit object; v nil for a delete.
+func limitAttrs(ae *netlink.AttributeEncoder, name string, v *qosVal) {
+	ae.String(unix.NFTA_OBJ_TABLE, TableName)
+	ae.String(unix.NFTA_OBJ_NAME, name)
+	ae.Uint32(unix.NFTA_OBJ_TYPE, uint32(nft.ObjTypeLimit))
+	if v == nil {
+		ae.Do(unix.NLA_F_NESTED|unix.NFTA_OBJ_DATA, func() ([]byte, error) { return nil, nil })
+		return
+	}
+	ae.Do(unix.NLA_F_NESTED|unix.NFTA_OBJ_DATA, func() ([]byte, error) { return expr.MarshalExprData(unix.NFPROTO_IPV4, limitExpr(*v)) })
+}

@@ -1,0 +1,508 @@
+package nftables
+
+import (
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	nft "github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/nattest"
+)
+
+// goldenBoot is the boot id of the planned golden table.
+const goldenBoot = "0123456789abcdef0123456789abcdef"
+
+// TestPlanGolden: the transaction that creates the golden table, in nft
+// syntax, is testdata/golden/plan.nft (no kernel needed; -update rewrites).
+func TestPlanGolden(t *testing.T) {
+	tx, err := Plan(nat.Config{}, goldenObjects(), goldenBoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "plan.nft", normalize(tx.String()))
+}
+
+// TestPlanListing: the table the planned transaction makes, as nft would
+// list it, is the kernel's listing in testdata/golden/table.nft (which
+// TestGolden checks against the kernel, as root). Without root this ties
+// the text rendering to what the kernel holds.
+func TestPlanListing(t *testing.T) {
+	tx, err := Plan(nat.Config{}, goldenObjects(), goldenBoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m listing
+	if err := m.apply(tx); err != nil {
+		t.Fatal(err)
+	}
+	want := readGolden(t, "table.nft")
+	if got := canonical(normalize(m.String())); got != canonical(want) {
+		t.Errorf("the planned table, listed:\n%s\nthe kernel's (testdata/golden/table.nft):\n%s", got, canonical(want))
+	}
+}
+
+// TestPlanRefuses: bad objects and configs are refused by field, before
+// anything is planned.
+func TestPlanRefuses(t *testing.T) {
+	u := nattest.UID
+	for _, tc := range []struct {
+		name string
+		cfg  nat.Config
+		objs []nat.Object
+		want string
+	}{
+		{"invalid object", nat.Config{}, []nat.Object{{UID: "x", Kind: nat.KindFIP}}, "fip"},
+		{"conflict", nat.Config{}, []nat.Object{
+			nattest.FIP(u(nat.KindFIP, 1), addr("192.0.2.10"), addr("198.51.100.10")),
+			nattest.FIP(u(nat.KindFIP, 2), addr("192.0.2.10"), addr("198.51.100.11")),
+		}, "192.0.2.10"},
+		{"interface name", nat.Config{ExternalInterface: strings.Repeat("x", 16)}, nil, "interface name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Plan(tc.cfg, tc.objs, goldenBoot)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Plan: %v, want an error naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestTxText renders every kind of operation (table-driven).
+func TestTxText(t *testing.T) {
+	k := qosKey{qosIn, addr("192.0.2.10")}
+	for _, tc := range []struct {
+		name string
+		tx   func(*Tx)
+		want string
+	}{
+		{"delete table", (*Tx).deleteTable, "delete table ip natgw\n"},
+		{"flush map", func(tx *Tx) { tx.flushSet(setFIPDNAT) }, "flush map ip natgw fip_dnat\n"},
+		{"flush set", func(tx *Tx) { tx.flushSet(setEIPs) }, "flush set ip natgw eips\n"},
+		{"delete snat map", func(tx *Tx) { tx.deleteSet("snat_p24") }, "delete map ip natgw snat_p24\n"},
+		{"flush chain", func(tx *Tx) { tx.flushChain(k.name()) }, "flush chain ip natgw qos_in_192_0_2_10\n"},
+		{"delete chain", func(tx *Tx) { tx.deleteChain(k.name()) }, "delete chain ip natgw qos_in_192_0_2_10\n"},
+		{"delete limit", func(tx *Tx) { tx.deleteLimit(k.name()) }, "delete limit ip natgw qos_in_192_0_2_10\n"},
+		{"limit in kbytes", func(tx *Tx) { tx.addLimit(k, qosVal{rate: 128 * mbit, burst: 0}) },
+			"add limit ip natgw qos_in_192_0_2_10 { rate over 15625 kbytes/second; }\n"},
+		{"limit in mbytes", func(tx *Tx) { tx.addLimit(k, qosVal{rate: 1 << 20, burst: 3 << 10}) },
+			"add limit ip natgw qos_in_192_0_2_10 { rate over 1 mbytes/second burst 3 kbytes; }\n"},
+		{"delete elements", func(tx *Tx) {
+			tx.deleteElements(setPortDNAT, []nft.SetElement{{Key: append(append(a4(addr("192.0.2.11")), 6, 0, 0, 0), port4(8080)...)}})
+		}, "delete element ip natgw port_dnat { 192.0.2.11 . tcp . 8080 }\n"},
+		{"exclusive add", func(tx *Tx) {
+			tx.addElements(setFIPDNAT, []nft.SetElement{{Key: a4(addr("192.0.2.10")), Val: a4(addr("198.51.100.10")), Comment: "u"}}, true)
+		}, "create element ip natgw fip_dnat { 192.0.2.10 comment \"u\" : 198.51.100.10 }\n"},
+		{"no elements", func(tx *Tx) { tx.addElements(setEIPs, nil, false) }, ""},
+		{"stamp", func(tx *Tx) { tx.stamp("natgw layout=1 boot=b", 7) },
+			"flush set ip natgw natgw_meta\nadd element ip natgw natgw_meta { 0x00000001 comment \"natgw layout=1 boot=b\" } # generation 7 in userdata\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var tx Tx
+			tc.tx(&tx)
+			if got := tx.String(); got != tc.want {
+				t.Errorf("got  %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestEncodeMatchesLibrary: the structural messages natgw encodes with
+// public encoders are byte for byte the ones google/nftables' Conn sends
+// for the same calls (recorded through the library's test dial, in this
+// test only).
+func TestEncodeMatchesLibrary(t *testing.T) {
+	k := qosKey{qosOut, addr("192.0.2.11")}
+	v := qosVal{rate: 20 * mbit, burst: 5 * mbit}
+	snat := snatClass{bits: 28, randomFully: true}
+	chains := fixedChains(nat.Config{}.WithDefaults())
+
+	var tx Tx
+	tx.deleteTable()
+	tx.createTable()
+	for _, s := range append(slices.Clone(fixedSets), snat.spec()) {
+		tx.addSet(s)
+	}
+	tx.flushSet(setEIPs)
+	tx.deleteSet(snat.setName())
+	for _, c := range chains {
+		tx.addChain(c)
+	}
+	tx.addChain(chainSpec{name: k.name()})
+	tx.flushChain(chainDNAT)
+	tx.deleteChain(k.name())
+	tx.addLimit(k, v)
+	tx.deleteLimit(k.name())
+	for _, c := range chains {
+		for _, r := range c.rules {
+			tx.addRule(c.name, r)
+		}
+	}
+	tx.addRule(chainSNATCIDR, snatRule(snat))
+	tx.addRule(chainSNATCIDR, snatRule(snatClass{bits: 32}))
+	tx.addRule(k.name(), qosRule(k))
+	ours := newTxn(1, tx.elemBytes(), nil)
+	if err := ours.encode(&tx); err != nil {
+		t.Fatal(err)
+	}
+
+	var theirs []netlink.Message
+	lib, err := nft.New(nft.WithTestDial(func(req []netlink.Message) ([]netlink.Message, error) {
+		for _, m := range req {
+			if typ := uint16(m.Header.Type); typ != unix.NFNL_MSG_BATCH_BEGIN && typ != unix.NFNL_MSG_BATCH_END {
+				theirs = append(theirs, m)
+			}
+		}
+		return []netlink.Message{{Header: netlink.Header{Type: netlink.Error}, Data: make([]byte, 4)}}, nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := &nft.Table{Name: TableName, Family: nft.TableFamilyIPv4}
+	libSet := func(s setSpec) *nft.Set {
+		ls := &nft.Set{Table: table, Name: s.name, KeyType: s.key, DataType: s.val, IsMap: s.isMap(),
+			Concatenation: s.concat, KeyByteOrder: binaryutil.BigEndian, ID: 1}
+		if s.key == nft.TypeMark {
+			ls.KeyByteOrder = binaryutil.NativeEndian
+		}
+		return ls
+	}
+	lib.DelTable(table)
+	lib.CreateTable(table)
+	for _, s := range append(slices.Clone(fixedSets), snat.spec()) {
+		if err := lib.AddSet(libSet(s), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lib.FlushSet(&nft.Set{Table: table, Name: setEIPs})
+	lib.DelSet(&nft.Set{Table: table, Name: snat.setName()})
+	for _, c := range chains {
+		lib.AddChain(&nft.Chain{Name: c.name, Table: table, Hooknum: c.hook, Priority: c.prio, Type: c.typ})
+	}
+	lib.AddChain(&nft.Chain{Name: k.name(), Table: table})
+	lib.FlushChain(&nft.Chain{Name: chainDNAT, Table: table})
+	lib.DelChain(&nft.Chain{Name: k.name(), Table: table})
+	lib.AddObj(&nft.NamedObj{Table: table, Name: k.name(), Type: nft.ObjTypeLimit, Obj: limitExpr(v)})
+	lib.DeleteObject(&nft.NamedObj{Table: table, Name: k.name(), Type: nft.ObjTypeLimit})
+	addRule := func(chain string, r ruleSpec) {
+		lib.AddRule(&nft.Rule{Table: table, Chain: &nft.Chain{Name: chain, Table: table}, Exprs: r.exprs,
+			UserData: commentUserdata(r.comment)})
+	}
+	for _, c := range chains {
+		for _, r := range c.rules {
+			addRule(c.name, r)
+		}
+	}
+	addRule(chainSNATCIDR, snatRule(snat))
+	addRule(chainSNATCIDR, snatRule(snatClass{bits: 32}))
+	addRule(k.name(), qosRule(k))
+	if err := lib.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	got := messagesOf(t, ours.buf)
+	if len(got) != len(theirs) {
+		t.Fatalf("%d messages, the library sent %d", len(got), len(theirs))
+	}
+	for i, m := range got {
+		want := theirs[i]
+		if m.Header.Type != want.Header.Type || m.Header.Flags != want.Header.Flags {
+			t.Errorf("message %d (%s): type/flags %#x/%#x, library %#x/%#x", i, ours.what[i], m.Header.Type, m.Header.Flags, want.Header.Type, want.Header.Flags)
+		}
+		if g, w := withoutSetID(t, m), withoutSetID(t, want); g != w {
+			t.Errorf("message %d (%s):\n ours    %s\n library %s", i, ours.what[i], g, w)
+		}
+	}
+}
+
+func commentUserdata(s string) []byte {
+	return append([]byte{0, byte(len(s) + 1)}, append([]byte(s), 0)...)
+}
+
+// messagesOf splits a batch into its messages without the batch begin/end.
+func messagesOf(t *testing.T, b []byte) []netlink.Message {
+	t.Helper()
+	var out []netlink.Message
+	for len(b) > 0 {
+		var m netlink.Message
+		l := int(binary.NativeEndian.Uint32(b))
+		if err := m.UnmarshalBinary(b[:l]); err != nil {
+			t.Fatal(err)
+		}
+		b = b[min((l+3)&^3, len(b)):]
+		if typ := uint16(m.Header.Type); typ == unix.NFNL_MSG_BATCH_BEGIN || typ == unix.NFNL_MSG_BATCH_END {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// withoutSetID is a message's data in hex with a NEWSET's set id zeroed
+// (ids are only unique within a batch).
+func withoutSetID(t *testing.T, m netlink.Message) string {
+	t.Helper()
+	data := slices.Clone(m.Data)
+	if uint16(m.Header.Type)&0xff == unix.NFT_MSG_NEWSET {
+		attrs, err := netlink.UnmarshalAttributes(data[4:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range attrs {
+			if attrs[i].Type == unix.NFTA_SET_ID {
+				attrs[i].Data = make([]byte, 4)
+			}
+		}
+		b, err := netlink.MarshalAttributes(attrs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = append(data[:4:4], b...)
+	}
+	return fmt.Sprintf("%x", data)
+}
+
+// listing is natgw's table as `nft list table` shows it, built by applying
+// transactions to nothing: a model of what the kernel does with them, for
+// comparing the text rendering with the kernel (TestPlanListing,
+// TestListing). It refuses what the kernel would refuse for a missing or
+// existing table, set, chain, limit or key; it does not model rule
+// references.
+type listing struct {
+	exists bool
+	limits []string // names, in creation order
+	limit  map[string]string
+	sets   []string
+	set    map[string]*listedSet
+	chains []string
+	chain  map[string]*listedChain
+}
+
+type listedSet struct {
+	spec  setSpec
+	elems map[string]string // key text -> element text
+}
+
+type listedChain struct {
+	header string
+	rules  []string
+}
+
+func (l *listing) clone() *listing {
+	c := &listing{exists: l.exists, limits: slices.Clone(l.limits), sets: slices.Clone(l.sets), chains: slices.Clone(l.chains),
+		limit: map[string]string{}, set: map[string]*listedSet{}, chain: map[string]*listedChain{}}
+	for k, v := range l.limit {
+		c.limit[k] = v
+	}
+	for k, v := range l.set {
+		es := map[string]string{}
+		for a, b := range v.elems {
+			es[a] = b
+		}
+		c.set[k] = &listedSet{spec: v.spec, elems: es}
+	}
+	for k, v := range l.chain {
+		c.chain[k] = &listedChain{header: v.header, rules: slices.Clone(v.rules)}
+	}
+	return c
+}
+
+// apply applies tx all or nothing.
+func (l *listing) apply(tx *Tx) error {
+	n := l.clone()
+	for i, o := range tx.ops {
+		if err := n.op(&o); err != nil {
+			return fmt.Errorf("operation %d: %w", i+1, err)
+		}
+	}
+	*l = *n
+	return nil
+}
+
+func remove(names []string, name string) []string {
+	return slices.DeleteFunc(names, func(s string) bool { return s == name })
+}
+
+func (l *listing) op(o *op) error {
+	if o.kind != opCreateTable && !l.exists {
+		return fmt.Errorf("no table")
+	}
+	switch o.kind {
+	case opCreateTable:
+		if l.exists {
+			return fmt.Errorf("table exists")
+		}
+		*l = listing{exists: true, limit: map[string]string{}, set: map[string]*listedSet{}, chain: map[string]*listedChain{}}
+	case opDeleteTable:
+		*l = listing{}
+	case opAddSet:
+		if _, ok := l.set[o.name]; !ok {
+			l.sets = append(l.sets, o.name)
+			l.set[o.name] = &listedSet{spec: o.set, elems: map[string]string{}}
+		}
+	case opFlushSet, opDeleteSet:
+		if l.set[o.name] == nil {
+			return fmt.Errorf("no set %s", o.name)
+		}
+		l.set[o.name].elems = map[string]string{}
+		if o.kind == opDeleteSet {
+			delete(l.set, o.name)
+			l.sets = remove(l.sets, o.name)
+		}
+	case opAddChain:
+		if _, ok := l.chain[o.name]; !ok {
+			l.chains = append(l.chains, o.name)
+			l.chain[o.name] = &listedChain{header: chainHeader(o.chain)}
+		}
+	case opFlushChain, opDeleteChain, opAddRule:
+		c := l.chain[o.name]
+		if c == nil {
+			return fmt.Errorf("no chain %s", o.name)
+		}
+		switch o.kind {
+		case opFlushChain:
+			c.rules = nil
+		case opDeleteChain:
+			if len(c.rules) > 0 {
+				return fmt.Errorf("chain %s not empty", o.name)
+			}
+			delete(l.chain, o.name)
+			l.chains = remove(l.chains, o.name)
+		case opAddRule:
+			c.rules = append(c.rules, ruleText(o.rule))
+		}
+	case opAddLimit:
+		if _, ok := l.limit[o.name]; ok {
+			return fmt.Errorf("limit %s exists", o.name)
+		}
+		l.limits = append(l.limits, o.name)
+		l.limit[o.name] = limitText(o.limit)
+	case opDeleteLimit:
+		if _, ok := l.limit[o.name]; !ok {
+			return fmt.Errorf("no limit %s", o.name)
+		}
+		delete(l.limit, o.name)
+		l.limits = remove(l.limits, o.name)
+	case opAddElements, opDeleteElements, opStamp:
+		s := l.set[o.name]
+		if s == nil {
+			return fmt.Errorf("no set %s", o.name)
+		}
+		if o.kind == opStamp {
+			s.elems = map[string]string{valueText(s.spec.key, metaKey): elemText(s.spec, nft.SetElement{Key: metaKey, Comment: o.comment}, false)}
+			return nil
+		}
+		for _, e := range o.elems {
+			key := valueText(s.spec.key, e.Key)
+			_, has := s.elems[key]
+			switch {
+			case o.kind == opDeleteElements && !has:
+				return fmt.Errorf("no element %s in %s", key, o.name)
+			case o.kind == opDeleteElements:
+				delete(s.elems, key)
+			case has && o.excl:
+				return fmt.Errorf("element %s exists in %s", key, o.name)
+			default:
+				s.elems[key] = elemText(s.spec, e, false)
+			}
+		}
+	}
+	return nil
+}
+
+// String is the table as nft 1.0 lists it (elements on one line: see
+// canonical for nft's wrapping).
+func (l *listing) String() string {
+	if !l.exists {
+		return ""
+	}
+	var blocks []string
+	for _, n := range l.limits {
+		blocks = append(blocks, fmt.Sprintf("\tlimit %s {\n\t\t%s\n\t}\n", n, l.limit[n]))
+	}
+	for _, n := range l.sets {
+		s := l.set[n]
+		b := fmt.Sprintf("\t%s %s {\n\t\ttype %s\n", setWord(s.spec), n, typeText(s.spec))
+		if len(s.elems) > 0 {
+			var es []string
+			for _, k := range slices.Sorted(maps.Keys(s.elems)) {
+				es = append(es, s.elems[k])
+			}
+			b += "\t\telements = { " + strings.Join(es, ", ") + " }\n"
+		}
+		blocks = append(blocks, b+"\t}\n")
+	}
+	for _, n := range l.chains {
+		c := l.chain[n]
+		b := fmt.Sprintf("\tchain %s {\n", n)
+		if c.header != "" {
+			b += "\t\t" + c.header + "\n"
+		}
+		for _, r := range c.rules {
+			b += "\t\t" + r + "\n"
+		}
+		blocks = append(blocks, b+"\t}\n")
+	}
+	return "table ip " + TableName + " {\n" + strings.Join(blocks, "\n") + "}\n"
+}
+
+var elementsRE = regexp.MustCompile(`(?s)elements = \{ (.*?) \}\n`)
+
+// canonical rewrites a table listing so that nft's line wrapping and
+// element order do not matter: every element on its own line, sorted.
+func canonical(s string) string {
+	return elementsRE.ReplaceAllStringFunc(s, func(m string) string {
+		body := elementsRE.FindStringSubmatch(m)[1]
+		body = regexp.MustCompile(`,\n\s*`).ReplaceAllString(body, ", ")
+		es := splitElements(body)
+		slices.Sort(es)
+		return "elements = {\n\t\t\t" + strings.Join(es, ",\n\t\t\t") + " }\n"
+	})
+}
+
+// splitElements splits an element list at the commas outside quotes.
+func splitElements(s string) []string {
+	var out []string
+	quoted, start := false, 0
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '"' && (i == 0 || s[i-1] != '\\'):
+			quoted = !quoted
+		case s[i] == ',' && !quoted:
+			out = append(out, strings.TrimSpace(s[start:i]))
+			start = i + 1
+		}
+	}
+	return append(out, strings.TrimSpace(s[start:]))
+}
+
+// TestCanonical: nft's wrapped element lists and ours compare equal.
+func TestCanonical(t *testing.T) {
+	nftOut := "\t\telements = { 1.1.1.2 comment \"a, b\", 1.1.1.1,\n\t\t\t     1.1.1.3 }\n"
+	ours := "\t\telements = { 1.1.1.1, 1.1.1.2 comment \"a, b\", 1.1.1.3 }\n"
+	if canonical(nftOut) != canonical(ours) {
+		t.Errorf("%q != %q", canonical(nftOut), canonical(ours))
+	}
+	if canonical(ours) == canonical(strings.Replace(ours, "1.1.1.3", "1.1.1.4", 1)) {
+		t.Error("canonical hides a changed element")
+	}
+}
+
+func readGolden(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "golden", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
