@@ -24,6 +24,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/companion"
 	"github.com/natgw/natgw/controller/gateway"
 	"github.com/natgw/natgw/controller/gwconfig"
 	"github.com/natgw/natgw/controller/reconciler"
@@ -38,6 +39,9 @@ func main() {
 }
 
 type flags struct {
+	mode             string
+	companionPeriod  time.Duration
+	companionGrace   time.Duration
 	kubeconfig       string
 	workers          int
 	sweepPeriod      time.Duration
@@ -59,6 +63,9 @@ type flags struct {
 
 func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	f := &flags{}
+	fs.StringVar(&f.mode, "mode", modeReplace, "replace: natgw-controller programs the NAT CRs onto the gateways itself (Kube-OVN's VPC NAT gateway feature must be off); companion: Kube-OVN's controller programs them through the natgw image's nat-gateway.sh and natgw-controller only removes the compat objects Kube-OVN <= v1.13.8 leaks (see controller/README.md)")
+	fs.DurationVar(&f.companionPeriod, "companion-period", companion.DefaultPeriod, "companion mode: period of the leak sweep over every gateway")
+	fs.DurationVar(&f.companionGrace, "companion-grace", companion.DefaultGrace, "companion mode: an unclaimed compat object is removed only once seen unclaimed and unchanged in two sweeps at least this far apart")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)")
 	fs.IntVar(&f.workers, "workers", 4, "parallel reconciles per kind (per-gateway ordering comes from the agent)")
 	fs.DurationVar(&f.sweepPeriod, "sweep-period", 5*time.Minute, "period of the orphan sweep on every gateway (also runs on each (re)connect); 0 disables the periodic sweep")
@@ -82,6 +89,18 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	if err := transport.ValidDataplane(f.dataplane); err != nil {
 		return nil, fmt.Errorf("--dataplane: %w", err)
 	}
+	switch f.mode {
+	case modeReplace:
+	case modeCompanion:
+		if f.dataplane != transport.DataplaneNftables {
+			return nil, fmt.Errorf("--dataplane=%s: --mode=companion reads gateways on the nftables data plane, the one the image's nat-gateway.sh programs", f.dataplane)
+		}
+		if f.companionPeriod <= 0 || f.companionGrace <= 0 {
+			return nil, fmt.Errorf("--companion-period=%v, --companion-grace=%v: both must be positive", f.companionPeriod, f.companionGrace)
+		}
+	default:
+		return nil, fmt.Errorf("--mode: %q is not %s or %s", f.mode, modeReplace, modeCompanion)
+	}
 	switch f.transport {
 	case "exec", "local":
 	default:
@@ -95,6 +114,15 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	}
 	return f, nil
 }
+
+// The two modes of --mode (issue 14).
+const (
+	// modeReplace: natgw-controller programs the NAT CRs itself.
+	modeReplace = "replace"
+	// modeCompanion: Kube-OVN's controller programs them; natgw-controller
+	// only removes leaked compat objects (controller/companion).
+	modeCompanion = "companion"
+)
 
 // gracefulShutdown bounds how long a stopping controller waits for its
 // gateway managers (sessions closing) before it releases the lease anyway.
@@ -169,6 +197,16 @@ func run() error {
 	}
 
 	ctx := ctrl.SetupSignalHandler()
+	if f.mode == modeCompanion {
+		if _, err := companion.Setup(mgr, companion.Options{
+			Transport: tr, Config: cfg, Period: f.companionPeriod, Grace: f.companionGrace,
+			Log: log.WithName("companion"),
+		}); err != nil {
+			return err
+		}
+		log.Info("starting", "mode", f.mode, "transport", f.transport, "period", f.companionPeriod, "grace", f.companionGrace, "leaderElection", f.leaderElect)
+		return mgr.Start(ctx)
+	}
 	_, err = reconciler.Setup(ctx, mgr, reconciler.Config{
 		Workers:                 f.workers,
 		RemoveUpstreamFinalizer: f.removeUpstream,
@@ -185,7 +223,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	log.Info("starting", "transport", f.transport, "dataplane", f.dataplane, "workers", f.workers, "leaderElection", f.leaderElect, "ruleLabels", f.ruleLabels)
+	log.Info("starting", "mode", f.mode, "transport", f.transport, "dataplane", f.dataplane, "workers", f.workers, "leaderElection", f.leaderElect, "ruleLabels", f.ruleLabels)
 	return mgr.Start(ctx)
 }
 

@@ -17,8 +17,14 @@ func TestParseFlags(t *testing.T) {
 		check   func(*flags) bool
 	}{
 		{nil, "", func(f *flags) bool {
-			return f.transport == "exec" && f.dataplane == "nftables" && f.leaderElect && f.workers == 4 && f.removeUpstream && !f.ruleLabels
+			return f.mode == modeReplace && f.transport == "exec" && f.dataplane == "nftables" && f.leaderElect && f.workers == 4 && f.removeUpstream && !f.ruleLabels
 		}},
+		{[]string{"--mode=companion", "--companion-grace=45s", "--companion-period=10s"}, "", func(f *flags) bool {
+			return f.mode == modeCompanion && f.companionGrace == 45*time.Second && f.companionPeriod == 10*time.Second
+		}},
+		{[]string{"--mode=both"}, `--mode: "both"`, nil},
+		{[]string{"--mode=companion", "--dataplane=iptables"}, "--dataplane=iptables", nil},
+		{[]string{"--mode=companion", "--companion-grace=0s"}, "--companion-grace=0s", nil},
 		{[]string{"--rule-labels"}, "", func(f *flags) bool { return f.ruleLabels }},
 		{[]string{"--transport=local", "--gateway-config=/x.yaml", "--dataplane=iptables", "--workers=8", "--leader-elect=false", "--sweep-period=1m"}, "", func(f *flags) bool {
 			return f.transport == "local" && f.dataplane == "iptables" && f.workers == 8 && !f.leaderElect && f.sweepPeriod == time.Minute
