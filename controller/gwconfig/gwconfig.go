@@ -22,6 +22,8 @@ import (
 	"os"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/natgw/natgw/nat"
 )
 
 // Entry is one gateway's entry in the config file (or the file's
@@ -100,10 +102,10 @@ func (c *Config) Validate() error {
 }
 
 func (g Entry) validate(where string) error {
-	switch g.Dataplane {
-	case "", "nftables", "iptables":
-	default:
-		return fmt.Errorf("%s.dataplane: %q is not nftables or iptables", where, g.Dataplane)
+	if g.Dataplane != "" {
+		if err := nat.CheckDataplaneName(g.Dataplane); err != nil {
+			return fmt.Errorf("%s.dataplane: %w", where, err)
+		}
 	}
 	if g.ExternalPrefixLen < 0 || g.ExternalPrefixLen > 32 {
 		return fmt.Errorf("%s.externalPrefixLen: %d is not 1..32", where, g.ExternalPrefixLen)

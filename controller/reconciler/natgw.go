@@ -167,9 +167,11 @@ func (r *natGatewayReconciler) setReady(ctx context.Context, g *v1.VpcNatGateway
 // ("" when none).
 func dataplaneOf(g *v1.VpcNatGateway) (string, error) {
 	dp := g.Annotations[DataplaneAnnotation]
-	switch dp {
-	case "", "nftables", "iptables":
-		return dp, nil
+	if dp == "" {
+		return "", nil
 	}
-	return "", fmt.Errorf("VpcNatGateway %s: annotation %s=%q is not nftables or iptables", g.Name, DataplaneAnnotation, dp)
+	if err := nat.CheckDataplaneName(dp); err != nil {
+		return "", fmt.Errorf("VpcNatGateway %s: annotation %s: %w", g.Name, DataplaneAnnotation, err)
+	}
+	return dp, nil
 }

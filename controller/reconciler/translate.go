@@ -14,25 +14,10 @@ import (
 // This file turns API objects into nat.Objects. The functions are pure: the
 // callers resolve what they need from the API first.
 
-// invalidError is a spec the gateway cannot program; it names the field.
-type invalidError struct {
-	field, value, reason string
-}
-
-func (e *invalidError) Error() string {
-	return fmt.Sprintf("%s %q: %s", e.field, e.value, e.reason)
-}
-
+// invalid is a spec the gateway cannot program: a *nat.FieldError naming
+// the API field, as nat's own validation names the object's.
 func invalid(field, value, reason string) error {
-	return &invalidError{field: field, value: value, reason: reason}
-}
-
-func parseIPv4(field, s string) (netip.Addr, error) {
-	a, err := netip.ParseAddr(s)
-	if err != nil || !a.Is4() {
-		return netip.Addr{}, invalid(field, s, "not an IPv4 address")
-	}
-	return a, nil
+	return &nat.FieldError{Field: field, Value: value, Reason: reason}
 }
 
 func parsePort(field, s string) (uint16, error) {
@@ -63,7 +48,7 @@ func eipAddress(e *v1.IptablesEIP) (netip.Addr, error) {
 	if s == "" {
 		return netip.Addr{}, nil
 	}
-	return parseIPv4(field, s)
+	return nat.ParseIPv4(field, s)
 }
 
 // eipObject is the EIP as a gateway object: its address with the external
@@ -134,7 +119,7 @@ func mbit(field, s string) (uint32, error) {
 }
 
 func fipObject(f *v1.IptablesFIPRule, eip netip.Addr) (nat.Object, error) {
-	in, err := parseIPv4("spec.internalIp", f.Spec.InternalIP)
+	in, err := nat.ParseIPv4("spec.internalIp", f.Spec.InternalIP)
 	if err != nil {
 		return nat.Object{}, err
 	}
@@ -142,7 +127,7 @@ func fipObject(f *v1.IptablesFIPRule, eip netip.Addr) (nat.Object, error) {
 }
 
 func dnatObject(d *v1.IptablesDnatRule, eip netip.Addr) (nat.Object, error) {
-	in, err := parseIPv4("spec.internalIp", d.Spec.InternalIP)
+	in, err := nat.ParseIPv4("spec.internalIp", d.Spec.InternalIP)
 	if err != nil {
 		return nat.Object{}, err
 	}
@@ -168,26 +153,11 @@ func dnatObject(d *v1.IptablesDnatRule, eip netip.Addr) (nat.Object, error) {
 // snatObject accepts a bare address (a /32) and a CIDR with host bits set
 // (masked), like iptables does for upstream's script.
 func snatObject(s *v1.IptablesSnatRule, eip netip.Addr) (nat.Object, error) {
-	cidr, err := parseIPv4Prefix("spec.internalCIDR", s.Spec.InternalCIDR)
+	cidr, err := nat.ParseIPv4Prefix("spec.internalCIDR", s.Spec.InternalCIDR)
 	if err != nil {
 		return nat.Object{}, err
 	}
 	return validated(nat.Object{UID: string(s.UID), Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: eip, InternalCIDR: cidr.Masked()}})
-}
-
-func parseIPv4Prefix(field, s string) (netip.Prefix, error) {
-	if !strings.Contains(s, "/") {
-		a, err := parseIPv4(field, s)
-		if err != nil {
-			return netip.Prefix{}, err
-		}
-		return netip.PrefixFrom(a, 32), nil
-	}
-	p, err := netip.ParsePrefix(s)
-	if err != nil || !p.Addr().Is4() {
-		return netip.Prefix{}, invalid(field, s, "not an IPv4 CIDR")
-	}
-	return p, nil
 }
 
 // routeSep separates a gateway's UID from a route's destination in the
@@ -235,7 +205,7 @@ func routeObjects(g *v1.VpcNatGateway, cfg gwconfig.Entry) ([]nat.Object, error)
 			return nil, invalid(field+".cidr", r.CIDR, "same destination as "+prev)
 		}
 		seen[dst] = field
-		via, err := parseIPv4(field+".nextHopIP", r.NextHopIP)
+		via, err := nat.ParseIPv4(field+".nextHopIP", r.NextHopIP)
 		if err != nil {
 			return nil, err
 		}

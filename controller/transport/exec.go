@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/natgw/natgw/agentapi"
+	"github.com/natgw/natgw/nat"
 )
 
 // Upstream Kube-OVN's names for the gateway pod.
@@ -57,7 +58,7 @@ type Exec struct {
 
 // Open finds the gateway's running pod and starts the agent in it.
 func (e *Exec) Open(ctx context.Context, gw Endpoint) (Session, error) {
-	if err := ValidDataplane(gw.Dataplane); err != nil {
+	if err := nat.CheckDataplaneName(gw.Dataplane); err != nil {
 		return nil, fmt.Errorf("exec transport: gateway %s: %w", gw.Name, err)
 	}
 	pod, err := e.findPod(ctx, gw.Name)

@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/natgw/natgw/agentapi"
+	"github.com/natgw/natgw/nat"
 )
 
 // Local runs `natgw serve --netns NS --dataplane DP` as a child process per
@@ -38,7 +39,7 @@ func (l *Local) Open(ctx context.Context, gw Endpoint) (Session, error) {
 	if gw.NetNS == "" {
 		return nil, fmt.Errorf("local transport: gateway %s has no network namespace configured", gw.Name)
 	}
-	if err := ValidDataplane(gw.Dataplane); err != nil {
+	if err := nat.CheckDataplaneName(gw.Dataplane); err != nil {
 		return nil, fmt.Errorf("local transport: gateway %s: %w", gw.Name, err)
 	}
 	cmd := exec.Command(l.Binary, serveArgs(gw, true)...)

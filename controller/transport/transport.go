@@ -16,20 +16,16 @@ import (
 	"github.com/natgw/natgw/nat"
 )
 
-// Data plane names accepted by `natgw serve --dataplane`.
+// Data plane names accepted by `natgw serve --dataplane` (Endpoint.Dataplane),
+// the same as nat's: nat.CheckDataplaneName checks them.
 const (
-	DataplaneNftables = "nftables"
-	DataplaneIptables = "iptables"
+	DataplaneNftables = nat.DataplaneNftables
+	DataplaneIptables = nat.DataplaneIptables
 )
 
-// ValidDataplane reports whether dp names a data plane natgw implements.
-func ValidDataplane(dp string) error {
-	switch dp {
-	case DataplaneNftables, DataplaneIptables:
-		return nil
-	}
-	return fmt.Errorf("unknown data plane %q (want %s or %s)", dp, DataplaneNftables, DataplaneIptables)
-}
+// ValidDataplane is nat.CheckDataplaneName, the one check of a data plane
+// name (natgw-controller's --dataplane calls it through here).
+func ValidDataplane(dp string) error { return nat.CheckDataplaneName(dp) }
 
 // Endpoint says which gateway to reach and how its agent runs.
 type Endpoint struct {

@@ -23,6 +23,7 @@ import (
 	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/internal/testsummary"
+	"github.com/natgw/natgw/nat"
 )
 
 // Binaries are the programs built once per test binary.
@@ -151,7 +152,7 @@ func Summary(t testing.TB, scenario, dataplane string, kv ...any) {
 }
 
 // Dataplanes are the data planes every scenario runs on.
-var Dataplanes = []string{"nftables", "iptables"}
+var Dataplanes = nat.DataplaneNames
 
 // ForEachDataplaneOn runs fn as one subtest per data plane, on the API
 // server's CRD set set (named in the subtest when it is not natgw's).

@@ -173,7 +173,10 @@ func (p Plan) Empty() bool {
 	return len(p.Apply) == 0 && len(p.Delete) == 0 && len(p.GatewayQoS) == 0
 }
 
-// ArgError says which rule of an invocation is bad and why.
+// ArgError says which rule of an invocation is bad and why. It is not a
+// nat.FieldError: it places the error in the script call (the subcommand,
+// the rule's index and text), and some of its errors are about the call or
+// the rule as a whole, with no field.
 type ArgError struct {
 	Op     string
 	Index  int    // 0-based index of the rule; -1 for the op itself
@@ -629,8 +632,8 @@ func (r *ruleParser) addr(i int, name string) (netip.Addr, error) {
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	a, err := netip.ParseAddr(s)
-	if err != nil || !a.Is4() {
+	a, err := nat.ParseIPv4(name, s)
+	if err != nil {
 		return netip.Addr{}, r.fail(name, s, "not an IPv4 address")
 	}
 	return a, nil
@@ -665,24 +668,9 @@ func (r *ruleParser) prefix(i int, name string) (netip.Prefix, error) {
 	if err != nil {
 		return netip.Prefix{}, err
 	}
-	p, err := parsePrefixOrAddr(s)
+	p, err := nat.ParseIPv4Prefix(name, s)
 	if err != nil {
 		return netip.Prefix{}, r.fail(name, s, "not an IPv4 CIDR")
-	}
-	return p, nil
-}
-
-func parsePrefixOrAddr(s string) (netip.Prefix, error) {
-	if !strings.Contains(s, "/") {
-		a, err := netip.ParseAddr(s)
-		if err != nil || !a.Is4() {
-			return netip.Prefix{}, fmt.Errorf("not IPv4: %q", s)
-		}
-		return netip.PrefixFrom(a, 32), nil
-	}
-	p, err := netip.ParsePrefix(s)
-	if err != nil || !p.Addr().Is4() {
-		return netip.Prefix{}, fmt.Errorf("not an IPv4 CIDR: %q", s)
 	}
 	return p, nil
 }

@@ -26,7 +26,7 @@ import (
 )
 
 // Name is the data plane's name.
-const Name = "iptables"
+const Name = nat.DataplaneIptables
 
 // ExecTimeout bounds one iptables-legacy-save or -restore run (a restore of
 // a 100,000-object sync included); a shorter context deadline wins.

@@ -51,8 +51,8 @@ import (
 	"github.com/natgw/natgw/nat/nftables"
 )
 
-// Names of the data planes, as in --dataplane.
-var Names = []string{nftables.Name, iptables.Name}
+// Names of the data planes, as in --dataplane (nat.DataplaneNames).
+var Names = nat.DataplaneNames
 
 // Opener opens a data plane backend.
 type Opener func(ctx context.Context, cfg nat.Config) (nat.Dataplane, error)
@@ -79,6 +79,29 @@ var planesByName = map[string]plane{
 	iptables.Name: {open: iptables.New, present: iptablesPresent, remove: iptablesRemove},
 }
 
+// lookup returns the data plane called name, or nat.CheckDataplaneName's
+// error.
+func lookup(name string) (plane, error) {
+	if err := nat.CheckDataplaneName(name); err != nil {
+		return plane{}, fmt.Errorf("planes: %w", err)
+	}
+	pl, ok := planesByName[name]
+	if !ok {
+		return plane{}, fmt.Errorf("planes: data plane %q has no backend", name)
+	}
+	return pl, nil
+}
+
+// Open opens the backend of data plane name (one of Names) on cfg's
+// gateway.
+func Open(ctx context.Context, name string, cfg nat.Config) (nat.Dataplane, error) {
+	pl, err := lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return pl.open(ctx, cfg)
+}
+
 // Emptied is what EmptyOthers removed.
 type Emptied struct {
 	// Planes are the data planes that held natgw state and were emptied.
@@ -96,8 +119,8 @@ func (e Emptied) Empty() bool { return len(e.Planes) == 0 }
 // namespace may still hold some of the other data plane's state (never
 // less consistent than before: call it again).
 func EmptyOthers(ctx context.Context, keep string, cfg nat.Config) (Emptied, error) {
-	if _, ok := planesByName[keep]; !ok {
-		return Emptied{}, fmt.Errorf("planes: data plane %q: want one of %s", keep, strings.Join(Names, ", "))
+	if _, err := lookup(keep); err != nil {
+		return Emptied{}, err
 	}
 	cfg = cfg.WithDefaults()
 	ns, err := netns.Open(cfg.NetNS)
@@ -134,9 +157,9 @@ func EmptyOthers(ctx context.Context, keep string, cfg nat.Config) (Emptied, err
 // Holds reports whether data plane name holds natgw state (its table or
 // chains) in cfg's namespace. It creates nothing.
 func Holds(ctx context.Context, name string, cfg nat.Config) (bool, error) {
-	pl, ok := planesByName[name]
-	if !ok {
-		return false, fmt.Errorf("planes: data plane %q: want one of %s", name, strings.Join(Names, ", "))
+	pl, err := lookup(name)
+	if err != nil {
+		return false, err
 	}
 	ns, err := netns.Open(cfg.NetNS)
 	if err != nil {

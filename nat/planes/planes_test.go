@@ -48,6 +48,25 @@ func TestTeardown(t *testing.T) {
 	}
 }
 
+// TestNames: every data plane name has a backend here, under the name the
+// backend itself gives (nftables.Name, iptables.Name).
+func TestNames(t *testing.T) {
+	for _, n := range Names {
+		if _, err := lookup(n); err != nil {
+			t.Errorf("lookup(%q): %v", n, err)
+		}
+	}
+	if len(planesByName) != len(Names) {
+		t.Errorf("%d backends for %d names", len(planesByName), len(Names))
+	}
+	if nftables.Name != nat.DataplaneNftables || iptables.Name != nat.DataplaneIptables {
+		t.Errorf("backend names %q, %q; want %q, %q", nftables.Name, iptables.Name, nat.DataplaneNftables, nat.DataplaneIptables)
+	}
+	if _, err := Open(context.Background(), "pf", nat.Config{}); err == nil || !strings.Contains(err.Error(), "unknown data plane") {
+		t.Errorf("Open(pf): %v, want an unknown data plane error", err)
+	}
+}
+
 func TestUnknownDataplane(t *testing.T) {
 	_, err := EmptyOthers(context.Background(), "pf", nat.Config{})
 	if err == nil || !strings.Contains(err.Error(), `"pf"`) {

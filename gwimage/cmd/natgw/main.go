@@ -40,8 +40,7 @@ import (
 
 	"github.com/natgw/natgw/gwimage/version"
 	"github.com/natgw/natgw/nat"
-	"github.com/natgw/natgw/nat/iptables"
-	"github.com/natgw/natgw/nat/nftables"
+	"github.com/natgw/natgw/nat/planes"
 )
 
 // Exit codes.
@@ -140,7 +139,7 @@ type globals struct {
 func defaultGlobals() globals {
 	g := globals{
 		netns:     os.Getenv("NATGW_NETNS"),
-		dataplane: envOr("NATGW_DATAPLANE", nftables.Name),
+		dataplane: envOr("NATGW_DATAPLANE", nat.DataplaneNftables),
 		extIface:  envOr("NATGW_EXTERNAL_IFACE", nat.DefaultExternalInterface),
 		intIface:  envOr("NATGW_INTERNAL_IFACE", nat.DefaultInternalInterface),
 		timeout:   2 * time.Minute,
@@ -188,14 +187,7 @@ func (g *globals) config(log logr.Logger) nat.Config {
 
 // open opens the chosen data plane.
 func (g *globals) open(ctx context.Context, log logr.Logger) (nat.Dataplane, error) {
-	cfg := g.config(log)
-	switch g.dataplane {
-	case nftables.Name:
-		return nftables.New(ctx, cfg)
-	case iptables.Name:
-		return iptables.New(ctx, cfg)
-	}
-	return nil, fmt.Errorf("unknown data plane %q (want %s or %s)", g.dataplane, nftables.Name, iptables.Name)
+	return planes.Open(ctx, g.dataplane, g.config(log))
 }
 
 // subFlags returns a FlagSet for a subcommand that also takes the globals.
