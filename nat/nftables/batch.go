@@ -109,6 +109,13 @@ func (t *txn) end(start int) {
 // elements appends NEWSETELEM (or, with del, DELSETELEM: keys only)
 // messages for es in set, as many elements per message as fit (see
 // chunks); with excl, adding an element whose key exists is an error.
+//
+// A measured fast path: it writes the attributes straight into the batch
+// buffer. BenchmarkEncodeElements, 200,000 elements (100,000 FIPs), median
+// of 3 runs on the 2-CPU bench VM: 50 ms, 16 MB (the batch itself) and 37
+// allocations here, against 766 ms, 201 MB and 2.8 million allocations for
+// the same messages built with mdlayher/netlink's attribute encoder (15x
+// faster, 12x less memory).
 func (t *txn) elements(del, excl bool, set string, es []nft.SetElement) {
 	typ, flags, what := uint16(unix.NFT_MSG_NEWSETELEM), uint16(unix.NLM_F_REQUEST|unix.NLM_F_ACK|unix.NLM_F_CREATE), "add elements to "+set
 	if excl {

@@ -16,8 +16,8 @@ import (
 // mdlayher/netlink's attribute encoder and google/nftables' public
 // expression marshaller, in the same bytes as google/nftables' Conn would
 // send (TestEncodeMatchesLibrary). Element messages, the bulk of a large
-// transaction, are appended by elements/stamp straight into the batch
-// buffer (see there for the measured gain).
+// transaction, are appended by txn.elements and txn.stamp straight into the
+// batch buffer (see txn.elements for the measured gain).
 func (t *txn) encode(tx *Tx) error {
 	for i := range tx.ops {
 		o := &tx.ops[i]

@@ -123,7 +123,7 @@ type Renderer struct {
 	gen     uint32
 	stamped bool // natgw_meta holds gen (see Settle)
 	ackBuf  []byte
-	txBuf   []byte // the last small transaction's batch buffer, reused
+	txBuf   []byte    // the last small transaction's batch buffer, reused
 	trace   func(*Tx) // if set, sees every transaction before it is sent (tests)
 
 	// The kernel's structure, read at Load and kept by Commit. Elements
