@@ -206,7 +206,9 @@ func (t *txn) element(e nft.SetElement, keyOnly bool) {
 // an ack or not, and it processes the whole batch before it answers, in
 // message order, so the last message's answer ends the kernel's reply. One
 // ack instead of one per message saves a read per message, and a bulk
-// transaction cannot overrun the receive buffer with acks.
+// transaction cannot overrun the receive buffer with acks: kept for the
+// latter, which TestTinyReceiveBuffer proves (acks of an applied batch can
+// no longer be lost), more than for the reads saved.
 func (t *txn) close() int {
 	for _, start := range t.start[:max(len(t.start)-1, 0)] {
 		flags := t.buf[start+6 : start+8]

@@ -8,7 +8,10 @@
 // parked in epoll_wait, typically on another CPU. On the 2-vCPU gateway VMs
 // measured here that wake-up was the largest single kernel cost of a FIP
 // add. A Socket is non-blocking and used with direct system calls; when a
-// call would block it waits in poll(2), bounded by the context.
+// call would block it waits in poll(2), bounded by the context. Measured
+// when it replaced mdlayher/netlink's poller-watched connection (commit
+// 0a63bbd, probe of one FIP delete in a gateway namespace): 380-420 µs
+// before, 240-310 µs after.
 package nlsock
 
 import (
