@@ -42,20 +42,13 @@ type Endpoint struct {
 	InternalInterface string
 }
 
-// Session is one open connection to a gateway's agent. Calls are safe for
-// concurrent use; the agent carries them out one at a time in the order it
-// reads them, each as one kernel transaction.
+// Session is one open connection to a gateway's agent: the agent's calls
+// (agentapi.Agent, served by an *agentapi.Client) plus the life of the
+// stream beneath. Calls are safe for concurrent use; the agent carries them
+// out one at a time in the order it reads them, each as one kernel
+// transaction.
 type Session interface {
-	// Apply adds or updates objects in one transaction.
-	Apply(ctx context.Context, objs ...nat.Object) error
-	// Delete removes the objects with these UIDs in one transaction.
-	Delete(ctx context.Context, uids ...string) error
-	// List returns the gateway's objects; fresh re-reads the kernel first.
-	List(ctx context.Context, fresh bool) ([]nat.Object, error)
-	// Sync makes the gateway hold exactly desired, in one transaction.
-	Sync(ctx context.Context, desired []nat.Object) error
-	// Info returns the agent's version, data plane, boot id and counts.
-	Info(ctx context.Context) (*agentapi.Info, error)
+	agentapi.Agent
 	// Done is closed when the session broke or was closed.
 	Done() <-chan struct{}
 	// Err says why the session ended (nil while it works).
