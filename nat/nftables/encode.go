@@ -29,16 +29,14 @@ func (t *txn) encode(tx *Tx) error {
 			err = t.msg(unix.NFT_MSG_DELTABLE, 0, "delete table", tableAttrs)
 		case opAddSet:
 			err = t.msg(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, "add set "+o.name, func(ae *netlink.AttributeEncoder) { setAttrs(ae, o.set) })
-		case opFlushSet:
-			err = t.msg(unix.NFT_MSG_DELSETELEM, 0, "flush set "+o.name, named(unix.NFTA_SET_TABLE, unix.NFTA_SET_NAME, o.name))
-		case opDeleteSet:
-			err = t.msg(unix.NFT_MSG_DELSET, 0, "delete set "+o.name, named(unix.NFTA_SET_TABLE, unix.NFTA_SET_NAME, o.name))
 		case opAddChain:
 			err = t.msg(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, "add chain "+o.name, func(ae *netlink.AttributeEncoder) { chainAttrs(ae, o.chain) })
-		case opFlushChain:
-			err = t.msg(unix.NFT_MSG_DELRULE, 0, "flush chain "+o.name, named(unix.NFTA_RULE_TABLE, unix.NFTA_RULE_CHAIN, o.name))
-		case opDeleteChain:
-			err = t.msg(unix.NFT_MSG_DELCHAIN, 0, "delete chain "+o.name, named(unix.NFTA_CHAIN_TABLE, unix.NFTA_CHAIN_NAME, o.name))
+		case opFlushSet, opDeleteSet, opFlushChain, opDeleteChain:
+			n := byName[o.kind]
+			err = t.msg(n.typ, 0, n.what+" "+o.name, func(ae *netlink.AttributeEncoder) {
+				ae.String(n.tableAttr, TableName)
+				ae.String(n.nameAttr, o.name)
+			})
 		case opAddRule:
 			err = t.msg(unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_ECHO|unix.NLM_F_APPEND, "add rule to "+o.name,
 				func(ae *netlink.AttributeEncoder) { ruleAttrs(ae, o.name, o.rule) })
@@ -84,12 +82,16 @@ func tableAttrs(ae *netlink.AttributeEncoder) {
 	ae.Uint32(unix.NFTA_TABLE_FLAGS, 0)
 }
 
-// named encodes the table and the name of one of its sets or chains.
-func named(tableAttr, nameAttr uint16, name string) func(*netlink.AttributeEncoder) {
-	return func(ae *netlink.AttributeEncoder) {
-		ae.String(tableAttr, TableName)
-		ae.String(nameAttr, name)
-	}
+// byName are the operations that are one message naming a set or chain.
+var byName = map[opKind]struct {
+	typ                 uint16
+	what                string
+	tableAttr, nameAttr uint16
+}{
+	opFlushSet:    {unix.NFT_MSG_DELSETELEM, "flush set", unix.NFTA_SET_TABLE, unix.NFTA_SET_NAME},
+	opDeleteSet:   {unix.NFT_MSG_DELSET, "delete set", unix.NFTA_SET_TABLE, unix.NFTA_SET_NAME},
+	opFlushChain:  {unix.NFT_MSG_DELRULE, "flush chain", unix.NFTA_RULE_TABLE, unix.NFTA_RULE_CHAIN},
+	opDeleteChain: {unix.NFT_MSG_DELCHAIN, "delete chain", unix.NFTA_CHAIN_TABLE, unix.NFTA_CHAIN_NAME},
 }
 
 // nested encodes attrs as the payload of an attribute.
