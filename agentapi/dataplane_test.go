@@ -48,7 +48,7 @@ func TestDataplane(t *testing.T) {
 		if err != nil || len(objs) != 1 || objs[0].UID != "d1" {
 			t.Fatalf("List = %v, %v; want d1 only", objs, err)
 		}
-		fake.Dataplane.Renderer.Lose()
+		fake.Dataplane.Backend.Lose()
 		if dp.BootID() != "boot-1" {
 			t.Fatalf("BootID asked the agent before Reload: %q", dp.BootID())
 		}

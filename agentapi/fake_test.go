@@ -24,9 +24,9 @@ type fakeDP struct {
 }
 
 func newFakeDP() *fakeDP {
-	d, err := natfake.Over(natfake.NewRenderer("fake", "boot-1"))
+	d, err := natfake.Over(natfake.NewBackend("fake", "boot-1"))
 	if err != nil {
-		panic(err) // an in-memory Renderer with a boot id cannot fail to load
+		panic(err) // an in-memory Backend with a boot id cannot fail to load
 	}
 	return &fakeDP{Dataplane: d}
 }

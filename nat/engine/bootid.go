@@ -8,7 +8,7 @@ import (
 )
 
 // NewBootID returns a fresh random boot id: 32 lower-case hex digits. A
-// renderer stores it with its state when it creates that state, so a
+// backend stores it with its state when it creates that state, so a
 // controller that sees a different boot id knows the gateway's state was
 // made anew (pod replaced, table flushed) and syncs once.
 func NewBootID() (string, error) {

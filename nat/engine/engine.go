@@ -1,4 +1,4 @@
-// Package engine turns a packet-filter Renderer into a nat.Dataplane. It is
+// Package engine turns a packet-filter Backend into a nat.Dataplane. It is
 // the one place that holds the operation sequence every backend shares:
 // serialize calls, plan them on a nat.State (validation, conflicts, update =
 // old out + new in), check and program addresses and routes, commit the
@@ -19,9 +19,9 @@ import (
 	"github.com/natgw/natgw/nat/link"
 )
 
-// Renderer is what a backend (nftables, iptables-legacy) implements: the
+// Backend is what a backend (nftables, iptables-legacy) implements: the
 // kernel side of one gateway's NAT rules.
-type Renderer interface {
+type Backend interface {
 	// Name is the data plane's name ("nftables", "iptables").
 	Name() string
 	// Load makes sure the backend's table/chains exist (creating them,
@@ -52,18 +52,18 @@ type StateLoader interface {
 
 // WantOnDemand is implemented by Renderers that need the whole desired
 // state of a Sync only sometimes (they diff): the engine then leaves
-// Commit.Want nil and the Renderer calls Commit.Desired when it needs it,
+// Commit.Want nil and the Backend calls Commit.Desired when it needs it,
 // which saves building and sorting 100,000 objects per Sync.
 type WantOnDemand interface {
 	WantOnDemand() bool
 }
 
-// Commit is one change handed to a Renderer.
+// Commit is one change handed to a Backend.
 type Commit struct {
 	Removed []nat.Object
 	Added   []nat.Object
 	// Full marks a Sync: Want is the whole desired state (in canonical
-	// order), unless the Renderer is a WantOnDemand (see Desired).
+	// order), unless the Backend is a WantOnDemand (see Desired).
 	Full bool
 	Want []nat.Object
 
@@ -88,10 +88,10 @@ func (c Commit) DesiredLen() int {
 	return c.n
 }
 
-// Engine implements nat.Dataplane over a Renderer and a link.Plumber.
+// Engine implements nat.Dataplane over a Backend and a link.Plumber.
 type Engine struct {
 	mu     sync.Mutex
-	r      Renderer
+	r      Backend
 	plumb  *link.Plumber
 	state  *nat.State
 	bootID string
@@ -103,7 +103,7 @@ var _ nat.Dataplane = (*Engine)(nil)
 // New loads the kernel state through r and returns the Engine. plumb may be
 // nil when addresses and routes are not to be programmed (then EIP and
 // Route objects only live in the packet filter's bookkeeping).
-func New(ctx context.Context, r Renderer, plumb *link.Plumber, log logr.Logger) (*Engine, error) {
+func New(ctx context.Context, r Backend, plumb *link.Plumber, log logr.Logger) (*Engine, error) {
 	e := &Engine{r: r, plumb: plumb, log: log.WithValues("dataplane", r.Name())}
 	if err := e.reload(ctx); err != nil {
 		return nil, err

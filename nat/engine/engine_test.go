@@ -23,7 +23,7 @@ func TestEngineSequencing(t *testing.T) {
 	ctx := context.Background()
 	// The fake kernel (natfake) stands in for a backend: this tests the
 	// engine's sequencing; the backends are tested against the kernel.
-	r := natfake.NewRenderer("", "b1", fip("f0", "192.0.2.9", "10.0.0.9"))
+	r := natfake.NewBackend("", "b1", fip("f0", "192.0.2.9", "10.0.0.9"))
 	e, err := engine.New(ctx, r, nil, logr.Discard())
 	if err != nil {
 		t.Fatal(err)

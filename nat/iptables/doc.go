@@ -10,7 +10,7 @@
 // Every kernel access is one exec of iptables-legacy-save or
 // iptables-legacy-restore, entered into the gateway's namespace with
 // `nsenter --net=/proc/self/fd/3`, fd 3 being a duplicate of the namespace
-// fd opened once by NewRenderer (so names, paths and "" behave alike, and a
+// fd opened once by NewBackend (so names, paths and "" behave alike, and a
 // re-bound name cannot redirect us). Each exec runs under ExecTimeout and the
 // caller's context; restore waits up to 30 s for the host-wide xtables lock.
 //

@@ -36,12 +36,12 @@ const ExecTimeout = 2 * time.Minute
 // (shared by every namespace of the host) before giving up.
 const lockWait = "30"
 
-// New returns the iptables-legacy data plane for cfg: the Renderer of this
+// New returns the iptables-legacy data plane for cfg: the Backend of this
 // package under the shared engine, with cfg's link plumber for addresses and
 // routes.
 func New(ctx context.Context, cfg nat.Config) (nat.Dataplane, error) {
 	cfg = cfg.WithDefaults()
-	r, err := NewRenderer(cfg)
+	r, err := NewBackend(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -59,10 +59,10 @@ func New(ctx context.Context, cfg nat.Config) (nat.Dataplane, error) {
 	return e, nil
 }
 
-// Renderer is the iptables-legacy engine.Renderer: it programs natgw's chains
+// Backend is the iptables-legacy engine.Backend: it programs natgw's chains
 // by running iptables-legacy-save and iptables-legacy-restore inside the
 // gateway's namespace. See doc.go for the layout.
-type Renderer struct {
+type Backend struct {
 	rd  renderer
 	ref string // the namespace as configured, for messages
 	ns  *netns.NS
@@ -81,13 +81,13 @@ type Renderer struct {
 	snats map[string]nat.Object // SNAT objects by UID: SHARED_SNAT is rewritten whole
 }
 
-var _ engine.Renderer = (*Renderer)(nil)
+var _ engine.Backend = (*Backend)(nil)
 
-// NewRenderer opens cfg's namespace and finds the tools. Call Load before
+// NewBackend opens cfg's namespace and finds the tools. Call Load before
 // Commit.
-func NewRenderer(cfg nat.Config) (*Renderer, error) {
+func NewBackend(cfg nat.Config) (*Backend, error) {
 	cfg = cfg.WithDefaults()
-	r := &Renderer{
+	r := &Backend{
 		rd:    renderer{extIf: cfg.ExternalInterface, intIf: cfg.InternalInterface},
 		ref:   cfg.NetNS,
 		log:   cfg.Log.WithName("iptables"),
@@ -134,17 +134,17 @@ func LookPath(name string) (string, error) {
 	return "", fmt.Errorf("%s not found in PATH or sbin (install iptables / util-linux)", name)
 }
 
-// Name implements engine.Renderer.
-func (r *Renderer) Name() string { return Name }
+// Name implements engine.Backend.
+func (r *Backend) Name() string { return Name }
 
-// Close implements engine.Renderer. Kernel state stays.
-func (r *Renderer) Close() error {
+// Close implements engine.Backend. Kernel state stays.
+func (r *Backend) Close() error {
 	return errors.Join(r.ct.Close(), r.nsFile.Close(), r.ns.Close())
 }
 
-// ForgetFlows implements engine.Renderer like upstream's `conntrack -D -d
+// ForgetFlows implements engine.Backend like upstream's `conntrack -D -d
 // EIP`, and also drops SNATed flows whose reply goes to the EIP.
-func (r *Renderer) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
+func (r *Backend) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -154,14 +154,14 @@ func (r *Renderer) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
 	return nil
 }
 
-// Load implements engine.Renderer. It reads our chains with one
+// Load implements engine.Backend. It reads our chains with one
 // iptables-legacy-save, rebuilds every object from the rule comments and,
 // when the chains do not hold exactly what those objects render to (first
 // start, a hand edit, a lost hook), rewrites our chains in one restore. A
 // missing boot rule means the chains were created anew (or wiped): the boot
 // id is then new and the state empty. It holds the gateway lock (see
 // lock) from the save to the restore.
-func (r *Renderer) Load(ctx context.Context) ([]nat.Object, string, error) {
+func (r *Backend) Load(ctx context.Context) ([]nat.Object, string, error) {
 	unlock, err := r.lock(ctx)
 	if err != nil {
 		return nil, "", err
@@ -194,7 +194,7 @@ func (r *Renderer) Load(ctx context.Context) ([]nat.Object, string, error) {
 // two openers (an agent starting while `natgw list` runs) would otherwise
 // both find no boot rule and write different boot ids, or rewrite chains
 // from a save the other has just changed.
-func (r *Renderer) lock(ctx context.Context) (func(), error) {
+func (r *Backend) lock(ctx context.Context) (func(), error) {
 	unlock, err := r.ns.Lock(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("iptables: %w", err)
@@ -202,9 +202,9 @@ func (r *Renderer) lock(ctx context.Context) (func(), error) {
 	return unlock, nil
 }
 
-// Commit implements engine.Renderer with one iptables-legacy-restore
+// Commit implements engine.Backend with one iptables-legacy-restore
 // --noflush run. See doc.go for the transaction shape.
-func (r *Renderer) Commit(ctx context.Context, c engine.Commit) error {
+func (r *Backend) Commit(ctx context.Context, c engine.Commit) error {
 	unlock, err := r.lock(ctx)
 	if err != nil {
 		return err
@@ -231,7 +231,7 @@ func (r *Renderer) Commit(ctx context.Context, c engine.Commit) error {
 
 // commitScript renders an incremental Commit: the restore script and the SNAT
 // mirror after it.
-func (r *Renderer) commitScript(c engine.Commit) (*script, map[string]nat.Object) {
+func (r *Backend) commitScript(c engine.Commit) (*script, map[string]nat.Object) {
 	sc := newScript()
 	snats := make(map[string]nat.Object, len(r.snats))
 	for uid, o := range r.snats {
@@ -268,7 +268,7 @@ func (r *Renderer) commitScript(c engine.Commit) (*script, map[string]nat.Object
 	return sc, snats
 }
 
-func (r *Renderer) setSNATs(objs []nat.Object) {
+func (r *Backend) setSNATs(objs []nat.Object) {
 	r.snats = map[string]nat.Object{}
 	for _, o := range objs {
 		if o.Kind == nat.KindSNAT {
@@ -278,7 +278,7 @@ func (r *Renderer) setSNATs(objs []nat.Object) {
 }
 
 // snatRules renders the SHARED_SNAT chain: longest prefix first.
-func (r *Renderer) snatRules(snats map[string]nat.Object) []Rule {
+func (r *Backend) snatRules(snats map[string]nat.Object) []Rule {
 	objs := make([]nat.Object, 0, len(snats))
 	for _, o := range snats {
 		objs = append(objs, o)
@@ -293,7 +293,7 @@ func (r *Renderer) snatRules(snats map[string]nat.Object) []Rule {
 
 // desired renders the whole content of our chains for objs: table → chain →
 // rules, SHARED_SNAT in longest-prefix order.
-func (r *Renderer) desired(objs []nat.Object, boot string) map[string]map[string][]Rule {
+func (r *Backend) desired(objs []nat.Object, boot string) map[string]map[string][]Rule {
 	want := map[string]map[string][]Rule{}
 	for _, t := range tables {
 		want[t] = map[string][]Rule{}
@@ -320,7 +320,7 @@ func (r *Renderer) desired(objs []nat.Object, boot string) map[string]map[string
 // render to, given the kernel's current content saved. Tables that already
 // match are not written; the others have all our chains flushed and
 // rewritten, in one restore (nat, then mangle).
-func (r *Renderer) reconcile(ctx context.Context, saved dump, objs []nat.Object, boot string) error {
+func (r *Backend) reconcile(ctx context.Context, saved dump, objs []nat.Object, boot string) error {
 	want := r.desired(objs, boot)
 	sc := newScript()
 	for _, t := range tables {
@@ -394,7 +394,7 @@ func chainsMatch(td *tableDump, table string, want map[string][]Rule) bool {
 // comment does not decode, UIDs whose rules within one table disagree, and
 // objects that conflict with others are logged and left out; reconcile then
 // removes their rules.
-func (r *Renderer) decode(saved dump) (string, []nat.Object) {
+func (r *Backend) decode(saved dump) (string, []nat.Object) {
 	boot := ""
 	found := map[string]string{} // uid → comment, from the first table that has it
 	bad := map[string]bool{}
@@ -451,7 +451,7 @@ func (r *Renderer) decode(saved dump) (string, []nat.Object) {
 }
 
 // save runs iptables-legacy-save in the namespace and parses it.
-func (r *Renderer) save(ctx context.Context) (dump, error) {
+func (r *Backend) save(ctx context.Context) (dump, error) {
 	out, err := r.run(ctx, "", r.bin.save)
 	if err != nil {
 		return nil, fmt.Errorf("iptables: save in netns %q: %w", r.ref, err)
@@ -472,7 +472,7 @@ var lineRE = regexp.MustCompile(`line:? (\d+)`)
 // script with several tables is therefore atomic per table. If the run fails
 // in a later table (or is killed) after an earlier one was committed, the
 // error wraps nat.ErrUnknownState so the engine re-reads the kernel.
-func (r *Renderer) restore(ctx context.Context, sc *script) error {
+func (r *Backend) restore(ctx context.Context, sc *script) error {
 	if sc.empty() {
 		return nil
 	}
@@ -510,7 +510,7 @@ func nothingCommitted(msg string, commits []int) bool {
 
 // run runs bin with args inside the namespace (nsenter on the inherited
 // namespace fd), feeding stdin, under ExecTimeout. The error carries stderr.
-func (r *Renderer) run(ctx context.Context, stdin string, bin string, args ...string) (string, error) {
+func (r *Backend) run(ctx context.Context, stdin string, bin string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, ExecTimeout)
 	defer cancel()
 	argv := append([]string{"--net=/proc/self/fd/3", "--", bin}, args...)

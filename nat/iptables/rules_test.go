@@ -225,7 +225,7 @@ func TestParseSave(t *testing.T) {
 }
 
 func TestDecodeDropsBadAndConflictingObjects(t *testing.T) {
-	r := &Renderer{rd: rd, log: logr.Discard()}
+	r := &Backend{rd: rd, log: logr.Discard()}
 	fip := func(uid, eip, in string) nat.Object {
 		return nat.Object{UID: uid, Kind: nat.KindFIP, FIP: &nat.FIP{EIP: mustAddr(eip), InternalIP: mustAddr(in)}}
 	}
@@ -265,7 +265,7 @@ func TestDecodeDropsBadAndConflictingObjects(t *testing.T) {
 }
 
 func TestChainsMatch(t *testing.T) {
-	r := &Renderer{rd: rd, log: logr.Discard()}
+	r := &Backend{rd: rd, log: logr.Discard()}
 	snat := func(uid, cidr string) nat.Object {
 		return nat.Object{UID: uid, Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: mustAddr("192.0.2.10"), InternalCIDR: mustPrefix(cidr)}}
 	}
@@ -416,7 +416,7 @@ func TestCommitScript(t *testing.T) {
 	// deletes.
 	s8 := nat.Object{UID: "s8", Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: mustAddr("192.0.2.11"), InternalCIDR: mustPrefix("10.0.0.0/8")}}
 	s16 := nat.Object{UID: "s16", Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: mustAddr("192.0.2.11"), InternalCIDR: mustPrefix("10.1.0.0/16")}}
-	r := &Renderer{rd: rd, log: logr.Discard(), snats: map[string]nat.Object{"s8": s8}}
+	r := &Backend{rd: rd, log: logr.Discard(), snats: map[string]nat.Object{"s8": s8}}
 	old := nat.Object{UID: "f", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: mustAddr("192.0.2.10"), InternalIP: mustAddr("10.0.0.1")}}
 	nw := nat.Object{UID: "f", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: mustAddr("192.0.2.10"), InternalIP: mustAddr("10.0.0.2")}}
 	sc, snats := r.commitScript(engine.Commit{Removed: []nat.Object{old}, Added: []nat.Object{nw, s16}})
@@ -451,7 +451,7 @@ func TestDecodeNATTableWins(t *testing.T) {
 	// A restore that committed nat and failed in mangle leaves an EIP whose
 	// nat record is new and whose QoS rules are old: the nat record wins
 	// and the mangle chains no longer match, so Load rewrites them.
-	r := &Renderer{rd: rd, log: logr.Discard()}
+	r := &Backend{rd: rd, log: logr.Discard()}
 	eip := func(rate uint32) nat.Object {
 		return nat.Object{UID: "e", Kind: nat.KindEIP, EIP: &nat.EIP{Address: mustAddr("192.0.2.10"), PrefixLen: 24, QoS: &nat.QoS{IngressRateMbps: rate}}}
 	}

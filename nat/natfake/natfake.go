@@ -2,7 +2,7 @@
 // need not touch a kernel (controller and protocol tests, tests run without
 // root). It is natgw's own engine (nat/engine: validation, conflict rules,
 // update = old out + new in, all-or-nothing, conntrack bookkeeping) over a
-// Renderer that keeps "the kernel" in a map, so it refuses exactly what the
+// Backend that keeps "the kernel" in a map, so it refuses exactly what the
 // real backends refuse. It does not program addresses or routes and no
 // packet passes: the proof that a feature works stays with the real-kernel
 // tests (nat/nftables, nat/iptables, e2e).
@@ -23,9 +23,9 @@ import (
 	"github.com/natgw/natgw/nat/engine"
 )
 
-// Renderer is an in-memory engine.Renderer: the map it commits to stands
+// Backend is an in-memory engine.Backend: the map it commits to stands
 // for the kernel's table. Its methods are safe for concurrent use.
-type Renderer struct {
+type Backend struct {
 	name string
 
 	mu        sync.Mutex
@@ -36,27 +36,27 @@ type Renderer struct {
 	forgotten []netip.Addr
 }
 
-var _ engine.Renderer = (*Renderer)(nil)
+var _ engine.Backend = (*Backend)(nil)
 
-// NewRenderer returns a Renderer named name ("" means "fake") whose kernel
+// NewBackend returns a Backend named name ("" means "fake") whose kernel
 // holds objs under boot id boot ("" makes one on the first Load, as a real
 // backend does when it creates its table).
-func NewRenderer(name, boot string, objs ...nat.Object) *Renderer {
+func NewBackend(name, boot string, objs ...nat.Object) *Backend {
 	if name == "" {
 		name = "fake"
 	}
-	r := &Renderer{name: name, boot: boot, kernel: make(map[string]nat.Object, len(objs))}
+	r := &Backend{name: name, boot: boot, kernel: make(map[string]nat.Object, len(objs))}
 	for _, o := range objs {
 		r.kernel[o.UID] = o
 	}
 	return r
 }
 
-// Name implements engine.Renderer.
-func (r *Renderer) Name() string { return r.name }
+// Name implements engine.Backend.
+func (r *Backend) Name() string { return r.name }
 
-// Load implements engine.Renderer.
-func (r *Renderer) Load(context.Context) ([]nat.Object, string, error) {
+// Load implements engine.Backend.
+func (r *Backend) Load(context.Context) ([]nat.Object, string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.boot == "" {
@@ -69,10 +69,10 @@ func (r *Renderer) Load(context.Context) ([]nat.Object, string, error) {
 	return r.objects(), r.boot, nil
 }
 
-// Commit implements engine.Renderer. An error set by FailNext is returned
+// Commit implements engine.Backend. An error set by FailNext is returned
 // instead; when it wraps nat.ErrUnknownState the change is taken anyway (a
 // kernel that applied the batch but whose ack was lost).
-func (r *Renderer) Commit(_ context.Context, c engine.Commit) error {
+func (r *Backend) Commit(_ context.Context, c engine.Commit) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.failNext; err != nil {
@@ -87,7 +87,7 @@ func (r *Renderer) Commit(_ context.Context, c engine.Commit) error {
 	return nil
 }
 
-func (r *Renderer) apply(c engine.Commit) {
+func (r *Backend) apply(c engine.Commit) {
 	if c.Full {
 		want := c.Desired()
 		r.kernel = make(map[string]nat.Object, len(want))
@@ -104,34 +104,34 @@ func (r *Renderer) apply(c engine.Commit) {
 	}
 }
 
-// ForgetFlows implements engine.Renderer: it records the EIPs whose
+// ForgetFlows implements engine.Backend: it records the EIPs whose
 // conntrack entries a real backend would delete.
-func (r *Renderer) ForgetFlows(_ context.Context, eips []netip.Addr) error {
+func (r *Backend) ForgetFlows(_ context.Context, eips []netip.Addr) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.forgotten = append(r.forgotten, eips...)
 	return nil
 }
 
-// Close implements engine.Renderer.
-func (r *Renderer) Close() error { return nil }
+// Close implements engine.Backend.
+func (r *Backend) Close() error { return nil }
 
 // FailNext makes the next Commit return err.
-func (r *Renderer) FailNext(err error) {
+func (r *Backend) FailNext(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.failNext = err
 }
 
 // Commits counts the transactions committed.
-func (r *Renderer) Commits() int {
+func (r *Backend) Commits() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.commits
 }
 
 // Forgotten returns the EIPs ForgetFlows was called with, in call order.
-func (r *Renderer) Forgotten() []netip.Addr {
+func (r *Backend) Forgotten() []netip.Addr {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]netip.Addr(nil), r.forgotten...)
@@ -140,20 +140,20 @@ func (r *Renderer) Forgotten() []netip.Addr {
 // Lose empties the kernel and drops its boot id, as a flushed table or a
 // replaced gateway pod would: the next Load (engine Reload) sees a new
 // boot id and no objects.
-func (r *Renderer) Lose() {
+func (r *Backend) Lose() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.kernel, r.boot = map[string]nat.Object{}, ""
 }
 
 // Kernel returns what the kernel holds, in canonical order.
-func (r *Renderer) Kernel() []nat.Object {
+func (r *Backend) Kernel() []nat.Object {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.objects()
 }
 
-func (r *Renderer) objects() []nat.Object {
+func (r *Backend) objects() []nat.Object {
 	out := make([]nat.Object, 0, len(r.kernel))
 	for _, o := range r.kernel {
 		out = append(out, o)
@@ -165,7 +165,7 @@ func (r *Renderer) objects() []nat.Object {
 // Dump renders what the kernel holds as text: a header line with the data
 // plane's name and boot id, then one line per object in canonical order,
 // its kind, UID and spec (JSON, every field).
-func (r *Renderer) Dump() string {
+func (r *Backend) Dump() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var b strings.Builder
@@ -197,11 +197,11 @@ func spec(o nat.Object) any {
 	return nil
 }
 
-// Dataplane is the fake nat.Dataplane: natgw's engine over a Renderer.
+// Dataplane is the fake nat.Dataplane: natgw's engine over a Backend.
 type Dataplane struct {
 	*engine.Engine
-	// Renderer is the fake kernel, for fault injection and inspection.
-	Renderer *Renderer
+	// Backend is the fake kernel, for fault injection and inspection.
+	Backend *Backend
 }
 
 var _ nat.Dataplane = (*Dataplane)(nil)
@@ -209,18 +209,18 @@ var _ nat.Dataplane = (*Dataplane)(nil)
 // New returns a Dataplane named name ("" means "fake") over an empty
 // kernel.
 func New(name string) (*Dataplane, error) {
-	return Over(NewRenderer(name, ""))
+	return Over(NewBackend(name, ""))
 }
 
-// Over returns a Dataplane over r (e.g. a Renderer made with objects, or
+// Over returns a Dataplane over r (e.g. a Backend made with objects, or
 // one shared with an earlier Dataplane, as an agent restart would see it).
-func Over(r *Renderer) (*Dataplane, error) {
+func Over(r *Backend) (*Dataplane, error) {
 	e, err := engine.New(context.Background(), r, nil, logr.Discard())
 	if err != nil {
 		return nil, err
 	}
-	return &Dataplane{Engine: e, Renderer: r}, nil
+	return &Dataplane{Engine: e, Backend: r}, nil
 }
 
-// Dump renders what the fake kernel holds (Renderer.Dump).
-func (d *Dataplane) Dump() string { return d.Renderer.Dump() }
+// Dump renders what the fake kernel holds (Backend.Dump).
+func (d *Dataplane) Dump() string { return d.Backend.Dump() }

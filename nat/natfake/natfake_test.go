@@ -49,7 +49,7 @@ func TestRefusals(t *testing.T) {
 			if err := d.Apply(ctx, base...); err != nil {
 				t.Fatal(err)
 			}
-			before, commits := d.Dump(), d.Renderer.Commits()
+			before, commits := d.Dump(), d.Backend.Commits()
 			err = d.Apply(ctx, tt.apply...)
 			var ce *nat.ConflictError
 			var fe *nat.FieldError
@@ -63,7 +63,7 @@ func TestRefusals(t *testing.T) {
 			case tt.invalid && fe.Field != tt.field, !tt.invalid && ce.Field != tt.field:
 				t.Fatalf("error names the wrong field: %v (want %s)", err, tt.field)
 			}
-			if d.Dump() != before || d.Renderer.Commits() != commits {
+			if d.Dump() != before || d.Backend.Commits() != commits {
 				t.Fatalf("a refused apply changed the kernel:\n%s\nwas\n%s", d.Dump(), before)
 			}
 		})
@@ -81,14 +81,14 @@ func TestTransactions(t *testing.T) {
 	if err := d.Apply(ctx, nattest.FIP("f1", eip1, in1)); err != nil {
 		t.Fatal(err)
 	}
-	d.Renderer.FailNext(fmt.Errorf("EPERM"))
+	d.Backend.FailNext(fmt.Errorf("EPERM"))
 	if err := d.Apply(ctx, nattest.FIP("f2", eip2, in2)); err == nil {
 		t.Fatal("a failed commit was reported done")
 	}
 	if got := uids(t, d); fmt.Sprint(got) != "[f1]" {
 		t.Fatalf("after a failed commit: %v", got)
 	}
-	d.Renderer.FailNext(fmt.Errorf("ack lost: %w", nat.ErrUnknownState))
+	d.Backend.FailNext(fmt.Errorf("ack lost: %w", nat.ErrUnknownState))
 	if err := d.Apply(ctx, nattest.FIP("f2", eip2, in2)); !errors.Is(err, nat.ErrUnknownState) {
 		t.Fatalf("want ErrUnknownState, got %v", err)
 	}
@@ -98,7 +98,7 @@ func TestTransactions(t *testing.T) {
 	if err := d.Delete(ctx, "f1", "unknown"); err != nil {
 		t.Fatal(err)
 	}
-	if got := d.Renderer.Forgotten(); fmt.Sprint(got) != "[192.0.2.10]" {
+	if got := d.Backend.Forgotten(); fmt.Sprint(got) != "[192.0.2.10]" {
 		t.Fatalf("conntrack of the deleted FIP's EIP: %v", got)
 	}
 	if err := d.Sync(ctx, []nat.Object{nattest.FIP("f9", eip1, in2)}); err != nil {
@@ -108,7 +108,7 @@ func TestTransactions(t *testing.T) {
 		t.Fatalf("after sync: %v", got)
 	}
 	boot := d.BootID()
-	d.Renderer.Lose()
+	d.Backend.Lose()
 	if err := d.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestTransactions(t *testing.T) {
 	if err := d.Apply(ctx, nattest.FIP("f1", eip1, in1)); err != nil {
 		t.Fatal(err)
 	}
-	again, err := Over(d.Renderer)
+	again, err := Over(d.Backend)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestTransactions(t *testing.T) {
 // TestDump is a golden test of the text dump.
 func TestDump(t *testing.T) {
 	ctx := context.Background()
-	r := NewRenderer("nftables", "0123456789abcdef0123456789abcdef")
+	r := NewBackend("nftables", "0123456789abcdef0123456789abcdef")
 	d, err := Over(r)
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,7 @@ const nlHdrLen = unix.SizeofNlMsghdr + 4
 
 // newTxn starts a batch whose messages are numbered from seq; size is a
 // hint of the bytes it will hold. The batch is built in buf if it has room
-// (see Renderer.txBuf).
+// (see Backend.txBuf).
 func newTxn(seq uint32, size int, buf []byte) *txn {
 	if cap(buf) < size+2*nlHdrLen {
 		buf = make([]byte, 0, size+2*nlHdrLen)
@@ -225,7 +225,7 @@ func (t *txn) close() int {
 // processes the batch within sendmsg, so its answers are queued by the time
 // it returns; once an error has been read, answers still missing are not
 // waited for.
-func (r *Renderer) exchange(ctx context.Context, t *txn) error {
+func (r *Backend) exchange(ctx context.Context, t *txn) error {
 	n := t.close()
 	if n == 0 {
 		return nil
@@ -281,8 +281,8 @@ func (r *Renderer) exchange(ctx context.Context, t *txn) error {
 	return errors.Join(errs...)
 }
 
-// buffer returns the Renderer's receive buffer for answers.
-func (r *Renderer) buffer() []byte {
+// buffer returns the Backend's receive buffer for answers.
+func (r *Backend) buffer() []byte {
 	if cap(r.ackBuf) == 0 {
 		r.ackBuf = make([]byte, 64<<10)
 	}

@@ -65,7 +65,7 @@ func cmpQoSKey(a, b qosKey) int {
 // it, in an order the kernel accepts within one transaction (deletes
 // before the deletion of what they referenced, creations before their
 // references). It does not touch the kernel.
-func (r *Renderer) plan(ch *change) *Tx {
+func (r *Backend) plan(ch *change) *Tx {
 	tx := &Tx{}
 	if ch.dropTable {
 		tx.deleteTable()
@@ -186,7 +186,7 @@ func sortedSNAT(m map[snatClass]bool) []snatClass {
 }
 
 // run plans ch and commits it as one transaction.
-func (r *Renderer) run(ctx context.Context, ch *change) error {
+func (r *Backend) run(ctx context.Context, ch *change) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -198,7 +198,7 @@ func (r *Renderer) run(ctx context.Context, ch *change) error {
 
 // exec is the transport: it encodes tx into one netlink batch and
 // commits it.
-func (r *Renderer) exec(ctx context.Context, tx *Tx) error {
+func (r *Backend) exec(ctx context.Context, tx *Tx) error {
 	if r.trace != nil {
 		r.trace(tx)
 	}
@@ -213,7 +213,7 @@ func (r *Renderer) exec(ctx context.Context, tx *Tx) error {
 	return r.flush(ctx, t)
 }
 
-// keepTxBuf bounds the batch buffer the Renderer keeps for the next
+// keepTxBuf bounds the batch buffer the Backend keeps for the next
 // transaction. A fresh buffer per transaction cost a small one page faults
 // (its first touch of fresh memory; ~18 µs each on the bench VM), more than
 // half of an agent's faults per request; a bulk transaction's buffer is not
@@ -227,7 +227,7 @@ const keepTxBuf = 256 << 10
 // fip_snat, see Load), and it would cost the kernel two more messages in
 // every small transaction. Close settles. After a crash the stored
 // generation is stale and the next Load reads and checks everything.
-func (r *Renderer) Settle(ctx context.Context) error {
+func (r *Backend) Settle(ctx context.Context) error {
 	if r.stamped || r.boot == "" {
 		return nil
 	}
@@ -237,13 +237,13 @@ func (r *Renderer) Settle(ctx context.Context) error {
 	return nil
 }
 
-// Commit implements engine.Renderer. A Sync (c.Full) whose difference to
+// Commit implements engine.Backend. A Sync (c.Full) whose difference to
 // the present objects is small sends only that difference, like an Apply,
 // with adds that must not find their key in the kernel; if the kernel
 // refuses it (its elements are not what the objects render to: a hand
 // edit), or if the difference is large, every element set is flushed and
 // refilled instead. Either way it is one transaction that commits.
-func (r *Renderer) Commit(ctx context.Context, c engine.Commit) error {
+func (r *Backend) Commit(ctx context.Context, c engine.Commit) error {
 	if !c.Full {
 		return r.commitDiff(ctx, c.Removed, c.Added, false)
 	}
@@ -261,12 +261,12 @@ func (r *Renderer) Commit(ctx context.Context, c engine.Commit) error {
 
 // WantOnDemand implements engine.WantOnDemand: a Sync by difference needs
 // no list of every object.
-func (r *Renderer) WantOnDemand() bool { return true }
+func (r *Backend) WantOnDemand() bool { return true }
 
 // commitDiff deletes the elements of removed and adds those of added in
 // one transaction; with exclusive, an added element whose key the kernel
 // already holds makes the kernel refuse the transaction.
-func (r *Renderer) commitDiff(ctx context.Context, removed, added []nat.Object, exclusive bool) error {
+func (r *Backend) commitDiff(ctx context.Context, removed, added []nat.Object, exclusive bool) error {
 	ch := &change{del: setElems{}, add: setElems{}, excl: exclusive, qosBefore: map[qosKey]qosState{}, qosAfter: map[qosKey]qosVal{}}
 	c := engine.Commit{Removed: removed, Added: added}
 	snatCount := map[snatClass]int{}
@@ -335,7 +335,7 @@ func (r *Renderer) commitDiff(ctx context.Context, removed, added []nat.Object, 
 // commitFull makes the kernel hold exactly want: every element set is
 // flushed and refilled in the same transaction, and the policers and CIDR
 // SNAT maps are brought to what want needs.
-func (r *Renderer) commitFull(ctx context.Context, want []nat.Object) error {
+func (r *Backend) commitFull(ctx context.Context, want []nat.Object) error {
 	ch, snat, qos, err := r.fullChange(want, r.snatPresent(), r.qosPresent(), false)
 	if err != nil {
 		return err
@@ -347,7 +347,7 @@ func (r *Renderer) commitFull(ctx context.Context, want []nat.Object) error {
 	return nil
 }
 
-func (r *Renderer) snatPresent() map[snatClass]bool {
+func (r *Backend) snatPresent() map[snatClass]bool {
 	m := map[snatClass]bool{}
 	for cl, n := range r.snat {
 		m[cl] = n > 0
@@ -355,7 +355,7 @@ func (r *Renderer) snatPresent() map[snatClass]bool {
 	return m
 }
 
-func (r *Renderer) qosPresent() map[qosKey]qosState {
+func (r *Backend) qosPresent() map[qosKey]qosState {
 	m := map[qosKey]qosState{}
 	for k, v := range r.qos {
 		m[k] = qosState{chain: true, obj: true, val: v}
@@ -366,7 +366,7 @@ func (r *Renderer) qosPresent() map[qosKey]qosState {
 // fullChange computes the transaction that replaces the kernel state
 // (present SNAT maps and policers as given) with want, and the bookkeeping
 // that follows it.
-func (r *Renderer) fullChange(want []nat.Object, snatBefore map[snatClass]bool, qosBefore map[qosKey]qosState, force bool) (*change, map[snatClass]int, map[qosKey]qosVal, error) {
+func (r *Backend) fullChange(want []nat.Object, snatBefore map[snatClass]bool, qosBefore map[qosKey]qosState, force bool) (*change, map[snatClass]int, map[qosKey]qosVal, error) {
 	ch := &change{full: true, stamp: true, add: presized(want), qosBefore: qosBefore, qosAfter: map[qosKey]qosVal{}, qosForce: force,
 		snatBefore: snatBefore}
 	for _, o := range want {
@@ -423,8 +423,8 @@ func structureOf(objs iter.Seq[nat.Object], ch *change) map[snatClass]int {
 	return snat
 }
 
-// Load implements engine.Renderer. See nat/README.md, "Start".
-func (r *Renderer) Load(ctx context.Context) ([]nat.Object, string, error) {
+// Load implements engine.Backend. See nat/README.md, "Start".
+func (r *Backend) Load(ctx context.Context) ([]nat.Object, string, error) {
 	st, boot, err := r.LoadState(ctx)
 	if err != nil {
 		return nil, "", err
@@ -434,7 +434,7 @@ func (r *Renderer) Load(ctx context.Context) ([]nat.Object, string, error) {
 
 // LoadState implements engine.StateLoader: Load, returning the objects as
 // the nat.State the consistency check built.
-func (r *Renderer) LoadState(ctx context.Context) (*nat.State, string, error) {
+func (r *Backend) LoadState(ctx context.Context) (*nat.State, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
@@ -523,7 +523,7 @@ const maxReads = 20
 // readObjects reads the table and rebuilds its objects (see
 // kernelState.objects), reading again while a dump was torn (see
 // kernelState.torn), with growing pauses.
-func (r *Renderer) readObjects(ctx context.Context) (*kernelState, *nat.State, []nat.Object, bool, error) {
+func (r *Backend) readObjects(ctx context.Context) (*kernelState, *nat.State, []nat.Object, bool, error) {
 	pause := 10 * time.Millisecond
 	for try := 1; ; try++ {
 		done := r.deadline(ctx)

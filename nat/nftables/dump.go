@@ -23,7 +23,7 @@ import (
 // natgw's sets have no intervals; see decodeElem) with a decoder that
 // allocates little per element: at 100,000 elements the library's decoder
 // allocates ~190 MB, most of it garbage at once.
-func (r *Renderer) dumpSet(ctx context.Context, set string, elem func(b []byte) error) error {
+func (r *Backend) dumpSet(ctx context.Context, set string, elem func(b []byte) error) error {
 	data, err := netlink.MarshalAttributes([]netlink.Attribute{
 		{Type: unix.NFTA_SET_TABLE, Data: []byte(TableName + "\x00")},
 		{Type: unix.NFTA_SET_NAME, Data: []byte(set + "\x00")},
@@ -67,7 +67,7 @@ const maxDumpBufs = 64
 // each datagram to full, until NLMSG_DONE. Its buffers come from free (the
 // ones the decoding is done with) or are allocated while free is empty, up
 // to maxDumpBufs.
-func (r *Renderer) readDump(ctx context.Context, seq uint32, free <-chan []byte, full chan<- []byte) error {
+func (r *Backend) readDump(ctx context.Context, seq uint32, free <-chan []byte, full chan<- []byte) error {
 	bufs := 0
 	next := func() []byte {
 		select {
@@ -146,7 +146,7 @@ func decodeReply(b []byte, elem func(b []byte) error) error {
 
 // request encodes one nf_tables request (header, nfgenmsg, attributes)
 // with the next sequence number, which it returns.
-func (r *Renderer) request(typ, flags uint16, family uint8, attrs []byte) ([]byte, uint32) {
+func (r *Backend) request(typ, flags uint16, family uint8, attrs []byte) ([]byte, uint32) {
 	seq := r.seq
 	r.seq++
 	b := make([]byte, 0, nlHdrLen+len(attrs))

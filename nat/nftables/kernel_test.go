@@ -375,17 +375,17 @@ func opCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// TestSyncLarge syncs 100,000 FIPs (200,000 elements) through the Renderer
-// and checks that it was one kernel transaction, that a new Renderer reads
+// TestSyncLarge syncs 100,000 FIPs (200,000 elements) through the Backend
+// and checks that it was one kernel transaction, that a new Backend reads
 // all of it back as consistent, and that replacing half of it (100,000
-// deletes by flush, 200,000 adds) is one transaction again. (The Renderer alone: the engine's planning of 100k
+// deletes by flush, 200,000 adds) is one transaction again. (The Backend alone: the engine's planning of 100k
 // objects is slow under the race detector and is not what is tested here.)
 func TestSyncLarge(t *testing.T) {
 	const n = 100_000
 	cfg := gateway(t)
-	load := func() (*Renderer, []nat.Object) {
+	load := func() (*Backend, []nat.Object) {
 		t.Helper()
-		r, err := NewRenderer(cfg)
+		r, err := NewBackend(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -400,7 +400,7 @@ func TestSyncLarge(t *testing.T) {
 	}
 	r, _ := load()
 	objs := manyFIPs(n, 36)
-	sync := func(r *Renderer, removed, added, want []nat.Object) {
+	sync := func(r *Backend, removed, added, want []nat.Object) {
 		t.Helper()
 		gen := generation(t, cfg.NetNS)
 		start := time.Now()
@@ -500,7 +500,7 @@ func TestForgetFlows(t *testing.T) {
 	for _, n := range []int{2, flushMarkMax + 4} {
 		t.Run(fmt.Sprintf("%d_EIPs", n), func(t *testing.T) {
 			cfg := gateway(t)
-			r, err := NewRenderer(cfg)
+			r, err := NewBackend(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -549,7 +549,7 @@ func markOf(a netip.Addr) uint32 { return binary.BigEndian.Uint32(a4(a)) }
 // answers. A batch asks for one answer (the last message's ack; see
 // txn.close), so a large transaction that applies is reported as applied
 // however small the buffer. A batch whose many messages fail gets one error
-// answer each: when they overrun the buffer (ENOBUFS), the Renderer must not
+// answer each: when they overrun the buffer (ENOBUFS), the Backend must not
 // report success or failure blindly: the error wraps nat.ErrUnknownState
 // (the engine reads the kernel back on such errors; nat/engine tests it).
 func TestTinyReceiveBuffer(t *testing.T) {
@@ -563,7 +563,7 @@ func TestTinyReceiveBuffer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := gateway(t)
-			r, err := NewRenderer(cfg)
+			r, err := NewBackend(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -659,7 +659,7 @@ func TestSyncDiff(t *testing.T) {
 			if g := generation(t, cfg.NetNS); g != gen+1 {
 				t.Errorf("sync took %d committed transactions, want 1", g-gen)
 			}
-			r, err := NewRenderer(cfg)
+			r, err := NewBackend(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -690,7 +690,7 @@ func TestLoadMirror(t *testing.T) {
 	if err := dp.Apply(ctxT(t), goldenObjects()...); err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewRenderer(cfg)
+	r, err := NewBackend(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -732,7 +732,7 @@ func TestLoadMirror(t *testing.T) {
 // of the text rendering of every transaction sent so far.
 func TestListing(t *testing.T) {
 	cfg := gateway(t)
-	r, err := NewRenderer(cfg)
+	r, err := NewBackend(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

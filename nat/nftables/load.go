@@ -52,7 +52,7 @@ type kernelState struct {
 
 // readKernel reads natgw's table: sets and their elements, chains, limit
 // objects. It never looks at other tables.
-func (r *Renderer) readKernel(ctx context.Context) (*kernelState, error) {
+func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
 	k := &kernelState{snat: map[snatClass]bool{}, qos: map[qosKey]qosState{}}
 	gen, err := r.generation(ctx)
 	if err != nil {
@@ -172,7 +172,7 @@ func (r *Renderer) readKernel(ctx context.Context) (*kernelState, error) {
 // goroutine decodes and rebuilds each reply while the kernel walks the set
 // for the next one, so at 100,000 elements the rebuild costs little more
 // than the kernel's walk. No element is kept.
-func (r *Renderer) readSets(ctx context.Context, names []string, mirror bool) (*rebuild, error) {
+func (r *Backend) readSets(ctx context.Context, names []string, mirror bool) (*rebuild, error) {
 	b := newRebuild(mirror, 0)
 	for _, name := range names {
 		if mirror && name == setFIPSNAT {
@@ -194,7 +194,7 @@ func (r *Renderer) readSets(ctx context.Context, names []string, mirror bool) (*
 
 // generation reads the namespace's ruleset generation (the kernel bumps it
 // once per committed nf_tables transaction, whoever commits).
-func (r *Renderer) generation(ctx context.Context) (uint32, error) {
+func (r *Backend) generation(ctx context.Context) (uint32, error) {
 	req, seq := r.request(unix.NFT_MSG_GETGEN, unix.NLM_F_REQUEST, unix.AF_UNSPEC, nil)
 	if err := r.nl.Send(ctx, req); err != nil {
 		return 0, fmt.Errorf("get generation: %w", err)

@@ -68,7 +68,7 @@ func WithoutPlumbing() Option { return func(o *options) { o.noPlumb = true } }
 // New opens the nftables data plane of the gateway cfg names: it loads (or
 // creates) the table and returns the engine over it.
 func New(ctx context.Context, cfg nat.Config, opts ...Option) (nat.Dataplane, error) {
-	r, err := NewRenderer(cfg, opts...)
+	r, err := NewBackend(cfg, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -100,9 +100,9 @@ func checkInterfaces(cfg nat.Config) error {
 	return nil
 }
 
-// Renderer is the nftables engine.Renderer of one gateway namespace. Its
+// Backend is the nftables engine.Backend of one gateway namespace. Its
 // methods are called one at a time (the engine serializes them).
-type Renderer struct {
+type Backend struct {
 	cfg   nat.Config
 	opts  options
 	log   logr.Logger
@@ -137,13 +137,13 @@ type Renderer struct {
 	cleaner *conntrack.Cleaner // opened on first use
 }
 
-var _ engine.Renderer = (*Renderer)(nil)
+var _ engine.Backend = (*Backend)(nil)
 
-// NewRenderer opens cfg's namespace and dials the lasting connection. Most
+// NewBackend opens cfg's namespace and dials the lasting connection. Most
 // callers want New.
-func NewRenderer(cfg nat.Config, opts ...Option) (*Renderer, error) {
+func NewBackend(cfg nat.Config, opts ...Option) (*Backend, error) {
 	cfg = cfg.WithDefaults()
-	r := &Renderer{
+	r := &Backend{
 		cfg:   cfg,
 		log:   cfg.Log.WithName("nftables"),
 		table: &nft.Table{Name: TableName, Family: nft.TableFamilyIPv4},
@@ -167,14 +167,14 @@ func NewRenderer(cfg nat.Config, opts ...Option) (*Renderer, error) {
 	return r, nil
 }
 
-// Name implements engine.Renderer.
-func (r *Renderer) Name() string { return Name }
+// Name implements engine.Backend.
+func (r *Backend) Name() string { return Name }
 
 // dial opens the library's lasting connection and natgw's own socket in
 // the namespace. The own socket gets buffers sized for large transactions
 // (the FORCE variants pass the sysctl caps; they need CAP_NET_ADMIN) and
 // short error answers.
-func (r *Renderer) dial() error {
+func (r *Backend) dial() error {
 	var sock *netlink.Conn
 	c, err := nft.New(nft.AsLasting(), nft.WithNetNSFd(r.ns.Fd()), nft.WithSockOptions(func(nc *netlink.Conn) error {
 		sock = nc
@@ -204,7 +204,7 @@ func (r *Renderer) dial() error {
 }
 
 // closeSockets closes both sockets (kernel state stays).
-func (r *Renderer) closeSockets() error {
+func (r *Backend) closeSockets() error {
 	var errs []error
 	if r.conn != nil {
 		errs = append(errs, r.conn.CloseLasting())
@@ -218,13 +218,13 @@ func (r *Renderer) closeSockets() error {
 
 // redial drops the connection (queued messages, a sticky queueing error or
 // stray acks go with it) and dials a new one.
-func (r *Renderer) redial() error {
+func (r *Backend) redial() error {
 	_ = r.closeSockets()
 	return r.dial()
 }
 
 // ready makes sure there is a connection.
-func (r *Renderer) ready() error {
+func (r *Backend) ready() error {
 	if r.conn != nil {
 		return nil
 	}
@@ -234,7 +234,7 @@ func (r *Renderer) ready() error {
 // deadline bounds the next kernel operations by ctx's deadline (or the
 // default timeout) and interrupts them when ctx is cancelled. The returned
 // function lifts the bound.
-func (r *Renderer) deadline(ctx context.Context) func() {
+func (r *Backend) deadline(ctx context.Context) func() {
 	d, ok := ctx.Deadline()
 	if !ok {
 		d = time.Now().Add(r.opts.timeout)
@@ -258,7 +258,7 @@ func (r *Renderer) deadline(ctx context.Context) func() {
 // changed nothing; anything else (ENOBUFS on the acks, a timeout, a broken
 // socket) leaves the outcome unknown. Either way the connection is
 // replaced, since acks may be left on it.
-func (r *Renderer) flush(ctx context.Context, t *txn) error {
+func (r *Backend) flush(ctx context.Context, t *txn) error {
 	err := r.exchange(ctx, t)
 	r.seq = t.seq + 1
 	if err == nil {
@@ -291,11 +291,11 @@ func classify(err error) error {
 // the table once and deletes by address.
 const flushMarkMax = 16
 
-// ForgetFlows implements engine.Renderer: every connection to an EIP or
+// ForgetFlows implements engine.Backend: every connection to an EIP or
 // NATed through one carries the EIP as its ct mark, so the kernel flushes
 // them by mark. If that fails, or for many EIPs at once, it dumps the table
 // and deletes by address.
-func (r *Renderer) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
+func (r *Backend) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
 	if len(eips) == 0 {
 		return nil
 	}
@@ -335,9 +335,9 @@ func (r *Renderer) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
 	return nil
 }
 
-// Close implements engine.Renderer: it settles (see Settle), sockets
+// Close implements engine.Backend: it settles (see Settle), sockets
 // close, kernel state stays.
-func (r *Renderer) Close() error {
+func (r *Backend) Close() error {
 	var errs []error
 	if r.conn != nil {
 		// The stored generation is only a hint for the next Load.

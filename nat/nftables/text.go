@@ -40,7 +40,7 @@ func Plan(cfg nat.Config, objs []nat.Object, boot string) (*Tx, error) {
 		}
 	}
 	structureOf(slices.Values(objs), ch)
-	r := &Renderer{cfg: cfg}
+	r := &Backend{cfg: cfg}
 	return r.plan(ch), nil
 }
 

@@ -5,7 +5,7 @@ import (
 )
 
 // Tx is one transaction on natgw's table as a value: the operations, in the
-// order the kernel applies them. The layout step (Renderer.plan, Plan)
+// order the kernel applies them. The layout step (Backend.plan, Plan)
 // computes it from a change of objects without touching the kernel; String
 // renders it in nft syntax; the transport (encode.go, batch.go) sends it as
 // one netlink batch, all or nothing.

@@ -145,9 +145,9 @@ func TestChunks(t *testing.T) {
 }
 
 func TestBadInterfaceName(t *testing.T) {
-	_, err := NewRenderer(nat.Config{NetNS: "/nonexistent", ExternalInterface: strings.Repeat("x", 16)})
+	_, err := NewBackend(nat.Config{NetNS: "/nonexistent", ExternalInterface: strings.Repeat("x", 16)})
 	if err == nil || !strings.Contains(err.Error(), "interface name") {
-		t.Errorf("NewRenderer with a 16-byte interface name: %v", err)
+		t.Errorf("NewBackend with a 16-byte interface name: %v", err)
 	}
 }
 
