@@ -107,14 +107,7 @@ func TestContractFormats(t *testing.T) {
 			seen[v][tt.op] = true
 		}
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Parse(tt.op, tt.args)
-			if err != nil {
-				t.Fatalf("Parse: %v", err)
-			}
-			tt.want.Op = tt.op
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Fatalf("Parse(%s %q)\n got %+v\nwant %+v", tt.op, tt.args, got, tt.want)
-			}
+			got := parseWant(t, tt.op, tt.args, tt.want)
 			for _, o := range got.Apply {
 				if err := o.Validate(); err != nil {
 					t.Errorf("object %s invalid: %v", o, err)
@@ -136,6 +129,21 @@ func TestContractFormats(t *testing.T) {
 	}
 }
 
+// parseWant checks that Parse(op, args) succeeds with want (its Op set to
+// op) and returns the plan.
+func parseWant(t *testing.T, op string, args []string, want Plan) Plan {
+	t.Helper()
+	got, err := Parse(op, args)
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	want.Op = op
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Parse(%s %q)\n got %+v\nwant %+v", op, args, got, want)
+	}
+	return got
+}
+
 // TestParseMore: the script's word splitting and other shapes.
 func TestParseMore(t *testing.T) {
 	tests := []struct {
@@ -152,16 +160,7 @@ func TestParseMore(t *testing.T) {
 		{"fip del stateless form", "floating-ip-del", []string{"192.0.2.10,"}, Plan{Delete: []string{"compat-fip-192.0.2.10"}}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := Parse(tt.op, tt.args)
-			if err != nil {
-				t.Fatalf("Parse: %v", err)
-			}
-			tt.want.Op = tt.op
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Fatalf("Parse(%s %q)\n got %+v\nwant %+v", tt.op, tt.args, got, tt.want)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { parseWant(t, tt.op, tt.args, tt.want) })
 	}
 }
 

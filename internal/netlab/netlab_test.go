@@ -217,10 +217,16 @@ func TestGatewayTopology(t *testing.T) {
 	if gws[""].GW == gws["two"].GW {
 		t.Errorf("two topologies share the gateway namespace %s", gws[""].GW)
 	}
-	names := lab.Namespaces()
-	if len(names) != 12 {
+	if names := lab.Namespaces(); len(names) != 12 {
 		t.Errorf("namespaces %v, want 12", names)
 	}
+	closeLab(t, lab)
+}
+
+// closeLab closes lab and checks that none of its namespaces is left.
+func closeLab(t *testing.T, lab *Lab) {
+	t.Helper()
+	names := lab.Namespaces()
 	if err := lab.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -280,15 +286,7 @@ func TestRecreateGW(t *testing.T) {
 	if err := lab.RemoveNS("ngw-not-mine"); err == nil {
 		t.Errorf("RemoveNS of a foreign name: no error")
 	}
-	names := lab.Namespaces()
-	if err := lab.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range names {
-		if exists(t, n) {
-			t.Errorf("%s left after Close", n)
-		}
-	}
+	closeLab(t, lab)
 }
 
 func TestKernelReaders(t *testing.T) {
