@@ -4,17 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"iter"
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	nft "github.com/google/nftables"
 	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/engine"
 	"github.com/natgw/natgw/nat/nlsock"
 )
 
@@ -591,4 +594,137 @@ func insertSorted(objs []nat.Object) (*nat.State, []nat.Object, []string, int) {
 		kept = append(kept, o)
 	}
 	return st, kept, bad, repeated
+}
+
+// Load implements engine.Backend. See nat/README.md, "Start".
+func (r *Backend) Load(ctx context.Context) ([]nat.Object, string, error) {
+	st, boot, err := r.LoadState(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	return st.Objects(), boot, nil
+}
+
+// LoadState implements engine.StateLoader: Load, returning the objects as
+// the nat.State the consistency check built.
+func (r *Backend) LoadState(ctx context.Context) (*nat.State, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, "", err
+	}
+	if err := r.ready(); err != nil {
+		return nil, "", err
+	}
+	// Openers of one gateway read, then create or repair the table one at a
+	// time (an agent starting while `natgw list` runs): without it, two
+	// could both find the layout broken and replace each other's table.
+	unlock, err := r.ns.Lock(ctx)
+	if err != nil {
+		return nil, "", fmt.Errorf("nftables: %w", err)
+	}
+	defer unlock()
+	var (
+		k          *kernelState
+		others     []nat.Object
+		st         *nat.State
+		consistent bool
+	)
+	for race := 0; ; race++ {
+		if k, st, others, consistent, err = r.readObjects(ctx); err != nil {
+			return nil, "", err
+		}
+		r.gen = k.gen
+		if k.exists && k.broken == "" {
+			break
+		}
+		if k.exists {
+			r.log.Info("table layout not usable, recreating it (state is lost, boot id changes)", "reason", k.broken)
+		}
+		boot, err := engine.NewBootID()
+		if err != nil {
+			return nil, "", err
+		}
+		ch := &change{dropTable: k.exists, createTable: true, bootID: boot, fixedChains: true, stamp: true,
+			snatBefore: map[snatClass]bool{}, snatAfter: map[snatClass]bool{}}
+		err = r.run(ctx, ch)
+		if err == nil {
+			r.snat, r.qos, r.boot = map[snatClass]int{}, map[qosKey]qosVal{}, boot
+			return nat.NewState(), boot, nil
+		}
+		// Something that does not take the namespace lock (nft by hand, an
+		// older natgw) created the table between our read and our create:
+		// the create is exclusive, so read again and adopt its table rather
+		// than fail or replace it.
+		if !k.exists && errors.Is(err, unix.EEXIST) && race < maxCreateRaces {
+			r.log.V(1).Info("the table was created concurrently, reading it again")
+			continue
+		}
+		return nil, "", fmt.Errorf("nftables: create table: %w", err)
+	}
+	var (
+		ch   *change
+		snat map[snatClass]int
+		qos  map[qosKey]qosVal
+	)
+	if consistent {
+		// Keep the elements; rewrite every rule and policer and bring the
+		// CIDR SNAT maps to what the objects need.
+		ch = &change{fixedChains: true, qosBefore: k.qos, qosAfter: map[qosKey]qosVal{}, qosForce: true, snatBefore: k.snat, stamp: true}
+		snat = structureOf(slices.Values(others), ch) // FIPs add nothing to it
+		qos = maps.Clone(ch.qosAfter)
+	} else {
+		r.log.Info("kernel elements inconsistent with their objects, rewriting the table's elements", "objects", st.Len())
+		if ch, snat, qos, err = r.fullChange(st.Unordered(), k.snat, k.qos, true); err != nil {
+			return nil, "", err
+		}
+		ch.fixedChains = true
+	}
+	r.boot = k.boot
+	if err := r.run(ctx, ch); err != nil {
+		return nil, "", fmt.Errorf("nftables: repair table: %w", err)
+	}
+	r.snat, r.qos = snat, qos
+	return st, k.boot, nil
+}
+
+// maxCreateRaces bounds how often LoadState reads again after losing the
+// race to create the table to another opener.
+const maxCreateRaces = 3
+
+// maxReads bounds the reads of readObjects (the pauses add up to ~15 s).
+const maxReads = 20
+
+// readObjects reads the table and rebuilds its objects (see
+// kernelState.objects), reading again while a dump was torn (see
+// kernelState.torn), with growing pauses.
+func (r *Backend) readObjects(ctx context.Context) (*kernelState, *nat.State, []nat.Object, bool, error) {
+	pause := 10 * time.Millisecond
+	for try := 1; ; try++ {
+		done := r.deadline(ctx)
+		k, err := r.readKernel(ctx)
+		done()
+		if err != nil {
+			// A read can leave partial dump replies on the socket.
+			if rerr := r.redial(); rerr != nil {
+				r.log.Error(rerr, "redial after failed read")
+			}
+			return nil, nil, nil, false, fmt.Errorf("nftables: read table: %w", err)
+		}
+		if !k.exists || k.broken != "" {
+			return k, nil, nil, false, nil
+		}
+		st, others, consistent := k.objects(r.log)
+		if !k.torn {
+			return k, st, others, consistent, nil
+		}
+		if try == maxReads {
+			return nil, nil, nil, false, fmt.Errorf("nftables: read table: %d set dumps in a row repeated elements", try)
+		}
+		r.log.Info("a set dump repeated elements (the kernel resized a map during the dump), reading again", "try", try)
+		select {
+		case <-ctx.Done():
+			return nil, nil, nil, false, fmt.Errorf("nftables: read table: %w", ctx.Err())
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, time.Second)
+	}
 }
