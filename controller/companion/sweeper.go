@@ -71,6 +71,9 @@ type Options struct {
 	Log      logr.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
+	// OnSweep, when set, gets every periodic sweep's result (tests,
+	// figures).
+	OnSweep func(Result, error)
 }
 
 // Sweeper finds and removes leaked compat objects on every gateway.
@@ -115,8 +118,12 @@ func (s *Sweeper) Start(ctx context.Context) error {
 	t := time.NewTicker(s.opts.Period)
 	defer t.Stop()
 	for {
-		if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+		res, err := s.Sweep(ctx)
+		if err != nil && ctx.Err() == nil {
 			s.opts.Log.Error(err, "sweep")
+		}
+		if s.opts.OnSweep != nil {
+			s.opts.OnSweep(res, err)
 		}
 		select {
 		case <-ctx.Done():

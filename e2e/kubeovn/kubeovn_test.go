@@ -57,6 +57,11 @@ type env struct {
 	lab *netlab.Lab
 	ext string // external namespace (192.0.2.1, net1's peer)
 	vms []netlab.Host
+
+	// What setup learnt and measured.
+	repo, image, podCIDR      string
+	pod                       gwPod // the gateway pod, net1 attached
+	upIn, controllerIn, podIn time.Duration
 }
 
 func (e *env) kubectl(stdin string, args ...string) (string, error) {
@@ -237,7 +242,13 @@ func (e *env) blocked(p probe) error {
 	return nil
 }
 
-func TestKubeOVNDrivesNatgw(t *testing.T) {
+// setup brings up what every scenario here runs on: the cluster with the
+// natgw image imported, Kube-OVN's CRDs and prerequisites, its unmodified
+// controller, the VpcNatGateway and its pod (net1 attached as Multus
+// would), the external host and two VPC hosts with servers. Missing assets
+// skip (fail with NATGW_KUBEOVN_REQUIRED=1). Everything is torn down when
+// the test ends.
+func setup(t *testing.T) *env {
 	required := os.Getenv(RequireEnv) == "1"
 	skip := func(why string) {
 		if required {
@@ -276,7 +287,7 @@ func TestKubeOVNDrivesNatgw(t *testing.T) {
 	image = cluster.QualifiedImage(image)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	start := time.Now()
 	c, err := cluster.Up(ctx, ccfg)
 	if err != nil {
@@ -291,7 +302,7 @@ func TestKubeOVNDrivesNatgw(t *testing.T) {
 	})
 	upIn := time.Since(start)
 	lab := netlab.ForTest(t)
-	e := &env{t: t, ctx: ctx, c: c, lab: lab}
+	e := &env{t: t, ctx: ctx, c: c, lab: lab, repo: repo, image: image, podCIDR: ccfg.PodCIDR, upIn: upIn}
 	kcfg.Kubeconfig = c.Kubeconfig()
 
 	// Kube-OVN's CRDs, the NAD CRD, then the objects the controller needs.
@@ -352,7 +363,7 @@ func TestKubeOVNDrivesNatgw(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	controllerIn := time.Since(t0)
+	e.controllerIn = time.Since(t0)
 
 	// The VpcNatGateway: Kube-OVN creates the StatefulSet with the natgw image.
 	t0 = time.Now()
@@ -369,7 +380,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	podIn := time.Since(t0)
+	e.podIn = time.Since(t0)
 	img := e.mustKubectl("", "-n", ns, "get", "pod", podName, "-o", "jsonpath={.spec.containers[0].image}")
 	if img != image {
 		t.Fatalf("gateway pod runs image %q, want natgw's %q", img, image)
@@ -407,9 +418,18 @@ spec:
 	if err := e.attach(pod); err != nil {
 		t.Fatal(err)
 	}
+	e.pod = pod
+	return e
+}
 
-	// EIPs, FIP, DNAT, SNAT.
-	t0 = time.Now()
+// baseObjects creates Kube-OVN's documentation-shaped objects (two EIPs, a
+// FIP to vm0, a DNAT to vm1, an SNAT of the VPC), waits until Kube-OVN's
+// controller reports them Ready, and returns how long that took and the
+// probes that must pass through them.
+func (e *env) baseObjects() (time.Duration, []probe) {
+	t := e.t
+	t.Helper()
+	t0 := time.Now()
 	vm0, vm1 := e.vms[0], e.vms[1]
 	e.mustKubectl(fmt.Sprintf(`apiVersion: kubeovn.io/v1
 kind: IptablesEIP
@@ -453,7 +473,7 @@ metadata:
 spec:
   eip: eip-nat
   internalCIDR: %[8]s
-`, gwName, eipFIP, eipNAT, vm0.Addr, vm1.Addr, dnatPort, vmPort, ccfg.PodCIDR), "apply", "-f", "-")
+`, gwName, eipFIP, eipNAT, vm0.Addr, vm1.Addr, dnatPort, vmPort, e.podCIDR), "apply", "-f", "-")
 	for _, o := range [][2]string{{"iptables-eip", "eip-fip"}, {"iptables-eip", "eip-nat"}, {"iptables-fip-rule", "fip0"}, {"iptables-dnat-rule", "dnat1"}, {"iptables-snat-rule", "snat1"}} {
 		if _, err := e.ready(o[0], o[1]); err != nil {
 			t.Fatal(err)
@@ -467,21 +487,33 @@ spec:
 		{"ext->DNAT", e.ext, net.JoinHostPort(eipNAT.String(), strconv.Itoa(dnatPort)), vm1.NS, extHost},
 		{"SNAT vm1->ext", vm1.NS, net.JoinHostPort(extHost.String(), strconv.Itoa(extPort)), e.ext, eipNAT},
 	}
-	checkAll := func(limit time.Duration) error {
-		for _, p := range probes {
-			if err := eventually(ctx, limit, func() error { return e.check(p) }); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := checkAll(20 * time.Second); err != nil {
+	if err := e.checkAll(probes, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	return readyIn, probes
+}
+
+// checkAll waits up to limit for each probe to pass.
+func (e *env) checkAll(probes []probe, limit time.Duration) error {
+	for _, p := range probes {
+		if err := eventually(e.ctx, limit, func() error { return e.check(p) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func TestKubeOVNDrivesNatgw(t *testing.T) {
+	e := setup(t)
+	ctx, k, image := e.ctx, e.k, e.image
+	pod := e.pod
+	vm0, vm1 := e.vms[0], e.vms[1]
+	readyIn, probes := e.baseObjects()
+	checkAll := func(limit time.Duration) error { return e.checkAll(probes, limit) }
 
 	// Pod deleted: the StatefulSet makes a new one, Kube-OVN replays init
 	// and every rule into it.
-	t0 = time.Now()
+	t0 := time.Now()
 	e.mustKubectl("", "-n", ns, "delete", "pod", podName, "--wait=false")
 	pod2, err := e.waitPod(pod.uid)
 	if err != nil {
@@ -556,6 +588,6 @@ spec:
 	}
 
 	testsummary.Record(t, fmt.Sprintf("CLUSTER-SUMMARY scenario=kube-ovn-drives-natgw kube_ovn=%s image=%s cluster_up=%v controller_ready=%v gw_pod_running=%v objects_ready=%v probes=%d replay_after_pod_delete=%v delete_to_empty=%v gw_cmd=%q result=ok",
-		"v1.16.2", image, upIn.Round(time.Millisecond), controllerIn.Round(time.Millisecond), podIn.Round(time.Millisecond), readyIn.Round(time.Millisecond),
+		"v1.16.2", image, e.upIn.Round(time.Millisecond), e.controllerIn.Round(time.Millisecond), e.podIn.Round(time.Millisecond), readyIn.Round(time.Millisecond),
 		len(probes), replayIn.Round(time.Millisecond), deleteIn.Round(time.Millisecond), cmd))
 }
