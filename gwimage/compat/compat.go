@@ -539,20 +539,30 @@ func gatewayQoS(r *ruleParser, p *Plan, add bool) error {
 		return r.fail("classifier", r.fields[3], "want u32 or matchall")
 	}
 	if add {
-		if q.RateMbps, err = r.decimal(7, "rate"); err != nil {
+		if err := r.rateBurst(&q, 7, ""); err != nil {
 			return err
-		}
-		if q.RateMbps <= 0 || q.RateMbps > 100_000 {
-			return r.fail("rate", r.fields[7], "want a rate above 0 and at most 100000 Mbit/s")
-		}
-		if q.BurstMB, err = r.decimal(8, "burst"); err != nil {
-			return err
-		}
-		if q.BurstMB*BytesPerMB > math.MaxUint32 {
-			return r.fail("burst", r.fields[8], "at most 4095 MB")
 		}
 	}
 	p.GatewayQoS = append(p.GatewayQoS, q)
+	return nil
+}
+
+// rateBurst reads a QoS rule's rate (Mbit/s) and burst (MB) from fields i
+// and i+1; hint ends the message of a rate out of range.
+func (r *ruleParser) rateBurst(q *GatewayQoS, i int, hint string) error {
+	var err error
+	if q.RateMbps, err = r.decimal(i, "rate"); err != nil {
+		return err
+	}
+	if q.RateMbps <= 0 || q.RateMbps > 100_000 {
+		return r.fail("rate", r.fields[i], "want a rate above 0 and at most 100000 Mbit/s"+hint)
+	}
+	if q.BurstMB, err = r.decimal(i+1, "burst"); err != nil {
+		return err
+	}
+	if q.BurstMB*BytesPerMB > math.MaxUint32 {
+		return r.fail("burst", r.fields[i+1], "at most 4095 MB")
+	}
 	return nil
 }
 
@@ -579,17 +589,8 @@ func qosAdd(dir Direction) func(r *ruleParser, p *Plan) error {
 			return err
 		}
 		q.Priority = uint16(prio)
-		if q.RateMbps, err = r.decimal(2, "rate"); err != nil {
+		if err := r.rateBurst(&q, 2, " (use the -del subcommand to remove a limit)"); err != nil {
 			return err
-		}
-		if q.RateMbps <= 0 || q.RateMbps > 100_000 {
-			return r.fail("rate", r.fields[2], "want a rate above 0 and at most 100000 Mbit/s (use the -del subcommand to remove a limit)")
-		}
-		if q.BurstMB, err = r.decimal(3, "burst"); err != nil {
-			return err
-		}
-		if q.BurstMB*BytesPerMB > math.MaxUint32 {
-			return r.fail("burst", r.fields[3], "at most 4095 MB")
 		}
 		p.GatewayQoS = append(p.GatewayQoS, q)
 		return nil

@@ -435,6 +435,21 @@ func (tl *tally) add(d difference) {
 	tl.mu.Unlock()
 }
 
+// report logs the differences the README explains, fails t on every other
+// one, and returns how many were explained.
+func (tl *tally) report(t *testing.T) (explained int) {
+	t.Helper()
+	for _, d := range tl.differences {
+		if d.Improvement != "" {
+			explained++
+			t.Logf("difference explained by README (%s): %s: %s: upstream %s, natgw %s", d.Improvement, d.Step, d.What, d.Upstream, d.Natgw)
+			continue
+		}
+		t.Errorf("difference: %s: %s\n  upstream: %s\n  natgw:    %s", d.Step, d.What, d.Upstream, d.Natgw)
+	}
+	return explained
+}
+
 // explainer says which deliberate improvement (gwimage/README.md's table)
 // explains a probe difference, given the scenario's model, or "".
 type explainer func(p probe, up, ng string) string
@@ -875,15 +890,7 @@ func TestAgainstUpstream(t *testing.T) {
 			step(t, ctx, up, ng, tl, fmt.Sprintf("seed %d teardown %02d", seed, i), c, m.explain)
 		}
 	}
-	explained := 0
-	for _, d := range tl.differences {
-		if d.Improvement != "" {
-			explained++
-			t.Logf("difference explained by README (%s): %s: %s: upstream %s, natgw %s", d.Improvement, d.Step, d.What, d.Upstream, d.Natgw)
-			continue
-		}
-		t.Errorf("difference: %s: %s\n  upstream: %s\n  natgw:    %s", d.Step, d.What, d.Upstream, d.Natgw)
-	}
+	explained := tl.report(t)
 	testsummary.Record(t, fmt.Sprintf("DIFFTEST-SUMMARY script=nat-gateway.sh upstream=%s@%s calls=%d (fixed %d, generated %d over seeds %v) probes=%d answered=%d differences=%d explained=%d unexplained=%d elapsed=%s cpus=%d",
 		upstream.Module, upstream.Version, tl.calls, nFixed, generated, seeds, tl.probes, tl.answered, len(tl.differences), explained, len(tl.differences)-explained, time.Since(start).Round(time.Second), runtime.NumCPU()))
 }
@@ -947,15 +954,7 @@ func TestLBSvcAgainstUpstream(t *testing.T) {
 	for i, c := range lbSvc() {
 		step(t, ctx, up, ng, tl, fmt.Sprintf("lb-svc %02d", i+1), c, nil)
 	}
-	explained := 0
-	for _, d := range tl.differences {
-		if d.Improvement != "" {
-			explained++
-			t.Logf("difference explained by README (%s): %s: %s: upstream %s, natgw %s", d.Improvement, d.Step, d.What, d.Upstream, d.Natgw)
-			continue
-		}
-		t.Errorf("difference: %s: %s\n  upstream: %s\n  natgw:    %s", d.Step, d.What, d.Upstream, d.Natgw)
-	}
+	explained := tl.report(t)
 	testsummary.Record(t, fmt.Sprintf("DIFFTEST-SUMMARY script=lb-svc.sh upstream=%s@%s calls=%d probes=%d answered=%d differences=%d explained=%d unexplained=%d elapsed=%s",
 		upstream.Module, upstream.Version, tl.calls, tl.probes, tl.answered, len(tl.differences), explained, len(tl.differences)-explained, time.Since(start).Round(time.Second)))
 }
