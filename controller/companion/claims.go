@@ -25,6 +25,14 @@ type Claims struct {
 	// be computed (no EIP address yet, a field compat refuses): they
 	// might claim any object of that kind, so none is removed.
 	unresolved map[nat.Kind][]string
+	// snats are the SNAT CRs' objects by internal CIDR (see Keep).
+	snats map[netip.Prefix][]snatClaim
+}
+
+// snatClaim is one SNAT CR's object identity.
+type snatClaim struct {
+	uid, owner string
+	gateways   []string
 }
 
 type claim struct {
@@ -83,6 +91,30 @@ func (c *Claims) Protects(gw string, o nat.Object) string {
 	return ""
 }
 
+// Keep says why o must stay on gateway gw, whose objects are on (by UID):
+// what Protects says, and for an SNAT also a SNAT CR of the same internal
+// CIDR whose own SNAT is not on the gateway. The compat layer programs one
+// SNAT per CIDR and queues the others in the container (its SNAT queue);
+// only its own snat-del promotes the next, so removing the programmed one
+// through the agent would leave a live CR's queued SNAT unprogrammed.
+func (c *Claims) Keep(gw string, o nat.Object, on map[string]nat.Object) string {
+	if why := c.Protects(gw, o); why != "" {
+		return why
+	}
+	if o.Kind != nat.KindSNAT || o.SNAT == nil {
+		return ""
+	}
+	for _, sc := range c.snats[o.SNAT.InternalCIDR] {
+		if sc.uid == o.UID || (sc.gateways != nil && !contains(sc.gateways, gw)) {
+			continue
+		}
+		if _, programmed := on[sc.uid]; !programmed {
+			return fmt.Sprintf("%s names the same CIDR and its SNAT is not programmed (it may be queued behind this one)", sc.owner)
+		}
+	}
+	return ""
+}
+
 // Unresolved returns the CRs that could not be resolved, per kind.
 func (c *Claims) Unresolved() map[nat.Kind][]string { return c.unresolved }
 
@@ -123,7 +155,7 @@ type eipRef struct {
 // Kube-OVN's controller deletes their objects itself, and a CR that is
 // still there is not a leak.
 func BuildClaims(eips []v1.IptablesEIP, fips []v1.IptablesFIPRule, dnats []v1.IptablesDnatRule, snats []v1.IptablesSnatRule) *Claims {
-	c := &Claims{byUID: map[string][]claim{}, unresolved: map[nat.Kind][]string{}}
+	c := &Claims{byUID: map[string][]claim{}, unresolved: map[nat.Kind][]string{}, snats: map[netip.Prefix][]snatClaim{}}
 	refs := make(map[string]eipRef, len(eips))
 	for i := range eips {
 		e := &eips[i]
@@ -191,7 +223,14 @@ func BuildClaims(eips []v1.IptablesEIP, fips []v1.IptablesFIPRule, dnats []v1.Ip
 		}
 		for _, a := range ref.addrs {
 			c.claimEIPOf(owner, ref.gateways, a)
-			_, _ = c.claimDel(nat.KindSNAT, owner, ref.gateways, compat.OpSNATDel, a, s.Spec.InternalCIDR)
+			uid, ok := c.claimDel(nat.KindSNAT, owner, ref.gateways, compat.OpSNATDel, a, s.Spec.InternalCIDR)
+			if !ok {
+				continue
+			}
+			if p, err := parseRule(compat.OpSNATAdd, a, s.Spec.InternalCIDR); err == nil && len(p.Apply) == 1 && p.Apply[0].SNAT != nil {
+				cidr := p.Apply[0].SNAT.InternalCIDR
+				c.snats[cidr] = append(c.snats[cidr], snatClaim{uid: uid, owner: owner, gateways: ref.gateways})
+			}
 		}
 	}
 	for k := range c.unresolved {
@@ -271,10 +310,4 @@ func nonEmpty(s ...string) []string {
 		}
 	}
 	return out
-}
-
-// addrOf parses the EIP address of a compat object, for events and logs.
-func addrOf(o nat.Object) netip.Addr {
-	a, _ := o.Addresses()
-	return a
 }

@@ -238,12 +238,13 @@ func (s *Sweeper) track(gw string, objs []nat.Object, claims *Claims, now time.T
 	defer s.mu.Unlock()
 	prev := s.suspects[gw]
 	next := map[string]suspect{}
+	on := byUID(objs)
 	var due []nat.Object
 	for _, o := range objs {
 		if !Candidate(o) {
 			continue
 		}
-		if why := claims.Protects(gw, o); why != "" {
+		if why := claims.Keep(gw, o, on); why != "" {
 			if _, was := prev[o.UID]; was {
 				// Its grace starts over if it is ever unclaimed again.
 				log.Info("suspected orphan is claimed again, kept", "uid", o.UID, "reason", why)
@@ -296,15 +297,16 @@ func (s *Sweeper) remove(ctx context.Context, sess transport.Session, gw *v1.Vpc
 	if err != nil {
 		return fmt.Errorf("re-read before removal: %w", err)
 	}
-	now := make(map[string]nat.Object, len(objs))
-	for _, o := range objs {
-		now[o.UID] = o
-	}
+	now := byUID(objs)
 	uids, gone = uids[:0], gone[:0:0]
 	for _, o := range due {
 		cur, ok := now[o.UID]
 		switch {
 		case live.Protects(gw.Name, o) != "":
+			continue
+		case live.Keep(gw.Name, o, now) != "":
+			log.Info("suspected orphan kept per the API server", "uid", o.UID, "reason", live.Keep(gw.Name, o, now))
+			s.drop(gw.Name, o.UID)
 			continue
 		case !ok:
 			s.drop(gw.Name, o.UID) // removed by someone else meanwhile
@@ -332,7 +334,7 @@ func (s *Sweeper) remove(ctx context.Context, sess transport.Session, gw *v1.Vpc
 	}
 	for _, o := range gone {
 		s.drop(gw.Name, o.UID)
-		if why := after.Protects(gw.Name, o); why != "" {
+		if why := after.Keep(gw.Name, o, now); why != "" {
 			if rerr := sess.Apply(ctx, o); rerr != nil {
 				log.Error(rerr, "a NAT CR claiming a removed object appeared during the removal, and putting it back failed", "uid", o.UID, "reason", why)
 				res.Removed = append(res.Removed, o)
@@ -354,6 +356,14 @@ func (s *Sweeper) remove(ctx context.Context, sess transport.Session, gw *v1.Vpc
 		}
 	}
 	return nil
+}
+
+func byUID(objs []nat.Object) map[string]nat.Object {
+	m := make(map[string]nat.Object, len(objs))
+	for _, o := range objs {
+		m[o.UID] = o
+	}
+	return m
 }
 
 func (s *Sweeper) drop(gw, uid string) {

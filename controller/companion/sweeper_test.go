@@ -330,3 +330,30 @@ func value(m prometheus.Metric) float64 {
 	}
 	return d.Gauge.GetValue()
 }
+
+// TestSNATQueuedBehindKept: a leaked SNAT of a CIDR that a live SNAT CR
+// (another EIP) also names stays: the compat layer queues the CR's SNAT
+// behind it, and only its own snat-del would promote it.
+func TestSNATQueuedBehindKept(t *testing.T) {
+	h := newHarness(t, "gw1")
+	e := eipCR("e", eipA.String(), "", "gw1")
+	e2 := eipCR("e2", eipB.String(), "", "gw1")
+	s := snatCR("s", "e2", "10.0.0.0/24")
+	h.create(&e, &e2, &s)
+	h.program("gw1", eipObj(eipA), eipObj(eipB), snatObj(eipA, "10.0.0.0/24"))
+	for i := 0; i < 3; i++ {
+		if r := h.sweep(grace); len(r.Removed) != 0 {
+			t.Fatalf("removed %v: the live CR's SNAT is queued behind it", r.Removed)
+		}
+	}
+	// Without the CR of the same CIDR it is an orphan like any other.
+	for _, c := range []client.Client{h.cache, h.live} {
+		if err := c.Delete(h.ctx, &v1.IptablesSnatRule{ObjectMeta: meta("s", nil)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.sweep(0)
+	if r := h.sweep(grace); len(r.Removed) != 1 {
+		t.Fatalf("%+v", r)
+	}
+}
