@@ -421,4 +421,3 @@ func structureOf(objs iter.Seq[nat.Object], ch *change) map[snatClass]int {
 	}
 	return snat
 }
-

@@ -283,17 +283,7 @@ func fixedChains(cfg nat.Config) []chainSpec {
 	hairpinBit := binaryutil.NativeEndian.PutUint32(HairpinMark)
 	zero4 := []byte{0, 0, 0, 0}
 	return []chainSpec{
-		{
-			name: chainQoSIn, hook: nft.ChainHookPrerouting, prio: ptr(prioQoSIn), typ: nft.ChainTypeFilter,
-			rules: []ruleSpec{{
-				text:    "iifname " + qext + " ip daddr vmap @qos_in",
-				comment: "natgw: EIP ingress QoS, before DNAT",
-				exprs: cat(ifMatch(expr.MetaKeyIIFNAME, ext), []expr.Any{
-					loadIP(offDaddr, reg0),
-					lookup(setQoSIn, reg0, 0),
-				}),
-			}},
-		},
+		qosBaseChain(qosIn, ext),
 		{
 			name: chainDNAT, hook: nft.ChainHookPrerouting, prio: ptr(prioDNAT), typ: nft.ChainTypeNAT,
 			rules: []ruleSpec{
@@ -378,18 +368,27 @@ func fixedChains(cfg nat.Config) []chainSpec {
 			},
 		},
 		{name: chainSNATCIDR}, // rules: snatRules
-		{
-			name: chainQoSOut, hook: nft.ChainHookPostrouting, prio: ptr(prioQoSOut), typ: nft.ChainTypeFilter,
-			rules: []ruleSpec{{
-				text:    "oifname " + qext + " ip saddr vmap @qos_out",
-				comment: "natgw: EIP egress QoS, after SNAT",
-				exprs: cat(ifMatch(expr.MetaKeyOIFNAME, ext), []expr.Any{
-					loadIP(offSaddr, reg0),
-					lookup(setQoSOut, reg0, 0),
-				}),
-			}},
-		},
+		qosBaseChain(qosOut, ext),
 	}
+}
+
+// qosBaseChain is the base chain that sends one direction's packets of
+// policed EIPs to their policer chains: ingress looks up the destination of
+// packets in from the external interface before DNAT, egress the source of
+// packets out to it after SNAT.
+func qosBaseChain(dir qosDir, ext string) chainSpec {
+	c := chainSpec{name: chainQoSIn, hook: nft.ChainHookPrerouting, prio: ptr(prioQoSIn), typ: nft.ChainTypeFilter}
+	iface, ifWord, addr, off, set, comment := expr.MetaKeyIIFNAME, "iifname", "daddr", uint32(offDaddr), setQoSIn, "natgw: EIP ingress QoS, before DNAT"
+	if dir == qosOut {
+		c = chainSpec{name: chainQoSOut, hook: nft.ChainHookPostrouting, prio: ptr(prioQoSOut), typ: nft.ChainTypeFilter}
+		iface, ifWord, addr, off, set, comment = expr.MetaKeyOIFNAME, "oifname", "saddr", offSaddr, setQoSOut, "natgw: EIP egress QoS, after SNAT"
+	}
+	c.rules = []ruleSpec{{
+		text:    ifWord + " " + strconv.Quote(ext) + " ip " + addr + " vmap @" + set,
+		comment: comment,
+		exprs:   cat(ifMatch(iface, ext), []expr.Any{loadIP(off, reg0), lookup(set, reg0, 0)}),
+	}}
+	return c
 }
 
 // ipsDstNAT is IPS_DST_NAT of enum ip_conntrack_status.
