@@ -17,6 +17,10 @@ import (
 // escapes) and hands anything else to encoding/json. Either way the result is
 // the same; the fast decoder just gives up early instead of explaining.
 // Tests check both properties against encoding/json, also by fuzzing.
+// Kept because it wins by a wide margin at 100k objects (BenchmarkCodec:
+// 2-5x over encoding/json and json/v2). A field added to nat.Object goes
+// into appendObject and scanner.object; TestCodecCoversEveryField fills
+// every field of nat.Object by reflection and fails until both have it.
 
 // appendRequest appends req as json.Marshal encodes it.
 func appendRequest(b []byte, req Request) []byte {
