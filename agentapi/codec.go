@@ -17,7 +17,7 @@ import (
 // escapes) and hands anything else to encoding/json. Either way the result is
 // the same; the fast decoder just gives up early instead of explaining.
 // Tests check both properties against encoding/json, also by fuzzing.
-// Kept because it wins by a wide margin at 100k objects (BenchmarkCodec:
+// Kept because it wins by a wide margin at 100k objects (BenchmarkSyncLine100k, BenchmarkSyncLine100kJSONv2:
 // 2-5x over encoding/json and json/v2). A field added to nat.Object goes
 // into appendObject and scanner.object; TestCodecCoversEveryField fills
 // every field of nat.Object by reflection and fails until both have it.
