@@ -85,14 +85,6 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func uids(objs []Object) []string {
-	out := []string{}
-	for _, o := range objs {
-		out = append(out, o.UID)
-	}
-	return out
-}
-
 func TestPlanApplyConflicts(t *testing.T) {
 	base := []Object{
 		fip("f1", "192.0.2.10", "10.0.0.5"),
@@ -143,7 +135,7 @@ func TestPlanApplyConflicts(t *testing.T) {
 				t.Fatalf("conflict on %s with %s, want %s with %s (%v)", ce.Field, ce.With, tc.field, tc.with, err)
 			}
 			if after := s.Objects(); !reflect.DeepEqual(before, after) {
-				t.Fatalf("state changed by a refused apply:\nbefore %v\nafter  %v", uids(before), uids(after))
+				t.Fatalf("state changed by a refused apply:\nbefore %v\nafter  %v", UIDs(before), UIDs(after))
 			}
 			// The indexes are intact too: the refused objects can't have
 			// left traces that block a valid apply.
@@ -198,7 +190,7 @@ func TestPlanDeleteAndSync(t *testing.T) {
 		}
 	}
 	c := s.PlanDelete([]string{"f1", "nope", "f1"})
-	if got := uids(c.Removed); !reflect.DeepEqual(got, []string{"f1"}) {
+	if got := UIDs(c.Removed); !reflect.DeepEqual(got, []string{"f1"}) {
 		t.Fatalf("delete removed %v", got)
 	}
 	c.Rollback()
@@ -212,23 +204,23 @@ func TestPlanDeleteAndSync(t *testing.T) {
 	}
 	SortObjects(c.Removed)
 	SortObjects(c.Added)
-	if got := uids(c.Removed); !reflect.DeepEqual(got, []string{"f1", "f2"}) {
+	if got := UIDs(c.Removed); !reflect.DeepEqual(got, []string{"f1", "f2"}) {
 		t.Fatalf("sync removed %v, want [f1 f2]", got)
 	}
-	if got := uids(c.Added); !reflect.DeepEqual(got, []string{"f2", "f3"}) {
+	if got := UIDs(c.Added); !reflect.DeepEqual(got, []string{"f2", "f3"}) {
 		t.Fatalf("sync added %v, want [f2 f3]", got)
 	}
-	if got := uids(s.Objects()); !reflect.DeepEqual(got, []string{"f2", "f3", "s1"}) {
+	if got := UIDs(s.Objects()); !reflect.DeepEqual(got, []string{"f2", "f3", "s1"}) {
 		t.Fatalf("state after sync %v", got)
 	}
 	c.Rollback()
-	if got := uids(s.Objects()); !reflect.DeepEqual(got, []string{"f1", "f2", "s1"}) {
+	if got := UIDs(s.Objects()); !reflect.DeepEqual(got, []string{"f1", "f2", "s1"}) {
 		t.Fatalf("state after sync rollback %v", got)
 	}
 	if _, err := s.PlanSync([]Object{fip("a", "192.0.2.11", "10.0.0.7"), fip("b", "192.0.2.11", "10.0.0.8")}); !errors.Is(err, ErrConflict) {
 		t.Fatalf("conflicting desired set: %v", err)
 	}
-	if got := uids(s.Objects()); !reflect.DeepEqual(got, []string{"f1", "f2", "s1"}) {
+	if got := UIDs(s.Objects()); !reflect.DeepEqual(got, []string{"f1", "f2", "s1"}) {
 		t.Fatalf("refused sync changed the state: %v", got)
 	}
 }

@@ -177,6 +177,16 @@ func ptrEqual[T any](a, b *T, eq func(T, T) bool) bool {
 	return eq(*a, *b)
 }
 
+// UIDs returns the UIDs of objs, in their order (an empty slice, not nil,
+// for none).
+func UIDs(objs []Object) []string {
+	out := make([]string, len(objs))
+	for i, o := range objs {
+		out[i] = o.UID
+	}
+	return out
+}
+
 // SortObjects orders objects by kind (in Kinds order) and then UID, the
 // canonical order of List results.
 func SortObjects(objs []Object) {

@@ -71,13 +71,7 @@ func (a *agent) list() []nat.Object {
 	return out
 }
 
-func (a *agent) uids() []string {
-	var u []string
-	for _, o := range a.list() {
-		u = append(u, o.UID)
-	}
-	return u
-}
+func (a *agent) uids() []string { return nat.UIDs(a.list()) }
 
 func (a *agent) put(objs ...nat.Object) {
 	a.mu.Lock()
@@ -103,11 +97,7 @@ type session struct {
 func (s *session) Apply(_ context.Context, objs ...nat.Object) error {
 	s.a.mu.Lock()
 	defer s.a.mu.Unlock()
-	var u []string
-	for _, o := range objs {
-		u = append(u, o.UID)
-	}
-	if err := s.a.record("apply", u...); err != nil {
+	if err := s.a.record("apply", nat.UIDs(objs)...); err != nil {
 		return err
 	}
 	for _, o := range objs {
@@ -133,11 +123,7 @@ func (s *session) List(context.Context, bool) ([]nat.Object, error) { return s.a
 func (s *session) Sync(_ context.Context, desired []nat.Object) error {
 	s.a.mu.Lock()
 	defer s.a.mu.Unlock()
-	var u []string
-	for _, o := range desired {
-		u = append(u, o.UID)
-	}
-	if err := s.a.record("sync", u...); err != nil {
+	if err := s.a.record("sync", nat.UIDs(desired)...); err != nil {
 		return err
 	}
 	clear(s.a.objs)

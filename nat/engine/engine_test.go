@@ -36,11 +36,7 @@ func TestEngineSequencing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var u []string
-		for _, o := range objs {
-			u = append(u, o.UID)
-		}
-		return u
+		return nat.UIDs(objs)
 	}
 	if got := list(); !reflect.DeepEqual(got, []string{"f0"}) {
 		t.Fatalf("loaded %v", got)

@@ -168,9 +168,5 @@ func uids(t *testing.T, d nat.Dataplane) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	for _, o := range objs {
-		out = append(out, o.UID)
-	}
-	return out
+	return nat.UIDs(objs)
 }

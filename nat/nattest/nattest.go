@@ -360,14 +360,6 @@ func objectsEqual(a, b []nat.Object) bool {
 	return slices.EqualFunc(a, b, func(x, y nat.Object) bool { return x.Equal(y) })
 }
 
-func uids(objs []nat.Object) []string {
-	out := make([]string, len(objs))
-	for i, o := range objs {
-		out[i] = o.UID
-	}
-	return out
-}
-
 // describe names objects for messages: all of them when few, else the
 // first three and the count.
 func describe(objs []nat.Object) string {

@@ -76,7 +76,7 @@ func (s *suite) testRoundTrip(t *testing.T) {
 	e.apply(objs...)
 	e.wantList("after applying all in one batch", objs...)
 	all := e.kernel()
-	e.del(uids(objs)...)
+	e.del(nat.UIDs(objs)...)
 	e.wantList("after deleting all in one batch")
 	e.wantEquiv("after deleting all in one batch", e.empty)
 
@@ -102,8 +102,8 @@ func (s *suite) testIdempotent(t *testing.T) {
 	e.wantKernel("second delete of the same UIDs", k2)
 	e.del("no-such-uid", UID(nat.KindFIP, 999))
 	e.wantKernel("delete of unknown UIDs", k2)
-	e.del(uids(objs)...)
-	e.del(uids(objs)...)
+	e.del(nat.UIDs(objs)...)
+	e.del(nat.UIDs(objs)...)
 	e.wantEquiv("delete of everything, twice", e.empty)
 	e.wantList("delete of everything, twice")
 }
@@ -194,7 +194,7 @@ func (s *suite) testConflicts(t *testing.T) {
 			wantErr(t, "sync with a conflict", err, nat.ErrConflict)
 			e.wantKernel("after a refused sync", before)
 			e.wantList("after a refused sync", tc.setup...)
-			e.del(uids(tc.setup)...)
+			e.del(nat.UIDs(tc.setup)...)
 			e.wantEquiv("after deleting the case's objects", e.empty)
 		})
 	}
@@ -262,11 +262,11 @@ func (s *suite) testReopen(t *testing.T) {
 	}
 	e.wantList("after reload", objs...)
 	// Delete by UID only, half now, half after another reopen.
-	e.del(uids(objs[:5])...)
+	e.del(nat.UIDs(objs[:5])...)
 	e.wantList("after delete by UID after reopen", objs[5:]...)
 	e.reopen()
 	e.wantList("after second reopen", objs[5:]...)
-	e.del(uids(objs[5:])...)
+	e.del(nat.UIDs(objs[5:])...)
 	e.wantList("after deleting the rest")
 	e.wantEquiv("after deleting everything after reopens", e.empty)
 }
@@ -445,7 +445,7 @@ func (s *suite) testCanceled(t *testing.T) {
 		call func() error
 	}{
 		{"apply", func() error { return e.dp.Apply(ctx, objs[4:]...) }},
-		{"delete", func() error { return e.dp.Delete(ctx, uids(objs[:4])...) }},
+		{"delete", func() error { return e.dp.Delete(ctx, nat.UIDs(objs[:4])...) }},
 		{"sync", func() error { return e.dp.Sync(ctx, objs[4:]) }},
 	}
 	for _, c := range calls {
@@ -479,7 +479,7 @@ func (s *suite) testLargeSync(t *testing.T) {
 	e.reopen()
 	e.wantList("after a large sync and reopen", objs...)
 	// Delete half by UID in one call, then sync to nothing.
-	e.del(uids(objs[:len(objs)/2])...)
+	e.del(nat.UIDs(objs[:len(objs)/2])...)
 	e.wantList("after deleting half", objs[len(objs)/2:]...)
 	e.sync()
 	e.wantList("after sync to nothing")

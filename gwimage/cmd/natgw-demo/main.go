@@ -211,10 +211,7 @@ func (d *demo) run(ctx context.Context) error {
 	fmt.Fprintf(d.out, "  $ %s\n%s", d.filterCommand(), indent(table))
 
 	d.section("delete everything through the protocol")
-	uids := make([]string, len(objs))
-	for i, o := range objs {
-		uids[i] = o.UID
-	}
+	uids := nat.UIDs(objs)
 	natted, err := d.eipFlows(ctx)
 	if err != nil {
 		return err
