@@ -124,7 +124,13 @@ func (a *agent) stop(t testing.TB) {
 // stderr and the exit code.
 func cli(t *testing.T, name string, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, name), args...)
+	return runCmd(t, exec.Command(filepath.Join(binDir, name), args...))
+}
+
+// runCmd runs cmd and returns its stdout, stderr and exit code; a command that
+// cannot run fails t.
+func runCmd(t *testing.T, cmd *exec.Cmd) (string, string, int) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -132,7 +138,7 @@ func cli(t *testing.T, name string, args ...string) (string, string, int) {
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
 	} else if err != nil {
-		t.Fatalf("run %s %q: %v", name, args, err)
+		t.Fatalf("run %q: %v", cmd.Args, err)
 	}
 	return out.String(), errb.String(), code
 }

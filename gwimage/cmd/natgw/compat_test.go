@@ -244,15 +244,9 @@ func TestCompatFailures(t *testing.T) {
 	} {
 		cmd := exec.Command(filepath.Join(binDir, "nat-gateway.sh"), tc.args...)
 		cmd.Env = append(os.Environ(), "NATGW_NETNS="+gw.GW, "NATGW_STATE_DIR="+stateDirFor(t, gw.GW))
-		var errb strings.Builder
-		cmd.Stderr = &errb
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		}
-		if code != tc.code || !strings.Contains(errb.String(), tc.msg) || (tc.code != 0) != (errb.Len() > 0) {
-			t.Errorf("%q: exit %d stderr %q, want exit %d mentioning %q", tc.args, code, errb.String(), tc.code, tc.msg)
+		_, errb, code := runCmd(t, cmd)
+		if code != tc.code || !strings.Contains(errb, tc.msg) || (tc.code != 0) != (errb != "") {
+			t.Errorf("%q: exit %d stderr %q, want exit %d mentioning %q", tc.args, code, errb, tc.code, tc.msg)
 		}
 	}
 	if after := nftState(t, gw.GW); after != before {

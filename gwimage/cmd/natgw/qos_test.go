@@ -21,19 +21,7 @@ import (
 //     under 1.5 s (a burst read in Mbit, 0.5 MB, leaves 2.5 MB for the
 //     rate: about 2.6 s).
 func TestCompatQoSUnits(t *testing.T) {
-	lab := netlab.ForTest(t)
-	gw, err := lab.Gateway(netlab.GatewayOptions{VMs: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := testCtx(t, 3*time.Minute)
-	if _, err := lab.ServeTCP(ctx, gw.VMs[0].NS, "0.0.0.0:80"); err != nil {
-		t.Fatal(err)
-	}
-	eip := netlab.EIP(0).String()
-	for _, c := range [][]string{{"init", ""}, {"eip-add", eip + "/24"}, {"floating-ip-add", eip + "," + gw.VMs[0].Addr.String()}} {
-		compatCLI(t, gw.GW, "nftables", true, c[0], c[1:]...)
-	}
+	ctx, gw, eip := qosGateway(t)
 	target := eip + ":80"
 	xfers := []struct {
 		dir string
@@ -82,13 +70,11 @@ func TestCompatQoSUnits(t *testing.T) {
 	compatCLI(t, gw.GW, "nftables", true, "eip-egress-qos-del", eip)
 }
 
-// TestCompatGatewayQoS: gateway-wide qos-add/qos-del (VpcNatGateway
-// qosPolicy) through nat-gateway.sh, checked with measured TCP throughput
-// through a FIP, in upstream's units (Mbit/s, MB): a matchall egress rule on
-// net1 holds downloads; a u32 ingress rule on the EIP holds uploads; a u32
-// rule of lower priority that matches takes precedence over the matchall
-// (tc's first matching filter); qos-del lifts each.
-func TestCompatGatewayQoS(t *testing.T) {
+// qosGateway is the QoS tests' gateway: a topology with one VM serving TCP
+// on port 80, and through nat-gateway.sh (nftables) init, EIP 0 and a FIP
+// from it to the VM. It returns the tests' context and the EIP.
+func qosGateway(t *testing.T) (context.Context, *netlab.Gateway, string) {
+	t.Helper()
 	lab := netlab.ForTest(t)
 	gw, err := lab.Gateway(netlab.GatewayOptions{VMs: 1})
 	if err != nil {
@@ -99,10 +85,21 @@ func TestCompatGatewayQoS(t *testing.T) {
 		t.Fatal(err)
 	}
 	eip := netlab.EIP(0).String()
+	for _, c := range [][]string{{"init", ""}, {"eip-add", eip + "/24"}, {"floating-ip-add", eip + "," + gw.VMs[0].Addr.String()}} {
+		compatCLI(t, gw.GW, "nftables", true, c[0], c[1:]...)
+	}
+	return ctx, gw, eip
+}
+
+// TestCompatGatewayQoS: gateway-wide qos-add/qos-del (VpcNatGateway
+// qosPolicy) through nat-gateway.sh, checked with measured TCP throughput
+// through a FIP, in upstream's units (Mbit/s, MB): a matchall egress rule on
+// net1 holds downloads; a u32 ingress rule on the EIP holds uploads; a u32
+// rule of lower priority that matches takes precedence over the matchall
+// (tc's first matching filter); qos-del lifts each.
+func TestCompatGatewayQoS(t *testing.T) {
+	ctx, gw, eip := qosGateway(t)
 	sh := func(op string, rules ...string) { compatCLI(t, gw.GW, "nftables", true, op, rules...) }
-	sh("init", "")
-	sh("eip-add", eip+"/24")
-	sh("floating-ip-add", eip+","+gw.VMs[0].Addr.String())
 	const mb = 1 << 20
 	const size, rate int64 = 6 * mb, 16_000_000 / 8
 	// At least 80% of what the bytes beyond the bucket (a second of rate

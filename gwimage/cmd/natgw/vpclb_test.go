@@ -34,17 +34,8 @@ func TestVPCLBInitContainers(t *testing.T) {
 	}
 	run := func(name string, args ...string) (int, string) {
 		t.Helper()
-		cmd := exec.Command("nsenter", append([]string{"--net=" + netns.Path(gw.GW), "--", filepath.Join(dir, name)}, args...)...)
-		var errb strings.Builder
-		cmd.Stderr = &errb
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return code, errb.String()
+		_, errb, code := runCmd(t, exec.Command("nsenter", append([]string{"--net=" + netns.Path(gw.GW), "--", filepath.Join(dir, name)}, args...)...))
+		return code, errb
 	}
 	if _, err := lab.ServeTCP(ctx, gw.Ext.NS, "0.0.0.0:80"); err != nil {
 		t.Fatal(err)
