@@ -1,15 +1,10 @@
 package nftables
 
 import (
-	"context"
 	"encoding/binary"
-	"errors"
-	"fmt"
 
 	nft "github.com/google/nftables"
 	"golang.org/x/sys/unix"
-
-	"github.com/natgw/natgw/nat/nlsock"
 )
 
 // txn is one transaction being encoded: one netlink batch in one buffer
@@ -216,75 +211,4 @@ func (t *txn) close() int {
 	}
 	t.control(unix.NFNL_MSG_BATCH_END)
 	return int(t.seq - t.base)
-}
-
-// exchange sends the batch in one sendmsg and reads the kernel's answers
-// up to the one for the last message (see close). An errno in an answer is
-// returned as a unix.Errno (the kernel refused the batch); any other
-// failure (ENOBUFS, deadline) leaves the outcome unknown. The kernel
-// processes the batch within sendmsg, so its answers are queued by the time
-// it returns; once an error has been read, answers still missing are not
-// waited for.
-func (r *Backend) exchange(ctx context.Context, t *txn) error {
-	n := t.close()
-	if n == 0 {
-		return nil
-	}
-	if err := r.nl.Send(ctx, t.buf); err != nil {
-		return err
-	}
-	buf := r.buffer()
-	last := uint32(n - 1)
-	var (
-		errs []error
-		err  error
-	)
-	for answered := false; !answered; {
-		var rn int
-		if len(errs) == 0 {
-			if rn, err = r.nl.Recv(ctx, buf); err != nil {
-				return fmt.Errorf("read acks: %w", err)
-			}
-		} else {
-			// The kernel sent what it had; the errors are known.
-			ok := false
-			if rn, ok, err = r.nl.TryRecv(buf); err != nil || !ok {
-				return errors.Join(append(errs, err)...)
-			}
-		}
-		var bad error
-		for h, m := range nlsock.Messages(buf[:rn], &bad) {
-			if h.Type != unix.NLMSG_ERROR {
-				continue
-			}
-			code, seq, ok := nlsock.Errno(m)
-			if !ok {
-				continue
-			}
-			if seq == t.base-1 && code != 0 {
-				// An error about the batch as a whole: nothing more comes.
-				return errors.Join(append(errs, fmt.Errorf("batch: %w", code))...)
-			}
-			i := seq - t.base
-			if i > last {
-				continue // not ours (the batch header, or stale)
-			}
-			if code != 0 {
-				errs = append(errs, fmt.Errorf("%s (message %d of %d): %w", t.what[i], i+1, n, code))
-			}
-			answered = answered || i == last
-		}
-		if bad != nil {
-			return errors.Join(append(errs, fmt.Errorf("read acks: %w", bad))...)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// buffer returns the Backend's receive buffer for answers.
-func (r *Backend) buffer() []byte {
-	if cap(r.ackBuf) == 0 {
-		r.ackBuf = make([]byte, 64<<10)
-	}
-	return r.ackBuf[:cap(r.ackBuf)]
 }

@@ -195,29 +195,21 @@ func (r *Backend) run(ctx context.Context, ch *change) error {
 	return r.exec(ctx, r.plan(ch))
 }
 
-// exec is the transport: it encodes tx into one netlink batch and
-// commits it.
+// exec sends tx through the transport and keeps the generation count.
 func (r *Backend) exec(ctx context.Context, tx *Tx) error {
 	if r.trace != nil {
 		r.trace(tx)
 	}
-	t := newTxn(r.seq, tx.elemBytes(), r.txBuf)
-	if cap(t.buf) <= keepTxBuf {
-		defer func() { r.txBuf = t.buf[:0] }()
-	}
-	if err := t.encode(tx); err != nil {
-		// Nothing was sent.
+	sent, stamped, err := r.send(ctx, tx)
+	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	return r.flush(ctx, t)
+	if sent {
+		r.gen++
+		r.stamped = stamped
+	}
+	return nil
 }
-
-// keepTxBuf bounds the batch buffer the Backend keeps for the next
-// transaction. A fresh buffer per transaction cost a small one page faults
-// (its first touch of fresh memory; ~18 µs each on the bench VM), more than
-// half of an agent's faults per request; a bulk transaction's buffer is not
-// kept.
-const keepTxBuf = 256 << 10
 
 // Settle stores the ruleset generation of natgw's last transaction in the
 // natgw_meta element, unless it is there already. Transactions that create

@@ -10,14 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
-	"runtime"
 	"strings"
 	"time"
 
-	"github.com/go-logr/logr"
 	nft "github.com/google/nftables"
-	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/nat"
@@ -25,7 +21,6 @@ import (
 	"github.com/natgw/natgw/nat/engine"
 	"github.com/natgw/natgw/nat/link"
 	"github.com/natgw/natgw/nat/netns"
-	"github.com/natgw/natgw/nat/nlsock"
 )
 
 // Name is the data plane's name.
@@ -105,25 +100,14 @@ func checkInterfaces(cfg nat.Config) error {
 type Backend struct {
 	cfg   nat.Config
 	opts  options
-	log   logr.Logger
-	ns    *netns.NS // kept open for the sockets' life
 	table *nft.Table
+	transport
 
-	// conn is the library's lasting connection, for reading the table's
-	// structure at Load; nl carries transactions, set dumps and the
-	// generation (see package nlsock). Both are nil after a failure until
-	// redialed.
-	conn *nft.Conn
-	sock *netlink.Conn // conn's socket, for deadlines
-	nl   *nlsock.Socket
-	seq  uint32 // next request or batch message sequence number
 	// gen is the ruleset generation after natgw's last transaction as far
 	// as natgw knows (read at Load, +1 per commit); a transaction that
 	// stores it in natgw_meta stores gen+1, its own (see Load, Settle).
 	gen     uint32
-	stamped bool // natgw_meta holds gen (see Settle)
-	ackBuf  []byte
-	txBuf   []byte    // the last small transaction's batch buffer, reused
+	stamped bool      // natgw_meta holds gen (see Settle)
 	trace   func(*Tx) // if set, sees every transaction before it is sent (tests)
 
 	// The kernel's structure, read at Load and kept by Commit. Elements
@@ -145,13 +129,13 @@ func NewBackend(cfg nat.Config, opts ...Option) (*Backend, error) {
 	cfg = cfg.WithDefaults()
 	r := &Backend{
 		cfg:   cfg,
-		log:   cfg.Log.WithName("nftables"),
 		table: &nft.Table{Name: TableName, Family: nft.TableFamilyIPv4},
 		opts:  options{timeout: DefaultTimeout},
 	}
 	for _, o := range opts {
 		o(&r.opts)
 	}
+	r.transport = transport{nsName: cfg.NetNS, timeout: r.opts.timeout, log: cfg.Log.WithName("nftables")}
 	if err := checkInterfaces(cfg); err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
@@ -169,122 +153,6 @@ func NewBackend(cfg nat.Config, opts ...Option) (*Backend, error) {
 
 // Name implements engine.Backend.
 func (r *Backend) Name() string { return Name }
-
-// dial opens the library's lasting connection and natgw's own socket in
-// the namespace. The own socket gets buffers sized for large transactions
-// (the FORCE variants pass the sysctl caps; they need CAP_NET_ADMIN) and
-// short error answers.
-func (r *Backend) dial() error {
-	var sock *netlink.Conn
-	c, err := nft.New(nft.AsLasting(), nft.WithNetNSFd(r.ns.Fd()), nft.WithSockOptions(func(nc *netlink.Conn) error {
-		sock = nc
-		return nil
-	}))
-	runtime.KeepAlive(r.ns)
-	if err != nil {
-		if sock != nil {
-			sock.Close() // the library does not close it when an option fails
-		}
-		return fmt.Errorf("nftables: dial netlink in netns %q: %w", r.cfg.NetNS, err)
-	}
-	nl, err := nlsock.Dial(r.ns, unix.NETLINK_NETFILTER)
-	if err == nil {
-		nl.SetTimeout(r.opts.timeout)
-		err = errors.Join(nl.SetBuffers(sendBuffer, recvBuffer), nl.CapAcks())
-		if err != nil {
-			nl.Close()
-		}
-	}
-	if err != nil {
-		_ = c.CloseLasting()
-		return fmt.Errorf("nftables: netns %q: %w", r.cfg.NetNS, err)
-	}
-	r.conn, r.sock, r.nl = c, sock, nl
-	return nil
-}
-
-// closeSockets closes both sockets (kernel state stays).
-func (r *Backend) closeSockets() error {
-	var errs []error
-	if r.conn != nil {
-		errs = append(errs, r.conn.CloseLasting())
-	}
-	if r.nl != nil {
-		errs = append(errs, r.nl.Close())
-	}
-	r.conn, r.sock, r.nl = nil, nil, nil
-	return errors.Join(errs...)
-}
-
-// redial drops the connection (queued messages, a sticky queueing error or
-// stray acks go with it) and dials a new one.
-func (r *Backend) redial() error {
-	_ = r.closeSockets()
-	return r.dial()
-}
-
-// ready makes sure there is a connection.
-func (r *Backend) ready() error {
-	if r.conn != nil {
-		return nil
-	}
-	return r.dial()
-}
-
-// deadline bounds the next kernel operations by ctx's deadline (or the
-// default timeout) and interrupts them when ctx is cancelled. The returned
-// function lifts the bound.
-func (r *Backend) deadline(ctx context.Context) func() {
-	d, ok := ctx.Deadline()
-	if !ok {
-		d = time.Now().Add(r.opts.timeout)
-	}
-	sock := r.sock
-	_ = sock.SetDeadline(d)
-	fired := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(fired)
-		_ = sock.SetDeadline(time.Now())
-	})
-	return func() {
-		if !stop() {
-			<-fired // the cancellation ran: let it finish before lifting
-		}
-		_ = sock.SetDeadline(time.Time{})
-	}
-}
-
-// flush sends t as one transaction. A rejected batch (an errno in an ack)
-// changed nothing; anything else (ENOBUFS on the acks, a timeout, a broken
-// socket) leaves the outcome unknown. Either way the connection is
-// replaced, since acks may be left on it.
-func (r *Backend) flush(ctx context.Context, t *txn) error {
-	err := r.exchange(ctx, t)
-	r.seq = t.seq + 1
-	if err == nil {
-		if t.seq != t.base {
-			r.gen++
-			r.stamped = t.stamped
-		}
-		return nil
-	}
-	if rerr := r.redial(); rerr != nil {
-		r.log.Error(rerr, "redial after failed transaction")
-	}
-	return classify(err)
-}
-
-// classify wraps a failed Flush: an errno delivered in an ack (or by the
-// send) means the kernel refused the batch and changed nothing; ENOBUFS
-// (acks dropped), a timeout or an error without errno leave the outcome
-// unknown.
-func classify(err error) error {
-	var errno unix.Errno
-	if errors.Is(err, unix.ENOBUFS) || errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &errno) {
-		return fmt.Errorf("nftables transaction: %w: %w", err, nat.ErrUnknownState)
-	}
-	return fmt.Errorf("nftables transaction rejected: %w", err)
-}
 
 // flushMarkMax is the number of EIPs up to which ForgetFlows flushes by ct
 // mark (one kernel walk of the conntrack table per EIP); beyond it, it dumps
