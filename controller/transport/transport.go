@@ -23,10 +23,6 @@ const (
 	DataplaneIptables = nat.DataplaneIptables
 )
 
-// ValidDataplane is nat.CheckDataplaneName, the one check of a data plane
-// name (natgw-controller's --dataplane calls it through here).
-func ValidDataplane(dp string) error { return nat.CheckDataplaneName(dp) }
-
 // Endpoint says which gateway to reach and how its agent runs.
 type Endpoint struct {
 	// Name is the VpcNatGateway's name.

@@ -29,6 +29,7 @@ import (
 	"github.com/natgw/natgw/controller/gwconfig"
 	"github.com/natgw/natgw/controller/reconciler"
 	"github.com/natgw/natgw/controller/transport"
+	"github.com/natgw/natgw/nat"
 )
 
 func main() {
@@ -86,7 +87,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	if err := transport.ValidDataplane(f.dataplane); err != nil {
+	if err := nat.CheckDataplaneName(f.dataplane); err != nil {
 		return nil, fmt.Errorf("--dataplane: %w", err)
 	}
 	switch f.mode {
