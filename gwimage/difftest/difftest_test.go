@@ -848,22 +848,30 @@ func fixed() []call {
 	}
 }
 
-// TestAgainstUpstream is the differential test (issue 12): upstream
-// v1.16.2's nat-gateway.sh and natgw's image, side by side, call for call.
-func TestAgainstUpstream(t *testing.T) {
+// startRun skips t without root or network namespaces; else it brings up
+// both sides with their probe servers under a context that ends after
+// budget (or with the test), and returns them with an empty tally.
+func startRun(t *testing.T, budget time.Duration) (context.Context, *side, *side, *tally) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces, chroot, mounts)")
 	}
 	if reason := netlab.Unavailable(); reason != "" {
 		t.Skip(reason)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeBudget+5*time.Minute)
-	defer cancel()
-	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	t.Cleanup(cancel)
 	up, ng := newSides(t, ctx)
 	up.startServers(t, ctx)
 	ng.startServers(t, ctx)
-	tl := &tally{}
+	return ctx, up, ng, &tally{}
+}
+
+// TestAgainstUpstream is the differential test (issue 12): upstream
+// v1.16.2's nat-gateway.sh and natgw's image, side by side, call for call.
+func TestAgainstUpstream(t *testing.T) {
+	start := time.Now()
+	ctx, up, ng, tl := startRun(t, timeBudget+5*time.Minute)
 
 	nFixed := 0
 	if os.Getenv("NATGW_DIFFTEST_FIXED") != "0" {
@@ -938,19 +946,8 @@ func lbSvc() []call {
 // TestLBSvcAgainstUpstream: upstream v1.16.2's lb-svc.sh and natgw's image,
 // side by side, call for call, with the same probes as TestAgainstUpstream.
 func TestLBSvcAgainstUpstream(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces, chroot, mounts)")
-	}
-	if reason := netlab.Unavailable(); reason != "" {
-		t.Skip(reason)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	start := time.Now()
-	up, ng := newSides(t, ctx)
-	up.startServers(t, ctx)
-	ng.startServers(t, ctx)
-	tl := &tally{}
+	ctx, up, ng, tl := startRun(t, 5*time.Minute)
 	for i, c := range lbSvc() {
 		step(t, ctx, up, ng, tl, fmt.Sprintf("lb-svc %02d", i+1), c, nil)
 	}
