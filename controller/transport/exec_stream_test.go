@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/natgw/natgw/internal/netlab"
-	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/netns"
 )
 
@@ -158,15 +157,7 @@ func TestExecStream(t *testing.T) {
 	if got, want := kubelet.reqs[0], "vpc-nat-gw-gw1-0 vpc-nat-gw natgw serve --dataplane nftables"; got != want {
 		t.Errorf("exec request %q, want %q", got, want)
 	}
-	info, err := s.Info(ctx)
-	if err != nil || info.Dataplane != DataplaneNftables || info.BootID == "" {
-		t.Fatalf("info = %+v, %v", info, err)
-	}
-	fip := nat.Object{UID: "0b1e7c2a-5f0e-4c1e-9d57-0d1b2c3d4e5f", Kind: nat.KindFIP,
-		FIP: &nat.FIP{EIP: netlab.EIP(0), InternalIP: gw.VMs[0].Addr}}
-	if err := s.Apply(ctx, fip); err != nil {
-		t.Fatal(err)
-	}
+	info, fip := infoAndFIP(ctx, t, s, DataplaneNftables, gw.VMs[0].Addr)
 	if objs, err := s.List(ctx, true); err != nil || len(objs) != 1 || !objs[0].Equal(fip) {
 		t.Fatalf("list = %v, %v; want the FIP", objs, err)
 	}

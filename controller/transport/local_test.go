@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -45,15 +46,7 @@ func TestLocal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			info, err := s.Info(ctx)
-			if err != nil || info.Dataplane != dp || info.BootID == "" {
-				t.Fatalf("info = %+v, %v", info, err)
-			}
-			fip := nat.Object{UID: "0b1e7c2a-5f0e-4c1e-9d57-0d1b2c3d4e5f", Kind: nat.KindFIP,
-				FIP: &nat.FIP{EIP: netlab.EIP(0), InternalIP: gw.VMs[0].Addr}}
-			if err := s.Apply(ctx, fip); err != nil {
-				t.Fatal(err)
-			}
+			info, fip := infoAndFIP(ctx, t, s, dp, gw.VMs[0].Addr)
 			clash := fip
 			clash.UID = "1b1e7c2a-5f0e-4c1e-9d57-0d1b2c3d4e5f"
 			clash.FIP = &nat.FIP{EIP: netlab.EIP(0), InternalIP: gw.VMs[1].Addr}
@@ -105,4 +98,21 @@ func TestLocal(t *testing.T) {
 			t.Error("missing namespace: no error")
 		}
 	})
+}
+
+// infoAndFIP checks a fresh session's info (data plane dp, a boot id) and
+// applies a FIP from EIP 0 to vm through it; it returns the info and the
+// FIP.
+func infoAndFIP(ctx context.Context, t *testing.T, s Session, dp string, vm netip.Addr) (*agentapi.Info, nat.Object) {
+	t.Helper()
+	info, err := s.Info(ctx)
+	if err != nil || info.Dataplane != dp || info.BootID == "" {
+		t.Fatalf("info = %+v, %v", info, err)
+	}
+	fip := nat.Object{UID: "0b1e7c2a-5f0e-4c1e-9d57-0d1b2c3d4e5f", Kind: nat.KindFIP,
+		FIP: &nat.FIP{EIP: netlab.EIP(0), InternalIP: vm}}
+	if err := s.Apply(ctx, fip); err != nil {
+		t.Fatal(err)
+	}
+	return info, fip
 }
