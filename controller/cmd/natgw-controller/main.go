@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/natgw/natgw/controller/companion"
 	"github.com/natgw/natgw/controller/gateway"
 	"github.com/natgw/natgw/controller/gwconfig"
+	"github.com/natgw/natgw/controller/provision"
 	"github.com/natgw/natgw/controller/reconciler"
 	"github.com/natgw/natgw/controller/transport"
 	"github.com/natgw/natgw/nat"
@@ -60,6 +62,9 @@ type flags struct {
 	ruleLabels       bool
 	verbosity        int
 	logJSON          bool
+	provision        bool
+	gatewayImage     string
+	serviceCIDR      string
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
@@ -84,6 +89,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	fs.BoolVar(&f.ruleLabels, "rule-labels", false, "also write upstream's labels "+v1.LabelEIPV4IP+" and "+v1.LabelVpcNatGwName+" on NAT rules (the latter on IptablesEIPs) before programming, as kube-ovn-controller does; natgw does not need them (one more API write per object)")
 	fs.IntVar(&f.verbosity, "v", 0, "log verbosity (0: changes and failures, 1: every object programmed, 2+: debug)")
 	fs.BoolVar(&f.logJSON, "log-json", true, "structured JSON logs (false: text)")
+	fs.BoolVar(&f.provision, "provision-gateways", false, "replace mode: create each VpcNatGateway's gateway StatefulSet in Kube-OVN's shape (vpc-nat-gw-<name> in --pod-namespace) with --gateway-image, keep it in step with the spec and write the gateway's status as Kube-OVN does (controller/provision); Kube-OVN's VPC NAT gateway feature must be off")
+	fs.StringVar(&f.gatewayImage, "gateway-image", "", "with --provision-gateways: natgw's gateway image (Kube-OVN's vpcNatImage)")
+	fs.StringVar(&f.serviceCIDR, "service-cluster-ip-range", "10.96.0.0/12", "with --provision-gateways: the cluster's service CIDR, routed via the VPC subnet's gateway as Kube-OVN does (kube-ovn-controller's flag of the same name)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -109,6 +117,16 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	}
 	if f.transport == "local" && f.gatewayConfig == "" {
 		return nil, errors.New("--transport=local needs --gateway-config (which namespace is which gateway)")
+	}
+	if f.provision {
+		switch {
+		case f.mode != modeReplace:
+			return nil, fmt.Errorf("--provision-gateways needs --mode=%s", modeReplace)
+		case f.transport != "exec":
+			return nil, errors.New("--provision-gateways needs --transport=exec (the gateways are pods)")
+		case f.gatewayImage == "":
+			return nil, errors.New("--provision-gateways needs --gateway-image")
+		}
 	}
 	if f.workers < 1 {
 		return nil, fmt.Errorf("--workers: %d, want at least 1", f.workers)
@@ -160,8 +178,13 @@ func run() error {
 	if err := v1.AddToScheme(scheme); err != nil {
 		return err
 	}
+	var cacheOpts cache.Options
+	if f.provision {
+		cacheOpts.ByObject = provision.CacheByObject(f.podNamespace)
+	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                  scheme,
+		Cache:                   cacheOpts,
 		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
 		HealthProbeBindAddress:  f.probeAddr,
 		LeaderElection:          f.leaderElect,
@@ -224,7 +247,15 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	log.Info("starting", "mode", f.mode, "transport", f.transport, "dataplane", f.dataplane, "workers", f.workers, "leaderElection", f.leaderElect, "ruleLabels", f.ruleLabels)
+	if f.provision {
+		if _, err := provision.Setup(mgr, provision.Options{
+			Namespace: f.podNamespace, Image: f.gatewayImage, ServiceClusterIPRange: f.serviceCIDR,
+			Workers: f.workers, Log: log.WithName("provision"),
+		}); err != nil {
+			return err
+		}
+	}
+	log.Info("starting", "mode", f.mode, "provisionGateways", f.provision, "transport", f.transport, "dataplane", f.dataplane, "workers", f.workers, "leaderElection", f.leaderElect, "ruleLabels", f.ruleLabels)
 	return mgr.Start(ctx)
 }
 

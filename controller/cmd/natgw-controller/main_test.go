@@ -17,7 +17,7 @@ func TestParseFlags(t *testing.T) {
 		check   func(*flags) bool
 	}{
 		{nil, "", func(f *flags) bool {
-			return f.mode == modeReplace && f.transport == "exec" && f.dataplane == "nftables" && f.leaderElect && f.workers == 4 && f.removeUpstream && !f.ruleLabels
+			return f.mode == modeReplace && f.transport == "exec" && f.dataplane == "nftables" && f.leaderElect && f.workers == 4 && f.removeUpstream && !f.ruleLabels && !f.provision
 		}},
 		{[]string{"--mode=companion", "--companion-grace=45s", "--companion-period=10s"}, "", func(f *flags) bool {
 			return f.mode == modeCompanion && f.companionGrace == 45*time.Second && f.companionPeriod == 10*time.Second
@@ -33,6 +33,12 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--transport=ssh"}, "--transport", nil},
 		{[]string{"--dataplane=ebpf"}, "--dataplane", nil},
 		{[]string{"--workers=0"}, "--workers", nil},
+		{[]string{"--provision-gateways", "--gateway-image=natgw:1", "--service-cluster-ip-range=10.96.0.0/24"}, "", func(f *flags) bool {
+			return f.provision && f.gatewayImage == "natgw:1" && f.serviceCIDR == "10.96.0.0/24"
+		}},
+		{[]string{"--provision-gateways"}, "--gateway-image", nil},
+		{[]string{"--provision-gateways", "--gateway-image=x", "--mode=companion"}, "--mode=replace", nil},
+		{[]string{"--provision-gateways", "--gateway-image=x", "--transport=local", "--gateway-config=/x.yaml"}, "--transport=exec", nil},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -1,0 +1,452 @@
+// Package provision is natgw-controller's gateway provisioner in replace
+// mode (issue 14 part 1): each VpcNatGateway becomes the gateway
+// StatefulSet that Kube-OVN v1.16.2's controller would create for it (its
+// name, namespace, labels, selector, pod annotations for the external
+// network attachment and the VPC subnet and lanIp, routes, placement,
+// privileged container with upstream's command and hook) with natgw's
+// image, owned by the VpcNatGateway so that it is garbage-collected with
+// it, written by server-side apply; the VpcNatGateway's status is written
+// as upstream writes it (status subresource, merge patch).
+//
+// Build is the pure part (the StatefulSet from a VpcNatGateway and the
+// Subnets it names); Setup registers the reconciler. The comments cite
+// Kube-OVN v1.16.2's source (module github.com/kubeovn/kube-ovn@v1.16.2)
+// by file:line; no upstream code is copied.
+package provision
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/transport"
+)
+
+// Names and keys of upstream's gateway workload (Kube-OVN v1.16.2).
+const (
+	// DefaultExternalNetwork is the external subnet (and NAD) of a gateway
+	// whose spec.externalSubnets is empty (pkg/util/net.go:25,
+	// pkg/util/vpc_nat_gateway.go:71-76).
+	DefaultExternalNetwork = "ovn-vpc-external-network"
+	// GatewayAnnotation on the pod template names the gateway
+	// (pkg/util/const.go:37).
+	GatewayAnnotation = "ovn.kubernetes.io/vpc_nat_gw"
+	// NetworksAnnotation is Multus's attachment list (nadv1.NetworkAttachmentAnnot).
+	NetworksAnnotation = "k8s.v1.cni.cncf.io/networks"
+	// DefaultNetworkAnnotation is Multus's default-network override
+	// (pkg/util/const.go:211).
+	DefaultNetworkAnnotation = "v1.multus-cni.io/default-network"
+	// OvnProvider is Kube-OVN's default provider (pkg/util/const.go:210).
+	OvnProvider = "ovn"
+	// MaxStatefulSetName is the longest gateway StatefulSet name: the
+	// StatefulSet controller appends an 11-character hash to the
+	// controller-revision-hash label (63 characters at most;
+	// pkg/util/vpc_nat_gateway.go:23-28).
+	MaxStatefulSetName = 63 - 11
+	// ipForward is upstream's PostStart hook (vpc_nat_gateway.go:1083).
+	ipForward = "sysctl -w net.ipv4.ip_forward=1"
+)
+
+// Per-provider pod annotation keys (pkg/util/const.go:71-79).
+func logicalSwitchKey(provider string) string { return provider + ".kubernetes.io/logical_switch" }
+func ipAddressKey(provider string) string     { return provider + ".kubernetes.io/ip_address" }
+func routesKey(provider string) string        { return provider + ".kubernetes.io/routes" }
+func allocatedKey(provider string) string     { return provider + ".kubernetes.io/allocated" }
+
+// StatefulSetName is the gateway's StatefulSet (and the pod's app label):
+// vpc-nat-gw-<name> (pkg/util/vpc_nat_gateway.go:31-43; upstream's
+// configurable prefix, ConfigMap ovn-vpc-nat-config key natGwNamePrefix,
+// is not supported: natgw's exec transport finds pods by this name).
+func StatefulSetName(gateway string) string { return transport.GatewayAppPrefix + gateway }
+
+// Labels are the StatefulSet's, its selector's and its pods' labels
+// (pkg/util/vpc_nat_gateway.go:79-85): what natgw's exec transport and
+// upstream's getNatGwPod (vpc_nat_gateway.go:1173-1174) select by.
+func Labels(gateway string) map[string]string {
+	return map[string]string{"app": StatefulSetName(gateway), transport.GatewayPodLabel: "true"}
+}
+
+// SubnetGVK is Kube-OVN's Subnet (read as unstructured: natgw has no Go
+// type for it and never writes it).
+var SubnetGVK = schema.GroupVersionKind{Group: "kubeovn.io", Version: "v1", Kind: "Subnet"}
+
+// VpcGVK is Kube-OVN's Vpc (only its existence is read).
+var VpcGVK = schema.GroupVersionKind{Group: "kubeovn.io", Version: "v1", Kind: "Vpc"}
+
+// Subnet is what the provisioner reads of a kubeovn.io/v1 Subnet.
+type Subnet struct {
+	Name               string
+	Vpc                string
+	Provider           string
+	CIDRBlock          string
+	Gateway            string
+	Vlan               string
+	U2OInterconnection bool
+	// Validated: the Subnet's condition Validated is True (Kube-OVN's own
+	// check of the subnet, SubnetStatus.IsValidated, pkg/apis/kubeovn/v1/subnet.go:285).
+	Validated bool
+}
+
+// SubnetFrom reads a Subnet from Kube-OVN's object.
+func SubnetFrom(u *unstructured.Unstructured) Subnet {
+	str := func(f ...string) string {
+		s, _, _ := unstructured.NestedString(u.Object, f...)
+		return s
+	}
+	u2o, _, _ := unstructured.NestedBool(u.Object, "spec", "u2oInterconnection")
+	s := Subnet{
+		Name: u.GetName(), Vpc: str("spec", "vpc"), Provider: str("spec", "provider"),
+		CIDRBlock: str("spec", "cidrBlock"), Gateway: str("spec", "gateway"), Vlan: str("spec", "vlan"),
+		U2OInterconnection: u2o,
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Validated" && m["status"] == "True" {
+			s.Validated = true
+		}
+	}
+	return s
+}
+
+// isOvn says whether provider is an OVN provider: "", "ovn" or
+// <name>.<namespace>.ovn (pkg/util/subnet.go:5-13, isOvnSubnet
+// pkg/controller/subnet.go:1943).
+func isOvn(provider string) bool {
+	if provider == "" || provider == OvnProvider {
+		return true
+	}
+	f := strings.Split(provider, ".")
+	return len(f) == 3 && f[2] == OvnProvider
+}
+
+// Inputs is what Build reads.
+type Inputs struct {
+	Gateway *v1.VpcNatGateway
+	// Subnets are the cluster's Subnets by name (the gateway's, its
+	// external one and the other subnets of its VPC are read).
+	Subnets map[string]Subnet
+	// Namespace of the StatefulSet: upstream's is kube-ovn-controller's
+	// own pod namespace (c.config.PodNamespace, kube-system), where it also
+	// looks for the gateway pods.
+	Namespace string
+	// Image is natgw's gateway image (upstream: ConfigMap
+	// ovn-vpc-nat-config, key image; vpc_nat.go:37-44).
+	Image string
+	// ServiceClusterIPRange is the cluster's service CIDR(s), as
+	// kube-ovn-controller's --service-cluster-ip-range ("" for none).
+	ServiceClusterIPRange string
+}
+
+// route is upstream's pod route annotation entry (pkg/request/cniserver.go:17-20).
+type route struct {
+	Destination string `json:"dst,omitempty"`
+	Gateway     string `json:"gw,omitempty"`
+}
+
+// splitIP splits a comma-separated address/CIDR list into its IPv4 and
+// IPv6 parts, the last of each family winning (util.SplitStringIP,
+// pkg/util/net.go:400-418).
+func splitIP(s string) (v4, v6 string) {
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		host := p
+		if i := strings.IndexByte(p, '/'); i >= 0 {
+			host = p[:i]
+		}
+		a, err := netip.ParseAddr(host)
+		switch {
+		case err != nil:
+		case a.Is4():
+			v4 = p
+		default:
+			v6 = p
+		}
+	}
+	return v4, v6
+}
+
+// externalNAD returns the namespace and name of the external network's
+// NetworkAttachmentDefinition: parsed from the external subnet's provider
+// (<name>.<namespace>[.ovn]), else the subnet's own name in ns
+// (getExternalSubnetNad, vpc_nat_gateway.go:1137-1159;
+// util.GetNadBySubnetProvider, pkg/util/subnet.go:15-24).
+func externalNAD(ext Subnet, ns string) (string, string) {
+	f := strings.Split(ext.Provider, ".")
+	switch {
+	case len(f) == 3 && f[2] == OvnProvider, len(f) == 2:
+		return f[1], f[0]
+	}
+	return ns, ext.Name
+}
+
+// ExternalSubnetName is the gateway's external subnet: the first of
+// spec.externalSubnets, else DefaultExternalNetwork
+// (util.GetNatGwExternalNetwork, pkg/util/vpc_nat_gateway.go:71-76).
+func ExternalSubnetName(g *v1.VpcNatGateway) string {
+	if len(g.Spec.ExternalSubnets) == 0 {
+		return DefaultExternalNetwork
+	}
+	return g.Spec.ExternalSubnets[0]
+}
+
+// nodeSelector turns spec.selector ("key: value" entries) into a node
+// selector; entries without exactly one colon are skipped
+// (util.GenNatGwSelectors, pkg/util/vpc_nat_gateway.go:87-101).
+func nodeSelector(sel []string) map[string]string {
+	out := make(map[string]string, len(sel))
+	for _, v := range sel {
+		p := strings.Split(strings.TrimSpace(v), ":")
+		if len(p) != 2 {
+			continue
+		}
+		out[strings.TrimSpace(p[0])] = strings.TrimSpace(p[1])
+	}
+	return out
+}
+
+// convert copies a typed API value into its apply configuration (the same
+// JSON), for the spec fields users write whole (tolerations, affinity).
+func convert[T any](in any) (*T, error) {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, err
+	}
+	out := new(T)
+	if err := json.Unmarshal(b, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Build returns the gateway's StatefulSet as Kube-OVN v1.16.2's
+// genNatGwStatefulSet (pkg/controller/vpc_nat_gateway.go:913-1134) makes
+// it, with in.Image, an owner reference to the VpcNatGateway (upstream sets
+// none and deletes the StatefulSet itself, vpc_nat_gateway.go:144-163) and
+// the route entries of the VPC's other subnets sorted by subnet name
+// (upstream takes the informer's order). Not built (refused with an
+// error): a gateway whose StatefulSet name would be too long, whose subnet
+// is missing or not an OVN subnet, whose external subnet is missing, or
+// whose custom provider is malformed — upstream's refusals too. The BGP
+// speaker sidecar (spec.bgpSpeaker.enabled) is not built; the caller
+// reports it (BGPUnsupported).
+func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
+	g := in.Gateway
+	name := StatefulSetName(g.Name)
+	if len(name) > MaxStatefulSetName {
+		// util.ValidateNatGwStatefulSetNameLength, pkg/util/vpc_nat_gateway.go:60-69.
+		return nil, fmt.Errorf("StatefulSet name %q is %d characters, at most %d: choose a shorter VpcNatGateway name", name, len(name), MaxStatefulSetName)
+	}
+	// The external network: its NAD, its gateway (vpc_nat_gateway.go:914-918, :1030-1058).
+	extName := ExternalSubnetName(g)
+	ext, ok := in.Subnets[extName]
+	if !ok {
+		return nil, fmt.Errorf("external subnet %q not found", extName)
+	}
+	nadNS, nadName := externalNAD(ext, in.Namespace)
+	// The VPC subnet must be an OVN subnet; its provider keys the eth0
+	// annotations (GetSubnetProvider, vpc_nat_gateway.go:901-911, :920-924).
+	sub, ok := in.Subnets[g.Spec.Subnet]
+	if !ok {
+		return nil, fmt.Errorf("subnet %q not found", g.Spec.Subnet)
+	}
+	if !isOvn(sub.Provider) {
+		return nil, fmt.Errorf("subnet %q is not an OVN subnet (provider %q)", sub.Name, sub.Provider)
+	}
+	ann, err := podAnnotations(g, sub.Provider, nadNS, nadName)
+	if err != nil {
+		return nil, err
+	}
+
+	// eth0's routes (vpc_nat_gateway.go:956-1026): the service CIDR, the
+	// VPC's other validated OVN subnets (not VLAN ones unless u2o) and
+	// spec.routes ("gateway" as next hop: the subnet's gateway of the
+	// route's family), all via the gateway subnet's gateway.
+	gw4, gw6 := splitIP(sub.Gateway)
+	var routes []route
+	svc4, svc6 := splitIP(in.ServiceClusterIPRange)
+	if gw4 != "" && svc4 != "" {
+		routes = append(routes, route{svc4, gw4})
+	}
+	if gw6 != "" && svc6 != "" {
+		routes = append(routes, route{svc6, gw6})
+	}
+	names := make([]string, 0, len(in.Subnets))
+	for n := range in.Subnets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		s := in.Subnets[n]
+		if s.Vpc != g.Spec.Vpc || s.Name == g.Spec.Subnet || !isOvn(s.Provider) || !s.Validated || (s.Vlan != "" && !s.U2OInterconnection) {
+			continue
+		}
+		c4, c6 := splitIP(s.CIDRBlock)
+		if c4 != "" && gw4 != "" {
+			routes = append(routes, route{c4, gw4})
+		}
+		if c6 != "" && gw6 != "" {
+			routes = append(routes, route{c6, gw6})
+		}
+	}
+	for _, r := range g.Spec.Routes {
+		hop := r.NextHopIP
+		if hop == "gateway" {
+			if c4, _ := splitIP(r.CIDR); c4 != "" {
+				hop = gw4
+			} else {
+				hop = gw6
+			}
+		}
+		routes = append(routes, route{r.CIDR, hop})
+	}
+	// Upstream keys eth0's routes by the subnet's provider as written
+	// (vpc_nat_gateway.go:1028); Kube-OVN defaults an empty provider to
+	// "ovn" before any gateway reads it, so the defaulted one is the same.
+	if err := setRoutes(ann, providerOrOvn(sub.Provider), routes); err != nil {
+		return nil, err
+	}
+
+	// net1's default routes, or no IPAM when noDefaultEIP (vpc_nat_gateway.go:1033-1058).
+	ext4, ext6 := splitIP(ext.Gateway)
+	var extRoutes []route
+	if ext4 != "" {
+		extRoutes = append(extRoutes, route{"0.0.0.0/0", ext4})
+	}
+	if ext6 != "" {
+		extRoutes = append(extRoutes, route{"::/0", ext6})
+	}
+	if !g.Spec.NoDefaultEIP {
+		if err := setRoutes(ann, ext.Provider, extRoutes); err != nil {
+			return nil, err
+		}
+	} else {
+		ann[allocatedKey(ext.Provider)] = "true"
+	}
+
+	labels := Labels(g.Name)
+	c := corev1ac.Container().
+		WithName(transport.GatewayContainer).
+		WithImage(in.Image).
+		// Upstream's command and hook; the natgw image serves both
+		// (vpc_nat_gateway.go:1076-1101).
+		WithCommand("sleep", "infinity").
+		WithLifecycle(corev1ac.Lifecycle().WithPostStart(corev1ac.LifecycleHandler().
+			WithExec(corev1ac.ExecAction().WithCommand("sh", "-c", ipForward)))).
+		WithImagePullPolicy(corev1.PullIfNotPresent).
+		// The external gateway, for nat-gateway.sh's default route (both
+		// always set, possibly empty).
+		WithEnv(envVar("GATEWAY_V4", ext4), envVar("GATEWAY_V6", ext6)).
+		WithSecurityContext(corev1ac.SecurityContext().WithPrivileged(true).WithAllowPrivilegeEscalation(true))
+	pod := corev1ac.PodSpec().
+		WithTerminationGracePeriodSeconds(0).
+		WithContainers(c).
+		WithNodeSelector(nodeSelector(g.Spec.Selector))
+	for i := range g.Spec.Tolerations {
+		t, err := convert[corev1ac.TolerationApplyConfiguration](&g.Spec.Tolerations[i])
+		if err != nil {
+			return nil, fmt.Errorf("spec.tolerations[%d]: %w", i, err)
+		}
+		pod.WithTolerations(t)
+	}
+	// Upstream always sets the affinity, empty when the spec has none
+	// (Affinity: &gw.Spec.Affinity, a struct there).
+	aff := &corev1ac.AffinityApplyConfiguration{}
+	if g.Spec.Affinity != nil {
+		if aff, err = convert[corev1ac.AffinityApplyConfiguration](g.Spec.Affinity); err != nil {
+			return nil, fmt.Errorf("spec.affinity: %w", err)
+		}
+	}
+	pod.WithAffinity(aff)
+
+	sts := appsv1ac.StatefulSet(name, in.Namespace).
+		WithLabels(labels).
+		WithOwnerReferences(metav1ac.OwnerReference().
+			WithAPIVersion(v1.GroupVersion.String()).WithKind("VpcNatGateway").
+			WithName(g.Name).WithUID(g.UID).
+			WithController(true).WithBlockOwnerDeletion(true)).
+		WithSpec(appsv1ac.StatefulSetSpec().
+			WithReplicas(1).
+			WithSelector(metav1ac.LabelSelector().WithMatchLabels(labels)).
+			WithTemplate(corev1ac.PodTemplateSpec().
+				WithLabels(labels).
+				WithAnnotations(ann).
+				WithSpec(pod)).
+			WithUpdateStrategy(appsv1ac.StatefulSetUpdateStrategy().WithType("RollingUpdate")))
+	return sts, nil
+}
+
+// envVar is name=value; an empty value is left out, as the typed
+// EnvVar upstream sends encodes it (omitempty).
+func envVar(name, value string) *corev1ac.EnvVarApplyConfiguration {
+	e := corev1ac.EnvVar().WithName(name)
+	if value != "" {
+		e.WithValue(value)
+	}
+	return e
+}
+
+func providerOrOvn(p string) string {
+	if p == "" {
+		return OvnProvider
+	}
+	return p
+}
+
+// podAnnotations are the pod template's annotations: spec.annotations,
+// then upstream's own on top (util.GenNatGwPodAnnotations,
+// pkg/util/vpc_nat_gateway.go:107-148, Kube-OVN as the primary CNI): the
+// external network attachment for Multus, the gateway's name, the VPC
+// subnet and lanIp (the pod's eth0 address) under the subnet's provider,
+// and for a custom provider <name>.<namespace>.ovn the default network
+// override <namespace>/<name>.
+func podAnnotations(g *v1.VpcNatGateway, provider, nadNS, nadName string) (map[string]string, error) {
+	p := providerOrOvn(provider)
+	out := make(map[string]string, len(g.Spec.Annotations)+6)
+	for k, v := range g.Spec.Annotations {
+		out[k] = v
+	}
+	out[NetworksAnnotation] = nadNS + "/" + nadName
+	out[GatewayAnnotation] = g.Name
+	out[logicalSwitchKey(p)] = g.Spec.Subnet
+	out[ipAddressKey(p)] = g.Spec.LanIP
+	if p != OvnProvider {
+		f := strings.Split(provider, ".")
+		if len(f) != 3 || f[2] != OvnProvider {
+			return nil, fmt.Errorf("subnet %q: provider must be <name>.<namespace>.ovn, got %q", g.Spec.Subnet, provider)
+		}
+		out[DefaultNetworkAnnotation] = f[1] + "/" + f[0]
+	}
+	return out, nil
+}
+
+// setRoutes sets (or, with no routes, removes) provider's routes
+// annotation (setPodRoutesAnnotation, pkg/controller/pod.go:2935-2951).
+func setRoutes(ann map[string]string, provider string, routes []route) error {
+	key := routesKey(provider)
+	if len(routes) == 0 {
+		delete(ann, key)
+		return nil
+	}
+	b, err := json.Marshal(routes)
+	if err != nil {
+		return fmt.Errorf("encode routes: %w", err)
+	}
+	ann[key] = string(b)
+	return nil
+}
+
+// BGPUnsupported says whether the gateway asks for upstream's BGP speaker
+// sidecar, which natgw does not build (vpc_nat_gateway.go:1115-1131).
+func BGPUnsupported(g *v1.VpcNatGateway) bool {
+	return g.Spec.BgpSpeaker != nil && g.Spec.BgpSpeaker.Enabled
+}

@@ -1,0 +1,345 @@
+package provision
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/internal/objdiff"
+)
+
+// Line numbers below are of Kube-OVN v1.16.2's
+// pkg/controller/vpc_nat_gateway.go unless a file is named.
+
+const (
+	testNS    = "kube-system"
+	testImage = "docker.io/natgw/natgw:test"
+	extProv   = "ovn-vpc-external-network.kube-system"
+)
+
+// subnets are the Subnets of the documentation's example: the external
+// network (a NAD provider), the gateway's VPC subnet, and other subnets.
+func subnets() map[string]Subnet {
+	return map[string]Subnet{
+		DefaultExternalNetwork: {Name: DefaultExternalNetwork, Provider: extProv, CIDRBlock: "192.0.2.0/24", Gateway: "192.0.2.1", Validated: true},
+		"net1":                 {Name: "net1", Vpc: "vpc1", Provider: "ovn", CIDRBlock: "10.0.1.0/24", Gateway: "10.0.1.1", Validated: true},
+	}
+}
+
+func gateway() *v1.VpcNatGateway {
+	return &v1.VpcNatGateway{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw1", UID: "uid-gw1"},
+		Spec:       v1.VpcNatGatewaySpec{Vpc: "vpc1", Subnet: "net1", LanIP: "10.0.1.254"},
+	}
+}
+
+// want is the StatefulSet upstream builds for gateway() with subnets()
+// (genNatGwStatefulSet, :913-1134), with natgw's image and owner reference.
+func want() *appsv1.StatefulSet {
+	labels := map[string]string{
+		"app":                          "vpc-nat-gw-gw1", // util.GenNatGwLabels, pkg/util/vpc_nat_gateway.go:79-85
+		"ovn.kubernetes.io/vpc-nat-gw": "true",
+	}
+	return &appsv1.StatefulSet{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      "vpc-nat-gw-gw1", // util.GenNatGwName, pkg/util/vpc_nat_gateway.go:31-43
+			Namespace: testNS,           // created in c.config.PodNamespace (:241-242)
+			Labels:    labels,           // :1064-1066
+			// natgw only: upstream sets no owner and deletes the StatefulSet itself (:144-163).
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "kubeovn.io/v1", Kind: "VpcNatGateway", Name: "gw1", UID: "uid-gw1",
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:       ptr.To[int32](1),                                        // :1068
+			Selector:       &metav1.LabelSelector{MatchLabels: labels},              // :1069-1071
+			UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: "RollingUpdate"}, // :1106-1108
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{
+					Labels: labels,
+					// util.GenNatGwPodAnnotations, pkg/util/vpc_nat_gateway.go:107-148.
+					Annotations: map[string]string{
+						// The external network's NAD, from the external subnet's provider (:1137-1159).
+						"k8s.v1.cni.cncf.io/networks":  "kube-system/ovn-vpc-external-network",
+						"ovn.kubernetes.io/vpc_nat_gw": "gw1",
+						// eth0: the VPC subnet and lanIp under its provider.
+						"ovn.kubernetes.io/logical_switch": "net1",
+						"ovn.kubernetes.io/ip_address":     "10.0.1.254",
+						// net1's default route via the external gateway (:1030-1052).
+						extProv + ".kubernetes.io/routes": `[{"dst":"0.0.0.0/0","gw":"192.0.2.1"}]`,
+					},
+				},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr.To[int64](0), // :1075
+					Containers: []corev1.Container{{
+						Name:    "vpc-nat-gw",
+						Image:   testImage,                     // natgw's (upstream: ConfigMap ovn-vpc-nat-config "image")
+						Command: []string{"sleep", "infinity"}, // :1079
+						Lifecycle: &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
+							Command: []string{"sh", "-c", "sysctl -w net.ipv4.ip_forward=1"}, // :1080-1086
+						}}},
+						ImagePullPolicy: corev1.PullIfNotPresent, // :1087
+						Env: []corev1.EnvVar{ // :1088-1097, the external subnet's gateways
+							{Name: "GATEWAY_V4", Value: "192.0.2.1"},
+							{Name: "GATEWAY_V6", Value: ""},
+						},
+						SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true), AllowPrivilegeEscalation: ptr.To(true)}, // :1098-1101
+					}},
+					Affinity: &corev1.Affinity{}, // &gw.Spec.Affinity, always set (:1104)
+				},
+			},
+		},
+	}
+}
+
+func TestBuild(t *testing.T) {
+	tests := []struct {
+		name    string
+		gw      func(*v1.VpcNatGateway)
+		subnets func(map[string]Subnet)
+		svc     string
+		want    func(*appsv1.StatefulSet)
+	}{
+		{name: "documentation example"},
+		{
+			// Placement from the spec: selector "k: v" entries (malformed
+			// ones skipped, util.GenNatGwSelectors, pkg/util/vpc_nat_gateway.go:87-101),
+			// tolerations and affinity as written (:1102-1104).
+			name: "placement",
+			gw: func(g *v1.VpcNatGateway) {
+				g.Spec.Selector = []string{"kubernetes.io/os: linux", " zone : a ", "malformed", "a:b:c"}
+				g.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "nat", Effect: corev1.TaintEffectNoSchedule}}
+				g.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+					NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}}},
+				}}}
+			},
+			want: func(s *appsv1.StatefulSet) {
+				p := &s.Spec.Template.Spec
+				p.NodeSelector = map[string]string{"kubernetes.io/os": "linux", "zone": "a"}
+				p.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "nat", Effect: corev1.TaintEffectNoSchedule}}
+				p.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+					NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}}},
+				}}}
+			},
+		},
+		{
+			// eth0's routes (:956-1026): the service CIDR, then the VPC's
+			// other validated OVN subnets (VLAN ones only with u2o), then
+			// spec.routes ("gateway": the subnet's gateway), all in one
+			// annotation under the subnet's provider (:1028).
+			name: "routes",
+			svc:  "10.96.0.0/12",
+			gw: func(g *v1.VpcNatGateway) {
+				g.Spec.Routes = []v1.Route{{CIDR: "172.16.0.0/16", NextHopIP: "gateway"}, {CIDR: "172.17.0.0/16", NextHopIP: "10.0.1.9"}}
+			},
+			subnets: func(m map[string]Subnet) {
+				m["b"] = Subnet{Name: "b", Vpc: "vpc1", CIDRBlock: "10.0.2.0/24", Gateway: "10.0.2.1", Validated: true}
+				m["a"] = Subnet{Name: "a", Vpc: "vpc1", Provider: "ovn", CIDRBlock: "10.0.3.0/24,fd00::/64", Validated: true}
+				m["notvalidated"] = Subnet{Name: "notvalidated", Vpc: "vpc1", CIDRBlock: "10.0.4.0/24"}
+				m["vlan"] = Subnet{Name: "vlan", Vpc: "vpc1", CIDRBlock: "10.0.5.0/24", Vlan: "v1", Validated: true}
+				m["vlanu2o"] = Subnet{Name: "vlanu2o", Vpc: "vpc1", CIDRBlock: "10.0.6.0/24", Vlan: "v1", U2OInterconnection: true, Validated: true}
+				m["othervpc"] = Subnet{Name: "othervpc", Vpc: "vpc2", CIDRBlock: "10.0.7.0/24", Validated: true}
+				m["underlay"] = Subnet{Name: "underlay", Vpc: "vpc1", Provider: "macvlan.default", CIDRBlock: "10.0.8.0/24", Validated: true}
+			},
+			want: func(s *appsv1.StatefulSet) {
+				s.Spec.Template.Annotations["ovn.kubernetes.io/routes"] = `[{"dst":"10.96.0.0/12","gw":"10.0.1.1"},{"dst":"10.0.3.0/24","gw":"10.0.1.1"},{"dst":"10.0.2.0/24","gw":"10.0.1.1"},{"dst":"10.0.6.0/24","gw":"10.0.1.1"},{"dst":"172.16.0.0/16","gw":"10.0.1.1"},{"dst":"172.17.0.0/16","gw":"10.0.1.9"}]`
+			},
+		},
+		{
+			// spec.externalSubnets[0] is the external network (util.GetNatGwExternalNetwork);
+			// a provider that names no NAD falls back to <namespace>/<subnet> (:1150-1158).
+			name: "external subnet named, provider without NAD",
+			gw:   func(g *v1.VpcNatGateway) { g.Spec.ExternalSubnets = []string{"ext2", "ignored"} },
+			subnets: func(m map[string]Subnet) {
+				m["ext2"] = Subnet{Name: "ext2", Provider: "ovn", CIDRBlock: "198.51.100.0/24", Gateway: "198.51.100.1,2001:db8::1"}
+			},
+			want: func(s *appsv1.StatefulSet) {
+				a := s.Spec.Template.Annotations
+				a["k8s.v1.cni.cncf.io/networks"] = "kube-system/ext2"
+				delete(a, extProv+".kubernetes.io/routes")
+				a["ovn.kubernetes.io/routes"] = `[{"dst":"0.0.0.0/0","gw":"198.51.100.1"},{"dst":"::/0","gw":"2001:db8::1"}]`
+				s.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "GATEWAY_V4", Value: "198.51.100.1"}, {Name: "GATEWAY_V6", Value: "2001:db8::1"}}
+			},
+		},
+		{
+			// noDefaultEIP: net1 without Kube-OVN IPAM, no default route (:1046-1058).
+			name: "noDefaultEIP",
+			gw:   func(g *v1.VpcNatGateway) { g.Spec.NoDefaultEIP = true },
+			want: func(s *appsv1.StatefulSet) {
+				a := s.Spec.Template.Annotations
+				delete(a, extProv+".kubernetes.io/routes")
+				a[extProv+".kubernetes.io/allocated"] = "true"
+			},
+		},
+		{
+			// A custom provider <name>.<namespace>.ovn keys eth0's
+			// annotations and overrides Multus's default network
+			// (pkg/util/vpc_nat_gateway.go:126-145); user annotations are the
+			// base, upstream's own win.
+			name: "custom provider and user annotations",
+			gw: func(g *v1.VpcNatGateway) {
+				g.Spec.Annotations = map[string]string{"team": "net", "ovn.kubernetes.io/vpc_nat_gw": "overridden"}
+			},
+			subnets: func(m map[string]Subnet) {
+				s := m["net1"]
+				s.Provider = "vpcnet.tenant.ovn"
+				m["net1"] = s
+			},
+			want: func(s *appsv1.StatefulSet) {
+				a := s.Spec.Template.Annotations
+				delete(a, "ovn.kubernetes.io/logical_switch")
+				delete(a, "ovn.kubernetes.io/ip_address")
+				a["team"] = "net"
+				a["vpcnet.tenant.ovn.kubernetes.io/logical_switch"] = "net1"
+				a["vpcnet.tenant.ovn.kubernetes.io/ip_address"] = "10.0.1.254"
+				a["v1.multus-cni.io/default-network"] = "tenant/vpcnet"
+			},
+		},
+		{
+			// The BGP speaker sidecar is not built (reported by the reconciler).
+			name: "bgp speaker",
+			gw:   func(g *v1.VpcNatGateway) { g.Spec.BgpSpeaker = &v1.VpcBgpSpeaker{Enabled: true, ASN: 1, RemoteASN: 2} },
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g, subs := gateway(), subnets()
+			if tc.gw != nil {
+				tc.gw(g)
+			}
+			if tc.subnets != nil {
+				tc.subnets(subs)
+			}
+			exp := want()
+			if tc.want != nil {
+				tc.want(exp)
+			}
+			ac, err := Build(Inputs{Gateway: g, Subnets: subs, Namespace: testNS, Image: testImage, ServiceClusterIPRange: tc.svc})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// What is sent (the apply configuration's JSON), field by field.
+			got, err := objdiff.Flatten(ac)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wf, err := objdiff.Flatten(exp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The typed object's zero values that an apply sends nothing for.
+			objdiff.Drop(wf, "metadata.creationTimestamp", "spec.template.metadata.creationTimestamp", "status",
+				"spec.template.spec.containers[0].resources", "spec.serviceName")
+			for _, d := range objdiff.Diff(wf, got) {
+				t.Errorf("%s (want != built)", d)
+			}
+			if BGPUnsupported(g) != (tc.name == "bgp speaker") {
+				t.Errorf("BGPUnsupported = %v", BGPUnsupported(g))
+			}
+		})
+	}
+}
+
+func TestBuildRefuses(t *testing.T) {
+	tests := []struct {
+		name    string
+		gw      func(*v1.VpcNatGateway)
+		subnets func(map[string]Subnet)
+		want    string
+	}{
+		// util.ValidateNatGwStatefulSetNameLength, pkg/util/vpc_nat_gateway.go:61-69.
+		{name: "name too long", gw: func(g *v1.VpcNatGateway) { g.Name = strings.Repeat("a", 42) }, want: "at most 52"},
+		{name: "subnet missing", gw: func(g *v1.VpcNatGateway) { g.Spec.Subnet = "nope" }, want: `subnet "nope" not found`},
+		{name: "external subnet missing", gw: func(g *v1.VpcNatGateway) { g.Spec.ExternalSubnets = []string{"nope"} }, want: `external subnet "nope" not found`},
+		// GetSubnetProvider (:901-911).
+		{name: "not an OVN subnet", subnets: func(m map[string]Subnet) { s := m["net1"]; s.Provider = "macvlan.default"; m["net1"] = s }, want: "not an OVN subnet"},
+		// pkg/util/vpc_nat_gateway.go:131-135.
+		{name: "malformed provider", subnets: func(m map[string]Subnet) { s := m["net1"]; s.Provider = "x.ovn"; m["net1"] = s }, want: "not an OVN subnet"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g, subs := gateway(), subnets()
+			if tc.gw != nil {
+				tc.gw(g)
+			}
+			if tc.subnets != nil {
+				tc.subnets(subs)
+			}
+			_, err := Build(Inputs{Gateway: g, Subnets: subs, Namespace: testNS, Image: testImage})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Build: %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestSubnetFrom(t *testing.T) {
+	u := &unstructured.Unstructured{}
+	if err := json.Unmarshal([]byte(`{"apiVersion":"kubeovn.io/v1","kind":"Subnet","metadata":{"name":"s1"},
+		"spec":{"vpc":"v","provider":"p.ns","cidrBlock":"10.0.0.0/24","gateway":"10.0.0.1","vlan":"vl","u2oInterconnection":true,"unknown":1},
+		"status":{"conditions":[{"type":"Ready","status":"True"},{"type":"Validated","status":"True"}]}}`), &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	want := Subnet{Name: "s1", Vpc: "v", Provider: "p.ns", CIDRBlock: "10.0.0.0/24", Gateway: "10.0.0.1", Vlan: "vl", U2OInterconnection: true, Validated: true}
+	if got := SubnetFrom(u); got != want {
+		t.Errorf("SubnetFrom = %+v, want %+v", got, want)
+	}
+}
+
+func TestChangedAndStatusPatch(t *testing.T) {
+	aff := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{}}
+	tol := []corev1.Toleration{{Key: "k", Operator: corev1.TolerationOpExists}}
+	tests := []struct {
+		name    string
+		spec    v1.VpcNatGatewaySpec
+		status  v1.VpcNatGatewayStatus
+		changed bool
+		patch   string
+	}{
+		{name: "empty", changed: false, patch: `{"status":{"externalSubnets":null,"selector":null,"tolerations":null,"affinity":{}}}`},
+		{name: "empty affinity is none", spec: v1.VpcNatGatewaySpec{Affinity: &corev1.Affinity{}}, changed: false},
+		{name: "empty tolerations are none", spec: v1.VpcNatGatewaySpec{Tolerations: []corev1.Toleration{}}, changed: false},
+		{
+			name:    "all four",
+			spec:    v1.VpcNatGatewaySpec{ExternalSubnets: []string{"e"}, Selector: []string{"a: b"}, Tolerations: tol, Affinity: aff, Routes: []v1.Route{{CIDR: "1.0.0.0/8"}}},
+			changed: true,
+			patch:   `{"status":{"externalSubnets":["e"],"selector":["a: b"],"tolerations":[{"key":"k","operator":"Exists"}],"affinity":{"nodeAffinity":{}}}}`,
+		},
+		{
+			name:   "recorded",
+			spec:   v1.VpcNatGatewaySpec{ExternalSubnets: []string{"e"}, Selector: []string{"a: b"}, Tolerations: tol, Affinity: aff},
+			status: v1.VpcNatGatewayStatus{ExternalSubnets: []string{"e"}, Selector: []string{"a: b"}, Tolerations: tol, Affinity: aff, QoSPolicy: "q"},
+		},
+		// Only the four fields count (routes, lanIp, annotations: not a rebuild).
+		{name: "routes only", spec: v1.VpcNatGatewaySpec{Routes: []v1.Route{{CIDR: "1.0.0.0/8"}}, LanIP: "10.0.0.2"}, changed: false},
+		{name: "selector removed", status: v1.VpcNatGatewayStatus{Selector: []string{"a: b"}}, changed: true},
+		{name: "affinity removed", status: v1.VpcNatGatewayStatus{Affinity: aff}, changed: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &v1.VpcNatGateway{Spec: tc.spec, Status: tc.status}
+			if got := Changed(g); got != tc.changed {
+				t.Errorf("Changed = %v, want %v", got, tc.changed)
+			}
+			if tc.patch == "" {
+				return
+			}
+			b, err := StatusPatch(g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(b) != tc.patch {
+				t.Errorf("StatusPatch = %s\nwant          %s", b, tc.patch)
+			}
+		})
+	}
+}

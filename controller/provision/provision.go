@@ -1,0 +1,245 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/transport"
+)
+
+// FieldManager is the server-side apply field manager of the gateway
+// StatefulSets.
+const FieldManager = "natgw-controller"
+
+// Event reasons (Warning events on the VpcNatGateway).
+const (
+	// ReasonProvisionFailed: the StatefulSet could not be built or applied
+	// (the message says why; retried with backoff).
+	ReasonProvisionFailed = "ProvisionFailed"
+	// ReasonBGPUnsupported: spec.bgpSpeaker.enabled is set; the gateway is
+	// provisioned without upstream's BGP speaker sidecar.
+	ReasonBGPUnsupported = "BGPSpeakerUnsupported"
+)
+
+// Options configures the provisioner.
+type Options struct {
+	// Namespace of the gateway StatefulSets and pods (upstream:
+	// kube-ovn-controller's namespace, kube-system); the exec transport's
+	// namespace.
+	Namespace string
+	// Image is natgw's gateway image.
+	Image string
+	// ServiceClusterIPRange: see Inputs.
+	ServiceClusterIPRange string
+	// Workers is the number of parallel reconciles (default 1).
+	Workers int
+	// Log is the provisioner's logger.
+	Log logr.Logger
+	// SkipNameValidation allows several managers in one process (tests).
+	SkipNameValidation bool
+}
+
+// CacheByObject restricts the manager's StatefulSet cache to the gateway
+// StatefulSets (namespace ns, upstream's gateway label): pass it as
+// ctrl.Options.Cache.ByObject (merged with any other entries).
+func CacheByObject(ns string) map[client.Object]cache.ByObject {
+	return map[client.Object]cache.ByObject{
+		&appsv1.StatefulSet{}: {
+			Namespaces: map[string]cache.Config{ns: {}},
+			Label:      labels.SelectorFromSet(labels.Set{transport.GatewayPodLabel: "true"}),
+		},
+	}
+}
+
+// Reconciler keeps each VpcNatGateway's StatefulSet and status; see the
+// package comment and Reconcile.
+type Reconciler struct {
+	client   client.Client
+	reader   client.Reader // the cache, also for unstructured Subnets and Vpcs
+	recorder events.EventRecorder
+	opts     Options
+}
+
+// Setup registers the provisioner's controller on mgr: VpcNatGateways
+// (spec changes), their StatefulSets (a deleted or changed one is looked at
+// again), and Subnets (a gateway waiting for its subnet is built when it
+// appears).
+func Setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
+	if o.Namespace == "" || o.Image == "" {
+		return nil, errors.New("provision: Namespace and Image are required")
+	}
+	if o.Workers <= 0 {
+		o.Workers = 1
+	}
+	r := &Reconciler{client: mgr.GetClient(), reader: mgr.GetCache(), recorder: mgr.GetEventRecorder(FieldManager), opts: o}
+	subnet := &unstructured.Unstructured{}
+	subnet.SetGroupVersionKind(SubnetGVK)
+	copts := controller.Options{MaxConcurrentReconciles: o.Workers}
+	if o.SkipNameValidation {
+		t := true
+		copts.SkipNameValidation = &t
+	}
+	err := ctrl.NewControllerManagedBy(mgr).Named("gateway-provisioner").WithOptions(copts).
+		For(&v1.VpcNatGateway{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&appsv1.StatefulSet{}).
+		Watches(subnet, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfSubnet)).
+		Complete(r)
+	if err != nil {
+		return nil, fmt.Errorf("gateway-provisioner controller: %w", err)
+	}
+	return r, nil
+}
+
+// gatewaysOfSubnet maps a Subnet to the gateways that name it (as their
+// subnet or external subnet) or sit in its VPC (its CIDR is one of their
+// routes).
+func (r *Reconciler) gatewaysOfSubnet(ctx context.Context, o client.Object) []reconcile.Request {
+	vpc := ""
+	if u, ok := o.(*unstructured.Unstructured); ok {
+		vpc = SubnetFrom(u).Vpc
+	}
+	list := &v1.VpcNatGatewayList{}
+	if err := r.reader.List(ctx, list); err != nil {
+		r.opts.Log.Error(err, "map Subnet to VpcNatGateways", "subnet", o.GetName())
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range list.Items {
+		g := &list.Items[i]
+		if g.Spec.Subnet == o.GetName() || ExternalSubnetName(g) == o.GetName() || (vpc != "" && g.Spec.Vpc == vpc) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: g.Name}})
+		}
+	}
+	return reqs
+}
+
+// Reconcile applies the gateway's StatefulSet when it is missing, not
+// controlled by this VpcNatGateway, on another image than natgw's
+// configured one, or when the spec fields it was built from changed
+// (Changed; upstream's update rule, vpc_nat_gateway.go:252-275), then
+// records them in the status (upstream: after the create or update,
+// :254-259, :277-282). A terminating VpcNatGateway keeps its StatefulSet
+// (natgw's VpcNatGateway reconciler still reaches the agent to delete its
+// routes); once the object is gone the garbage collector deletes the
+// StatefulSet through its owner reference.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := r.opts.Log.WithValues("vpcNatGateway", req.Name)
+	g := &v1.VpcNatGateway{}
+	if err := r.reader.Get(ctx, req.NamespacedName, g); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !g.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	// Upstream requires the Vpc and the Subnet first (vpc_nat_gateway.go:199-208).
+	vpc := &unstructured.Unstructured{}
+	vpc.SetGroupVersionKind(VpcGVK)
+	if err := r.reader.Get(ctx, types.NamespacedName{Name: g.Spec.Vpc}, vpc); err != nil {
+		return r.failed(ctx, log, g, fmt.Errorf("vpc %q: %w", g.Spec.Vpc, err))
+	}
+	subnets, err := r.subnets(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	want, err := Build(Inputs{Gateway: g, Subnets: subnets, Namespace: r.opts.Namespace, Image: r.opts.Image, ServiceClusterIPRange: r.opts.ServiceClusterIPRange})
+	if err != nil {
+		return r.failed(ctx, log, g, err)
+	}
+	if BGPUnsupported(g) {
+		r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonBGPUnsupported, "Provision", "spec.bgpSpeaker.enabled: natgw provisions the gateway without upstream's BGP speaker sidecar")
+	}
+
+	live := &appsv1.StatefulSet{}
+	err = r.reader.Get(ctx, types.NamespacedName{Namespace: r.opts.Namespace, Name: *want.Name}, live)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("get StatefulSet %s/%s: %w", r.opts.Namespace, *want.Name, err)
+	}
+	why := ""
+	switch {
+	case apierrors.IsNotFound(err):
+		why = "missing"
+	case !metav1.IsControlledBy(live, g):
+		why = "not controlled by this VpcNatGateway"
+	case imageOf(live) != r.opts.Image:
+		why = "image " + imageOf(live)
+	case Changed(g):
+		why = "spec changed"
+	}
+	if why != "" {
+		t0 := time.Now()
+		if err := r.client.Apply(ctx, want, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+			return r.failed(ctx, log, g, fmt.Errorf("apply StatefulSet %s/%s: %w", r.opts.Namespace, *want.Name, err))
+		}
+		log.Info("gateway StatefulSet applied", "statefulSet", *want.Name, "namespace", r.opts.Namespace, "why", why, "took", time.Since(t0))
+	}
+	if Changed(g) {
+		body, err := StatusPatch(g)
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("encode status: %w", err)
+		}
+		if err := r.client.Status().Patch(ctx, g, client.RawPatch(types.MergePatchType, body)); err != nil {
+			if apierrors.IsNotFound(err) {
+				return ctrl.Result{}, nil
+			}
+			return ctrl.Result{}, fmt.Errorf("patch VpcNatGateway %s status: %w", g.Name, err)
+		}
+		log.V(1).Info("status recorded", "externalSubnets", g.Spec.ExternalSubnets, "selector", g.Spec.Selector)
+	}
+	return ctrl.Result{}, nil
+}
+
+// failed reports err as a Warning event and returns it (retried with backoff).
+func (r *Reconciler) failed(ctx context.Context, log logr.Logger, g *v1.VpcNatGateway, err error) (ctrl.Result, error) {
+	if ctx.Err() != nil {
+		return ctrl.Result{}, err
+	}
+	log.Info("gateway not provisioned", "reason", err.Error())
+	r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonProvisionFailed, "Provision", "%v", err)
+	return ctrl.Result{}, err
+}
+
+// subnets reads every Subnet from the cache.
+func (r *Reconciler) subnets(ctx context.Context) (map[string]Subnet, error) {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(SubnetGVK.GroupVersion().WithKind(SubnetGVK.Kind + "List"))
+	if err := r.reader.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("list Subnets: %w", err)
+	}
+	out := make(map[string]Subnet, len(list.Items))
+	for i := range list.Items {
+		s := SubnetFrom(&list.Items[i])
+		out[s.Name] = s
+	}
+	return out, nil
+}
+
+// imageOf returns the image of the StatefulSet's gateway container.
+func imageOf(s *appsv1.StatefulSet) string {
+	for _, c := range s.Spec.Template.Spec.Containers {
+		if c.Name == transport.GatewayContainer {
+			return c.Image
+		}
+	}
+	return ""
+}
