@@ -242,13 +242,12 @@ func (e *env) blocked(p probe) error {
 	return nil
 }
 
-// setup brings up what every scenario here runs on: the cluster with the
-// natgw image imported, Kube-OVN's CRDs and prerequisites, its unmodified
-// controller, the VpcNatGateway and its pod (net1 attached as Multus
-// would), the external host and two VPC hosts with servers. Missing assets
-// skip (fail with NATGW_KUBEOVN_REQUIRED=1). Everything is torn down when
-// the test ends.
-func setup(t *testing.T) *env {
+// start brings up the cluster with the natgw image imported, Kube-OVN's
+// CRDs and prerequisites (its VPC NAT gateway feature on, the natgw image as
+// vpcNatImage) and its unmodified controller. Missing assets skip (fail
+// with NATGW_KUBEOVN_REQUIRED=1). Everything is torn down when the test
+// ends.
+func start(t *testing.T) *env {
 	required := os.Getenv(RequireEnv) == "1"
 	skip := func(why string) {
 		if required {
@@ -330,7 +329,7 @@ func setup(t *testing.T) *env {
 	e.k = k
 	t.Cleanup(func() {
 		if t.Failed() {
-			if b, err := os.ReadFile(filepath.Join(repo, ".cache/kubeovn/run/kube-ovn-controller.out")); err == nil {
+			if b, err := os.ReadFile(k.OutputPath()); err == nil {
 				s := string(b)
 				if len(s) > 20000 {
 					s = s[len(s)-20000:]
@@ -364,9 +363,18 @@ func setup(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e.controllerIn = time.Since(t0)
+	return e
+}
+
+// setup brings up what every scenario here runs on: start's cluster and
+// Kube-OVN, the VpcNatGateway and its pod (net1 attached as Multus would),
+// the external host and two VPC hosts with servers.
+func setup(t *testing.T) *env {
+	e := start(t)
+	ctx, c, lab, image := e.ctx, e.c, e.lab, e.image
 
 	// The VpcNatGateway: Kube-OVN creates the StatefulSet with the natgw image.
-	t0 = time.Now()
+	t0 := time.Now()
 	e.mustKubectl(fmt.Sprintf(`apiVersion: kubeovn.io/v1
 kind: VpcNatGateway
 metadata:

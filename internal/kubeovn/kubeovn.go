@@ -36,6 +36,11 @@ const (
 	SBModel = "pkg/ovsdb/ovnsb/model.go"
 )
 
+// ServiceClusterIPRange is the controller's --service-cluster-ip-range
+// (it routes it via the VPC subnet's gateway in a NAT gateway pod's
+// annotations).
+const ServiceClusterIPRange = "10.96.0.0/24"
+
 // Config says where the controller binary is and which cluster it drives.
 type Config struct {
 	// Controller is the kube-ovn-controller binary (its name must be
@@ -120,6 +125,12 @@ func (k *KubeOVN) SBAddr() string { return fmt.Sprintf("tcp:127.0.0.1:%d", k.cfg
 // LogPath is the controller's log file (what it writes to /var/log/kube-ovn).
 func (k *KubeOVN) LogPath() string {
 	return filepath.Join(k.cfg.Dir, "varlog", "kube-ovn", "kube-ovn-controller.log")
+}
+
+// OutputPath is the file the controller's stdout and stderr go to (its
+// klog lines).
+func (k *KubeOVN) OutputPath() string {
+	return filepath.Join(k.cfg.Dir, "kube-ovn-controller.out")
 }
 
 func (k *KubeOVN) logf(format string, args ...any) {
@@ -237,7 +248,7 @@ func (k *KubeOVN) startController() error {
 		"--ovn-sb-addr=" + k.SBAddr(),
 		"--default-cidr=10.16.0.0/16",
 		"--node-switch-cidr=100.64.0.0/16",
-		"--service-cluster-ip-range=10.96.0.0/24",
+		"--service-cluster-ip-range=" + ServiceClusterIPRange,
 		"--enable-lb=false",
 		"--enable-np=false",
 		"--gc-interval=0",
