@@ -1,0 +1,259 @@
+package provision
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr/testr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
+)
+
+// kubeovnObject is a Kube-OVN object (Subnet, Vpc) as the API serves it.
+func kubeovnObject(kind, name string, spec map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec, "status": map[string]any{
+		"conditions": []any{map[string]any{"type": "Validated", "status": "True"}},
+	}}}
+	u.SetAPIVersion("kubeovn.io/v1")
+	u.SetKind(kind)
+	u.SetName(name)
+	return u
+}
+
+// fakeEnv is a Reconciler over controller-runtime's fake client holding
+// gateway() and the Subnets of subnets(), counting applies and status
+// patches.
+type fakeEnv struct {
+	r               *Reconciler
+	c               client.Client
+	applies, status int
+}
+
+func newFakeEnv(t *testing.T, g *v1.VpcNatGateway) *fakeEnv {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	mapper := meta.NewDefaultRESTMapper(nil)
+	for _, gvk := range []struct {
+		kind string
+	}{{"Subnet"}, {"Vpc"}} {
+		k := SubnetGVK.GroupVersion().WithKind(gvk.kind)
+		scheme.AddKnownTypeWithName(k, &unstructured.Unstructured{})
+		scheme.AddKnownTypeWithName(k.GroupVersion().WithKind(gvk.kind+"List"), &unstructured.UnstructuredList{})
+		mapper.Add(k, meta.RESTScopeRoot)
+	}
+	mapper.Add(v1.GroupVersion.WithKind("VpcNatGateway"), meta.RESTScopeRoot)
+	mapper.Add(appsv1.SchemeGroupVersion.WithKind("StatefulSet"), meta.RESTScopeNamespace)
+	objs := []client.Object{g, kubeovnObject("Vpc", "vpc1", map[string]any{})}
+	for _, s := range subnets() {
+		objs = append(objs, kubeovnObject("Subnet", s.Name, map[string]any{
+			"vpc": s.Vpc, "provider": s.Provider, "cidrBlock": s.CIDRBlock, "gateway": s.Gateway,
+		}))
+	}
+	e := &fakeEnv{}
+	e.c = fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).
+		WithObjects(objs...).WithStatusSubresource(&v1.VpcNatGateway{}).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+				e.applies++
+				return c.Apply(ctx, obj, opts...)
+			},
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+				e.status++
+				return c.SubResource(sub).Patch(ctx, obj, p, opts...)
+			},
+		}).Build()
+	e.r = &Reconciler{client: e.c, reader: e.c, recorder: events.NewFakeRecorder(16),
+		opts: Options{Namespace: testNS, Image: testImage, Log: testr.New(t)}}
+	return e
+}
+
+func (e *fakeEnv) reconcile(t *testing.T) error {
+	t.Helper()
+	_, err := e.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Name: "gw1"}})
+	return err
+}
+
+func (e *fakeEnv) gateway(t *testing.T) *v1.VpcNatGateway {
+	t.Helper()
+	g := &v1.VpcNatGateway{}
+	if err := e.c.Get(context.Background(), types.NamespacedName{Name: "gw1"}, g); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func (e *fakeEnv) sts(t *testing.T) *appsv1.StatefulSet {
+	t.Helper()
+	s := &appsv1.StatefulSet{}
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: testNS, Name: "vpc-nat-gw-gw1"}, s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestReconcileRule: when the StatefulSet is applied and the status
+// written (upstream's create, then its isVpcNatGwChanged rule, plus natgw's
+// image and ownership checks), and when nothing is written.
+func TestReconcileRule(t *testing.T) {
+	tests := []struct {
+		name string
+		// change is done after a first reconcile created everything.
+		change                func(t *testing.T, e *fakeEnv)
+		wantApply, wantStatus int
+		check                 func(t *testing.T, e *fakeEnv)
+	}{
+		{name: "steady: nothing written", change: func(*testing.T, *fakeEnv) {}},
+		{
+			name: "routes change: no rebuild (programmed live, as upstream)",
+			change: func(t *testing.T, e *fakeEnv) {
+				g := e.gateway(t)
+				g.Spec.Routes = []v1.Route{{CIDR: "172.16.0.0/16", NextHopIP: "10.0.1.1"}}
+				if err := e.c.Update(context.Background(), g); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+		{
+			name: "selector change: rebuild and status",
+			change: func(t *testing.T, e *fakeEnv) {
+				g := e.gateway(t)
+				g.Spec.Selector = []string{"zone: b"}
+				if err := e.c.Update(context.Background(), g); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantApply: 1, wantStatus: 1,
+			check: func(t *testing.T, e *fakeEnv) {
+				if got := e.sts(t).Spec.Template.Spec.NodeSelector["zone"]; got != "b" {
+					t.Errorf("node selector zone=%q, want b", got)
+				}
+				if got := e.gateway(t).Status.Selector; len(got) != 1 || got[0] != "zone: b" {
+					t.Errorf("status.selector %v", got)
+				}
+			},
+		},
+		{
+			name: "image changed (natgw upgrade): rebuild, no status",
+			change: func(_ *testing.T, e *fakeEnv) {
+				e.r.opts.Image = "docker.io/natgw/natgw:next"
+			},
+			wantApply: 1,
+			check: func(t *testing.T, e *fakeEnv) {
+				if got := imageOf(e.sts(t)); got != "docker.io/natgw/natgw:next" {
+					t.Errorf("image %q", got)
+				}
+			},
+		},
+		{
+			name: "StatefulSet deleted: re-created",
+			change: func(t *testing.T, e *fakeEnv) {
+				if err := e.c.Delete(context.Background(), e.sts(t)); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantApply: 1,
+		},
+		{
+			name: "terminating VpcNatGateway: StatefulSet kept, nothing written",
+			change: func(t *testing.T, e *fakeEnv) {
+				g := e.gateway(t)
+				g.Spec.Selector = []string{"zone: c"}
+				if err := e.c.Update(context.Background(), g); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.c.Delete(context.Background(), g); err != nil {
+					t.Fatal(err)
+				}
+			},
+			check: func(t *testing.T, e *fakeEnv) { e.sts(t) },
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := gateway()
+			g.Spec.ExternalSubnets = []string{DefaultExternalNetwork}
+			g.Finalizers = []string{"natgw.kubeovn.io/finalizer"}
+			e := newFakeEnv(t, g)
+			if err := e.reconcile(t); err != nil {
+				t.Fatal(err)
+			}
+			// Created: one apply, one status write (upstream: Create, then patchNatGwStatus).
+			if e.applies != 1 || e.status != 1 {
+				t.Fatalf("first reconcile: %d applies, %d status patches, want 1 and 1", e.applies, e.status)
+			}
+			s, g2 := e.sts(t), e.gateway(t)
+			if !metav1.IsControlledBy(s, g2) {
+				t.Errorf("StatefulSet owners %v, want controlled by the VpcNatGateway", s.OwnerReferences)
+			}
+			if got := g2.Status.ExternalSubnets; len(got) != 1 || got[0] != DefaultExternalNetwork {
+				t.Errorf("status.externalSubnets %v", got)
+			}
+			e.applies, e.status = 0, 0
+			tc.change(t, e)
+			if err := e.reconcile(t); err != nil {
+				t.Fatal(err)
+			}
+			if e.applies != tc.wantApply || e.status != tc.wantStatus {
+				t.Errorf("%d applies, %d status patches, want %d and %d", e.applies, e.status, tc.wantApply, tc.wantStatus)
+			}
+			if tc.check != nil {
+				tc.check(t, e)
+			}
+		})
+	}
+}
+
+// TestReconcileRefused: a gateway that cannot be built gets a Warning
+// event and an error (retried), and nothing is written.
+func TestReconcileRefused(t *testing.T) {
+	tests := []struct {
+		name string
+		gw   func(*v1.VpcNatGateway)
+		want string
+	}{
+		{"vpc missing", func(g *v1.VpcNatGateway) { g.Spec.Vpc = "nope" }, `vpc "nope"`},
+		{"external subnet missing", func(g *v1.VpcNatGateway) { g.Spec.ExternalSubnets = []string{"nope"} }, `external subnet "nope"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := gateway()
+			tc.gw(g)
+			e := newFakeEnv(t, g)
+			err := e.reconcile(t)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Reconcile: %v, want an error naming %s", err, tc.want)
+			}
+			if e.applies != 0 || e.status != 0 {
+				t.Errorf("%d applies, %d status patches, want none", e.applies, e.status)
+			}
+			select {
+			case ev := <-e.r.recorder.(*events.FakeRecorder).Events:
+				if !strings.Contains(ev, corev1.EventTypeWarning+" "+ReasonProvisionFailed) {
+					t.Errorf("event %q", ev)
+				}
+			default:
+				t.Error("no event")
+			}
+		})
+	}
+}
