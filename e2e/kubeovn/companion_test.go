@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -112,7 +113,7 @@ func (e *env) startCompanion(s *sweeps) client.Client {
 		t.Fatal(err)
 	}
 	log := testr.NewWithOptions(t, testr.Options{Verbosity: 0}).WithName("companion")
-	tr := &transport.Exec{Config: restCfg, Client: cs, Namespace: ns, Command: "/natgw", Log: log.WithName("agent")}
+	tr := &transport.Exec{Config: restCfg, Client: cs, Namespace: ns, Command: "/natgw", Log: logr.Discard()} // the agent logs two lines a sweep
 	if _, err := companion.Setup(mgr, companion.Options{
 		Transport: tr, Period: companionPeriod, Grace: companionGrace, Log: log, OnSweep: s.record,
 	}); err != nil {
