@@ -51,9 +51,9 @@ const (
 	// MaxStatefulSetName is the longest gateway StatefulSet name: the
 	// StatefulSet controller appends an 11-character hash to the
 	// controller-revision-hash label (63 characters at most;
-	// pkg/util/vpc_nat_gateway.go:23-28).
+	// pkg/util/vpc_nat_gateway.go:23-28, :61-69).
 	MaxStatefulSetName = 63 - 11
-	// ipForward is upstream's PostStart hook (vpc_nat_gateway.go:1083).
+	// ipForward is upstream's PostStart hook (vpc_nat_gateway.go:1080-1086).
 	ipForward = "sysctl -w net.ipv4.ip_forward=1"
 )
 
@@ -246,7 +246,7 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 		// util.ValidateNatGwStatefulSetNameLength, pkg/util/vpc_nat_gateway.go:60-69.
 		return nil, fmt.Errorf("StatefulSet name %q is %d characters, at most %d: choose a shorter VpcNatGateway name", name, len(name), MaxStatefulSetName)
 	}
-	// The external network: its NAD, its gateway (vpc_nat_gateway.go:914-918, :1030-1058).
+	// The external network: its NAD, its gateway (vpc_nat_gateway.go:914-918, :1025-1039).
 	extName := ExternalSubnetName(g)
 	ext, ok := in.Subnets[extName]
 	if !ok {
@@ -267,7 +267,7 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 		return nil, err
 	}
 
-	// eth0's routes (vpc_nat_gateway.go:956-1026): the service CIDR, the
+	// eth0's routes (vpc_nat_gateway.go:958-1023): the service CIDR, the
 	// VPC's other validated OVN subnets (not VLAN ones unless u2o) and
 	// spec.routes ("gateway" as next hop: the subnet's gateway of the
 	// route's family), all via the gateway subnet's gateway.
@@ -310,13 +310,13 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 		routes = append(routes, route{r.CIDR, hop})
 	}
 	// Upstream keys eth0's routes by the subnet's provider as written
-	// (vpc_nat_gateway.go:1028); Kube-OVN defaults an empty provider to
+	// (vpc_nat_gateway.go:1020); Kube-OVN defaults an empty provider to
 	// "ovn" before any gateway reads it, so the defaulted one is the same.
 	if err := setRoutes(ann, providerOrOvn(sub.Provider), routes); err != nil {
 		return nil, err
 	}
 
-	// net1's default routes, or no IPAM when noDefaultEIP (vpc_nat_gateway.go:1033-1058).
+	// net1's default routes, or no IPAM when noDefaultEIP (vpc_nat_gateway.go:1032-1051).
 	ext4, ext6 := splitIP(ext.Gateway)
 	var extRoutes []route
 	if ext4 != "" {
@@ -338,7 +338,7 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 		WithName(transport.GatewayContainer).
 		WithImage(in.Image).
 		// Upstream's command and hook; the natgw image serves both
-		// (vpc_nat_gateway.go:1076-1101).
+		// (vpc_nat_gateway.go:1076-1101; the pod spec :1073-1107).
 		WithCommand("sleep", "infinity").
 		WithLifecycle(corev1ac.Lifecycle().WithPostStart(corev1ac.LifecycleHandler().
 			WithExec(corev1ac.ExecAction().WithCommand("sh", "-c", ipForward)))).

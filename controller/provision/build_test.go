@@ -51,8 +51,8 @@ func want() *appsv1.StatefulSet {
 		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      "vpc-nat-gw-gw1", // util.GenNatGwName, pkg/util/vpc_nat_gateway.go:31-43
-			Namespace: testNS,           // created in c.config.PodNamespace (:241-242)
-			Labels:    labels,           // :1064-1066
+			Namespace: testNS,           // created in c.config.PodNamespace (:249-250)
+			Labels:    labels,           // :1056, :1058-1062
 			// natgw only: upstream sets no owner and deletes the StatefulSet itself (:144-163).
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "kubeovn.io/v1", Kind: "VpcNatGateway", Name: "gw1", UID: "uid-gw1",
@@ -60,9 +60,9 @@ func want() *appsv1.StatefulSet {
 			}},
 		},
 		Spec: appsv1.StatefulSetSpec{
-			Replicas:       ptr.To[int32](1),                                        // :1068
-			Selector:       &metav1.LabelSelector{MatchLabels: labels},              // :1069-1071
-			UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: "RollingUpdate"}, // :1106-1108
+			Replicas:       ptr.To[int32](1),                                        // :1064
+			Selector:       &metav1.LabelSelector{MatchLabels: labels},              // :1065-1067
+			UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: "RollingUpdate"}, // :1109-1111
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
 					Labels: labels,
@@ -74,12 +74,12 @@ func want() *appsv1.StatefulSet {
 						// eth0: the VPC subnet and lanIp under its provider.
 						"ovn.kubernetes.io/logical_switch": "net1",
 						"ovn.kubernetes.io/ip_address":     "10.0.1.254",
-						// net1's default route via the external gateway (:1030-1052).
+						// net1's default route via the external gateway (:1032-1045).
 						extProv + ".kubernetes.io/routes": `[{"dst":"0.0.0.0/0","gw":"192.0.2.1"}]`,
 					},
 				},
 				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr.To[int64](0), // :1075
+					TerminationGracePeriodSeconds: ptr.To[int64](0), // :1074
 					Containers: []corev1.Container{{
 						Name:    "vpc-nat-gw",
 						Image:   testImage,                     // natgw's (upstream: ConfigMap ovn-vpc-nat-config "image")
@@ -94,7 +94,7 @@ func want() *appsv1.StatefulSet {
 						},
 						SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true), AllowPrivilegeEscalation: ptr.To(true)}, // :1098-1101
 					}},
-					Affinity: &corev1.Affinity{}, // &gw.Spec.Affinity, always set (:1104)
+					Affinity: &corev1.Affinity{}, // &gw.Spec.Affinity, always set (:1106)
 				},
 			},
 		},
@@ -113,7 +113,7 @@ func TestBuild(t *testing.T) {
 		{
 			// Placement from the spec: selector "k: v" entries (malformed
 			// ones skipped, util.GenNatGwSelectors, pkg/util/vpc_nat_gateway.go:87-101),
-			// tolerations and affinity as written (:1102-1104).
+			// tolerations and affinity as written (:1104-1106).
 			name: "placement",
 			gw: func(g *v1.VpcNatGateway) {
 				g.Spec.Selector = []string{"kubernetes.io/os: linux", " zone : a ", "malformed", "a:b:c"}
@@ -132,10 +132,10 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
-			// eth0's routes (:956-1026): the service CIDR, then the VPC's
+			// eth0's routes (:958-1023): the service CIDR, then the VPC's
 			// other validated OVN subnets (VLAN ones only with u2o), then
 			// spec.routes ("gateway": the subnet's gateway), all in one
-			// annotation under the subnet's provider (:1028).
+			// annotation under the subnet's provider (:1020).
 			name: "routes",
 			svc:  "10.96.0.0/12",
 			gw: func(g *v1.VpcNatGateway) {
@@ -171,7 +171,7 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
-			// noDefaultEIP: net1 without Kube-OVN IPAM, no default route (:1046-1058).
+			// noDefaultEIP: net1 without Kube-OVN IPAM, no default route (:1040-1051).
 			name: "noDefaultEIP",
 			gw:   func(g *v1.VpcNatGateway) { g.Spec.NoDefaultEIP = true },
 			want: func(s *appsv1.StatefulSet) {

@@ -137,9 +137,9 @@ func (r *Reconciler) gatewaysOfSubnet(ctx context.Context, o client.Object) []re
 // Reconcile applies the gateway's StatefulSet when it is missing, not
 // controlled by this VpcNatGateway, on another image than natgw's
 // configured one, or when the spec fields it was built from changed
-// (Changed; upstream's update rule, vpc_nat_gateway.go:252-275), then
+// (Changed; upstream's update rule, vpc_nat_gateway.go:238, :262-272), then
 // records them in the status (upstream: after the create or update,
-// :254-259, :277-282). A terminating VpcNatGateway keeps its StatefulSet
+// :248-259, :274-279). A terminating VpcNatGateway keeps its StatefulSet
 // (natgw's VpcNatGateway reconciler still reaches the agent to delete its
 // routes); once the object is gone the garbage collector deletes the
 // StatefulSet through its owner reference.
@@ -152,7 +152,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !g.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	// Upstream requires the Vpc and the Subnet first (vpc_nat_gateway.go:199-208).
+	// Upstream requires the Vpc and the Subnet first (vpc_nat_gateway.go:200-209).
 	vpc := &unstructured.Unstructured{}
 	vpc.SetGroupVersionKind(VpcGVK)
 	if err := r.reader.Get(ctx, types.NamespacedName{Name: g.Spec.Vpc}, vpc); err != nil {
