@@ -11,11 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
-
 	"github.com/natgw/natgw/agentapi"
 	"github.com/natgw/natgw/controller/gwconfig"
 	"github.com/natgw/natgw/controller/transport"
+	"github.com/natgw/natgw/internal/testlog"
 	"github.com/natgw/natgw/nat"
 )
 
@@ -248,7 +247,7 @@ func startWith(t *testing.T, src *source, nft, ipt *agent, unreachable map[strin
 		Config:      &gwconfig.Config{Gateways: []gwconfig.Entry{{Name: "gw1"}}},
 		DriftPeriod: drift, SweepPeriod: drift, ConnectWait: time.Second,
 		BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
-		Log: testr.New(t),
+		Log: testlog.New(t, 0),
 	}
 	for _, m := range mods {
 		m(&opts)

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream/wsstream"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/internal/testlog"
 	"github.com/natgw/natgw/nat/netns"
 )
 
@@ -145,7 +145,7 @@ func TestExecStream(t *testing.T) {
 			Labels: map[string]string{"app": GatewayAppPrefix + "gw1", GatewayPodLabel: "true"}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: GatewayContainer, Ready: true}}},
 	}
-	tr := &Exec{Config: &rest.Config{Host: srv.URL}, Client: fake.NewClientset(pod), Namespace: "kube-system", Log: testr.New(t)}
+	tr := &Exec{Config: &rest.Config{Host: srv.URL}, Client: fake.NewClientset(pod), Namespace: "kube-system", Log: testlog.New(t, 0)}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	target := Endpoint{Name: "gw1", Dataplane: DataplaneNftables, NetNS: "ignored-by-exec"}

@@ -70,7 +70,9 @@ func (l *Local) Open(ctx context.Context, gw Endpoint) (Session, error) {
 		return nil, fmt.Errorf("gateway %s: start %s: %w", gw.Name, l.Binary, err)
 	}
 	log := l.Log.WithValues("gateway", gw.Name, "dataplane", gw.Dataplane, "pid", cmd.Process.Pid)
+	forwarded := make(chan struct{}) // the agent's log is read to its end
 	go func() {
+		defer close(forwarded)
 		defer stderrR.Close()
 		forwardLines(stderrR, log)
 	}()
@@ -103,6 +105,13 @@ func (l *Local) Open(ctx context.Context, gw Endpoint) (Session, error) {
 					waitErr = fmt.Errorf("gateway %s: agent did not exit within %v after end of input; killed", gw.Name, grace)
 					<-exited
 					stdoutR.Close()
+				}
+				// Nothing of the session logs after Close returns (its
+				// last lines are the agent's stop messages).
+				select {
+				case <-forwarded:
+				case <-time.After(grace):
+					stderrR.Close()
 				}
 			})
 			return waitErr

@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
-
 	"github.com/natgw/natgw/agentapi"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/internal/testlog"
 	"github.com/natgw/natgw/nat"
 )
 
@@ -38,7 +37,7 @@ func TestLocal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tr := &Local{Binary: bin, Log: testr.New(t)}
+			tr := &Local{Binary: bin, Log: testlog.New(t, 0)}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			target := Endpoint{Name: "gw", Dataplane: dp, NetNS: gw.GW}
