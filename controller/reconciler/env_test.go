@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/testr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -43,6 +43,7 @@ import (
 	"github.com/natgw/natgw/controller/transport"
 	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/internal/testlog"
 	"github.com/natgw/natgw/nat"
 )
 
@@ -218,7 +219,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	name = strings.Trim(name, "-") + "-" + lab.ID()[len(lab.ID())-4:]
 	e := &env{t: t, ctx: ctx, c: c, cfg: cfg, lab: lab, gw: gw, gwName: "gw-" + name, case_: name, dataplane: o.dataplane}
-	e.tr = &recordingTransport{inner: &transport.Local{Binary: bin, Log: testr.New(t).WithName("agent"), StopGrace: 5 * time.Second}}
+	e.tr = &recordingTransport{inner: &transport.Local{Binary: bin, Log: testLog(t).WithName("agent"), StopGrace: 5 * time.Second}}
 	t.Cleanup(func() {
 		e.cleanupObjects()
 		cancel()
@@ -338,6 +339,17 @@ func (e *env) programmedEIP(name string, addr netip.Addr) *v1.IptablesEIP {
 		e.t.Fatal(err)
 	}
 	return eip
+}
+
+// readyFIP creates the EIP "eip" at addr and the FIP "fip" on it to the
+// first VM, and waits until the FIP is Ready.
+func (e *env) readyFIP(addr netip.Addr) *v1.IptablesFIPRule {
+	e.t.Helper()
+	e.create(e.eip("eip", addr))
+	f := e.fip("fip", "eip", e.gw.VMs[0].Addr)
+	e.create(f)
+	e.waitReady(f)
+	return f
 }
 
 // startRegistry starts reg (as the manager would, until the test ends)
@@ -572,33 +584,15 @@ func listItemType(l client.ObjectList) client.Object {
 	panic(fmt.Sprintf("unknown list %T", l))
 }
 
+// itemsOf returns pointers to l's items.
 func itemsOf(l client.ObjectList) []client.Object {
-	var out []client.Object
-	switch l := l.(type) {
-	case *v1.IptablesFIPRuleList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *v1.IptablesDnatRuleList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *v1.IptablesSnatRuleList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *v1.IptablesEIPList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *v1.VpcNatGatewayList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *v1.QoSPolicyList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
+	objs, err := meta.ExtractList(l)
+	if err != nil {
+		panic(fmt.Sprintf("items of %T: %v", l, err))
+	}
+	out := make([]client.Object, 0, len(objs))
+	for _, o := range objs {
+		out = append(out, o.(client.Object))
 	}
 	return out
 }
@@ -644,10 +638,11 @@ func (r *recordingTransport) breakAll() {
 
 type ctrlRequest = ctrl.Request
 
-// testLog logs to t at the verbosity in NATGW_TEST_V (default 0).
+// testLog logs to t at the verbosity in NATGW_TEST_V (default 0), and to
+// standard error once t ended (agents and managers stop after their test).
 func testLog(t *testing.T) logr.Logger {
 	v, _ := strconv.Atoi(os.Getenv("NATGW_TEST_V"))
-	return testr.NewWithOptions(t, testr.Options{Verbosity: v})
+	return testlog.New(t, v)
 }
 
 // gwconfigFor is the gateway configuration of e's topology.

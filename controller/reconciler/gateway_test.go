@@ -87,11 +87,7 @@ func (e *env) natgwCLI(dataplane, op string, objs ...nat.Object) {
 // in one transaction.
 func TestResyncOnNewBootID(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	eip := e.eip("eip", netlab.EIP(9))
-	e.create(eip)
-	f := e.fip("fip", "eip", e.gw.VMs[0].Addr)
-	e.create(f)
-	e.waitReady(f)
+	f := e.readyFIP(netlab.EIP(9))
 	resyncs := counterValue(metrics.Resyncs.WithLabelValues(e.gwName, "bootid"))
 	reconnects := counterValue(metrics.Reconnects.WithLabelValues(e.gwName))
 	opened := e.tr.opened()
@@ -124,11 +120,7 @@ func TestResyncOnNewBootID(t *testing.T) {
 // the periodic fresh list finds the difference and one sync repairs it.
 func TestDriftRepair(t *testing.T) {
 	e := newEnv(t, envOptions{driftPeriod: 500 * time.Millisecond})
-	eip := e.eip("eip", netlab.EIP(10))
-	e.create(eip)
-	f := e.fip("fip", "eip", e.gw.VMs[0].Addr)
-	e.create(f)
-	e.waitReady(f)
+	f := e.readyFIP(netlab.EIP(10))
 	drift := counterValue(metrics.Resyncs.WithLabelValues(e.gwName, "drift"))
 	// Another agent removes the FIP (as if someone flushed it).
 	cmd := exec.Command(natgwBin, "--netns", e.gw.GW, "--dataplane", e.dataplane, "delete", string(f.UID))
@@ -163,11 +155,7 @@ func TestDataplaneSwitch(t *testing.T) {
 	e := newEnv(t, envOptions{dataplane: transport.DataplaneNftables})
 	g := e.gatewayObj()
 	e.create(g)
-	eip := e.eip("eip", netlab.EIP(11))
-	e.create(eip)
-	f := e.fip("fip", "eip", e.gw.VMs[0].Addr)
-	e.create(f)
-	e.waitReady(f)
+	f := e.readyFIP(netlab.EIP(11))
 
 	for _, to := range []string{transport.DataplaneIptables, transport.DataplaneNftables} {
 		from := map[string]string{transport.DataplaneIptables: transport.DataplaneNftables, transport.DataplaneNftables: transport.DataplaneIptables}[to]
