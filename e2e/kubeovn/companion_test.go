@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -16,7 +17,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/testr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -99,11 +99,12 @@ func (e *env) startCompanion(s *sweeps) client.Client {
 	if err := v1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
+	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil)).WithName("companion")
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Logger:                 testr.New(t),
+		Logger:                 log, // not testr: the manager's goroutines may log after the test returned
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +113,6 @@ func (e *env) startCompanion(s *sweeps) client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := testr.NewWithOptions(t, testr.Options{Verbosity: 0}).WithName("companion")
 	tr := &transport.Exec{Config: restCfg, Client: cs, Namespace: ns, Command: "/natgw", Log: logr.Discard()} // the agent logs two lines a sweep
 	if _, err := companion.Setup(mgr, companion.Options{
 		Transport: tr, Period: companionPeriod, Grace: companionGrace, Log: log, OnSweep: s.record,
