@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -30,6 +29,7 @@ import (
 	"github.com/natgw/natgw/controller/companion"
 	"github.com/natgw/natgw/controller/transport"
 	"github.com/natgw/natgw/gwimage/compat"
+	"github.com/natgw/natgw/internal/testlog"
 	"github.com/natgw/natgw/internal/testsummary"
 	"github.com/natgw/natgw/nat"
 )
@@ -99,12 +99,12 @@ func (e *env) startCompanion(s *sweeps) client.Client {
 	if err := v1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil)).WithName("companion")
+	log := testlog.New(t, 0).WithName("companion")
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Logger:                 log, // not testr: the manager's goroutines may log after the test returned
+		Logger:                 log,
 	})
 	if err != nil {
 		t.Fatal(err)
