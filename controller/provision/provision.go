@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -40,7 +41,25 @@ const (
 	// ReasonBGPUnsupported: spec.bgpSpeaker.enabled is set; the gateway is
 	// provisioned without upstream's BGP speaker sidecar.
 	ReasonBGPUnsupported = "BGPSpeakerUnsupported"
+	// ReasonKubeOVNFeatureOn: Kube-OVN's own VPC NAT gateway feature is on
+	// (FeatureConfigMap): natgw provisions nothing until it is off.
+	ReasonKubeOVNFeatureOn = "KubeOVNFeatureOn"
 )
+
+// FeatureConfigMap is Kube-OVN's switch of its VPC NAT gateway feature, in
+// its namespace (Options.Namespace): on when its key FeatureKey is "true";
+// off when it is absent or says anything else (resyncVpcNatGwConfig,
+// pkg/controller/vpc_nat_gateway.go:59-94). Replace mode needs it off: with
+// it on, Kube-OVN's controller creates the same StatefulSets and programs
+// the gateways itself.
+const (
+	FeatureConfigMap = "ovn-vpc-nat-gw-config"
+	FeatureKey       = "enable-vpc-nat-gw"
+)
+
+// featureRetry is how often a gateway waiting for Kube-OVN's feature to be
+// switched off is looked at again (the ConfigMap is also watched).
+const featureRetry = 30 * time.Second
 
 // Options configures the provisioner.
 type Options struct {
@@ -60,14 +79,19 @@ type Options struct {
 	SkipNameValidation bool
 }
 
-// CacheByObject restricts the manager's StatefulSet cache to the gateway
-// StatefulSets (namespace ns, upstream's gateway label): pass it as
-// ctrl.Options.Cache.ByObject (merged with any other entries).
+// CacheByObject restricts the manager's caches of the kinds the
+// provisioner reads to what it reads in namespace ns: the gateway
+// StatefulSets (upstream's gateway label) and Kube-OVN's FeatureConfigMap.
+// Pass it as ctrl.Options.Cache.ByObject (merged with any other entries).
 func CacheByObject(ns string) map[client.Object]cache.ByObject {
 	return map[client.Object]cache.ByObject{
 		&appsv1.StatefulSet{}: {
 			Namespaces: map[string]cache.Config{ns: {}},
 			Label:      labels.SelectorFromSet(labels.Set{transport.GatewayPodLabel: "true"}),
+		},
+		&corev1.ConfigMap{}: {
+			Namespaces: map[string]cache.Config{ns: {}},
+			Field:      fields.OneTermEqualSelector("metadata.name", FeatureConfigMap),
 		},
 	}
 }
@@ -83,8 +107,9 @@ type Reconciler struct {
 
 // Setup registers the provisioner's controller on mgr: VpcNatGateways
 // (spec changes), their StatefulSets (a deleted or changed one is looked at
-// again), and Subnets (a gateway waiting for its subnet is built when it
-// appears).
+// again), Subnets (a gateway waiting for its subnet is built when it
+// appears) and Kube-OVN's FeatureConfigMap (every gateway, when it
+// changes).
 func Setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 	if o.Namespace == "" || o.Image == "" {
 		return nil, errors.New("provision: Namespace and Image are required")
@@ -104,6 +129,7 @@ func Setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 		For(&v1.VpcNatGateway{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&appsv1.StatefulSet{}).
 		Watches(subnet, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfSubnet)).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.allGateways)).
 		Complete(r)
 	if err != nil {
 		return nil, fmt.Errorf("gateway-provisioner controller: %w", err)
@@ -134,7 +160,40 @@ func (r *Reconciler) gatewaysOfSubnet(ctx context.Context, o client.Object) []re
 	return reqs
 }
 
-// Reconcile applies the gateway's StatefulSet when it is missing, not
+// allGateways maps Kube-OVN's FeatureConfigMap to every gateway.
+func (r *Reconciler) allGateways(ctx context.Context, o client.Object) []reconcile.Request {
+	if o.GetNamespace() != r.opts.Namespace || o.GetName() != FeatureConfigMap {
+		return nil
+	}
+	list := &v1.VpcNatGatewayList{}
+	if err := r.reader.List(ctx, list); err != nil {
+		r.opts.Log.Error(err, "map ConfigMap to VpcNatGateways", "configMap", o.GetName())
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: list.Items[i].Name}})
+	}
+	return reqs
+}
+
+// kubeOVNFeatureOn reads Kube-OVN's FeatureConfigMap.
+func (r *Reconciler) kubeOVNFeatureOn(ctx context.Context) (bool, error) {
+	cm := &corev1.ConfigMap{}
+	err := r.reader.Get(ctx, types.NamespacedName{Namespace: r.opts.Namespace, Name: FeatureConfigMap}, cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("get ConfigMap %s/%s: %w", r.opts.Namespace, FeatureConfigMap, err)
+	}
+	return cm.Data[FeatureKey] == "true", nil
+}
+
+// Reconcile does nothing while Kube-OVN's own VPC NAT gateway feature is on
+// (FeatureConfigMap; a Warning event, looked at again every 30 s and when
+// the ConfigMap changes). Otherwise it applies the gateway's StatefulSet
+// when it is missing, not
 // controlled by this VpcNatGateway, on another image than natgw's
 // configured one, or when the spec fields it was built from changed
 // (Changed; upstream's update rule, vpc_nat_gateway.go:238, :262-272), then
@@ -151,6 +210,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if !g.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
+	}
+	on, err := r.kubeOVNFeatureOn(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if on {
+		msg := fmt.Sprintf("Kube-OVN's VPC NAT gateway feature is on (ConfigMap %s/%s %s=true): natgw provisions nothing until it is off", r.opts.Namespace, FeatureConfigMap, FeatureKey)
+		log.Info("gateway not provisioned", "reason", msg)
+		r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonKubeOVNFeatureOn, "Provision", "%s", msg)
+		return ctrl.Result{RequeueAfter: featureRetry}, nil
 	}
 	// Upstream requires the Vpc and the Subnet first (vpc_nat_gateway.go:200-209).
 	vpc := &unstructured.Unstructured{}

@@ -43,7 +43,7 @@ type fakeEnv struct {
 	applies, status int
 }
 
-func newFakeEnv(t *testing.T, g *v1.VpcNatGateway) *fakeEnv {
+func newFakeEnv(t *testing.T, g *v1.VpcNatGateway, extra ...client.Object) *fakeEnv {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -63,7 +63,7 @@ func newFakeEnv(t *testing.T, g *v1.VpcNatGateway) *fakeEnv {
 	}
 	mapper.Add(v1.GroupVersion.WithKind("VpcNatGateway"), meta.RESTScopeRoot)
 	mapper.Add(appsv1.SchemeGroupVersion.WithKind("StatefulSet"), meta.RESTScopeNamespace)
-	objs := []client.Object{g, kubeovnObject("Vpc", "vpc1", map[string]any{})}
+	objs := append([]client.Object{g, kubeovnObject("Vpc", "vpc1", map[string]any{})}, extra...)
 	for _, s := range subnets() {
 		objs = append(objs, kubeovnObject("Subnet", s.Name, map[string]any{
 			"vpc": s.Vpc, "provider": s.Provider, "cidrBlock": s.CIDRBlock, "gateway": s.Gateway,
@@ -249,6 +249,50 @@ func TestReconcileRefused(t *testing.T) {
 			select {
 			case ev := <-e.r.recorder.(*events.FakeRecorder).Events:
 				if !strings.Contains(ev, corev1.EventTypeWarning+" "+ReasonProvisionFailed) {
+					t.Errorf("event %q", ev)
+				}
+			default:
+				t.Error("no event")
+			}
+		})
+	}
+}
+
+// TestReconcileKubeOVNFeature: natgw provisions only while Kube-OVN's own
+// VPC NAT gateway feature is off (its ConfigMap absent, or not "true").
+func TestReconcileKubeOVNFeature(t *testing.T) {
+	tests := []struct {
+		name      string
+		cm        map[string]string // nil: no ConfigMap
+		provision bool
+	}{
+		{"no ConfigMap", nil, true},
+		{"feature off", map[string]string{FeatureKey: "false"}, true},
+		{"feature on", map[string]string{FeatureKey: "true"}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var extra []client.Object
+			if tc.cm != nil {
+				extra = append(extra, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: FeatureConfigMap}, Data: tc.cm})
+			}
+			e := newFakeEnv(t, gateway(), extra...)
+			res, err := e.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Name: "gw1"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := e.applies == 1; got != tc.provision {
+				t.Errorf("%d applies, want provisioned=%v", e.applies, tc.provision)
+			}
+			if tc.provision {
+				return
+			}
+			if e.status != 0 || res.RequeueAfter != featureRetry {
+				t.Errorf("%d status patches, requeue after %v; want none and %v", e.status, res.RequeueAfter, featureRetry)
+			}
+			select {
+			case ev := <-e.r.recorder.(*events.FakeRecorder).Events:
+				if !strings.Contains(ev, ReasonKubeOVNFeatureOn) {
 					t.Errorf("event %q", ev)
 				}
 			default:
