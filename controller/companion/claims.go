@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/reconciler"
 	"github.com/natgw/natgw/gwimage/compat"
 	"github.com/natgw/natgw/nat"
 )
@@ -27,7 +30,14 @@ type Claims struct {
 	unresolved map[nat.Kind][]string
 	// snats are the SNAT CRs' objects by internal CIDR (see Keep).
 	snats map[netip.Prefix][]snatClaim
+	// held names CRs that carry natgw-controller's finalizer, which
+	// nothing removes in companion mode (their deletion would hang).
+	held []string
 }
+
+// Held returns the CRs that carry natgw-controller's replace-mode
+// finalizer (reconciler.Finalizer): in companion mode nothing removes it.
+func (c *Claims) Held() []string { return c.held }
 
 // snatClaim is one SNAT CR's object identity.
 type snatClaim struct {
@@ -156,6 +166,23 @@ type eipRef struct {
 // still there is not a leak.
 func BuildClaims(eips []v1.IptablesEIP, fips []v1.IptablesFIPRule, dnats []v1.IptablesDnatRule, snats []v1.IptablesSnatRule) *Claims {
 	c := &Claims{byUID: map[string][]claim{}, unresolved: map[nat.Kind][]string{}, snats: map[netip.Prefix][]snatClaim{}}
+	hold := func(kind string, m metav1.ObjectMeta) {
+		if slices.Contains(m.Finalizers, reconciler.Finalizer) {
+			c.held = append(c.held, kind+"/"+m.Name)
+		}
+	}
+	for i := range eips {
+		hold("IptablesEIP", eips[i].ObjectMeta)
+	}
+	for i := range fips {
+		hold("IptablesFIPRule", fips[i].ObjectMeta)
+	}
+	for i := range dnats {
+		hold("IptablesDnatRule", dnats[i].ObjectMeta)
+	}
+	for i := range snats {
+		hold("IptablesSnatRule", snats[i].ObjectMeta)
+	}
 	refs := make(map[string]eipRef, len(eips))
 	for i := range eips {
 		e := &eips[i]

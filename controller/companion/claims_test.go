@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/reconciler"
 	"github.com/natgw/natgw/gwimage/compat"
 	"github.com/natgw/natgw/nat"
 )
@@ -167,5 +168,18 @@ func BenchmarkBuildClaims(b *testing.B) {
 		if c := BuildClaims(eips, fips, nil, nil); len(c.byUID) != 2*n {
 			b.Fatalf("%d UIDs claimed, want %d", len(c.byUID), 2*n)
 		}
+	}
+}
+
+// TestHeld: CRs with natgw-controller's replace-mode finalizer are reported
+// (nothing removes it in companion mode); Kube-OVN's own is not.
+func TestHeld(t *testing.T) {
+	e := eipCR("e", eipA.String(), "", "gw1")
+	e.Finalizers = []string{v1.Finalizer}
+	f := fipCR("f", "e", inA.String())
+	f.Finalizers = []string{reconciler.Finalizer, v1.Finalizer}
+	c := BuildClaims([]v1.IptablesEIP{e}, []v1.IptablesFIPRule{f}, nil, nil)
+	if got := c.Held(); len(got) != 1 || got[0] != "IptablesFIPRule/f" {
+		t.Errorf("held %v, want [IptablesFIPRule/f]", got)
 	}
 }

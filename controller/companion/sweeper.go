@@ -84,6 +84,7 @@ type Sweeper struct {
 
 	mu       sync.Mutex
 	suspects map[string]map[string]suspect // gateway → UID → first sighting
+	held     int                           // CRs with natgw's finalizer at the last sweep
 }
 
 type suspect struct {
@@ -161,6 +162,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	s.forgetGone(gws.Items)
+	s.warnHeld(claims.Held())
 	var errs []error
 	for i := range gws.Items {
 		gw := &gws.Items[i]
@@ -173,6 +175,21 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 		Sweeps.WithLabelValues(gw.Name, "ok").Inc()
 	}
 	return res, errors.Join(errs...)
+}
+
+// warnHeld logs, when their number changes, the CRs that carry
+// natgw-controller's replace-mode finalizer: nothing removes it in
+// companion mode, so their deletion would hang (the admission policy of
+// controller/config/admission must not be installed in companion mode).
+func (s *Sweeper) warnHeld(held []string) {
+	s.mu.Lock()
+	changed := len(held) != s.held
+	s.held = len(held)
+	s.mu.Unlock()
+	if changed && len(held) > 0 {
+		s.opts.Log.Info("WARNING: NAT CRs carry natgw-controller's finalizer, which nothing removes in companion mode (remove the admission policy and the finalizer)",
+			"count", len(held), "first", held[:min(len(held), 5)])
+	}
 }
 
 // forgetGone drops the suspects and gauge of gateways that no longer exist.
