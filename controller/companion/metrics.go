@@ -27,6 +27,14 @@ var (
 		Help: "Compat objects on a gateway that no NAT CR claimed at its last sweep.",
 	}, []string{"gateway"})
 
+	// Unresolved is the number of CRs of a kind whose compat UID could not
+	// be computed at the last sweep; while it is above 0 no object of that
+	// kind is removed anywhere.
+	Unresolved = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "natgw_companion_unresolved_crs",
+		Help: "NAT CRs whose compat UID cannot be computed (no EIP address yet, unknown EIP, malformed field), by object kind; while above 0 no object of that kind is removed.",
+	}, []string{"kind"})
+
 	// Sweeps counts gateway sweeps by result (ok, error).
 	Sweeps = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "natgw_companion_sweeps_total",
@@ -35,5 +43,5 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(Removed, Restored, Suspected, Sweeps)
+	crmetrics.Registry.MustRegister(Removed, Restored, Suspected, Unresolved, Sweeps)
 }

@@ -85,6 +85,7 @@ type Sweeper struct {
 	mu       sync.Mutex
 	suspects map[string]map[string]suspect // gateway → UID → first sighting
 	held     int                           // CRs with natgw's finalizer at the last sweep
+	blocked  map[nat.Kind]int              // unresolved CRs per kind at the last sweep
 }
 
 type suspect struct {
@@ -163,6 +164,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 	}
 	s.forgetGone(gws.Items)
 	s.warnHeld(claims.Held())
+	s.reportUnresolved(claims.Unresolved())
 	var errs []error
 	for i := range gws.Items {
 		gw := &gws.Items[i]
@@ -189,6 +191,24 @@ func (s *Sweeper) warnHeld(held []string) {
 	if changed && len(held) > 0 {
 		s.opts.Log.Info("WARNING: NAT CRs carry natgw-controller's finalizer, which nothing removes in companion mode (remove the admission policy and the finalizer)",
 			"count", len(held), "first", held[:min(len(held), 5)])
+	}
+}
+
+// reportUnresolved sets the unresolved gauge and logs, when a kind's count
+// changes, which CRs block removals of that kind.
+func (s *Sweeper) reportUnresolved(u map[nat.Kind][]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.blocked == nil {
+		s.blocked = map[nat.Kind]int{}
+	}
+	for _, k := range sweptKinds {
+		n := len(u[k])
+		Unresolved.WithLabelValues(string(k)).Set(float64(n))
+		if n != s.blocked[k] && n > 0 {
+			s.opts.Log.Info("NAT CRs cannot be resolved to a compat UID: no object of their kind is removed until they are", "kind", k, "count", n, "first", u[k][:min(n, 5)])
+		}
+		s.blocked[k] = n
 	}
 }
 

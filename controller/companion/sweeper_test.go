@@ -284,6 +284,9 @@ func TestUnresolvedBlocks(t *testing.T) {
 			t.Fatalf("removed %v while an EIP CR has no address", r.Removed)
 		}
 	}
+	if got := value(Unresolved.WithLabelValues("eip")); got != 1 {
+		t.Errorf("unresolved gauge for eip %v, want 1", got)
+	}
 	// Resolved to another address: the object is unclaimed, removed after
 	// a grace of its own.
 	var cur v1.IptablesEIP
