@@ -62,7 +62,9 @@ type memSession struct {
 	done chan struct{}
 }
 
-func (s *memSession) Apply(ctx context.Context, objs ...nat.Object) error { return s.dp.Apply(ctx, objs...) }
+func (s *memSession) Apply(ctx context.Context, objs ...nat.Object) error {
+	return s.dp.Apply(ctx, objs...)
+}
 func (s *memSession) Delete(ctx context.Context, uids ...string) error {
 	if s.m.beforeDelete != nil {
 		s.m.beforeDelete()
@@ -192,7 +194,6 @@ func TestOrphanRemovedAfterGrace(t *testing.T) {
 		t.Errorf("after the removal: %+v", r)
 	}
 }
-
 
 // TestClaimedNeverRemoved: objects every CR kind claims stay however long
 // they are watched.
