@@ -65,7 +65,7 @@ func cmpQoSKey(a, b qosKey) int {
 // before the deletion of what they referenced, creations before their
 // references). It does not touch the kernel.
 func (r *Backend) plan(ch *change) *Tx {
-	tx := &Tx{}
+	tx := &Tx{ops: r.ops[:0]}
 	if ch.dropTable {
 		tx.deleteTable()
 	}
@@ -195,12 +195,20 @@ func (r *Backend) run(ctx context.Context, ch *change) error {
 	return r.exec(ctx, r.plan(ch))
 }
 
+// keepOps bounds the operations slice the Backend keeps for the next
+// transaction (a one-FIP add allocated it twice as it grew).
+const keepOps = 64
+
 // exec sends tx through the transport and keeps the generation count.
 func (r *Backend) exec(ctx context.Context, tx *Tx) error {
 	if r.trace != nil {
 		r.trace(tx)
 	}
 	sent, stamped, err := r.send(ctx, tx)
+	if cap(tx.ops) <= keepOps {
+		clear(tx.ops) // drop the elements they hold
+		r.ops = tx.ops[:0]
+	}
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}

@@ -137,18 +137,10 @@ func TestGolden(t *testing.T) {
 	dp = open(t, cfg)
 	wantObjects(t, "after reopen", dp, goldenObjects())
 	golden(t, "table.nft", normalize(table(t, cfg.NetNS)))
-	if err := dp.Delete(ctxT(t), uidsOf(goldenObjects())...); err != nil {
+	if err := dp.Delete(ctxT(t), nat.UIDs(goldenObjects())...); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "empty.nft", normalize(table(t, cfg.NetNS)))
-}
-
-func uidsOf(objs []nat.Object) []string {
-	var u []string
-	for _, o := range objs {
-		u = append(u, o.UID)
-	}
-	return u
 }
 
 // TestPolicersAndSNATMaps follows the per-EIP policers and the per-prefix

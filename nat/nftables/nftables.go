@@ -109,6 +109,7 @@ type Backend struct {
 	gen     uint32
 	stamped bool      // natgw_meta holds gen (see Settle)
 	trace   func(*Tx) // if set, sees every transaction before it is sent (tests)
+	ops     []op      // the last small transaction's operations, reused (see exec)
 
 	// The kernel's structure, read at Load and kept by Commit. Elements
 	// need no index: the kernel holds exactly the rendering of the
