@@ -57,23 +57,23 @@ func (s *sink) Init(info logr.RuntimeInfo) { s.inner.Init(info) }
 func (s *sink) Enabled(level int) bool { return level <= s.v }
 
 func (s *sink) Info(level int, msg string, kv ...any) {
-	s.g.mu.RLock()
-	defer s.g.mu.RUnlock()
-	if !s.g.ended {
-		s.inner.Info(level, msg, kv...)
-		return
-	}
-	s.afterEnd("info", msg, nil, kv)
+	s.log(func() { s.inner.Info(level, msg, kv...) }, "info", msg, nil, kv)
 }
 
 func (s *sink) Error(err error, msg string, kv ...any) {
+	s.log(func() { s.inner.Error(err, msg, kv...) }, "error", msg, err, kv)
+}
+
+// log runs toTest while the test runs (under the guard's read lock, so
+// that the test cannot end halfway), else writes the line to late.
+func (s *sink) log(toTest func(), level, msg string, err error, kv []any) {
 	s.g.mu.RLock()
 	defer s.g.mu.RUnlock()
 	if !s.g.ended {
-		s.inner.Error(err, msg, kv...)
+		toTest()
 		return
 	}
-	s.afterEnd("error", msg, err, kv)
+	s.afterEnd(level, msg, err, kv)
 }
 
 func (s *sink) afterEnd(level, msg string, err error, kv []any) {
