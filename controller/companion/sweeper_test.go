@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,6 +17,7 @@ import (
 	"github.com/natgw/natgw/agentapi"
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/transport"
+	"github.com/natgw/natgw/internal/testlog"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/natfake"
 )
@@ -104,7 +104,7 @@ func newHarness(t *testing.T, gateways ...string) *harness {
 	}
 	h.cache = fake.NewClientBuilder().WithScheme(scheme).WithObjects(gws...).Build()
 	h.live = fake.NewClientBuilder().WithScheme(scheme).WithObjects(gws...).Build()
-	h.s = New(h.cache, h.live, Options{Transport: h.tr, Grace: grace, Recorder: h.rec, Log: testr.New(t), Now: func() time.Time { return h.now }})
+	h.s = New(h.cache, h.live, Options{Transport: h.tr, Grace: grace, Recorder: h.rec, Log: testlog.New(t, 0), Now: func() time.Time { return h.now }})
 	return h
 }
 

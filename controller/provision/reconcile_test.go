@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-logr/logr/testr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -21,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/internal/testlog"
 )
 
 // kubeovnObject is a Kube-OVN object (Subnet, Vpc) as the API serves it.
@@ -83,7 +83,7 @@ func newFakeEnv(t *testing.T, g *v1.VpcNatGateway, extra ...client.Object) *fake
 			},
 		}).Build()
 	e.r = &Reconciler{client: e.c, reader: e.c, recorder: events.NewFakeRecorder(16),
-		opts: Options{Namespace: testNS, Image: testImage, Log: testr.New(t)}}
+		opts: Options{Namespace: testNS, Image: testImage, Log: testlog.New(t, 0)}}
 	return e
 }
 

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -31,6 +30,7 @@ import (
 	"github.com/natgw/natgw/internal/clusterstack"
 	"github.com/natgw/natgw/internal/kubeovn"
 	"github.com/natgw/natgw/internal/objdiff"
+	"github.com/natgw/natgw/internal/testlog"
 	"github.com/natgw/natgw/internal/testsummary"
 )
 
@@ -339,7 +339,7 @@ func (e *env) startReplace() {
 	if err := v1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	log := testr.NewWithOptions(t, testr.Options{Verbosity: 0}).WithName("natgw")
+	log := testlog.New(t, 0).WithName("natgw")
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  cache.Options{ByObject: provision.CacheByObject(ns)},
