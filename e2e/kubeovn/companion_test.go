@@ -184,7 +184,7 @@ func TestCompanion(t *testing.T) {
 	}
 	e := setup(t)
 	ctx := e.ctx
-	vm0, vm1 := e.vms[0], e.vms[1]
+	vm0, vm1, vm2 := e.vms[0], e.vms[1], e.vms[2]
 	_, probes := e.baseObjects()
 
 	var sw sweeps
@@ -210,7 +210,7 @@ spec:
 	// The leak, as a v1.13.4 controller leaves it: its calls for CRs that
 	// were deleted before it added its finalizer.
 	leaks := []struct{ op, rule, uid string }{
-		{compat.OpFIPAdd, fmt.Sprintf("%s,%s", eipLeak, vm0.Addr), compat.FIPUID(eipLeak)},
+		{compat.OpFIPAdd, fmt.Sprintf("%s,%s", eipLeak, vm2.Addr), compat.FIPUID(eipLeak)}, // vm0 has fip0: one FIP per internal IP
 		{compat.OpDNATAdd, fmt.Sprintf("%s,%d,tcp,%s,%d", eipNAT, leakDNATPort, vm0.Addr, vmPort), compat.DNATUID(eipNAT, nat.TCP, leakDNATPort)},
 		{compat.OpSNATAdd, fmt.Sprintf("%s,%s,--random-fully", eipNAT, leakCIDR), compat.SNATUID(eipNAT, leakCIDR)},
 		{compat.OpEIPAdd, fmt.Sprintf("%s/%d", eipOrphan, 24), compat.EIPUID(eipOrphan)},
@@ -221,9 +221,9 @@ spec:
 			t.Fatalf("leak %s %s: %v", l.op, l.rule, err)
 		}
 	}
-	// The leaked rules carry traffic: the FIP to vm0, the DNAT to vm0.
+	// The leaked rules carry traffic: the FIP to vm2, the DNAT to vm0.
 	leakProbes := []probe{
-		{"ext->leaked FIP", e.ext, net.JoinHostPort(eipLeak.String(), strconv.Itoa(vmPort)), vm0.NS, extHost},
+		{"ext->leaked FIP", e.ext, net.JoinHostPort(eipLeak.String(), strconv.Itoa(vmPort)), vm2.NS, extHost},
 		{"ext->leaked DNAT", e.ext, net.JoinHostPort(eipNAT.String(), strconv.Itoa(leakDNATPort)), vm0.NS, extHost},
 	}
 	if err := e.checkAll(leakProbes, 20*time.Second); err != nil {
@@ -285,6 +285,13 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
+	// vm1 now leaves through fip-new: a FIP's SNAT comes before the VPC's
+	// CIDR SNAT (upstream's EXCLUSIVE_SNAT before SHARED_SNAT).
+	for i := range probes {
+		if probes[i].from == vm1.NS && probes[i].src == eipNAT {
+			probes[i].src, probes[i].name = eipLeak, probes[i].name+" (through fip-new)"
+		}
+	}
 	newFIP := probe{"ext->new FIP", e.ext, net.JoinHostPort(eipLeak.String(), strconv.Itoa(vmPort)), vm1.NS, extHost}
 	if err := e.checkAll([]probe{newFIP}, 30*time.Second); err != nil {
 		t.Fatal(err)
@@ -295,9 +302,15 @@ spec:
 	if err := e.checkAll(probes, 20*time.Second); err != nil {
 		t.Fatalf("after the removal: %v", err)
 	}
-	events := e.mustKubectl("", "get", "events", "-A", "--field-selector", "reason=LeakedObjectRemoved", "-o", "jsonpath={range .items[*]}{.regarding.name}{.involvedObject.name} {.note}{.message}{\"\\n\"}{end}")
-	if n := strings.Count(events, gwName+" "); n < len(leaks) {
-		t.Errorf("%d LeakedObjectRemoved events on VpcNatGateway %s, want %d:\n%s", n, gwName, len(leaks), events)
+	// client-go's events library folds events with the same regarding
+	// object, reason and action into one series and writes the series
+	// count only every 30 minutes, so four removals on one gateway show as
+	// one event here (a known limit: one Event per removal needs a key that
+	// differs, see controller/README.md). Every removal is in the sweeper's
+	// results and metrics (checked above).
+	events := e.mustKubectl("", "get", "events.events.k8s.io", "-A", "--field-selector", "reason=LeakedObjectRemoved", "-o", "jsonpath={range .items[*]}{.regarding.name} {.note}{\"\\n\"}{end}")
+	if !strings.Contains(events, gwName+" ") {
+		t.Errorf("no LeakedObjectRemoved event on VpcNatGateway %s:\n%s", gwName, events)
 	}
 
 	// The storm: FIPs created and deleted on their own EIP while the

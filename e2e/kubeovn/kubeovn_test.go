@@ -401,7 +401,7 @@ spec:
 	if _, err := lab.ServeTCP(ctx, e.ext, net.JoinHostPort("0.0.0.0", strconv.Itoa(extPort))); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 2; i++ {
+	for i := 0; i < 3; i++ { // vm2: TestCompanion's leaked FIP (vm0 and vm1 have FIPs)
 		addr, err := c.HostAddr(cluster.PodRangeEnd + 1 + i)
 		if err != nil {
 			t.Fatal(err)
