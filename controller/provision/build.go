@@ -17,27 +17,20 @@ package provision
 import (
 	"encoding/json"
 	"fmt"
-	"net/netip"
-	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/kubeovn"
 	"github.com/natgw/natgw/controller/transport"
 )
 
 // Names and keys of upstream's gateway workload (Kube-OVN v1.16.2).
 const (
-	// DefaultExternalNetwork is the external subnet (and NAD) of a gateway
-	// whose spec.externalSubnets is empty (pkg/util/net.go:25,
-	// pkg/util/vpc_nat_gateway.go:71-76).
-	DefaultExternalNetwork = "ovn-vpc-external-network"
 	// GatewayAnnotation on the pod template names the gateway
 	// (pkg/util/const.go:37).
 	GatewayAnnotation = "ovn.kubernetes.io/vpc_nat_gw"
@@ -46,8 +39,6 @@ const (
 	// DefaultNetworkAnnotation is Multus's default-network override
 	// (pkg/util/const.go:211).
 	DefaultNetworkAnnotation = "v1.multus-cni.io/default-network"
-	// OvnProvider is Kube-OVN's default provider (pkg/util/const.go:210).
-	OvnProvider = "ovn"
 	// MaxStatefulSetName is the longest gateway StatefulSet name: the
 	// StatefulSet controller appends an 11-character hash to the
 	// controller-revision-hash label (63 characters at most;
@@ -76,65 +67,12 @@ func Labels(gateway string) map[string]string {
 	return map[string]string{"app": StatefulSetName(gateway), transport.GatewayPodLabel: "true"}
 }
 
-// SubnetGVK is Kube-OVN's Subnet (read as unstructured: natgw has no Go
-// type for it and never writes it).
-var SubnetGVK = schema.GroupVersionKind{Group: "kubeovn.io", Version: "v1", Kind: "Subnet"}
-
-// VpcGVK is Kube-OVN's Vpc (only its existence is read).
-var VpcGVK = schema.GroupVersionKind{Group: "kubeovn.io", Version: "v1", Kind: "Vpc"}
-
-// Subnet is what the provisioner reads of a kubeovn.io/v1 Subnet.
-type Subnet struct {
-	Name               string
-	Vpc                string
-	Provider           string
-	CIDRBlock          string
-	Gateway            string
-	Vlan               string
-	U2OInterconnection bool
-	// Validated: the Subnet's condition Validated is True (Kube-OVN's own
-	// check of the subnet, SubnetStatus.IsValidated, pkg/apis/kubeovn/v1/subnet.go:285).
-	Validated bool
-}
-
-// SubnetFrom reads a Subnet from Kube-OVN's object.
-func SubnetFrom(u *unstructured.Unstructured) Subnet {
-	str := func(f ...string) string {
-		s, _, _ := unstructured.NestedString(u.Object, f...)
-		return s
-	}
-	u2o, _, _ := unstructured.NestedBool(u.Object, "spec", "u2oInterconnection")
-	s := Subnet{
-		Name: u.GetName(), Vpc: str("spec", "vpc"), Provider: str("spec", "provider"),
-		CIDRBlock: str("spec", "cidrBlock"), Gateway: str("spec", "gateway"), Vlan: str("spec", "vlan"),
-		U2OInterconnection: u2o,
-	}
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, ok := c.(map[string]any); ok && m["type"] == "Validated" && m["status"] == "True" {
-			s.Validated = true
-		}
-	}
-	return s
-}
-
-// isOvn says whether provider is an OVN provider: "", "ovn" or
-// <name>.<namespace>.ovn (pkg/util/subnet.go:5-13, isOvnSubnet
-// pkg/controller/subnet.go:1943).
-func isOvn(provider string) bool {
-	if provider == "" || provider == OvnProvider {
-		return true
-	}
-	f := strings.Split(provider, ".")
-	return len(f) == 3 && f[2] == OvnProvider
-}
-
 // Inputs is what Build reads.
 type Inputs struct {
 	Gateway *v1.VpcNatGateway
 	// Subnets are the cluster's Subnets by name (the gateway's, its
 	// external one and the other subnets of its VPC are read).
-	Subnets map[string]Subnet
+	Subnets map[string]kubeovn.Subnet
 	// Namespace of the StatefulSet: upstream's is kube-ovn-controller's
 	// own pod namespace (c.config.PodNamespace, kube-system), where it also
 	// looks for the gateway pods.
@@ -153,50 +91,18 @@ type route struct {
 	Gateway     string `json:"gw,omitempty"`
 }
 
-// splitIP splits a comma-separated address/CIDR list into its IPv4 and
-// IPv6 parts, the last of each family winning (util.SplitStringIP,
-// pkg/util/net.go:400-418).
-func splitIP(s string) (v4, v6 string) {
-	for _, p := range strings.Split(s, ",") {
-		p = strings.TrimSpace(p)
-		host := p
-		if i := strings.IndexByte(p, '/'); i >= 0 {
-			host = p[:i]
-		}
-		a, err := netip.ParseAddr(host)
-		switch {
-		case err != nil:
-		case a.Is4():
-			v4 = p
-		default:
-			v6 = p
-		}
-	}
-	return v4, v6
-}
-
 // externalNAD returns the namespace and name of the external network's
 // NetworkAttachmentDefinition: parsed from the external subnet's provider
 // (<name>.<namespace>[.ovn]), else the subnet's own name in ns
 // (getExternalSubnetNad, vpc_nat_gateway.go:1137-1159;
 // util.GetNadBySubnetProvider, pkg/util/subnet.go:15-24).
-func externalNAD(ext Subnet, ns string) (string, string) {
+func externalNAD(ext kubeovn.Subnet, ns string) (string, string) {
 	f := strings.Split(ext.Provider, ".")
 	switch {
-	case len(f) == 3 && f[2] == OvnProvider, len(f) == 2:
+	case len(f) == 3 && f[2] == kubeovn.OvnProvider, len(f) == 2:
 		return f[1], f[0]
 	}
 	return ns, ext.Name
-}
-
-// ExternalSubnetName is the gateway's external subnet: the first of
-// spec.externalSubnets, else DefaultExternalNetwork
-// (util.GetNatGwExternalNetwork, pkg/util/vpc_nat_gateway.go:71-76).
-func ExternalSubnetName(g *v1.VpcNatGateway) string {
-	if len(g.Spec.ExternalSubnets) == 0 {
-		return DefaultExternalNetwork
-	}
-	return g.Spec.ExternalSubnets[0]
 }
 
 // nodeSelector turns spec.selector ("key: value" entries) into a node
@@ -247,7 +153,7 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 		return nil, fmt.Errorf("StatefulSet name %q is %d characters, at most %d: choose a shorter VpcNatGateway name", name, len(name), MaxStatefulSetName)
 	}
 	// The external network: its NAD, its gateway (vpc_nat_gateway.go:914-918, :1025-1039).
-	extName := ExternalSubnetName(g)
+	extName := kubeovn.GatewayExternalSubnet(g)
 	ext, ok := in.Subnets[extName]
 	if !ok {
 		return nil, fmt.Errorf("external subnet %q not found", extName)
@@ -259,7 +165,7 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 	if !ok {
 		return nil, fmt.Errorf("subnet %q not found", g.Spec.Subnet)
 	}
-	if !isOvn(sub.Provider) {
+	if !kubeovn.IsOvnProvider(sub.Provider) {
 		return nil, fmt.Errorf("subnet %q is not an OVN subnet (provider %q)", sub.Name, sub.Provider)
 	}
 	ann, err := podAnnotations(g, sub.Provider, nadNS, nadName)
@@ -271,26 +177,20 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 	// VPC's other validated OVN subnets (not VLAN ones unless u2o) and
 	// spec.routes ("gateway" as next hop: the subnet's gateway of the
 	// route's family), all via the gateway subnet's gateway.
-	gw4, gw6 := splitIP(sub.Gateway)
+	gw4, gw6 := kubeovn.SplitIP(sub.Gateway)
 	var routes []route
-	svc4, svc6 := splitIP(in.ServiceClusterIPRange)
+	svc4, svc6 := kubeovn.SplitIP(in.ServiceClusterIPRange)
 	if gw4 != "" && svc4 != "" {
 		routes = append(routes, route{svc4, gw4})
 	}
 	if gw6 != "" && svc6 != "" {
 		routes = append(routes, route{svc6, gw6})
 	}
-	names := make([]string, 0, len(in.Subnets))
-	for n := range in.Subnets {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		s := in.Subnets[n]
-		if s.Vpc != g.Spec.Vpc || s.Name == g.Spec.Subnet || !isOvn(s.Provider) || !s.Validated || (s.Vlan != "" && !s.U2OInterconnection) {
+	for _, s := range kubeovn.VPCSubnets(g.Spec.Vpc, in.Subnets) {
+		if s.Name == g.Spec.Subnet {
 			continue
 		}
-		c4, c6 := splitIP(s.CIDRBlock)
+		c4, c6 := kubeovn.SplitIP(s.CIDRBlock)
 		if c4 != "" && gw4 != "" {
 			routes = append(routes, route{c4, gw4})
 		}
@@ -301,7 +201,7 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 	for _, r := range g.Spec.Routes {
 		hop := r.NextHopIP
 		if hop == "gateway" {
-			if c4, _ := splitIP(r.CIDR); c4 != "" {
+			if c4, _ := kubeovn.SplitIP(r.CIDR); c4 != "" {
 				hop = gw4
 			} else {
 				hop = gw6
@@ -317,7 +217,7 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 	}
 
 	// net1's default routes, or no IPAM when noDefaultEIP (vpc_nat_gateway.go:1032-1051).
-	ext4, ext6 := splitIP(ext.Gateway)
+	ext4, ext6 := kubeovn.SplitIP(ext.Gateway)
 	var extRoutes []route
 	if ext4 != "" {
 		extRoutes = append(extRoutes, route{"0.0.0.0/0", ext4})
@@ -397,7 +297,7 @@ func envVar(name, value string) *corev1ac.EnvVarApplyConfiguration {
 
 func providerOrOvn(p string) string {
 	if p == "" {
-		return OvnProvider
+		return kubeovn.OvnProvider
 	}
 	return p
 }
@@ -419,9 +319,9 @@ func podAnnotations(g *v1.VpcNatGateway, provider, nadNS, nadName string) (map[s
 	out[GatewayAnnotation] = g.Name
 	out[logicalSwitchKey(p)] = g.Spec.Subnet
 	out[ipAddressKey(p)] = g.Spec.LanIP
-	if p != OvnProvider {
+	if p != kubeovn.OvnProvider {
 		f := strings.Split(provider, ".")
-		if len(f) != 3 || f[2] != OvnProvider {
+		if len(f) != 3 || f[2] != kubeovn.OvnProvider {
 			return nil, fmt.Errorf("subnet %q: provider must be <name>.<namespace>.ovn, got %q", g.Spec.Subnet, provider)
 		}
 		out[DefaultNetworkAnnotation] = f[1] + "/" + f[0]

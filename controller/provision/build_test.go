@@ -1,17 +1,16 @@
 package provision
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/kubeovn"
 	"github.com/natgw/natgw/internal/objdiff"
 )
 
@@ -26,10 +25,10 @@ const (
 
 // subnets are the Subnets of the documentation's example: the external
 // network (a NAD provider), the gateway's VPC subnet, and other subnets.
-func subnets() map[string]Subnet {
-	return map[string]Subnet{
-		DefaultExternalNetwork: {Name: DefaultExternalNetwork, Provider: extProv, CIDRBlock: "192.0.2.0/24", Gateway: "192.0.2.1", Validated: true},
-		"net1":                 {Name: "net1", Vpc: "vpc1", Provider: "ovn", CIDRBlock: "10.0.1.0/24", Gateway: "10.0.1.1", Validated: true},
+func subnets() map[string]kubeovn.Subnet {
+	return map[string]kubeovn.Subnet{
+		kubeovn.DefaultExternalNetwork: {Name: kubeovn.DefaultExternalNetwork, Provider: extProv, CIDRBlock: "192.0.2.0/24", Gateway: "192.0.2.1", Validated: true},
+		"net1":                         {Name: "net1", Vpc: "vpc1", Provider: "ovn", CIDRBlock: "10.0.1.0/24", Gateway: "10.0.1.1", Validated: true},
 	}
 }
 
@@ -105,7 +104,7 @@ func TestBuild(t *testing.T) {
 	tests := []struct {
 		name    string
 		gw      func(*v1.VpcNatGateway)
-		subnets func(map[string]Subnet)
+		subnets func(map[string]kubeovn.Subnet)
 		svc     string
 		want    func(*appsv1.StatefulSet)
 	}{
@@ -141,14 +140,14 @@ func TestBuild(t *testing.T) {
 			gw: func(g *v1.VpcNatGateway) {
 				g.Spec.Routes = []v1.Route{{CIDR: "172.16.0.0/16", NextHopIP: "gateway"}, {CIDR: "172.17.0.0/16", NextHopIP: "10.0.1.9"}}
 			},
-			subnets: func(m map[string]Subnet) {
-				m["b"] = Subnet{Name: "b", Vpc: "vpc1", CIDRBlock: "10.0.2.0/24", Gateway: "10.0.2.1", Validated: true}
-				m["a"] = Subnet{Name: "a", Vpc: "vpc1", Provider: "ovn", CIDRBlock: "10.0.3.0/24,fd00::/64", Validated: true}
-				m["notvalidated"] = Subnet{Name: "notvalidated", Vpc: "vpc1", CIDRBlock: "10.0.4.0/24"}
-				m["vlan"] = Subnet{Name: "vlan", Vpc: "vpc1", CIDRBlock: "10.0.5.0/24", Vlan: "v1", Validated: true}
-				m["vlanu2o"] = Subnet{Name: "vlanu2o", Vpc: "vpc1", CIDRBlock: "10.0.6.0/24", Vlan: "v1", U2OInterconnection: true, Validated: true}
-				m["othervpc"] = Subnet{Name: "othervpc", Vpc: "vpc2", CIDRBlock: "10.0.7.0/24", Validated: true}
-				m["underlay"] = Subnet{Name: "underlay", Vpc: "vpc1", Provider: "macvlan.default", CIDRBlock: "10.0.8.0/24", Validated: true}
+			subnets: func(m map[string]kubeovn.Subnet) {
+				m["b"] = kubeovn.Subnet{Name: "b", Vpc: "vpc1", CIDRBlock: "10.0.2.0/24", Gateway: "10.0.2.1", Validated: true}
+				m["a"] = kubeovn.Subnet{Name: "a", Vpc: "vpc1", Provider: "ovn", CIDRBlock: "10.0.3.0/24,fd00::/64", Validated: true}
+				m["notvalidated"] = kubeovn.Subnet{Name: "notvalidated", Vpc: "vpc1", CIDRBlock: "10.0.4.0/24"}
+				m["vlan"] = kubeovn.Subnet{Name: "vlan", Vpc: "vpc1", CIDRBlock: "10.0.5.0/24", Vlan: "v1", Validated: true}
+				m["vlanu2o"] = kubeovn.Subnet{Name: "vlanu2o", Vpc: "vpc1", CIDRBlock: "10.0.6.0/24", Vlan: "v1", U2OInterconnection: true, Validated: true}
+				m["othervpc"] = kubeovn.Subnet{Name: "othervpc", Vpc: "vpc2", CIDRBlock: "10.0.7.0/24", Validated: true}
+				m["underlay"] = kubeovn.Subnet{Name: "underlay", Vpc: "vpc1", Provider: "macvlan.default", CIDRBlock: "10.0.8.0/24", Validated: true}
 			},
 			want: func(s *appsv1.StatefulSet) {
 				s.Spec.Template.Annotations["ovn.kubernetes.io/routes"] = `[{"dst":"10.96.0.0/12","gw":"10.0.1.1"},{"dst":"10.0.3.0/24","gw":"10.0.1.1"},{"dst":"10.0.2.0/24","gw":"10.0.1.1"},{"dst":"10.0.6.0/24","gw":"10.0.1.1"},{"dst":"172.16.0.0/16","gw":"10.0.1.1"},{"dst":"172.17.0.0/16","gw":"10.0.1.9"}]`
@@ -159,8 +158,8 @@ func TestBuild(t *testing.T) {
 			// a provider that names no NAD falls back to <namespace>/<subnet> (:1150-1158).
 			name: "external subnet named, provider without NAD",
 			gw:   func(g *v1.VpcNatGateway) { g.Spec.ExternalSubnets = []string{"ext2", "ignored"} },
-			subnets: func(m map[string]Subnet) {
-				m["ext2"] = Subnet{Name: "ext2", Provider: "ovn", CIDRBlock: "198.51.100.0/24", Gateway: "198.51.100.1,2001:db8::1"}
+			subnets: func(m map[string]kubeovn.Subnet) {
+				m["ext2"] = kubeovn.Subnet{Name: "ext2", Provider: "ovn", CIDRBlock: "198.51.100.0/24", Gateway: "198.51.100.1,2001:db8::1"}
 			},
 			want: func(s *appsv1.StatefulSet) {
 				a := s.Spec.Template.Annotations
@@ -189,7 +188,7 @@ func TestBuild(t *testing.T) {
 			gw: func(g *v1.VpcNatGateway) {
 				g.Spec.Annotations = map[string]string{"team": "net", "ovn.kubernetes.io/vpc_nat_gw": "overridden"}
 			},
-			subnets: func(m map[string]Subnet) {
+			subnets: func(m map[string]kubeovn.Subnet) {
 				s := m["net1"]
 				s.Provider = "vpcnet.tenant.ovn"
 				m["net1"] = s
@@ -253,7 +252,7 @@ func TestBuildRefuses(t *testing.T) {
 	tests := []struct {
 		name    string
 		gw      func(*v1.VpcNatGateway)
-		subnets func(map[string]Subnet)
+		subnets func(map[string]kubeovn.Subnet)
 		want    string
 	}{
 		// util.ValidateNatGwStatefulSetNameLength, pkg/util/vpc_nat_gateway.go:61-69.
@@ -261,9 +260,9 @@ func TestBuildRefuses(t *testing.T) {
 		{name: "subnet missing", gw: func(g *v1.VpcNatGateway) { g.Spec.Subnet = "nope" }, want: `subnet "nope" not found`},
 		{name: "external subnet missing", gw: func(g *v1.VpcNatGateway) { g.Spec.ExternalSubnets = []string{"nope"} }, want: `external subnet "nope" not found`},
 		// GetSubnetProvider (:901-911).
-		{name: "not an OVN subnet", subnets: func(m map[string]Subnet) { s := m["net1"]; s.Provider = "macvlan.default"; m["net1"] = s }, want: "not an OVN subnet"},
+		{name: "not an OVN subnet", subnets: func(m map[string]kubeovn.Subnet) { s := m["net1"]; s.Provider = "macvlan.default"; m["net1"] = s }, want: "not an OVN subnet"},
 		// pkg/util/vpc_nat_gateway.go:131-135.
-		{name: "malformed provider", subnets: func(m map[string]Subnet) { s := m["net1"]; s.Provider = "x.ovn"; m["net1"] = s }, want: "not an OVN subnet"},
+		{name: "malformed provider", subnets: func(m map[string]kubeovn.Subnet) { s := m["net1"]; s.Provider = "x.ovn"; m["net1"] = s }, want: "not an OVN subnet"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -279,19 +278,6 @@ func TestBuildRefuses(t *testing.T) {
 				t.Fatalf("Build: %v, want an error containing %q", err, tc.want)
 			}
 		})
-	}
-}
-
-func TestSubnetFrom(t *testing.T) {
-	u := &unstructured.Unstructured{}
-	if err := json.Unmarshal([]byte(`{"apiVersion":"kubeovn.io/v1","kind":"Subnet","metadata":{"name":"s1"},
-		"spec":{"vpc":"v","provider":"p.ns","cidrBlock":"10.0.0.0/24","gateway":"10.0.0.1","vlan":"vl","u2oInterconnection":true,"unknown":1},
-		"status":{"conditions":[{"type":"Ready","status":"True"},{"type":"Validated","status":"True"}]}}`), &u.Object); err != nil {
-		t.Fatal(err)
-	}
-	want := Subnet{Name: "s1", Vpc: "v", Provider: "p.ns", CIDRBlock: "10.0.0.0/24", Gateway: "10.0.0.1", Vlan: "vl", U2OInterconnection: true, Validated: true}
-	if got := SubnetFrom(u); got != want {
-		t.Errorf("SubnetFrom = %+v, want %+v", got, want)
 	}
 }
 

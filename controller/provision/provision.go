@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/kubeovn"
 	"github.com/natgw/natgw/controller/transport"
 )
 
@@ -118,8 +119,7 @@ func Setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 		o.Workers = 1
 	}
 	r := &Reconciler{client: mgr.GetClient(), reader: mgr.GetCache(), recorder: mgr.GetEventRecorder(FieldManager), opts: o}
-	subnet := &unstructured.Unstructured{}
-	subnet.SetGroupVersionKind(SubnetGVK)
+	subnet := kubeovn.NewSubnet()
 	copts := controller.Options{MaxConcurrentReconciles: o.Workers}
 	if o.SkipNameValidation {
 		t := true
@@ -143,7 +143,7 @@ func Setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 func (r *Reconciler) gatewaysOfSubnet(ctx context.Context, o client.Object) []reconcile.Request {
 	vpc := ""
 	if u, ok := o.(*unstructured.Unstructured); ok {
-		vpc = SubnetFrom(u).Vpc
+		vpc = kubeovn.SubnetFrom(u).Vpc
 	}
 	list := &v1.VpcNatGatewayList{}
 	if err := r.reader.List(ctx, list); err != nil {
@@ -153,7 +153,7 @@ func (r *Reconciler) gatewaysOfSubnet(ctx context.Context, o client.Object) []re
 	var reqs []reconcile.Request
 	for i := range list.Items {
 		g := &list.Items[i]
-		if g.Spec.Subnet == o.GetName() || ExternalSubnetName(g) == o.GetName() || (vpc != "" && g.Spec.Vpc == vpc) {
+		if g.Spec.Subnet == o.GetName() || kubeovn.GatewayExternalSubnet(g) == o.GetName() || (vpc != "" && g.Spec.Vpc == vpc) {
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: g.Name}})
 		}
 	}
@@ -223,11 +223,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	// Upstream requires the Vpc and the Subnet first (vpc_nat_gateway.go:200-209).
 	vpc := &unstructured.Unstructured{}
-	vpc.SetGroupVersionKind(VpcGVK)
+	vpc.SetGroupVersionKind(kubeovn.VpcGVK)
 	if err := r.reader.Get(ctx, types.NamespacedName{Name: g.Spec.Vpc}, vpc); err != nil {
 		return r.failed(ctx, log, g, fmt.Errorf("vpc %q: %w", g.Spec.Vpc, err))
 	}
-	subnets, err := r.subnets(ctx)
+	subnets, err := kubeovn.ListSubnets(ctx, r.reader)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -286,21 +286,6 @@ func (r *Reconciler) failed(ctx context.Context, log logr.Logger, g *v1.VpcNatGa
 	log.Info("gateway not provisioned", "reason", err.Error())
 	r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonProvisionFailed, "Provision", "%v", err)
 	return ctrl.Result{}, err
-}
-
-// subnets reads every Subnet from the cache.
-func (r *Reconciler) subnets(ctx context.Context) (map[string]Subnet, error) {
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(SubnetGVK.GroupVersion().WithKind(SubnetGVK.Kind + "List"))
-	if err := r.reader.List(ctx, list); err != nil {
-		return nil, fmt.Errorf("list Subnets: %w", err)
-	}
-	out := make(map[string]Subnet, len(list.Items))
-	for i := range list.Items {
-		s := SubnetFrom(&list.Items[i])
-		out[s.Name] = s
-	}
-	return out, nil
 }
 
 // imageOf returns the image of the StatefulSet's gateway container.

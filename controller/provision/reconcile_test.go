@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/kubeovn"
 	"github.com/natgw/natgw/internal/testlog"
 )
 
@@ -56,7 +57,7 @@ func newFakeEnv(t *testing.T, g *v1.VpcNatGateway, extra ...client.Object) *fake
 	for _, gvk := range []struct {
 		kind string
 	}{{"Subnet"}, {"Vpc"}} {
-		k := SubnetGVK.GroupVersion().WithKind(gvk.kind)
+		k := kubeovn.SubnetGVK.GroupVersion().WithKind(gvk.kind)
 		scheme.AddKnownTypeWithName(k, &unstructured.Unstructured{})
 		scheme.AddKnownTypeWithName(k.GroupVersion().WithKind(gvk.kind+"List"), &unstructured.UnstructuredList{})
 		mapper.Add(k, meta.RESTScopeRoot)
@@ -191,7 +192,7 @@ func TestReconcileRule(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			g := gateway()
-			g.Spec.ExternalSubnets = []string{DefaultExternalNetwork}
+			g.Spec.ExternalSubnets = []string{kubeovn.DefaultExternalNetwork}
 			g.Finalizers = []string{"natgw.kubeovn.io/finalizer"}
 			e := newFakeEnv(t, g)
 			if err := e.reconcile(t); err != nil {
@@ -205,7 +206,7 @@ func TestReconcileRule(t *testing.T) {
 			if !metav1.IsControlledBy(s, g2) {
 				t.Errorf("StatefulSet owners %v, want controlled by the VpcNatGateway", s.OwnerReferences)
 			}
-			if got := g2.Status.ExternalSubnets; len(got) != 1 || got[0] != DefaultExternalNetwork {
+			if got := g2.Status.ExternalSubnets; len(got) != 1 || got[0] != kubeovn.DefaultExternalNetwork {
 				t.Errorf("status.externalSubnets %v", got)
 			}
 			e.applies, e.status = 0, 0

@@ -1,0 +1,96 @@
+package kubeovn
+
+import (
+	"fmt"
+	"net/netip"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
+)
+
+// Network is what a gateway's kernel needs from Kube-OVN's subnets (IPv4:
+// natgw's data plane is IPv4).
+type Network struct {
+	// ExternalGateway is the next hop of the default route through the
+	// external interface: the external subnet's IPv4 gateway (upstream:
+	// the pod's net1 route annotation and GATEWAY_V4,
+	// vpc_nat_gateway.go:1025-1051, :1088-1096). Invalid when the subnet
+	// has none.
+	ExternalGateway netip.Addr
+	// InternalGateway is the gateway subnet's IPv4 gateway, the next hop of
+	// VPCRoutes. Invalid when the subnet has none.
+	InternalGateway netip.Addr
+	// VPCRoutes are the IPv4 CIDRs of the VPC's subnets that do not contain
+	// InternalGateway, routed via InternalGateway on the internal interface
+	// (handleUpdateNatGwSubnetRoute, vpc_nat_gateway.go:641-704:
+	// subnet-route-add CIDR,GW), in VPCSubnets' order.
+	VPCRoutes []netip.Prefix
+}
+
+// GatewayNetwork derives gateway g's Network from the cluster's subnets.
+// Errors name the field and the value: a missing subnet or external
+// subnet, a gateway address or CIDR that is not IPv4.
+func GatewayNetwork(g *v1.VpcNatGateway, subnets map[string]Subnet) (Network, error) {
+	var n Network
+	extName := GatewayExternalSubnet(g)
+	ext, ok := subnets[extName]
+	if !ok {
+		return n, fmt.Errorf("external subnet %q not found", extName)
+	}
+	var err error
+	if n.ExternalGateway, err = gatewayV4(ext); err != nil {
+		return n, err
+	}
+	sub, ok := subnets[g.Spec.Subnet]
+	if !ok {
+		return n, fmt.Errorf("spec.subnet: subnet %q not found", g.Spec.Subnet)
+	}
+	if n.InternalGateway, err = gatewayV4(sub); err != nil {
+		return n, err
+	}
+	if !n.InternalGateway.IsValid() {
+		return n, nil
+	}
+	for _, s := range VPCSubnets(g.Spec.Vpc, subnets) {
+		c4, _ := SplitIP(s.CIDRBlock)
+		if c4 == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(c4)
+		if err != nil {
+			return n, fmt.Errorf("subnet %q spec.cidrBlock: %q is not a CIDR", s.Name, c4)
+		}
+		if p.Contains(n.InternalGateway) {
+			continue
+		}
+		n.VPCRoutes = append(n.VPCRoutes, p.Masked())
+	}
+	return n, nil
+}
+
+// EIPPrefixLen is the prefix length of an EIP address in external subnet
+// ext: the length of its IPv4 CIDR (handleAddIptablesEip,
+// vpc_nat_gw_eip.go:120-131, util.GetIPAddrWithMask).
+func EIPPrefixLen(ext Subnet) (int, error) {
+	c4, _ := SplitIP(ext.CIDRBlock)
+	if c4 == "" {
+		return 0, fmt.Errorf("external subnet %q spec.cidrBlock: %q has no IPv4 CIDR", ext.Name, ext.CIDRBlock)
+	}
+	p, err := netip.ParsePrefix(c4)
+	if err != nil {
+		return 0, fmt.Errorf("external subnet %q spec.cidrBlock: %q is not a CIDR", ext.Name, c4)
+	}
+	return p.Bits(), nil
+}
+
+// gatewayV4 parses a subnet's IPv4 gateway (invalid when it has none).
+func gatewayV4(s Subnet) (netip.Addr, error) {
+	gw4, _ := SplitIP(s.Gateway)
+	if gw4 == "" {
+		return netip.Addr{}, nil
+	}
+	a, err := netip.ParseAddr(gw4)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("subnet %q spec.gateway: %q is not an IPv4 address", s.Name, gw4)
+	}
+	return a, nil
+}
