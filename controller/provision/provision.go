@@ -128,36 +128,13 @@ func Setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 	err := ctrl.NewControllerManagedBy(mgr).Named("gateway-provisioner").WithOptions(copts).
 		For(&v1.VpcNatGateway{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&appsv1.StatefulSet{}).
-		Watches(subnet, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfSubnet)).
+		Watches(subnet, handler.EnqueueRequestsFromMapFunc(kubeovn.GatewaysOfSubnet(r.reader, o.Log))).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.allGateways)).
 		Complete(r)
 	if err != nil {
 		return nil, fmt.Errorf("gateway-provisioner controller: %w", err)
 	}
 	return r, nil
-}
-
-// gatewaysOfSubnet maps a Subnet to the gateways that name it (as their
-// subnet or external subnet) or sit in its VPC (its CIDR is one of their
-// routes).
-func (r *Reconciler) gatewaysOfSubnet(ctx context.Context, o client.Object) []reconcile.Request {
-	vpc := ""
-	if u, ok := o.(*unstructured.Unstructured); ok {
-		vpc = kubeovn.SubnetFrom(u).Vpc
-	}
-	list := &v1.VpcNatGatewayList{}
-	if err := r.reader.List(ctx, list); err != nil {
-		r.opts.Log.Error(err, "map Subnet to VpcNatGateways", "subnet", o.GetName())
-		return nil
-	}
-	var reqs []reconcile.Request
-	for i := range list.Items {
-		g := &list.Items[i]
-		if g.Spec.Subnet == o.GetName() || kubeovn.GatewayExternalSubnet(g) == o.GetName() || (vpc != "" && g.Spec.Vpc == vpc) {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: g.Name}})
-		}
-	}
-	return reqs
 }
 
 // allGateways maps Kube-OVN's FeatureConfigMap to every gateway.

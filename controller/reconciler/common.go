@@ -88,7 +88,13 @@ type Deps struct {
 	// EIPs) before programming, as kube-ovn-controller does (its own in-use
 	// index). natgw does not need them: one more write per object.
 	RuleLabels bool
-	Log        logr.Logger
+	// Subnets, when set, is where gateways' networks come from (replace
+	// mode, --network-source=kube-ovn): Kube-OVN's Subnets read through it
+	// (the cache) give each EIP's prefix length, each gateway's external
+	// gateway and its VPC subnet routes (package kubeovn). Nil: the
+	// gateway config file's.
+	Subnets client.Reader
+	Log     logr.Logger
 
 	track     *tracker
 	trackOnce sync.Once

@@ -88,7 +88,11 @@ func (r *eipReconciler) build(ctx context.Context, e *v1.IptablesEIP) (nat.Objec
 	if err != nil {
 		return nat.Object{}, fail(v1.ReasonInvalid, "%v", err)
 	}
-	obj, err := eipObject(e, cfg, qos)
+	plen, f := r.eipPrefixLen(ctx, e, cfg)
+	if f != nil {
+		return nat.Object{}, f
+	}
+	obj, err := eipObject(e, plen, qos)
 	if err != nil {
 		return nat.Object{}, fail(v1.ReasonInvalid, "%v", err)
 	}

@@ -187,6 +187,9 @@ type envOptions struct {
 	admission bool
 	// ruleLabels is the controller's --rule-labels.
 	ruleLabels bool
+	// kubeOVNNetwork is the controller's --network-source=kube-ovn (needs
+	// the upstream CRD set).
+	kubeOVNNetwork bool
 }
 
 // newEnv builds the topology and starts a controller for it.
@@ -258,6 +261,7 @@ func (e *env) startManager(cfg *rest.Config, o envOptions) {
 		Workers:                 o.workers,
 		RemoveUpstreamFinalizer: true,
 		RuleLabels:              o.ruleLabels,
+		KubeOVNNetwork:          o.kubeOVNNetwork,
 		SkipNameValidation:      true,
 		Gateway: gateway.Options{
 			Transport: e.tr, Config: gcfg, DefaultDataplane: o.dataplane,

@@ -71,7 +71,11 @@ func (r *natGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if !known {
 		return r.finish(ctx, log, g, fail(v1.ReasonGatewayNotFound, "gateway %s is not configured in natgw-controller's gateway config", g.Name))
 	}
-	want, err := routeObjects(g, cfg)
+	net, f := r.gatewayNetwork(ctx, g, cfg)
+	if f != nil {
+		return r.finish(ctx, log, g, f)
+	}
+	want, err := routeObjects(g, net)
 	if err != nil {
 		return r.finish(ctx, log, g, fail(v1.ReasonInvalid, "%v", err))
 	}

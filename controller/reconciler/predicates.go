@@ -4,10 +4,12 @@ import (
 	"slices"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/kubeovn"
 )
 
 // specOrMetaChanged drops update events that change nothing a reconcile
@@ -47,4 +49,18 @@ func readyReason(conds []v1.Condition) string {
 		return c.Reason
 	}
 	return ""
+}
+
+// subnetChanged passes Subnet updates that change what natgw reads of it
+// (kubeovn.SubnetFrom): Kube-OVN rewrites a Subnet's status on every
+// address it hands out, which must not reconcile every EIP of the subnet.
+var subnetChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*unstructured.Unstructured)
+		n, ok2 := e.ObjectNew.(*unstructured.Unstructured)
+		if !ok1 || !ok2 {
+			return true
+		}
+		return kubeovn.SubnetFrom(o) != kubeovn.SubnetFrom(n)
+	},
 }

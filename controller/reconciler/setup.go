@@ -16,6 +16,7 @@ import (
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/gateway"
+	"github.com/natgw/natgw/controller/kubeovn"
 )
 
 // eipIndex indexes rules by spec.eip.
@@ -36,6 +37,10 @@ type Config struct {
 	RemoveUpstreamFinalizer bool
 	// RuleLabels: see Deps.
 	RuleLabels bool
+	// KubeOVNNetwork takes gateways' networks from Kube-OVN's Subnets
+	// (Deps.Subnets is the manager's cache; Subnets are watched). Needs
+	// Kube-OVN's Subnet CRD.
+	KubeOVNNetwork bool
 	// Gateway configures the gateway managers (Source is filled in).
 	Gateway gateway.Options
 	// SkipNameValidation allows several managers in one process (tests).
@@ -55,6 +60,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 		RemoveUpstreamFinalizer: cfg.RemoveUpstreamFinalizer,
 		RuleLabels:              cfg.RuleLabels,
 		Log:                     cfg.Gateway.Log,
+	}
+	if cfg.KubeOVNNetwork {
+		deps.Subnets = mgr.GetCache()
 	}
 	gopts := cfg.Gateway
 	gopts.Source = NewSource(deps)
@@ -90,21 +98,25 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 		}
 		return nil
 	})
-	err := ctrl.NewControllerManagedBy(mgr).Named("iptables-eip").WithOptions(opts).
+	eipCtl := ctrl.NewControllerManagedBy(mgr).Named("iptables-eip").WithOptions(opts).
 		For(&v1.IptablesEIP{}, builder.WithPredicates(specOrMetaChanged)).
 		Watches(&v1.IptablesFIPRule{}, toEIP, builder.WithPredicates(specOrMetaChanged)).
 		Watches(&v1.IptablesDnatRule{}, toEIP, builder.WithPredicates(specOrMetaChanged)).
 		Watches(&v1.IptablesSnatRule{}, toEIP, builder.WithPredicates(specOrMetaChanged)).
 		Watches(&v1.QoSPolicy{}, handler.EnqueueRequestsFromMapFunc(deps.eipsOfPolicy)).
-		WatchesRawSource(gev.source(deps.eipsOfGateway)).
-		Complete(&eipReconciler{Deps: deps})
+		WatchesRawSource(gev.source(deps.eipsOfGateway))
+	gwCtl := ctrl.NewControllerManagedBy(mgr).Named("vpc-nat-gateway").WithOptions(opts).
+		For(&v1.VpcNatGateway{}, builder.WithPredicates(specOrMetaChanged)).
+		WatchesRawSource(gev.source(gatewayRequest))
+	if deps.Subnets != nil {
+		eipCtl = eipCtl.Watches(kubeovn.NewSubnet(), handler.EnqueueRequestsFromMapFunc(kubeovn.EIPsOfSubnet(deps.Client, deps.Log)), builder.WithPredicates(subnetChanged))
+		gwCtl = gwCtl.Watches(kubeovn.NewSubnet(), handler.EnqueueRequestsFromMapFunc(kubeovn.GatewaysOfSubnet(deps.Client, deps.Log)), builder.WithPredicates(subnetChanged))
+	}
+	err := eipCtl.Complete(&eipReconciler{Deps: deps})
 	if err != nil {
 		return nil, fmt.Errorf("iptables-eip controller: %w", err)
 	}
-	err = ctrl.NewControllerManagedBy(mgr).Named("vpc-nat-gateway").WithOptions(opts).
-		For(&v1.VpcNatGateway{}, builder.WithPredicates(specOrMetaChanged)).
-		WatchesRawSource(gev.source(gatewayRequest)).
-		Complete(&natGatewayReconciler{Deps: deps})
+	err = gwCtl.Complete(&natGatewayReconciler{Deps: deps})
 	if err != nil {
 		return nil, fmt.Errorf("vpc-nat-gateway controller: %w", err)
 	}

@@ -110,9 +110,16 @@ func (s *Source) Desired(ctx context.Context, gw string) ([]nat.Object, error) {
 		return nil, fmt.Errorf("get VpcNatGateway %s: %w", gw, err)
 	case isLive(g):
 		if cfg, ok := s.deps.Registry.Lookup(gw); ok {
-			if routes, err := routeObjects(g, cfg); err == nil {
-				for _, o := range routes {
-					all = append(all, owned{obj: o, created: g.CreationTimestamp.Time})
+			net, f := s.deps.gatewayNetwork(ctx, g, cfg)
+			if f != nil && f.err != nil {
+				// A failed read, not a missing Subnet: no sync without routes.
+				return nil, fmt.Errorf("gateway %s network: %w", gw, f.err)
+			}
+			if f == nil {
+				if routes, err := routeObjects(g, net); err == nil {
+					for _, o := range routes {
+						all = append(all, owned{obj: o, created: g.CreationTimestamp.Time})
+					}
 				}
 			}
 		}

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
-	"github.com/natgw/natgw/controller/gwconfig"
+	"github.com/natgw/natgw/controller/kubeovn"
 	"github.com/natgw/natgw/nat"
 )
 
@@ -53,7 +53,7 @@ func eipAddress(e *v1.IptablesEIP) (netip.Addr, error) {
 
 // eipObject is the EIP as a gateway object: its address with the external
 // network's prefix length, and its QoS when a policy limits it.
-func eipObject(e *v1.IptablesEIP, gw gwconfig.Entry, qos *nat.QoS) (nat.Object, error) {
+func eipObject(e *v1.IptablesEIP, prefixLen int, qos *nat.QoS) (nat.Object, error) {
 	addr, err := eipAddress(e)
 	if err != nil {
 		return nat.Object{}, err
@@ -62,7 +62,7 @@ func eipObject(e *v1.IptablesEIP, gw gwconfig.Entry, qos *nat.QoS) (nat.Object, 
 		return nat.Object{}, invalid("spec.v4ip", "", "no address: set spec.v4ip (natgw allocates no addresses)")
 	}
 	return validated(nat.Object{UID: string(e.UID), Kind: nat.KindEIP,
-		EIP: &nat.EIP{Address: addr, PrefixLen: gw.ExternalPrefixLen, QoS: qos}})
+		EIP: &nat.EIP{Address: addr, PrefixLen: prefixLen, QoS: qos}})
 }
 
 // qosObject maps a QoSPolicy's EIP bandwidth limits (Mbit/s, as upstream)
@@ -178,9 +178,11 @@ func routeOwner(uid string) (string, bool) {
 }
 
 // routeObjects are the gateway's routes: spec.routes via the VPC
-// interface, and the default route via the external gateway (onlink) when
-// the gateway's configuration names one.
-func routeObjects(g *v1.VpcNatGateway, cfg gwconfig.Entry) ([]nat.Object, error) {
+// interface; the routes to the VPC's other subnets via the internal
+// gateway (net.VPCRoutes; a destination spec.routes also names keeps
+// spec.routes' next hop); and the default route via the external gateway
+// (onlink) when net names one.
+func routeObjects(g *v1.VpcNatGateway, net kubeovn.Network) ([]nat.Object, error) {
 	var out []nat.Object
 	add := func(field string, dst netip.Prefix, via netip.Addr, dev nat.RouteDevice) error {
 		o, err := validated(nat.Object{UID: routeUID(string(g.UID), dst), Kind: nat.KindRoute,
@@ -213,12 +215,20 @@ func routeObjects(g *v1.VpcNatGateway, cfg gwconfig.Entry) ([]nat.Object, error)
 			return nil, err
 		}
 	}
-	if gw := cfg.ExternalGatewayAddr(); gw.IsValid() {
-		def := netip.MustParsePrefix("0.0.0.0/0")
-		if prev, dup := seen[def]; dup {
+	for _, dst := range net.VPCRoutes {
+		if _, dup := seen[dst]; dup {
+			continue
+		}
+		seen[dst] = "the VPC subnet route " + dst.String()
+		if err := add("VPC subnet route "+dst.String(), dst, net.InternalGateway, nat.DeviceInternal); err != nil {
+			return nil, err
+		}
+	}
+	if gw := net.ExternalGateway; gw.IsValid() {
+		if prev, dup := seen[defaultRoute]; dup {
 			return nil, invalid(prev+".cidr", "0.0.0.0/0", "the default route goes via the external gateway "+gw.String())
 		}
-		if err := add("default route", def, gw, nat.DeviceExternal); err != nil {
+		if err := add("default route", defaultRoute, gw, nat.DeviceExternal); err != nil {
 			return nil, err
 		}
 	}

@@ -1,14 +1,16 @@
 package reconciler
 
 import (
+	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
-	"github.com/natgw/natgw/controller/gwconfig"
+	"github.com/natgw/natgw/controller/kubeovn"
 	"github.com/natgw/natgw/nat"
 )
 
@@ -60,13 +62,13 @@ func TestTranslate(t *testing.T) {
 			return snatObject(&v1.IptablesSnatRule{ObjectMeta: om, Spec: v1.IptablesSnatRuleSpec{InternalCIDR: "10.0.1.0/33"}}, eip)
 		}, "", "spec.internalCIDR"},
 		{"eip", func() (nat.Object, error) {
-			return eipObject(&v1.IptablesEIP{ObjectMeta: om, Spec: v1.IptablesEIPSpec{V4ip: "192.0.2.10"}}, gwconfig.Entry{ExternalPrefixLen: 24}, nil)
+			return eipObject(&v1.IptablesEIP{ObjectMeta: om, Spec: v1.IptablesEIPSpec{V4ip: "192.0.2.10"}}, 24, nil)
 		}, "eip " + string(om.UID) + ": 192.0.2.10/24", ""},
 		{"eip/status-ip", func() (nat.Object, error) {
-			return eipObject(&v1.IptablesEIP{ObjectMeta: om, Status: v1.IptablesEIPStatus{IP: "192.0.2.11"}}, gwconfig.Entry{ExternalPrefixLen: 26}, nil)
+			return eipObject(&v1.IptablesEIP{ObjectMeta: om, Status: v1.IptablesEIPStatus{IP: "192.0.2.11"}}, 26, nil)
 		}, "eip " + string(om.UID) + ": 192.0.2.11/26", ""},
 		{"eip/no-address", func() (nat.Object, error) {
-			return eipObject(&v1.IptablesEIP{ObjectMeta: om}, gwconfig.Entry{ExternalPrefixLen: 24}, nil)
+			return eipObject(&v1.IptablesEIP{ObjectMeta: om}, 24, nil)
 		}, "", "spec.v4ip"},
 	}
 	for _, tc := range cases {
@@ -113,7 +115,7 @@ func TestQoS(t *testing.T) {
 func TestRouteObjects(t *testing.T) {
 	g := &v1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: "gw", UID: "0b1e7c2a-5f0e-4c1e-9d57-0d1b2c3d4e5f"},
 		Spec: v1.VpcNatGatewaySpec{Routes: []v1.Route{{CIDR: "10.2.0.0/16", NextHopIP: "10.0.1.1"}}}}
-	objs, err := routeObjects(g, gwconfig.Entry{ExternalGateway: "192.0.2.1"})
+	objs, err := routeObjects(g, kubeovn.Network{ExternalGateway: netip.MustParseAddr("192.0.2.1")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,11 +137,39 @@ func TestRouteObjects(t *testing.T) {
 		}
 	}
 	g.Spec.Routes = append(g.Spec.Routes, v1.Route{CIDR: "10.2.0.0/16", NextHopIP: "10.0.1.2"})
-	if _, err := routeObjects(g, gwconfig.Entry{}); err == nil || !strings.Contains(err.Error(), "spec.routes[1].cidr") {
+	if _, err := routeObjects(g, kubeovn.Network{}); err == nil || !strings.Contains(err.Error(), "spec.routes[1].cidr") {
 		t.Errorf("duplicate destination: %v", err)
 	}
 	g.Spec.Routes = []v1.Route{{CIDR: "10.2.0.1/16", NextHopIP: "10.0.1.1"}}
-	if _, err := routeObjects(g, gwconfig.Entry{}); err == nil || !strings.Contains(err.Error(), "host bits") {
+	if _, err := routeObjects(g, kubeovn.Network{}); err == nil || !strings.Contains(err.Error(), "host bits") {
 		t.Errorf("host bits: %v", err)
+	}
+}
+
+// TestRouteObjectsVPC: the VPC subnet routes from Kube-OVN's Subnets go via
+// the internal gateway on the internal interface; a destination spec.routes
+// names keeps spec.routes' next hop.
+func TestRouteObjectsVPC(t *testing.T) {
+	g := &v1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: "gw", UID: "0b1e7c2a-5f0e-4c1e-9d57-0d1b2c3d4e5f"},
+		Spec: v1.VpcNatGatewaySpec{Routes: []v1.Route{{CIDR: "10.0.3.0/24", NextHopIP: "10.0.1.254"}}}}
+	net := kubeovn.Network{
+		ExternalGateway: netip.MustParseAddr("192.0.2.1"), InternalGateway: netip.MustParseAddr("10.0.1.1"),
+		VPCRoutes: []netip.Prefix{netip.MustParsePrefix("10.0.2.0/24"), netip.MustParsePrefix("10.0.3.0/24")},
+	}
+	objs, err := routeObjects(g, net)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, o := range objs {
+		got = append(got, fmt.Sprintf("%s via %s dev %v", o.Route.Destination, o.Route.NextHop, o.Route.Device))
+	}
+	want := []string{
+		fmt.Sprintf("10.0.3.0/24 via 10.0.1.254 dev %v", nat.DeviceInternal),
+		fmt.Sprintf("10.0.2.0/24 via 10.0.1.1 dev %v", nat.DeviceInternal),
+		fmt.Sprintf("0.0.0.0/0 via 192.0.2.1 dev %v", nat.DeviceExternal),
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("routes:\n got %q\nwant %q", got, want)
 	}
 }

@@ -38,6 +38,10 @@ const (
 	ReasonGatewayNotReady = "GatewayNotReady"
 	ReasonInvalid         = "Invalid"
 	ReasonProgramFailed   = "ProgramFailed"
+	// ReasonSubnetNotReady: a Kube-OVN Subnet the object's network comes
+	// from (replace mode, --network-source=kube-ovn) is missing or has no
+	// usable IPv4 CIDR or gateway; what is programmed stays.
+	ReasonSubnetNotReady = "SubnetNotReady"
 )
 
 // Condition is one observation of an object's state, in the shape of

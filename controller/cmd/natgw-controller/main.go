@@ -65,6 +65,7 @@ type flags struct {
 	provision        bool
 	gatewayImage     string
 	serviceCIDR      string
+	networkSource    string
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
@@ -92,8 +93,24 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	fs.BoolVar(&f.provision, "provision-gateways", false, "replace mode: create each VpcNatGateway's gateway StatefulSet in Kube-OVN's shape (vpc-nat-gw-<name> in --pod-namespace) with --gateway-image, keep it in step with the spec and write the gateway's status as Kube-OVN does (controller/provision); Kube-OVN's VPC NAT gateway feature must be off")
 	fs.StringVar(&f.gatewayImage, "gateway-image", "", "with --provision-gateways: natgw's gateway image (Kube-OVN's vpcNatImage)")
 	fs.StringVar(&f.serviceCIDR, "service-cluster-ip-range", "10.96.0.0/12", "with --provision-gateways: the cluster's service CIDR, routed via the VPC subnet's gateway as Kube-OVN does (kube-ovn-controller's flag of the same name)")
+	fs.StringVar(&f.networkSource, "network-source", "", "replace mode: where gateways' networks come from: "+networkKubeOVN+" (Kube-OVN's Subnets: each EIP's prefix length from its external subnet, each gateway's default route via its external subnet's gateway and routes to its VPC's other subnets, as Kube-OVN does) or "+networkConfig+" (--gateway-config's externalPrefixLen and externalGateway, no VPC routes); default "+networkKubeOVN+" with --provision-gateways, else "+networkConfig)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if f.networkSource == "" {
+		f.networkSource = networkConfig
+		if f.provision {
+			f.networkSource = networkKubeOVN
+		}
+	}
+	switch f.networkSource {
+	case networkConfig:
+	case networkKubeOVN:
+		if f.mode != modeReplace {
+			return nil, fmt.Errorf("--network-source=%s needs --mode=%s (companion mode programs nothing)", networkKubeOVN, modeReplace)
+		}
+	default:
+		return nil, fmt.Errorf("--network-source: %q is not %s or %s", f.networkSource, networkKubeOVN, networkConfig)
 	}
 	if err := nat.CheckDataplaneName(f.dataplane); err != nil {
 		return nil, fmt.Errorf("--dataplane: %w", err)
@@ -141,6 +158,12 @@ const (
 	// modeCompanion: Kube-OVN's controller programs them; natgw-controller
 	// only removes leaked compat objects (controller/companion).
 	modeCompanion = "companion"
+)
+
+// The two values of --network-source.
+const (
+	networkKubeOVN = "kube-ovn"
+	networkConfig  = "config"
 )
 
 // gracefulShutdown bounds how long a stopping controller waits for its
@@ -235,6 +258,7 @@ func run() error {
 		Workers:                 f.workers,
 		RemoveUpstreamFinalizer: f.removeUpstream,
 		RuleLabels:              f.ruleLabels,
+		KubeOVNNetwork:          f.networkSource == networkKubeOVN,
 		Gateway: gateway.Options{
 			Transport:        tr,
 			Config:           cfg,
@@ -255,7 +279,7 @@ func run() error {
 			return err
 		}
 	}
-	log.Info("starting", "mode", f.mode, "provisionGateways", f.provision, "transport", f.transport, "dataplane", f.dataplane, "workers", f.workers, "leaderElection", f.leaderElect, "ruleLabels", f.ruleLabels)
+	log.Info("starting", "mode", f.mode, "provisionGateways", f.provision, "networkSource", f.networkSource, "transport", f.transport, "dataplane", f.dataplane, "workers", f.workers, "leaderElection", f.leaderElect, "ruleLabels", f.ruleLabels)
 	return mgr.Start(ctx)
 }
 

@@ -17,7 +17,7 @@ func TestParseFlags(t *testing.T) {
 		check   func(*flags) bool
 	}{
 		{nil, "", func(f *flags) bool {
-			return f.mode == modeReplace && f.transport == "exec" && f.dataplane == "nftables" && f.leaderElect && f.workers == 4 && f.removeUpstream && !f.ruleLabels && !f.provision
+			return f.mode == modeReplace && f.transport == "exec" && f.dataplane == "nftables" && f.leaderElect && f.workers == 4 && f.removeUpstream && !f.ruleLabels && !f.provision && f.networkSource == networkConfig
 		}},
 		{[]string{"--mode=companion", "--companion-grace=45s", "--companion-period=10s"}, "", func(f *flags) bool {
 			return f.mode == modeCompanion && f.companionGrace == 45*time.Second && f.companionPeriod == 10*time.Second
@@ -34,8 +34,12 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--dataplane=ebpf"}, "--dataplane", nil},
 		{[]string{"--workers=0"}, "--workers", nil},
 		{[]string{"--provision-gateways", "--gateway-image=natgw:1", "--service-cluster-ip-range=10.96.0.0/24"}, "", func(f *flags) bool {
-			return f.provision && f.gatewayImage == "natgw:1" && f.serviceCIDR == "10.96.0.0/24"
+			return f.provision && f.gatewayImage == "natgw:1" && f.serviceCIDR == "10.96.0.0/24" && f.networkSource == networkKubeOVN
 		}},
+		{[]string{"--provision-gateways", "--gateway-image=x", "--network-source=config"}, "", func(f *flags) bool { return f.networkSource == networkConfig }},
+		{[]string{"--network-source=kube-ovn"}, "", func(f *flags) bool { return f.networkSource == networkKubeOVN }},
+		{[]string{"--network-source=subnets"}, `--network-source: "subnets"`, nil},
+		{[]string{"--mode=companion", "--network-source=kube-ovn"}, "--network-source=kube-ovn needs --mode=replace", nil},
 		{[]string{"--provision-gateways"}, "--gateway-image", nil},
 		{[]string{"--provision-gateways", "--gateway-image=x", "--mode=companion"}, "--mode=replace", nil},
 		{[]string{"--provision-gateways", "--gateway-image=x", "--transport=local", "--gateway-config=/x.yaml"}, "--transport=exec", nil},
