@@ -21,14 +21,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/kubeovn"
 )
 
 var (
 	// VipGVK is Kube-OVN's Vip (cluster-scoped).
 	VipGVK = schema.GroupVersionKind{Group: "kubeovn.io", Version: "v1", Kind: "Vip"}
-	// SubnetGVK is Kube-OVN's Subnet (cluster-scoped), read to check an
-	// EIP's external subnet before its Vip is created.
-	SubnetGVK = schema.GroupVersionKind{Group: "kubeovn.io", Version: "v1", Kind: "Subnet"}
 	// eipGVK is the owner kind of natgw's Vips.
 	eipGVK = v1.GroupVersion.WithKind("IptablesEIP")
 )
@@ -36,10 +34,6 @@ var (
 const (
 	// NamePrefix starts the name of every Vip natgw creates.
 	NamePrefix = "natgw-eip-"
-	// DefaultExternalSubnet is the subnet of an EIP without
-	// spec.externalSubnet, as upstream's util.GetExternalNetwork
-	// (pkg/util/net.go:25, 648-653).
-	DefaultExternalSubnet = "ovn-vpc-external-network"
 	// FieldManager is the field manager of natgw's writes.
 	FieldManager = "natgw-controller"
 	// ManagedByLabel marks natgw's Vips (value FieldManager), so that a
@@ -80,15 +74,6 @@ func VipName(eip string) string {
 	keep := validation.DNS1123SubdomainMaxLength - len(NamePrefix) - 1 - hashLen
 	head := strings.TrimRight(eip[:keep], "-.")
 	return NamePrefix + head + "-" + hex.EncodeToString(sum[:])[:hashLen]
-}
-
-// ExternalSubnet is e's external subnet: spec.externalSubnet, else
-// DefaultExternalSubnet.
-func ExternalSubnet(e *v1.IptablesEIP) string {
-	if e.Spec.ExternalSubnet != "" {
-		return e.Spec.ExternalSubnet
-	}
-	return DefaultExternalSubnet
 }
 
 // Allocator reserves EIP addresses through Kube-OVN Vips.
@@ -135,7 +120,7 @@ func (a *Allocator) ensure(ctx context.Context, e *v1.IptablesEIP) (netip.Addr, 
 	err = a.Client.Get(ctx, client.ObjectKey{Name: name}, vip)
 	switch {
 	case apierrors.IsNotFound(err):
-		if err := a.checkSubnet(ctx, ExternalSubnet(e), static); err != nil {
+		if err := a.checkSubnet(ctx, kubeovn.EIPExternalSubnet(e), static); err != nil {
 			return netip.Addr{}, err
 		}
 		if err := a.Client.Create(ctx, NewVip(e), client.FieldOwner(FieldManager)); err != nil {
@@ -168,7 +153,7 @@ func Validate(e *v1.IptablesEIP) (netip.Addr, error) {
 	if e.UID == "" {
 		return netip.Addr{}, fmt.Errorf("%w: metadata.uid is empty (the Vip's owner reference needs it; pass the object read from the API)", ErrInvalid)
 	}
-	sub := ExternalSubnet(e)
+	sub := kubeovn.EIPExternalSubnet(e)
 	if msgs := validation.IsDNS1123Subdomain(sub); len(msgs) > 0 {
 		return netip.Addr{}, fmt.Errorf("%w: spec.externalSubnet %q: %s", ErrInvalid, sub, strings.Join(msgs, "; "))
 	}
@@ -216,7 +201,7 @@ func NewVip(e *v1.IptablesEIP) *unstructured.Unstructured {
 		Controller:         ptr.To(true),
 		BlockOwnerDeletion: ptr.To(true),
 	}})
-	spec := map[string]any{"subnet": ExternalSubnet(e)}
+	spec := map[string]any{"subnet": kubeovn.EIPExternalSubnet(e)}
 	if e.Spec.V4ip != "" {
 		spec["v4ip"] = e.Spec.V4ip
 	}
@@ -270,8 +255,8 @@ func Reserved(e *v1.IptablesEIP, vip *unstructured.Unstructured) (netip.Addr, er
 		s, _, _ := unstructured.NestedString(vip.Object, path...)
 		return s
 	}
-	if sub := str("spec", "subnet"); sub != ExternalSubnet(e) {
-		return netip.Addr{}, fmt.Errorf("%w: spec.externalSubnet %q (effective %q) differs from vip %s spec.subnet %q (Kube-OVN does not move a Vip between subnets; recreate the eip)", ErrConflict, e.Spec.ExternalSubnet, ExternalSubnet(e), name, sub)
+	if sub := str("spec", "subnet"); sub != kubeovn.EIPExternalSubnet(e) {
+		return netip.Addr{}, fmt.Errorf("%w: spec.externalSubnet %q (effective %q) differs from vip %s spec.subnet %q (Kube-OVN does not move a Vip between subnets; recreate the eip)", ErrConflict, e.Spec.ExternalSubnet, kubeovn.EIPExternalSubnet(e), name, sub)
 	}
 	specV4, statusV4, mac := str("spec", "v4ip"), str("status", "v4ip"), str("status", "mac")
 	if statusV4 == "" {
@@ -279,7 +264,7 @@ func Reserved(e *v1.IptablesEIP, vip *unstructured.Unstructured) (netip.Addr, er
 			return netip.Addr{}, fmt.Errorf("%w: spec.v4ip %q differs from vip %s spec.v4ip %q requested earlier (recreate the eip to change it)", ErrConflict, e.Spec.V4ip, name, specV4)
 		}
 		if mac != "" {
-			return netip.Addr{}, fmt.Errorf("%w: vip %s has status.mac %q but no status.v4ip: subnet %q gave no IPv4 address", ErrSubnet, name, mac, ExternalSubnet(e))
+			return netip.Addr{}, fmt.Errorf("%w: vip %s has status.mac %q but no status.v4ip: subnet %q gave no IPv4 address", ErrSubnet, name, mac, kubeovn.EIPExternalSubnet(e))
 		}
 		return netip.Addr{}, nil
 	}
@@ -298,7 +283,7 @@ func Reserved(e *v1.IptablesEIP, vip *unstructured.Unstructured) (netip.Addr, er
 // (vpc_nat_gw_eip.go:122-126), and a static address is inside it
 // (ipam/subnet.go:396-399) and not its gateway.
 func (a *Allocator) checkSubnet(ctx context.Context, name string, static netip.Addr) error {
-	s := newUnstructured(SubnetGVK)
+	s := kubeovn.NewSubnet()
 	if err := a.Client.Get(ctx, client.ObjectKey{Name: name}, s); err != nil {
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("%w: spec.externalSubnet: subnet %q not found", ErrSubnet, name)
@@ -311,15 +296,13 @@ func (a *Allocator) checkSubnet(ctx context.Context, name string, static netip.A
 }
 
 // CheckSubnet checks a subnet's spec.cidrBlock (comma-separated, as
-// Kube-OVN's util.SplitStringIP reads it, pkg/util/net.go:400-415) and
+// kubeovn.SplitIP reads it: the last of each family) and
 // spec.gateway against a static address (zero: none).
 func CheckSubnet(name, cidrBlock, gateway string, static netip.Addr) error {
 	var v4 netip.Prefix
-	for c := range strings.SplitSeq(cidrBlock, ",") {
-		p, err := netip.ParsePrefix(strings.TrimSpace(c))
-		if err == nil && p.Addr().Is4() {
+	if c4, _ := kubeovn.SplitIP(cidrBlock); c4 != "" {
+		if p, err := netip.ParsePrefix(c4); err == nil {
 			v4 = p.Masked()
-			break
 		}
 	}
 	if !v4.IsValid() {
@@ -331,10 +314,8 @@ func CheckSubnet(name, cidrBlock, gateway string, static netip.Addr) error {
 	if !v4.Contains(static) {
 		return fmt.Errorf("%w: spec.v4ip %s is outside subnet %q spec.cidrBlock %s", ErrSubnet, static, name, v4)
 	}
-	for g := range strings.SplitSeq(gateway, ",") {
-		if ip, err := netip.ParseAddr(strings.TrimSpace(g)); err == nil && ip == static {
-			return fmt.Errorf("%w: spec.v4ip %s is subnet %q's gateway", ErrSubnet, static, name)
-		}
+	if g4, _ := kubeovn.SplitIP(gateway); g4 == static.String() {
+		return fmt.Errorf("%w: spec.v4ip %s is subnet %q's gateway", ErrSubnet, static, name)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/kubeovn"
 )
 
 func eip(name, uid, v4, subnet string) *v1.IptablesEIP {
@@ -57,14 +58,6 @@ func TestVipName(t *testing.T) {
 	a, b := VipName(long(240, "e")+"1"), VipName(long(240, "e")+"2")
 	if a == b {
 		t.Fatalf("distinct long names share a Vip name %q", a)
-	}
-}
-
-func TestExternalSubnet(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{{"", DefaultExternalSubnet}, {"ext1", "ext1"}} {
-		if got := ExternalSubnet(eip("e", "u", "", tc.in)); got != tc.want {
-			t.Errorf("ExternalSubnet(%q) = %q, want %q", tc.in, got, tc.want)
-		}
 	}
 }
 
@@ -120,7 +113,7 @@ func TestNewVip(t *testing.T) {
 		e    *v1.IptablesEIP
 		spec map[string]any
 	}{
-		{"random default subnet", eip("e1", "u1", "", ""), map[string]any{"subnet": DefaultExternalSubnet}},
+		{"random default subnet", eip("e1", "u1", "", ""), map[string]any{"subnet": kubeovn.DefaultExternalNetwork}},
 		{"static", eip("e2", "u2", "172.18.0.9", "ext"), map[string]any{"subnet": "ext", "v4ip": "172.18.0.9"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -37,6 +37,7 @@ import (
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/crdtest"
+	"github.com/natgw/natgw/controller/kubeovn"
 	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/testlog"
 )
@@ -68,7 +69,7 @@ type world struct {
 
 func (w *world) subnet(name, cidr, gw string) {
 	w.t.Helper()
-	u := newUnstructured(SubnetGVK)
+	u := kubeovn.NewSubnet()
 	u.SetName(name)
 	u.Object["spec"] = map[string]any{"cidrBlock": cidr, "gateway": gw, "protocol": "IPv4"}
 	if err := w.c.Create(w.ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -218,14 +219,14 @@ var scenarios = []struct {
 		}
 	}},
 	{"default external subnet", func(w *world, a *Allocator) {
-		w.subnet(DefaultExternalSubnet, "10.5.0.0/16", "10.5.0.1")
+		w.subnet(kubeovn.DefaultExternalNetwork, "10.5.0.0/16", "10.5.0.1")
 		e := w.eip("dflt", "", "")
 		if _, err := w.ensure(a, e); err != nil {
 			w.t.Fatal(err)
 		}
 		vip, ok := w.vip(VipName(e.Name))
-		if sub, _, _ := unstructured.NestedString(vip.Object, "spec", "subnet"); !ok || sub != DefaultExternalSubnet {
-			w.t.Fatalf("vip spec.subnet %q, want %q", sub, DefaultExternalSubnet)
+		if sub, _, _ := unstructured.NestedString(vip.Object, "spec", "subnet"); !ok || sub != kubeovn.DefaultExternalNetwork {
+			w.t.Fatalf("vip spec.subnet %q, want %q", sub, kubeovn.DefaultExternalNetwork)
 		}
 	}},
 	{"static v4ip passed through", func(w *world, a *Allocator) {
@@ -367,7 +368,7 @@ func runScenarios(t *testing.T, ctx context.Context, c client.Client, prefix str
 func TestFake(t *testing.T) {
 	mapper := meta.NewDefaultRESTMapper(nil)
 	mapper.Add(VipGVK, meta.RESTScopeRoot)
-	mapper.Add(SubnetGVK, meta.RESTScopeRoot)
+	mapper.Add(kubeovn.SubnetGVK, meta.RESTScopeRoot)
 	mapper.Add(eipGVK, meta.RESTScopeRoot)
 	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithRESTMapper(mapper).Build()
 	runScenarios(t, context.Background(), c, "fake-")

@@ -158,3 +158,18 @@ func TestEIPPrefixLen(t *testing.T) {
 		}
 	}
 }
+
+func TestExternalSubnets(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{{"", DefaultExternalNetwork}, {"ext1", "ext1"}} {
+		if got := EIPExternalSubnet(&v1.IptablesEIP{Spec: v1.IptablesEIPSpec{ExternalSubnet: tc.in}}); got != tc.want {
+			t.Errorf("EIPExternalSubnet(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+		var ext []string
+		if tc.in != "" {
+			ext = []string{tc.in, "second"}
+		}
+		if got := GatewayExternalSubnet(&v1.VpcNatGateway{Spec: v1.VpcNatGatewaySpec{ExternalSubnets: ext}}); got != tc.want {
+			t.Errorf("GatewayExternalSubnet(%q) = %q, want %q", ext, got, tc.want)
+		}
+	}
+}
