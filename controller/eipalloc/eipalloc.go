@@ -209,6 +209,9 @@ func NewVip(e *v1.IptablesEIP) *unstructured.Unstructured {
 	return u
 }
 
+// NewVipObject is an empty Vip (for a controller-runtime watch or a Get).
+func NewVipObject() *unstructured.Unstructured { return newUnstructured(VipGVK) }
+
 func newUnstructured(gvk schema.GroupVersionKind) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(gvk)

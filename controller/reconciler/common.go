@@ -43,6 +43,7 @@ import (
 
 	"github.com/natgw/natgw/agentapi"
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/eipalloc"
 	"github.com/natgw/natgw/controller/gateway"
 	"github.com/natgw/natgw/controller/metrics"
 	"github.com/natgw/natgw/nat"
@@ -94,7 +95,11 @@ type Deps struct {
 	// gateway and its VPC subnet routes (package kubeovn). Nil: the
 	// gateway config file's.
 	Subnets client.Reader
-	Log     logr.Logger
+	// Alloc, when set (with Subnets), reserves EIP addresses in Kube-OVN's
+	// IPAM through Vips (package eipalloc): an EIP is programmed only once
+	// its address is reserved, and released after its delete.
+	Alloc *eipalloc.Allocator
+	Log   logr.Logger
 
 	track     *tracker
 	trackOnce sync.Once
@@ -326,6 +331,18 @@ func (d *Deps) unprogram(ctx context.Context, log logr.Logger, kind nat.Kind, ui
 // finishDelete handles a terminating object: delete by UID on its
 // gateways, then remove the finalizer(s).
 func (d *Deps) finishDelete(ctx context.Context, log logr.Logger, obj client.Object, kind nat.Kind, uids []string, gws []string) (ctrl.Result, error) {
+	return d.finishDeleteThen(ctx, log, obj, kind, uids, gws, nil)
+}
+
+// releaseRetry is the requeue delay while a release is under way (the
+// watch of what is released also brings the object back).
+const releaseRetry = time.Second
+
+// finishDeleteThen is finishDelete with release (when not nil) called
+// after the gateways confirmed the delete and before the finalizer goes:
+// the finalizer stays until release reports done (an EIP's address goes
+// back to Kube-OVN's IPAM only once no gateway holds it).
+func (d *Deps) finishDeleteThen(ctx context.Context, log logr.Logger, obj client.Object, kind nat.Kind, uids []string, gws []string, release func(context.Context) (bool, error)) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(obj, Finalizer) {
 		log.V(1).Info("terminating without natgw's finalizer; nothing to do", "finalizers", obj.GetFinalizers())
 		return ctrl.Result{}, nil
@@ -340,6 +357,18 @@ func (d *Deps) finishDelete(ctx context.Context, log logr.Logger, obj client.Obj
 				return ctrl.Result{RequeueAfter: f.requeueAfter}, nil
 			}
 			return ctrl.Result{}, err
+		}
+	}
+	if release != nil {
+		done, err := release(ctx)
+		if err != nil {
+			d.event(obj, &failure{reason: "ReleaseFailed", msg: err.Error()})
+			log.Error(err, "release failed; keeping the finalizer")
+			return ctrl.Result{}, err
+		}
+		if !done {
+			log.V(1).Info("deleted on gateways; waiting for the release")
+			return ctrl.Result{RequeueAfter: releaseRetry}, nil
 		}
 	}
 	before := obj.DeepCopyObject().(client.Object)

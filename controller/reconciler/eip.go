@@ -3,7 +3,9 @@ package reconciler
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,6 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/eipalloc"
+	"github.com/natgw/natgw/controller/kubeovn"
 	"github.com/natgw/natgw/nat"
 )
 
@@ -33,7 +37,11 @@ func (r *eipReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	log := logr.FromContextOrDiscard(ctx).WithValues("uid", uid)
 	ctx = logr.NewContext(ctx, log)
 	if !e.DeletionTimestamp.IsZero() {
-		return r.finishDelete(ctx, log, e, nat.KindEIP, []string{uid}, r.programmedOn(e, e.Spec.NatGwDp))
+		var release func(context.Context) (bool, error)
+		if r.Alloc != nil {
+			release = func(ctx context.Context) (bool, error) { return r.Alloc.Release(ctx, e) }
+		}
+		return r.finishDeleteThen(ctx, log, e, nat.KindEIP, []string{uid}, r.programmedOn(e, e.Spec.NatGwDp), release)
 	}
 
 	gwName := e.Spec.NatGwDp
@@ -51,7 +59,14 @@ func (r *eipReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if !ok {
 		return res, err
 	}
-	obj, f := r.build(ctx, e)
+	var reserved netip.Addr
+	if r.Alloc != nil {
+		var f *failure
+		if reserved, f = r.reserve(ctx, e); f != nil {
+			return r.finish(ctx, log, e, f)
+		}
+	}
+	obj, f := r.build(ctx, e, reserved)
 	if f != nil {
 		return r.finish(ctx, log, e, f)
 	}
@@ -67,8 +82,46 @@ func (r *eipReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	return r.setStatus(ctx, e, obj, nil)
 }
 
-// build resolves the EIP's gateway configuration and QoS policy.
-func (r *eipReconciler) build(ctx context.Context, e *v1.IptablesEIP) (nat.Object, *failure) {
+// addressRetry is the requeue delay of an EIP whose address Kube-OVN has
+// not reserved yet (the Vip watch also brings it back).
+const addressRetry = 5 * time.Second
+
+// reserve returns the EIP's address reserved in Kube-OVN's IPAM
+// (Deps.Alloc), or the failure that says why there is none yet.
+func (r *eipReconciler) reserve(ctx context.Context, e *v1.IptablesEIP) (netip.Addr, *failure) {
+	addr, err := r.Alloc.Ensure(ctx, e)
+	var f *failure
+	switch {
+	case errors.Is(err, eipalloc.ErrInvalid), errors.Is(err, eipalloc.ErrConflict):
+		return netip.Addr{}, fail(v1.ReasonInvalid, "%v", err)
+	case errors.Is(err, eipalloc.ErrSubnet):
+		f = fail(v1.ReasonSubnetNotReady, "%v", err)
+	case errors.Is(err, eipalloc.ErrNotOwned):
+		// The Vip of an earlier EIP of this name, until it is released
+		// (or garbage-collected with its owner).
+		f = fail(v1.ReasonAddressPending, "%v", err)
+	case err != nil:
+		f = fail(v1.ReasonAddressPending, "%v", err)
+		f.err = err
+		return netip.Addr{}, f
+	case !addr.IsValid():
+		f = fail(v1.ReasonAddressPending, "waiting for Kube-OVN to reserve the address in subnet %q (Vip %s)", kubeovn.EIPExternalSubnet(e), eipalloc.VipName(e.Name))
+	default:
+		return addr, nil
+	}
+	f.requeueAfter = addressRetry
+	return netip.Addr{}, f
+}
+
+// build resolves the EIP's gateway configuration and QoS policy. reserved,
+// when valid, is its address reserved in Kube-OVN's IPAM (else spec.v4ip,
+// then status.ip).
+func (r *eipReconciler) build(ctx context.Context, e *v1.IptablesEIP, reserved netip.Addr) (nat.Object, *failure) {
+	if reserved.IsValid() {
+		withAddr := *e
+		withAddr.Status.IP = reserved.String()
+		e = &withAddr
+	}
 	cfg, ok := r.Registry.Lookup(e.Spec.NatGwDp)
 	if !ok {
 		return nat.Object{}, fail(v1.ReasonGatewayNotFound, "gateway %s is not configured in natgw-controller's gateway config", e.Spec.NatGwDp)

@@ -38,6 +38,7 @@ import (
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/crdtest"
+	"github.com/natgw/natgw/controller/eipalloc"
 	"github.com/natgw/natgw/controller/gateway"
 	"github.com/natgw/natgw/controller/gwconfig"
 	"github.com/natgw/natgw/controller/transport"
@@ -246,12 +247,18 @@ func (e *env) startManager(cfg *rest.Config, o envOptions) {
 		cfg = rest.CopyConfig(cfg)
 		cfg.WarningHandler = o.warnings
 	}
+	copts := cache.Options{DefaultLabelSelector: sel}
+	if o.kubeOVNNetwork {
+		// natgw's Vips carry no test label (the owner reference tells
+		// whose they are).
+		copts.ByObject = map[client.Object]cache.ByObject{eipalloc.NewVipObject(): {Label: labels.Everything()}}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 testScheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		LeaderElection:         false,
-		Cache:                  cache.Options{DefaultLabelSelector: sel},
+		Cache:                  copts,
 		Logger:                 testLog(t),
 	})
 	if err != nil {

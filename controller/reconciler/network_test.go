@@ -9,10 +9,13 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/crdtest"
+	"github.com/natgw/natgw/controller/eipalloc"
 	"github.com/natgw/natgw/controller/kubeovn"
 	"github.com/natgw/natgw/internal/netlab"
 )
@@ -83,6 +86,7 @@ func TestKubeOVNNetwork(t *testing.T) {
 	eip := e.eip("eip", netip.MustParseAddr("192.0.2.10"))
 	eip.Spec.ExternalSubnet = e.case_ + "-ext"
 	e.create(eip)
+	e.kubeOVNReserves(eip.Name, netip.MustParseAddr("192.0.2.10"))
 	e.waitReady(eip)
 
 	wantRoutes := func(what string, want ...string) {
@@ -134,6 +138,7 @@ func TestKubeOVNNetwork(t *testing.T) {
 		t.Errorf("the programmed EIP is gone")
 	}
 	e.subnet("nope", "", "nope.kube-system", "192.0.2.0/25", "192.0.2.1")
+	e.kubeOVNReserves(bad.Name, netip.MustParseAddr("192.0.2.11"))
 	e.waitReady(bad)
 	e.eventually(30*time.Second, "the late subnet's prefix length", func() error {
 		addrs, err := netlab.Addrs(e.gw.GW, e.gw.ExternalInterface)
@@ -145,4 +150,102 @@ func TestKubeOVNNetwork(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// kubeOVNReserves plays Kube-OVN's vip controller for the Vip of EIP eip
+// once it exists: writes addr to its status (and spec, as Kube-OVN does)
+// and holds it with Kube-OVN's finalizer. Logic only: the proof with
+// Kube-OVN's own controller is e2e/kubeovn's replace-mode test.
+func (e *env) kubeOVNReserves(eip string, addr netip.Addr) *unstructured.Unstructured {
+	e.t.Helper()
+	vip := eipalloc.NewVipObject()
+	vip.SetName(eipalloc.VipName(eip))
+	e.eventually(30*time.Second, "natgw creates the Vip of "+eip, func() error {
+		return e.c.Get(e.ctx, client.ObjectKeyFromObject(vip), vip)
+	})
+	e.update(vip, func() {
+		_ = unstructured.SetNestedField(vip.Object, addr.String(), "spec", "v4ip")
+		_ = unstructured.SetNestedField(vip.Object, addr.String(), "status", "v4ip")
+		_ = unstructured.SetNestedField(vip.Object, "00:00:00:aa:bb:cc", "status", "mac")
+		vip.SetFinalizers([]string{v1.Finalizer})
+	})
+	return vip
+}
+
+// netHas says whether the gateway's external interface holds p.
+func (e *env) netHas(p netip.Prefix) bool {
+	e.t.Helper()
+	addrs, err := netlab.Addrs(e.gw.GW, e.gw.ExternalInterface)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return slices.Contains(addrs, p)
+}
+
+// TestKubeOVNEIPAddress: with --network-source=kube-ovn an EIP's address
+// is reserved through a Vip in its external subnet before it is
+// programmed (spec.v4ip or not), status.ip is the reserved address, and
+// on delete the Vip is released only after the gateway dropped the
+// address, the EIP's finalizer only after Kube-OVN released the Vip.
+func TestKubeOVNEIPAddress(t *testing.T) {
+	e := newEnv(t, envOptions{crds: crdtest.Upstream, kubeOVNNetwork: true})
+	e.subnet("ext", "", "ext.kube-system", "192.0.2.0/26", "192.0.2.1")
+	g := e.gatewayObj()
+	g.Spec.ExternalSubnets = []string{e.case_ + "-ext"}
+	e.create(g)
+
+	dyn := e.eip("dyn", netip.Addr{})
+	dyn.Spec.V4ip, dyn.Spec.ExternalSubnet = "", e.case_+"-ext"
+	e.create(dyn)
+	e.waitReason(dyn, v1.ReasonAddressPending, 30*time.Second)
+	vip := e.kubeOVNReserves(dyn.Name, netip.MustParseAddr("192.0.2.20"))
+	if ref := metav1.GetControllerOf(vip); ref == nil || ref.UID != dyn.UID || ref.Kind != "IptablesEIP" {
+		t.Errorf("Vip owner %+v, want IptablesEIP %s", ref, dyn.UID)
+	}
+	if sub, _, _ := unstructured.NestedString(vip.Object, "spec", "subnet"); sub != e.case_+"-ext" {
+		t.Errorf("Vip spec.subnet %q", sub)
+	}
+	e.waitReady(dyn)
+	if dyn.Status.IP != "192.0.2.20" {
+		t.Errorf("status.ip %q, want the reserved 192.0.2.20", dyn.Status.IP)
+	}
+	if !e.netHas(netip.MustParsePrefix("192.0.2.20/26")) {
+		t.Errorf("the reserved address is not on net1")
+	}
+
+	// A static address waits for its reservation too.
+	static := e.eip("static", netip.MustParseAddr("192.0.2.21"))
+	static.Spec.ExternalSubnet = e.case_ + "-ext"
+	e.create(static)
+	e.waitReason(static, v1.ReasonAddressPending, 30*time.Second)
+	time.Sleep(time.Second)
+	if e.netHas(netip.MustParsePrefix("192.0.2.21/26")) {
+		t.Fatalf("a static EIP was programmed before Kube-OVN reserved its address")
+	}
+	e.kubeOVNReserves(static.Name, netip.MustParseAddr("192.0.2.21"))
+	e.waitReady(static)
+
+	// Delete: address off the gateway, then the Vip deleted, then (once
+	// Kube-OVN released it) the EIP gone.
+	if err := e.c.Delete(e.ctx, dyn); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(30*time.Second, "the Vip is being deleted", func() error {
+		if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(vip), vip); err != nil {
+			return err
+		}
+		if vip.GetDeletionTimestamp() == nil {
+			return fmt.Errorf("not deleted yet")
+		}
+		return nil
+	})
+	if e.netHas(netip.MustParsePrefix("192.0.2.20/26")) {
+		t.Errorf("the Vip was released while the gateway still held its address")
+	}
+	time.Sleep(time.Second)
+	if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(dyn), dyn); err != nil {
+		t.Fatalf("the EIP went before Kube-OVN released its Vip: %v", err)
+	}
+	e.update(vip, func() { vip.SetFinalizers(nil) })
+	e.waitGone(dyn, 30*time.Second)
 }

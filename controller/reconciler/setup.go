@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/eipalloc"
 	"github.com/natgw/natgw/controller/gateway"
 	"github.com/natgw/natgw/controller/kubeovn"
 )
@@ -38,8 +39,9 @@ type Config struct {
 	// RuleLabels: see Deps.
 	RuleLabels bool
 	// KubeOVNNetwork takes gateways' networks from Kube-OVN's Subnets
-	// (Deps.Subnets is the manager's cache; Subnets are watched). Needs
-	// Kube-OVN's Subnet CRD.
+	// (Deps.Subnets is the manager's cache; Subnets are watched) and
+	// reserves EIP addresses in Kube-OVN's IPAM through Vips (Deps.Alloc;
+	// Vips are watched). Needs Kube-OVN's Subnet and Vip CRDs.
 	KubeOVNNetwork bool
 	// Gateway configures the gateway managers (Source is filled in).
 	Gateway gateway.Options
@@ -63,6 +65,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 	}
 	if cfg.KubeOVNNetwork {
 		deps.Subnets = mgr.GetCache()
+		// The allocator reads Vips and Subnets (unstructured) from the
+		// cache, as the reconcilers read their own kinds.
+		c, err := client.New(mgr.GetConfig(), client.Options{
+			Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), HTTPClient: mgr.GetHTTPClient(),
+			Cache: &client.CacheOptions{Reader: mgr.GetCache(), Unstructured: true},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("eip allocator client: %w", err)
+		}
+		deps.Alloc = &eipalloc.Allocator{Client: c, APIReader: mgr.GetAPIReader()}
 	}
 	gopts := cfg.Gateway
 	gopts.Source = NewSource(deps)
@@ -110,6 +122,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 		WatchesRawSource(gev.source(gatewayRequest))
 	if deps.Subnets != nil {
 		eipCtl = eipCtl.Watches(kubeovn.NewSubnet(), handler.EnqueueRequestsFromMapFunc(kubeovn.EIPsOfSubnet(deps.Client, deps.Log)), builder.WithPredicates(subnetChanged))
+	}
+	if deps.Alloc != nil {
+		eipCtl = eipCtl.Watches(eipalloc.NewVipObject(), handler.EnqueueRequestsFromMapFunc(eipalloc.EIPOfVip))
+	}
+	if deps.Subnets != nil {
 		gwCtl = gwCtl.Watches(kubeovn.NewSubnet(), handler.EnqueueRequestsFromMapFunc(kubeovn.GatewaysOfSubnet(deps.Client, deps.Log)), builder.WithPredicates(subnetChanged))
 	}
 	err := eipCtl.Complete(&eipReconciler{Deps: deps})

@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sort"
 	"time"
 
@@ -92,7 +93,11 @@ func (s *Source) Desired(ctx context.Context, gw string) ([]nat.Object, error) {
 		if !isLive(e) {
 			continue
 		}
-		if o, f := s.eips.build(ctx, e); f == nil {
+		if s.deps.Alloc != nil && e.Status.IP == "" {
+			// Not programmed since its address was reserved.
+			continue
+		}
+		if o, f := s.eips.build(ctx, e, netip.Addr{}); f == nil {
 			all = append(all, owned{obj: o, created: e.CreationTimestamp.Time})
 		}
 	}

@@ -59,7 +59,7 @@ func eipObject(e *v1.IptablesEIP, prefixLen int, qos *nat.QoS) (nat.Object, erro
 		return nat.Object{}, err
 	}
 	if !addr.IsValid() {
-		return nat.Object{}, invalid("spec.v4ip", "", "no address: set spec.v4ip (natgw allocates no addresses)")
+		return nat.Object{}, invalid("spec.v4ip", "", "no address: set spec.v4ip (with --network-source=config natgw reserves no addresses)")
 	}
 	return validated(nat.Object{UID: string(e.UID), Kind: nat.KindEIP,
 		EIP: &nat.EIP{Address: addr, PrefixLen: prefixLen, QoS: qos}})

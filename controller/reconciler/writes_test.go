@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -135,7 +136,7 @@ func testDeleteAfterCrash(t *testing.T, dp string, deleteWhileDown bool) {
 	e.create(f)
 
 	// The dead controller's work: both programmed, no status, no label.
-	eipObj, fl := eips.build(e.ctx, eip)
+	eipObj, fl := eips.build(e.ctx, eip, netip.Addr{})
 	if fl != nil {
 		t.Fatal(fl)
 	}

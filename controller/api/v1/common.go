@@ -42,6 +42,10 @@ const (
 	// from (replace mode, --network-source=kube-ovn) is missing or has no
 	// usable IPv4 CIDR or gateway; what is programmed stays.
 	ReasonSubnetNotReady = "SubnetNotReady"
+	// ReasonAddressPending: the EIP's address is not reserved in Kube-OVN's
+	// IPAM yet (replace mode, --network-source=kube-ovn: natgw's Vip for
+	// it has no address yet); nothing is programmed before it is.
+	ReasonAddressPending = "AddressPending"
 )
 
 // Condition is one observation of an object's state, in the shape of
