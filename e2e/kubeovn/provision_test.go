@@ -223,6 +223,18 @@ func TestReplaceGatewayShape(t *testing.T) {
 		t.Errorf("natgw's gateway pod runs %q, want %q", img, e.image)
 	}
 	podRunningIn := time.Since(t0)
+	// Multus's part: net1 on the external network, the external host at
+	// its gateway (natgw's default route goes through it).
+	if e.ext, err = e.lab.NS("ext"); err != nil {
+		t.Fatal(err)
+	}
+	gp, err := e.waitPod("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.attach(gp); err != nil {
+		t.Fatal(err)
+	}
 	if err := waitSyncs(ctx, bootSyncs+1); err != nil {
 		t.Fatal(err)
 	}
@@ -230,6 +242,12 @@ func TestReplaceGatewayShape(t *testing.T) {
 	t0 = time.Now()
 	e.mustKubectl("", "-n", ns, "delete", "pod", podName, "--wait=false")
 	if _, err := clusterstack.WaitGatewayPod(ctx, cs, gwName, pod, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if gp, err = e.waitPod(gp.uid); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.attach(gp); err != nil {
 		t.Fatal(err)
 	}
 	if err := waitSyncs(ctx, bootSyncs+2); err != nil {
@@ -240,6 +258,9 @@ func TestReplaceGatewayShape(t *testing.T) {
 	if n := counter(metrics.Resyncs.WithLabelValues(gwName, "bootid")) - bootSyncs; n != 2 {
 		t.Errorf("boot-id syncs: %v, want 2 (first pod, new pod)", n)
 	}
+
+	// 5b. The network from Kube-OVN's objects (--network-source=kube-ovn).
+	net := e.kubeOVNNetwork(gp)
 
 	// 6. Deleting the VpcNatGateway deletes the StatefulSet (owner reference).
 	t0 = time.Now()
@@ -265,7 +286,9 @@ func TestReplaceGatewayShape(t *testing.T) {
 		"unexpected_differences", len(unexpected), "intended_differences", strings.Join(intended, ","),
 		"same_image", upSts[`spec.template.spec.containers[0].image`] == ngSts[`spec.template.spec.containers[0].image`],
 		"kubeovn_sts", upstreamIn, "kubeovn_feature_off_cleanup", cleanupIn, "natgw_sts", natgwIn,
-		"natgw_pod_running", podRunningIn, "natgw_exec_synced", connectedIn, "new_pod_one_sync", resyncIn, "gc_after_delete", gcIn)
+		"natgw_pod_running", podRunningIn, "natgw_exec_synced", connectedIn, "new_pod_one_sync", resyncIn, "gc_after_delete", gcIn,
+		"vpc_routes", net.vpcRoutes, "eip_reserved", net.reservedIn, "ipam_refused_reserved", net.refused,
+		"other_vips", net.others, "released", net.releasedIn)
 }
 
 // kubeOVNDeleteLine is what kube-ovn-controller logs when it handles a
@@ -363,6 +386,8 @@ func (e *env) startReplace() {
 	ctx, cancel := context.WithCancel(e.ctx)
 	if _, err := reconciler.Setup(ctx, mgr, reconciler.Config{
 		Workers: 2, RemoveUpstreamFinalizer: true, SkipNameValidation: true,
+		// --network-source=kube-ovn, the default with --provision-gateways.
+		KubeOVNNetwork: true,
 		Gateway: gateway.Options{
 			Transport:        &transport.Exec{Config: restCfg, Client: cs, Namespace: ns, Command: "/natgw", Log: log.WithName("agent")},
 			Config:           &gwconfig.Config{Unlisted: true},
