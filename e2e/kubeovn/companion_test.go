@@ -40,8 +40,10 @@ import (
 const CyclesEnv = "NATGW_COMPANION_CYCLES"
 
 // stormBudget bounds the storm's API phase (Kube-OVN's own processing of
-// it comes after, bounded separately).
-const stormBudget = 90 * time.Second
+// it comes after, bounded separately): room for the 500 cycles at
+// the ~400 ms a cycle measured on a 2-vCPU machine with Kube-OVN's
+// controller and the probes running.
+const stormBudget = 5 * time.Minute
 
 // CompanionEnv set to 1 runs TestCompanion (not yet proven reliable in
 // CI: off by default until it has passed twice in a row).
@@ -384,7 +386,7 @@ spec:
 	// Kube-OVN works through the storm; the storm EIP ends with no FIP
 	// (Kube-OVN's deletes, or the sweeper for a FIP Kube-OVN leaked).
 	settleStart := time.Now()
-	if err := eventually(ctx, 5*time.Minute, func() error {
+	if err := eventually(ctx, 8*time.Minute, func() error {
 		var l v1.IptablesFIPRuleList
 		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()

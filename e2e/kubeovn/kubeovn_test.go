@@ -285,7 +285,7 @@ func start(t *testing.T) *env {
 	}
 	image = cluster.QualifiedImage(image)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	t.Cleanup(cancel)
 	start := time.Now()
 	c, err := cluster.Up(ctx, ccfg)
