@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -377,13 +376,7 @@ func TestFake(t *testing.T) {
 // TestEnvtest runs the scenarios against a real kube-apiserver + etcd with
 // upstream's Vip and Subnet CRDs and natgw's IptablesEIP CRD.
 func TestEnvtest(t *testing.T) {
-	assets := apitest.Assets()
-	if skip := apitest.Missing(assets); skip != "" {
-		if os.Getenv("CI") != "" && os.Geteuid() == 0 {
-			t.Fatalf("%s (required as root in CI)", skip)
-		}
-		t.Skip("SKIP: " + skip)
-	}
+	assets := apitest.RequireAssets(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	up, err := crdtest.LoadSet(ctx, crdtest.Upstream, "")
@@ -398,15 +391,7 @@ func TestEnvtest(t *testing.T) {
 		}
 		env.CRDs = append(env.CRDs, crd.DeepCopy())
 	}
-	cfg, err := apitest.Start(env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop envtest: %v", err)
-		}
-	})
+	cfg := apitest.StartT(t, env)
 	c, err := client.New(cfg, client.Options{Scheme: testScheme(t)})
 	if err != nil {
 		t.Fatal(err)

@@ -99,16 +99,7 @@ func TestKubeOVNNetwork(t *testing.T) {
 			return nil
 		})
 	}
-	e.eventually(30*time.Second, "EIP with the external subnet's prefix length", func() error {
-		addrs, err := netlab.Addrs(e.gw.GW, e.gw.ExternalInterface)
-		if err != nil {
-			return err
-		}
-		if !slices.Contains(addrs, netip.MustParsePrefix("192.0.2.10/26")) {
-			return fmt.Errorf("net1 has %v, want 192.0.2.10/26", addrs)
-		}
-		return nil
-	})
+	e.waitNetHas(netip.MustParsePrefix("192.0.2.10/26")) // the external subnet's prefix length
 	wantRoutes("routes from the Subnets",
 		"0.0.0.0/0 via 192.0.2.2 dev net1", "10.9.0.0/24 via 198.51.100.254 dev eth0")
 
@@ -140,16 +131,7 @@ func TestKubeOVNNetwork(t *testing.T) {
 	e.subnet("nope", "", "nope.kube-system", "192.0.2.0/25", "192.0.2.1")
 	e.kubeOVNReserves(bad.Name, netip.MustParseAddr("192.0.2.11"))
 	e.waitReady(bad)
-	e.eventually(30*time.Second, "the late subnet's prefix length", func() error {
-		addrs, err := netlab.Addrs(e.gw.GW, e.gw.ExternalInterface)
-		if err != nil {
-			return err
-		}
-		if !slices.Contains(addrs, netip.MustParsePrefix("192.0.2.11/25")) {
-			return fmt.Errorf("net1 has %v, want 192.0.2.11/25", addrs)
-		}
-		return nil
-	})
+	e.waitNetHas(netip.MustParsePrefix("192.0.2.11/25")) // the late subnet's
 }
 
 // kubeOVNReserves plays Kube-OVN's vip controller for the Vip of EIP eip
@@ -180,6 +162,17 @@ func (e *env) netHas(p netip.Prefix) bool {
 		e.t.Fatal(err)
 	}
 	return slices.Contains(addrs, p)
+}
+
+// waitNetHas waits until the gateway's external interface holds p.
+func (e *env) waitNetHas(p netip.Prefix) {
+	e.t.Helper()
+	e.eventually(30*time.Second, "net1 holds "+p.String(), func() error {
+		if !e.netHas(p) {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
 }
 
 // TestKubeOVNEIPAddress: with --network-source=kube-ovn an EIP's address

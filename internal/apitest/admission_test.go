@@ -2,7 +2,6 @@ package apitest_test
 
 import (
 	"context"
-	"os"
 	"slices"
 	"testing"
 
@@ -23,13 +22,7 @@ const gwLabel = "ovn.kubernetes.io/vpc-nat-gw-name"
 // vpc-nat-gw-name label from spec.natGwDp (only when set), and kinds the
 // policy does not match (QoSPolicy) are untouched.
 func TestAdmissionPolicy(t *testing.T) {
-	assets := apitest.Assets()
-	if why := apitest.Missing(assets); why != "" {
-		if os.Getenv("CI") != "" && os.Geteuid() == 0 {
-			t.Fatalf("%s (required as root in CI)", why)
-		}
-		t.Skip("SKIP: " + why)
-	}
+	assets := apitest.RequireAssets(t)
 	for _, set := range crdtest.Sets {
 		t.Run(string(set), func(t *testing.T) {
 			ctx := context.Background()
@@ -37,12 +30,7 @@ func TestAdmissionPolicy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			env := apitest.Environment(assets, dir)
-			cfg, err := apitest.Start(env)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = env.Stop() })
+			cfg := apitest.StartT(t, apitest.Environment(assets, dir))
 			if err := apitest.InstallAdmission(ctx, cfg, apitest.AdmissionOptions{}); err != nil {
 				t.Fatal(err)
 			}

@@ -3,7 +3,6 @@ package v1_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,20 +25,8 @@ import (
 // binaries are not there.
 func startAPIServer(t *testing.T) client.Client {
 	t.Helper()
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if why := apitest.Missing(assets); why != "" {
-		t.Skip("SKIP: " + why)
-	}
-	env := apitest.Environment(assets, filepath.Join(repoRoot(t), "controller", "config", "crd"))
-	cfg, err := apitest.Start(env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop envtest: %v", err)
-		}
-	})
+	assets := apitest.RequireAssets(t)
+	cfg := apitest.StartT(t, apitest.Environment(assets, filepath.Join(repoRoot(t), "controller", "config", "crd")))
 
 	scheme := runtime.NewScheme()
 	if err := v1.AddToScheme(scheme); err != nil {
