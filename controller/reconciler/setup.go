@@ -129,6 +129,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 	if deps.Subnets != nil {
 		gwCtl = gwCtl.Watches(kubeovn.NewSubnet(), handler.EnqueueRequestsFromMapFunc(kubeovn.GatewaysOfSubnet(deps.Client, deps.Log)), builder.WithPredicates(subnetChanged))
 	}
+	// QoSPolicy: its own finalizer, status and deletion hold (qos.go).
+	if err := setupQoSPolicy(ctx, mgr, deps, opts); err != nil {
+		return nil, err
+	}
+
 	err := eipCtl.Complete(&eipReconciler{Deps: deps})
 	if err != nil {
 		return nil, fmt.Errorf("iptables-eip controller: %w", err)

@@ -26,6 +26,29 @@ type QoSPolicyRuleMatchType string
 
 const QoSMatchTypeIP QoSPolicyRuleMatchType = "ip"
 
+// Condition types and reasons natgw-controller writes on a QoSPolicy (its
+// Ready condition says whether natgw accepted the policy and can program
+// every binding; InUse names the objects that reference it).
+const (
+	// ConditionInUse is True while an IptablesEIP or a VpcNatGateway
+	// names the policy in spec.qosPolicy; a terminating policy keeps
+	// natgw's finalizer meanwhile (reason DeletionBlocked).
+	ConditionInUse = "InUse"
+
+	// ReasonAccepted: the policy passed upstream's validation, its status
+	// records the spec, and natgw programs every binding of it.
+	ReasonAccepted = "Accepted"
+	// ReasonUnsupported: the policy is valid but names something natgw's
+	// data plane does not program (gateway-wide QoS, a rule with a match);
+	// the message names the field and value.
+	ReasonUnsupported = "Unsupported"
+	ReasonInUse       = "InUse"
+	ReasonNotInUse    = "NotInUse"
+	// ReasonDeletionBlocked: the policy is being deleted while objects
+	// still reference it; the message names them.
+	ReasonDeletionBlocked = "DeletionBlocked"
+)
+
 // QoSPolicyBandwidthLimitRule is one rate limit.
 // +kubebuilder:validation:XValidation:rule="!has(self.matchValue) || size(self.matchValue) == 0 || has(self.matchType)",message="matchType is required with matchValue"
 type QoSPolicyBandwidthLimitRule struct {
