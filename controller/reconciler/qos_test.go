@@ -305,10 +305,10 @@ func TestQoSPolicyRulesChangeEIPLimits(t *testing.T) {
 			return nil
 		}
 	}
-	e.eventually(30*time.Second, "limits programmed", qosIs(nat.QoS{IngressRateMbps: 10, IngressBurstMbit: 1, EgressRateMbps: 20, EgressBurstMbit: 2}))
+	e.eventually(30*time.Second, "limits programmed", qosIs(nat.QoS{IngressRateMbps: 10, IngressBurstMbit: 9, EgressRateMbps: 20, EgressBurstMbit: 17}))
 
 	e.update(p, func() { p.Spec.BandwidthLimitRules[0].RateMax = "30" })
-	e.eventually(30*time.Second, "limits changed", qosIs(nat.QoS{IngressRateMbps: 30, IngressBurstMbit: 1, EgressRateMbps: 20, EgressBurstMbit: 2}))
+	e.eventually(30*time.Second, "limits changed", qosIs(nat.QoS{IngressRateMbps: 30, IngressBurstMbit: 9, EgressRateMbps: 20, EgressBurstMbit: 17}))
 	e.waitQoSCondition(p, v1.ConditionReady, v1.ReasonAccepted, 30*time.Second)
 	if len(p.Status.BandwidthLimitRules) != 2 || p.Status.BandwidthLimitRules[0].RateMax != "30" {
 		t.Errorf("status rules %+v, want the new rateMax", p.Status.BandwidthLimitRules)

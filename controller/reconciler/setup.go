@@ -115,7 +115,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 		Watches(&v1.IptablesFIPRule{}, toEIP, builder.WithPredicates(specOrMetaChanged)).
 		Watches(&v1.IptablesDnatRule{}, toEIP, builder.WithPredicates(specOrMetaChanged)).
 		Watches(&v1.IptablesSnatRule{}, toEIP, builder.WithPredicates(specOrMetaChanged)).
-		Watches(&v1.QoSPolicy{}, handler.EnqueueRequestsFromMapFunc(deps.eipsOfPolicy)).
+		Watches(&v1.QoSPolicy{}, handler.EnqueueRequestsFromMapFunc(deps.eipsOfPolicy), builder.WithPredicates(specOrMetaChanged)).
 		WatchesRawSource(gev.source(deps.eipsOfGateway))
 	gwCtl := ctrl.NewControllerManagedBy(mgr).Named("vpc-nat-gateway").WithOptions(opts).
 		For(&v1.VpcNatGateway{}, builder.WithPredicates(specOrMetaChanged)).

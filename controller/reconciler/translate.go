@@ -3,10 +3,12 @@ package reconciler
 import (
 	"fmt"
 	"net/netip"
+	"math"
 	"strconv"
 	"strings"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/gwimage/compat"
 	"github.com/natgw/natgw/controller/kubeovn"
 	"github.com/natgw/natgw/nat"
 )
@@ -82,7 +84,7 @@ func qosObject(p *v1.QoSPolicy) (*nat.QoS, error) {
 		if err != nil {
 			return nil, err
 		}
-		burst, err := mbit(where+".burstMax", r.BurstMax)
+		burst, err := burstMbit(where+".burstMax", r.BurstMax)
 		if err != nil {
 			return nil, err
 		}
@@ -99,6 +101,21 @@ func qosObject(p *v1.QoSPolicy) (*nat.QoS, error) {
 		return nil, nil
 	}
 	return q, nil
+}
+
+// burstMbit parses a burst in Kube-OVN's unit, MB of 1,048,576 bytes
+// (upstream's script multiplies it by 1,048,576; decimals allowed), into
+// the data plane's whole Mbit (125,000 bytes), rounded up so that a burst is
+// never smaller than asked. At most 4095 MB (the script's 32-bit bytes).
+func burstMbit(field, s string) (uint32, error) {
+	if s == "" {
+		return 0, nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f < 0 || f*compat.BytesPerMB > math.MaxUint32 {
+		return 0, invalid(field, s, "not a number of MB from 0 to 4095")
+	}
+	return uint32(math.Ceil(f * compat.BytesPerMB * 8 / 1e6)), nil
 }
 
 // mbit parses a whole number of Mbit ("" is 0); fractions are rounded up so

@@ -99,7 +99,8 @@ func TestQoS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := nat.QoS{IngressRateMbps: 10, IngressBurstMbit: 3, EgressRateMbps: 3}
+	// burstMax 2.5 MB = 2,621,440 bytes = 20.97 Mbit, rounded up.
+	want := nat.QoS{IngressRateMbps: 10, IngressBurstMbit: 21, EgressRateMbps: 3}
 	if q == nil || *q != want {
 		t.Errorf("got %+v, want %+v", q, want)
 	}

@@ -69,9 +69,9 @@ type QoSPolicyBandwidthLimitRule struct {
 	// +optional
 	RateMax string `json:"rateMax,omitempty"`
 
-	// BurstMax is the burst in Mbit.
+	// BurstMax is the burst in MB (1,048,576 bytes), Kube-OVN's unit.
 	// +kubebuilder:validation:MaxLength=16
-	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^[0-9]+([.][0-9]+)?$')",message="must be a number of Mbit"
+	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^[0-9]+([.][0-9]+)?$')",message="must be a number of MB"
 	// +optional
 	BurstMax string `json:"burstMax,omitempty"`
 
