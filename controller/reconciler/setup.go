@@ -50,7 +50,8 @@ type Config struct {
 }
 
 // Setup registers the field indexes, the gateway Registry (a leader-only
-// Runnable started after the caches synced) and the five controllers.
+// Runnable started after the caches synced) and the six controllers (the
+// five NAT kinds and QoSPolicy).
 func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 1
