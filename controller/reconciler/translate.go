@@ -2,14 +2,14 @@ package reconciler
 
 import (
 	"fmt"
-	"net/netip"
 	"math"
+	"net/netip"
 	"strconv"
 	"strings"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
-	"github.com/natgw/natgw/gwimage/compat"
 	"github.com/natgw/natgw/controller/kubeovn"
+	"github.com/natgw/natgw/gwimage/compat"
 	"github.com/natgw/natgw/nat"
 )
 
