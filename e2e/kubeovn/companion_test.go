@@ -45,9 +45,6 @@ const CyclesEnv = "NATGW_COMPANION_CYCLES"
 // controller and the probes running.
 const stormBudget = 5 * time.Minute
 
-// CompanionEnv set to 1 runs TestCompanion (not yet proven reliable in
-// CI: off by default until it has passed twice in a row).
-const CompanionEnv = "NATGW_COMPANION_E2E"
 
 const (
 	companionPeriod = time.Second
@@ -173,9 +170,6 @@ func (e *env) gatewayObjects() (map[string]nat.Object, error) {
 // new FIP through Kube-OVN's controller (refused while the leak held it);
 // and during a storm of FIP create/delete cycles no live object is touched.
 func TestCompanion(t *testing.T) {
-	if os.Getenv(CompanionEnv) != "1" {
-		t.Skipf("set %s=1 to run it", CompanionEnv)
-	}
 	cycles := 500
 	if v := os.Getenv(CyclesEnv); v != "" {
 		n, err := strconv.Atoi(v)

@@ -34,9 +34,6 @@ import (
 	"github.com/natgw/natgw/internal/testsummary"
 )
 
-// ReplaceShapeEnv set to 1 runs TestReplaceGatewayShape (off by default
-// until it has passed twice in a row).
-const ReplaceShapeEnv = "NATGW_REPLACE_SHAPE_E2E"
 
 // shapeManifest is one VpcNatGateway that sets every field the
 // StatefulSet is built from: external subnet, node selector, tolerations,
@@ -97,9 +94,6 @@ var shapeIgnored = []string{"metadata.uid", "metadata.resourceVersion", "metadat
 // (one sync), a new pod is one more sync (new boot id), and deleting the
 // VpcNatGateway garbage-collects the StatefulSet.
 func TestReplaceGatewayShape(t *testing.T) {
-	if os.Getenv(ReplaceShapeEnv) != "1" {
-		t.Skipf("set %s=1 to run it", ReplaceShapeEnv)
-	}
 	e := start(t)
 	ctx := e.ctx
 	cs, err := e.c.Clientset()
