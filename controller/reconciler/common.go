@@ -371,19 +371,8 @@ func (d *Deps) finishDeleteThen(ctx context.Context, log logr.Logger, obj client
 			return ctrl.Result{RequeueAfter: releaseRetry}, nil
 		}
 	}
-	before := obj.DeepCopyObject().(client.Object)
-	controllerutil.RemoveFinalizer(obj, Finalizer)
-	if d.RemoveUpstreamFinalizer {
-		controllerutil.RemoveFinalizer(obj, v1.Finalizer)
-	}
-	if err := d.patchMeta(ctx, obj, before); err != nil {
-		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, nil
-		}
-		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: staleRetry}, nil
-		}
-		return ctrl.Result{}, fmt.Errorf("remove finalizer: %w", err)
+	if ok, res, err := d.removeFinalizers(ctx, obj); !ok {
+		return res, err
 	}
 	for _, uid := range uids {
 		d.tracked().forget(kind, obj.GetName(), uid)
@@ -391,6 +380,28 @@ func (d *Deps) finishDeleteThen(ctx context.Context, log logr.Logger, obj client
 	log.V(1).Info("deleted on gateway; finalizer removed", "gateways", gws)
 	d.deleteLeftovers(ctx, log, kind, uids)
 	return ctrl.Result{}, nil
+}
+
+// removeFinalizers removes natgw's finalizer (and upstream's with
+// RemoveUpstreamFinalizer) from obj by metadata patch. ok is false when
+// they were not removed: the object is gone already (a zero result), the
+// patch conflicted (retry soon) or failed (err).
+func (d *Deps) removeFinalizers(ctx context.Context, obj client.Object) (ok bool, res ctrl.Result, err error) {
+	before := obj.DeepCopyObject().(client.Object)
+	controllerutil.RemoveFinalizer(obj, Finalizer)
+	if d.RemoveUpstreamFinalizer {
+		controllerutil.RemoveFinalizer(obj, v1.Finalizer)
+	}
+	if err := d.patchMeta(ctx, obj, before); err != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			return false, ctrl.Result{}, nil
+		case apierrors.IsConflict(err):
+			return false, ctrl.Result{RequeueAfter: staleRetry}, nil
+		}
+		return false, ctrl.Result{}, fmt.Errorf("remove finalizer: %w", err)
+	}
+	return true, ctrl.Result{}, nil
 }
 
 // deleteLeftovers deletes uids, whose object is now gone, from every

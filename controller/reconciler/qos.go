@@ -31,18 +31,14 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 )
@@ -53,33 +49,12 @@ const qosPolicyIndex = "spec.qosPolicy"
 // maxNamed is how many users a condition message names before "and N more".
 const maxNamed = 10
 
-// setupQoSPolicy registers the QoSPolicy controller and its indexes.
+// setupQoSPolicy registers the QoSPolicy controller (its indexes are in
+// registerIndexes).
 func setupQoSPolicy(ctx context.Context, mgr ctrl.Manager, deps *Deps, opts controller.Options) error {
-	idx := mgr.GetFieldIndexer()
-	if err := idx.IndexField(ctx, &v1.IptablesEIP{}, qosPolicyIndex, func(o client.Object) []string {
-		if e, ok := o.(*v1.IptablesEIP); ok && e.Spec.QoSPolicy != "" {
-			return []string{e.Spec.QoSPolicy}
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("index IptablesEIPs by %s: %w", qosPolicyIndex, err)
-	}
-	if err := idx.IndexField(ctx, &v1.VpcNatGateway{}, qosPolicyIndex, func(o client.Object) []string {
-		if g, ok := o.(*v1.VpcNatGateway); ok && g.Spec.QoSPolicy != "" {
-			return []string{g.Spec.QoSPolicy}
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("index VpcNatGateways by %s: %w", qosPolicyIndex, err)
-	}
 	// A user's update maps its old and its new object: the policy it
 	// dropped is reconciled as well as the one it names now.
-	toPolicy := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		if name := specQoSPolicy(o); name != "" {
-			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name}}}
-		}
-		return nil
-	})
+	toPolicy := toNamed(specQoSPolicy)
 	err := ctrl.NewControllerManagedBy(mgr).Named("qos-policy").WithOptions(opts).
 		For(&v1.QoSPolicy{}, builder.WithPredicates(specOrMetaChanged)).
 		Watches(&v1.IptablesEIP{}, toPolicy, builder.WithPredicates(qosUserChanged)).
@@ -263,19 +238,8 @@ func (r *qosPolicyReconciler) finishPolicyDelete(ctx context.Context, log logr.L
 		// reference goes.
 		return ctrl.Result{}, nil
 	}
-	before := p.DeepCopy()
-	controllerutil.RemoveFinalizer(p, Finalizer)
-	if r.RemoveUpstreamFinalizer {
-		controllerutil.RemoveFinalizer(p, v1.Finalizer)
-	}
-	if err := r.patchMeta(ctx, p, before); err != nil {
-		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, nil
-		}
-		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: staleRetry}, nil
-		}
-		return ctrl.Result{}, fmt.Errorf("remove finalizer: %w", err)
+	if ok, res, err := r.removeFinalizers(ctx, p); !ok {
+		return res, err
 	}
 	log.V(1).Info("no object references the QoSPolicy; finalizer removed")
 	return ctrl.Result{}, nil

@@ -105,12 +105,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 		return nil, err
 	}
 
-	toEIP := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		if name := ruleEIP(o); name != "" {
-			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name}}}
-		}
-		return nil
-	})
+	toEIP := toNamed(ruleEIP)
 	eipCtl := ctrl.NewControllerManagedBy(mgr).Named("iptables-eip").WithOptions(opts).
 		For(&v1.IptablesEIP{}, builder.WithPredicates(specOrMetaChanged)).
 		Watches(&v1.IptablesFIPRule{}, toEIP, builder.WithPredicates(specOrMetaChanged)).
@@ -147,15 +142,17 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 }
 
 // registerIndexes registers the cache indexes the reconcilers and the
-// Source read by: rules of each kind by spec.eip, EIPs by spec.natGwDp.
+// Source read by: rules of each kind by spec.eip, EIPs by spec.natGwDp,
+// EIPs and VpcNatGateways by spec.qosPolicy.
 func registerIndexes(ctx context.Context, idx client.FieldIndexer) error {
-	if err := idx.IndexField(ctx, &v1.IptablesEIP{}, gatewayIndex, func(o client.Object) []string {
-		if e, ok := o.(*v1.IptablesEIP); ok && e.Spec.NatGwDp != "" {
-			return []string{e.Spec.NatGwDp}
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("index IptablesEIPs by %s: %w", gatewayIndex, err)
+	if err := indexField(ctx, idx, &v1.IptablesEIP{}, gatewayIndex, func(e *v1.IptablesEIP) string { return e.Spec.NatGwDp }); err != nil {
+		return err
+	}
+	if err := indexField(ctx, idx, &v1.IptablesEIP{}, qosPolicyIndex, func(e *v1.IptablesEIP) string { return e.Spec.QoSPolicy }); err != nil {
+		return err
+	}
+	if err := indexField(ctx, idx, &v1.VpcNatGateway{}, qosPolicyIndex, func(g *v1.VpcNatGateway) string { return g.Spec.QoSPolicy }); err != nil {
+		return err
 	}
 	for _, err := range []error{
 		indexByEIP(ctx, idx, fipKind),
@@ -171,15 +168,34 @@ func registerIndexes(ctx context.Context, idx client.FieldIndexer) error {
 
 // indexByEIP indexes rule kind k by spec.eip.
 func indexByEIP[T client.Object](ctx context.Context, idx client.FieldIndexer, k ruleKind[T]) error {
-	if err := idx.IndexField(ctx, k.newObj(), eipIndex, func(o client.Object) []string {
+	return indexField(ctx, idx, k.newObj(), eipIndex, k.eipName)
+}
+
+// indexField indexes the objects of obj's kind under name by the value
+// f returns ("" indexes nothing).
+func indexField[T client.Object](ctx context.Context, idx client.FieldIndexer, obj T, name string, f func(T) string) error {
+	if err := idx.IndexField(ctx, obj, name, func(o client.Object) []string {
 		if t, ok := o.(T); ok {
-			return []string{k.eipName(t)}
+			if v := f(t); v != "" {
+				return []string{v}
+			}
 		}
 		return nil
 	}); err != nil {
-		return fmt.Errorf("index %T by %s: %w", k.newObj(), eipIndex, err)
+		return fmt.Errorf("index %T by %s: %w", obj, name, err)
 	}
 	return nil
+}
+
+// toNamed maps an event to the cluster-scoped object that name(o) names
+// (nothing for "").
+func toNamed(name func(client.Object) string) handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		if n := name(o); n != "" {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: n}}}
+		}
+		return nil
+	})
 }
 
 // setupRule registers the controller of rule kind k: it
@@ -245,15 +261,13 @@ func ruleEIP(o client.Object) string {
 // eipsOfPolicy maps a QoSPolicy to the EIPs that use it.
 func (d *Deps) eipsOfPolicy(ctx context.Context, o client.Object) []reconcile.Request {
 	list := &v1.IptablesEIPList{}
-	if err := d.Client.List(ctx, list); err != nil {
+	if err := d.Client.List(ctx, list, client.MatchingFields{qosPolicyIndex: o.GetName()}); err != nil {
 		d.Log.Error(err, "map QoSPolicy to EIPs", "qosPolicy", o.GetName())
 		return nil
 	}
-	var reqs []reconcile.Request
+	reqs := make([]reconcile.Request, 0, len(list.Items))
 	for _, e := range list.Items {
-		if e.Spec.QoSPolicy == o.GetName() {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: e.Name}})
-		}
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: e.Name}})
 	}
 	return reqs
 }
