@@ -45,7 +45,6 @@ const CyclesEnv = "NATGW_COMPANION_CYCLES"
 // controller and the probes running.
 const stormBudget = 5 * time.Minute
 
-
 const (
 	companionPeriod = time.Second
 	companionGrace  = 10 * time.Second

@@ -34,7 +34,6 @@ import (
 	"github.com/natgw/natgw/internal/testsummary"
 )
 
-
 // shapeManifest is one VpcNatGateway that sets every field the
 // StatefulSet is built from: external subnet, node selector, tolerations,
 // affinity, routes, user annotations, lanIp (and a second subnet in its VPC
