@@ -203,7 +203,7 @@ func (r *eipReconciler) natUsers(ctx context.Context, eip string) (string, error
 		{"fip", &v1.IptablesFIPRuleList{}},
 		{"snat", &v1.IptablesSnatRuleList{}},
 	} {
-		if err := r.Client.List(ctx, l.list, client.MatchingFields{eipIndex: eip}); err != nil {
+		if err := r.Client.List(ctx, l.list, client.MatchingFields{EIPIndex: eip}); err != nil {
 			return "", err
 		}
 		if n, err := liveCount(l.list); err != nil {

@@ -308,7 +308,7 @@ func (e *env) installAdmission() {
 
 // meta returns ObjectMeta for a test object.
 // indexedClient returns a client that reads from an informer cache with
-// the controller's indexes (registerIndexes), as the binary's does: the
+// the controller's indexes (RegisterIndexes), as the binary's does: the
 // Source lists a gateway's objects by index, which a direct client cannot.
 // The cache runs until the test ends.
 func (e *env) indexedClient() client.Client {
@@ -317,7 +317,7 @@ func (e *env) indexedClient() client.Client {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if err := registerIndexes(e.ctx, ca); err != nil {
+	if err := RegisterIndexes(e.ctx, ca); err != nil {
 		e.t.Fatal(err)
 	}
 	go func() { _ = ca.Start(e.ctx) }()

@@ -63,7 +63,7 @@ func gatewayRequest(_ context.Context, gw string) []reconcile.Request {
 // eipsOfGateway maps a gateway change to the gateway's EIPs.
 func (d *Deps) eipsOfGateway(ctx context.Context, gw string) []reconcile.Request {
 	list := &v1.IptablesEIPList{}
-	if err := d.Client.List(ctx, list, client.MatchingFields{gatewayIndex: gw}); err != nil {
+	if err := d.Client.List(ctx, list, client.MatchingFields{GatewayIndex: gw}); err != nil {
 		d.Log.Error(err, "map gateway to EIPs", "gateway", gw)
 		return nil
 	}

@@ -50,7 +50,7 @@ const qosPolicyIndex = "spec.qosPolicy"
 const maxNamed = 10
 
 // setupQoSPolicy registers the QoSPolicy controller (its indexes are in
-// registerIndexes).
+// RegisterIndexes).
 func setupQoSPolicy(ctx context.Context, mgr ctrl.Manager, deps *Deps, opts controller.Options) error {
 	// A user's update maps its old and its new object: the policy it
 	// dropped is reconciled as well as the one it names now.

@@ -155,7 +155,7 @@ func (r *ruleReconciler[T]) desired(ctx context.Context, eips []*v1.IptablesEIP)
 			continue
 		}
 		list := r.k.newList()
-		if err := r.Client.List(ctx, list, client.MatchingFields{eipIndex: e.Name}); err != nil {
+		if err := r.Client.List(ctx, list, client.MatchingFields{EIPIndex: e.Name}); err != nil {
 			return nil, err
 		}
 		for _, o := range r.k.items(list) {

@@ -20,15 +20,16 @@ import (
 	"github.com/natgw/natgw/controller/kubeovn"
 )
 
-// eipIndex indexes rules by spec.eip.
-const eipIndex = "spec.eip"
+// EIPIndex indexes rules (IptablesFIPRule, IptablesDnatRule,
+// IptablesSnatRule) by spec.eip in the manager's cache (RegisterIndexes).
+const EIPIndex = "spec.eip"
 
-// gatewayIndex indexes IptablesEIPs by spec.natGwDp: a gateway's desired
+// GatewayIndex indexes IptablesEIPs by spec.natGwDp (RegisterIndexes): a gateway's desired
 // set and its connection events read only that gateway's EIPs (and, by
-// eipIndex, their rules), so their cost follows the gateway's objects,
+// EIPIndex, their rules), so their cost follows the gateway's objects,
 // not every object of every gateway (the cache deep-copies what a List
 // returns).
-const gatewayIndex = "spec.natGwDp"
+const GatewayIndex = "spec.natGwDp"
 
 // Config configures Setup.
 type Config struct {
@@ -87,7 +88,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 		return nil, fmt.Errorf("add gateway registry: %w", err)
 	}
 
-	if err := registerIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+	if err := RegisterIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return nil, err
 	}
 	opts := controller.Options{MaxConcurrentReconciles: cfg.Workers}
@@ -141,11 +142,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 	return reg, nil
 }
 
-// registerIndexes registers the cache indexes the reconcilers and the
-// Source read by: rules of each kind by spec.eip, EIPs by spec.natGwDp,
+// RegisterIndexes registers the cache indexes the reconcilers, the
+// Source and the admission webhook (controller/admission) read by; Setup
+// calls it, a process without the reconcilers calls it itself: rules of each kind by spec.eip, EIPs by spec.natGwDp,
 // EIPs and VpcNatGateways by spec.qosPolicy.
-func registerIndexes(ctx context.Context, idx client.FieldIndexer) error {
-	if err := indexField(ctx, idx, &v1.IptablesEIP{}, gatewayIndex, func(e *v1.IptablesEIP) string { return e.Spec.NatGwDp }); err != nil {
+func RegisterIndexes(ctx context.Context, idx client.FieldIndexer) error {
+	if err := indexField(ctx, idx, &v1.IptablesEIP{}, GatewayIndex, func(e *v1.IptablesEIP) string { return e.Spec.NatGwDp }); err != nil {
 		return err
 	}
 	if err := indexField(ctx, idx, &v1.IptablesEIP{}, qosPolicyIndex, func(e *v1.IptablesEIP) string { return e.Spec.QoSPolicy }); err != nil {
@@ -168,7 +170,7 @@ func registerIndexes(ctx context.Context, idx client.FieldIndexer) error {
 
 // indexByEIP indexes rule kind k by spec.eip.
 func indexByEIP[T client.Object](ctx context.Context, idx client.FieldIndexer, k ruleKind[T]) error {
-	return indexField(ctx, idx, k.newObj(), eipIndex, k.eipName)
+	return indexField(ctx, idx, k.newObj(), EIPIndex, k.eipName)
 }
 
 // indexField indexes the objects of obj's kind under name by the value
@@ -217,7 +219,7 @@ func setupRule[T client.Object](ctx context.Context, mgr ctrl.Manager, deps *Dep
 				return nil
 			}
 			list := k.newList()
-			if err := deps.Client.List(ctx, list, client.MatchingFields{eipIndex: eip}); err != nil {
+			if err := deps.Client.List(ctx, list, client.MatchingFields{EIPIndex: eip}); err != nil {
 				deps.Log.Error(err, "map to rules of EIP", "eip", eip)
 				return nil
 			}
