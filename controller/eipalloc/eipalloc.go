@@ -302,14 +302,9 @@ func (a *Allocator) checkSubnet(ctx context.Context, name string, static netip.A
 // kubeovn.SplitIP reads it: the last of each family) and
 // spec.gateway against a static address (zero: none).
 func CheckSubnet(name, cidrBlock, gateway string, static netip.Addr) error {
-	var v4 netip.Prefix
-	if c4, _ := kubeovn.SplitIP(cidrBlock); c4 != "" {
-		if p, err := netip.ParsePrefix(c4); err == nil {
-			v4 = p.Masked()
-		}
-	}
-	if !v4.IsValid() {
-		return fmt.Errorf("%w: subnet %q spec.cidrBlock %q has no IPv4 CIDR", ErrSubnet, name, cidrBlock)
+	v4, err := kubeovn.Subnet{Name: name, CIDRBlock: cidrBlock}.V4CIDR()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrSubnet, err)
 	}
 	if !static.IsValid() {
 		return nil

@@ -110,7 +110,7 @@ func TestGatewayNetwork(t *testing.T) {
 			wantErr: `spec.subnet: subnet "nope" not found`},
 		{name: "bad CIDR of a VPC subnet is named", g: gw(nil),
 			subnets: func(m map[string]Subnet) { s := m["b"]; s.CIDRBlock = "10.0.2.0/33"; m["b"] = s },
-			wantErr: `subnet "b" spec.cidrBlock: "10.0.2.0/33" is not a CIDR`},
+			wantErr: `subnet "b" spec.cidrBlock: "10.0.2.0/33" is not an IPv4 CIDR`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := cluster()

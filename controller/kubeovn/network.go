@@ -51,18 +51,17 @@ func GatewayNetwork(g *v1.VpcNatGateway, subnets map[string]Subnet) (Network, er
 		return n, nil
 	}
 	for _, s := range VPCSubnets(g.Spec.Vpc, subnets) {
-		c4, _ := SplitIP(s.CIDRBlock)
-		if c4 == "" {
-			continue
+		if c4, _ := SplitIP(s.CIDRBlock); c4 == "" {
+			continue // IPv6 only: natgw routes IPv4
 		}
-		p, err := netip.ParsePrefix(c4)
+		p, err := s.V4CIDR()
 		if err != nil {
-			return n, fmt.Errorf("subnet %q spec.cidrBlock: %q is not a CIDR", s.Name, c4)
+			return n, err
 		}
 		if p.Contains(n.InternalGateway) {
 			continue
 		}
-		n.VPCRoutes = append(n.VPCRoutes, p.Masked())
+		n.VPCRoutes = append(n.VPCRoutes, p)
 	}
 	return n, nil
 }
@@ -71,15 +70,25 @@ func GatewayNetwork(g *v1.VpcNatGateway, subnets map[string]Subnet) (Network, er
 // ext: the length of its IPv4 CIDR (handleAddIptablesEip,
 // vpc_nat_gw_eip.go:120-131, util.GetIPAddrWithMask).
 func EIPPrefixLen(ext Subnet) (int, error) {
-	c4, _ := SplitIP(ext.CIDRBlock)
-	if c4 == "" {
-		return 0, fmt.Errorf("external subnet %q spec.cidrBlock: %q has no IPv4 CIDR", ext.Name, ext.CIDRBlock)
-	}
-	p, err := netip.ParsePrefix(c4)
+	p, err := ext.V4CIDR()
 	if err != nil {
-		return 0, fmt.Errorf("external subnet %q spec.cidrBlock: %q is not a CIDR", ext.Name, c4)
+		return 0, fmt.Errorf("external %w", err)
 	}
 	return p.Bits(), nil
+}
+
+// V4CIDR is the subnet's IPv4 CIDR (spec.cidrBlock, which may also hold an
+// IPv6 one), masked.
+func (s Subnet) V4CIDR() (netip.Prefix, error) {
+	c4, _ := SplitIP(s.CIDRBlock)
+	if c4 == "" {
+		return netip.Prefix{}, fmt.Errorf("subnet %q spec.cidrBlock: %q has no IPv4 CIDR", s.Name, s.CIDRBlock)
+	}
+	p, err := netip.ParsePrefix(c4)
+	if err != nil || !p.Addr().Is4() {
+		return netip.Prefix{}, fmt.Errorf("subnet %q spec.cidrBlock: %q is not an IPv4 CIDR", s.Name, c4)
+	}
+	return p.Masked(), nil
 }
 
 // gatewayV4 parses a subnet's IPv4 gateway (invalid when it has none).
