@@ -35,12 +35,12 @@ package compat
 
 import (
 	"fmt"
-	"math"
 	"net/netip"
 	"strconv"
 	"strings"
 
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/gwqos"
 )
 
 // The subcommands Parse accepts: those of the script of Kube-OVN v1.13 to
@@ -75,47 +75,24 @@ var Ops = []string{
 	OpQoSAdd, OpQoSDel, OpGetIptablesVersion,
 }
 
-// GatewayQoS is one gateway-wide QoS rule of qos-add (Add) or qos-del, with
-// upstream's tc semantics: on Iface, traffic leaving it (egress) or arriving
-// on it (ingress), all of it (matchall) or that whose MatchDir address is in
-// CIDR (u32), is held to RateMbps (Mbit/s, decimals allowed) with a burst of
-// BurstMB (MB of 2^20 bytes); of the rules of one interface and direction
-// the one of lowest Priority that matches applies. A rule is identified by
-// Key: an add replaces the rule of the same key, a del removes it.
-type GatewayQoS struct {
-	Add        bool
-	Direction  Direction
-	Iface      string
-	Priority   uint16
-	Classifier string       // "u32" or "matchall"
-	MatchDir   string       // "src" or "dst" (u32)
-	CIDR       netip.Prefix // u32
-	RateMbps   float64
-	BurstMB    float64
-}
+// GatewayQoS is one gateway-wide QoS rule of qos-add (Add) or qos-del:
+// package gwqos's rule, with upstream's tc semantics and units (Mbit/s, MB
+// of 2^20 bytes), identified by its Key (an add replaces the rule of the
+// same key, a del removes it).
+type GatewayQoS = gwqos.Change
 
-// Key identifies the rule a qos-add replaces and a qos-del removes: upstream
-// deletes the filter of the same address and match direction (u32), or the
-// device's matchall filter, before adding.
-func (q GatewayQoS) Key() string {
-	if q.Classifier == "matchall" {
-		return fmt.Sprintf("%s %s matchall", q.Direction, q.Iface)
-	}
-	return fmt.Sprintf("%s %s u32 %s %s", q.Direction, q.Iface, q.MatchDir, q.CIDR)
-}
-
-// Direction of an EIP QoS change.
-type Direction string
+// Direction of a QoS rule.
+type Direction = gwqos.Direction
 
 // QoS directions.
 const (
-	Ingress Direction = "ingress"
-	Egress  Direction = "egress"
+	Ingress = gwqos.Ingress
+	Egress  = gwqos.Egress
 )
 
 // BytesPerMB is upstream's burst unit: the script multiplies the burst by
 // 1,048,576 to get bytes.
-const BytesPerMB = 1 << 20
+const BytesPerMB = gwqos.BytesPerMB
 
 // Presence says what an add does when an object with the same UID is
 // already programmed with another spec.
@@ -554,13 +531,13 @@ func (r *ruleParser) rateBurst(q *GatewayQoS, i int, hint string) error {
 	if q.RateMbps, err = r.decimal(i, "rate"); err != nil {
 		return err
 	}
-	if q.RateMbps <= 0 || q.RateMbps > 100_000 {
-		return r.fail("rate", r.fields[i], "want a rate above 0 and at most 100000 Mbit/s"+hint)
+	if q.RateMbps <= 0 || q.RateMbps > gwqos.MaxRateMbps {
+		return r.fail("rate", r.fields[i], fmt.Sprintf("want a rate above 0 and at most %d Mbit/s", gwqos.MaxRateMbps)+hint)
 	}
 	if q.BurstMB, err = r.decimal(i+1, "burst"); err != nil {
 		return err
 	}
-	if q.BurstMB*BytesPerMB > math.MaxUint32 {
+	if q.BurstMB > gwqos.MaxBurstMB {
 		return r.fail("burst", r.fields[i+1], "at most 4095 MB")
 	}
 	return nil
@@ -569,7 +546,7 @@ func (r *ruleParser) rateBurst(q *GatewayQoS, i int, hint string) error {
 // eipQoS is the QoS rule upstream's script makes for an EIP: on the
 // external interface, ingress by destination, egress by source.
 func eipQoS(dir Direction, eip netip.Addr) GatewayQoS {
-	q := GatewayQoS{Direction: dir, Classifier: "u32", MatchDir: "dst", CIDR: netip.PrefixFrom(eip, 32)}
+	q := GatewayQoS{Rule: gwqos.Rule{Direction: dir, Classifier: gwqos.U32, MatchDir: "dst", CIDR: netip.PrefixFrom(eip, 32)}}
 	if dir == Egress {
 		q.MatchDir = "src"
 	}
@@ -735,17 +712,7 @@ func (r *ruleParser) snatKey() (netip.Addr, netip.Prefix, error) {
 
 // isIfaceName tells an interface name (newer controllers pass
 // "INTERNAL_IFACE,EXTERNAL_IFACE" to init) from an address or CIDR.
-func isIfaceName(s string) bool {
-	if s == "" || len(s) > 15 || strings.ContainsAny(s, "./:") {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '@') {
-			return false
-		}
-	}
-	return true
-}
+func isIfaceName(s string) bool { return gwqos.ValidInterface(s) }
 
 func dedupe(s []string) []string {
 	seen := make(map[string]bool, len(s))

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/gwqos"
 )
 
 var (
@@ -78,13 +79,13 @@ func TestContractFormats(t *testing.T) {
 		{allVersions, "eip add EIP/LEN", "eip-add", []string{"192.0.2.10/24"}, Plan{Apply: []nat.Object{eipObj("192.0.2.10", 24, nil)}, DefaultRouteFromEnv: true}},
 		{allVersions, "eip del EIP/LEN", "eip-del", []string{"192.0.2.10/24"}, Plan{Delete: []string{"compat-eip-192.0.2.10"}}},
 		{allVersions, "ingress qos: u32 dst EIP on the external interface, burst in MB", "eip-ingress-qos-add", []string{"192.0.2.10,1,10,5"}, Plan{GatewayQoS: []GatewayQoS{
-			{Add: true, Direction: Ingress, Priority: 1, Classifier: "u32", MatchDir: "dst", CIDR: pfx("192.0.2.10/32"), RateMbps: 10, BurstMB: 5}}}},
+			{Add: true, Rule: gwqos.Rule{Direction: Ingress, Priority: 1, Classifier: "u32", MatchDir: "dst", CIDR: pfx("192.0.2.10/32"), RateMbps: 10, BurstMB: 5}}}}},
 		{allVersions, "egress qos: u32 src EIP, decimal rate and burst", "eip-egress-qos-add", []string{"192.0.2.10,2,1.5,0.5"}, Plan{GatewayQoS: []GatewayQoS{
-			{Add: true, Direction: Egress, Priority: 2, Classifier: "u32", MatchDir: "src", CIDR: pfx("192.0.2.10/32"), RateMbps: 1.5, BurstMB: 0.5}}}},
+			{Add: true, Rule: gwqos.Rule{Direction: Egress, Priority: 2, Classifier: "u32", MatchDir: "src", CIDR: pfx("192.0.2.10/32"), RateMbps: 1.5, BurstMB: 0.5}}}}},
 		{allVersions, "ingress qos del", "eip-ingress-qos-del", []string{"192.0.2.10"}, Plan{GatewayQoS: []GatewayQoS{
-			{Direction: Ingress, Classifier: "u32", MatchDir: "dst", CIDR: pfx("192.0.2.10/32")}}}},
+			{Rule: gwqos.Rule{Direction: Ingress, Classifier: "u32", MatchDir: "dst", CIDR: pfx("192.0.2.10/32")}}}}},
 		{allVersions, "egress qos del", "eip-egress-qos-del", []string{"192.0.2.10"}, Plan{GatewayQoS: []GatewayQoS{
-			{Direction: Egress, Classifier: "u32", MatchDir: "src", CIDR: pfx("192.0.2.10/32")}}}},
+			{Rule: gwqos.Rule{Direction: Egress, Classifier: "u32", MatchDir: "src", CIDR: pfx("192.0.2.10/32")}}}}},
 		{allVersions, "fip add", "floating-ip-add", []string{"192.0.2.10,198.51.100.10"}, Plan{Apply: []nat.Object{f10}, IfPresent: presence(Refuse, f10)}},
 		{[]string{v113, v114, v115}, "fip del EIP,INTERNAL_IP", "floating-ip-del", []string{"192.0.2.10,198.51.100.10"}, Plan{Delete: []string{"compat-fip-192.0.2.10"}}},
 		{[]string{v116}, "fip del EIP", "floating-ip-del", []string{"192.0.2.10"}, Plan{Delete: []string{"compat-fip-192.0.2.10"}}},
@@ -173,11 +174,11 @@ func TestGatewayQoS(t *testing.T) {
 		want     GatewayQoS
 		key      string
 	}{
-		{"qos-add", "egress,net1,2,u32,ip,dst,192.168.1.1/32,25,25", GatewayQoS{Add: true, Direction: Egress, Iface: "net1", Priority: 2, Classifier: "u32", MatchDir: "dst", CIDR: pfx("192.168.1.1/32"), RateMbps: 25, BurstMB: 25}, "egress net1 u32 dst 192.168.1.1/32"},
-		{"qos-add", "ingress,net1,3,matchall,,,,1.5,0.5", GatewayQoS{Add: true, Direction: Ingress, Iface: "net1", Priority: 3, Classifier: "matchall", RateMbps: 1.5, BurstMB: 0.5}, "ingress net1 matchall"},
-		{"qos-del", "egress,net1,2,u32,ip,src,10.0.0.0/24", GatewayQoS{Direction: Egress, Iface: "net1", Priority: 2, Classifier: "u32", MatchDir: "src", CIDR: pfx("10.0.0.0/24")}, "egress net1 u32 src 10.0.0.0/24"},
-		{"qos-del", "egress,net1,3,matchall,,,", GatewayQoS{Direction: Egress, Iface: "net1", Priority: 3, Classifier: "matchall"}, "egress net1 matchall"},
-		{"qos-del", "egress,net1,3,matchall,,,,30,30", GatewayQoS{Direction: Egress, Iface: "net1", Priority: 3, Classifier: "matchall"}, "egress net1 matchall"},
+		{"qos-add", "egress,net1,2,u32,ip,dst,192.168.1.1/32,25,25", GatewayQoS{Add: true, Rule: gwqos.Rule{Direction: Egress, Iface: "net1", Priority: 2, Classifier: "u32", MatchDir: "dst", CIDR: pfx("192.168.1.1/32"), RateMbps: 25, BurstMB: 25}}, "egress net1 u32 dst 192.168.1.1/32"},
+		{"qos-add", "ingress,net1,3,matchall,,,,1.5,0.5", GatewayQoS{Add: true, Rule: gwqos.Rule{Direction: Ingress, Iface: "net1", Priority: 3, Classifier: "matchall", RateMbps: 1.5, BurstMB: 0.5}}, "ingress net1 matchall"},
+		{"qos-del", "egress,net1,2,u32,ip,src,10.0.0.0/24", GatewayQoS{Rule: gwqos.Rule{Direction: Egress, Iface: "net1", Priority: 2, Classifier: "u32", MatchDir: "src", CIDR: pfx("10.0.0.0/24")}}, "egress net1 u32 src 10.0.0.0/24"},
+		{"qos-del", "egress,net1,3,matchall,,,", GatewayQoS{Rule: gwqos.Rule{Direction: Egress, Iface: "net1", Priority: 3, Classifier: "matchall"}}, "egress net1 matchall"},
+		{"qos-del", "egress,net1,3,matchall,,,,30,30", GatewayQoS{Rule: gwqos.Rule{Direction: Egress, Iface: "net1", Priority: 3, Classifier: "matchall"}}, "egress net1 matchall"},
 	}
 	for _, tt := range good {
 		p, err := Parse(tt.op, []string{tt.rule})

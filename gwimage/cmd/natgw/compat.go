@@ -12,6 +12,7 @@ import (
 	"github.com/natgw/natgw/gwimage/compat"
 	"github.com/natgw/natgw/gwimage/version"
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/gwqos"
 	"github.com/natgw/natgw/nat/netns"
 )
 
@@ -71,15 +72,6 @@ func saveInterfaces(in *compat.Interfaces) error {
 		return fmt.Errorf("record interface names: %w", err)
 	}
 	return nil
-}
-
-// inNetns runs fn in the gateway's namespace (the current one when g names
-// none).
-func inNetns(g *globals, fn func() error) error {
-	if g.netns == "" {
-		return fn()
-	}
-	return netns.Do(g.netns, fn)
 }
 
 // linkExists reports whether the gateway namespace has a link named name.
@@ -155,7 +147,7 @@ func runCompat(ctx context.Context, e env, g *globals, args []string) int {
 				plan.GatewayQoS[i].Iface = g.extIface
 			}
 		}
-		if err := inNetns(g, func() error { return applyGatewayQoS(plan.GatewayQoS) }); err != nil {
+		if err := gwqos.Apply(g.netns, plan.GatewayQoS); err != nil {
 			fmt.Fprintf(e.stderr, "natgw: %s: %v\n", op, err)
 			return exitFail
 		}

@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat/gwqos"
 )
 
 // TestCompatQoSUnits checks EIP QoS set through nat-gateway.sh against
@@ -155,8 +155,11 @@ func TestCompatGatewayQoS(t *testing.T) {
 	if d := measure("upload, ingress rule deleted", true); d >= floor {
 		t.Errorf("upload %v: still held after qos-del", d)
 	}
-	table, err := netlab.NftTable(context.Background(), gw.GW, "ip", gwQoSTable)
-	if err != nil || strings.Contains(table, "limit") {
-		t.Fatalf("after the deletes the table still limits: %q, %v", table, err)
+	// No rule left: no table.
+	if rules, err := gwqos.List(gw.GW); err != nil || len(rules) > 0 {
+		t.Fatalf("after the deletes the gateway still holds %v (%v)", rules, err)
+	}
+	if table, err := netlab.NftTable(context.Background(), gw.GW, "ip", gwqos.Table); err == nil {
+		t.Fatalf("after the deletes table %s is still there:\n%s", gwqos.Table, table)
 	}
 }
