@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/gwqos"
 )
 
 // MaxResponseBytes bounds one response line read by Client (a list of a
@@ -354,6 +355,14 @@ func (c *Client) Sync(ctx context.Context, desired []nat.Object) error {
 		desired = []nat.Object{}
 	}
 	_, err := c.Do(ctx, Request{Op: OpSync, Objects: desired})
+	return err
+}
+
+// SetGatewayQoS makes the gateway's gateway-wide QoS exactly rules (none:
+// no gateway-wide QoS), in one transaction. It is not part of Agent: an
+// agent without it refuses the request with CodeBadRequest.
+func (c *Client) SetGatewayQoS(ctx context.Context, rules []gwqos.Rule) error {
+	_, err := c.Do(ctx, Request{Op: OpGatewayQoS, QoS: rules})
 	return err
 }
 

@@ -45,6 +45,14 @@ func appendRequest(b []byte, req Request) []byte {
 	if req.Fresh {
 		b = append(b, `,"fresh":true`...)
 	}
+	if len(req.QoS) > 0 {
+		// A few rules: encoding/json's bytes, no fast path needed.
+		q, err := json.Marshal(req.QoS)
+		if err == nil {
+			b = append(b, `,"qos":`...)
+			b = append(b, q...)
+		}
+	}
 	return append(b, '}')
 }
 
@@ -386,6 +394,9 @@ func fastRequest(data []byte) (req Request, ok bool) {
 		}
 	}
 	req.Fresh = s.peek(`,"fresh":true`)
+	if s.peek(`,"qos":`) {
+		s.bad = true // small: encoding/json decodes it
+	}
 	s.lit("}")
 	return req, !s.bad && s.i == len(data)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/gwqos"
 )
 
 // codecObjects covers every kind and every optional field, plus strings and
@@ -56,7 +57,17 @@ func codecRequests() []Request {
 		{ID: 4, Op: OpDelete, UIDs: []string{"a", "b<c"}},
 		{ID: 5, Op: OpList, Fresh: true},
 		{ID: 6, Op: ""},
-		{ID: 7, Op: "all of them", Objects: objs, UIDs: []string{"u"}, Fresh: true},
+		{ID: 7, Op: "all of them", Objects: objs, UIDs: []string{"u"}, Fresh: true, QoS: codecQoS()},
+		{ID: 8, Op: OpGatewayQoS, QoS: codecQoS()},
+	}
+}
+
+// codecQoS is a gwqos request's rules: u32 and matchall, with and without
+// interface.
+func codecQoS() []gwqos.Rule {
+	return []gwqos.Rule{
+		{Direction: gwqos.Egress, Priority: 2, Classifier: gwqos.U32, MatchDir: "src", CIDR: netip.MustParsePrefix("10.0.1.0/24"), RateMbps: 12.5, BurstMB: 0.5},
+		{Direction: gwqos.Ingress, Iface: "net1", Classifier: gwqos.MatchAll, RateMbps: 100},
 	}
 }
 
@@ -106,7 +117,8 @@ func TestFastDecode(t *testing.T) {
 			t.Errorf("fast decode of %s:\n got %+v\nwant %+v", line, fast, slow)
 		}
 		// Lines with escaped strings are left to encoding/json.
-		wantFast := req.ID != 7 && (req.ID != 1) && req.ID != 4
+		// So are gwqos rules (ids 7 and 8).
+		wantFast := req.ID != 7 && (req.ID != 1) && req.ID != 4 && req.ID != 8
 		if ok != wantFast {
 			t.Errorf("fast decode of request %d: ok = %v, want %v", req.ID, ok, wantFast)
 		}

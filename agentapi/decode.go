@@ -58,7 +58,7 @@ func checkRequest(req Request) (Request, error) {
 	bad := func(field, value, msg string) (Request, error) {
 		return Request{ID: req.ID}, &Error{Code: CodeBadRequest, Field: field, Value: clip(value), Message: msg}
 	}
-	var allows string // which of objects (o), uids (u), fresh (f) the op takes
+	var allows string // which of objects (o), uids (u), fresh (f), qos (q) the op takes
 	switch req.Op {
 	case OpApply, OpSync:
 		allows = "o"
@@ -66,10 +66,12 @@ func checkRequest(req Request) (Request, error) {
 		allows = "u"
 	case OpList, OpInfo:
 		allows = "f"
+	case OpGatewayQoS:
+		allows = "q"
 	case "":
-		return bad("op", "", "missing op (want one of apply, delete, list, sync, info)")
+		return bad("op", "", "missing op (want one of apply, delete, list, sync, info, gwqos)")
 	default:
-		return bad("op", req.Op, fmt.Sprintf("unknown op %q (want one of apply, delete, list, sync, info)", req.Op))
+		return bad("op", req.Op, fmt.Sprintf("unknown op %q (want one of apply, delete, list, sync, info, gwqos)", req.Op))
 	}
 	if len(req.Objects) > 0 && !strings.Contains(allows, "o") {
 		return bad("objects", "", "op "+req.Op+" takes no objects")
@@ -79,6 +81,9 @@ func checkRequest(req Request) (Request, error) {
 	}
 	if req.Fresh && !strings.Contains(allows, "f") {
 		return bad("fresh", "true", "op "+req.Op+" takes no fresh flag")
+	}
+	if len(req.QoS) > 0 && !strings.Contains(allows, "q") {
+		return bad("qos", "", "op "+req.Op+" takes no qos")
 	}
 	for i, uid := range req.UIDs {
 		if err := nat.ValidateUID(uid); err != nil {

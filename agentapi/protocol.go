@@ -7,6 +7,7 @@ package agentapi
 
 import (
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/gwqos"
 )
 
 // Ops a Request may carry.
@@ -16,6 +17,10 @@ const (
 	OpList   = "list"   // Fresh: re-read the kernel first
 	OpSync   = "sync"   // Objects: the whole desired set, one transaction
 	OpInfo   = "info"   // version, data plane, boot id, counts
+	// OpGatewayQoS: QoS, the gateway's whole gateway-wide QoS (package
+	// nat/gwqos; a rule without interface is on the agent's external
+	// interface), replacing what it held, one transaction; none removes it.
+	OpGatewayQoS = "gwqos"
 )
 
 // MaxLineBytes bounds one request line; longer lines get an error response.
@@ -31,6 +36,8 @@ type Request struct {
 	// Fresh asks list to re-read the kernel instead of the agent's index
 	// (drift detection).
 	Fresh bool `json:"fresh,omitempty"`
+	// QoS is the gateway-wide QoS of a gwqos request.
+	QoS []gwqos.Rule `json:"qos,omitempty"`
 }
 
 // Error codes of a failed Response.

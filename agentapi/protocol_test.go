@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/natgw/natgw/internal/syncbuf"
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/gwqos"
 )
 
 func fip(uid, eip, in string) nat.Object {
@@ -641,6 +643,11 @@ func TestDecodeRequest(t *testing.T) {
 		{in: `{"id":14,"op":"delete","uids":[""]}`, wantErr: true, field: "uids[0]", wantID: 14},
 		{in: `{"id":15,`, wantErr: true, wantID: 15, msgSubstr: "malformed"},
 		{in: `null`, wantErr: true, field: "op"},
+		{in: `{"id":16,"op":"gwqos","qos":[{"direction":"egress","interface":"","priority":1,"classifier":"matchall","rateMbps":1,"burstMB":0}]}`, wantID: 16},
+		{in: `{"id":17,"op":"gwqos"}`, wantID: 17},
+		{in: `{"id":18,"op":"sync","qos":[{"direction":"egress"}]}`, wantErr: true, field: "qos", wantID: 18},
+		{in: `{"id":19,"op":"gwqos","qos":[{"direction":"egress","priority":-1}]}`, wantErr: true, field: "qos[0].priority", value: "-1", wantID: 19},
+		{in: `{"id":20,"op":"gwqos","qos":[{"direction":"egress","cidr":"10.0.0.0/40"}]}`, wantErr: true, field: "qos[0].cidr", value: "10.0.0.0/40", wantID: 20},
 	}
 	for _, tt := range tests {
 		req, err := DecodeRequest([]byte(tt.in))
@@ -694,5 +701,52 @@ func TestClientGivesUpOnStuckWrite(t *testing.T) {
 	}
 	if err := c.Delete(context.Background(), "b"); !errors.Is(err, ErrClosed) {
 		t.Fatalf("call after an abandoned write = %v, want ErrClosed", err)
+	}
+}
+
+// TestGatewayQoSOp: a gwqos request reaches WithGatewayQoS's function with
+// its rules (nil for none), the function's *nat.FieldError comes back as
+// Invalid naming the field, and an agent without the option refuses the
+// request as BadRequest without touching the data plane.
+func TestGatewayQoSOp(t *testing.T) { bothModes(t, testGatewayQoSOp) }
+
+func testGatewayQoSOp(t *testing.T, direct bool) {
+	ctx := ctxT(t)
+	var got [][]gwqos.Rule
+	set := func(_ context.Context, rules []gwqos.Rule) error {
+		got = append(got, rules)
+		return gwqos.ValidateAll(rules)
+	}
+	c, stop := pipeAgentMode(t, newFakeDP(), direct, WithGatewayQoS(set))
+	rules := codecQoS()
+	rules[0].Iface = "net1"
+	if err := c.SetGatewayQoS(ctx, rules); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetGatewayQoS(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	bad := rules[0]
+	bad.Classifier = "fw"
+	err := c.SetGatewayQoS(ctx, []gwqos.Rule{bad})
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Code != CodeInvalid || pe.Field != "qos[0].classifier" || pe.Value != "fw" {
+		t.Fatalf("gwqos with classifier fw = %v, want Invalid naming qos[0].classifier", err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || !reflect.DeepEqual(got[0], rules) || got[1] != nil {
+		t.Fatalf("the agent's function got %+v, want %+v then nil", got, rules)
+	}
+
+	dp := newFakeDP()
+	c, _ = pipeAgentMode(t, dp, direct)
+	err = c.SetGatewayQoS(ctx, rules)
+	if !errors.As(err, &pe) || pe.Code != CodeBadRequest || pe.Field != "op" {
+		t.Fatalf("gwqos to an agent without gateway QoS = %v, want BadRequest naming op", err)
+	}
+	if len(dp.calls) != 0 {
+		t.Fatalf("data plane calls %v, want none", dp.calls)
 	}
 }

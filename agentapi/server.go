@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/gwqos"
 )
 
 // Option tunes Serve.
@@ -22,6 +23,16 @@ type Option func(*serveOptions)
 type serveOptions struct {
 	maxLine   int
 	releaseAt int
+	qos       func(context.Context, []gwqos.Rule) error
+}
+
+// WithGatewayQoS makes Serve answer gwqos requests with set: it must make
+// the gateway hold exactly the rules given (none: no gateway-wide QoS), in
+// one transaction (natgw serve: gwqos.Set in the gateway's namespace, a
+// rule without interface on the external one). Without it a gwqos request
+// is refused (CodeBadRequest).
+func WithGatewayQoS(set func(ctx context.Context, rules []gwqos.Rule) error) Option {
+	return func(o *serveOptions) { o.qos = set }
 }
 
 // reloadBytesPerObject is what a re-read of the kernel counts per object
@@ -78,7 +89,7 @@ func Serve(ctx context.Context, dp nat.Dataplane, r io.Reader, w io.Writer, info
 		opt(&o)
 	}
 	log := logr.FromContextOrDiscard(ctx)
-	s := &server{dp: dp, w: w, info: info, log: log}
+	s := &server{dp: dp, w: w, info: info, log: log, qos: o.qos}
 	var releasing atomic.Bool
 	release := func() {
 		if releasing.CompareAndSwap(false, true) {
@@ -158,6 +169,7 @@ type server struct {
 	// reloaded is the number of objects the last request read back from
 	// the kernel (a fresh list or info), 0 when it read nothing.
 	reloaded int
+	qos      func(context.Context, []gwqos.Rule) error // WithGatewayQoS
 }
 
 // handleLine turns one input line into its response; skip is true for blank
@@ -198,7 +210,7 @@ func (s *server) handle(ctx context.Context, req Request) (resp Response) {
 		if resp.Error == nil && !s.log.V(1).Enabled() {
 			return // no garbage for a log line nobody reads
 		}
-		kv := []any{"id", req.ID, "op", req.Op, "objects", len(req.Objects), "uids", len(req.UIDs), "took", time.Since(start)}
+		kv := []any{"id", req.ID, "op", req.Op, "objects", len(req.Objects), "uids", len(req.UIDs), "qos", len(req.QoS), "took", time.Since(start)}
 		if resp.Error != nil {
 			s.log.Info("request failed", append(kv, "code", resp.Error.Code, "error", resp.Error.Message)...)
 		} else {
@@ -234,6 +246,12 @@ func (s *server) handle(ctx context.Context, req Request) (resp Response) {
 			}
 		}
 		resp.Info, err = s.infoNow(ctx)
+	case OpGatewayQoS:
+		if s.qos == nil {
+			err = &Error{Code: CodeBadRequest, Field: "op", Value: req.Op, Message: "this agent does not program gateway-wide QoS"}
+			break
+		}
+		err = s.qos(ctx, req.QoS)
 	default:
 		err = &Error{Code: CodeBadRequest, Field: "op", Value: req.Op, Message: "unknown op " + req.Op}
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/natgw/natgw/agentapi"
 	"github.com/natgw/natgw/gwimage/version"
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/gwqos"
 	"github.com/natgw/natgw/nat/planes"
 )
 
@@ -64,9 +65,9 @@ func cmdServe(ctx context.Context, e env, g *globals, args []string) int {
 	info := agentapi.Info{Version: version.Version}
 	sctx := logr.NewContext(ctx, log)
 	if *socket == "" {
-		err = agentapi.Serve(sctx, dp, e.stdin, e.stdout, info, serveOptions...)
+		err = agentapi.Serve(sctx, dp, e.stdin, e.stdout, info, serveOptions(g)...)
 	} else {
-		err = serveSocket(sctx, dp, *socket, info, log)
+		err = serveSocket(sctx, dp, *socket, info, log, serveOptions(g))
 	}
 	if cerr := dp.Close(); cerr != nil {
 		log.Error(cerr, "close data plane")
@@ -81,11 +82,33 @@ func cmdServe(ctx context.Context, e env, g *globals, args []string) int {
 
 // serveOptions are the protocol options of natgw serve: the memory of a
 // request of a megabyte or more (a sync or list of thousands of objects) goes
-// back to the system once it is answered.
-var serveOptions = []agentapi.Option{agentapi.WithReleaseMemory(1 << 20)}
+// back to the system once it is answered; gwqos requests set the gateway's
+// gateway-wide QoS (package nat/gwqos, table natgw_gwqos) in its namespace,
+// a rule without interface on the external one.
+func serveOptions(g *globals) []agentapi.Option {
+	return []agentapi.Option{
+		agentapi.WithReleaseMemory(1 << 20),
+		agentapi.WithGatewayQoS(func(_ context.Context, rules []gwqos.Rule) error {
+			return gwqos.Set(g.netns, withInterface(rules, g.extIface))
+		}),
+	}
+}
+
+// withInterface returns rules with ext as the interface of those without
+// one (upstream's default, net1: the external interface).
+func withInterface(rules []gwqos.Rule, ext string) []gwqos.Rule {
+	out := make([]gwqos.Rule, len(rules))
+	for i, r := range rules {
+		if r.Iface == "" {
+			r.Iface = ext
+		}
+		out[i] = r
+	}
+	return out
+}
 
 // serveSocket accepts connections on a unix socket until ctx ends.
-func serveSocket(ctx context.Context, dp nat.Dataplane, path string, info agentapi.Info, log logr.Logger) error {
+func serveSocket(ctx context.Context, dp nat.Dataplane, path string, info agentapi.Info, log logr.Logger, opts []agentapi.Option) error {
 	_ = os.Remove(path) // a stale socket of an earlier agent
 	ln, err := net.Listen("unix", path)
 	if err != nil {
@@ -109,7 +132,7 @@ func serveSocket(ctx context.Context, dp nat.Dataplane, path string, info agenta
 			defer conn.Close()
 			stop := context.AfterFunc(ctx, func() { conn.Close() })
 			defer stop()
-			if err := agentapi.Serve(ctx, dp, conn, conn, info, serveOptions...); err != nil && ctx.Err() == nil {
+			if err := agentapi.Serve(ctx, dp, conn, conn, info, opts...); err != nil && ctx.Err() == nil {
 				log.Error(err, "connection ended")
 			}
 		}()

@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
+	"net/netip"
+	"reflect"
 	"testing"
 	"time"
 
+	"github.com/natgw/natgw/agentapi"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat/gwqos"
 )
@@ -162,4 +166,57 @@ func TestCompatGatewayQoS(t *testing.T) {
 	if table, err := netlab.NftTable(context.Background(), gw.GW, "ip", gwqos.Table); err == nil {
 		t.Fatalf("after the deletes table %s is still there:\n%s", gwqos.Table, table)
 	}
+}
+
+// TestAgentGatewayQoS: the agent's gwqos request (natgw-controller's form of
+// gateway-wide QoS) on a real `natgw serve` in a gateway namespace: the
+// whole list replaces what the gateway held (compat's qos-add rules too),
+// a rule without interface is on the external interface (--external-iface),
+// a refused rule names its field and changes nothing, and an empty list
+// removes the table; the NAT table is untouched throughout.
+func TestAgentGatewayQoS(t *testing.T) {
+	lab := netlab.ForTest(t)
+	gw, err := lab.Gateway(netlab.GatewayOptions{VMs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t, time.Minute)
+	compatCLI(t, gw.GW, "nftables", true, "qos-add", "ingress,net1,7,matchall,,,,5,1")
+	a := startAgent(t, gw.GW, "--external-iface", gw.ExternalInterface)
+	natBefore, err := netlab.NftTable(ctx, gw.GW, "ip", "natgw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := []gwqos.Rule{
+		{Direction: gwqos.Egress, Priority: 2, Classifier: gwqos.U32, MatchDir: "src", CIDR: netip.MustParsePrefix("10.0.1.0/24"), RateMbps: 10, BurstMB: 1},
+		{Direction: gwqos.Ingress, Iface: gw.InternalInterface, Priority: 1, Classifier: gwqos.MatchAll, RateMbps: 100, BurstMB: 2},
+	}
+	if err := a.SetGatewayQoS(ctx, rules); err != nil {
+		t.Fatal(err)
+	}
+	want := []gwqos.Rule{rules[1], rules[0]}
+	want[1].Iface = gw.ExternalInterface
+	if got, err := gwqos.List(gw.GW); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("after gwqos: %+v, %v; want %+v (compat's rule gone, the default interface filled in)", got, err, want)
+	}
+	bad := rules[0]
+	bad.RateMbps = 0
+	err = a.SetGatewayQoS(ctx, []gwqos.Rule{rules[1], bad})
+	var pe *agentapi.Error
+	if !errors.As(err, &pe) || pe.Code != agentapi.CodeInvalid || pe.Field != "qos[1].rateMbps" || pe.Value != "0" {
+		t.Fatalf("gwqos with a zero rate = %v, want Invalid naming qos[1].rateMbps = 0", err)
+	}
+	if got, _ := gwqos.List(gw.GW); !reflect.DeepEqual(got, want) {
+		t.Fatalf("a refused gwqos changed the rules: %+v", got)
+	}
+	if err := a.SetGatewayQoS(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := netlab.NftTable(ctx, gw.GW, "ip", gwqos.Table); err == nil {
+		t.Fatalf("an empty gwqos left the table:\n%s", out)
+	}
+	if natAfter, err := netlab.NftTable(ctx, gw.GW, "ip", "natgw"); err != nil || natAfter != natBefore {
+		t.Fatalf("the NAT table changed (%v):\n%s\nwas:\n%s", err, natAfter, natBefore)
+	}
+	a.stop(t)
 }
