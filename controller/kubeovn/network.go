@@ -3,6 +3,7 @@ package kubeovn
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 )
@@ -75,6 +76,17 @@ func EIPPrefixLen(ext Subnet) (int, error) {
 		return 0, fmt.Errorf("external %w", err)
 	}
 	return p.Bits(), nil
+}
+
+// Contains reports whether a is in one of the subnet's CIDRs (spec.cidrBlock,
+// "v4", "v6" or "v4,v6"), as util.CIDRContainIP.
+func (s Subnet) Contains(a netip.Addr) bool {
+	for c := range strings.SplitSeq(s.CIDRBlock, ",") {
+		if p, err := netip.ParsePrefix(strings.TrimSpace(c)); err == nil && p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // V4CIDR is the subnet's IPv4 CIDR (spec.cidrBlock, which may also hold an

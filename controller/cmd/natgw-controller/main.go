@@ -23,7 +23,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/natgw/natgw/controller/admission"
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/companion"
 	"github.com/natgw/natgw/controller/gateway"
@@ -66,6 +68,8 @@ type flags struct {
 	gatewayImage     string
 	serviceCIDR      string
 	networkSource    string
+	webhookPort      int
+	webhookCertDir   string
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
@@ -94,6 +98,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	fs.StringVar(&f.gatewayImage, "gateway-image", "", "with --provision-gateways: natgw's gateway image (Kube-OVN's vpcNatImage)")
 	fs.StringVar(&f.serviceCIDR, "service-cluster-ip-range", "10.96.0.0/12", "with --provision-gateways: the cluster's service CIDR, routed via the VPC subnet's gateway as Kube-OVN does (kube-ovn-controller's flag of the same name)")
 	fs.StringVar(&f.networkSource, "network-source", "", "replace mode: where gateways' networks come from: "+networkKubeOVN+" (Kube-OVN's Subnets: each EIP's prefix length from its external subnet, each gateway's default route via its external subnet's gateway and routes to its VPC's other subnets, as Kube-OVN does) or "+networkConfig+" (--gateway-config's externalPrefixLen and externalGateway, no VPC routes); default "+networkKubeOVN+" with --provision-gateways, else "+networkConfig)
+	fs.IntVar(&f.webhookPort, "webhook-port", 0, "replace mode: serve the validating admission webhook (controller/admission: Kube-OVN's webhook checks of the NAT CRs, which Kube-OVN stops making with its feature off) on this port; 0 disables it. Deploy controller/config/webhook with it")
+	fs.StringVar(&f.webhookCertDir, "webhook-cert-dir", "", "with --webhook-port: directory of the serving certificate (tls.crt, tls.key); default controller-runtime's, $TMPDIR/k8s-webhook-server/serving-certs")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -144,6 +150,12 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 		case f.gatewayImage == "":
 			return nil, errors.New("--provision-gateways needs --gateway-image")
 		}
+	}
+	if f.webhookPort != 0 && f.mode != modeReplace {
+		return nil, fmt.Errorf("--webhook-port needs --mode=%s (in companion mode Kube-OVN's own webhook checks the NAT CRs)", modeReplace)
+	}
+	if f.webhookPort < 0 || f.webhookPort > 65535 {
+		return nil, fmt.Errorf("--webhook-port: %d is not a port", f.webhookPort)
 	}
 	if f.workers < 1 {
 		return nil, fmt.Errorf("--workers: %d, want at least 1", f.workers)
@@ -205,8 +217,13 @@ func run() error {
 	if f.provision {
 		cacheOpts.ByObject = provision.CacheByObject(f.podNamespace)
 	}
+	var hooks webhook.Server
+	if f.webhookPort != 0 {
+		hooks = webhook.NewServer(webhook.Options{Port: f.webhookPort, CertDir: f.webhookCertDir})
+	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                  scheme,
+		WebhookServer:           hooks,
 		Cache:                   cacheOpts,
 		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
 		HealthProbeBindAddress:  f.probeAddr,
@@ -271,6 +288,14 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	if hooks != nil {
+		// Every replica serves it (the Service balances over them); it
+		// reads the manager's cache with the indexes Setup registered.
+		admission.New(mgr.GetCache(), scheme, f.networkSource == networkKubeOVN).Register(hooks)
+		if err := mgr.AddReadyzCheck("webhook", hooks.StartedChecker()); err != nil {
+			return err
+		}
+	}
 	if f.provision {
 		if _, err := provision.Setup(mgr, provision.Options{
 			Namespace: f.podNamespace, Image: f.gatewayImage, ServiceClusterIPRange: f.serviceCIDR,
@@ -279,7 +304,7 @@ func run() error {
 			return err
 		}
 	}
-	log.Info("starting", "mode", f.mode, "provisionGateways", f.provision, "networkSource", f.networkSource, "transport", f.transport, "dataplane", f.dataplane, "workers", f.workers, "leaderElection", f.leaderElect, "ruleLabels", f.ruleLabels)
+	log.Info("starting", "mode", f.mode, "provisionGateways", f.provision, "networkSource", f.networkSource, "transport", f.transport, "dataplane", f.dataplane, "workers", f.workers, "leaderElection", f.leaderElect, "ruleLabels", f.ruleLabels, "webhookPort", f.webhookPort)
 	return mgr.Start(ctx)
 }
 
