@@ -151,7 +151,35 @@ func (g *Manager) converge(ctx context.Context, s transport.Session, dp, reason 
 		g.log.Info("swept orphans", "uids", orphans, "reason", reason)
 	}
 	setKnown()
+	g.convergeQoS(ctx, s, dp, reason, force)
 	return nil
+}
+
+// convergeQoS sends the gateway-wide QoS the API asks for when the agent
+// may not hold it: always when force (a new boot id, a data plane switch),
+// else when it differs from what was last sent or that is unknown (a new
+// session). A failure is logged and leaves the state unknown, so the next
+// converge sends it again; it does not fail the NAT objects' converge.
+// Caller holds mu exclusively.
+func (g *Manager) convergeQoS(ctx context.Context, s transport.Session, dp, reason string, force bool) {
+	rules, err := g.opts.Source.GatewayQoS(ctx, g.cfg.Name)
+	if err != nil {
+		g.log.Error(err, "reading the gateway's QoS failed; not sent", "reason", reason)
+		g.qosMu.Lock()
+		g.qosKnown = false
+		g.qosMu.Unlock()
+		return
+	}
+	start := time.Now()
+	sent, err := g.sendQoS(ctx, s, rules, force)
+	if err != nil {
+		g.log.Error(err, "programming the gateway's QoS failed; retried at the next check", "reason", reason, "rules", len(rules))
+		return
+	}
+	if sent {
+		metrics.ObserveProgram("gwqos", "all", dp, start)
+		g.log.V(1).Info("gateway QoS sent", "reason", reason, "rules", len(rules))
+	}
 }
 
 // dropGone returns known without the objects that fromAPI lacks and

@@ -14,16 +14,20 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 
+	"github.com/natgw/natgw/agentapi"
 	"github.com/natgw/natgw/controller/gwconfig"
 	"github.com/natgw/natgw/controller/metrics"
 	"github.com/natgw/natgw/controller/transport"
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/gwqos"
 )
 
 // Manager manages the session to one gateway's agent.
@@ -49,6 +53,13 @@ type Manager struct {
 	// ones included), plus every UID an Apply sent, minus those a Delete
 	// removed. A superset: an Apply that failed may have left nothing.
 	held map[string]struct{}
+
+	// qosMu guards qosSent and qosKnown: the gateway-wide QoS last sent
+	// to the agent, valid while qosKnown (false: unknown, the next
+	// converge sends it whatever it is). Taken after mu.
+	qosMu    sync.Mutex
+	qosSent  []gwqos.Rule
+	qosKnown bool
 
 	kick chan struct{}
 }
@@ -142,6 +153,64 @@ func (g *Manager) Delete(ctx context.Context, kind nat.Kind, uids ...string) err
 	}
 	g.knownMu.Unlock()
 	g.updateGauge()
+	return nil
+}
+
+// SetQoS makes the gateway's gateway-wide QoS exactly rules (none: no
+// gateway-wide QoS), in one transaction; nothing is sent when the agent
+// already holds them. Every converge that syncs for a new boot id, a
+// reconnect or a data plane switch sends the gateway's rules again (from
+// Source.GatewayQoS), and a drift check sends them when they differ from
+// what was last sent.
+func (g *Manager) SetQoS(ctx context.Context, rules []gwqos.Rule) error {
+	return g.call(ctx, "gwqos", "", func(s transport.Session) error {
+		_, err := g.sendQoS(ctx, s, rules, false)
+		return err
+	})
+}
+
+// sendQoS sends rules unless the agent is known to hold them (always when
+// force); sent says whether it sent them. Caller holds mu (shared or
+// exclusive).
+func (g *Manager) sendQoS(ctx context.Context, s transport.Session, rules []gwqos.Rule, force bool) (sent bool, err error) {
+	g.qosMu.Lock()
+	defer g.qosMu.Unlock()
+	if !force && g.qosKnown && slices.Equal(g.qosSent, rules) {
+		return false, nil
+	}
+	g.qosKnown = false
+	if err := setQoS(ctx, s, rules); err != nil {
+		return true, err
+	}
+	g.qosSent, g.qosKnown = slices.Clone(rules), true
+	return true, nil
+}
+
+// qosSession is a session that programs gateway-wide QoS (the agent's
+// gwqos request: *agentapi.Client, which transport's sessions embed).
+type qosSession interface {
+	SetGatewayQoS(ctx context.Context, rules []gwqos.Rule) error
+}
+
+// setQoS sends rules on s. A session without gwqos, or an agent that does
+// not know the request (an older natgw image), holds no gateway-wide QoS:
+// no rules is then no error.
+func setQoS(ctx context.Context, s transport.Session, rules []gwqos.Rule) error {
+	q, ok := s.(qosSession)
+	if !ok {
+		if len(rules) == 0 {
+			return nil
+		}
+		return fmt.Errorf("gateway-wide QoS: the session (%T) cannot program it", s)
+	}
+	err := q.SetGatewayQoS(ctx, rules)
+	var pe *agentapi.Error
+	if err != nil && len(rules) == 0 && errors.As(err, &pe) && pe.Code == agentapi.CodeBadRequest && pe.Field == "op" {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("gateway-wide QoS (%d rules): %w", len(rules), err)
+	}
 	return nil
 }
 

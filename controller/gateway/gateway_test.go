@@ -16,6 +16,7 @@ import (
 	"github.com/natgw/natgw/controller/transport"
 	"github.com/natgw/natgw/internal/testlog"
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/gwqos"
 )
 
 // The manager's logic (what it syncs, deletes and keeps) is tested here
@@ -37,6 +38,10 @@ type agent struct {
 	boots  int
 	calls  []string
 	failOp string // an op that fails while set
+	// qos is the gateway-wide QoS held, qosCalls the gwqos requests (kept
+	// apart from calls: the NAT tests count those exactly).
+	qos      []gwqos.Rule
+	qosCalls int
 }
 
 func newAgent() *agent {
@@ -49,6 +54,15 @@ func (a *agent) lost() {
 	a.boots++
 	a.boot = fmt.Sprintf("boot-%d", a.boots)
 	clear(a.objs)
+	a.qos = nil
+}
+
+// qosState returns the gateway-wide QoS held and how many gwqos requests
+// came.
+func (a *agent) qosState() ([]gwqos.Rule, int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.qos), a.qosCalls
 }
 
 func (a *agent) record(op string, detail ...string) error {
@@ -132,6 +146,17 @@ func (s *session) Sync(_ context.Context, desired []nat.Object) error {
 	return nil
 }
 
+func (s *session) SetGatewayQoS(_ context.Context, rules []gwqos.Rule) error {
+	s.a.mu.Lock()
+	defer s.a.mu.Unlock()
+	s.a.qosCalls++
+	if s.a.failOp == "gwqos" {
+		return errors.New("gwqos refused by the test")
+	}
+	s.a.qos = slices.Clone(rules)
+	return nil
+}
+
 func (s *session) Info(context.Context) (*agentapi.Info, error) {
 	s.a.mu.Lock()
 	defer s.a.mu.Unlock()
@@ -194,6 +219,20 @@ type source struct {
 	desired   []nat.Object
 	absent    map[string]bool
 	dataplane string
+	qos       []gwqos.Rule
+	qosErr    error
+}
+
+func (s *source) GatewayQoS(context.Context, string) ([]gwqos.Rule, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.qos), s.qosErr
+}
+
+func (s *source) setQoS(rules []gwqos.Rule) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.qos = rules
 }
 
 func (s *source) Desired(context.Context, string) ([]nat.Object, error) {
@@ -601,4 +640,107 @@ func TestUnlistedButLiveKept(t *testing.T) {
 	if err := holds(nft, "new")(); err != nil {
 		t.Error(err)
 	}
+}
+
+func qosRule(rate float64) gwqos.Rule {
+	return gwqos.Rule{Direction: gwqos.Egress, Priority: 1, Classifier: gwqos.U32, MatchDir: "src",
+		CIDR: netip.MustParsePrefix("10.0.1.0/24"), RateMbps: rate, BurstMB: 1}
+}
+
+func holdsQoS(a *agent, want ...gwqos.Rule) func() error {
+	return func() error {
+		if got, _ := a.qosState(); !slices.Equal(got, want) {
+			return fmt.Errorf("agent holds QoS %+v, want %+v", got, want)
+		}
+		return nil
+	}
+}
+
+// TestGatewayQoS: the gateway-wide QoS the Source names is sent on the
+// first connect; SetQoS sends a change once (the same rules again send
+// nothing); a new boot id (kernel state lost) gets the Source's rules again
+// with its sync, and so does a reconnect with the same boot id; a drift
+// check sends what differs from what was sent; a refused gwqos request
+// does not stop the NAT objects' sync and is retried.
+func TestGatewayQoS(t *testing.T) {
+	nft := newAgent()
+	r10, r20, r30 := qosRule(10), qosRule(20), qosRule(30)
+	src := &source{desired: []nat.Object{fip("a", 1)}, qos: []gwqos.Rule{r10}}
+	f := start(t, src, nft, 0)
+	eventually(t, "QoS sent on connect", holdsQoS(nft, r10))
+	ctx := context.Background()
+
+	src.setQoS([]gwqos.Rule{r20})
+	if err := f.gw.SetQoS(ctx, []gwqos.Rule{r20}); err != nil {
+		t.Fatal(err)
+	}
+	_, n := nft.qosState()
+	if err := f.gw.SetQoS(ctx, []gwqos.Rule{r20}); err != nil {
+		t.Fatal(err)
+	}
+	if got, again := nft.qosState(); !slices.Equal(got, []gwqos.Rule{r20}) || again != n {
+		t.Fatalf("after SetQoS twice: %+v, %d requests (was %d), want r20 sent once", got, again, n)
+	}
+
+	// The pod restarts: new boot id, empty kernel.
+	nft.mu.Lock()
+	nft.lost()
+	nft.mu.Unlock()
+	f.tr.breakSessions()
+	eventually(t, "resynced after the lost state", holds(nft, "a"))
+	eventually(t, "QoS sent again with the sync", holdsQoS(nft, r20))
+
+	// The agent restarts on an intact kernel that lost the QoS table
+	// behind natgw's back: a new session sends it anyway.
+	nft.mu.Lock()
+	nft.qos = nil
+	nft.mu.Unlock()
+	f.tr.breakSessions()
+	eventually(t, "QoS sent on reconnect", holdsQoS(nft, r20))
+
+	// Unset: nothing held.
+	src.setQoS(nil)
+	if err := f.gw.SetQoS(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "QoS removed", holdsQoS(nft))
+
+	// A refused request fails SetQoS, not the sync of a new boot id.
+	nft.mu.Lock()
+	nft.failOp = "gwqos"
+	nft.lost()
+	nft.mu.Unlock()
+	src.setQoS([]gwqos.Rule{r30})
+	if err := f.gw.SetQoS(ctx, []gwqos.Rule{r30}); err == nil {
+		t.Fatal("SetQoS on an agent refusing gwqos succeeded")
+	}
+	f.tr.breakSessions()
+	eventually(t, "NAT synced although gwqos is refused", holds(nft, "a"))
+	nft.mu.Lock()
+	nft.failOp = ""
+	nft.mu.Unlock()
+	f.periodicNow(t)
+	eventually(t, "QoS sent by the next check", holdsQoS(nft, r30))
+}
+
+// periodicNow runs a drift check of the fixture's gateway now.
+func (f *fixture) periodicNow(t *testing.T) {
+	t.Helper()
+	f.gw.Kick()
+}
+
+// TestGatewayQoSDrift: a drift check sends the Source's rules when they
+// differ from what was last sent, and nothing when they do not.
+func TestGatewayQoSDrift(t *testing.T) {
+	nft := newAgent()
+	r10, r20 := qosRule(10), qosRule(20)
+	src := &source{qos: []gwqos.Rule{r10}}
+	start(t, src, nft, 20*time.Millisecond)
+	eventually(t, "QoS sent on connect", holdsQoS(nft, r10))
+	time.Sleep(100 * time.Millisecond) // several drift periods
+	if _, n := nft.qosState(); n != 1 {
+		t.Errorf("%d gwqos requests over several unchanged drift checks, want 1", n)
+	}
+	src.setQoS([]gwqos.Rule{r20})
+	eventually(t, "drift check sent the change", holdsQoS(nft, r20))
 }

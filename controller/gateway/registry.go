@@ -13,6 +13,7 @@ import (
 	"github.com/natgw/natgw/controller/gwconfig"
 	"github.com/natgw/natgw/controller/transport"
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/gwqos"
 )
 
 // Source tells a gateway manager what the API says.
@@ -27,6 +28,10 @@ type Source interface {
 	Absent(ctx context.Context, objs []nat.Object) ([]string, error)
 	// Dataplane returns the data plane the gateway should run.
 	Dataplane(ctx context.Context, gateway string) (string, error)
+	// GatewayQoS returns the gateway-wide QoS rules the gateway should
+	// hold (its VpcNatGateway's spec.qosPolicy; none when unset or not
+	// programmable). An error is a failed read, not a refused policy.
+	GatewayQoS(ctx context.Context, gateway string) ([]gwqos.Rule, error)
 }
 
 // Options configure every gateway manager of a Registry.

@@ -105,6 +105,11 @@ func (g *Manager) connect(ctx context.Context, dp string) (transport.Session, er
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	// A new session: what the agent holds of gateway-wide QoS is sent
+	// again by the converge below.
+	g.qosMu.Lock()
+	g.qosKnown = false
+	g.qosMu.Unlock()
 	reason := "connect"
 	if info.BootID != g.bootID {
 		reason = "bootid"

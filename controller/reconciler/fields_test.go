@@ -40,8 +40,8 @@ var ownedStatus = map[string][]string{
 	"IptablesFIPRule":  {"ready", "v4ip", "natGwDp", "internalIp", "conditions"},
 	"IptablesDnatRule": {"ready", "v4ip", "natGwDp", "protocol", "internalIp", "internalPort", "externalPort", "conditions"},
 	"IptablesSnatRule": {"ready", "v4ip", "natGwDp", "internalCIDR", "conditions"},
-	"VpcNatGateway":    nil,
-	"QoSPolicy":        nil,
+	"VpcNatGateway":    {"qosPolicy"},
+	"QoSPolicy":        {"shared", "bindingType", "bandwidthLimitRules", "conditions"}, // written from the spec (qos.go)
 }
 
 // TestEveryFieldKept creates one object of every kind with every field of
@@ -73,8 +73,11 @@ func testEveryFieldKept(t *testing.T, set crdtest.Set) {
 		vals       map[string]any
 	}{
 		{"QoSPolicy", name("qos"), map[string]any{".spec.bandwidthLimitRules[].matchValue": ""}},
+		// The gateway's: shared, NATGW, a rule with a match (gwqos.go).
+		{"QoSPolicy", name("gwqos"), map[string]any{".spec.shared": true, ".spec.bindingType": "NATGW",
+			".spec.bandwidthLimitRules[].matchType": "ip", ".spec.bandwidthLimitRules[].matchValue": "dst 10.9.0.0/16"}},
 		{"VpcNatGateway", e.gwName, map[string]any{
-			".spec.routes[].cidr": "10.2.0.0/16", ".spec.routes[].nextHopIP": vm(2)}},
+			".spec.routes[].cidr": "10.2.0.0/16", ".spec.routes[].nextHopIP": vm(2), ".spec.qosPolicy": name("gwqos")}},
 		{"IptablesEIP", name("eip1"), map[string]any{
 			".spec.v4ip": netlab.EIP(30).String(), ".spec.natGwDp": e.gwName, ".spec.qosPolicy": name("qos")}},
 		{"IptablesEIP", name("eip2"), map[string]any{
@@ -170,7 +173,7 @@ func testEveryFieldKept(t *testing.T, set crdtest.Set) {
 	compare("after Ready", nil)
 
 	// Update: the FIP moves to another host (merge patch of one field).
-	fip := objs[4].orig
+	fip := objs[5].orig
 	if err := e.c.Patch(e.ctx, fip.DeepCopy(), client.RawPatch(types.MergePatchType,
 		[]byte(fmt.Sprintf(`{"spec":{"internalIp":%q}}`, vm(2))))); err != nil {
 		t.Fatal(err)

@@ -18,8 +18,9 @@ import (
 
 // natGatewayReconciler programs a VpcNatGateway's routes (spec.routes via
 // the VPC interface, and the default route via the configured external
-// gateway) and hands data plane changes (the natgw.kubeovn.io/dataplane
-// annotation) to the gateway's manager.
+// gateway) and its gateway-wide QoS (spec.qosPolicy, gwqos.go; recorded in
+// status.qosPolicy as upstream does), and hands data plane changes (the
+// natgw.kubeovn.io/dataplane annotation) to the gateway's manager.
 type natGatewayReconciler struct {
 	*Deps
 }
@@ -55,6 +56,15 @@ func (r *natGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			}
 			log.Info("listing the gateway's routes failed; keeping the finalizer", "reason", f.msg)
 			return f.result()
+		}
+		// The gateway's QoS goes with it (the pod may outlive the object
+		// when natgw does not provision it).
+		if gw, err := r.Registry.Get(g.Name); err == nil {
+			if err := gw.SetQoS(ctx, nil); err != nil {
+				f := classify(g.Name, err)
+				log.Info("removing the gateway's QoS failed; keeping the finalizer", "reason", f.msg)
+				return f.result()
+			}
 		}
 		res, err := r.finishDelete(ctx, log, g, nat.KindRoute, routes, []string{g.Name})
 		if err == nil && res.IsZero() {
@@ -106,7 +116,41 @@ func (r *natGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	r.tracked().set(nat.KindRoute, g.Name, uid, g.Name)
 	log.V(1).Info("routes programmed", "routes", len(want), "removed", len(stale))
+	if f := r.programQoS(ctx, g, gw); f != nil {
+		return r.finish(ctx, log, g, f)
+	}
 	return ctrl.Result{}, r.setReady(ctx, g, readyCondition(g.Name))
+}
+
+// programQoS makes the gateway hold the gateway-wide QoS of g's
+// spec.qosPolicy (none when unset) and records the policy in
+// status.qosPolicy, as upstream's patchNatGwQoSStatus does once its
+// qos-add succeeded. A refused policy leaves the gateway without
+// gateway-wide QoS (upstream deleted the old policy's rules before its add
+// failed) and status.qosPolicy as it was.
+func (r *natGatewayReconciler) programQoS(ctx context.Context, g *v1.VpcNatGateway, gw *gateway.Manager) *failure {
+	rules, f := r.gatewayQoS(ctx, g)
+	if f != nil {
+		if f.err == nil {
+			if err := gw.SetQoS(ctx, nil); err != nil {
+				logr.FromContextOrDiscard(ctx).Info("removing the gateway's QoS of a refused policy failed", "error", err.Error())
+			}
+		}
+		return f
+	}
+	if err := gw.SetQoS(ctx, rules); err != nil {
+		return classify(g.Name, err)
+	}
+	if g.Status.QoSPolicy != g.Spec.QoSPolicy {
+		before := g.DeepCopy()
+		g.Status.QoSPolicy = g.Spec.QoSPolicy
+		if err := r.patchStatus(ctx, g, before); err != nil {
+			f := fail(v1.ReasonProgramFailed, "record status.qosPolicy: %v", err)
+			f.err = err
+			return f
+		}
+	}
+	return nil
 }
 
 // routesOn lists the UIDs of gateway gwName's route objects owned by uid.
@@ -131,7 +175,7 @@ func (r *natGatewayReconciler) routesOn(ctx context.Context, gwName, uid string)
 }
 
 func (r *natGatewayReconciler) finish(ctx context.Context, log logr.Logger, g *v1.VpcNatGateway, f *failure) (ctrl.Result, error) {
-	log.Info("routes not programmed", "reason", f.reason, "message", f.msg)
+	log.Info("gateway not programmed", "reason", f.reason, "message", f.msg)
 	r.event(g, f)
 	if err := r.setReady(ctx, g, f.condition()); err != nil {
 		return ctrl.Result{}, errors.Join(f.err, err)

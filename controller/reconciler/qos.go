@@ -4,8 +4,10 @@ package reconciler
 // mode, of kube-ovn-controller's QoSPolicy handlers (Kube-OVN v1.16.2
 // pkg/controller/qos_policy.go). The limits themselves are programmed by
 // the EIP reconciler (eip.go build → translate.go qosObject), which reads
-// the policy named by each IptablesEIP's spec.qosPolicy; this reconciler
-// owns the policy object:
+// the policy named by each IptablesEIP's spec.qosPolicy, and, for
+// gateway-wide QoS (bindingType NATGW), by the VpcNatGateway reconciler
+// (natgw.go, gwqos.go), which reads the status of the policy named by its
+// spec.qosPolicy as upstream does; this reconciler owns the policy object:
 //
 //   - natgw's finalizer;
 //   - status.shared, status.bindingType and status.bandwidthLimitRules
@@ -180,6 +182,9 @@ func (r *qosPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		} else {
 			ready.Status, ready.Reason = metav1.ConditionTrue, v1.ReasonAccepted
 			ready.Message = "accepted; the limits apply to the IptablesEIPs that name the policy"
+			if p.Spec.BindingType == v1.QoSBindingTypeNatGw {
+				ready.Message = "accepted; the limits apply to the VpcNatGateways that name the policy (gateway-wide QoS)"
+			}
 		}
 	}
 	readyChanged := v1.SetCondition(&p.Status.Conditions, ready, now)
@@ -306,13 +311,17 @@ func ipMatchValue(s string) bool {
 }
 
 // unsupportedQoS returns what of a valid policy natgw's data plane does
-// not program, each naming the field and value: gateway-wide QoS (binding
-// type NATGW; any VpcNatGateway's spec.qosPolicy), and, for EIPs, rules
-// the EIP path (translate.go qosObject) refuses or cannot represent.
+// not program, each naming the field and value: for bindingType NATGW,
+// rules the gateway path (gwqos.go natgwRules) refuses; for EIPs, rules the
+// EIP path (translate.go qosObject) refuses or cannot represent; and a
+// VpcNatGateway naming a policy of another binding type (upstream refuses
+// it too).
 func unsupportedQoS(p *v1.QoSPolicy, users qosUsers) []string {
 	var out []string
 	if p.Spec.BindingType == v1.QoSBindingTypeNatGw {
-		out = append(out, "spec.bindingType \"NATGW\": gateway-wide QoS (upstream's qos-add/qos-del) is not in natgw's data plane; no limit is programmed")
+		if _, err := natgwRules(p.Name, "spec", p.Spec.Shared, p.Spec.BindingType, p.Spec.BandwidthLimitRules); err != nil {
+			out = append(out, err.Error()+"; a VpcNatGateway naming the policy gets no gateway-wide QoS (Ready Invalid)")
+		}
 	} else {
 		seen := map[v1.QoSPolicyRuleDirection]int{}
 		for i, r := range p.Spec.BandwidthLimitRules {
@@ -339,9 +348,9 @@ func unsupportedQoS(p *v1.QoSPolicy, users qosUsers) []string {
 			}
 		}
 	}
-	if len(users.gateways) > 0 {
-		out = append(out, fmt.Sprintf("spec.qosPolicy of VpcNatGateway %s: gateway-wide QoS is not in natgw's data plane; not programmed",
-			joinNames(users.gateways, maxNamed)))
+	if len(users.gateways) > 0 && p.Spec.BindingType != v1.QoSBindingTypeNatGw {
+		out = append(out, fmt.Sprintf("spec.bindingType %q named in spec.qosPolicy of VpcNatGateway %s: a gateway's policy must have bindingType NATGW (as upstream); not programmed there",
+			p.Spec.BindingType, joinNames(users.gateways, maxNamed)))
 	}
 	return out
 }

@@ -52,10 +52,15 @@ func TestQoSPolicyChecks(t *testing.T) {
 			invalid: []string{`(in).matchValue "10.0.1.5"`}},
 		{name: "NATGW not shared", spec: v1.QoSPolicySpec{BindingType: v1.QoSBindingTypeNatGw},
 			invalid: []string{"spec.shared false with spec.bindingType NATGW"}},
-		{name: "NATGW shared", spec: v1.QoSPolicySpec{BindingType: v1.QoSBindingTypeNatGw, Shared: true,
-			BandwidthLimitRules: v1.QoSPolicyBandwidthLimitRules{withMatch(in10, "dst 10.0.1.0/24")}},
-			gateways:    []string{"gw1"},
-			unsupported: []string{`spec.bindingType "NATGW"`, "spec.qosPolicy of VpcNatGateway gw1"}},
+		{name: "NATGW shared, a match and a matchall", spec: v1.QoSPolicySpec{BindingType: v1.QoSBindingTypeNatGw, Shared: true,
+			BandwidthLimitRules: v1.QoSPolicyBandwidthLimitRules{withMatch(in10, "dst 10.0.1.0/24"), rule("all", v1.QoSDirectionEgress, "100", "")}},
+			gateways: []string{"gw1"}},
+		{name: "NATGW rule without rate", spec: v1.QoSPolicySpec{BindingType: v1.QoSBindingTypeNatGw, Shared: true,
+			BandwidthLimitRules: v1.QoSPolicyBandwidthLimitRules{rule("x", v1.QoSDirectionEgress, "", "1")}},
+			unsupported: []string{`spec.bandwidthLimitRules[0] (x).rateMax ""`}},
+		{name: "NATGW rule without direction", spec: v1.QoSPolicySpec{BindingType: v1.QoSBindingTypeNatGw, Shared: true,
+			BandwidthLimitRules: v1.QoSPolicyBandwidthLimitRules{rule("x", "", "1", "1")}},
+			unsupported: []string{`spec.bandwidthLimitRules[0] (x).direction ""`}},
 		{name: "EIP rule with a match", spec: v1.QoSPolicySpec{BindingType: v1.QoSBindingTypeEIP,
 			BandwidthLimitRules: v1.QoSPolicyBandwidthLimitRules{withMatch(in10, "src 10.0.1.0/24")}},
 			unsupported: []string{`spec.bandwidthLimitRules[0] (in).matchValue "src 10.0.1.0/24"`}},
@@ -71,7 +76,7 @@ func TestQoSPolicyChecks(t *testing.T) {
 		{name: "EIP policy named by a gateway", spec: v1.QoSPolicySpec{BindingType: v1.QoSBindingTypeEIP,
 			BandwidthLimitRules: v1.QoSPolicyBandwidthLimitRules{in10}},
 			gateways:    []string{"gw1", "gw2"},
-			unsupported: []string{"spec.qosPolicy of VpcNatGateway gw1, gw2"}},
+			unsupported: []string{`spec.bindingType "EIP" named in spec.qosPolicy of VpcNatGateway gw1, gw2`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &v1.QoSPolicy{ObjectMeta: metav1.ObjectMeta{Name: "q"}, Spec: tc.spec}
@@ -131,10 +136,10 @@ func (e *env) waitQoSCondition(p *v1.QoSPolicy, typ, reason string, timeout time
 // TestQoSPolicyStatus: natgw's finalizer; status as upstream writes it
 // (shared, bindingType, bandwidthLimitRules sorted by name) for a policy
 // upstream accepts, none for one it refuses (Ready Invalid naming the
-// field); bindings natgw does not program reported (Ready Unsupported with
-// a Warning Event naming field and value): bindingType NATGW and the
-// VpcNatGateway naming it, an EIP rule with a match. On natgw's CRDs and
-// upstream's.
+// field); what natgw does not program reported (Ready Unsupported with a
+// Warning Event naming field and value): an EIP rule with a match; a NATGW
+// policy is Accepted, also once a VpcNatGateway names it. On natgw's CRDs
+// and upstream's.
 func TestQoSPolicyStatus(t *testing.T) {
 	for _, set := range crdtest.Sets {
 		t.Run(string(set), func(t *testing.T) { testQoSPolicyStatus(t, set) })
@@ -158,7 +163,7 @@ func testQoSPolicyStatus(t *testing.T, set crdtest.Set) {
 			reason: v1.ReasonAccepted, written: true, wantRules: []string{"a-in", "z-out"}},
 		{name: "natgw", spec: v1.QoSPolicySpec{BindingType: v1.QoSBindingTypeNatGw, Shared: true,
 			BandwidthLimitRules: v1.QoSPolicyBandwidthLimitRules{withMatch(rule("lan", v1.QoSDirectionEgress, "5", "1"), "dst 10.0.1.0/24")}},
-			reason: v1.ReasonUnsupported, msg: []string{`spec.bindingType "NATGW"`}, written: true, wantRules: []string{"lan"}},
+			reason: v1.ReasonAccepted, msg: []string{"VpcNatGateways"}, written: true, wantRules: []string{"lan"}},
 		{name: "eip-match", spec: v1.QoSPolicySpec{BindingType: v1.QoSBindingTypeEIP,
 			BandwidthLimitRules: v1.QoSPolicyBandwidthLimitRules{withMatch(in10, "src 10.0.1.0/24")}},
 			reason: v1.ReasonUnsupported, msg: []string{`matchValue "src 10.0.1.0/24"`}, written: true, wantRules: []string{"a-in"}},
@@ -201,24 +206,17 @@ func testQoSPolicyStatus(t *testing.T, set crdtest.Set) {
 		})
 	}
 
-	// A VpcNatGateway naming the NATGW policy: named as not programmed,
-	// and as a user.
+	// A VpcNatGateway naming the NATGW policy: a user, still Accepted
+	// (TestGatewayQoSProgrammed checks what reaches the gateway).
 	p := &v1.QoSPolicy{}
 	p.Name = e.case_ + "-natgw"
 	g := e.gatewayObj()
 	g.Spec.QoSPolicy = p.Name
 	e.create(g)
-	e.eventually(30*time.Second, "Ready names the gateway", func() error {
-		if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(p), p); err != nil {
-			return err
-		}
-		c := v1.FindCondition(p.Status.Conditions, v1.ConditionReady)
-		if c == nil || c.Reason != v1.ReasonUnsupported || !strings.Contains(c.Message, "spec.qosPolicy of VpcNatGateway "+g.Name) {
-			return fmt.Errorf("Ready %+v", c)
-		}
-		return nil
-	})
-	e.waitQoSCondition(p, v1.ConditionInUse, v1.ReasonInUse, 10*time.Second)
+	e.waitQoSCondition(p, v1.ConditionInUse, v1.ReasonInUse, 30*time.Second)
+	if c := v1.FindCondition(p.Status.Conditions, v1.ConditionReady); c == nil || c.Reason != v1.ReasonAccepted {
+		t.Errorf("Ready of a NATGW policy named by a gateway: %+v, want Accepted", c)
+	}
 }
 
 // TestQoSPolicyDeletionHeld: a policy named by an IptablesEIP and a

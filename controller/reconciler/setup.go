@@ -116,6 +116,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 		WatchesRawSource(gev.source(deps.eipsOfGateway))
 	gwCtl := ctrl.NewControllerManagedBy(mgr).Named("vpc-nat-gateway").WithOptions(opts).
 		For(&v1.VpcNatGateway{}, builder.WithPredicates(specOrMetaChanged)).
+		Watches(&v1.QoSPolicy{}, handler.EnqueueRequestsFromMapFunc(deps.gatewaysOfPolicy), builder.WithPredicates(policyStatusChanged)).
 		WatchesRawSource(gev.source(gatewayRequest))
 	if deps.Subnets != nil {
 		eipCtl = eipCtl.Watches(kubeovn.NewSubnet(), handler.EnqueueRequestsFromMapFunc(kubeovn.EIPsOfSubnet(deps.Client, deps.Log)), builder.WithPredicates(subnetChanged))
