@@ -88,8 +88,9 @@ func (s *sweeps) snapshot() (removed, restored []nat.Object) {
 // startCompanion runs natgw-controller's companion mode in this process as
 // the binary wires it (companion.Setup on a controller-runtime manager),
 // against the cluster's API server, reaching the gateway pod through the
-// real pod-exec transport.
-func (e *env) startCompanion(s *sweeps) client.Client {
+// real pod-exec transport, sweeping every period. stop stops it (also
+// done when the test ends).
+func (e *env) startCompanion(s *sweeps, period time.Duration) (cl client.Client, stop func()) {
 	t := e.t
 	t.Helper()
 	restCfg, err := e.c.RESTConfig()
@@ -119,20 +120,24 @@ func (e *env) startCompanion(s *sweeps) client.Client {
 	}
 	tr := &transport.Exec{Config: restCfg, Client: cs, Namespace: ns, Command: "/natgw", Log: logr.Discard()} // the agent logs two lines a sweep
 	if _, err := companion.Setup(mgr, companion.Options{
-		Transport: tr, Period: companionPeriod, Grace: companionGrace, Log: log, OnSweep: s.record,
+		Transport: tr, Period: period, Grace: companionGrace, Log: log, OnSweep: s.record,
 	}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("companion manager: %v", err)
-		}
-	})
-	return mgr.GetClient()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("companion manager: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return mgr.GetClient(), stop
 }
 
 // compatCall execs one nat-gateway.sh call in the gateway pod exactly as
@@ -183,7 +188,7 @@ func TestCompanion(t *testing.T) {
 	_, probes := e.baseObjects()
 
 	var sw sweeps
-	cl := e.startCompanion(&sw)
+	cl, _ := e.startCompanion(&sw, companionPeriod)
 
 	// An EIP whose FIP will leak (Kube-OVN programs the EIP).
 	e.mustKubectl(fmt.Sprintf(`apiVersion: kubeovn.io/v1

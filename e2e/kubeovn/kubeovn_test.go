@@ -57,6 +57,9 @@ type env struct {
 	lab *netlab.Lab
 	ext string // external namespace (192.0.2.1, net1's peer)
 	vms []netlab.Host
+	// extNet is the external subnet (netlab.ExtNet unless the scenario
+	// needs more addresses); its gateway is extHost.
+	extNet netip.Prefix
 
 	// What setup learnt and measured.
 	repo, image, podCIDR      string
@@ -185,8 +188,8 @@ func (e *env) attach(p gwPod) error {
 		}
 	}
 	if err := netlab.Veth(
-		netlab.End{NS: p.netns, Name: "net1", Addrs: []netip.Prefix{netip.PrefixFrom(a, netlab.ExtNet.Bits())}},
-		netlab.End{NS: e.ext, Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(extHost, netlab.ExtNet.Bits())}},
+		netlab.End{NS: p.netns, Name: "net1", Addrs: []netip.Prefix{netip.PrefixFrom(a, e.extNet.Bits())}},
+		netlab.End{NS: e.ext, Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(extHost, e.extNet.Bits())}},
 	); err != nil {
 		return err
 	}
@@ -221,8 +224,11 @@ type probe struct {
 	src                      netip.Addr
 }
 
-func (e *env) check(p probe) error {
-	r, err := netlab.Dial(e.ctx, p.from, p.addr, 2*time.Second)
+func (e *env) check(p probe) error { return e.checkWithin(p, 2*time.Second) }
+
+// checkWithin is check with the dial bounded by timeout.
+func (e *env) checkWithin(p probe, timeout time.Duration) error {
+	r, err := netlab.Dial(e.ctx, p.from, p.addr, timeout)
 	if err != nil {
 		return fmt.Errorf("%s: %w", p.name, err)
 	}
@@ -244,10 +250,14 @@ func (e *env) blocked(p probe) error {
 
 // start brings up the cluster with the natgw image imported, Kube-OVN's
 // CRDs and prerequisites (its VPC NAT gateway feature on, the natgw image as
-// vpcNatImage) and its unmodified controller. Missing assets skip (fail
-// with NATGW_KUBEOVN_REQUIRED=1). Everything is torn down when the test
-// ends.
-func start(t *testing.T) *env {
+// vpcNatImage, netlab.ExtNet the external subnet) and its unmodified
+// controller. Missing assets skip (fail with NATGW_KUBEOVN_REQUIRED=1).
+// Everything is torn down when the test ends.
+func start(t *testing.T) *env { return startWith(t, netlab.ExtNet) }
+
+// startWith is start with extNet as the external subnet (it must hold
+// extHost, its gateway).
+func startWith(t *testing.T, extNet netip.Prefix) *env {
 	required := os.Getenv(RequireEnv) == "1"
 	skip := func(why string) {
 		if required {
@@ -301,7 +311,7 @@ func start(t *testing.T) *env {
 	})
 	upIn := time.Since(start)
 	lab := netlab.ForTest(t)
-	e := &env{t: t, ctx: ctx, c: c, lab: lab, repo: repo, image: image, podCIDR: ccfg.PodCIDR, upIn: upIn}
+	e := &env{t: t, ctx: ctx, c: c, lab: lab, repo: repo, image: image, podCIDR: ccfg.PodCIDR, upIn: upIn, extNet: extNet}
 	kcfg.Kubeconfig = c.Kubeconfig()
 
 	// Kube-OVN's CRDs, the NAD CRD, then the objects the controller needs.
@@ -312,9 +322,8 @@ func start(t *testing.T) *env {
 	e.mustKubectl(crds, "apply", "--server-side", "-f", "-")
 	e.mustKubectl(kubeovn.Prerequisites(), "apply", "--server-side", "-f", "-")
 	e.mustKubectl("", "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-	ext := netlab.ExtNet.String()
 	e.mustKubectl(kubeovn.Objects(image, kubeovn.Network{
-		ExternalCIDR: ext, ExternalGateway: extHost.String(),
+		ExternalCIDR: extNet.String(), ExternalGateway: extHost.String(),
 		ExternalExclude: []string{extHost.String()},
 		VPC:             "vpc-" + gwName, VPCSubnet: "subnet-" + gwName,
 		VPCCIDR: ccfg.PodCIDR, VPCGateway: "10.244.77.1",
@@ -368,9 +377,12 @@ func start(t *testing.T) *env {
 
 // setup brings up what every scenario here runs on: start's cluster and
 // Kube-OVN, the VpcNatGateway and its pod (net1 attached as Multus would),
-// the external host and two VPC hosts with servers.
-func setup(t *testing.T) *env {
-	e := start(t)
+// the external host and three VPC hosts with servers.
+func setup(t *testing.T) *env { return setupWith(t, netlab.ExtNet) }
+
+// setupWith is setup with extNet as the external subnet.
+func setupWith(t *testing.T, extNet netip.Prefix) *env {
+	e := startWith(t, extNet)
 	ctx, c, lab, image := e.ctx, e.c, e.lab, e.image
 
 	// The VpcNatGateway: Kube-OVN creates the StatefulSet with the natgw image.

@@ -91,16 +91,16 @@ func (e *env) kubeOVNNetwork(gp gwPod) networkResult {
 		t.Fatalf("IptablesEIP %s status.ip %q: %v", autoEIP, ip, err)
 	case ip != vipIP:
 		t.Fatalf("IptablesEIP %s status.ip %s, but Kube-OVN reserved %q in Vip %s", autoEIP, ip, vipIP, vipName)
-	case !netlab.ExtNet.Contains(addr) || addr == extHost || ip == gp.extIP:
-		t.Fatalf("IptablesEIP %s got %s: not a free address of the external subnet %s", autoEIP, ip, netlab.ExtNet)
+	case !e.extNet.Contains(addr) || addr == extHost || ip == gp.extIP:
+		t.Fatalf("IptablesEIP %s got %s: not a free address of the external subnet %s", autoEIP, ip, e.extNet)
 	}
 	onNet1 := func() (bool, error) {
 		addrs, err := netlab.Addrs(gp.netns, "net1")
-		return slices.Contains(addrs, netip.PrefixFrom(addr, netlab.ExtNet.Bits())), err
+		return slices.Contains(addrs, netip.PrefixFrom(addr, e.extNet.Bits())), err
 	}
 	if err := eventually(e.ctx, 30*time.Second, func() error {
 		if ok, err := onNet1(); err != nil || !ok {
-			return fmt.Errorf("%s/%d not on net1 (%v)", addr, netlab.ExtNet.Bits(), err)
+			return fmt.Errorf("%s/%d not on net1 (%v)", addr, e.extNet.Bits(), err)
 		}
 		return nil
 	}); err != nil {

@@ -161,7 +161,7 @@ func TestReplaceGatewayShape(t *testing.T) {
 	// cmd/natgw-controller wires it, in this process.
 	bootSyncs := counter(metrics.Resyncs.WithLabelValues(gwName, "bootid"))
 	t0 = time.Now()
-	e.startReplace()
+	e.startReplace(nil) // --network-source=kube-ovn
 	var uid string
 	ngSts, ngStatus, err := e.gatewayShape(func(m map[string]any) error {
 		refs, _ := m["metadata"].(map[string]any)["ownerReferences"].([]any)
@@ -340,13 +340,21 @@ func (e *env) gatewayShape(check func(map[string]any) error) (sts, status map[st
 // startReplace runs natgw-controller in replace mode with
 // --provision-gateways in this process, wired as cmd/natgw-controller
 // wires it (the gateway StatefulSet cache, the provisioner, the
-// reconcilers with the pod-exec transport), against the cluster.
-func (e *env) startReplace() {
+// reconcilers with the pod-exec transport, no client-side rate limit),
+// against the cluster. configNet nil is --network-source=kube-ovn (the
+// default with --provision-gateways); else --network-source=config with
+// configNet as the gateway config's defaults.
+func (e *env) startReplace(configNet *gwconfig.Entry) {
 	t := e.t
 	t.Helper()
 	restCfg, err := e.c.RESTConfig()
 	if err != nil {
 		t.Fatal(err)
+	}
+	restCfg.QPS = -1 // as cmd/natgw-controller without a QPS in the kubeconfig
+	gwCfg := &gwconfig.Config{Unlisted: true}
+	if configNet != nil {
+		gwCfg.Defaults = *configNet
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -379,11 +387,10 @@ func (e *env) startReplace() {
 	ctx, cancel := context.WithCancel(e.ctx)
 	if _, err := reconciler.Setup(ctx, mgr, reconciler.Config{
 		Workers: 2, RemoveUpstreamFinalizer: true, SkipNameValidation: true,
-		// --network-source=kube-ovn, the default with --provision-gateways.
-		KubeOVNNetwork: true,
+		KubeOVNNetwork: configNet == nil,
 		Gateway: gateway.Options{
 			Transport:        &transport.Exec{Config: restCfg, Client: cs, Namespace: ns, Command: "/natgw", Log: log.WithName("agent")},
-			Config:           &gwconfig.Config{Unlisted: true},
+			Config:           gwCfg,
 			DefaultDataplane: transport.DataplaneNftables,
 			Log:              log.WithName("gateway"),
 		},
