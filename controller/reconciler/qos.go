@@ -327,7 +327,7 @@ func unsupportedQoS(p *v1.QoSPolicy, users qosUsers) []string {
 		for i, r := range p.Spec.BandwidthLimitRules {
 			switch {
 			case r.MatchValue != "":
-				out = append(out, fmt.Sprintf("%s %q (matchType %q): per-EIP limits with a match are not supported; an IptablesEIP naming the policy is refused (Ready Invalid)",
+				out = append(out, fmt.Sprintf("%s %q (matchType %q): not used: a per-EIP limit holds all of the EIP's traffic in its direction, as Kube-OVN's EIP path programs it",
 					ruleField(i, r, "matchValue"), r.MatchValue, r.MatchType))
 			case r.Direction == "":
 				out = append(out, fmt.Sprintf("%s \"\": an EIP limit needs ingress or egress; an IptablesEIP naming the policy is refused (Ready Invalid)", ruleField(i, r, "direction")))

@@ -314,4 +314,18 @@ func TestQoSPolicyRulesChangeEIPLimits(t *testing.T) {
 	if c := v1.FindCondition(p.Status.Conditions, v1.ConditionInUse); c == nil || c.Reason != v1.ReasonInUse {
 		t.Errorf("InUse %+v, want InUse", c)
 	}
+
+	// A match on an EIP rule is not used, as Kube-OVN's EIP path: the EIP
+	// stays programmed with the rule's limit on all of its traffic, and
+	// the policy says the match is unused.
+	e.update(p, func() {
+		p.Spec.BandwidthLimitRules[0].MatchType, p.Spec.BandwidthLimitRules[0].MatchValue = v1.QoSMatchTypeIP, "src 10.0.1.0/24"
+		p.Spec.BandwidthLimitRules[0].RateMax = "40"
+	})
+	e.eventually(30*time.Second, "limits with a match", qosIs(nat.QoS{IngressRateMbps: 40, IngressBurstMbit: 9, EgressRateMbps: 20, EgressBurstMbit: 17}))
+	ready := e.waitQoSCondition(p, v1.ConditionReady, v1.ReasonUnsupported, 30*time.Second)
+	if !strings.Contains(ready.Message, `matchValue "src 10.0.1.0/24"`) || !strings.Contains(ready.Message, "not used") {
+		t.Errorf("Ready message %q, want the unused match named", ready.Message)
+	}
+	e.waitReady(eip)
 }

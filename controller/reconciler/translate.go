@@ -68,8 +68,11 @@ func eipObject(e *v1.IptablesEIP, prefixLen int, qos *nat.QoS) (nat.Object, erro
 }
 
 // qosObject maps a QoSPolicy's EIP bandwidth limits (Mbit/s, as upstream)
-// to nat.QoS; rules with a match (matchType/matchValue) are not supported
-// per EIP and are refused.
+// to nat.QoS. A rule's match (matchType/matchValue) is not used: the limit
+// holds all of the EIP's traffic in its direction, as Kube-OVN's EIP path
+// programs it (addOrUpdateEIPBandwidthLimitRules passes the EIP, direction,
+// priority, rate and burst to eip-*-qos-add, vpc_nat_gw_eip.go:434-443);
+// the QoSPolicy reconcile reports the unused match on the policy.
 func qosObject(p *v1.QoSPolicy) (*nat.QoS, error) {
 	if p == nil {
 		return nil, nil
@@ -77,9 +80,6 @@ func qosObject(p *v1.QoSPolicy) (*nat.QoS, error) {
 	q := &nat.QoS{}
 	for i, r := range p.Spec.BandwidthLimitRules {
 		where := fmt.Sprintf("qosPolicy %s: bandwidthLimitRules[%d]", p.Name, i)
-		if r.MatchValue != "" {
-			return nil, invalid(where+".matchValue", r.MatchValue, "per-EIP limits with a match are not supported")
-		}
 		rate, err := mbit(where+".rateMax", r.RateMax)
 		if err != nil {
 			return nil, err
