@@ -187,22 +187,10 @@ func eipAddress(e *v1.IptablesEIP) netip.Addr {
 	return netip.Addr{}
 }
 
-// ruleEIP is a rule's spec.eip.
-func ruleEIP(obj client.Object) string {
-	switch o := obj.(type) {
-	case *v1.IptablesFIPRule:
-		return o.Spec.EIP
-	case *v1.IptablesDnatRule:
-		return o.Spec.EIP
-	case *v1.IptablesSnatRule:
-		return o.Spec.EIP
-	}
-	return ""
-}
 
 // rule checks a FIP, DNAT or SNAT.
 func (v *Validator) rule(ctx context.Context, obj client.Object) (field.ErrorList, error) {
-	name := ruleEIP(obj)
+	name := reconciler.RuleEIP(obj)
 	if name == "" {
 		return field.ErrorList{field.Required(specPath.Child("eip"), "")}, nil
 	}

@@ -185,16 +185,7 @@ func (s *Source) GatewayQoS(ctx context.Context, gw string) ([]gwqos.Rule, error
 
 // gatewaysOfPolicy maps a QoSPolicy to the VpcNatGateways that name it.
 func (d *Deps) gatewaysOfPolicy(ctx context.Context, o client.Object) []reconcile.Request {
-	list := &v1.VpcNatGatewayList{}
-	if err := d.Client.List(ctx, list, client.MatchingFields{qosPolicyIndex: o.GetName()}); err != nil {
-		d.Log.Error(err, "map QoSPolicy to VpcNatGateways", "qosPolicy", o.GetName())
-		return nil
-	}
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for _, g := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: g.Name}})
-	}
-	return reqs
+	return d.requestsByIndex(ctx, &v1.VpcNatGatewayList{}, qosPolicyIndex, o.GetName(), "map QoSPolicy to VpcNatGateways")
 }
 
 // policyStatusChanged passes the QoSPolicy updates a gateway's QoS reads:

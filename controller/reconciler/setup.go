@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -106,7 +108,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 		return nil, err
 	}
 
-	toEIP := toNamed(ruleEIP)
+	toEIP := toNamed(RuleEIP)
 	eipCtl := ctrl.NewControllerManagedBy(mgr).Named("iptables-eip").WithOptions(opts).
 		For(&v1.IptablesEIP{}, builder.WithPredicates(specOrMetaChanged)).
 		Watches(&v1.IptablesFIPRule{}, toEIP, builder.WithPredicates(specOrMetaChanged)).
@@ -214,7 +216,7 @@ func setupRule[T client.Object](ctx context.Context, mgr ctrl.Manager, deps *Dep
 			if e, ok := o.(*v1.IptablesEIP); ok {
 				eip = e.Name
 			} else {
-				eip = ruleEIP(o)
+				eip = RuleEIP(o)
 			}
 			if eip == "" {
 				return nil
@@ -248,8 +250,8 @@ func setupRule[T client.Object](ctx context.Context, mgr ctrl.Manager, deps *Dep
 	return nil
 }
 
-// ruleEIP returns a rule's spec.eip ("" for other objects).
-func ruleEIP(o client.Object) string {
+// RuleEIP returns a rule's spec.eip ("" for other objects).
+func RuleEIP(o client.Object) string {
 	switch r := o.(type) {
 	case *v1.IptablesFIPRule:
 		return r.Spec.EIP
@@ -263,14 +265,25 @@ func ruleEIP(o client.Object) string {
 
 // eipsOfPolicy maps a QoSPolicy to the EIPs that use it.
 func (d *Deps) eipsOfPolicy(ctx context.Context, o client.Object) []reconcile.Request {
-	list := &v1.IptablesEIPList{}
-	if err := d.Client.List(ctx, list, client.MatchingFields{qosPolicyIndex: o.GetName()}); err != nil {
-		d.Log.Error(err, "map QoSPolicy to EIPs", "qosPolicy", o.GetName())
+	return d.requestsByIndex(ctx, &v1.IptablesEIPList{}, qosPolicyIndex, o.GetName(), "map QoSPolicy to EIPs")
+}
+
+// requestsByIndex returns a request for each object of list's kind whose
+// index has value (a failed list is logged as what: a map function has no
+// error to return, and the next event or resync maps again).
+func (d *Deps) requestsByIndex(ctx context.Context, list client.ObjectList, index, value, what string) []reconcile.Request {
+	if err := d.Client.List(ctx, list, client.MatchingFields{index: value}); err != nil {
+		d.Log.Error(err, what, index, value)
 		return nil
 	}
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for _, e := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: e.Name}})
+	var reqs []reconcile.Request
+	if err := meta.EachListItem(list, func(it runtime.Object) error {
+		if m, ok := it.(client.Object); ok {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: m.GetName()}})
+		}
+		return nil
+	}); err != nil {
+		d.Log.Error(err, what, index, value)
 	}
 	return reqs
 }
