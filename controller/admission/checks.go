@@ -187,7 +187,6 @@ func eipAddress(e *v1.IptablesEIP) netip.Addr {
 	return netip.Addr{}
 }
 
-
 // rule checks a FIP, DNAT or SNAT.
 func (v *Validator) rule(ctx context.Context, obj client.Object) (field.ErrorList, error) {
 	name := reconciler.RuleEIP(obj)
