@@ -770,24 +770,6 @@ func TestMigration(t *testing.T) {
 		t.Errorf("after the migration: %v", err)
 	}
 
-	// Every EIP kept its status (its address, Ready, nat "fip" as upstream
-	// writes it for an EIP with a FIP); natgw reports every FIP programmed.
-	var statusChanged []string
-	{
-		var l v1.IptablesEIPList
-		if err := cl.List(ctx, &l); err != nil {
-			t.Fatal(err)
-		}
-		for _, x := range l.Items {
-			if w := eipStatus[x.Name]; w != x.Status.IP || !x.Status.Ready || x.Status.Nat != "fip" {
-				statusChanged = append(statusChanged, fmt.Sprintf("%s: ip=%s nat=%s ready=%v, was ip=%s", x.Name, x.Status.IP, x.Status.Nat, x.Status.Ready, w))
-			}
-		}
-	}
-	if len(statusChanged) > 0 {
-		sort.Strings(statusChanged)
-		t.Errorf("%d EIPs changed status, e.g. %s", len(statusChanged), statusChanged[0])
-	}
 	natgwReadyIn, err := e.waitReadyCount("natgw-programmed FIPs", n, 5*time.Minute, func(ctx context.Context) (int, error) {
 		var l v1.IptablesFIPRuleList
 		if err := cl.List(ctx, &l); err != nil {
@@ -802,6 +784,28 @@ func TestMigration(t *testing.T) {
 		return k, nil
 	})
 	if err != nil {
+		t.Error(err)
+	}
+	// Every EIP kept its status once natgw has reconciled it (its address,
+	// Ready, and nat "fip" as upstream writes it for an EIP with a FIP).
+	var statusChanged []string
+	if err := eventually(ctx, time.Minute, func() error {
+		var l v1.IptablesEIPList
+		if err := cl.List(ctx, &l); err != nil {
+			return err
+		}
+		statusChanged = nil
+		for _, x := range l.Items {
+			if w := eipStatus[x.Name]; w != x.Status.IP || !x.Status.Ready || x.Status.Nat != "fip" {
+				statusChanged = append(statusChanged, fmt.Sprintf("%s: ip=%s nat=%s ready=%v, was ip=%s", x.Name, x.Status.IP, x.Status.Nat, x.Status.Ready, w))
+			}
+		}
+		if len(statusChanged) > 0 {
+			sort.Strings(statusChanged)
+			return fmt.Errorf("%d EIPs changed status, e.g. %s", len(statusChanged), statusChanged[0])
+		}
+		return nil
+	}); err != nil {
 		t.Error(err)
 	}
 
