@@ -183,9 +183,16 @@ func TestAgentGatewayQoS(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	compatCLI(t, gw.GW, "nftables", true, "qos-add", "ingress,net1,7,matchall,,,,5,1")
 	a := startAgent(t, gw.GW, "--external-iface", gw.ExternalInterface)
-	natBefore, err := netlab.NftTable(ctx, gw.GW, "ip", "natgw")
-	if err != nil {
-		t.Fatal(err)
+	// The agent makes its table as it starts serving, not before
+	// startAgent returns: wait for it (CI once read it too early).
+	var natBefore string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if natBefore, err = netlab.NftTable(ctx, gw.GW, "ip", "natgw"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
 	}
 	rules := []gwqos.Rule{
 		{Direction: gwqos.Egress, Priority: 2, Classifier: gwqos.U32, MatchDir: "src", CIDR: netip.MustParsePrefix("10.0.1.0/24"), RateMbps: 10, BurstMB: 1},
