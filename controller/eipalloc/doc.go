@@ -87,6 +87,16 @@
 // (ReleaseAddressByPod, vip.go:212-213) and removed the finalizer
 // (vip.go:216, 558-592). Gone from the API = released.
 //
+// Adoption (a gateway migrated from Kube-OVN's feature to natgw's replace
+// mode): an IptablesEIP whose address Kube-OVN's own EIP handler allocated
+// already holds it in Kube-OVN's IPAM under the EIP's name, kept across
+// Kube-OVN restarts (init.go:498-507) and released by Kube-OVN when the EIP
+// is deleted, with its feature off too (vpc_nat_gw_eip.go:205-248). A Vip
+// asking for that address would be refused as a conflict. Ensure therefore
+// returns such an address as it is (KubeOVNAllocated: Kube-OVN's finalizer
+// and status.ip on the EIP), creates no Vip, and withdraws an unanswered
+// Vip an earlier natgw made for it; Release has nothing to release.
+//
 // Known upstream window: a Vip deleted while Kube-OVN's add worker is
 // between its allocation and createOrUpdateVipCR is re-created by Kube-OVN
 // (vip.go:367-397: not in its cache -> Create) without natgw's owner

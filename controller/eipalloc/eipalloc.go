@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -115,10 +116,16 @@ func (a *Allocator) ensure(ctx context.Context, e *v1.IptablesEIP) (netip.Addr, 
 	if a == nil || a.Client == nil {
 		return netip.Addr{}, errors.New("allocator has no client")
 	}
+	adopted, err := KubeOVNAllocated(e)
+	if err != nil {
+		return netip.Addr{}, err
+	}
 	name := VipName(e.Name)
 	vip := newUnstructured(VipGVK)
 	err = a.Client.Get(ctx, client.ObjectKey{Name: name}, vip)
 	switch {
+	case apierrors.IsNotFound(err) && adopted.IsValid():
+		return adopted, nil
 	case apierrors.IsNotFound(err):
 		if err := a.checkSubnet(ctx, kubeovn.EIPExternalSubnet(e), static); err != nil {
 			return netip.Addr{}, err
@@ -135,7 +142,63 @@ func (a *Allocator) ensure(ctx context.Context, e *v1.IptablesEIP) (netip.Addr, 
 	case err != nil:
 		return netip.Addr{}, fmt.Errorf("get vip %s: %w", name, err)
 	}
+	if adopted.IsValid() {
+		if ok, _ := owned(e, vip); ok {
+			if v4, _, _ := unstructured.NestedString(vip.Object, "status", "v4ip"); v4 == "" {
+				// A request natgw made before it adopted the address:
+				// Kube-OVN refuses it (the address is held under the
+				// EIP's own name) and would retry it for ever.
+				return adopted, a.withdraw(ctx, vip)
+			}
+		}
+	}
 	return Reserved(e, vip)
+}
+
+// KubeOVNAllocated returns the address Kube-OVN's own IptablesEIP handler
+// allocated to e while its VPC NAT gateway feature was on (a gateway
+// migrated to natgw), or the zero Addr when e has none. Such an address is
+// held in Kube-OVN's IPAM under the EIP's own name, not under a Vip:
+// handleAddIptablesEip acquires it with the key e.Name
+// (vpc_nat_gw_eip.go:109-118), Kube-OVN's restart reserves it again from
+// the EIP's status.ip whatever the feature (init.go:498-507), and its
+// deletion path, which runs with the feature off, releases that key
+// before it removes its finalizer (vpc_nat_gw_eip.go:205-248). The mark of
+// that allocation is Kube-OVN's finalizer on the EIP with status.ip set:
+// Kube-OVN adds the finalizer only on paths that run with the feature on,
+// after the address is allocated (createOrUpdateEipCR,
+// vpc_nat_gw_eip.go:719, and the update path after its feature check,
+// :273-277 and :345). natgw
+// uses that reservation as it is (a Vip asking for the same address would
+// be refused by Kube-OVN's IPAM as a conflict) and Release leaves it to
+// Kube-OVN. A spec.v4ip other than status.ip is refused (ErrConflict), as
+// upstream refuses changing an allocated EIP's address
+// (vpc_nat_gw_eip.go:267-271).
+func KubeOVNAllocated(e *v1.IptablesEIP) (netip.Addr, error) {
+	if e == nil || e.Status.IP == "" || !slices.Contains(e.Finalizers, v1.Finalizer) {
+		return netip.Addr{}, nil
+	}
+	ip, err := parseV4(e.Status.IP)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%w: status.ip %q allocated by Kube-OVN: %v", ErrInvalid, e.Status.IP, err)
+	}
+	if e.Spec.V4ip != "" && e.Spec.V4ip != e.Status.IP {
+		return netip.Addr{}, fmt.Errorf("%w: spec.v4ip %q differs from the address %s Kube-OVN allocated (status.ip; Kube-OVN does not change an allocated address; recreate the eip)", ErrConflict, e.Spec.V4ip, e.Status.IP)
+	}
+	return ip, nil
+}
+
+// withdraw deletes vip, an unanswered request of natgw's (UID
+// precondition: never another Vip of that name).
+func (a *Allocator) withdraw(ctx context.Context, vip *unstructured.Unstructured) error {
+	if vip.GetDeletionTimestamp() != nil {
+		return nil
+	}
+	err := a.Client.Delete(ctx, vip, client.Preconditions{UID: ptr.To(vip.GetUID())})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("withdraw vip %s: %w", vip.GetName(), err)
+	}
+	return nil
 }
 
 // Validate checks the fields of e that Ensure uses and returns the static

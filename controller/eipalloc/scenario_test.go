@@ -90,6 +90,23 @@ func (w *world) eip(name, v4, subnet string) *v1.IptablesEIP {
 	return e
 }
 
+// kubeOVNAllocated creates an IptablesEIP as Kube-OVN's handler leaves it
+// with its feature on: spec.v4ip and status.ip the allocated address, its
+// finalizer.
+func (w *world) kubeOVNAllocated(name, v4 string) *v1.IptablesEIP {
+	w.t.Helper()
+	e := eip(w.prefix+name, "fake-uid-"+w.prefix+name, v4, "ext-a")
+	e.Finalizers = []string{kubeOVNFinalizer}
+	if err := w.c.Create(w.ctx, e); err != nil {
+		w.t.Fatalf("create iptables eip %s: %v", e.Name, err)
+	}
+	e.Status.IP, e.Status.Ready = v4, true
+	if err := w.c.Status().Update(w.ctx, e); err != nil {
+		w.t.Fatalf("kube-ovn: status of iptables eip %s: %v", e.Name, err)
+	}
+	return e
+}
+
 func (w *world) vip(name string) (*unstructured.Unstructured, bool) {
 	w.t.Helper()
 	u := newUnstructured(VipGVK)
@@ -249,6 +266,77 @@ var scenarios = []struct {
 		_, err := w.ensure(a, changed)
 		wantErr(t, err, ErrConflict, "spec.v4ip", "172.18.0.51", "172.18.0.50", VipName(e.Name), "reserve eip "+e.Name)
 	}},
+	{"address kube-ovn allocated is adopted", func(w *world, a *Allocator) {
+		// A gateway migrated from Kube-OVN's feature: its handler allocated
+		// the address under the EIP's name, wrote spec.v4ip and status.ip
+		// and put its finalizer on the EIP.
+		t := w.t
+		w.subnet("ext-a", "172.18.0.0/16", "172.18.0.1")
+		e := w.kubeOVNAllocated("migrated", "172.18.0.60")
+		addr, err := w.ensure(a, e)
+		if err != nil || addr != netip.MustParseAddr("172.18.0.60") {
+			t.Fatalf("Ensure = %v, %v; want 172.18.0.60 (Kube-OVN's own reservation)", addr, err)
+		}
+		if _, ok := w.vip(VipName(e.Name)); ok {
+			t.Fatalf("Ensure created vip %s for an address Kube-OVN already holds under the eip's name", VipName(e.Name))
+		}
+		done, err := w.release(a, e)
+		if err != nil || !done {
+			t.Fatalf("Release = %v, %v; want done at once (Kube-OVN's own finalizer releases the address)", done, err)
+		}
+		// spec.v4ip edited after Kube-OVN's allocation.
+		changed := e.DeepCopy()
+		changed.Spec.V4ip = "172.18.0.61"
+		_, err = w.ensure(a, changed)
+		wantErr(t, err, ErrConflict, "spec.v4ip", "172.18.0.61", "172.18.0.60", "reserve eip "+e.Name)
+		// Without status.ip Kube-OVN allocated nothing: natgw asks for it.
+		fresh := e.DeepCopy()
+		fresh.Status.IP = ""
+		if addr, err := w.ensure(a, fresh); err != nil || addr.IsValid() {
+			t.Fatalf("Ensure without status.ip = %v, %v; want pending", addr, err)
+		}
+		if _, ok := w.vip(VipName(e.Name)); !ok {
+			t.Fatalf("no vip requested for an eip Kube-OVN gave no address")
+		}
+	}},
+	{"request made before adoption withdrawn", func(w *world, a *Allocator) {
+		// An earlier natgw asked for the migrated address with a Vip that
+		// Kube-OVN's IPAM refuses as a conflict: it is withdrawn.
+		t := w.t
+		w.subnet("ext-a", "172.18.0.0/16", "172.18.0.1")
+		e := w.kubeOVNAllocated("asked", "172.18.0.62")
+		if err := w.c.Create(w.ctx, NewVip(e)); err != nil {
+			t.Fatal(err)
+		}
+		addr, err := w.ensure(a, e)
+		if err != nil || addr != netip.MustParseAddr("172.18.0.62") {
+			t.Fatalf("Ensure = %v, %v; want 172.18.0.62", addr, err)
+		}
+		if v, ok := w.vip(VipName(e.Name)); ok && v.GetDeletionTimestamp() == nil {
+			t.Fatalf("the unanswered vip %s was not withdrawn", VipName(e.Name))
+		}
+	}},
+	{"reservation in natgw's vip wins over kube-ovn's mark", func(w *world, a *Allocator) {
+		// natgw reserved the address; the feature was turned on again for
+		// a while and Kube-OVN put its finalizer on the EIP: the Vip still
+		// holds the address and stays.
+		t := w.t
+		w.subnet("ext-a", "172.18.0.0/16", "172.18.0.1")
+		e := w.eip("ours", "", "ext-a")
+		if _, err := w.ensure(a, e); err != nil {
+			t.Fatal(err)
+		}
+		w.kubeOVNReserve(VipName(e.Name), "172.18.0.63", "00:00:00:12:34:63")
+		marked := e.DeepCopy()
+		marked.Finalizers = append(marked.Finalizers, kubeOVNFinalizer)
+		marked.Status.IP = "172.18.0.63"
+		if addr, err := w.ensure(a, marked); err != nil || addr != netip.MustParseAddr("172.18.0.63") {
+			t.Fatalf("Ensure = %v, %v; want 172.18.0.63", addr, err)
+		}
+		if v, ok := w.vip(VipName(e.Name)); !ok || v.GetDeletionTimestamp() != nil {
+			t.Fatalf("natgw's reserved vip %s was deleted", VipName(e.Name))
+		}
+	}},
 	{"vip owned by another eip refused", func(w *world, a *Allocator) {
 		t := w.t
 		w.subnet("ext-a", "172.18.0.0/16", "172.18.0.1")
@@ -369,7 +457,7 @@ func TestFake(t *testing.T) {
 	mapper.Add(VipGVK, meta.RESTScopeRoot)
 	mapper.Add(kubeovn.SubnetGVK, meta.RESTScopeRoot)
 	mapper.Add(eipGVK, meta.RESTScopeRoot)
-	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithRESTMapper(mapper).Build()
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithRESTMapper(mapper).WithStatusSubresource(&v1.IptablesEIP{}).Build()
 	runScenarios(t, context.Background(), c, "fake-")
 }
 
