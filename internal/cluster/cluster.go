@@ -207,6 +207,7 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		name string
 		fn   func(context.Context) error
 	}{
+		{"ports free", c.clearPorts},
 		{"files", c.writeFiles},
 		{"network", c.hostNetwork},
 		{"etcd", c.startEtcd},
@@ -547,7 +548,11 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"cert-dir", c.path("pki/apiserver-generated"), "profiling", "false", "v", "1")...); err != nil {
 		return err
 	}
-	return c.waitAPI(ctx, 2*time.Minute)
+	if err := c.waitAPI(ctx, 2*time.Minute); err != nil {
+		ls, _ := listeners([]int{c.cfg.APIPort})
+		return fmt.Errorf("%w (listening on port %d: %v)", err, c.cfg.APIPort, ls)
+	}
+	return nil
 }
 
 // waitAPI waits for the API server's /readyz as the admin.

@@ -1,9 +1,15 @@
 package cluster
 
 import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSplitRule(t *testing.T) {
@@ -77,5 +83,116 @@ func TestUnescapeMount(t *testing.T) {
 		if got := unescapeMount(in); got != want {
 			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestParseTCPLine(t *testing.T) {
+	for _, tc := range []struct {
+		line  string
+		port  int
+		inode string
+		ok    bool
+	}{
+		{"   0: 014D1EAC:4033 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 123456 1 0000000000000000 100 0 0 10 0", 0x4033, "123456", true},
+		{"   1: 0100007F:3FEB 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 654321 1", 0, "", false}, // ESTABLISHED
+		{"  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode", 0, "", false},
+		{"   2: 00000000000000000000000000000000:4033 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 777 1", 0x4033, "777", true},
+	} {
+		port, inode, ok := parseTCPLine(tc.line)
+		if port != tc.port || inode != tc.inode || ok != tc.ok {
+			t.Errorf("parseTCPLine(%q) = %d, %q, %v; want %d, %q, %v", tc.line, port, inode, ok, tc.port, tc.inode, tc.ok)
+		}
+	}
+}
+
+func TestMentions(t *testing.T) {
+	for _, tc := range []struct {
+		argv []string
+		want bool
+	}{
+		{[]string{"kube-apiserver", "--client-ca-file=/var/lib/natgw-cluster/pki/ca.crt"}, true},
+		{[]string{"etcd", "--data-dir", "/var/lib/natgw-cluster"}, true},
+		{[]string{"etcd", "--data-dir", "/var/lib/natgw-cluster-other/etcd"}, false},
+		{[]string{"kube-apiserver", "--etcd-servers=http://127.0.0.1:2379"}, false},
+	} {
+		if got := mentions(tc.argv, "/var/lib/natgw-cluster"); got != tc.want {
+			t.Errorf("mentions(%q) = %v, want %v", tc.argv, got, tc.want)
+		}
+	}
+}
+
+// TestListeners finds this test's own listening socket by its port.
+func TestListeners(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	ls, err := listeners([]int{port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ls) != 1 || ls[0].pid != os.Getpid() || ls[0].port != port {
+		t.Fatalf("listeners on %d = %v, want this process (pid %d)", port, ls, os.Getpid())
+	}
+	ln.Close()
+	if ls, err := listeners([]int{port}); err != nil || len(ls) != 0 {
+		t.Fatalf("listeners on %d after close = %v, %v; want none", port, ls, err)
+	}
+}
+
+// TestClearPorts: a listener on a cluster port whose command line names
+// the cluster's base directory (a daemon of an earlier cluster) is
+// stopped; any other listener is an error naming it.
+func TestClearPorts(t *testing.T) {
+	if os.Getenv("NATGW_TEST_LISTEN") != "" {
+		ln, err := net.Listen("tcp", os.Getenv("NATGW_TEST_LISTEN"))
+		if err != nil {
+			os.Exit(3)
+		}
+		defer ln.Close()
+		time.Sleep(time.Minute)
+		os.Exit(0)
+	}
+	base := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	c := &Cluster{cfg: Config{Base: base, APIPort: port}}
+	if err := c.clearPorts(context.Background()); err == nil || !strings.Contains(err.Error(), strconv.Itoa(os.Getpid())) {
+		t.Fatalf("clearPorts with a foreign listener: %v; want an error naming pid %d", err, os.Getpid())
+	}
+	ln.Close()
+
+	child := exec.Command(os.Args[0], "-test.run=^TestClearPorts$", base+"/pki/ca.crt")
+	child.Env = append(os.Environ(), "NATGW_TEST_LISTEN="+ln.Addr().String())
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- child.Wait() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ls, _ := listeners([]int{port})
+		if len(ls) == 1 && ls[0].pid == child.Process.Pid {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = child.Process.Kill()
+			t.Fatalf("the child never listened on %d: %v", port, ls)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := c.clearPorts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = child.Process.Kill()
+		t.Fatal("the earlier cluster's listener still runs after clearPorts")
 	}
 }
