@@ -82,7 +82,11 @@ type Deps struct {
 	// feature must be off, or both would program the gateways), so nothing
 	// else would ever remove upstream's finalizer from objects created
 	// before the switch and they would stay terminating forever. Only
-	// objects that carry natgw's finalizer are touched.
+	// objects that carry natgw's finalizer are touched, and never an
+	// IptablesEIP whose address Kube-OVN allocated: Kube-OVN v1.16.2
+	// removes its finalizer from the four kinds itself with its feature
+	// off, and for such an EIP it first releases the address in its IPAM
+	// (see upstreamReleases).
 	RemoveUpstreamFinalizer bool
 	// RuleLabels also writes upstream's labels ovn.kubernetes.io/eip_v4_ip
 	// and ovn.kubernetes.io/vpc-nat-gw-name on rules (and the latter on
@@ -389,7 +393,7 @@ func (d *Deps) finishDeleteThen(ctx context.Context, log logr.Logger, obj client
 func (d *Deps) removeFinalizers(ctx context.Context, obj client.Object) (ok bool, res ctrl.Result, err error) {
 	before := obj.DeepCopyObject().(client.Object)
 	controllerutil.RemoveFinalizer(obj, Finalizer)
-	if d.RemoveUpstreamFinalizer {
+	if d.RemoveUpstreamFinalizer && !upstreamReleases(obj) {
 		controllerutil.RemoveFinalizer(obj, v1.Finalizer)
 	}
 	if err := d.patchMeta(ctx, obj, before); err != nil {
@@ -402,6 +406,23 @@ func (d *Deps) removeFinalizers(ctx context.Context, obj client.Object) (ok bool
 		return false, ctrl.Result{}, fmt.Errorf("remove finalizer: %w", err)
 	}
 	return true, ctrl.Result{}, nil
+}
+
+// upstreamReleases says whether Kube-OVN's finalizer on obj guards a
+// release only Kube-OVN can make: an IptablesEIP whose address Kube-OVN's
+// own handler allocated (eipalloc.KubeOVNAllocated) is held in its IPAM
+// under the EIP's name, and Kube-OVN releases it on the EIP's deletion
+// path, which runs with its feature off, before it removes its finalizer
+// (vpc_nat_gw_eip.go:205-248). Removing the finalizer first would delete
+// the EIP before that path runs, and the address would stay reserved
+// until kube-ovn-controller restarts.
+func upstreamReleases(obj client.Object) bool {
+	e, ok := obj.(*v1.IptablesEIP)
+	if !ok {
+		return false
+	}
+	addr, err := eipalloc.KubeOVNAllocated(e)
+	return err == nil && addr.IsValid()
 }
 
 // deleteLeftovers deletes uids, whose object is now gone, from every

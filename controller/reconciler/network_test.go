@@ -242,3 +242,72 @@ func TestKubeOVNEIPAddress(t *testing.T) {
 	e.update(vip, func() { vip.SetFinalizers(nil) })
 	e.waitGone(dyn, 30*time.Second)
 }
+
+// TestKubeOVNAllocatedEIP: an EIP whose address Kube-OVN's own handler
+// allocated (a gateway migrated from Kube-OVN's feature: its finalizer and
+// status.ip on the EIP) is programmed with that address and no Vip: the
+// address is already Kube-OVN's reservation under the EIP's name. On
+// delete natgw takes the address off the gateway and removes its own
+// finalizer but leaves Kube-OVN's, whose deletion path releases the
+// address in its IPAM before it removes it. A rule's upstream finalizer is
+// still removed (nothing of Kube-OVN's waits on it).
+func TestKubeOVNAllocatedEIP(t *testing.T) {
+	e := newEnv(t, envOptions{crds: crdtest.Upstream, kubeOVNNetwork: true})
+	e.subnet("ext", "", "ext.kube-system", "192.0.2.0/26", "192.0.2.1")
+	g := e.gatewayObj()
+	g.Spec.ExternalSubnets = []string{e.case_ + "-ext"}
+	e.create(g)
+
+	mig := e.eip("migrated", netip.MustParseAddr("192.0.2.30"))
+	mig.Spec.ExternalSubnet = e.case_ + "-ext"
+	mig.Finalizers = []string{v1.Finalizer}
+	e.create(mig)
+	mig.Status.IP, mig.Status.Ready = "192.0.2.30", true
+	if err := e.c.Status().Update(e.ctx, mig); err != nil {
+		t.Fatal(err)
+	}
+	fip := e.fip("migrated", "migrated", netip.MustParseAddr("10.0.0.30"))
+	fip.Finalizers = []string{v1.Finalizer}
+	e.create(fip)
+	e.waitReady(mig)
+	e.waitReady(fip)
+	if !e.netHas(netip.MustParsePrefix("192.0.2.30/26")) {
+		t.Errorf("Kube-OVN's address is not on net1")
+	}
+	vip := eipalloc.NewVipObject()
+	vip.SetName(eipalloc.VipName(mig.Name))
+	e.eventually(10*time.Second, "no Vip for an address Kube-OVN holds", func() error {
+		err := e.c.Get(e.ctx, client.ObjectKeyFromObject(vip), vip)
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			return err
+		case vip.GetDeletionTimestamp() != nil:
+			return fmt.Errorf("vip %s being withdrawn", vip.GetName())
+		}
+		return fmt.Errorf("vip %s exists (created before status.ip was read?) and is not withdrawn", vip.GetName())
+	})
+
+	if err := e.c.Delete(e.ctx, fip); err != nil {
+		t.Fatal(err)
+	}
+	e.waitGone(fip, 30*time.Second) // natgw removed both finalizers
+	if err := e.c.Delete(e.ctx, mig); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(30*time.Second, "natgw's finalizer removed, Kube-OVN's kept", func() error {
+		if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(mig), mig); err != nil {
+			return err
+		}
+		if got := mig.GetFinalizers(); !slices.Equal(got, []string{v1.Finalizer}) {
+			return fmt.Errorf("finalizers %v, want only %s", got, v1.Finalizer)
+		}
+		return nil
+	})
+	if e.netHas(netip.MustParsePrefix("192.0.2.30/26")) {
+		t.Errorf("the address is still on net1 after natgw finished the EIP's deletion")
+	}
+	e.update(mig, func() { mig.SetFinalizers(nil) }) // Kube-OVN's deletion path
+	e.waitGone(mig, 30*time.Second)
+}
