@@ -25,6 +25,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -159,6 +160,14 @@ type Cluster struct {
 	lock  *os.File
 	state *HostState
 
+	// pkiDir is this cluster's PKI directory below Base, new per Up:
+	// client-go (v0.37, ClientsAllowCARotation) caches TLS transports by
+	// the CA file's path and re-reads the file at most every 5 minutes, so
+	// a second cluster in the same process with its CA at the same path
+	// would be verified against the first one's CA ("certificate signed by
+	// unknown authority") until that transport is collected.
+	pkiDir string
+
 	mu       sync.Mutex
 	down     bool
 	stopSig  chan struct{}
@@ -177,7 +186,7 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, lock: lock, stopSig: make(chan struct{})}
+	c := &Cluster{cfg: cfg, lock: lock, stopSig: make(chan struct{}), pkiDir: "pki-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
 	if err := cleanupStale(ctx, c.logf); err != nil {
 		c.unlock()
 		return nil, err
@@ -416,12 +425,12 @@ func (c *Cluster) Ctr(ctx context.Context, args ...string) (string, error) {
 }
 
 func (c *Cluster) writeFiles(ctx context.Context) error {
-	for _, d := range []string{"pki", "etcd", "log/pods", "kubelet", "kubelet-plugins/volume", "controller-manager/flex", "containerd/root", "containerd/state", "cni/net.d", "cni/ipam"} {
+	for _, d := range []string{c.pkiDir, "etcd", "log/pods", "kubelet", "kubelet-plugins/volume", "controller-manager/flex", "containerd/root", "containerd/state", "cni/net.d", "cni/ipam"} {
 		if err := os.MkdirAll(c.path(d), 0o755); err != nil {
 			return err
 		}
 	}
-	if err := makePKI(ctx, c.path("pki"), c.pkiCerts()); err != nil {
+	if err := makePKI(ctx, c.path(c.pkiDir), c.pkiCerts()); err != nil {
 		return err
 	}
 	files := map[string]string{
@@ -533,7 +542,7 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context) error {
-	pki := c.path("pki")
+	pki := c.path(c.pkiDir)
 	if err := c.start("kube-apiserver", filepath.Join(c.cfg.EnvtestDir, "kube-apiserver"), flags(
 		"etcd-servers", fmt.Sprintf("http://127.0.0.1:%d", c.cfg.EtcdPort),
 		"bind-address", c.cfg.NodeIP, "advertise-address", c.cfg.NodeIP, "secure-port", fmt.Sprint(c.cfg.APIPort),
@@ -545,7 +554,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"allow-privileged", "true",
 		"kubelet-client-certificate", pki+"/apiserver-kubelet-client.crt", "kubelet-client-key", pki+"/apiserver-kubelet-client.key",
 		"kubelet-certificate-authority", pki+"/ca.crt", "kubelet-preferred-address-types", "InternalIP",
-		"cert-dir", c.path("pki/apiserver-generated"), "profiling", "false", "v", "1")...); err != nil {
+		"cert-dir", c.path(c.pkiDir + "/apiserver-generated"), "profiling", "false", "v", "1")...); err != nil {
 		return err
 	}
 	if err := c.waitAPI(ctx, 2*time.Minute); err != nil {
@@ -574,7 +583,7 @@ func (c *Cluster) WaitAPI(ctx context.Context, limit time.Duration) error {
 }
 
 func (c *Cluster) startControllers(ctx context.Context) error {
-	pki := c.path("pki")
+	pki := c.path(c.pkiDir)
 	cm := c.path("controller-manager.kubeconfig")
 	if err := c.start("kube-controller-manager", filepath.Join(c.cfg.BinDir, "kube-controller-manager"), flags(
 		"kubeconfig", cm, "authentication-kubeconfig", cm, "authorization-kubeconfig", cm,

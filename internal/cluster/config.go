@@ -109,7 +109,7 @@ func (c *Cluster) HostAddr(n int) (netip.Addr, error) {
 // and webhook authentication and authorization, the cluster's own paths,
 // eviction thresholds low enough for a busy test machine.
 func (c *Cluster) kubeletConfig() string {
-	pki := c.path("pki")
+	pki := c.path(c.pkiDir)
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: %s

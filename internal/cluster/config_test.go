@@ -25,7 +25,7 @@ func TestQualifiedImage(t *testing.T) {
 // The rendered configurations carry the facts CLUSTER-LAB.md found
 // necessary on this kind of machine.
 func TestConfigs(t *testing.T) {
-	c := &Cluster{cfg: Defaults(Config{}, "/repo")}
+	c := &Cluster{cfg: Defaults(Config{}, "/repo"), pkiDir: "pki-x"}
 	for _, tc := range []struct {
 		name, text string
 		want       []string
@@ -41,7 +41,7 @@ func TestConfigs(t *testing.T) {
 		{"cni", c.cniConfig(), []string{`"bridge": "ngwcbr0"`, `"subnet": "10.244.77.0/24"`, `"isGateway": true`,
 			`"dataDir": "/var/lib/natgw-cluster/cni/ipam"`, `"type": "portmap"`}},
 		{"kubeconfig", c.kubeconfig("admin"), []string{"server: https://172.30.77.1:16443",
-			"client-certificate: /var/lib/natgw-cluster/pki/admin.crt"}},
+			"client-certificate: /var/lib/natgw-cluster/pki-x/admin.crt", "certificate-authority: /var/lib/natgw-cluster/pki-x/ca.crt"}},
 	} {
 		for _, w := range tc.want {
 			if !strings.Contains(tc.text, w) {

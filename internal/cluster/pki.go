@@ -79,7 +79,7 @@ func makePKI(ctx context.Context, dir string, certs []cert) error {
 
 // kubeconfig renders a kubeconfig for the client certificate name.
 func (c *Cluster) kubeconfig(name string) string {
-	pki := c.path("pki")
+	pki := c.path(c.pkiDir)
 	return fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
