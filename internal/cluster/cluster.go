@@ -554,7 +554,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"allow-privileged", "true",
 		"kubelet-client-certificate", pki+"/apiserver-kubelet-client.crt", "kubelet-client-key", pki+"/apiserver-kubelet-client.key",
 		"kubelet-certificate-authority", pki+"/ca.crt", "kubelet-preferred-address-types", "InternalIP",
-		"cert-dir", c.path(c.pkiDir + "/apiserver-generated"), "profiling", "false", "v", "1")...); err != nil {
+		"cert-dir", c.path(c.pkiDir+"/apiserver-generated"), "profiling", "false", "v", "1")...); err != nil {
 		return err
 	}
 	if err := c.waitAPI(ctx, 2*time.Minute); err != nil {
