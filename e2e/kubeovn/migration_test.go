@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/eipalloc"
 	"github.com/natgw/natgw/controller/gwconfig"
 	"github.com/natgw/natgw/controller/metrics"
 	"github.com/natgw/natgw/controller/transport"
@@ -36,10 +37,10 @@ import (
 // upstream requires) the migration runs with: 1,000, the issue's count.
 const MigrationFIPsEnv = "NATGW_MIGRATION_FIPS"
 
-// MigrationNetworkEnv set to kube-ovn runs natgw-controller with
-// --network-source=kube-ovn after the migration; the default is
-// --network-source=config (see controller/README.md, "Migrating from
-// Kube-OVN's gateways to natgw's", for why).
+// MigrationNetworkEnv set to config runs natgw-controller with
+// --network-source=config after the migration; the default is
+// --network-source=kube-ovn, the default with --provision-gateways (see
+// controller/README.md, "Migrating from Kube-OVN's gateways to natgw's").
 const MigrationNetworkEnv = "NATGW_MIGRATION_NETWORK"
 
 const (
@@ -359,17 +360,9 @@ func histogram(o interface{ Write(*dto.Metric) error }) (uint64, float64) {
 // restart), adopted by natgw's StatefulSet; the gateway holds every object
 // under its CR's UID and no compat object; every FIP forwards; every EIP
 // kept its status; a new EIP and FIP are programmed by natgw, not by
-// Kube-OVN.
+// Kube-OVN. With --network-source=kube-ovn (the default) the migrated
+// addresses stay Kube-OVN's reservations (migratedIPAM).
 func TestMigration(t *testing.T) {
-	// Opt-in for now: in the clean-clone CI of 2026-12-04 (/work/ci2) it
-	// passed (gap across the sync within 100 ms), but the next cluster of
-	// the package (TestReplaceGatewayShape) then failed to come up: its
-	// kube-apiserver's readyz answered with a certificate of another
-	// natgw-cluster-ca. Until that teardown interaction is found it runs
-	// only when asked: make kubeovn-e2e with NATGW_MIGRATION=1.
-	if os.Getenv("NATGW_MIGRATION") != "1" {
-		t.Skip("SKIP: TestMigration runs with NATGW_MIGRATION=1 (opt-in until the cluster teardown after it is fixed; see the comment)")
-	}
 	n := 1000
 	if v := os.Getenv(MigrationFIPsEnv); v != "" {
 		var err error
@@ -377,7 +370,7 @@ func TestMigration(t *testing.T) {
 			t.Fatalf("%s=%q: want 1..1000", MigrationFIPsEnv, v)
 		}
 	}
-	kubeOVNNet := os.Getenv(MigrationNetworkEnv) == "kube-ovn"
+	kubeOVNNet := os.Getenv(MigrationNetworkEnv) != "config"
 	tStart := time.Now()
 	e := setupWith(t, migNet)
 	ctx := e.ctx
@@ -860,8 +853,10 @@ spec:
 	}
 
 	network := "config"
+	var ipam ipamResult
 	if kubeOVNNet {
 		network = "kube-ovn"
+		ipam = e.migratedIPAM(n, probes)
 	}
 	testsummary.Scenario(t, "CLUSTER-SUMMARY", fmt.Sprintf("replace-migrate-%dfip", n), "nftables",
 		"kube_ovn", "v1.16.2", "fips", n, "eips", n, "network_source", network,
@@ -875,5 +870,75 @@ spec:
 		"step_finalizers", steps["2-finalizers"], "step_feature_off", steps["4-feature-off"], "step_orphan", steps["5-orphan-pod"], "step_replace_synced", steps["6-start-replace"],
 		"same_pod", samePod, "objects_after", len(after), "stray_objects", len(stray), "compat_after", compatAfter,
 		"all_fips_forward", forwardIn, "eip_status_changed", len(statusChanged), "natgw_fips_ready", natgwReadyIn,
+		"natgw_vips_for_migrated", ipam.natgwVips, "ipam_refused_migrated", ipam.refused, "migrated_released", ipam.releasedIn,
 		"total", time.Since(tStart))
+}
+
+// ipamResult is what migratedIPAM measured.
+type ipamResult struct {
+	natgwVips  int           // natgw Vips for migrated EIPs (want 0)
+	refused    bool          // a Vip asking for a migrated address got nothing
+	releasedIn time.Duration // delete of a migrated EIP to its address free
+}
+
+// migratedIPAM checks, with --network-source=kube-ovn after the
+// migration, that the migrated EIPs' addresses stay Kube-OVN's own
+// reservations under the EIPs' names (eipalloc.KubeOVNAllocated): natgw
+// made no Vip for them, a Vip asking Kube-OVN for one gets nothing, and
+// deleting a migrated FIP and its EIP takes the address off net1 and
+// lets Kube-OVN release it (its deletion path, feature off, then removes
+// its finalizer): a Vip asking for it then gets it.
+func (e *env) migratedIPAM(n int, probes []probe) ipamResult {
+	t := e.t
+	t.Helper()
+	var r ipamResult
+	out := e.mustKubectl("", "get", "vip", "-o", "name")
+	for _, l := range strings.Fields(out) {
+		if strings.HasPrefix(l, "vip.kubeovn.io/"+eipalloc.NamePrefix+"mig-eip-") && l != "vip.kubeovn.io/"+eipalloc.VipName("mig-eip-new") {
+			r.natgwVips++
+		}
+	}
+	if r.natgwVips > 0 {
+		t.Errorf("natgw made %d Vips for migrated EIPs (Kube-OVN already holds their addresses)", r.natgwVips)
+	}
+	del := n - 2
+	if del < 1 || slices.ContainsFunc(probes, func(p probe) bool { return strings.HasSuffix(p.name, "->"+migFIPName(del)) }) {
+		t.Logf("migratedIPAM: %d FIPs leave none to delete outside the probes; release not checked", n)
+		return r
+	}
+	addr := nth(migEIP0, del)
+	taken, again := "ngw-mig-taken", "ngw-mig-again"
+	defer func() { _, _ = e.kubectl("", "delete", "vip", "--ignore-not-found", "--wait=false", taken, again) }()
+	e.mustKubectl(vipManifest(taken, addr.String()), "apply", "-f", "-")
+	time.Sleep(3 * time.Second)
+	if got := e.mustKubectl("", "get", "vip", taken, "-o", "jsonpath={.status.v4ip}"); got != "" {
+		t.Errorf("Kube-OVN gave vip %s the address %s of migrated IptablesEIP %s", taken, got, migEIPName(del))
+	} else {
+		r.refused = true
+	}
+	e.mustKubectl("", "delete", "vip", taken, "--timeout=1m")
+
+	t0 := time.Now()
+	e.mustKubectl("", "delete", "iptables-fip-rule", migFIPName(del), "--timeout=2m")
+	e.mustKubectl("", "delete", "iptables-eip", migEIPName(del), "--timeout=2m")
+	r.releasedIn = time.Since(t0)
+	addrs, err := netlab.Addrs(e.pod.netns, "net1")
+	if err != nil || slices.Contains(addrs, netip.PrefixFrom(addr, migNet.Bits())) {
+		t.Errorf("%s still on net1 after its EIP was deleted (%v)", addr, err)
+	}
+	e.mustKubectl(vipManifest(again, addr.String()), "apply", "-f", "-")
+	if err := eventually(e.ctx, time.Minute, func() error {
+		got, err := e.kubectl("", "get", "vip", again, "-o", "jsonpath={.status.v4ip}")
+		if err != nil {
+			return err
+		}
+		if got != addr.String() {
+			return fmt.Errorf("vip %s: status.v4ip %q, want the released %s", again, got, addr)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+	r.releasedIn = time.Since(t0)
+	return r
 }
