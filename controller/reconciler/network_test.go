@@ -175,17 +175,25 @@ func (e *env) waitNetHas(p netip.Prefix) {
 	})
 }
 
+// newExternalSubnetEnv is an env with --network-source=kube-ovn on
+// upstream's CRDs, the external subnet <case>-ext (192.0.2.0/26) and the
+// gateway on it.
+func newExternalSubnetEnv(t *testing.T) *env {
+	e := newEnv(t, envOptions{crds: crdtest.Upstream, kubeOVNNetwork: true})
+	e.subnet("ext", "", "ext.kube-system", "192.0.2.0/26", "192.0.2.1")
+	g := e.gatewayObj()
+	g.Spec.ExternalSubnets = []string{e.case_ + "-ext"}
+	e.create(g)
+	return e
+}
+
 // TestKubeOVNEIPAddress: with --network-source=kube-ovn an EIP's address
 // is reserved through a Vip in its external subnet before it is
 // programmed (spec.v4ip or not), status.ip is the reserved address, and
 // on delete the Vip is released only after the gateway dropped the
 // address, the EIP's finalizer only after Kube-OVN released the Vip.
 func TestKubeOVNEIPAddress(t *testing.T) {
-	e := newEnv(t, envOptions{crds: crdtest.Upstream, kubeOVNNetwork: true})
-	e.subnet("ext", "", "ext.kube-system", "192.0.2.0/26", "192.0.2.1")
-	g := e.gatewayObj()
-	g.Spec.ExternalSubnets = []string{e.case_ + "-ext"}
-	e.create(g)
+	e := newExternalSubnetEnv(t)
 
 	dyn := e.eip("dyn", netip.Addr{})
 	dyn.Spec.V4ip, dyn.Spec.ExternalSubnet = "", e.case_+"-ext"
@@ -252,11 +260,7 @@ func TestKubeOVNEIPAddress(t *testing.T) {
 // address in its IPAM before it removes it. A rule's upstream finalizer is
 // still removed (nothing of Kube-OVN's waits on it).
 func TestKubeOVNAllocatedEIP(t *testing.T) {
-	e := newEnv(t, envOptions{crds: crdtest.Upstream, kubeOVNNetwork: true})
-	e.subnet("ext", "", "ext.kube-system", "192.0.2.0/26", "192.0.2.1")
-	g := e.gatewayObj()
-	g.Spec.ExternalSubnets = []string{e.case_ + "-ext"}
-	e.create(g)
+	e := newExternalSubnetEnv(t)
 
 	mig := e.eip("migrated", netip.MustParseAddr("192.0.2.30"))
 	mig.Spec.ExternalSubnet = e.case_ + "-ext"

@@ -72,8 +72,24 @@ func TestCreateDeleteRace(t *testing.T) {
 				}
 				return nil
 			})
-			if n := countKind(e.kernelObjects(dp), nat.KindFIP); n != 0 {
-				t.Errorf("%d FIP elements leaked on the gateway", n)
+			// A FIP deleted while its finalizer was being added vanishes
+			// from the API before natgw's reconcile of it ends: that
+			// reconcile reaps its rule (it may still be running when the
+			// list above comes back empty). Leaked is what is still on the
+			// gateway once the reconcilers are idle.
+			var n int
+			t0 := time.Now()
+			for {
+				if n = countKind(e.kernelObjects(dp), nat.KindFIP); n == 0 || time.Since(t0) > 20*time.Second {
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if n == 0 && time.Since(t0) > 200*time.Millisecond {
+				t.Logf("the last FIP rule left the gateway %v after the last FIP left the API server", time.Since(t0).Round(time.Millisecond))
+			}
+			if n != 0 {
+				t.Errorf("%d FIP elements leaked on the gateway (still there 20 s after the last FIP left the API server)", n)
 				all := &v1.IptablesFIPRuleList{}
 				if err := e.c.List(e.ctx, all); err == nil {
 					for i, x := range all.Items {

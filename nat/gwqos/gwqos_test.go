@@ -6,13 +6,13 @@ import (
 	"flag"
 	"net"
 	"net/netip"
-	"os"
 	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/natgw/natgw/internal/golden"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/netns"
@@ -154,19 +154,7 @@ func TestSetKernel(t *testing.T) {
 	if !ok {
 		t.Fatal("no table after Set")
 	}
-	golden := "testdata/table.nft"
-	if *update {
-		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got != string(want) {
-		t.Errorf("nft list table ip %s differs from %s (go test -update rewrites it):\n%s", Table, golden, got)
-	}
+	golden.Check(t, "testdata/table.nft", got, *update)         // go test -update rewrites it
 	wantOrder := []Rule{rules[1], rules[2], rules[3], rules[0]} // by priority, ties in list order
 	if l, err := List(ns); err != nil || !reflect.DeepEqual(l, wantOrder) {
 		t.Fatalf("List = %+v, %v; want %+v", l, err, wantOrder)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/natgw/natgw/internal/golden"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/nattest"
 )
@@ -146,20 +147,7 @@ func TestDump(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "dump.golden")
-	got := d.Dump()
-	if os.Getenv("UPDATE_GOLDEN") != "" {
-		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got != string(want) {
-		t.Fatalf("dump differs from %s (UPDATE_GOLDEN=1 rewrites it):\n%s", golden, got)
-	}
+	golden.Check(t, filepath.Join("testdata", "dump.golden"), d.Dump(), os.Getenv("UPDATE_GOLDEN") != "") // UPDATE_GOLDEN=1 rewrites it
 }
 
 func uids(t *testing.T, d nat.Dataplane) []string {

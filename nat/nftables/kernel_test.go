@@ -18,6 +18,7 @@ import (
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/natgw/natgw/internal/golden"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/engine"
@@ -32,22 +33,9 @@ var bootRE = regexp.MustCompile(`boot=[0-9a-f]+`)
 // normalize makes a table dump comparable: the boot id is random.
 func normalize(s string) string { return bootRE.ReplaceAllString(s, "boot=BOOT") }
 
-func golden(t *testing.T, name, got string) {
+func checkGolden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", "golden", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs from the table (run with -update after checking):\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
+	golden.Check(t, filepath.Join("testdata", "golden", name), got, *update) // go test -update rewrites it
 }
 
 func nftExec(t *testing.T, ns, script string) {
@@ -132,15 +120,15 @@ func TestGolden(t *testing.T) {
 	if err := dp.Apply(ctxT(t), goldenObjects()...); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "table.nft", normalize(table(t, cfg.NetNS)))
+	checkGolden(t, "table.nft", normalize(table(t, cfg.NetNS)))
 	dp.Close()
 	dp = open(t, cfg)
 	wantObjects(t, "after reopen", dp, goldenObjects())
-	golden(t, "table.nft", normalize(table(t, cfg.NetNS)))
+	checkGolden(t, "table.nft", normalize(table(t, cfg.NetNS)))
 	if err := dp.Delete(ctxT(t), nat.UIDs(goldenObjects())...); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "empty.nft", normalize(table(t, cfg.NetNS)))
+	checkGolden(t, "empty.nft", normalize(table(t, cfg.NetNS)))
 }
 
 // TestPolicersAndSNATMaps follows the per-EIP policers and the per-prefix

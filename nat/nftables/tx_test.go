@@ -30,7 +30,7 @@ func TestPlanGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "plan.nft", normalize(tx.String()))
+	checkGolden(t, "plan.nft", normalize(tx.String()))
 }
 
 // TestPlanListing: the table the planned transaction makes, as nft would
