@@ -270,6 +270,7 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 
 	sts := appsv1ac.StatefulSet(name, in.Namespace).
 		WithLabels(labels).
+		WithFinalizers(StatefulSetFinalizer).
 		WithOwnerReferences(metav1ac.OwnerReference().
 			WithAPIVersion(v1.GroupVersion.String()).WithKind("VpcNatGateway").
 			WithName(g.Name).WithUID(g.UID).

@@ -40,7 +40,8 @@ func gateway() *v1.VpcNatGateway {
 }
 
 // want is the StatefulSet upstream builds for gateway() with subnets()
-// (genNatGwStatefulSet, :913-1134), with natgw's image and owner reference.
+// (genNatGwStatefulSet, :913-1134), with natgw's image, owner reference and
+// finalizer.
 func want() *appsv1.StatefulSet {
 	labels := map[string]string{
 		"app":                          "vpc-nat-gw-gw1", // util.GenNatGwLabels, pkg/util/vpc_nat_gateway.go:79-85
@@ -57,6 +58,8 @@ func want() *appsv1.StatefulSet {
 				APIVersion: "kubeovn.io/v1", Kind: "VpcNatGateway", Name: "gw1", UID: "uid-gw1",
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
 			}},
+			// natgw only: held through Kube-OVN's cleanup of vpc-nat-gw-* (StatefulSetFinalizer).
+			Finalizers: []string{StatefulSetFinalizer},
 		},
 		Spec: appsv1.StatefulSetSpec{
 			Replicas:       ptr.To[int32](1),                                        // :1064

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -57,6 +58,30 @@ const (
 	FeatureConfigMap = "ovn-vpc-nat-gw-config"
 	FeatureKey       = "enable-vpc-nat-gw"
 )
+
+// StatefulSetFinalizer is on every gateway StatefulSet natgw provisions.
+// Kube-OVN's controller deletes the StatefulSet vpc-nat-gw-<name> of every
+// VpcNatGateway each time it starts with its VPC NAT gateway feature off
+// (resyncVpcNatGwConfig -> cleanUpVpcNatGw -> handleDelVpcNatGw,
+// vpc_nat_gateway.go:59-78, :144-163, :1161-1171), natgw's included: the
+// name is upstream's. Unheld, every restart of kube-ovn-controller would
+// delete every gateway pod with it. Held, the deletion leaves the pod
+// running; the provisioner orphans the pod, releases the StatefulSet, waits
+// for the garbage collector to delete its ControllerRevisions and applies
+// it again, and the new StatefulSet adopts the running pod (the same
+// template: the same revision, no restart). When the VpcNatGateway is gone
+// the finalizer is removed and the garbage collector deletes the pod.
+const StatefulSetFinalizer = "natgw.kubeovn.io/gateway"
+
+// rescueRetry is how often a held or missing StatefulSet is looked at again
+// while its rescue waits for the API (the StatefulSet watch also brings it
+// back).
+const rescueRetry = time.Second
+
+// ReasonGatewayHeld: a Normal event on the VpcNatGateway when its
+// StatefulSet was deleted by someone else (Kube-OVN's cleanup) and natgw
+// kept the pod running.
+const ReasonGatewayHeld = "GatewayStatefulSetHeld"
 
 // featureRetry is how often a gateway waiting for Kube-OVN's feature to be
 // switched off is looked at again (the ConfigMap is also watched).
@@ -102,6 +127,7 @@ func CacheByObject(ns string) map[client.Object]cache.ByObject {
 type Reconciler struct {
 	client   client.Client
 	reader   client.Reader // the cache, also for unstructured Subnets and Vpcs
+	api      client.Reader // the API server: gateway pods and ControllerRevisions (not cached)
 	recorder events.EventRecorder
 	opts     Options
 }
@@ -118,7 +144,7 @@ func Setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 	if o.Workers <= 0 {
 		o.Workers = 1
 	}
-	r := &Reconciler{client: mgr.GetClient(), reader: mgr.GetCache(), recorder: mgr.GetEventRecorder(FieldManager), opts: o}
+	r := &Reconciler{client: mgr.GetClient(), reader: mgr.GetCache(), api: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder(FieldManager), opts: o}
 	subnet := kubeovn.NewSubnet()
 	copts := controller.Options{MaxConcurrentReconciles: o.Workers}
 	if o.SkipNameValidation {
@@ -183,7 +209,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	log := r.opts.Log.WithValues("vpcNatGateway", req.Name)
 	g := &v1.VpcNatGateway{}
 	if err := r.reader.Get(ctx, req.NamespacedName, g); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			// Gone: its StatefulSet goes too (owner reference).
+			return ctrl.Result{}, r.release(ctx, log, req.Name)
+		}
+		return ctrl.Result{}, err
 	}
 	if !g.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
@@ -193,6 +223,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if on {
+		// Kube-OVN's gateways from now on: hold nothing of natgw's.
+		if err := r.release(ctx, log, g.Name); err != nil {
+			return ctrl.Result{}, err
+		}
 		msg := fmt.Sprintf("Kube-OVN's VPC NAT gateway feature is on (ConfigMap %s/%s %s=true): natgw provisions nothing until it is off", r.opts.Namespace, FeatureConfigMap, FeatureKey)
 		log.Info("gateway not provisioned", "reason", msg)
 		r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonKubeOVNFeatureOn, "Provision", "%s", msg)
@@ -220,6 +254,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	err = r.reader.Get(ctx, types.NamespacedName{Namespace: r.opts.Namespace, Name: *want.Name}, live)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, fmt.Errorf("get StatefulSet %s/%s: %w", r.opts.Namespace, *want.Name, err)
+	}
+	if err == nil && !live.DeletionTimestamp.IsZero() {
+		return r.rescue(ctx, log, g, live)
+	}
+	if apierrors.IsNotFound(err) {
+		// A StatefulSet re-created while the old one's ControllerRevisions
+		// are still there would get another revision name and roll the
+		// pod it adopts.
+		n, err := r.leftoverRevisions(ctx, g.Name)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if n > 0 {
+			log.Info("waiting for the garbage collector to delete the ControllerRevisions of the gateway's previous StatefulSet", "statefulSet", *want.Name, "revisions", n)
+			return ctrl.Result{RequeueAfter: rescueRetry}, nil
+		}
 	}
 	why := ""
 	switch {
@@ -273,4 +323,108 @@ func imageOf(s *appsv1.StatefulSet) string {
 		}
 	}
 	return ""
+}
+
+// rescue handles a StatefulSet of gateway g being deleted while g is not:
+// someone else deleted it (Kube-OVN's cleanup; see StatefulSetFinalizer).
+// Held by natgw's finalizer, it orphans the StatefulSet's pods (they keep
+// running) and then removes the finalizer; the StatefulSet is applied
+// again once it and its ControllerRevisions are gone. Not held (made by an
+// earlier natgw, or not g's), it waits for it to go.
+func (r *Reconciler) rescue(ctx context.Context, log logr.Logger, g *v1.VpcNatGateway, live *appsv1.StatefulSet) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(live, StatefulSetFinalizer) {
+		log.Info("gateway StatefulSet is being deleted; it is applied again once it is gone", "statefulSet", live.Name)
+		return ctrl.Result{RequeueAfter: rescueRetry}, nil
+	}
+	var orphaned []string
+	if metav1.IsControlledBy(live, g) {
+		pods := &corev1.PodList{}
+		if err := r.api.List(ctx, pods, client.InNamespace(live.Namespace), client.MatchingLabels(Labels(g.Name))); err != nil {
+			return ctrl.Result{}, fmt.Errorf("list pods of StatefulSet %s/%s: %w", live.Namespace, live.Name, err)
+		}
+		for i := range pods.Items {
+			ok, err := r.orphan(ctx, &pods.Items[i], live.UID)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			if ok {
+				orphaned = append(orphaned, pods.Items[i].Name)
+			}
+		}
+	}
+	if err := r.removeFinalizer(ctx, live); err != nil {
+		return ctrl.Result{}, err
+	}
+	log.Info("gateway StatefulSet deleted by another controller (Kube-OVN's cleanup with its feature off?): its pods orphaned and kept running, the StatefulSet released; it is applied again and adopts them", "statefulSet", live.Name, "pods", orphaned)
+	r.recorder.Eventf(g, nil, corev1.EventTypeNormal, ReasonGatewayHeld, "Provision",
+		"StatefulSet %s/%s was deleted by another controller; pods %v kept running and are adopted by the StatefulSet natgw applies again", live.Namespace, live.Name, orphaned)
+	return ctrl.Result{RequeueAfter: rescueRetry}, nil
+}
+
+// orphan removes pod's owner reference to the StatefulSet uid (a JSON
+// patch that first tests the reference is still the one read). It says
+// whether it removed one.
+func (r *Reconciler) orphan(ctx context.Context, pod *corev1.Pod, uid types.UID) (bool, error) {
+	for i, ref := range pod.OwnerReferences {
+		if ref.UID != uid {
+			continue
+		}
+		patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/ownerReferences/%d/uid","value":%q},{"op":"remove","path":"/metadata/ownerReferences/%d"}]`, i, uid, i)
+		if err := r.client.Patch(ctx, pod, client.RawPatch(types.JSONPatchType, []byte(patch))); err != nil {
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			return false, fmt.Errorf("orphan pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// removeFinalizer removes StatefulSetFinalizer from s (a merge patch with
+// s's resourceVersion: a conflict is retried by the caller's requeue).
+func (r *Reconciler) removeFinalizer(ctx context.Context, s *appsv1.StatefulSet) error {
+	before := s.DeepCopy()
+	if !controllerutil.RemoveFinalizer(s, StatefulSetFinalizer) {
+		return nil
+	}
+	if err := r.client.Patch(ctx, s, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove finalizer %s from StatefulSet %s/%s: %w", StatefulSetFinalizer, s.Namespace, s.Name, err)
+	}
+	return nil
+}
+
+// release removes natgw's finalizer from the StatefulSet of gateway name
+// when it has one: the gateway is gone, or no longer natgw's to provision.
+func (r *Reconciler) release(ctx context.Context, log logr.Logger, name string) error {
+	s := &appsv1.StatefulSet{}
+	err := r.reader.Get(ctx, types.NamespacedName{Namespace: r.opts.Namespace, Name: StatefulSetName(name)}, s)
+	if apierrors.IsNotFound(err) || err == nil && !controllerutil.ContainsFinalizer(s, StatefulSetFinalizer) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get StatefulSet %s/%s: %w", r.opts.Namespace, StatefulSetName(name), err)
+	}
+	if err := r.removeFinalizer(ctx, s); err != nil {
+		return err
+	}
+	log.Info("gateway StatefulSet released", "statefulSet", s.Name)
+	return nil
+}
+
+// leftoverRevisions counts the ControllerRevisions of gateway name's
+// StatefulSet that a StatefulSet still controls (while none of that name
+// exists: the garbage collector has not deleted them yet).
+func (r *Reconciler) leftoverRevisions(ctx context.Context, name string) (int, error) {
+	revs := &appsv1.ControllerRevisionList{}
+	if err := r.api.List(ctx, revs, client.InNamespace(r.opts.Namespace), client.MatchingLabels(Labels(name))); err != nil {
+		return 0, fmt.Errorf("list ControllerRevisions of StatefulSet %s/%s: %w", r.opts.Namespace, StatefulSetName(name), err)
+	}
+	n := 0
+	for i := range revs.Items {
+		if ref := metav1.GetControllerOf(&revs.Items[i]); ref != nil && ref.Kind == "StatefulSet" && ref.Name == StatefulSetName(name) {
+			n++
+		}
+	}
+	return n, nil
 }

@@ -2,11 +2,13 @@ package provision
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -64,6 +66,8 @@ func newFakeEnv(t *testing.T, g *v1.VpcNatGateway, extra ...client.Object) *fake
 	}
 	mapper.Add(v1.GroupVersion.WithKind("VpcNatGateway"), meta.RESTScopeRoot)
 	mapper.Add(appsv1.SchemeGroupVersion.WithKind("StatefulSet"), meta.RESTScopeNamespace)
+	mapper.Add(appsv1.SchemeGroupVersion.WithKind("ControllerRevision"), meta.RESTScopeNamespace)
+	mapper.Add(corev1.SchemeGroupVersion.WithKind("Pod"), meta.RESTScopeNamespace)
 	objs := append([]client.Object{g, kubeovnObject("Vpc", "vpc1", map[string]any{})}, extra...)
 	for _, s := range subnets() {
 		objs = append(objs, kubeovnObject("Subnet", s.Name, map[string]any{
@@ -83,7 +87,7 @@ func newFakeEnv(t *testing.T, g *v1.VpcNatGateway, extra ...client.Object) *fake
 				return c.SubResource(sub).Patch(ctx, obj, p, opts...)
 			},
 		}).Build()
-	e.r = &Reconciler{client: e.c, reader: e.c, recorder: events.NewFakeRecorder(16),
+	e.r = &Reconciler{client: e.c, reader: e.c, api: e.c, recorder: events.NewFakeRecorder(16),
 		opts: Options{Namespace: testNS, Image: testImage, Log: testlog.New(t, 0)}}
 	return e
 }
@@ -166,9 +170,14 @@ func TestReconcileRule(t *testing.T) {
 			},
 		},
 		{
-			name: "StatefulSet deleted: re-created",
+			name: "StatefulSet gone: re-created",
 			change: func(t *testing.T, e *fakeEnv) {
-				if err := e.c.Delete(context.Background(), e.sts(t)); err != nil {
+				s := e.sts(t)
+				s.Finalizers = nil // as if released
+				if err := e.c.Update(context.Background(), s); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.c.Delete(context.Background(), s); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -300,5 +309,88 @@ func TestReconcileKubeOVNFeature(t *testing.T) {
 				t.Error("no event")
 			}
 		})
+	}
+}
+
+// TestReconcileHeldStatefulSet: the StatefulSet natgw applies carries
+// natgw's finalizer; deleted by someone else (Kube-OVN's cleanup) while the
+// VpcNatGateway lives, its pod is orphaned (kept running), the finalizer
+// removed, and once the StatefulSet and its ControllerRevisions are gone it
+// is applied again; deleting the VpcNatGateway releases the StatefulSet.
+// Logic only (fake client: no garbage collector, no StatefulSet
+// controller); e2e/kubeovn's TestMigration restarts Kube-OVN's own
+// controller against a real cluster.
+func TestReconcileHeldStatefulSet(t *testing.T) {
+	ctx := context.Background()
+	e := newFakeEnv(t, gateway())
+	if err := e.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	sts := e.sts(t)
+	if !slices.Contains(sts.Finalizers, StatefulSetFinalizer) {
+		t.Fatalf("StatefulSet finalizers %v, want %s", sts.Finalizers, StatefulSetFinalizer)
+	}
+	isController := true
+	owned := func(kind, name string, uid types.UID) []metav1.OwnerReference {
+		return []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: name, UID: uid, Controller: &isController}}
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: sts.Name + "-0", Labels: Labels("gw1"),
+		OwnerReferences: owned("StatefulSet", sts.Name, sts.UID)}}
+	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "not-the-gateway", Labels: map[string]string{"app": "x"},
+		OwnerReferences: owned("StatefulSet", sts.Name, sts.UID)}}
+	rev := &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: sts.Name + "-abc", Labels: Labels("gw1"),
+		OwnerReferences: owned("StatefulSet", sts.Name, sts.UID)}}
+	for _, o := range []client.Object{pod, other, rev} {
+		if err := e.c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Kube-OVN's cleanup deletes it: held, then rescued.
+	if err := e.c.Delete(ctx, sts); err != nil {
+		t.Fatal(err)
+	}
+	applies := e.applies
+	if err := e.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+		t.Fatal(err)
+	}
+	if len(pod.OwnerReferences) != 0 {
+		t.Errorf("gateway pod owner references %v, want none (orphaned)", pod.OwnerReferences)
+	}
+	if err := e.c.Get(ctx, client.ObjectKeyFromObject(other), other); err != nil || len(other.OwnerReferences) != 1 {
+		t.Errorf("a pod outside the gateway's labels was touched: %v, %v", other.OwnerReferences, err)
+	}
+	if err := e.c.Get(ctx, client.ObjectKeyFromObject(sts), &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("StatefulSet after the rescue: %v, want gone (finalizer removed)", err)
+	}
+	// The old StatefulSet's revision is still there: not applied yet.
+	if err := e.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	if e.applies != applies {
+		t.Fatalf("applied while the old StatefulSet's ControllerRevision was left (%d applies)", e.applies-applies)
+	}
+	if err := e.c.Delete(ctx, rev); err != nil { // the garbage collector's part
+		t.Fatal(err)
+	}
+	if err := e.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	if e.applies != applies+1 || !slices.Contains(e.sts(t).Finalizers, StatefulSetFinalizer) {
+		t.Fatalf("after the revisions went: %d applies, finalizers %v; want one apply with the finalizer", e.applies-applies, e.sts(t).Finalizers)
+	}
+
+	// The VpcNatGateway deleted: the StatefulSet is released.
+	if err := e.c.Delete(ctx, e.gateway(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	if f := e.sts(t).Finalizers; slices.Contains(f, StatefulSetFinalizer) {
+		t.Errorf("StatefulSet of a deleted VpcNatGateway still held: %v", f)
 	}
 }

@@ -858,6 +858,7 @@ spec:
 		network = "kube-ovn"
 		ipam = e.migratedIPAM(n, probes)
 	}
+	restart := e.restartKubeOVN(probes, podBefore)
 	testsummary.Scenario(t, "CLUSTER-SUMMARY", fmt.Sprintf("replace-migrate-%dfip", n), "nftables",
 		"kube_ovn", "v1.16.2", "fips", n, "eips", n, "network_source", network,
 		"kubeovn_eips_ready", eipsIn, "kubeovn_fips_ready", fipsIn, "companion_setup", companionIn,
@@ -871,6 +872,8 @@ spec:
 		"same_pod", samePod, "objects_after", len(after), "stray_objects", len(stray), "compat_after", compatAfter,
 		"all_fips_forward", forwardIn, "eip_status_changed", len(statusChanged), "natgw_fips_ready", natgwReadyIn,
 		"natgw_vips_for_migrated", ipam.natgwVips, "ipam_refused_migrated", ipam.refused, "migrated_released", ipam.releasedIn,
+		"kubeovn_restart_sts_recreated", restart.recreatedIn, "kubeovn_restart_same_pod", restart.samePod,
+		"kubeovn_restart_gap_max", restart.gapMax, "kubeovn_restart_bootid_syncs", restart.syncs,
 		"total", time.Since(tStart))
 }
 
@@ -942,3 +945,78 @@ func (e *env) migratedIPAM(n int, probes []probe) ipamResult {
 	r.releasedIn = time.Since(t0)
 	return r
 }
+
+// restartResult is what restartKubeOVN measured.
+type restartResult struct {
+	recreatedIn time.Duration // restart to natgw's StatefulSet applied again, owning the pod
+	samePod     bool
+	gapMax      time.Duration // the probes' longest interval over the restart
+	syncs       float64       // boot-id syncs over the restart (want 0)
+}
+
+// restartKubeOVN restarts Kube-OVN's controller in replace mode: with its
+// feature off, each start deletes every vpc-nat-gw-<name> StatefulSet
+// (cleanUpVpcNatGw), natgw's included. natgw's finalizer holds it; natgw
+// orphans the pod, lets the StatefulSet go and applies it again, which
+// adopts the running pod. The probes run throughout: the pod must be the
+// same (no restart), no new boot id, and no traffic gap beyond the probes'
+// own rhythm.
+func (e *env) restartKubeOVN(probes []probe, podBefore podState) restartResult {
+	t := e.t
+	t.Helper()
+	var r restartResult
+	cleanups := e.kubeOVNLogCount(kubeOVNCleanupLine)
+	stsUID := e.mustKubectl("", "-n", ns, "get", "sts", stsName, "-o", "jsonpath={.metadata.uid}")
+	syncs := counter(metrics.Resyncs.WithLabelValues(gwName, "bootid"))
+	gp := e.startGapProbes(probes)
+	time.Sleep(2 * time.Second)
+	t0 := time.Now()
+	if err := e.k.RestartController(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := eventually(e.ctx, 2*time.Minute, func() error {
+		if n := e.kubeOVNLogCount(kubeOVNCleanupLine); n <= cleanups {
+			return fmt.Errorf("kube-ovn-controller logged %q %d times, want more than %d", kubeOVNCleanupLine, n, cleanups)
+		}
+		uid, err := e.kubectl("", "-n", ns, "get", "sts", stsName, "-o", "jsonpath={.metadata.uid}")
+		if err != nil || uid == "" || uid == stsUID {
+			return fmt.Errorf("StatefulSet %s: uid %q (was %s), %v: not re-created yet", stsName, uid, stsUID, err)
+		}
+		st, err := e.gatewayPodState()
+		if err != nil {
+			return err
+		}
+		if st.Owner != uid {
+			return fmt.Errorf("pod %s owned by %q, not yet by the new StatefulSet %s", podName, st.Owner, uid)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+	r.recreatedIn = time.Since(t0)
+	time.Sleep(3 * time.Second)
+	gp.stop()
+	gaps, _, _ := gp.gaps(t0, time.Now())
+	r.gapMax = gaps[len(gaps)-1]
+	after, err := e.gatewayPodState()
+	r.samePod = err == nil && after.UID == podBefore.UID && after.Restarts == podBefore.Restarts && after.Phase == "Running"
+	if !r.samePod {
+		t.Errorf("gateway pod before Kube-OVN's restart %+v, after %+v (%v): not the same running pod", podBefore, after, err)
+	}
+	r.syncs = counter(metrics.Resyncs.WithLabelValues(gwName, "bootid")) - syncs
+	if r.syncs != 0 {
+		t.Errorf("%v boot-id syncs over Kube-OVN's restart, want 0 (the pod should not have changed)", r.syncs)
+	}
+	if r.gapMax > 2*time.Second { // a pod rebuilt would cost many seconds; the probing process itself stalls up to ~0.5 s on 2 CPUs
+		t.Errorf("the probes' longest interval over Kube-OVN's restart was %v", r.gapMax)
+	}
+	if err := e.k.Alive(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Kube-OVN restarted: its cleanup deleted %s, natgw re-created it in %v, same pod %v, longest probe interval %v", stsName, r.recreatedIn, r.samePod, r.gapMax)
+	return r
+}
+
+// kubeOVNCleanupLine is what kube-ovn-controller logs once it has queued
+// the deletion of every gateway StatefulSet (feature off, at its start).
+const kubeOVNCleanupLine = "finish clean up vpc nat gateway"

@@ -185,9 +185,11 @@ func TestReplaceGatewayShape(t *testing.T) {
 	stsDiffs := objdiff.Diff(upSts, ngSts)
 	var intended, unexpected []string
 	for _, d := range stsDiffs {
-		if strings.HasPrefix(d.Path, "metadata.ownerReferences") {
-			if !slices.Contains(intended, "metadata.ownerReferences") {
-				intended = append(intended, "metadata.ownerReferences")
+		// natgw's owner reference, and its finalizer (held through
+		// Kube-OVN's cleanup: provision.StatefulSetFinalizer).
+		if p, _, _ := strings.Cut(d.Path, "["); p == "metadata.ownerReferences" || p == "metadata.finalizers" {
+			if !slices.Contains(intended, p) {
+				intended = append(intended, p)
 			}
 			continue
 		}

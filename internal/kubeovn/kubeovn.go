@@ -276,7 +276,7 @@ func (k *KubeOVN) startController() error {
 // start runs cmd with its output in <dir>/<name>.out, in its own process
 // group, killed when the test process dies.
 func (k *KubeOVN) start(name string, cmd *exec.Cmd) error {
-	out, err := os.Create(filepath.Join(k.cfg.Dir, name+".out"))
+	out, err := os.OpenFile(filepath.Join(k.cfg.Dir, name+".out"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("kubeovn: %w", err)
 	}
@@ -295,6 +295,34 @@ func (k *KubeOVN) start(name string, cmd *exec.Cmd) error {
 	k.procs = append(k.procs, p)
 	k.logf("started %s (pid %d)", name, cmd.Process.Pid)
 	return nil
+}
+
+// RestartController stops kube-ovn-controller (SIGTERM, SIGKILL after 10
+// s) and starts it again with the same arguments, its output appended to
+// the same file: what a rollout, a crash or a node failover does to it.
+func (k *KubeOVN) RestartController(ctx context.Context) error {
+	for i, p := range k.procs {
+		if p.name != "kube-ovn-controller" {
+			continue
+		}
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			select {
+			case <-p.done:
+			case <-time.After(5 * time.Second):
+				return fmt.Errorf("kubeovn: kube-ovn-controller (pid %d) did not exit", p.cmd.Process.Pid)
+			}
+		case <-ctx.Done():
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			return fmt.Errorf("kubeovn: stop kube-ovn-controller: %w", ctx.Err())
+		}
+		k.procs = append(k.procs[:i:i], k.procs[i+1:]...)
+		return k.startController()
+	}
+	return errors.New("kubeovn: kube-ovn-controller is not running")
 }
 
 // Alive reports an error when a process of ours has exited.
