@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,11 +44,15 @@ var docEIPs = []struct{ name, v4ip string }{
 	{docEIPSNAT, ""},
 }
 
-// docRules are the scenario's NAT rules as kind/name.
-var docRules = [][2]string{
-	{"iptables-fip-rule", docFIP},
-	{"iptables-dnat-rule", docDNAT},
-	{"iptables-snat-rule", docSNAT},
+// docRules is the table of the scenario's NAT rules: resource, name, and
+// the kind of object natgw programs for it.
+var docRules = []struct {
+	resource, name string
+	kind           nat.Kind
+}{
+	{"iptables-fip-rule", docFIP, nat.KindFIP},
+	{"iptables-dnat-rule", docDNAT, nat.KindDNAT},
+	{"iptables-snat-rule", docSNAT, nat.KindSNAT},
 }
 
 // docGateway is the VpcNatGateway, as the documentation's example with the
@@ -88,6 +93,33 @@ func (e *env) waitGone(limit time.Duration, objs ...string) error {
 		}
 		return nil
 	})
+}
+
+// kubeOVNLogLines counts the lines of kube-ovn-controller's output that
+// contain every one of subs.
+func (e *env) kubeOVNLogLines(subs ...string) int {
+	b, err := os.ReadFile(e.k.OutputPath())
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		ok := true
+		for _, s := range subs {
+			ok = ok && strings.Contains(l, s)
+		}
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
+// conflictLine is what kube-ovn-controller logs when its IPAM refuses a
+// static request for a in the external subnet because another owner holds
+// it (acquireStaticIPAddress, pkg/controller/ip.go; ipam.ErrConflict).
+func conflictLine(a netip.Addr) []string {
+	return []string{"failed to get static virtual ip '" + a.String() + "'", "subnet '" + kubeovn.ExternalNetwork + "'", "AddressConflict"}
 }
 
 // natgwVips lists the Vips natgw made (eipalloc.NamePrefix).
@@ -136,6 +168,7 @@ func TestReplaceDocNAT(t *testing.T) {
 
 	// Kube-OVN's feature off, and seen off by its controller (it logs the
 	// end of its cleanup) before any gateway exists.
+	t0 := time.Now()
 	cleaned := e.kubeOVNLogCount("finish clean up vpc nat gateway")
 	e.mustKubectl("", "-n", ns, "patch", "configmap", "ovn-vpc-nat-gw-config", "--type=merge", "-p", `{"data":{"enable-vpc-nat-gw":"false"}}`)
 	if err := eventually(ctx, 2*time.Minute, func() error {
@@ -146,6 +179,7 @@ func TestReplaceDocNAT(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	featureOffIn := time.Since(t0)
 
 	// The external host with a TCP server.
 	var err error
@@ -159,7 +193,7 @@ func TestReplaceDocNAT(t *testing.T) {
 	// 1. natgw-controller in replace mode; the gateway from the manifest.
 	bootSyncs := counter(metrics.Resyncs.WithLabelValues(gwName, "bootid"))
 	e.startReplace(nil)
-	t0 := time.Now()
+	t0 = time.Now()
 	e.mustKubectl(docGateway, "apply", "-f", "-")
 	gp, err := e.waitPod("")
 	if err != nil {
@@ -299,12 +333,12 @@ spec:
   internalCIDR: %s
 `, docFIP, docEIPFIP, vm0.Addr, docDNAT, docEIPDNAT, dnatPort, vm1.Addr, vmPort, docSNAT, docEIPSNAT, e.podCIDR), "apply", "-f", "-")
 	for _, r := range docRules {
-		if _, err := e.ready(r[0], r[1]); err != nil {
+		if _, err := e.ready(r.resource, r.name); err != nil {
 			t.Fatal(err)
 		}
-		reason := e.mustKubectl("", "get", r[0], r[1], "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].reason}`)
+		reason := e.mustKubectl("", "get", r.resource, r.name, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].reason}`)
 		if reason != "Programmed" {
-			t.Errorf("%s %s: Ready reason %q, want natgw's Programmed", r[0], r[1], reason)
+			t.Errorf("%s %s: Ready reason %q, want natgw's Programmed", r.resource, r.name, reason)
 		}
 	}
 	rulesReadyIn := time.Since(t0)
@@ -319,8 +353,7 @@ spec:
 		want[e.mustKubectl("", "get", "iptables-eip", x.name, "-o", "jsonpath={.metadata.uid}")] = nat.KindEIP
 	}
 	for _, r := range docRules {
-		k := map[string]nat.Kind{"iptables-fip-rule": nat.KindFIP, "iptables-dnat-rule": nat.KindDNAT, "iptables-snat-rule": nat.KindSNAT}[r[0]]
-		want[e.mustKubectl("", "get", r[0], r[1], "-o", "jsonpath={.metadata.uid}")] = k
+		want[e.mustKubectl("", "get", r.resource, r.name, "-o", "jsonpath={.metadata.uid}")] = r.kind
 	}
 	objs, err := e.gatewayObjects()
 	if err != nil {
@@ -337,6 +370,26 @@ spec:
 	for uid, o := range objs {
 		if _, ok := want[uid]; !ok && o.Kind != nat.KindRoute {
 			t.Errorf("the gateway's kernel holds %s, which is none of the test's objects", o.String())
+		}
+	}
+
+	// The nftables ruleset in the pod names every object (its elements
+	// carry the CR's UID) and every address the rules use: what must be
+	// gone after the cleanup.
+	needles := []string{vm0.Addr.String(), vm1.Addr.String()}
+	for _, a := range eipAddrs {
+		needles = append(needles, a.String())
+	}
+	for uid := range want {
+		needles = append(needles, uid)
+	}
+	ruleset, err := netlab.NftRuleset(ctx, gp.netns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range needles {
+		if !strings.Contains(ruleset, n) {
+			t.Errorf("the gateway's nftables ruleset does not name %s while the rules exist:\n%s", n, ruleset)
 		}
 	}
 
@@ -364,6 +417,10 @@ spec:
 	t.Cleanup(func() {
 		_, _ = e.kubectl("", append([]string{"delete", "--ignore-not-found", "--wait=false"}, ovnEipObjs(all)...)...)
 	})
+	conflicts := map[netip.Addr]int{}
+	for _, a := range eipAddrs {
+		conflicts[a] = e.kubeOVNLogLines(conflictLine(a)...)
+	}
 	e.mustKubectl(ovnYAML.String(), "apply", "-f", "-")
 	otherAddrs := map[string]string{}
 	if err := eventually(ctx, time.Minute, func() error {
@@ -388,12 +445,13 @@ spec:
 	}); err != nil {
 		t.Fatal(err)
 	}
-	// Kube-OVN has handled each request for a taken address (it logs the
-	// attempt) and left it without one.
+	t.Logf("Kube-OVN gave the OvnEips created after the IptablesEIPs %v (EIPs: %v, gateway net1: %s)", otherAddrs, eipAddr, gp.extIP)
+	// Kube-OVN refused each request for a taken address: its IPAM logged
+	// the conflict for that address since the requests were made.
 	if err := eventually(ctx, time.Minute, func() error {
-		for _, n := range taken {
-			if e.kubeOVNLogCount("handle add ovn eip "+n) == 0 {
-				return fmt.Errorf("kube-ovn-controller has not handled OvnEip %s yet", n)
+		for _, a := range eipAddrs {
+			if n := e.kubeOVNLogLines(conflictLine(a)...); n <= conflicts[a] {
+				return fmt.Errorf("kube-ovn-controller has not refused %s yet (%d conflicts logged, %d before)", a, n, conflicts[a])
 			}
 		}
 		return nil
@@ -422,7 +480,7 @@ spec:
 	t0 = time.Now()
 	var ruleObjs []string
 	for _, r := range docRules {
-		ruleObjs = append(ruleObjs, r[0]+"/"+r[1])
+		ruleObjs = append(ruleObjs, r.resource+"/"+r.name)
 	}
 	e.mustKubectl("", append([]string{"delete", "--timeout=2m"}, ruleObjs...)...)
 	for _, p := range probes {
@@ -436,10 +494,6 @@ spec:
 	}
 	e.mustKubectl("", append([]string{"delete", "--timeout=2m"}, eipObjs...)...)
 	// The gateway's kernel is empty of them while the pod still runs.
-	needles := []string{vm0.Addr.String(), vm1.Addr.String(), e.podCIDR}
-	for _, a := range eipAddrs {
-		needles = append(needles, a.String())
-	}
 	if err := eventually(ctx, 30*time.Second, func() error {
 		objs, err := e.gatewayObjects()
 		if err != nil {
@@ -546,6 +600,7 @@ spec:
 	}
 	testsummary.Scenario(t, "CLUSTER-SUMMARY", "replace-doc-nat", "nftables",
 		"kube_ovn", "v1.16.2", "kube_ovn_feature", "off", "network_source", "kube-ovn",
+		"cluster_up", e.upIn, "kubeovn_controller_ready", e.controllerIn, "kubeovn_feature_off", featureOffIn,
 		"eips", len(docEIPs), "eips_ipam", auto, "rules", len(docRules), "probes", len(probes),
 		"gateway_pod_running", podIn, "gateway_synced", gatewayIn, "eip_ready", eipReadyIn, "rules_ready", rulesReadyIn, "traffic_flowing", trafficIn,
 		"kernel_objects", kernelObjects, "ipam_probe", "ovn-eip", "ipam_other_addresses", len(otherAddrs), "ipam_refused_eip_addresses", refused,
