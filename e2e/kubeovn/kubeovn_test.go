@@ -22,12 +22,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	"github.com/natgw/natgw/gwimage/imagebuild"
 	"github.com/natgw/natgw/internal/cluster"
 	"github.com/natgw/natgw/internal/kubeovn"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/internal/testsummary"
 )
+
+// The managers these tests start each get their own logger (the test's);
+// controller-runtime's global one is set once so that it does not print
+// "log.SetLogger(...) was never called" with a stack trace in every run.
+func init() { ctrl.SetLogger(logr.Discard()) }
 
 // RequireEnv set to 1 turns missing assets into a failure instead of a skip.
 const RequireEnv = "NATGW_KUBEOVN_REQUIRED"
@@ -297,7 +305,6 @@ func startWith(t *testing.T, extNet netip.Prefix) *env {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	t.Cleanup(cancel)
-	start := time.Now()
 	c, err := cluster.Up(ctx, ccfg)
 	if err != nil {
 		t.Fatal(err)
@@ -309,7 +316,7 @@ func startWith(t *testing.T, extNet netip.Prefix) *env {
 			t.Error(err)
 		}
 	})
-	upIn := time.Since(start)
+	upIn := c.Startup() // not the wait for another run's cluster
 	lab := netlab.ForTest(t)
 	e := &env{t: t, ctx: ctx, c: c, lab: lab, repo: repo, image: image, podCIDR: ccfg.PodCIDR, upIn: upIn, extNet: extNet}
 	kcfg.Kubeconfig = c.Kubeconfig()

@@ -167,6 +167,8 @@ type Cluster struct {
 	// would be verified against the first one's CA ("certificate signed by
 	// unknown authority") until that transport is collected.
 	pkiDir string
+	// startup is how long Up's steps took (without waiting for the lock).
+	startup time.Duration
 
 	mu       sync.Mutex
 	down     bool
@@ -232,6 +234,7 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 		c.logf("cluster: %s done at %.1fs", step.name, time.Since(t0).Seconds())
 	}
+	c.startup = time.Since(t0)
 	return c, nil
 }
 
@@ -381,6 +384,10 @@ func (c *Cluster) Before() HostState {
 	}
 	return *c.state
 }
+
+// Startup is how long Up took to start the cluster once it held the lock
+// (a run waiting for another run's cluster is not counted).
+func (c *Cluster) Startup() time.Duration { return c.startup }
 
 // Config returns the cluster's configuration.
 func (c *Cluster) Config() Config { return c.cfg }
