@@ -359,11 +359,16 @@ func (c *Client) Sync(ctx context.Context, desired []nat.Object) error {
 }
 
 // SetGatewayQoS makes the gateway's gateway-wide QoS exactly rules (none:
-// no gateway-wide QoS), in one transaction. It is not part of Agent: an
-// agent without it refuses the request with CodeBadRequest.
-func (c *Client) SetGatewayQoS(ctx context.Context, rules []gwqos.Rule) error {
-	_, err := c.Do(ctx, Request{Op: OpGatewayQoS, QoS: rules})
-	return err
+// no gateway-wide QoS), in one transaction; changed says the agent found
+// something else in the kernel and wrote (an agent older than that
+// answer says false). It is not part of Agent: an agent without it
+// refuses the request with CodeBadRequest.
+func (c *Client) SetGatewayQoS(ctx context.Context, rules []gwqos.Rule) (changed bool, err error) {
+	resp, err := c.Do(ctx, Request{Op: OpGatewayQoS, QoS: rules})
+	if err != nil {
+		return false, err
+	}
+	return resp.Changed, nil
 }
 
 // Info returns the agent's version, data plane, boot id and counts.

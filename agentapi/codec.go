@@ -58,7 +58,7 @@ func appendRequest(b []byte, req Request) []byte {
 
 // marshalResponse encodes resp as json.Marshal does.
 func marshalResponse(resp Response) ([]byte, error) {
-	if resp.Error != nil || resp.Info != nil {
+	if resp.Error != nil || resp.Info != nil || resp.Changed {
 		return json.Marshal(resp) // small; not worth a fast path
 	}
 	b := make([]byte, 0, 64+len(resp.Objects)*128)
@@ -402,7 +402,8 @@ func fastRequest(data []byte) (req Request, ok bool) {
 }
 
 // fastResponse decodes a successful response line in canonical form (what
-// marshalResponse writes without an error or info); ok is false otherwise.
+// marshalResponse writes without an error, info or changed); ok is false
+// otherwise.
 func fastResponse(data []byte) (resp Response, ok bool) {
 	s := &scanner{b: data}
 	s.lit(`{"id":`)

@@ -68,6 +68,9 @@ type Response struct {
 	Error   *Error       `json:"error,omitempty"`
 	Objects []nat.Object `json:"objects,omitempty"` // list
 	Info    *Info        `json:"info,omitempty"`    // info
+	// Changed says that a gwqos request wrote the kernel (it held
+	// something else); false when it already held the rules.
+	Changed bool `json:"changed,omitempty"`
 }
 
 // Info describes a running agent.

@@ -705,30 +705,31 @@ func TestClientGivesUpOnStuckWrite(t *testing.T) {
 }
 
 // TestGatewayQoSOp: a gwqos request reaches WithGatewayQoS's function with
-// its rules (nil for none), the function's *nat.FieldError comes back as
-// Invalid naming the field, and an agent without the option refuses the
-// request as BadRequest without touching the data plane.
+// its rules (nil for none), the function's "changed" comes back as the
+// response's, its *nat.FieldError as Invalid naming the field, and an agent
+// without the option refuses the request as BadRequest without touching
+// the data plane.
 func TestGatewayQoSOp(t *testing.T) { bothModes(t, testGatewayQoSOp) }
 
 func testGatewayQoSOp(t *testing.T, direct bool) {
 	ctx := ctxT(t)
 	var got [][]gwqos.Rule
-	set := func(_ context.Context, rules []gwqos.Rule) error {
+	set := func(_ context.Context, rules []gwqos.Rule) (bool, error) {
 		got = append(got, rules)
-		return gwqos.ValidateAll(rules)
+		return len(got) == 1, gwqos.ValidateAll(rules)
 	}
 	c, stop := pipeAgentMode(t, newFakeDP(), direct, WithGatewayQoS(set))
 	rules := codecQoS()
 	rules[0].Iface = "net1"
-	if err := c.SetGatewayQoS(ctx, rules); err != nil {
-		t.Fatal(err)
+	if changed, err := c.SetGatewayQoS(ctx, rules); err != nil || !changed {
+		t.Fatalf("first gwqos = %v, %v; want changed", changed, err)
 	}
-	if err := c.SetGatewayQoS(ctx, nil); err != nil {
-		t.Fatal(err)
+	if changed, err := c.SetGatewayQoS(ctx, nil); err != nil || changed {
+		t.Fatalf("second gwqos = %v, %v; want not changed", changed, err)
 	}
 	bad := rules[0]
 	bad.Classifier = "fw"
-	err := c.SetGatewayQoS(ctx, []gwqos.Rule{bad})
+	_, err := c.SetGatewayQoS(ctx, []gwqos.Rule{bad})
 	var pe *Error
 	if !errors.As(err, &pe) || pe.Code != CodeInvalid || pe.Field != "qos[0].classifier" || pe.Value != "fw" {
 		t.Fatalf("gwqos with classifier fw = %v, want Invalid naming qos[0].classifier", err)
@@ -742,7 +743,7 @@ func testGatewayQoSOp(t *testing.T, direct bool) {
 
 	dp := newFakeDP()
 	c, _ = pipeAgentMode(t, dp, direct)
-	err = c.SetGatewayQoS(ctx, rules)
+	_, err = c.SetGatewayQoS(ctx, rules)
 	if !errors.As(err, &pe) || pe.Code != CodeBadRequest || pe.Field != "op" {
 		t.Fatalf("gwqos to an agent without gateway QoS = %v, want BadRequest naming op", err)
 	}

@@ -23,15 +23,16 @@ type Option func(*serveOptions)
 type serveOptions struct {
 	maxLine   int
 	releaseAt int
-	qos       func(context.Context, []gwqos.Rule) error
+	qos       func(context.Context, []gwqos.Rule) (bool, error)
 }
 
 // WithGatewayQoS makes Serve answer gwqos requests with set: it must make
 // the gateway hold exactly the rules given (none: no gateway-wide QoS), in
-// one transaction (natgw serve: gwqos.Set in the gateway's namespace, a
-// rule without interface on the external one). Without it a gwqos request
-// is refused (CodeBadRequest).
-func WithGatewayQoS(set func(ctx context.Context, rules []gwqos.Rule) error) Option {
+// one transaction, writing only when the kernel holds something else, and
+// say whether it wrote (natgw serve: gwqos.Ensure in the gateway's
+// namespace, a rule without interface on the external one). Without it a
+// gwqos request is refused (CodeBadRequest).
+func WithGatewayQoS(set func(ctx context.Context, rules []gwqos.Rule) (changed bool, err error)) Option {
 	return func(o *serveOptions) { o.qos = set }
 }
 
@@ -169,7 +170,7 @@ type server struct {
 	// reloaded is the number of objects the last request read back from
 	// the kernel (a fresh list or info), 0 when it read nothing.
 	reloaded int
-	qos      func(context.Context, []gwqos.Rule) error // WithGatewayQoS
+	qos      func(context.Context, []gwqos.Rule) (bool, error) // WithGatewayQoS
 }
 
 // handleLine turns one input line into its response; skip is true for blank
@@ -251,7 +252,7 @@ func (s *server) handle(ctx context.Context, req Request) (resp Response) {
 			err = &Error{Code: CodeBadRequest, Field: "op", Value: req.Op, Message: "this agent does not program gateway-wide QoS"}
 			break
 		}
-		err = s.qos(ctx, req.QoS)
+		resp.Changed, err = s.qos(ctx, req.QoS)
 	default:
 		err = &Error{Code: CodeBadRequest, Field: "op", Value: req.Op, Message: "unknown op " + req.Op}
 	}

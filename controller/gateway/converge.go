@@ -151,17 +151,20 @@ func (g *Manager) converge(ctx context.Context, s transport.Session, dp, reason 
 		g.log.Info("swept orphans", "uids", orphans, "reason", reason)
 	}
 	setKnown()
-	g.convergeQoS(ctx, s, dp, reason, force)
+	g.convergeQoS(ctx, s, dp, reason, force, fresh)
 	return nil
 }
 
 // convergeQoS sends the gateway-wide QoS the API asks for when the agent
-// may not hold it: always when force (a new boot id, a data plane switch),
-// else when it differs from what was last sent or that is unknown (a new
-// session). A failure is logged and leaves the state unknown, so the next
-// converge sends it again; it does not fail the NAT objects' converge.
-// Caller holds mu exclusively.
-func (g *Manager) convergeQoS(ctx context.Context, s transport.Session, dp, reason string, force bool) {
+// may not hold it: always when force (a new boot id, a data plane switch)
+// or check (a converge that re-read the kernel: connect, sweep and drift
+// checks; the agent compares the rules with its kernel and writes only a
+// difference, counted as a qos-drift resync), else when it differs from
+// what was last sent or that is unknown (a new session). A failure is
+// logged and leaves the state unknown, so the next converge sends it
+// again; it does not fail the NAT objects' converge. Caller holds mu
+// exclusively.
+func (g *Manager) convergeQoS(ctx context.Context, s transport.Session, dp, reason string, force, check bool) {
 	rules, err := g.opts.Source.GatewayQoS(ctx, g.cfg.Name)
 	if err != nil {
 		g.log.Error(err, "reading the gateway's QoS failed; not sent", "reason", reason)
@@ -171,14 +174,18 @@ func (g *Manager) convergeQoS(ctx context.Context, s transport.Session, dp, reas
 		return
 	}
 	start := time.Now()
-	sent, err := g.sendQoS(ctx, s, rules, force)
+	sent, changed, err := g.sendQoS(ctx, s, rules, force || check)
 	if err != nil {
 		g.log.Error(err, "programming the gateway's QoS failed; retried at the next check", "reason", reason, "rules", len(rules))
 		return
 	}
 	if sent {
 		metrics.ObserveProgram("gwqos", "all", dp, start)
-		g.log.V(1).Info("gateway QoS sent", "reason", reason, "rules", len(rules))
+		g.log.V(1).Info("gateway QoS sent", "reason", reason, "rules", len(rules), "written", changed)
+	}
+	if changed && check && !force {
+		metrics.Resyncs.WithLabelValues(g.cfg.Name, "qos-drift").Inc()
+		g.log.Info("the gateway's QoS differed from the API's in its kernel; restored", "rules", len(rules))
 	}
 }
 

@@ -160,58 +160,62 @@ func (g *Manager) Delete(ctx context.Context, kind nat.Kind, uids ...string) err
 // gateway-wide QoS), in one transaction; nothing is sent when the agent
 // already holds them. Every converge that syncs for a new boot id, a
 // reconnect or a data plane switch sends the gateway's rules again (from
-// Source.GatewayQoS), and a drift check sends them when they differ from
-// what was last sent.
+// Source.GatewayQoS), and so does every drift check: the agent compares
+// them with what its kernel holds and writes only when that differs.
 func (g *Manager) SetQoS(ctx context.Context, rules []gwqos.Rule) error {
 	return g.call(ctx, "gwqos", "", func(s transport.Session) error {
-		_, err := g.sendQoS(ctx, s, rules, false)
+		_, _, err := g.sendQoS(ctx, s, rules, false)
 		return err
 	})
 }
 
 // sendQoS sends rules unless the agent is known to hold them (always when
-// force); sent says whether it sent them. Caller holds mu (shared or
-// exclusive).
-func (g *Manager) sendQoS(ctx context.Context, s transport.Session, rules []gwqos.Rule, force bool) (sent bool, err error) {
+// force); sent says whether it sent them, changed whether the agent wrote
+// its kernel. Caller holds mu (shared or exclusive).
+func (g *Manager) sendQoS(ctx context.Context, s transport.Session, rules []gwqos.Rule, force bool) (sent, changed bool, err error) {
 	g.qosMu.Lock()
 	defer g.qosMu.Unlock()
 	if !force && g.qosKnown && slices.Equal(g.qosSent, rules) {
-		return false, nil
+		return false, false, nil
 	}
 	g.qosKnown = false
-	if err := setQoS(ctx, s, rules); err != nil {
-		return true, err
+	changed, err = setQoS(ctx, s, rules)
+	if err != nil {
+		return true, false, err
 	}
 	g.qosSent, g.qosKnown = slices.Clone(rules), true
-	return true, nil
+	return true, changed, nil
 }
 
 // qosSession is a session that programs gateway-wide QoS (the agent's
 // gwqos request: *agentapi.Client, which transport's sessions embed).
 type qosSession interface {
-	SetGatewayQoS(ctx context.Context, rules []gwqos.Rule) error
+	SetGatewayQoS(ctx context.Context, rules []gwqos.Rule) (changed bool, err error)
 }
 
-// setQoS sends rules on s. A session without gwqos, or an agent that does
-// not know the request (an older natgw image), holds no gateway-wide QoS:
-// no rules is then no error.
-func setQoS(ctx context.Context, s transport.Session, rules []gwqos.Rule) error {
+var _ qosSession = (*agentapi.Client)(nil)
+
+// setQoS sends rules on s; changed says the agent wrote its kernel. A
+// session without gwqos, or an agent that does not know the request (an
+// older natgw image), holds no gateway-wide QoS: no rules is then no
+// error.
+func setQoS(ctx context.Context, s transport.Session, rules []gwqos.Rule) (bool, error) {
 	q, ok := s.(qosSession)
 	if !ok {
 		if len(rules) == 0 {
-			return nil
+			return false, nil
 		}
-		return fmt.Errorf("gateway-wide QoS: the session (%T) cannot program it", s)
+		return false, fmt.Errorf("gateway-wide QoS: the session (%T) cannot program it", s)
 	}
-	err := q.SetGatewayQoS(ctx, rules)
+	changed, err := q.SetGatewayQoS(ctx, rules)
 	var pe *agentapi.Error
 	if err != nil && len(rules) == 0 && errors.As(err, &pe) && pe.Code == agentapi.CodeBadRequest && pe.Field == "op" {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("gateway-wide QoS (%d rules): %w", len(rules), err)
+		return false, fmt.Errorf("gateway-wide QoS (%d rules): %w", len(rules), err)
 	}
-	return nil
+	return changed, nil
 }
 
 // List returns the gateway's objects (from the agent's index).

@@ -13,6 +13,7 @@ import (
 
 	"github.com/natgw/natgw/agentapi"
 	"github.com/natgw/natgw/controller/gwconfig"
+	"github.com/natgw/natgw/controller/metrics"
 	"github.com/natgw/natgw/controller/transport"
 	"github.com/natgw/natgw/internal/testlog"
 	"github.com/natgw/natgw/nat"
@@ -39,9 +40,11 @@ type agent struct {
 	calls  []string
 	failOp string // an op that fails while set
 	// qos is the gateway-wide QoS held, qosCalls the gwqos requests (kept
-	// apart from calls: the NAT tests count those exactly).
-	qos      []gwqos.Rule
-	qosCalls int
+	// apart from calls: the NAT tests count those exactly), qosWrites
+	// those that changed what was held (the agent writes only then).
+	qos       []gwqos.Rule
+	qosCalls  int
+	qosWrites int
 }
 
 func newAgent() *agent {
@@ -63,6 +66,13 @@ func (a *agent) qosState() ([]gwqos.Rule, int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return slices.Clone(a.qos), a.qosCalls
+}
+
+// qosWritten returns how many gwqos requests changed what was held.
+func (a *agent) qosWritten() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.qosWrites
 }
 
 func (a *agent) record(op string, detail ...string) error {
@@ -146,15 +156,19 @@ func (s *session) Sync(_ context.Context, desired []nat.Object) error {
 	return nil
 }
 
-func (s *session) SetGatewayQoS(_ context.Context, rules []gwqos.Rule) error {
+func (s *session) SetGatewayQoS(_ context.Context, rules []gwqos.Rule) (bool, error) {
 	s.a.mu.Lock()
 	defer s.a.mu.Unlock()
 	s.a.qosCalls++
 	if s.a.failOp == "gwqos" {
-		return errors.New("gwqos refused by the test")
+		return false, errors.New("gwqos refused by the test")
+	}
+	if slices.Equal(s.a.qos, rules) {
+		return false, nil
 	}
 	s.a.qos = slices.Clone(rules)
-	return nil
+	s.a.qosWrites++
+	return true, nil
 }
 
 func (s *session) Info(context.Context) (*agentapi.Info, error) {
@@ -729,18 +743,33 @@ func (f *fixture) periodicNow(t *testing.T) {
 	f.gw.Kick()
 }
 
-// TestGatewayQoSDrift: a drift check sends the Source's rules when they
-// differ from what was last sent, and nothing when they do not.
+// TestGatewayQoSDrift: every drift check sends the Source's rules and the
+// agent compares them with its kernel: unchanged rules are written once;
+// a change in the API is written by the next check; rules changed in the
+// kernel behind natgw's back are restored by the next check, counted as a
+// qos-drift resync.
 func TestGatewayQoSDrift(t *testing.T) {
 	nft := newAgent()
-	r10, r20 := qosRule(10), qosRule(20)
+	r10, r20, r99 := qosRule(10), qosRule(20), qosRule(99)
 	src := &source{qos: []gwqos.Rule{r10}}
 	start(t, src, nft, 20*time.Millisecond)
 	eventually(t, "QoS sent on connect", holdsQoS(nft, r10))
 	time.Sleep(100 * time.Millisecond) // several drift periods
-	if _, n := nft.qosState(); n != 1 {
-		t.Errorf("%d gwqos requests over several unchanged drift checks, want 1", n)
+	if _, n := nft.qosState(); n < 3 {
+		t.Errorf("%d gwqos requests over several drift checks, want one per check", n)
+	}
+	if n := nft.qosWritten(); n != 1 {
+		t.Errorf("%d gwqos writes over several unchanged drift checks, want 1", n)
 	}
 	src.setQoS([]gwqos.Rule{r20})
 	eventually(t, "drift check sent the change", holdsQoS(nft, r20))
+
+	drifts := metrics.CounterValue(metrics.Resyncs.WithLabelValues("gw1", "qos-drift"))
+	nft.mu.Lock()
+	nft.qos = []gwqos.Rule{r99} // a hand edit in the gateway
+	nft.mu.Unlock()
+	eventually(t, "drift check restored the rules", holdsQoS(nft, r20))
+	if n := metrics.CounterValue(metrics.Resyncs.WithLabelValues("gw1", "qos-drift")) - drifts; n != 1 {
+		t.Errorf("qos-drift resyncs %v, want 1", n)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
@@ -67,4 +68,14 @@ func init() {
 // ObserveProgram records one call's latency since start.
 func ObserveProgram(op, kind, dataplane string, start time.Time) {
 	ProgramDuration.WithLabelValues(op, kind, dataplane).Observe(time.Since(start).Seconds())
+}
+
+// CounterValue reads a counter's current value (-1 when it cannot be
+// read): for tests and checks that compare a counter before and after.
+func CounterValue(c prometheus.Counter) float64 {
+	m := &dto.Metric{}
+	if err := c.Write(m); err != nil {
+		return -1
+	}
+	return m.GetCounter().GetValue()
 }

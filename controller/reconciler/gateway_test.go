@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,7 +42,7 @@ func TestOrphanSweep(t *testing.T) {
 	orphan := nat.Object{UID: string(uuid.NewUUID()), Kind: nat.KindFIP, FIP: &nat.FIP{EIP: netlab.EIP(7), InternalIP: netip.MustParseAddr("10.7.0.1")}}
 	orphanDNAT := nat.Object{UID: string(uuid.NewUUID()), Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: netlab.EIP(8), Protocol: nat.UDP, ExternalPort: 53, InternalIP: netip.MustParseAddr("10.7.0.3"), InternalPort: 53}}
 	kept := nat.Object{UID: string(hidden.UID), Kind: nat.KindFIP, FIP: &nat.FIP{EIP: netlab.EIP(12), InternalIP: netip.MustParseAddr("10.7.0.2")}}
-	before := counterValue(metrics.SweepDeletions.WithLabelValues(e.gwName))
+	before := metrics.CounterValue(metrics.SweepDeletions.WithLabelValues(e.gwName))
 	e.natgwCLI(e.dataplane, "apply", orphan, orphanDNAT, kept)
 	t.Logf("kernel after the out-of-band apply: %v", e.kernelObjects(e.dataplane))
 
@@ -60,7 +58,7 @@ func TestOrphanSweep(t *testing.T) {
 	if _, ok := hasUID(e.kernelObjects(e.dataplane), hidden.UID); !ok {
 		t.Errorf("object %s whose owner exists was swept", kept)
 	}
-	if got := counterValue(metrics.SweepDeletions.WithLabelValues(e.gwName)) - before; got < 2 {
+	if got := metrics.CounterValue(metrics.SweepDeletions.WithLabelValues(e.gwName)) - before; got < 2 {
 		t.Errorf("sweep deletions metric grew by %v, want ≥2", got)
 	}
 	if _, ok := hasUID(e.kernelObjects(e.dataplane), eip.UID); !ok {
@@ -88,8 +86,8 @@ func (e *env) natgwCLI(dataplane, op string, objs ...nat.Object) {
 func TestResyncOnNewBootID(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	f := e.readyFIP(netlab.EIP(9))
-	resyncs := counterValue(metrics.Resyncs.WithLabelValues(e.gwName, "bootid"))
-	reconnects := counterValue(metrics.Reconnects.WithLabelValues(e.gwName))
+	resyncs := metrics.CounterValue(metrics.Resyncs.WithLabelValues(e.gwName, "bootid"))
+	reconnects := metrics.CounterValue(metrics.Reconnects.WithLabelValues(e.gwName))
 	opened := e.tr.opened()
 
 	if out, err := exec.Command("ip", "netns", "exec", e.gw.GW, "nft", "delete", "table", "ip", "natgw").CombinedOutput(); err != nil {
@@ -105,10 +103,10 @@ func TestResyncOnNewBootID(t *testing.T) {
 	if e.tr.opened() <= opened {
 		t.Errorf("no new session opened")
 	}
-	if got := counterValue(metrics.Resyncs.WithLabelValues(e.gwName, "bootid")) - resyncs; got != 1 {
+	if got := metrics.CounterValue(metrics.Resyncs.WithLabelValues(e.gwName, "bootid")) - resyncs; got != 1 {
 		t.Errorf("bootid resyncs grew by %v, want 1", got)
 	}
-	if got := counterValue(metrics.Reconnects.WithLabelValues(e.gwName)) - reconnects; got < 1 {
+	if got := metrics.CounterValue(metrics.Reconnects.WithLabelValues(e.gwName)) - reconnects; got < 1 {
 		t.Errorf("reconnects grew by %v, want ≥1", got)
 	}
 	if _, err := e.probe(e.gw.VMs[0], netlab.EIP(9)); err != nil {
@@ -121,7 +119,7 @@ func TestResyncOnNewBootID(t *testing.T) {
 func TestDriftRepair(t *testing.T) {
 	e := newEnv(t, envOptions{driftPeriod: 500 * time.Millisecond})
 	f := e.readyFIP(netlab.EIP(10))
-	drift := counterValue(metrics.Resyncs.WithLabelValues(e.gwName, "drift"))
+	drift := metrics.CounterValue(metrics.Resyncs.WithLabelValues(e.gwName, "drift"))
 	// Another agent removes the FIP (as if someone flushed it).
 	cmd := exec.Command(natgwBin, "--netns", e.gw.GW, "--dataplane", e.dataplane, "delete", string(f.UID))
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -131,7 +129,7 @@ func TestDriftRepair(t *testing.T) {
 	// before this read (CI saw it): then a drift resync must be counted.
 	if _, ok := hasUID(e.kernelObjects(e.dataplane), f.UID); ok {
 		e.eventually(10*time.Second, "a drift resync counted for the FIP found in the kernel after its out-of-band delete", func() error {
-			if counterValue(metrics.Resyncs.WithLabelValues(e.gwName, "drift")) == drift {
+			if metrics.CounterValue(metrics.Resyncs.WithLabelValues(e.gwName, "drift")) == drift {
 				return errors.New("no drift resync")
 			}
 			return nil
@@ -143,7 +141,7 @@ func TestDriftRepair(t *testing.T) {
 		}
 		return nil
 	})
-	if got := counterValue(metrics.Resyncs.WithLabelValues(e.gwName, "drift")) - drift; got < 1 {
+	if got := metrics.CounterValue(metrics.Resyncs.WithLabelValues(e.gwName, "drift")) - drift; got < 1 {
 		t.Errorf("drift resyncs grew by %v, want ≥1", got)
 	}
 }
@@ -331,13 +329,4 @@ func TestSwitchKilled(t *testing.T) {
 		t.Errorf("TCP through iptables: %q, %v", got, err)
 	}
 	e.unreachable(netlab.EIP(21))
-}
-
-// counterValue reads a counter.
-func counterValue(c prometheus.Counter) float64 {
-	m := &dto.Metric{}
-	if err := c.Write(m); err != nil {
-		return -1
-	}
-	return m.GetCounter().GetValue()
 }

@@ -43,7 +43,7 @@ func TestCreateDeleteRace(t *testing.T) {
 		t.Run(r.name, func(t *testing.T) {
 			warnings := &warningCounter{}
 			e := newEnv(t, envOptions{dataplane: dp, workers: 4, crds: r.crds, warnings: warnings, admission: r.admission})
-			reapedBefore := counterValue(metrics.VanishedReaped.WithLabelValues(string(nat.KindFIP)))
+			reapedBefore := metrics.CounterValue(metrics.VanishedReaped.WithLabelValues(string(nat.KindFIP)))
 			defer func() {
 				if n := warnings.unknown.Load(); n > 0 {
 					t.Errorf("the controller got %d \"unknown field\" warnings, e.g. %v", n, warnings.first.Load())
@@ -102,7 +102,7 @@ func TestCreateDeleteRace(t *testing.T) {
 			}
 			// Objects born with the finalizer never vanish without
 			// natgw's deletion: the tracker's reap is not needed.
-			reaped := counterValue(metrics.VanishedReaped.WithLabelValues(string(nat.KindFIP))) - reapedBefore
+			reaped := metrics.CounterValue(metrics.VanishedReaped.WithLabelValues(string(nat.KindFIP))) - reapedBefore
 			if r.admission && reaped != 0 {
 				t.Errorf("%v FIPs vanished and were reaped although the admission policy created them with the finalizer", reaped)
 			}

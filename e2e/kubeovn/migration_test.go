@@ -646,7 +646,7 @@ func TestMigration(t *testing.T) {
 	// 6. natgw-controller --mode=replace --provision-gateways: it creates
 	// the StatefulSet in upstream's shape (which adopts the running pod)
 	// and syncs the gateway once.
-	bootSyncs := counter(metrics.Resyncs.WithLabelValues(gwName, "bootid"))
+	bootSyncs := metrics.CounterValue(metrics.Resyncs.WithLabelValues(gwName, "bootid"))
 	syncHist := metrics.ProgramDuration.WithLabelValues("sync", "all", transport.DataplaneNftables).(interface{ Write(*dto.Metric) error })
 	syncN0, syncSum0 := histogram(syncHist)
 	var syncAt time.Time // when the first boot-id sync was counted
@@ -654,7 +654,7 @@ func TestMigration(t *testing.T) {
 	go func() {
 		defer close(syncSeen)
 		for ctx.Err() == nil {
-			if counter(metrics.Resyncs.WithLabelValues(gwName, "bootid")) > bootSyncs {
+			if metrics.CounterValue(metrics.Resyncs.WithLabelValues(gwName, "bootid")) > bootSyncs {
 				syncAt = time.Now()
 				return
 			}
@@ -967,7 +967,7 @@ func (e *env) restartKubeOVN(probes []probe, podBefore podState) restartResult {
 	var r restartResult
 	cleanups := e.kubeOVNLogCount(kubeOVNCleanupLine)
 	stsUID := e.mustKubectl("", "-n", ns, "get", "sts", stsName, "-o", "jsonpath={.metadata.uid}")
-	syncs := counter(metrics.Resyncs.WithLabelValues(gwName, "bootid"))
+	syncs := metrics.CounterValue(metrics.Resyncs.WithLabelValues(gwName, "bootid"))
 	gp := e.startGapProbes(probes)
 	time.Sleep(2 * time.Second)
 	t0 := time.Now()
@@ -1003,7 +1003,7 @@ func (e *env) restartKubeOVN(probes []probe, podBefore podState) restartResult {
 	if !r.samePod {
 		t.Errorf("gateway pod before Kube-OVN's restart %+v, after %+v (%v): not the same running pod", podBefore, after, err)
 	}
-	r.syncs = counter(metrics.Resyncs.WithLabelValues(gwName, "bootid")) - syncs
+	r.syncs = metrics.CounterValue(metrics.Resyncs.WithLabelValues(gwName, "bootid")) - syncs
 	if r.syncs != 0 {
 		t.Errorf("%v boot-id syncs over Kube-OVN's restart, want 0 (the pod should not have changed)", r.syncs)
 	}

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -159,7 +158,7 @@ func TestReplaceGatewayShape(t *testing.T) {
 
 	// 3. natgw-controller, replace mode with --provision-gateways, as
 	// cmd/natgw-controller wires it, in this process.
-	bootSyncs := counter(metrics.Resyncs.WithLabelValues(gwName, "bootid"))
+	bootSyncs := metrics.CounterValue(metrics.Resyncs.WithLabelValues(gwName, "bootid"))
 	t0 = time.Now()
 	e.startReplace(nil) // --network-source=kube-ovn
 	var uid string
@@ -250,7 +249,7 @@ func TestReplaceGatewayShape(t *testing.T) {
 	}
 	resyncIn := time.Since(t0)
 	time.Sleep(3 * time.Second)
-	if n := counter(metrics.Resyncs.WithLabelValues(gwName, "bootid")) - bootSyncs; n != 2 {
+	if n := metrics.CounterValue(metrics.Resyncs.WithLabelValues(gwName, "bootid")) - bootSyncs; n != 2 {
 		t.Errorf("boot-id syncs: %v, want 2 (first pod, new pod)", n)
 	}
 
@@ -410,20 +409,11 @@ func (e *env) startReplace(configNet *gwconfig.Entry) {
 	})
 }
 
-// counter reads a counter's value.
-func counter(c prometheus.Counter) float64 {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		return -1
-	}
-	return m.GetCounter().GetValue()
-}
-
 // waitSyncs waits until the gateway's boot-id syncs reach n and its
 // session is open.
 func waitSyncs(ctx context.Context, n float64) error {
 	return eventually(ctx, 2*time.Minute, func() error {
-		got := counter(metrics.Resyncs.WithLabelValues(gwName, "bootid"))
+		got := metrics.CounterValue(metrics.Resyncs.WithLabelValues(gwName, "bootid"))
 		var g dto.Metric
 		if err := metrics.GatewayConnected.WithLabelValues(gwName, transport.DataplaneNftables).Write(&g); err != nil {
 			return err

@@ -191,7 +191,7 @@ func TestReplaceDocNAT(t *testing.T) {
 	}
 
 	// 1. natgw-controller in replace mode; the gateway from the manifest.
-	bootSyncs := counter(metrics.Resyncs.WithLabelValues(gwName, "bootid"))
+	bootSyncs := metrics.CounterValue(metrics.Resyncs.WithLabelValues(gwName, "bootid"))
 	e.startReplace(nil)
 	t0 = time.Now()
 	e.mustKubectl(docGateway, "apply", "-f", "-")

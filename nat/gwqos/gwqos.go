@@ -197,20 +197,53 @@ const tagPrefix = "natgw gwqos "
 // Rules are taken in order, a later rule of the same Key replacing an
 // earlier one. No rule removes the table.
 func Set(ns string, rules []Rule) error {
+	_, err := Ensure(ns, rules)
+	return err
+}
+
+// Ensure is Set that first reads what the gateway holds and writes only
+// when it differs (the drift check's repair): changed says whether it
+// wrote. The table differs when its rules, in the order they apply, are not
+// rules' (after Set's replacement of same-Key rules), or when its chains
+// hold anything else (a rule added or removed by hand), or cannot be read.
+func Ensure(ns string, rules []Rule) (changed bool, err error) {
 	if err := ValidateAll(rules); err != nil {
-		return err
+		return false, err
 	}
 	changes := make([]Change, len(rules))
 	for i, r := range rules {
 		changes[i] = Change{Add: true, Rule: r}
 	}
-	return withConn(ns, func(c *nft.Conn) error {
+	want := merge(nil, changes)
+	sortEntries(want)
+	err = withConn(ns, func(c *nft.Conn) error {
 		exists, err := tableExists(c)
 		if err != nil {
 			return err
 		}
-		return write(c, exists, merge(nil, changes))
+		if exists && holds(c, want) || !exists && len(want) == 0 {
+			return nil
+		}
+		changed = true
+		return write(c, exists, want)
 	})
+	return changed, err
+}
+
+// holds says whether the table holds exactly want (sorted): the same rules
+// in the same order, and no rule but the two write adds for each.
+func holds(c *nft.Conn, want []entry) bool {
+	have, total, err := readAll(c)
+	if err != nil || total != 2*len(have) || len(have) != len(want) {
+		return false
+	}
+	sortEntries(have)
+	for i := range have {
+		if have[i].Rule != want[i].Rule {
+			return false
+		}
+	}
+	return true
 }
 
 // Apply carries out changes (qos-add / qos-del) on the rules the gateway
@@ -300,14 +333,23 @@ func tableExists(c *nft.Conn) (bool, error) {
 
 // read returns the stored entries of both chains.
 func read(c *nft.Conn) ([]entry, error) {
+	out, _, err := readAll(c)
+	return out, err
+}
+
+// readAll returns the stored entries of both chains and how many rules the
+// chains hold in all (two per entry as write makes them).
+func readAll(c *nft.Conn) ([]entry, int, error) {
 	t := table()
 	chs := chains(t)
 	var out []entry
+	total := 0
 	for _, dir := range []Direction{Ingress, Egress} {
 		rules, err := c.GetRules(t, chs[dir])
 		if err != nil {
-			return nil, fmt.Errorf("gateway QoS: nftables: read %s %s: %w", Table, dir, err)
+			return nil, 0, fmt.Errorf("gateway QoS: nftables: read %s %s: %w", Table, dir, err)
 		}
+		total += len(rules)
 		for _, r := range rules {
 			tag, ok := strings.CutPrefix(string(r.UserData), tagPrefix+"drop ")
 			if !ok {
@@ -315,12 +357,12 @@ func read(c *nft.Conn) ([]entry, error) {
 			}
 			var e entry
 			if err := json.Unmarshal([]byte(tag), &e); err != nil {
-				return nil, fmt.Errorf("gateway QoS: %s %s: rule %d: %w", Table, dir, r.Handle, err)
+				return nil, 0, fmt.Errorf("gateway QoS: %s %s: rule %d: %w", Table, dir, r.Handle, err)
 			}
 			out = append(out, e)
 		}
 	}
-	return out, nil
+	return out, total, nil
 }
 
 // merge applies changes to entries, numbering added rules after the

@@ -317,3 +317,70 @@ func udpFlood(t *testing.T, from string, host netlab.Host, d time.Duration) (int
 	t.Logf("flood to %s: %d datagrams sent in %v", host.Addr, sent, took)
 	return got.Load(), took
 }
+
+// TestEnsureRepairsDrift: in a real namespace, Ensure writes nothing when
+// the table already holds the rules (the drift check's common case) and
+// restores the table byte-for-byte when a rule was added to, deleted from
+// or changed in it by hand, or the table was deleted.
+func TestEnsureRepairsDrift(t *testing.T) {
+	_, ns := kernelNS(t)
+	ctx := context.Background()
+	pfx := netip.MustParsePrefix
+	rules := []Rule{
+		{Direction: Egress, Iface: "net1", Priority: 1, Classifier: U32, MatchDir: "dst", CIDR: pfx("192.0.2.1/32"), RateMbps: 100, BurstMB: 1},
+		{Direction: Ingress, Iface: "net1", Priority: 2, Classifier: MatchAll, RateMbps: 10, BurstMB: 1},
+	}
+	if changed, err := Ensure(ns, rules); err != nil || !changed {
+		t.Fatalf("first Ensure = %v, %v; want written", changed, err)
+	}
+	want, ok := nftTable(t, ns)
+	if !ok {
+		t.Fatal("no table after Ensure")
+	}
+	handle := func(chain string) string {
+		out, err := netlab.Exec(ctx, ns, "", "nft", "-a", "list", "chain", "ip", Table, chain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if i := strings.Index(l, "# handle "); i >= 0 && strings.Contains(l, "accept") {
+				return strings.TrimSpace(l[i+len("# handle "):])
+			}
+		}
+		t.Fatalf("no accept rule in chain %s:\n%s", chain, out)
+		return ""
+	}
+	for _, tc := range []struct {
+		name  string
+		drift string // an nft script run by hand before Ensure ("" none)
+	}{
+		{"unchanged", ""},
+		{"rule added by hand", "add rule ip " + Table + " ingress ip saddr 10.0.0.0/8 drop\n"},
+		{"rule deleted by hand", "delete rule ip " + Table + " egress handle HANDLE\n"},
+		{"rate changed by hand", "flush chain ip " + Table + " ingress\nadd rule ip " + Table + " ingress iifname \"net1\" limit rate over 1 mbytes/second drop\n"},
+		{"table deleted", "delete table ip " + Table + "\n"},
+	} {
+		if tc.drift != "" {
+			script := strings.ReplaceAll(tc.drift, "HANDLE", handle("egress"))
+			if _, err := netlab.Exec(ctx, ns, script, "nft", "-f", "-"); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			if got, _ := nftTable(t, ns); got == want {
+				t.Fatalf("%s: the hand edit changed nothing", tc.name)
+			}
+		}
+		changed, err := Ensure(ns, rules)
+		if err != nil || changed != (tc.drift != "") {
+			t.Errorf("%s: Ensure = %v, %v; want changed=%v", tc.name, changed, err, tc.drift != "")
+		}
+		if got, _ := nftTable(t, ns); got != want {
+			t.Errorf("%s: table after Ensure:\n%s\nwant:\n%s", tc.name, got, want)
+		}
+	}
+	if changed, err := Ensure(ns, nil); err != nil || !changed {
+		t.Fatalf("Ensure(nil) = %v, %v; want the table deleted", changed, err)
+	}
+	if changed, err := Ensure(ns, nil); err != nil || changed {
+		t.Fatalf("Ensure(nil) without a table = %v, %v; want nothing written", changed, err)
+	}
+}

@@ -88,8 +88,8 @@ func cmdServe(ctx context.Context, e env, g *globals, args []string) int {
 func serveOptions(g *globals) []agentapi.Option {
 	return []agentapi.Option{
 		agentapi.WithReleaseMemory(1 << 20),
-		agentapi.WithGatewayQoS(func(_ context.Context, rules []gwqos.Rule) error {
-			return gwqos.Set(g.netns, withInterface(rules, g.extIface))
+		agentapi.WithGatewayQoS(func(_ context.Context, rules []gwqos.Rule) (bool, error) {
+			return gwqos.Ensure(g.netns, withInterface(rules, g.extIface))
 		}),
 	}
 }

@@ -198,17 +198,31 @@ func TestAgentGatewayQoS(t *testing.T) {
 		{Direction: gwqos.Egress, Priority: 2, Classifier: gwqos.U32, MatchDir: "src", CIDR: netip.MustParsePrefix("10.0.1.0/24"), RateMbps: 10, BurstMB: 1},
 		{Direction: gwqos.Ingress, Iface: gw.InternalInterface, Priority: 1, Classifier: gwqos.MatchAll, RateMbps: 100, BurstMB: 2},
 	}
-	if err := a.SetGatewayQoS(ctx, rules); err != nil {
-		t.Fatal(err)
+	if changed, err := a.SetGatewayQoS(ctx, rules); err != nil || !changed {
+		t.Fatalf("gwqos = %v, %v; want written", changed, err)
 	}
 	want := []gwqos.Rule{rules[1], rules[0]}
 	want[1].Iface = gw.ExternalInterface
 	if got, err := gwqos.List(gw.GW); err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("after gwqos: %+v, %v; want %+v (compat's rule gone, the default interface filled in)", got, err, want)
 	}
+	// The same rules again (a drift check): nothing written; after a rule
+	// deleted by hand, written again.
+	if changed, err := a.SetGatewayQoS(ctx, rules); err != nil || changed {
+		t.Fatalf("the same gwqos again = %v, %v; want nothing written", changed, err)
+	}
+	if _, err := netlab.Exec(ctx, gw.GW, "", "nft", "flush", "chain", "ip", gwqos.Table, "egress"); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := a.SetGatewayQoS(ctx, rules); err != nil || !changed {
+		t.Fatalf("gwqos after a hand edit = %v, %v; want written", changed, err)
+	}
+	if got, err := gwqos.List(gw.GW); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the repair: %+v, %v; want %+v", got, err, want)
+	}
 	bad := rules[0]
 	bad.RateMbps = 0
-	err = a.SetGatewayQoS(ctx, []gwqos.Rule{rules[1], bad})
+	_, err = a.SetGatewayQoS(ctx, []gwqos.Rule{rules[1], bad})
 	var pe *agentapi.Error
 	if !errors.As(err, &pe) || pe.Code != agentapi.CodeInvalid || pe.Field != "qos[1].rateMbps" || pe.Value != "0" {
 		t.Fatalf("gwqos with a zero rate = %v, want Invalid naming qos[1].rateMbps = 0", err)
@@ -216,7 +230,7 @@ func TestAgentGatewayQoS(t *testing.T) {
 	if got, _ := gwqos.List(gw.GW); !reflect.DeepEqual(got, want) {
 		t.Fatalf("a refused gwqos changed the rules: %+v", got)
 	}
-	if err := a.SetGatewayQoS(ctx, nil); err != nil {
+	if _, err := a.SetGatewayQoS(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := netlab.NftTable(ctx, gw.GW, "ip", gwqos.Table); err == nil {
