@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -291,13 +290,7 @@ const kubeOVNDeleteLine = "delete vpc nat gw " + stsName
 
 // kubeOVNLogCount counts the lines of kube-ovn-controller's output that
 // contain s.
-func (e *env) kubeOVNLogCount(s string) int {
-	b, err := os.ReadFile(e.k.OutputPath())
-	if err != nil {
-		return 0
-	}
-	return strings.Count(string(b), s)
-}
+func (e *env) kubeOVNLogCount(s string) int { return e.kubeOVNLogLines(s) }
 
 // gatewayShape waits for the gateway's StatefulSet (check passes on its
 // JSON) and the VpcNatGateway's status (status.externalSubnets set, the
