@@ -297,32 +297,42 @@ func (k *KubeOVN) start(name string, cmd *exec.Cmd) error {
 	return nil
 }
 
-// RestartController stops kube-ovn-controller (SIGTERM, SIGKILL after 10
-// s) and starts it again with the same arguments, its output appended to
-// the same file: what a rollout, a crash or a node failover does to it.
+// RestartController stops kube-ovn-controller and starts it again with the
+// same arguments, its output appended to the same file: what a rollout, a
+// crash or a node failover does to it.
 func (k *KubeOVN) RestartController(ctx context.Context) error {
 	for i, p := range k.procs {
 		if p.name != "kube-ovn-controller" {
 			continue
 		}
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-			select {
-			case <-p.done:
-			case <-time.After(5 * time.Second):
-				return fmt.Errorf("kubeovn: kube-ovn-controller (pid %d) did not exit", p.cmd.Process.Pid)
-			}
-		case <-ctx.Done():
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-			return fmt.Errorf("kubeovn: stop kube-ovn-controller: %w", ctx.Err())
+		if err := p.stop(ctx); err != nil {
+			return err
 		}
 		k.procs = append(k.procs[:i:i], k.procs[i+1:]...)
 		return k.startController()
 	}
 	return errors.New("kubeovn: kube-ovn-controller is not running")
+}
+
+// stop ends p's process group: SIGTERM, SIGKILL after 10 s (or when ctx
+// ends), and waits up to 5 s more for it to exit.
+func (p *proc) stop(ctx context.Context) error {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		select {
+		case <-p.done:
+			return nil
+		case <-time.After(5 * time.Second):
+			return fmt.Errorf("kubeovn: %s (pid %d) did not exit", p.name, p.cmd.Process.Pid)
+		}
+	case <-ctx.Done():
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		return fmt.Errorf("kubeovn: stop %s: %w", p.name, ctx.Err())
+	}
 }
 
 // Alive reports an error when a process of ours has exited.
@@ -342,20 +352,8 @@ func (k *KubeOVN) Alive() error {
 func (k *KubeOVN) Stop(ctx context.Context) error {
 	var errs []error
 	for i := len(k.procs) - 1; i >= 0; i-- {
-		p := k.procs[i]
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-			select {
-			case <-p.done:
-			case <-time.After(5 * time.Second):
-				errs = append(errs, fmt.Errorf("kubeovn: %s (pid %d) did not exit", p.name, p.cmd.Process.Pid))
-			}
-		case <-ctx.Done():
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-			errs = append(errs, fmt.Errorf("kubeovn: stop %s: %w", p.name, ctx.Err()))
+		if err := k.procs[i].stop(ctx); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	k.procs = nil
