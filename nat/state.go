@@ -33,6 +33,12 @@ type dnatKey struct {
 	port  uint16
 }
 
+type shareBackendKey struct {
+	id   dnatKey
+	ip   v4
+	port uint16
+}
+
 // v4 is a valid object's IPv4 address as a map key: 4 bytes hash and
 // compare faster than a netip.Addr (24 bytes) and take less room.
 type v4 uint32
@@ -53,7 +59,9 @@ type State struct {
 	eipByAddr     map[v4]string
 	fipByEIP      map[v4]string
 	fipByInternal map[v4]string
-	dnatByKey     map[dnatKey]string
+	dnatByKey     map[dnatKey]string          // exclusive DNATs
+	shareByKey    map[dnatKey]map[string]bool // share DNATs (backends) per identity
+	shareBackend  map[shareBackendKey]string  // a share identity's backend address
 	dnatsByEIP    map[v4]int
 	snatByCIDR    map[netip.Prefix]string
 	routeByDest   map[netip.Prefix]string
@@ -75,6 +83,8 @@ func newState(n int) *State {
 		fipByEIP:      make(map[v4]string, n),
 		fipByInternal: make(map[v4]string, n),
 		dnatByKey:     map[dnatKey]string{},
+		shareByKey:    map[dnatKey]map[string]bool{},
+		shareBackend:  map[shareBackendKey]string{},
 		dnatsByEIP:    map[v4]int{},
 		snatByCIDR:    map[netip.Prefix]string{},
 		routeByDest:   map[netip.Prefix]string{},
@@ -158,8 +168,21 @@ func (s *State) conflict(o Object) error {
 			return c("dnat.eip", d.EIP.String(), u, "EIP is used by a floating IP")
 		}
 		k := dnatKey{key4(d.EIP), d.Protocol, d.ExternalPort}
+		id := fmt.Sprintf("%s:%d/%s", d.EIP, d.ExternalPort, d.Protocol)
 		if u, ok := s.dnatByKey[k]; ok {
-			return c("dnat.externalPort", fmt.Sprintf("%s:%d/%s", d.EIP, d.ExternalPort, d.Protocol), u, "EIP, protocol and port already forwarded")
+			if d.Shared() {
+				return c("dnat.type", string(DNATShare), u, "EIP, protocol and port "+id+" are held by an exclusive DNAT (every DNAT of a shared identity must have type share)")
+			}
+			return c("dnat.externalPort", id, u, "EIP, protocol and port already forwarded")
+		}
+		if holders := s.shareByKey[k]; len(holders) > 0 && !d.Shared() {
+			return c("dnat.type", string(DNATExclusive), anyKey(holders), "EIP, protocol and port "+id+" are shared by share DNATs (an exclusive DNAT needs the identity alone)")
+		}
+		if d.Shared() {
+			b := shareBackendKey{k, key4(d.InternalIP), d.InternalPort}
+			if u, ok := s.shareBackend[b]; ok {
+				return c("dnat.internalIP", fmt.Sprintf("%s:%d", d.InternalIP, d.InternalPort), u, "already a backend of the shared identity "+id)
+			}
 		}
 	case KindSNAT:
 		if u, ok := s.snatByCIDR[o.SNAT.InternalCIDR]; ok {
@@ -179,7 +202,35 @@ func (s *State) anyDNATOn(eip v4) string {
 			return u
 		}
 	}
+	for k, us := range s.shareByKey {
+		if k.eip == eip {
+			return anyKey(us)
+		}
+	}
 	return ""
+}
+
+// anyKey returns the smallest key of a UID set (for a stable message).
+func anyKey(m map[string]bool) string {
+	out := ""
+	for u := range m {
+		if out == "" || u < out {
+			out = u
+		}
+	}
+	return out
+}
+
+// ShareBackends returns the share DNATs of the identity (eip, proto, port)
+// ordered by UID.
+func (s *State) ShareBackends(eip netip.Addr, proto Protocol, port uint16) []Object {
+	us := s.shareByKey[dnatKey{key4(eip), proto, port}]
+	out := make([]Object, 0, len(us))
+	for u := range us {
+		out = append(out, s.byUID[u])
+	}
+	SortObjects(out)
+	return out
 }
 
 func (s *State) add(o Object) {
@@ -192,7 +243,18 @@ func (s *State) add(o Object) {
 		s.fipByInternal[key4(o.FIP.InternalIP)] = o.UID
 	case KindDNAT:
 		d := o.DNAT
-		s.dnatByKey[dnatKey{key4(d.EIP), d.Protocol, d.ExternalPort}] = o.UID
+		k := dnatKey{key4(d.EIP), d.Protocol, d.ExternalPort}
+		if d.Shared() {
+			us := s.shareByKey[k]
+			if us == nil {
+				us = map[string]bool{}
+				s.shareByKey[k] = us
+			}
+			us[o.UID] = true
+			s.shareBackend[shareBackendKey{k, key4(d.InternalIP), d.InternalPort}] = o.UID
+		} else {
+			s.dnatByKey[k] = o.UID
+		}
 		s.dnatsByEIP[key4(d.EIP)]++
 	case KindSNAT:
 		s.snatByCIDR[o.SNAT.InternalCIDR] = o.UID
@@ -216,7 +278,18 @@ func (s *State) remove(uid string) (Object, bool) {
 	case KindDNAT:
 		d := o.DNAT
 		k := key4(d.EIP)
-		delete(s.dnatByKey, dnatKey{k, d.Protocol, d.ExternalPort})
+		dk := dnatKey{k, d.Protocol, d.ExternalPort}
+		if d.Shared() {
+			if us := s.shareByKey[dk]; us != nil {
+				delete(us, o.UID)
+				if len(us) == 0 {
+					delete(s.shareByKey, dk)
+				}
+			}
+			delete(s.shareBackend, shareBackendKey{dk, key4(d.InternalIP), d.InternalPort})
+		} else {
+			delete(s.dnatByKey, dk)
+		}
 		if s.dnatsByEIP[k]--; s.dnatsByEIP[k] <= 0 {
 			delete(s.dnatsByEIP, k)
 		}

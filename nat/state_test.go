@@ -2,6 +2,7 @@ package nat
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -19,6 +20,12 @@ func fip(uid, eip, in string) Object {
 
 func dnat(uid, eip string, proto Protocol, port uint16, in string, inPort uint16) Object {
 	return Object{UID: uid, Kind: KindDNAT, DNAT: &DNAT{EIP: a(eip), Protocol: proto, ExternalPort: port, InternalIP: a(in), InternalPort: inPort}}
+}
+
+func share(uid, eip string, proto Protocol, port uint16, in string, inPort uint16) Object {
+	o := dnat(uid, eip, proto, port, in, inPort)
+	o.DNAT.Type = DNATShare
+	return o
 }
 
 func snat(uid, eip, cidr string) Object {
@@ -55,6 +62,12 @@ func TestValidate(t *testing.T) {
 		{"dnat bad proto", dnat("u", "192.0.2.10", "icmp", 80, "10.0.0.5", 80), "dnat.protocol", "icmp"},
 		{"dnat port 0", dnat("u", "192.0.2.10", UDP, 0, "10.0.0.5", 80), "dnat.externalPort", "0"},
 		{"dnat internal port 0", dnat("u", "192.0.2.10", UDP, 53, "10.0.0.5", 0), "dnat.internalPort", "0"},
+		{"dnat bad type", func() Object {
+			o := dnat("u", "192.0.2.10", UDP, 53, "10.0.0.5", 53)
+			o.DNAT.Type = "round-robin"
+			return o
+		}(), "dnat.type", "round-robin"},
+		{"dnat share ok", share("u", "192.0.2.10", UDP, 53, "10.0.0.5", 53), "", ""},
 		{"snat host bits", snat("u", "192.0.2.10", "10.0.0.1/24"), "snat.internalCIDR", "10.0.0.1/24"},
 		{"eip prefix 0", eip("u", "192.0.2.10", 0), "eip.prefixLen", "0"},
 		{"eip burst without rate", Object{UID: "u", Kind: KindEIP, EIP: &EIP{Address: a("192.0.2.10"), PrefixLen: 24, QoS: &QoS{IngressBurstMbit: 5}}}, "eip.qos.ingressBurstMbit", "5"},
@@ -90,6 +103,7 @@ func TestPlanApplyConflicts(t *testing.T) {
 		fip("f1", "192.0.2.10", "10.0.0.5"),
 		dnat("d1", "192.0.2.20", TCP, 80, "10.0.0.6", 80),
 		snat("s1", "192.0.2.30", "10.0.0.0/24"),
+		share("h1", "192.0.2.21", TCP, 443, "10.0.0.6", 443),
 		eip("e1", "192.0.2.10", 24),
 		route("r1", "0.0.0.0/0", "192.0.2.1", DeviceExternal),
 	}
@@ -104,6 +118,25 @@ func TestPlanApplyConflicts(t *testing.T) {
 		{"dnat on fip eip", []Object{dnat("d2", "192.0.2.10", UDP, 53, "10.0.0.9", 53)}, "dnat.eip", "f1"},
 		{"duplicate dnat", []Object{dnat("d2", "192.0.2.20", TCP, 80, "10.0.0.9", 8080)}, "dnat.externalPort", "d1"},
 		{"same port other proto", []Object{dnat("d2", "192.0.2.20", UDP, 80, "10.0.0.9", 80)}, "", ""},
+		{"share on an exclusive identity", []Object{share("h2", "192.0.2.20", TCP, 80, "10.0.0.9", 80)}, "dnat.type", "d1"},
+		{"exclusive on a shared identity", []Object{dnat("d2", "192.0.2.21", TCP, 443, "10.0.0.9", 443)}, "dnat.type", "h1"},
+		{"explicit exclusive on a shared identity", []Object{func() Object {
+			o := dnat("d2", "192.0.2.21", TCP, 443, "10.0.0.9", 443)
+			o.DNAT.Type = DNATExclusive
+			return o
+		}()}, "dnat.type", "h1"},
+		{"second share backend", []Object{share("h2", "192.0.2.21", TCP, 443, "10.0.0.9", 443)}, "", ""},
+		{"64 share backends in one batch", func() []Object {
+			var out []Object
+			for i := range 64 {
+				out = append(out, share(fmt.Sprintf("h%02d", i+2), "192.0.2.21", TCP, 443, fmt.Sprintf("10.0.1.%d", i+1), 443))
+			}
+			return out
+		}(), "", ""},
+		{"same backend twice on one identity", []Object{share("h2", "192.0.2.21", TCP, 443, "10.0.0.6", 443)}, "dnat.internalIP", "h1"},
+		{"fip on a shared eip", []Object{fip("f2", "192.0.2.21", "10.0.0.9")}, "fip.eip", "h1"},
+		{"share moved to an exclusive identity", []Object{share("h1", "192.0.2.20", TCP, 80, "10.0.0.6", 443)}, "dnat.type", "d1"},
+		{"share made exclusive when alone", []Object{dnat("h1", "192.0.2.21", TCP, 443, "10.0.0.6", 443)}, "", ""},
 		{"internal ip with two fips", []Object{fip("f2", "192.0.2.11", "10.0.0.5")}, "fip.internalIP", "f1"},
 		{"duplicate snat cidr", []Object{snat("s2", "192.0.2.31", "10.0.0.0/24")}, "snat.internalCIDR", "s1"},
 		{"overlapping snat ok", []Object{snat("s2", "192.0.2.31", "10.0.0.0/25")}, "", ""},

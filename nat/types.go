@@ -93,12 +93,46 @@ type FIP struct {
 }
 
 // DNAT forwards (EIP, Protocol, ExternalPort) to InternalIP:InternalPort.
+//
+// (EIP, Protocol, ExternalPort) is the DNAT's identity. An exclusive DNAT
+// (Type "" or "exclusive", the default) holds its identity alone. Share
+// DNATs (Type "share", Kube-OVN master's IptablesDnatRule spec.type) on one
+// identity are its backends: each is its own object with its own UID, new
+// connections to the identity are spread at random over them and stay on
+// the backend conntrack pinned them to.
 type DNAT struct {
 	EIP          netip.Addr `json:"eip"`
 	Protocol     Protocol   `json:"protocol"`
 	ExternalPort uint16     `json:"externalPort"`
 	InternalIP   netip.Addr `json:"internalIP"`
 	InternalPort uint16     `json:"internalPort"`
+	Type         DNATType   `json:"type,omitempty"`
+}
+
+// DNATType says whether a DNAT holds its identity alone or shares it.
+type DNATType string
+
+// DNAT types (Kube-OVN master's IptablesDnatRule spec.type values).
+const (
+	// DNATExclusive is the default: one DNAT per identity. The empty
+	// type means the same.
+	DNATExclusive DNATType = "exclusive"
+	// DNATShare makes the DNAT one backend of its identity.
+	DNATShare DNATType = "share"
+)
+
+// Shared reports whether d is a backend of a share identity.
+func (d DNAT) Shared() bool { return d.Type == DNATShare }
+
+// sameDNAT compares two DNATs with the empty type read as exclusive.
+func sameDNAT(a, b DNAT) bool {
+	if a.Type == "" {
+		a.Type = DNATExclusive
+	}
+	if b.Type == "" {
+		b.Type = DNATExclusive
+	}
+	return a == b
 }
 
 // SNAT translates traffic from InternalCIDR leaving through the external
@@ -138,7 +172,11 @@ func (o Object) String() string {
 		return fmt.Sprintf("fip %s: %s <-> %s", o.UID, o.FIP.EIP, o.FIP.InternalIP)
 	case o.Kind == KindDNAT && o.DNAT != nil:
 		d := o.DNAT
-		return fmt.Sprintf("dnat %s: %s:%d/%s -> %s:%d", o.UID, d.EIP, d.ExternalPort, d.Protocol, d.InternalIP, d.InternalPort)
+		share := ""
+		if d.Shared() {
+			share = " (share)"
+		}
+		return fmt.Sprintf("dnat %s: %s:%d/%s -> %s:%d%s", o.UID, d.EIP, d.ExternalPort, d.Protocol, d.InternalIP, d.InternalPort, share)
 	case o.Kind == KindSNAT && o.SNAT != nil:
 		return fmt.Sprintf("snat %s: %s -> %s", o.UID, o.SNAT.InternalCIDR, o.SNAT.EIP)
 	case o.Kind == KindRoute && o.Route != nil:
@@ -161,7 +199,7 @@ func (o Object) Equal(p Object) bool {
 	case KindFIP:
 		return ptrEqual(o.FIP, p.FIP, func(a, b FIP) bool { return a == b })
 	case KindDNAT:
-		return ptrEqual(o.DNAT, p.DNAT, func(a, b DNAT) bool { return a == b })
+		return ptrEqual(o.DNAT, p.DNAT, sameDNAT)
 	case KindSNAT:
 		return ptrEqual(o.SNAT, p.SNAT, func(a, b SNAT) bool { return a == b })
 	case KindRoute:

@@ -150,6 +150,9 @@ func (o Object) Validate() error {
 		if d.InternalPort == 0 {
 			return bad("dnat.internalPort", "0", "must be 1..65535")
 		}
+		if d.Type != "" && d.Type != DNATExclusive && d.Type != DNATShare {
+			return bad("dnat.type", string(d.Type), "must be exclusive or share")
+		}
 	case KindSNAT:
 		s := o.SNAT
 		if s == nil {
