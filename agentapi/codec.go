@@ -137,6 +137,10 @@ func appendObject(b []byte, o *nat.Object) []byte {
 		b = appendText(b, d.InternalIP)
 		b = append(b, `,"internalPort":`...)
 		b = strconv.AppendUint(b, uint64(d.InternalPort), 10)
+		if d.Type != "" {
+			b = append(b, `,"type":`...)
+			b = appendString(b, string(d.Type))
+		}
 		b = append(b, '}')
 	}
 	if s := o.SNAT; s != nil {
@@ -350,6 +354,9 @@ func (s *scanner) object(o *nat.Object) {
 		d.InternalIP = s.addr()
 		s.lit(`,"internalPort":`)
 		d.InternalPort = uint16(s.uint(16))
+		if s.peek(`,"type":`) {
+			d.Type = nat.DNATType(s.str())
+		}
 		s.lit("}")
 		o.DNAT = d
 	}

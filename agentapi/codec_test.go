@@ -26,6 +26,8 @@ func codecObjects() []nat.Object {
 		{UID: "f2", Kind: nat.KindFIP, FIP: &nat.FIP{}},
 		{UID: "f3", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: a("2001:db8::1"), InternalIP: a("fe80::1%eth0")}},
 		{UID: "d1", Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: a("192.0.2.10"), Protocol: nat.TCP, ExternalPort: 65535, InternalIP: a("10.0.0.2"), InternalPort: 0}},
+		{UID: "d2", Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: a("192.0.2.10"), Protocol: nat.TCP, ExternalPort: 80, InternalIP: a("10.0.0.2"), InternalPort: 8080, Type: nat.DNATShare}},
+		{UID: "d3", Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: a("192.0.2.10"), Protocol: nat.UDP, ExternalPort: 53, InternalIP: a("10.0.0.2"), InternalPort: 53, Type: nat.DNATExclusive}},
 		{UID: "s1", Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: a("192.0.2.10"), InternalCIDR: p("10.0.0.0/16")}},
 		{UID: "s2", Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: a("192.0.2.10"), InternalCIDR: p("10.0.1.0/24"), RandomFully: true}},
 		{UID: "r1", Kind: nat.KindRoute, Route: &nat.Route{Destination: p("0.0.0.0/0"), NextHop: a("192.0.2.1"), Device: nat.DeviceExternal}},

@@ -18,6 +18,7 @@ import (
 	"github.com/ti-mo/netfilter"
 	"golang.org/x/sys/unix"
 
+	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/netns"
 	"github.com/natgw/natgw/nat/nlsock"
 )
@@ -141,6 +142,47 @@ func (c *Cleaner) DeleteByAddr(addrs []netip.Addr) (int, error) {
 	}
 	n := 0
 	for _, f := range flows {
+		if err := c.conn.Delete(f); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue
+			}
+			return n, fmt.Errorf("conntrack: delete %s: %w", f.TupleOrig, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// DeleteDNAT dumps the IPv4 table and deletes the entries DNATed through
+// one of dnats: original destination the DNAT's EIP and external port,
+// reply source its internal address and port, its protocol. It leaves
+// every other connection of the EIP alone (the other backends of a share
+// identity keep theirs) and returns how many entries it deleted.
+func (c *Cleaner) DeleteDNAT(dnats []nat.DNAT) (int, error) {
+	if len(dnats) == 0 {
+		return 0, nil
+	}
+	type key struct {
+		eip, in       netip.Addr
+		proto         uint8
+		extPort, port uint16
+	}
+	want := make(map[key]bool, len(dnats))
+	for _, d := range dnats {
+		want[key{d.EIP, d.InternalIP, d.Protocol.Number(), d.ExternalPort, d.InternalPort}] = true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	flows, err := c.conn.DumpFilter(ct.NewFilter().Family(netfilter.ProtoIPv4), nil)
+	if err != nil {
+		return 0, fmt.Errorf("conntrack: dump: %w", err)
+	}
+	n := 0
+	for _, f := range flows {
+		o, r := f.TupleOrig, f.TupleReply
+		if !want[key{o.IP.DestinationAddress, r.IP.SourceAddress, o.Proto.Protocol, o.Proto.DestinationPort, r.Proto.SourcePort}] {
+			continue
+		}
 		if err := c.conn.Delete(f); err != nil {
 			if errors.Is(err, unix.ENOENT) {
 				continue

@@ -42,6 +42,18 @@ type Backend interface {
 	Close() error
 }
 
+// DNATFlowForgetter is implemented by Backends that can delete the
+// conntrack entries of single DNATs. The engine calls it for removed share
+// DNATs (one backend of a shared identity), so that the other backends'
+// connections to the same EIP stay; a Backend without it gets the
+// removed share DNAT's EIP in ForgetFlows instead.
+type DNATFlowForgetter interface {
+	// ForgetDNATFlows deletes the conntrack entries DNATed through each
+	// of dnats (its EIP and external port to its internal address and
+	// port), and no other.
+	ForgetDNATFlows(ctx context.Context, dnats []nat.DNAT) error
+}
+
 // StateLoader is implemented by Renderers whose Load builds the nat.State
 // of the objects it reads anyway (to check them against each other): the
 // engine adopts that State instead of inserting every object again.
@@ -268,7 +280,14 @@ func (e *Engine) run(ctx context.Context, op string, c *nat.Change, full bool) e
 		}
 	}
 	c.Commit()
-	if eips := flowsToForget(c, e.state.Get); len(eips) > 0 {
+	_, narrow := e.r.(DNATFlowForgetter)
+	eips, backends := flowsToForget(c, e.state.Get, narrow)
+	if len(backends) > 0 {
+		if err := e.r.(DNATFlowForgetter).ForgetDNATFlows(ctx, backends); err != nil {
+			e.log.Error(err, "conntrack cleanup of share DNAT backends failed", "op", op, "backends", len(backends))
+		}
+	}
+	if len(eips) > 0 {
 		if err := e.r.ForgetFlows(ctx, eips); err != nil {
 			// The rules are committed; stale flows die on their own
 			// timeouts. Report but do not fail the operation.
@@ -283,14 +302,23 @@ func (e *Engine) run(ctx context.Context, op string, c *nat.Change, full bool) e
 // of removed FIP/DNAT/SNAT objects, unless the same UID was re-added with the
 // same addresses. now looks an object up in the state after the change
 // (which holds every added object), so no index of the added ones is built.
-func flowsToForget(c *nat.Change, now func(uid string) (nat.Object, bool)) []netip.Addr {
-	var eips []netip.Addr
+// With narrow, a removed share DNAT is returned in backends instead (only
+// its own flows go; see DNATFlowForgetter), unless it was re-added the
+// same.
+func flowsToForget(c *nat.Change, now func(uid string) (nat.Object, bool), narrow bool) (eips []netip.Addr, backends []nat.DNAT) {
 	var seen map[netip.Addr]bool
 	for _, o := range c.Removed {
 		if o.Kind == nat.KindRoute || o.Kind == nat.KindEIP {
 			continue // no NAT mapping of their own
 		}
 		a, b := o.Addresses()
+		if o.Kind == nat.KindDNAT && o.DNAT != nil && o.DNAT.Shared() && narrow {
+			if n, ok := now(o.UID); ok && n.DNAT != nil && *n.DNAT == *o.DNAT {
+				continue
+			}
+			backends = append(backends, *o.DNAT)
+			continue
+		}
 		if n, ok := now(o.UID); ok {
 			if na, nb := n.Addresses(); na == a && nb == b {
 				continue
@@ -307,5 +335,5 @@ func flowsToForget(c *nat.Change, now func(uid string) (nat.Object, bool)) []net
 			eips = append(eips, a)
 		}
 	}
-	return eips
+	return eips, backends
 }

@@ -28,12 +28,13 @@ import (
 type Backend struct {
 	name string
 
-	mu        sync.Mutex
-	kernel    map[string]nat.Object
-	boot      string
-	failNext  error
-	commits   int
-	forgotten []netip.Addr
+	mu             sync.Mutex
+	kernel         map[string]nat.Object
+	boot           string
+	failNext       error
+	commits        int
+	forgottenDNATs []nat.DNAT
+	forgotten      []netip.Addr
 }
 
 var _ engine.Backend = (*Backend)(nil)
@@ -111,6 +112,23 @@ func (r *Backend) ForgetFlows(_ context.Context, eips []netip.Addr) error {
 	defer r.mu.Unlock()
 	r.forgotten = append(r.forgotten, eips...)
 	return nil
+}
+
+// ForgetDNATFlows implements engine.DNATFlowForgetter: it records the
+// share DNATs whose own conntrack entries a real backend would delete.
+func (r *Backend) ForgetDNATFlows(_ context.Context, dnats []nat.DNAT) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.forgottenDNATs = append(r.forgottenDNATs, dnats...)
+	return nil
+}
+
+// ForgottenDNATs returns the DNATs ForgetDNATFlows was called with, in
+// call order.
+func (r *Backend) ForgottenDNATs() []nat.DNAT {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]nat.DNAT(nil), r.forgottenDNATs...)
 }
 
 // Close implements engine.Backend.

@@ -40,6 +40,12 @@ func TestRefusals(t *testing.T) {
 		{"DNAT port taken", []nat.Object{nattest.DNAT("d2", eip2, nat.TCP, 80, in1, 22)}, "dnat.externalPort", false},
 		{"bad one among good ones", []nat.Object{nattest.FIP("f3", eip2, in1), {UID: "x", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: eip2}}}, "fip.internalIP", true},
 		{"no UID", []nat.Object{{Kind: nat.KindFIP, FIP: &nat.FIP{EIP: eip2, InternalIP: in1}}}, "uid", true},
+		{"share DNAT on an exclusive identity", []nat.Object{nattest.ShareDNAT("h1", eip2, nat.TCP, 80, in1, 22)}, "dnat.type", false},
+		{"bad DNAT type", []nat.Object{func() nat.Object {
+			o := nattest.DNAT("d3", eip2, nat.TCP, 81, in1, 22)
+			o.DNAT.Type = "shared"
+			return o
+		}()}, "dnat.type", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -129,6 +135,40 @@ func TestTransactions(t *testing.T) {
 	}
 }
 
+// TestShareForget: deleting one backend of a shared identity forgets that
+// backend's flows only, not its EIP's; an exclusive DNAT still forgets the
+// EIP's.
+func TestShareForget(t *testing.T) {
+	ctx := context.Background()
+	d, err := New("nftables")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1, h2 := nattest.ShareDNAT("h1", eip2, nat.TCP, 443, in1, 8443), nattest.ShareDNAT("h2", eip2, nat.TCP, 443, in2, 8443)
+	if err := d.Apply(ctx, h1, h2, nattest.DNAT("d1", eip2, nat.UDP, 53, in2, 53)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Delete(ctx, "h1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Backend.ForgottenDNATs(); len(got) != 1 || got[0] != *h1.DNAT {
+		t.Fatalf("forgotten backends %v, want [%v]", got, *h1.DNAT)
+	}
+	if got := d.Backend.Forgotten(); len(got) != 0 {
+		t.Fatalf("deleting a share backend forgot whole EIPs %v", got)
+	}
+	// The same backend applied again unchanged forgets nothing.
+	if err := d.Apply(ctx, h2); err != nil || len(d.Backend.ForgottenDNATs()) != 1 {
+		t.Fatalf("no-op apply: %v, forgotten %v", err, d.Backend.ForgottenDNATs())
+	}
+	if err := d.Delete(ctx, "d1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Backend.Forgotten(); fmt.Sprint(got) != "[192.0.2.11]" {
+		t.Fatalf("deleting an exclusive DNAT forgot %v, want its EIP", got)
+	}
+}
+
 // TestDump is a golden test of the text dump.
 func TestDump(t *testing.T) {
 	ctx := context.Background()
@@ -141,6 +181,8 @@ func TestDump(t *testing.T) {
 		nattest.EIPQoS("e1", eip1, nat.QoS{IngressRateMbps: 10, IngressBurstMbit: 8}),
 		nattest.FIP("f1", eip1, in1),
 		nattest.DNAT("d1", eip2, nat.UDP, 53, in2, 5353),
+		nattest.ShareDNAT("h1", eip2, nat.TCP, 443, in1, 8443),
+		nattest.ShareDNAT("h2", eip2, nat.TCP, 443, in2, 8443),
 		nattest.SNAT("s1", eip2, netip.MustParsePrefix("10.0.1.0/24"), true),
 		nattest.Route("r1", netip.MustParsePrefix("10.0.2.0/24"), netip.MustParseAddr("10.0.1.1"), nat.DeviceInternal),
 	)

@@ -41,6 +41,14 @@ func DNAT(uid string, eip netip.Addr, proto nat.Protocol, extPort uint16, intern
 	return nat.Object{UID: uid, Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: eip, Protocol: proto, ExternalPort: extPort, InternalIP: internal, InternalPort: intPort}}
 }
 
+// ShareDNAT returns a share DNAT object: one backend of the identity
+// (eip, proto, extPort).
+func ShareDNAT(uid string, eip netip.Addr, proto nat.Protocol, extPort uint16, internal netip.Addr, intPort uint16) nat.Object {
+	o := DNAT(uid, eip, proto, extPort, internal, intPort)
+	o.DNAT.Type = nat.DNATShare
+	return o
+}
+
 // SNAT returns a CIDR SNAT object.
 func SNAT(uid string, eip netip.Addr, cidr netip.Prefix, randomFully bool) nat.Object {
 	return nat.Object{UID: uid, Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: eip, InternalCIDR: cidr, RandomFully: randomFully}}
