@@ -205,6 +205,9 @@ func (r *Backend) lock(ctx context.Context) (func(), error) {
 // Commit implements engine.Backend with one iptables-legacy-restore
 // --noflush run. See doc.go for the transaction shape.
 func (r *Backend) Commit(ctx context.Context, c engine.Commit) error {
+	if err := refuseShare(c); err != nil {
+		return err
+	}
 	unlock, err := r.lock(ctx)
 	if err != nil {
 		return err
@@ -226,6 +229,26 @@ func (r *Backend) Commit(ctx context.Context, c engine.Commit) error {
 		return err
 	}
 	r.snats = snats
+	return nil
+}
+
+// refuseShare refuses a change that adds a share DNAT, before anything is
+// sent: this backend writes one rule per object, and upstream's share
+// DNAT (several backends on one EIP, protocol and port, new connections
+// spread at random) would need per-identity chains of `-m statistic`
+// rules whose probabilities depend on the other backends. It is
+// programmed by the nftables data plane only.
+func refuseShare(c engine.Commit) error {
+	added := c.Added
+	if c.Full {
+		added = c.Desired()
+	}
+	for _, o := range added {
+		if o.Kind == nat.KindDNAT && o.DNAT != nil && o.DNAT.Shared() {
+			return &nat.FieldError{UID: o.UID, Field: "dnat.type", Value: string(nat.DNATShare),
+				Reason: "share DNAT is not supported by the iptables-legacy data plane (use the nftables data plane)"}
+		}
+	}
 	return nil
 }
 

@@ -42,6 +42,20 @@ type change struct {
 
 	snatBefore map[snatClass]bool // CIDR SNAT maps in the kernel
 	snatAfter  map[snatClass]bool // CIDR SNAT maps wanted
+
+	shareBefore map[shareKey]shareState   // affected share identities as in the kernel
+	shareAfter  map[shareKey][]nat.Object // their backends as wanted, by UID (absent: none)
+	shareForce  bool                      // rewrite even unchanged identities (Load, full Sync)
+}
+
+// shareState is what the kernel holds of one share DNAT identity.
+type shareState struct {
+	set, chain, dispatch bool
+	backends             []nat.Object
+}
+
+func sameBackends(a, b []nat.Object) bool {
+	return slices.EqualFunc(a, b, func(x, y nat.Object) bool { return x.Equal(y) })
 }
 
 func sortedKeys[K comparable, V any](m map[K]V, less func(a, b K) int) []K {
@@ -123,6 +137,10 @@ func (r *Backend) plan(ch *change) *Tx {
 			tx.addRule(k.name(), qosRule(k))
 		}
 	}
+	// 3b. Share DNAT identities: each one's map, chain (one rule: numgen
+	// random mod N over the map) and share_dnat element, rewritten
+	// whole when its backends change.
+	r.planShare(tx, ch)
 	// 4. CIDR SNAT maps in, then the rules.
 	for _, cl := range sortedSNAT(ch.snatAfter) {
 		if !ch.snatBefore[cl] {
@@ -171,6 +189,117 @@ func (r *Backend) plan(ch *change) *Tx {
 		tx.stamp(metaComment(boot), r.gen+1)
 	}
 	return tx
+}
+
+// planShare adds the operations that bring every share identity of ch from
+// shareBefore to shareAfter.
+func (r *Backend) planShare(tx *Tx, ch *change) {
+	keys := map[shareKey]bool{}
+	for k := range ch.shareBefore {
+		keys[k] = true
+	}
+	for k := range ch.shareAfter {
+		keys[k] = true
+	}
+	for _, k := range sortedKeys(keys, cmpShareKey) {
+		b, a := ch.shareBefore[k], ch.shareAfter[k]
+		want := len(a) > 0
+		if !ch.shareForce && b.set && b.chain && b.dispatch && want && sameBackends(b.backends, a) {
+			continue
+		}
+		if b.dispatch && !want {
+			tx.deleteElements(setShare, []nft.SetElement{{Key: k.dispatchKey()}})
+		}
+		if b.chain {
+			tx.flushChain(k.name())
+			if !want {
+				tx.deleteChain(k.name())
+			}
+		}
+		if b.set {
+			if want {
+				tx.flushSet(k.name())
+			} else {
+				tx.deleteSet(k.name())
+			}
+		}
+		if !want {
+			continue
+		}
+		if !b.set {
+			tx.addSet(k.spec())
+		}
+		tx.addElements(k.name(), shareElems(a), false)
+		if !b.chain {
+			tx.addChain(chainSpec{name: k.name()})
+		}
+		tx.addRule(k.name(), shareRule(k, len(a)))
+		if !b.dispatch {
+			tx.addElements(setShare, []nft.SetElement{shareDispatch(k)}, false)
+		}
+	}
+}
+
+// shareChange fills ch's share identities for a change that removes
+// removed and adds added (an Apply, a Delete, a Sync by difference).
+func (r *Backend) shareChange(ch *change, removed, added []nat.Object) {
+	ch.shareBefore, ch.shareAfter = map[shareKey]shareState{}, map[shareKey][]nat.Object{}
+	touch := func(k shareKey) {
+		if _, ok := ch.shareBefore[k]; ok {
+			return
+		}
+		cur := r.share[k]
+		if len(cur) > 0 {
+			ch.shareBefore[k] = shareState{set: true, chain: true, dispatch: true, backends: cur}
+		} else {
+			ch.shareBefore[k] = shareState{}
+		}
+		ch.shareAfter[k] = slices.Clone(cur)
+	}
+	for _, o := range removed {
+		if k, ok := shareOf(o); ok {
+			touch(k)
+			ch.shareAfter[k] = slices.DeleteFunc(ch.shareAfter[k], func(x nat.Object) bool { return x.UID == o.UID })
+		}
+	}
+	for _, o := range added {
+		if k, ok := shareOf(o); ok {
+			touch(k)
+			ch.shareAfter[k] = append(ch.shareAfter[k], o)
+		}
+	}
+	for k, a := range ch.shareAfter {
+		nat.SortObjects(a)
+		if len(a) == 0 {
+			delete(ch.shareAfter, k)
+		}
+	}
+}
+
+// shareWanted returns the backends of every share identity among objs,
+// each ordered by UID.
+func shareWanted(objs iter.Seq[nat.Object]) map[shareKey][]nat.Object {
+	m := map[shareKey][]nat.Object{}
+	for o := range objs {
+		if k, ok := shareOf(o); ok {
+			m[k] = append(m[k], o)
+		}
+	}
+	for _, a := range m {
+		nat.SortObjects(a)
+	}
+	return m
+}
+
+// commitShare records the identities ch made.
+func (r *Backend) commitShare(ch *change) {
+	if r.share == nil {
+		r.share = map[shareKey][]nat.Object{}
+	}
+	for k := range ch.shareBefore {
+		delete(r.share, k)
+	}
+	maps.Copy(r.share, ch.shareAfter)
 }
 
 func sortedSNAT(m map[snatClass]bool) []snatClass {
@@ -316,9 +445,11 @@ func (r *Backend) commitDiff(ctx context.Context, removed, added []nat.Object, e
 		ch.snatAfter[cl] = r.snat[cl]+d > 0
 		ch.snatBefore[cl] = r.snat[cl] > 0
 	}
+	r.shareChange(ch, removed, added)
 	if err := r.run(ctx, ch); err != nil {
 		return err
 	}
+	r.commitShare(ch)
 	for cl, d := range snatCount {
 		if r.snat[cl] += d; r.snat[cl] <= 0 {
 			delete(r.snat, cl)
@@ -335,7 +466,7 @@ func (r *Backend) commitDiff(ctx context.Context, removed, added []nat.Object, e
 // flushed and refilled in the same transaction, and the policers and CIDR
 // SNAT maps are brought to what want needs.
 func (r *Backend) commitFull(ctx context.Context, want []nat.Object) error {
-	ch, snat, qos, err := r.fullChange(want, r.snatPresent(), r.qosPresent(), false)
+	ch, snat, qos, err := r.fullChange(want, r.snatPresent(), r.qosPresent(), r.sharePresent(), false)
 	if err != nil {
 		return err
 	}
@@ -343,6 +474,8 @@ func (r *Backend) commitFull(ctx context.Context, want []nat.Object) error {
 		return err
 	}
 	r.snat, r.qos = snat, qos
+	r.share = map[shareKey][]nat.Object{}
+	r.commitShare(ch)
 	return nil
 }
 
@@ -350,6 +483,16 @@ func (r *Backend) snatPresent() map[snatClass]bool {
 	m := map[snatClass]bool{}
 	for cl, n := range r.snat {
 		m[cl] = n > 0
+	}
+	return m
+}
+
+// sharePresent is the kernel's share identities for a full change: their
+// dispatch elements go with the flush of share_dnat.
+func (r *Backend) sharePresent() map[shareKey]shareState {
+	m := map[shareKey]shareState{}
+	for k, bs := range r.share {
+		m[k] = shareState{set: true, chain: true, backends: bs}
 	}
 	return m
 }
@@ -365,9 +508,15 @@ func (r *Backend) qosPresent() map[qosKey]qosState {
 // fullChange computes the transaction that replaces the kernel state
 // (present SNAT maps and policers as given) with want, and the bookkeeping
 // that follows it.
-func (r *Backend) fullChange(want []nat.Object, snatBefore map[snatClass]bool, qosBefore map[qosKey]qosState, force bool) (*change, map[snatClass]int, map[qosKey]qosVal, error) {
+// shareBefore lists the share identities present; their dispatch
+// elements must be marked absent (share_dnat is flushed).
+func (r *Backend) fullChange(want []nat.Object, snatBefore map[snatClass]bool, qosBefore map[qosKey]qosState, shareBefore map[shareKey]shareState, force bool) (*change, map[snatClass]int, map[qosKey]qosVal, error) {
 	ch := &change{full: true, stamp: true, add: presized(want), qosBefore: qosBefore, qosAfter: map[qosKey]qosVal{}, qosForce: force,
-		snatBefore: snatBefore}
+		snatBefore: snatBefore, shareBefore: shareBefore, shareAfter: shareWanted(slices.Values(want)), shareForce: true}
+	for k, b := range shareBefore {
+		b.dispatch = false
+		shareBefore[k] = b
+	}
 	for _, o := range want {
 		if err := render(o, ch.add); err != nil {
 			return nil, nil, nil, fmt.Errorf("nftables: %w", err)

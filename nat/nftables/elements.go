@@ -127,6 +127,15 @@ func render(o nat.Object, out setElems) error {
 		return add(setFIPSNAT, nft.SetElement{Key: a4(o.FIP.InternalIP), Val: a4(o.FIP.EIP), Comment: o.UID})
 	case nat.KindDNAT:
 		d := o.DNAT
+		if d.Shared() {
+			// A backend of a shared identity: its element is in the
+			// identity's map, at an index that depends on the other
+			// backends (shareElems).
+			if len(o.UID) > maxComment {
+				return &nat.FieldError{UID: o.UID, Field: "uid", Value: o.UID, Reason: "element comment too long for the kernel"}
+			}
+			return nil
+		}
 		key := append(a4(d.EIP), d.Protocol.Number(), 0, 0, 0)
 		key = append(key, port4(d.ExternalPort)...)
 		return add(setPortDNAT, nft.SetElement{Key: key, Val: append(a4(d.InternalIP), port4(d.InternalPort)...), Comment: o.UID})
@@ -140,6 +149,35 @@ func render(o nat.Object, out setElems) error {
 	}
 	return &nat.FieldError{UID: o.UID, Field: "kind", Value: string(o.Kind), Reason: "unknown kind"}
 }
+
+// shareOf returns the identity of a share DNAT.
+func shareOf(o nat.Object) (shareKey, bool) {
+	if o.Kind != nat.KindDNAT || o.DNAT == nil || !o.DNAT.Shared() {
+		return shareKey{}, false
+	}
+	return shareKeyOf(o.DNAT), true
+}
+
+// shareElems renders the backends of one identity (ordered by UID) to the
+// elements of its map: index i : internal address . internal port, the
+// backend's UID as comment.
+func shareElems(backends []nat.Object) []nft.SetElement {
+	es := make([]nft.SetElement, len(backends))
+	for i, o := range backends {
+		d := o.DNAT
+		es[i] = nft.SetElement{Key: binary.NativeEndian.AppendUint32(nil, uint32(i)), Val: append(a4(d.InternalIP), port4(d.InternalPort)...), Comment: o.UID}
+	}
+	return es
+}
+
+// shareDispatch is the identity's element of share_dnat.
+func shareDispatch(k shareKey) nft.SetElement {
+	return nft.SetElement{Key: k.dispatchKey(), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: k.name()}, Comment: shareComment}
+}
+
+// shareComment is the comment of share_dnat's elements: they belong to an
+// identity, not to one object.
+const shareComment = "share"
 
 // snatClassOf returns the SNAT map class of an SNAT object.
 func snatClassOf(o nat.Object) (snatClass, bool) {
@@ -230,6 +268,17 @@ func parseElem(set string, e nft.SetElement) (uid string, obj nat.Object, err er
 	uid, kv, err := splitComment(e.Comment)
 	if err != nil {
 		return "", nat.Object{}, err
+	}
+	if set == setShare {
+		return uid, nat.Object{}, nil // names the identity's chain only
+	}
+	if sk, ok := parseShareName(set); ok {
+		if len(e.Key) != 4 || len(e.Val) != 8 {
+			return uid, nat.Object{}, fmt.Errorf("share dnat: bad key/value length %d/%d", len(e.Key), len(e.Val))
+		}
+		in, _ := addrOf(e.Val[:4])
+		return uid, nat.Object{UID: uid, Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: sk.eip, Protocol: sk.proto, ExternalPort: sk.port,
+			InternalIP: in, InternalPort: binary.BigEndian.Uint16(e.Val[4:6]), Type: nat.DNATShare}}, nil
 	}
 	k0, err := addrOf(e.Key)
 	if err != nil {

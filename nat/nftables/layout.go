@@ -23,7 +23,7 @@ const TableName = "natgw"
 
 // LayoutVersion is stored in the kernel with the boot id. A table holding
 // another version is dropped and recreated (with a new boot id).
-const LayoutVersion = 1
+const LayoutVersion = 2
 
 // HairpinMark is the packet mark bit given to packets that enter from the
 // internal interface; the hairpin rule matches it.
@@ -39,6 +39,7 @@ const (
 	setPortDNAT = "port_dnat"
 	setQoSIn    = "qos_in"
 	setQoSOut   = "qos_out"
+	setShare    = "share_dnat"
 )
 
 // Names of the chains.
@@ -107,6 +108,7 @@ var fixedSets = []setSpec{
 	{name: setPortDNAT, key: typePortKey, val: typePortVal, concat: true},
 	{name: setQoSIn, key: nft.TypeIPAddr, val: nft.TypeVerdict},
 	{name: setQoSOut, key: nft.TypeIPAddr, val: nft.TypeVerdict},
+	{name: setShare, key: typePortKey, val: nft.TypeVerdict, concat: true},
 }
 
 // elementSets are the fixed sets that hold objects' elements (all but meta).
@@ -159,6 +161,87 @@ func sortSNATClasses(cs []snatClass) {
 		}
 		return !cs[i].randomFully && cs[j].randomFully
 	})
+}
+
+// shareKey is one share DNAT identity: EIP, protocol, external port. Each
+// has a map and a chain, both called share_<a>_<b>_<c>_<d>_<proto>_<port>,
+// and an element in share_dnat that sends the identity's new connections
+// to the chain.
+type shareKey struct {
+	eip   netip.Addr
+	proto nat.Protocol
+	port  uint16
+}
+
+func shareKeyOf(d *nat.DNAT) shareKey { return shareKey{d.EIP, d.Protocol, d.ExternalPort} }
+
+func (k shareKey) name() string {
+	return "share_" + strings.ReplaceAll(k.eip.String(), ".", "_") + "_" + string(k.proto) + "_" + strconv.Itoa(int(k.port))
+}
+
+// spec is the identity's backend map: index (0..N-1, what numgen gives) :
+// internal address . internal port.
+func (k shareKey) spec() setSpec {
+	return setSpec{name: k.name(), key: nft.TypeMark, val: typePortVal}
+}
+
+// dispatchKey is the identity's key in share_dnat.
+func (k shareKey) dispatchKey() []byte {
+	key := append(a4(k.eip), k.proto.Number(), 0, 0, 0)
+	return append(key, port4(k.port)...)
+}
+
+func cmpShareKey(a, b shareKey) int {
+	if c := a.eip.Compare(b.eip); c != 0 {
+		return c
+	}
+	if c := strings.Compare(string(a.proto), string(b.proto)); c != 0 {
+		return c
+	}
+	return int(a.port) - int(b.port)
+}
+
+// parseShareName recognizes the name of an identity's map or chain.
+func parseShareName(name string) (shareKey, bool) {
+	rest, ok := strings.CutPrefix(name, "share_")
+	if !ok {
+		return shareKey{}, false
+	}
+	parts := strings.Split(rest, "_")
+	if len(parts) != 6 {
+		return shareKey{}, false
+	}
+	a, err := netip.ParseAddr(strings.Join(parts[:4], "."))
+	if err != nil || !a.Is4() {
+		return shareKey{}, false
+	}
+	port, err := strconv.ParseUint(parts[5], 10, 16)
+	if err != nil {
+		return shareKey{}, false
+	}
+	k := shareKey{a, nat.Protocol(parts[4]), uint16(port)}
+	if k.proto.Number() == 0 || k.port == 0 || k.name() != name {
+		return shareKey{}, false
+	}
+	return k, true
+}
+
+// shareRule is the one rule of an identity's chain: the connection's ct
+// mark is the EIP, and its destination one of n backends at random
+// (conntrack keeps the connection on it).
+func shareRule(k shareKey, n int) ruleSpec {
+	return ruleSpec{
+		text:    fmt.Sprintf("ct mark set ip daddr dnat ip to numgen random mod %d map @%s", n, k.name()),
+		comment: fmt.Sprintf("natgw: share DNAT %s:%d/%s, %d backends", k.eip, k.port, k.proto, n),
+		exprs: []expr.Any{
+			loadIP(offDaddr, reg0),
+			&expr.Byteorder{SourceRegister: reg0, DestRegister: reg4, Op: expr.ByteorderNtoh, Len: 4, Size: 4},
+			&expr.Ct{Key: expr.CtKeyMARK, Register: reg4, SourceRegister: true},
+			&expr.Numgen{Register: reg0, Modulus: uint32(n), Type: unix.NFT_NG_RANDOM},
+			lookup(k.name(), reg0, reg0),
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg0, RegProtoMin: reg1},
+		},
+	}
 }
 
 // qosDir is a QoS direction.
@@ -326,6 +409,16 @@ func fixedChains(cfg nat.Config) []chainSpec {
 						&expr.Ct{Key: expr.CtKeyMARK, Register: reg4, SourceRegister: true},
 						&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg0, RegProtoMin: reg1},
 					}),
+				},
+				{
+					text:    "ip daddr . meta l4proto . th dport vmap @share_dnat",
+					comment: "natgw: share DNAT: to the identity's chain",
+					exprs: []expr.Any{
+						loadIP(offDaddr, reg0),
+						&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+						&expr.Payload{DestRegister: reg2, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+						lookup(setShare, reg0, 0),
+					},
 				},
 			},
 		},

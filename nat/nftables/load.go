@@ -29,6 +29,9 @@ type kernelState struct {
 
 	snat map[snatClass]bool  // CIDR SNAT maps present
 	qos  map[qosKey]qosState // policer chains/objects present
+	// share: share DNAT identities' maps and chains present (their
+	// share_dnat elements are checked with the objects)
+	share map[shareKey]shareState
 
 	// gen is the ruleset generation read before the sets (and again
 	// after them: if it moved, the sets were read again in full). mirror
@@ -56,7 +59,7 @@ type kernelState struct {
 // readKernel reads natgw's table: sets and their elements, chains, limit
 // objects. It never looks at other tables.
 func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
-	k := &kernelState{snat: map[snatClass]bool{}, qos: map[qosKey]qosState{}}
+	k := &kernelState{snat: map[snatClass]bool{}, qos: map[qosKey]qosState{}, share: map[shareKey]shareState{}}
 	gen, err := r.generation(ctx)
 	if err != nil {
 		return nil, err
@@ -129,6 +132,11 @@ func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
 			st.chain = true
 			k.qos[q] = st
 		}
+		if sk, ok := parseShareName(c.Name); ok {
+			st := k.share[sk]
+			st.chain = true
+			k.share[sk] = st
+		}
 	}
 	objs, err := r.conn.GetNamedObjects(r.table)
 	if err != nil {
@@ -146,6 +154,15 @@ func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
 	for name := range byName {
 		if cl, ok := parseSNATSet(name); ok {
 			k.snat[cl] = true
+		}
+		if sk, ok := parseShareName(name); ok {
+			if why := setMismatch(sk.spec(), byName[name]); why != "" {
+				k.broken = "set " + name + ": " + why
+				return k, nil
+			}
+			st := k.share[sk]
+			st.set = true
+			k.share[sk] = st
 		}
 	}
 	names := elementOrder(slices.Sorted(maps.Keys(byName)))
@@ -363,6 +380,9 @@ func elementOrder(sets []string) []string {
 		if _, ok := parseSNATSet(name); ok {
 			order = append(order, name)
 		}
+		if _, ok := parseShareName(name); ok {
+			order = append(order, name)
+		}
 	}
 	return order
 }
@@ -527,6 +547,23 @@ func (b *rebuild) finish(log logr.Logger) (*nat.State, []nat.Object, bool) {
 			}
 		}
 	}
+	// A share identity's elements depend on all its backends: index i
+	// of its map is its i-th backend by UID, and its share_dnat element
+	// sends to its chain.
+	for k, bs := range shareWanted(slices.Values(kept)) {
+		for i, e := range shareElems(bs) {
+			if b.owner[refOf(k.name(), e.Key)] == bs[i].UID {
+				matched++
+			} else {
+				bad = append(bad, fmt.Sprintf("uid %s: element %d of map %s missing or owned by another UID", bs[i].UID, i, k.name()))
+			}
+		}
+		if b.owner[refOf(setShare, k.dispatchKey())] == shareComment {
+			matched++
+		} else {
+			bad = append(bad, fmt.Sprintf("share DNAT %s: element of %s missing", k.name(), setShare))
+		}
+	}
 	if matched != len(b.owner) {
 		bad = append(bad, fmt.Sprintf("%d elements without a valid object", len(b.owner)-matched))
 	}
@@ -647,7 +684,7 @@ func (r *Backend) LoadState(ctx context.Context) (*nat.State, string, error) {
 			snatBefore: map[snatClass]bool{}, snatAfter: map[snatClass]bool{}}
 		err = r.run(ctx, ch)
 		if err == nil {
-			r.snat, r.qos, r.boot = map[snatClass]int{}, map[qosKey]qosVal{}, boot
+			r.snat, r.qos, r.boot, r.share = map[snatClass]int{}, map[qosKey]qosVal{}, boot, map[shareKey][]nat.Object{}
 			return nat.NewState(), boot, nil
 		}
 		// Something that does not take the namespace lock (nft by hand, an
@@ -671,9 +708,18 @@ func (r *Backend) LoadState(ctx context.Context) (*nat.State, string, error) {
 		ch = &change{fixedChains: true, qosBefore: k.qos, qosAfter: map[qosKey]qosVal{}, qosForce: true, snatBefore: k.snat, stamp: true}
 		snat = structureOf(slices.Values(others), ch) // FIPs add nothing to it
 		qos = maps.Clone(ch.qosAfter)
+		// Rewrite every share identity; the share_dnat elements of
+		// those kept are there (the check saw them).
+		ch.shareAfter, ch.shareForce = shareWanted(slices.Values(others)), true
+		ch.shareBefore = k.share
+		for sk := range ch.shareAfter {
+			st := ch.shareBefore[sk]
+			st.dispatch = true
+			ch.shareBefore[sk] = st
+		}
 	} else {
 		r.log.Info("kernel elements inconsistent with their objects, rewriting the table's elements", "objects", st.Len())
-		if ch, snat, qos, err = r.fullChange(st.Unordered(), k.snat, k.qos, true); err != nil {
+		if ch, snat, qos, err = r.fullChange(st.Unordered(), k.snat, k.qos, k.share, true); err != nil {
 			return nil, "", err
 		}
 		ch.fixedChains = true
@@ -683,6 +729,8 @@ func (r *Backend) LoadState(ctx context.Context) (*nat.State, string, error) {
 		return nil, "", fmt.Errorf("nftables: repair table: %w", err)
 	}
 	r.snat, r.qos = snat, qos
+	r.share = map[shareKey][]nat.Object{}
+	r.commitShare(ch)
 	return st, k.boot, nil
 }
 

@@ -117,6 +117,9 @@ type Backend struct {
 	// deleted by the keys it renders to.
 	snat map[snatClass]int // SNAT objects per CIDR SNAT map
 	qos  map[qosKey]qosVal // policers (limit object + chain)
+	// share holds the backends of every share DNAT identity, ordered by
+	// UID (the order of their map's indexes).
+	share map[shareKey][]nat.Object
 	boot string
 
 	cleaner *conntrack.Cleaner // opened on first use

@@ -76,6 +76,8 @@ func goldenObjects() []nat.Object {
 		nattest.FIP(u(nat.KindFIP, 1), addr("192.0.2.10"), addr("198.51.100.10")),
 		nattest.DNAT(u(nat.KindDNAT, 1), addr("192.0.2.11"), nat.TCP, 8080, addr("198.51.100.11"), 80),
 		nattest.DNAT(u(nat.KindDNAT, 2), addr("192.0.2.11"), nat.UDP, 5353, addr("198.51.100.12"), 53),
+		nattest.ShareDNAT(u(nat.KindDNAT, 3), addr("192.0.2.11"), nat.TCP, 443, addr("198.51.100.13"), 8443),
+		nattest.ShareDNAT(u(nat.KindDNAT, 4), addr("192.0.2.11"), nat.TCP, 443, addr("198.51.100.14"), 8443),
 		nattest.SNAT(u(nat.KindSNAT, 1), addr("192.0.2.12"), prefix("198.51.100.0/24"), false),
 		nattest.SNAT(u(nat.KindSNAT, 2), addr("192.0.2.11"), prefix("198.51.100.0/28"), true),
 		nattest.SNAT(u(nat.KindSNAT, 3), addr("192.0.2.12"), prefix("10.0.0.0/8"), false),

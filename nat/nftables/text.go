@@ -40,6 +40,7 @@ func Plan(cfg nat.Config, objs []nat.Object, boot string) (*Tx, error) {
 		}
 	}
 	structureOf(slices.Values(objs), ch)
+	ch.shareBefore, ch.shareAfter = map[shareKey]shareState{}, shareWanted(slices.Values(objs))
 	r := &Backend{cfg: cfg}
 	return r.plan(ch), nil
 }

@@ -3,6 +3,7 @@ package nftables
 import (
 	"encoding/binary"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,7 +21,7 @@ func TestRenderParse(t *testing.T) {
 	for _, o := range goldenObjects() {
 		t.Run(o.String(), func(t *testing.T) {
 			es := setElems{}
-			if err := render(o, es); err != nil {
+			if err := renderAll([]nat.Object{o}, es); err != nil {
 				t.Fatal(err)
 			}
 			rebuilt := 0
@@ -29,6 +30,12 @@ func TestRenderParse(t *testing.T) {
 					uid, got, err := parseElem(set, e)
 					if err != nil {
 						t.Fatalf("%s: %v", set, err)
+					}
+					if set == setShare {
+						if uid != shareComment {
+							t.Errorf("%s: comment %q, want %q", set, uid, shareComment)
+						}
+						continue
 					}
 					if uid != o.UID {
 						t.Errorf("%s: owner %q, want %q", set, uid, o.UID)
@@ -47,6 +54,21 @@ func TestRenderParse(t *testing.T) {
 			}
 		})
 	}
+}
+
+// renderAll renders objs as the kernel holds them: every object's elements
+// and those of each share identity (its map, its share_dnat element).
+func renderAll(objs []nat.Object, out setElems) error {
+	for _, o := range objs {
+		if err := render(o, out); err != nil {
+			return err
+		}
+	}
+	for k, bs := range shareWanted(slices.Values(objs)) {
+		out[k.name()] = append(out[k.name()], shareElems(bs)...)
+		out.add(setShare, shareDispatch(k))
+	}
+	return nil
 }
 
 func TestRenderRefuses(t *testing.T) {
@@ -158,11 +180,10 @@ func TestBadInterfaceName(t *testing.T) {
 func TestObjectsCheck(t *testing.T) {
 	objs := goldenObjects()
 	rendered := setElems{}
-	for _, o := range objs {
-		if err := render(o, rendered); err != nil {
-			t.Fatal(err)
-		}
+	if err := renderAll(objs, rendered); err != nil {
+		t.Fatal(err)
 	}
+	shareMap := shareKey{addr("192.0.2.11"), nat.TCP, 443}.name()
 	with := func(edit func(m map[string][]nft.SetElement)) map[string][]nft.SetElement {
 		m := map[string][]nft.SetElement{}
 		for set, es := range rendered {
@@ -195,6 +216,12 @@ func TestObjectsCheck(t *testing.T) {
 		}), true, true},
 		{"fip_dnat element twice", false, with(dupFirst(setFIPDNAT)), true, true},
 		{"eips element twice", false, with(dupFirst(setEIPs)), true, true},
+		{"share backends at swapped indexes", false, with(func(m map[string][]nft.SetElement) {
+			es := m[shareMap]
+			es[0].Comment, es[1].Comment = es[1].Comment, es[0].Comment
+		}), false, false},
+		{"share dispatch element missing", false, with(func(m map[string][]nft.SetElement) { delete(m, setShare) }), false, false},
+		{"share backend missing", false, with(func(m map[string][]nft.SetElement) { m[shareMap] = m[shareMap][1:] }), false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			blocks := map[string][][]nft.SetElement{}
