@@ -120,7 +120,7 @@ type Backend struct {
 	// share holds the backends of every share DNAT identity, ordered by
 	// UID (the order of their map's indexes).
 	share map[shareKey][]nat.Object
-	boot string
+	boot  string
 
 	cleaner *conntrack.Cleaner // opened on first use
 }
