@@ -28,6 +28,7 @@ func (s *suite) tests() []test {
 		{"LargeSync", s.testLargeSync},
 		{"Link", s.testLink},
 		{"Packets", s.testPackets},
+		{"ShareDNAT", s.testShare},
 	}
 }
 

@@ -163,6 +163,39 @@ func (r *Backend) Name() string { return Name }
 // the table once and deletes by address.
 const flushMarkMax = 16
 
+// openCleaner dials the conntrack sockets once.
+func (r *Backend) openCleaner() error {
+	if r.cleaner != nil {
+		return nil
+	}
+	c, err := conntrack.Open(r.ns)
+	if err != nil {
+		return fmt.Errorf("nftables: forget flows: %w", err)
+	}
+	r.cleaner = c
+	return nil
+}
+
+// ForgetDNATFlows implements engine.DNATFlowForgetter: the conntrack
+// entries of removed share DNAT backends carry their EIP's mark like the
+// other backends' of the identity, so they are found by one dump and
+// deleted by tuple (conntrack.DeleteDNAT), and the others stay.
+func (r *Backend) ForgetDNATFlows(ctx context.Context, dnats []nat.DNAT) error {
+	if len(dnats) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := r.openCleaner(); err != nil {
+		return err
+	}
+	if _, err := r.cleaner.DeleteDNAT(dnats); err != nil {
+		return fmt.Errorf("nftables: forget flows of %d share DNAT backends: %w", len(dnats), err)
+	}
+	return nil
+}
+
 // ForgetFlows implements engine.Backend: every connection to an EIP or
 // NATed through one carries the EIP as its ct mark, so the kernel flushes
 // them by mark. If that fails, or for many EIPs at once, it dumps the table
@@ -174,12 +207,8 @@ func (r *Backend) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if r.cleaner == nil {
-		c, err := conntrack.Open(r.ns)
-		if err != nil {
-			return fmt.Errorf("nftables: forget flows: %w", err)
-		}
-		r.cleaner = c
+	if err := r.openCleaner(); err != nil {
+		return err
 	}
 	if len(eips) > flushMarkMax {
 		// Every flush by mark walks the whole conntrack hash table in
