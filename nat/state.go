@@ -392,6 +392,21 @@ func (s *State) PlanDelete(uids []string) *Change {
 	return c
 }
 
+// PlanChange deletes the objects with the given UIDs and applies objs (as
+// PlanApply does) as one Change, for one kernel transaction; a UID may be
+// both deleted and applied. On error the State is unchanged.
+func (s *State) PlanChange(objs []Object, uids []string) (*Change, error) {
+	d := s.PlanDelete(uids)
+	a, err := s.PlanApply(objs)
+	if err != nil {
+		d.Rollback()
+		return nil, err
+	}
+	// Rollback removes Added and re-adds Removed: undoing the apply, then
+	// the delete.
+	return &Change{s: s, Removed: append(d.Removed, a.Removed...), Added: a.Added}, nil
+}
+
 // PlanSync replaces the whole State with desired: objects not in desired are
 // removed, changed ones updated, new ones added (Removed is in no particular
 // order, Added in the order of desired). desired is validated and

@@ -257,3 +257,36 @@ func TestPlanDeleteAndSync(t *testing.T) {
 		t.Fatalf("refused sync changed the state: %v", got)
 	}
 }
+
+// TestPlanChange: deletes and applies in one Change (a share identity's
+// backend set replaced), and a refused change leaves the State as it was.
+func TestPlanChange(t *testing.T) {
+	s := NewState()
+	for _, o := range []Object{share("h1", "192.0.2.21", TCP, 443, "10.0.0.6", 443), share("h2", "192.0.2.21", TCP, 443, "10.0.0.7", 443), dnat("d1", "192.0.2.22", TCP, 80, "10.0.0.8", 80)} {
+		if err := s.Insert(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := s.Objects()
+	c, err := s.PlanChange([]Object{share("h3", "192.0.2.21", TCP, 443, "10.0.0.6", 443)}, []string{"h1", "h2", "unknown"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := UIDs(c.Removed); !reflect.DeepEqual(got, []string{"h1", "h2"}) {
+		t.Errorf("removed %v", got)
+	}
+	if got := UIDs(s.ShareBackends(a("192.0.2.21"), TCP, 443)); !reflect.DeepEqual(got, []string{"h3"}) {
+		t.Errorf("backends after the change %v", got)
+	}
+	c.Rollback()
+	if after := s.Objects(); !reflect.DeepEqual(before, after) {
+		t.Fatalf("rollback: %v, want %v", UIDs(after), UIDs(before))
+	}
+	// h1 deleted, but the exclusive DNAT d1 holds the identity h4 wants.
+	if _, err := s.PlanChange([]Object{share("h4", "192.0.2.22", TCP, 80, "10.0.0.9", 80)}, []string{"h1"}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("share on an exclusive identity: %v, want a conflict", err)
+	}
+	if after := s.Objects(); !reflect.DeepEqual(before, after) {
+		t.Fatalf("refused change left %v, want %v", UIDs(after), UIDs(before))
+	}
+}

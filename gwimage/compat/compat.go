@@ -19,6 +19,10 @@
 //	floating-ip-del   "EIP" | "EIP,INTERNAL"   deletes compat-fip-EIP
 //	dnat-add          "EIP,PORT,PROTO,IP,PORT" dnat   compat-dnat-EIP-PROTO-PORT
 //	dnat-del          "EIP,PORT,PROTO[,IP,PORT]" deletes compat-dnat-EIP-PROTO-PORT
+//	nft-dnat-map-add  "EIP,PORT,PROTO,IP1:PORT1@IP2:PORT2..." (Kube-OVN master) share dnats
+//	                                           compat-share-EIP-PROTO-PORT-IP-PORT, one per backend: the
+//	                                           identity's whole backend set, replacing the one programmed
+//	nft-dnat-map-del  "EIP,PORT,PROTO"         (Kube-OVN master) deletes every backend of the identity
 //	snat-add          "EIP,CIDR[,--random-fully]" snat compat-snat-EIP-ADDR-LEN
 //	snat-del          "EIP,CIDR"               deletes compat-snat-EIP-ADDR-LEN
 //	eip-ingress-qos-add "EIP,PRIO,RATE,BURST"  QoS rule: ingress on the external interface, u32 dst EIP/32 (Mbit/s, MB)
@@ -36,6 +40,7 @@ package compat
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -56,6 +61,8 @@ const (
 	OpFIPDel             = "floating-ip-del"
 	OpDNATAdd            = "dnat-add"
 	OpDNATDel            = "dnat-del"
+	OpNftDNATMapAdd      = "nft-dnat-map-add"
+	OpNftDNATMapDel      = "nft-dnat-map-del"
 	OpSNATAdd            = "snat-add"
 	OpSNATDel            = "snat-del"
 	OpEIPIngressQoSAdd   = "eip-ingress-qos-add"
@@ -70,7 +77,7 @@ const (
 // Ops lists every accepted subcommand, for usage messages.
 var Ops = []string{
 	OpInit, OpSubnetRouteAdd, OpSubnetRouteDel,
-	OpEIPAdd, OpEIPDel, OpFIPAdd, OpFIPDel, OpDNATAdd, OpDNATDel, OpSNATAdd, OpSNATDel,
+	OpEIPAdd, OpEIPDel, OpFIPAdd, OpFIPDel, OpDNATAdd, OpDNATDel, OpNftDNATMapAdd, OpNftDNATMapDel, OpSNATAdd, OpSNATDel,
 	OpEIPIngressQoSAdd, OpEIPIngressQoSDel, OpEIPEgressQoSAdd, OpEIPEgressQoSDel,
 	OpQoSAdd, OpQoSDel, OpGetIptablesVersion,
 }
@@ -143,11 +150,33 @@ type Plan struct {
 	DefaultRouteFromEnv bool
 	// PrintVersion: get-iptables-version, print VersionLine.
 	PrintVersion bool
+	// ShareIdentities are the share DNAT identities of nft-dnat-map-add
+	// and -del: every programmed compat backend of one of them that is
+	// not in Apply is deleted, in the same transaction as Apply (see
+	// ShareUIDPrefix).
+	ShareIdentities []ShareIdentity
+}
+
+// ShareIdentity is a share DNAT identity: EIP, protocol, external port.
+type ShareIdentity struct {
+	EIP      netip.Addr
+	Protocol nat.Protocol
+	Port     uint16
+}
+
+// ShareUIDPrefix starts the UID of every compat backend of the identity.
+func ShareUIDPrefix(id ShareIdentity) string {
+	return fmt.Sprintf("compat-share-%s-%s-%d-", id.EIP, id.Protocol, id.Port)
+}
+
+// ShareUID is the UID of the compat share DNAT backend in:inPort of id.
+func ShareUID(id ShareIdentity, in netip.Addr, inPort uint16) string {
+	return fmt.Sprintf("%s%s-%d", ShareUIDPrefix(id), in, inPort)
 }
 
 // Empty reports whether the plan changes nothing.
 func (p Plan) Empty() bool {
-	return len(p.Apply) == 0 && len(p.Delete) == 0 && len(p.GatewayQoS) == 0
+	return len(p.Apply) == 0 && len(p.Delete) == 0 && len(p.GatewayQoS) == 0 && len(p.ShareIdentities) == 0
 }
 
 // ArgError says which rule of an invocation is bad and why. It is not a
@@ -417,6 +446,35 @@ var specs = map[string]opSpec{
 			}
 		}
 		p.Delete = append(p.Delete, DNATUID(eip, proto, port))
+		return nil
+	}},
+	OpNftDNATMapAdd: {min: 4, max: 4, format: "EIP,EXTERNAL_PORT,PROTOCOL,IP1:PORT1@IP2:PORT2...", parse: func(r *ruleParser, p *Plan) error {
+		id, err := r.shareIdentity(p)
+		if err != nil {
+			return err
+		}
+		seen := map[netip.AddrPort]bool{}
+		for _, b := range strings.Split(r.fields[3], "@") {
+			ap, err := netip.ParseAddrPort(b)
+			if err != nil || !ap.Addr().Is4() || ap.Port() == 0 {
+				return r.fail("backends", b, "want IPv4:PORT (port 1..65535), backends separated by @")
+			}
+			if seen[ap] {
+				return r.fail("backends", b, "backend listed twice")
+			}
+			seen[ap] = true
+			p.Apply = append(p.Apply, nat.Object{UID: ShareUID(id, ap.Addr(), ap.Port()), Kind: nat.KindDNAT, DNAT: &nat.DNAT{
+				EIP: id.EIP, Protocol: id.Protocol, ExternalPort: id.Port, InternalIP: ap.Addr(), InternalPort: ap.Port(), Type: nat.DNATShare}})
+		}
+		p.ShareIdentities = append(p.ShareIdentities, id)
+		return nil
+	}},
+	OpNftDNATMapDel: {min: 3, max: 3, format: "EIP,EXTERNAL_PORT,PROTOCOL", parse: func(r *ruleParser, p *Plan) error {
+		id, err := r.shareIdentity(p)
+		if err != nil {
+			return err
+		}
+		p.ShareIdentities = append(p.ShareIdentities, id)
 		return nil
 	}},
 	OpSNATAdd: {min: 2, max: 3, format: "EIP,INTERNAL_CIDR[,--random-fully]", parse: func(r *ruleParser, p *Plan) error {
@@ -695,6 +753,27 @@ func (r *ruleParser) dnatKey() (netip.Addr, uint16, nat.Protocol, error) {
 		return netip.Addr{}, 0, "", r.fail("protocol", s, "want tcp, udp or sctp")
 	}
 	return eip, port, proto, nil
+}
+
+// shareIdentity reads the identity of an nft-dnat-map rule: EIP (without
+// /LEN, like master's script's check), port, and tcp or udp (master's
+// script takes tcp, udp, TCP or UDP).
+func (r *ruleParser) shareIdentity(p *Plan) (ShareIdentity, error) {
+	if s, _ := r.field(0, "eip"); strings.Contains(s, "/") {
+		return ShareIdentity{}, r.fail("eip", s, "not an IPv4 address")
+	}
+	eip, port, proto, err := r.dnatKey()
+	if err != nil {
+		return ShareIdentity{}, err
+	}
+	if s := r.fields[2]; s != "tcp" && s != "udp" && s != "TCP" && s != "UDP" {
+		return ShareIdentity{}, r.fail("protocol", s, "want tcp or udp (TCP, UDP)")
+	}
+	id := ShareIdentity{eip, proto, port}
+	if slices.Contains(p.ShareIdentities, id) {
+		return ShareIdentity{}, r.fail("", "", fmt.Sprintf("identity %s:%d/%s given twice in one call", eip, port, proto))
+	}
+	return id, nil
 }
 
 // snatKey reads the identity of an SNAT rule: EIP and internal CIDR.

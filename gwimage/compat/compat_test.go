@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -33,9 +34,25 @@ const (
 	v114 = "v1.14"
 	v115 = "v1.15"
 	v116 = "v1.16"
+	// vMaster is Kube-OVN master at 1533681d7 (the coming v1.17): v1.16's
+	// formats (floating-ip-del EIP at vpc_nat_gw_nat.go:2069, dnat-del
+	// EIP,PORT,PROTO at :2128) plus nft-dnat-map-add
+	// EIP,PORT,PROTO,IP1:PORT1@IP2:PORT2 (nft_dnat.go:99-100, called at
+	// vpc_nat_gw_nat.go:593,766,847 and nft_dnat.go:252 with the remaining
+	// backends after one goes) and nft-dnat-map-del EIP,PORT,PROTO
+	// (nft_dnat.go:125, called at :246 when none remain).
+	vMaster = "master"
 )
 
-var allVersions = []string{v113, v114, v115, v116}
+var allVersions = []string{v113, v114, v115, v116, vMaster}
+
+// masterOnly are the subcommands only master's controller sends.
+var masterOnly = []string{OpNftDNATMapAdd, OpNftDNATMapDel}
+
+func share(eip string, port uint16, proto nat.Protocol, in string, inPort uint16) nat.Object {
+	id := ShareIdentity{a(eip), proto, port}
+	return nat.Object{UID: ShareUID(id, a(in), inPort), Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: a(eip), Protocol: proto, ExternalPort: port, InternalIP: a(in), InternalPort: inPort, Type: nat.DNATShare}}
+}
 
 func fip(eip, in string) nat.Object {
 	return nat.Object{UID: "compat-fip-" + eip, Kind: nat.KindFIP, FIP: &nat.FIP{EIP: a(eip), InternalIP: a(in)}}
@@ -70,8 +87,8 @@ func TestContractFormats(t *testing.T) {
 		want     Plan
 	}{
 		{allVersions, "init without rules (trailing blank)", "init", []string{""}, Plan{Init: true}},
-		{[]string{v116}, "init with VPC_IFACE,EXT_IFACE (non-primary CNI)", "init", []string{"net2,net1"}, Plan{Init: true, Interfaces: &Interfaces{VPC: "net2", External: "net1"}}},
-		{[]string{v116}, "init, blanks around the comma", "init", []string{"net2", ",", "net1"}, Plan{Init: true, Interfaces: &Interfaces{VPC: "net2", External: "net1"}}},
+		{[]string{v116, vMaster}, "init with VPC_IFACE,EXT_IFACE (non-primary CNI)", "init", []string{"net2,net1"}, Plan{Init: true, Interfaces: &Interfaces{VPC: "net2", External: "net1"}}},
+		{[]string{v116, vMaster}, "init, blanks around the comma", "init", []string{"net2", ",", "net1"}, Plan{Init: true, Interfaces: &Interfaces{VPC: "net2", External: "net1"}}},
 		{allVersions, "subnet routes, several per call", "subnet-route-add", []string{"10.0.1.0/24,198.51.100.1", "10.0.2.0/24,198.51.100.1"}, Plan{Apply: []nat.Object{
 			route("compat-route-10.0.1.0-24", "10.0.1.0/24", "198.51.100.1", nat.DeviceInternal),
 			route("compat-route-10.0.2.0-24", "10.0.2.0/24", "198.51.100.1", nat.DeviceInternal)}}},
@@ -88,16 +105,23 @@ func TestContractFormats(t *testing.T) {
 			{Rule: gwqos.Rule{Direction: Egress, Classifier: "u32", MatchDir: "src", CIDR: pfx("192.0.2.10/32")}}}}},
 		{allVersions, "fip add", "floating-ip-add", []string{"192.0.2.10,198.51.100.10"}, Plan{Apply: []nat.Object{f10}, IfPresent: presence(Refuse, f10)}},
 		{[]string{v113, v114, v115}, "fip del EIP,INTERNAL_IP", "floating-ip-del", []string{"192.0.2.10,198.51.100.10"}, Plan{Delete: []string{"compat-fip-192.0.2.10"}}},
-		{[]string{v116}, "fip del EIP", "floating-ip-del", []string{"192.0.2.10"}, Plan{Delete: []string{"compat-fip-192.0.2.10"}}},
+		{[]string{v116, vMaster}, "fip del EIP", "floating-ip-del", []string{"192.0.2.10"}, Plan{Delete: []string{"compat-fip-192.0.2.10"}}},
 		{allVersions, "dnat add", "dnat-add", []string{"192.0.2.11,8080,tcp,198.51.100.11,80"}, Plan{Apply: []nat.Object{d11}, IfPresent: presence(Refuse, d11)}},
 		{[]string{v113, v114, v115}, "dnat del, five fields", "dnat-del", []string{"192.0.2.11,8080,tcp,198.51.100.11,80"}, Plan{Delete: []string{"compat-dnat-192.0.2.11-tcp-8080"}}},
-		{[]string{v116}, "dnat del, identity triplet", "dnat-del", []string{"192.0.2.11,53,udp"}, Plan{Delete: []string{"compat-dnat-192.0.2.11-udp-53"}}},
+		{[]string{v116, vMaster}, "dnat del, identity triplet", "dnat-del", []string{"192.0.2.11,53,udp"}, Plan{Delete: []string{"compat-dnat-192.0.2.11-udp-53"}}},
 		{allVersions, "dnat add sctp", "dnat-add", []string{"192.0.2.11,9000,sctp,198.51.100.11,9000"}, Plan{Apply: []nat.Object{dnatObj("192.0.2.11", 9000, nat.SCTP, "198.51.100.11", 9000)}, IfPresent: presence(Refuse, dnatObj("192.0.2.11", 9000, nat.SCTP, "198.51.100.11", 9000))}},
-		{[]string{v116}, "dnat del sctp", "dnat-del", []string{"192.0.2.11,9000,sctp"}, Plan{Delete: []string{"compat-dnat-192.0.2.11-sctp-9000"}}},
+		{[]string{v116, vMaster}, "dnat del sctp", "dnat-del", []string{"192.0.2.11,9000,sctp"}, Plan{Delete: []string{"compat-dnat-192.0.2.11-sctp-9000"}}},
 		{allVersions, "snat add --random-fully (iptables above 1.6.2)", "snat-add", []string{"192.0.2.12,198.51.100.0/24,--random-fully"}, Plan{Apply: []nat.Object{s12}, IfPresent: presence(Keep, s12)}},
 		{allVersions, "snat add", "snat-add", []string{"192.0.2.12,198.51.100.7"}, Plan{Apply: []nat.Object{snatObj("192.0.2.12", "198.51.100.7/32", false)}, IfPresent: presence(Keep, snatObj("192.0.2.12", "198.51.100.7/32", false))}},
 		{allVersions, "snat del", "snat-del", []string{"192.0.2.12,198.51.100.0/24"}, Plan{Delete: []string{"compat-snat-192.0.2.12-198.51.100.0-24"}}},
 		{allVersions, "get-iptables-version (no trailing blank)", "get-iptables-version", nil, Plan{PrintVersion: true}},
+		{[]string{vMaster}, "nft-dnat-map-add, two backends", "nft-dnat-map-add", []string{"192.0.2.11,443,tcp,198.51.100.11:8443@198.51.100.12:8443"}, Plan{
+			Apply:           []nat.Object{share("192.0.2.11", 443, nat.TCP, "198.51.100.11", 8443), share("192.0.2.11", 443, nat.TCP, "198.51.100.12", 8443)},
+			ShareIdentities: []ShareIdentity{{a("192.0.2.11"), nat.TCP, 443}}}},
+		{[]string{vMaster}, "nft-dnat-map-add, one backend, protocol in capitals", "nft-dnat-map-add", []string{"192.0.2.11,53,UDP,198.51.100.11:53"}, Plan{
+			Apply:           []nat.Object{share("192.0.2.11", 53, nat.UDP, "198.51.100.11", 53)},
+			ShareIdentities: []ShareIdentity{{a("192.0.2.11"), nat.UDP, 53}}}},
+		{[]string{vMaster}, "nft-dnat-map-del", "nft-dnat-map-del", []string{"192.0.2.11,443,tcp"}, Plan{ShareIdentities: []ShareIdentity{{a("192.0.2.11"), nat.TCP, 443}}}},
 	}
 	seen := map[string]map[string]bool{}
 	for _, tt := range tests {
@@ -120,7 +144,7 @@ func TestContractFormats(t *testing.T) {
 	// (gateway-wide QoS, the same 9 fields in every version: TestGatewayQoS).
 	for _, v := range allVersions {
 		for _, op := range Ops {
-			if op == OpQoSAdd || op == OpQoSDel {
+			if op == OpQoSAdd || op == OpQoSDel || (v != vMaster && slices.Contains(masterOnly, op)) {
 				continue
 			}
 			if !seen[v][op] {
@@ -241,6 +265,17 @@ func TestParseErrors(t *testing.T) {
 		{"eip-ingress-qos-add", []string{"192.0.2.10,1,10"}, 0, "", "want 4"},
 		{"eip-ingress-qos-add", []string{"192.0.2.10,1,10,1e3"}, 0, "burst", "decimal"},
 		{"floating-ip-add", []string{"192.0.2.10,198.51.100.1", "192.0.2.10,198.51.100.2"}, 1, "", "contradicts"},
+		{"nft-dnat-map-add", []string{"192.0.2.11,443,tcp"}, 0, "", "want 4"},
+		{"nft-dnat-map-add", []string{"192.0.2.11,443,sctp,198.51.100.11:443"}, 0, "protocol", "tcp or udp"},
+		{"nft-dnat-map-add", []string{"192.0.2.11,443,Tcp,198.51.100.11:443"}, 0, "protocol", "tcp or udp"},
+		{"nft-dnat-map-add", []string{"192.0.2.11/24,443,tcp,198.51.100.11:443"}, 0, "eip", "IPv4"},
+		{"nft-dnat-map-add", []string{"192.0.2.11,443,tcp,198.51.100.11:0"}, 0, "backends", "IPv4:PORT"},
+		{"nft-dnat-map-add", []string{"192.0.2.11,443,tcp,198.51.100.11"}, 0, "backends", "IPv4:PORT"},
+		{"nft-dnat-map-add", []string{"192.0.2.11,443,tcp,198.51.100.11:80@"}, 0, "backends", "IPv4:PORT"},
+		{"nft-dnat-map-add", []string{"192.0.2.11,443,tcp,198.51.100.11:80@198.51.100.11:80"}, 0, "backends", "twice"},
+		{"nft-dnat-map-add", []string{"192.0.2.11,443,tcp,198.51.100.11:80", "192.0.2.11,443,tcp,198.51.100.12:80"}, 1, "", "twice in one call"},
+		{"nft-dnat-map-del", []string{"192.0.2.11,443"}, 0, "", "want 3"},
+		{"nft-dnat-map-del", []string{"192.0.2.11,443,tcp,198.51.100.11:80"}, 0, "", "at most 3"},
 	}
 	for _, tt := range tests {
 		_, err := Parse(tt.op, tt.args)

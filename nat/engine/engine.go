@@ -176,6 +176,19 @@ func (e *Engine) Delete(ctx context.Context, uids ...string) error {
 	return e.run(ctx, "delete", e.state.PlanDelete(uids), false)
 }
 
+// Change deletes the objects with the given UIDs and applies objs in one
+// kernel transaction (a UID may be in both). Compat's nft-dnat-map-add
+// uses it to replace the backends of a share DNAT identity at once.
+func (e *Engine) Change(ctx context.Context, objs []nat.Object, uids []string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c, err := e.state.PlanChange(objs, uids)
+	if err != nil {
+		return fmt.Errorf("change: %w", err)
+	}
+	return e.run(ctx, "change", c, false)
+}
+
 // Sync implements nat.Dataplane.
 func (e *Engine) Sync(ctx context.Context, desired []nat.Object) error {
 	e.mu.Lock()

@@ -174,9 +174,17 @@ func runCompat(ctx context.Context, e env, g *globals, args []string) int {
 	return exitOK
 }
 
+// changer is a Dataplane that deletes and applies in one transaction
+// (engine.Engine).
+type changer interface {
+	Change(ctx context.Context, objs []nat.Object, uids []string) error
+}
+
 // carryOut applies a compat plan as one transaction.
 func carryOut(ctx context.Context, dp nat.Dataplane, plan compat.Plan) error {
 	switch {
+	case len(plan.ShareIdentities) > 0:
+		return replaceShares(ctx, dp, plan)
 	case len(plan.Apply) > 0:
 		apply, err := resolvePresence(ctx, dp, plan)
 		if err != nil || len(apply) == 0 {
@@ -209,6 +217,36 @@ func carryOut(ctx context.Context, dp nat.Dataplane, plan compat.Plan) error {
 		return dp.Delete(ctx, plan.Delete...)
 	}
 	return nil
+}
+
+// replaceShares makes the compat backends of each identity of the plan
+// exactly those of plan.Apply (none for nft-dnat-map-del), in one
+// transaction: master's map-add carries the identity's whole backend set.
+func replaceShares(ctx context.Context, dp nat.Dataplane, plan compat.Plan) error {
+	ch, ok := dp.(changer)
+	if !ok {
+		return fmt.Errorf("the %s data plane cannot replace a share DNAT's backends in one transaction", dp.Name())
+	}
+	cur, err := dp.List(ctx)
+	if err != nil {
+		return err
+	}
+	keep := map[string]bool{}
+	for _, o := range plan.Apply {
+		keep[o.UID] = true
+	}
+	var del []string
+	for _, o := range cur {
+		for _, id := range plan.ShareIdentities {
+			if strings.HasPrefix(o.UID, compat.ShareUIDPrefix(id)) && !keep[o.UID] {
+				del = append(del, o.UID)
+			}
+		}
+	}
+	if len(del) == 0 && len(plan.Apply) == 0 {
+		return nil // as master's script: nothing to delete is no error
+	}
+	return ch.Change(ctx, plan.Apply, del)
 }
 
 // resolvePresence drops the objects of plan.Apply that are already

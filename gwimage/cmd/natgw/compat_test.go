@@ -27,18 +27,40 @@ import (
 // criteria: exit 0 and nothing on stderr.
 func compatCLI(t *testing.T, ns, dp string, shim bool, op string, rules ...string) string {
 	t.Helper()
-	var cmd *exec.Cmd
+	form := formScript
 	if shim {
+		form = formBashC
+	}
+	return compatExec(t, ns, dp, form, op, rules...)
+}
+
+// execForm is how a controller runs the script in the gateway container.
+type execForm int
+
+const (
+	formScript execForm = iota // nat-gateway.sh OP RULE... (the script's own name)
+	formBashC                  // bash -c "bash /kube-ovn/nat-gateway.sh OP RULE..." (Kube-OVN v1.13 to v1.16)
+	formArgv                   // bash /kube-ovn/nat-gateway.sh OP RULE... as argv, no -c (Kube-OVN master, vpc_nat_gateway.go:955)
+)
+
+// compatExec is compatCLI in the given exec form.
+func compatExec(t *testing.T, ns, dp string, form execForm, op string, rules ...string) string {
+	t.Helper()
+	var cmd *exec.Cmd
+	switch form {
+	case formBashC:
 		line := strings.Join(append([]string{"bash", "/kube-ovn/nat-gateway.sh", op}, rules...), " ")
 		cmd = exec.Command(filepath.Join(binDir, "bash"), "-c", line)
-	} else {
+	case formArgv:
+		cmd = exec.Command(filepath.Join(binDir, "bash"), append([]string{"/kube-ovn/nat-gateway.sh", op}, rules...)...)
+	default:
 		cmd = exec.Command(filepath.Join(binDir, "nat-gateway.sh"), append([]string{op}, rules...)...)
 	}
 	cmd.Env = append(os.Environ(), "NATGW_NETNS="+ns, "NATGW_DATAPLANE="+dp, "GATEWAY_V4=192.0.2.1", "NATGW_STATE_DIR="+stateDirFor(t, ns))
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil || errb.Len() > 0 {
-		t.Fatalf("nat-gateway.sh %s %q (shim %v): %v\nstdout: %s\nstderr: %s", op, rules, shim, err, out.String(), errb.String())
+		t.Fatalf("nat-gateway.sh %s %q (exec form %d): %v\nstdout: %s\nstderr: %s", op, rules, form, err, out.String(), errb.String())
 	}
 	return out.String()
 }
