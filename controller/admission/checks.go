@@ -2,10 +2,12 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +23,7 @@ import (
 	"github.com/natgw/natgw/controller/kubeovn"
 	"github.com/natgw/natgw/controller/provision"
 	"github.com/natgw/natgw/controller/reconciler"
+	"github.com/natgw/natgw/nat"
 )
 
 // maxStatefulSetName is the longest gateway StatefulSet name: a label
@@ -234,23 +237,52 @@ func (v *Validator) rule(ctx context.Context, obj client.Object) (field.ErrorLis
 				return field.ErrorList{field.Invalid(eipField, name, fmt.Sprintf("already used by IptablesFIPRule %q: a FIP takes all of its EIP's traffic", fips.Items[i].Name))}, nil
 			}
 		}
-		for i := range dnats.Items {
-			d := &dnats.Items[i]
-			if live(d) && d.Spec.ExternalPort == o.Spec.ExternalPort && protocol(d.Spec.Protocol) == protocol(o.Spec.Protocol) {
-				return field.ErrorList{field.Invalid(specPath.Child("externalPort"), o.Spec.ExternalPort,
-					fmt.Sprintf("%s port already used on IptablesEIP %q by IptablesDnatRule %q", protocol(o.Spec.Protocol), name, d.Name))}, nil
-			}
-		}
+		return dnatConflict(o, name, eipAddress(eip), dnats.Items, live), nil
 	}
 	return nil, nil
 }
 
-// protocol is a DNAT's protocol as natgw reads it (empty: tcp).
-func protocol(p string) string {
-	if p == "" {
-		return "tcp"
+// dnatConflict checks a DNAT against the live DNATs of its EIP with natgw's
+// own conflict rules (nat.State: one exclusive DNAT per EIP, protocol and
+// port, or share DNATs with distinct backends and no exclusive one),
+// naming the rule that holds what it wants.
+func dnatConflict(o *v1.IptablesDnatRule, eipName string, eip netip.Addr, dnats []v1.IptablesDnatRule, live func(client.Object) bool) field.ErrorList {
+	st := nat.NewState()
+	names := map[string]string{} // nat UID -> rule name
+	for i := range dnats {
+		d := &dnats[i]
+		if !live(d) {
+			continue
+		}
+		obj, err := reconciler.RuleObject(d, eip)
+		if err != nil {
+			continue // a rule natgw cannot program holds nothing
+		}
+		obj.UID = "rule-" + strconv.Itoa(i)
+		if st.Insert(obj) == nil {
+			names[obj.UID] = d.Name
+		}
 	}
-	return strings.ToLower(p)
+	obj, err := reconciler.RuleObject(o, eip)
+	if err != nil {
+		return nil // CheckRule reported it
+	}
+	obj.UID = "new"
+	var ce *nat.ConflictError
+	if err := st.Insert(obj); !errors.As(err, &ce) {
+		return nil
+	}
+	path, value := specPath.Child("externalPort"), o.Spec.ExternalPort
+	switch ce.Field {
+	case "dnat.type":
+		path, value = specPath.Child("type"), o.Spec.Type
+		if value == "" {
+			value = v1.DnatTypeExclusive
+		}
+	case "dnat.internalIP":
+		path, value = specPath.Child("internalIp"), o.Spec.InternalIP+":"+o.Spec.InternalPort
+	}
+	return field.ErrorList{field.Invalid(path, value, fmt.Sprintf("%s on IptablesEIP %q (IptablesDnatRule %q)", ce.What, eipName, names[ce.With]))}
 }
 
 // immutable checks an update against what cannot change: an EIP's

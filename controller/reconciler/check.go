@@ -7,6 +7,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/nat"
 )
 
 // CheckEIP returns, as a *nat.FieldError, what in an IptablesEIP's spec
@@ -28,19 +29,27 @@ var standInEIP = netip.MustParseAddr("192.0.2.1")
 // program with the EIP address eip (invalid: the EIP has none yet), or
 // nil. Like CheckEIP it runs the reconcile's own translation.
 func CheckRule(obj client.Object, eip netip.Addr) error {
+	_, err := RuleObject(obj, eip)
+	return err
+}
+
+// RuleObject returns the natgw object the reconcile programs for a NAT
+// rule (IptablesFIPRule, IptablesDnatRule, IptablesSnatRule) with the EIP
+// address eip (invalid: a stand-in address), or the *nat.FieldError of the
+// first field it cannot program. The admission webhook checks a rule
+// against the others of its EIP with it and nat.State, natgw's one
+// conflict rule set.
+func RuleObject(obj client.Object, eip netip.Addr) (nat.Object, error) {
 	if !eip.IsValid() {
 		eip = standInEIP
 	}
-	var err error
 	switch o := obj.(type) {
 	case *v1.IptablesFIPRule:
-		_, err = fipObject(o, eip)
+		return fipObject(o, eip)
 	case *v1.IptablesDnatRule:
-		_, err = dnatObject(o, eip)
+		return dnatObject(o, eip)
 	case *v1.IptablesSnatRule:
-		_, err = snatObject(o, eip)
-	default:
-		return fmt.Errorf("check rule: %T is not a NAT rule", obj)
+		return snatObject(o, eip)
 	}
-	return err
+	return nat.Object{}, fmt.Errorf("check rule: %T is not a NAT rule", obj)
 }

@@ -164,7 +164,18 @@ func dnatObject(d *v1.IptablesDnatRule, eip netip.Addr) (nat.Object, error) {
 		return nat.Object{}, invalid("spec.protocol", d.Spec.Protocol, "must be tcp, udp or sctp")
 	}
 	return validated(nat.Object{UID: string(d.UID), Kind: nat.KindDNAT, DNAT: &nat.DNAT{
-		EIP: eip, Protocol: proto, ExternalPort: ext, InternalIP: in, InternalPort: inPort}})
+		EIP: eip, Protocol: proto, ExternalPort: ext, InternalIP: in, InternalPort: inPort, Type: dnatType(d.Spec.Type)}})
+}
+
+// dnatType is spec.type as natgw's DNAT type: share, or exclusive (the
+// default, also for an empty type). Other values are left for nat's
+// validation to refuse.
+func dnatType(t string) nat.DNATType {
+	switch t {
+	case "", v1.DnatTypeExclusive:
+		return ""
+	}
+	return nat.DNATType(t)
 }
 
 // snatObject accepts a bare address (a /32) and a CIDR with host bits set

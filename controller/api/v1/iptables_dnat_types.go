@@ -34,7 +34,22 @@ type IptablesDnatRuleSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[1-9][0-9]{0,4}$') && int(self) <= 65535",message="must be a port number from 1 to 65535"
 	// +optional
 	InternalPort string `json:"internalPort"`
+
+	// Type is Kube-OVN master's DNAT type: exclusive (the default: the
+	// EIP, protocol and port belong to this rule alone) or share (every
+	// rule of type share on one EIP, protocol and port is a backend; new
+	// connections are spread at random and pinned by conntrack).
+	// +kubebuilder:validation:Enum=exclusive;share
+	// +kubebuilder:default=exclusive
+	// +optional
+	Type string `json:"type,omitempty"`
 }
+
+// DNAT types (spec.type).
+const (
+	DnatTypeExclusive = "exclusive"
+	DnatTypeShare     = "share"
+)
 
 // IptablesDnatRuleStatus is the observed state of an IptablesDnatRule.
 type IptablesDnatRuleStatus struct {

@@ -66,6 +66,73 @@ type VpcNatGatewaySpec struct {
 	// creates the gateway (kept for upstream compatibility).
 	// +optional
 	Annotations map[string]string `json:"annotations,omitempty"`
+
+	// Namespace is where the gateway workload lives (Kube-OVN master's
+	// field; empty: the controller's own namespace, as upstream).
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+
+	// Replicas is the number of gateway instances (Kube-OVN master's HA
+	// field, default 1). Accepted and kept; natgw provisions one
+	// instance and reports another value on the gateway's Ready
+	// condition (HA is not built here).
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// BFD configures BFD sessions of the gateway instances (Kube-OVN
+	// master's HA field). Accepted and kept, not used by natgw.
+	// +optional
+	BFD *VpcNatGatewayBFD `json:"bfd,omitempty"`
+
+	// InternalSubnets are subnet names whose traffic to 0.0.0.0/0 OVN
+	// routes to the gateway instances (Kube-OVN master's HA field).
+	// Accepted and kept, not used by natgw.
+	// +kubebuilder:validation:MaxItems=1024
+	// +kubebuilder:validation:items:MaxLength=253
+	// +optional
+	InternalSubnets []string `json:"internalSubnets,omitempty"`
+
+	// InternalCIDRs are CIDRs whose traffic to 0.0.0.0/0 OVN routes to
+	// the gateway instances (Kube-OVN master's HA field). Accepted and
+	// kept, not used by natgw.
+	// +kubebuilder:validation:MaxItems=1024
+	// +kubebuilder:validation:items:MaxLength=43
+	// +optional
+	InternalCIDRs []string `json:"internalCIDRs,omitempty"`
+}
+
+// VpcNatGatewayBFD is Kube-OVN master's BFD configuration of a gateway,
+// with master's defaults and bounds (milliseconds).
+type VpcNatGatewayBFD struct {
+	// Enabled turns BFD on.
+	// +kubebuilder:default=false
+	// +optional
+	Enabled bool `json:"enabled"`
+
+	// MinRX is the minimum receive interval in milliseconds.
+	// +kubebuilder:default=1000
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600000
+	// +optional
+	MinRX int32 `json:"minRX,omitempty"`
+
+	// MinTX is the minimum transmit interval in milliseconds.
+	// +kubebuilder:default=1000
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600000
+	// +optional
+	MinTX int32 `json:"minTX,omitempty"`
+
+	// Multiplier is the number of missed packets before the session is
+	// down.
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=255
+	// +optional
+	Multiplier int32 `json:"multiplier,omitempty"`
 }
 
 // Route is a route on the gateway: cidr via nextHopIP on the VPC interface.
