@@ -254,20 +254,22 @@ func dnatConflict(o *v1.IptablesDnatRule, eipName string, eip netip.Addr, dnats 
 		if !live(d) {
 			continue
 		}
-		obj, err := reconciler.RuleObject(d, eip)
+		c := d.DeepCopy()
+		c.UID = types.UID("rule-" + strconv.Itoa(i)) // nat objects need one; names may not be UIDs
+		obj, err := reconciler.RuleObject(c, eip)
 		if err != nil {
 			continue // a rule natgw cannot program holds nothing
 		}
-		obj.UID = "rule-" + strconv.Itoa(i)
 		if st.Insert(obj) == nil {
 			names[obj.UID] = d.Name
 		}
 	}
-	obj, err := reconciler.RuleObject(o, eip)
+	c := o.DeepCopy()
+	c.UID = "new" // a rule being created has no UID yet
+	obj, err := reconciler.RuleObject(c, eip)
 	if err != nil {
 		return nil // CheckRule reported it
 	}
-	obj.UID = "new"
 	var ce *nat.ConflictError
 	if err := st.Insert(obj); !errors.As(err, &ce) {
 		return nil
