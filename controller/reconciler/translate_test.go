@@ -48,6 +48,18 @@ func TestTranslate(t *testing.T) {
 			return dnatObject(&v1.IptablesDnatRule{ObjectMeta: om, Spec: v1.IptablesDnatRuleSpec{
 				ExternalPort: "80", Protocol: "sctp", InternalIP: "10.0.1.10", InternalPort: "80"}}, eip)
 		}, "dnat " + string(om.UID) + ": 192.0.2.10:80/sctp -> 10.0.1.10:80", ""},
+		{"dnat/type-share", func() (nat.Object, error) {
+			return dnatObject(&v1.IptablesDnatRule{ObjectMeta: om, Spec: v1.IptablesDnatRuleSpec{
+				ExternalPort: "443", InternalIP: "10.0.1.10", InternalPort: "8443", Type: "share"}}, eip)
+		}, "dnat " + string(om.UID) + ": 192.0.2.10:443/tcp -> 10.0.1.10:8443 (share)", ""},
+		{"dnat/type-exclusive", func() (nat.Object, error) {
+			return dnatObject(&v1.IptablesDnatRule{ObjectMeta: om, Spec: v1.IptablesDnatRuleSpec{
+				ExternalPort: "443", InternalIP: "10.0.1.10", InternalPort: "8443", Type: "exclusive"}}, eip)
+		}, "dnat " + string(om.UID) + ": 192.0.2.10:443/tcp -> 10.0.1.10:8443", ""},
+		{"dnat/type-bad", func() (nat.Object, error) {
+			return dnatObject(&v1.IptablesDnatRule{ObjectMeta: om, Spec: v1.IptablesDnatRuleSpec{
+				ExternalPort: "443", InternalIP: "10.0.1.10", InternalPort: "8443", Type: "shared"}}, eip)
+		}, "", "dnat.type"},
 		{"dnat/icmp", func() (nat.Object, error) {
 			return dnatObject(&v1.IptablesDnatRule{ObjectMeta: om, Spec: v1.IptablesDnatRuleSpec{
 				ExternalPort: "80", Protocol: "icmp", InternalIP: "10.0.1.10", InternalPort: "80"}}, eip)
