@@ -346,6 +346,15 @@ func setRoutes(ann map[string]string, provider string, routes []route) error {
 	return nil
 }
 
+// ReplicasUnsupported returns spec.replicas when it asks for more than the
+// one instance natgw provisions (Kube-OVN master's HA), else 0.
+func ReplicasUnsupported(g *v1.VpcNatGateway) int32 {
+	if r := g.Spec.Replicas; r != nil && *r != 1 {
+		return *r
+	}
+	return 0
+}
+
 // BGPUnsupported says whether the gateway asks for upstream's BGP speaker
 // sidecar, which natgw does not build (vpc_nat_gateway.go:1115-1131).
 func BGPUnsupported(g *v1.VpcNatGateway) bool {

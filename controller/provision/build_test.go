@@ -332,3 +332,18 @@ func TestChangedAndStatusPatch(t *testing.T) {
 		})
 	}
 }
+
+// TestReplicasUnsupported: Kube-OVN master's spec.replicas above one is
+// reported (natgw provisions one instance); unset or 1 is not.
+func TestReplicasUnsupported(t *testing.T) {
+	one, three := int32(1), int32(3)
+	for _, tc := range []struct {
+		replicas *int32
+		want     int32
+	}{{nil, 0}, {&one, 0}, {&three, 3}} {
+		g := &v1.VpcNatGateway{Spec: v1.VpcNatGatewaySpec{Replicas: tc.replicas}}
+		if got := ReplicasUnsupported(g); got != tc.want {
+			t.Errorf("replicas %v: ReplicasUnsupported = %d, want %d", tc.replicas, got, tc.want)
+		}
+	}
+}

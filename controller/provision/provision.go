@@ -43,6 +43,13 @@ const (
 	// ReasonBGPUnsupported: spec.bgpSpeaker.enabled is set; the gateway is
 	// provisioned without upstream's BGP speaker sidecar.
 	ReasonBGPUnsupported = "BGPSpeakerUnsupported"
+	// ReasonReplicasUnsupported: spec.replicas (Kube-OVN master's HA
+	// field) asks for more than one instance; natgw provisions one.
+	ReasonReplicasUnsupported = "ReplicasUnsupported"
+	// ReasonNamespaceUnsupported: spec.namespace (Kube-OVN master) names
+	// another namespace than natgw's gateway namespace; natgw provisions
+	// the gateway in its own (Options.Namespace).
+	ReasonNamespaceUnsupported = "NamespaceUnsupported"
 	// ReasonKubeOVNFeatureOn: Kube-OVN's own VPC NAT gateway feature is on
 	// (FeatureConfigMap): natgw provisions nothing until it is off.
 	ReasonKubeOVNFeatureOn = "KubeOVNFeatureOn"
@@ -248,6 +255,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if BGPUnsupported(g) {
 		r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonBGPUnsupported, "Provision", "spec.bgpSpeaker.enabled: natgw provisions the gateway without upstream's BGP speaker sidecar")
+	}
+	if n := ReplicasUnsupported(g); n != 0 {
+		r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonReplicasUnsupported, "Provision", "spec.replicas %d: natgw provisions one gateway instance (HA is not supported yet)", n)
+	}
+	if ns := g.Spec.Namespace; ns != "" && ns != r.opts.Namespace {
+		r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonNamespaceUnsupported, "Provision", "spec.namespace %q: natgw provisions the gateway in %q (a gateway namespace of its own is not supported yet)", ns, r.opts.Namespace)
 	}
 
 	live := &appsv1.StatefulSet{}
