@@ -28,8 +28,11 @@
 //	IptablesFIPRule create, update  spec.eip set and existing; the spec programmable (spec.internalIp);
 //	                                the EIP used by no DNAT (upstream) and no other FIP (natgw)
 //	IptablesDnatRule create, update spec.eip set and existing; the spec programmable (ports, protocol,
-//	                                spec.internalIp); the EIP used by no FIP (upstream); no other DNAT of
-//	                                the EIP has the protocol and external port (natgw)
+//	                                spec.internalIp); the EIP used by no FIP (upstream); nat.State's
+//	                                DNAT rules against the EIP's other DNATs (natgw): an exclusive
+//	                                spec.type holds its protocol and external port alone, share
+//	                                rules on one port are its backends (Kube-OVN master), each
+//	                                internal address and port once
 //	IptablesSnatRule create, update spec.eip set and existing; spec.internalCIDR programmable
 //
 // Updates of rules are checked only when the spec changes (as upstream).
