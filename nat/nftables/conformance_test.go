@@ -16,3 +16,9 @@ func TestConformance(t *testing.T) { nattest.Run(t, opener) }
 // BenchmarkFIP measures Apply and Delete of one FIP at 0 and 10,000
 // existing FIPs.
 func BenchmarkFIP(b *testing.B) { nattest.BenchFIP(b, opener) }
+
+// BenchmarkShareDNAT: one share backend add at 10,000 share identities
+// against one plain DNAT add at 10,000 DNATs, interleaved (nattest's):
+//
+//	go test -bench ShareDNAT -run '^$' -benchtime 200x ./nat/nftables/
+func BenchmarkShareDNAT(b *testing.B) { nattest.BenchShareDNAT(b, opener) }
