@@ -171,13 +171,6 @@ func dnat(name, e, proto, ext string) *v1.IptablesDnatRule {
 	return &v1.IptablesDnatRule{ObjectMeta: om(name), Spec: v1.IptablesDnatRuleSpec{EIP: e, Protocol: proto, ExternalPort: ext, InternalIP: "10.0.1.7", InternalPort: "8080"}}
 }
 
-// shareDNAT is a DNAT of type share (Kube-OVN master) to in:8080.
-func shareDNAT(name, e, ext, in string) *v1.IptablesDnatRule {
-	d := dnat(name, e, "tcp", ext)
-	d.Spec.Type, d.Spec.InternalIP = v1.DnatTypeShare, in
-	return d
-}
-
 func snat(name, e, cidr string) *v1.IptablesSnatRule {
 	return &v1.IptablesSnatRule{ObjectMeta: om(name), Spec: v1.IptablesSnatRuleSpec{EIP: e, InternalCIDR: cidr}}
 }
@@ -259,11 +252,6 @@ func TestWebhook(t *testing.T) {
 		{"dnat same port, udp", dnat("dnat4", "eip2", "udp", "80"), nil},
 		{"dnat protocol", dnat("dnat5", "eip2", "icmp", "81"), []string{"spec.protocol", "icmp"}},
 		{"dnat port", dnat("dnat6", "eip2", "tcp", "70000"), []string{"spec.externalPort", "70000"}},
-		{"share dnat on an exclusive port", shareDNAT("dnat7", "eip2", "80", "10.0.1.8"), []string{"spec.type", "share", `IptablesDnatRule "dnat1"`}},
-		{"share dnat", shareDNAT("dnat8", "eip2", "443", "10.0.1.8"), nil},
-		{"second share backend", shareDNAT("dnat9", "eip2", "443", "10.0.1.9"), nil},
-		{"exclusive dnat on a shared port", dnat("dnat10", "eip2", "tcp", "443"), []string{"spec.type", "exclusive", `IptablesDnatRule "dnat8"`}},
-		{"share backend twice", shareDNAT("dnat11", "eip2", "443", "10.0.1.8"), []string{"spec.internalIp", "10.0.1.8:8080", `IptablesDnatRule "dnat8"`}},
 		{"fip on a dnat's eip", fip("fip5", "eip2", "10.0.1.8"), []string{"spec.eip", `already used by IptablesDnatRule`}},
 		{"snat cidr", snat("snat0", "eip2", "10.0.1.0/33"), []string{"spec.internalCIDR", "10.0.1.0/33"}},
 		{"snat", snat("snat1", "eip2", "10.0.1.0/24"), nil},
