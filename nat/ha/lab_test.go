@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
+
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/ha"
@@ -72,6 +74,9 @@ func runAgent(specJSON string) int {
 	r, err := ha.New(ha.Config{
 		ID: s.ID, Local: s.Local, Peer: s.Peer, EIPs: s.EIPs, LanIPs: s.LanIPs,
 		Interval: s.Interval, Misses: s.Misses, Fence: ha.FileFence{Path: s.FencePath},
+		Log: funcr.New(func(prefix, args string) {
+			say("LOG %s %s", prefix, args)
+		}, funcr.Options{}),
 		OnRole: func(r ha.Role, reason string) {
 			say("ROLE %s %d %s", r, time.Now().UnixNano(), reason)
 		},
@@ -273,6 +278,8 @@ func (h *haLab) start(i int) {
 				h.mu.Lock()
 				r.events = append(r.events, ev)
 				h.mu.Unlock()
+			case len(f) >= 2 && f[0] == "LOG" && os.Getenv("NATGW_HA_DEBUG") != "":
+				fmt.Fprintf(os.Stderr, "%s %s\n", r.name, sc.Text())
 			case len(f) >= 2 && f[0] == "STATS":
 				var st agentStats
 				if json.Unmarshal([]byte(strings.TrimPrefix(sc.Text(), "STATS ")), &st) == nil {

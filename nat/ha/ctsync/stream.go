@@ -90,7 +90,8 @@ type SenderStats struct {
 type Sender struct {
 	// Peer is the standby's replication address ("ip:port").
 	Peer string
-	// NS is the namespace to read (nil: the caller's).
+	// NS is the namespace to read and to connect from (nil: the
+	// caller's).
 	NS *netns.NS
 	// Batch is how long events are gathered before a frame is sent
 	// (default 2 ms).
@@ -101,7 +102,14 @@ type Sender struct {
 	Refresh time.Duration
 	// Retry is the pause between connection attempts (default 200 ms).
 	Retry time.Duration
-	Log   logr.Logger
+	// Keepalive is the period of empty frames on an idle connection
+	// (default 200 ms); a standby that acknowledges nothing for
+	// AckTimeout (default 2 s) is dropped and dialed again. Without them
+	// a connection to a standby that vanished (its pod gone without a
+	// FIN) would hang until the next event, and a restarted standby
+	// would wait for its first dump.
+	Keepalive, AckTimeout time.Duration
+	Log                   logr.Logger
 
 	mu    sync.Mutex
 	stats SenderStats
@@ -135,17 +143,34 @@ func (s *Sender) Run(ctx context.Context) error {
 	if s.NS != nil {
 		cfg.NetNS = s.NS.Fd()
 	}
-	c, err := ct.Dial(cfg)
-	if err != nil {
-		return fmt.Errorf("ctsync: dial ctnetlink: %w", err)
-	}
-	defer c.Close()
-	_ = c.SetReadBuffer(16 << 20)
+	groups := []netfilter.NetlinkGroup{netfilter.GroupCTNew, netfilter.GroupCTUpdate, netfilter.GroupCTDestroy}
 	raw := make(chan ct.Event, 65536)
-	errs, err := c.Listen(raw, 1, []netfilter.NetlinkGroup{netfilter.GroupCTNew, netfilter.GroupCTUpdate, netfilter.GroupCTDestroy})
-	if err != nil {
-		return fmt.Errorf("ctsync: listen to conntrack events: %w", err)
+	// subscribe opens an event socket. ti-mo's worker ends at the first
+	// socket error (e.g. ENOBUFS when the kernel dropped events), so
+	// every error means a new socket and a full dump.
+	subscribe := func() (*ct.Conn, chan error, error) {
+		c, err := ct.Dial(cfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("ctsync: dial ctnetlink: %w", err)
+		}
+		_ = c.SetReadBuffer(16 << 20)
+		errs, err := c.Listen(raw, 1, groups)
+		if err != nil {
+			c.Close()
+			return nil, nil, fmt.Errorf("ctsync: listen to conntrack events: %w", err)
+		}
+		return c, errs, nil
 	}
+	c, errs, err := subscribe()
+	if err != nil {
+		return err
+	}
+	var cmu sync.Mutex
+	defer func() {
+		cmu.Lock()
+		c.Close()
+		cmu.Unlock()
+	}()
 	dumper, err := ct.Dial(cfg)
 	if err != nil {
 		return fmt.Errorf("ctsync: dial ctnetlink: %w", err)
@@ -180,7 +205,23 @@ func (s *Sender) Run(ctx context.Context) error {
 				if ctx.Err() != nil {
 					return
 				}
-				s.Log.Info("conntrack event socket error; full dump follows", "err", err)
+				s.Log.Info("conntrack event socket error; new socket and full dump follow", "err", err)
+				cmu.Lock()
+				c.Close()
+				for {
+					var serr error
+					if c, errs, serr = subscribe(); serr == nil {
+						break
+					}
+					s.Log.Error(serr, "conntrack event socket")
+					select {
+					case <-ctx.Done():
+						cmu.Unlock()
+						return
+					case <-time.After(100 * time.Millisecond):
+					}
+				}
+				cmu.Unlock()
 				select {
 				case overrun <- struct{}{}:
 				default:
@@ -214,7 +255,19 @@ func cmp(d, def time.Duration) time.Duration {
 // again every Refresh or after an overrun.
 func (s *Sender) session(ctx context.Context, dumper *ct.Conn, events chan stamped, overrun chan struct{}) error {
 	d := net.Dialer{Timeout: time.Second}
-	conn, err := d.DialContext(ctx, "tcp4", s.Peer)
+	var conn net.Conn
+	dial := func() error {
+		var err error
+		conn, err = d.DialContext(ctx, "tcp4", s.Peer)
+		return err
+	}
+	var err error
+	if s.NS != nil {
+		// The socket is made on a thread inside the namespace.
+		err = s.NS.Do(dial)
+	} else {
+		err = dial()
+	}
 	if err != nil {
 		// Nobody to send to: what piles up is covered by the next dump.
 		drain(events)
@@ -231,6 +284,8 @@ func (s *Sender) session(ctx context.Context, dumper *ct.Conn, events chan stamp
 
 	var mu sync.Mutex
 	pending := map[uint64]time.Time{} // frame seq → oldest event in it
+	var lastAck atomic.Int64
+	lastAck.Store(time.Now().UnixNano())
 	ackErr := make(chan error, 1)
 	go func() {
 		buf := make([]byte, maxFrame)
@@ -244,6 +299,7 @@ func (s *Sender) session(ctx context.Context, dumper *ct.Conn, events chan stamp
 				continue
 			}
 			now := time.Now()
+			lastAck.Store(now.UnixNano())
 			mu.Lock()
 			for k, at := range pending {
 				if k <= seq {
@@ -313,11 +369,24 @@ func (s *Sender) session(ctx context.Context, dumper *ct.Conn, events chan stamp
 	refresh := time.NewTicker(cmp(s.Refresh, 30*time.Second))
 	defer refresh.Stop()
 	window := cmp(s.Batch, 2*time.Millisecond)
+	ackTimeout := cmp(s.AckTimeout, 2*time.Second)
+	keepalive := time.NewTicker(cmp(s.Keepalive, 200*time.Millisecond))
+	defer keepalive.Stop()
 	batch := make([]Entry, 0, maxFrameEntries)
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-keepalive.C:
+			if since := time.Since(time.Unix(0, lastAck.Load())); since > ackTimeout {
+				return fmt.Errorf("ctsync: no acknowledgement from %s for %s", s.Peer, since.Round(time.Millisecond))
+			}
+			if err := send(frameEvents, nil, time.Time{}); err != nil {
+				return err
+			}
+			if err := bw.Flush(); err != nil {
+				return fmt.Errorf("ctsync: send to %s: %w", s.Peer, err)
+			}
 		case err := <-ackErr:
 			return fmt.Errorf("ctsync: read acks from %s: %w", s.Peer, err)
 		case <-overrun:
