@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"syscall"
@@ -13,6 +15,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/mdlayher/netlink"
+	ct "github.com/ti-mo/conntrack"
 
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat/netns"
@@ -122,6 +126,75 @@ func pctl(d []time.Duration, p int) time.Duration {
 	return s[min(max(i-1, 0), len(s)-1)]
 }
 
+// pacedLag creates rate new NATed entries per second for secs seconds in
+// the active namespace (10 ms ticks) and polls the standby's entry count
+// every millisecond: the lag of entry k is when the standby first counted
+// k entries (above base) minus when the k-th was created. It measures any
+// replicator (ctsync, conntrackd) the same way, from the kernels' view.
+func pacedLag(t *testing.T, ctx context.Context, w *Writer, sb *netns.NS, first, rate, secs int) (lags []time.Duration, offered float64, caughtUp bool) {
+	c, err := ct.Dial(&netlink.Config{NetNS: sb.Fd()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	count := func() int {
+		st, err := c.StatsGlobal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(st.Entries)
+	}
+	base := count()
+	per, n := rate/100, rate*secs
+	created := make([]time.Time, 0, n/per+1) // created[i]: (i+1)*per entries exist
+	seen := make([]time.Time, 0, n/per+1)
+	done := make(chan struct{})
+	pollDone := make(chan struct{})
+	go func() {
+		defer close(pollDone)
+		for {
+			k := count() - base
+			now := time.Now()
+			for len(seen) < k/per {
+				seen = append(seen, now)
+			}
+			if len(seen) >= n/per {
+				return
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	t0 := time.Now()
+	next := t0
+	for i := 0; i < n; i += per {
+		batch := make([]Entry, 0, per)
+		for j := i; j < i+per; j++ {
+			batch = append(batch, synth(first+j))
+		}
+		if failed, err := w.Apply(ctx, batch); err != nil || failed != 0 {
+			t.Fatalf("load: %d failed: %v", failed, err)
+		}
+		created = append(created, time.Now())
+		next = next.Add(10 * time.Millisecond)
+		time.Sleep(time.Until(next))
+	}
+	offered = float64(n) / time.Since(t0).Seconds()
+	select {
+	case <-pollDone:
+	case <-time.After(30 * time.Second):
+	}
+	close(done)
+	<-pollDone
+	for i := range min(len(seen), len(created)) {
+		lags = append(lags, max(seen[i].Sub(created[i]), 0))
+	}
+	return lags, offered, len(seen) >= n/per
+}
+
 // TestReplicationFigures measures the replication stream with a synthetic
 // load: entries created (with their NAT bindings) in the active namespace
 // through ctnetlink, which the kernel reports as events like any new
@@ -138,34 +211,19 @@ func TestReplicationFigures(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	// Paced new flows: lag from the kernel's event to the standby's
-	// acknowledged write.
+	// Paced new flows: lag from creation on the active to the entry in
+	// the standby's table.
 	for _, rate := range []int{10000, 50000} {
 		r := newRepLab(t, ctx)
 		r.startSender(ctx)
 		waitFor(t, "first sync", 5*time.Second, r.recv.Synced)
-		const tick = 10 * time.Millisecond
-		per := rate / 100
-		n := rate * 2 // two seconds
 		cpu0, t0 := cpuTime(), time.Now()
-		next := time.Now()
-		for i := 0; i < n; i += per {
-			batch := make([]Entry, 0, per)
-			for j := i; j < i+per && j < n; j++ {
-				batch = append(batch, synth(j))
-			}
-			if failed, err := r.w.Apply(ctx, batch); err != nil || failed != 0 {
-				t.Fatalf("load: %d failed: %v", failed, err)
-			}
-			next = next.Add(tick)
-			time.Sleep(time.Until(next))
-		}
-		elapsed := time.Since(t0)
-		waitFor(t, "standby caught up", 30*time.Second, func() bool { return r.recv.Stats().Applied >= int64(n) })
+		lags, offered, ok := pacedLag(t, ctx, r.w, r.sb, 0, rate, 2)
 		cpu := cpuTime() - cpu0
 		st := r.sender.Stats()
-		fmt.Printf("ctsync paced %6d new flows/s for %s: offered %.0f/s, lag p50=%s p99=%s max=%s (%d batches), overruns=%d, CPU (load+sender+receiver, one process) %.0f%% of one core\n",
-			rate, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), pctl(st.LagSamples, 50).Round(10*time.Microsecond), pctl(st.LagSamples, 99).Round(10*time.Microsecond), pctl(st.LagSamples, 100).Round(10*time.Microsecond), len(st.LagSamples), st.Overruns, 100*cpu.Seconds()/time.Since(t0).Seconds())
+		fmt.Printf("ctsync     paced %5d new flows/s (offered %.0f/s): lag p50=%s p99=%s max=%s caught up=%t; sender-measured (event→ack) p50=%s p99=%s; overruns=%d; CPU of load+sender+receiver (one process) %.0f%% of one core\n",
+			rate, offered, pctl(lags, 50).Round(100*time.Microsecond), pctl(lags, 99).Round(100*time.Microsecond), pctl(lags, 100).Round(100*time.Microsecond), ok,
+			pctl(st.LagSamples, 50).Round(100*time.Microsecond), pctl(st.LagSamples, 99).Round(100*time.Microsecond), st.Overruns, 100*cpu.Seconds()/time.Since(t0).Seconds())
 		r.stopSender()
 	}
 
@@ -197,4 +255,86 @@ func TestReplicationFigures(t *testing.T) {
 	fmt.Printf("ctsync full dump of %d concurrent flows to a reconnecting standby: %s (%.0f entries/s)\n", total, d.Round(time.Millisecond), float64(total)/d.Seconds())
 	r.stopSender()
 	_ = t0
+}
+
+// conntrackdConf is a conntrackd configuration for one side of a pair:
+// FTFW over UDP on eth0, committing what it receives straight into the
+// kernel (no external cache), as keepalived setups run it.
+const conntrackdConf = `Sync {
+	Mode FTFW {
+		DisableExternalCache On
+	}
+	UDP {
+		IPv4_address %s
+		IPv4_Destination_Address %s
+		Port 3780
+		Interface eth0
+		SndSocketBuffer 8388608
+		RcvSocketBuffer 8388608
+		Checksum on
+	}
+}
+General {
+	HashSize 65536
+	HashLimit 524288
+	LogFile %s
+	Syslog off
+	LockFile %s
+	UNIX {
+		Path %s
+	}
+	NetlinkBufferSize 8388608
+	NetlinkBufferSizeMaxGrowth 16777216
+}
+`
+
+// TestConntrackdFigures measures conntrackd (conntrack-tools) on the same
+// synthetic load and with the same kernel-view lag as
+// TestReplicationFigures, for the comparison in nat/ha/README.md.
+// NATGW_CTSYNC_FIGURES=1 runs it when conntrackd is installed.
+func TestConntrackdFigures(t *testing.T) {
+	if os.Getenv("NATGW_CTSYNC_FIGURES") == "" {
+		t.Skip("measurement: set NATGW_CTSYNC_FIGURES=1")
+	}
+	bin, err := exec.LookPath("conntrackd")
+	if err != nil {
+		t.Skip("conntrackd not installed (apt conntrack-tools / conntrackd)")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, rate := range []int{10000, 50000} {
+		r := newRepLab(t, ctx) // its Receiver stays idle: no Sender runs
+		dir := t.TempDir()
+		for _, side := range []struct {
+			name      string
+			ns        *netns.NS
+			own, peer string
+		}{{"act", r.act, "10.9.0.1", "10.9.0.2"}, {"sb", r.sb, "10.9.0.2", "10.9.0.1"}} {
+			conf := filepath.Join(dir, side.name+".conf")
+			body := fmt.Sprintf(conntrackdConf, side.own, side.peer, filepath.Join(dir, side.name+".log"), filepath.Join(dir, side.name+".lock"), filepath.Join(dir, side.name+".sock"))
+			if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cmd := netlab.Command(ctx, side.ns.Ref(), bin, "-C", conf)
+			if err := cmd.Start(); err != nil {
+				t.Fatalf("conntrackd in %s: %v", side.name, err)
+			}
+			t.Cleanup(func() {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				if b, _ := os.ReadFile(filepath.Join(dir, side.name+".log")); testing.Verbose() {
+					t.Logf("conntrackd %s log:\n%s", side.name, b)
+				}
+			})
+			sock := filepath.Join(dir, side.name+".sock")
+			waitFor(t, "conntrackd socket "+sock, 5*time.Second, func() bool { _, err := os.Stat(sock); return err == nil })
+		}
+		time.Sleep(200 * time.Millisecond)
+		cpu0 := cpuTime()
+		t0 := time.Now()
+		lags, offered, ok := pacedLag(t, ctx, r.w, r.sb, 0, rate, 2)
+		wall := time.Since(t0)
+		fmt.Printf("conntrackd paced %5d new flows/s (offered %.0f/s): lag p50=%s p99=%s max=%s caught up=%t (%d of %d steps); CPU of the load generator %.0f%% of one core (conntrackd's own not counted)\n",
+			rate, offered, pctl(lags, 50).Round(100*time.Microsecond), pctl(lags, 99).Round(100*time.Microsecond), pctl(lags, 100).Round(100*time.Microsecond), ok, len(lags), rate*2/(rate/100), 100*(cpuTime()-cpu0).Seconds()/wall.Seconds())
+	}
 }

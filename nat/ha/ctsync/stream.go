@@ -17,6 +17,7 @@ import (
 	"github.com/mdlayher/netlink"
 	ct "github.com/ti-mo/conntrack"
 	"github.com/ti-mo/netfilter"
+	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/nat/netns"
 )
@@ -143,34 +144,11 @@ func (s *Sender) Run(ctx context.Context) error {
 	if s.NS != nil {
 		cfg.NetNS = s.NS.Fd()
 	}
-	groups := []netfilter.NetlinkGroup{netfilter.GroupCTNew, netfilter.GroupCTUpdate, netfilter.GroupCTDestroy}
-	raw := make(chan ct.Event, 65536)
-	// subscribe opens an event socket. ti-mo's worker ends at the first
-	// socket error (e.g. ENOBUFS when the kernel dropped events), so
-	// every error means a new socket and a full dump.
-	subscribe := func() (*ct.Conn, chan error, error) {
-		c, err := ct.Dial(cfg)
-		if err != nil {
-			return nil, nil, fmt.Errorf("ctsync: dial ctnetlink: %w", err)
-		}
-		_ = c.SetReadBuffer(16 << 20)
-		errs, err := c.Listen(raw, 1, groups)
-		if err != nil {
-			c.Close()
-			return nil, nil, fmt.Errorf("ctsync: listen to conntrack events: %w", err)
-		}
-		return c, errs, nil
-	}
-	c, errs, err := subscribe()
+	ev, err := newEventReader(s.NS)
 	if err != nil {
 		return err
 	}
-	var cmu sync.Mutex
-	defer func() {
-		cmu.Lock()
-		c.Close()
-		cmu.Unlock()
-	}()
+	defer ev.Close()
 	dumper, err := ct.Dial(cfg)
 	if err != nil {
 		return fmt.Errorf("ctsync: dial ctnetlink: %w", err)
@@ -180,51 +158,32 @@ func (s *Sender) Run(ctx context.Context) error {
 
 	events := make(chan stamped, 65536)
 	overrun := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case overrun <- struct{}{}:
+		default:
+		}
+	}
 	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev := <-raw:
-				if ev.Flow == nil || !Replicated(ev.Flow) {
-					continue
-				}
-				op := OpUpsert
-				if ev.Type == ct.EventDestroy {
-					op = OpDelete
-				}
+		var batch []Entry
+		for ctx.Err() == nil {
+			var err error
+			batch, err = ev.read(ctx, batch[:0])
+			now := time.Now()
+			for _, e := range batch {
 				select {
-				case events <- stamped{FromFlow(op, ev.Flow), time.Now()}:
+				case events <- stamped{e, now}:
 				default: // the stream is behind: a full dump will repair
-					select {
-					case overrun <- struct{}{}:
-					default:
-					}
+					signal()
 				}
-			case err := <-errs:
-				if ctx.Err() != nil {
-					return
-				}
-				s.Log.Info("conntrack event socket error; new socket and full dump follow", "err", err)
-				cmu.Lock()
-				c.Close()
-				for {
-					var serr error
-					if c, errs, serr = subscribe(); serr == nil {
-						break
-					}
-					s.Log.Error(serr, "conntrack event socket")
-					select {
-					case <-ctx.Done():
-						cmu.Unlock()
-						return
-					case <-time.After(100 * time.Millisecond):
-					}
-				}
-				cmu.Unlock()
-				select {
-				case overrun <- struct{}{}:
-				default:
+			}
+			if err != nil && ctx.Err() == nil {
+				// ENOBUFS: the kernel dropped events; the socket
+				// stays usable, a full dump repairs.
+				s.Log.V(1).Info("conntrack events lost; full dump follows", "err", err)
+				signal()
+				if !errors.Is(err, unix.ENOBUFS) {
+					time.Sleep(10 * time.Millisecond)
 				}
 			}
 		}
