@@ -221,6 +221,8 @@ func TestReplicationFigures(t *testing.T) {
 		lags, offered, ok := pacedLag(t, ctx, r.w, r.sb, 0, rate, 2)
 		cpu := cpuTime() - cpu0
 		st := r.sender.Stats()
+		natOK, all := natKept(t, r.sb)
+		fmt.Printf("ctsync standby entries with the DNAT binding and NAT status: %d of %d\n", natOK, all)
 		fmt.Printf("ctsync     paced %5d new flows/s (offered %.0f/s): lag p50=%s p99=%s max=%s caught up=%t; sender-measured (event→ack) p50=%s p99=%s; overruns=%d; CPU of load+sender+receiver (one process) %.0f%% of one core\n",
 			rate, offered, pctl(lags, 50).Round(100*time.Microsecond), pctl(lags, 99).Round(100*time.Microsecond), pctl(lags, 100).Round(100*time.Microsecond), ok,
 			pctl(st.LagSamples, 50).Round(100*time.Microsecond), pctl(st.LagSamples, 99).Round(100*time.Microsecond), st.Overruns, 100*cpu.Seconds()/time.Since(t0).Seconds())
@@ -334,7 +336,35 @@ func TestConntrackdFigures(t *testing.T) {
 		t0 := time.Now()
 		lags, offered, ok := pacedLag(t, ctx, r.w, r.sb, 0, rate, 2)
 		wall := time.Since(t0)
+		natOK, all := natKept(t, r.sb)
+		fmt.Printf("conntrackd standby entries with the DNAT binding and NAT status: %d of %d\n", natOK, all)
 		fmt.Printf("conntrackd paced %5d new flows/s (offered %.0f/s): lag p50=%s p99=%s max=%s caught up=%t (%d of %d steps); CPU of the load generator %.0f%% of one core (conntrackd's own not counted)\n",
 			rate, offered, pctl(lags, 50).Round(100*time.Microsecond), pctl(lags, 99).Round(100*time.Microsecond), pctl(lags, 100).Round(100*time.Microsecond), ok, len(lags), rate*2/(rate/100), 100*(cpuTime()-cpu0).Seconds()/wall.Seconds())
 	}
+}
+
+// natKept counts the standby's entries that carry their DNAT binding (the
+// translated reply tuple) and the kernel's NAT status.
+func natKept(t *testing.T, sb *netns.NS) (ok, all int) {
+	c, err := ct.Dial(&netlink.Config{NetNS: sb.Fd()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetReadBuffer(64 << 20)
+	flows, err := c.Dump(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range flows {
+		e := FromFlow(OpUpsert, &flows[i])
+		if e.Proto != 6 {
+			continue
+		}
+		all++
+		if e.ReplySrc != e.OrigDst && flows[i].Status&ct.StatusDstNAT != 0 {
+			ok++
+		}
+	}
+	return ok, all
 }
