@@ -323,3 +323,72 @@ func pct(d []time.Duration, p int) time.Duration {
 	i := (len(s)*p + 99) / 100
 	return s[min(max(i-1, 0), len(s)-1)].Round(time.Millisecond)
 }
+
+// TestFenceLost makes the arbiter unreachable for both replicas (the lease
+// file replaced by a directory: every Acquire fails, as when the API
+// server is unreachable). The active cannot renew, so it steps down and
+// removes its addresses before its lease could run out; the standby
+// cannot acquire, so nobody leads (fencing over availability). When the
+// arbiter is back, exactly one replica leads again.
+func TestFenceLost(t *testing.T) {
+	h := newHALab(t)
+	h.start(0)
+	h.waitActive(0, 3*time.Second)
+	h.start(1)
+	h.waitSynced(1)
+	ttl := time.Duration(h.misses+2) * h.interval // the default lease
+	lost := time.Now()
+	if err := os.Rename(h.fence, h.fence+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(h.fence, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for h.role(0) == "active" {
+		if time.Since(lost) > 5*time.Second {
+			t.Fatal("gwa still active 5 s after the arbiter went away")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	h.mu.Lock()
+	down := h.r[0].events[len(h.r[0].events)-1]
+	h.mu.Unlock()
+	t.Logf("gwa stepped down %s after the arbiter went away (lease %s): %s", down.at.Sub(lost).Round(time.Millisecond), ttl, down.reason)
+	// It must have removed its addresses (the role change is reported
+	// after that) before its last lease could expire: the moved file holds
+	// that lease.
+	b, err := os.ReadFile(h.fence + ".away")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var holder string
+	var expiry int64
+	if _, err := fmt.Sscanf(string(b), "%s %d", &holder, &expiry); err != nil || holder != "gwa" {
+		t.Fatalf("lease %q: %v", b, err)
+	}
+	if margin := time.Unix(0, expiry).Sub(down.at); margin <= 0 {
+		t.Errorf("gwa stepped down %s after its lease expired", -margin)
+	} else {
+		t.Logf("gwa was down %s before its lease would have expired", margin.Round(time.Millisecond))
+	}
+	if fl := h.floating(0); len(fl) != 0 {
+		t.Errorf("gwa kept floating addresses: %v", fl)
+	}
+	time.Sleep(10 * h.interval)
+	if h.role(0) == "active" || h.role(1) == "active" {
+		t.Fatalf("a replica leads without the arbiter: %s/%s", h.role(0), h.role(1))
+	}
+	if err := os.Remove(h.fence); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(h.fence+".away", h.fence); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for (h.role(0) == "active") == (h.role(1) == "active") {
+		if time.Now().After(deadline) {
+			t.Fatalf("roles %s/%s 3 s after the arbiter came back, want exactly one active", h.role(0), h.role(1))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

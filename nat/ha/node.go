@@ -347,9 +347,10 @@ func (r *Replica) step(ctx context.Context, healthy bool) {
 			r.leaseUntil = start.Add(cfg.LeaseTTL)
 		case errors.Is(err, ErrHeld):
 			r.stepDown("lease taken by the peer")
-		case time.Now().Add(cfg.Interval).After(r.leaseUntil):
-			// The lease would run out before the next turn: stop
-			// answering now, before the peer may take it.
+		case time.Now().Add(2 * cfg.Interval).After(r.leaseUntil):
+			// The lease could run out before the next turn (a turn
+			// may come late on a busy node): stop answering now,
+			// before the peer may take it.
 			r.stepDown(fmt.Sprintf("lease not renewed: %v", err))
 		}
 	}
