@@ -324,12 +324,12 @@ func pct(d []time.Duration, p int) time.Duration {
 	return s[min(max(i-1, 0), len(s)-1)].Round(time.Millisecond)
 }
 
-// TestFenceLost makes the arbiter unreachable for both replicas (the lease
-// file replaced by a directory: every Acquire fails, as when the API
-// server is unreachable). The active cannot renew, so it steps down and
-// removes its addresses before its lease could run out; the standby
-// cannot acquire, so nobody leads (fencing over availability). When the
-// arbiter is back, exactly one replica leads again.
+// TestFenceLost makes the arbiter unreachable for both replicas (it stops
+// serving, as an API server that cannot be reached: every Acquire fails).
+// The active cannot renew, so it steps down and removes its addresses
+// before its lease could run out; the standby cannot acquire, so nobody
+// leads (fencing over availability). When the arbiter is back, exactly one
+// replica leads again.
 func TestFenceLost(t *testing.T) {
 	h := newHALab(t)
 	h.start(0)
@@ -338,12 +338,7 @@ func TestFenceLost(t *testing.T) {
 	h.waitSynced(1)
 	ttl := time.Duration(h.misses+2) * h.interval // the default lease
 	lost := time.Now()
-	if err := os.Rename(h.fence, h.fence+".away"); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(h.fence, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	h.arbStop()
 	for h.role(0) == "active" {
 		if time.Since(lost) > 5*time.Second {
 			t.Fatal("gwa still active 5 s after the arbiter went away")
@@ -355,17 +350,12 @@ func TestFenceLost(t *testing.T) {
 	h.mu.Unlock()
 	t.Logf("gwa stepped down %s after the arbiter went away (lease %s): %s", down.at.Sub(lost).Round(time.Millisecond), ttl, down.reason)
 	// It must have removed its addresses (the role change is reported
-	// after that) before its last lease could expire: the moved file holds
-	// that lease.
-	b, err := os.ReadFile(h.fence + ".away")
-	if err != nil {
-		t.Fatal(err)
+	// after that) before its last lease could expire.
+	holder, exp := h.arbiter.Lease()
+	if holder != "gwa" {
+		t.Fatalf("lease held by %q, want gwa", holder)
 	}
-	var holder string
-	var expiry int64
-	if _, err := fmt.Sscanf(string(b), "%s %d", &holder, &expiry); err != nil || holder != "gwa" {
-		t.Fatalf("lease %q: %v", b, err)
-	}
+	expiry := exp.UnixNano()
 	if margin := time.Unix(0, expiry).Sub(down.at); margin <= 0 {
 		t.Errorf("gwa stepped down %s after its lease expired", -margin)
 	} else {
@@ -378,12 +368,7 @@ func TestFenceLost(t *testing.T) {
 	if h.role(0) == "active" || h.role(1) == "active" {
 		t.Fatalf("a replica leads without the arbiter: %s/%s", h.role(0), h.role(1))
 	}
-	if err := os.Remove(h.fence); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(h.fence+".away", h.fence); err != nil {
-		t.Fatal(err)
-	}
+	h.serveArbiter()
 	deadline := time.Now().Add(3 * time.Second)
 	for (h.role(0) == "active") == (h.role(1) == "active") {
 		if time.Now().After(deadline) {

@@ -73,7 +73,7 @@ func runAgent(specJSON string) int {
 	}
 	r, err := ha.New(ha.Config{
 		ID: s.ID, Local: s.Local, Peer: s.Peer, EIPs: s.EIPs, LanIPs: s.LanIPs,
-		Interval: s.Interval, Misses: s.Misses, Fence: ha.FileFence{Path: s.FencePath},
+		Interval: s.Interval, Misses: s.Misses, Fence: ha.SocketFence{Path: s.FencePath},
 		Log: funcr.New(func(prefix, args string) {
 			say("LOG %s %s", prefix, args)
 		}, funcr.Options{}),
@@ -151,7 +151,9 @@ type haLab struct {
 	ext, vm1 string
 	vm2      string
 	r        [2]*replica
-	fence    string
+	fence    string // the arbiter's socket
+	arbiter  *ha.Arbiter
+	arbStop  context.CancelFunc
 	interval time.Duration
 	misses   int
 	mu       sync.Mutex
@@ -169,7 +171,9 @@ func newHALab(t testing.TB) *haLab {
 	t.Helper()
 	lab := netlab.ForTest(t)
 	ctx := context.Background()
-	h := &haLab{t: t, lab: lab, fence: filepath.Join(t.TempDir(), "lease"), interval: 50 * time.Millisecond, misses: 3}
+	h := &haLab{t: t, lab: lab, fence: filepath.Join(t.TempDir(), "arbiter.sock"), arbiter: &ha.Arbiter{}, interval: 50 * time.Millisecond, misses: 3}
+	h.serveArbiter()
+	t.Cleanup(func() { h.arbStop() })
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -237,6 +241,20 @@ func newHALab(t testing.TB) *haLab {
 		}
 	})
 	return h
+}
+
+// serveArbiter (re)starts serving the lease on h.fence: the lab's
+// stand-in for the API server holding a Lease.
+func (h *haLab) serveArbiter() {
+	h.t.Helper()
+	ln, err := net.Listen("unix", h.fence)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = h.arbiter.Serve(ctx, ln) }()
+	h.arbStop = func() { cancel(); <-done }
 }
 
 func (h *haLab) detection() time.Duration { return time.Duration(h.misses) * h.interval }

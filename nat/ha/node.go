@@ -127,8 +127,8 @@ type Replica struct {
 	stopTx context.CancelFunc
 	txDone chan struct{}
 	// leaseUntil is when this replica's lease runs out as far as it
-	// knows (from the start of its last successful renewal).
-	leaseUntil time.Time
+	// knows (from the start of its last successful renewal), unix ns.
+	leaseUntil atomic.Int64
 }
 
 // Role returns the replica's current role.
@@ -329,7 +329,7 @@ func (r *Replica) step(ctx context.Context, healthy bool) {
 			}
 			return
 		}
-		r.leaseUntil = start.Add(cfg.LeaseTTL)
+		r.leaseUntil.Store(start.Add(cfg.LeaseTTL).UnixNano())
 		reason := "peer silent"
 		if !silent {
 			reason = fmt.Sprintf("peer %s (healthy=%t)", pb.Role, pb.Healthy)
@@ -344,16 +344,22 @@ func (r *Replica) step(ctx context.Context, healthy bool) {
 		err := cfg.Fence.Acquire(fctx, cfg.ID, cfg.LeaseTTL)
 		switch {
 		case err == nil:
-			r.leaseUntil = start.Add(cfg.LeaseTTL)
+			r.leaseUntil.Store(start.Add(cfg.LeaseTTL).UnixNano())
 		case errors.Is(err, ErrHeld):
 			r.stepDown("lease taken by the peer")
-		case time.Now().Add(2 * cfg.Interval).After(r.leaseUntil):
+		case !r.leaseValid(2 * cfg.Interval):
 			// The lease could run out before the next turn (a turn
 			// may come late on a busy node): stop answering now,
 			// before the peer may take it.
 			r.stepDown(fmt.Sprintf("lease not renewed: %v", err))
 		}
 	}
+}
+
+// leaseValid reports whether this replica's lease still runs for more than
+// margin.
+func (r *Replica) leaseValid(margin time.Duration) bool {
+	return time.Now().Add(margin).UnixNano() < r.leaseUntil.Load()
 }
 
 func (r *Replica) becomeActive(ctx context.Context, reason string) {
@@ -387,6 +393,12 @@ func (r *Replica) becomeActive(ctx context.Context, reason string) {
 			case <-sctx.Done():
 				return
 			case <-time.After(d):
+			}
+			// Not on a lease that may have run out: a replica that was
+			// stopped and resumes would pull the addresses back from
+			// the new active before its loop notices.
+			if sctx.Err() != nil || !r.leaseValid(2*cfg.Interval) {
+				return
 			}
 			_ = r.plumb.Announce(cfg.ExternalInterface, cfg.EIPs)
 			_ = r.plumb.Announce(cfg.InternalInterface, cfg.LanIPs)

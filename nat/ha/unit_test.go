@@ -3,6 +3,8 @@ package ha
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -11,13 +13,39 @@ import (
 	"time"
 )
 
-// TestFileFence: one holder at a time; renewal by the holder; takeover
-// only after expiry; release frees it at once; bad content and bad
-// holders are refused with the value named.
-func TestFileFence(t *testing.T) {
+// TestFence: one holder at a time; renewal by the holder; takeover only
+// after expiry; release frees it at once; bad holders are refused. For the
+// file fence and the socket arbiter alike; a corrupt lease file and an
+// arbiter that is gone are errors, not ErrHeld.
+func TestFence(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "lease")
-	f := FileFence{Path: path}
+	sock := filepath.Join(t.TempDir(), "arbiter.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = (&Arbiter{}).Serve(actx, ln) }()
+	for _, f := range []Fence{FileFence{Path: path}, SocketFence{Path: sock}} {
+		t.Run(fmt.Sprintf("%T", f), func(t *testing.T) { fenceSteps(t, f) })
+	}
+	stop()
+	<-done
+	if err := (SocketFence{Path: sock}).Acquire(ctx, "a", time.Second); err == nil || errors.Is(err, ErrHeld) {
+		t.Fatalf("arbiter gone: %v, want an error that is not ErrHeld", err)
+	}
+	if err := os.WriteFile(path, []byte("garbage\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := (FileFence{Path: path}).Acquire(ctx, "a", time.Second); err == nil || !strings.Contains(err.Error(), "garbage") {
+		t.Fatalf("corrupt lease: %v, want an error naming the content", err)
+	}
+}
+
+func fenceSteps(t *testing.T, f Fence) {
+	ctx := context.Background()
 	const ttl = 100 * time.Millisecond
 	steps := []struct {
 		what    string
@@ -46,12 +74,6 @@ func TestFileFence(t *testing.T) {
 		case s.wantErr != nil && s.wantErr != errAny && !errors.Is(err, s.wantErr):
 			t.Fatalf("%s: %v, want %v", s.what, err, s.wantErr)
 		}
-	}
-	if err := os.WriteFile(path, []byte("garbage\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Acquire(ctx, "a", ttl); err == nil || !strings.Contains(err.Error(), "garbage") {
-		t.Fatalf("corrupt lease: %v, want an error naming the content", err)
 	}
 }
 
