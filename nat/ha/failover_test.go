@@ -377,3 +377,31 @@ func TestFenceLost(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestStandbyRestart restarts the standby during traffic with an empty
+// conntrack table (its agent killed, its table flushed: a new pod): the
+// active's stream reconnects and a full dump gives it every entry back,
+// so a failover right after keeps every flow.
+func TestStandbyRestart(t *testing.T) {
+	h := newHALab(t)
+	fs := h.up()
+	h.kill(1)
+	if _, err := netlab.Exec(context.Background(), h.r[1].ns, "", "conntrack", "-F"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.translated(1)); n != 0 {
+		t.Fatalf("standby still has %d NATed entries after the flush", n)
+	}
+	h.mu.Lock()
+	h.r[1].stats = agentStats{}
+	h.mu.Unlock()
+	restarted := time.Now()
+	h.start(1)
+	h.waitSynced(1)
+	h.waitReplicated(0, 1)
+	t.Logf("restarted standby synced %s after its start", time.Since(restarted).Round(time.Millisecond))
+	g := h.failover(fs, 0, h.podGone(0))
+	h.waitActive(1, time.Second)
+	h.checkGaps("kill gwa after the standby's restart", g)
+	closeFlows(t, fs)
+}
