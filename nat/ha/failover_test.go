@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func (h *haLab) up() []*flow {
 // waitSynced waits until replica i's receiver completed a full dump.
 func (h *haLab) waitSynced(i int) {
 	h.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		h.mu.Lock()
 		d := h.r[i].stats.Recv.Dumps
@@ -44,7 +45,10 @@ func (h *haLab) waitSynced(i int) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	h.t.Fatalf("replica %s never synced", h.r[i].name)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.t.Fatalf("replica %s not synced after 10 s (stats %+v); last logs:\n%s\n%s", h.r[i].name, h.r[i].stats.Recv,
+		strings.Join(h.r[0].logs, "\n"), strings.Join(h.r[1].logs, "\n"))
 }
 
 // translated returns the NATed flows (through an EIP) of replica i's

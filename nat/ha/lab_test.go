@@ -76,7 +76,7 @@ func runAgent(specJSON string) int {
 		Interval: s.Interval, Misses: s.Misses, Fence: ha.SocketFence{Path: s.FencePath},
 		Log: funcr.New(func(prefix, args string) {
 			say("LOG %s %s", prefix, args)
-		}, funcr.Options{}),
+		}, funcr.Options{Verbosity: 1}),
 		OnRole: func(r ha.Role, reason string) {
 			say("ROLE %s %d %s", r, time.Now().UnixNano(), reason)
 		},
@@ -131,6 +131,7 @@ type replica struct {
 	done   chan struct{}
 	events []roleEvent
 	stats  agentStats
+	logs   []string // the agent's last log lines
 }
 
 type roleEvent struct {
@@ -296,8 +297,16 @@ func (h *haLab) start(i int) {
 				h.mu.Lock()
 				r.events = append(r.events, ev)
 				h.mu.Unlock()
-			case len(f) >= 2 && f[0] == "LOG" && os.Getenv("NATGW_HA_DEBUG") != "":
-				fmt.Fprintf(os.Stderr, "%s %s\n", r.name, sc.Text())
+			case len(f) >= 2 && f[0] == "LOG":
+				h.mu.Lock()
+				r.logs = append(r.logs, sc.Text())
+				if len(r.logs) > 40 {
+					r.logs = r.logs[1:]
+				}
+				h.mu.Unlock()
+				if os.Getenv("NATGW_HA_DEBUG") != "" {
+					fmt.Fprintf(os.Stderr, "%s %s\n", r.name, sc.Text())
+				}
 			case len(f) >= 2 && f[0] == "STATS":
 				var st agentStats
 				if json.Unmarshal([]byte(strings.TrimPrefix(sc.Text(), "STATS ")), &st) == nil {
