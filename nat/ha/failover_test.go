@@ -105,19 +105,28 @@ func (h *haLab) podGone(i int) func() {
 	}
 }
 
-// podBack undoes podGone: interfaces up, agent restarted (as standby,
-// synced from the active).
+// podBack undoes podGone: the agent restarts (as standby) and removes the
+// floating addresses the killed one left, then the interfaces come up and
+// it is synced from the active. (Interfaces up first would let the stale
+// addresses answer ARP and pull flows onto stale conntrack entries.)
 func (h *haLab) podBack(i int) {
 	h.t.Helper()
+	h.mu.Lock()
+	h.r[i].stats = agentStats{}
+	h.mu.Unlock()
+	h.start(i)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(h.floating(i)) != 0 {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("restarted %s still holds %v", h.r[i].name, h.floating(i))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	for _, dev := range []string{"net1", "eth0"} {
 		if err := netlab.SetLink(h.r[i].ns, dev, true); err != nil {
 			h.t.Fatal(err)
 		}
 	}
-	h.mu.Lock()
-	h.r[i].stats = agentStats{}
-	h.mu.Unlock()
-	h.start(i)
 	h.waitSynced(i)
 	if h.role(i) == "active" {
 		h.t.Fatalf("restarted replica %s took the lead from a live active", h.r[i].name)

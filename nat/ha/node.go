@@ -316,7 +316,11 @@ func (r *Replica) step(ctx context.Context, healthy bool) {
 		if !healthy {
 			return
 		}
-		if !silent && pb.Role == RoleActive {
+		if !silent && (pb.Role == RoleActive || pb.Seq == 0) {
+			// The peer leads, or this replica just started and has
+			// not heard it yet: a live active renews its lease, but
+			// a busy one may renew late, and taking over from a live
+			// active is a needless failover.
 			return
 		}
 		if !silent && pb.Healthy && pb.Synced && !r.recv.Synced() {

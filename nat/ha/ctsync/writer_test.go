@@ -53,6 +53,13 @@ func TestWriterNAT(t *testing.T) {
 			Status: assured | 1<<5, Timeout: 120, Mark: 0xc000020b,
 		},
 	}
+	// The DNAT entry exists already, made by someone else without
+	// liberal tracking (as the kernel makes entries for traffic): the
+	// upsert updates it.
+	if _, err := netlab.Exec(ctx, ns, "", "conntrack", "-I", "-p", "tcp", "-s", "192.0.2.1", "-d", "192.0.2.11", "--sport", "50000", "--dport", "8080",
+		"--state", "ESTABLISHED", "-u", "ASSURED,SEEN_REPLY", "-t", "100", "--dst-nat", "198.51.100.11:7001"); err != nil {
+		t.Fatal(err)
+	}
 	if failed, err := w.Apply(ctx, entries); err != nil || failed != 0 {
 		t.Fatalf("Apply: %d failed: %v", failed, err)
 	}
@@ -96,6 +103,11 @@ func TestWriterNAT(t *testing.T) {
 		}
 		if f.Status&ct.StatusNATMask != want {
 			t.Errorf("%s: NAT status %#x, want %#x", e, f.Status&ct.StatusNATMask, want)
+		}
+		// Replicated TCP is tracked liberally in both directions (the
+		// dump shows the flags in the high byte).
+		if e.Proto == 6 && (e.FlagsOrig>>8&0x08 == 0 || e.FlagsReply>>8&0x08 == 0) {
+			t.Errorf("%s: TCP flags %#04x/%#04x lack BE_LIBERAL", e, e.FlagsOrig, e.FlagsReply)
 		}
 	}
 	del := []Entry{entries[0], entries[0]}
