@@ -46,7 +46,7 @@ func TestFence(t *testing.T) {
 
 func fenceSteps(t *testing.T, f Fence) {
 	ctx := context.Background()
-	const ttl = 100 * time.Millisecond
+	const ttl = 500 * time.Millisecond // steps take far less, even on a busy machine
 	steps := []struct {
 		what    string
 		do      func() error
