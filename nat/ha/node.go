@@ -129,6 +129,9 @@ type Replica struct {
 	// leaseUntil is when this replica's lease runs out as far as it
 	// knows (from the start of its last successful renewal), unix ns.
 	leaseUntil atomic.Int64
+	// healthySince is when this standby's interfaces were last seen
+	// coming up (zero while they are down); loop goroutine only.
+	healthySince time.Time
 }
 
 // Role returns the replica's current role.
@@ -314,6 +317,15 @@ func (r *Replica) step(ctx context.Context, healthy bool) {
 	switch r.Role() {
 	case RoleStandby:
 		if !healthy {
+			r.healthySince = time.Time{}
+			return
+		}
+		if r.healthySince.IsZero() {
+			r.healthySince = time.Now()
+		}
+		if time.Since(r.healthySince) <= r.detection() && (silent || pb.Seq == 0) {
+			// Interfaces just came up: listen for the peer for one
+			// detection interval before asking for the lease.
 			return
 		}
 		if !silent && (pb.Role == RoleActive || pb.Seq == 0) {
