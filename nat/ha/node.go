@@ -247,11 +247,13 @@ func (r *Replica) Run(ctx context.Context) error {
 	peer := net.UDPAddrFromAddrPort(cfg.Peer)
 	for {
 		healthy := r.healthy()
-		r.step(ctx, healthy)
+		// The beat goes out before the turn: a slow fence must not
+		// make this replica look silent.
 		seq++
 		b := beat{Role: r.Role(), Healthy: healthy, Synced: r.recv.Synced() || r.Role() == RoleActive, Seq: seq}
 		// A lost beat is what the peer's detector is for.
 		_, _ = udp.WriteToUDP(b.marshal(), peer)
+		r.step(ctx, healthy)
 		select {
 		case <-ctx.Done():
 			cancel()
@@ -312,7 +314,14 @@ func (r *Replica) step(ctx context.Context, healthy bool) {
 	silent := time.Since(r.peer.seen) > r.detection()
 	pb := r.peer.beat
 	r.mu.Unlock()
-	fctx, cancel := context.WithTimeout(ctx, cfg.Interval)
+	// A fence call may take one interval, or as an active as long as its
+	// lease leaves before the step-down margin (an arbiter that answers
+	// late is not yet an arbiter that is gone).
+	budget := cfg.Interval
+	if r.Role() == RoleActive {
+		budget = max(budget, time.Until(time.Unix(0, r.leaseUntil.Load()))-2*cfg.Interval)
+	}
+	fctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	switch r.Role() {
 	case RoleStandby:
