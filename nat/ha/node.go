@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -167,6 +168,19 @@ func New(cfg Config) (*Replica, error) {
 	if err != nil {
 		plumb.Close()
 		return nil, fmt.Errorf("ha: %w", err)
+	}
+	// Liberal TCP tracking in the whole namespace: entries this replica
+	// made as an earlier active keep the window history of then, and
+	// after the connections ran on the peer their packets are out of
+	// window; strict tracking marks them invalid, they pass untranslated
+	// to the now-local EIP and are answered with resets. natgw drops no
+	// invalid packets, so liberal tracking loses nothing.
+	if err := ns.Do(func() error {
+		return os.WriteFile("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal", []byte("1\n"), 0o644)
+	}); err != nil {
+		plumb.Close()
+		ns.Close()
+		return nil, fmt.Errorf("ha: liberal TCP tracking in %q: %w", cfg.NetNS, err)
 	}
 	recv, err := ctsync.NewReceiver(ns, cfg.Log)
 	if err != nil {
