@@ -318,3 +318,24 @@ func LinkExists(ns, name string) (bool, error) {
 	})
 	return found, err
 }
+
+// SetLink brings interface name in ns up (up true) or down.
+func SetLink(ns, name string, up bool) error {
+	err := withHandle(ns, func(h *handle) error {
+		if up {
+			return h.linkUp(name)
+		}
+		l, err := h.link(name)
+		if err != nil {
+			return err
+		}
+		if err := h.h.LinkSetDown(l); err != nil {
+			return fmt.Errorf("set %s down in %s: %w", name, ns, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("netlab: %w", err)
+	}
+	return nil
+}

@@ -238,3 +238,14 @@ func Errno(payload []byte) (code unix.Errno, seq uint32, ok bool) {
 	c := int32(binary.NativeEndian.Uint32(payload[0:4]))
 	return unix.Errno(-c), binary.NativeEndian.Uint32(payload[4+8 : 4+12]), true
 }
+
+// Join subscribes the socket to multicast groups (NETLINK_ADD_MEMBERSHIP),
+// e.g. ctnetlink's event groups.
+func (s *Socket) Join(groups ...int) error {
+	for _, g := range groups {
+		if err := unix.SetsockoptInt(s.fd, unix.SOL_NETLINK, unix.NETLINK_ADD_MEMBERSHIP, g); err != nil {
+			return fmt.Errorf("netlink socket: join group %d: %w", g, err)
+		}
+	}
+	return nil
+}

@@ -110,12 +110,13 @@ func init() {
 		"version": {"print the version", cmdVersion},
 		"pause":   {"sleep until SIGTERM/SIGINT (container entrypoint)", cmdPause},
 		"compat":  {"run a Kube-OVN nat-gateway.sh subcommand: compat OP RULE...", cmdCompat},
+		"ha":      {"run one replica of an active/standby gateway (nat/ha)", cmdHA},
 	}
 }
 
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "usage: natgw [global flags] COMMAND [flags] [args]\n\ncommands:\n")
-	for _, name := range []string{"serve", "apply", "sync", "delete", "list", "info", "version", "pause", "compat"} {
+	for _, name := range []string{"serve", "apply", "sync", "delete", "list", "info", "version", "pause", "compat", "ha"} {
 		fmt.Fprintf(w, "  %-8s %s\n", name, commands[name].summary)
 	}
 	fmt.Fprintf(w, "\nglobal flags:\n")

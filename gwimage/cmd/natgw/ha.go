@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/natgw/natgw/nat/ha"
+)
+
+// prefixList is a repeatable flag of address/length values (also
+// comma-separated).
+type prefixList []netip.Prefix
+
+func (p *prefixList) String() string {
+	var s []string
+	for _, x := range *p {
+		s = append(s, x.String())
+	}
+	return strings.Join(s, ",")
+}
+
+func (p *prefixList) Set(v string) error {
+	for _, f := range strings.Split(v, ",") {
+		x, err := netip.ParsePrefix(strings.TrimSpace(f))
+		if err != nil {
+			return fmt.Errorf("%q: want IPv4 address/length", f)
+		}
+		*p = append(*p, x)
+	}
+	return nil
+}
+
+// haFlags are the flags of `natgw ha`.
+type haFlags struct {
+	id, local, peer        string
+	eips, lanIPs           prefixList
+	interval, lease        time.Duration
+	misses                 int
+	fenceSocket, fenceFile string
+}
+
+// haConfig checks the flags and returns the replica's configuration; the
+// error names the flag and the value.
+func (f *haFlags) haConfig(g *globals) (ha.Config, error) {
+	cfg := ha.Config{ID: f.id, NetNS: g.netns, ExternalInterface: g.extIface, InternalInterface: g.intIface,
+		EIPs: f.eips, LanIPs: f.lanIPs, Interval: f.interval, Misses: f.misses, LeaseTTL: f.lease}
+	var err error
+	if cfg.Local, err = netip.ParseAddrPort(f.local); err != nil {
+		return cfg, fmt.Errorf("--local %q: want ip:port (this replica's own internal address)", f.local)
+	}
+	if cfg.Peer, err = netip.ParseAddrPort(f.peer); err != nil {
+		return cfg, fmt.Errorf("--peer %q: want ip:port (the other replica's internal address)", f.peer)
+	}
+	switch {
+	case f.fenceSocket != "" && f.fenceFile != "":
+		return cfg, errors.New("--fence-socket and --fence-file: give one")
+	case f.fenceSocket != "":
+		cfg.Fence = ha.SocketFence{Path: f.fenceSocket}
+	case f.fenceFile != "":
+		cfg.Fence = ha.FileFence{Path: f.fenceFile}
+	default:
+		return cfg, errors.New("no fence: give --fence-socket or --fence-file (a Kubernetes Lease fence is not implemented yet)")
+	}
+	if len(f.eips) == 0 && len(f.lanIPs) == 0 {
+		return cfg, errors.New("no floating address: give --eip and/or --lan-ip")
+	}
+	return cfg, nil
+}
+
+// cmdHA runs one replica of an active/standby gateway until SIGTERM or
+// SIGINT (see nat/ha/README.md). Role changes go to stdout as JSON lines.
+func cmdHA(ctx context.Context, e env, g *globals, args []string) int {
+	fs := subFlags("ha", e, g, "ha --local IP:PORT --peer IP:PORT --eip A/L[,...] [--lan-ip A/L] --fence-socket PATH|--fence-file PATH [flags]")
+	host, _ := os.Hostname()
+	var f haFlags
+	fs.StringVar(&f.id, "id", host, "this replica's name (the lease holder)")
+	fs.StringVar(&f.local, "local", "", "own internal address and port: heartbeats (UDP) and the conntrack stream (TCP)")
+	fs.StringVar(&f.peer, "peer", "", "the other replica's internal address and port")
+	fs.Var(&f.eips, "eip", "floating EIP address/length on the external interface (repeatable)")
+	fs.Var(&f.lanIPs, "lan-ip", "floating lanIp address/length on the internal interface (repeatable)")
+	fs.DurationVar(&f.interval, "interval", 50*time.Millisecond, "heartbeat period")
+	fs.IntVar(&f.misses, "misses", 3, "missing heartbeats that mean the peer is gone")
+	fs.DurationVar(&f.lease, "lease", 0, "lease duration (0: (misses+2) × interval)")
+	fs.StringVar(&f.fenceSocket, "fence-socket", "", "unix socket of a lease arbiter (ha.Arbiter)")
+	fs.StringVar(&f.fenceFile, "fence-file", "", "lease file shared by both replicas (one host)")
+	if code, ok := noArgs(fs, args); !ok {
+		return code
+	}
+	cfg, err := f.haConfig(g)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "natgw ha: %v\n", err)
+		return exitUsage
+	}
+	cfg.Log = g.logger(e.stderr)
+	enc := json.NewEncoder(e.stdout)
+	cfg.OnRole = func(r ha.Role, reason string) {
+		_ = enc.Encode(map[string]string{"role": r.String(), "reason": reason, "time": time.Now().UTC().Format(time.RFC3339Nano)})
+	}
+	r, err := ha.New(cfg)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "natgw ha: %v\n", err)
+		return exitFail
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := r.Run(ctx); err != nil {
+		fmt.Fprintf(e.stderr, "natgw ha: %v\n", err)
+		return exitFail
+	}
+	return exitOK
+}
+
+var _ flag.Value = (*prefixList)(nil)

@@ -1,0 +1,751 @@
+package ha_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+
+	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/ha"
+	"github.com/natgw/natgw/nat/ha/ctsync"
+	"github.com/natgw/natgw/nat/nattest"
+	"github.com/natgw/natgw/nat/netns"
+	"github.com/natgw/natgw/nat/nftables"
+)
+
+// agentEnv carries an agent's spec (JSON) to the re-executed test binary.
+const agentEnv = "NATGW_HA_AGENT"
+
+// agentSpec is what the lab hands one agent process.
+type agentSpec struct {
+	ID        string
+	Local     netip.AddrPort
+	Peer      netip.AddrPort
+	EIPs      []netip.Prefix
+	LanIPs    []netip.Prefix
+	Interval  time.Duration
+	Misses    int
+	FencePath string
+}
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(agentEnv); spec != "" {
+		os.Exit(runAgent(spec))
+	}
+	os.Exit(m.Run())
+}
+
+// runAgent is the agent process: one replica in the namespace it was
+// started in (nsenter), reporting "ROLE <role> <unix ns> <reason>" and
+// "STATS <json>" lines on stdout.
+func runAgent(specJSON string) int {
+	var s agentSpec
+	if err := json.Unmarshal([]byte(specJSON), &s); err != nil {
+		fmt.Fprintln(os.Stderr, "agent spec:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	var mu sync.Mutex
+	say := func(format string, a ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(os.Stdout, format+"\n", a...)
+	}
+	r, err := ha.New(ha.Config{
+		ID: s.ID, Local: s.Local, Peer: s.Peer, EIPs: s.EIPs, LanIPs: s.LanIPs,
+		Interval: s.Interval, Misses: s.Misses, Fence: ha.SocketFence{Path: s.FencePath},
+		Log: funcr.New(func(prefix, args string) {
+			say("LOG %s %s", prefix, args)
+		}, funcr.Options{Verbosity: 1}),
+		OnRole: func(r ha.Role, reason string) {
+			say("ROLE %s %d %s", r, time.Now().UnixNano(), reason)
+		},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	go func() {
+		for ctx.Err() == nil {
+			time.Sleep(200 * time.Millisecond)
+			st := r.SenderStats()
+			b, _ := json.Marshal(struct {
+				Sent, Dump int64
+				Lags       []time.Duration
+				Recv       any
+			}{st.Sent, st.DumpSent, st.LagSamples, r.ReceiverStats()})
+			say("STATS %s", b)
+		}
+	}()
+	if err := r.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// Lab addresses: the shared networks of netlab's standard topology, with
+// two gateways. Each replica has its own address on each side; the EIPs
+// and the lanIp float.
+var (
+	lanIP  = netip.PrefixFrom(netlab.GWVPCAddr, 24) // 198.51.100.1, the VPC's default route
+	eipFIP = netlab.EIP(0)                          // 192.0.2.10 → vm1
+	eipDN  = netlab.EIP(1)                          // 192.0.2.11 tcp 8080, udp 5353 → vm2
+	eipSN  = netlab.EIP(2)                          // 192.0.2.12 SNAT 198.51.100.0/24
+	vm1    = netlab.VMAddr(0)
+	vm2    = netlab.VMAddr(1)
+)
+
+const (
+	haPort   = 7400
+	echoPort = 7001
+	udpPort  = 7002
+)
+
+type replica struct {
+	name   string
+	ns     string
+	ext    netip.Addr // own address on net1
+	in     netip.Addr // own address on eth0
+	cmd    *exec.Cmd
+	done   chan struct{}
+	events []roleEvent
+	stats  agentStats
+	logs   []string // the agent's last log lines
+}
+
+type roleEvent struct {
+	role   string
+	at     time.Time
+	reason string
+}
+
+type agentStats struct {
+	Sent, Dump int64
+	Lags       []time.Duration
+	Recv       ctsync.ReceiverStats
+}
+
+type haLab struct {
+	t        testing.TB
+	lab      *netlab.Lab
+	ext, vm1 string
+	vm2      string
+	r        [2]*replica
+	fence    string // the arbiter's socket
+	arbiter  *ha.Arbiter
+	arbStop  context.CancelFunc
+	interval time.Duration
+	misses   int
+	mu       sync.Mutex
+}
+
+// newHALab builds:
+//
+//	ext ─┐                         ┌─ vm1 (198.51.100.10)
+//	     xsw br0 ─ net1 gwa eth0 ─ isw br0
+//	             ─ net1 gwb eth0 ─        └─ vm2 (198.51.100.11)
+//
+// and programs the same FIP, DNAT (tcp, udp) and SNAT on both gateways
+// through the nftables data plane (no addresses: the replicas own them).
+func newHALab(t testing.TB) *haLab {
+	t.Helper()
+	lab := netlab.ForTest(t)
+	ctx := context.Background()
+	h := &haLab{t: t, lab: lab, fence: filepath.Join(t.TempDir(), "arbiter.sock"), arbiter: &ha.Arbiter{}, interval: 50 * time.Millisecond, misses: 3}
+	h.serveArbiter()
+	t.Cleanup(func() { h.arbStop() })
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	ns := func(role string) string {
+		n, err := lab.NS(role)
+		must(err)
+		return n
+	}
+	xsw, isw := ns("xsw"), ns("isw")
+	h.ext, h.vm1, h.vm2 = ns("ext"), ns("vm1"), ns("vm2")
+	must(netlab.Bridge(xsw, "br0"))
+	must(netlab.Bridge(isw, "br0"))
+	port := func(sw, name string, e netlab.End) {
+		must(netlab.Veth(e, netlab.End{NS: sw, Name: name}))
+		must(netlab.Enslave(sw, name, "br0"))
+	}
+	pfx := func(a netip.Addr) []netip.Prefix { return []netip.Prefix{netip.PrefixFrom(a, 24)} }
+	port(xsw, "ext", netlab.End{NS: h.ext, Name: "eth0", Addrs: pfx(netlab.ExtAddr)})
+	port(isw, "vm1", netlab.End{NS: h.vm1, Name: "eth0", Addrs: pfx(vm1)})
+	port(isw, "vm2", netlab.End{NS: h.vm2, Name: "eth0", Addrs: pfx(vm2)})
+	for _, vm := range []string{h.vm1, h.vm2} {
+		must(netlab.AddRoute(vm, netip.MustParsePrefix("0.0.0.0/0"), netlab.GWVPCAddr, "eth0"))
+	}
+	objs := []nat.Object{
+		nattest.EIP(nattest.UID(nat.KindEIP, 0), eipFIP),
+		nattest.EIP(nattest.UID(nat.KindEIP, 1), eipDN),
+		nattest.EIP(nattest.UID(nat.KindEIP, 2), eipSN),
+		nattest.FIP(nattest.UID(nat.KindFIP, 0), eipFIP, vm1),
+		nattest.DNAT(nattest.UID(nat.KindDNAT, 0), eipDN, nat.TCP, 8080, vm2, echoPort),
+		nattest.DNAT(nattest.UID(nat.KindDNAT, 1), eipDN, nat.UDP, 5353, vm2, udpPort),
+		nattest.SNAT(nattest.UID(nat.KindSNAT, 0), eipSN, netlab.VPCNet, false),
+	}
+	for i, name := range []string{"gwa", "gwb"} {
+		r := &replica{name: name, ns: ns(name),
+			ext: netip.AddrFrom4([4]byte{192, 0, 2, byte(251 + i)}),
+			in:  netip.AddrFrom4([4]byte{198, 51, 100, byte(2 + i)})}
+		port(xsw, name, netlab.End{NS: r.ns, Name: "net1", Addrs: pfx(r.ext)})
+		port(isw, name, netlab.End{NS: r.ns, Name: "eth0", Addrs: pfx(r.in)})
+		must(netlab.Sysctl(r.ns, "net.ipv4.ip_forward", "1"))
+		dp, err := nftables.New(ctx, nat.Config{NetNS: r.ns}, nftables.WithoutPlumbing())
+		must(err)
+		must(dp.Apply(ctx, objs...))
+		must(dp.Close())
+		h.r[i] = r
+	}
+	for _, s := range []struct {
+		ns   string
+		addr string
+	}{{h.vm1, "0.0.0.0:7001"}, {h.vm2, "0.0.0.0:7001"}, {h.ext, "0.0.0.0:7001"}} {
+		_, err := lab.ServeTCP(ctx, s.ns, s.addr)
+		must(err)
+	}
+	_, err := lab.ServeUDP(ctx, h.vm2, "0.0.0.0:7002")
+	must(err)
+	t.Cleanup(func() {
+		for _, r := range h.r {
+			if r.cmd != nil && r.cmd.Process != nil {
+				_ = r.cmd.Process.Signal(syscall.SIGCONT)
+				_ = r.cmd.Process.Kill()
+				<-r.done
+			}
+		}
+	})
+	return h
+}
+
+// serveArbiter (re)starts serving the lease on h.fence: the lab's
+// stand-in for the API server holding a Lease.
+func (h *haLab) serveArbiter() {
+	h.t.Helper()
+	ln, err := net.Listen("unix", h.fence)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = h.arbiter.Serve(ctx, ln) }()
+	h.arbStop = func() { cancel(); <-done }
+}
+
+func (h *haLab) detection() time.Duration { return time.Duration(h.misses) * h.interval }
+
+// start runs replica i's agent in its namespace.
+func (h *haLab) start(i int) {
+	h.t.Helper()
+	r, peer := h.r[i], h.r[1-i]
+	spec, _ := json.Marshal(agentSpec{
+		ID: r.name, Local: netip.AddrPortFrom(r.in, haPort), Peer: netip.AddrPortFrom(peer.in, haPort),
+		EIPs:     []netip.Prefix{netip.PrefixFrom(eipFIP, 24), netip.PrefixFrom(eipDN, 24), netip.PrefixFrom(eipSN, 24)},
+		LanIPs:   []netip.Prefix{lanIP},
+		Interval: h.interval, Misses: h.misses, FencePath: h.fence,
+	})
+	cmd := netlab.Command(context.Background(), r.ns, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), agentEnv+"="+string(spec))
+	cmd.Stderr = &prefixWriter{t: h.t, prefix: r.name + ": "}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		h.t.Fatalf("start agent %s: %v", r.name, err)
+	}
+	r.cmd, r.done = cmd, make(chan struct{})
+	go func() {
+		defer close(r.done)
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 64<<20)
+		for sc.Scan() {
+			f := strings.SplitN(sc.Text(), " ", 4)
+			switch {
+			case len(f) >= 3 && f[0] == "ROLE":
+				ns, _ := strconv.ParseInt(f[2], 10, 64)
+				ev := roleEvent{role: f[1], at: time.Unix(0, ns)}
+				if len(f) == 4 {
+					ev.reason = f[3]
+				}
+				h.mu.Lock()
+				r.events = append(r.events, ev)
+				h.mu.Unlock()
+			case len(f) >= 2 && f[0] == "LOG":
+				h.mu.Lock()
+				r.logs = append(r.logs, sc.Text())
+				if len(r.logs) > 40 {
+					r.logs = r.logs[1:]
+				}
+				h.mu.Unlock()
+				if os.Getenv("NATGW_HA_DEBUG") != "" {
+					fmt.Fprintf(os.Stderr, "%s %s\n", r.name, sc.Text())
+				}
+			case len(f) >= 2 && f[0] == "STATS":
+				var st agentStats
+				if json.Unmarshal([]byte(strings.TrimPrefix(sc.Text(), "STATS ")), &st) == nil {
+					h.mu.Lock()
+					r.stats = st
+					h.mu.Unlock()
+				}
+			}
+		}
+		_ = cmd.Wait()
+	}()
+}
+
+type prefixWriter struct {
+	t      testing.TB
+	prefix string
+}
+
+func (w *prefixWriter) Write(p []byte) (int, error) {
+	for _, l := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		if l != "" {
+			fmt.Fprintln(os.Stderr, w.prefix+l)
+		}
+	}
+	return len(p), nil
+}
+
+// role returns replica i's last reported role ("standby" before any).
+func (h *haLab) role(i int) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ev := h.r[i].events; len(ev) > 0 {
+		return ev[len(ev)-1].role
+	}
+	return "standby"
+}
+
+func (h *haLab) activeAt(i int, since time.Time) (time.Time, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, ev := range h.r[i].events {
+		if ev.role == "active" && !ev.at.Before(since) {
+			return ev.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// waitActive waits until exactly replica i reports active.
+func (h *haLab) waitActive(i int, within time.Duration) {
+	h.t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if h.role(i) == "active" && h.role(1-i) != "active" {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.t.Fatalf("replica %s not the single active after %s (roles %s/%s)", h.r[i].name, within, h.role(0), h.role(1))
+}
+
+// overlap returns how long both replicas reported active at the same time
+// between from and to.
+func (h *haLab) overlap(from, to time.Time) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	spans := func(evs []roleEvent) [][2]time.Time {
+		var out [][2]time.Time
+		var start time.Time
+		on := false
+		for _, ev := range evs {
+			switch {
+			case ev.role == "active" && !on:
+				start, on = ev.at, true
+			case ev.role != "active" && on:
+				out = append(out, [2]time.Time{start, ev.at})
+				on = false
+			}
+		}
+		if on {
+			out = append(out, [2]time.Time{start, to})
+		}
+		return out
+	}
+	var total time.Duration
+	for _, a := range spans(h.r[0].events) {
+		for _, b := range spans(h.r[1].events) {
+			s := maxTime(a[0], b[0], from)
+			e := minTime(a[1], b[1], to)
+			if e.After(s) {
+				total += e.Sub(s)
+			}
+		}
+	}
+	return total
+}
+
+func maxTime(ts ...time.Time) time.Time {
+	m := ts[0]
+	for _, t := range ts[1:] {
+		if t.After(m) {
+			m = t
+		}
+	}
+	return m
+}
+
+func minTime(ts ...time.Time) time.Time {
+	m := ts[0]
+	for _, t := range ts[1:] {
+		if t.Before(m) {
+			m = t
+		}
+	}
+	return m
+}
+
+// flow is a long-running exchange through the gateway that records when
+// each round trip completed.
+type flow struct {
+	name string
+	mu   sync.Mutex
+	done []time.Time
+	err  error
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+func (f *flow) record(at time.Time) {
+	f.mu.Lock()
+	f.done = append(f.done, at)
+	f.mu.Unlock()
+}
+
+func (f *flow) fail(err error) {
+	f.mu.Lock()
+	if f.err == nil {
+		f.err = err
+	}
+	f.mu.Unlock()
+}
+
+// firstAfter returns the first round trip completed after t.
+func (f *flow) firstAfter(t time.Time) (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, d := range f.done {
+		if d.After(t) {
+			return d, true
+		}
+	}
+	return time.Time{}, false
+}
+
+func (f *flow) close() error {
+	close(f.stop)
+	f.wg.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}
+
+// tcpStream keeps echoing 32-byte messages over one TCP connection from ns
+// to addr every 5 ms. Any error (a reset, 10 s without an answer) ends it.
+func tcpStream(t testing.TB, name, ns, addr string) *flow {
+	t.Helper()
+	c, _, err := netlab.Connect(context.Background(), ns, addr, 3*time.Second)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	f := &flow{name: name, stop: make(chan struct{})}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		defer c.Close()
+		msg := []byte("0123456789abcdef0123456789abcde\n")
+		buf := make([]byte, len(msg))
+		// The probe server echoes what follows the first line.
+		for i := 0; ; i++ {
+			select {
+			case <-f.stop:
+				return
+			default:
+			}
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := c.Write(msg); err != nil {
+				f.fail(fmt.Errorf("%s: write: %w", name, err))
+				return
+			}
+			if _, err := io.ReadFull(c, buf); err != nil {
+				f.fail(fmt.Errorf("%s: read: %w", name, err))
+				return
+			}
+			if string(buf) != string(msg) {
+				f.fail(fmt.Errorf("%s: echo %q, want %q", name, buf, msg))
+				return
+			}
+			f.record(time.Now())
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	return f
+}
+
+// udpFlow sends a datagram from ns to addr every 5 ms over one socket (one
+// conntrack entry) and records each answer.
+func udpFlow(t testing.TB, name, ns, addr string) *flow {
+	t.Helper()
+	var c net.Conn
+	err := netns.Do(ns, func() error {
+		var err error
+		c, err = net.Dial("udp4", addr)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	f := &flow{name: name, stop: make(chan struct{})}
+	f.wg.Add(2)
+	go func() {
+		defer f.wg.Done()
+		buf := make([]byte, 2048)
+		for {
+			_ = c.SetReadDeadline(time.Now().Add(time.Second))
+			if _, err := c.Read(buf); err != nil {
+				select {
+				case <-f.stop:
+					return
+				default:
+				}
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					continue
+				}
+				continue // ICMP errors while a gateway is gone: keep going
+			}
+			f.record(time.Now())
+		}
+	}()
+	go func() {
+		defer f.wg.Done()
+		defer c.Close()
+		for {
+			select {
+			case <-f.stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			_, _ = c.Write([]byte("probe\n"))
+		}
+	}()
+	return f
+}
+
+// flows starts a TCP stream through the FIP, the DNAT and the SNAT and a
+// UDP flow through the DNAT, and waits until each moved data.
+func (h *haLab) flows() []*flow {
+	h.t.Helper()
+	fs := []*flow{
+		tcpStream(h.t, "fip", h.ext, netip.AddrPortFrom(eipFIP, echoPort).String()),
+		tcpStream(h.t, "dnat", h.ext, netip.AddrPortFrom(eipDN, 8080).String()),
+		tcpStream(h.t, "snat", h.vm2, netip.AddrPortFrom(netlab.ExtAddr, echoPort).String()),
+		udpFlow(h.t, "udp-dnat", h.ext, netip.AddrPortFrom(eipDN, 5353).String()),
+	}
+	start := time.Now()
+	for _, f := range fs {
+		for {
+			if _, ok := f.firstAfter(start); ok {
+				break
+			}
+			if time.Since(start) > 5*time.Second {
+				h.t.Fatalf("%s moved no data", f.name)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return fs
+}
+
+// probeNew dials every EIP (and out through the SNAT) with short attempts
+// until each answers and returns when the last one first did.
+func (h *haLab) probeNew(within time.Duration) (time.Time, error) {
+	targets := []struct{ ns, addr string }{
+		{h.ext, netip.AddrPortFrom(eipFIP, echoPort).String()},
+		{h.ext, netip.AddrPortFrom(eipDN, 8080).String()},
+		{h.vm2, netip.AddrPortFrom(netlab.ExtAddr, echoPort).String()},
+	}
+	var mu sync.Mutex
+	var last time.Time
+	var errs []error
+	var wg sync.WaitGroup
+	for _, tg := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deadline := time.Now().Add(within)
+			for {
+				_, err := netlab.Dial(context.Background(), tg.ns, tg.addr, 100*time.Millisecond)
+				if err == nil {
+					mu.Lock()
+					last = maxTime(last, time.Now())
+					mu.Unlock()
+					return
+				}
+				if time.Now().After(deadline) {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("new connection to %s: %w", tg.addr, err))
+					mu.Unlock()
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	return last, errors.Join(errs...)
+}
+
+// gaps is what one failover measured.
+type gaps struct {
+	newConn  time.Duration            // fault → a new connection to every EIP succeeded
+	streams  map[string]time.Duration // fault → the flow moved data again
+	takeover time.Duration            // fault → the new active reported
+}
+
+// failover applies fault to the active replica a and measures until the
+// standby b leads and everything moves again.
+func (h *haLab) failover(fs []*flow, a int, fault func()) gaps {
+	h.t.Helper()
+	b := 1 - a
+	// Let replication settle: every flow's entry is on the standby.
+	time.Sleep(4 * h.interval)
+	if os.Getenv("NATGW_HA_DEBUG") != "" {
+		for _, r := range h.r {
+			out, _ := netlab.Exec(context.Background(), r.ns, "", "conntrack", "-L")
+			fmt.Fprintf(os.Stderr, "== %s\n%s", r.name, out)
+		}
+	}
+	t0 := time.Now()
+	fault()
+	// Measure through b: wait for its takeover (a stopped agent's kernel
+	// may still forward for a while), then probe.
+	g := gaps{streams: map[string]time.Duration{}}
+	for {
+		if at, ok := h.activeAt(b, t0); ok {
+			g.takeover = at.Sub(t0)
+			break
+		}
+		if time.Since(t0) > 10*time.Second {
+			h.t.Fatalf("%s did not take over within 10 s of the fault on %s", h.r[b].name, h.r[a].name)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	last, err := h.probeNew(10 * time.Second)
+	if err != nil {
+		h.t.Fatalf("after the fault on %s: %v", h.r[a].name, err)
+	}
+	g.newConn = last.Sub(t0)
+	deadline := time.Now().Add(10 * time.Second)
+	for _, f := range fs {
+		for {
+			if at, ok := f.firstAfter(t0.Add(g.takeover)); ok {
+				g.streams[f.name] = at.Sub(t0)
+				break
+			}
+			f.mu.Lock()
+			ferr := f.err
+			f.mu.Unlock()
+			if ferr != nil {
+				if os.Getenv("NATGW_HA_DEBUG") != "" {
+					for _, r := range h.r {
+						out, _ := netlab.Exec(context.Background(), r.ns, "", "conntrack", "-L")
+						st, _ := netlab.Exec(context.Background(), r.ns, "", "conntrack", "-S")
+						fmt.Fprintf(os.Stderr, "== after: %s\n%s%s", r.name, out, st)
+					}
+				}
+				h.t.Fatalf("flow broken by the failover: %v", ferr)
+			}
+			if time.Now().After(deadline) {
+				h.t.Fatalf("%s moved no data within 10 s of the fault", f.name)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	return g
+}
+
+func (g gaps) String() string {
+	var s []string
+	for _, k := range slices.Sorted(mapsKeys(g.streams)) {
+		s = append(s, fmt.Sprintf("%s=%s", k, g.streams[k].Round(time.Millisecond)))
+	}
+	return fmt.Sprintf("takeover=%s newconn=%s streams: %s", g.takeover.Round(time.Millisecond), g.newConn.Round(time.Millisecond), strings.Join(s, " "))
+}
+
+func mapsKeys[M ~map[K]V, K comparable, V any](m M) func(func(K) bool) {
+	return func(yield func(K) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func (h *haLab) kill(i int) {
+	r := h.r[i]
+	_ = r.cmd.Process.Signal(syscall.SIGCONT)
+	_ = r.cmd.Process.Kill()
+	<-r.done
+	r.cmd = nil
+	h.mu.Lock()
+	r.events = append(r.events, roleEvent{role: "dead", at: time.Now()})
+	h.mu.Unlock()
+}
+
+// floating returns the floating addresses replica i's namespace holds.
+func (h *haLab) floating(i int) []netip.Prefix {
+	h.t.Helper()
+	var out []netip.Prefix
+	for _, dev := range []string{"net1", "eth0"} {
+		as, err := netlab.Addrs(h.r[i].ns, dev)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		for _, a := range as {
+			if a.Addr() != h.r[i].ext && a.Addr() != h.r[i].in {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
+func closeFlows(t testing.TB, fs []*flow) {
+	t.Helper()
+	for _, f := range fs {
+		if err := f.close(); err != nil {
+			t.Errorf("flow %s: %v", f.name, err)
+		}
+	}
+}

@@ -1,0 +1,491 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/ha/ctsync"
+	"github.com/natgw/natgw/nat/link"
+	"github.com/natgw/natgw/nat/netns"
+)
+
+// Role is a replica's role.
+type Role uint8
+
+// Roles.
+const (
+	RoleStandby Role = 1
+	RoleActive  Role = 2
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleStandby:
+		return "standby"
+	case RoleActive:
+		return "active"
+	}
+	return fmt.Sprintf("role(%d)", uint8(r))
+}
+
+// Config configures one replica of a highly available gateway.
+type Config struct {
+	// ID names this replica (the fence holder); unique per gateway.
+	ID string
+	// NetNS is the gateway's namespace ("": the caller's), as nat.Config.
+	NetNS string
+	// ExternalInterface and InternalInterface default to Kube-OVN's net1
+	// and eth0.
+	ExternalInterface, InternalInterface string
+	// Local is this replica's own (not floating) address and port on the
+	// internal network: heartbeats (UDP) and the conntrack stream (TCP)
+	// use it. Peer is the other replica's.
+	Local, Peer netip.AddrPort
+	// EIPs go on the external interface, LanIPs on the internal one,
+	// while this replica is active.
+	EIPs, LanIPs []netip.Prefix
+	// Interval is the heartbeat period (default 50 ms, at most 1 s);
+	// Misses is how many missing beats mean the peer is gone (default 3).
+	Interval time.Duration
+	Misses   int
+	// LeaseTTL is the fence lease's duration (default Interval*Misses +
+	// 2*Interval). A standby takes over only when the active's lease has
+	// run out, so LeaseTTL bounds the failover gap from below.
+	LeaseTTL time.Duration
+	// Fence decides who may lead.
+	Fence Fence
+	// OnRole, if set, is called (on the replica's loop) at every role
+	// change with the reason.
+	OnRole func(r Role, reason string)
+	Log    logr.Logger
+}
+
+func (c *Config) defaults() error {
+	if c.ExternalInterface == "" {
+		c.ExternalInterface = nat.DefaultExternalInterface
+	}
+	if c.InternalInterface == "" {
+		c.InternalInterface = nat.DefaultInternalInterface
+	}
+	if c.Interval == 0 {
+		c.Interval = 50 * time.Millisecond
+	}
+	if c.Misses == 0 {
+		c.Misses = 3
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = time.Duration(c.Misses+2) * c.Interval
+	}
+	switch {
+	case c.ID == "":
+		return errors.New("ha: config: id is empty")
+	case !c.Local.IsValid() || !c.Local.Addr().Is4() || c.Local.Port() == 0:
+		return fmt.Errorf("ha: config: local %q: want an IPv4 address and a port", c.Local)
+	case !c.Peer.IsValid() || !c.Peer.Addr().Is4() || c.Peer.Port() == 0:
+		return fmt.Errorf("ha: config: peer %q: want an IPv4 address and a port", c.Peer)
+	case c.Interval < time.Millisecond || c.Interval > time.Second:
+		return fmt.Errorf("ha: config: interval %s: want 1ms..1s", c.Interval)
+	case c.Misses < 1 || c.Misses > 100:
+		return fmt.Errorf("ha: config: misses %d: want 1..100", c.Misses)
+	case c.LeaseTTL <= c.Interval:
+		return fmt.Errorf("ha: config: leaseTTL %s: want more than the interval %s", c.LeaseTTL, c.Interval)
+	case c.Fence == nil:
+		return errors.New("ha: config: no fence")
+	}
+	for _, p := range append(append([]netip.Prefix{}, c.EIPs...), c.LanIPs...) {
+		if !p.IsValid() || !p.Addr().Is4() {
+			return fmt.Errorf("ha: config: floating address %q: want IPv4 address/length", p)
+		}
+	}
+	return nil
+}
+
+// Replica runs one replica: heartbeats, the role state machine with its
+// fence, the floating addresses and conntrack replication.
+type Replica struct {
+	cfg   Config
+	plumb *link.Plumber
+	ns    *netns.NS
+	recv  *ctsync.Receiver
+
+	role atomic.Uint32
+	mu   sync.Mutex
+	peer struct {
+		seen time.Time
+		beat beat
+	}
+	sender *ctsync.Sender
+	stopTx context.CancelFunc
+	txDone chan struct{}
+	// leaseUntil is when this replica's lease runs out as far as it
+	// knows (from the start of its last successful renewal), unix ns.
+	leaseUntil atomic.Int64
+	// healthySince is when this standby's interfaces were last seen
+	// coming up (zero while they are down); loop goroutine only.
+	healthySince time.Time
+}
+
+// Role returns the replica's current role.
+func (r *Replica) Role() Role { return Role(r.role.Load()) }
+
+// SenderStats returns the replication counters of the current (or last)
+// term as active; zero when it never was.
+func (r *Replica) SenderStats() ctsync.SenderStats {
+	r.mu.Lock()
+	s := r.sender
+	r.mu.Unlock()
+	if s == nil {
+		return ctsync.SenderStats{}
+	}
+	return s.Stats()
+}
+
+// ReceiverStats returns the standby side's replication counters.
+func (r *Replica) ReceiverStats() ctsync.ReceiverStats { return r.recv.Stats() }
+
+// New checks cfg and opens the replica's namespace and sockets to the
+// kernel; Run runs it.
+func New(cfg Config) (*Replica, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	ncfg := nat.Config{NetNS: cfg.NetNS, ExternalInterface: cfg.ExternalInterface, InternalInterface: cfg.InternalInterface}
+	plumb, err := link.New(ncfg)
+	if err != nil {
+		return nil, fmt.Errorf("ha: %w", err)
+	}
+	ns, err := netns.Open(cfg.NetNS)
+	if err != nil {
+		plumb.Close()
+		return nil, fmt.Errorf("ha: %w", err)
+	}
+	// Liberal TCP tracking in the whole namespace: entries this replica
+	// made as an earlier active keep the window history of then, and
+	// after the connections ran on the peer their packets are out of
+	// window; strict tracking marks them invalid, they pass untranslated
+	// to the now-local EIP and are answered with resets. natgw drops no
+	// invalid packets, so liberal tracking loses nothing.
+	if err := ns.Do(func() error {
+		return os.WriteFile("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal", []byte("1\n"), 0o644)
+	}); err != nil {
+		plumb.Close()
+		ns.Close()
+		return nil, fmt.Errorf("ha: liberal TCP tracking in %q: %w", cfg.NetNS, err)
+	}
+	recv, err := ctsync.NewReceiver(ns, cfg.Log)
+	if err != nil {
+		plumb.Close()
+		ns.Close()
+		return nil, fmt.Errorf("ha: %w", err)
+	}
+	r := &Replica{cfg: cfg, plumb: plumb, ns: ns, recv: recv}
+	r.role.Store(uint32(RoleStandby))
+	return r, nil
+}
+
+func (r *Replica) close() {
+	r.plumb.Close()
+	r.ns.Close()
+}
+
+// listen opens the heartbeat and replication sockets inside the namespace.
+func (r *Replica) listen(ctx context.Context) (*net.UDPConn, net.Listener, error) {
+	var udp *net.UDPConn
+	var ln net.Listener
+	err := r.ns.Do(func() error {
+		var lc net.ListenConfig
+		pc, err := lc.ListenPacket(ctx, "udp4", r.cfg.Local.String())
+		if err != nil {
+			return fmt.Errorf("ha: heartbeat socket on %s: %w", r.cfg.Local, err)
+		}
+		udp = pc.(*net.UDPConn)
+		ln, err = lc.Listen(ctx, "tcp4", r.cfg.Local.String())
+		if err != nil {
+			udp.Close()
+			return fmt.Errorf("ha: replication socket on %s: %w", r.cfg.Local, err)
+		}
+		return nil
+	})
+	return udp, ln, err
+}
+
+// Run runs the replica until ctx ends; it then steps down (removes the
+// floating addresses and releases the lease), releases its resources and
+// returns. A replica starts as standby and first removes floating
+// addresses a previous run may have left. Run is called once.
+func (r *Replica) Run(ctx context.Context) error {
+	defer r.close()
+	cfg := r.cfg
+	if err := r.release(); err != nil {
+		return err
+	}
+	udp, ln, err := r.listen(ctx)
+	if err != nil {
+		return err
+	}
+	defer udp.Close()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	loopCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := r.recv.Serve(loopCtx, ln); err != nil {
+			cfg.Log.Error(err, "replication receiver stopped")
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		r.readBeats(loopCtx, udp)
+	}()
+	// The peer counts as last seen now: a replica that starts alone
+	// waits one detection interval before it leads.
+	r.mu.Lock()
+	r.peer.seen = time.Now()
+	r.mu.Unlock()
+
+	tick := time.NewTicker(cfg.Interval)
+	defer tick.Stop()
+	var seq uint64
+	peer := net.UDPAddrFromAddrPort(cfg.Peer)
+	for {
+		healthy := r.healthy()
+		// The beat goes out before the turn: a slow fence must not
+		// make this replica look silent.
+		seq++
+		b := beat{Role: r.Role(), Healthy: healthy, Synced: r.recv.Synced() || r.Role() == RoleActive, Seq: seq}
+		// A lost beat is what the peer's detector is for.
+		_, _ = udp.WriteToUDP(b.marshal(), peer)
+		r.step(ctx, healthy)
+		select {
+		case <-ctx.Done():
+			cancel()
+			udp.Close()
+			if r.Role() == RoleActive {
+				r.stepDown("stopped")
+			}
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func (r *Replica) readBeats(ctx context.Context, udp *net.UDPConn) {
+	buf := make([]byte, 64)
+	for ctx.Err() == nil {
+		n, from, err := udp.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		if from.Addr().Unmap() != r.cfg.Peer.Addr() {
+			continue
+		}
+		b, err := parseBeat(buf[:n])
+		if err != nil {
+			r.cfg.Log.V(1).Info("bad heartbeat", "from", from.String(), "err", err)
+			continue
+		}
+		r.mu.Lock()
+		if b.Seq > r.peer.beat.Seq || b.Seq == 1 || time.Since(r.peer.seen) > r.detection() {
+			r.peer.seen, r.peer.beat = time.Now(), b
+		}
+		r.mu.Unlock()
+	}
+}
+
+func (r *Replica) detection() time.Duration { return time.Duration(r.cfg.Misses) * r.cfg.Interval }
+
+// healthy reports whether both interfaces are up: a replica without them
+// cannot carry the traffic, so it does not lead.
+func (r *Replica) healthy() bool {
+	for _, dev := range []string{r.cfg.ExternalInterface, r.cfg.InternalInterface} {
+		up, err := r.plumb.Up(dev)
+		if err != nil || !up {
+			return false
+		}
+	}
+	return true
+}
+
+// step is one turn of the role state machine.
+func (r *Replica) step(ctx context.Context, healthy bool) {
+	cfg := r.cfg
+	r.mu.Lock()
+	silent := time.Since(r.peer.seen) > r.detection()
+	pb := r.peer.beat
+	r.mu.Unlock()
+	// A fence call may take one interval, or as an active as long as its
+	// lease leaves before the step-down margin (an arbiter that answers
+	// late is not yet an arbiter that is gone).
+	budget := cfg.Interval
+	if r.Role() == RoleActive {
+		budget = max(budget, time.Until(time.Unix(0, r.leaseUntil.Load()))-2*cfg.Interval)
+	}
+	fctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	switch r.Role() {
+	case RoleStandby:
+		if !healthy {
+			r.healthySince = time.Time{}
+			return
+		}
+		if r.healthySince.IsZero() {
+			r.healthySince = time.Now()
+		}
+		if time.Since(r.healthySince) <= r.detection() && (silent || pb.Seq == 0) {
+			// Interfaces just came up: listen for the peer for one
+			// detection interval before asking for the lease.
+			return
+		}
+		if !silent && (pb.Role == RoleActive || pb.Seq == 0) {
+			// The peer leads, or this replica just started and has
+			// not heard it yet: a live active renews its lease, but
+			// a busy one may renew late, and taking over from a live
+			// active is a needless failover.
+			return
+		}
+		if !silent && pb.Healthy && pb.Synced && !r.recv.Synced() {
+			return // the peer is the better leader; let it take the lease
+		}
+		start := time.Now()
+		if err := cfg.Fence.Acquire(fctx, cfg.ID, cfg.LeaseTTL); err != nil {
+			if !errors.Is(err, ErrHeld) {
+				cfg.Log.Info("fence not reachable; staying standby", "err", err)
+			}
+			return
+		}
+		r.leaseUntil.Store(start.Add(cfg.LeaseTTL).UnixNano())
+		reason := "peer silent"
+		if !silent {
+			reason = fmt.Sprintf("peer %s (healthy=%t)", pb.Role, pb.Healthy)
+		}
+		r.becomeActive(ctx, reason)
+	case RoleActive:
+		if !healthy {
+			r.stepDown("own interface down")
+			return
+		}
+		start := time.Now()
+		err := cfg.Fence.Acquire(fctx, cfg.ID, cfg.LeaseTTL)
+		switch {
+		case err == nil:
+			r.leaseUntil.Store(start.Add(cfg.LeaseTTL).UnixNano())
+		case errors.Is(err, ErrHeld):
+			r.stepDown("lease taken by the peer")
+		case !r.leaseValid(2 * cfg.Interval):
+			// The lease could run out before the next turn (a turn
+			// may come late on a busy node): stop answering now,
+			// before the peer may take it.
+			r.stepDown(fmt.Sprintf("lease not renewed: %v", err))
+		}
+	}
+}
+
+// leaseValid reports whether this replica's lease still runs for more than
+// margin.
+func (r *Replica) leaseValid(margin time.Duration) bool {
+	return time.Now().Add(margin).UnixNano() < r.leaseUntil.Load()
+}
+
+func (r *Replica) becomeActive(ctx context.Context, reason string) {
+	cfg := r.cfg
+	r.recv.Pause(true)
+	if err := r.claim(); err != nil {
+		cfg.Log.Error(err, "takeover failed; stepping back")
+		_ = r.release()
+		_ = cfg.Fence.Release(ctx, cfg.ID)
+		r.recv.Pause(false)
+		return
+	}
+	r.role.Store(uint32(RoleActive))
+	s := &ctsync.Sender{Peer: cfg.Peer.String(), NS: r.ns, Log: cfg.Log}
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	r.mu.Lock()
+	r.sender, r.stopTx, r.txDone = s, stop, done
+	r.mu.Unlock()
+	go func() {
+		defer close(done)
+		if err := s.Run(sctx); err != nil {
+			cfg.Log.Error(err, "conntrack replication stopped")
+		}
+	}()
+	// Announce again shortly after: a neighbour that was busy (or a
+	// bridge that flooded) gets a second chance.
+	go func() {
+		for _, d := range []time.Duration{3 * cfg.Interval, time.Second} {
+			select {
+			case <-sctx.Done():
+				return
+			case <-time.After(d):
+			}
+			// Not on a lease that may have run out: a replica that was
+			// stopped and resumes would pull the addresses back from
+			// the new active before its loop notices.
+			if sctx.Err() != nil || !r.leaseValid(2*cfg.Interval) {
+				return
+			}
+			_ = r.plumb.Announce(cfg.ExternalInterface, cfg.EIPs)
+			_ = r.plumb.Announce(cfg.InternalInterface, cfg.LanIPs)
+		}
+	}()
+	cfg.Log.Info("role change", "role", "active", "reason", reason)
+	if cfg.OnRole != nil {
+		cfg.OnRole(RoleActive, reason)
+	}
+}
+
+func (r *Replica) stepDown(reason string) {
+	cfg := r.cfg
+	// Addresses first: from here on this replica answers for nothing.
+	if err := r.release(); err != nil {
+		cfg.Log.Error(err, "removing floating addresses")
+	}
+	r.role.Store(uint32(RoleStandby))
+	r.mu.Lock()
+	stop, done := r.stopTx, r.txDone
+	r.stopTx, r.txDone = nil, nil
+	r.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Interval)
+	defer cancel()
+	if err := cfg.Fence.Release(ctx, cfg.ID); err != nil {
+		cfg.Log.Info("lease not released (it runs out by itself)", "err", err)
+	}
+	r.recv.Pause(false)
+	cfg.Log.Info("role change", "role", "standby", "reason", reason)
+	if cfg.OnRole != nil {
+		cfg.OnRole(RoleStandby, reason)
+	}
+}
+
+func (r *Replica) claim() error {
+	if err := r.plumb.Claim(r.cfg.ExternalInterface, r.cfg.EIPs); err != nil {
+		return fmt.Errorf("ha: takeover: %w", err)
+	}
+	if err := r.plumb.Claim(r.cfg.InternalInterface, r.cfg.LanIPs); err != nil {
+		return fmt.Errorf("ha: takeover: %w", err)
+	}
+	return nil
+}
+
+func (r *Replica) release() error {
+	return errors.Join(r.plumb.Unclaim(r.cfg.ExternalInterface, r.cfg.EIPs), r.plumb.Unclaim(r.cfg.InternalInterface, r.cfg.LanIPs))
+}

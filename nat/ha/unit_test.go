@@ -1,0 +1,139 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestFence: one holder at a time; renewal by the holder; takeover only
+// after expiry; release frees it at once; bad holders are refused. For the
+// file fence and the socket arbiter alike; a corrupt lease file and an
+// arbiter that is gone are errors, not ErrHeld.
+func TestFence(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "lease")
+	sock := filepath.Join(t.TempDir(), "arbiter.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = (&Arbiter{}).Serve(actx, ln) }()
+	for _, f := range []Fence{FileFence{Path: path}, SocketFence{Path: sock}} {
+		t.Run(fmt.Sprintf("%T", f), func(t *testing.T) { fenceSteps(t, f) })
+	}
+	stop()
+	<-done
+	if err := (SocketFence{Path: sock}).Acquire(ctx, "a", time.Second); err == nil || errors.Is(err, ErrHeld) {
+		t.Fatalf("arbiter gone: %v, want an error that is not ErrHeld", err)
+	}
+	if err := os.WriteFile(path, []byte("garbage\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := (FileFence{Path: path}).Acquire(ctx, "a", time.Second); err == nil || !strings.Contains(err.Error(), "garbage") {
+		t.Fatalf("corrupt lease: %v, want an error naming the content", err)
+	}
+}
+
+func fenceSteps(t *testing.T, f Fence) {
+	ctx := context.Background()
+	const ttl = 500 * time.Millisecond // steps take far less, even on a busy machine
+	steps := []struct {
+		what    string
+		do      func() error
+		wantErr error // nil: success; errAny: any error
+	}{
+		{"a acquires", func() error { return f.Acquire(ctx, "a", ttl) }, nil},
+		{"b is refused", func() error { return f.Acquire(ctx, "b", ttl) }, ErrHeld},
+		{"a renews", func() error { return f.Acquire(ctx, "a", ttl) }, nil},
+		{"b release is a no-op", func() error { return f.Release(ctx, "b") }, nil},
+		{"b still refused", func() error { return f.Acquire(ctx, "b", ttl) }, ErrHeld},
+		{"after expiry b acquires", func() error { time.Sleep(ttl + 20*time.Millisecond); return f.Acquire(ctx, "b", ttl) }, nil},
+		{"a is refused", func() error { return f.Acquire(ctx, "a", ttl) }, ErrHeld},
+		{"b releases", func() error { return f.Release(ctx, "b") }, nil},
+		{"a acquires at once", func() error { return f.Acquire(ctx, "a", ttl) }, nil},
+		{"holder with a blank", func() error { return f.Acquire(ctx, "a b", ttl) }, errAny},
+		{"empty holder", func() error { return f.Acquire(ctx, "", ttl) }, errAny},
+	}
+	for _, s := range steps {
+		err := s.do()
+		switch {
+		case s.wantErr == nil && err != nil:
+			t.Fatalf("%s: %v", s.what, err)
+		case s.wantErr == errAny && err == nil:
+			t.Fatalf("%s: no error", s.what)
+		case s.wantErr != nil && s.wantErr != errAny && !errors.Is(err, s.wantErr):
+			t.Fatalf("%s: %v, want %v", s.what, err, s.wantErr)
+		}
+	}
+}
+
+var errAny = errors.New("any error")
+
+// TestBeat round-trips heartbeats and refuses what is not one.
+func TestBeat(t *testing.T) {
+	for _, b := range []beat{{Role: RoleActive, Healthy: true, Synced: true, Seq: 1}, {Role: RoleStandby, Seq: 1<<63 + 5}} {
+		got, err := parseBeat(b.marshal())
+		if err != nil || got != b {
+			t.Fatalf("round trip of %+v: %+v, %v", b, got, err)
+		}
+	}
+	good := beat{Role: RoleActive, Seq: 1}.marshal()
+	for _, c := range []struct {
+		what string
+		p    []byte
+		want string
+	}{
+		{"short", good[:10], "not a heartbeat"},
+		{"magic", append([]byte("XXXX"), good[4:]...), "not a heartbeat"},
+		{"version", func() []byte { p := append([]byte{}, good...); p[4] = 9; return p }(), "version 9"},
+		{"role", func() []byte { p := append([]byte{}, good...); p[5] = 7; return p }(), "role 7"},
+	} {
+		if _, err := parseBeat(c.p); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error with %q", c.what, err, c.want)
+		}
+	}
+}
+
+// TestConfig refuses bad configurations naming the field and the value.
+func TestConfig(t *testing.T) {
+	ok := func() Config {
+		return Config{ID: "a", Local: netip.MustParseAddrPort("10.0.0.2:7400"), Peer: netip.MustParseAddrPort("10.0.0.3:7400"), Fence: FileFence{Path: "/nonexistent"}}
+	}
+	c := ok()
+	if err := c.defaults(); err != nil {
+		t.Fatalf("good config: %v", err)
+	}
+	if c.Interval != 50*time.Millisecond || c.Misses != 3 || c.LeaseTTL != 250*time.Millisecond {
+		t.Fatalf("defaults: interval %s misses %d lease %s", c.Interval, c.Misses, c.LeaseTTL)
+	}
+	for _, tc := range []struct {
+		what string
+		mod  func(*Config)
+		want string
+	}{
+		{"no id", func(c *Config) { c.ID = "" }, "id"},
+		{"no local", func(c *Config) { c.Local = netip.AddrPort{} }, "local"},
+		{"peer without port", func(c *Config) { c.Peer = netip.MustParseAddrPort("10.0.0.3:0") }, `peer "10.0.0.3:0"`},
+		{"interval", func(c *Config) { c.Interval = 2 * time.Second }, "interval 2s"},
+		{"misses", func(c *Config) { c.Misses = -1 }, "misses -1"},
+		{"lease", func(c *Config) { c.Interval = 100 * time.Millisecond; c.LeaseTTL = 50 * time.Millisecond }, "leaseTTL 50ms"},
+		{"fence", func(c *Config) { c.Fence = nil }, "fence"},
+		{"v6 eip", func(c *Config) { c.EIPs = []netip.Prefix{netip.MustParsePrefix("2001:db8::1/64")} }, "2001:db8::1/64"},
+	} {
+		c := ok()
+		tc.mod(&c)
+		if err := c.defaults(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", tc.what, err, tc.want)
+		}
+	}
+}
