@@ -423,6 +423,7 @@ func s6Run(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab
 		"--leader-elect=false",
 		"--metrics-bind-address", metricsAddr,
 		"--health-probe-bind-address", "0",
+		"--pprof",
 	}}
 	defer ctl.kill()
 
@@ -513,6 +514,7 @@ func s6Run(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab
 		report.SizeLabel(len(eips)+len(rules)), report.Bytes(r.readyRSS), report.Bytes(r.readyHWM), report.Bytes(r.idleRSS))
 
 	phase("every object Ready, queues drained")
+	s6SaveHeap(ctx, e, ctl, "s6-heap-ready.pb.gz")
 	if r.loaded, err = paced("paced, all objects in place", "fip-load"); err != nil {
 		return fmt.Errorf("paced FIPs with the load in place: %w", err)
 	}
@@ -827,6 +829,7 @@ func s6ColdStart(ctx context.Context, e *Env, cp *controlPlane, ctl *ctlProcess,
 	}
 	cs.drained = at.Sub(exec)
 	phase("cold start: until the queues drained")
+	s6SaveHeap(ctx, e, ctl, "s6-heap-cold.pb.gz")
 	if cs.ctlCPU, err = procfs.CPUTime(ctl.pid()); err != nil {
 		return nil, err
 	}
@@ -1120,4 +1123,19 @@ func s6Metrics(e *Env, r *s6Result) {
 			report.NewMetric("s6.paced_loaded.create_ready.p50", "s", report.LowerIsBetter, r.loaded.ready.Median, r.base.ready.Median, baseName),
 			report.NewMetric("s6.paced_loaded.create_ready.p99", "s", report.LowerIsBetter, r.loaded.ready.P99, r.base.ready.P99, baseName))
 	}
+}
+
+// s6SaveHeap writes the controller's heap profile into the output
+// directory (`go tool pprof -top -sample_index=inuse_space FILE`); a failure
+// is reported as progress, not as the scenario's failure.
+func s6SaveHeap(ctx context.Context, e *Env, ctl *ctlProcess, name string) {
+	if e.OutDir == "" {
+		return
+	}
+	path := filepath.Join(e.OutDir, name)
+	if err := ctl.heapProfile(ctx, path); err != nil {
+		e.Progress.Printf("heap profile %s: %v", name, err)
+		return
+	}
+	e.Progress.Printf("heap profile of natgw-controller: %s", path)
 }

@@ -306,6 +306,35 @@ func (p *ctlProcess) metrics(ctx context.Context) (promSamples, error) {
 	return parseProm(string(b))
 }
 
+// heapProfile saves the controller's heap profile (pprof format, from its
+// --pprof endpoint) to path, after a forced GC (debug/pprof/heap?gc=1), so
+// `go tool pprof -top path` names what holds the memory at that point.
+func (p *ctlProcess) heapProfile(ctx context.Context, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metricsAddr+"/debug/pprof/heap?gc=1", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("natgw-controller heap profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("natgw-controller heap profile: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("natgw-controller heap profile: %w", err)
+	}
+	return f.Close()
+}
+
 // ctlLogLine is one line of the controller's JSON log.
 type ctlLogLine struct {
 	Time    time.Time `json:"time"`

@@ -10,6 +10,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"time"
 
@@ -70,6 +72,7 @@ type flags struct {
 	networkSource    string
 	webhookPort      int
 	webhookCertDir   string
+	pprof            bool
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
@@ -100,8 +103,12 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	fs.StringVar(&f.networkSource, "network-source", "", "replace mode: where gateways' networks come from: "+networkKubeOVN+" (Kube-OVN's Subnets: each EIP's prefix length from its external subnet, each gateway's default route via its external subnet's gateway and routes to its VPC's other subnets, as Kube-OVN does) or "+networkConfig+" (--gateway-config's externalPrefixLen and externalGateway, no VPC routes); default "+networkKubeOVN+" with --provision-gateways, else "+networkConfig)
 	fs.IntVar(&f.webhookPort, "webhook-port", 0, "replace mode: serve the validating admission webhook (controller/admission: Kube-OVN's webhook checks of the NAT CRs, which Kube-OVN stops making with its feature off) on this port; 0 disables it. Deploy controller/config/webhook with it")
 	fs.StringVar(&f.webhookCertDir, "webhook-cert-dir", "", "with --webhook-port: directory of the serving certificate (tls.crt, tls.key); default controller-runtime's, $TMPDIR/k8s-webhook-server/serving-certs")
+	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's runtime profiles (net/http/pprof) under /debug/pprof/ on the metrics endpoint (needs --metrics-bind-address)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if f.pprof && f.metricsAddr == "0" {
+		return nil, errors.New("--pprof needs --metrics-bind-address (the profiles are served there)")
 	}
 	if f.networkSource == "" {
 		f.networkSource = networkConfig
@@ -213,10 +220,7 @@ func run() error {
 	if err := v1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	var cacheOpts cache.Options
-	if f.provision {
-		cacheOpts.ByObject = provision.CacheByObject(f.podNamespace)
-	}
+	cacheOpts := cacheOptions(f)
 	var hooks webhook.Server
 	if f.webhookPort != 0 {
 		hooks = webhook.NewServer(webhook.Options{Port: f.webhookPort, CertDir: f.webhookCertDir})
@@ -225,7 +229,7 @@ func run() error {
 		Scheme:                  scheme,
 		WebhookServer:           hooks,
 		Cache:                   cacheOpts,
-		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
+		Metrics:                 metricsOptions(f),
 		HealthProbeBindAddress:  f.probeAddr,
 		LeaderElection:          f.leaderElect,
 		LeaderElectionID:        "natgw-controller.kubeovn.io",
@@ -326,4 +330,31 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 		cfg.QPS = -1
 	}
 	return cfg, nil
+}
+
+// cacheOptions is the informer cache's configuration. natgw never reads
+// managedFields (it writes by patch and server-side apply, which do not need
+// them in the cache), so every cached object is stored without them.
+func cacheOptions(f *flags) cache.Options {
+	o := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	if f.provision {
+		o.ByObject = provision.CacheByObject(f.podNamespace)
+	}
+	return o
+}
+
+// metricsOptions is the metrics endpoint, with Go's runtime profiles under
+// /debug/pprof/ when --pprof is set (bench scenario 6 reads the heap there).
+func metricsOptions(f *flags) metricsserver.Options {
+	o := metricsserver.Options{BindAddress: f.metricsAddr}
+	if f.pprof {
+		o.ExtraHandlers = map[string]http.Handler{
+			"/debug/pprof/":        http.HandlerFunc(pprof.Index),
+			"/debug/pprof/cmdline": http.HandlerFunc(pprof.Cmdline),
+			"/debug/pprof/profile": http.HandlerFunc(pprof.Profile),
+			"/debug/pprof/symbol":  http.HandlerFunc(pprof.Symbol),
+			"/debug/pprof/trace":   http.HandlerFunc(pprof.Trace),
+		}
+	}
+	return o
 }

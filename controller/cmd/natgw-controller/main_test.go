@@ -8,6 +8,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -46,6 +50,11 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--webhook-port=70000"}, "--webhook-port: 70000", nil},
 		{[]string{"--provision-gateways", "--gateway-image=x", "--mode=companion"}, "--mode=replace", nil},
 		{[]string{"--provision-gateways", "--gateway-image=x", "--transport=local", "--gateway-config=/x.yaml"}, "--transport=exec", nil},
+		{[]string{"--pprof", "--metrics-bind-address=127.0.0.1:9090"}, "", func(f *flags) bool {
+			return f.pprof && metricsOptions(f).ExtraHandlers["/debug/pprof/"] != nil
+		}},
+		{nil, "", func(f *flags) bool { return len(metricsOptions(f).ExtraHandlers) == 0 }},
+		{[]string{"--pprof", "--metrics-bind-address=0"}, "--pprof needs --metrics-bind-address", nil},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -91,5 +100,37 @@ current-context: x
 	}
 	if _, err := restConfig(filepath.Join(t.TempDir(), "missing")); err == nil || !strings.Contains(err.Error(), "--kubeconfig") {
 		t.Errorf("missing kubeconfig: %v, want an error naming --kubeconfig", err)
+	}
+}
+
+// TestCacheStripsManagedFields: every kind the cache holds is stored without
+// managedFields (the transform ByObject entries inherit), and nothing else
+// of the object is dropped.
+func TestCacheStripsManagedFields(t *testing.T) {
+	for _, provision := range []bool{false, true} {
+		o := cacheOptions(&flags{provision: provision, podNamespace: "kube-system"})
+		if o.DefaultTransform == nil {
+			t.Fatalf("provision=%v: no default transform", provision)
+		}
+		for obj, bo := range o.ByObject {
+			if bo.Transform != nil {
+				t.Errorf("provision=%v: %T has its own transform, which replaces the default", provision, obj)
+			}
+		}
+		eip := &v1.IptablesEIP{ObjectMeta: metav1.ObjectMeta{
+			Name: "e", UID: "u1", Annotations: map[string]string{"a": "b"}, Finalizers: []string{"f"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}},
+		}, Spec: v1.IptablesEIPSpec{V4ip: "172.31.0.10"}}
+		out, err := o.DefaultTransform(eip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := out.(*v1.IptablesEIP)
+		if len(got.ManagedFields) != 0 {
+			t.Errorf("provision=%v: managedFields kept: %v", provision, got.ManagedFields)
+		}
+		if got.Annotations["a"] != "b" || len(got.Finalizers) != 1 || got.Spec.V4ip != "172.31.0.10" || got.UID != "u1" {
+			t.Errorf("provision=%v: transform dropped more than managedFields: %+v", provision, got)
+		}
 	}
 }
