@@ -164,7 +164,9 @@ func TestHostDiff(t *testing.T) {
 	}{
 		{"same", func(h *host) {}, ""},
 		{"sysctl", func(h *host) { h.sysctls = map[string]string{"net.ipv4.ip_forward": "1"} }, `sysctl net.ipv4.ip_forward: "0" before, "1" after`},
-		{"iptables", func(h *host) { h.iptables = map[string]string{"iptables-nft": "*filter\n:KUBE-FIREWALL - [0:0]\nCOMMIT"} }, "iptables-nft rules"},
+		{"iptables", func(h *host) {
+			h.iptables = map[string]string{"iptables-nft": "*filter\n:KUBE-FIREWALL - [0:0]\nCOMMIT"}
+		}, "iptables-nft rules"},
 		{"nft table", func(h *host) { h.nft = []string{"table ip filter", "table ip nat"} }, `nftables tables: gone [], added ["table ip nat"]`},
 		{"mount", func(h *host) { h.mounts = []string{"/ proc", "/var/lib/kubelet/pods/x tmpfs"} }, `mounts: gone [], added ["/var/lib/kubelet/pods/x tmpfs"]`},
 		{"link", func(h *host) { h.links = []string{"cni0", "lo"} }, `links: gone [], added ["cni0"]`},

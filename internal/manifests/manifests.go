@@ -24,11 +24,20 @@ import (
 // Chart is the chart's directory, relative to the repository.
 const Chart = "charts/natgw-controller"
 
-// Helm is the helm binary `make helm` builds (hack/helm/build.sh).
-func Helm(repo string) string { return filepath.Join(repo, ".cache/helm/bin/helm") }
+// Helm is the helm binary `make helm` builds (hack/helm/build.sh), or
+// $NATGW_HELM when set.
+func Helm(repo string) string { return binary("NATGW_HELM", repo, ".cache/helm/bin/helm") }
 
-// Kubectl is the kubectl binary `make cluster-assets` builds.
-func Kubectl(repo string) string { return filepath.Join(repo, ".cache/cluster/bin/kubectl") }
+// Kubectl is the kubectl binary `make cluster-assets` builds, or
+// $NATGW_KUBECTL when set (e.g. while the cluster's build is still running).
+func Kubectl(repo string) string { return binary("NATGW_KUBECTL", repo, ".cache/cluster/bin/kubectl") }
+
+func binary(env, repo, rel string) string {
+	if p := os.Getenv(env); p != "" {
+		return p
+	}
+	return filepath.Join(repo, rel)
+}
 
 // Missing names the binaries among helm and kubectl that are not built,
 // with the make target that builds them; "" when both are there.
