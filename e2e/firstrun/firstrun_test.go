@@ -208,7 +208,16 @@ func TestFirstRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := fw.StartPodGateway(t, s, c, cs, lab, "first", 1, img)
+	// The gateway pod, deleted explicitly before make cluster-down (a
+	// t.Cleanup would run after the API server is gone).
+	sts := clusterstack.GatewayStatefulSet("first", img)
+	if _, err := cs.AppsV1().StatefulSets(clusterstack.GatewayNamespace).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create statefulset: %v", err)
+	}
+	g := fw.NewPodGateway("first", s.Dataplane)
+	if err := g.Attach(ctx, t, c, cs, lab, 1); err != nil {
+		t.Fatal(err)
+	}
 
 	// kubectl apply -k, as documented.
 	r.do(ctx, cmdApply, 2*time.Minute)
@@ -230,7 +239,12 @@ func TestFirstRun(t *testing.T) {
 	fipTraffic(t, s, g, 1)
 	r.do(ctx, cmdHelmUninstall, 3*time.Minute)
 
-	fw.DeleteStatefulSet(t, cs, clusterstack.GatewayStatefulSet("first", img).Name)
+	fw.DeleteStatefulSet(t, cs, sts.Name)
+	// The lab's namespaces and the VPC host's link on the node's bridge go
+	// before the host is compared.
+	if err := lab.Close(); err != nil {
+		t.Error(err)
+	}
 	c.Detach() // the test's handle only; the cluster keeps running
 	r.do(ctx, cmdClusterDown, 5*time.Minute)
 	down = true
