@@ -349,6 +349,22 @@ func TestTemplateValues(t *testing.T) {
 	}
 }
 
+// TestLint: helm lint --strict passes on the defaults and with every
+// optional part on.
+func TestLint(t *testing.T) {
+	r := repo(t)
+	needBinaries(t, r)
+	for _, set := range [][]string{
+		nil,
+		{"crds.install=true", "webhook.enabled=true", "provisioning.enabled=true", "provisioning.gatewayImage=docker.io/natgw/natgw:0.1.0"},
+		{"webhook.enabled=true", "webhook.certManager.enabled=true"},
+	} {
+		if out, err := manifests.Lint(ctx(t), r, set...); err != nil {
+			t.Errorf("helm lint --set %v: %v\n%s", set, err, out)
+		}
+	}
+}
+
 func container(dep manifests.Object) map[string]any {
 	spec := dep["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
 	return spec["containers"].([]any)[0].(map[string]any)

@@ -129,6 +129,15 @@ func TemplateRaw(ctx context.Context, repo, ns string, set ...string) ([]byte, e
 	return run(ctx, Helm(repo), args...)
 }
 
+// Lint is `helm lint charts/natgw-controller` with each value of set.
+func Lint(ctx context.Context, repo string, set ...string) ([]byte, error) {
+	args := []string{"lint", "--strict", filepath.Join(repo, Chart)}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	return run(ctx, Helm(repo), args...)
+}
+
 func run(ctx context.Context, bin string, args ...string) ([]byte, error) {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, bin, args...)
