@@ -1,8 +1,28 @@
-{{/* Labels of every object: the kustomization's, plus Helm's own. */}}
+{{/* Labels of the objects written here: the kustomization's, plus Helm's own. */}}
 {{- define "natgw.labels" -}}
 app.kubernetes.io/name: natgw-controller
+{{ include "natgw.helmLabels" . }}
+{{- end }}
+
+{{/* Helm's own labels, added to every object. */}}
+{{- define "natgw.helmLabels" -}}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end }}
+
+{{/*
+natgw.fromConfig: an object of controller/config (the file .path, the
+document .doc when the file holds several, through the config link) as a
+dict, with Helm's labels added to its own (.ctx is the root context).
+*/}}
+{{- define "natgw.fromConfig" -}}
+{{- $text := .ctx.Files.Get .path }}
+{{- if hasKey . "doc" }}{{ $text = index (regexSplit "(?m)^---\\s*$" $text -1) .doc }}{{ end }}
+{{- $obj := fromYaml $text }}
+{{- if not $obj.kind }}{{ fail (printf "chart: %s holds no object (is the config link to controller/config there?)" .path) }}{{ end }}
+{{- $labels := merge (include "natgw.helmLabels" .ctx | fromYaml) ($obj.metadata.labels | default dict) }}
+{{- $_ := set $obj.metadata "labels" $labels }}
+{{- toYaml $obj }}
 {{- end }}
 
 {{/* The controller image: repository:tag, tag defaulting to appVersion. */}}
