@@ -42,8 +42,8 @@ cluster-images: image
 	  -base $(NATGW_OUT)/natgw-image.tar -o $(CLUSTER_IPTABLES_IMAGE) >/dev/null
 
 cluster-up: cluster-assets cluster-images
-	@$(GO) run ./internal/cluster/cmd/natgw-cluster -repo $(CURDIR) up \
-	  -image $(NATGW_OUT)/natgw-image.tar -image $(NATGW_OUT)/natgw-controller-image.tar -image $(CLUSTER_IPTABLES_IMAGE)
+	@$(GO) run ./internal/cluster/cmd/natgw-cluster -repo $(CURDIR) \
+	  -image $(NATGW_OUT)/natgw-image.tar -image $(NATGW_OUT)/natgw-controller-image.tar -image $(CLUSTER_IPTABLES_IMAGE) up
 
 cluster-down:
 	@$(GO) run ./internal/cluster/cmd/natgw-cluster -repo $(CURDIR) down

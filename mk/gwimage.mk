@@ -11,7 +11,11 @@
 #
 # gwimage/Dockerfile builds the same layout with Docker.
 
-NATGW_VERSION ?= 0.1.0
+# The version of every image `make image` builds: gwimage/version/RELEASE,
+# the one place it is written (controller/config and the Helm chart reference
+# it; charts/chart_test.go checks). Overriding it here builds images the
+# shipped manifests do not name.
+NATGW_VERSION ?= $(shell cat $(CURDIR)/gwimage/version/RELEASE)
 NATGW_OUT := $(CURDIR)/gwimage/out
 NATGW_LDFLAGS := -s -w -buildid= -X github.com/natgw/natgw/gwimage/version.Version=$(NATGW_VERSION)
 FUZZTIME ?= 5s

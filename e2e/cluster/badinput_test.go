@@ -81,7 +81,7 @@ func TestGatewayNotRunning(t *testing.T) {
 		// The pod comes back under the same name.
 		upAt := time.Now()
 		scaleGateway(t, s.Ctx, cs, name, 1)
-		if err := g.attach(s.Ctx, t, cs, lab, 1); err != nil {
+		if err := g.Attach(s.Ctx, t, env.c, cs, lab, 1); err != nil {
 			t.Fatal(err)
 		}
 		s.WaitReady(gwObj, eips[0], eips[1], eips[2], keep, added)
@@ -146,7 +146,7 @@ func TestExecStartFails(t *testing.T) {
 			t.Fatal(err)
 		}
 		old := g.Pod
-		if err := g.attach(s.Ctx, t, cs, lab, 1); err != nil {
+		if err := g.Attach(s.Ctx, t, env.c, cs, lab, 1); err != nil {
 			t.Fatal(err)
 		}
 		if g.Pod.Name != old.Name || g.Pod.UID == old.UID {

@@ -67,7 +67,7 @@ func TestFaults(t *testing.T) {
 				if err := cs.CoreV1().Pods(gatewayNamespace).Delete(ctx, g.Pod.Name, metav1.DeleteOptions{}); err != nil {
 					return err
 				}
-				return g.attach(ctx, t, cs, lab, len(g.VMs))
+				return g.Attach(ctx, t, env.c, cs, lab, len(g.VMs))
 			}},
 			{"exec-stream-cut", func(context.Context) error {
 				_, err := killAgents(g.NetNS)

@@ -147,12 +147,11 @@ func TestUpstreamPodShapes(t *testing.T) {
 	if _, err := cs.AppsV1().StatefulSets(gatewayNamespace).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create statefulset: %v", err)
 	}
-	t.Cleanup(func() { deleteStatefulSet(t, cs, sts.Name) })
-	g := &podGateway{dp: dp, Topology: &fw.Topology{Name: name, Gateway: &netlab.Gateway{
-		Name: name, ExternalInterface: "net1", InternalInterface: "eth0"}}}
+	t.Cleanup(func() { fw.DeleteStatefulSet(t, cs, sts.Name) })
+	g := fw.NewPodGateway(name, dp)
 	// attach also sets ip_forward=1 in the pod: v1.13.4's pod has no
 	// PostStart, so this is the test's stand-in for the node's setting.
-	if err := g.attach(ctx, t, cs, lab, 2); err != nil {
+	if err := g.Attach(ctx, t, env.c, cs, lab, 2); err != nil {
 		t.Fatal(err)
 	}
 	podIn := time.Since(t0)

@@ -314,12 +314,26 @@ func cleanupStale(ctx context.Context, logf func(string, ...any)) error {
 	return nil
 }
 
+// LockFDEnv names the environment variable holding an inherited file
+// descriptor of LockPath whose open file already holds the lock: a parent
+// that keeps the cluster across several natgw-cluster runs (e2e/firstrun
+// around `make cluster-up` ... `make cluster-down`, during which no other
+// run may take the cluster) passes it, and Up and Attach use it instead of
+// waiting for the lock their parent holds.
+const LockFDEnv = "NATGW_CLUSTER_LOCK_FD"
+
+// Lock takes LockPath exclusively, waiting while another cluster user
+// holds it (as Up does), for a caller that hands it to natgw-cluster runs
+// through LockFDEnv. Closing the file releases it.
+func Lock(ctx context.Context) (*os.File, error) { return acquireLock(ctx) }
+
 // acquireLock takes LockPath exclusively, waiting while another cluster
-// user holds it.
+// user holds it; with LockFDEnv set, on the inherited descriptor (which
+// takes at once when its open file holds the lock).
 func acquireLock(ctx context.Context) (*os.File, error) {
-	f, err := os.OpenFile(LockPath, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := lockFile()
 	if err != nil {
-		return nil, fmt.Errorf("cluster lock: %w", err)
+		return nil, err
 	}
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
@@ -337,6 +351,34 @@ func acquireLock(ctx context.Context) (*os.File, error) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// lockFile opens LockPath, or takes the descriptor LockFDEnv names after
+// checking that it is LockPath.
+func lockFile() (*os.File, error) {
+	v := os.Getenv(LockFDEnv)
+	if v == "" {
+		f, err := os.OpenFile(LockPath, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("cluster lock: %w", err)
+		}
+		return f, nil
+	}
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return nil, fmt.Errorf("%s=%q: want an inherited file descriptor number (3 or more)", LockFDEnv, v)
+	}
+	var got, want syscall.Stat_t
+	if err := syscall.Fstat(fd, &got); err != nil {
+		return nil, fmt.Errorf("%s=%d: %w", LockFDEnv, fd, err)
+	}
+	if err := syscall.Stat(LockPath, &want); err != nil {
+		return nil, fmt.Errorf("%s=%d: cluster lock: %w", LockFDEnv, fd, err)
+	}
+	if got.Dev != want.Dev || got.Ino != want.Ino {
+		return nil, fmt.Errorf("%s=%d: not %s", LockFDEnv, fd, LockPath)
+	}
+	return os.NewFile(uintptr(fd), LockPath), nil
 }
 
 func (c *Cluster) unlock() {

@@ -9,14 +9,13 @@ package clusterstack
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/natgw/natgw/gwimage/imagebuild"
 	"github.com/natgw/natgw/internal/cluster"
@@ -64,58 +63,76 @@ func Images(repo string) []string {
 	return []string{GatewayArchive(repo, "nftables"), GatewayArchive(repo, "iptables"), ControllerArchive(repo)}
 }
 
-// DeployController applies controller/config with kubectl -k through an
-// overlay that only points the image at the archive's name and tag, then
-// waits for both replicas to be ready and a leader to hold the lease.
+// ManifestImage is the controller image controller/config deploys: the
+// images entry of its kustomization for ControllerImage, as newName:newTag.
+func ManifestImage(repo string) (string, error) {
+	p := filepath.Join(repo, "controller/config/kustomization.yaml")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "", fmt.Errorf("controller manifests: %w", err)
+	}
+	var k struct {
+		Images []struct {
+			Name    string `json:"name"`
+			NewName string `json:"newName"`
+			NewTag  string `json:"newTag"`
+		} `json:"images"`
+	}
+	if err := yaml.Unmarshal(b, &k); err != nil {
+		return "", fmt.Errorf("%s: %w", p, err)
+	}
+	for _, im := range k.Images {
+		if im.Name == ControllerImage {
+			if im.NewName == "" || im.NewTag == "" {
+				return "", fmt.Errorf("%s: images[%s]: want newName and newTag, got %q:%q", p, im.Name, im.NewName, im.NewTag)
+			}
+			return im.NewName + ":" + im.NewTag, nil
+		}
+	}
+	return "", fmt.Errorf("%s: no images entry for %s", p, ControllerImage)
+}
+
+// DeployController applies controller/config with kubectl -k, as a user
+// does (no overlay: the manifests name the image `make image` builds; an
+// archive of another name, e.g. built with NATGW_VERSION overridden, is an
+// error), then waits for both replicas to be ready and a leader to hold
+// the lease.
 func DeployController(ctx context.Context, c *cluster.Cluster, repo string) error {
 	name, err := imagebuild.ArchiveName(ControllerArchive(repo))
 	if err != nil {
 		return err
 	}
-	ref := cluster.QualifiedImage(name)
-	i := strings.LastIndex(ref, ":")
-	if i < 0 {
-		return fmt.Errorf("controller image %q has no tag", ref)
-	}
-	dir, err := os.MkdirTemp("", "natgw-overlay-")
+	want, err := ManifestImage(repo)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	base, err := filepath.Rel(dir, filepath.Join(repo, "controller/config"))
-	if err != nil {
-		return err
+	if got := cluster.QualifiedImage(name); got != cluster.QualifiedImage(want) {
+		return fmt.Errorf("controller image archive %s holds %s, but controller/config deploys %s (rebuild with `make image`)", ControllerArchive(repo), got, want)
 	}
-	overlay := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - %s
-images:
-  - name: %s
-    newName: %s
-    newTag: %s
-`, base, ControllerImage, ref[:i], ref[i+1:])
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
-		return err
-	}
-	if out, err := c.Kubectl(ctx, nil, "apply", "-k", dir); err != nil {
+	if out, err := c.Kubectl(ctx, nil, "apply", "-k", filepath.Join(repo, "controller/config")); err != nil {
 		return fmt.Errorf("kubectl apply -k controller/config: %w\n%s", err, out)
 	}
+	return WaitController(ctx, c, 2, 3*time.Minute)
+}
+
+// WaitController waits until the controller's Deployment has replicas
+// ready, available and updated, and a leader holds the lease.
+func WaitController(ctx context.Context, c *cluster.Cluster, replicas int32, limit time.Duration) error {
 	cs, err := c.Clientset()
 	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(limit)
 	for {
 		d, err := cs.AppsV1().Deployments(ControllerNS).Get(ctx, ControllerName, metav1.GetOptions{})
-		if err == nil && d.Status.ReadyReplicas == 2 && d.Status.AvailableReplicas == 2 && d.Status.UpdatedReplicas == 2 {
+		if err == nil && d.Status.ReadyReplicas == replicas && d.Status.AvailableReplicas == replicas && d.Status.UpdatedReplicas == replicas {
 			l, err := cs.CoordinationV1().Leases(ControllerNS).Get(ctx, ControllerLease, metav1.GetOptions{})
 			if err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
 				return nil
 			}
 		}
 		if time.Now().After(deadline) {
-			return errors.New("deployment natgw-controller: not 2/2 ready with a lease holder after 3m")
+			return fmt.Errorf("deployment natgw-controller: not %d/%d ready with a lease holder after %v", replicas, replicas, limit)
 		}
 		select {
 		case <-ctx.Done():

@@ -1,9 +1,9 @@
 // Command mkimage builds natgw's images without a container daemon and
 // prints each one's name, digest and sizes:
 //
-//	go run ./gwimage/cmd/mkimage -version 0.1.0                    # the gateway image (gwimage/imagebuild)
-//	go run ./gwimage/cmd/mkimage -image controller -version 0.1.0  # natgw-controller's image (internal/cluster/images)
-//	go run ./gwimage/cmd/mkimage -image pause                      # the test cluster's pause image
+//	go run ./gwimage/cmd/mkimage                   # the gateway image (gwimage/imagebuild), version gwimage/version/RELEASE
+//	go run ./gwimage/cmd/mkimage -image controller # natgw-controller's image (internal/cluster/images)
+//	go run ./gwimage/cmd/mkimage -image pause      # the test cluster's pause image
 //	go run ./gwimage/cmd/mkimage -image gateway-iptables -base gwimage/out/natgw-image.tar
 //
 // gateway-iptables is the gateway image plus the host's iptables-legacy
@@ -22,6 +22,7 @@ import (
 	"syscall"
 
 	"github.com/natgw/natgw/gwimage/imagebuild"
+	"github.com/natgw/natgw/gwimage/version"
 	"github.com/natgw/natgw/internal/cluster/images"
 )
 
@@ -40,7 +41,7 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.image, "image", "gateway", "gateway, controller, pause or gateway-iptables")
-	flag.StringVar(&o.version, "version", "0.1.0", "natgw version stamped into the binary, tags and labels")
+	flag.StringVar(&o.version, "version", version.Release(), "natgw version stamped into the binary, tags and labels (default: gwimage/version/RELEASE)")
 	flag.StringVar(&o.name, "name", "", "gateway: image reference recorded in the archive (default natgw:VERSION)")
 	flag.StringVar(&o.out, "o", "", "archive to write (default per image: gwimage/out/natgw-image.tar, ...)")
 	flag.StringVar(&o.arch, "arch", runtime.GOARCH, "gateway: image architecture (GOARCH)")
