@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -43,15 +44,8 @@ type change struct {
 	snatBefore map[snatClass]bool // CIDR SNAT maps in the kernel
 	snatAfter  map[snatClass]bool // CIDR SNAT maps wanted
 
-	shareBefore map[shareKey]shareState   // affected share identities as in the kernel
+	shareBefore map[shareKey][]nat.Object // affected share identities' backends in the kernel, by UID (absent: none, or flushed)
 	shareAfter  map[shareKey][]nat.Object // their backends as wanted, by UID (absent: none)
-	shareForce  bool                      // rewrite even unchanged identities (Load, full Sync)
-}
-
-// shareState is what the kernel holds of one share DNAT identity.
-type shareState struct {
-	set, chain, dispatch bool
-	backends             []nat.Object
 }
 
 func sameBackends(a, b []nat.Object) bool {
@@ -137,10 +131,9 @@ func (r *Backend) plan(ch *change) *Tx {
 			tx.addRule(k.name(), qosRule(k))
 		}
 	}
-	// 3b. Share DNAT identities: each one's map, chain (one rule: numgen
-	// random mod N over the map) and share_dnat element, rewritten
-	// whole when its backends change.
-	r.planShare(tx, ch)
+	// 3b. Share DNAT identities: elements of share_mod and
+	// share_backends only.
+	planShare(tx, ch)
 	// 4. CIDR SNAT maps in, then the rules.
 	for _, cl := range sortedSNAT(ch.snatAfter) {
 		if !ch.snatBefore[cl] {
@@ -191,9 +184,13 @@ func (r *Backend) plan(ch *change) *Tx {
 	return tx
 }
 
-// planShare adds the operations that bring every share identity of ch from
-// shareBefore to shareAfter.
-func (r *Backend) planShare(tx *Tx, ch *change) {
+// planShare adds the element operations that bring every share identity
+// of ch from shareBefore to shareAfter: the elements of share_mod and
+// share_backends that change (a changed slot count rewrites the identity's
+// share_mod element and its slots; an added or removed backend of an
+// identity that keeps its slot count rewrites the slots that change). No
+// chain, rule or set changes, whatever the identity.
+func planShare(tx *Tx, ch *change) {
 	keys := map[shareKey]bool{}
 	for k := range ch.shareBefore {
 		keys[k] = true
@@ -201,59 +198,75 @@ func (r *Backend) planShare(tx *Tx, ch *change) {
 	for k := range ch.shareAfter {
 		keys[k] = true
 	}
+	del, add := setElems{}, setElems{}
 	for _, k := range sortedKeys(keys, cmpShareKey) {
-		b, a := ch.shareBefore[k], ch.shareAfter[k]
-		want := len(a) > 0
-		if !ch.shareForce && b.set && b.chain && b.dispatch && want && sameBackends(b.backends, a) {
-			continue
-		}
-		if b.dispatch && !want {
-			tx.deleteElements(setShare, []nft.SetElement{{Key: k.dispatchKey()}})
-		}
-		if b.chain {
-			tx.flushChain(k.name())
-			if !want {
-				tx.deleteChain(k.name())
-			}
-		}
-		if b.set {
-			if want {
-				tx.flushSet(k.name())
-			} else {
-				tx.deleteSet(k.name())
-			}
-		}
-		if !want {
-			continue
-		}
-		if !b.set {
-			tx.addSet(k.spec())
-		}
-		tx.addElements(k.name(), shareElems(a), false)
-		if !b.chain {
-			tx.addChain(chainSpec{name: k.name()})
-		}
-		tx.addRule(k.name(), shareRule(k, len(a)))
-		if !b.dispatch {
-			tx.addElements(setShare, []nft.SetElement{shareDispatch(k)}, false)
+		diffElems(shareRender(k, ch.shareBefore[k]), shareRender(k, ch.shareAfter[k]), del, add)
+	}
+	for _, set := range []string{setShareMod, setShareBk} {
+		if len(del[set]) > 0 {
+			tx.deleteElements(set, del[set])
 		}
 	}
+	for _, set := range []string{setShareMod, setShareBk} {
+		if len(add[set]) > 0 {
+			tx.addElements(set, add[set], false)
+		}
+	}
+}
+
+// shareRender is the elements of identity k with backends (none: no
+// elements).
+func shareRender(k shareKey, backends []nat.Object) setElems {
+	out := setElems{}
+	if len(backends) == 0 {
+		return out
+	}
+	out.add(setShareMod, shareMod(k, len(backends)))
+	for _, e := range shareElems(k, backends) {
+		out.add(setShareBk, e)
+	}
+	return out
+}
+
+// diffElems adds to del the keys of before that after lacks or holds
+// otherwise, and to add the elements of after that before lacks or holds
+// otherwise.
+func diffElems(before, after, del, add setElems) {
+	for set, bs := range before {
+		as := after[set]
+		for i, b := range bs {
+			if i >= len(as) || !sameElem(b, as[i]) {
+				del.add(set, nft.SetElement{Key: b.Key})
+			}
+		}
+	}
+	for set, as := range after {
+		bs := before[set]
+		for i, a := range as {
+			if i >= len(bs) || !sameElem(bs[i], a) {
+				add.add(set, a)
+			}
+		}
+	}
+}
+
+// sameElem says whether two elements of one set are the same (key, value,
+// comment). Elements of an identity are rendered in key order, so equal
+// positions hold equal keys when both exist.
+func sameElem(a, b nft.SetElement) bool {
+	return bytes.Equal(a.Key, b.Key) && bytes.Equal(a.Val, b.Val) && a.Comment == b.Comment
 }
 
 // shareChange fills ch's share identities for a change that removes
 // removed and adds added (an Apply, a Delete, a Sync by difference).
 func (r *Backend) shareChange(ch *change, removed, added []nat.Object) {
-	ch.shareBefore, ch.shareAfter = map[shareKey]shareState{}, map[shareKey][]nat.Object{}
+	ch.shareBefore, ch.shareAfter = map[shareKey][]nat.Object{}, map[shareKey][]nat.Object{}
 	touch := func(k shareKey) {
 		if _, ok := ch.shareBefore[k]; ok {
 			return
 		}
 		cur := r.share[k]
-		if len(cur) > 0 {
-			ch.shareBefore[k] = shareState{set: true, chain: true, dispatch: true, backends: cur}
-		} else {
-			ch.shareBefore[k] = shareState{}
-		}
+		ch.shareBefore[k] = cur
 		ch.shareAfter[k] = slices.Clone(cur)
 	}
 	for _, o := range removed {
@@ -274,6 +287,19 @@ func (r *Backend) shareChange(ch *change, removed, added []nat.Object) {
 			delete(ch.shareAfter, k)
 		}
 	}
+}
+
+// checkShare refuses identities of more than maxShareBackends backends,
+// naming the first backend beyond the limit.
+func checkShare(m map[shareKey][]nat.Object) error {
+	for _, k := range sortedKeys(m, cmpShareKey) {
+		if bs := m[k]; len(bs) > maxShareBackends {
+			o := bs[maxShareBackends]
+			return fmt.Errorf("nftables: %w", &nat.FieldError{UID: o.UID, Field: "dnat.type", Value: string(o.DNAT.Type),
+				Reason: fmt.Sprintf("share identity %s would have %d backends; this data plane holds at most %d", k, len(bs), maxShareBackends)})
+		}
+	}
+	return nil
 }
 
 // shareWanted returns the backends of every share identity among objs,
@@ -446,6 +472,9 @@ func (r *Backend) commitDiff(ctx context.Context, removed, added []nat.Object, e
 		ch.snatBefore[cl] = r.snat[cl] > 0
 	}
 	r.shareChange(ch, removed, added)
+	if err := checkShare(ch.shareAfter); err != nil {
+		return err
+	}
 	if err := r.run(ctx, ch); err != nil {
 		return err
 	}
@@ -466,7 +495,7 @@ func (r *Backend) commitDiff(ctx context.Context, removed, added []nat.Object, e
 // flushed and refilled in the same transaction, and the policers and CIDR
 // SNAT maps are brought to what want needs.
 func (r *Backend) commitFull(ctx context.Context, want []nat.Object) error {
-	ch, snat, qos, err := r.fullChange(want, r.snatPresent(), r.qosPresent(), r.sharePresent(), false)
+	ch, snat, qos, err := r.fullChange(want, r.snatPresent(), r.qosPresent(), false)
 	if err != nil {
 		return err
 	}
@@ -487,16 +516,6 @@ func (r *Backend) snatPresent() map[snatClass]bool {
 	return m
 }
 
-// sharePresent is the kernel's share identities for a full change: their
-// dispatch elements go with the flush of share_dnat.
-func (r *Backend) sharePresent() map[shareKey]shareState {
-	m := map[shareKey]shareState{}
-	for k, bs := range r.share {
-		m[k] = shareState{set: true, chain: true, backends: bs}
-	}
-	return m
-}
-
 func (r *Backend) qosPresent() map[qosKey]qosState {
 	m := map[qosKey]qosState{}
 	for k, v := range r.qos {
@@ -508,14 +527,13 @@ func (r *Backend) qosPresent() map[qosKey]qosState {
 // fullChange computes the transaction that replaces the kernel state
 // (present SNAT maps and policers as given) with want, and the bookkeeping
 // that follows it.
-// shareBefore lists the share identities present; their dispatch
-// elements must be marked absent (share_dnat is flushed).
-func (r *Backend) fullChange(want []nat.Object, snatBefore map[snatClass]bool, qosBefore map[qosKey]qosState, shareBefore map[shareKey]shareState, force bool) (*change, map[snatClass]int, map[qosKey]qosVal, error) {
+// The share DNAT maps are flushed with the other element sets, so every
+// identity of want is added whole.
+func (r *Backend) fullChange(want []nat.Object, snatBefore map[snatClass]bool, qosBefore map[qosKey]qosState, force bool) (*change, map[snatClass]int, map[qosKey]qosVal, error) {
 	ch := &change{full: true, stamp: true, add: presized(want), qosBefore: qosBefore, qosAfter: map[qosKey]qosVal{}, qosForce: force,
-		snatBefore: snatBefore, shareBefore: shareBefore, shareAfter: shareWanted(slices.Values(want)), shareForce: true}
-	for k, b := range shareBefore {
-		b.dispatch = false
-		shareBefore[k] = b
+		snatBefore: snatBefore, shareBefore: map[shareKey][]nat.Object{}, shareAfter: shareWanted(slices.Values(want))}
+	if err := checkShare(ch.shareAfter); err != nil {
+		return nil, nil, nil, err
 	}
 	for _, o := range want {
 		if err := render(o, ch.add); err != nil {

@@ -158,24 +158,28 @@ func shareOf(o nat.Object) (shareKey, bool) {
 	return shareKeyOf(o.DNAT), true
 }
 
-// shareElems renders the backends of one identity (ordered by UID) to the
-// elements of its map: index i : internal address . internal port, the
-// backend's UID as comment.
-func shareElems(backends []nat.Object) []nft.SetElement {
-	es := make([]nft.SetElement, len(backends))
-	for i, o := range backends {
+// shareElems renders the backends of identity k (ordered by UID) to its
+// elements of share_backends: slot i (0..shareSlots(n)-1) : the internal
+// address . internal port of backend i mod n, that backend's UID as
+// comment.
+func shareElems(k shareKey, backends []nat.Object) []nft.SetElement {
+	n := len(backends)
+	es := make([]nft.SetElement, shareSlots(n))
+	for i := range es {
+		o := backends[i%n]
 		d := o.DNAT
-		es[i] = nft.SetElement{Key: binary.NativeEndian.AppendUint32(nil, uint32(i)), Val: append(a4(d.InternalIP), port4(d.InternalPort)...), Comment: o.UID}
+		es[i] = nft.SetElement{Key: k.slotKey(i), Val: append(a4(d.InternalIP), port4(d.InternalPort)...), Comment: o.UID}
 	}
 	return es
 }
 
-// shareDispatch is the identity's element of share_dnat.
-func shareDispatch(k shareKey) nft.SetElement {
-	return nft.SetElement{Key: k.dispatchKey(), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: k.name()}, Comment: shareComment}
+// shareMod is the identity's element of share_mod: its slot count for n
+// backends.
+func shareMod(k shareKey, n int) nft.SetElement {
+	return nft.SetElement{Key: k.modKey(), Val: binary.NativeEndian.AppendUint32(nil, uint32(shareSlots(n))), Comment: shareComment}
 }
 
-// shareComment is the comment of share_dnat's elements: they belong to an
+// shareComment is the comment of share_mod's elements: they belong to an
 // identity, not to one object.
 const shareComment = "share"
 
@@ -269,15 +273,20 @@ func parseElem(set string, e nft.SetElement) (uid string, obj nat.Object, err er
 	if err != nil {
 		return "", nat.Object{}, err
 	}
-	if set == setShare {
-		return uid, nat.Object{}, nil // names the identity's chain only
+	if set == setShareMod {
+		return uid, nat.Object{}, nil // the identity's slot count, checked with its backends
 	}
-	if sk, ok := parseShareName(set); ok {
-		if len(e.Key) != 4 || len(e.Val) != 8 {
+	if set == setShareBk {
+		if len(e.Key) != 16 || len(e.Val) != 8 {
 			return uid, nat.Object{}, fmt.Errorf("share dnat: bad key/value length %d/%d", len(e.Key), len(e.Val))
 		}
+		eip, _ := addrOf(e.Key[:4])
 		in, _ := addrOf(e.Val[:4])
-		return uid, nat.Object{UID: uid, Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: sk.eip, Protocol: sk.proto, ExternalPort: sk.port,
+		proto, ok := protocolOf(e.Key[4])
+		if !ok {
+			return uid, nat.Object{}, fmt.Errorf("share dnat %s: unknown protocol %d", eip, e.Key[4])
+		}
+		return uid, nat.Object{UID: uid, Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: eip, Protocol: proto, ExternalPort: binary.BigEndian.Uint16(e.Key[8:10]),
 			InternalIP: in, InternalPort: binary.BigEndian.Uint16(e.Val[4:6]), Type: nat.DNATShare}}, nil
 	}
 	k0, err := addrOf(e.Key)
@@ -323,15 +332,8 @@ func parseElem(set string, e nft.SetElement) (uid string, obj nat.Object, err er
 		if len(e.Key) != 12 || len(e.Val) != 8 {
 			return uid, nat.Object{}, fmt.Errorf("port dnat: bad key/value length %d/%d", len(e.Key), len(e.Val))
 		}
-		var proto nat.Protocol
-		switch e.Key[4] {
-		case 6:
-			proto = nat.TCP
-		case 17:
-			proto = nat.UDP
-		case 132:
-			proto = nat.SCTP
-		default:
+		proto, ok := protocolOf(e.Key[4])
+		if !ok {
 			return uid, nat.Object{}, fmt.Errorf("port dnat: protocol %d", e.Key[4])
 		}
 		in, _ := addrOf(e.Val)
@@ -371,4 +373,14 @@ func trailingZeros(m uint32) int {
 		n++
 	}
 	return n
+}
+
+// protocolOf is the DNAT protocol of an IANA protocol number.
+func protocolOf(n uint8) (nat.Protocol, bool) {
+	for _, p := range []nat.Protocol{nat.TCP, nat.UDP, nat.SCTP} {
+		if p.Number() == n {
+			return p, true
+		}
+	}
+	return "", false
 }

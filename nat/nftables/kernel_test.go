@@ -280,8 +280,8 @@ func TestLoadRepairs(t *testing.T) {
 		"delete chain ip natgw qos_out_192_0_2_11",
 		"delete limit ip natgw qos_out_192_0_2_11",
 		"add chain ip natgw qos_in_192_0_2_99",
-		"flush chain ip natgw share_192_0_2_11_tcp_443",
-		"add chain ip natgw share_192_0_2_99_tcp_1",
+		"flush chain ip natgw share",
+		"delete element ip natgw share_mod { 192.0.2.11 . tcp . 443 }",
 		"",
 	}, "\n"))
 	dp = open(t, cfg)

@@ -23,7 +23,7 @@ const TableName = "natgw"
 
 // LayoutVersion is stored in the kernel with the boot id. A table holding
 // another version is dropped and recreated (with a new boot id).
-const LayoutVersion = 2
+const LayoutVersion = 3
 
 // HairpinMark is the packet mark bit given to packets that enter from the
 // internal interface; the hairpin rule matches it.
@@ -39,7 +39,8 @@ const (
 	setPortDNAT = "port_dnat"
 	setQoSIn    = "qos_in"
 	setQoSOut   = "qos_out"
-	setShare    = "share_dnat"
+	setShareMod = "share_mod"
+	setShareBk  = "share_backends"
 )
 
 // Names of the chains.
@@ -49,6 +50,7 @@ const (
 	chainSNATCIDR = "snat_cidr"
 	chainQoSIn    = "qos_ingress"
 	chainQoSOut   = "qos_egress"
+	chainShare    = "share"
 )
 
 // Chain priorities (see nat/README.md for why).
@@ -86,6 +88,7 @@ var (
 	typePortKey  = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeInetProto, nft.TypeInetService)
 	typePortVal  = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeInetService)
 	typeRouteKey = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeIPAddr)
+	typeSlotKey  = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeInetProto, nft.TypeInetService, nft.TypeMark)
 )
 
 // setSpec describes one set or map of the table.
@@ -108,7 +111,8 @@ var fixedSets = []setSpec{
 	{name: setPortDNAT, key: typePortKey, val: typePortVal, concat: true},
 	{name: setQoSIn, key: nft.TypeIPAddr, val: nft.TypeVerdict},
 	{name: setQoSOut, key: nft.TypeIPAddr, val: nft.TypeVerdict},
-	{name: setShare, key: typePortKey, val: nft.TypeVerdict, concat: true},
+	{name: setShareMod, key: typePortKey, val: nft.TypeMark, concat: true},
+	{name: setShareBk, key: typeSlotKey, val: typePortVal, concat: true},
 }
 
 // elementSets are the fixed sets that hold objects' elements (all but meta).
@@ -163,10 +167,9 @@ func sortSNATClasses(cs []snatClass) {
 	})
 }
 
-// shareKey is one share DNAT identity: EIP, protocol, external port. Each
-// has a map and a chain, both called share_<a>_<b>_<c>_<d>_<proto>_<port>,
-// and an element in share_dnat that sends the identity's new connections
-// to the chain.
+// shareKey is one share DNAT identity: EIP, protocol, external port. It
+// has an element in share_mod (its slot count S) and S elements in
+// share_backends (identity . slot : backend).
 type shareKey struct {
 	eip   netip.Addr
 	proto nat.Protocol
@@ -175,20 +178,20 @@ type shareKey struct {
 
 func shareKeyOf(d *nat.DNAT) shareKey { return shareKey{d.EIP, d.Protocol, d.ExternalPort} }
 
-func (k shareKey) name() string {
-	return "share_" + strings.ReplaceAll(k.eip.String(), ".", "_") + "_" + string(k.proto) + "_" + strconv.Itoa(int(k.port))
+// String names the identity in messages: 192.0.2.10/tcp/80.
+func (k shareKey) String() string {
+	return k.eip.String() + "/" + string(k.proto) + "/" + strconv.Itoa(int(k.port))
 }
 
-// spec is the identity's backend map: index (0..N-1, what numgen gives) :
-// internal address . internal port.
-func (k shareKey) spec() setSpec {
-	return setSpec{name: k.name(), key: nft.TypeMark, val: typePortVal}
-}
-
-// dispatchKey is the identity's key in share_dnat.
-func (k shareKey) dispatchKey() []byte {
+// modKey is the identity's key in share_mod.
+func (k shareKey) modKey() []byte {
 	key := append(a4(k.eip), k.proto.Number(), 0, 0, 0)
 	return append(key, port4(k.port)...)
+}
+
+// slotKey is the key of the identity's slot s in share_backends.
+func (k shareKey) slotKey(s int) []byte {
+	return binary.NativeEndian.AppendUint32(k.modKey(), uint32(s))
 }
 
 func cmpShareKey(a, b shareKey) int {
@@ -201,47 +204,68 @@ func cmpShareKey(a, b shareKey) int {
 	return int(a.port) - int(b.port)
 }
 
-// parseShareName recognizes the name of an identity's map or chain.
-func parseShareName(name string) (shareKey, bool) {
-	rest, ok := strings.CutPrefix(name, "share_")
-	if !ok {
-		return shareKey{}, false
+// maxShareBackends is the most backends one share identity may have in
+// this data plane: shareSlots keeps every backend within 1/16 of an even
+// share up to it.
+const maxShareBackends = 4096
+
+// shareModuli are the slot counts an identity may have, each the modulus of
+// one rule of chain share (numgen random mod S): 1..8, then the powers of
+// two 256..65536.
+var shareModuli = func() []int {
+	m := []int{1, 2, 3, 4, 5, 6, 7, 8}
+	for s := 256; s <= 65536; s *= 2 {
+		m = append(m, s)
 	}
-	parts := strings.Split(rest, "_")
-	if len(parts) != 6 {
-		return shareKey{}, false
+	return m
+}()
+
+// shareSlots is the slot count of an identity of n backends (1 <= n <=
+// maxShareBackends): n itself up to 8 (an exact even spread), else the
+// smallest power of two of at least 16n (slot i holds backend i mod n, so
+// each backend has floor(S/n) or ceil(S/n) slots: within 1/16 of even,
+// exact when n is a power of two).
+func shareSlots(n int) int {
+	if n <= 8 {
+		return n
 	}
-	a, err := netip.ParseAddr(strings.Join(parts[:4], "."))
-	if err != nil || !a.Is4() {
-		return shareKey{}, false
+	s := 256
+	for s < 16*n {
+		s *= 2
 	}
-	port, err := strconv.ParseUint(parts[5], 10, 16)
-	if err != nil {
-		return shareKey{}, false
-	}
-	k := shareKey{a, nat.Protocol(parts[4]), uint16(port)}
-	if k.proto.Number() == 0 || k.port == 0 || k.name() != name {
-		return shareKey{}, false
-	}
-	return k, true
+	return s
 }
 
-// shareRule is the one rule of an identity's chain: the connection's ct
-// mark is the EIP, and its destination one of n backends at random
-// (conntrack keeps the connection on it).
-func shareRule(k shareKey, n int) ruleSpec {
-	return ruleSpec{
-		text:    fmt.Sprintf("ct mark set ip daddr dnat ip to numgen random mod %d map @%s", n, k.name()),
-		comment: fmt.Sprintf("natgw: share DNAT %s:%d/%s, %d backends", k.eip, k.port, k.proto, n),
-		exprs: []expr.Any{
-			loadIP(offDaddr, reg0),
-			&expr.Byteorder{SourceRegister: reg0, DestRegister: reg4, Op: expr.ByteorderNtoh, Len: 4, Size: 4},
-			&expr.Ct{Key: expr.CtKeyMARK, Register: reg4, SourceRegister: true},
-			&expr.Numgen{Register: reg0, Modulus: uint32(n), Type: unix.NFT_NG_RANDOM},
-			lookup(k.name(), reg0, reg0),
-			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg0, RegProtoMin: reg1},
-		},
+// shareChain is the fixed chain that dstnat rule 5 sends a share
+// identity's new connections to, with the identity's slot count in the ct
+// mark: one rule per slot count, which sets the ct mark to the EIP and
+// DNATs to the backend of a random slot; a last rule puts the EIP back in
+// the ct mark should no rule have matched (a slot element missing).
+func shareChain() chainSpec {
+	c := chainSpec{name: chainShare}
+	for _, s := range shareModuli {
+		c.rules = append(c.rules, ruleSpec{
+			text:    fmt.Sprintf("ct mark 0x%08x ct mark set ip daddr dnat ip to ip daddr . meta l4proto . th dport . numgen random mod %d map @%s", s, s, setShareBk),
+			comment: fmt.Sprintf("natgw: share DNAT, %d slots", s),
+			exprs: cat([]expr.Any{
+				&expr.Ct{Key: expr.CtKeyMARK, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(uint32(s))},
+				loadIP(offDaddr, reg0),
+			}, markFrom(reg0, reg4), []expr.Any{
+				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+				&expr.Payload{DestRegister: reg2, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+				&expr.Numgen{Register: reg3, Modulus: uint32(s), Type: unix.NFT_NG_RANDOM},
+				lookup(setShareBk, reg0, reg0),
+				&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg0, RegProtoMin: reg1},
+			}),
+		})
 	}
+	c.rules = append(c.rules, ruleSpec{
+		text:    "ct mark set ip daddr",
+		comment: "natgw: share DNAT: no slot, the EIP back in the ct mark",
+		exprs:   cat([]expr.Any{loadIP(offDaddr, reg0)}, markFrom(reg0, reg4)),
+	})
+	return c
 }
 
 // qosDir is a QoS direction.
@@ -411,13 +435,15 @@ func fixedChains(cfg nat.Config) []chainSpec {
 					}),
 				},
 				{
-					text:    "ip daddr . meta l4proto . th dport vmap @share_dnat",
-					comment: "natgw: share DNAT: to the identity's chain",
+					text:    "ct mark set ip daddr . meta l4proto . th dport map @share_mod goto share",
+					comment: "natgw: share DNAT: slot count to the ct mark, to chain share",
 					exprs: []expr.Any{
 						loadIP(offDaddr, reg0),
 						&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
 						&expr.Payload{DestRegister: reg2, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-						lookup(setShare, reg0, 0),
+						lookup(setShareMod, reg0, reg0),
+						&expr.Ct{Key: expr.CtKeyMARK, Register: reg0, SourceRegister: true},
+						&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainShare},
 					},
 				},
 			},
@@ -461,6 +487,7 @@ func fixedChains(cfg nat.Config) []chainSpec {
 			},
 		},
 		{name: chainSNATCIDR}, // rules: snatRules
+		shareChain(),
 		qosBaseChain(qosOut, ext),
 	}
 }

@@ -29,9 +29,6 @@ type kernelState struct {
 
 	snat map[snatClass]bool  // CIDR SNAT maps present
 	qos  map[qosKey]qosState // policer chains/objects present
-	// share: share DNAT identities' maps and chains present (their
-	// share_dnat elements are checked with the objects)
-	share map[shareKey]shareState
 
 	// gen is the ruleset generation read before the sets (and again
 	// after them: if it moved, the sets were read again in full). mirror
@@ -59,7 +56,7 @@ type kernelState struct {
 // readKernel reads natgw's table: sets and their elements, chains, limit
 // objects. It never looks at other tables.
 func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
-	k := &kernelState{snat: map[snatClass]bool{}, qos: map[qosKey]qosState{}, share: map[shareKey]shareState{}}
+	k := &kernelState{snat: map[snatClass]bool{}, qos: map[qosKey]qosState{}}
 	gen, err := r.generation(ctx)
 	if err != nil {
 		return nil, err
@@ -132,11 +129,6 @@ func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
 			st.chain = true
 			k.qos[q] = st
 		}
-		if sk, ok := parseShareName(c.Name); ok {
-			st := k.share[sk]
-			st.chain = true
-			k.share[sk] = st
-		}
 	}
 	objs, err := r.conn.GetNamedObjects(r.table)
 	if err != nil {
@@ -154,15 +146,6 @@ func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
 	for name := range byName {
 		if cl, ok := parseSNATSet(name); ok {
 			k.snat[cl] = true
-		}
-		if sk, ok := parseShareName(name); ok {
-			if why := setMismatch(sk.spec(), byName[name]); why != "" {
-				k.broken = "set " + name + ": " + why
-				return k, nil
-			}
-			st := k.share[sk]
-			st.set = true
-			k.share[sk] = st
 		}
 	}
 	names := elementOrder(slices.Sorted(maps.Keys(byName)))
@@ -380,9 +363,6 @@ func elementOrder(sets []string) []string {
 		if _, ok := parseSNATSet(name); ok {
 			order = append(order, name)
 		}
-		if _, ok := parseShareName(name); ok {
-			order = append(order, name)
-		}
 	}
 	return order
 }
@@ -415,6 +395,12 @@ type rebuild struct {
 
 	bad  []string
 	torn bool // an element was read twice
+
+	// shareMod holds share_mod's values (slot counts) by key;
+	// shareSeen the backend rebuilt from the first share_backends
+	// element of each UID (a backend has one element per slot it holds).
+	shareMod  map[string]uint32
+	shareSeen map[string]nat.Object
 }
 
 // sourced is an object and the set of the first element it was rebuilt
@@ -427,7 +413,7 @@ type sourced struct {
 // newRebuild returns an empty rebuild; hint is the number of elements
 // expected, if known.
 func newRebuild(mirror bool, hint int) *rebuild {
-	b := &rebuild{mirror: mirror, owner: map[elemRef]string{}}
+	b := &rebuild{mirror: mirror, owner: map[elemRef]string{}, shareMod: map[string]uint32{}, shareSeen: map[string]nat.Object{}}
 	if mirror {
 		b.st = nat.NewStateSize(hint)
 	} else {
@@ -456,6 +442,20 @@ func (b *rebuild) add(set string, e nft.SetElement) {
 			b.torn = true
 		}
 		b.owner[ref] = uid
+	}
+	switch set {
+	case setShareMod:
+		if len(e.Val) == 4 {
+			b.shareMod[string(e.Key)] = binary.NativeEndian.Uint32(e.Val)
+		}
+	case setShareBk:
+		if prev, ok := b.shareSeen[uid]; ok {
+			if !prev.Equal(o) {
+				b.bad = append(b.bad, fmt.Sprintf("uid %s: %s and %s", uid, prev, o))
+			}
+			return // another slot of the same backend
+		}
+		b.shareSeen[uid] = o
 	}
 	switch {
 	case o.Kind == "":
@@ -547,21 +547,24 @@ func (b *rebuild) finish(log logr.Logger) (*nat.State, []nat.Object, bool) {
 			}
 		}
 	}
-	// A share identity's elements depend on all its backends: index i
-	// of its map is its i-th backend by UID, and its share_dnat element
-	// sends to its chain.
+	// A share identity's elements depend on all its backends: slot i of
+	// share_backends holds backend i mod n by UID, and share_mod holds its
+	// slot count.
 	for k, bs := range shareWanted(slices.Values(kept)) {
-		for i, e := range shareElems(bs) {
-			if b.owner[refOf(k.name(), e.Key)] == bs[i].UID {
+		for i, e := range shareElems(k, bs) {
+			if b.owner[refOf(setShareBk, e.Key)] == e.Comment {
 				matched++
 			} else {
-				bad = append(bad, fmt.Sprintf("uid %s: element %d of map %s missing or owned by another UID", bs[i].UID, i, k.name()))
+				bad = append(bad, fmt.Sprintf("uid %s: slot %d of share DNAT %s missing or owned by another UID", e.Comment, i, k))
 			}
 		}
-		if b.owner[refOf(setShare, k.dispatchKey())] == shareComment {
+		if b.owner[refOf(setShareMod, k.modKey())] == shareComment {
 			matched++
 		} else {
-			bad = append(bad, fmt.Sprintf("share DNAT %s: element of %s missing", k.name(), setShare))
+			bad = append(bad, fmt.Sprintf("share DNAT %s: element of %s missing", k, setShareMod))
+		}
+		if got, want := b.shareMod[string(k.modKey())], shareSlots(len(bs)); got != uint32(want) {
+			bad = append(bad, fmt.Sprintf("share DNAT %s: %d slots in %s, want %d", k, got, setShareMod, want))
 		}
 	}
 	if matched != len(b.owner) {
@@ -708,18 +711,12 @@ func (r *Backend) LoadState(ctx context.Context) (*nat.State, string, error) {
 		ch = &change{fixedChains: true, qosBefore: k.qos, qosAfter: map[qosKey]qosVal{}, qosForce: true, snatBefore: k.snat, stamp: true}
 		snat = structureOf(slices.Values(others), ch) // FIPs add nothing to it
 		qos = maps.Clone(ch.qosAfter)
-		// Rewrite every share identity; the share_dnat elements of
-		// those kept are there (the check saw them).
-		ch.shareAfter, ch.shareForce = shareWanted(slices.Values(others)), true
-		ch.shareBefore = k.share
-		for sk := range ch.shareAfter {
-			st := ch.shareBefore[sk]
-			st.dispatch = true
-			ch.shareBefore[sk] = st
-		}
+		// The share identities' elements are there (the check saw them).
+		ch.shareAfter = shareWanted(slices.Values(others))
+		ch.shareBefore = ch.shareAfter
 	} else {
 		r.log.Info("kernel elements inconsistent with their objects, rewriting the table's elements", "objects", st.Len())
-		if ch, snat, qos, err = r.fullChange(st.Unordered(), k.snat, k.qos, k.share, true); err != nil {
+		if ch, snat, qos, err = r.fullChange(st.Unordered(), k.snat, k.qos, true); err != nil {
 			return nil, "", err
 		}
 		ch.fixedChains = true

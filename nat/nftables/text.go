@@ -40,7 +40,10 @@ func Plan(cfg nat.Config, objs []nat.Object, boot string) (*Tx, error) {
 		}
 	}
 	structureOf(slices.Values(objs), ch)
-	ch.shareBefore, ch.shareAfter = map[shareKey]shareState{}, shareWanted(slices.Values(objs))
+	ch.shareBefore, ch.shareAfter = map[shareKey][]nat.Object{}, shareWanted(slices.Values(objs))
+	if err := checkShare(ch.shareAfter); err != nil {
+		return nil, fmt.Errorf("plan: %w", err)
+	}
 	r := &Backend{cfg: cfg}
 	return r.plan(ch), nil
 }
@@ -186,6 +189,12 @@ func elemText(s setSpec, e nft.SetElement, keyOnly bool) string {
 	switch {
 	case e.VerdictData != nil:
 		t += " : " + verdictText(e.VerdictData)
+	case s.isMap() && s.val.Name == nft.TypeMark.Name && len(e.Val) == 4:
+		// A mark as map data (share_mod) is host order in the kernel,
+		// like the ct mark it is copied to, but nft, without the data
+		// byte order in the set's user data (google/nftables does not
+		// write it), prints it as big endian: 2 shows as 0x02000000.
+		t += fmt.Sprintf(" : 0x%08x", binary.BigEndian.Uint32(e.Val))
 	case s.isMap():
 		t += " : " + valueText(s.val, e.Val)
 	}

@@ -100,9 +100,6 @@ func specOf(name string) setSpec {
 	if c, ok := parseSNATSet(name); ok {
 		return c.spec()
 	}
-	if k, ok := parseShareName(name); ok {
-		return k.spec()
-	}
 	return setSpec{name: name}
 }
 

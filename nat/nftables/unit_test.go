@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/nattest"
 )
 
 // TestRenderParse renders every object of the golden set and parses its
@@ -31,7 +32,7 @@ func TestRenderParse(t *testing.T) {
 					if err != nil {
 						t.Fatalf("%s: %v", set, err)
 					}
-					if set == setShare {
+					if set == setShareMod {
 						if uid != shareComment {
 							t.Errorf("%s: comment %q, want %q", set, uid, shareComment)
 						}
@@ -57,7 +58,7 @@ func TestRenderParse(t *testing.T) {
 }
 
 // renderAll renders objs as the kernel holds them: every object's elements
-// and those of each share identity (its map, its share_dnat element).
+// and those of each share identity (its slots, its share_mod element).
 func renderAll(objs []nat.Object, out setElems) error {
 	for _, o := range objs {
 		if err := render(o, out); err != nil {
@@ -65,8 +66,9 @@ func renderAll(objs []nat.Object, out setElems) error {
 		}
 	}
 	for k, bs := range shareWanted(slices.Values(objs)) {
-		out[k.name()] = append(out[k.name()], shareElems(bs)...)
-		out.add(setShare, shareDispatch(k))
+		for set, es := range shareRender(k, bs) {
+			out[set] = append(out[set], es...)
+		}
 	}
 	return nil
 }
@@ -183,7 +185,7 @@ func TestObjectsCheck(t *testing.T) {
 	if err := renderAll(objs, rendered); err != nil {
 		t.Fatal(err)
 	}
-	shareMap := shareKey{addr("192.0.2.11"), nat.TCP, 443}.name()
+	shareMap := setShareBk
 	with := func(edit func(m map[string][]nft.SetElement)) map[string][]nft.SetElement {
 		m := map[string][]nft.SetElement{}
 		for set, es := range rendered {
@@ -220,7 +222,19 @@ func TestObjectsCheck(t *testing.T) {
 			es := m[shareMap]
 			es[0].Comment, es[1].Comment = es[1].Comment, es[0].Comment
 		}), false, false},
-		{"share dispatch element missing", false, with(func(m map[string][]nft.SetElement) { delete(m, setShare) }), false, false},
+		{"share slot count element missing", false, with(func(m map[string][]nft.SetElement) { delete(m, setShareMod) }), false, false},
+		{"share slot count wrong", false, with(func(m map[string][]nft.SetElement) {
+			e := m[setShareMod][0]
+			e.Val = binary.NativeEndian.AppendUint32(nil, 3)
+			m[setShareMod] = []nft.SetElement{e}
+		}), false, false},
+		{"share slot twice", false, with(dupFirst(setShareBk)), true, true},
+		{"share slot of a backend with another address", false, with(func(m map[string][]nft.SetElement) {
+			e := m[setShareBk][1]
+			e.Val = append([]byte{198, 51, 100, 99}, e.Val[4:]...)
+			e.Key, e.Comment = shareKey{addr("192.0.2.11"), nat.TCP, 443}.slotKey(2), m[setShareBk][0].Comment
+			m[setShareBk] = append(m[setShareBk], e)
+		}), false, false},
 		{"share backend missing", false, with(func(m map[string][]nft.SetElement) { m[shareMap] = m[shareMap][1:] }), false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -285,6 +299,106 @@ func TestDumpEnd(t *testing.T) {
 				}
 			case err != nil:
 				t.Errorf("err %v, want none", err)
+			}
+		})
+	}
+}
+
+// TestShareSlots: every backend of an identity of n backends holds
+// floor(S/n) or ceil(S/n) of its S slots, S is a modulus of chain share,
+// and the spread is within 1/16 of even (exact up to 8 backends and for
+// powers of two).
+func TestShareSlots(t *testing.T) {
+	ns := []int{1000, 2047, 2048, 2049, maxShareBackends - 1, maxShareBackends}
+	for n := 1; n <= 300; n++ {
+		ns = append(ns, n)
+	}
+	for _, n := range ns {
+		s := shareSlots(n)
+		if !slices.Contains(shareModuli, s) {
+			t.Fatalf("%d backends: %d slots, not a modulus of chain %s", n, s, chainShare)
+		}
+		k := shareKey{addr("192.0.2.1"), nat.TCP, 80}
+		bs := make([]nat.Object, n)
+		for i := range bs {
+			bs[i] = nattest.ShareDNAT(nattest.UID(nat.KindDNAT, i), k.eip, nat.TCP, 80, addr("10.0.0.1"), uint16(1000+i))
+		}
+		held := map[string]int{}
+		for _, e := range shareElems(k, bs) {
+			held[e.Comment]++
+		}
+		even := float64(s) / float64(n)
+		for _, o := range bs {
+			if c := float64(held[o.UID]); c < even*15/16 || c > even*17/16 || (n <= 8 || n&(n-1) == 0) && c != even {
+				t.Fatalf("%d backends over %d slots: %s holds %v slots, even is %.2f", n, s, o.UID, c, even)
+			}
+		}
+	}
+}
+
+// TestShareChangeElementsOnly: adding or removing one backend of a share
+// identity, whatever its size, is element operations on share_mod and
+// share_backends only (no set, chain or rule changes: the kernel does not
+// revalidate the ruleset), and the result is the rendering of the new
+// backends.
+func TestShareChangeElementsOnly(t *testing.T) {
+	k := shareKey{addr("192.0.2.1"), nat.TCP, 80}
+	backend := func(i int) nat.Object {
+		return nattest.ShareDNAT(nattest.UID(nat.KindDNAT, i), k.eip, nat.TCP, 80, addr("10.0.0.1"), uint16(1000+i))
+	}
+	for _, tc := range []struct {
+		name     string
+		from, to int // backends before and after
+	}{
+		{"first backend", 0, 1}, {"second", 1, 2}, {"third", 2, 3}, {"ninth", 8, 9}, {"tenth", 9, 10},
+		{"65th", 64, 65}, {"last removed", 1, 0}, {"ninth removed", 9, 8}, {"third removed", 3, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Backend{share: map[shareKey][]nat.Object{}}
+			var before []nat.Object
+			for i := range tc.from {
+				before = append(before, backend(i))
+			}
+			if len(before) > 0 {
+				r.share[k] = before
+			}
+			ch := &change{}
+			if tc.to > tc.from {
+				r.shareChange(ch, nil, []nat.Object{backend(tc.from)})
+			} else {
+				r.shareChange(ch, []nat.Object{backend(tc.to)}, nil)
+			}
+			tx := r.plan(ch)
+			var l listing
+			l.exists, l.set = true, map[string]*listedSet{}
+			for _, s := range []string{setShareMod, setShareBk} {
+				l.set[s] = &listedSet{spec: specOf(s), elems: map[string]string{}}
+			}
+			for set, es := range shareRender(k, before) {
+				for _, e := range es {
+					l.set[set].elems[valueText(l.set[set].spec.key, e.Key)] = elemText(l.set[set].spec, e, false)
+				}
+			}
+			for i, o := range tx.ops {
+				if o.kind != opAddElements && o.kind != opDeleteElements {
+					t.Fatalf("operation %d is of kind %d, not an element operation", i+1, o.kind)
+				}
+				if err := l.op(&o); err != nil {
+					t.Fatalf("operation %d: %v", i+1, err)
+				}
+			}
+			r.commitShare(ch)
+			want := 0
+			for set, es := range shareRender(k, r.share[k]) {
+				want += len(es)
+				for _, e := range es {
+					if got := l.set[set].elems[valueText(l.set[set].spec.key, e.Key)]; got != elemText(l.set[set].spec, e, false) {
+						t.Errorf("%s: %q, want %q", set, got, elemText(l.set[set].spec, e, false))
+					}
+				}
+			}
+			if got := len(l.set[setShareMod].elems) + len(l.set[setShareBk].elems); got != want || len(r.share[k]) != tc.to {
+				t.Errorf("%d elements and %d backends after the change, want %d and %d", got, len(r.share[k]), want, tc.to)
 			}
 		})
 	}
