@@ -720,6 +720,9 @@ func (r *ruleParser) addrLen(i int, name string) (netip.Addr, int, error) {
 		if err != nil {
 			return netip.Addr{}, 0, r.fail(name, s, "not an IPv4 address with prefix length")
 		}
+		if err := nat.CheckUnicastIPv4(name, p.Addr()); err != nil {
+			return netip.Addr{}, 0, r.refused(err)
+		}
 		return p.Addr(), p.Bits(), nil
 	}
 	a, err := r.addr(i, name)
@@ -808,7 +811,9 @@ func (r *ruleParser) shareIdentity(p *Plan) (ShareIdentity, error) {
 	return id, nil
 }
 
-// snatKey reads the identity of an SNAT rule: EIP and internal CIDR.
+// snatKey reads the identity of an SNAT rule: EIP and internal CIDR, host
+// bits masked as iptables -s masks them for upstream's script (and as the
+// reconcile does for spec.internalCIDR).
 func (r *ruleParser) snatKey() (netip.Addr, netip.Prefix, error) {
 	eip, err := r.eip(0)
 	if err != nil {
@@ -818,7 +823,7 @@ func (r *ruleParser) snatKey() (netip.Addr, netip.Prefix, error) {
 	if err != nil {
 		return netip.Addr{}, netip.Prefix{}, err
 	}
-	return eip, cidr, nil
+	return eip, cidr.Masked(), nil
 }
 
 // isIfaceName tells an interface name (newer controllers pass
