@@ -81,13 +81,9 @@ func (o Object) Validate() error {
 		return bad("kind", string(o.Kind), fmt.Sprintf("exactly one payload must be set, found %d", set))
 	}
 	unicast := func(field string, a netip.Addr) error {
-		switch {
-		case !a.IsValid():
-			return bad(field, "", "missing IPv4 address")
-		case !a.Is4():
-			return bad(field, a.String(), "not an IPv4 address (only IPv4 is supported)")
-		case a.IsUnspecified(), a.IsMulticast(), a.IsLoopback(), a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
-			return bad(field, a.String(), "not a unicast address")
+		if fe := checkUnicast(field, a); fe != nil {
+			fe.UID = o.UID
+			return fe
 		}
 		return nil
 	}
@@ -138,7 +134,7 @@ func (o Object) Validate() error {
 		if err := unicast("dnat.eip", d.EIP); err != nil {
 			return err
 		}
-		if d.Protocol.Number() == 0 {
+		if d.Protocol.Number() == 0 { // canonical (lower case): ParseProtocol's output
 			return bad("dnat.protocol", string(d.Protocol), "must be tcp, udp or sctp")
 		}
 		if d.ExternalPort == 0 {

@@ -180,16 +180,6 @@ func (v *Validator) eipWithAddress(ctx context.Context, e *v1.IptablesEIP, ext s
 	return "", nil
 }
 
-// eipAddress is the address an EIP has or asks for (invalid: none yet).
-func eipAddress(e *v1.IptablesEIP) netip.Addr {
-	for _, s := range []string{e.Spec.V4ip, e.Status.IP} {
-		if a, err := netip.ParseAddr(s); err == nil {
-			return a
-		}
-	}
-	return netip.Addr{}
-}
-
 // rule checks a FIP, DNAT or SNAT.
 func (v *Validator) rule(ctx context.Context, obj client.Object) (field.ErrorList, error) {
 	name := reconciler.RuleEIP(obj)
@@ -204,7 +194,11 @@ func (v *Validator) rule(ctx context.Context, obj client.Object) (field.ErrorLis
 	if !found {
 		return field.ErrorList{field.NotFound(specPath.Child("eip"), name)}, nil
 	}
-	if err := reconciler.CheckRule(obj, eipAddress(eip)); err != nil {
+	// The EIP's address as the reconcile reads it; a bad one is the EIP's
+	// own error (refused on the EIP), and the rule is checked on a
+	// stand-in address (invalid Addr) as while an allocation is pending.
+	eipAddr, _ := reconciler.EIPAddress(eip)
+	if err := reconciler.CheckRule(obj, eipAddr); err != nil {
 		fe, err := fieldError(err)
 		if err != nil {
 			return nil, err
@@ -237,7 +231,7 @@ func (v *Validator) rule(ctx context.Context, obj client.Object) (field.ErrorLis
 				return field.ErrorList{field.Invalid(eipField, name, fmt.Sprintf("already used by IptablesFIPRule %q: a FIP takes all of its EIP's traffic", fips.Items[i].Name))}, nil
 			}
 		}
-		return dnatConflict(o, name, eipAddress(eip), dnats.Items, live), nil
+		return dnatConflict(o, name, eipAddr, dnats.Items, live), nil
 	}
 	return nil, nil
 }
@@ -279,7 +273,7 @@ func dnatConflict(o *v1.IptablesDnatRule, eipName string, eip netip.Addr, dnats 
 	case "dnat.type":
 		path, value = specPath.Child("type"), o.Spec.Type
 		if value == "" {
-			value = v1.DnatTypeExclusive
+			value = v1.DnatTypeExclusive // dnatType's default
 		}
 	case "dnat.internalIP":
 		path, value = specPath.Child("internalIp"), o.Spec.InternalIP+":"+o.Spec.InternalPort

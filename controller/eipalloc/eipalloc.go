@@ -23,6 +23,7 @@ import (
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/kubeovn"
+	"github.com/natgw/natgw/nat"
 )
 
 var (
@@ -178,9 +179,9 @@ func KubeOVNAllocated(e *v1.IptablesEIP) (netip.Addr, error) {
 	if e == nil || e.Status.IP == "" || !slices.Contains(e.Finalizers, v1.Finalizer) {
 		return netip.Addr{}, nil
 	}
-	ip, err := parseV4(e.Status.IP)
+	ip, err := nat.ParseUnicastIPv4("status.ip", e.Status.IP)
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("%w: status.ip %q allocated by Kube-OVN: %v", ErrInvalid, e.Status.IP, err)
+		return netip.Addr{}, fmt.Errorf("%w: allocated by Kube-OVN: %v", ErrInvalid, err)
 	}
 	if e.Spec.V4ip != "" && e.Spec.V4ip != e.Status.IP {
 		return netip.Addr{}, fmt.Errorf("%w: spec.v4ip %q differs from the address %s Kube-OVN allocated (status.ip; Kube-OVN does not change an allocated address; recreate the eip)", ErrConflict, e.Spec.V4ip, e.Status.IP)
@@ -223,25 +224,9 @@ func Validate(e *v1.IptablesEIP) (netip.Addr, error) {
 	if e.Spec.V4ip == "" {
 		return netip.Addr{}, nil
 	}
-	ip, err := parseV4(e.Spec.V4ip)
+	ip, err := nat.ParseUnicastIPv4("spec.v4ip", e.Spec.V4ip)
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("%w: spec.v4ip %q: %v", ErrInvalid, e.Spec.V4ip, err)
-	}
-	return ip, nil
-}
-
-// parseV4 accepts a plain IPv4 address (no zone, no mapped form, no
-// prefix, not 0.0.0.0, not multicast, not 255.255.255.255).
-func parseV4(s string) (netip.Addr, error) {
-	ip, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Addr{}, errors.New("not an IP address")
-	}
-	switch {
-	case !ip.Is4():
-		return netip.Addr{}, errors.New("not an IPv4 address")
-	case ip.IsUnspecified(), ip.IsMulticast(), ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
-		return netip.Addr{}, errors.New("not a unicast address")
+		return netip.Addr{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return ip, nil
 }
@@ -334,9 +319,9 @@ func Reserved(e *v1.IptablesEIP, vip *unstructured.Unstructured) (netip.Addr, er
 		}
 		return netip.Addr{}, nil
 	}
-	ip, err := parseV4(statusV4)
+	ip, err := nat.ParseUnicastIPv4("status.v4ip", statusV4)
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("vip %s status.v4ip %q: %v", name, statusV4, err)
+		return netip.Addr{}, fmt.Errorf("vip %s: %w", name, err)
 	}
 	if e.Spec.V4ip != "" && e.Spec.V4ip != statusV4 {
 		return netip.Addr{}, fmt.Errorf("%w: spec.v4ip %q differs from the address %s reserved in vip %s (Kube-OVN does not change a reserved address; recreate the eip)", ErrConflict, e.Spec.V4ip, statusV4, name)

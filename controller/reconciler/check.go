@@ -11,12 +11,12 @@ import (
 )
 
 // CheckEIP returns, as a *nat.FieldError, what in an IptablesEIP's spec
-// natgw cannot program (spec.v4ip that is not an IPv4 address), or nil.
+// natgw cannot program (spec.v4ip that is not a unicast IPv4 address), or nil.
 // It runs the reconcile's own translation, so that the admission webhook
 // (controller/admission) refuses at creation with the words a reconcile
 // would report later.
 func CheckEIP(e *v1.IptablesEIP) error {
-	_, err := eipAddress(&v1.IptablesEIP{Spec: e.Spec})
+	_, err := EIPAddress(&v1.IptablesEIP{Spec: e.Spec})
 	return err
 }
 

@@ -14,9 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"strconv"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -88,10 +86,9 @@ func natgwRule(r v1.QoSPolicyBandwidthLimitRule, field func(string) string) (gwq
 		q.Classifier = gwqos.MatchAll
 	case v1.QoSMatchTypeIP:
 		q.Classifier = gwqos.U32
-		dir, cidr, ok := strings.Cut(r.MatchValue, " ")
-		p, err := netip.ParsePrefix(cidr)
-		if !ok || (dir != "src" && dir != "dst") || err != nil {
-			return q, invalid(field("matchValue"), r.MatchValue, `want "src CIDR" or "dst CIDR"`)
+		dir, p, err := nat.ParseQoSMatch(field("matchValue"), r.MatchValue)
+		if err != nil {
+			return q, err
 		}
 		q.MatchDir, q.CIDR = dir, p.Masked()
 	default:

@@ -71,7 +71,7 @@ var dnatKind = ruleKind[*v1.IptablesDnatRule]{
 		if st.ready {
 			s.Protocol, s.InternalIP, s.InternalPort, s.ExternalPort = o.Spec.Protocol, o.Spec.InternalIP, o.Spec.InternalPort, o.Spec.ExternalPort
 			if s.Protocol == "" {
-				s.Protocol = v1.ProtocolTCP // what was programmed
+				s.Protocol = string(nat.DefaultProtocol) // what was programmed
 			}
 		}
 		setCondition(&s.Conditions, st.cond, o.Generation)

@@ -25,7 +25,6 @@ package reconciler
 import (
 	"context"
 	"fmt"
-	"net"
 	"regexp"
 	"slices"
 	"sort"
@@ -43,6 +42,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/nat"
 )
 
 // qosPolicyIndex indexes IptablesEIPs and VpcNatGateways by spec.qosPolicy.
@@ -290,24 +290,16 @@ func validateQoSPolicy(p *v1.QoSPolicy) []string {
 		if r.Direction != "" && r.Direction != v1.QoSDirectionIngress && r.Direction != v1.QoSDirectionEgress {
 			out = append(out, fmt.Sprintf("%s %q: not ingress or egress", ruleField(i, r, "direction"), r.Direction))
 		}
-		if r.MatchType == v1.QoSMatchTypeIP && !ipMatchValue(r.MatchValue) {
-			out = append(out, fmt.Sprintf("%s %q: matchType ip needs \"src CIDR\" or \"dst CIDR\"", ruleField(i, r, "matchValue"), r.MatchValue))
+		if r.MatchType == v1.QoSMatchTypeIP {
+			if _, _, err := nat.ParseQoSMatch("matchValue", r.MatchValue); err != nil {
+				out = append(out, fmt.Sprintf("%s %q: matchType ip needs \"src CIDR\" or \"dst CIDR\"", ruleField(i, r, "matchValue"), r.MatchValue))
+			}
 		}
 	}
 	if !p.Spec.Shared && p.Spec.BindingType == v1.QoSBindingTypeNatGw {
 		out = append(out, "spec.shared false with spec.bindingType NATGW: a gateway's policy must be shared")
 	}
 	return out
-}
-
-// ipMatchValue is upstream's check of an ip match: "src|dst CIDR".
-func ipMatchValue(s string) bool {
-	parts := strings.Split(s, " ")
-	if len(parts) != 2 || (parts[0] != "src" && parts[0] != "dst") {
-		return false
-	}
-	_, _, err := net.ParseCIDR(parts[1])
-	return err == nil
 }
 
 // unsupportedQoS returns what of a valid policy natgw's data plane does

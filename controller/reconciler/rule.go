@@ -37,7 +37,7 @@ func (d *Deps) resolveEIP(ctx context.Context, name string, requireReady bool) (
 	if !e.DeletionTimestamp.IsZero() {
 		return eipRef{}, fail(v1.ReasonEIPNotFound, "IptablesEIP %s is being deleted", name)
 	}
-	addr, err := eipAddress(e)
+	addr, err := EIPAddress(e)
 	if err != nil {
 		return eipRef{}, fail(v1.ReasonEIPNotReady, "IptablesEIP %s: %v", name, err)
 	}
@@ -150,7 +150,7 @@ func (r *ruleReconciler[T]) finish(ctx context.Context, log logr.Logger, obj T, 
 func (r *ruleReconciler[T]) desired(ctx context.Context, eips []*v1.IptablesEIP) ([]owned, error) {
 	var out []owned
 	for _, e := range eips {
-		addr, err := eipAddress(e)
+		addr, err := EIPAddress(e)
 		if err != nil || !addr.IsValid() {
 			continue
 		}

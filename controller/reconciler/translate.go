@@ -22,14 +22,6 @@ func invalid(field, value, reason string) error {
 	return &nat.FieldError{Field: field, Value: value, Reason: reason}
 }
 
-func parsePort(field, s string) (uint16, error) {
-	n, err := strconv.ParseUint(s, 10, 16)
-	if err != nil || n == 0 {
-		return 0, invalid(field, s, "not a port number from 1 to 65535")
-	}
-	return uint16(n), nil
-}
-
 // validated runs nat's own validation so that what reaches the agent is
 // known to be valid (the agent would refuse the same way).
 func validated(o nat.Object) (nat.Object, error) {
@@ -39,9 +31,11 @@ func validated(o nat.Object) (nat.Object, error) {
 	return o, nil
 }
 
-// eipAddress returns the address an EIP uses: spec.v4ip, else status.ip
-// (set by an allocator). The empty Addr means none yet.
-func eipAddress(e *v1.IptablesEIP) (netip.Addr, error) {
+// EIPAddress returns the address an EIP uses: spec.v4ip, else status.ip
+// (set by an allocator), parsed with nat.ParseUnicastIPv4; the error names the
+// field it came from. The empty Addr means none yet. The admission webhook
+// and the reconciles read an EIP's address only through it.
+func EIPAddress(e *v1.IptablesEIP) (netip.Addr, error) {
 	s := e.Spec.V4ip
 	field := "spec.v4ip"
 	if s == "" {
@@ -50,13 +44,13 @@ func eipAddress(e *v1.IptablesEIP) (netip.Addr, error) {
 	if s == "" {
 		return netip.Addr{}, nil
 	}
-	return nat.ParseIPv4(field, s)
+	return nat.ParseUnicastIPv4(field, s)
 }
 
 // eipObject is the EIP as a gateway object: its address with the external
 // network's prefix length, and its QoS when a policy limits it.
 func eipObject(e *v1.IptablesEIP, prefixLen int, qos *nat.QoS) (nat.Object, error) {
-	addr, err := eipAddress(e)
+	addr, err := EIPAddress(e)
 	if err != nil {
 		return nat.Object{}, err
 	}
@@ -136,7 +130,7 @@ func mbit(field, s string) (uint32, error) {
 }
 
 func fipObject(f *v1.IptablesFIPRule, eip netip.Addr) (nat.Object, error) {
-	in, err := nat.ParseIPv4("spec.internalIp", f.Spec.InternalIP)
+	in, err := nat.ParseUnicastIPv4("spec.internalIp", f.Spec.InternalIP)
 	if err != nil {
 		return nat.Object{}, err
 	}
@@ -144,24 +138,21 @@ func fipObject(f *v1.IptablesFIPRule, eip netip.Addr) (nat.Object, error) {
 }
 
 func dnatObject(d *v1.IptablesDnatRule, eip netip.Addr) (nat.Object, error) {
-	in, err := nat.ParseIPv4("spec.internalIp", d.Spec.InternalIP)
+	in, err := nat.ParseUnicastIPv4("spec.internalIp", d.Spec.InternalIP)
 	if err != nil {
 		return nat.Object{}, err
 	}
-	ext, err := parsePort("spec.externalPort", d.Spec.ExternalPort)
+	ext, err := nat.ParsePort("spec.externalPort", d.Spec.ExternalPort)
 	if err != nil {
 		return nat.Object{}, err
 	}
-	inPort, err := parsePort("spec.internalPort", d.Spec.InternalPort)
+	inPort, err := nat.ParsePort("spec.internalPort", d.Spec.InternalPort)
 	if err != nil {
 		return nat.Object{}, err
 	}
-	proto := nat.Protocol(strings.ToLower(d.Spec.Protocol))
-	if proto == "" {
-		proto = nat.TCP
-	}
-	if proto.Number() == 0 {
-		return nat.Object{}, invalid("spec.protocol", d.Spec.Protocol, "must be tcp, udp or sctp")
+	proto, err := nat.ParseProtocol("spec.protocol", d.Spec.Protocol)
+	if err != nil {
+		return nat.Object{}, err
 	}
 	return validated(nat.Object{UID: string(d.UID), Kind: nat.KindDNAT, DNAT: &nat.DNAT{
 		EIP: eip, Protocol: proto, ExternalPort: ext, InternalIP: in, InternalPort: inPort, Type: dnatType(d.Spec.Type)}})
@@ -224,18 +215,15 @@ func routeObjects(g *v1.VpcNatGateway, net kubeovn.Network) ([]nat.Object, error
 	seen := map[netip.Prefix]string{}
 	for i, r := range g.Spec.Routes {
 		field := fmt.Sprintf("spec.routes[%d]", i)
-		dst, err := netip.ParsePrefix(r.CIDR)
-		if err != nil || !dst.Addr().Is4() {
-			return nil, invalid(field+".cidr", r.CIDR, "not an IPv4 CIDR")
-		}
-		if dst.Masked() != dst {
-			return nil, invalid(field+".cidr", r.CIDR, "host bits set (want "+dst.Masked().String()+")")
+		dst, err := nat.ParseIPv4Network(field+".cidr", r.CIDR)
+		if err != nil {
+			return nil, err
 		}
 		if prev, dup := seen[dst]; dup {
 			return nil, invalid(field+".cidr", r.CIDR, "same destination as "+prev)
 		}
 		seen[dst] = field
-		via, err := nat.ParseIPv4(field+".nextHopIP", r.NextHopIP)
+		via, err := nat.ParseUnicastIPv4(field+".nextHopIP", r.NextHopIP)
 		if err != nil {
 			return nil, err
 		}

@@ -38,6 +38,7 @@
 package compat
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -241,8 +242,8 @@ var DefaultRoute = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
 // gw on the external interface, on link (the script's `ip route replace
 // default via $GATEWAY_V4 dev EXT onlink`). gw must be an IPv4 address.
 func DefaultRouteObject(gw string) (nat.Object, error) {
-	a, err := netip.ParseAddr(gw)
-	if err != nil || !a.Is4() {
+	a, err := nat.ParseIPv4("GATEWAY_V4", gw)
+	if err != nil {
 		return nat.Object{}, &ArgError{Op: OpEIPAdd, Index: -1, Field: "GATEWAY_V4", Value: gw, Reason: fmt.Sprintf("environment variable GATEWAY_V4 %q is not an IPv4 address", gw)}
 	}
 	return nat.Object{UID: RouteUID(DefaultRoute), Kind: nat.KindRoute, Route: &nat.Route{Destination: DefaultRoute, NextHop: a, Device: nat.DeviceExternal}}, nil
@@ -455,9 +456,9 @@ var specs = map[string]opSpec{
 		}
 		seen := map[netip.AddrPort]bool{}
 		for _, b := range strings.Split(r.fields[3], "@") {
-			ap, err := netip.ParseAddrPort(b)
-			if err != nil || !ap.Addr().Is4() || ap.Port() == 0 {
-				return r.fail("backends", b, "want IPv4:PORT (port 1..65535), backends separated by @")
+			ap, err := backend(b)
+			if err != nil {
+				return r.fail("backends", b, "want IPv4:PORT (port 1..65535, decimal, no leading zero), backends separated by @")
 			}
 			if seen[ap] {
 				return r.fail("backends", b, "backend listed twice")
@@ -655,6 +656,33 @@ func (r *ruleParser) fail(field, value, reason string) error {
 	return &ArgError{Op: r.op, Index: r.index, Rule: r.rule, Field: field, Value: value, Reason: reason}
 }
 
+// refused turns the *nat.FieldError of nat's parse rules into an ArgError
+// of this rule, keeping nat's field, value and reason.
+func (r *ruleParser) refused(err error) error {
+	var fe *nat.FieldError
+	if errors.As(err, &fe) {
+		return r.fail(fe.Field, fe.Value, fe.Reason)
+	}
+	return r.fail("", "", err.Error())
+}
+
+// backend parses a share DNAT backend, IPv4:PORT, with nat's rules.
+func backend(s string) (netip.AddrPort, error) {
+	host, port, ok := strings.Cut(s, ":")
+	if !ok {
+		return netip.AddrPort{}, &nat.FieldError{Field: "backends", Value: s, Reason: "want IPv4:PORT"}
+	}
+	a, err := nat.ParseIPv4("backends", host)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	n, err := nat.ParsePort("backends", port)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	return netip.AddrPortFrom(a, n), nil
+}
+
 func (r *ruleParser) field(i int, name string) (string, error) {
 	if i >= len(r.fields) {
 		return "", r.fail(name, "", "missing")
@@ -668,9 +696,9 @@ func (r *ruleParser) addr(i int, name string) (netip.Addr, error) {
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	a, err := nat.ParseIPv4(name, s)
+	a, err := nat.ParseUnicastIPv4(name, s)
 	if err != nil {
-		return netip.Addr{}, r.fail(name, s, "not an IPv4 address")
+		return netip.Addr{}, r.refused(err)
 	}
 	return a, nil
 }
@@ -688,9 +716,12 @@ func (r *ruleParser) addrLen(i int, name string) (netip.Addr, int, error) {
 		return netip.Addr{}, 0, err
 	}
 	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		if err != nil || !p.Addr().Is4() {
+		p, err := nat.ParseIPv4Prefix(name, s)
+		if err != nil {
 			return netip.Addr{}, 0, r.fail(name, s, "not an IPv4 address with prefix length")
+		}
+		if err := nat.CheckUnicastIPv4(name, p.Addr()); err != nil {
+			return netip.Addr{}, 0, r.refused(err)
 		}
 		return p.Addr(), p.Bits(), nil
 	}
@@ -706,7 +737,7 @@ func (r *ruleParser) prefix(i int, name string) (netip.Prefix, error) {
 	}
 	p, err := nat.ParseIPv4Prefix(name, s)
 	if err != nil {
-		return netip.Prefix{}, r.fail(name, s, "not an IPv4 CIDR")
+		return netip.Prefix{}, r.refused(err)
 	}
 	return p, nil
 }
@@ -724,14 +755,15 @@ func (r *ruleParser) uint(i int, name string, max uint64) (uint64, error) {
 }
 
 func (r *ruleParser) port(i int, name string) (uint16, error) {
-	n, err := r.uint(i, name, 65535)
+	s, err := r.field(i, name)
 	if err != nil {
 		return 0, err
 	}
-	if n == 0 {
-		return 0, r.fail(name, "0", "want a port 1..65535")
+	n, err := nat.ParsePort(name, s)
+	if err != nil {
+		return 0, r.refused(err)
 	}
-	return uint16(n), nil
+	return n, nil
 }
 
 // dnatKey reads the identity of a DNAT rule: EIP, port, protocol.
@@ -748,9 +780,12 @@ func (r *ruleParser) dnatKey() (netip.Addr, uint16, nat.Protocol, error) {
 	if err != nil {
 		return netip.Addr{}, 0, "", err
 	}
-	proto := nat.Protocol(strings.ToLower(s))
-	if proto.Number() == 0 {
-		return netip.Addr{}, 0, "", r.fail("protocol", s, "want tcp, udp or sctp")
+	if s == "" { // the script has no default: iptables -p "" fails
+		return netip.Addr{}, 0, "", r.fail("protocol", s, "missing")
+	}
+	proto, err := nat.ParseProtocol("protocol", s)
+	if err != nil {
+		return netip.Addr{}, 0, "", r.refused(err)
 	}
 	return eip, port, proto, nil
 }
@@ -776,7 +811,9 @@ func (r *ruleParser) shareIdentity(p *Plan) (ShareIdentity, error) {
 	return id, nil
 }
 
-// snatKey reads the identity of an SNAT rule: EIP and internal CIDR.
+// snatKey reads the identity of an SNAT rule: EIP and internal CIDR, host
+// bits masked as iptables -s masks them for upstream's script (and as the
+// reconcile does for spec.internalCIDR).
 func (r *ruleParser) snatKey() (netip.Addr, netip.Prefix, error) {
 	eip, err := r.eip(0)
 	if err != nil {
@@ -786,7 +823,7 @@ func (r *ruleParser) snatKey() (netip.Addr, netip.Prefix, error) {
 	if err != nil {
 		return netip.Addr{}, netip.Prefix{}, err
 	}
-	return eip, cidr, nil
+	return eip, cidr.Masked(), nil
 }
 
 // isIfaceName tells an interface name (newer controllers pass

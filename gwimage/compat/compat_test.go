@@ -247,9 +247,10 @@ func TestParseErrors(t *testing.T) {
 		{"floating-ip-add", []string{"192.0.2.10,198.51.100.1", "192.0.2.300,198.51.100.2"}, 1, "eip", "not an IPv4 address"},
 		{"floating-ip-add", []string{"2001:db8::1,198.51.100.1"}, 0, "eip", "not an IPv4"},
 		{"floating-ip-del", []string{"192.0.2.10,bad"}, 0, "internalIP", "not an IPv4"},
-		{"dnat-add", []string{"192.0.2.11,0,tcp,198.51.100.11,80"}, 0, "externalPort", "1..65535"},
-		{"dnat-add", []string{"192.0.2.11,80,icmp,198.51.100.11,80"}, 0, "protocol", "want tcp"},
-		{"dnat-add", []string{"192.0.2.11,80,tcp,198.51.100.11,65536"}, 0, "internalPort", "0..65535"},
+		{"dnat-add", []string{"192.0.2.11,0,tcp,198.51.100.11,80"}, 0, "externalPort", "1 to 65535"},
+		{"dnat-add", []string{"192.0.2.11,80,icmp,198.51.100.11,80"}, 0, "protocol", "tcp, udp or sctp"},
+		{"dnat-add", []string{"192.0.2.11,80,tcp,198.51.100.11,65536"}, 0, "internalPort", "1 to 65535"},
+		{"dnat-add", []string{"192.0.2.11,080,tcp,198.51.100.11,80"}, 0, "externalPort", "no leading zero"}, // iptables: invalid port/service
 		{"dnat-del", []string{"192.0.2.11,80,tcp,198.51.100.11"}, 0, "internalPort", "3 or 5"},
 		{"snat-add", []string{"192.0.2.12,198.51.100.0/24,--random"}, 0, "option", "--random-fully"},
 		{"snat-add", []string{"192.0.2.12,198.51.100.0/40"}, 0, "internalCIDR", "CIDR"},

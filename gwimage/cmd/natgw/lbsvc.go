@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,6 +14,8 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/natgw/natgw/nat"
 )
 
 // Kube-OVN's LoadBalancer-Service pods (enable-lb-svc, service_lb.go) run
@@ -108,7 +109,7 @@ func lbsvcCheck(op string, f []string) error {
 		if _, err := lbsvcPrefix(f[0]); err != nil {
 			return err
 		}
-		_, err := lbsvcAddr(f[1], "gateway")
+		_, err := nat.ParseIPv4("gateway", f[1])
 		return err
 	case "dnat-add":
 		if _, err := parseDNATSpec(f); err != nil {
@@ -117,7 +118,7 @@ func lbsvcCheck(op string, f []string) error {
 		if len(f) < 6 {
 			return errors.New("want EIP,PORT,PROTOCOL,INTERNAL_IP,INTERNAL_PORT,GATEWAY")
 		}
-		_, err := lbsvcAddr(f[5], "gateway")
+		_, err := nat.ParseIPv4("gateway", f[5])
 		return err
 	case "dnat-del":
 		_, err := parseDNATSpec(f)
@@ -166,23 +167,10 @@ func lbsvcInit() error {
 	return nil
 }
 
-func lbsvcAddr(s, field string) (netip.Addr, error) {
-	a, err := netip.ParseAddr(s)
-	if err != nil || !a.Is4() {
-		return netip.Addr{}, fmt.Errorf("%s %q: not an IPv4 address", field, s)
-	}
-	return a, nil
-}
-
+// lbsvcPrefix reads the EIP[/LEN] field (a bare address is a /32) with
+// nat's parser.
 func lbsvcPrefix(s string) (netip.Prefix, error) {
-	if !strings.Contains(s, "/") {
-		s += "/32"
-	}
-	p, err := netip.ParsePrefix(s)
-	if err != nil || !p.Addr().Is4() {
-		return netip.Prefix{}, fmt.Errorf("eip %q: not an IPv4 address with prefix length", s)
-	}
-	return p, nil
+	return nat.ParseIPv4Prefix("eip", s)
 }
 
 func ipnet(p netip.Prefix) *net.IPNet {
@@ -197,7 +185,7 @@ func lbsvcEIPAdd(f []string) error {
 	if err != nil {
 		return err
 	}
-	gw, err := lbsvcAddr(f[1], "gateway")
+	gw, err := nat.ParseIPv4("gateway", f[1])
 	if err != nil {
 		return err
 	}
@@ -296,22 +284,25 @@ func parseDNATSpec(f []string) (dnatSpec, error) {
 		return d, errors.New("want EIP,PORT,PROTOCOL,INTERNAL_IP,INTERNAL_PORT")
 	}
 	var err error
-	if d.eip, err = lbsvcAddr(strings.SplitN(f[0], "/", 2)[0], "eip"); err != nil {
+	if d.eip, err = nat.ParseIPv4("eip", strings.SplitN(f[0], "/", 2)[0]); err != nil {
 		return d, err
 	}
-	if d.in, err = lbsvcAddr(f[3], "internalIP"); err != nil {
+	if d.in, err = nat.ParseIPv4("internalIP", f[3]); err != nil {
 		return d, err
 	}
-	d.proto = strings.ToLower(f[2])
-	if d.proto != "tcp" && d.proto != "udp" && d.proto != "sctp" {
-		return d, fmt.Errorf("protocol %q: want tcp, udp or sctp", f[2])
+	if f[2] == "" { // the script has no default protocol
+		return d, errors.New("protocol: missing")
 	}
-	for i, p := range []*uint16{&d.port, &d.inPrt} {
-		n, err := strconv.ParseUint(f[1+3*i], 10, 16)
-		if err != nil || n == 0 {
-			return d, fmt.Errorf("port %q: want 1..65535", f[1+3*i])
-		}
-		*p = uint16(n)
+	proto, err := nat.ParseProtocol("protocol", f[2])
+	if err != nil {
+		return d, err
+	}
+	d.proto = string(proto)
+	if d.port, err = nat.ParsePort("port", f[1]); err != nil {
+		return d, err
+	}
+	if d.inPrt, err = nat.ParsePort("internalPort", f[4]); err != nil {
+		return d, err
 	}
 	return d, nil
 }
@@ -356,7 +347,7 @@ func lbsvcDNATAdd(f []string) error {
 	if len(f) < 6 {
 		return errors.New("want EIP,PORT,PROTOCOL,INTERNAL_IP,INTERNAL_PORT,GATEWAY")
 	}
-	gw, err := lbsvcAddr(f[5], "gateway")
+	gw, err := nat.ParseIPv4("gateway", f[5])
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,129 @@
+package nat
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func TestParseIPv4Prefix(t *testing.T) {
+	for _, tt := range []struct {
+		in, want, reason string
+	}{
+		{"198.51.100.0/24", "198.51.100.0/24", ""},
+		{"198.51.100.7/24", "198.51.100.7/24", ""}, // host bits kept
+		{"198.51.100.7", "198.51.100.7/32", ""},
+		{"198.51.100.0/33", "", "not an IPv4 CIDR"},
+		{"2001:db8::/64", "", "not an IPv4 CIDR"},
+		{"2001:db8::1", "", "not an IPv4 address"},
+		{"the-vpc", "", "not an IPv4 address"},
+		{"", "", "not an IPv4 address"},
+	} {
+		p, err := ParseIPv4Prefix("spec.internalCIDR", tt.in)
+		if tt.reason == "" {
+			if err != nil || p != netip.MustParsePrefix(tt.want) {
+				t.Errorf("ParseIPv4Prefix(%q) = %v, %v; want %s", tt.in, p, err, tt.want)
+			}
+			continue
+		}
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != "spec.internalCIDR" || fe.Value != tt.in || fe.Reason != tt.reason || !errors.Is(err, ErrInvalid) {
+			t.Errorf("ParseIPv4Prefix(%q) error %v, want a *FieldError of spec.internalCIDR: %s", tt.in, err, tt.reason)
+		}
+	}
+	if a, err := ParseIPv4("x", "192.0.2.1"); err != nil || a != netip.MustParseAddr("192.0.2.1") {
+		t.Errorf("ParseIPv4: %v, %v", a, err)
+	}
+	if _, err := ParseIPv4("x", "192.0.2.1/32"); err == nil {
+		t.Error("ParseIPv4 took a prefix")
+	}
+}
+
+func TestCheckDataplaneName(t *testing.T) {
+	for _, n := range DataplaneNames {
+		if err := CheckDataplaneName(n); err != nil {
+			t.Errorf("CheckDataplaneName(%q): %v", n, err)
+		}
+	}
+	for _, n := range []string{"", "pf", "NFTABLES", "nftables "} {
+		err := CheckDataplaneName(n)
+		if err == nil || !strings.Contains(err.Error(), "unknown data plane") || !strings.Contains(err.Error(), "nftables or iptables") {
+			t.Errorf("CheckDataplaneName(%q) = %v", n, err)
+		}
+	}
+}
+
+// TestParseRules: nat's shared parse rules, each bad value refused with a
+// *FieldError naming the field and the value as given.
+func TestParseRules(t *testing.T) {
+	type parse func(field, s string) (any, error)
+	port := func(f, s string) (any, error) { return ParsePort(f, s) }
+	proto := func(f, s string) (any, error) { return ParseProtocol(f, s) }
+	unicast := func(f, s string) (any, error) { return ParseUnicastIPv4(f, s) }
+	network := func(f, s string) (any, error) { return ParseIPv4Network(f, s) }
+	match := func(f, s string) (any, error) {
+		d, p, err := ParseQoSMatch(f, s)
+		return d + " " + p.String(), err
+	}
+	for _, tt := range []struct {
+		name   string
+		fn     parse
+		in     string
+		want   any // nil: refused
+		reason string
+	}{
+		{"port", port, "80", uint16(80), ""},
+		{"port max", port, "65535", uint16(65535), ""},
+		{"port leading zero", port, "080", nil, "no leading zero"},
+		{"port octal-looking", port, "010", nil, "no leading zero"},
+		{"port zero", port, "0", nil, "1 to 65535"},
+		{"port too big", port, "65536", nil, "1 to 65535"},
+		{"port huge", port, "999999", nil, "1 to 65535"},
+		{"port sign", port, "+80", nil, "1 to 65535"},
+		{"port empty", port, "", nil, "1 to 65535"},
+		{"port name", port, "http", nil, "1 to 65535"},
+		{"protocol", proto, "udp", UDP, ""},
+		{"protocol upper", proto, "TCP", TCP, ""},
+		{"protocol default", proto, "", TCP, ""},
+		{"protocol icmp", proto, "icmp", nil, "tcp, udp or sctp"},
+		{"unicast", unicast, "198.51.100.1", netip.MustParseAddr("198.51.100.1"), ""},
+		{"loopback", unicast, "127.0.0.1", nil, "not a unicast address"},
+		{"unspecified", unicast, "0.0.0.0", nil, "not a unicast address"},
+		{"broadcast", unicast, "255.255.255.255", nil, "not a unicast address"},
+		{"multicast", unicast, "224.0.0.1", nil, "not a unicast address"},
+		{"ipv6", unicast, "2001:db8::1", nil, "not an IPv4 address"},
+		{"empty address", unicast, "", nil, "not an IPv4 address"},
+		{"network", network, "10.1.0.0/16", netip.MustParsePrefix("10.1.0.0/16"), ""},
+		{"network host bits", network, "10.1.0.1/16", nil, "host bits set (want 10.1.0.0/16)"},
+		{"network /33", network, "10.1.0.0/33", nil, "not an IPv4 CIDR"},
+		{"network bare", network, "10.1.0.0", nil, "not an IPv4 CIDR"},
+		{"network ipv6", network, "2001:db8::/64", nil, "not an IPv4 CIDR"},
+		{"match", match, "src 10.0.0.0/8", "src 10.0.0.0/8", ""},
+		{"match ipv6", match, "dst 2001:db8::/64", "dst 2001:db8::/64", ""},
+		{"match bare address", match, "src 10.0.0.1", nil, `"src CIDR"`},
+		{"match direction", match, "from 10.0.0.0/8", nil, `"src CIDR"`},
+		{"match two spaces", match, "src  10.0.0.0/8", nil, `"src CIDR"`},
+		{"match empty", match, "", nil, `"src CIDR"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.fn("spec.x", tt.in)
+			if tt.want != nil {
+				if err != nil || got != tt.want {
+					t.Fatalf("(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+				}
+				return
+			}
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != "spec.x" || fe.Value != tt.in || !strings.Contains(fe.Reason, tt.reason) || !errors.Is(err, ErrInvalid) {
+				t.Fatalf("(%q) error %v, want a *FieldError of spec.x %q: ...%s...", tt.in, err, tt.in, tt.reason)
+			}
+		})
+	}
+	// The agent applies the same unicast rule as ParseUnicastIPv4.
+	o := Object{UID: "u", Kind: KindFIP, FIP: &FIP{EIP: netip.MustParseAddr("127.0.0.1"), InternalIP: netip.MustParseAddr("10.0.0.1")}}
+	var fe *FieldError
+	if err := o.Validate(); !errors.As(err, &fe) || fe.UID != "u" || fe.Field != "fip.eip" || fe.Reason != "not a unicast address" {
+		t.Errorf("Validate of a loopback EIP: %v", err)
+	}
+}
