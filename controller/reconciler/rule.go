@@ -155,7 +155,9 @@ func (r *ruleReconciler[T]) desired(ctx context.Context, eips []*v1.IptablesEIP)
 			continue
 		}
 		list := r.k.newList()
-		if err := r.Client.List(ctx, list, client.MatchingFields{EIPIndex: e.Name}); err != nil {
+		// Read-only (translated into gateway objects): the cache's
+		// objects, not deep copies, for every gateway's desired set.
+		if err := r.Client.List(ctx, list, client.MatchingFields{EIPIndex: e.Name}, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, err
 		}
 		for _, o := range r.k.items(list) {

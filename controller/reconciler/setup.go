@@ -222,7 +222,9 @@ func setupRule[T client.Object](ctx context.Context, mgr ctrl.Manager, deps *Dep
 				return nil
 			}
 			list := k.newList()
-			if err := deps.Client.List(ctx, list, client.MatchingFields{EIPIndex: eip}); err != nil {
+			// Read-only (names, UIDs, Ready): the cache's objects themselves,
+			// not deep copies (one list per rule event on an EIP).
+			if err := deps.Client.List(ctx, list, client.MatchingFields{EIPIndex: eip}, client.UnsafeDisableDeepCopy); err != nil {
 				deps.Log.Error(err, "map to rules of EIP", "eip", eip)
 				return nil
 			}
@@ -272,7 +274,8 @@ func (d *Deps) eipsOfPolicy(ctx context.Context, o client.Object) []reconcile.Re
 // index has value (a failed list is logged as what: a map function has no
 // error to return, and the next event or resync maps again).
 func (d *Deps) requestsByIndex(ctx context.Context, list client.ObjectList, index, value, what string) []reconcile.Request {
-	if err := d.Client.List(ctx, list, client.MatchingFields{index: value}); err != nil {
+	// Read-only (names): the cache's objects, not deep copies.
+	if err := d.Client.List(ctx, list, client.MatchingFields{index: value}, client.UnsafeDisableDeepCopy); err != nil {
 		d.Log.Error(err, what, index, value)
 		return nil
 	}

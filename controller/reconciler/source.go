@@ -81,7 +81,9 @@ func NewSource(deps *Deps) *Source {
 func (s *Source) Desired(ctx context.Context, gw string) ([]nat.Object, error) {
 	var all []owned
 	eips := &v1.IptablesEIPList{}
-	if err := s.deps.Client.List(ctx, eips, client.MatchingFields{GatewayIndex: gw}); err != nil {
+	// Read-only: the cache's objects, not deep copies (nothing below
+	// writes to an EIP; build copies one before it sets an address).
+	if err := s.deps.Client.List(ctx, eips, client.MatchingFields{GatewayIndex: gw}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list IptablesEIPs: %w", err)
 	}
 	onGW := make([]*v1.IptablesEIP, 0, len(eips.Items))
