@@ -98,9 +98,11 @@ func (r *run) exec(ctx context.Context, line string, limit time.Duration) (strin
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	args := strings.Fields(line)
 	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	// Through bash, as a person types it: the command is looked up in the
+	// PATH below (the repository's kubectl and helm first), not in this
+	// process's (which may have a kubectl of its own).
+	cmd := exec.CommandContext(ctx, "bash", "-c", line)
 	cmd.Dir = r.repo
 	path := filepath.Dir(manifests.Kubectl(r.repo)) + ":" + filepath.Dir(manifests.Helm(r.repo)) + ":" + os.Getenv("PATH")
 	cmd.Env = append(os.Environ(), "PATH="+path, cluster.LockFDEnv+"=3")
