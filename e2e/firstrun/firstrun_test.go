@@ -238,6 +238,11 @@ func TestFirstRun(t *testing.T) {
 		cj, _ := json.MarshalIndent(chart, "", " ")
 		t.Errorf("the controller's pod template differs:\n--- kubectl apply -k\n%s\n--- helm install\n%s", kj, cj)
 	}
+	// The chart made the CRDs anew (kubectl delete -k removed them): a new
+	// client, once the API serves them, so no mapping of the first install
+	// is reused.
+	s = stack(t, c)
+	waitServed(ctx, t, s)
 	fipTraffic(t, s, g, 1)
 	r.do(ctx, cmdHelmUninstall, 3*time.Minute)
 
@@ -269,6 +274,21 @@ func stack(t *testing.T, c *cluster.Cluster) *fw.Stack {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	return &fw.Stack{T: t, Ctx: ctx, Dataplane: "nftables", Client: cl}
+}
+
+// waitServed waits (up to a minute) until the API serves the NAT kinds
+// through s's client: a CRD just created is not served at once.
+func waitServed(ctx context.Context, t *testing.T, s *fw.Stack) {
+	t.Helper()
+	var err error
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		if err = s.Client.List(ctx, &v1.VpcNatGatewayList{}); err == nil {
+			if err = s.Client.List(ctx, &v1.IptablesFIPRuleList{}); err == nil {
+				return
+			}
+		}
+	}
+	t.Fatalf("the chart's CRDs are not served after a minute: %v", err)
 }
 
 // checkController checks what a person checks after deploying: both
