@@ -13,7 +13,11 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/natgw/natgw/nat/ha"
+	"github.com/natgw/natgw/nat/ha/leasefence"
 )
 
 // prefixList is a repeatable flag of address/length values (also
@@ -46,6 +50,31 @@ type haFlags struct {
 	interval, lease        time.Duration
 	misses                 int
 	fenceSocket, fenceFile string
+	fenceLease, kubeconfig string
+}
+
+// leaseFence returns the Lease fence of --fence-lease NAMESPACE/NAME, with
+// the API server of --kubeconfig (empty: the pod's in-cluster config).
+func (f *haFlags) leaseFence() (ha.Fence, error) {
+	ns, name, ok := strings.Cut(f.fenceLease, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return nil, fmt.Errorf("--fence-lease %q: want NAMESPACE/NAME", f.fenceLease)
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
+	if err != nil {
+		if f.kubeconfig == "" {
+			return nil, fmt.Errorf("--fence-lease: no --kubeconfig and no in-cluster config: %w", err)
+		}
+		return nil, fmt.Errorf("--kubeconfig %q: %w", f.kubeconfig, err)
+	}
+	// The active renews every interval: client-go's default rate limit
+	// (5/s) would delay renewals past the lease.
+	rc.QPS, rc.Burst = 100, 200
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %q: client: %w", f.kubeconfig, err)
+	}
+	return leasefence.New(cs.CoordinationV1(), ns, name, 0)
 }
 
 // haConfig checks the flags and returns the replica's configuration; the
@@ -60,15 +89,27 @@ func (f *haFlags) haConfig(g *globals) (ha.Config, error) {
 	if cfg.Peer, err = netip.ParseAddrPort(f.peer); err != nil {
 		return cfg, fmt.Errorf("--peer %q: want ip:port (the other replica's internal address)", f.peer)
 	}
+	n := 0
+	for _, v := range []string{f.fenceSocket, f.fenceFile, f.fenceLease} {
+		if v != "" {
+			n++
+		}
+	}
 	switch {
-	case f.fenceSocket != "" && f.fenceFile != "":
-		return cfg, errors.New("--fence-socket and --fence-file: give one")
+	case n > 1:
+		return cfg, errors.New("--fence-socket, --fence-file and --fence-lease: give one")
+	case f.kubeconfig != "" && f.fenceLease == "":
+		return cfg, fmt.Errorf("--kubeconfig %q: only with --fence-lease", f.kubeconfig)
+	case f.fenceLease != "":
+		if cfg.Fence, err = f.leaseFence(); err != nil {
+			return cfg, err
+		}
 	case f.fenceSocket != "":
 		cfg.Fence = ha.SocketFence{Path: f.fenceSocket}
 	case f.fenceFile != "":
 		cfg.Fence = ha.FileFence{Path: f.fenceFile}
 	default:
-		return cfg, errors.New("no fence: give --fence-socket or --fence-file (a Kubernetes Lease fence is not implemented yet)")
+		return cfg, errors.New("no fence: give --fence-lease, --fence-socket or --fence-file")
 	}
 	if len(f.eips) == 0 && len(f.lanIPs) == 0 {
 		return cfg, errors.New("no floating address: give --eip and/or --lan-ip")
@@ -79,7 +120,7 @@ func (f *haFlags) haConfig(g *globals) (ha.Config, error) {
 // cmdHA runs one replica of an active/standby gateway until SIGTERM or
 // SIGINT (see nat/ha/README.md). Role changes go to stdout as JSON lines.
 func cmdHA(ctx context.Context, e env, g *globals, args []string) int {
-	fs := subFlags("ha", e, g, "ha --local IP:PORT --peer IP:PORT --eip A/L[,...] [--lan-ip A/L] --fence-socket PATH|--fence-file PATH [flags]")
+	fs := subFlags("ha", e, g, "ha --local IP:PORT --peer IP:PORT --eip A/L[,...] [--lan-ip A/L] --fence-lease NS/NAME|--fence-socket PATH|--fence-file PATH [flags]")
 	host, _ := os.Hostname()
 	var f haFlags
 	fs.StringVar(&f.id, "id", host, "this replica's name (the lease holder)")
@@ -92,6 +133,8 @@ func cmdHA(ctx context.Context, e env, g *globals, args []string) int {
 	fs.DurationVar(&f.lease, "lease", 0, "lease duration (0: (misses+2) × interval)")
 	fs.StringVar(&f.fenceSocket, "fence-socket", "", "unix socket of a lease arbiter (ha.Arbiter)")
 	fs.StringVar(&f.fenceFile, "fence-file", "", "lease file shared by both replicas (one host)")
+	fs.StringVar(&f.fenceLease, "fence-lease", "", "Kubernetes Lease NAMESPACE/NAME shared by both replicas (coordination.k8s.io/v1)")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --fence-lease (empty: in-cluster service account)")
 	if code, ok := noArgs(fs, args); !ok {
 		return code
 	}
