@@ -6,6 +6,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -13,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -51,6 +55,7 @@ type haFlags struct {
 	misses                 int
 	fenceSocket, fenceFile string
 	fenceLease, kubeconfig string
+	metricsAddr            string
 }
 
 // leaseFence returns the Lease fence of --fence-lease NAMESPACE/NAME, with
@@ -134,6 +139,7 @@ func cmdHA(ctx context.Context, e env, g *globals, args []string) int {
 	fs.StringVar(&f.fenceSocket, "fence-socket", "", "unix socket of a lease arbiter (ha.Arbiter)")
 	fs.StringVar(&f.fenceFile, "fence-file", "", "lease file shared by both replicas (one host)")
 	fs.StringVar(&f.fenceLease, "fence-lease", "", "Kubernetes Lease NAMESPACE/NAME shared by both replicas (coordination.k8s.io/v1)")
+	fs.StringVar(&f.metricsAddr, "metrics-address", "", "serve Prometheus metrics (natgw_ha_*) on this address at /metrics (empty: none)")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --fence-lease (empty: in-cluster service account)")
 	if code, ok := noArgs(fs, args); !ok {
 		return code
@@ -155,11 +161,41 @@ func cmdHA(ctx context.Context, e env, g *globals, args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if f.metricsAddr != "" {
+		_, shutdown, err := serveHAMetrics(f.metricsAddr, ha.NewCollector(r.Status))
+		if err != nil {
+			fmt.Fprintf(e.stderr, "natgw ha: %v\n", err)
+			return exitFail
+		}
+		defer shutdown()
+	}
 	if err := r.Run(ctx); err != nil {
 		fmt.Fprintf(e.stderr, "natgw ha: %v\n", err)
 		return exitFail
 	}
 	return exitOK
+}
+
+// serveHAMetrics serves c (and nothing else) at addr/metrics until the
+// returned function is called; it returns the address it listens on.
+func serveHAMetrics(addr string, c prometheus.Collector) (net.Addr, func(), error) {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(c); err != nil {
+		return nil, nil, fmt.Errorf("--metrics-address %q: %w", addr, err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--metrics-address %q: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return ln.Addr(), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
 }
 
 var _ flag.Value = (*prefixList)(nil)

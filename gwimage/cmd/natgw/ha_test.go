@@ -3,12 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/natgw/natgw/nat/ha"
 	"github.com/natgw/natgw/nat/ha/leasefence"
 )
 
@@ -69,5 +73,36 @@ current-context: x
 	lf, ok := cfg.Fence.(*leasefence.Fence)
 	if !ok || lf.String() != "Lease kube-system/gw1-ha" {
 		t.Fatalf("fence %T %v, want the Lease kube-system/gw1-ha", cfg.Fence, cfg.Fence)
+	}
+}
+
+// TestHAMetrics: --metrics-address serves the replica's natgw_ha_* metrics;
+// a bad address is refused naming the flag.
+func TestHAMetrics(t *testing.T) {
+	st := ha.Status{Role: ha.RoleActive, ToActive: 2, TakeoversPeerSilent: 1}
+	addr, shutdown, err := serveHAMetrics("127.0.0.1:0", ha.NewCollector(func() ha.Status { return st }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr.String()+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"natgw_ha_active 1\n", `natgw_ha_role_changes_total{role="active"} 2` + "\n", `natgw_ha_takeovers_total{peer="silent"} 1` + "\n"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+	if _, _, err := serveHAMetrics("127.0.0.1:notaport", ha.NewCollector(func() ha.Status { return st })); err == nil || !strings.Contains(err.Error(), `--metrics-address "127.0.0.1:notaport"`) {
+		t.Fatalf("bad address: %v, want an error naming --metrics-address", err)
 	}
 }
