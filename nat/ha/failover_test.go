@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat/ha"
 )
 
 // Generous bounds that only catch a broken takeover (a missed
@@ -158,6 +159,9 @@ func TestFailoverKill(t *testing.T) {
 	g := h.failover(fs, 0, h.podGone(0))
 	h.waitActive(1, time.Second)
 	h.checkGaps("kill gwa", g)
+	h.waitStatus(1, "one failover (takeover from a silent peer), active", func(st ha.Status) bool {
+		return st.Role == ha.RoleActive && st.TakeoversPeerSilent == 1 && st.ToActive == 1
+	}, 2*time.Second)
 
 	h.podBack(0)
 	h.waitReplicated(1, 0)
@@ -390,6 +394,9 @@ func TestFenceLost(t *testing.T) {
 	if fl := h.floating(0); len(fl) != 0 {
 		t.Errorf("gwa kept floating addresses: %v", fl)
 	}
+	h.waitStatus(0, "fence errors counted, stepped down once", func(st ha.Status) bool {
+		return st.Role == ha.RoleStandby && st.FenceErrors > 0 && st.ToStandby == 1
+	}, 2*time.Second)
 	time.Sleep(10 * h.interval)
 	if h.role(0) == "active" || h.role(1) == "active" {
 		t.Fatalf("a replica leads without the arbiter: %s/%s", h.role(0), h.role(1))

@@ -93,7 +93,8 @@ func runAgent(specJSON string) int {
 				Sent, Dump int64
 				Lags       []time.Duration
 				Recv       any
-			}{st.Sent, st.DumpSent, st.LagSamples, r.ReceiverStats()})
+				Status     ha.Status
+			}{st.Sent, st.DumpSent, st.LagSamples, r.ReceiverStats(), r.Status()})
 			say("STATS %s", b)
 		}
 	}()
@@ -144,6 +145,25 @@ type agentStats struct {
 	Sent, Dump int64
 	Lags       []time.Duration
 	Recv       ctsync.ReceiverStats
+	Status     ha.Status // the replica's counters (what its metrics export)
+}
+
+// waitStatus waits until replica i's reported Status satisfies ok.
+func (h *haLab) waitStatus(i int, what string, ok func(ha.Status) bool, timeout time.Duration) {
+	h.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		h.mu.Lock()
+		st := h.r[i].stats.Status
+		h.mu.Unlock()
+		if ok(st) {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%s: status %+v after %s, want %s", h.r[i].name, st, timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 type haLab struct {

@@ -45,7 +45,7 @@ type Collector struct {
 	status func() Status
 
 	active, roleChanges, takeovers, fenceErrors, lag *prometheus.Desc
-	sent, dumps, overruns, applied, failed          *prometheus.Desc
+	sent, dumps, overruns, applied, failed           *prometheus.Desc
 }
 
 // NewCollector returns the collector of the replica whose Status status

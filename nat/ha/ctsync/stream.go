@@ -79,10 +79,10 @@ func readFrame(r io.Reader, buf []byte, entries []Entry) (byte, uint64, []Entry,
 
 // SenderStats are counters of a Sender.
 type SenderStats struct {
-	Connects   int64 // connections to the standby made
-	Sent       int64 // entries sent (events and dumps)
-	DumpSent   int64 // of which from full dumps
-	Overruns   int64 // event socket overruns (each forces a full dump)
+	Connects int64 // connections to the standby made
+	Sent     int64 // entries sent (events and dumps)
+	DumpSent int64 // of which from full dumps
+	Overruns int64 // event socket overruns (each forces a full dump)
 	// LastLag is the lag of the last acknowledged frame (0 before the
 	// first acknowledgement).
 	LastLag    time.Duration
