@@ -17,7 +17,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/natgw/natgw/nat/ha"
@@ -72,14 +71,11 @@ func (f *haFlags) leaseFence() (ha.Fence, error) {
 		}
 		return nil, fmt.Errorf("--kubeconfig %q: %w", f.kubeconfig, err)
 	}
-	// The active renews every interval: client-go's default rate limit
-	// (5/s) would delay renewals past the lease.
-	rc.QPS, rc.Burst = 100, 200
-	cs, err := kubernetes.NewForConfig(rc)
+	fence, err := leasefence.ForConfig(rc, ns, name)
 	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig %q: client: %w", f.kubeconfig, err)
+		return nil, fmt.Errorf("--kubeconfig %q: %w", f.kubeconfig, err)
 	}
-	return leasefence.New(cs.CoordinationV1(), ns, name, 0)
+	return fence, nil
 }
 
 // haConfig checks the flags and returns the replica's configuration; the

@@ -28,7 +28,9 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/natgw/natgw/nat/ha"
 )
@@ -71,6 +73,20 @@ func New(client coordclient.LeasesGetter, namespace, name string, callTimeout ti
 		callTimeout = DefaultCallTimeout
 	}
 	return &Fence{leases: client, ns: namespace, name: name, callTimeout: callTimeout, now: time.Now}, nil
+}
+
+// ForConfig returns the fence of the Lease namespace/name on the API server
+// of rc, with DefaultCallTimeout. The client's rate limit is raised (100
+// QPS, burst 200): the active renews every heartbeat interval and
+// client-go's default (5/s) would delay renewals past the lease.
+func ForConfig(rc *rest.Config, namespace, name string) (*Fence, error) {
+	rc = rest.CopyConfig(rc)
+	rc.QPS, rc.Burst = 100, 200
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("leasefence: client for %s: %w", rc.Host, err)
+	}
+	return New(cs.CoordinationV1(), namespace, name, 0)
 }
 
 var _ ha.Fence = (*Fence)(nil)
