@@ -498,6 +498,25 @@ func TestLeaseFenceFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = syscall.Kill(apiserver, syscall.SIGCONT) }()
+	// What must happen before the lease runs out is that gwb stops
+	// answering: its floating addresses gone. (Its role event comes later:
+	// after the stream stopped and a release attempt that hangs for an
+	// interval on the frozen server.)
+	var gone time.Time
+	for gone.IsZero() {
+		if len(h.floating(1)) == 0 {
+			gone = time.Now()
+			break
+		}
+		if time.Since(lost) > 5*time.Second {
+			t.Fatal("gwb still holds its addresses 5 s after the API server froze")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	took := gone.Sub(lost)
+	if took >= h.leaseTTL {
+		t.Errorf("gwb removed its addresses %s after the API server froze: after its lease (%s) could have run out", took, h.leaseTTL)
+	}
 	for h.role(1) == "active" {
 		if time.Since(lost) > 5*time.Second {
 			t.Fatal("gwb still active 5 s after the API server froze")
@@ -507,14 +526,8 @@ func TestLeaseFenceFailover(t *testing.T) {
 	h.mu.Lock()
 	down := h.r[1].events[len(h.r[1].events)-1]
 	h.mu.Unlock()
-	took := down.at.Sub(lost)
-	t.Logf("gwb stepped down %s after the API server froze (lease %s): %s", took.Round(time.Millisecond), h.leaseTTL, down.reason)
-	if took >= h.leaseTTL {
-		t.Errorf("gwb stepped down %s after the API server froze: after its lease (%s) could have run out", took, h.leaseTTL)
-	}
-	if fl := h.floating(1); len(fl) != 0 {
-		t.Errorf("gwb kept floating addresses: %v", fl)
-	}
+	t.Logf("gwb removed its addresses %s after the API server froze (lease %s), reported standby after %s: %s",
+		took.Round(time.Millisecond), h.leaseTTL, down.at.Sub(lost).Round(time.Millisecond), down.reason)
 	time.Sleep(10 * h.interval)
 	if h.role(1) == "active" {
 		t.Fatal("gwb leads again without the API server")
