@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,7 +12,12 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat/ha"
 )
 
 // Generous bounds that only catch a broken takeover (a missed
@@ -158,6 +164,9 @@ func TestFailoverKill(t *testing.T) {
 	g := h.failover(fs, 0, h.podGone(0))
 	h.waitActive(1, time.Second)
 	h.checkGaps("kill gwa", g)
+	h.waitStatus(1, "one failover (takeover from a silent peer), active", func(st ha.Status) bool {
+		return st.Role == ha.RoleActive && st.TakeoversPeerSilent == 1 && st.ToActive == 1
+	}, 2*time.Second)
 
 	h.podBack(0)
 	h.waitReplicated(1, 0)
@@ -390,6 +399,9 @@ func TestFenceLost(t *testing.T) {
 	if fl := h.floating(0); len(fl) != 0 {
 		t.Errorf("gwa kept floating addresses: %v", fl)
 	}
+	h.waitStatus(0, "fence errors counted, stepped down once", func(st ha.Status) bool {
+		return st.Role == ha.RoleStandby && st.FenceErrors > 0 && st.ToStandby == 1
+	}, 2*time.Second)
 	time.Sleep(10 * h.interval)
 	if h.role(0) == "active" || h.role(1) == "active" {
 		t.Fatalf("a replica leads without the arbiter: %s/%s", h.role(0), h.role(1))
@@ -430,4 +442,121 @@ func TestStandbyRestart(t *testing.T) {
 	h.waitActive(1, time.Second)
 	h.checkGaps("kill gwa after the standby's restart", g)
 	closeFlows(t, fs)
+}
+
+// TestLeaseFenceFailover runs the replicas with the Kubernetes Lease fence
+// on a real kube-apiserver (envtest): the active's kill -9 is a failover
+// that moves the Lease to the standby and keeps every flow; the API server
+// stopped makes the active step down before its lease could run out, and
+// nobody leads without it.
+func TestLeaseFenceFailover(t *testing.T) {
+	assets := apitest.RequireAssets(t)
+	h := newHALab(t)
+	env := apitest.Environment(assets, apitest.CRDDir())
+	cfg, err := apitest.Start(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	h.kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(h.kubeconfig, env.KubeConfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// An API server on a loaded machine answers in tens of ms, sometimes
+	// more: a 1 s lease (interval 50 ms, 3 misses).
+	h.lease, h.leaseTTL = "default/gw-ha", time.Second
+	cs := kubernetes.NewForConfigOrDie(cfg).CoordinationV1()
+	holder := func() string {
+		l, err := cs.Leases("default").Get(context.Background(), "gw-ha", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("get lease: %v", err)
+		}
+		if l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	fs := h.up()
+	if got := holder(); got != "gwa" {
+		t.Fatalf("lease holder %q with gwa active, want gwa", got)
+	}
+	g := h.failover(fs, 0, h.podGone(0))
+	h.waitActive(1, 3*time.Second)
+	h.checkGaps("lease fence: kill gwa", g)
+	if got := holder(); got != "gwb" {
+		t.Fatalf("lease holder %q after the failover, want gwb", got)
+	}
+	closeFlows(t, fs)
+
+	// The API server frozen (SIGSTOP: requests hang until their timeouts,
+	// the harder case than a refused connection). gwb's last renewal began
+	// before the freeze, so its lease runs out before lost + leaseTTL: it
+	// must have stepped down earlier.
+	apiserver := apiserverPID(t, cfg.Host)
+	lost := time.Now()
+	if err := syscall.Kill(apiserver, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Kill(apiserver, syscall.SIGCONT) }()
+	// What must happen before the lease runs out is that gwb stops
+	// answering: its floating addresses gone. (Its role event comes later:
+	// after the stream stopped and a release attempt that hangs for an
+	// interval on the frozen server.)
+	var gone time.Time
+	for gone.IsZero() {
+		if len(h.floating(1)) == 0 {
+			gone = time.Now()
+			break
+		}
+		if time.Since(lost) > 5*time.Second {
+			t.Fatal("gwb still holds its addresses 5 s after the API server froze")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	took := gone.Sub(lost)
+	if took >= h.leaseTTL {
+		t.Errorf("gwb removed its addresses %s after the API server froze: after its lease (%s) could have run out", took, h.leaseTTL)
+	}
+	for h.role(1) == "active" {
+		if time.Since(lost) > 5*time.Second {
+			t.Fatal("gwb still active 5 s after the API server froze")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	h.mu.Lock()
+	down := h.r[1].events[len(h.r[1].events)-1]
+	h.mu.Unlock()
+	t.Logf("gwb removed its addresses %s after the API server froze (lease %s), reported standby after %s: %s",
+		took.Round(time.Millisecond), h.leaseTTL, down.at.Sub(lost).Round(time.Millisecond), down.reason)
+	time.Sleep(10 * h.interval)
+	if h.role(1) == "active" {
+		t.Fatal("gwb leads again without the API server")
+	}
+	h.waitStatus(1, "fence errors counted", func(st ha.Status) bool { return st.FenceErrors > 0 && st.Role == ha.RoleStandby }, 2*time.Second)
+}
+
+// apiserverPID finds the kube-apiserver this test started: the one serving
+// host's port (envtest picks a free port per run).
+func apiserverPID(t *testing.T, host string) int {
+	t.Helper()
+	_, port, ok := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(host, "https://"), "/"), ":")
+	if !ok {
+		t.Fatalf("API server host %q: no port", host)
+	}
+	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, d := range dirs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if filepath.Base(args[0]) == "kube-apiserver" && slices.Contains(args, "--secure-port="+port) {
+			pid, err := strconv.Atoi(filepath.Base(filepath.Dir(d)))
+			if err == nil {
+				return pid
+			}
+		}
+	}
+	t.Fatalf("no kube-apiserver with --secure-port=%s", port)
+	return 0
 }

@@ -22,11 +22,13 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/ha"
 	"github.com/natgw/natgw/nat/ha/ctsync"
+	"github.com/natgw/natgw/nat/ha/leasefence"
 	"github.com/natgw/natgw/nat/nattest"
 	"github.com/natgw/natgw/nat/netns"
 	"github.com/natgw/natgw/nat/nftables"
@@ -45,6 +47,11 @@ type agentSpec struct {
 	Interval  time.Duration
 	Misses    int
 	FencePath string
+	// With Kubeconfig: the Lease fence (Lease "ns/name", LeaseTTL) on
+	// that API server, and the agent runs in the host namespace (where
+	// the API server listens) with the gateway's namespace NetNS.
+	Kubeconfig, Lease, NetNS string
+	LeaseTTL                 time.Duration
 }
 
 func TestMain(m *testing.M) {
@@ -71,9 +78,21 @@ func runAgent(specJSON string) int {
 		defer mu.Unlock()
 		fmt.Fprintf(os.Stdout, format+"\n", a...)
 	}
+	var fence ha.Fence = ha.SocketFence{Path: s.FencePath}
+	if s.Kubeconfig != "" {
+		rc, err := clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
+		if err == nil {
+			ns, name, _ := strings.Cut(s.Lease, "/")
+			fence, err = leasefence.ForConfig(rc, ns, name)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "agent lease fence:", err)
+			return 2
+		}
+	}
 	r, err := ha.New(ha.Config{
-		ID: s.ID, Local: s.Local, Peer: s.Peer, EIPs: s.EIPs, LanIPs: s.LanIPs,
-		Interval: s.Interval, Misses: s.Misses, Fence: ha.SocketFence{Path: s.FencePath},
+		ID: s.ID, Local: s.Local, Peer: s.Peer, EIPs: s.EIPs, LanIPs: s.LanIPs, NetNS: s.NetNS, LeaseTTL: s.LeaseTTL,
+		Interval: s.Interval, Misses: s.Misses, Fence: fence,
 		Log: funcr.New(func(prefix, args string) {
 			say("LOG %s %s", prefix, args)
 		}, funcr.Options{Verbosity: 1}),
@@ -93,7 +112,8 @@ func runAgent(specJSON string) int {
 				Sent, Dump int64
 				Lags       []time.Duration
 				Recv       any
-			}{st.Sent, st.DumpSent, st.LagSamples, r.ReceiverStats()})
+				Status     ha.Status
+			}{st.Sent, st.DumpSent, st.LagSamples, r.ReceiverStats(), r.Status()})
 			say("STATS %s", b)
 		}
 	}()
@@ -144,20 +164,43 @@ type agentStats struct {
 	Sent, Dump int64
 	Lags       []time.Duration
 	Recv       ctsync.ReceiverStats
+	Status     ha.Status // the replica's counters (what its metrics export)
+}
+
+// waitStatus waits until replica i's reported Status satisfies ok.
+func (h *haLab) waitStatus(i int, what string, ok func(ha.Status) bool, timeout time.Duration) {
+	h.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		h.mu.Lock()
+		st := h.r[i].stats.Status
+		h.mu.Unlock()
+		if ok(st) {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%s: status %+v after %s, want %s", h.r[i].name, st, timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 type haLab struct {
-	t        testing.TB
-	lab      *netlab.Lab
-	ext, vm1 string
-	vm2      string
-	r        [2]*replica
-	fence    string // the arbiter's socket
-	arbiter  *ha.Arbiter
-	arbStop  context.CancelFunc
-	interval time.Duration
-	misses   int
-	mu       sync.Mutex
+	t testing.TB
+	// kubeconfig, lease, leaseTTL: agents use the Lease fence (see
+	// agentSpec) instead of the arbiter when kubeconfig is set.
+	kubeconfig, lease string
+	leaseTTL          time.Duration
+	lab               *netlab.Lab
+	ext, vm1          string
+	vm2               string
+	r                 [2]*replica
+	fence             string // the arbiter's socket
+	arbiter           *ha.Arbiter
+	arbStop           context.CancelFunc
+	interval          time.Duration
+	misses            int
+	mu                sync.Mutex
 }
 
 // newHALab builds:
@@ -264,13 +307,21 @@ func (h *haLab) detection() time.Duration { return time.Duration(h.misses) * h.i
 func (h *haLab) start(i int) {
 	h.t.Helper()
 	r, peer := h.r[i], h.r[1-i]
+	agentNS := "" // the agent runs in the gateway's namespace
+	if h.kubeconfig != "" {
+		agentNS = r.ns // the agent runs in the host's, the API server's
+	}
 	spec, _ := json.Marshal(agentSpec{
 		ID: r.name, Local: netip.AddrPortFrom(r.in, haPort), Peer: netip.AddrPortFrom(peer.in, haPort),
 		EIPs:     []netip.Prefix{netip.PrefixFrom(eipFIP, 24), netip.PrefixFrom(eipDN, 24), netip.PrefixFrom(eipSN, 24)},
 		LanIPs:   []netip.Prefix{lanIP},
 		Interval: h.interval, Misses: h.misses, FencePath: h.fence,
+		Kubeconfig: h.kubeconfig, Lease: h.lease, LeaseTTL: h.leaseTTL, NetNS: agentNS,
 	})
 	cmd := netlab.Command(context.Background(), r.ns, os.Args[0], "-test.run=^$")
+	if h.kubeconfig != "" {
+		cmd = exec.Command(os.Args[0], "-test.run=^$")
+	}
 	cmd.Env = append(os.Environ(), agentEnv+"="+string(spec))
 	cmd.Stderr = &prefixWriter{t: h.t, prefix: r.name + ": "}
 	out, err := cmd.StdoutPipe()

@@ -133,6 +133,9 @@ type Replica struct {
 	// healthySince is when this standby's interfaces were last seen
 	// coming up (zero while they are down); loop goroutine only.
 	healthySince time.Time
+	// counters for Collector
+	toActive, toStandby, fenceErrors atomic.Int64
+	takeovers                        [2]atomic.Int64 // peer silent, peer alive but not active
 }
 
 // Role returns the replica's current role.
@@ -364,16 +367,19 @@ func (r *Replica) step(ctx context.Context, healthy bool) {
 		start := time.Now()
 		if err := cfg.Fence.Acquire(fctx, cfg.ID, cfg.LeaseTTL); err != nil {
 			if !errors.Is(err, ErrHeld) {
+				r.fenceErrors.Add(1)
 				cfg.Log.Info("fence not reachable; staying standby", "err", err)
 			}
 			return
 		}
 		r.leaseUntil.Store(start.Add(cfg.LeaseTTL).UnixNano())
-		reason := "peer silent"
+		reason, kind := "peer silent", 0
 		if !silent {
-			reason = fmt.Sprintf("peer %s (healthy=%t)", pb.Role, pb.Healthy)
+			reason, kind = fmt.Sprintf("peer %s (healthy=%t)", pb.Role, pb.Healthy), 1
 		}
-		r.becomeActive(ctx, reason)
+		if r.becomeActive(ctx, reason) {
+			r.takeovers[kind].Add(1)
+		}
 	case RoleActive:
 		if !healthy {
 			r.stepDown("own interface down")
@@ -386,7 +392,11 @@ func (r *Replica) step(ctx context.Context, healthy bool) {
 			r.leaseUntil.Store(start.Add(cfg.LeaseTTL).UnixNano())
 		case errors.Is(err, ErrHeld):
 			r.stepDown("lease taken by the peer")
-		case !r.leaseValid(2 * cfg.Interval):
+		default:
+			r.fenceErrors.Add(1)
+			if r.leaseValid(2 * cfg.Interval) {
+				return
+			}
 			// The lease could run out before the next turn (a turn
 			// may come late on a busy node): stop answering now,
 			// before the peer may take it.
@@ -401,7 +411,9 @@ func (r *Replica) leaseValid(margin time.Duration) bool {
 	return time.Now().Add(margin).UnixNano() < r.leaseUntil.Load()
 }
 
-func (r *Replica) becomeActive(ctx context.Context, reason string) {
+// becomeActive takes the floating addresses and starts streaming; false
+// when the takeover failed (the replica stays standby).
+func (r *Replica) becomeActive(ctx context.Context, reason string) bool {
 	cfg := r.cfg
 	r.recv.Pause(true)
 	if err := r.claim(); err != nil {
@@ -409,9 +421,10 @@ func (r *Replica) becomeActive(ctx context.Context, reason string) {
 		_ = r.release()
 		_ = cfg.Fence.Release(ctx, cfg.ID)
 		r.recv.Pause(false)
-		return
+		return false
 	}
 	r.role.Store(uint32(RoleActive))
+	r.toActive.Add(1)
 	s := &ctsync.Sender{Peer: cfg.Peer.String(), NS: r.ns, Log: cfg.Log}
 	sctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -447,6 +460,7 @@ func (r *Replica) becomeActive(ctx context.Context, reason string) {
 	if cfg.OnRole != nil {
 		cfg.OnRole(RoleActive, reason)
 	}
+	return true
 }
 
 func (r *Replica) stepDown(reason string) {
@@ -456,6 +470,7 @@ func (r *Replica) stepDown(reason string) {
 		cfg.Log.Error(err, "removing floating addresses")
 	}
 	r.role.Store(uint32(RoleStandby))
+	r.toStandby.Add(1)
 	r.mu.Lock()
 	stop, done := r.stopTx, r.txDone
 	r.stopTx, r.txDone = nil, nil

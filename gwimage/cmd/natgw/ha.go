@@ -6,6 +6,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -13,7 +15,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/natgw/natgw/nat/ha"
+	"github.com/natgw/natgw/nat/ha/leasefence"
 )
 
 // prefixList is a repeatable flag of address/length values (also
@@ -46,6 +53,29 @@ type haFlags struct {
 	interval, lease        time.Duration
 	misses                 int
 	fenceSocket, fenceFile string
+	fenceLease, kubeconfig string
+	metricsAddr            string
+}
+
+// leaseFence returns the Lease fence of --fence-lease NAMESPACE/NAME, with
+// the API server of --kubeconfig (empty: the pod's in-cluster config).
+func (f *haFlags) leaseFence() (ha.Fence, error) {
+	ns, name, ok := strings.Cut(f.fenceLease, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return nil, fmt.Errorf("--fence-lease %q: want NAMESPACE/NAME", f.fenceLease)
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
+	if err != nil {
+		if f.kubeconfig == "" {
+			return nil, fmt.Errorf("--fence-lease: no --kubeconfig and no in-cluster config: %w", err)
+		}
+		return nil, fmt.Errorf("--kubeconfig %q: %w", f.kubeconfig, err)
+	}
+	fence, err := leasefence.ForConfig(rc, ns, name)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %q: %w", f.kubeconfig, err)
+	}
+	return fence, nil
 }
 
 // haConfig checks the flags and returns the replica's configuration; the
@@ -60,15 +90,27 @@ func (f *haFlags) haConfig(g *globals) (ha.Config, error) {
 	if cfg.Peer, err = netip.ParseAddrPort(f.peer); err != nil {
 		return cfg, fmt.Errorf("--peer %q: want ip:port (the other replica's internal address)", f.peer)
 	}
+	n := 0
+	for _, v := range []string{f.fenceSocket, f.fenceFile, f.fenceLease} {
+		if v != "" {
+			n++
+		}
+	}
 	switch {
-	case f.fenceSocket != "" && f.fenceFile != "":
-		return cfg, errors.New("--fence-socket and --fence-file: give one")
+	case n > 1:
+		return cfg, errors.New("--fence-socket, --fence-file and --fence-lease: give one")
+	case f.kubeconfig != "" && f.fenceLease == "":
+		return cfg, fmt.Errorf("--kubeconfig %q: only with --fence-lease", f.kubeconfig)
+	case f.fenceLease != "":
+		if cfg.Fence, err = f.leaseFence(); err != nil {
+			return cfg, err
+		}
 	case f.fenceSocket != "":
 		cfg.Fence = ha.SocketFence{Path: f.fenceSocket}
 	case f.fenceFile != "":
 		cfg.Fence = ha.FileFence{Path: f.fenceFile}
 	default:
-		return cfg, errors.New("no fence: give --fence-socket or --fence-file (a Kubernetes Lease fence is not implemented yet)")
+		return cfg, errors.New("no fence: give --fence-lease, --fence-socket or --fence-file")
 	}
 	if len(f.eips) == 0 && len(f.lanIPs) == 0 {
 		return cfg, errors.New("no floating address: give --eip and/or --lan-ip")
@@ -79,7 +121,7 @@ func (f *haFlags) haConfig(g *globals) (ha.Config, error) {
 // cmdHA runs one replica of an active/standby gateway until SIGTERM or
 // SIGINT (see nat/ha/README.md). Role changes go to stdout as JSON lines.
 func cmdHA(ctx context.Context, e env, g *globals, args []string) int {
-	fs := subFlags("ha", e, g, "ha --local IP:PORT --peer IP:PORT --eip A/L[,...] [--lan-ip A/L] --fence-socket PATH|--fence-file PATH [flags]")
+	fs := subFlags("ha", e, g, "ha --local IP:PORT --peer IP:PORT --eip A/L[,...] [--lan-ip A/L] --fence-lease NS/NAME|--fence-socket PATH|--fence-file PATH [flags]")
 	host, _ := os.Hostname()
 	var f haFlags
 	fs.StringVar(&f.id, "id", host, "this replica's name (the lease holder)")
@@ -92,6 +134,9 @@ func cmdHA(ctx context.Context, e env, g *globals, args []string) int {
 	fs.DurationVar(&f.lease, "lease", 0, "lease duration (0: (misses+2) × interval)")
 	fs.StringVar(&f.fenceSocket, "fence-socket", "", "unix socket of a lease arbiter (ha.Arbiter)")
 	fs.StringVar(&f.fenceFile, "fence-file", "", "lease file shared by both replicas (one host)")
+	fs.StringVar(&f.fenceLease, "fence-lease", "", "Kubernetes Lease NAMESPACE/NAME shared by both replicas (coordination.k8s.io/v1)")
+	fs.StringVar(&f.metricsAddr, "metrics-address", "", "serve Prometheus metrics (natgw_ha_*) on this address at /metrics (empty: none)")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --fence-lease (empty: in-cluster service account)")
 	if code, ok := noArgs(fs, args); !ok {
 		return code
 	}
@@ -112,11 +157,41 @@ func cmdHA(ctx context.Context, e env, g *globals, args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if f.metricsAddr != "" {
+		_, shutdown, err := serveHAMetrics(f.metricsAddr, ha.NewCollector(r.Status))
+		if err != nil {
+			fmt.Fprintf(e.stderr, "natgw ha: %v\n", err)
+			return exitFail
+		}
+		defer shutdown()
+	}
 	if err := r.Run(ctx); err != nil {
 		fmt.Fprintf(e.stderr, "natgw ha: %v\n", err)
 		return exitFail
 	}
 	return exitOK
+}
+
+// serveHAMetrics serves c (and nothing else) at addr/metrics until the
+// returned function is called; it returns the address it listens on.
+func serveHAMetrics(addr string, c prometheus.Collector) (net.Addr, func(), error) {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(c); err != nil {
+		return nil, nil, fmt.Errorf("--metrics-address %q: %w", addr, err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--metrics-address %q: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return ln.Addr(), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
 }
 
 var _ flag.Value = (*prefixList)(nil)

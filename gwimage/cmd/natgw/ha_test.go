@@ -3,8 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/natgw/natgw/nat/ha"
+	"github.com/natgw/natgw/nat/ha/leasefence"
 )
 
 // TestHAFlags: `natgw ha` refuses bad flags with the flag and the value
@@ -20,6 +29,11 @@ func TestHAFlags(t *testing.T) {
 		{"bad peer", []string{"--local", "10.0.0.2:7400", "--peer", "nope", "--eip", "192.0.2.10/24", "--fence-file", "/x"}, `--peer "nope"`},
 		{"bad eip", append(append([]string{}, base...), "--eip", "192.0.2.300/24"), `"192.0.2.300/24"`},
 		{"two fences", append(append([]string{}, base...), "--fence-socket", "/s"), "give one"},
+		{"lease and file", append(append([]string{}, base...), "--fence-lease", "ns/gw"), "give one"},
+		{"bad lease", []string{"--local", "10.0.0.2:7400", "--peer", "10.0.0.3:7400", "--eip", "192.0.2.10/24", "--fence-lease", "gw"}, `--fence-lease "gw"`},
+		{"empty lease name", []string{"--local", "10.0.0.2:7400", "--peer", "10.0.0.3:7400", "--eip", "192.0.2.10/24", "--fence-lease", "ns/"}, `--fence-lease "ns/"`},
+		{"missing kubeconfig", []string{"--local", "10.0.0.2:7400", "--peer", "10.0.0.3:7400", "--eip", "192.0.2.10/24", "--fence-lease", "ns/gw", "--kubeconfig", "/nonexistent/kubeconfig"}, `--kubeconfig "/nonexistent/kubeconfig"`},
+		{"kubeconfig without lease", append(append([]string{}, base...), "--kubeconfig", "/k"), "only with --fence-lease"},
 		{"no fence", []string{"--local", "10.0.0.2:7400", "--peer", "10.0.0.3:7400", "--eip", "192.0.2.10/24"}, "no fence"},
 		{"no address", []string{"--local", "10.0.0.2:7400", "--peer", "10.0.0.3:7400", "--fence-file", "/x"}, "no floating address"},
 		{"bad misses", append(append([]string{}, base...), "--misses", "-1"), "misses -1"},
@@ -33,5 +47,62 @@ func TestHAFlags(t *testing.T) {
 		if code == exitOK || !strings.Contains(errb.String(), c.want) {
 			t.Errorf("%s: exit %d, stderr %q; want a failure naming %q", c.what, code, errb.String(), c.want)
 		}
+	}
+}
+
+// TestHALeaseFlags: --fence-lease with a kubeconfig gives the Lease fence of
+// that namespace and name (no API call is made before the replica runs).
+func TestHALeaseFlags(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	const kubeconfig = `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`
+	if err := os.WriteFile(kc, []byte(kubeconfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := haFlags{local: "10.0.0.2:7400", peer: "10.0.0.3:7400", eips: prefixList{netip.MustParsePrefix("192.0.2.10/24")},
+		fenceLease: "kube-system/gw1-ha", kubeconfig: kc}
+	cfg, err := f.haConfig(&globals{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf, ok := cfg.Fence.(*leasefence.Fence)
+	if !ok || lf.String() != "Lease kube-system/gw1-ha" {
+		t.Fatalf("fence %T %v, want the Lease kube-system/gw1-ha", cfg.Fence, cfg.Fence)
+	}
+}
+
+// TestHAMetrics: --metrics-address serves the replica's natgw_ha_* metrics;
+// a bad address is refused naming the flag.
+func TestHAMetrics(t *testing.T) {
+	st := ha.Status{Role: ha.RoleActive, ToActive: 2, TakeoversPeerSilent: 1}
+	addr, shutdown, err := serveHAMetrics("127.0.0.1:0", ha.NewCollector(func() ha.Status { return st }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr.String()+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"natgw_ha_active 1\n", `natgw_ha_role_changes_total{role="active"} 2` + "\n", `natgw_ha_takeovers_total{peer="silent"} 1` + "\n"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+	if _, _, err := serveHAMetrics("127.0.0.1:notaport", ha.NewCollector(func() ha.Status { return st })); err == nil || !strings.Contains(err.Error(), `--metrics-address "127.0.0.1:notaport"`) {
+		t.Fatalf("bad address: %v, want an error naming --metrics-address", err)
 	}
 }

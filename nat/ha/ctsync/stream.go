@@ -79,10 +79,13 @@ func readFrame(r io.Reader, buf []byte, entries []Entry) (byte, uint64, []Entry,
 
 // SenderStats are counters of a Sender.
 type SenderStats struct {
-	Connects   int64 // connections to the standby made
-	Sent       int64 // entries sent (events and dumps)
-	DumpSent   int64 // of which from full dumps
-	Overruns   int64 // event socket overruns (each forces a full dump)
+	Connects int64 // connections to the standby made
+	Sent     int64 // entries sent (events and dumps)
+	DumpSent int64 // of which from full dumps
+	Overruns int64 // event socket overruns (each forces a full dump)
+	// LastLag is the lag of the last acknowledged frame (0 before the
+	// first acknowledgement).
+	LastLag    time.Duration
 	LagSamples []time.Duration
 }
 
@@ -123,6 +126,16 @@ func (s *Sender) Stats() SenderStats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.LagSamples = slices.Clone(s.stats.LagSamples)
+	return st
+}
+
+// Counters returns the counters and LastLag without the lag samples (no
+// copy: cheap enough for every metrics scrape).
+func (s *Sender) Counters() SenderStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.LagSamples = nil
 	return st
 }
 
@@ -264,6 +277,7 @@ func (s *Sender) session(ctx context.Context, dumper *ct.Conn, events chan stamp
 				if k <= seq {
 					delete(pending, k)
 					s.count(func(st *SenderStats) {
+						st.LastLag = now.Sub(at)
 						if len(st.LagSamples) < 1<<20 {
 							st.LagSamples = append(st.LagSamples, now.Sub(at))
 						}
