@@ -293,6 +293,9 @@ func TestFailoverFigures(t *testing.T) {
 	if n <= 0 {
 		t.Skip("measurement: set NATGW_HA_FIGURES=N (failovers per fault)")
 	}
+	if os.Getenv(labIntervalEnv) == "" {
+		t.Setenv(labIntervalEnv, "50ms") // the product's default
+	}
 	type fault struct {
 		name    string
 		do      func(h *haLab, a int)

@@ -203,6 +203,25 @@ type haLab struct {
 	mu                sync.Mutex
 }
 
+// labIntervalEnv sets the lab replicas' heartbeat interval (a Go duration).
+const labIntervalEnv = "NATGW_HA_INTERVAL"
+
+// labInterval is the lab's heartbeat interval: $NATGW_HA_INTERVAL, else
+// 100 ms for the correctness tests, twice the product's default, so that a
+// loop turn made late by a loaded CI machine (make test runs two packages
+// at once on 2 cores) does not break the timing margins the tests check;
+// TestFailoverFigures measures at the product's 50 ms.
+func labInterval(t testing.TB) time.Duration {
+	if v := os.Getenv(labIntervalEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", labIntervalEnv, v, err)
+		}
+		return d
+	}
+	return 100 * time.Millisecond
+}
+
 // newHALab builds:
 //
 //	ext ─┐                         ┌─ vm1 (198.51.100.10)
@@ -215,7 +234,7 @@ func newHALab(t testing.TB) *haLab {
 	t.Helper()
 	lab := netlab.ForTest(t)
 	ctx := context.Background()
-	h := &haLab{t: t, lab: lab, fence: filepath.Join(t.TempDir(), "arbiter.sock"), arbiter: &ha.Arbiter{}, interval: 50 * time.Millisecond, misses: 3}
+	h := &haLab{t: t, lab: lab, fence: filepath.Join(t.TempDir(), "arbiter.sock"), arbiter: &ha.Arbiter{}, interval: labInterval(t), misses: 3}
 	h.serveArbiter()
 	t.Cleanup(func() { h.arbStop() })
 	must := func(err error) {
