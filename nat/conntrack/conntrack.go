@@ -140,8 +140,17 @@ func (c *Cleaner) DeleteByAddr(addrs []netip.Addr) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	return c.deleteFlows(flows, nil)
+}
+
+// deleteFlows deletes the flows that keep selects (every flow when keep is
+// nil); entries that vanished meanwhile are not errors. Caller holds mu.
+func (c *Cleaner) deleteFlows(flows []ct.Flow, keep func(ct.Flow) bool) (int, error) {
 	n := 0
 	for _, f := range flows {
+		if keep != nil && !keep(f) {
+			continue
+		}
 		if err := c.conn.Delete(f); err != nil {
 			if errors.Is(err, unix.ENOENT) {
 				continue
@@ -177,21 +186,10 @@ func (c *Cleaner) DeleteDNAT(dnats []nat.DNAT) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("conntrack: dump: %w", err)
 	}
-	n := 0
-	for _, f := range flows {
+	return c.deleteFlows(flows, func(f ct.Flow) bool {
 		o, r := f.TupleOrig, f.TupleReply
-		if !want[key{o.IP.DestinationAddress, r.IP.SourceAddress, o.Proto.Protocol, o.Proto.DestinationPort, r.Proto.SourcePort}] {
-			continue
-		}
-		if err := c.conn.Delete(f); err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				continue
-			}
-			return n, fmt.Errorf("conntrack: delete %s: %w", f.TupleOrig, err)
-		}
-		n++
-	}
-	return n, nil
+		return want[key{o.IP.DestinationAddress, r.IP.SourceAddress, o.Proto.Protocol, o.Proto.DestinationPort, r.Proto.SourcePort}]
+	})
 }
 
 // Count returns how many IPv4 entries have one of addrs in either tuple.

@@ -48,15 +48,7 @@ func BenchFIP(b *testing.B, open Opener) {
 
 func benchOne(b *testing.B, open Opener, applyOp bool, n int) {
 	ctx := context.Background()
-	lab := netlab.ForTest(b)
-	ns, err := GatewayNS(lab, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	dp, err := open(ctx, nat.Config{NetNS: ns, ExternalInterface: nat.DefaultExternalInterface, InternalInterface: nat.DefaultInternalInterface})
-	if err != nil {
-		b.Fatalf("open backend: %v", err)
-	}
+	dp := benchGateway(ctx, b, open)
 	defer dp.Close()
 	if n > 0 {
 		pre := make([]nat.Object, n)
@@ -134,18 +126,11 @@ func BenchShareDNAT(b *testing.B, open Opener) {
 		b.Skipf("nattest: %s", reason)
 	}
 	ctx := context.Background()
-	lab := netlab.ForTest(b)
-	ns, err := GatewayNS(lab, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	dp, err := open(ctx, nat.Config{NetNS: ns, ExternalInterface: nat.DefaultExternalInterface, InternalInterface: nat.DefaultInternalInterface})
-	if err != nil {
-		b.Fatalf("open backend: %v", err)
-	}
+	dp := benchGateway(ctx, b, open)
 	defer dp.Close()
 	n := slices.Max(BenchSizes)
 	if v := os.Getenv("NATGW_BENCH_SHARE_N"); v != "" {
+		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > 100_000 {
 			b.Fatalf("NATGW_BENCH_SHARE_N=%q: want 1..100000", v)
 		}
@@ -195,4 +180,19 @@ func BenchShareDNAT(b *testing.B, open Opener) {
 	if objs, err := dp.List(ctx); err != nil || len(objs) != 3*n {
 		b.Fatalf("after the benchmark: %d objects (%v), want %d", len(objs), err, 3*n)
 	}
+}
+
+// benchGateway opens the backend in a new gateway namespace of the
+// benchmark's own lab.
+func benchGateway(ctx context.Context, b *testing.B, open Opener) nat.Dataplane {
+	lab := netlab.ForTest(b)
+	ns, err := GatewayNS(lab, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	dp, err := open(ctx, nat.Config{NetNS: ns, ExternalInterface: nat.DefaultExternalInterface, InternalInterface: nat.DefaultInternalInterface})
+	if err != nil {
+		b.Fatalf("open backend: %v", err)
+	}
+	return dp
 }
