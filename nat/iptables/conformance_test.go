@@ -8,9 +8,9 @@ import (
 
 // TestConformance runs the suite every backend shares: round trips,
 // conflicts, reopen, Sync, isolation and real packets (FIP, DNAT, SNAT
-// longest prefix, hairpin, conntrack cleanup). Share DNATs are refused by
-// this backend (refuseShare); the suite checks the refusal.
-func TestConformance(t *testing.T) { nattest.RunWith(t, New, nattest.Options{NoShareDNAT: true}) }
+// longest prefix, hairpin, conntrack cleanup, share DNAT spread and
+// pinning).
+func TestConformance(t *testing.T) { nattest.Run(t, New) }
 
 // BenchmarkFIP measures Apply/Delete of one FIP at 0 and 10,000 FIPs:
 //

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -77,21 +78,26 @@ type Backend struct {
 
 	// Kernel mirror, valid after Load and each successful Commit; the
 	// engine serializes calls.
-	boot  string
-	snats map[string]nat.Object // SNAT objects by UID: SHARED_SNAT is rewritten whole
+	boot   string
+	snats  map[string]nat.Object // SNAT objects by UID: SHARED_SNAT is rewritten whole
+	shares map[string]nat.Object // share DNATs by UID: an identity's rules are rewritten whole
 }
 
-var _ engine.Backend = (*Backend)(nil)
+var (
+	_ engine.Backend           = (*Backend)(nil)
+	_ engine.DNATFlowForgetter = (*Backend)(nil)
+)
 
 // NewBackend opens cfg's namespace and finds the tools. Call Load before
 // Commit.
 func NewBackend(cfg nat.Config) (*Backend, error) {
 	cfg = cfg.WithDefaults()
 	r := &Backend{
-		rd:    renderer{extIf: cfg.ExternalInterface, intIf: cfg.InternalInterface},
-		ref:   cfg.NetNS,
-		log:   cfg.Log.WithName("iptables"),
-		snats: map[string]nat.Object{},
+		rd:     renderer{extIf: cfg.ExternalInterface, intIf: cfg.InternalInterface},
+		ref:    cfg.NetNS,
+		log:    cfg.Log.WithName("iptables"),
+		snats:  map[string]nat.Object{},
+		shares: map[string]nat.Object{},
 	}
 	var err error
 	for _, b := range []struct {
@@ -154,6 +160,22 @@ func (r *Backend) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
 	return nil
 }
 
+// ForgetDNATFlows implements engine.DNATFlowForgetter: it deletes, by
+// tuple (conntrack.DeleteDNAT), the conntrack entries DNATed through each
+// removed share DNAT backend, so the identity's other backends keep theirs.
+func (r *Backend) ForgetDNATFlows(ctx context.Context, dnats []nat.DNAT) error {
+	if len(dnats) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if _, err := r.ct.DeleteDNAT(dnats); err != nil {
+		return fmt.Errorf("iptables: forget flows of %d share DNAT backends: %w", len(dnats), err)
+	}
+	return nil
+}
+
 // Load implements engine.Backend. It reads our chains with one
 // iptables-legacy-save, rebuilds every object from the rule comments and,
 // when the chains do not hold exactly what those objects render to (first
@@ -185,7 +207,7 @@ func (r *Backend) Load(ctx context.Context) ([]nat.Object, string, error) {
 		return nil, "", err
 	}
 	r.boot = boot
-	r.setSNATs(objs)
+	r.setMirror(objs)
 	return objs, boot, nil
 }
 
@@ -205,9 +227,6 @@ func (r *Backend) lock(ctx context.Context) (func(), error) {
 // Commit implements engine.Backend with one iptables-legacy-restore
 // --noflush run. See doc.go for the transaction shape.
 func (r *Backend) Commit(ctx context.Context, c engine.Commit) error {
-	if err := refuseShare(c); err != nil {
-		return err
-	}
 	unlock, err := r.lock(ctx)
 	if err != nil {
 		return err
@@ -221,55 +240,43 @@ func (r *Backend) Commit(ctx context.Context, c engine.Commit) error {
 		if err := r.reconcile(ctx, saved, c.Want, r.boot); err != nil {
 			return err
 		}
-		r.setSNATs(c.Want)
+		r.setMirror(c.Want)
 		return nil
 	}
-	sc, snats := r.commitScript(c)
+	sc, snats, shares := r.commitScript(c)
 	if err := r.restore(ctx, sc); err != nil {
 		return err
 	}
-	r.snats = snats
-	return nil
-}
-
-// refuseShare refuses a change that adds a share DNAT, before anything is
-// sent: this backend writes one rule per object, and upstream's share
-// DNAT (several backends on one EIP, protocol and port, new connections
-// spread at random) would need per-identity chains of `-m statistic`
-// rules whose probabilities depend on the other backends. It is
-// programmed by the nftables data plane only.
-func refuseShare(c engine.Commit) error {
-	added := c.Added
-	if c.Full {
-		added = c.Desired()
-	}
-	for _, o := range added {
-		if o.Kind == nat.KindDNAT && o.DNAT != nil && o.DNAT.Shared() {
-			return &nat.FieldError{UID: o.UID, Field: "dnat.type", Value: string(nat.DNATShare),
-				Reason: "share DNAT is not supported by the iptables-legacy data plane (use the nftables data plane)"}
-		}
-	}
+	r.snats, r.shares = snats, shares
 	return nil
 }
 
 // commitScript renders an incremental Commit: the restore script and the SNAT
-// mirror after it.
-func (r *Backend) commitScript(c engine.Commit) (*script, map[string]nat.Object) {
+// and share DNAT mirrors after it.
+func (r *Backend) commitScript(c engine.Commit) (*script, map[string]nat.Object, map[string]nat.Object) {
 	sc := newScript()
-	snats := make(map[string]nat.Object, len(r.snats))
-	for uid, o := range r.snats {
-		snats[uid] = o
-	}
+	snats, shares := maps.Clone(r.snats), maps.Clone(r.shares)
 	snatChanged := false
+	touched := map[shareKey]bool{} // share identities this change rewrites
 	each := func(objs []nat.Object, cmd string) {
 		for _, o := range objs {
-			if o.Kind == nat.KindSNAT {
+			mirror := map[string]nat.Object(nil)
+			switch {
+			case o.Kind == nat.KindSNAT:
 				snatChanged = true
+				mirror = snats
+			case o.Kind == nat.KindDNAT && o.DNAT.Shared():
+				touched[shareKeyOf(o.DNAT)] = true
+				mirror = shares
+			}
+			if mirror != nil {
 				if cmd == "-D" {
-					delete(snats, o.UID)
+					delete(mirror, o.UID)
 				} else {
-					snats[o.UID] = o
+					mirror[o.UID] = o
 				}
+			}
+			if o.Kind == nat.KindSNAT {
 				continue
 			}
 			for _, rule := range r.rd.rules(o) {
@@ -279,25 +286,70 @@ func (r *Backend) commitScript(c engine.Commit) (*script, map[string]nat.Object)
 	}
 	// Deletes first, then adds (an update is old out, new in). SNAT
 	// objects are only collected: SHARED_SNAT is rewritten whole, in
-	// longest-prefix order, at the end of the nat section.
+	// longest-prefix order, at the end of the nat section. A touched
+	// share identity has its old rules deleted and its new ones appended
+	// in rank order (shareRules).
 	each(c.Removed, "-D")
 	each(c.Added, "-A")
+	if len(touched) > 0 {
+		before, after := groupShares(r.shares), groupShares(shares)
+		keys := make([]shareKey, 0, len(touched))
+		for k := range touched {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool { return shareKeyLess(keys[i], keys[j]) })
+		for _, k := range keys {
+			for _, rule := range shareRules(before[k]) {
+				sc.add(tableNAT, rule.Line("-D"))
+			}
+		}
+		for _, k := range keys {
+			for _, rule := range shareRules(after[k]) {
+				sc.add(tableNAT, rule.Line("-A"))
+			}
+		}
+	}
 	if snatChanged {
 		sc.add(tableNAT, "-F "+chainSharedSNAT)
 		for _, rule := range r.snatRules(snats) {
 			sc.add(tableNAT, rule.Line("-A"))
 		}
 	}
-	return sc, snats
+	return sc, snats, shares
 }
 
-func (r *Backend) setSNATs(objs []nat.Object) {
-	r.snats = map[string]nat.Object{}
+// setMirror sets the SNAT and share DNAT mirrors to those of objs.
+func (r *Backend) setMirror(objs []nat.Object) {
+	r.snats, r.shares = map[string]nat.Object{}, map[string]nat.Object{}
 	for _, o := range objs {
-		if o.Kind == nat.KindSNAT {
+		switch {
+		case o.Kind == nat.KindSNAT:
 			r.snats[o.UID] = o
+		case o.Kind == nat.KindDNAT && o.DNAT.Shared():
+			r.shares[o.UID] = o
 		}
 	}
+}
+
+// groupShares groups share DNATs by identity.
+func groupShares(shares map[string]nat.Object) map[shareKey][]nat.Object {
+	out := map[shareKey][]nat.Object{}
+	for _, o := range shares {
+		k := shareKeyOf(o.DNAT)
+		out[k] = append(out[k], o)
+	}
+	return out
+}
+
+// shareKeyLess orders share identities (for a canonical script).
+func shareKeyLess(a, b shareKey) bool {
+	if a.eip != b.eip {
+		return a.eip.Less(b.eip)
+	}
+	if a.proto != b.proto {
+		return a.proto < b.proto
+	}
+	return a.port < b.port
 }
 
 // snatRules renders the SHARED_SNAT chain: longest prefix first.
@@ -327,15 +379,27 @@ func (r *Backend) desired(objs []nat.Object, boot string) map[string]map[string]
 		}
 	}
 	put(r.rd.skeleton(boot))
-	snats := map[string]nat.Object{}
+	snats, shares := map[string]nat.Object{}, map[string]nat.Object{}
 	for _, o := range objs {
 		if o.Kind == nat.KindSNAT {
 			snats[o.UID] = o
 			continue
 		}
+		if o.Kind == nat.KindDNAT && o.DNAT.Shared() {
+			shares[o.UID] = o
+		}
 		put(r.rd.rules(o))
 	}
 	put(r.snatRules(snats))
+	groups := groupShares(shares)
+	keys := make([]shareKey, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return shareKeyLess(keys[i], keys[j]) })
+	for _, k := range keys {
+		put(shareRules(groups[k]))
+	}
 	return want
 }
 
@@ -383,7 +447,8 @@ func (r *Backend) reconcile(ctx context.Context, saved dump, objs []nat.Object, 
 }
 
 // chainsMatch reports whether our chains of one table exist and hold exactly
-// want (see Rule.key; ordered chains in order).
+// want (see Rule.key; ordered chains in order; in the other chains the
+// rules of one share DNAT identity in order, see Rule.group).
 func chainsMatch(td *tableDump, table string, want map[string][]Rule) bool {
 	for _, ch := range ownChains[table] {
 		if !td.chains[ch] {
@@ -394,12 +459,12 @@ func chainsMatch(td *tableDump, table string, want map[string][]Rule) bool {
 			return false
 		}
 		hk, wk := make([]string, len(have)), make([]string, len(wantRules))
-		for i := range have {
-			hk[i], wk[i] = have[i].key(), wantRules[i].key()
-		}
-		if !orderedChains[ch] {
-			sort.Strings(hk)
-			sort.Strings(wk)
+		if orderedChains[ch] {
+			for i := range have {
+				hk[i], wk[i] = have[i].key(), wantRules[i].key()
+			}
+		} else {
+			hk, wk = groupedKeys(have), groupedKeys(wantRules)
 		}
 		for i := range hk {
 			if hk[i] != wk[i] {
@@ -408,6 +473,28 @@ func chainsMatch(td *tableDump, table string, want map[string][]Rule) bool {
 		}
 	}
 	return true
+}
+
+// groupedKeys returns the keys of an unordered chain's rules in a canonical
+// order that keeps the relative order of the rules of one group (one share
+// DNAT identity; every other rule is a group of its own).
+func groupedKeys(rules []Rule) []string {
+	type gk struct{ group, key string }
+	ks := make([]gk, len(rules))
+	for i, r := range rules {
+		k := r.key()
+		g := r.group()
+		if g == "" {
+			g = k
+		}
+		ks[i] = gk{g, k}
+	}
+	sort.SliceStable(ks, func(i, j int) bool { return ks[i].group < ks[j].group })
+	out := make([]string, len(ks))
+	for i, k := range ks {
+		out[i] = k.key
+	}
+	return out
 }
 
 // decode rebuilds the boot id and the objects from the comments of the rules

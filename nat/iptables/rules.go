@@ -4,7 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -107,10 +109,39 @@ func (r Rule) key() string {
 			i++
 			continue
 		}
+		if a == "--probability" && i+1 < len(r.Args) {
+			// However written, the kernel keeps it quantized: compare
+			// in iptables-save's form (see probability).
+			if p, err := strconv.ParseFloat(r.Args[i+1], 64); err == nil {
+				b.WriteString(" --probability " + probability(p))
+				i++
+				continue
+			}
+		}
 		b.WriteByte(' ')
 		b.WriteString(quote(a))
 	}
 	return b.String()
+}
+
+// group names the share DNAT identity of a share backend's rule in
+// NATGW_SHARED_DNAT (from its comment: the backends of one identity are
+// compared in order), or "" for any other rule.
+func (r Rule) group() string {
+	if r.Chain != chainSharedDNAT {
+		return ""
+	}
+	f := strings.Fields(r.comment())
+	if !slices.Contains(f, "type="+string(nat.DNATShare)) {
+		return ""
+	}
+	g := "share"
+	for _, kv := range f {
+		if strings.HasPrefix(kv, "eip=") || strings.HasPrefix(kv, "proto=") || strings.HasPrefix(kv, "port=") {
+			g += " " + kv
+		}
+	}
+	return g
 }
 
 // comment returns the argument of "-m comment --comment", or "".
@@ -192,12 +223,10 @@ func (rd renderer) rules(o nat.Object) []Rule {
 		}
 	case nat.KindDNAT:
 		d := o.DNAT
-		p := string(d.Protocol)
-		return []Rule{
-			{tableNAT, chainSharedDNAT, withComment([]string{"-d", host(d.EIP), "-p", p, "-m", p, "--dport", strconv.Itoa(int(d.ExternalPort))}, c,
-				"-j", "DNAT", "--to-destination", netip.AddrPortFrom(d.InternalIP, d.InternalPort).String())},
-			hairpin(d.EIP),
+		if d.Shared() { // the DNAT rule depends on the identity's other backends: shareRules
+			return []Rule{hairpin(d.EIP)}
 		}
+		return []Rule{dnatRule(*d, c, nil), hairpin(d.EIP)}
 	case nat.KindSNAT:
 		s := o.SNAT
 		var pre []string
@@ -212,6 +241,58 @@ func (rd renderer) rules(o nat.Object) []Rule {
 		return []Rule{{tableNAT, chainSharedSNAT, args}}
 	}
 	return nil
+}
+
+// dnatRule is a DNAT's rule in NATGW_SHARED_DNAT, with the matches stat
+// (a share backend's statistic match, or none) after the port match.
+func dnatRule(d nat.DNAT, c string, stat []string) Rule {
+	p := string(d.Protocol)
+	pre := append([]string{"-d", host(d.EIP), "-p", p, "-m", p, "--dport", strconv.Itoa(int(d.ExternalPort))}, stat...)
+	return Rule{tableNAT, chainSharedDNAT, withComment(pre, c,
+		"-j", "DNAT", "--to-destination", netip.AddrPortFrom(d.InternalIP, d.InternalPort).String())}
+}
+
+// shareKey is a share DNAT identity: EIP, protocol, external port.
+type shareKey struct {
+	eip   netip.Addr
+	proto nat.Protocol
+	port  uint16
+}
+
+func shareKeyOf(d *nat.DNAT) shareKey { return shareKey{d.EIP, d.Protocol, d.ExternalPort} }
+
+// shareRules renders the NATGW_SHARED_DNAT rules of one share identity
+// from its backends (all of one identity): one rule per backend, in UID
+// order, rank i of N matching with probability 1/(N-i) and the last with
+// no statistic match, so that each backend gets 1/N of new connections.
+// The rules must stay contiguous and in this order; none for no backends.
+func shareRules(backends []nat.Object) []Rule {
+	bs := sortedByUID(backends)
+	out := make([]Rule, 0, len(bs))
+	for i, o := range bs {
+		var stat []string
+		if left := len(bs) - i; left > 1 {
+			stat = []string{"-m", "statistic", "--mode", "random", "--probability", probability(1 / float64(left))}
+		}
+		out = append(out, dnatRule(*o.DNAT, encodeComment(o), stat))
+	}
+	return out
+}
+
+// sortedByUID returns a copy of objs in UID order.
+func sortedByUID(objs []nat.Object) []nat.Object {
+	out := append([]nat.Object(nil), objs...)
+	sort.Slice(out, func(i, j int) bool { return out[i].UID < out[j].UID })
+	return out
+}
+
+// probability formats p the way iptables-legacy-save prints a statistic
+// probability: the kernel keeps round(p × 2^31) and iptables prints it
+// back with 11 decimals (1/3 is 0.33333333349), so a rendered rule and its
+// listing have one text.
+func probability(p float64) string {
+	const scale = 1 << 31
+	return strconv.FormatFloat(math.Round(p*scale)/scale, 'f', 11, 64)
 }
 
 // qosRules polices an EIP like upstream's `tc ... police ... drop`, with one
@@ -328,6 +409,9 @@ func encodeComment(o nat.Object) string {
 		kv("proto", string(d.Protocol))
 		kv("port", strconv.Itoa(int(d.ExternalPort)))
 		kv("to", netip.AddrPortFrom(d.InternalIP, d.InternalPort).String())
+		if d.Shared() {
+			kv("type", string(nat.DNATShare))
+		}
 	case nat.KindSNAT:
 		s := o.SNAT
 		kv("eip", s.EIP.String())
@@ -418,6 +502,10 @@ func decodeComment(c string) (nat.Object, error) {
 				errs = append(errs, fmt.Errorf("to: %w", err))
 			}
 			d.InternalIP, d.InternalPort = ap.Addr(), ap.Port()
+		}
+		if v, ok := kv["type"]; ok {
+			delete(kv, "type")
+			d.Type = nat.DNATType(v) // anything but share fails the canonical check below
 		}
 		o.DNAT = d
 	case nat.KindSNAT:

@@ -1,6 +1,8 @@
 package iptables
 
 import (
+	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -100,6 +102,7 @@ func TestCommentRoundTripLimits(t *testing.T) {
 		{UID: long, Kind: nat.KindEIP, EIP: &nat.EIP{Address: mustAddr("255.255.255.254"), PrefixLen: 32, QoS: &nat.QoS{IngressRateMbps: 100000, IngressBurstMbit: 4294967295, EgressRateMbps: 100000, EgressBurstMbit: 4294967295}}},
 		{UID: long, Kind: nat.KindEIP, EIP: &nat.EIP{Address: mustAddr("192.0.2.1"), PrefixLen: 1, QoS: &nat.QoS{}}},
 		{UID: long, Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: mustAddr("255.255.255.254"), Protocol: nat.TCP, ExternalPort: 65535, InternalIP: mustAddr("255.255.255.253"), InternalPort: 65535}},
+		{UID: long, Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: mustAddr("255.255.255.254"), Protocol: nat.TCP, ExternalPort: 65535, InternalIP: mustAddr("255.255.255.253"), InternalPort: 65535, Type: nat.DNATShare}},
 		{UID: long, Kind: nat.KindRoute, Route: &nat.Route{Destination: mustPrefix("255.255.255.255/32"), NextHop: mustAddr("255.255.255.254"), Device: nat.DeviceInternal}},
 		{UID: "a.b_c:d-e", Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: mustAddr("192.0.2.1"), InternalCIDR: mustPrefix("10.0.0.0/8")}},
 	}
@@ -135,6 +138,8 @@ func TestDecodeCommentRejects(t *testing.T) {
 		"uid dnat eip=192.0.2.10 proto=icmp port=1 to=10.0.0.1:1",
 		"uid dnat eip=192.0.2.10 proto=tcp port=70000 to=10.0.0.1:1",
 		"uid dnat eip=192.0.2.10 proto=tcp port=80 to=10.0.0.1",
+		"uid dnat eip=192.0.2.10 proto=tcp port=80 to=10.0.0.1:1 type=exclusive", // the default is not written
+		"uid dnat eip=192.0.2.10 proto=tcp port=80 to=10.0.0.1:1 type=roundrobin",
 		"uid snat eip=192.0.2.10 cidr=10.0.0.1/8",
 		"uid eip addr=192.0.2.10/24 qos=1/2/3",
 		"uid eip addr=192.0.2.10/33",
@@ -419,7 +424,7 @@ func TestCommitScript(t *testing.T) {
 	r := &Backend{rd: rd, log: logr.Discard(), snats: map[string]nat.Object{"s8": s8}}
 	old := nat.Object{UID: "f", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: mustAddr("192.0.2.10"), InternalIP: mustAddr("10.0.0.1")}}
 	nw := nat.Object{UID: "f", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: mustAddr("192.0.2.10"), InternalIP: mustAddr("10.0.0.2")}}
-	sc, snats := r.commitScript(engine.Commit{Removed: []nat.Object{old}, Added: []nat.Object{nw, s16}})
+	sc, snats, _ := r.commitScript(engine.Commit{Removed: []nat.Object{old}, Added: []nat.Object{nw, s16}})
 	text, commits := sc.render()
 	var want []string
 	want = append(want, "*nat")
@@ -436,12 +441,12 @@ func TestCommitScript(t *testing.T) {
 	if len(snats) != 2 || len(r.snats) != 1 {
 		t.Errorf("SNAT mirror: next %v, current %v (must change only after the restore)", snats, r.snats)
 	}
-	sc, snats = r.commitScript(engine.Commit{Removed: []nat.Object{s8}})
+	sc, snats, _ = r.commitScript(engine.Commit{Removed: []nat.Object{s8}})
 	if text, _ := sc.render(); text != "*nat\n-F "+chainSharedSNAT+"\nCOMMIT\n" || len(snats) != 0 {
 		t.Errorf("deleting the last SNAT: %q, %v", text, snats)
 	}
 	eip := nat.Object{UID: "e", Kind: nat.KindEIP, EIP: &nat.EIP{Address: mustAddr("192.0.2.10"), PrefixLen: 24, QoS: &nat.QoS{EgressRateMbps: 1}}}
-	sc, _ = r.commitScript(engine.Commit{Added: []nat.Object{eip}})
+	sc, _, _ = r.commitScript(engine.Commit{Added: []nat.Object{eip}})
 	if got := sc.tableNames(); !slices.Equal(got, []string{tableNAT, tableMangle}) {
 		t.Errorf("EIP with QoS touches %v, want nat then mangle", got)
 	}
@@ -482,5 +487,149 @@ func TestDecodeNATTableWins(t *testing.T) {
 	}
 	if chainsMatch(d.table(tableMangle), tableMangle, r.desired(objs, "0123456789abcdef")[tableMangle]) {
 		t.Error("stale QoS rules reported as matching")
+	}
+}
+
+// shareDNAT is share backend uid of 192.0.2.20 tcp/port to 10.0.0.<last>:80.
+func shareDNAT(uid string, port uint16, last byte) nat.Object {
+	return nat.Object{UID: uid, Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: mustAddr("192.0.2.20"), Protocol: nat.TCP, ExternalPort: port,
+		InternalIP: netip.AddrFrom4([4]byte{10, 0, 0, last}), InternalPort: 80, Type: nat.DNATShare}}
+}
+
+func TestShareRules(t *testing.T) {
+	// Three backends, given out of order: UID order, probabilities 1/3
+	// and 1/2 as iptables-legacy-save prints them, the last unmatched.
+	got := shareRules([]nat.Object{shareDNAT("c", 80, 3), shareDNAT("a", 80, 1), shareDNAT("b", 80, 2)})
+	want := []string{
+		`-A NATGW_SHARED_DNAT -d 192.0.2.20/32 -p tcp -m tcp --dport 80 -m statistic --mode random --probability 0.33333333349 -m comment --comment "a dnat eip=192.0.2.20 proto=tcp port=80 to=10.0.0.1:80 type=share" -j DNAT --to-destination 10.0.0.1:80`,
+		`-A NATGW_SHARED_DNAT -d 192.0.2.20/32 -p tcp -m tcp --dport 80 -m statistic --mode random --probability 0.50000000000 -m comment --comment "b dnat eip=192.0.2.20 proto=tcp port=80 to=10.0.0.2:80 type=share" -j DNAT --to-destination 10.0.0.2:80`,
+		`-A NATGW_SHARED_DNAT -d 192.0.2.20/32 -p tcp -m tcp --dport 80 -m comment --comment "c dnat eip=192.0.2.20 proto=tcp port=80 to=10.0.0.3:80 type=share" -j DNAT --to-destination 10.0.0.3:80`,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d rules, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if l := got[i].Line("-A"); l != want[i] {
+			t.Errorf("rank %d:\n got %s\nwant %s", i, l, want[i])
+		}
+	}
+	if len(shareRules(nil)) != 0 {
+		t.Error("an identity without backends renders rules")
+	}
+	// Every rank of N gets 1/N of new connections: rank i is reached with
+	// the probability that ranks before it did not match.
+	for _, n := range []int{1, 2, 8, 64} {
+		var bs []nat.Object
+		for i := range n {
+			bs = append(bs, shareDNAT(fmt.Sprintf("u%03d", i), 80, byte(i+1)))
+		}
+		reach := 1.0
+		for i, r := range shareRules(bs) {
+			p := 1.0
+			for j, a := range r.Args {
+				if a == "--probability" {
+					var err error
+					if p, err = strconv.ParseFloat(r.Args[j+1], 64); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if i == n-1 && p != 1 {
+				t.Errorf("%d backends: last rank has a statistic match", n)
+			}
+			if share := reach * p; math.Abs(share-1/float64(n)) > 1e-6 {
+				t.Errorf("%d backends: rank %d gets %.9f, want %.9f", n, i, share, 1/float64(n))
+			}
+			reach *= 1 - p
+		}
+	}
+	// A share backend's own rules are its hairpin rule only.
+	if rs := rd.rules(shareDNAT("a", 80, 1)); len(rs) != 1 || rs[0].Chain != chainHairpinSNAT {
+		t.Errorf("rules of a share DNAT: %v, want its hairpin rule only", rs)
+	}
+}
+
+func TestRuleKeyNormalizesProbability(t *testing.T) {
+	r := shareRules([]nat.Object{shareDNAT("a", 80, 1), shareDNAT("b", 80, 2), shareDNAT("c", 80, 3)})[0]
+	for _, printed := range []string{"0.33333333349", "0.3333333333333333", "0.33333333333"} {
+		p := slices.Clone(r.Args)
+		p[slices.Index(p, "--probability")+1] = printed
+		if (Rule{r.Table, r.Chain, p}).key() != r.key() {
+			t.Errorf("probability printed %s: key differs", printed)
+		}
+	}
+	p := slices.Clone(r.Args)
+	p[slices.Index(p, "--probability")+1] = "0.5"
+	if (Rule{r.Table, r.Chain, p}).key() == r.key() {
+		t.Error("another probability has the same key")
+	}
+}
+
+func TestChainsMatchShare(t *testing.T) {
+	r := &Backend{rd: rd, log: logr.Discard()}
+	objs := []nat.Object{shareDNAT("a", 80, 1), shareDNAT("b", 80, 2), shareDNAT("c", 80, 3), shareDNAT("d", 443, 4), shareDNAT("e", 443, 5),
+		{UID: "x", Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: mustAddr("192.0.2.20"), Protocol: nat.TCP, ExternalPort: 22, InternalIP: mustAddr("10.0.0.9"), InternalPort: 22}}}
+	want := r.desired(objs, "0123456789abcdef")[tableNAT]
+	if n := len(want[chainSharedDNAT]); n != 6 {
+		t.Fatalf("SHARED_DNAT holds %d rules, want 6", n)
+	}
+	td := func(rules []Rule) *tableDump {
+		d := &tableDump{chains: map[string]bool{}, rules: map[string][]Rule{}}
+		for ch, rs := range want {
+			d.rules[ch] = slices.Clone(rs)
+		}
+		for _, ch := range ownChains[tableNAT] {
+			d.chains[ch] = true
+		}
+		d.rules[chainSharedDNAT] = rules
+		return d
+	}
+	w := want[chainSharedDNAT] // port 22 first, then 80 (a, b, c), then 443 (d, e)
+	for _, tc := range []struct {
+		name  string
+		rules []Rule
+		want  bool
+	}{
+		{"identical", slices.Clone(w), true},
+		{"identities in another order", []Rule{w[4], w[5], w[1], w[2], w[3], w[0]}, true},
+		{"identities interleaved, each in order", []Rule{w[1], w[4], w[2], w[0], w[5], w[3]}, true},
+		{"one identity's ranks swapped", []Rule{w[0], w[2], w[1], w[3], w[4], w[5]}, false},
+		{"a rank missing", []Rule{w[0], w[1], w[3], w[4], w[5]}, false},
+	} {
+		if got := chainsMatch(td(tc.rules), tableNAT, want); got != tc.want {
+			t.Errorf("%s: chainsMatch = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestCommitScriptShare(t *testing.T) {
+	// Adding backend c to identity {a, b} deletes a's and b's rules and
+	// appends the three in rank order; c's hairpin rule is its own.
+	a, b, c := shareDNAT("a", 80, 1), shareDNAT("b", 80, 2), shareDNAT("c", 80, 3)
+	other := shareDNAT("z", 443, 9)
+	r := &Backend{rd: rd, log: logr.Discard(), shares: map[string]nat.Object{"a": a, "b": b, "z": other}}
+	sc, _, shares := r.commitScript(engine.Commit{Added: []nat.Object{c}})
+	text, _ := sc.render()
+	want := []string{"*nat", rd.rules(c)[0].Line("-A")}
+	for _, rule := range shareRules([]nat.Object{a, b}) {
+		want = append(want, rule.Line("-D"))
+	}
+	for _, rule := range shareRules([]nat.Object{a, b, c}) {
+		want = append(want, rule.Line("-A"))
+	}
+	want = append(want, "COMMIT")
+	if text != strings.Join(want, "\n")+"\n" {
+		t.Fatalf("script:\n%s\nwant:\n%s", text, strings.Join(want, "\n"))
+	}
+	if len(shares) != 4 || len(r.shares) != 3 {
+		t.Errorf("share mirror: next %d, current %d (must change only after the restore)", len(shares), len(r.shares))
+	}
+	// Removing the last backend of an identity deletes its rule and adds none.
+	r.shares = shares
+	sc, _, shares = r.commitScript(engine.Commit{Removed: []nat.Object{other}})
+	text, _ = sc.render()
+	want = []string{"*nat", rd.rules(other)[0].Line("-D"), shareRules([]nat.Object{other})[0].Line("-D"), "COMMIT"}
+	if text != strings.Join(want, "\n")+"\n" || len(shares) != 3 {
+		t.Errorf("removing the last backend:\n%s\nwant:\n%s", text, strings.Join(want, "\n"))
 	}
 }

@@ -71,10 +71,6 @@ type Options struct {
 	// data plane, owns every table that did not exist before the backend
 	// was opened; for any other data plane, none.
 	OwnNftTable func(table string) bool
-	// NoShareDNAT says that the backend refuses share DNATs (nat.DNATShare):
-	// the suite then checks the refusal (a *nat.FieldError naming
-	// dnat.type, nothing changed) instead of the share DNAT packets.
-	NoShareDNAT bool
 }
 
 // opTimeout bounds every Dataplane call the suite makes.

@@ -2,7 +2,6 @@ package nattest
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -135,48 +134,13 @@ func (e *env) dialMany(dst netip.AddrPort, conns int) map[string]int {
 }
 
 // testShare: share DNAT, several backends on one EIP, protocol and port.
-// A backend that cannot program it must refuse it cleanly
-// (Options.NoShareDNAT).
 func (s *suite) testShare(t *testing.T) {
-	if s.opts.NoShareDNAT {
-		s.testShareRefused(t)
-		return
-	}
 	for _, tc := range []test{
 		{"Spread", s.testShareSpread},
 		{"Pinned", s.testSharePinned},
 	} {
 		t.Run(tc.name, tc.run)
 	}
-}
-
-// testShareRefused: the backend refuses a share DNAT with a *nat.FieldError
-// naming dnat.type, and the kernel stays as it was.
-func (s *suite) testShareRefused(t *testing.T) {
-	e := s.newEnv(t, false)
-	eip := netlab.EIP(0)
-	e.apply(EIP(UID(nat.KindEIP, 0), eip))
-	before := e.kernel()
-	for _, op := range []struct {
-		name string
-		run  func() error
-	}{
-		{"apply", func() error {
-			return e.tryApply(ShareDNAT(UID(nat.KindDNAT, 0), eip, nat.TCP, 80, vm1, 80), ShareDNAT(UID(nat.KindDNAT, 1), eip, nat.TCP, 80, vm2, 80))
-		}},
-		{"sync", func() error {
-			return e.trySync(EIP(UID(nat.KindEIP, 0), eip), ShareDNAT(UID(nat.KindDNAT, 0), eip, nat.TCP, 80, vm1, 80))
-		}},
-	} {
-		err := op.run()
-		var fe *nat.FieldError
-		if !errors.As(err, &fe) || fe.Field != "dnat.type" || fe.Value != string(nat.DNATShare) {
-			t.Fatalf("%s of share DNATs on %s: %v, want a *nat.FieldError naming dnat.type share", op.name, e.name, err)
-		}
-		e.touch()
-		e.wantKernel("after a refused share DNAT "+op.name, before)
-	}
-	e.wantList("after refused share DNATs", EIP(UID(nat.KindEIP, 0), eip))
 }
 
 // testShareSpread: with 1, 2, 8 and 64 backends (each set applied in one
