@@ -33,6 +33,9 @@
 //	  -j NATGW_HAIRPIN_SNAT
 //	NATGW_EXCLUSIVE_DNAT  per FIP:  -d EIP/32 -m comment --comment C -j DNAT --to-destination IN
 //	NATGW_SHARED_DNAT     per DNAT: -d EIP/32 -p P -m P --dport X -m comment --comment C -j DNAT --to-destination IN:Y
+//	                      per share DNAT identity of N backends: N contiguous rules, rank i (backends in UID order)
+//	                      -d EIP/32 -p P -m P --dport X -m statistic --mode random --probability 1/(N-i)
+//	                      -m comment --comment C -j DNAT --to-destination IN:Y, the last rank without the statistic match
 //	NATGW_EXCLUSIVE_SNAT  per FIP:  -s IN/32 -o <external> -m comment --comment C -j SNAT --to-source EIP
 //	NATGW_SHARED_SNAT     per SNAT: [-s CIDR] -o <external> -m comment --comment C -j SNAT --to-source EIP [--random-fully]
 //	                      ordered longest prefix first (then by address), so the longest prefix wins
@@ -75,6 +78,7 @@
 //
 //	"3f2c... fip eip=192.0.2.10 in=198.51.100.10"
 //	"3f2c... dnat eip=192.0.2.11 proto=tcp port=80 to=198.51.100.11:8080"
+//	"3f2c... dnat eip=192.0.2.11 proto=tcp port=80 to=198.51.100.11:8080 type=share"
 //	"3f2c... snat eip=192.0.2.12 cidr=198.51.100.0/24 random-fully=1"
 //	"3f2c... eip addr=192.0.2.10/24 qos=100/10/50/5"
 //	"3f2c... route dst=10.0.0.0/8 via=198.51.100.254 dev=internal"
@@ -104,12 +108,28 @@
 // call is atomic per table. The nat section deletes the removed objects'
 // rules by exact spec (-D), then appends the added ones (-A; an update is old
 // out, new in) and, if any SNAT changed, flushes NATGW_SHARED_SNAT and
-// rewrites it whole in longest-prefix order. If the restore fails in the
+// rewrites it whole in longest-prefix order; a share DNAT identity whose
+// backends change has its old rules deleted (-D) and its new ones appended
+// (-A) in rank order, since each rank's probability depends on the others.
+// If the restore fails in the
 // mangle section after nat was committed (or is killed), the error wraps
 // nat.ErrUnknownState and the engine re-reads the kernel: Load then takes the
 // committed nat records and rewrites the QoS rules to match them. A Sync (Full)
 // reads the kernel back and rewrites every chain of ours that differs from
 // the desired state (the same path as Load's repair).
+//
+// # Share DNAT
+//
+// Rank i of N matches with probability 1/(N-i), so every backend gets 1/N
+// of new connections; conntrack pins each connection to the backend its
+// first packet got. The kernel keeps a probability as round(p × 2^31) and
+// iptables-legacy-save prints it with 11 decimals (1/3 as 0.33333333349):
+// rules are rendered in that form and compared after the same
+// quantization (Rule.key). Rules of different identities never match the
+// same packet, so NATGW_SHARED_DNAT is compared without order except
+// within an identity (chainsMatch). Removing a backend deletes, by tuple,
+// only its own conntrack entries (ForgetDNATFlows); the other backends'
+// connections stay.
 //
 // # Cost
 //

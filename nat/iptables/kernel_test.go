@@ -376,3 +376,87 @@ func TestKernelPartialCommitIsUnknownState(t *testing.T) {
 		t.Fatalf("mangle hook not restored: %q", got)
 	}
 }
+
+// TestKernelShareDNAT: a share identity's rules in the real kernel are
+// contiguous, in rank order, with the probabilities iptables-legacy-save
+// prints; the saved chains match the rendering (so Load leaves them be); a
+// hand-reordered identity is put back in rank order by Reload; removing a
+// backend rewrites the identity for the ones left; reopen rebuilds them.
+func TestKernelShareDNAT(t *testing.T) {
+	e := newKEnv(t)
+	share := func(uid string, port uint16) nat.Object {
+		return nat.Object{UID: uid, Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: eip0, Protocol: nat.TCP, ExternalPort: 80,
+			InternalIP: vm0, InternalPort: port, Type: nat.DNATShare}}
+	}
+	eip := nat.Object{UID: "eip-0", Kind: nat.KindEIP, EIP: &nat.EIP{Address: eip0, PrefixLen: 24}}
+	excl := nat.Object{UID: "dnat-x", Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: eip0, Protocol: nat.TCP, ExternalPort: 22, InternalIP: vm0, InternalPort: 22}}
+	a, b, c := share("share-a", 8001), share("share-b", 8002), share("share-c", 8003)
+	e.apply(eip, excl, c, a, b)
+	e.wantList(eip, excl, a, b, c)
+
+	ranks := func() []string { // the identity's rules: "uid probability"
+		var out []string
+		for _, l := range e.chain(chainSharedDNAT) {
+			if !strings.Contains(l, "type=share") {
+				continue
+			}
+			f := strings.Fields(l)
+			p := "-"
+			if i := slices.Index(f, "--probability"); i >= 0 {
+				p = f[i+1]
+			}
+			out = append(out, strings.Trim(f[slices.Index(f, "--comment")+1], `"`)+" "+p)
+		}
+		return out
+	}
+	wantRanks := func(what string, want ...string) {
+		t.Helper()
+		if got := ranks(); !slices.Equal(got, want) {
+			t.Fatalf("%s: identity rules %q, want %q\n%s", what, got, want, e.save())
+		}
+	}
+	wantRanks("three backends", "share-a 0.33333333349", "share-b 0.50000000000", "share-c -")
+
+	// The real listing matches the rendering (probabilities as printed).
+	d, err := parseSave(e.save())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Backend{rd: renderer{extIf: e.cfg.ExternalInterface, intIf: e.cfg.InternalInterface}}
+	if !chainsMatch(d.table(tableNAT), tableNAT, r.desired([]nat.Object{eip, excl, a, b, c}, e.dp.BootID())[tableNAT]) {
+		t.Fatalf("the saved nat chains do not match their rendering:\n%s", e.save())
+	}
+
+	// Hand edit: rank 0 moved to the end. Reload restores rank order.
+	first := e.chain(chainSharedDNAT)
+	var moved []string
+	for _, l := range first {
+		if strings.Contains(l, "share-a ") {
+			if moved, err = splitArgs(strings.TrimPrefix(l, "-A ")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	e.sh(append([]string{"iptables-legacy", "-t", "nat", "-D"}, moved...)...)
+	e.sh(append([]string{"iptables-legacy", "-t", "nat", "-A"}, moved...)...)
+	wantRanks("hand-reordered", "share-b 0.50000000000", "share-c -", "share-a 0.33333333349")
+	if err := e.dp.Reload(e.ctx); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	wantRanks("after reload", "share-a 0.33333333349", "share-b 0.50000000000", "share-c -")
+
+	if err := e.dp.Delete(e.ctx, "share-b"); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	wantRanks("backend b removed", "share-a 0.50000000000", "share-c -")
+	e.reopen()
+	e.wantList(eip, excl, a, c)
+	wantRanks("after reopen", "share-a 0.50000000000", "share-c -")
+	if err := e.dp.Delete(e.ctx, "share-a", "share-c"); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	wantRanks("identity gone")
+	if got := e.chain(chainSharedDNAT); len(got) != 1 || !strings.Contains(got[0], "dnat-x ") {
+		t.Errorf("SHARED_DNAT after the identity went: %q, want the exclusive DNAT only", got)
+	}
+}

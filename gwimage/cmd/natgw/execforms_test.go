@@ -20,7 +20,8 @@ import (
 // vpc_nat_gw_nat.go:2069, dnat-del EIP,PORT,PROTO at :2128) and share DNAT
 // (nft-dnat-map-add/-del, nft_dnat.go:99-100,125). Every call exits 0 with
 // nothing on stderr (the controller's success test) and leaves the objects
-// the row says.
+// the row says. Master's row runs on both data planes (share DNAT on
+// iptables-legacy as statistic-ranked rules, nat/README.md).
 func TestCompatExecForms(t *testing.T) {
 	a := netip.MustParseAddr
 	eip := func(s string) nat.Object {
@@ -49,31 +50,34 @@ func TestCompatExecForms(t *testing.T) {
 		{"floating-ip-add", []string{"192.0.2.10,198.51.100.10"}, with(fip)},
 		{"dnat-add", []string{"192.0.2.11,8080,tcp,198.51.100.11,80"}, with(fip, dnat)},
 	}
+	masterCalls := append(setup[:4:4],
+		call{"floating-ip-del", []string{"192.0.2.10"}, with(dnat)},
+		call{"dnat-del", []string{"192.0.2.11,8080,tcp"}, base},
+		call{"nft-dnat-map-add", []string{"192.0.2.11,443,tcp,198.51.100.11:8443@198.51.100.12:8443"}, with(share("198.51.100.11"), share("198.51.100.12"))},
+		// A backend added: the controller sends the whole set.
+		call{"nft-dnat-map-add", []string{"192.0.2.11,443,tcp,198.51.100.11:8443@198.51.100.12:8443@198.51.100.13:8443"}, with(share("198.51.100.11"), share("198.51.100.12"), share("198.51.100.13"))},
+		// One removed (nft_dnat.go:252: the remaining backends).
+		call{"nft-dnat-map-add", []string{"192.0.2.11,443,TCP,198.51.100.11:8443@198.51.100.13:8443"}, with(share("198.51.100.11"), share("198.51.100.13"))},
+		call{"nft-dnat-map-del", []string{"192.0.2.11,443,tcp"}, base},
+		// Deleting an identity that is not there succeeds, as the script.
+		call{"nft-dnat-map-del", []string{"192.0.2.11,443,tcp"}, base},
+	)
 	rows := []struct {
 		version string
 		form    execForm
 		calls   []call
+		dp      string // data plane; "" is nftables
 	}{
 		{"v1.13", formBashC, append(setup[:4:4],
 			call{"floating-ip-del", []string{"192.0.2.10,198.51.100.10"}, with(dnat)},
 			call{"dnat-del", []string{"192.0.2.11,8080,tcp,198.51.100.11,80"}, base},
-		)},
+		), ""},
 		{"v1.16", formBashC, append(setup[:4:4],
 			call{"floating-ip-del", []string{"192.0.2.10"}, with(dnat)},
 			call{"dnat-del", []string{"192.0.2.11,8080,tcp"}, base},
-		)},
-		{"master", formArgv, append(setup[:4:4],
-			call{"floating-ip-del", []string{"192.0.2.10"}, with(dnat)},
-			call{"dnat-del", []string{"192.0.2.11,8080,tcp"}, base},
-			call{"nft-dnat-map-add", []string{"192.0.2.11,443,tcp,198.51.100.11:8443@198.51.100.12:8443"}, with(share("198.51.100.11"), share("198.51.100.12"))},
-			// A backend added: the controller sends the whole set.
-			call{"nft-dnat-map-add", []string{"192.0.2.11,443,tcp,198.51.100.11:8443@198.51.100.12:8443@198.51.100.13:8443"}, with(share("198.51.100.11"), share("198.51.100.12"), share("198.51.100.13"))},
-			// One removed (nft_dnat.go:252: the remaining backends).
-			call{"nft-dnat-map-add", []string{"192.0.2.11,443,TCP,198.51.100.11:8443@198.51.100.13:8443"}, with(share("198.51.100.11"), share("198.51.100.13"))},
-			call{"nft-dnat-map-del", []string{"192.0.2.11,443,tcp"}, base},
-			// Deleting an identity that is not there succeeds, as the script.
-			call{"nft-dnat-map-del", []string{"192.0.2.11,443,tcp"}, base},
-		)},
+		), ""},
+		{"master", formArgv, masterCalls, ""},
+		{"master-ipt", formArgv, masterCalls, "iptables"},
 	}
 	lab := netlab.ForTest(t)
 	for _, row := range rows {
@@ -82,10 +86,14 @@ func TestCompatExecForms(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			dp := row.dp
+			if dp == "" {
+				dp = "nftables"
+			}
 			for _, c := range row.calls {
-				compatExec(t, gw.GW, "nftables", row.form, c.op, c.rules...)
+				compatExec(t, gw.GW, dp, row.form, c.op, c.rules...)
 				if c.want != nil {
-					sameObjects(t, c.op+" "+strings.Join(c.rules, " "), listJSON(t, gw.GW, "--dataplane", "nftables"), c.want)
+					sameObjects(t, c.op+" "+strings.Join(c.rules, " "), listJSON(t, gw.GW, "--dataplane", dp), c.want)
 				}
 			}
 		})
@@ -95,7 +103,7 @@ func TestCompatExecForms(t *testing.T) {
 // TestCompatShareRefusals: master's share DNAT calls that natgw refuses
 // exit non-zero with the reason on stderr and change nothing: a share
 // identity held by an exclusive dnat-add (upstream would let its nft table
-// shadow the iptables rule), and the iptables-legacy data plane.
+// shadow the iptables rule), on both data planes.
 func TestCompatShareRefusals(t *testing.T) {
 	lab := netlab.ForTest(t)
 	for _, dp := range dataplanes() {
@@ -110,9 +118,6 @@ func TestCompatShareRefusals(t *testing.T) {
 			rule, msg string
 		}{
 			{"192.0.2.11,8080,tcp,198.51.100.12:80", "dnat.type"},
-		}
-		if dp == "iptables" {
-			tests = append(tests, struct{ rule, msg string }{"192.0.2.11,443,tcp,198.51.100.12:80", "not supported by the iptables-legacy data plane"})
 		}
 		for _, tc := range tests {
 			cmd := exec.Command(filepath.Join(binDir, "bash"), "/kube-ovn/nat-gateway.sh", "nft-dnat-map-add", tc.rule)
