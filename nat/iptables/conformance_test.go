@@ -16,3 +16,10 @@ func TestConformance(t *testing.T) { nattest.Run(t, New) }
 //
 //	go test -bench . -run '^$' ./nat/iptables/
 func BenchmarkFIP(b *testing.B) { nattest.BenchFIP(b, New) }
+
+// BenchmarkShareDNAT: one share backend add (the identity's rules rewritten)
+// against one plain DNAT add, interleaved, at 10,000 of each installed
+// (nattest's; NATGW_BENCH_SHARE_N sets the count):
+//
+//	go test -bench ShareDNAT -run '^$' -benchtime 20x ./nat/iptables/
+func BenchmarkShareDNAT(b *testing.B) { nattest.BenchShareDNAT(b, New) }
