@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -497,6 +498,15 @@ func exeOf(pid int) string {
 // in a kubepods cgroup.
 func clusterPids(binDirs []string) []int {
 	seen := map[int]bool{}
+	// /proc/PID/exe names the binary by its real path: a bin dir reached
+	// through a symlink (a .cache linked elsewhere) is matched as resolved.
+	dirs := slices.Clone(binDirs)
+	for _, d := range binDirs {
+		if r, err := filepath.EvalSymlinks(d); err == nil && r != d {
+			dirs = append(dirs, r)
+		}
+	}
+	binDirs = dirs
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		var pid int

@@ -5,7 +5,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -194,5 +196,42 @@ func TestClearPorts(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		_ = child.Process.Kill()
 		t.Fatal("the earlier cluster's listener still runs after clearPorts")
+	}
+}
+
+// TestClusterPidsThroughSymlink: a process started from a bin dir reached
+// through a symlink (/proc/PID/exe names the real path) is still one of the
+// cluster's, so cluster-down kills it (a .cache linked elsewhere once left
+// containerd shims running).
+func TestClusterPidsThroughSymlink(t *testing.T) {
+	real := filepath.Join(t.TempDir(), "bin")
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skipf("no sleep binary: %v", err)
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(real, "sleep"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "linked")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(link, "sleep"), "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if !slices.Contains(clusterPids([]string{link}), cmd.Process.Pid) {
+		t.Errorf("pid %d (started from %s) not among the cluster's processes", cmd.Process.Pid, link)
+	}
+	if slices.Contains(clusterPids([]string{t.TempDir()}), cmd.Process.Pid) {
+		t.Errorf("pid %d matched an unrelated dir", cmd.Process.Pid)
 	}
 }
