@@ -377,15 +377,7 @@ func TestFenceLost(t *testing.T) {
 	ttl := time.Duration(h.misses+2) * h.interval // the default lease
 	lost := time.Now()
 	h.arbStop()
-	for h.role(0) == "active" {
-		if time.Since(lost) > 5*time.Second {
-			t.Fatal("gwa still active 5 s after the arbiter went away")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	h.mu.Lock()
-	down := h.r[0].events[len(h.r[0].events)-1]
-	h.mu.Unlock()
+	down := h.waitLeft(0, lost, "the arbiter went away")
 	t.Logf("gwa stepped down %s after the arbiter went away (lease %s): %s", down.at.Sub(lost).Round(time.Millisecond), ttl, down.reason)
 	// It must have removed its addresses (the role change is reported
 	// after that) before its last lease could expire.
@@ -520,15 +512,7 @@ func TestLeaseFenceFailover(t *testing.T) {
 	if took >= h.leaseTTL {
 		t.Errorf("gwb removed its addresses %s after the API server froze: after its lease (%s) could have run out", took, h.leaseTTL)
 	}
-	for h.role(1) == "active" {
-		if time.Since(lost) > 5*time.Second {
-			t.Fatal("gwb still active 5 s after the API server froze")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	h.mu.Lock()
-	down := h.r[1].events[len(h.r[1].events)-1]
-	h.mu.Unlock()
+	down := h.waitLeft(1, lost, "the API server froze")
 	t.Logf("gwb removed its addresses %s after the API server froze (lease %s), reported standby after %s: %s",
 		took.Round(time.Millisecond), h.leaseTTL, down.at.Sub(lost).Round(time.Millisecond), down.reason)
 	time.Sleep(10 * h.interval)

@@ -474,24 +474,23 @@ func (h *haLab) overlap(from, to time.Time) time.Duration {
 	return total
 }
 
-func maxTime(ts ...time.Time) time.Time {
-	m := ts[0]
-	for _, t := range ts[1:] {
-		if t.After(m) {
-			m = t
-		}
-	}
-	return m
-}
+func maxTime(ts ...time.Time) time.Time { return slices.MaxFunc(ts, time.Time.Compare) }
 
-func minTime(ts ...time.Time) time.Time {
-	m := ts[0]
-	for _, t := range ts[1:] {
-		if t.Before(m) {
-			m = t
+func minTime(ts ...time.Time) time.Time { return slices.MinFunc(ts, time.Time.Compare) }
+
+// waitLeft waits (up to 5 s after since) until replica i is no longer
+// active and returns its last role event.
+func (h *haLab) waitLeft(i int, since time.Time, what string) roleEvent {
+	h.t.Helper()
+	for h.role(i) == "active" {
+		if time.Since(since) > 5*time.Second {
+			h.t.Fatalf("%s still active 5 s after %s", h.r[i].name, what)
 		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	return m
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.r[i].events[len(h.r[i].events)-1]
 }
 
 // flow is a long-running exchange through the gateway that records when
