@@ -38,6 +38,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -72,6 +73,11 @@ const (
 type Deps struct {
 	// Client reads from the cache and writes to the API server.
 	Client client.Client
+	// Informers, when set (Setup: the manager's cache, whose client is
+	// Client), is read by the watches' map functions through the
+	// informers' field indexes directly (eachIndexed); nil: they list
+	// through Client.
+	Informers cache.Informers
 	// APIReader reads the API server directly (orphan confirmation).
 	APIReader client.Reader
 	Registry  *gateway.Registry

@@ -182,7 +182,7 @@ func (s *Source) GatewayQoS(ctx context.Context, gw string) ([]gwqos.Rule, error
 
 // gatewaysOfPolicy maps a QoSPolicy to the VpcNatGateways that name it.
 func (d *Deps) gatewaysOfPolicy(ctx context.Context, o client.Object) []reconcile.Request {
-	return d.requestsByIndex(ctx, &v1.VpcNatGatewayList{}, qosPolicyIndex, o.GetName(), "map QoSPolicy to VpcNatGateways")
+	return d.requestsByIndex(ctx, &v1.VpcNatGateway{}, &v1.VpcNatGatewayList{}, qosPolicyIndex, o.GetName(), "map QoSPolicy to VpcNatGateways")
 }
 
 // policyStatusChanged passes the QoSPolicy updates a gateway's QoS reads:

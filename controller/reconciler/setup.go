@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -61,6 +59,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 	}
 	deps := &Deps{
 		Client:                  mgr.GetClient(),
+		Informers:               mgr.GetCache(),
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("natgw-controller"),
 		RemoveUpstreamFinalizer: cfg.RemoveUpstreamFinalizer,
@@ -221,19 +220,17 @@ func setupRule[T client.Object](ctx context.Context, mgr ctrl.Manager, deps *Dep
 			if eip == "" {
 				return nil
 			}
-			list := k.newList()
-			// Read-only (names, UIDs, Ready): the cache's objects themselves,
-			// not deep copies (one list per rule event on an EIP).
-			if err := deps.Client.List(ctx, list, client.MatchingFields{EIPIndex: eip}, client.UnsafeDisableDeepCopy); err != nil {
-				deps.Log.Error(err, "map to rules of EIP", "eip", eip)
-				return nil
-			}
 			var reqs []reconcile.Request
-			for _, t := range k.items(list) {
-				if onlyWaiting && (k.ready(t) || t.GetUID() == o.GetUID()) {
-					continue
+			// Read-only (names, UIDs, Ready): the informer's own objects.
+			if err := deps.eachIndexed(ctx, k.newObj(), k.newList(), EIPIndex, eip, func(c client.Object) {
+				t, ok := c.(T)
+				if !ok || onlyWaiting && (k.ready(t) || t.GetUID() == o.GetUID()) {
+					return
 				}
 				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: t.GetName()}})
+			}); err != nil {
+				deps.Log.Error(err, "map to rules of EIP", "eip", eip)
+				return nil
 			}
 			return reqs
 		}
@@ -267,26 +264,21 @@ func RuleEIP(o client.Object) string {
 
 // eipsOfPolicy maps a QoSPolicy to the EIPs that use it.
 func (d *Deps) eipsOfPolicy(ctx context.Context, o client.Object) []reconcile.Request {
-	return d.requestsByIndex(ctx, &v1.IptablesEIPList{}, qosPolicyIndex, o.GetName(), "map QoSPolicy to EIPs")
+	return d.requestsByIndex(ctx, &v1.IptablesEIP{}, &v1.IptablesEIPList{}, qosPolicyIndex, o.GetName(), "map QoSPolicy to EIPs")
 }
 
-// requestsByIndex returns a request for each object of list's kind whose
-// index has value (a failed list is logged as what: a map function has no
-// error to return, and the next event or resync maps again).
-func (d *Deps) requestsByIndex(ctx context.Context, list client.ObjectList, index, value, what string) []reconcile.Request {
-	// Read-only (names): the cache's objects, not deep copies.
-	if err := d.Client.List(ctx, list, client.MatchingFields{index: value}, client.UnsafeDisableDeepCopy); err != nil {
-		d.Log.Error(err, what, index, value)
-		return nil
-	}
+// requestsByIndex returns a request for each object of obj's kind (list
+// is its list kind) whose index has value (a failed read is logged as
+// what: a map function has no error to return, and the next event or
+// resync maps again).
+func (d *Deps) requestsByIndex(ctx context.Context, obj client.Object, list client.ObjectList, index, value, what string) []reconcile.Request {
 	var reqs []reconcile.Request
-	if err := meta.EachListItem(list, func(it runtime.Object) error {
-		if m, ok := it.(client.Object); ok {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: m.GetName()}})
-		}
-		return nil
+	// Read-only (names): the informer's own objects.
+	if err := d.eachIndexed(ctx, obj, list, index, value, func(o client.Object) {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: o.GetName()}})
 	}); err != nil {
 		d.Log.Error(err, what, index, value)
+		return nil
 	}
 	return reqs
 }
