@@ -89,15 +89,15 @@ type side struct {
 	lab  *netlab.Lab
 	root string   // root filesystem the calls run in
 	env  []string // the container's environment
-	// wrap returns the argv that runs line as the controller execs it
-	// (/bin/bash -c line in the container) inside the gateway.
-	wrap func(line string) []string
+	// wrap returns the host argv that runs cmd, the argv the controller
+	// execs in the container, inside the gateway.
+	wrap func(cmd []string) []string
 }
 
-func (s *side) exec(ctx context.Context, line string) verdict {
+func (s *side) exec(ctx context.Context, container []string) verdict {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	argv := s.wrap(line)
+	argv := s.wrap(container)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = s.env
 	var out, errb bytes.Buffer
@@ -237,18 +237,18 @@ func newSides(t *testing.T, ctx context.Context) (*side, *side) {
 	nsenter, unshare, chroot := tool("nsenter"), tool("unshare"), tool("chroot")
 	containerEnv := []string{"GATEWAY_V4=" + gatewayV4, "GATEWAY_V6="}
 	up.env = append([]string{"PATH=" + fakeBin + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, containerEnv...)
-	up.wrap = func(line string) []string {
+	up.wrap = func(cmd []string) []string {
 		// In a private mount namespace of its own: the host's /usr, a
 		// procfs and /dev/null go into the root; all vanish with the call.
-		setup := `set -e; r="$0"; mount -o bind,ro /usr "$r/usr"; mount -t proc proc "$r/proc"; mount --bind /dev/null "$r/dev/null"; exec chroot "$r" /bin/bash -c "$1"`
-		return []string{nsenter, "--net=" + netns.Path(up.gw.GW), "--", unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", setup, up.root, line}
+		setup := `set -e; r="$0"; mount -o bind,ro /usr "$r/usr"; mount -t proc proc "$r/proc"; mount --bind /dev/null "$r/dev/null"; exec chroot "$r" "$@"`
+		return append([]string{nsenter, "--net=" + netns.Path(up.gw.GW), "--", unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", setup, up.root}, cmd...)
 	}
 	// The image's environment (imagebuild's config) and the pod's.
 	ng.env = append([]string{"PATH=/usr/local/bin:/bin"}, containerEnv...)
-	ng.wrap = func(line string) []string {
+	ng.wrap = func(cmd []string) []string {
 		// The image's root with a procfs, as a container runtime gives it.
-		return []string{nsenter, "--net=" + netns.Path(ng.gw.GW), "--", unshare, "--mount", "--propagation", "private", "--mount-proc=" + filepath.Join(ng.root, "proc"), "--",
-			chroot, ng.root, "/bin/bash", "-c", line}
+		return append([]string{nsenter, "--net=" + netns.Path(ng.gw.GW), "--", unshare, "--mount", "--propagation", "private", "--mount-proc=" + filepath.Join(ng.root, "proc"), "--",
+			chroot, ng.root}, cmd...)
 	}
 	return up, ng
 }
@@ -398,6 +398,40 @@ type call struct {
 	Improvement string
 }
 
+// execForm is how a Kube-OVN version's controller execs a call in the
+// gateway container.
+type execForm int
+
+const (
+	// formBashC is v1.13–v1.16's `/bin/bash -c "bash /kube-ovn/SCRIPT OP RULES"`
+	// (the rules joined with blanks).
+	formBashC execForm = iota
+	// formArgv is master's argv exec, ["bash", "/kube-ovn/SCRIPT", OP,
+	// RULE...] with no -c (KUBE-OVN-CONTRACT.md: vpc_nat_gateway.go:955,
+	// service_lb.go:279); get-iptables-version keeps the bash -c form
+	// (:749-751).
+	formArgv
+)
+
+func (f execForm) String() string {
+	if f == formArgv {
+		return "argv"
+	}
+	return "bash -c"
+}
+
+// argv is the container argv that runs c in form f.
+func (c call) argv(f execForm) []string {
+	if f == formArgv && c.Op != "get-iptables-version" {
+		script := c.Script
+		if script == "" {
+			script = "nat-gateway.sh"
+		}
+		return append([]string{"bash", "/kube-ovn/" + script, c.Op}, c.Rules...)
+	}
+	return []string{"/bin/bash", "-c", c.line()}
+}
+
 func (c call) line() string {
 	script := c.Script
 	if script == "" {
@@ -422,6 +456,7 @@ type difference struct {
 
 // tally counts what a run did.
 type tally struct {
+	form        execForm // how every call of the run is exec'd
 	mu          sync.Mutex
 	calls       int
 	probes      int
@@ -463,8 +498,8 @@ func step(t *testing.T, ctx context.Context, up, ng *side, tl *tally, name strin
 	var vu, vn verdict
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); vu = up.exec(ctx, c.line()) }()
-	go func() { defer wg.Done(); vn = ng.exec(ctx, c.line()) }()
+	go func() { defer wg.Done(); vu = up.exec(ctx, c.argv(tl.form)) }()
+	go func() { defer wg.Done(); vn = ng.exec(ctx, c.argv(tl.form)) }()
 	wg.Wait()
 	tl.mu.Lock()
 	tl.calls++
@@ -851,7 +886,7 @@ func fixed() []call {
 // startRun skips t without root or network namespaces; else it brings up
 // both sides with their probe servers under a context that ends after
 // budget (or with the test), and returns them with an empty tally.
-func startRun(t *testing.T, budget time.Duration) (context.Context, *side, *side, *tally) {
+func startRun(t *testing.T, budget time.Duration, form execForm) (context.Context, *side, *side, *tally) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces, chroot, mounts)")
@@ -864,14 +899,14 @@ func startRun(t *testing.T, budget time.Duration) (context.Context, *side, *side
 	up, ng := newSides(t, ctx)
 	up.startServers(t, ctx)
 	ng.startServers(t, ctx)
-	return ctx, up, ng, &tally{}
+	return ctx, up, ng, &tally{form: form}
 }
 
 // TestAgainstUpstream is the differential test (issue 12): upstream
 // v1.16.2's nat-gateway.sh and natgw's image, side by side, call for call.
 func TestAgainstUpstream(t *testing.T) {
 	start := time.Now()
-	ctx, up, ng, tl := startRun(t, timeBudget+5*time.Minute)
+	ctx, up, ng, tl := startRun(t, timeBudget+5*time.Minute, formBashC)
 
 	nFixed := 0
 	if os.Getenv("NATGW_DIFFTEST_FIXED") != "0" {
@@ -947,11 +982,39 @@ func lbSvc() []call {
 // side by side, call for call, with the same probes as TestAgainstUpstream.
 func TestLBSvcAgainstUpstream(t *testing.T) {
 	start := time.Now()
-	ctx, up, ng, tl := startRun(t, 5*time.Minute)
+	ctx, up, ng, tl := startRun(t, 5*time.Minute, formBashC)
 	for i, c := range lbSvc() {
 		step(t, ctx, up, ng, tl, fmt.Sprintf("lb-svc %02d", i+1), c, nil)
 	}
 	explained := tl.report(t)
 	testsummary.Record(t, fmt.Sprintf("DIFFTEST-SUMMARY script=lb-svc.sh upstream=%s@%s calls=%d probes=%d answered=%d differences=%d explained=%d unexplained=%d elapsed=%s",
 		upstream.Module, upstream.Version, tl.calls, tl.probes, tl.answered, len(tl.differences), explained, len(tl.differences)-explained, time.Since(start).Round(time.Second)))
+}
+
+// TestAgainstUpstreamArgv: the fixed scenario and lb-svc.sh's calls again,
+// exec'd in Kube-OVN master's argv form (["bash", "/kube-ovn/SCRIPT", OP,
+// RULE...], no -c) on both sides: upstream v1.16.2's scripts (master's are
+// not served by the module proxy) and natgw's image must still agree call
+// for call (issue 24). Each script gets gateways of its own, as each runs in
+// pods of its own (a NAT gateway's iptables-legacy tables would make
+// lb-svc.sh's iptables-save warn).
+func TestAgainstUpstreamArgv(t *testing.T) {
+	for _, tc := range []struct {
+		script string
+		calls  func() []call
+	}{
+		{"nat-gateway.sh", fixed},
+		{"lb-svc.sh", lbSvc},
+	} {
+		t.Run(tc.script, func(t *testing.T) {
+			start := time.Now()
+			ctx, up, ng, tl := startRun(t, 5*time.Minute, formArgv)
+			for i, c := range tc.calls() {
+				step(t, ctx, up, ng, tl, fmt.Sprintf("argv %02d", i+1), c, nil)
+			}
+			explained := tl.report(t)
+			testsummary.Record(t, fmt.Sprintf("DIFFTEST-SUMMARY script=%s form=argv upstream=%s@%s calls=%d probes=%d answered=%d differences=%d explained=%d unexplained=%d elapsed=%s",
+				tc.script, upstream.Module, upstream.Version, tl.calls, tl.probes, tl.answered, len(tl.differences), explained, len(tl.differences)-explained, time.Since(start).Round(time.Second)))
+		})
+	}
 }
