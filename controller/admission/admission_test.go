@@ -44,7 +44,12 @@ type world struct {
 	cache cache.Cache
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t *testing.T) *world { return newWorldWith(t, false) }
+
+// newWorldWith is newWorld; with natgwNAT, natgw's own CRDs replace
+// upstream's for the NAT kinds (a superset: master's fields), beside
+// Kube-OVN's Vpc, Subnet and the rest.
+func newWorldWith(t *testing.T, natgwNAT bool) *world {
 	assets := apitest.RequireAssets(t)
 	log.SetLogger(testr.New(t))
 	dir, err := crdtest.Path(context.Background(), crdtest.Upstream, apitest.CRDDir())
@@ -52,6 +57,26 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	env := apitest.Environment(assets, dir)
+	if natgwNAT {
+		crds, err := crdtest.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ours, err := crdtest.Load(apitest.CRDDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kind := range crdtest.Kinds {
+			if ours[kind] == nil {
+				t.Fatalf("natgw's CRDs have no %s", kind)
+			}
+			crds[kind] = ours[kind]
+		}
+		env.CRDDirectoryPaths = nil
+		for _, crd := range crds {
+			env.CRDs = append(env.CRDs, crd)
+		}
+	}
 	env.WebhookInstallOptions = envtest.WebhookInstallOptions{Paths: []string{webhookDir()}}
 	cfg := apitest.StartT(t, env)
 	// Registered after StartT, so it runs first: the cache's watches and
