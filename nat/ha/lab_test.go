@@ -29,6 +29,7 @@ import (
 	"github.com/natgw/natgw/nat/ha"
 	"github.com/natgw/natgw/nat/ha/ctsync"
 	"github.com/natgw/natgw/nat/ha/leasefence"
+	"github.com/natgw/natgw/nat/iptables"
 	"github.com/natgw/natgw/nat/nattest"
 	"github.com/natgw/natgw/nat/netns"
 	"github.com/natgw/natgw/nat/nftables"
@@ -203,6 +204,24 @@ type haLab struct {
 	mu                sync.Mutex
 }
 
+// labPlaneEnv picks the data plane the lab programs in both replicas:
+// "nftables" (the default) or "iptables" (iptables-legacy).
+const labPlaneEnv = "NATGW_HA_PLANE"
+
+// labPlane opens the data plane of $NATGW_HA_PLANE in the replica's
+// namespace ns, without plumbing: the EIPs and the lanIp float, nat/ha adds
+// them where it is active.
+func labPlane(ctx context.Context, ns string) (nat.Dataplane, error) {
+	switch p := os.Getenv(labPlaneEnv); p {
+	case "", nat.DataplaneNftables:
+		return nftables.New(ctx, nat.Config{NetNS: ns}, nftables.WithoutPlumbing())
+	case nat.DataplaneIptables:
+		return iptables.New(ctx, nat.Config{NetNS: ns}, iptables.WithoutPlumbing())
+	default:
+		return nil, fmt.Errorf("%s=%q: want %q or %q", labPlaneEnv, p, nat.DataplaneNftables, nat.DataplaneIptables)
+	}
+}
+
 // labIntervalEnv sets the lab replicas' heartbeat interval (a Go duration).
 const labIntervalEnv = "NATGW_HA_INTERVAL"
 
@@ -279,7 +298,7 @@ func newHALab(t testing.TB) *haLab {
 		port(xsw, name, netlab.End{NS: r.ns, Name: "net1", Addrs: pfx(r.ext)})
 		port(isw, name, netlab.End{NS: r.ns, Name: "eth0", Addrs: pfx(r.in)})
 		must(netlab.Sysctl(r.ns, "net.ipv4.ip_forward", "1"))
-		dp, err := nftables.New(ctx, nat.Config{NetNS: r.ns}, nftables.WithoutPlumbing())
+		dp, err := labPlane(ctx, r.ns)
 		must(err)
 		must(dp.Apply(ctx, objs...))
 		must(dp.Close())

@@ -37,23 +37,45 @@ const ExecTimeout = 2 * time.Minute
 // (shared by every namespace of the host) before giving up.
 const lockWait = "30"
 
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	noPlumb bool
+}
+
+// WithoutPlumbing makes New skip addresses and routes (no link.Plumber):
+// EIP and Route objects then live only in natgw's chains and state, as with
+// nftables.WithoutPlumbing. For a hot-standby replica, whose EIP addresses
+// float (nat/ha adds them where it is active), and for tests of the rules
+// alone.
+func WithoutPlumbing() Option { return func(o *options) { o.noPlumb = true } }
+
 // New returns the iptables-legacy data plane for cfg: the Backend of this
 // package under the shared engine, with cfg's link plumber for addresses and
-// routes.
-func New(ctx context.Context, cfg nat.Config) (nat.Dataplane, error) {
+// routes (none with WithoutPlumbing).
+func New(ctx context.Context, cfg nat.Config, opts ...Option) (nat.Dataplane, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	cfg = cfg.WithDefaults()
 	r, err := NewBackend(cfg)
 	if err != nil {
 		return nil, err
 	}
-	plumb, err := link.New(cfg)
-	if err != nil {
-		r.Close()
-		return nil, fmt.Errorf("iptables: %w", err)
+	var plumb *link.Plumber
+	if !o.noPlumb {
+		if plumb, err = link.New(cfg); err != nil {
+			r.Close()
+			return nil, fmt.Errorf("iptables: %w", err)
+		}
 	}
 	e, err := engine.New(ctx, r, plumb, cfg.Log)
 	if err != nil {
-		plumb.Close()
+		if plumb != nil {
+			plumb.Close()
+		}
 		r.Close()
 		return nil, err
 	}

@@ -76,7 +76,9 @@ var planesByName = map[string]plane{
 		present: nftPresent,
 		remove:  nftRemove,
 	},
-	iptables.Name: {open: iptables.New, present: iptablesPresent, remove: iptablesRemove},
+	iptables.Name: {open: func(ctx context.Context, cfg nat.Config) (nat.Dataplane, error) {
+		return iptables.New(ctx, cfg)
+	}, present: iptablesPresent, remove: iptablesRemove},
 }
 
 // lookup returns the data plane called name, or nat.CheckDataplaneName's
