@@ -17,6 +17,7 @@ import (
 
 	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/ha"
 )
 
@@ -157,8 +158,18 @@ func (h *haLab) checkGaps(what string, g gaps) {
 // TCP streams through the FIP, the DNAT and the SNAT and the UDP flow keep
 // going without a reset, and new connections to every EIP succeed. Then
 // the failed replica comes back (as standby, synced) and the same fault on
-// the new active fails back.
+// the new active fails back. On both data planes: the replicas' rules
+// programmed by nftables, then by iptables-legacy.
 func TestFailoverKill(t *testing.T) {
+	for _, plane := range nat.DataplaneNames {
+		t.Run(plane, func(t *testing.T) {
+			t.Setenv(labPlaneEnv, plane)
+			failoverKill(t)
+		})
+	}
+}
+
+func failoverKill(t *testing.T) {
 	h := newHALab(t)
 	fs := h.up()
 	g := h.failover(fs, 0, h.podGone(0))
