@@ -18,12 +18,15 @@
 BENCH_BIN := $(CURDIR)/.cache/bin
 BENCH_SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 BENCH_ARGS ?=
-BENCH_FLAGS = -natgw $(BENCH_BIN)/natgw -envtest-assets $(ENVTEST_ASSETS) -crds $(CURDIR)/controller/config/crd
+BENCH_FLAGS = -natgw $(BENCH_BIN)/natgw -envtest-assets $(ENVTEST_ASSETS) -crds $(CURDIR)/controller/config/crd \
+	-ha-lab $(BENCH_BIN)/ha.test -ctsync-lab $(BENCH_BIN)/ctsync.test
 
 .PHONY: bench bench-quick bench-build
 bench-build:
 	@mkdir -p $(BENCH_BIN)
 	$(GO) build -o $(BENCH_BIN)/ ./bench/cmd/natgw-bench ./gwimage/cmd/natgw ./controller/cmd/natgw-controller
+	$(GO) test -c -o $(BENCH_BIN)/ha.test ./nat/ha
+	$(GO) test -c -o $(BENCH_BIN)/ctsync.test ./nat/ha/ctsync
 
 bench: deps envtest-assets cluster-assets image cluster-images bench-build
 	$(BENCH_SUDO) $(BENCH_BIN)/natgw-bench -out bench/results $(BENCH_FLAGS) $(BENCH_ARGS)

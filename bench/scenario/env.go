@@ -28,6 +28,10 @@ type Env struct {
 	// binaries (make envtest-assets), CRDDir natgw's CRDs
 	// (controller/config/crd); scenario 3 needs both.
 	EnvtestAssets, CRDDir string
+	// HALab and CtsyncLab are the test binaries of nat/ha and
+	// nat/ha/ctsync (`go test -c`, make bench-build) whose figure tests
+	// scenario 8 runs; "" leaves scenario 8 out.
+	HALab, CtsyncLab string
 	// Report collects the results.
 	Report *report.Report
 	// Progress shows what runs (nil prints nothing).

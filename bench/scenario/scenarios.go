@@ -13,7 +13,7 @@ import (
 
 // Scenario is one numbered benchmark.
 type Scenario struct {
-	ID  string // "1".."5"
+	ID  string // "1".."8"
 	Run func(ctx context.Context, e *Env) error
 }
 
@@ -27,6 +27,7 @@ func All() []Scenario {
 		{ID: "5", Run: RunS5},
 		{ID: "6", Run: RunS6},
 		{ID: "7", Run: RunS7},
+		{ID: "8", Run: RunS8},
 	}
 }
 

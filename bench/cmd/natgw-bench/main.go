@@ -46,6 +46,8 @@ func run() error {
 	only := flag.String("scenarios", allScenarios(), "comma-separated scenario numbers to run")
 	assets := flag.String("envtest-assets", apitest.Assets(), "directory of the kube-apiserver and etcd binaries for scenario 3 (make envtest-assets)")
 	crds := flag.String("crds", apitest.CRDDir(), "directory of natgw's CRDs for scenario 3")
+	haLab := flag.String("ha-lab", "", "test binary of nat/ha (go test -c) for scenario 8's failover lab")
+	ctsyncLab := flag.String("ctsync-lab", "", "test binary of nat/ha/ctsync (go test -c) for scenario 8's replication lab")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (harness, in-process backends and scenario 3's controller) to this file")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -84,7 +86,7 @@ func run() error {
 			"comparisons are ratios of medians from the same run. Targets from issue 6 are checked next to the figures (PASS/MISS). " +
 			"The machine is shared (see the load average above), so absolute figures carry noise; ratios from the same run are the point.",
 	}
-	env := &scenario.Env{Quick: *quick, OutDir: *out, Natgw: *natgw, EnvtestAssets: *assets, CRDDir: *crds, Report: rep, Progress: progress.Stderr()}
+	env := &scenario.Env{Quick: *quick, OutDir: *out, Natgw: *natgw, EnvtestAssets: *assets, CRDDir: *crds, HALab: *haLab, CtsyncLab: *ctsyncLab, Report: rep, Progress: progress.Stderr()}
 	want := map[string]bool{}
 	for _, s := range strings.Split(*only, ",") {
 		want[strings.TrimSpace(s)] = true
