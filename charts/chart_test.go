@@ -21,9 +21,9 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/natgw/natgw/gwimage/images"
 	"github.com/natgw/natgw/gwimage/version"
 	"github.com/natgw/natgw/internal/cluster"
-	"github.com/natgw/natgw/internal/cluster/images"
 	"github.com/natgw/natgw/internal/clusterstack"
 	"github.com/natgw/natgw/internal/manifests"
 )

@@ -53,7 +53,7 @@ const (
 	// NodeLink is the link that holds the node's address (one end of a
 	// veth pair whose both ends stay on the host).
 	NodeLink = "ngwnode0"
-	// PauseImage is the self-built sandbox image (internal/cluster/images).
+	// PauseImage is the self-built sandbox image (gwimage/images).
 	PauseImage = "docker.io/natgw/pause:0.1.0"
 	// svcChain is the nat chain that stands in for kube-proxy for the one
 	// service pods need: kubernetes.default (ClusterIP -> the API server).

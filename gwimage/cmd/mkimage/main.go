@@ -2,7 +2,7 @@
 // prints each one's name, digest and sizes:
 //
 //	go run ./gwimage/cmd/mkimage                   # the gateway image (gwimage/imagebuild), version gwimage/version/RELEASE
-//	go run ./gwimage/cmd/mkimage -image controller # natgw-controller's image (internal/cluster/images)
+//	go run ./gwimage/cmd/mkimage -image controller # natgw-controller's image (gwimage/images)
 //	go run ./gwimage/cmd/mkimage -image pause      # the test cluster's pause image
 //	go run ./gwimage/cmd/mkimage -image gateway-iptables -base gwimage/out/natgw-image.tar
 //
@@ -22,8 +22,8 @@ import (
 	"syscall"
 
 	"github.com/natgw/natgw/gwimage/imagebuild"
+	"github.com/natgw/natgw/gwimage/images"
 	"github.com/natgw/natgw/gwimage/version"
-	"github.com/natgw/natgw/internal/cluster/images"
 )
 
 // defaultOut is each image's archive when -o is not given.

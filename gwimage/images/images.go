@@ -3,7 +3,9 @@
 // -trimpath, no build id) in one layer with fixed timestamps and owners, a
 // non-shell entrypoint, written by imagebuild.WriteArchive as one tar that
 // is an OCI layout and a docker-save archive. Same inputs, same digest.
-// natgw's controller image and the test cluster's pause image are made here.
+// The images natgw ships (natgw-controller's) and the ones its tests run
+// (the test cluster's pause image, the gateway image with iptables tools
+// for the cluster e2e) are specified here, beside the builder.
 package images
 
 import (

@@ -57,7 +57,7 @@ func TestBuildReproducible(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	mod, err := filepath.Abs("../../..")
+	mod, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
