@@ -44,10 +44,14 @@ type world struct {
 	cache cache.Cache
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t *testing.T) *world { return newWorldOf(t, crdtest.Upstream) }
+
+// newWorldOf is newWorld on the CRD set given; on natgw's own (which has no
+// Kube-OVN Subnets or Vpcs) the Validator looks none up (KubeOVN false).
+func newWorldOf(t *testing.T, set crdtest.Set) *world {
 	assets := apitest.RequireAssets(t)
 	log.SetLogger(testr.New(t))
-	dir, err := crdtest.Path(context.Background(), crdtest.Upstream, apitest.CRDDir())
+	dir, err := crdtest.Path(context.Background(), set, apitest.CRDDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +83,7 @@ func newWorld(t *testing.T) *world {
 	}()
 	o := env.WebhookInstallOptions
 	srv := webhook.NewServer(webhook.Options{Host: o.LocalServingHost, Port: o.LocalServingPort, CertDir: o.LocalServingCertDir})
-	New(ca, scheme, true).Register(srv)
+	New(ca, scheme, set == crdtest.Upstream).Register(srv)
 	go func() {
 		if err := srv.Start(ctx); err != nil {
 			t.Errorf("webhook server: %v", err)
