@@ -373,7 +373,7 @@ func (e *env) startReplace(configNet *gwconfig.Entry) {
 		t.Fatal(err)
 	}
 	if _, err := provision.Setup(mgr, provision.Options{
-		Namespace: ns, Image: e.image, ServiceClusterIPRange: kubeovn.ServiceClusterIPRange,
+		Namespace: ns, Image: e.image, ServiceClusterIPRange: kubeovn.ServiceClusterIPRange, HA: e.haGateways,
 		Log: log.WithName("provision"), SkipNameValidation: true,
 	}); err != nil {
 		t.Fatal(err)
