@@ -307,8 +307,9 @@ func TestTemplateWebhook(t *testing.T) {
 }
 
 // TestTemplateHA: provisioning.ha renders controller/config/ha's
-// ServiceAccount, Role and RoleBinding (the gateway pods' Lease rights),
-// in podNamespace (the RoleBinding's subject too); off, none of them.
+// ServiceAccount, Roles and RoleBindings (the gateway pods' Lease rights,
+// natgw-controller's read access to the Leases) in podNamespace (the
+// gateway ServiceAccount subject too); off, none of them.
 func TestTemplateHA(t *testing.T) {
 	r := repo(t)
 	needBinaries(t, r)
@@ -317,8 +318,8 @@ func TestTemplateHA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(kust) != 3 {
-		t.Fatalf("controller/config/ha: %v, want a ServiceAccount, a Role and a RoleBinding", manifests.Keys(kust))
+	if len(kust) != 5 {
+		t.Fatalf("controller/config/ha: %v, want a ServiceAccount, two Roles and two RoleBindings", manifests.Keys(kust))
 	}
 	prov := []string{"provisioning.enabled=true", "provisioning.gatewayImage=g"}
 	for _, podNS := range []string{"kube-system", "gw"} {
@@ -332,7 +333,11 @@ func TestTemplateHA(t *testing.T) {
 				o["metadata"].(map[string]any)["namespace"] = podNS
 				if subs, ok := o["subjects"].([]any); ok {
 					for _, s := range subs {
-						s.(map[string]any)["namespace"] = podNS
+						// The gateway pods' ServiceAccount is in podNamespace,
+						// natgw-controller's in the release's.
+						if s.(map[string]any)["name"] == "natgw-gateway" {
+							s.(map[string]any)["namespace"] = podNS
+						}
 					}
 				}
 				k = strings.Replace(k, "/kube-system/", "/"+podNS+"/", 1)

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -26,7 +28,8 @@ import (
 // with --ha-gateways server-side applies a two-replica StatefulSet that the
 // API server accepts as built (two replicas, the anti-affinity, the
 // ServiceAccount, no static eth0 address); the annotation changed to 1
-// leaves it at 2 with a Warning; a single gateway beside it is today's.
+// leaves it at 2 with a Warning; a single gateway beside it is today's;
+// the Lease's holder becomes the annotation naming the active pod.
 func TestEnvTwoReplicas(t *testing.T) {
 	assets := apitest.RequireAssets(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -132,5 +135,21 @@ func TestEnvTwoReplicas(t *testing.T) {
 		}
 	default:
 		t.Error("no event for the refused change")
+	}
+
+	// The active pod from the Lease's holder (the fence `natgw ha` keeps).
+	holder := "vpc-nat-gw-gw1-1"
+	if err := c.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: LeaseName("gw1")}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}); err != nil {
+		t.Fatal(err)
+	}
+	reconcile("gw1")
+	if err := c.Get(ctx, types.NamespacedName{Name: "gw1"}, g); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.Annotations[ActiveAnnotation]; got != holder {
+		t.Errorf("annotation %s = %q, want %q", ActiveAnnotation, got, holder)
+	}
+	if g.Annotations[ReplicasAnnotation] != "1" {
+		t.Errorf("the active's patch changed other annotations: %v", g.Annotations)
 	}
 }

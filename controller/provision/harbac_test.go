@@ -50,6 +50,8 @@ func haRBAC(t *testing.T) (*corev1.ServiceAccount, *rbacv1.Role, *rbacv1.RoleBin
 // authorization), as the pod would (impersonated): refused before the
 // objects exist; then acquire, renew, release, a second replica's
 // acquire; and nothing more (no delete, no other namespace, no pods).
+// natgw-controller (controller_leases.yaml) may get, list and watch the
+// Leases there, and nothing more of them.
 func TestHARBAC(t *testing.T) {
 	sa, role, rb := haRBAC(t)
 	if sa.Name != GatewayServiceAccount || rb.Subjects[0].Name != GatewayServiceAccount || rb.RoleRef.Name != role.Name {
@@ -135,6 +137,65 @@ func TestHARBAC(t *testing.T) {
 	}
 	if h := l.Spec.HolderIdentity; h == nil || *h != "vpc-nat-gw-gw1-1" {
 		t.Errorf("Lease %s/%s holder %v, want vpc-nat-gw-gw1-1", ns, lease, h)
+	}
+
+	// natgw-controller reads the Leases (controller_leases.yaml), only.
+	b2, err := os.ReadFile(filepath.Join(apitest.RepoRoot(), "controller", "config", "ha", "controller_leases.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := bytes.Split(b2, []byte("\n---\n"))
+	crole, crb := &rbacv1.Role{}, &rbacv1.RoleBinding{}
+	if len(docs) != 2 || yaml.UnmarshalStrict(docs[0], crole) != nil || yaml.UnmarshalStrict(docs[1], crb) != nil {
+		t.Fatalf("controller_leases.yaml: want a Role and a RoleBinding")
+	}
+	if _, err := admin.RbacV1().Roles(ns).Create(ctx, crole, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctl := rest.CopyConfig(cfg)
+	ctl.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:natgw-system:natgw-controller",
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:natgw-system", "system:authenticated"},
+	}
+	ctlClient, err := kubernetes.NewForConfig(ctl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		_, err := ctlClient.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("natgw-controller lists Leases in %s: %v", ns, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	w, err := ctlClient.CoordinationV1().Leases(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("natgw-controller watches Leases in %s: %v", ns, err)
+	}
+	w.Stop()
+	if _, err := ctlClient.CoordinationV1().Leases(ns).Get(ctx, lease, metav1.GetOptions{}); err != nil {
+		t.Errorf("natgw-controller gets Lease %s: %v", lease, err)
+	}
+	for what, err := range map[string]error{
+		"natgw-controller updates the Lease": func() error {
+			_, err := ctlClient.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{})
+			return err
+		}(),
+		"natgw-controller lists Leases in default": func() error {
+			_, err := ctlClient.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{})
+			return err
+		}(),
+	} {
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("%s: %v, want Forbidden", what, err)
+		}
 	}
 
 	// Nothing more than the fence needs.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -119,7 +120,10 @@ type Options struct {
 	// their Lease). Off, such a gateway gets one pod and a Warning
 	// (ReasonReplicasUnsupported): the controller does not yet start
 	// `natgw ha` in the pods nor program the second pod, so two pods
-	// would serve less than one (neither holds the lanIp).
+	// would serve less than one (neither holds the lanIp). On, the
+	// provisioner also watches the namespace's Leases and shows a
+	// two-replica gateway's Lease holder (ActiveAnnotation, Events); pass
+	// the same value to CacheByObject.
 	HA bool
 	// Workers is the number of parallel reconciles (default 1).
 	Workers int
@@ -131,10 +135,12 @@ type Options struct {
 
 // CacheByObject restricts the manager's caches of the kinds the
 // provisioner reads to what it reads in namespace ns: the gateway
-// StatefulSets (upstream's gateway label) and Kube-OVN's FeatureConfigMap.
+// StatefulSets (upstream's gateway label) and Kube-OVN's FeatureConfigMap;
+// with ha (Options.HA), also ns's Leases (the two-replica gateways'
+// fences; controller/config/ha grants natgw-controller their reading).
 // Pass it as ctrl.Options.Cache.ByObject (merged with any other entries).
-func CacheByObject(ns string) map[client.Object]cache.ByObject {
-	return map[client.Object]cache.ByObject{
+func CacheByObject(ns string, ha bool) map[client.Object]cache.ByObject {
+	m := map[client.Object]cache.ByObject{
 		&appsv1.StatefulSet{}: {
 			Namespaces: map[string]cache.Config{ns: {}},
 			Label:      labels.SelectorFromSet(labels.Set{transport.GatewayPodLabel: "true"}),
@@ -144,6 +150,10 @@ func CacheByObject(ns string) map[client.Object]cache.ByObject {
 			Field:      fields.OneTermEqualSelector("metadata.name", FeatureConfigMap),
 		},
 	}
+	if ha {
+		m[&coordinationv1.Lease{}] = cache.ByObject{Namespaces: map[string]cache.Config{ns: {}}}
+	}
+	return m
 }
 
 // Reconciler keeps each VpcNatGateway's StatefulSet and status; see the
@@ -175,12 +185,16 @@ func Setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 		t := true
 		copts.SkipNameValidation = &t
 	}
-	err := ctrl.NewControllerManagedBy(mgr).Named("gateway-provisioner").WithOptions(copts).
+	b := ctrl.NewControllerManagedBy(mgr).Named("gateway-provisioner").WithOptions(copts).
 		For(&v1.VpcNatGateway{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, replicasAnnotationChanged))).
 		Owns(&appsv1.StatefulSet{}).
 		Watches(subnet, handler.EnqueueRequestsFromMapFunc(kubeovn.GatewaysOfSubnet(r.reader, o.Log))).
-		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.allGateways)).
-		Complete(r)
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.allGateways))
+	if o.HA {
+		// A holder change only: the active renews every heartbeat.
+		b = b.Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfLease), builder.WithPredicates(holderChanged))
+	}
+	err := b.Complete(r)
 	if err != nil {
 		return nil, fmt.Errorf("gateway-provisioner controller: %w", err)
 	}
@@ -349,6 +363,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return r.failed(ctx, log, g, fmt.Errorf("apply StatefulSet %s/%s: %w", r.opts.Namespace, *want.Name, err))
 		}
 		log.Info("gateway StatefulSet applied", "statefulSet", *want.Name, "namespace", r.opts.Namespace, "why", why, "took", time.Since(t0))
+	}
+	if r.opts.HA && ProvisionedReplicas(want.Spec.Template.Annotations) == MaxReplicas {
+		if err := r.active(ctx, log, g); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	if Changed(g) {
 		body, err := StatusPatch(g)

@@ -343,7 +343,7 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 func cacheOptions(f *flags) cache.Options {
 	o := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
 	if f.provision {
-		o.ByObject = provision.CacheByObject(f.podNamespace)
+		o.ByObject = provision.CacheByObject(f.podNamespace, f.haGateways)
 	}
 	return o
 }
