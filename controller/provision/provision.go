@@ -311,8 +311,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, fmt.Errorf("get StatefulSet %s/%s: %w", r.opts.Namespace, name, err)
 	}
-	if err == nil && live.DeletionTimestamp.IsZero() && metav1.IsControlledBy(live, g) {
-		// The running gateway keeps the number it was provisioned with.
+	if err == nil && live.DeletionTimestamp.IsZero() {
+		// The running gateway keeps the number it was provisioned with
+		// (also one Kube-OVN made, adopted by this apply: a single one).
 		if have := ProvisionedReplicas(live.Spec.Template.Annotations); have != replicas {
 			ferr := ReplicasChange(have, replicas)
 			log.Info("replicas not changed", "reason", ferr.Error())

@@ -6,7 +6,9 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -124,5 +126,40 @@ func TestReconcileReplicas(t *testing.T) {
 				t.Errorf("static eth0 address in the template: %v, want %v", static, tc.wantReplicas == 1)
 			}
 		})
+	}
+}
+
+// TestReconcileReplicasAdopted: a StatefulSet natgw did not make (Kube-OVN
+// v1.16.2's single gateway, taken over by natgw's apply) is a single
+// gateway: a VpcNatGateway asking for 2 is applied with 1 and told why.
+func TestReconcileReplicasAdopted(t *testing.T) {
+	g := gateway()
+	g.Spec.Replicas = ptr.To[int32](2)
+	up := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "vpc-nat-gw-gw1", Labels: Labels("gw1")},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: Labels("gw1")},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: Labels("gw1"), Annotations: map[string]string{"ovn.kubernetes.io/ip_address": "10.0.1.254"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "vpc-nat-gw", Image: testImage}}},
+			},
+		},
+	}
+	e := newFakeEnv(t, g, up)
+	e.r.opts.HA = true
+	if err := e.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	if e.applies != 1 {
+		t.Errorf("%d applies, want 1 (taken over)", e.applies)
+	}
+	s := e.sts(t)
+	if n := ptr.Deref(s.Spec.Replicas, 0); n != 1 || ProvisionedReplicas(s.Spec.Template.Annotations) != 1 {
+		t.Errorf("replicas %d, template %v: want a single gateway", n, s.Spec.Template.Annotations)
+	}
+	evs := e.events()
+	if len(evs) != 1 || !strings.Contains(evs[0], "ReplicasChangeRefused") {
+		t.Errorf("events %q, want one ReplicasChangeRefused", evs)
 	}
 }
