@@ -306,6 +306,57 @@ func TestTemplateWebhook(t *testing.T) {
 	}
 }
 
+// TestTemplateHA: provisioning.ha renders controller/config/ha's
+// ServiceAccount, Roles and RoleBindings (the gateway pods' Lease rights,
+// natgw-controller's read access to the Leases) in podNamespace (the
+// gateway ServiceAccount subject too); off, none of them.
+func TestTemplateHA(t *testing.T) {
+	r := repo(t)
+	needBinaries(t, r)
+	c := ctx(t)
+	kust, err := manifests.Kustomize(c, r, "controller/config/ha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kust) != 5 {
+		t.Fatalf("controller/config/ha: %v, want a ServiceAccount, two Roles and two RoleBindings", manifests.Keys(kust))
+	}
+	prov := []string{"provisioning.enabled=true", "provisioning.gatewayImage=g"}
+	for _, podNS := range []string{"kube-system", "gw"} {
+		t.Run(podNS, func(t *testing.T) {
+			got, err := manifests.Template(c, r, ns, append(prov, "provisioning.ha=true", "podNamespace="+podNS)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, o := range kust {
+				o = deepCopy(t, o)
+				o["metadata"].(map[string]any)["namespace"] = podNS
+				if subs, ok := o["subjects"].([]any); ok {
+					for _, s := range subs {
+						// The gateway pods' ServiceAccount is in podNamespace,
+						// natgw-controller's in the release's.
+						if s.(map[string]any)["name"] == "natgw-gateway" {
+							s.(map[string]any)["namespace"] = podNS
+						}
+					}
+				}
+				k = strings.Replace(k, "/kube-system/", "/"+podNS+"/", 1)
+				stripChartLabels(t, got[k])
+				same(t, "ha", map[string]manifests.Object{k: o}, map[string]manifests.Object{k: got[k]})
+			}
+		})
+	}
+	got, err := manifests.Template(c, r, ns, prov...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range kust {
+		if _, ok := got[k]; ok {
+			t.Errorf("provisioning.ha off: %s rendered", k)
+		}
+	}
+}
+
 // TestTemplateValues: the values reach the controller's flags, and values
 // the controller would refuse fail the render with the value's name.
 func TestTemplateValues(t *testing.T) {
@@ -321,7 +372,7 @@ func TestTemplateValues(t *testing.T) {
 		image    string
 		err      string
 	}{
-		{name: "defaults", args: []string{"--dataplane=nftables", "--transport=exec", "--natgw-binary=/natgw", "--workers=4", "--leader-elect"}, notArgs: []string{"--mode", "--provision-gateways", "--webhook-port", "--network-source", "--pod-namespace"}, replicas: 2, image: "docker.io/natgw/natgw-controller:" + version.Release()},
+		{name: "defaults", args: []string{"--dataplane=nftables", "--transport=exec", "--natgw-binary=/natgw", "--workers=4", "--leader-elect"}, notArgs: []string{"--mode", "--provision-gateways", "--ha-gateways", "--webhook-port", "--network-source", "--pod-namespace"}, replicas: 2, image: "docker.io/natgw/natgw-controller:" + version.Release()},
 		{name: "iptables, 3 replicas, workers", set: []string{"dataplane=iptables", "replicas=3", "workers=8"}, args: []string{"--dataplane=iptables", "--workers=8"}, replicas: 3},
 		{name: "companion", set: []string{"mode=companion", "admissionPolicy.enabled=false"}, args: []string{"--mode=companion"}, replicas: 2},
 		{name: "provisioning", set: []string{"provisioning.enabled=true", "provisioning.gatewayImage=docker.io/natgw/natgw:0.1.0", "networkSource=kube-ovn", "podNamespace=gw"}, args: []string{"--provision-gateways", "--gateway-image=docker.io/natgw/natgw:0.1.0", "--service-cluster-ip-range=10.96.0.0/12", "--network-source=kube-ovn", "--pod-namespace=gw"}, replicas: 2},
@@ -332,6 +383,8 @@ func TestTemplateValues(t *testing.T) {
 		{name: "companion with the admission policy", set: []string{"mode=companion"}, err: "admissionPolicy.enabled: true with mode companion"},
 		{name: "companion with the webhook", set: []string{"mode=companion", "admissionPolicy.enabled=false", "webhook.enabled=true"}, err: "webhook.enabled: true with mode companion"},
 		{name: "provisioning without image", set: []string{"provisioning.enabled=true"}, err: "provisioning.gatewayImage: empty"},
+		{name: "ha", set: []string{"provisioning.enabled=true", "provisioning.gatewayImage=g", "provisioning.ha=true"}, args: []string{"--provision-gateways", "--ha-gateways"}, replicas: 2},
+		{name: "ha without provisioning", set: []string{"provisioning.ha=true"}, err: "provisioning.ha: true, but provisioning.enabled is false"},
 		{name: "zero replicas", set: []string{"replicas=0"}, err: "replicas: 0, want 1 or more"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -379,7 +432,7 @@ func TestLint(t *testing.T) {
 	needBinaries(t, r)
 	for _, set := range [][]string{
 		nil,
-		{"crds.install=true", "webhook.enabled=true", "provisioning.enabled=true", "provisioning.gatewayImage=docker.io/natgw/natgw:0.1.0"},
+		{"crds.install=true", "webhook.enabled=true", "provisioning.enabled=true", "provisioning.gatewayImage=docker.io/natgw/natgw:0.1.0", "provisioning.ha=true"},
 		{"webhook.enabled=true", "webhook.certManager.enabled=true"},
 	} {
 		if out, err := manifests.Lint(ctx(t), r, set...); err != nil {

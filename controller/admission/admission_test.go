@@ -44,15 +44,25 @@ type world struct {
 	cache cache.Cache
 }
 
-func newWorld(t *testing.T) *world { return newWorldWith(t, false) }
+func newWorld(t *testing.T) *world { return newWorldOf(t, crdtest.Upstream) }
+
+// newWorldOf is newWorld on the CRD set given; on natgw's own (which has no
+// Kube-OVN Subnets or Vpcs) the Validator looks none up (KubeOVN false).
+func newWorldOf(t *testing.T, set crdtest.Set) *world { return newWorldCRDs(t, set, false) }
 
 // newWorldWith is newWorld; with natgwNAT, natgw's own CRDs replace
 // upstream's for the NAT kinds (a superset: master's fields), beside
 // Kube-OVN's Vpc, Subnet and the rest.
 func newWorldWith(t *testing.T, natgwNAT bool) *world {
+	return newWorldCRDs(t, crdtest.Upstream, natgwNAT)
+}
+
+// newWorldCRDs is the world on the CRD set given, with natgw's NAT CRDs in
+// place of the set's when natgwNAT.
+func newWorldCRDs(t *testing.T, set crdtest.Set, natgwNAT bool) *world {
 	assets := apitest.RequireAssets(t)
 	log.SetLogger(testr.New(t))
-	dir, err := crdtest.Path(context.Background(), crdtest.Upstream, apitest.CRDDir())
+	dir, err := crdtest.Path(context.Background(), set, apitest.CRDDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +114,7 @@ func newWorldWith(t *testing.T, natgwNAT bool) *world {
 	}()
 	o := env.WebhookInstallOptions
 	srv := webhook.NewServer(webhook.Options{Host: o.LocalServingHost, Port: o.LocalServingPort, CertDir: o.LocalServingCertDir})
-	New(ca, scheme, true).Register(srv)
+	New(ca, scheme, set == crdtest.Upstream).Register(srv)
 	go func() {
 		if err := srv.Start(ctx); err != nil {
 			t.Errorf("webhook server: %v", err)

@@ -66,6 +66,11 @@ func (v *Validator) gateway(ctx context.Context, g *v1.VpcNatGateway) (field.Err
 		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), g.Name,
 			fmt.Sprintf("the gateway's StatefulSet name %q has %d characters, more than %d", sts, len(sts), maxStatefulSetName)))
 	}
+	// One rule with the provisioner's: 1 or 2, from spec.replicas or the
+	// annotation for CRDs that prune it.
+	if _, ferr := provision.Replicas(g); ferr != nil {
+		errs = append(errs, ferr)
+	}
 	if g.Spec.Vpc == "" {
 		errs = append(errs, field.Required(specPath.Child("vpc"), ""))
 	} else if v.KubeOVN {
@@ -281,10 +286,30 @@ func dnatConflict(o *v1.IptablesDnatRule, eipName string, eip netip.Addr, dnats 
 	return field.ErrorList{field.Invalid(path, value, fmt.Sprintf("%s on IptablesEIP %q (IptablesDnatRule %q)", ce.What, eipName, names[ce.With]))}
 }
 
-// immutable checks an update against what cannot change: an EIP's
-// spec.natGwDp once set, and its spec once ready unless status.redo
-// changes with it (spec.qosPolicy excepted).
+// immutable checks an update against what cannot change: a gateway's
+// number of replicas (provision.ReplicasChange; an old value that was
+// itself invalid may be corrected), an EIP's spec.natGwDp once set, and
+// its spec once ready unless status.redo changes with it (spec.qosPolicy
+// excepted).
 func immutable(old, obj client.Object) field.ErrorList {
+	if og, ok := old.(*v1.VpcNatGateway); ok {
+		ng, ok := obj.(*v1.VpcNatGateway)
+		if !ok {
+			return nil
+		}
+		from, ferr := provision.Replicas(og)
+		if ferr != nil {
+			return nil
+		}
+		to, ferr := provision.Replicas(ng)
+		if ferr != nil {
+			return nil // checkSpec names it
+		}
+		if ferr := provision.ReplicasChange(from, to); ferr != nil {
+			return field.ErrorList{ferr}
+		}
+		return nil
+	}
 	o, ok1 := old.(*v1.IptablesEIP)
 	n, ok2 := obj.(*v1.IptablesEIP)
 	if !ok1 || !ok2 {
@@ -302,12 +327,18 @@ func immutable(old, obj client.Object) field.ErrorList {
 	return nil
 }
 
-// specChanged reports whether an update changes the object's spec.
+// specChanged reports whether an update changes the object's spec (for a
+// VpcNatGateway, also its annotation provision.ReplicasAnnotation).
 func specChanged(old, obj client.Object) bool {
 	spec := func(o client.Object) any {
 		switch x := o.(type) {
 		case *v1.VpcNatGateway:
-			return x.Spec
+			a, ok := x.Annotations[provision.ReplicasAnnotation]
+			return struct {
+				v1.VpcNatGatewaySpec
+				replicas   string
+				hasReplica bool
+			}{x.Spec, a, ok}
 		case *v1.IptablesEIP:
 			return x.Spec
 		case *v1.IptablesFIPRule:

@@ -13,7 +13,10 @@
 //	                                spec.vpc, spec.subnet set and, with KubeOVN, existing; spec.lanIp an
 //	                                address in spec.subnet's cidrBlock (KubeOVN); tolerations' operator
 //	                                (Equal, Exists) and effect (NoSchedule, PreferNoSchedule, NoExecute);
-//	                                spec.qosPolicy existing
+//	                                spec.qosPolicy existing; the number of replicas 1 or 2
+//	                                (natgw: spec.replicas or the annotation natgw.kubeovn.io/replicas,
+//	                                provision.Replicas)
+//	                update          the number of replicas unchanged (natgw: provision.ReplicasChange)
 //	                delete          refused while an IptablesEIP (spec.natGwDp) not itself being deleted
 //	                                names the gateway
 //	IptablesEIP     create, update  spec.natGwDp set; spec.v4ip an IPv4 address (natgw: the reconcile's
@@ -35,7 +38,8 @@
 //	                                internal address and port once
 //	IptablesSnatRule create, update spec.eip set and existing; spec.internalCIDR programmable
 //
-// Updates of rules are checked only when the spec changes (as upstream).
+// Updates are checked only when the spec changes (as upstream; for a
+// VpcNatGateway also when its replicas annotation changes).
 // The spec checks are the reconcile's own (reconciler.CheckEIP,
 // reconciler.CheckRule), so that a refusal says what a reconcile would
 // report. The webhook reads through the manager's cache with the indexes

@@ -17,6 +17,7 @@ package provision
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -83,6 +84,10 @@ type Inputs struct {
 	// ServiceClusterIPRange is the cluster's service CIDR(s), as
 	// kube-ovn-controller's --service-cluster-ip-range ("" for none).
 	ServiceClusterIPRange string
+	// Replicas is the number of gateway pods: 1 (0 counts as 1), today's
+	// single gateway, or 2, an active/standby pair (see haPod). The
+	// caller decides it (Replicas, ReplicasChange).
+	Replicas int32
 }
 
 // route is upstream's pod route annotation entry (pkg/request/cniserver.go:17-20).
@@ -168,9 +173,20 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 	if !kubeovn.IsOvnProvider(sub.Provider) {
 		return nil, fmt.Errorf("subnet %q is not an OVN subnet (provider %q)", sub.Name, sub.Provider)
 	}
+	replicas := in.Replicas
+	if replicas == 0 {
+		replicas = 1
+	}
+	if replicas < 1 || replicas > MaxReplicas {
+		return nil, fmt.Errorf("replicas %d: %s", replicas, replicasWant)
+	}
 	ann, err := podAnnotations(g, sub.Provider, nadNS, nadName)
 	if err != nil {
 		return nil, err
+	}
+	if replicas == 1 {
+		// natgw's own key: only a two-replica template carries it.
+		delete(ann, ReplicasAnnotation)
 	}
 
 	// eth0's routes (vpc_nat_gateway.go:958-1023): the service CIDR, the
@@ -267,6 +283,9 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 		}
 	}
 	pod.WithAffinity(aff)
+	if replicas == 2 {
+		haPod(ann, providerOrOvn(sub.Provider), pod, Labels(g.Name))
+	}
 
 	sts := appsv1ac.StatefulSet(name, in.Namespace).
 		WithLabels(labels).
@@ -276,7 +295,7 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 			WithName(g.Name).WithUID(g.UID).
 			WithController(true).WithBlockOwnerDeletion(true)).
 		WithSpec(appsv1ac.StatefulSetSpec().
-			WithReplicas(1).
+			WithReplicas(replicas).
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(labels)).
 			WithTemplate(corev1ac.PodTemplateSpec().
 				WithLabels(labels).
@@ -284,6 +303,38 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 				WithSpec(pod)).
 			WithUpdateStrategy(appsv1ac.StatefulSetUpdateStrategy().WithType("RollingUpdate")))
 	return sts, nil
+}
+
+// haPod turns a single gateway's pod template into a two-replica one's
+// (issue 23):
+//   - no static eth0 address (the provider's ip_address annotation is
+//     dropped): both pods get their own from the subnet and the lanIp
+//     floats to the active replica, as Kube-OVN master's HA gateway does
+//     (GenNatGwPodAnnotations sets no static address in HA mode,
+//     pkg/util/vpc_nat_gateway.go:127-130 at commit 1533681d7);
+//   - ReplicasAnnotation "2", which tells the provisioner what the
+//     template was built for (ProvisionedReplicas);
+//   - pod anti-affinity by hostname, preferred (weight 100) so that a
+//     one-node cluster still runs both pods: the term of master's
+//     genGatewayPodAntiAffinity (pkg/controller/vpc_gateway_common.go:178-194
+//     at 1533681d7: the gateway's labels, topology kubernetes.io/hostname);
+//     master's NAT gateway asks for it as required
+//     (pkg/controller/vpc_nat_gateway.go:1484-1487), its egress gateway
+//     lets the user choose. As master's mergeGatewayAffinity
+//     (vpc_gateway_common.go:213-234), the user's own
+//     spec.affinity.podAntiAffinity, when set, replaces it;
+//   - the ServiceAccount GatewayServiceAccount, which may hold the
+//     gateway's Lease (LeaseName; controller/config/ha).
+func haPod(ann map[string]string, provider string, pod *corev1ac.PodSpecApplyConfiguration, labels map[string]string) {
+	delete(ann, ipAddressKey(provider))
+	ann[ReplicasAnnotation] = strconv.Itoa(MaxReplicas)
+	if pod.Affinity.PodAntiAffinity == nil {
+		pod.Affinity.WithPodAntiAffinity(corev1ac.PodAntiAffinity().WithPreferredDuringSchedulingIgnoredDuringExecution(
+			corev1ac.WeightedPodAffinityTerm().WithWeight(100).WithPodAffinityTerm(corev1ac.PodAffinityTerm().
+				WithLabelSelector(metav1ac.LabelSelector().WithMatchLabels(labels)).
+				WithTopologyKey(corev1.LabelHostname))))
+	}
+	pod.WithServiceAccountName(GatewayServiceAccount)
 }
 
 // envVar is name=value; an empty value is left out, as the typed
@@ -344,15 +395,6 @@ func setRoutes(ann map[string]string, provider string, routes []route) error {
 	}
 	ann[key] = string(b)
 	return nil
-}
-
-// ReplicasUnsupported returns spec.replicas when it asks for more than the
-// one instance natgw provisions (Kube-OVN master's HA), else 0.
-func ReplicasUnsupported(g *v1.VpcNatGateway) int32 {
-	if r := g.Spec.Replicas; r != nil && *r != 1 {
-		return *r
-	}
-	return 0
 }
 
 // BGPUnsupported says whether the gateway asks for upstream's BGP speaker

@@ -1,6 +1,7 @@
 package provision
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -333,17 +334,169 @@ func TestChangedAndStatusPatch(t *testing.T) {
 	}
 }
 
-// TestReplicasUnsupported: Kube-OVN master's spec.replicas above one is
-// reported (natgw provisions one instance); unset or 1 is not.
-func TestReplicasUnsupported(t *testing.T) {
-	one, three := int32(1), int32(3)
+// TestReplicas: the one rule of the number of replicas (the admission
+// webhook's and the provisioner's): 1 or 2 from spec.replicas or the
+// annotation; anything else names the field and the value.
+func TestReplicas(t *testing.T) {
 	for _, tc := range []struct {
-		replicas *int32
-		want     int32
-	}{{nil, 0}, {&one, 0}, {&three, 3}} {
-		g := &v1.VpcNatGateway{Spec: v1.VpcNatGatewaySpec{Replicas: tc.replicas}}
-		if got := ReplicasUnsupported(g); got != tc.want {
-			t.Errorf("replicas %v: ReplicasUnsupported = %d, want %d", tc.replicas, got, tc.want)
+		name string
+		spec *int32
+		ann  *string
+		want int32
+		err  []string // the error holds each
+	}{
+		{name: "unset", want: 1},
+		{name: "spec 1", spec: ptr.To[int32](1), want: 1},
+		{name: "spec 2", spec: ptr.To[int32](2), want: 2},
+		{name: "spec 0", spec: ptr.To[int32](0), err: []string{"spec.replicas", "Invalid value: 0", "want 1"}},
+		{name: "spec negative", spec: ptr.To[int32](-1), err: []string{"spec.replicas", "Invalid value: -1"}},
+		{name: "spec 3", spec: ptr.To[int32](3), err: []string{"spec.replicas", "Invalid value: 3"}},
+		{name: "annotation 2", ann: ptr.To("2"), want: 2},
+		{name: "annotation 2, spec defaulted to 1", spec: ptr.To[int32](1), ann: ptr.To("2"), want: 2},
+		{name: "annotation 1, spec 1", spec: ptr.To[int32](1), ann: ptr.To(" 1 "), want: 1},
+		{name: "annotation and spec 2", spec: ptr.To[int32](2), ann: ptr.To("2"), want: 2},
+		{name: "annotation 1, spec 2", spec: ptr.To[int32](2), ann: ptr.To("1"), err: []string{"metadata.annotations[natgw.kubeovn.io/replicas]", `"1"`, "disagrees with spec.replicas 2"}},
+		{name: "annotation 0", ann: ptr.To("0"), err: []string{"metadata.annotations[natgw.kubeovn.io/replicas]", `Invalid value: "0"`}},
+		{name: "annotation 3", ann: ptr.To("3"), err: []string{"natgw.kubeovn.io/replicas", `"3"`}},
+		{name: "annotation negative", ann: ptr.To("-2"), err: []string{"natgw.kubeovn.io/replicas", `"-2"`}},
+		{name: "annotation not a number", ann: ptr.To("two"), err: []string{"natgw.kubeovn.io/replicas", `"two"`, "not an integer"}},
+		{name: "annotation empty", ann: ptr.To(""), err: []string{"natgw.kubeovn.io/replicas", "not an integer"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &v1.VpcNatGateway{Spec: v1.VpcNatGatewaySpec{Replicas: tc.spec}}
+			if tc.ann != nil {
+				g.Annotations = map[string]string{ReplicasAnnotation: *tc.ann}
+			}
+			n, ferr := Replicas(g)
+			if len(tc.err) == 0 {
+				if ferr != nil || n != tc.want {
+					t.Fatalf("Replicas = %d, %v; want %d", n, ferr, tc.want)
+				}
+				return
+			}
+			if ferr == nil {
+				t.Fatalf("Replicas = %d, want an error", n)
+			}
+			for _, w := range tc.err {
+				if !strings.Contains(ferr.Error(), w) {
+					t.Errorf("error %q does not hold %q", ferr, w)
+				}
+			}
+		})
+	}
+}
+
+// TestReplicasChange: a live gateway keeps its number of replicas; the
+// refusal says both numbers and the way out.
+func TestReplicasChange(t *testing.T) {
+	for _, tc := range []struct{ from, to int32 }{{1, 1}, {2, 2}, {1, 2}, {2, 1}} {
+		ferr := ReplicasChange(tc.from, tc.to)
+		if (ferr == nil) != (tc.from == tc.to) {
+			t.Fatalf("%d -> %d: %v", tc.from, tc.to, ferr)
 		}
+		if ferr == nil {
+			continue
+		}
+		for _, w := range []string{"spec.replicas", fmt.Sprintf("runs %d replica(s) and cannot change to %d", tc.from, tc.to), ReplicasAnnotation, "create a new VpcNatGateway"} {
+			if !strings.Contains(ferr.Error(), w) {
+				t.Errorf("%d -> %d: error %q does not hold %q", tc.from, tc.to, ferr, w)
+			}
+		}
+	}
+}
+
+// TestBuildReplicas: Inputs.Replicas 1 (and 0) is today's StatefulSet
+// (want(), unchanged by issue 23); 2 is the same with two replicas, no
+// static eth0 address, natgw's replicas annotation, preferred pod
+// anti-affinity by hostname (unless the user set one) and the gateway
+// ServiceAccount; anything else is refused.
+func TestBuildReplicas(t *testing.T) {
+	anti := func(s *appsv1.StatefulSet) *corev1.PodAntiAffinity {
+		return &corev1.PodAntiAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+			Weight: 100,
+			PodAffinityTerm: corev1.PodAffinityTerm{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: s.Spec.Selector.MatchLabels},
+				TopologyKey:   "kubernetes.io/hostname",
+			},
+		}}}
+	}
+	two := func(s *appsv1.StatefulSet) {
+		s.Spec.Replicas = ptr.To[int32](2)
+		a := s.Spec.Template.Annotations
+		delete(a, "ovn.kubernetes.io/ip_address")
+		a[ReplicasAnnotation] = "2"
+		s.Spec.Template.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: anti(s)}
+		s.Spec.Template.Spec.ServiceAccountName = GatewayServiceAccount
+	}
+	userAnti := &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{TopologyKey: "zone"}}}
+	tests := []struct {
+		name     string
+		replicas int32
+		gw       func(*v1.VpcNatGateway)
+		want     func(*appsv1.StatefulSet)
+		err      string
+	}{
+		{name: "0 is 1", replicas: 0},
+		{name: "1", replicas: 1},
+		{name: "1, the annotation in spec.annotations is natgw's: dropped", replicas: 1, gw: func(g *v1.VpcNatGateway) { g.Spec.Annotations = map[string]string{ReplicasAnnotation: "2"} }},
+		{name: "2", replicas: 2, want: two},
+		{
+			name: "2, node affinity kept", replicas: 2,
+			gw: func(g *v1.VpcNatGateway) {
+				g.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{}}
+			},
+			want: func(s *appsv1.StatefulSet) {
+				two(s)
+				s.Spec.Template.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+			},
+		},
+		{
+			name: "2, the user's pod anti-affinity replaces natgw's", replicas: 2,
+			gw: func(g *v1.VpcNatGateway) { g.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: userAnti} },
+			want: func(s *appsv1.StatefulSet) {
+				two(s)
+				s.Spec.Template.Spec.Affinity.PodAntiAffinity = userAnti
+			},
+		},
+		{name: "3", replicas: 3, err: "replicas 3: want 1"},
+		{name: "-1", replicas: -1, err: "replicas -1: want 1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := gateway()
+			if tc.gw != nil {
+				tc.gw(g)
+			}
+			ac, err := Build(Inputs{Gateway: g, Subnets: subnets(), Namespace: testNS, Image: testImage, Replicas: tc.replicas})
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("Build: %v, want an error holding %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			exp := want()
+			if tc.want != nil {
+				tc.want(exp)
+			}
+			got, err := objdiff.Flatten(ac)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wf, err := objdiff.Flatten(exp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objdiff.Drop(wf, "metadata.creationTimestamp", "spec.template.metadata.creationTimestamp", "status",
+				"spec.template.spec.containers[0].resources", "spec.serviceName")
+			for _, d := range objdiff.Diff(wf, got) {
+				t.Errorf("%s (want != built)", d)
+			}
+			if p := ProvisionedReplicas(ac.Spec.Template.Annotations); p != max(tc.replicas, 1) {
+				t.Errorf("ProvisionedReplicas of the template = %d", p)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -43,9 +45,18 @@ const (
 	// ReasonBGPUnsupported: spec.bgpSpeaker.enabled is set; the gateway is
 	// provisioned without upstream's BGP speaker sidecar.
 	ReasonBGPUnsupported = "BGPSpeakerUnsupported"
-	// ReasonReplicasUnsupported: spec.replicas (Kube-OVN master's HA
-	// field) asks for more than one instance; natgw provisions one.
+	// ReasonReplicasUnsupported: the gateway asks for two replicas
+	// (Replicas) while two-replica provisioning is off (Options.HA):
+	// natgw provisions one pod.
 	ReasonReplicasUnsupported = "ReplicasUnsupported"
+	// ReasonReplicasInvalid: spec.replicas or ReplicasAnnotation is not 1
+	// or 2 (the admission webhook refuses it; without the webhook the
+	// provisioner leaves the gateway's StatefulSet as it is).
+	ReasonReplicasInvalid = "ReplicasInvalid"
+	// ReasonReplicasChangeRefused: the number of replicas asked for
+	// differs from the one the running gateway was provisioned with
+	// (ReplicasChange); the StatefulSet keeps its number.
+	ReasonReplicasChangeRefused = "ReplicasChangeRefused"
 	// ReasonNamespaceUnsupported: spec.namespace (Kube-OVN master) names
 	// another namespace than natgw's gateway namespace; natgw provisions
 	// the gateway in its own (Options.Namespace).
@@ -104,6 +115,16 @@ type Options struct {
 	Image string
 	// ServiceClusterIPRange: see Inputs.
 	ServiceClusterIPRange string
+	// HA provisions a gateway that asks for two replicas (Replicas) as
+	// two pods (Build's haPod; controller/config/ha must be applied for
+	// their Lease). Off, such a gateway gets one pod and a Warning
+	// (ReasonReplicasUnsupported): the controller does not yet start
+	// `natgw ha` in the pods nor program the second pod, so two pods
+	// would serve less than one (neither holds the lanIp). On, the
+	// provisioner also watches the namespace's Leases and shows a
+	// two-replica gateway's Lease holder (ActiveAnnotation, Events); pass
+	// the same value to CacheByObject.
+	HA bool
 	// Workers is the number of parallel reconciles (default 1).
 	Workers int
 	// Log is the provisioner's logger.
@@ -114,10 +135,12 @@ type Options struct {
 
 // CacheByObject restricts the manager's caches of the kinds the
 // provisioner reads to what it reads in namespace ns: the gateway
-// StatefulSets (upstream's gateway label) and Kube-OVN's FeatureConfigMap.
+// StatefulSets (upstream's gateway label) and Kube-OVN's FeatureConfigMap;
+// with ha (Options.HA), also ns's Leases (the two-replica gateways'
+// fences; controller/config/ha grants natgw-controller their reading).
 // Pass it as ctrl.Options.Cache.ByObject (merged with any other entries).
-func CacheByObject(ns string) map[client.Object]cache.ByObject {
-	return map[client.Object]cache.ByObject{
+func CacheByObject(ns string, ha bool) map[client.Object]cache.ByObject {
+	m := map[client.Object]cache.ByObject{
 		&appsv1.StatefulSet{}: {
 			Namespaces: map[string]cache.Config{ns: {}},
 			Label:      labels.SelectorFromSet(labels.Set{transport.GatewayPodLabel: "true"}),
@@ -127,6 +150,10 @@ func CacheByObject(ns string) map[client.Object]cache.ByObject {
 			Field:      fields.OneTermEqualSelector("metadata.name", FeatureConfigMap),
 		},
 	}
+	if ha {
+		m[&coordinationv1.Lease{}] = cache.ByObject{Namespaces: map[string]cache.Config{ns: {}}}
+	}
+	return m
 }
 
 // Reconciler keeps each VpcNatGateway's StatefulSet and status; see the
@@ -158,16 +185,31 @@ func Setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 		t := true
 		copts.SkipNameValidation = &t
 	}
-	err := ctrl.NewControllerManagedBy(mgr).Named("gateway-provisioner").WithOptions(copts).
-		For(&v1.VpcNatGateway{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+	b := ctrl.NewControllerManagedBy(mgr).Named("gateway-provisioner").WithOptions(copts).
+		For(&v1.VpcNatGateway{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, replicasAnnotationChanged))).
 		Owns(&appsv1.StatefulSet{}).
 		Watches(subnet, handler.EnqueueRequestsFromMapFunc(kubeovn.GatewaysOfSubnet(r.reader, o.Log))).
-		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.allGateways)).
-		Complete(r)
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.allGateways))
+	if o.HA {
+		// A holder change only: the active renews every heartbeat.
+		b = b.Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfLease), builder.WithPredicates(holderChanged))
+	}
+	err := b.Complete(r)
 	if err != nil {
 		return nil, fmt.Errorf("gateway-provisioner controller: %w", err)
 	}
 	return r, nil
+}
+
+// replicasAnnotationChanged passes updates that change a VpcNatGateway's
+// ReplicasAnnotation (an annotation does not change the generation).
+var replicasAnnotationChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetAnnotations()[ReplicasAnnotation] != e.ObjectNew.GetAnnotations()[ReplicasAnnotation]
+	},
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
 // allGateways maps Kube-OVN's FeatureConfigMap to every gateway.
@@ -249,24 +291,45 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	want, err := Build(Inputs{Gateway: g, Subnets: subnets, Namespace: r.opts.Namespace, Image: r.opts.Image, ServiceClusterIPRange: r.opts.ServiceClusterIPRange})
-	if err != nil {
-		return r.failed(ctx, log, g, err)
+	replicas, ferr := Replicas(g)
+	if ferr != nil {
+		// Permanent until the object changes (which brings it back):
+		// no retry.
+		log.Info("gateway not provisioned", "reason", ferr.Error())
+		r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonReplicasInvalid, "Provision", "%v; the gateway's StatefulSet is left as it is", ferr)
+		return ctrl.Result{}, nil
+	}
+	if replicas > 1 && !r.opts.HA {
+		r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonReplicasUnsupported, "Provision",
+			"%d replicas asked for: natgw provisions one gateway pod (two-replica provisioning, --ha-gateways, is off)", replicas)
+		replicas = 1
+	}
+
+	name := StatefulSetName(g.Name)
+	live := &appsv1.StatefulSet{}
+	err = r.reader.Get(ctx, types.NamespacedName{Namespace: r.opts.Namespace, Name: name}, live)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("get StatefulSet %s/%s: %w", r.opts.Namespace, name, err)
+	}
+	if err == nil && live.DeletionTimestamp.IsZero() {
+		// The running gateway keeps the number it was provisioned with
+		// (also one Kube-OVN made, adopted by this apply: a single one).
+		if have := ProvisionedReplicas(live.Spec.Template.Annotations); have != replicas {
+			ferr := ReplicasChange(have, replicas)
+			log.Info("replicas not changed", "reason", ferr.Error())
+			r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonReplicasChangeRefused, "Provision", "%v", ferr)
+			replicas = have
+		}
+	}
+	want, berr := Build(Inputs{Gateway: g, Subnets: subnets, Namespace: r.opts.Namespace, Image: r.opts.Image, ServiceClusterIPRange: r.opts.ServiceClusterIPRange, Replicas: replicas})
+	if berr != nil {
+		return r.failed(ctx, log, g, berr)
 	}
 	if BGPUnsupported(g) {
 		r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonBGPUnsupported, "Provision", "spec.bgpSpeaker.enabled: natgw provisions the gateway without upstream's BGP speaker sidecar")
 	}
-	if n := ReplicasUnsupported(g); n != 0 {
-		r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonReplicasUnsupported, "Provision", "spec.replicas %d: natgw provisions one gateway instance (HA is not supported yet)", n)
-	}
 	if ns := g.Spec.Namespace; ns != "" && ns != r.opts.Namespace {
 		r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonNamespaceUnsupported, "Provision", "spec.namespace %q: natgw provisions the gateway in %q (a gateway namespace of its own is not supported yet)", ns, r.opts.Namespace)
-	}
-
-	live := &appsv1.StatefulSet{}
-	err = r.reader.Get(ctx, types.NamespacedName{Namespace: r.opts.Namespace, Name: *want.Name}, live)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, fmt.Errorf("get StatefulSet %s/%s: %w", r.opts.Namespace, *want.Name, err)
 	}
 	if err == nil && !live.DeletionTimestamp.IsZero() {
 		return r.rescue(ctx, log, g, live)
@@ -301,6 +364,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return r.failed(ctx, log, g, fmt.Errorf("apply StatefulSet %s/%s: %w", r.opts.Namespace, *want.Name, err))
 		}
 		log.Info("gateway StatefulSet applied", "statefulSet", *want.Name, "namespace", r.opts.Namespace, "why", why, "took", time.Since(t0))
+	}
+	if r.opts.HA && ProvisionedReplicas(want.Spec.Template.Annotations) == MaxReplicas {
+		if err := r.active(ctx, log, g); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	if Changed(g) {
 		body, err := StatusPatch(g)

@@ -69,6 +69,9 @@ type env struct {
 	// needs more addresses); its gateway is extHost.
 	extNet netip.Prefix
 
+	// haGateways is startReplace's --ha-gateways.
+	haGateways bool
+
 	// What setup learnt and measured.
 	repo, image, podCIDR      string
 	pod                       gwPod // the gateway pod, net1 attached

@@ -360,7 +360,7 @@ func (e *env) startReplace(configNet *gwconfig.Entry) {
 	log := testlog.New(t, 0).WithName("natgw")
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,
-		Cache:                  cache.Options{ByObject: provision.CacheByObject(ns)},
+		Cache:                  cache.Options{ByObject: provision.CacheByObject(ns, e.haGateways)},
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Logger:                 log,
@@ -373,7 +373,7 @@ func (e *env) startReplace(configNet *gwconfig.Entry) {
 		t.Fatal(err)
 	}
 	if _, err := provision.Setup(mgr, provision.Options{
-		Namespace: ns, Image: e.image, ServiceClusterIPRange: kubeovn.ServiceClusterIPRange,
+		Namespace: ns, Image: e.image, ServiceClusterIPRange: kubeovn.ServiceClusterIPRange, HA: e.haGateways,
 		Log: log.WithName("provision"), SkipNameValidation: true,
 	}); err != nil {
 		t.Fatal(err)

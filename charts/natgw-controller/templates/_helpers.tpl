@@ -58,6 +58,9 @@ natgw-webhook.{{ .Release.Namespace }}.svc
 {{- if and .Values.provisioning.enabled (not .Values.provisioning.gatewayImage) }}
 {{- fail "provisioning.gatewayImage: empty, but provisioning.enabled is true (natgw's gateway image is required)" }}
 {{- end }}
+{{- if and .Values.provisioning.ha (not .Values.provisioning.enabled) }}
+{{- fail "provisioning.ha: true, but provisioning.enabled is false (two-replica gateways are a way of provisioning)" }}
+{{- end }}
 {{- if lt (int .Values.replicas) 1 }}
 {{- fail (printf "replicas: %v, want 1 or more" .Values.replicas) }}
 {{- end }}

@@ -74,9 +74,11 @@ type VpcNatGatewaySpec struct {
 	Namespace string `json:"namespace,omitempty"`
 
 	// Replicas is the number of gateway instances (Kube-OVN master's HA
-	// field, default 1). Accepted and kept; natgw provisions one
-	// instance and reports another value on the gateway's Ready
-	// condition (HA is not built here).
+	// field, default 1). natgw accepts 1 or 2 (an active and a hot
+	// standby; its admission webhook refuses more), fixed once the
+	// gateway exists; on CRDs without this field the annotation
+	// natgw.kubeovn.io/replicas says it. 2 is provisioned as two pods
+	// only with natgw-controller's --ha-gateways (controller/README.md).
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=1
 	// +optional

@@ -67,6 +67,7 @@ type flags struct {
 	verbosity        int
 	logJSON          bool
 	provision        bool
+	haGateways       bool
 	gatewayImage     string
 	serviceCIDR      string
 	networkSource    string
@@ -98,6 +99,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	fs.IntVar(&f.verbosity, "v", 0, "log verbosity (0: changes and failures, 1: every object programmed, 2+: debug)")
 	fs.BoolVar(&f.logJSON, "log-json", true, "structured JSON logs (false: text)")
 	fs.BoolVar(&f.provision, "provision-gateways", false, "replace mode: create each VpcNatGateway's gateway StatefulSet in Kube-OVN's shape (vpc-nat-gw-<name> in --pod-namespace) with --gateway-image, keep it in step with the spec and write the gateway's status as Kube-OVN does (controller/provision); Kube-OVN's VPC NAT gateway feature must be off")
+	fs.BoolVar(&f.haGateways, "ha-gateways", false, "with --provision-gateways: provision a VpcNatGateway that asks for 2 replicas (spec.replicas, or annotation "+provision.ReplicasAnnotation+") as two pods with pod anti-affinity and the ServiceAccount "+provision.GatewayServiceAccount+" (apply controller/config/ha for its Lease); experimental: natgw-controller does not yet start `natgw ha` in them nor program the second pod. Off: such a gateway gets one pod and a Warning event")
 	fs.StringVar(&f.gatewayImage, "gateway-image", "", "with --provision-gateways: natgw's gateway image (Kube-OVN's vpcNatImage)")
 	fs.StringVar(&f.serviceCIDR, "service-cluster-ip-range", "10.96.0.0/12", "with --provision-gateways: the cluster's service CIDR, routed via the VPC subnet's gateway as Kube-OVN does (kube-ovn-controller's flag of the same name)")
 	fs.StringVar(&f.networkSource, "network-source", "", "replace mode: where gateways' networks come from: "+networkKubeOVN+" (Kube-OVN's Subnets: each EIP's prefix length from its external subnet, each gateway's default route via its external subnet's gateway and routes to its VPC's other subnets, as Kube-OVN does) or "+networkConfig+" (--gateway-config's externalPrefixLen and externalGateway, no VPC routes); default "+networkKubeOVN+" with --provision-gateways, else "+networkConfig)
@@ -157,6 +159,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 		case f.gatewayImage == "":
 			return nil, errors.New("--provision-gateways needs --gateway-image")
 		}
+	}
+	if f.haGateways && !f.provision {
+		return nil, errors.New("--ha-gateways needs --provision-gateways (it says how gateways are provisioned)")
 	}
 	if f.webhookPort != 0 && f.mode != modeReplace {
 		return nil, fmt.Errorf("--webhook-port needs --mode=%s (in companion mode Kube-OVN's own webhook checks the NAT CRs)", modeReplace)
@@ -303,12 +308,12 @@ func run() error {
 	if f.provision {
 		if _, err := provision.Setup(mgr, provision.Options{
 			Namespace: f.podNamespace, Image: f.gatewayImage, ServiceClusterIPRange: f.serviceCIDR,
-			Workers: f.workers, Log: log.WithName("provision"),
+			HA: f.haGateways, Workers: f.workers, Log: log.WithName("provision"),
 		}); err != nil {
 			return err
 		}
 	}
-	log.Info("starting", "mode", f.mode, "provisionGateways", f.provision, "networkSource", f.networkSource, "transport", f.transport, "dataplane", f.dataplane, "workers", f.workers, "leaderElection", f.leaderElect, "ruleLabels", f.ruleLabels, "webhookPort", f.webhookPort)
+	log.Info("starting", "mode", f.mode, "provisionGateways", f.provision, "haGateways", f.haGateways, "networkSource", f.networkSource, "transport", f.transport, "dataplane", f.dataplane, "workers", f.workers, "leaderElection", f.leaderElect, "ruleLabels", f.ruleLabels, "webhookPort", f.webhookPort)
 	return mgr.Start(ctx)
 }
 
@@ -338,7 +343,7 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 func cacheOptions(f *flags) cache.Options {
 	o := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
 	if f.provision {
-		o.ByObject = provision.CacheByObject(f.podNamespace)
+		o.ByObject = provision.CacheByObject(f.podNamespace, f.haGateways)
 	}
 	return o
 }

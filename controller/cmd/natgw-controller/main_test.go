@@ -45,6 +45,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--network-source=subnets"}, `--network-source: "subnets"`, nil},
 		{[]string{"--mode=companion", "--network-source=kube-ovn"}, "--network-source=kube-ovn needs --mode=replace", nil},
 		{[]string{"--provision-gateways"}, "--gateway-image", nil},
+		{[]string{"--provision-gateways", "--gateway-image=x", "--ha-gateways"}, "", func(f *flags) bool { return f.haGateways }},
+		{[]string{"--ha-gateways"}, "--ha-gateways needs --provision-gateways", nil},
 		{[]string{"--webhook-port=9443", "--webhook-cert-dir=/certs"}, "", func(f *flags) bool { return f.webhookPort == 9443 && f.webhookCertDir == "/certs" }},
 		{[]string{"--mode=companion", "--webhook-port=9443"}, "--webhook-port needs --mode=replace", nil},
 		{[]string{"--webhook-port=70000"}, "--webhook-port: 70000", nil},

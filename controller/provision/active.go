@@ -1,0 +1,117 @@
+package provision
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/transport"
+)
+
+// ActiveAnnotation on a two-replica VpcNatGateway names its active pod:
+// the holder of the gateway's Lease (LeaseName; `natgw ha --id` is the
+// pod's name), absent while nobody holds it. An annotation, as the Ready
+// condition's (v1.ReadyAnnotation): Kube-OVN v1.16.2's VpcNatGateway
+// status has no such field, and the API server prunes status fields its
+// schema lacks. Written by the provisioner only (Options.HA), by a merge
+// patch of this one key.
+const ActiveAnnotation = "natgw.kubeovn.io/active"
+
+// Role-change events on a two-replica VpcNatGateway.
+const (
+	// ReasonActiveChanged (Normal): another pod holds the gateway's Lease.
+	ReasonActiveChanged = "ActiveChanged"
+	// ReasonNoActive (Warning): nobody holds the gateway's Lease (it was
+	// released, or removed).
+	ReasonNoActive = "NoActive"
+)
+
+// holderOf is l's holder ("" for none).
+func holderOf(l *coordinationv1.Lease) string {
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// holderChanged passes a Lease's creation, deletion and the updates that
+// change its holder (not the renewals, one per heartbeat interval).
+var holderChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*coordinationv1.Lease)
+		n, ok2 := e.ObjectNew.(*coordinationv1.Lease)
+		return !ok1 || !ok2 || holderOf(o) != holderOf(n)
+	},
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// gatewayOfLease maps a Lease of the gateway namespace named like a gateway
+// StatefulSet (LeaseName) to its VpcNatGateway.
+func (r *Reconciler) gatewayOfLease(_ context.Context, o client.Object) []reconcile.Request {
+	if o.GetNamespace() != r.opts.Namespace {
+		return nil
+	}
+	name, ok := strings.CutPrefix(o.GetName(), transport.GatewayAppPrefix)
+	if !ok || name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name}}}
+}
+
+// active records in g's ActiveAnnotation the holder of g's Lease when it
+// changed, with an Event (ReasonActiveChanged, or ReasonNoActive when
+// nobody holds it).
+func (r *Reconciler) active(ctx context.Context, log logr.Logger, g *v1.VpcNatGateway) error {
+	lease := LeaseName(g.Name)
+	l := &coordinationv1.Lease{}
+	holder := ""
+	err := r.reader.Get(ctx, types.NamespacedName{Namespace: r.opts.Namespace, Name: lease}, l)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("get Lease %s/%s: %w", r.opts.Namespace, lease, err)
+	default:
+		holder = holderOf(l)
+	}
+	prev, had := g.Annotations[ActiveAnnotation]
+	if prev == holder && (had || holder == "") {
+		return nil
+	}
+	var val any // null removes the key
+	if holder != "" {
+		val = holder
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{ActiveAnnotation: val}}})
+	if err != nil {
+		return fmt.Errorf("encode the %s annotation: %w", ActiveAnnotation, err)
+	}
+	if err := r.client.Patch(ctx, g, client.RawPatch(types.MergePatchType, body)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("write the %s annotation of VpcNatGateway %s: %w", ActiveAnnotation, g.Name, err)
+	}
+	was := prev
+	if was == "" {
+		was = "none"
+	}
+	log.Info("active replica changed", "active", holder, "was", was, "lease", lease)
+	if holder == "" {
+		r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonNoActive, "HA", "no replica holds Lease %s/%s (was %s)", r.opts.Namespace, lease, was)
+		return nil
+	}
+	r.recorder.Eventf(g, nil, corev1.EventTypeNormal, ReasonActiveChanged, "HA", "pod %s is active (holder of Lease %s/%s; was %s)", holder, r.opts.Namespace, lease, was)
+	return nil
+}

@@ -1,0 +1,122 @@
+package provision
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+)
+
+// TestReconcileActive: a two-replica gateway's ActiveAnnotation follows
+// its Lease's holder, with one Event per change (ActiveChanged, NoActive
+// when nobody holds it) and no write when nothing changed; a single
+// gateway, or provisioning without HA, reads no Lease.
+func TestReconcileActive(t *testing.T) {
+	lease := func(holder *string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: LeaseName("gw1")}, Spec: coordinationv1.LeaseSpec{HolderIdentity: holder}}
+	}
+	type step struct {
+		holder *string // the Lease's holder before the reconcile; nil: keep the Lease as it is
+		delete bool    // delete the Lease before the reconcile
+		want   string  // the annotation ("" absent)
+		event  string  // substring of the one event, "" none
+	}
+	tests := []struct {
+		name     string
+		replicas int32
+		ha       bool
+		steps    []step
+	}{
+		{name: "two replicas", replicas: 2, ha: true, steps: []step{
+			{},
+			{holder: ptr.To("vpc-nat-gw-gw1-0"), want: "vpc-nat-gw-gw1-0", event: "Normal ActiveChanged pod vpc-nat-gw-gw1-0 is active (holder of Lease kube-system/vpc-nat-gw-gw1; was none)"},
+			{want: "vpc-nat-gw-gw1-0"},
+			{holder: ptr.To("vpc-nat-gw-gw1-1"), want: "vpc-nat-gw-gw1-1", event: "was vpc-nat-gw-gw1-0"},
+			{holder: ptr.To(""), event: "Warning NoActive no replica holds Lease kube-system/vpc-nat-gw-gw1 (was vpc-nat-gw-gw1-1)"},
+			{},
+			{holder: ptr.To("vpc-nat-gw-gw1-0"), want: "vpc-nat-gw-gw1-0", event: "ActiveChanged"},
+			{delete: true, event: "NoActive"},
+		}},
+		{name: "single gateway", replicas: 1, ha: true, steps: []step{{holder: ptr.To("vpc-nat-gw-gw1-0")}}},
+		{name: "two replicas asked, HA off", replicas: 2, steps: []step{{holder: ptr.To("vpc-nat-gw-gw1-0"), event: "ReplicasUnsupported"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := gateway()
+			g.Spec.Replicas = ptr.To(tc.replicas)
+			e := newFakeEnv(t, g)
+			e.r.opts.HA = tc.ha
+			ctx := context.Background()
+			var l *coordinationv1.Lease
+			for i, s := range tc.steps {
+				switch {
+				case s.delete:
+					if err := e.c.Delete(ctx, l); err != nil {
+						t.Fatal(err)
+					}
+				case s.holder != nil && l == nil:
+					l = lease(s.holder)
+					if err := e.c.Create(ctx, l); err != nil {
+						t.Fatal(err)
+					}
+				case s.holder != nil:
+					l.Spec.HolderIdentity = s.holder
+					if err := e.c.Update(ctx, l); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := e.reconcile(t); err != nil {
+					t.Fatal(err)
+				}
+				got, ok := e.gateway(t).Annotations[ActiveAnnotation]
+				if got != s.want || ok != (s.want != "") {
+					t.Errorf("step %d: annotation %q (present %v), want %q", i, got, ok, s.want)
+				}
+				evs := e.events()
+				if s.event == "" && len(evs) > 0 || s.event != "" && (len(evs) != 1 || !strings.Contains(evs[0], s.event)) {
+					t.Errorf("step %d: events %q, want one holding %q", i, evs, s.event)
+				}
+			}
+		})
+	}
+}
+
+// TestLeaseMapping: Leases map to the gateway they fence, renewals pass
+// no event.
+func TestLeaseMapping(t *testing.T) {
+	r := &Reconciler{opts: Options{Namespace: testNS}}
+	for _, tc := range []struct {
+		ns, name, want string
+	}{
+		{testNS, "vpc-nat-gw-gw1", "gw1"},
+		{testNS, "kube-scheduler", ""},
+		{testNS, "vpc-nat-gw-", ""},
+		{"other", "vpc-nat-gw-gw1", ""},
+	} {
+		reqs := r.gatewayOfLease(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: tc.ns, Name: tc.name}})
+		got := ""
+		if len(reqs) == 1 {
+			got = reqs[0].Name
+		}
+		if got != tc.want || len(reqs) > 1 {
+			t.Errorf("%s/%s: %v, want %q", tc.ns, tc.name, reqs, tc.want)
+		}
+	}
+	l := func(holder string, rv string) client.Object {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "vpc-nat-gw-gw1", ResourceVersion: rv}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}
+	}
+	if holderChanged.Update(event.UpdateEvent{ObjectOld: l("a", "1"), ObjectNew: l("a", "2")}) {
+		t.Error("a renewal passes")
+	}
+	if !holderChanged.Update(event.UpdateEvent{ObjectOld: l("a", "1"), ObjectNew: l("b", "2")}) {
+		t.Error("a holder change does not pass")
+	}
+	if !holderChanged.Create(event.CreateEvent{Object: l("a", "1")}) || !holderChanged.Delete(event.DeleteEvent{Object: l("a", "1")}) {
+		t.Error("creation or deletion does not pass")
+	}
+}

@@ -1,0 +1,155 @@
+package provision
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/crdtest"
+	"github.com/natgw/natgw/internal/apitest"
+	"github.com/natgw/natgw/internal/testlog"
+)
+
+// TestEnvTwoReplicas: on a real kube-apiserver with Kube-OVN v1.16.2's
+// CRDs (which prune spec.replicas: the annotation asks), the provisioner
+// with --ha-gateways server-side applies a two-replica StatefulSet that the
+// API server accepts as built (two replicas, the anti-affinity, the
+// ServiceAccount, no static eth0 address); the annotation changed to 1
+// leaves it at 2 with a Warning; a single gateway beside it is today's;
+// the Lease's holder becomes the annotation naming the active pod.
+func TestEnvTwoReplicas(t *testing.T) {
+	assets := apitest.RequireAssets(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir, err := crdtest.Path(ctx, crdtest.Upstream, apitest.CRDDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := apitest.StartT(t, apitest.Environment(assets, dir))
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := []client.Object{kubeovnObject("Vpc", "vpc1", map[string]any{})}
+	for _, s := range subnets() {
+		objs = append(objs, kubeovnObject("Subnet", s.Name, map[string]any{
+			"vpc": s.Vpc, "provider": s.Provider, "cidrBlock": s.CIDRBlock, "gateway": s.Gateway,
+		}))
+	}
+	ha, single := gateway(), gateway()
+	ha.Annotations = map[string]string{ReplicasAnnotation: "2"}
+	single.Name, single.UID = "gw2", ""
+	ha.UID = ""
+	objs = append(objs, ha, single)
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatalf("create %s: %v", o.GetName(), err)
+		}
+	}
+	rec := events.NewFakeRecorder(16)
+	r := &Reconciler{client: c, reader: c, api: c, recorder: rec,
+		opts: Options{Namespace: "kube-system", Image: testImage, HA: true, Log: testlog.New(t, 0)}}
+	reconcile := func(name string) {
+		t.Helper()
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: name}}); err != nil {
+			t.Fatalf("reconcile %s: %v", name, err)
+		}
+	}
+	sts := func(name string) *appsv1.StatefulSet {
+		t.Helper()
+		s := &appsv1.StatefulSet{}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: StatefulSetName(name)}, s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	reconcile("gw1")
+	reconcile("gw2")
+
+	s := sts("gw1")
+	if *s.Spec.Replicas != 2 {
+		t.Errorf("gw1: %d replicas, want 2", *s.Spec.Replicas)
+	}
+	p := s.Spec.Template.Spec
+	if p.ServiceAccountName != GatewayServiceAccount {
+		t.Errorf("gw1: serviceAccountName %q", p.ServiceAccountName)
+	}
+	anti := p.Affinity.PodAntiAffinity
+	if anti == nil || len(anti.PreferredDuringSchedulingIgnoredDuringExecution) != 1 ||
+		anti.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.TopologyKey != corev1.LabelHostname ||
+		anti.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.LabelSelector.MatchLabels["app"] != "vpc-nat-gw-gw1" {
+		t.Errorf("gw1: pod anti-affinity %+v", anti)
+	}
+	if a, ok := s.Spec.Template.Annotations["ovn.kubernetes.io/ip_address"]; ok {
+		t.Errorf("gw1: static eth0 address %q in a two-replica template", a)
+	}
+	if ProvisionedReplicas(s.Spec.Template.Annotations) != 2 {
+		t.Errorf("gw1: template annotations %v", s.Spec.Template.Annotations)
+	}
+
+	s2 := sts("gw2")
+	if *s2.Spec.Replicas != 1 || s2.Spec.Template.Spec.ServiceAccountName != "" || s2.Spec.Template.Spec.Affinity.PodAntiAffinity != nil ||
+		s2.Spec.Template.Annotations["ovn.kubernetes.io/ip_address"] != "10.0.1.254" || ProvisionedReplicas(s2.Spec.Template.Annotations) != 1 {
+		t.Errorf("gw2 (single): replicas %d, template %+v %v", *s2.Spec.Replicas, s2.Spec.Template.Spec, s2.Spec.Template.Annotations)
+	}
+
+	// 2 -> 1 on the live gateway: refused, kept.
+	g := &v1.VpcNatGateway{}
+	if err := c.Get(ctx, types.NamespacedName{Name: "gw1"}, g); err != nil {
+		t.Fatal(err)
+	}
+	g.Annotations[ReplicasAnnotation] = "1"
+	if err := c.Update(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	for len(rec.Events) > 0 {
+		<-rec.Events
+	}
+	reconcile("gw1")
+	if n := *sts("gw1").Spec.Replicas; n != 2 {
+		t.Errorf("gw1 after the annotation said 1: %d replicas, want 2", n)
+	}
+	select {
+	case ev := <-rec.Events:
+		if !strings.Contains(ev, ReasonReplicasChangeRefused) || !strings.Contains(ev, "cannot change to 1") {
+			t.Errorf("event %q", ev)
+		}
+	default:
+		t.Error("no event for the refused change")
+	}
+
+	// The active pod from the Lease's holder (the fence `natgw ha` keeps).
+	holder := "vpc-nat-gw-gw1-1"
+	if err := c.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: LeaseName("gw1")}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}); err != nil {
+		t.Fatal(err)
+	}
+	reconcile("gw1")
+	if err := c.Get(ctx, types.NamespacedName{Name: "gw1"}, g); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.Annotations[ActiveAnnotation]; got != holder {
+		t.Errorf("annotation %s = %q, want %q", ActiveAnnotation, got, holder)
+	}
+	if g.Annotations[ReplicasAnnotation] != "1" {
+		t.Errorf("the active's patch changed other annotations: %v", g.Annotations)
+	}
+}
