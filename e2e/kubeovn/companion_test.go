@@ -18,18 +18,13 @@ import (
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/companion"
 	"github.com/natgw/natgw/controller/transport"
 	"github.com/natgw/natgw/gwimage/compat"
-	"github.com/natgw/natgw/internal/testlog"
 	"github.com/natgw/natgw/internal/testsummary"
 	"github.com/natgw/natgw/nat"
 )
@@ -97,27 +92,7 @@ func (e *env) startCompanion(s *sweeps, period time.Duration) (cl client.Client,
 	if err != nil {
 		t.Fatal(err)
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	log := testlog.New(t, 0).WithName("companion")
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Logger:                 log,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr, cs, log := newManager(t, restCfg, "companion", cache.Options{})
 	tr := &transport.Exec{Config: restCfg, Client: cs, Namespace: ns, Command: "/natgw", Log: logr.Discard()} // the agent logs two lines a sweep
 	if _, err := companion.Setup(mgr, companion.Options{
 		Transport: tr, Period: period, Grace: companionGrace, Log: log, OnSweep: s.record,

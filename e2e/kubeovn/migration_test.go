@@ -18,8 +18,6 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
@@ -193,13 +191,7 @@ func (e *env) migrationClient() client.Client {
 		t.Fatal(err)
 	}
 	cfg.QPS = -1
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := newScheme(t)
 	cl, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)

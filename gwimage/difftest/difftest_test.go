@@ -1,7 +1,6 @@
 package difftest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -100,16 +99,11 @@ func (s *side) exec(ctx context.Context, line string) verdict {
 	argv := s.wrap(line)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = s.env
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		code, errb = -1, *bytes.NewBufferString(err.Error())
+	out, errb, code, err := netlab.Run(cmd)
+	if err != nil {
+		errb = err.Error()
 	}
-	return verdict{Code: code, Stdout: out.String(), Stderr: errb.String()}
+	return verdict{Code: code, Stdout: out, Stderr: errb}
 }
 
 // upstreamRoot lays out a root for upstream's script: the host's /usr

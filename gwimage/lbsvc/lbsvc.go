@@ -66,19 +66,20 @@ type Call struct {
 // NewCall returns the call `lb-svc.sh op args...`; the rules are the
 // blank-separated words of args. It checks only op; Run checks the rules.
 func NewCall(op string, args []string) (*Call, error) {
-	c := &Call{Op: op, Rules: strings.Fields(strings.Join(args, " "))}
-	switch op {
-	case "init":
-	case "eip-add":
-		c.step = eipAdd
-	case "dnat-add":
-		c.step = dnatAdd
-	case "dnat-del":
-		c.step = dnatDel
-	default:
+	step, ok := steps[op]
+	if !ok {
 		return nil, fmt.Errorf("%w %q (want init, eip-add, dnat-add or dnat-del)", ErrUnknownOp, op)
 	}
-	return c, nil
+	return &Call{Op: op, Rules: strings.Fields(strings.Join(args, " ")), step: step}, nil
+}
+
+// steps are the subcommands and what each does with one rule (init takes
+// no rules: Run runs it whole).
+var steps = map[string]func(fields []string) error{
+	"init":     nil,
+	"eip-add":  eipAdd,
+	"dnat-add": dnatAdd,
+	"dnat-del": dnatDel,
 }
 
 // Check checks every rule of c without touching the system; the error
