@@ -139,7 +139,7 @@ func (e *env) gatewayObjects() (map[string]nat.Object, error) {
 	return m, nil
 }
 
-// TestCompanion is issue 14's companion test: Kube-OVN v1.16.2's own
+// TestCompanion is companion mode's test: Kube-OVN v1.16.2's own
 // controller programs the natgw image (its VPC NAT gateway feature on);
 // natgw-controller in companion mode programs nothing and removes what a
 // Kube-OVN v1.13.4 controller leaks. The leak is made as that controller

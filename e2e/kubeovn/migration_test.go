@@ -340,7 +340,7 @@ func histogram(o interface{ Write(*dto.Metric) error }) (uint64, float64) {
 	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 }
 
-// TestMigration is issue 14's migration test: a gateway with 1,000 FIPs
+// TestMigration is the migration test: a gateway with 1,000 FIPs
 // (each on its own EIP) that Kube-OVN v1.16.2's own controller created and
 // programmed through the natgw image's compat path, with natgw-controller
 // in companion mode beside it, moves to natgw-controller's replace mode by

@@ -72,7 +72,7 @@ spec:
 var shapeIgnored = []string{"metadata.uid", "metadata.resourceVersion", "metadata.generation",
 	"metadata.creationTimestamp", "metadata.managedFields", "status"}
 
-// TestReplaceGatewayShape (issue 14 part 1): for one VpcNatGateway
+// TestReplaceGatewayShape (replace mode's gateway pod): for one VpcNatGateway
 // manifest, the StatefulSet and status Kube-OVN v1.16.2's own controller
 // makes (its VPC NAT gateway feature on, the natgw image as vpcNatImage)
 // and the ones natgw-controller's provisioner makes after Kube-OVN's

@@ -861,7 +861,7 @@ func startRun(t *testing.T, budget time.Duration) (context.Context, *side, *side
 	return ctx, up, ng, &tally{}
 }
 
-// TestAgainstUpstream is the differential test (issue 12): upstream
+// TestAgainstUpstream is the differential test (gwimage/README.md): upstream
 // v1.16.2's nat-gateway.sh and natgw's image, side by side, call for call.
 func TestAgainstUpstream(t *testing.T) {
 	start := time.Now()

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the envtest control plane (kube-apiserver + etcd) from the Go module
-# proxy into a git-ignored cache, once. See DESIGN.md §7.
+# proxy into a git-ignored cache, once. Neither can be `go install`ed (their
+# go.mod files carry replace directives), so each is built from a small
+# wrapper module here (kube-apiserver/, etcd/: see their go.mod).
 #
 #   hack/envtest/build.sh            build if missing or stale, print the assets dir
 #   ENVTEST_FORCE=1 hack/envtest/build.sh   rebuild unconditionally

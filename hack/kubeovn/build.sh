@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds Kube-OVN's own, unmodified kube-ovn-controller v1.16.2 from the Go
-# module proxy into a git-ignored cache, once (issue 12 part 4; facts in
-# ../shared/CLUSTER-LAB.md, last section).
+# module proxy into a git-ignored cache, once, for internal/kubeovn and the
+# tests in e2e/kubeovn.
 #
 #   hack/kubeovn/build.sh               build if missing or stale, print the binary's path
 #   KUBEOVN_FORCE=1 hack/kubeovn/build.sh   rebuild unconditionally
