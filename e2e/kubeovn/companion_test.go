@@ -281,7 +281,7 @@ spec:
 	// object, reason and action into one series and writes the series
 	// count only every 30 minutes, so four removals on one gateway show as
 	// one event here (a known limit: one Event per removal needs a key that
-	// differs, see controller/README.md). Every removal is in the sweeper's
+	// differs, see controller/docs/operations.md). Every removal is in the sweeper's
 	// results and metrics (checked above).
 	events := e.mustKubectl("", "get", "events.events.k8s.io", "-A", "--field-selector", "reason=LeakedObjectRemoved", "-o", "jsonpath={range .items[*]}{.regarding.name} {.note}{\"\\n\"}{end}")
 	if !strings.Contains(events, gwName+" ") {

@@ -38,7 +38,7 @@ const MigrationFIPsEnv = "NATGW_MIGRATION_FIPS"
 // MigrationNetworkEnv set to config runs natgw-controller with
 // --network-source=config after the migration; the default is
 // --network-source=kube-ovn, the default with --provision-gateways (see
-// controller/README.md, "Migrating from Kube-OVN's gateways to natgw's").
+// controller/docs/operations.md, "Migrating from Kube-OVN's gateways to natgw's").
 const MigrationNetworkEnv = "NATGW_MIGRATION_NETWORK"
 
 const (
@@ -344,7 +344,7 @@ func histogram(o interface{ Write(*dto.Metric) error }) (uint64, float64) {
 // (each on its own EIP) that Kube-OVN v1.16.2's own controller created and
 // programmed through the natgw image's compat path, with natgw-controller
 // in companion mode beside it, moves to natgw-controller's replace mode by
-// the steps controller/README.md documents ("Migrating from Kube-OVN's
+// the steps controller/docs/operations.md documents ("Migrating from Kube-OVN's
 // gateways to natgw's"), run here as the same kubectl commands. Probes
 // through several FIPs (a new TCP connection every 10 ms each, real
 // packets between the test's namespaces through the gateway pod) measure
@@ -552,7 +552,7 @@ func TestMigration(t *testing.T) {
 	gp := e.startGapProbes(probes)
 	time.Sleep(3 * time.Second) // the probes' own rhythm before anything changes
 
-	// The migration, step by step (controller/README.md).
+	// The migration, step by step (controller/docs/operations.md).
 	steps := map[string]time.Duration{}
 	step := func(name string, f func()) {
 		t.Helper()
