@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/natgw/natgw/controller/api/v1"
 	fw "github.com/natgw/natgw/e2e/framework"
 	"github.com/natgw/natgw/internal/netlab"
 )
@@ -70,14 +69,7 @@ func TestIsolation(t *testing.T) {
 			t.Fatalf("foreign state not installed: %+v", before)
 		}
 		s.StartController()
-		o := newLifecycleObjects(g.Name)
-		for _, obj := range o.all() {
-			s.Create(obj)
-		}
-		gwObj := &v1.VpcNatGateway{}
-		gwObj.Name = g.Name
-		s.WaitReady(append(o.all(), gwObj)...)
-		s.CheckPaths(30*time.Second, o.paths(g)...)
+		o, _ := programLifecycle(t, s, g)
 		checkProgrammed(t, s, g, o.all())
 		mid, err := fw.ReadForeign(s.Ctx, g)
 		if err != nil {

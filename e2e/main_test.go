@@ -1,4 +1,4 @@
-// Package e2e holds natgw's end-to-end scenarios (issue 5): the whole stack
+// Package e2e holds natgw's end-to-end scenarios: the whole stack
 // as separate processes, real packets, both data planes. See framework/.
 package e2e
 

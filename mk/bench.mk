@@ -1,4 +1,4 @@
-# Benchmarks (issue 6): natgw side by side with the upstream way of
+# Benchmarks (bench/README.md): natgw side by side with the upstream way of
 # programming a VPC NAT gateway, in network namespaces the runner creates and
 # removes. Needs root (namespaces, netfilter).
 #

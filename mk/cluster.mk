@@ -1,5 +1,5 @@
-# A real single-node Kubernetes for tests and people (issue 13; package
-# internal/cluster): kubelet, kube-controller-manager, kube-scheduler,
+# A real single-node Kubernetes for tests and people (package
+# internal/cluster; e2e/cluster/README.md): kubelet, kube-controller-manager, kube-scheduler,
 # kubectl, containerd + shim + ctr and the CNI plugins built from the Go
 # module proxy by hack/cluster/build.sh into .cache/cluster/bin (stamp check
 # when current; cold ~15 min on 2 cores), kube-apiserver and etcd from the

@@ -1,4 +1,4 @@
-# `make demo` (issue 3): natgw end to end on this machine, as root, without a
+# `make demo`: natgw end to end on this machine, as root, without a
 # cluster: namespaces ext/gw/vm1/vm2, `natgw serve` in gw driven through the
 # protocol, real TCP through an EIP, FIP, DNAT and SNAT, then delete and
 # cleanup (also on Ctrl-C). See gwimage/cmd/natgw-demo.

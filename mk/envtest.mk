@@ -1,5 +1,5 @@
 # envtest control plane: kube-apiserver v1.37.2 and etcd v3.7.3, built from
-# the Go module proxy by the wrapper modules under hack/envtest/ (DESIGN.md §7)
+# the Go module proxy by the wrapper modules under hack/envtest/ (see build.sh)
 # into a git-ignored cache. Cold build: minutes; afterwards a stamp check.
 #
 #   make envtest-assets      build once, skip when current

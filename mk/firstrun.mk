@@ -1,4 +1,4 @@
-# A person's first run (issue 28): the READMEs' commands taken literally
+# A person's first run (e2e/firstrun/README.md): the READMEs' commands taken literally
 # (e2e/firstrun, see its README for the command table) and the Helm chart
 # charts/natgw-controller.
 #

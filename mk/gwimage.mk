@@ -1,4 +1,4 @@
-# gwimage (issue 3): the natgw binary and the gateway image.
+# gwimage (gwimage/README.md): the natgw binary and the gateway image.
 #
 #   make natgw         static natgw binary -> gwimage/out/natgw
 #   make image         the gateway image, built without a Docker daemon ->

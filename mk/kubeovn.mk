@@ -1,4 +1,4 @@
-# Kube-OVN's own controller driving natgw's gateway image (issue 12 part 4;
+# Kube-OVN's own controller driving natgw's gateway image (packages
 # internal/kubeovn, e2e/kubeovn): kube-ovn-controller v1.16.2 built from the
 # Go module proxy by hack/kubeovn/build.sh into .cache/kubeovn/bin (stamp
 # check when current; cold ~400 s on 2 cores), the OVN databases served by

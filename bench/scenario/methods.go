@@ -132,7 +132,7 @@ func (p *scriptProgrammer) Close() error {
 }
 
 // nftCLIProgrammer execs `nft -f` once per operation, adding or deleting
-// one element pair in maps like natgw's (DESIGN.md §4), each element with
+// one element pair in maps like natgw's (nat/README.md), each element with
 // the 36-character UID as comment.
 type nftCLIProgrammer struct {
 	ns  *netns.NS

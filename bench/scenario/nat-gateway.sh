@@ -1,8 +1,8 @@
 #!/bin/bash
 # The upstream way, for the benchmark baseline: shaped like Kube-OVN's VPC NAT
 # gateway script (`nat-gateway.sh <op> <rule>...`, each rule a comma-joined
-# field list, one iptables exec per rule), written here from the facts in
-# DESIGN.md §1 (not copied). IPTABLES and IPTABLES_SAVE pick the variant:
+# field list, one iptables exec per rule), written here from that
+# description (not copied). IPTABLES and IPTABLES_SAVE pick the variant:
 # iptables-legacy (the upstream default) or iptables-nft.
 #
 #   nat-gateway.sh add_floating_ip EIP,INTERNAL_IP ...

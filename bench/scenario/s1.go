@@ -387,7 +387,7 @@ func reportS1(e *Env, plan Plan, methods []Method, res s1Results) {
 			"`/bin/bash -c \"bash nat-gateway.sh floating-ip-add EIP,IP\"` (add = a full `iptables-legacy-save | grep` check + two `-A`), "+
 			"`floating-ip-del EIP` (two full saves + two `-D` + `conntrack -D -d EIP`); a call with standard error output counts as failed, as the controller counts it; "+
 			"preloaded with upstream's init chain layout and N FIPs in one `iptables-legacy-restore`. "+
-			"(a1) a bash script shaped like upstream's, written for this benchmark from DESIGN.md §1 "+
+			"(a1) a bash script shaped like upstream's, written for this benchmark from a description of it (not copied) "+
 			"(`bench/scenario/nat-gateway.sh`): add = `iptables-legacy-save -t nat | grep` existence check + two `iptables-legacy -t nat -A`; "+
 			"delete = the check + two `-D` + `conntrack -D -d EIP`. "+
 			"(b) the shaped script on `iptables-nft`/`iptables-nft-save`. (c) one `nft -f` exec per operation adding or deleting one element pair "+

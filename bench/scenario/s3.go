@@ -649,9 +649,9 @@ func reconcileNote(p *s3Phase) string {
 	return "reconciles per create+delete cycle (controller-runtime's metrics): " + strings.Join(parts, "; ")
 }
 
-// s3Targets are scenario 3's targets (nftables data plane): issue 6's
-// paced create→Ready, and issue 16's controller writes per FIP and burst
-// ratio to the API-bound floor.
+// s3Targets are scenario 3's targets (nftables data plane): the paced
+// create→Ready, the controller writes per FIP and the burst ratio to the
+// API-bound floor.
 const (
 	s3TargetP50          = 30 * time.Millisecond
 	s3TargetP99          = 150 * time.Millisecond

@@ -924,7 +924,9 @@ func s6CheckKernel(ctx context.Context, e *Env, cs *s6Cold, plan s6Plan, kernel 
 	return nil
 }
 
-// Targets of issue 16 part 4.
+// Targets of scenario 6: the controller's RSS with every object Ready, the
+// cold start to every gateway synced, and one FIP's create→Ready with
+// everything in place over the same with ~0 objects.
 const (
 	s6TargetRSS   = 512 << 20
 	s6TargetCold  = 30 * time.Second

@@ -1,9 +1,7 @@
 package cluster_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -223,22 +221,16 @@ func podCall(ctx context.Context, t *testing.T, pod *corev1.Pod, c, cmdline stri
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(env.c.Config().BinDir, "kubectl"), "--kubeconfig", env.c.Kubeconfig(),
 		"-n", pod.Namespace, "exec", pod.Name, "-c", c, "--", "/bin/bash", "-c", cmdline)
-	var out, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
+	out, stderr, code, err := netlab.Run(cmd)
+	if err != nil {
 		t.Errorf("exec %q in %s/%s: %v", cmdline, pod.Name, c, err)
 		return
 	}
-	if code != 0 || stderr.Len() != 0 {
-		t.Errorf("exec %q in %s/%s: exit %d, stderr %q, stdout %q", cmdline, pod.Name, c, code, stderr.String(), out.String())
+	if code != 0 || stderr != "" {
+		t.Errorf("exec %q in %s/%s: exit %d, stderr %q, stdout %q", cmdline, pod.Name, c, code, stderr, out)
 		return
 	}
-	t.Logf("exec %q: exit 0, stdout %q", cmdline, strings.TrimSpace(out.String()))
+	t.Logf("exec %q: exit 0, stdout %q", cmdline, strings.TrimSpace(out))
 }
 
 // vpcLBDeployment is upstream v1.16.2's VPC LB Deployment shape

@@ -1,5 +1,5 @@
 // Package firstrun_test is a person's first run, taken literally: the
-// commands the READMEs document (README.md, controller/README.md,
+// commands the READMEs document (README.md, controller/docs/operations.md,
 // e2e/cluster/README.md, charts/natgw-controller/README.md), run as a
 // shell would run them from the repository root — `make cluster-up`, the
 // KUBECONFIG it prints, `kubectl apply -k controller/config`, `kubectl

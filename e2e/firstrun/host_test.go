@@ -14,11 +14,11 @@ import (
 	"github.com/natgw/natgw/internal/cluster"
 )
 
-// host is what the cluster changes on the host (internal/cluster's list,
-// CLUSTER-LAB.md): sysctls, every iptables front end's rules, the
-// nftables tables, mounts, links and the fixed paths the kubelet,
-// containerd and libcni write. Network namespaces (this or another test's)
-// are left out.
+// host is what the cluster changes on the host (internal/cluster's lists
+// Sysctls, IPTablesTools and FixedPaths): sysctls, every iptables front
+// end's rules, the nftables tables, mounts, links and the fixed paths the
+// kubelet, containerd and libcni write. Network namespaces (this or another
+// test's) are left out.
 type host struct {
 	sysctls  map[string]string
 	iptables map[string]string

@@ -149,13 +149,21 @@ func (c *Controller) Pid() int {
 	return c.cmd.Process.Pid
 }
 
+// take returns the running controller's command and the channel closed
+// when it exits, and forgets them (so one stop acts on it); cmd is nil
+// when none runs.
+func (c *Controller) take() (cmd *exec.Cmd, exited chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cmd, exited = c.cmd, c.exited
+	c.cmd = nil
+	return cmd, exited
+}
+
 // Kill9 sends SIGKILL to the controller alone (not its agents, which see
 // the end of their input and exit by themselves) and waits for it to die.
 func (c *Controller) Kill9() error {
-	c.mu.Lock()
-	cmd, exited := c.cmd, c.exited
-	c.cmd = nil
-	c.mu.Unlock()
+	cmd, exited := c.take()
 	if cmd == nil {
 		return nil
 	}
@@ -196,10 +204,7 @@ func (c *Controller) SetDataplane(dp string) {
 // closes its agents' sessions itself) and waits up to timeout for it to
 // exit.
 func (c *Controller) Stop(timeout time.Duration) error {
-	c.mu.Lock()
-	cmd, exited := c.cmd, c.exited
-	c.cmd = nil
-	c.mu.Unlock()
+	cmd, exited := c.take()
 	if cmd == nil {
 		return nil
 	}
@@ -226,10 +231,7 @@ func (c *Controller) Restart() error {
 
 // Kill stops the controller and its agents (SIGKILL to the process group).
 func (c *Controller) Kill() {
-	c.mu.Lock()
-	cmd, exited := c.cmd, c.exited
-	c.cmd = nil
-	c.mu.Unlock()
+	cmd, exited := c.take()
 	if cmd != nil {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		select {

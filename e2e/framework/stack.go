@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -310,32 +311,30 @@ func (s *Stack) WaitGone(timeout time.Duration, objs ...client.Object) time.Dura
 // UID, with "Kind/name" (terminating ones included).
 func (s *Stack) ObjectUIDs() (map[string]string, error) {
 	out := map[string]string{}
-	lists := []client.ObjectList{&v1.IptablesEIPList{}, &v1.IptablesFIPRuleList{}, &v1.IptablesDnatRuleList{}, &v1.IptablesSnatRuleList{}, &v1.VpcNatGatewayList{}}
+	lists := []struct {
+		kind string
+		list client.ObjectList
+	}{
+		{"IptablesEIP", &v1.IptablesEIPList{}},
+		{"IptablesFIPRule", &v1.IptablesFIPRuleList{}},
+		{"IptablesDnatRule", &v1.IptablesDnatRuleList{}},
+		{"IptablesSnatRule", &v1.IptablesSnatRuleList{}},
+		{"VpcNatGateway", &v1.VpcNatGatewayList{}},
+	}
 	for _, l := range lists {
-		if err := s.Client.List(s.Ctx, l); err != nil {
+		if err := s.Client.List(s.Ctx, l.list); err != nil {
 			return nil, err
 		}
-		switch l := l.(type) {
-		case *v1.IptablesEIPList:
-			for _, o := range l.Items {
-				out[string(o.UID)] = "IptablesEIP/" + o.Name
+		err := meta.EachListItem(l.list, func(o runtime.Object) error {
+			m, err := meta.Accessor(o)
+			if err != nil {
+				return err
 			}
-		case *v1.IptablesFIPRuleList:
-			for _, o := range l.Items {
-				out[string(o.UID)] = "IptablesFIPRule/" + o.Name
-			}
-		case *v1.IptablesDnatRuleList:
-			for _, o := range l.Items {
-				out[string(o.UID)] = "IptablesDnatRule/" + o.Name
-			}
-		case *v1.IptablesSnatRuleList:
-			for _, o := range l.Items {
-				out[string(o.UID)] = "IptablesSnatRule/" + o.Name
-			}
-		case *v1.VpcNatGatewayList:
-			for _, o := range l.Items {
-				out[string(o.UID)] = "VpcNatGateway/" + o.Name
-			}
+			out[string(m.GetUID())] = l.kind + "/" + m.GetName()
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", l.kind, err)
 		}
 	}
 	return out, nil

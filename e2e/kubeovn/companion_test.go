@@ -18,18 +18,13 @@ import (
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/companion"
 	"github.com/natgw/natgw/controller/transport"
 	"github.com/natgw/natgw/gwimage/compat"
-	"github.com/natgw/natgw/internal/testlog"
 	"github.com/natgw/natgw/internal/testsummary"
 	"github.com/natgw/natgw/nat"
 )
@@ -97,27 +92,7 @@ func (e *env) startCompanion(s *sweeps, period time.Duration) (cl client.Client,
 	if err != nil {
 		t.Fatal(err)
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	log := testlog.New(t, 0).WithName("companion")
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Logger:                 log,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr, cs, log := newManager(t, restCfg, "companion", cache.Options{})
 	tr := &transport.Exec{Config: restCfg, Client: cs, Namespace: ns, Command: "/natgw", Log: logr.Discard()} // the agent logs two lines a sweep
 	if _, err := companion.Setup(mgr, companion.Options{
 		Transport: tr, Period: period, Grace: companionGrace, Log: log, OnSweep: s.record,
@@ -164,7 +139,7 @@ func (e *env) gatewayObjects() (map[string]nat.Object, error) {
 	return m, nil
 }
 
-// TestCompanion is issue 14's companion test: Kube-OVN v1.16.2's own
+// TestCompanion is companion mode's test: Kube-OVN v1.16.2's own
 // controller programs the natgw image (its VPC NAT gateway feature on);
 // natgw-controller in companion mode programs nothing and removes what a
 // Kube-OVN v1.13.4 controller leaks. The leak is made as that controller
@@ -306,7 +281,7 @@ spec:
 	// object, reason and action into one series and writes the series
 	// count only every 30 minutes, so four removals on one gateway show as
 	// one event here (a known limit: one Event per removal needs a key that
-	// differs, see controller/README.md). Every removal is in the sweeper's
+	// differs, see controller/docs/operations.md). Every removal is in the sweeper's
 	// results and metrics (checked above).
 	events := e.mustKubectl("", "get", "events.events.k8s.io", "-A", "--field-selector", "reason=LeakedObjectRemoved", "-o", "jsonpath={range .items[*]}{.regarding.name} {.note}{\"\\n\"}{end}")
 	if !strings.Contains(events, gwName+" ") {

@@ -4,7 +4,6 @@
 // controller creates the gateway's StatefulSet and execs its nat-gateway.sh
 // calls into the pod; the test attaches net1 as Multus would (with the
 // address Kube-OVN's annotation names) and sends real TCP through the pod.
-// Issue 12 part 4.
 package kubeovn_test
 
 import (

@@ -18,8 +18,6 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
@@ -40,7 +38,7 @@ const MigrationFIPsEnv = "NATGW_MIGRATION_FIPS"
 // MigrationNetworkEnv set to config runs natgw-controller with
 // --network-source=config after the migration; the default is
 // --network-source=kube-ovn, the default with --provision-gateways (see
-// controller/README.md, "Migrating from Kube-OVN's gateways to natgw's").
+// controller/docs/operations.md, "Migrating from Kube-OVN's gateways to natgw's").
 const MigrationNetworkEnv = "NATGW_MIGRATION_NETWORK"
 
 const (
@@ -193,13 +191,7 @@ func (e *env) migrationClient() client.Client {
 		t.Fatal(err)
 	}
 	cfg.QPS = -1
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := newScheme(t)
 	cl, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
@@ -348,11 +340,11 @@ func histogram(o interface{ Write(*dto.Metric) error }) (uint64, float64) {
 	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 }
 
-// TestMigration is issue 14's migration test: a gateway with 1,000 FIPs
+// TestMigration is the migration test: a gateway with 1,000 FIPs
 // (each on its own EIP) that Kube-OVN v1.16.2's own controller created and
 // programmed through the natgw image's compat path, with natgw-controller
 // in companion mode beside it, moves to natgw-controller's replace mode by
-// the steps controller/README.md documents ("Migrating from Kube-OVN's
+// the steps controller/docs/operations.md documents ("Migrating from Kube-OVN's
 // gateways to natgw's"), run here as the same kubectl commands. Probes
 // through several FIPs (a new TCP connection every 10 ms each, real
 // packets between the test's namespaces through the gateway pod) measure
@@ -560,7 +552,7 @@ func TestMigration(t *testing.T) {
 	gp := e.startGapProbes(probes)
 	time.Sleep(3 * time.Second) // the probes' own rhythm before anything changes
 
-	// The migration, step by step (controller/README.md).
+	// The migration, step by step (controller/docs/operations.md).
 	steps := map[string]time.Duration{}
 	step := func(name string, f func()) {
 		t.Helper()

@@ -11,14 +11,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/gateway"
 	"github.com/natgw/natgw/controller/gwconfig"
 	"github.com/natgw/natgw/controller/metrics"
@@ -28,7 +22,6 @@ import (
 	"github.com/natgw/natgw/internal/clusterstack"
 	"github.com/natgw/natgw/internal/kubeovn"
 	"github.com/natgw/natgw/internal/objdiff"
-	"github.com/natgw/natgw/internal/testlog"
 	"github.com/natgw/natgw/internal/testsummary"
 )
 
@@ -79,7 +72,7 @@ spec:
 var shapeIgnored = []string{"metadata.uid", "metadata.resourceVersion", "metadata.generation",
 	"metadata.creationTimestamp", "metadata.managedFields", "status"}
 
-// TestReplaceGatewayShape (issue 14 part 1): for one VpcNatGateway
+// TestReplaceGatewayShape (replace mode's gateway pod): for one VpcNatGateway
 // manifest, the StatefulSet and status Kube-OVN v1.16.2's own controller
 // makes (its VPC NAT gateway feature on, the natgw image as vpcNatImage)
 // and the ones natgw-controller's provisioner makes after Kube-OVN's
@@ -350,28 +343,7 @@ func (e *env) startReplace(configNet *gwconfig.Entry) {
 	if configNet != nil {
 		gwCfg.Defaults = *configNet
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	log := testlog.New(t, 0).WithName("natgw")
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme:                 scheme,
-		Cache:                  cache.Options{ByObject: provision.CacheByObject(ns, e.haGateways)},
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Logger:                 log,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr, cs, log := newManager(t, restCfg, "natgw", cache.Options{ByObject: provision.CacheByObject(ns, e.haGateways)})
 	if _, err := provision.Setup(mgr, provision.Options{
 		Namespace: ns, Image: e.image, ServiceClusterIPRange: kubeovn.ServiceClusterIPRange, HA: e.haGateways,
 		Log: log.WithName("provision"), SkipNameValidation: true,

@@ -137,7 +137,7 @@ func (e *env) natgwVips() ([]string, error) {
 	return vips, nil
 }
 
-// TestReplaceDocNAT is issue 14's replacement-mode acceptance test. In the
+// TestReplaceDocNAT is replace mode's acceptance test. In the
 // single-node cluster, with Kube-OVN v1.16.2's own controller running and
 // its VPC NAT gateway feature off, natgw-controller in replace mode
 // (--provision-gateways, --network-source=kube-ovn) runs a VpcNatGateway

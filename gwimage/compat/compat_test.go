@@ -26,7 +26,7 @@ func route(uid, dst, nh string, dev nat.RouteDevice) nat.Object {
 }
 
 // Versions of Kube-OVN whose controller call formats the tables below carry
-// (../shared/KUBE-OVN-CONTRACT.md: facts read at v1.13.4 and v1.16.2; the
+// (gwimage/README.md, "Per version": facts read at v1.13.4 and v1.16.2; the
 // v1.14 and v1.15 controllers send one of the two shapes of each call, and
 // both are accepted).
 const (

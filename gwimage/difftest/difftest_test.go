@@ -1,7 +1,6 @@
 package difftest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -100,16 +99,11 @@ func (s *side) exec(ctx context.Context, container []string) verdict {
 	argv := s.wrap(container)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = s.env
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		code, errb = -1, *bytes.NewBufferString(err.Error())
+	out, errb, code, err := netlab.Run(cmd)
+	if err != nil {
+		errb = err.Error()
 	}
-	return verdict{Code: code, Stdout: out.String(), Stderr: errb.String()}
+	return verdict{Code: code, Stdout: out, Stderr: errb}
 }
 
 // upstreamRoot lays out a root for upstream's script: the host's /usr
@@ -902,7 +896,7 @@ func startRun(t *testing.T, budget time.Duration, form execForm) (context.Contex
 	return ctx, up, ng, &tally{form: form}
 }
 
-// TestAgainstUpstream is the differential test (issue 12): upstream
+// TestAgainstUpstream is the differential test (gwimage/README.md): upstream
 // v1.16.2's nat-gateway.sh and natgw's image, side by side, call for call.
 func TestAgainstUpstream(t *testing.T) {
 	start := time.Now()

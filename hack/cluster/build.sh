@@ -16,12 +16,8 @@
 # Output: $CLUSTER_BIN (default <repo>/.cache/cluster/bin), cni plugins in
 # $CLUSTER_BIN/cni, and a .stamp recording what they were built from. The last
 # line printed is CLUSTER_BIN=<dir>.
-set -euo pipefail
-
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
 # shellcheck source=../lib.sh
-source "$here/../lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 out="${CLUSTER_BIN:-$root/.cache/cluster/bin}"
 
 CONTAINERD_VERSION=v2.4.2
@@ -58,19 +54,10 @@ binaries() {
 }
 
 want="$(stamp_content)"
-stamp="$out/.stamp"
 mapfile -t bins < <(binaries)
-if up_to_date "$stamp" "$want" "${CLUSTER_FORCE:-}" "${bins[@]}"; then
-	echo "cluster binaries up to date in $out (kubernetes $KUBE_VERSION, containerd $CONTAINERD_VERSION, cni $CNI_VERSION)" >&2
-	echo "CLUSTER_BIN=$out"
-	exit 0
-fi
-
+begin_build "$out" "$want" "${CLUSTER_FORCE:-}" "cluster binaries (kubernetes $KUBE_VERSION, containerd $CONTAINERD_VERSION, cni $CNI_VERSION)" "CLUSTER_BIN=$out" "${bins[@]}"
 mkdir -p "$out/cni"
-rm -f "$stamp"
 go_isolate
-
-t0=$SECONDS
 for b in "${kube_bins[@]}"; do
 	go_build "$kube_mod" "$kube_tags" "$kube_ldflags" "$out" "k8s.io/kubernetes/cmd/$b" "$b"
 done
@@ -89,6 +76,4 @@ grep -qx "Kubernetes $KUBE_VERSION" <<<"$v" || { echo "kubelet reports $v, want 
 v=$("$out/containerd" --version)
 grep -q " $CONTAINERD_VERSION" <<<"$v" || { echo "containerd reports $v, want $CONTAINERD_VERSION" >&2; exit 1; }
 
-printf '%s\n' "$want" >"$stamp"
-echo "cluster binaries built in $((SECONDS - t0))s into $out" >&2
-echo "CLUSTER_BIN=$out"
+end_build "$out" "$want" "cluster binaries" "CLUSTER_BIN=$out"

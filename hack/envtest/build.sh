@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the envtest control plane (kube-apiserver + etcd) from the Go module
-# proxy into a git-ignored cache, once. See DESIGN.md §7.
+# proxy into a git-ignored cache, once. Neither can be `go install`ed (their
+# go.mod files carry replace directives), so each is built from a small
+# wrapper module here (kube-apiserver/, etcd/: see their go.mod).
 #
 #   hack/envtest/build.sh            build if missing or stale, print the assets dir
 #   ENVTEST_FORCE=1 hack/envtest/build.sh   rebuild unconditionally
@@ -11,12 +13,8 @@
 # wrapper modules' go.mod/go.sum hashes, the Go version and the build flags)
 # and both binaries exist. The last line printed is
 #   KUBEBUILDER_ASSETS=<dir>
-set -euo pipefail
-
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
 # shellcheck source=../lib.sh
-source "$here/../lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 out="${ENVTEST_ASSETS:-$root/.cache/envtest/bin}"
 
 ETCD_VERSION=v3.7.3
@@ -37,19 +35,8 @@ stamp_content() {
 }
 
 want="$(stamp_content)"
-stamp="$out/.stamp"
-
-if up_to_date "$stamp" "$want" "${ENVTEST_FORCE:-}" "$out/kube-apiserver" "$out/etcd"; then
-	echo "envtest assets up to date in $out ($KUBE_VERSION, etcd $ETCD_VERSION)" >&2
-	echo "KUBEBUILDER_ASSETS=$out"
-	exit 0
-fi
-
-mkdir -p "$out"
-rm -f "$stamp"
-
+begin_build "$out" "$want" "${ENVTEST_FORCE:-}" "envtest assets ($KUBE_VERSION, etcd $ETCD_VERSION)" "KUBEBUILDER_ASSETS=$out" "$out/kube-apiserver" "$out/etcd"
 go_isolate
-t0=$SECONDS
 echo "building kube-apiserver $KUBE_VERSION and etcd $ETCD_VERSION (cold: several minutes) ..." >&2
 go_build "$apiserver_mod" "$apiserver_tags" "$ldflags" "$out" k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver
 go_build "$etcd_mod" "" "" "$out" go.etcd.io/etcd/server/v3 etcd
@@ -63,6 +50,4 @@ etcd_version=$("$out/etcd" --version)
 grep -q "etcd Version: ${ETCD_VERSION#v}" <<<"$etcd_version" ||
 	{ echo "etcd reports $(head -1 <<<"$etcd_version"), want $ETCD_VERSION" >&2; exit 1; }
 
-printf '%s\n' "$want" >"$stamp"
-echo "envtest assets built in $((SECONDS - t0))s into $out" >&2
-echo "KUBEBUILDER_ASSETS=$out"
+end_build "$out" "$want" "envtest assets" "KUBEBUILDER_ASSETS=$out"

@@ -11,12 +11,8 @@
 # .stamp of what it was built from (the wrapper module's go.mod/go.sum
 # hashes, the Go version, the flags). The last line printed is
 #   HELM=<path of helm>
-set -euo pipefail
-
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
 # shellcheck source=../lib.sh
-source "$here/../lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 out="${HELM_BIN:-$root/.cache/helm/bin}"
 
 # The helm version the wrapper module requires (one place: hack/helm/go.mod).
@@ -31,18 +27,8 @@ stamp_content() {
 }
 
 want="$(stamp_content)"
-stamp="$out/.stamp"
-
-if up_to_date "$stamp" "$want" "${HELM_FORCE:-}" "$out/helm"; then
-	echo "helm up to date in $out ($HELM_VERSION)" >&2
-	echo "HELM=$out/helm"
-	exit 0
-fi
-
-mkdir -p "$out"
-rm -f "$stamp"
+begin_build "$out" "$want" "${HELM_FORCE:-}" "helm $HELM_VERSION" "HELM=$out/helm" "$out/helm"
 go_isolate
-t0=$SECONDS
 echo "building helm $HELM_VERSION (cold: a few minutes) ..." >&2
 go_build "$here" "" "$ldflags" "$out" helm.sh/helm/v4/cmd/helm helm
 
@@ -50,6 +36,4 @@ go_build "$here" "" "$ldflags" "$out" helm.sh/helm/v4/cmd/helm helm
 v=$("$out/helm" version --template '{{.Version}}')
 [[ "$v" == "$HELM_VERSION" ]] || { echo "helm reports $v, want $HELM_VERSION" >&2; exit 1; }
 
-printf '%s\n' "$want" >"$stamp"
-echo "helm built in $((SECONDS - t0))s into $out" >&2
-echo "HELM=$out/helm"
+end_build "$out" "$want" helm "HELM=$out/helm"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds Kube-OVN's own, unmodified kube-ovn-controller v1.16.2 from the Go
-# module proxy into a git-ignored cache, once (issue 12 part 4; facts in
-# ../shared/CLUSTER-LAB.md, last section).
+# module proxy into a git-ignored cache, once, for internal/kubeovn and the
+# tests in e2e/kubeovn.
 #
 #   hack/kubeovn/build.sh               build if missing or stale, print the binary's path
 #   KUBEOVN_FORCE=1 hack/kubeovn/build.sh   rebuild unconditionally
@@ -13,12 +13,8 @@
 # $KUBEOVN_BIN (default <repo>/.cache/kubeovn/bin)/kube-ovn-controller plus a
 # .stamp; the build is skipped when the stamp matches. Cold: ~400 s on 2
 # cores. The last line printed is KUBEOVN_CONTROLLER=<path>.
-set -euo pipefail
-
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
 # shellcheck source=../lib.sh
-source "$here/../lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 out="${KUBEOVN_BIN:-$root/.cache/kubeovn/bin}"
 mod="$here/controller"
 KUBEOVN_VERSION=v1.16.2
@@ -30,22 +26,11 @@ stamp_content() {
 	echo "pkg $pkg"
 }
 want="$(stamp_content)"
-stamp="$out/.stamp"
 bin="$out/kube-ovn-controller"
-
-if up_to_date "$stamp" "$want" "${KUBEOVN_FORCE:-}" "$bin"; then
-	echo "kube-ovn-controller $KUBEOVN_VERSION up to date in $out" >&2
-	echo "KUBEOVN_CONTROLLER=$bin"
-	exit 0
-fi
-
-mkdir -p "$out"
-rm -f "$stamp"
-export GOWORK=off CGO_ENABLED=0 GOFLAGS="-buildvcs=false -mod=mod"
-t0=$SECONDS
+begin_build "$out" "$want" "${KUBEOVN_FORCE:-}" "kube-ovn-controller $KUBEOVN_VERSION" "KUBEOVN_CONTROLLER=$bin" "$bin"
+go_isolate
+GOFLAGS+=" -mod=mod"
 echo "building kube-ovn-controller $KUBEOVN_VERSION (cold: ~400 s) ..." >&2
 go build -C "$mod" -trimpath -o "$bin.tmp" "$pkg"
 mv -f "$bin.tmp" "$bin"
-printf '%s\n' "$want" >"$stamp"
-echo "kube-ovn-controller built in $((SECONDS - t0))s into $out" >&2
-echo "KUBEOVN_CONTROLLER=$bin"
+end_build "$out" "$want" kube-ovn-controller "KUBEOVN_CONTROLLER=$bin"

@@ -7,7 +7,7 @@ import (
 )
 
 // containerdConfig renders containerd's config (version 3): private root,
-// state and sockets, the facts of CLUSTER-LAB.md (restrict_oom_score_adj:
+// state and sockets, what this kind of machine needs (restrict_oom_score_adj:
 // the VM lacks CAP_SYS_RESOURCE; cgroupfs; netns mounts under the state dir;
 // CNI in the cluster's own directories; the self-built pause image pinned),
 // and the plugins the node does not need disabled.

@@ -22,8 +22,8 @@ func TestQualifiedImage(t *testing.T) {
 	}
 }
 
-// The rendered configurations carry the facts CLUSTER-LAB.md found
-// necessary on this kind of machine.
+// The rendered configurations carry what a node on this kind of machine
+// needs (containerdConfig and the kubelet configuration say why).
 func TestConfigs(t *testing.T) {
 	c := &Cluster{cfg: Defaults(Config{}, "/repo"), pkiDir: "pki-x"}
 	for _, tc := range []struct {

@@ -16,8 +16,10 @@ import (
 	"time"
 )
 
-// Sysctls are the host settings the kubelet and the bridge CNI plugin change
-// (CLUSTER-LAB.md): saved before the cluster starts, restored at Down.
+// Sysctls are the host settings the kubelet (vm.overcommit_memory,
+// kernel.panic, kernel.panic_on_oops, ...) and the bridge CNI plugin
+// (net.ipv4.ip_forward) change: saved before the cluster starts, restored
+// at Down.
 var Sysctls = []string{
 	"vm.overcommit_memory",
 	"kernel.panic",
@@ -34,8 +36,8 @@ var Sysctls = []string{
 var IPTablesTools = []string{"iptables-nft", "ip6tables-nft", "iptables-legacy", "ip6tables-legacy"}
 
 // FixedPaths are paths the kubelet, containerd and libcni write whatever
-// their configuration says (CLUSTER-LAB.md). Down removes those that did not
-// exist before Up.
+// their configuration says (so one cluster per machine at a time). Down
+// removes those that did not exist before Up.
 var FixedPaths = []string{
 	"/var/lib/kubelet",
 	"/var/log/containers",

@@ -27,7 +27,8 @@ type Sizes struct {
 	SessionReqs, KubectlReqs int
 }
 
-// DefaultSizes are issue 13's: ≥ 30 paced, a burst of 200.
+// DefaultSizes are the sizes the latency measurement needs: ≥ 30 paced
+// requests, a burst of 200.
 var DefaultSizes = Sizes{Paced: 30, Burst: 200, SessionReqs: 200, KubectlReqs: 20}
 
 // Target is a deployed gateway to measure: its VpcNatGateway name, data

@@ -5,7 +5,7 @@
 // itself embeds (Debian's own schemas are older and are refused by its
 // client). The controller runs as a host process in a private mount
 // namespace (it writes /var/log/kube-ovn unconditionally; a directory of
-// ours is bound on /var/log there). Facts: ../shared/CLUSTER-LAB.md.
+// ours is bound on /var/log there). How it is built: hack/kubeovn/build.sh.
 //
 // Stop ends every process this package started and removes its directory;
 // the processes also die with the test process (parent-death signal).

@@ -31,6 +31,23 @@ func Command(ctx context.Context, ns, name string, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + netns.Path(ns), "--", name}, args...)...)
 }
 
+// Run runs cmd with its standard output and error captured and returns
+// them with the exit status (-1 when a signal ended it); err is set (and
+// code is -1) only when cmd could not run or be waited for.
+func Run(cmd *exec.Cmd) (stdout, stderr string, code int, err error) {
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return out.String(), errb.String(), ee.ExitCode(), nil
+	}
+	if err != nil {
+		return out.String(), errb.String(), -1, fmt.Errorf("run %q: %w", cmd.Args, err)
+	}
+	return out.String(), errb.String(), 0, nil
+}
+
 // Exec runs argv inside ns (see Command) and returns its standard output.
 // stdin, when not empty, is fed to the command. It is bounded by ctx's
 // deadline, or by DumpTimeout when ctx has none.

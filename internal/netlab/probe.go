@@ -163,9 +163,7 @@ func ServeTCP(ctx context.Context, ns, addr string) (*Server, error) {
 	}
 	s := newServer(ns, ln.Addr())
 	s.ln = ln
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	return s.run(ctx, func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
@@ -183,9 +181,7 @@ func ServeTCP(ctx context.Context, ns, addr string) (*Server, error) {
 				serveConn(c, s.Name)
 			}()
 		}
-	}()
-	stopOnDone(ctx, s)
-	return s, nil
+	}), nil
 }
 
 // serveConn runs the TCP probe protocol on one connection: the reply line,
@@ -259,59 +255,60 @@ func serveConn(c net.Conn, name string) {
 // and returns the server's reply and how long the transfer took (from the
 // first byte sent to the server's count of them). timeout bounds it all.
 func Upload(ctx context.Context, ns, addr string, n int64, timeout time.Duration) (Reply, time.Duration, error) {
-	c, r, err := Connect(ctx, ns, addr, timeout)
-	if err != nil {
-		return Reply{}, 0, err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(timeout))
-	fail := func(err error) (Reply, time.Duration, error) {
-		return Reply{}, 0, fmt.Errorf("netlab: upload %d bytes to %s from %s: %w", n, addr, ns, err)
-	}
-	start := time.Now()
-	if _, err := io.WriteString(c, "sink\n"); err != nil {
-		return fail(err)
-	}
-	if _, err := io.CopyN(c, zeros{}, n); err != nil {
-		return fail(err)
-	}
-	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
-		return fail(err)
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return fail(err)
-	}
-	took := time.Since(start)
-	var got int64
-	if _, err := fmt.Sscanf(line, "received %d", &got); err != nil || got != n {
-		return fail(fmt.Errorf("server answered %q", strings.TrimSpace(line)))
-	}
-	return r, took, nil
+	return transfer(ctx, ns, addr, timeout, func(c net.Conn) error {
+		if _, err := io.WriteString(c, "sink\n"); err != nil {
+			return err
+		}
+		if _, err := io.CopyN(c, zeros{}, n); err != nil {
+			return err
+		}
+		if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+			return err
+		}
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return err
+		}
+		var got int64
+		if _, err := fmt.Sscanf(line, "received %d", &got); err != nil || got != n {
+			return fmt.Errorf("server answered %q", strings.TrimSpace(line))
+		}
+		return nil
+	}, "upload %d bytes to %s from %s", n, addr, ns)
 }
 
 // Download connects from ns to the TCP probe server at addr, has it send n
 // bytes and returns the server's reply and how long the transfer took.
 func Download(ctx context.Context, ns, addr string, n int64, timeout time.Duration) (Reply, time.Duration, error) {
+	return transfer(ctx, ns, addr, timeout, func(c net.Conn) error {
+		if _, err := fmt.Fprintf(c, "source %d\n", n); err != nil {
+			return err
+		}
+		got, err := io.Copy(io.Discard, c)
+		if err != nil {
+			return err
+		}
+		if got != n {
+			return fmt.Errorf("received %d bytes", got)
+		}
+		return nil
+	}, "download %d bytes from %s to %s", n, addr, ns)
+}
+
+// transfer connects from ns to the TCP probe server at addr and runs xfer
+// on the connection under one deadline (timeout, which bounds it all); it
+// returns the server's reply and how long xfer took. A failure of xfer is
+// wrapped with the description format, args.
+func transfer(ctx context.Context, ns, addr string, timeout time.Duration, xfer func(net.Conn) error, format string, args ...any) (Reply, time.Duration, error) {
 	c, r, err := Connect(ctx, ns, addr, timeout)
 	if err != nil {
 		return Reply{}, 0, err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(timeout))
-	fail := func(err error) (Reply, time.Duration, error) {
-		return Reply{}, 0, fmt.Errorf("netlab: download %d bytes from %s to %s: %w", n, addr, ns, err)
-	}
 	start := time.Now()
-	if _, err := fmt.Fprintf(c, "source %d\n", n); err != nil {
-		return fail(err)
-	}
-	got, err := io.Copy(io.Discard, c)
-	if err != nil {
-		return fail(err)
-	}
-	if got != n {
-		return fail(fmt.Errorf("received %d bytes", got))
+	if err := xfer(c); err != nil {
+		return Reply{}, 0, fmt.Errorf("netlab: %s: %w", fmt.Sprintf(format, args...), err)
 	}
 	return r, time.Since(start), nil
 }
@@ -334,9 +331,7 @@ func ServeUDP(ctx context.Context, ns, addr string) (*Server, error) {
 	}
 	s := newServer(ns, pc.LocalAddr())
 	s.pc = pc
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	return s.run(ctx, func() {
 		buf := make([]byte, 2048)
 		for {
 			_, from, err := pc.ReadFrom(buf)
@@ -350,19 +345,24 @@ func ServeUDP(ctx context.Context, ns, addr string) (*Server, error) {
 			_ = pc.SetWriteDeadline(time.Now().Add(ioTimeout))
 			_, _ = pc.WriteTo([]byte(formatReply(from, s.Name)), from)
 		}
-	}()
-	stopOnDone(ctx, s)
-	return s, nil
+	}), nil
 }
 
-func stopOnDone(ctx context.Context, s *Server) {
-	if ctx.Done() == nil {
-		return
-	}
+// run runs loop (the server's accept or read loop) in a goroutine Close
+// waits for, and closes s when ctx ends.
+func (s *Server) run(ctx context.Context, loop func()) *Server {
+	s.wg.Add(1)
 	go func() {
-		<-ctx.Done()
-		s.Close()
+		defer s.wg.Done()
+		loop()
 	}()
+	if ctx.Done() != nil {
+		go func() {
+			<-ctx.Done()
+			s.Close()
+		}()
+	}
+	return s
 }
 
 // ServeTCP starts a TCP probe server in ns that the Lab stops on Close.

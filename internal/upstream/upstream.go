@@ -3,8 +3,8 @@
 // upstream's code (its nat-gateway.sh and lb-svc.sh, its CRDs, its
 // controller) as the reference natgw is judged against.
 //
-// The proxy serves github.com/kubeovn/kube-ovn v1.16.2 only (older tags are
-// refused; ../shared/KUBE-OVN-CONTRACT.md). The download is cached by Go's
+// The proxy serves github.com/kubeovn/kube-ovn v1.16.2 only (it refuses the
+// older tags). The download is cached by Go's
 // module cache: the first call costs about a second, later ones a few
 // milliseconds. Nothing from the tree is copied into natgw.
 package upstream

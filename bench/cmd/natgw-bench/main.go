@@ -83,7 +83,7 @@ func run() error {
 	rep.Intro = []string{
 		"Every figure below was measured in this run, on this machine, in network namespaces the run created and removed. " +
 			"Every figure is the median over repetitions that follow a warm-up; p90/p99 are given where latency is the point; " +
-			"comparisons are ratios of medians from the same run. Targets from issue 6 are checked next to the figures (PASS/MISS). " +
+			"comparisons are ratios of medians from the same run. Targets are checked next to the figures (PASS/MISS). " +
 			"The machine is shared (see the load average above), so absolute figures carry noise; ratios from the same run are the point.",
 	}
 	env := &scenario.Env{Quick: *quick, OutDir: *out, Natgw: *natgw, EnvtestAssets: *assets, CRDDir: *crds, HALab: *haLab, CtsyncLab: *ctsyncLab, Report: rep, Progress: progress.Stderr()}

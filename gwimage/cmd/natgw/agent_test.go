@@ -131,16 +131,11 @@ func cli(t *testing.T, name string, args ...string) (string, string, int) {
 // cannot run fails t.
 func runCmd(t *testing.T, cmd *exec.Cmd) (string, string, int) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("run %q: %v", cmd.Args, err)
+	out, errb, code, err := netlab.Run(cmd)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out.String(), errb.String(), code
+	return out, errb, code
 }
 
 // mustCLI is cli that fails the test on a non-zero exit.

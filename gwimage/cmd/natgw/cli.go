@@ -39,7 +39,8 @@ func cmdServe(ctx context.Context, e env, g *globals, args []string) int {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log := g.logger(e.stderr).WithName("serve")
-	// The other data plane's state in this namespace goes first (issue 11).
+	// The other data plane's state in this namespace goes first: one data
+	// plane at a time holds a gateway's NAT (nat/planes).
 	emptied, err := planes.EmptyOthers(ctx, g.dataplane, g.config(log))
 	if err != nil {
 		log.Error(err, "empty the other data plane", "dataplane", g.dataplane, "netns", g.netns)

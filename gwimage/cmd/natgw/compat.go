@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/natgw/natgw/gwimage/compat"
+	"github.com/natgw/natgw/gwimage/snatqueue"
 	"github.com/natgw/natgw/gwimage/version"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/gwqos"
@@ -26,6 +27,13 @@ func cmdCompat(ctx context.Context, e env, g *globals, args []string) int {
 // filesystem, so a new pod starts without it and the controller's init
 // writes it again. $NATGW_STATE_DIR overrides it (tests).
 func stateDir() string { return envOr("NATGW_STATE_DIR", "/etc/natgw") }
+
+// snatQueue is the queue of SNATs held back (gwimage/snatqueue), kept in
+// stateDir.
+func snatQueue() snatqueue.Queue { return snatqueue.Queue{Dir: stateDir()} }
+
+// isSNATDelete reports whether plan may touch queued SNATs.
+func isSNATDelete(plan compat.Plan) bool { return plan.Op == compat.OpSNATDel }
 
 // interfacesFile is where init with "VPC_IFACE,EXT_IFACE" records them.
 func interfacesFile() string { return filepath.Join(stateDir(), "interfaces") }
@@ -197,7 +205,7 @@ func carryOut(ctx context.Context, dp nat.Dataplane, plan compat.Plan) error {
 			if err != nil {
 				return err
 			}
-			return deleteWithQueue(ctx, dp, cur, plan.Delete)
+			return snatQueue().Delete(ctx, dp, cur, plan.Delete)
 		}
 		if len(plan.MustExist) > 0 {
 			cur, err := dp.List(ctx)
@@ -263,7 +271,7 @@ func resolvePresence(ctx context.Context, dp nat.Dataplane, plan compat.Plan) ([
 	for _, o := range cur {
 		byUID[o.UID] = o
 	}
-	apply, _, err := queueSNATs(cur, plan.Apply)
+	apply, _, err := snatQueue().Hold(cur, plan.Apply)
 	if err != nil {
 		return nil, err
 	}

@@ -20,14 +20,14 @@ import (
 // forms upstream uses and refuses anything else with a message on stderr.
 //
 //	nat-gateway.sh OP RULE...     natgw compat
-//	lb-svc.sh OP RULE...          the LoadBalancer-Service pods' script (lbsvc.go)
+//	lb-svc.sh OP RULE...          the LoadBalancer-Service pods' script (gwimage/lbsvc)
 //	bash|sh -c "LINE"             LINE one of: [bash ]/…/nat-gateway.sh|lb-svc.sh OP RULE...;
 //	                              sleep infinity | while true; do sleep N; done;
 //	                              sysctl -w KEY=VALUE...
 //	sleep infinity|DURATION       the container command of the gateway pod
 //	sysctl [-w] KEY[=VALUE]...    the v1.16 PostStart hook (through sh -c)
 //	ip [-4|-6] route replace CIDR via GW                the VPC LB pod's init containers
-//	iptables|ip6tables -t nat -I POSTROUTING -d CIDR -j MASQUERADE   (vpclb.go)
+//	iptables|ip6tables -t nat -I POSTROUTING -d CIDR -j MASQUERADE   (gwimage/vpclb)
 
 // multicall runs argv when its program name is one of the image's links;
 // ok is false for any other name (natgw itself).

@@ -1,0 +1,136 @@
+// Package vpclb carries out the two init containers Kube-OVN's VPC LB
+// Deployment (vpc_lb.go) runs from the gateway image: `ip -4 route replace
+// SVC_CIDR via GW` and `iptables -t nat -I POSTROUTING -d SVC_CIDR -j
+// MASQUERADE` (and the -6 / ip6tables forms). natgw serves exactly these:
+// the route over netlink, the masquerade as a rule of its own nftables
+// table (Table, in the ip or ip6 family), inserted first like -I. Both act
+// in the calling thread's network namespace.
+package vpclb
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+
+	nft "github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netlink"
+)
+
+// Table names the table of the masquerade rules.
+const Table = "natgw_vpclb"
+
+// Route is `ip [-4|-6] route replace Dst via Via`.
+type Route struct {
+	Dst netip.Prefix
+	Via netip.Addr
+}
+
+// ParseRoute reads the arguments of `ip [-4|-6] route replace CIDR via
+// GATEWAY` (after the program name) and refuses any other form.
+func ParseRoute(args []string) (Route, error) {
+	fam := 0
+	if len(args) > 0 && (args[0] == "-4" || args[0] == "-6") {
+		fam = map[string]int{"-4": 4, "-6": 6}[args[0]]
+		args = args[1:]
+	}
+	if len(args) != 5 || args[0] != "route" || args[1] != "replace" || args[3] != "via" {
+		return Route{}, fmt.Errorf("natgw serves only `ip [-4|-6] route replace CIDR via GATEWAY`, got %q", strings.Join(args, " "))
+	}
+	dst, err := parseCIDR(args[2])
+	if err != nil {
+		return Route{}, fmt.Errorf("route replace: destination %q: %w", args[2], err)
+	}
+	gw, err := netip.ParseAddr(args[4])
+	if err != nil || gw.Is4() != dst.Addr().Is4() || (fam == 4 && !gw.Is4()) || (fam == 6 && !gw.Is6()) {
+		return Route{}, fmt.Errorf("route replace: gateway %q: not an address of the destination's family", args[4])
+	}
+	return Route{Dst: dst, Via: gw}, nil
+}
+
+// Replace adds the route to the main table, or replaces the one there.
+func (r Route) Replace() error {
+	nr := &netlink.Route{Dst: &net.IPNet{IP: r.Dst.Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), r.Dst.Addr().BitLen())}, Gw: r.Via.AsSlice()}
+	if err := netlink.RouteReplace(nr); err != nil {
+		return fmt.Errorf("route replace %s via %s: %w", r.Dst, r.Via, err)
+	}
+	return nil
+}
+
+// Masquerade is `iptables|ip6tables -t nat -I POSTROUTING -d Dst -j
+// MASQUERADE`.
+type Masquerade struct {
+	Dst netip.Prefix
+}
+
+// ParseMasquerade reads the arguments of `prog -t nat -I POSTROUTING -d
+// CIDR -j MASQUERADE` (after the program name; prog is iptables or
+// ip6tables and sets the family CIDR must have) and refuses any other form.
+func ParseMasquerade(prog string, args []string) (Masquerade, error) {
+	want := []string{"-t", "nat", "-I", "POSTROUTING", "-d", "CIDR", "-j", "MASQUERADE"}
+	ok := len(args) == len(want)
+	for i := 0; ok && i < len(want); i++ {
+		ok = want[i] == "CIDR" || args[i] == want[i]
+	}
+	if !ok {
+		return Masquerade{}, fmt.Errorf("natgw serves only `%s -t nat -I POSTROUTING -d CIDR -j MASQUERADE`, got %q", prog, strings.Join(args, " "))
+	}
+	dst, err := parseCIDR(args[5])
+	if err == nil && dst.Addr().Is4() != (prog == "iptables") {
+		err = fmt.Errorf("not an IPv%d CIDR", map[bool]int{true: 4, false: 6}[prog == "iptables"])
+	}
+	if err != nil {
+		return Masquerade{}, fmt.Errorf("-d %q: %w", args[5], err)
+	}
+	return Masquerade{Dst: dst}, nil
+}
+
+// parseCIDR reads an address or CIDR of either family (a bare address is
+// a host route) with no host bits set.
+func parseCIDR(s string) (netip.Prefix, error) {
+	if !strings.Contains(s, "/") {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return netip.Prefix{}, errors.New("not an address or CIDR")
+		}
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, errors.New("not an address or CIDR")
+	}
+	if p.Masked() != p {
+		return netip.Prefix{}, fmt.Errorf("host bits set (want %s)", p.Masked())
+	}
+	return p, nil
+}
+
+// Insert makes (if missing) the table and its postrouting NAT chain and
+// inserts `daddr Dst masquerade` first, in one transaction.
+func (m Masquerade) Insert() error {
+	dst := m.Dst
+	c, err := nft.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	fam, off := nft.TableFamilyIPv4, uint32(16)
+	if dst.Addr().Is6() {
+		fam, off = nft.TableFamilyIPv6, 24
+	}
+	t := c.AddTable(&nft.Table{Name: Table, Family: fam})
+	ch := c.AddChain(&nft.Chain{Name: "postrouting", Table: t, Type: nft.ChainTypeNAT, Hooknum: nft.ChainHookPostrouting, Priority: nft.ChainPriorityNATSource})
+	n := uint32(dst.Addr().BitLen() / 8)
+	mask := net.CIDRMask(dst.Bits(), dst.Addr().BitLen())
+	c.InsertRule(&nft.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: n, Mask: mask, Xor: make([]byte, n)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: dst.Addr().AsSlice()},
+		&expr.Masq{},
+	}, UserData: []byte("natgw: vpc lb masquerade " + dst.String())})
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables: insert masquerade for %s: %w", dst, err)
+	}
+	return nil
+}
