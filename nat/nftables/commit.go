@@ -398,6 +398,11 @@ func (r *Backend) Settle(ctx context.Context) error {
 // edit), or if the difference is large, every element set is flushed and
 // refilled instead. Either way it is one transaction that commits.
 func (r *Backend) Commit(ctx context.Context, c engine.Commit) error {
+	for _, o := range c.Added {
+		if f, v, ok := o.IPv6Field(); ok {
+			return fmt.Errorf("nftables: %w", &nat.FieldError{UID: o.UID, Field: f, Value: v, Reason: "IPv6 is not supported yet by the nftables data plane"})
+		}
+	}
 	if !c.Full {
 		return r.commitDiff(ctx, c.Removed, c.Added, false)
 	}
