@@ -67,7 +67,7 @@ type Options struct {
 	// before the backend was opened; for any other data plane, none.
 	OwnIptablesLine func(line string) bool
 	// OwnNftTable reports whether the nft table ("family name", e.g.
-	// "ip natgw") belongs to the backend. The default, for the "nftables"
+	// "inet natgw") belongs to the backend. The default, for the "nftables"
 	// data plane, owns every table that did not exist before the backend
 	// was opened; for any other data plane, none.
 	OwnNftTable func(table string) bool

@@ -26,6 +26,7 @@ type qosState struct {
 // is queued on the connection.
 type change struct {
 	dropTable   bool   // delete the table first (broken layout)
+	dropLegacy  bool   // delete table ip natgw (layouts 1-3) first
 	createTable bool   // create table, fixed sets and the meta element
 	bootID      string // with createTable
 	fixedChains bool   // (re)create the fixed chains and rewrite their rules
@@ -74,6 +75,9 @@ func cmpQoSKey(a, b qosKey) int {
 // references). It does not touch the kernel.
 func (r *Backend) plan(ch *change) *Tx {
 	tx := &Tx{ops: r.ops[:0]}
+	if ch.dropLegacy {
+		tx.deleteLegacyTable()
+	}
 	if ch.dropTable {
 		tx.deleteTable()
 	}
@@ -398,11 +402,6 @@ func (r *Backend) Settle(ctx context.Context) error {
 // edit), or if the difference is large, every element set is flushed and
 // refilled instead. Either way it is one transaction that commits.
 func (r *Backend) Commit(ctx context.Context, c engine.Commit) error {
-	for _, o := range c.Added {
-		if f, v, ok := o.IPv6Field(); ok {
-			return fmt.Errorf("nftables: %w", &nat.FieldError{UID: o.UID, Field: f, Value: v, Reason: "IPv6 is not supported yet by the nftables data plane"})
-		}
-	}
 	if !c.Full {
 		return r.commitDiff(ctx, c.Removed, c.Added, false)
 	}
@@ -563,6 +562,11 @@ func presized(objs []nat.Object) setElems {
 		case nat.KindEIP:
 			n[setEIPs]++
 		case nat.KindFIP:
+			if o.FIP != nil && o.FIP.EIP.Is6() {
+				n[setFIPDNAT6]++
+				n[setFIPSNAT6]++
+				break
+			}
 			n[setFIPDNAT]++
 			n[setFIPSNAT]++
 		case nat.KindDNAT:

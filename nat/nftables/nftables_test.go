@@ -59,7 +59,7 @@ func ctxT(t testing.TB) context.Context {
 
 func table(t testing.TB, ns string) string {
 	t.Helper()
-	out, err := netlab.NftTable(context.Background(), ns, "ip", TableName)
+	out, err := netlab.NftTable(context.Background(), ns, "inet", TableName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +83,16 @@ func goldenObjects() []nat.Object {
 		nattest.SNAT(u(nat.KindSNAT, 3), addr("192.0.2.12"), prefix("10.0.0.0/8"), false),
 		nattest.Route(u(nat.KindRoute, 1), prefix("10.0.0.0/8"), addr("198.51.100.254"), nat.DeviceInternal),
 		nattest.Route(u(nat.KindRoute, 2), prefix("0.0.0.0/0"), addr("192.0.2.1"), nat.DeviceExternal),
+		// IPv6: a dual-stack EIP, an IPv6-only one, a FIP, port DNATs
+		// and overlapping CIDR SNATs with and without random-fully.
+		{UID: u(nat.KindEIP, 4), Kind: nat.KindEIP, EIP: &nat.EIP{Address: addr("192.0.2.13"), PrefixLen: 24, V6Address: addr("2001:db8::13"), V6PrefixLen: 64}},
+		{UID: u(nat.KindEIP, 5), Kind: nat.KindEIP, EIP: &nat.EIP{V6Address: addr("2001:db8::10"), V6PrefixLen: 64}},
+		nattest.FIP(u(nat.KindFIP, 2), addr("2001:db8::10"), addr("fd00::10")),
+		nattest.DNAT(u(nat.KindDNAT, 5), addr("2001:db8::13"), nat.TCP, 8080, addr("fd00::11"), 80),
+		nattest.DNAT(u(nat.KindDNAT, 6), addr("2001:db8::13"), nat.UDP, 5353, addr("fd00::12"), 53),
+		nattest.SNAT(u(nat.KindSNAT, 4), addr("2001:db8::13"), prefix("fd00::/64"), false),
+		nattest.SNAT(u(nat.KindSNAT, 5), addr("2001:db8::13"), prefix("fd00::/48"), true),
+		nattest.SNAT(u(nat.KindSNAT, 6), addr("2001:db8::13"), prefix("fd00::20/128"), false),
 	}
 }
 
