@@ -10,8 +10,8 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 	vnetns "github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/nat/netns"
 )
