@@ -216,6 +216,7 @@ func (s *suite) testPackets(t *testing.T) {
 		{"SNATLongestPrefix", s.testSNATPackets},
 		{"Hairpin", s.testHairpin},
 		{"QoS", s.testQoS},
+		{"IPv6", s.testIPv6},
 	} {
 		t.Run(tc.name, tc.run)
 	}
