@@ -212,17 +212,18 @@ func (o Object) Validate() error {
 		if r == nil {
 			return bad("kind", string(o.Kind), "route payload missing")
 		}
-		if !r.Destination.IsValid() || !r.Destination.Addr().Is4() {
-			return bad("route.destination", prefixText(r.Destination), "must be an IPv4 CIDR (natgw programs IPv4 routes only)")
+		if !r.Destination.IsValid() || r.Destination.Addr().Is4In6() || r.Destination.Addr().Zone() != "" {
+			return bad("route.destination", prefixText(r.Destination), "must be an IPv4 or IPv6 CIDR")
 		}
 		if r.Destination.Masked() != r.Destination {
 			return bad("route.destination", r.Destination.String(), "host bits set (want "+r.Destination.Masked().String()+")")
 		}
-		if r.NextHop.Is6() {
-			return bad("route.nextHop", r.NextHop.String(), "not an IPv4 address (natgw programs IPv4 routes only)")
-		}
 		if err := unicast("route.nextHop", r.NextHop); err != nil {
 			return err
+		}
+		if r.NextHop.Is4() != r.Destination.Addr().Is4() {
+			return bad("route.nextHop", r.NextHop.String(), fmt.Sprintf("an %s next hop for the %s route.destination %s (a route's addresses must be of one family)",
+				Family(r.NextHop), Family(r.Destination.Addr()), r.Destination))
 		}
 		if r.Device != DeviceInternal && r.Device != DeviceExternal {
 			return bad("route.device", string(r.Device), "must be internal or external")

@@ -650,6 +650,7 @@ func TestRefuseIPv6(t *testing.T) {
 		{nat.Object{UID: "f6", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: a("2001:db8::10"), InternalIP: a("fd00::5")}}, "fip.eip"},
 		{nat.Object{UID: "d6", Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: a("2001:db8::10"), Protocol: nat.TCP, ExternalPort: 80, InternalIP: a("fd00::5"), InternalPort: 80}}, "dnat.eip"},
 		{nat.Object{UID: "s6", Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: a("2001:db8::10"), InternalCIDR: netip.MustParsePrefix("fd00::/64")}}, "snat.eip"},
+		{nat.Object{UID: "r6", Kind: nat.KindRoute, Route: &nat.Route{Destination: netip.MustParsePrefix("2001:db8::10/128"), NextHop: a("2001:db8::1"), Device: nat.DeviceExternal}}, "route.destination"},
 	} {
 		if err := tt.obj.Validate(); err != nil {
 			t.Fatalf("%s: not valid: %v", tt.obj, err)

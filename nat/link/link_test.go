@@ -201,6 +201,20 @@ func TestPlumberDualStack(t *testing.T) {
 	if src != v6 || dst != netip.IPv6LinkLocalAllNodes() || pkt[7] != 255 || pkt[44]&0x20 == 0 || pkt[44]&0x40 != 0 {
 		t.Fatalf("advertisement from %s to %s, hop limit %d, flags %#x: want from the EIP to ff02::1, hop limit 255, override, not solicited", src, dst, pkt[7], pkt[44])
 	}
+	// The IPv6 default route via the external gateway, onlink like the IPv4 one.
+	def6 := nat.Object{UID: "r6", Kind: nat.KindRoute, Route: &nat.Route{Destination: netip.MustParsePrefix("::/0"), NextHop: netip.MustParseAddr("2001:db8:1::1"), Device: nat.DeviceExternal}}
+	if err := p.Apply(ctx, nil, []nat.Object{def6}); err != nil {
+		t.Fatal(err)
+	}
+	if r := sh(t, "ip", "-n", ns, "-6", "route", "show", "default"); !strings.Contains(r, "default via 2001:db8:1::1 dev net1") || !strings.Contains(r, "onlink") {
+		t.Fatalf("IPv6 default route missing:\n%s", r)
+	}
+	if err := p.Apply(ctx, []nat.Object{def6}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r := sh(t, "ip", "-n", ns, "-6", "route", "show", "default"); strings.Contains(r, "2001:db8:1::1") {
+		t.Fatalf("IPv6 default route left after delete:\n%s", r)
+	}
 	// Dropping the IPv6 address keeps the IPv4 one (same key), removes the IPv6 one.
 	if err := p.Apply(ctx, []nat.Object{dual}, []nat.Object{v4only}); err != nil {
 		t.Fatal(err)

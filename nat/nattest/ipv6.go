@@ -238,12 +238,13 @@ func (s *suite) testIPv6Refused(t *testing.T) {
 		FIP("fip6", v6, netlab.VMAddr6(0)),
 		DNAT("dnat6", v6, nat.TCP, 2222, netlab.VMAddr6(1), vmTCP),
 		SNAT("snat6", v6, netlab.VPCNet6, false),
+		Route("route6", netip.MustParsePrefix("::/0"), netlab.ExtAddr6, nat.DeviceExternal),
 	} {
 		e.run(bad.UID, func(t *testing.T) {
 			for _, batch := range [][]nat.Object{{bad}, {good, bad}} {
 				err := e.tryApply(batch...)
 				var fe *nat.FieldError
-				if !errors.As(err, &fe) || fe.UID != bad.UID || fe.Value == "" || !netip.MustParseAddr(fe.Value).Is6() {
+				if !errors.As(err, &fe) || fe.UID != bad.UID || !isIPv6Text(fe.Value) {
 					t.Errorf("apply %s: error %v, want a *nat.FieldError naming an IPv6 field of %s", describe(batch), err, bad.UID)
 				}
 				e.wantKernel("after a refused IPv6 apply", before)
@@ -251,4 +252,13 @@ func (s *suite) testIPv6Refused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// isIPv6Text reports whether s is an IPv6 address or CIDR.
+func isIPv6Text(s string) bool {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Addr().Is6()
+	}
+	a, err := netip.ParseAddr(s)
+	return err == nil && a.Is6()
 }

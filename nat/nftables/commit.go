@@ -572,6 +572,10 @@ func presized(objs []nat.Object) setElems {
 		case nat.KindDNAT:
 			n[setPortDNAT]++
 		case nat.KindRoute:
+			if o.Route != nil && o.Route.Destination.Addr().Is6() {
+				n[setRoutes6]++
+				break
+			}
 			n[setRoutes]++
 		}
 	}

@@ -24,9 +24,9 @@ type elemRef struct {
 	long string // a key longer than maxKey (never rendered by natgw)
 }
 
-// maxKey is the longest element key natgw renders (IPv6 port DNAT: 24
-// bytes).
-const maxKey = 24
+// maxKey is the longest element key natgw renders (IPv6 route:
+// destination . netmask, 32 bytes).
+const maxKey = 32
 
 func refOf(set string, key []byte) elemRef {
 	r := elemRef{set: set}
@@ -194,6 +194,10 @@ func render(o nat.Object, out setElems) error {
 		return add(c.setName(), nft.SetElement{Key: a4(o.SNAT.InternalCIDR.Addr()), Val: a4(o.SNAT.EIP), Comment: o.UID})
 	case nat.KindRoute:
 		rt := o.Route
+		if rt.Destination.Addr().Is6() {
+			m := prefixMask6(rt.Destination.Bits())
+			return add(setRoutes6, nft.SetElement{Key: append(a16(rt.Destination.Addr()), m[:]...), Val: a16(rt.NextHop), Comment: routeComment(o)})
+		}
 		mask := binary.BigEndian.AppendUint32(nil, uint32(uint64(0xffffffff)<<(32-rt.Destination.Bits())))
 		return add(setRoutes, nft.SetElement{Key: append(a4(rt.Destination.Addr()), mask...), Val: a4(rt.NextHop), Comment: routeComment(o)})
 	}
@@ -326,7 +330,7 @@ func addr6Of(b []byte) (netip.Addr, error) {
 // isV6Set says whether the elements of set are keyed by an IPv6 address.
 func isV6Set(set string) bool {
 	switch set {
-	case setEIPs6, setFIPDNAT6, setFIPSNAT6, setPortDNAT6:
+	case setEIPs6, setFIPDNAT6, setFIPSNAT6, setPortDNAT6, setRoutes6:
 		return true
 	}
 	c, ok := parseSNATSet(set)
@@ -491,6 +495,24 @@ func parseElem6(set string, e nft.SetElement, uid string, kv map[string]string) 
 			f = &nat.FIP{EIP: v, InternalIP: k0}
 		}
 		return uid, nat.Object{UID: uid, Kind: nat.KindFIP, FIP: f}, nil
+	case setRoutes6:
+		if len(e.Key) != 32 {
+			return uid, nat.Object{}, fmt.Errorf("route6: bad key length %d", len(e.Key))
+		}
+		nh, err := addr6Of(e.Val)
+		if err != nil {
+			return uid, nat.Object{}, err
+		}
+		bits := 0
+		for _, b := range e.Key[16:32] {
+			bits += onesOf(b)
+		}
+		if m := prefixMask6(bits); string(m[:]) != string(e.Key[16:32]) {
+			return uid, nat.Object{}, fmt.Errorf("route6 %s: netmask %x is not a prefix", k0, e.Key[16:32])
+		}
+		return uid, nat.Object{UID: uid, Kind: nat.KindRoute, Route: &nat.Route{
+			Destination: netip.PrefixFrom(k0, bits), NextHop: nh, Device: nat.RouteDevice(kv["dev"]),
+		}}, nil
 	case setPortDNAT6:
 		if len(e.Key) != 24 || len(e.Val) != 20 {
 			return uid, nat.Object{}, fmt.Errorf("port dnat6: bad key/value length %d/%d", len(e.Key), len(e.Val))
@@ -515,4 +537,13 @@ func parseElem6(set string, e nft.SetElement, uid string, kv map[string]string) 
 		}}, nil
 	}
 	return uid, nat.Object{}, fmt.Errorf("unknown set %q", set)
+}
+
+// onesOf counts the set bits of b.
+func onesOf(b byte) int {
+	n := 0
+	for ; b != 0; b &= b - 1 {
+		n++
+	}
+	return n
 }

@@ -55,6 +55,7 @@ const (
 	setFIPDNAT6  = "fip_dnat6"
 	setFIPSNAT6  = "fip_snat6"
 	setPortDNAT6 = "port_dnat6"
+	setRoutes6   = "routes6"
 )
 
 // Names of the chains.
@@ -99,12 +100,13 @@ func metaComment(boot string) string {
 }
 
 var (
-	typePortKey  = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeInetProto, nft.TypeInetService)
-	typePortVal  = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeInetService)
-	typeRouteKey = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeIPAddr)
-	typeSlotKey  = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeInetProto, nft.TypeInetService, nft.TypeMark)
-	typePortKey6 = nft.MustConcatSetType(nft.TypeIP6Addr, nft.TypeInetProto, nft.TypeInetService)
-	typePortVal6 = nft.MustConcatSetType(nft.TypeIP6Addr, nft.TypeInetService)
+	typePortKey   = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeInetProto, nft.TypeInetService)
+	typePortVal   = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeInetService)
+	typeRouteKey  = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeIPAddr)
+	typeSlotKey   = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeInetProto, nft.TypeInetService, nft.TypeMark)
+	typePortKey6  = nft.MustConcatSetType(nft.TypeIP6Addr, nft.TypeInetProto, nft.TypeInetService)
+	typePortVal6  = nft.MustConcatSetType(nft.TypeIP6Addr, nft.TypeInetService)
+	typeRouteKey6 = nft.MustConcatSetType(nft.TypeIP6Addr, nft.TypeIP6Addr)
 )
 
 // setSpec describes one set or map of the table.
@@ -133,6 +135,7 @@ var fixedSets = []setSpec{
 	{name: setFIPDNAT6, key: nft.TypeIP6Addr, val: nft.TypeIP6Addr},
 	{name: setFIPSNAT6, key: nft.TypeIP6Addr, val: nft.TypeIP6Addr},
 	{name: setPortDNAT6, key: typePortKey6, val: typePortVal6, concat: true},
+	{name: setRoutes6, key: typeRouteKey6, val: nft.TypeIP6Addr, concat: true},
 }
 
 // isFIPMap says whether set is one of the FIP maps, whose two halves

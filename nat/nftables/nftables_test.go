@@ -25,14 +25,16 @@ func gateway(t testing.TB) nat.Config {
 		t.Fatal(err)
 	}
 	// veth pairs inside the namespace: this kernel has no dummy driver.
+	// IPv6 too: the golden objects' IPv6 routes need their next hops on a
+	// connected network.
 	for _, e := range []struct {
-		name string
-		addr netip.Prefix
+		name  string
+		addrs []netip.Prefix
 	}{
-		{nat.DefaultExternalInterface, netip.PrefixFrom(netlab.GWExtAddr, 24)},
-		{nat.DefaultInternalInterface, netip.PrefixFrom(netlab.GWVPCAddr, 24)},
+		{nat.DefaultExternalInterface, []netip.Prefix{netip.PrefixFrom(netlab.GWExtAddr, 24), prefix("2001:db8::fe/64")}},
+		{nat.DefaultInternalInterface, []netip.Prefix{netip.PrefixFrom(netlab.GWVPCAddr, 24), prefix("fd00::1/64")}},
 	} {
-		if err := netlab.Veth(netlab.End{NS: ns, Name: e.name, Addrs: []netip.Prefix{e.addr}}, netlab.End{NS: ns, Name: "peer-" + e.name}); err != nil {
+		if err := netlab.Veth(netlab.End{NS: ns, Name: e.name, Addrs: e.addrs}, netlab.End{NS: ns, Name: "peer-" + e.name}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -93,6 +95,8 @@ func goldenObjects() []nat.Object {
 		nattest.SNAT(u(nat.KindSNAT, 4), addr("2001:db8::13"), prefix("fd00::/64"), false),
 		nattest.SNAT(u(nat.KindSNAT, 5), addr("2001:db8::13"), prefix("fd00::/48"), true),
 		nattest.SNAT(u(nat.KindSNAT, 6), addr("2001:db8::13"), prefix("fd00::20/128"), false),
+		nattest.Route(u(nat.KindRoute, 3), prefix("::/0"), addr("2001:db8::1"), nat.DeviceExternal),
+		nattest.Route(u(nat.KindRoute, 4), prefix("fd00:9::/48"), addr("fd00::fe"), nat.DeviceInternal),
 	}
 }
 
