@@ -238,6 +238,9 @@ func (p *Plumber) add(o nat.Object, it item) error {
 			return fmt.Errorf("%s: add address %s on %s: %w", o, it.addr, p.cfg.ExternalInterface, err)
 		}
 		if it.addr.Addr().Is6() {
+			if err := p.waitUsable(l, it.addr.Addr()); err != nil {
+				return fmt.Errorf("%s: address %s on %s: %w", o, it.addr, p.cfg.ExternalInterface, err)
+			}
 			if err := p.unsolicitedNA(l, it.addr.Addr()); err != nil {
 				return fmt.Errorf("%s: unsolicited neighbour advertisement of %s: %w", o, it.addr.Addr(), err)
 			}
@@ -284,6 +287,38 @@ func (p *Plumber) remove(o nat.Object, it item) error {
 		}
 	}
 	return nil
+}
+
+// tentativeWait bounds waitUsable.
+const tentativeWait = 5 * time.Second
+
+// waitUsable waits until the IPv6 address addr on l is no longer
+// tentative. Even without DAD (IFA_F_NODAD) the kernel clears the
+// tentative flag in a work queue after the address is added, not within
+// the add; until then the address can neither receive packets nor be the
+// source of the advertisement (sendmsg: EINVAL). On a busy machine that
+// takes milliseconds.
+func (p *Plumber) waitUsable(l netlink.Link, addr netip.Addr) error {
+	deadline := time.Now().Add(tentativeWait)
+	for {
+		as, err := p.h.AddrList(l, netlink.FAMILY_V6)
+		if err != nil {
+			return fmt.Errorf("list addresses: %w", err)
+		}
+		tentative := true
+		for _, a := range as {
+			if ip, ok := netip.AddrFromSlice(a.IP); ok && ip == addr {
+				tentative = a.Flags&unix.IFA_F_TENTATIVE != 0
+			}
+		}
+		if !tentative {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("still tentative after %v", tentativeWait)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // unsolicitedNA announces addr on l to all nodes (ff02::1): a neighbour

@@ -10,8 +10,8 @@ import (
 	"github.com/natgw/natgw/nat"
 )
 
-// testIPv6 runs the FIP, DNAT, SNAT (longest prefix) and hairpin cases in
-// IPv6, with real TCP and UDP through a dual-stack topology; a backend of
+// testIPv6 runs the FIP, DNAT, SNAT (longest prefix), hairpin and QoS
+// cases in IPv6, with real TCP and UDP through a dual-stack topology; a backend of
 // Options.NoIPv6 must refuse every IPv6 object instead.
 func (s *suite) testIPv6(t *testing.T) {
 	if s.opts.NoIPv6 {
@@ -23,6 +23,7 @@ func (s *suite) testIPv6(t *testing.T) {
 		{"DNAT", s.testDNAT6Packets},
 		{"SNATLongestPrefix", s.testSNAT6Packets},
 		{"Hairpin", s.testHairpin6},
+		{"QoS", func(t *testing.T) { s.testQoSFamily(t, true) }},
 	} {
 		t.Run(tc.name, tc.run)
 	}

@@ -74,12 +74,21 @@ func qosOf(o nat.Object) (map[qosKey]qosVal, error) {
 			return nil, &nat.FieldError{UID: o.UID, Field: d.field, Value: strconv.FormatUint(uint64(d.burst), 10),
 				Reason: fmt.Sprintf("above %d (nftables limit burst is a 32-bit byte count)", math.MaxUint32/mbit)}
 		}
-		out[qosKey{d.dir, o.EIP.Address}] = qosVal{rate: uint64(d.rate) * mbit, burst: uint32(burst)}
+		out[qosKey{d.dir, policerAddr(o.EIP)}] = qosVal{rate: uint64(d.rate) * mbit, burst: uint32(burst)}
 	}
 	return out, nil
 }
 
 func a4(a netip.Addr) []byte { b := a.As4(); return b[:] }
+
+// policerAddr is the address that names an EIP's policers: its IPv4
+// address, or the IPv6 one of an IPv6-only EIP.
+func policerAddr(e *nat.EIP) netip.Addr {
+	if e.Address.IsValid() {
+		return e.Address
+	}
+	return e.V6Address
+}
 
 func a16(a netip.Addr) []byte { b := a.As16(); return b[:] }
 
@@ -99,13 +108,16 @@ func eipComment(o nat.Object) string {
 }
 
 // eip6Comment is the comment of an EIP's eips6 element: the whole EIP of
-// an IPv6-only one; of a dual-stack one its prefix length and, as v4=, the
-// IPv4 address whose eips element holds the EIP (Load rebuilds the EIP
-// from that one).
+// an IPv6-only one (with qos= as eipComment writes it); of a dual-stack
+// one its prefix length and, as v4=, the IPv4 address whose eips element
+// holds the EIP (Load rebuilds the EIP from that one).
 func eip6Comment(o nat.Object) string {
 	s := fmt.Sprintf("%s plen=%d", o.UID, o.EIP.V6PrefixLen)
 	if e := o.EIP; e.Address.IsValid() {
-		s += " v4=" + e.Address.String()
+		return s + " v4=" + e.Address.String()
+	}
+	if q := o.EIP.QoS; q != nil {
+		s += fmt.Sprintf(" qos=%d/%d/%d/%d", q.IngressRateMbps, q.IngressBurstMbit, q.EgressRateMbps, q.EgressBurstMbit)
 	}
 	return s
 }
@@ -126,30 +138,40 @@ func render(o nat.Object, out setElems) error {
 	}
 	switch o.Kind {
 	case nat.KindEIP:
-		if o.EIP.V6Address.IsValid() && o.EIP.QoS != nil {
-			return &nat.FieldError{UID: o.UID, Field: "eip.qos", Value: o.EIP.V6Address.String(),
-				Reason: "QoS of an EIP with an IPv6 address is not supported by the nftables data plane yet"}
-		}
-		if !o.EIP.Address.IsValid() {
-			return add(setEIPs6, nft.SetElement{Key: a16(o.EIP.V6Address), Comment: eip6Comment(o)})
-		}
-		if o.EIP.V6Address.IsValid() {
-			if err := add(setEIPs6, nft.SetElement{Key: a16(o.EIP.V6Address), Comment: eip6Comment(o)}); err != nil {
-				return err
-			}
-		}
 		pol, err := qosOf(o)
 		if err != nil {
 			return err
 		}
+		// Each address of the EIP goes to the EIP's one policer per
+		// direction (a dual-stack EIP's two families share its bucket).
 		for _, k := range sortedKeys(pol, cmpQoSKey) {
-			set := setQoSIn
-			if k.dir == qosOut {
-				set = setQoSOut
+			v := &expr.Verdict{Kind: expr.VerdictGoto, Chain: k.name()}
+			if a := o.EIP.Address; a.IsValid() {
+				set := setQoSIn
+				if k.dir == qosOut {
+					set = setQoSOut
+				}
+				if err := add(set, nft.SetElement{Key: a4(a), VerdictData: v, Comment: o.UID}); err != nil {
+					return err
+				}
 			}
-			if err := add(set, nft.SetElement{Key: a4(k.eip), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: k.name()}, Comment: o.UID}); err != nil {
+			if a := o.EIP.V6Address; a.IsValid() {
+				set := setQoSIn6
+				if k.dir == qosOut {
+					set = setQoSOut6
+				}
+				if err := add(set, nft.SetElement{Key: a16(a), VerdictData: v, Comment: o.UID}); err != nil {
+					return err
+				}
+			}
+		}
+		if a := o.EIP.V6Address; a.IsValid() {
+			if err := add(setEIPs6, nft.SetElement{Key: a16(a), Comment: eip6Comment(o)}); err != nil {
 				return err
 			}
+		}
+		if !o.EIP.Address.IsValid() {
+			return nil
 		}
 		return add(setEIPs, nft.SetElement{Key: a4(o.EIP.Address), Comment: eipComment(o)})
 	case nat.KindFIP:
@@ -330,7 +352,7 @@ func addr6Of(b []byte) (netip.Addr, error) {
 // isV6Set says whether the elements of set are keyed by an IPv6 address.
 func isV6Set(set string) bool {
 	switch set {
-	case setEIPs6, setFIPDNAT6, setFIPSNAT6, setPortDNAT6, setRoutes6:
+	case setEIPs6, setFIPDNAT6, setFIPSNAT6, setPortDNAT6, setRoutes6, setQoSIn6, setQoSOut6:
 		return true
 	}
 	c, ok := parseSNATSet(set)
@@ -383,19 +405,9 @@ func parseElem(set string, e nft.SetElement) (uid string, obj nat.Object, err er
 			eip.V6Address, eip.V6PrefixLen = p.Addr(), p.Bits()
 		}
 		if q, ok := kv["qos"]; ok {
-			var v [4]uint32
-			parts := strings.Split(q, "/")
-			if len(parts) != 4 {
-				return uid, nat.Object{}, fmt.Errorf("eip %s: bad qos %q", k0, q)
+			if eip.QoS, err = parseQoSComment(q); err != nil {
+				return uid, nat.Object{}, fmt.Errorf("eip %s: %w", k0, err)
 			}
-			for i, p := range parts {
-				n, err := strconv.ParseUint(p, 10, 32)
-				if err != nil {
-					return uid, nat.Object{}, fmt.Errorf("eip %s: bad qos %q", k0, q)
-				}
-				v[i] = uint32(n)
-			}
-			eip.QoS = &nat.QoS{IngressRateMbps: v[0], IngressBurstMbit: v[1], EgressRateMbps: v[2], EgressBurstMbit: v[3]}
 		}
 		return uid, nat.Object{UID: uid, Kind: nat.KindEIP, EIP: eip}, nil
 	case setQoSIn, setQoSOut:
@@ -474,6 +486,8 @@ func parseElem6(set string, e nft.SetElement, uid string, kv map[string]string) 
 		return uid, nat.Object{}, err
 	}
 	switch set {
+	case setQoSIn6, setQoSOut6:
+		return uid, nat.Object{}, nil
 	case setEIPs6:
 		plen, err := strconv.Atoi(kv["plen"])
 		if err != nil {
@@ -484,7 +498,13 @@ func parseElem6(set string, e nft.SetElement, uid string, kv map[string]string) 
 			// from its eips element (this one only names its owner).
 			return uid, nat.Object{}, nil
 		}
-		return uid, nat.Object{UID: uid, Kind: nat.KindEIP, EIP: &nat.EIP{V6Address: k0, V6PrefixLen: plen}}, nil
+		eip := &nat.EIP{V6Address: k0, V6PrefixLen: plen}
+		if q, ok := kv["qos"]; ok {
+			if eip.QoS, err = parseQoSComment(q); err != nil {
+				return uid, nat.Object{}, fmt.Errorf("eip %s: %w", k0, err)
+			}
+		}
+		return uid, nat.Object{UID: uid, Kind: nat.KindEIP, EIP: eip}, nil
 	case setFIPDNAT6, setFIPSNAT6:
 		v, err := addr6Of(e.Val)
 		if err != nil {
@@ -546,4 +566,22 @@ func onesOf(b byte) int {
 		n++
 	}
 	return n
+}
+
+// parseQoSComment parses the qos= attribute of an EIP comment:
+// inRate/inBurst/outRate/outBurst.
+func parseQoSComment(q string) (*nat.QoS, error) {
+	var v [4]uint32
+	parts := strings.Split(q, "/")
+	if len(parts) != 4 {
+		return nil, fmt.Errorf("bad qos %q", q)
+	}
+	for i, p := range parts {
+		n, err := strconv.ParseUint(p, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("bad qos %q", q)
+		}
+		v[i] = uint32(n)
+	}
+	return &nat.QoS{IngressRateMbps: v[0], IngressBurstMbit: v[1], EgressRateMbps: v[2], EgressBurstMbit: v[3]}, nil
 }

@@ -56,6 +56,8 @@ const (
 	setFIPSNAT6  = "fip_snat6"
 	setPortDNAT6 = "port_dnat6"
 	setRoutes6   = "routes6"
+	setQoSIn6    = "qos_in6"
+	setQoSOut6   = "qos_out6"
 )
 
 // Names of the chains.
@@ -136,6 +138,8 @@ var fixedSets = []setSpec{
 	{name: setFIPSNAT6, key: nft.TypeIP6Addr, val: nft.TypeIP6Addr},
 	{name: setPortDNAT6, key: typePortKey6, val: typePortVal6, concat: true},
 	{name: setRoutes6, key: typeRouteKey6, val: nft.TypeIP6Addr, concat: true},
+	{name: setQoSIn6, key: nft.TypeIP6Addr, val: nft.TypeVerdict},
+	{name: setQoSOut6, key: nft.TypeIP6Addr, val: nft.TypeVerdict},
 }
 
 // isFIPMap says whether set is one of the FIP maps, whose two halves
@@ -332,8 +336,10 @@ type qosKey struct {
 	eip netip.Addr
 }
 
+// name is the policer's chain and limit object name: the EIP's address
+// with its dots (IPv4) or colons (IPv6) as underscores.
 func (k qosKey) name() string {
-	return "qos_" + string(k.dir) + "_" + strings.ReplaceAll(k.eip.String(), ".", "_")
+	return "qos_" + string(k.dir) + "_" + strings.NewReplacer(".", "_", ":", "_").Replace(k.eip.String())
 }
 
 func parseQoSName(name string) (qosKey, bool) {
@@ -344,7 +350,9 @@ func parseQoSName(name string) (qosKey, bool) {
 		}
 		a, err := netip.ParseAddr(strings.ReplaceAll(rest, "_", "."))
 		if err != nil || !a.Is4() {
-			return qosKey{}, false
+			if a, err = netip.ParseAddr(strings.ReplaceAll(rest, "_", ":")); err != nil || !a.Is6() {
+				return qosKey{}, false
+			}
 		}
 		k := qosKey{d, a}
 		return k, k.name() == name
@@ -631,10 +639,18 @@ func qosBaseChain(dir qosDir, ext string) chainSpec {
 		c = chainSpec{name: chainQoSOut, hook: nft.ChainHookPostrouting, prio: ptr(prioQoSOut), typ: nft.ChainTypeFilter}
 		iface, ifWord, addr, off, set, comment = expr.MetaKeyOIFNAME, "oifname", "saddr", offSaddr, setQoSOut, "natgw: EIP egress QoS, after SNAT"
 	}
+	off6, set6 := uint32(offDaddr6), setQoSIn6
+	if dir == qosOut {
+		off6, set6 = offSaddr6, setQoSOut6
+	}
 	c.rules = []ruleSpec{{
 		text:    ifWord + " " + strconv.Quote(ext) + " ip " + addr + " vmap @" + set,
 		comment: comment,
 		exprs:   cat(ifMatch(iface, ext), nfproto(false), []expr.Any{loadIP(off, reg0), lookup(set, reg0, 0)}),
+	}, {
+		text:    ifWord + " " + strconv.Quote(ext) + " ip6 " + addr + " vmap @" + set6,
+		comment: strings.Replace(comment, "EIP", "IPv6 EIP", 1),
+		exprs:   cat(ifMatch(iface, ext), nfproto(true), []expr.Any{loadIP6(off6, r6a), lookup(set6, r6a, 0)}),
 	}}
 	return c
 }

@@ -1,8 +1,8 @@
 // Package nftables is natgw's nftables data plane: one table of its own
-// (`ip natgw`) whose named maps hold every NAT object as an element tagged
-// with the owner's UID, programmed over one lasting netlink connection, one
-// kernel transaction per operation. The table layout is specified in
-// nat/README.md.
+// (`inet natgw`, IPv4 and IPv6) whose named maps hold every NAT object as
+// an element tagged with the owner's UID, programmed over one lasting
+// netlink connection, one kernel transaction per operation. The table
+// layout is specified in nat/README.md.
 package nftables
 
 import (

@@ -87,8 +87,8 @@ func goldenObjects() []nat.Object {
 		nattest.Route(u(nat.KindRoute, 2), prefix("0.0.0.0/0"), addr("192.0.2.1"), nat.DeviceExternal),
 		// IPv6: a dual-stack EIP, an IPv6-only one, a FIP, port DNATs
 		// and overlapping CIDR SNATs with and without random-fully.
-		{UID: u(nat.KindEIP, 4), Kind: nat.KindEIP, EIP: &nat.EIP{Address: addr("192.0.2.13"), PrefixLen: 24, V6Address: addr("2001:db8::13"), V6PrefixLen: 64}},
-		{UID: u(nat.KindEIP, 5), Kind: nat.KindEIP, EIP: &nat.EIP{V6Address: addr("2001:db8::10"), V6PrefixLen: 64}},
+		{UID: u(nat.KindEIP, 4), Kind: nat.KindEIP, EIP: &nat.EIP{Address: addr("192.0.2.13"), PrefixLen: 24, V6Address: addr("2001:db8::13"), V6PrefixLen: 64, QoS: &nat.QoS{IngressRateMbps: 30}}},
+		{UID: u(nat.KindEIP, 5), Kind: nat.KindEIP, EIP: &nat.EIP{V6Address: addr("2001:db8::10"), V6PrefixLen: 64, QoS: &nat.QoS{IngressRateMbps: 40, IngressBurstMbit: 4, EgressRateMbps: 10}}},
 		nattest.FIP(u(nat.KindFIP, 2), addr("2001:db8::10"), addr("fd00::10")),
 		nattest.DNAT(u(nat.KindDNAT, 5), addr("2001:db8::13"), nat.TCP, 8080, addr("fd00::11"), 80),
 		nattest.DNAT(u(nat.KindDNAT, 6), addr("2001:db8::13"), nat.UDP, 5353, addr("fd00::12"), 53),
