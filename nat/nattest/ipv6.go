@@ -10,8 +10,9 @@ import (
 	"github.com/natgw/natgw/nat"
 )
 
-// testIPv6 runs the FIP, DNAT, SNAT (longest prefix), hairpin and QoS
-// cases in IPv6, with real TCP and UDP through a dual-stack topology; a backend of
+// testIPv6 runs a round trip of IPv6 objects beside IPv4 ones (apply,
+// reopen, reload, update, Sync, delete by UID) and the FIP, DNAT, SNAT
+// (longest prefix), hairpin and QoS cases in IPv6, with real TCP and UDP through a dual-stack topology; a backend of
 // Options.NoIPv6 must refuse every IPv6 object instead.
 func (s *suite) testIPv6(t *testing.T) {
 	if s.opts.NoIPv6 {
@@ -19,6 +20,7 @@ func (s *suite) testIPv6(t *testing.T) {
 		return
 	}
 	for _, tc := range []test{
+		{"RoundTrip", s.testIPv6RoundTrip},
 		{"FIP", s.testFIP6Packets},
 		{"DNAT", s.testDNAT6Packets},
 		{"SNATLongestPrefix", s.testSNAT6Packets},
@@ -262,4 +264,66 @@ func isIPv6Text(s string) bool {
 	}
 	a, err := netip.ParseAddr(s)
 	return err == nil && a.Is6()
+}
+
+// sample6 is one IPv6 object of every kind the IPv6 data plane takes: a
+// dual-stack EIP with QoS, an IPv6-only EIP, a FIP, TCP and UDP DNATs on
+// one port, overlapping SNATs (one random-fully) and the IPv6 default route.
+func sample6() []nat.Object {
+	dual := DualEIP(UID(nat.KindEIP, 10), netlab.EIP(10), netlab.EIP6(10))
+	dual.EIP.QoS = &nat.QoS{IngressRateMbps: 10, EgressRateMbps: 20, EgressBurstMbit: 2}
+	return []nat.Object{
+		dual,
+		EIP6(UID(nat.KindEIP, 11), netlab.EIP6(11)),
+		FIP(UID(nat.KindFIP, 10), netlab.EIP6(10), netlab.VMAddr6(0)),
+		DNAT(UID(nat.KindDNAT, 10), netlab.EIP6(11), nat.TCP, 2222, netlab.VMAddr6(1), 8080),
+		DNAT(UID(nat.KindDNAT, 11), netlab.EIP6(11), nat.UDP, 2222, netlab.VMAddr6(1), 8081),
+		SNAT(UID(nat.KindSNAT, 10), netlab.EIP6(11), netlab.VPCNet6, false),
+		SNAT(UID(nat.KindSNAT, 11), netlab.EIP6(10), netip.MustParsePrefix("2001:db8:100::8/126"), true),
+		Route(UID(nat.KindRoute, 10), netip.MustParsePrefix("::/0"), netlab.ExtAddr6, nat.DeviceExternal),
+	}
+}
+
+// testIPv6RoundTrip: IPv6 objects beside the IPv4 sample survive a reopen
+// and a reload unchanged (kernel and List, same boot id), an update of an
+// IPv6 object replaces it, a Sync to a subset of both families leaves
+// exactly that subset, and deleting by UID leaves the empty state.
+func (s *suite) testIPv6RoundTrip(t *testing.T) {
+	e := s.newEnvWith(t, true, netlab.GatewayOptions{IPv6: true})
+	objs := append(sample(), sample6()...)
+	e.apply(objs...)
+	e.wantList("after apply", objs...)
+	k, boot := e.kernel(), e.dp.BootID()
+	e.reopen()
+	e.wantList("after reopen", objs...)
+	e.wantKernel("reopen must not change the kernel", k)
+	if got := e.dp.BootID(); got != boot {
+		t.Errorf("BootID after reopen = %q, want %q", got, boot)
+	}
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	e.touch()
+	if err := e.dp.Reload(ctx); err != nil {
+		t.Errorf("reload: %v", err)
+	}
+	e.wantList("after reload", objs...)
+	// Update: the IPv6 FIP moves to another VM.
+	moved := FIP(UID(nat.KindFIP, 10), netlab.EIP6(10), netlab.VMAddr6(2))
+	e.apply(moved)
+	objs[len(sample())+2] = moved
+	e.wantList("after updating the IPv6 FIP", objs...)
+	// Sync to every other object, both families.
+	var half []nat.Object
+	for i, o := range objs {
+		if i%2 == 0 {
+			half = append(half, o)
+		}
+	}
+	e.sync(half...)
+	e.wantList("after a Sync to half", half...)
+	e.reopen()
+	e.wantList("after a Sync to half and a reopen", half...)
+	e.del(nat.UIDs(half)...)
+	e.wantList("after deleting everything")
+	e.wantEquiv("after deleting everything", e.empty)
 }
