@@ -95,6 +95,14 @@ func appendObject(b []byte, o *nat.Object) []byte {
 		b = appendText(b, e.Address)
 		b = append(b, `,"prefixLen":`...)
 		b = strconv.AppendInt(b, int64(e.PrefixLen), 10)
+		if e.V6Address.IsValid() {
+			b = append(b, `,"v6Address":`...)
+			b = appendText(b, e.V6Address)
+		}
+		if e.V6PrefixLen != 0 {
+			b = append(b, `,"v6PrefixLen":`...)
+			b = strconv.AppendInt(b, int64(e.V6PrefixLen), 10)
+		}
 		if q := e.QoS; q != nil {
 			b = append(b, `,"qos":{`...)
 			n := 0
@@ -312,6 +320,12 @@ func (s *scanner) object(o *nat.Object) {
 		e := &nat.EIP{Address: s.addr()}
 		s.lit(`,"prefixLen":`)
 		e.PrefixLen = int(s.uint(31)) // non-negative and fits any int
+		if s.peek(`,"v6Address":`) {
+			e.V6Address = s.addr()
+		}
+		if s.peek(`,"v6PrefixLen":`) {
+			e.V6PrefixLen = int(s.uint(31))
+		}
 		if s.peek(`,"qos":{`) {
 			q := &nat.QoS{}
 			first := true

@@ -203,7 +203,7 @@ func TestFaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			flush := []string{"nft", "flush", "table", "ip", "natgw"}
+			flush := []string{"nft", "flush", "table", "inet", "natgw"}
 			if dp == "iptables" {
 				flush = []string{"iptables-legacy", "-t", "nat", "-F"}
 			}

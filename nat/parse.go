@@ -1,6 +1,7 @@
 package nat
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 )
@@ -42,11 +43,27 @@ func ParseIPv4Prefix(field, s string) (netip.Prefix, error) {
 	return p, nil
 }
 
-// CheckUnicastIPv4 is natgw's one rule for an address a gateway programs
-// (an EIP, an internal IP, a next hop): a valid IPv4 address that is not
-// 0.0.0.0, loopback (127/8), multicast or 255.255.255.255. The error is a
-// *FieldError (value "" for a missing address).
+// CheckUnicastIPv4 is natgw's one rule for an IPv4 address a gateway
+// programs (an EIP, an internal IP, a next hop): a valid IPv4 address that
+// is not 0.0.0.0, loopback (127/8), multicast or 255.255.255.255. The error
+// is a *FieldError (value "" for a missing address).
 func CheckUnicastIPv4(field string, a netip.Addr) error {
+	if !a.Is4() && a.IsValid() {
+		return &FieldError{Field: field, Value: a.String(), Reason: "not an IPv4 address"}
+	}
+	if fe := checkUnicast(field, a); fe != nil {
+		return fe
+	}
+	return nil
+}
+
+// CheckUnicast is natgw's one rule for an address a gateway programs, of
+// either family: CheckUnicastIPv4's rule for IPv4; for IPv6 a valid
+// address that is not unspecified (::), loopback (::1), multicast
+// (ff00::/8), link-local (fe80::/10) or IPv4-mapped (::ffff:0:0/96, which
+// would alias an IPv4 address), and has no zone. The error is a
+// *FieldError (value "" for a missing address).
+func CheckUnicast(field string, a netip.Addr) error {
 	if fe := checkUnicast(field, a); fe != nil {
 		return fe
 	}
@@ -57,13 +74,36 @@ func checkUnicast(field string, a netip.Addr) *FieldError {
 	bad := func(reason string) *FieldError { return &FieldError{Field: field, Value: addrText(a), Reason: reason} }
 	switch {
 	case !a.IsValid():
-		return bad("missing IPv4 address")
-	case !a.Is4():
-		return bad("not an IPv4 address (only IPv4 is supported)")
+		return bad("missing address")
+	case a.Is4In6():
+		return bad("an IPv4-mapped IPv6 address (write the IPv4 address)")
+	case a.Zone() != "":
+		return bad("an address with a zone")
 	case a.IsUnspecified(), a.IsMulticast(), a.IsLoopback(), a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
 		return bad("not a unicast address")
+	case a.Is6() && (a.IsLinkLocalUnicast() || a.IsInterfaceLocalMulticast()):
+		return bad("a link-local IPv6 address")
 	}
 	return nil
+}
+
+// Family names an address family in messages: "IPv4" or "IPv6".
+func Family(a netip.Addr) string {
+	if a.Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
+}
+
+// CheckSameFamily is natgw's one rule that an object's addresses are of
+// one family (an IPv6 internal address needs an IPv6 EIP): field and a
+// name the value refused, eip the address it must agree with.
+func CheckSameFamily(field string, a netip.Addr, eipField string, eip netip.Addr) error {
+	if a.Is4() == eip.Is4() {
+		return nil
+	}
+	return &FieldError{Field: field, Value: addrText(a),
+		Reason: fmt.Sprintf("an %s address with the %s %s %s (an object's addresses must be of one family)", Family(a), Family(eip), eipField, eip)}
 }
 
 func addrText(a netip.Addr) string {
@@ -85,6 +125,46 @@ func ParseUnicastIPv4(field, s string) (netip.Addr, error) {
 		return netip.Addr{}, err
 	}
 	return a, nil
+}
+
+// ParseIP parses an address of either family (no prefix length, no zone).
+func ParseIP(field, s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return netip.Addr{}, &FieldError{Field: field, Value: s, Reason: "not an IP address"}
+	}
+	return a, nil
+}
+
+// ParseUnicastIP parses an address a gateway programs, of either family:
+// ParseIP, then CheckUnicast (the check Object.Validate makes).
+func ParseUnicastIP(field, s string) (netip.Addr, error) {
+	a, err := ParseIP(field, s)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if err := CheckUnicast(field, a); err != nil {
+		return netip.Addr{}, err
+	}
+	return a, nil
+}
+
+// ParsePrefix parses a CIDR of either family ("198.51.100.0/24",
+// "2001:db8:1::/64"), or a bare address as its /32 or /128, as
+// ParseIPv4Prefix does for IPv4. Host bits are kept as given.
+func ParsePrefix(field, s string) (netip.Prefix, error) {
+	if !strings.Contains(s, "/") {
+		a, err := ParseIP(field, s)
+		if err != nil {
+			return netip.Prefix{}, err
+		}
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, &FieldError{Field: field, Value: s, Reason: "not a CIDR"}
+	}
+	return p, nil
 }
 
 // ParseIPv4Network parses an IPv4 network in CIDR form with its host bits

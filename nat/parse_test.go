@@ -62,6 +62,8 @@ func TestParseRules(t *testing.T) {
 	proto := func(f, s string) (any, error) { return ParseProtocol(f, s) }
 	unicast := func(f, s string) (any, error) { return ParseUnicastIPv4(f, s) }
 	network := func(f, s string) (any, error) { return ParseIPv4Network(f, s) }
+	unicastAny := func(f, s string) (any, error) { return ParseUnicastIP(f, s) }
+	prefix := func(f, s string) (any, error) { return ParsePrefix(f, s) }
 	match := func(f, s string) (any, error) {
 		d, p, err := ParseQoSMatch(f, s)
 		return d + " " + p.String(), err
@@ -99,6 +101,20 @@ func TestParseRules(t *testing.T) {
 		{"network /33", network, "10.1.0.0/33", nil, "not an IPv4 CIDR"},
 		{"network bare", network, "10.1.0.0", nil, "not an IPv4 CIDR"},
 		{"network ipv6", network, "2001:db8::/64", nil, "not an IPv4 CIDR"},
+		{"unicast any v4", unicastAny, "198.51.100.1", netip.MustParseAddr("198.51.100.1"), ""},
+		{"unicast any v6", unicastAny, "2001:db8::1", netip.MustParseAddr("2001:db8::1"), ""},
+		{"unicast any v4 loopback", unicastAny, "127.0.0.1", nil, "not a unicast address"},
+		{"unicast any v6 loopback", unicastAny, "::1", nil, "not a unicast address"},
+		{"unicast any v6 unspecified", unicastAny, "::", nil, "not a unicast address"},
+		{"unicast any v6 multicast", unicastAny, "ff02::1", nil, "not a unicast address"},
+		{"unicast any v6 link-local", unicastAny, "fe80::1", nil, "link-local"},
+		{"unicast any v6 zone", unicastAny, "fe80::1%eth0", nil, "not an IP address"},
+		{"unicast any v4-mapped", unicastAny, "::ffff:198.51.100.1", nil, "IPv4-mapped"},
+		{"unicast any name", unicastAny, "gw", nil, "not an IP address"},
+		{"prefix v6", prefix, "fd00:1::/64", netip.MustParsePrefix("fd00:1::/64"), ""},
+		{"prefix v6 bare", prefix, "fd00:1::5", netip.MustParsePrefix("fd00:1::5/128"), ""},
+		{"prefix v4 bare", prefix, "10.0.0.5", netip.MustParsePrefix("10.0.0.5/32"), ""},
+		{"prefix v6 /129", prefix, "fd00:1::/129", nil, "not a CIDR"},
 		{"match", match, "src 10.0.0.0/8", "src 10.0.0.0/8", ""},
 		{"match ipv6", match, "dst 2001:db8::/64", "dst 2001:db8::/64", ""},
 		{"match bare address", match, "src 10.0.0.1", nil, `"src CIDR"`},
@@ -125,5 +141,38 @@ func TestParseRules(t *testing.T) {
 	var fe *FieldError
 	if err := o.Validate(); !errors.As(err, &fe) || fe.UID != "u" || fe.Field != "fip.eip" || fe.Reason != "not a unicast address" {
 		t.Errorf("Validate of a loopback EIP: %v", err)
+	}
+}
+
+func TestEIPAddressFor(t *testing.T) {
+	v4 := EIP{Address: netip.MustParseAddr("192.0.2.10"), PrefixLen: 24}
+	v6 := EIP{V6Address: netip.MustParseAddr("2001:db8::10"), V6PrefixLen: 64}
+	dual := EIP{Address: v4.Address, PrefixLen: 24, V6Address: v6.V6Address, V6PrefixLen: 64}
+	for _, tt := range []struct {
+		name     string
+		e        EIP
+		internal string
+		want     string // "": refused
+	}{
+		{"v4 on v4", v4, "10.0.0.5", "192.0.2.10"},
+		{"v6 on v4-only", v4, "fd00::5", ""},
+		{"v4 on v6-only", v6, "10.0.0.5", ""},
+		{"v6 on v6", v6, "fd00::5", "2001:db8::10"},
+		{"v4 on dual", dual, "10.0.0.5", "192.0.2.10"},
+		{"v6 on dual", dual, "fd00::5", "2001:db8::10"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.e.AddressFor("fip.internalIP", netip.MustParseAddr(tt.internal))
+			if tt.want != "" {
+				if err != nil || got.String() != tt.want {
+					t.Fatalf("AddressFor(%s) = %v, %v; want %s", tt.internal, got, err, tt.want)
+				}
+				return
+			}
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != "fip.internalIP" || fe.Value != tt.internal || !strings.Contains(fe.Reason, "no IPv") {
+				t.Fatalf("AddressFor(%s) error %v, want a *FieldError of fip.internalIP", tt.internal, err)
+			}
+		})
 	}
 }

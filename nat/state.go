@@ -1,6 +1,7 @@
 package nat
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -39,13 +40,15 @@ type shareBackendKey struct {
 	port uint16
 }
 
-// v4 is a valid object's IPv4 address as a map key: 4 bytes hash and
-// compare faster than a netip.Addr (24 bytes) and take less room.
-type v4 uint32
+// v4 is a valid object's address as a map key, of either family: two
+// words hash and compare faster than a netip.Addr (24 bytes, with a zone
+// pointer). An IPv4 address is keyed as its IPv4-mapped form, which
+// Validate refuses as an IPv6 address, so the families never collide.
+type v4 struct{ hi, lo uint64 }
 
 func key4(a netip.Addr) v4 {
-	b := a.As4()
-	return v4(uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]))
+	b := a.As16()
+	return v4{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
 }
 
 // State is the in-memory model of one gateway: objects by UID plus the
@@ -148,8 +151,15 @@ func (s *State) conflict(o Object) error {
 	}
 	switch o.Kind {
 	case KindEIP:
-		if u, ok := s.eipByAddr[key4(o.EIP.Address)]; ok {
-			return c("eip.address", o.EIP.Address.String(), u, "address already used by another EIP")
+		if a := o.EIP.Address; a.IsValid() {
+			if u, ok := s.eipByAddr[key4(a)]; ok {
+				return c("eip.address", a.String(), u, "address already used by another EIP")
+			}
+		}
+		if a := o.EIP.V6Address; a.IsValid() {
+			if u, ok := s.eipByAddr[key4(a)]; ok {
+				return c("eip.v6Address", a.String(), u, "address already used by another EIP")
+			}
 		}
 	case KindFIP:
 		f := o.FIP
@@ -237,7 +247,9 @@ func (s *State) add(o Object) {
 	s.byUID[o.UID] = o
 	switch o.Kind {
 	case KindEIP:
-		s.eipByAddr[key4(o.EIP.Address)] = o.UID
+		for _, a := range o.EIP.Addrs() {
+			s.eipByAddr[key4(a)] = o.UID
+		}
 	case KindFIP:
 		s.fipByEIP[key4(o.FIP.EIP)] = o.UID
 		s.fipByInternal[key4(o.FIP.InternalIP)] = o.UID
@@ -271,7 +283,9 @@ func (s *State) remove(uid string) (Object, bool) {
 	delete(s.byUID, uid)
 	switch o.Kind {
 	case KindEIP:
-		delete(s.eipByAddr, key4(o.EIP.Address))
+		for _, a := range o.EIP.Addrs() {
+			delete(s.eipByAddr, key4(a))
+		}
 	case KindFIP:
 		delete(s.fipByEIP, key4(o.FIP.EIP))
 		delete(s.fipByInternal, key4(o.FIP.InternalIP))

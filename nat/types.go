@@ -5,7 +5,10 @@
 //
 // Every object carries the Kubernetes UID of its owner. A backend keys all
 // kernel state by that UID, so an object can be deleted knowing only its UID.
-// Only IPv4 is supported.
+//
+// Objects are IPv4 or IPv6: a FIP, DNAT or SNAT takes the family of its
+// addresses, which must agree (Validate refuses a mix, naming the field).
+// An EIP has an IPv4 address, an IPv6 address or both.
 package nat
 
 import (
@@ -66,13 +69,64 @@ type Object struct {
 	Route *Route `json:"route,omitempty"`
 }
 
-// EIP is an external address of the gateway. Applying it puts Address/PrefixLen
-// on the external interface (with a gratuitous ARP) and, when QoS is set,
-// polices the EIP's traffic.
+// EIP is an external address of the gateway: an IPv4 address (Address,
+// PrefixLen), an IPv6 address (V6Address, V6PrefixLen) or both. Applying it
+// puts its addresses on the external interface (IPv4 with a gratuitous
+// ARP, IPv6 with an unsolicited neighbour advertisement) and, when QoS is
+// set, polices the EIP's traffic. An IPv6-only EIP has no Address (the
+// zero netip.Addr) and PrefixLen 0.
 type EIP struct {
-	Address   netip.Addr `json:"address"`
-	PrefixLen int        `json:"prefixLen"`
-	QoS       *QoS       `json:"qos,omitempty"`
+	Address     netip.Addr `json:"address"`
+	PrefixLen   int        `json:"prefixLen"`
+	V6Address   netip.Addr `json:"v6Address,omitzero"`
+	V6PrefixLen int        `json:"v6PrefixLen,omitempty"`
+	QoS         *QoS       `json:"qos,omitempty"`
+}
+
+// Addrs returns the EIP's addresses: the IPv4 one first, then the IPv6
+// one, each only if set.
+func (e EIP) Addrs() []netip.Addr {
+	out := make([]netip.Addr, 0, 2)
+	if e.Address.IsValid() {
+		out = append(out, e.Address)
+	}
+	if e.V6Address.IsValid() {
+		out = append(out, e.V6Address)
+	}
+	return out
+}
+
+// Prefixes returns the EIP's addresses with their prefix lengths, as they
+// go on the external interface (IPv4 first).
+func (e EIP) Prefixes() []netip.Prefix {
+	out := make([]netip.Prefix, 0, 2)
+	if e.Address.IsValid() {
+		out = append(out, netip.PrefixFrom(e.Address, e.PrefixLen))
+	}
+	if e.V6Address.IsValid() {
+		out = append(out, netip.PrefixFrom(e.V6Address, e.V6PrefixLen))
+	}
+	return out
+}
+
+// AddressFor returns the EIP's address of the family of internal (what a
+// FIP, DNAT or SNAT of that internal address or CIDR uses). field names the
+// caller's internal field in the error: a *FieldError when the EIP has no
+// address of that family (an IPv6 internal address on an IPv4-only EIP).
+func (e EIP) AddressFor(field string, internal netip.Addr) (netip.Addr, error) {
+	a := e.Address
+	if internal.Is6() {
+		a = e.V6Address
+	}
+	if !a.IsValid() {
+		have := "IPv6"
+		if e.Address.IsValid() {
+			have = "IPv4"
+		}
+		return netip.Addr{}, &FieldError{Field: field, Value: addrText(internal),
+			Reason: fmt.Sprintf("an %s address, but the EIP has no %s address (it is %s only)", Family(internal), Family(internal), have)}
+	}
+	return a, nil
 }
 
 // QoS polices an EIP's traffic like upstream's `tc ... police ... drop`:
@@ -167,7 +221,12 @@ type Route struct {
 func (o Object) String() string {
 	switch {
 	case o.Kind == KindEIP && o.EIP != nil:
-		return fmt.Sprintf("eip %s: %s/%d", o.UID, o.EIP.Address, o.EIP.PrefixLen)
+		ps := o.EIP.Prefixes()
+		t := make([]string, len(ps))
+		for i, p := range ps {
+			t[i] = p.String()
+		}
+		return fmt.Sprintf("eip %s: %s", o.UID, strings.Join(t, " "))
 	case o.Kind == KindFIP && o.FIP != nil:
 		return fmt.Sprintf("fip %s: %s <-> %s", o.UID, o.FIP.EIP, o.FIP.InternalIP)
 	case o.Kind == KindDNAT && o.DNAT != nil:
@@ -194,7 +253,7 @@ func (o Object) Equal(p Object) bool {
 	switch o.Kind {
 	case KindEIP:
 		return ptrEqual(o.EIP, p.EIP, func(a, b EIP) bool {
-			return a.Address == b.Address && a.PrefixLen == b.PrefixLen && ptrEqual(a.QoS, b.QoS, func(x, y QoS) bool { return x == y })
+			return a.Address == b.Address && a.PrefixLen == b.PrefixLen && a.V6Address == b.V6Address && a.V6PrefixLen == b.V6PrefixLen && ptrEqual(a.QoS, b.QoS, func(x, y QoS) bool { return x == y })
 		})
 	case KindFIP:
 		return ptrEqual(o.FIP, p.FIP, func(a, b FIP) bool { return a == b })
@@ -249,11 +308,15 @@ func kindRank(k Kind) int {
 
 // Addresses returns the EIP an object is about (FIP, DNAT, SNAT, EIP) and,
 // when it has one, its internal address (FIP, DNAT). Backends use them to
-// clean conntrack after a change.
+// clean conntrack after a change. For an EIP it is the IPv4 address, or
+// the IPv6 one of an IPv6-only EIP (EIP.Addrs has both).
 func (o Object) Addresses() (eip, internal netip.Addr) {
 	switch o.Kind {
 	case KindEIP:
 		if o.EIP != nil {
+			if !o.EIP.Address.IsValid() {
+				return o.EIP.V6Address, netip.Addr{}
+			}
 			return o.EIP.Address, netip.Addr{}
 		}
 	case KindFIP:
@@ -270,4 +333,40 @@ func (o Object) Addresses() (eip, internal netip.Addr) {
 		}
 	}
 	return netip.Addr{}, netip.Addr{}
+}
+
+// IPv6Field returns the first field of o that holds an IPv6 address or
+// CIDR (its name as Validate names it, and its value), if o has one: a
+// backend that programs IPv4 only refuses such an object with it.
+func (o Object) IPv6Field() (field, value string, ok bool) {
+	switch {
+	case o.EIP != nil:
+		if o.EIP.V6Address.IsValid() {
+			return "eip.v6Address", o.EIP.V6Address.String(), true
+		}
+	case o.FIP != nil:
+		if o.FIP.EIP.Is6() {
+			return "fip.eip", o.FIP.EIP.String(), true
+		}
+	case o.DNAT != nil:
+		if o.DNAT.EIP.Is6() {
+			return "dnat.eip", o.DNAT.EIP.String(), true
+		}
+	case o.SNAT != nil:
+		if o.SNAT.EIP.Is6() {
+			return "snat.eip", o.SNAT.EIP.String(), true
+		}
+	case o.Route != nil:
+		if o.Route.Destination.Addr().Is6() {
+			return "route.destination", o.Route.Destination.String(), true
+		}
+	}
+	return "", "", false
+}
+
+// IsIPv6 reports whether o is an IPv6 object (an EIP: whether it has an
+// IPv6 address).
+func (o Object) IsIPv6() bool {
+	_, _, ok := o.IPv6Field()
+	return ok
 }

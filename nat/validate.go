@@ -87,16 +87,47 @@ func (o Object) Validate() error {
 		}
 		return nil
 	}
+	same := func(field string, a netip.Addr, eipField string, eip netip.Addr) error {
+		if err := CheckSameFamily(field, a, eipField, eip); err != nil {
+			err.(*FieldError).UID = o.UID
+			return err
+		}
+		return nil
+	}
 	switch o.Kind {
 	case KindEIP:
 		if o.EIP == nil {
 			return bad("kind", string(o.Kind), "eip payload missing")
 		}
-		if err := unicast("eip.address", o.EIP.Address); err != nil {
-			return err
+		e := o.EIP
+		if !e.Address.IsValid() && !e.V6Address.IsValid() {
+			return bad("eip.address", "", "missing address (an EIP has an IPv4 address, an IPv6 address in eip.v6Address, or both)")
 		}
-		if o.EIP.PrefixLen < 1 || o.EIP.PrefixLen > 32 {
-			return bad("eip.prefixLen", fmt.Sprint(o.EIP.PrefixLen), "must be 1..32")
+		if e.Address.IsValid() {
+			if e.Address.Is6() {
+				return bad("eip.address", e.Address.String(), "not an IPv4 address (an IPv6 address goes in eip.v6Address)")
+			}
+			if err := unicast("eip.address", e.Address); err != nil {
+				return err
+			}
+			if e.PrefixLen < 1 || e.PrefixLen > 32 {
+				return bad("eip.prefixLen", fmt.Sprint(e.PrefixLen), "must be 1..32")
+			}
+		} else if e.PrefixLen != 0 {
+			return bad("eip.prefixLen", fmt.Sprint(e.PrefixLen), "set without an IPv4 address")
+		}
+		if e.V6Address.IsValid() {
+			if !e.V6Address.Is6() || e.V6Address.Is4In6() {
+				return bad("eip.v6Address", e.V6Address.String(), "not an IPv6 address (an IPv4 address goes in eip.address)")
+			}
+			if err := unicast("eip.v6Address", e.V6Address); err != nil {
+				return err
+			}
+			if e.V6PrefixLen < 1 || e.V6PrefixLen > 128 {
+				return bad("eip.v6PrefixLen", fmt.Sprint(e.V6PrefixLen), "must be 1..128")
+			}
+		} else if e.V6PrefixLen != 0 {
+			return bad("eip.v6PrefixLen", fmt.Sprint(e.V6PrefixLen), "set without an IPv6 address")
 		}
 		if q := o.EIP.QoS; q != nil {
 			if q.IngressBurstMbit != 0 && q.IngressRateMbps == 0 {
@@ -123,6 +154,9 @@ func (o Object) Validate() error {
 		if err := unicast("fip.internalIP", o.FIP.InternalIP); err != nil {
 			return err
 		}
+		if err := same("fip.internalIP", o.FIP.InternalIP, "fip.eip", o.FIP.EIP); err != nil {
+			return err
+		}
 		if o.FIP.EIP == o.FIP.InternalIP {
 			return bad("fip.internalIP", o.FIP.InternalIP.String(), "equals the EIP")
 		}
@@ -143,6 +177,9 @@ func (o Object) Validate() error {
 		if err := unicast("dnat.internalIP", d.InternalIP); err != nil {
 			return err
 		}
+		if err := same("dnat.internalIP", d.InternalIP, "dnat.eip", d.EIP); err != nil {
+			return err
+		}
 		if d.InternalPort == 0 {
 			return bad("dnat.internalPort", "0", "must be 1..65535")
 		}
@@ -158,10 +195,14 @@ func (o Object) Validate() error {
 			return err
 		}
 		if !s.InternalCIDR.IsValid() {
-			return bad("snat.internalCIDR", "", "missing IPv4 CIDR")
+			return bad("snat.internalCIDR", "", "missing CIDR")
 		}
-		if !s.InternalCIDR.Addr().Is4() {
-			return bad("snat.internalCIDR", s.InternalCIDR.String(), "not an IPv4 CIDR (only IPv4 is supported)")
+		if a := s.InternalCIDR.Addr(); a.Is4In6() || a.Zone() != "" {
+			return bad("snat.internalCIDR", s.InternalCIDR.String(), "an IPv4-mapped or zoned IPv6 CIDR")
+		}
+		if a := s.InternalCIDR.Addr(); a.Is4() != s.EIP.Is4() {
+			return bad("snat.internalCIDR", s.InternalCIDR.String(),
+				fmt.Sprintf("an %s CIDR with the %s snat.eip %s (an object's addresses must be of one family)", Family(a), Family(s.EIP), s.EIP))
 		}
 		if s.InternalCIDR.Masked() != s.InternalCIDR {
 			return bad("snat.internalCIDR", s.InternalCIDR.String(), "host bits set (want "+s.InternalCIDR.Masked().String()+")")
@@ -171,14 +212,18 @@ func (o Object) Validate() error {
 		if r == nil {
 			return bad("kind", string(o.Kind), "route payload missing")
 		}
-		if !r.Destination.IsValid() || !r.Destination.Addr().Is4() {
-			return bad("route.destination", prefixText(r.Destination), "must be an IPv4 CIDR")
+		if !r.Destination.IsValid() || r.Destination.Addr().Is4In6() || r.Destination.Addr().Zone() != "" {
+			return bad("route.destination", prefixText(r.Destination), "must be an IPv4 or IPv6 CIDR")
 		}
 		if r.Destination.Masked() != r.Destination {
 			return bad("route.destination", r.Destination.String(), "host bits set (want "+r.Destination.Masked().String()+")")
 		}
 		if err := unicast("route.nextHop", r.NextHop); err != nil {
 			return err
+		}
+		if r.NextHop.Is4() != r.Destination.Addr().Is4() {
+			return bad("route.nextHop", r.NextHop.String(), fmt.Sprintf("an %s next hop for the %s route.destination %s (a route's addresses must be of one family)",
+				Family(r.NextHop), Family(r.Destination.Addr()), r.Destination))
 		}
 		if r.Device != DeviceInternal && r.Device != DeviceExternal {
 			return bad("route.device", string(r.Device), "must be internal or external")

@@ -204,7 +204,7 @@ func RunS2(ctx context.Context, e *Env) error {
 				if err != nil {
 					return a.wrap(err)
 				}
-				if _, err := run(ctx, ns, nil, nil, "nft", "delete", "table", "ip", nftables.TableName); err != nil {
+				if _, err := run(ctx, ns, nil, nil, "nft", "delete", "table", "inet", nftables.TableName); err != nil {
 					return err
 				}
 				start := time.Now()

@@ -90,7 +90,7 @@ func TestResyncOnNewBootID(t *testing.T) {
 	reconnects := metrics.CounterValue(metrics.Reconnects.WithLabelValues(e.gwName))
 	opened := e.tr.opened()
 
-	if out, err := exec.Command("ip", "netns", "exec", e.gw.GW, "nft", "delete", "table", "ip", "natgw").CombinedOutput(); err != nil {
+	if out, err := exec.Command("ip", "netns", "exec", e.gw.GW, "nft", "delete", "table", "inet", "natgw").CombinedOutput(); err != nil {
 		t.Fatalf("nft delete table: %v\n%s", err, out)
 	}
 	e.tr.breakAll()

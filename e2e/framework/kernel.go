@@ -21,7 +21,7 @@ import (
 // Kernel is what a gateway namespace holds, read with the kernel's own
 // tools (nft, iptables-legacy-save, ip addr), independently of natgw.
 type Kernel struct {
-	// Dump is `nft list table ip natgw` (nftables; "" when there is no
+	// Dump is `nft list table inet natgw` (nftables; "" when there is no
 	// such table) or iptables-legacy-save (iptables).
 	Dump string
 	// Entries are the UID-tagged entries of the dump by owner UID: nft map
@@ -71,7 +71,7 @@ func ReadKernel(ctx context.Context, g *Topology, dp string) (Kernel, error) {
 	var err error
 	switch dp {
 	case "nftables":
-		k.Dump, err = netlab.NftTable(ctx, g.GW, "ip", "natgw")
+		k.Dump, err = netlab.NftTable(ctx, g.GW, "inet", "natgw")
 		if err != nil {
 			// No table yet (or any more): nothing of ours.
 			if strings.Contains(err.Error(), "No such file or directory") {
@@ -165,7 +165,7 @@ func iptablesEntries(dump string) map[string][]string {
 
 var bootRE = regexp.MustCompile(`boot=[0-9a-zA-Z]+`)
 
-// EmptyNftTable reports whether an nft listing of table ip natgw is
+// EmptyNftTable reports whether an nft listing of table inet natgw is
 // natgw's empty layout (nat/nftables/testdata/golden/empty.nft, boot id
 // aside): nothing but the fixed sets, maps and chains.
 func EmptyNftTable(dump string) error {
@@ -177,13 +177,13 @@ func EmptyNftTable(dump string) error {
 		return strings.Join(strings.Fields(bootRE.ReplaceAllString(s, "boot=BOOT")), " ")
 	}
 	if norm(dump) != norm(string(b)) {
-		return fmt.Errorf("table ip natgw is not the empty layout:\n%s", dump)
+		return fmt.Errorf("table inet natgw is not the empty layout:\n%s", dump)
 	}
 	return nil
 }
 
 // Foreign is what a gateway namespace holds that is not natgw's: the nft
-// ruleset without table ip natgw, and iptables-legacy-save without natgw's
+// ruleset without table inet natgw, and iptables-legacy-save without natgw's
 // chains and hook rules (counters dropped).
 type Foreign struct {
 	Nft      string
@@ -200,7 +200,7 @@ func ReadForeign(ctx context.Context, g *Topology) (Foreign, error) {
 	if err != nil {
 		return Foreign{}, err
 	}
-	return Foreign{Nft: withoutNftTable(nft, "ip", "natgw"), Iptables: withoutNatgwChains(ipt)}, nil
+	return Foreign{Nft: withoutNftTable(nft, "inet", "natgw"), Iptables: withoutNatgwChains(ipt)}, nil
 }
 
 // withoutNftTable removes one table's block from an nft ruleset listing.

@@ -305,7 +305,7 @@ func runInRootfs(t *testing.T, files map[string][]byte, links map[string]string,
 	if v := run("-c", "bash /kube-ovn/nat-gateway.sh get-iptables-version"); !strings.Contains(v, "iptables v1.8.9") {
 		t.Fatalf("get-iptables-version: %q", v)
 	}
-	table, err := netlab.NftTable(context.Background(), gw.GW, "ip", "natgw")
+	table, err := netlab.NftTable(context.Background(), gw.GW, "inet", "natgw")
 	if err != nil {
 		t.Fatal(err)
 	}

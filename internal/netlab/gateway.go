@@ -23,7 +23,34 @@ var (
 	VPCNet = netip.MustParsePrefix("198.51.100.0/24")
 	// GWVPCAddr is the gateway's address on eth0, the VPC hosts' default route.
 	GWVPCAddr = netip.MustParseAddr("198.51.100.1")
+
+	// The IPv6 addresses of a dual-stack topology (GatewayOptions.IPv6;
+	// RFC 3849 documentation prefix): the same roles, one /64 per network.
+	ExtNet6    = netip.MustParsePrefix("2001:db8:2::/64")
+	ExtAddr6   = netip.MustParseAddr("2001:db8:2::1")
+	GWExtAddr6 = netip.MustParseAddr("2001:db8:2::fe")
+	VPCNet6    = netip.MustParsePrefix("2001:db8:100::/64")
+	GWVPCAddr6 = netip.MustParseAddr("2001:db8:100::1")
 )
+
+// EIP6 returns the i-th IPv6 address handed out as an EIP in a dual-stack
+// topology: 2001:db8:2::100 + i for i in 0..199; the invalid Addr otherwise.
+func EIP6(i int) netip.Addr {
+	if i < 0 || i > 199 {
+		return netip.Addr{}
+	}
+	b := ExtNet6.Addr().As16()
+	b[14], b[15] = byte((0x100+i)>>8), byte(0x100+i)
+	return netip.AddrFrom16(b)
+}
+
+// VMAddr6 returns the IPv6 address of the i-th VPC host (0-based) of a
+// dual-stack topology: 2001:db8:100::a + i.
+func VMAddr6(i int) netip.Addr {
+	b := VPCNet6.Addr().As16()
+	b[14], b[15] = byte((10+i)>>8), byte(10+i)
+	return netip.AddrFrom16(b)
+}
 
 // EIP returns the i-th address handed out as an EIP in the standard
 // topology: 192.0.2.10+i for i in 0..199; the invalid Addr otherwise.
@@ -46,12 +73,20 @@ type GatewayOptions struct {
 	Name string
 	// VMs is the number of VPC hosts (default 3, at most 100).
 	VMs int
+	// IPv6 makes the topology dual-stack: every interface also gets its
+	// IPv6 address (ExtAddr6, GWExtAddr6, GWVPCAddr6, VMAddr6; without
+	// duplicate address detection), the VMs an IPv6 default route via
+	// GWVPCAddr6, every namespace accept_ra off and gw IPv6 forwarding
+	// on. Only sysctls of the topology's own namespaces are set.
+	IPv6 bool
 }
 
-// Host is a namespace with one address of interest.
+// Host is a namespace with one address of interest (and, in a dual-stack
+// topology, its IPv6 address).
 type Host struct {
-	NS   string
-	Addr netip.Addr
+	NS    string
+	Addr  netip.Addr
+	Addr6 netip.Addr
 }
 
 // Gateway is one standard topology:
@@ -60,7 +95,9 @@ type Host struct {
 //	                                                           │ veth
 //	                          sw: bridge br0 ── veth ── vmN (eth0 198.51.100.10+N/24, default via .1)
 //
-// gw forwards IPv4. The names of the gateway's interfaces are Kube-OVN's.
+// gw forwards IPv4 (and, with GatewayOptions.IPv6, IPv6: every interface
+// then also has the IPv6 address of its role). The names of the gateway's
+// interfaces are Kube-OVN's.
 type Gateway struct {
 	Name              string
 	Ext               Host // 192.0.2.1
@@ -72,6 +109,27 @@ type Gateway struct {
 
 	lab  *Lab
 	role string // of GW
+	ipv6 bool   // GatewayOptions.IPv6
+}
+
+// ipv6Sysctls prepares namespace ns of a dual-stack topology before its
+// interfaces exist: no router advertisements (nothing but the test's own
+// addresses and routes), no DAD on new interfaces; forward is set in the
+// gateway.
+func ipv6Sysctls(ns string, forward bool) error {
+	kv := [][2]string{
+		{"net.ipv6.conf.all.accept_ra", "0"}, {"net.ipv6.conf.default.accept_ra", "0"},
+		{"net.ipv6.conf.all.accept_dad", "0"}, {"net.ipv6.conf.default.accept_dad", "0"},
+	}
+	if forward {
+		kv = append(kv, [2]string{"net.ipv6.conf.all.forwarding", "1"})
+	}
+	for _, s := range kv {
+		if err := Sysctl(ns, s[0], s[1]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // wireGW links the (new, empty) gateway namespace to ext and the switch and
@@ -80,11 +138,20 @@ type Gateway struct {
 // a restarted Kube-OVN gateway pod keeps the MACs its IPAM gave it: the
 // neighbors' ARP caches stay right.
 func (g *Gateway) wireGW() error {
-	if err := Veth(End{NS: g.GW, Name: g.ExternalInterface, Addrs: []netip.Prefix{netip.PrefixFrom(GWExtAddr, ExtNet.Bits())}, MAC: macOf(GWExtAddr)},
-		End{NS: g.Ext.NS, Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(ExtAddr, ExtNet.Bits())}}); err != nil {
+	gwExt, ext, gwVPC := []netip.Prefix{netip.PrefixFrom(GWExtAddr, ExtNet.Bits())}, []netip.Prefix{netip.PrefixFrom(ExtAddr, ExtNet.Bits())}, []netip.Prefix{netip.PrefixFrom(GWVPCAddr, VPCNet.Bits())}
+	if g.ipv6 {
+		if err := ipv6Sysctls(g.GW, true); err != nil {
+			return err
+		}
+		gwExt = append(gwExt, netip.PrefixFrom(GWExtAddr6, ExtNet6.Bits()))
+		ext = append(ext, netip.PrefixFrom(ExtAddr6, ExtNet6.Bits()))
+		gwVPC = append(gwVPC, netip.PrefixFrom(GWVPCAddr6, VPCNet6.Bits()))
+	}
+	if err := Veth(End{NS: g.GW, Name: g.ExternalInterface, Addrs: gwExt, MAC: macOf(GWExtAddr)},
+		End{NS: g.Ext.NS, Name: "eth0", Addrs: ext}); err != nil {
 		return err
 	}
-	if err := Veth(End{NS: g.GW, Name: g.InternalInterface, Addrs: []netip.Prefix{netip.PrefixFrom(GWVPCAddr, VPCNet.Bits())}, MAC: macOf(GWVPCAddr)},
+	if err := Veth(End{NS: g.GW, Name: g.InternalInterface, Addrs: gwVPC, MAC: macOf(GWVPCAddr)},
 		End{NS: g.Switch, Name: "gw"}); err != nil {
 		return err
 	}
@@ -143,6 +210,14 @@ func (g *Gateway) RecreateGW(ctx context.Context) error {
 	return nil
 }
 
+func hostNS(hs []Host) []string {
+	out := make([]string, len(hs))
+	for i, h := range hs {
+		out[i] = h.NS
+	}
+	return out
+}
+
 // Config returns the nat.Config that targets this gateway.
 func (g *Gateway) Config() nat.Config {
 	return nat.Config{NetNS: g.GW, ExternalInterface: g.ExternalInterface, InternalInterface: g.InternalInterface}
@@ -162,7 +237,7 @@ func (l *Lab) Gateway(opts GatewayOptions) (*Gateway, error) {
 		}
 		return opts.Name + "-" + r
 	}
-	g := &Gateway{lab: l, role: role("gw"), Name: opts.Name, ExternalInterface: nat.DefaultExternalInterface, InternalInterface: nat.DefaultInternalInterface}
+	g := &Gateway{lab: l, role: role("gw"), Name: opts.Name, ExternalInterface: nat.DefaultExternalInterface, InternalInterface: nat.DefaultInternalInterface, ipv6: opts.IPv6}
 	var err error
 	mk := func(r string) string {
 		if err != nil {
@@ -181,20 +256,36 @@ func (l *Lab) Gateway(opts GatewayOptions) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netlab: gateway %q: %w", opts.Name, err)
 	}
-	steps := []func() error{
+	var steps []func() error
+	if opts.IPv6 {
+		g.Ext.Addr6 = ExtAddr6
+		for i := range g.VMs {
+			g.VMs[i].Addr6 = VMAddr6(i)
+		}
+		for _, ns := range append([]string{g.Ext.NS, g.Switch}, hostNS(g.VMs)...) {
+			steps = append(steps, func() error { return ipv6Sysctls(ns, false) })
+		}
+	}
+	steps = append(steps,
 		func() error { return Bridge(g.Switch, "br0") },
 		func() error { return g.wireGW() },
-	}
+	)
 	for i, vm := range g.VMs {
 		port := "vm" + strconv.Itoa(i+1)
+		addrs := []netip.Prefix{netip.PrefixFrom(vm.Addr, VPCNet.Bits())}
+		if opts.IPv6 {
+			addrs = append(addrs, netip.PrefixFrom(vm.Addr6, VPCNet6.Bits()))
+		}
 		steps = append(steps,
 			func() error {
-				return Veth(End{NS: vm.NS, Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(vm.Addr, VPCNet.Bits())}},
-					End{NS: g.Switch, Name: port})
+				return Veth(End{NS: vm.NS, Name: "eth0", Addrs: addrs}, End{NS: g.Switch, Name: port})
 			},
 			func() error { return Enslave(g.Switch, port, "br0") },
 			func() error { return AddRoute(vm.NS, netip.MustParsePrefix("0.0.0.0/0"), GWVPCAddr, "eth0") },
 		)
+		if opts.IPv6 {
+			steps = append(steps, func() error { return AddRoute(vm.NS, netip.MustParsePrefix("::/0"), GWVPCAddr6, "eth0") })
+		}
 	}
 	for _, s := range steps {
 		if err := s(); err != nil {

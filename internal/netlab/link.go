@@ -11,6 +11,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/nat/netns"
 )
@@ -62,6 +63,11 @@ func (h *handle) addrAdd(dev string, p netip.Prefix) error {
 		return err
 	}
 	a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+	if p.Addr().Is6() {
+		// Usable at once: duplicate address detection would hold it
+		// tentative for a second or more.
+		a.Flags = unix.IFA_F_NODAD
+	}
 	if err := h.h.AddrReplace(l, a); err != nil {
 		return fmt.Errorf("add %s to %s in %s: %w", p, dev, h.ns, err)
 	}
@@ -179,20 +185,25 @@ func AddAddr(ns, dev string, p netip.Prefix) error {
 }
 
 // Addrs returns the IPv4 addresses on dev in ns.
-func Addrs(ns, dev string) ([]netip.Prefix, error) {
+func Addrs(ns, dev string) ([]netip.Prefix, error) { return addrs(ns, dev, netlink.FAMILY_V4) }
+
+// Addrs6 returns the IPv6 addresses on dev in ns, link-local ones left out.
+func Addrs6(ns, dev string) ([]netip.Prefix, error) { return addrs(ns, dev, netlink.FAMILY_V6) }
+
+func addrs(ns, dev string, family int) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	err := withHandle(ns, func(h *handle) error {
 		l, err := h.link(dev)
 		if err != nil {
 			return err
 		}
-		as, err := h.h.AddrList(l, netlink.FAMILY_V4)
+		as, err := h.h.AddrList(l, family)
 		if err != nil {
 			return fmt.Errorf("list addresses of %s in %s: %w", dev, ns, err)
 		}
 		for _, a := range as {
 			ip, ok := netip.AddrFromSlice(a.IP)
-			if !ok {
+			if !ok || (family == netlink.FAMILY_V6 && ip.IsLinkLocalUnicast()) {
 				continue
 			}
 			ones, _ := a.Mask.Size()
@@ -230,7 +241,7 @@ func (r Route) String() string {
 func AddRoute(ns string, dst netip.Prefix, via netip.Addr, dev string) error {
 	err := withHandle(ns, func(h *handle) error {
 		r := &netlink.Route{
-			Dst: &net.IPNet{IP: dst.Addr().AsSlice(), Mask: net.CIDRMask(dst.Bits(), 32)},
+			Dst: &net.IPNet{IP: dst.Addr().AsSlice(), Mask: net.CIDRMask(dst.Bits(), dst.Addr().BitLen())},
 			Gw:  via.AsSlice(),
 		}
 		if dev != "" {

@@ -458,3 +458,72 @@ func TestParse(t *testing.T) {
 		}
 	}
 }
+
+// TestGatewayTopologyIPv6: a dual-stack topology has every role's IPv6
+// address beside its IPv4 one (not tentative: no DAD), the VMs an IPv6
+// default route, accept_ra off everywhere and IPv6 forwarding on in gw,
+// and real TCP over IPv6 between neighbours (vm1 to gw's eth0, ext to gw's
+// net1; through gw needs NAT: ext has no route to the VPC, as in IPv4).
+func TestGatewayTopologyIPv6(t *testing.T) {
+	ctx := context.Background()
+	lab := ForTest(t)
+	g, err := lab.Gateway(GatewayOptions{IPv6: true, VMs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		ns, dev string
+		want    netip.Prefix
+	}{
+		{g.GW, "net1", netip.PrefixFrom(GWExtAddr6, 64)},
+		{g.GW, "eth0", netip.PrefixFrom(GWVPCAddr6, 64)},
+		{g.Ext.NS, "eth0", netip.PrefixFrom(ExtAddr6, 64)},
+		{g.VMs[1].NS, "eth0", netip.PrefixFrom(VMAddr6(1), 64)},
+	} {
+		as, err := Addrs6(c.ns, c.dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(as) != 1 || as[0] != c.want {
+			t.Errorf("%s %s: IPv6 addresses %v, want %s", c.ns, c.dev, as, c.want)
+		}
+		if as4, err := Addrs(c.ns, c.dev); err != nil || len(as4) != 1 {
+			t.Errorf("%s %s: IPv4 addresses %v (%v), want one", c.ns, c.dev, as4, err)
+		}
+	}
+	if g.VMs[0].Addr6 != VMAddr6(0) || g.Ext.Addr6 != ExtAddr6 || VMAddr6(0).String() != "2001:db8:100::a" || EIP6(0).String() != "2001:db8:2::100" {
+		t.Errorf("hosts %+v %+v, EIP6(0) %s", g.VMs[0], g.Ext, EIP6(0))
+	}
+	for ns, want := range map[string]map[string]string{
+		g.GW:        {"all/forwarding": "1", "all/accept_ra": "0", "default/accept_ra": "0"},
+		g.VMs[0].NS: {"all/accept_ra": "0", "default/accept_ra": "0"},
+		g.Ext.NS:    {"all/accept_ra": "0"},
+	} {
+		for key, v := range want {
+			got, err := Exec(ctx, ns, "", "cat", "/proc/sys/net/ipv6/conf/"+key)
+			if err != nil || strings.TrimSpace(got) != v {
+				t.Errorf("%s: %s = %q (%v), want %s", ns, key, got, err, v)
+			}
+		}
+	}
+	if out, err := Exec(ctx, g.VMs[0].NS, "", "ip", "-6", "route", "show", "default"); err != nil || !strings.Contains(out, "via 2001:db8:100::1 dev eth0") {
+		t.Errorf("vm1 IPv6 default route: %q (%v)", out, err)
+	}
+	for _, c := range []struct {
+		client, server string
+		addr           netip.Addr
+	}{
+		{g.VMs[0].NS, g.GW, GWVPCAddr6},
+		{g.Ext.NS, g.GW, GWExtAddr6},
+	} {
+		target := netip.AddrPortFrom(c.addr, 7070).String()
+		srv, err := lab.ServeTCP(ctx, c.server, target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Dial(ctx, c.client, target, DialTimeout); err != nil {
+			t.Errorf("TCP %s -> %s: %v", c.client, target, err)
+		}
+		srv.Close()
+	}
+}

@@ -156,7 +156,7 @@ func inNS(ns string, fn func() error) error {
 // server stops when ctx ends or Close is called.
 func ServeTCP(ctx context.Context, ns, addr string) (*Server, error) {
 	ln, err := listenIn(ns, "tcp", addr, func() (net.Listener, error) {
-		return (&net.ListenConfig{}).Listen(ctx, "tcp4", addr)
+		return (&net.ListenConfig{}).Listen(ctx, family("tcp", addr), addr)
 	})
 	if err != nil {
 		return nil, err
@@ -324,7 +324,7 @@ func (zeros) Read(p []byte) (int, error) {
 // ServeUDP starts a UDP probe server on addr ("ip:port") inside ns.
 func ServeUDP(ctx context.Context, ns, addr string) (*Server, error) {
 	pc, err := listenIn(ns, "udp", addr, func() (net.PacketConn, error) {
-		return (&net.ListenConfig{}).ListenPacket(ctx, "udp4", addr)
+		return (&net.ListenConfig{}).ListenPacket(ctx, family("udp", addr), addr)
 	})
 	if err != nil {
 		return nil, err
@@ -426,7 +426,7 @@ func Connect(ctx context.Context, ns, addr string, timeout time.Duration) (net.C
 		var err error
 		// The socket is created on this thread, inside ns; it stays
 		// there when the thread switches back.
-		c, err = (&net.Dialer{}).DialContext(ctx, "tcp4", addr)
+		c, err = (&net.Dialer{}).DialContext(ctx, family("tcp", addr), addr)
 		return err
 	})
 	if err != nil {
@@ -457,7 +457,7 @@ func DialUDP(ctx context.Context, ns, addr string, timeout time.Duration) (Reply
 	var c net.Conn
 	err := inNS(ns, func() error {
 		var err error
-		c, err = (&net.Dialer{}).DialContext(ctx, "udp4", addr)
+		c, err = (&net.Dialer{}).DialContext(ctx, family("udp", addr), addr)
 		return err
 	})
 	if err != nil {
@@ -489,4 +489,14 @@ func DialUDP(ctx context.Context, ns, addr string, timeout time.Duration) (Reply
 			return Reply{}, fmt.Errorf("netlab: udp %s from %s: no reply: %w", addr, ns, ctx.Err())
 		}
 	}
+}
+
+// family is network ("tcp", "udp") of addr's family: "tcp6" for an IPv6
+// "[ip]:port", else "tcp4" (the probes never use dual-stack sockets, so a
+// server on 0.0.0.0 and one on an IPv6 address share a port).
+func family(network, addr string) string {
+	if ap, err := netip.ParseAddrPort(addr); err == nil && ap.Addr().Is6() {
+		return network + "6"
+	}
+	return network + "4"
 }

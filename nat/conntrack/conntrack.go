@@ -9,8 +9,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/mdlayher/netlink"
@@ -58,6 +60,8 @@ func Open(ns *netns.NS) (*Cleaner, error) {
 
 // MarkOf returns the ct mark natgw's nftables rules give the connections
 // NATed through eip: the IPv4 address as a big-endian 32-bit number.
+// IPv6 connections carry no such mark (an address does not fit): they are
+// deleted by address (DeleteByAddr). eip must be an IPv4 address.
 func MarkOf(eip netip.Addr) uint32 {
 	b := eip.As4()
 	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
@@ -126,7 +130,8 @@ func (c *Cleaner) answer(ctx context.Context, req []byte, seq uint32) error {
 	}
 }
 
-// DeleteByAddr dumps the IPv4 table and deletes every entry whose original or
+// DeleteByAddr dumps the table (the IPv4 entries, the IPv6 ones, or both,
+// by the families of addrs) and deletes every entry whose original or
 // reply tuple has one of addrs as source or destination, like
 // `conntrack -D -d ADDR` plus the reply side of SNATed flows. It returns how
 // many entries it deleted. Entries that vanish meanwhile are not errors.
@@ -162,7 +167,7 @@ func (c *Cleaner) deleteFlows(flows []ct.Flow, keep func(ct.Flow) bool) (int, er
 	return n, nil
 }
 
-// DeleteDNAT dumps the IPv4 table and deletes the entries DNATed through
+// DeleteDNAT dumps the table (the families of the DNATs' EIPs) and deletes the entries DNATed through
 // one of dnats: original destination the DNAT's EIP and external port,
 // reply source its internal address and port, its protocol. It leaves
 // every other connection of the EIP alone (the other backends of a share
@@ -182,9 +187,9 @@ func (c *Cleaner) DeleteDNAT(dnats []nat.DNAT) (int, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	flows, err := c.conn.DumpFilter(ct.NewFilter().Family(netfilter.ProtoIPv4), nil)
+	flows, err := c.dump(slices.Values(dnatEIPs(dnats)))
 	if err != nil {
-		return 0, fmt.Errorf("conntrack: dump: %w", err)
+		return 0, err
 	}
 	return c.deleteFlows(flows, func(f ct.Flow) bool {
 		o, r := f.TupleOrig, f.TupleReply
@@ -192,7 +197,41 @@ func (c *Cleaner) DeleteDNAT(dnats []nat.DNAT) (int, error) {
 	})
 }
 
-// Count returns how many IPv4 entries have one of addrs in either tuple.
+// dnatEIPs returns the EIPs of dnats.
+func dnatEIPs(dnats []nat.DNAT) []netip.Addr {
+	out := make([]netip.Addr, len(dnats))
+	for i, d := range dnats {
+		out[i] = d.EIP
+	}
+	return out
+}
+
+// dump dumps the entries of the families of addrs (IPv4, IPv6 or both).
+// Called with c.mu held.
+func (c *Cleaner) dump(addrs iter.Seq[netip.Addr]) ([]ct.Flow, error) {
+	var v4, v6 bool
+	for a := range addrs {
+		v4, v6 = v4 || a.Is4(), v6 || a.Is6()
+	}
+	var out []ct.Flow
+	for _, f := range []struct {
+		want bool
+		fam  netfilter.ProtoFamily
+	}{{v4, netfilter.ProtoIPv4}, {v6, netfilter.ProtoIPv6}} {
+		if !f.want {
+			continue
+		}
+		flows, err := c.conn.DumpFilter(ct.NewFilter().Family(f.fam), nil)
+		if err != nil {
+			return nil, fmt.Errorf("conntrack: dump: %w", err)
+		}
+		out = append(out, flows...)
+	}
+	return out, nil
+}
+
+// Count returns how many entries (of the families of addrs) have one of
+// addrs in either tuple.
 func (c *Cleaner) Count(addrs []netip.Addr) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -200,15 +239,15 @@ func (c *Cleaner) Count(addrs []netip.Addr) (int, error) {
 	return len(flows), err
 }
 
-// matching dumps the IPv4 entries that carry one of addrs. Called with c.mu held.
+// matching dumps the entries that carry one of addrs. Called with c.mu held.
 func (c *Cleaner) matching(addrs []netip.Addr) ([]ct.Flow, error) {
 	want := make(map[netip.Addr]bool, len(addrs))
 	for _, a := range addrs {
 		want[a] = true
 	}
-	flows, err := c.conn.DumpFilter(ct.NewFilter().Family(netfilter.ProtoIPv4), nil)
+	flows, err := c.dump(slices.Values(addrs))
 	if err != nil {
-		return nil, fmt.Errorf("conntrack: dump: %w", err)
+		return nil, err
 	}
 	out := flows[:0]
 	for _, f := range flows {

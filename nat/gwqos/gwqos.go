@@ -137,7 +137,7 @@ func (r Rule) Validate() error {
 			return bad("matchDirection", r.MatchDir, "want src or dst")
 		}
 		if !r.CIDR.IsValid() || !r.CIDR.Addr().Is4() {
-			return bad("cidr", r.CIDR.String(), "want an IPv4 CIDR (natgw's data plane is IPv4 only)")
+			return bad("cidr", r.CIDR.String(), "want an IPv4 CIDR (gateway-wide QoS is IPv4 only)")
 		}
 		if r.CIDR.Masked() != r.CIDR {
 			return bad("cidr", r.CIDR.String(), "host bits set")

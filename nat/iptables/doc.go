@@ -131,6 +131,22 @@
 // only its own conntrack entries (ForgetDNATFlows); the other backends'
 // connections stay.
 //
+// # IPv6
+//
+// This data plane is IPv4 only: Commit refuses an object with an IPv6
+// address (an EIP's v6Address, a FIP/DNAT/SNAT of an IPv6 EIP) before
+// anything runs, with a *nat.FieldError naming the field and the value
+// and the reason "IPv6 is not supported by the iptables-legacy data plane
+// (natgw does not drive ip6tables-legacy); use the nftables data plane".
+// Why refusal rather than ip6tables-legacy: this backend is the fallback
+// and the benchmark baseline of upstream's script, which has no ip6tables
+// either (Kube-OVN's gateway never translated IPv6); a second family here
+// would double every exec (ip6tables-legacy-save/-restore are separate
+// programs with their own tables, so one operation could no longer be one
+// restore, i.e. one kernel transaction, for a dual-stack EIP), and the
+// nftables data plane does both families in one table and one
+// transaction.
+//
 // # Cost
 //
 // A FIP is three rules, each with a comment match (the kernel keeps 256

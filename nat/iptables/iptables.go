@@ -249,6 +249,9 @@ func (r *Backend) lock(ctx context.Context) (func(), error) {
 // Commit implements engine.Backend with one iptables-legacy-restore
 // --noflush run. See doc.go for the transaction shape.
 func (r *Backend) Commit(ctx context.Context, c engine.Commit) error {
+	if err := refuseIPv6(c.Added); err != nil {
+		return err
+	}
 	unlock, err := r.lock(ctx)
 	if err != nil {
 		return err
@@ -704,3 +707,17 @@ func (s *script) render() (string, []int) {
 	}
 	return b.String(), commits
 }
+
+// refuseIPv6 refuses IPv6 objects before anything is sent: this data plane
+// drives iptables-legacy only (see doc.go, "IPv6").
+func refuseIPv6(objs []nat.Object) error {
+	for _, o := range objs {
+		if f, v, ok := o.IPv6Field(); ok {
+			return fmt.Errorf("iptables: %w", &nat.FieldError{UID: o.UID, Field: f, Value: v, Reason: ipv6Refusal})
+		}
+	}
+	return nil
+}
+
+// ipv6Refusal is the reason given for an IPv6 object.
+const ipv6Refusal = "IPv6 is not supported by the iptables-legacy data plane (natgw does not drive ip6tables-legacy); use the nftables data plane"

@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net/netip"
@@ -631,5 +632,40 @@ func TestCommitScriptShare(t *testing.T) {
 	want = []string{"*nat", rd.rules(other)[0].Line("-D"), shareRules([]nat.Object{other})[0].Line("-D"), "COMMIT"}
 	if text != strings.Join(want, "\n")+"\n" || len(shares) != 3 {
 		t.Errorf("removing the last backend:\n%s\nwant:\n%s", text, strings.Join(want, "\n"))
+	}
+}
+
+// TestRefuseIPv6: every IPv6 object is refused before anything runs, with
+// a *nat.FieldError naming the field, the value and the reason.
+func TestRefuseIPv6(t *testing.T) {
+	a := netip.MustParseAddr
+	for _, tt := range []struct {
+		obj   nat.Object
+		field string // "": accepted
+	}{
+		{nat.Object{UID: "f4", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: a("192.0.2.10"), InternalIP: a("10.0.0.5")}}, ""},
+		{nat.Object{UID: "e4", Kind: nat.KindEIP, EIP: &nat.EIP{Address: a("192.0.2.10"), PrefixLen: 24}}, ""},
+		{nat.Object{UID: "e6", Kind: nat.KindEIP, EIP: &nat.EIP{V6Address: a("2001:db8::10"), V6PrefixLen: 64}}, "eip.v6Address"},
+		{nat.Object{UID: "e46", Kind: nat.KindEIP, EIP: &nat.EIP{Address: a("192.0.2.10"), PrefixLen: 24, V6Address: a("2001:db8::10"), V6PrefixLen: 64}}, "eip.v6Address"},
+		{nat.Object{UID: "f6", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: a("2001:db8::10"), InternalIP: a("fd00::5")}}, "fip.eip"},
+		{nat.Object{UID: "d6", Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: a("2001:db8::10"), Protocol: nat.TCP, ExternalPort: 80, InternalIP: a("fd00::5"), InternalPort: 80}}, "dnat.eip"},
+		{nat.Object{UID: "s6", Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: a("2001:db8::10"), InternalCIDR: netip.MustParsePrefix("fd00::/64")}}, "snat.eip"},
+		{nat.Object{UID: "r6", Kind: nat.KindRoute, Route: &nat.Route{Destination: netip.MustParsePrefix("2001:db8::10/128"), NextHop: a("2001:db8::1"), Device: nat.DeviceExternal}}, "route.destination"},
+	} {
+		if err := tt.obj.Validate(); err != nil {
+			t.Fatalf("%s: not valid: %v", tt.obj, err)
+		}
+		err := refuseIPv6([]nat.Object{tt.obj})
+		if tt.field == "" {
+			if err != nil {
+				t.Errorf("%s: refused: %v", tt.obj, err)
+			}
+			continue
+		}
+		var fe *nat.FieldError
+		if !errors.As(err, &fe) || fe.UID != tt.obj.UID || fe.Field != tt.field || !strings.Contains(fe.Value, "2001:db8::10") ||
+			!strings.Contains(err.Error(), "ip6tables-legacy") || !errors.Is(err, nat.ErrInvalid) {
+			t.Errorf("%s: %v, want a *nat.FieldError of %s", tt.obj, err, tt.field)
+		}
 	}
 }

@@ -1,7 +1,8 @@
 // Package link programs a gateway's addresses and routes over netlink: EIP
-// addresses on the external interface (with a gratuitous ARP, like upstream's
-// `ip addr replace` + `arping -U`), static routes (`ip route replace`), and
-// IPv4 forwarding. It execs nothing.
+// addresses on the external interface (IPv4 with a gratuitous ARP, like
+// upstream's `ip addr replace` + `arping -U`; IPv6 without duplicate address
+// detection and with an unsolicited neighbour advertisement), static routes
+// (`ip route replace`), and IPv4 and IPv6 forwarding. It execs nothing.
 package link
 
 import (
@@ -13,7 +14,9 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"time"
 
+	"github.com/mdlayher/ndp"
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -60,6 +63,16 @@ func (p *Plumber) enableForwarding() error {
 	if err != nil {
 		return fmt.Errorf("link: enable ip_forward in %q: %w", p.cfg.NetNS, err)
 	}
+	err = p.ns.Do(func() error {
+		err := os.WriteFile("/proc/sys/net/ipv6/conf/all/forwarding", []byte("1\n"), 0o644)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil // IPv6 disabled in this kernel: nothing to forward
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("link: enable IPv6 forwarding in %q: %w", p.cfg.NetNS, err)
+	}
 	return nil
 }
 
@@ -98,7 +111,11 @@ func (p *Plumber) Check(added []nat.Object) error {
 func Key(o nat.Object) string {
 	switch o.Kind {
 	case nat.KindEIP:
-		return fmt.Sprintf("addr %s/%d", o.EIP.Address, o.EIP.PrefixLen)
+		k := "addr"
+		for _, a := range o.EIP.Prefixes() {
+			k += " " + a.String()
+		}
+		return k
 	case nat.KindRoute:
 		return fmt.Sprintf("route %s via %s dev %s", o.Route.Destination, o.Route.NextHop, o.Route.Device)
 	}
@@ -113,40 +130,76 @@ func (p *Plumber) Apply(ctx context.Context, removed, added []nat.Object) error 
 	defer p.mu.Unlock()
 	kept := map[string]int{}
 	for _, o := range added {
-		if k := Key(o); k != "" {
-			kept[k]++
+		for _, it := range items(o) {
+			kept[it.key]++
 		}
 	}
 	for _, o := range removed {
-		k := Key(o)
-		if k == "" {
-			continue
-		}
-		if kept[k] > 0 {
-			kept[k]--
-			continue
-		}
-		if err := p.remove(o); err != nil {
-			return err
+		for _, it := range items(o) {
+			if kept[it.key] > 0 {
+				kept[it.key]--
+				continue
+			}
+			if err := p.remove(o, it); err != nil {
+				return err
+			}
 		}
 	}
 	gone := map[string]bool{}
 	for _, o := range removed {
-		gone[Key(o)] = true
+		for _, it := range items(o) {
+			gone[it.key] = true
+		}
 	}
 	for _, o := range added {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		k := Key(o)
-		if k == "" || gone[k] {
-			continue
-		}
-		if err := p.add(o); err != nil {
-			return err
+		for _, it := range items(o) {
+			if gone[it.key] {
+				continue
+			}
+			if err := p.add(o, it); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// item is one thing an EIP or Route object puts in the kernel: an address
+// of an EIP (each of a dual-stack EIP's two separately, so that an update
+// which adds or removes one leaves the other alone) or a route.
+type item struct {
+	key  string
+	addr netip.Prefix // an EIP's address
+}
+
+func items(o nat.Object) []item {
+	switch {
+	case o.Kind == nat.KindEIP && o.EIP != nil:
+		ps := o.EIP.Prefixes()
+		out := make([]item, len(ps))
+		for i, a := range ps {
+			out[i] = item{key: "addr " + a.String(), addr: a}
+		}
+		return out
+	case o.Kind == nat.KindRoute && o.Route != nil:
+		return []item{{key: Key(o)}}
+	}
+	return nil
+}
+
+// eipAddr is the netlink address of an EIP's address; an IPv6 one without
+// duplicate address detection (the EIP is the gateway's to use at once, as
+// an IPv4 one is; DAD would hold it tentative, unusable, for a second or
+// more), as upstream's IPv4 `ip addr replace` has none either.
+func eipAddr(a netip.Prefix) *netlink.Addr {
+	na := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(a.Addr().AsSlice()), Mask: net.CIDRMask(a.Bits(), a.Addr().BitLen())}}
+	if a.Addr().Is6() {
+		na.Flags = unix.IFA_F_NODAD
+	}
+	return na
 }
 
 func (p *Plumber) linkOf(o nat.Object, dev string) (netlink.Link, error) {
@@ -174,18 +227,26 @@ func (p *Plumber) route(o nat.Object) (*netlink.Route, error) {
 	return rt, nil
 }
 
-func (p *Plumber) add(o nat.Object) error {
+func (p *Plumber) add(o nat.Object, it item) error {
 	switch o.Kind {
 	case nat.KindEIP:
 		l, err := p.linkOf(o, p.cfg.ExternalInterface)
 		if err != nil {
 			return err
 		}
-		a := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(o.EIP.Address.AsSlice()), Mask: net.CIDRMask(o.EIP.PrefixLen, 32)}}
-		if err := p.h.AddrReplace(l, a); err != nil {
-			return fmt.Errorf("%s: add address on %s: %w", o, p.cfg.ExternalInterface, err)
+		if err := p.h.AddrReplace(l, eipAddr(it.addr)); err != nil {
+			return fmt.Errorf("%s: add address %s on %s: %w", o, it.addr, p.cfg.ExternalInterface, err)
 		}
-		if err := p.gratuitousARP(l, o.EIP.Address); err != nil {
+		if it.addr.Addr().Is6() {
+			if err := p.waitUsable(l, it.addr.Addr()); err != nil {
+				return fmt.Errorf("%s: address %s on %s: %w", o, it.addr, p.cfg.ExternalInterface, err)
+			}
+			if err := p.unsolicitedNA(l, it.addr.Addr()); err != nil {
+				return fmt.Errorf("%s: unsolicited neighbour advertisement of %s: %w", o, it.addr.Addr(), err)
+			}
+			return nil
+		}
+		if err := p.gratuitousARP(l, it.addr.Addr()); err != nil {
 			return fmt.Errorf("%s: gratuitous ARP: %w", o, err)
 		}
 	case nat.KindRoute:
@@ -200,7 +261,7 @@ func (p *Plumber) add(o nat.Object) error {
 	return nil
 }
 
-func (p *Plumber) remove(o nat.Object) error {
+func (p *Plumber) remove(o nat.Object, it item) error {
 	switch o.Kind {
 	case nat.KindEIP:
 		l, err := p.linkOf(o, p.cfg.ExternalInterface)
@@ -210,9 +271,8 @@ func (p *Plumber) remove(o nat.Object) error {
 			}
 			return err
 		}
-		a := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(o.EIP.Address.AsSlice()), Mask: net.CIDRMask(o.EIP.PrefixLen, 32)}}
-		if err := p.h.AddrDel(l, a); err != nil && !isGone(err) {
-			return fmt.Errorf("%s: delete address on %s: %w", o, p.cfg.ExternalInterface, err)
+		if err := p.h.AddrDel(l, eipAddr(it.addr)); err != nil && !isGone(err) {
+			return fmt.Errorf("%s: delete address %s on %s: %w", o, it.addr, p.cfg.ExternalInterface, err)
 		}
 	case nat.KindRoute:
 		rt, err := p.route(o)
@@ -227,6 +287,68 @@ func (p *Plumber) remove(o nat.Object) error {
 		}
 	}
 	return nil
+}
+
+// tentativeWait bounds waitUsable.
+const tentativeWait = 5 * time.Second
+
+// waitUsable waits until the IPv6 address addr on l is no longer
+// tentative. Even without DAD (IFA_F_NODAD) the kernel clears the
+// tentative flag in a work queue after the address is added, not within
+// the add; until then the address can neither receive packets nor be the
+// source of the advertisement (sendmsg: EINVAL). On a busy machine that
+// takes milliseconds.
+func (p *Plumber) waitUsable(l netlink.Link, addr netip.Addr) error {
+	deadline := time.Now().Add(tentativeWait)
+	for {
+		as, err := p.h.AddrList(l, netlink.FAMILY_V6)
+		if err != nil {
+			return fmt.Errorf("list addresses: %w", err)
+		}
+		tentative := true
+		for _, a := range as {
+			if ip, ok := netip.AddrFromSlice(a.IP); ok && ip == addr {
+				tentative = a.Flags&unix.IFA_F_TENTATIVE != 0
+			}
+		}
+		if !tentative {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("still tentative after %v", tentativeWait)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// unsolicitedNA announces addr on l to all nodes (ff02::1): a neighbour
+// advertisement with the override flag and l's link-layer address, sent
+// from addr itself (RFC 4861 7.2.6), so neighbours update their cache
+// for the EIP's new home, as the gratuitous ARP does for IPv4.
+func (p *Plumber) unsolicitedNA(l netlink.Link, addr netip.Addr) error {
+	mac := l.Attrs().HardwareAddr
+	if len(mac) != 6 || l.Attrs().Flags&net.FlagUp == 0 {
+		return nil // no Ethernet address, or down: nobody to tell
+	}
+	ifi := &net.Interface{Index: l.Attrs().Index, MTU: l.Attrs().MTU, Name: l.Attrs().Name, HardwareAddr: mac, Flags: l.Attrs().Flags}
+	return p.ns.Do(func() error {
+		// The socket is made, and the interface's addresses read, in the
+		// gateway's namespace (this thread's).
+		c, _, err := ndp.Listen(ifi, ndp.Addr(addr.String()))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if err := c.SetWriteDeadline(time.Now().Add(time.Second)); err != nil {
+			return err
+		}
+		na := &ndp.NeighborAdvertisement{
+			Override:      true,
+			TargetAddress: addr,
+			Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: mac}},
+		}
+		return c.WriteTo(na, nil, netip.IPv6LinkLocalAllNodes())
+	})
 }
 
 // gratuitousARP announces addr on l (an ARP request with sender = target =
@@ -265,7 +387,7 @@ func (p *Plumber) gratuitousARP(l netlink.Link, addr netip.Addr) error {
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 func prefixNet(p netip.Prefix) *net.IPNet {
-	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), 32)}
+	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
 func isGone(err error) bool {

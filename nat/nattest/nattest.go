@@ -22,7 +22,11 @@
 //	Packets       real TCP/UDP through the standard netlab topology: FIP (both
 //	              ways, moved to another VM), DNAT, SNAT longest prefix (and
 //	              FIP-SNAT first), hairpin, QoS policing; after a delete no
-//	              connectivity and no conntrack entry of the EIP
+//	              connectivity and no conntrack entry of the EIP; IPv6: the
+//	              FIP (a dual-stack EIP, beside an IPv4 FIP), DNAT, SNAT
+//	              longest prefix and hairpin cases in IPv6 with real TCP and
+//	              UDP through a dual-stack topology (Options.NoIPv6: every
+//	              IPv6 kind refused, nothing changed)
 //
 // Before the backend is opened, foreign nft tables and iptables-legacy rules
 // (filter, nat and mangle, built-in and own chains) are put in the gateway
@@ -67,10 +71,15 @@ type Options struct {
 	// before the backend was opened; for any other data plane, none.
 	OwnIptablesLine func(line string) bool
 	// OwnNftTable reports whether the nft table ("family name", e.g.
-	// "ip natgw") belongs to the backend. The default, for the "nftables"
+	// "inet natgw") belongs to the backend. The default, for the "nftables"
 	// data plane, owns every table that did not exist before the backend
 	// was opened; for any other data plane, none.
 	OwnNftTable func(table string) bool
+	// NoIPv6 says the backend refuses IPv6 objects (the iptables-legacy
+	// data plane): the IPv6 packet cases then check that every IPv6 kind
+	// is refused with a *nat.FieldError and nothing changes, instead of
+	// sending IPv6 packets.
+	NoIPv6 bool
 }
 
 // opTimeout bounds every Dataplane call the suite makes.
@@ -130,9 +139,16 @@ type env struct {
 // and iptables-legacy rules, opens the backend and checks isolation.
 func (s *suite) newEnv(t *testing.T, topo bool) *env {
 	t.Helper()
+	return s.newEnvWith(t, topo, netlab.GatewayOptions{})
+}
+
+// newEnvWith is newEnv with the topology's options (a dual-stack one:
+// netlab.GatewayOptions.IPv6).
+func (s *suite) newEnvWith(t *testing.T, topo bool, opts netlab.GatewayOptions) *env {
+	t.Helper()
 	e := &env{t: t, s: s, ctx: context.Background(), lab: netlab.ForTest(t)}
 	if topo {
-		gw, err := e.lab.Gateway(netlab.GatewayOptions{})
+		gw, err := e.lab.Gateway(opts)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -216,6 +216,7 @@ func (s *suite) testPackets(t *testing.T) {
 		{"SNATLongestPrefix", s.testSNATPackets},
 		{"Hairpin", s.testHairpin},
 		{"QoS", s.testQoS},
+		{"IPv6", s.testIPv6},
 	} {
 		t.Run(tc.name, tc.run)
 	}
@@ -371,7 +372,11 @@ func (s *suite) testHairpin(t *testing.T) {
 // each direction is held near its rate: the transfer cannot beat the rate
 // by more than a burst of 1.5 s (backends may round bursts up). Then the
 // QoS is removed by an update and the same transfer is much faster.
-func (s *suite) testQoS(t *testing.T) {
+func (s *suite) testQoS(t *testing.T) { s.testQoSFamily(t, false) }
+
+// testQoSFamily is testQoS through an IPv4 FIP, or with v6 an IPv6 FIP of
+// an IPv6-only EIP in the dual-stack topology.
+func (s *suite) testQoSFamily(t *testing.T, v6 bool) {
 	const (
 		rateMbps = 16
 		size     = 6 << 20                  // bytes: about 3 s at the rate
@@ -380,11 +385,25 @@ func (s *suite) testQoS(t *testing.T) {
 	)
 	// 80% of the time the bytes beyond a 1.5 s burst need at the rate.
 	const floor = time.Duration((size - 3*rate/2) * int64(time.Second) / rate * 8 / 10)
-	e := s.topoEnv(t)
-	eip := netlab.EIP(0)
-	ext, v1 := e.gw.Ext, e.gw.VMs[0]
-	policed := EIPQoS(UID(nat.KindEIP, 0), eip, nat.QoS{IngressRateMbps: rateMbps, IngressBurstMbit: 1, EgressRateMbps: rateMbps, EgressBurstMbit: 1})
-	e.applyEIPs(policed)
+	q := nat.QoS{IngressRateMbps: rateMbps, IngressBurstMbit: 1, EgressRateMbps: rateMbps, EgressBurstMbit: 1}
+	var (
+		e                *env
+		eip              netip.Addr
+		ext, v1          netlab.Host
+		policed, unlimit nat.Object
+	)
+	if v6 {
+		e, eip = s.topoEnv6(t), netlab.EIP6(0)
+		ext, v1 = host6(e.gw.Ext), host6(e.gw.VMs[0])
+		policed, unlimit = EIP6(UID(nat.KindEIP, 0), eip), EIP6(UID(nat.KindEIP, 0), eip)
+		policed.EIP.QoS = &q
+		e.applyEIPs6(policed)
+	} else {
+		e, eip = s.topoEnv(t), netlab.EIP(0)
+		ext, v1 = e.gw.Ext, e.gw.VMs[0]
+		policed, unlimit = EIPQoS(UID(nat.KindEIP, 0), eip, q), EIP(UID(nat.KindEIP, 0), eip)
+		e.applyEIPs(policed)
+	}
 	e.apply(FIP(UID(nat.KindFIP, 0), eip, v1.Addr))
 	target := netip.AddrPortFrom(eip, vmTCP).String()
 	type xfer struct {
@@ -415,7 +434,7 @@ func (s *suite) testQoS(t *testing.T) {
 			t.Errorf("%s: %d bytes in %v, faster than %d Mbit/s allows (at least %v)", x.name, size, d, rateMbps, floor)
 		}
 	}
-	e.apply(EIP(policed.UID, eip))
+	e.apply(unlimit)
 	for i, x := range xfers {
 		_, d, err := x.run()
 		if err != nil {

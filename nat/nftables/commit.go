@@ -26,6 +26,7 @@ type qosState struct {
 // is queued on the connection.
 type change struct {
 	dropTable   bool   // delete the table first (broken layout)
+	dropLegacy  bool   // delete table ip natgw (layouts 1-3) first
 	createTable bool   // create table, fixed sets and the meta element
 	bootID      string // with createTable
 	fixedChains bool   // (re)create the fixed chains and rewrite their rules
@@ -74,6 +75,9 @@ func cmpQoSKey(a, b qosKey) int {
 // references). It does not touch the kernel.
 func (r *Backend) plan(ch *change) *Tx {
 	tx := &Tx{ops: r.ops[:0]}
+	if ch.dropLegacy {
+		tx.deleteLegacyTable()
+	}
 	if ch.dropTable {
 		tx.deleteTable()
 	}
@@ -558,11 +562,20 @@ func presized(objs []nat.Object) setElems {
 		case nat.KindEIP:
 			n[setEIPs]++
 		case nat.KindFIP:
+			if o.FIP != nil && o.FIP.EIP.Is6() {
+				n[setFIPDNAT6]++
+				n[setFIPSNAT6]++
+				break
+			}
 			n[setFIPDNAT]++
 			n[setFIPSNAT]++
 		case nat.KindDNAT:
 			n[setPortDNAT]++
 		case nat.KindRoute:
+			if o.Route != nil && o.Route.Destination.Addr().Is6() {
+				n[setRoutes6]++
+				break
+			}
 			n[setRoutes]++
 		}
 	}

@@ -31,7 +31,7 @@ func (r *Backend) dumpSet(ctx context.Context, set string, elem func(b []byte) e
 	if err != nil {
 		return err
 	}
-	req, seq := r.request(unix.NFT_MSG_GETSETELEM, unix.NLM_F_REQUEST|unix.NLM_F_DUMP, unix.AF_INET, data)
+	req, seq := r.request(unix.NFT_MSG_GETSETELEM, unix.NLM_F_REQUEST|unix.NLM_F_DUMP, nfFamily, data)
 	if err := r.nl.Send(ctx, req); err != nil {
 		return fmt.Errorf("send: %w", err)
 	}

@@ -24,8 +24,9 @@ type elemRef struct {
 	long string // a key longer than maxKey (never rendered by natgw)
 }
 
-// maxKey is the longest element key natgw renders (port DNAT: 12 bytes).
-const maxKey = 12
+// maxKey is the longest element key natgw renders (IPv6 route:
+// destination . netmask, 32 bytes).
+const maxKey = 32
 
 func refOf(set string, key []byte) elemRef {
 	r := elemRef{set: set}
@@ -73,17 +74,48 @@ func qosOf(o nat.Object) (map[qosKey]qosVal, error) {
 			return nil, &nat.FieldError{UID: o.UID, Field: d.field, Value: strconv.FormatUint(uint64(d.burst), 10),
 				Reason: fmt.Sprintf("above %d (nftables limit burst is a 32-bit byte count)", math.MaxUint32/mbit)}
 		}
-		out[qosKey{d.dir, o.EIP.Address}] = qosVal{rate: uint64(d.rate) * mbit, burst: uint32(burst)}
+		out[qosKey{d.dir, policerAddr(o.EIP)}] = qosVal{rate: uint64(d.rate) * mbit, burst: uint32(burst)}
 	}
 	return out, nil
 }
 
 func a4(a netip.Addr) []byte { b := a.As4(); return b[:] }
 
+// policerAddr is the address that names an EIP's policers: its IPv4
+// address, or the IPv6 one of an IPv6-only EIP.
+func policerAddr(e *nat.EIP) netip.Addr {
+	if e.Address.IsValid() {
+		return e.Address
+	}
+	return e.V6Address
+}
+
+func a16(a netip.Addr) []byte { b := a.As16(); return b[:] }
+
 func port4(p uint16) []byte { return []byte{byte(p >> 8), byte(p), 0, 0} }
 
+// eipComment is the comment of an EIP's eips element (its IPv4 address):
+// the whole EIP, the IPv6 address of a dual-stack one included.
 func eipComment(o nat.Object) string {
 	s := fmt.Sprintf("%s plen=%d", o.UID, o.EIP.PrefixLen)
+	if e := o.EIP; e.V6Address.IsValid() {
+		s += fmt.Sprintf(" v6=%s/%d", e.V6Address, e.V6PrefixLen)
+	}
+	if q := o.EIP.QoS; q != nil {
+		s += fmt.Sprintf(" qos=%d/%d/%d/%d", q.IngressRateMbps, q.IngressBurstMbit, q.EgressRateMbps, q.EgressBurstMbit)
+	}
+	return s
+}
+
+// eip6Comment is the comment of an EIP's eips6 element: the whole EIP of
+// an IPv6-only one (with qos= as eipComment writes it); of a dual-stack
+// one its prefix length and, as v4=, the IPv4 address whose eips element
+// holds the EIP (Load rebuilds the EIP from that one).
+func eip6Comment(o nat.Object) string {
+	s := fmt.Sprintf("%s plen=%d", o.UID, o.EIP.V6PrefixLen)
+	if e := o.EIP; e.Address.IsValid() {
+		return s + " v4=" + e.Address.String()
+	}
 	if q := o.EIP.QoS; q != nil {
 		s += fmt.Sprintf(" qos=%d/%d/%d/%d", q.IngressRateMbps, q.IngressBurstMbit, q.EgressRateMbps, q.EgressBurstMbit)
 	}
@@ -110,23 +142,60 @@ func render(o nat.Object, out setElems) error {
 		if err != nil {
 			return err
 		}
+		// Each address of the EIP goes to the EIP's one policer per
+		// direction (a dual-stack EIP's two families share its bucket).
 		for _, k := range sortedKeys(pol, cmpQoSKey) {
-			set := setQoSIn
-			if k.dir == qosOut {
-				set = setQoSOut
+			v := &expr.Verdict{Kind: expr.VerdictGoto, Chain: k.name()}
+			if a := o.EIP.Address; a.IsValid() {
+				set := setQoSIn
+				if k.dir == qosOut {
+					set = setQoSOut
+				}
+				if err := add(set, nft.SetElement{Key: a4(a), VerdictData: v, Comment: o.UID}); err != nil {
+					return err
+				}
 			}
-			if err := add(set, nft.SetElement{Key: a4(k.eip), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: k.name()}, Comment: o.UID}); err != nil {
+			if a := o.EIP.V6Address; a.IsValid() {
+				set := setQoSIn6
+				if k.dir == qosOut {
+					set = setQoSOut6
+				}
+				if err := add(set, nft.SetElement{Key: a16(a), VerdictData: v, Comment: o.UID}); err != nil {
+					return err
+				}
+			}
+		}
+		if a := o.EIP.V6Address; a.IsValid() {
+			if err := add(setEIPs6, nft.SetElement{Key: a16(a), Comment: eip6Comment(o)}); err != nil {
 				return err
 			}
 		}
+		if !o.EIP.Address.IsValid() {
+			return nil
+		}
 		return add(setEIPs, nft.SetElement{Key: a4(o.EIP.Address), Comment: eipComment(o)})
 	case nat.KindFIP:
+		if o.FIP.EIP.Is6() {
+			if err := add(setFIPDNAT6, nft.SetElement{Key: a16(o.FIP.EIP), Val: a16(o.FIP.InternalIP), Comment: o.UID}); err != nil {
+				return err
+			}
+			return add(setFIPSNAT6, nft.SetElement{Key: a16(o.FIP.InternalIP), Val: a16(o.FIP.EIP), Comment: o.UID})
+		}
 		if err := add(setFIPDNAT, nft.SetElement{Key: a4(o.FIP.EIP), Val: a4(o.FIP.InternalIP), Comment: o.UID}); err != nil {
 			return err
 		}
 		return add(setFIPSNAT, nft.SetElement{Key: a4(o.FIP.InternalIP), Val: a4(o.FIP.EIP), Comment: o.UID})
 	case nat.KindDNAT:
 		d := o.DNAT
+		if d.Shared() && d.EIP.Is6() {
+			return &nat.FieldError{UID: o.UID, Field: "dnat.type", Value: string(d.Type),
+				Reason: "share DNAT of an IPv6 EIP is not supported by the nftables data plane yet"}
+		}
+		if d.EIP.Is6() {
+			key := append(a16(d.EIP), d.Protocol.Number(), 0, 0, 0)
+			key = append(key, port4(d.ExternalPort)...)
+			return add(setPortDNAT6, nft.SetElement{Key: key, Val: append(a16(d.InternalIP), port4(d.InternalPort)...), Comment: o.UID})
+		}
 		if d.Shared() {
 			// A backend of a shared identity: its element is in the
 			// identity's map, at an index that depends on the other
@@ -140,10 +209,17 @@ func render(o nat.Object, out setElems) error {
 		key = append(key, port4(d.ExternalPort)...)
 		return add(setPortDNAT, nft.SetElement{Key: key, Val: append(a4(d.InternalIP), port4(d.InternalPort)...), Comment: o.UID})
 	case nat.KindSNAT:
-		c := snatClass{o.SNAT.InternalCIDR.Bits(), o.SNAT.RandomFully}
+		c, _ := snatClassOf(o)
+		if c.v6 {
+			return add(c.setName(), nft.SetElement{Key: a16(o.SNAT.InternalCIDR.Addr()), Val: a16(o.SNAT.EIP), Comment: o.UID})
+		}
 		return add(c.setName(), nft.SetElement{Key: a4(o.SNAT.InternalCIDR.Addr()), Val: a4(o.SNAT.EIP), Comment: o.UID})
 	case nat.KindRoute:
 		rt := o.Route
+		if rt.Destination.Addr().Is6() {
+			m := prefixMask6(rt.Destination.Bits())
+			return add(setRoutes6, nft.SetElement{Key: append(a16(rt.Destination.Addr()), m[:]...), Val: a16(rt.NextHop), Comment: routeComment(o)})
+		}
 		mask := binary.BigEndian.AppendUint32(nil, uint32(uint64(0xffffffff)<<(32-rt.Destination.Bits())))
 		return add(setRoutes, nft.SetElement{Key: append(a4(rt.Destination.Addr()), mask...), Val: a4(rt.NextHop), Comment: routeComment(o)})
 	}
@@ -188,7 +264,7 @@ func snatClassOf(o nat.Object) (snatClass, bool) {
 	if o.Kind != nat.KindSNAT || o.SNAT == nil {
 		return snatClass{}, false
 	}
-	return snatClass{o.SNAT.InternalCIDR.Bits(), o.SNAT.RandomFully}, true
+	return snatClass{o.SNAT.InternalCIDR.Bits(), o.SNAT.RandomFully, o.SNAT.EIP.Is6()}, true
 }
 
 // elemSize is an upper bound of the netlink encoding of one element, used to
@@ -265,6 +341,24 @@ func addrOf(b []byte) (netip.Addr, error) {
 	return netip.AddrFrom4([4]byte(b[:4])), nil
 }
 
+// addr6Of is addrOf for an IPv6 address.
+func addr6Of(b []byte) (netip.Addr, error) {
+	if len(b) < 16 {
+		return netip.Addr{}, fmt.Errorf("short IPv6 address (%d bytes)", len(b))
+	}
+	return netip.AddrFrom16([16]byte(b[:16])), nil
+}
+
+// isV6Set says whether the elements of set are keyed by an IPv6 address.
+func isV6Set(set string) bool {
+	switch set {
+	case setEIPs6, setFIPDNAT6, setFIPSNAT6, setPortDNAT6, setRoutes6, setQoSIn6, setQoSOut6:
+		return true
+	}
+	c, ok := parseSNATSet(set)
+	return ok && c.v6
+}
+
 // parseElem turns one kernel element of set into (a part of) an object.
 // Elements of the policer maps carry only their owner UID (obj is the zero
 // Object, of no Kind).
@@ -289,6 +383,9 @@ func parseElem(set string, e nft.SetElement) (uid string, obj nat.Object, err er
 		return uid, nat.Object{UID: uid, Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: eip, Protocol: proto, ExternalPort: binary.BigEndian.Uint16(e.Key[8:10]),
 			InternalIP: in, InternalPort: binary.BigEndian.Uint16(e.Val[4:6]), Type: nat.DNATShare}}, nil
 	}
+	if isV6Set(set) {
+		return parseElem6(set, e, uid, kv)
+	}
 	k0, err := addrOf(e.Key)
 	if err != nil {
 		return uid, nat.Object{}, err
@@ -300,20 +397,17 @@ func parseElem(set string, e nft.SetElement) (uid string, obj nat.Object, err er
 			return uid, nat.Object{}, fmt.Errorf("eip %s: bad plen %q", k0, kv["plen"])
 		}
 		eip := &nat.EIP{Address: k0, PrefixLen: plen}
+		if v6, ok := kv["v6"]; ok {
+			p, err := netip.ParsePrefix(v6)
+			if err != nil || !p.Addr().Is6() {
+				return uid, nat.Object{}, fmt.Errorf("eip %s: bad v6 %q", k0, v6)
+			}
+			eip.V6Address, eip.V6PrefixLen = p.Addr(), p.Bits()
+		}
 		if q, ok := kv["qos"]; ok {
-			var v [4]uint32
-			parts := strings.Split(q, "/")
-			if len(parts) != 4 {
-				return uid, nat.Object{}, fmt.Errorf("eip %s: bad qos %q", k0, q)
+			if eip.QoS, err = parseQoSComment(q); err != nil {
+				return uid, nat.Object{}, fmt.Errorf("eip %s: %w", k0, err)
 			}
-			for i, p := range parts {
-				n, err := strconv.ParseUint(p, 10, 32)
-				if err != nil {
-					return uid, nat.Object{}, fmt.Errorf("eip %s: bad qos %q", k0, q)
-				}
-				v[i] = uint32(n)
-			}
-			eip.QoS = &nat.QoS{IngressRateMbps: v[0], IngressBurstMbit: v[1], EgressRateMbps: v[2], EgressBurstMbit: v[3]}
 		}
 		return uid, nat.Object{UID: uid, Kind: nat.KindEIP, EIP: eip}, nil
 	case setQoSIn, setQoSOut:
@@ -383,4 +477,111 @@ func protocolOf(n uint8) (nat.Protocol, bool) {
 		}
 	}
 	return "", false
+}
+
+// parseElem6 is parseElem for the IPv6 sets.
+func parseElem6(set string, e nft.SetElement, uid string, kv map[string]string) (string, nat.Object, error) {
+	k0, err := addr6Of(e.Key)
+	if err != nil {
+		return uid, nat.Object{}, err
+	}
+	switch set {
+	case setQoSIn6, setQoSOut6:
+		return uid, nat.Object{}, nil
+	case setEIPs6:
+		plen, err := strconv.Atoi(kv["plen"])
+		if err != nil {
+			return uid, nat.Object{}, fmt.Errorf("eip %s: bad plen %q", k0, kv["plen"])
+		}
+		if _, dual := kv["v4"]; dual {
+			// The IPv6 half of a dual-stack EIP: the object comes
+			// from its eips element (this one only names its owner).
+			return uid, nat.Object{}, nil
+		}
+		eip := &nat.EIP{V6Address: k0, V6PrefixLen: plen}
+		if q, ok := kv["qos"]; ok {
+			if eip.QoS, err = parseQoSComment(q); err != nil {
+				return uid, nat.Object{}, fmt.Errorf("eip %s: %w", k0, err)
+			}
+		}
+		return uid, nat.Object{UID: uid, Kind: nat.KindEIP, EIP: eip}, nil
+	case setFIPDNAT6, setFIPSNAT6:
+		v, err := addr6Of(e.Val)
+		if err != nil {
+			return uid, nat.Object{}, err
+		}
+		f := &nat.FIP{EIP: k0, InternalIP: v}
+		if set == setFIPSNAT6 {
+			f = &nat.FIP{EIP: v, InternalIP: k0}
+		}
+		return uid, nat.Object{UID: uid, Kind: nat.KindFIP, FIP: f}, nil
+	case setRoutes6:
+		if len(e.Key) != 32 {
+			return uid, nat.Object{}, fmt.Errorf("route6: bad key length %d", len(e.Key))
+		}
+		nh, err := addr6Of(e.Val)
+		if err != nil {
+			return uid, nat.Object{}, err
+		}
+		bits := 0
+		for _, b := range e.Key[16:32] {
+			bits += onesOf(b)
+		}
+		if m := prefixMask6(bits); string(m[:]) != string(e.Key[16:32]) {
+			return uid, nat.Object{}, fmt.Errorf("route6 %s: netmask %x is not a prefix", k0, e.Key[16:32])
+		}
+		return uid, nat.Object{UID: uid, Kind: nat.KindRoute, Route: &nat.Route{
+			Destination: netip.PrefixFrom(k0, bits), NextHop: nh, Device: nat.RouteDevice(kv["dev"]),
+		}}, nil
+	case setPortDNAT6:
+		if len(e.Key) != 24 || len(e.Val) != 20 {
+			return uid, nat.Object{}, fmt.Errorf("port dnat6: bad key/value length %d/%d", len(e.Key), len(e.Val))
+		}
+		proto, ok := protocolOf(e.Key[16])
+		if !ok {
+			return uid, nat.Object{}, fmt.Errorf("port dnat6: protocol %d", e.Key[16])
+		}
+		in, _ := addr6Of(e.Val)
+		return uid, nat.Object{UID: uid, Kind: nat.KindDNAT, DNAT: &nat.DNAT{
+			EIP: k0, Protocol: proto, ExternalPort: binary.BigEndian.Uint16(e.Key[20:22]),
+			InternalIP: in, InternalPort: binary.BigEndian.Uint16(e.Val[16:18]),
+		}}, nil
+	}
+	if c, ok := parseSNATSet(set); ok {
+		v, err := addr6Of(e.Val)
+		if err != nil {
+			return uid, nat.Object{}, err
+		}
+		return uid, nat.Object{UID: uid, Kind: nat.KindSNAT, SNAT: &nat.SNAT{
+			EIP: v, InternalCIDR: netip.PrefixFrom(k0, c.bits), RandomFully: c.randomFully,
+		}}, nil
+	}
+	return uid, nat.Object{}, fmt.Errorf("unknown set %q", set)
+}
+
+// onesOf counts the set bits of b.
+func onesOf(b byte) int {
+	n := 0
+	for ; b != 0; b &= b - 1 {
+		n++
+	}
+	return n
+}
+
+// parseQoSComment parses the qos= attribute of an EIP comment:
+// inRate/inBurst/outRate/outBurst.
+func parseQoSComment(q string) (*nat.QoS, error) {
+	var v [4]uint32
+	parts := strings.Split(q, "/")
+	if len(parts) != 4 {
+		return nil, fmt.Errorf("bad qos %q", q)
+	}
+	for i, p := range parts {
+		n, err := strconv.ParseUint(p, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("bad qos %q", q)
+		}
+		v[i] = uint32(n)
+	}
+	return &nat.QoS{IngressRateMbps: v[0], IngressBurstMbit: v[1], EgressRateMbps: v[2], EgressBurstMbit: v[3]}, nil
 }

@@ -27,6 +27,8 @@ func (t *txn) encode(tx *Tx) error {
 			err = t.msg(unix.NFT_MSG_NEWTABLE, unix.NLM_F_EXCL, "create table", tableAttrs)
 		case opDeleteTable:
 			err = t.msg(unix.NFT_MSG_DELTABLE, 0, "delete table", tableAttrs)
+		case opDeleteLegacyTable:
+			err = t.msgOf(unix.AF_INET, unix.NFT_MSG_DELTABLE, 0, "delete table ip "+TableName, tableAttrs)
 		case opAddSet:
 			err = t.msg(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, "add set "+o.name, func(ae *netlink.AttributeEncoder) { setAttrs(ae, o.set) })
 		case opAddChain:
@@ -63,6 +65,12 @@ func (t *txn) encode(tx *Tx) error {
 // msg appends one acknowledged nf_tables message of type typ (flags beyond
 // request and ack as given) whose attributes attrs encodes.
 func (t *txn) msg(typ, flags uint16, what string, attrs func(*netlink.AttributeEncoder)) error {
+	return t.msgOf(nfFamily, typ, flags, what, attrs)
+}
+
+// msgOf is msg for a message of another family than the table's (the
+// delete of the legacy table ip natgw).
+func (t *txn) msgOf(family uint8, typ, flags uint16, what string, attrs func(*netlink.AttributeEncoder)) error {
 	ae := netlink.NewAttributeEncoder()
 	ae.ByteOrder = binary.BigEndian
 	attrs(ae)
@@ -70,7 +78,7 @@ func (t *txn) msg(typ, flags uint16, what string, attrs func(*netlink.AttributeE
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", what, err)
 	}
-	start := t.header(unix.NFNL_SUBSYS_NFTABLES<<8|typ, unix.NLM_F_REQUEST|unix.NLM_F_ACK|flags, unix.AF_INET, 0)
+	start := t.header(unix.NFNL_SUBSYS_NFTABLES<<8|typ, unix.NLM_F_REQUEST|unix.NLM_F_ACK|flags, family, 0)
 	t.buf = append(t.buf, b...)
 	t.finish(start)
 	t.acked(start, what)
@@ -175,7 +183,7 @@ func ruleAttrs(ae *netlink.AttributeEncoder, chain string, r ruleSpec) {
 	ae.String(unix.NFTA_RULE_CHAIN, chain)
 	ae.Nested(unix.NFTA_RULE_EXPRESSIONS, func(list *netlink.AttributeEncoder) error {
 		for _, e := range r.exprs {
-			list.Do(unix.NLA_F_NESTED|unix.NFTA_LIST_ELEM, func() ([]byte, error) { return expr.Marshal(unix.NFPROTO_IPV4, e) })
+			list.Do(unix.NLA_F_NESTED|unix.NFTA_LIST_ELEM, func() ([]byte, error) { return expr.Marshal(nfFamily, e) })
 		}
 		return nil
 	})
@@ -191,5 +199,5 @@ func limitAttrs(ae *netlink.AttributeEncoder, name string, v *qosVal) {
 		ae.Do(unix.NLA_F_NESTED|unix.NFTA_OBJ_DATA, func() ([]byte, error) { return nil, nil })
 		return
 	}
-	ae.Do(unix.NLA_F_NESTED|unix.NFTA_OBJ_DATA, func() ([]byte, error) { return expr.MarshalExprData(unix.NFPROTO_IPV4, limitExpr(*v)) })
+	ae.Do(unix.NLA_F_NESTED|unix.NFTA_OBJ_DATA, func() ([]byte, error) { return expr.MarshalExprData(nfFamily, limitExpr(*v)) })
 }

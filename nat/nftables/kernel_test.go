@@ -218,7 +218,7 @@ func TestKernelRejectChangesNothing(t *testing.T) {
 	if err := dp.Apply(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	nftExec(t, cfg.NetNS, "add element ip natgw fip_dnat { 192.0.2.20 : 198.51.100.99 }\n")
+	nftExec(t, cfg.NetNS, "add element inet natgw fip_dnat { 192.0.2.20 : 198.51.100.99 }\n")
 	before := table(t, cfg.NetNS)
 	gen := generation(t, cfg.NetNS)
 	b := nattest.FIP(u(nat.KindFIP, 2), addr("192.0.2.20"), addr("198.51.100.20"))
@@ -272,16 +272,16 @@ func TestLoadRepairs(t *testing.T) {
 	boot := dp.BootID()
 	dp.Close()
 	nftExec(t, cfg.NetNS, strings.Join([]string{
-		"flush chain ip natgw dstnat",
-		"flush chain ip natgw snat_cidr",
-		"flush chain ip natgw qos_in_192_0_2_10",
-		"delete element ip natgw fip_snat { 198.51.100.10 }",
-		"delete element ip natgw qos_out { 192.0.2.11 }",
-		"delete chain ip natgw qos_out_192_0_2_11",
-		"delete limit ip natgw qos_out_192_0_2_11",
-		"add chain ip natgw qos_in_192_0_2_99",
-		"flush chain ip natgw share",
-		"delete element ip natgw share_mod { 192.0.2.11 . tcp . 443 }",
+		"flush chain inet natgw dstnat",
+		"flush chain inet natgw snat_cidr",
+		"flush chain inet natgw qos_in_192_0_2_10",
+		"delete element inet natgw fip_snat { 198.51.100.10 }",
+		"delete element inet natgw qos_out { 192.0.2.11 }",
+		"delete chain inet natgw qos_out_192_0_2_11",
+		"delete limit inet natgw qos_out_192_0_2_11",
+		"add chain inet natgw qos_in_192_0_2_99",
+		"flush chain inet natgw share",
+		"delete element inet natgw share_mod { 192.0.2.11 . tcp . 443 }",
 		"",
 	}, "\n"))
 	dp = open(t, cfg)
@@ -327,8 +327,8 @@ func TestRecreate(t *testing.T) {
 		return normalize(table(t, ns))
 	}()
 	for _, tc := range []struct{ name, script string }{
-		{"old layout", "delete element ip natgw natgw_meta { 0x1 }\nadd element ip natgw natgw_meta { 0x1 comment \"natgw layout=0 boot=0\" }\n"},
-		{"table deleted", "delete table ip natgw\n"},
+		{"old layout", "delete element inet natgw natgw_meta { 0x1 }\nadd element inet natgw natgw_meta { 0x1 comment \"natgw layout=0 boot=0\" }\n"},
+		{"table deleted", "delete table inet natgw\n"},
 	} {
 		boot := dp.BootID()
 		nftExec(t, cfg.NetNS, tc.script)
@@ -570,8 +570,8 @@ func TestTinyReceiveBuffer(t *testing.T) {
 			if tc.conflict {
 				var b strings.Builder
 				for _, o := range objs {
-					fmt.Fprintf(&b, "add element ip natgw fip_dnat { %s : 192.0.2.1 }\n", o.FIP.EIP)
-					fmt.Fprintf(&b, "add element ip natgw fip_snat { %s : 192.0.2.1 }\n", o.FIP.InternalIP)
+					fmt.Fprintf(&b, "add element inet natgw fip_dnat { %s : 192.0.2.1 }\n", o.FIP.EIP)
+					fmt.Fprintf(&b, "add element inet natgw fip_snat { %s : 192.0.2.1 }\n", o.FIP.InternalIP)
 				}
 				nftExec(t, cfg.NetNS, b.String())
 			}
@@ -635,9 +635,9 @@ func TestSyncDiff(t *testing.T) {
 		edit string // nft script run before the Sync ("" none)
 	}{
 		{"clean", ""},
-		{"element of a removed object deleted by hand", fmt.Sprintf("delete element ip natgw fip_snat { %s }", gone.InternalIP)},
-		{"stray element on a key the sync adds", fmt.Sprintf("add element ip natgw fip_snat { %s : 192.0.2.1 }", next[0].FIP.InternalIP)},
-		{"element of a kept object deleted by hand", fmt.Sprintf("delete element ip natgw fip_dnat { %s }", kept.EIP)},
+		{"element of a removed object deleted by hand", fmt.Sprintf("delete element inet natgw fip_snat { %s }", gone.InternalIP)},
+		{"stray element on a key the sync adds", fmt.Sprintf("add element inet natgw fip_snat { %s : 192.0.2.1 }", next[0].FIP.InternalIP)},
+		{"element of a kept object deleted by hand", fmt.Sprintf("delete element inet natgw fip_dnat { %s }", kept.EIP)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := gateway(t)
@@ -718,7 +718,7 @@ func TestLoadMirror(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after Load's own transaction", true, true)
-	nftExec(t, cfg.NetNS, "delete element ip natgw fip_snat { 198.51.100.10 }\n")
+	nftExec(t, cfg.NetNS, "delete element inet natgw fip_snat { 198.51.100.10 }\n")
 	check("after fip_snat was edited by hand", false, false)
 }
 
@@ -781,4 +781,86 @@ func TestListing(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("settle")
+}
+
+// legacyTable is a table ip natgw as layout 3 left it (IPv4 only; a part
+// of its sets and chains, with a FIP): what an agent upgraded to the inet
+// layout finds.
+const legacyTable = `add table ip natgw
+add set ip natgw natgw_meta { type mark; }
+add element ip natgw natgw_meta { 0x1 comment "natgw layout=3 boot=0123456789abcdef0123456789abcdef" }
+add set ip natgw eips { type ipv4_addr; }
+add map ip natgw fip_dnat { type ipv4_addr : ipv4_addr; }
+add map ip natgw fip_snat { type ipv4_addr : ipv4_addr; }
+add element ip natgw fip_dnat { 192.0.2.10 comment "u1" : 198.51.100.10 }
+add element ip natgw fip_snat { 198.51.100.10 comment "u1" : 192.0.2.10 }
+add chain ip natgw dstnat { type nat hook prerouting priority dstnat; }
+add rule ip natgw dstnat dnat to ip daddr map @fip_dnat
+add chain ip natgw srcnat { type nat hook postrouting priority srcnat; }
+add rule ip natgw srcnat snat to ip saddr map @fip_snat
+`
+
+// TestUpgradeFromIPTable: an agent that finds table ip natgw (layouts 1-3)
+// replaces it with a fresh table inet natgw in one transaction (ruleset
+// generation +1; a new boot id, so the controller resyncs); a leftover ip
+// table beside a usable inet one goes in the repair transaction of the next
+// Load, which keeps the inet table's objects and boot id.
+func TestUpgradeFromIPTable(t *testing.T) {
+	lab := netlab.ForTest(t)
+	ns, err := lab.NS("old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := func() string {
+		ns, err := lab.NS("fresh")
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := open(t, nat.Config{NetNS: ns}, WithoutPlumbing())
+		d.Close()
+		return normalize(table(t, ns))
+	}()
+	hasIP := func() bool {
+		out, err := netlab.Exec(context.Background(), ns, "", "nft", "list", "tables")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Contains(out, "table ip natgw")
+	}
+	nftExec(t, ns, legacyTable)
+	before := generation(t, ns)
+	dp := open(t, nat.Config{NetNS: ns}, WithoutPlumbing())
+	if g := generation(t, ns); g != before+1 {
+		t.Errorf("the upgrade took %d transactions, want 1", g-before)
+	}
+	if hasIP() {
+		t.Fatal("table ip natgw left after the upgrade")
+	}
+	if got := normalize(table(t, ns)); got != fresh {
+		t.Errorf("table after the upgrade:\n%s\nwant a fresh one:\n%s", got, fresh)
+	}
+	if dp.BootID() == "" || dp.BootID() == "0123456789abcdef0123456789abcdef" {
+		t.Errorf("boot id %q after the upgrade, want a new one", dp.BootID())
+	}
+	wantObjects(t, "after the upgrade", dp, nil)
+	ctx := ctxT(t)
+	objs := goldenObjects()
+	if err := dp.Apply(ctx, objs...); err != nil {
+		t.Fatal(err)
+	}
+	// An older agent recreated its table meanwhile: the next Load drops
+	// it and keeps the inet table as it is.
+	nftExec(t, ns, legacyTable)
+	boot := dp.BootID()
+	if err := dp.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if hasIP() {
+		t.Fatal("table ip natgw left after a reload")
+	}
+	if dp.BootID() != boot {
+		t.Errorf("boot id %q after the reload, want %q kept", dp.BootID(), boot)
+	}
+	wantObjects(t, "after the reload", dp, objs)
+	dp.Close()
 }

@@ -17,13 +17,22 @@ import (
 	"github.com/natgw/natgw/nat"
 )
 
-// TableName is the name of natgw's table (family ip). natgw never reads or
-// writes any other table.
+// TableName is the name of natgw's table (family inet: IPv4 and IPv6 in
+// one table). natgw never writes any other table; Load deletes table ip
+// natgw, the table of layouts 1-3, in the transaction that creates the
+// inet one.
 const TableName = "natgw"
+
+// tableFamily is the family of natgw's table; nfFamily the same as the
+// nfgenmsg family of its messages.
+const (
+	tableFamily = nft.TableFamilyINet
+	nfFamily    = unix.NFPROTO_INET
+)
 
 // LayoutVersion is stored in the kernel with the boot id. A table holding
 // another version is dropped and recreated (with a new boot id).
-const LayoutVersion = 3
+const LayoutVersion = 4
 
 // HairpinMark is the packet mark bit given to packets that enter from the
 // internal interface; the hairpin rule matches it.
@@ -41,6 +50,14 @@ const (
 	setQoSOut   = "qos_out"
 	setShareMod = "share_mod"
 	setShareBk  = "share_backends"
+
+	setEIPs6     = "eips6"
+	setFIPDNAT6  = "fip_dnat6"
+	setFIPSNAT6  = "fip_snat6"
+	setPortDNAT6 = "port_dnat6"
+	setRoutes6   = "routes6"
+	setQoSIn6    = "qos_in6"
+	setQoSOut6   = "qos_out6"
 )
 
 // Names of the chains.
@@ -85,10 +102,13 @@ func metaComment(boot string) string {
 }
 
 var (
-	typePortKey  = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeInetProto, nft.TypeInetService)
-	typePortVal  = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeInetService)
-	typeRouteKey = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeIPAddr)
-	typeSlotKey  = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeInetProto, nft.TypeInetService, nft.TypeMark)
+	typePortKey   = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeInetProto, nft.TypeInetService)
+	typePortVal   = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeInetService)
+	typeRouteKey  = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeIPAddr)
+	typeSlotKey   = nft.MustConcatSetType(nft.TypeIPAddr, nft.TypeInetProto, nft.TypeInetService, nft.TypeMark)
+	typePortKey6  = nft.MustConcatSetType(nft.TypeIP6Addr, nft.TypeInetProto, nft.TypeInetService)
+	typePortVal6  = nft.MustConcatSetType(nft.TypeIP6Addr, nft.TypeInetService)
+	typeRouteKey6 = nft.MustConcatSetType(nft.TypeIP6Addr, nft.TypeIP6Addr)
 )
 
 // setSpec describes one set or map of the table.
@@ -113,7 +133,23 @@ var fixedSets = []setSpec{
 	{name: setQoSOut, key: nft.TypeIPAddr, val: nft.TypeVerdict},
 	{name: setShareMod, key: typePortKey, val: nft.TypeMark, concat: true},
 	{name: setShareBk, key: typeSlotKey, val: typePortVal, concat: true},
+	{name: setEIPs6, key: nft.TypeIP6Addr},
+	{name: setFIPDNAT6, key: nft.TypeIP6Addr, val: nft.TypeIP6Addr},
+	{name: setFIPSNAT6, key: nft.TypeIP6Addr, val: nft.TypeIP6Addr},
+	{name: setPortDNAT6, key: typePortKey6, val: typePortVal6, concat: true},
+	{name: setRoutes6, key: typeRouteKey6, val: nft.TypeIP6Addr, concat: true},
+	{name: setQoSIn6, key: nft.TypeIP6Addr, val: nft.TypeVerdict},
+	{name: setQoSOut6, key: nft.TypeIP6Addr, val: nft.TypeVerdict},
 }
+
+// isFIPMap says whether set is one of the FIP maps, whose two halves
+// mirror each other (see the mirror shortcut in nat/README.md).
+func isFIPMap(set string) bool {
+	return set == setFIPDNAT || set == setFIPSNAT || set == setFIPDNAT6 || set == setFIPSNAT6
+}
+
+// isFIPSNATMap says whether set is the SNAT half of a family's FIP maps.
+func isFIPSNATMap(set string) bool { return set == setFIPSNAT || set == setFIPSNAT6 }
 
 // elementSets are the fixed sets that hold objects' elements (all but meta).
 var elementSets = fixedSets[1:]
@@ -122,34 +158,46 @@ var elementSets = fixedSets[1:]
 // unsynchronized global counter.
 var setIDs atomic.Uint32
 
-// snatClass is one CIDR SNAT map: all SNATs of one prefix length and one
-// random-fully setting.
+// snatClass is one CIDR SNAT map: all SNATs of one family, one prefix
+// length and one random-fully setting.
 type snatClass struct {
 	bits        int
 	randomFully bool
+	v6          bool
 }
 
 func (c snatClass) setName() string {
-	if c.randomFully {
-		return fmt.Sprintf("snat_p%d_rf", c.bits)
+	p := "snat_p"
+	if c.v6 {
+		p = "snat6_p"
 	}
-	return fmt.Sprintf("snat_p%d", c.bits)
+	if c.randomFully {
+		return fmt.Sprintf("%s%d_rf", p, c.bits)
+	}
+	return fmt.Sprintf("%s%d", p, c.bits)
 }
 
 func (c snatClass) spec() setSpec {
+	if c.v6 {
+		return setSpec{name: c.setName(), key: nft.TypeIP6Addr, val: nft.TypeIP6Addr}
+	}
 	return setSpec{name: c.setName(), key: nft.TypeIPAddr, val: nft.TypeIPAddr}
 }
 
 // parseSNATSet recognizes a CIDR SNAT map name.
 func parseSNATSet(name string) (snatClass, bool) {
-	rest, ok := strings.CutPrefix(name, "snat_p")
-	if !ok {
-		return snatClass{}, false
-	}
 	var c snatClass
+	rest, ok := strings.CutPrefix(name, "snat_p")
+	maxBits := 32
+	if !ok {
+		if rest, ok = strings.CutPrefix(name, "snat6_p"); !ok {
+			return snatClass{}, false
+		}
+		c.v6, maxBits = true, 128
+	}
 	rest, c.randomFully = strings.CutSuffix(rest, "_rf")
 	n, err := strconv.Atoi(rest)
-	if err != nil || n < 0 || n > 32 || strconv.Itoa(n) != rest {
+	if err != nil || n < 0 || n > maxBits || strconv.Itoa(n) != rest {
 		return snatClass{}, false
 	}
 	c.bits = n
@@ -157,9 +205,13 @@ func parseSNATSet(name string) (snatClass, bool) {
 }
 
 // sortSNATClasses orders classes as the snat_cidr chain evaluates them:
-// longest prefix first.
+// IPv4 before IPv6 (a rule only matches its own family), then longest
+// prefix first.
 func sortSNATClasses(cs []snatClass) {
 	sort.Slice(cs, func(i, j int) bool {
+		if cs[i].v6 != cs[j].v6 {
+			return !cs[i].v6
+		}
 		if cs[i].bits != cs[j].bits {
 			return cs[i].bits > cs[j].bits
 		}
@@ -250,6 +302,7 @@ func shareChain() chainSpec {
 			exprs: cat([]expr.Any{
 				&expr.Ct{Key: expr.CtKeyMARK, Register: 1},
 				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(uint32(s))},
+			}, nfproto(false), []expr.Any{
 				loadIP(offDaddr, reg0),
 			}, markFrom(reg0, reg4), []expr.Any{
 				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
@@ -263,7 +316,7 @@ func shareChain() chainSpec {
 	c.rules = append(c.rules, ruleSpec{
 		text:    "ct mark set ip daddr",
 		comment: "natgw: share DNAT: no slot, the EIP back in the ct mark",
-		exprs:   cat([]expr.Any{loadIP(offDaddr, reg0)}, markFrom(reg0, reg4)),
+		exprs:   cat(nfproto(false), []expr.Any{loadIP(offDaddr, reg0)}, markFrom(reg0, reg4)),
 	})
 	return c
 }
@@ -283,8 +336,10 @@ type qosKey struct {
 	eip netip.Addr
 }
 
+// name is the policer's chain and limit object name: the EIP's address
+// with its dots (IPv4) or colons (IPv6) as underscores.
 func (k qosKey) name() string {
-	return "qos_" + string(k.dir) + "_" + strings.ReplaceAll(k.eip.String(), ".", "_")
+	return "qos_" + string(k.dir) + "_" + strings.NewReplacer(".", "_", ":", "_").Replace(k.eip.String())
 }
 
 func parseQoSName(name string) (qosKey, bool) {
@@ -295,7 +350,9 @@ func parseQoSName(name string) (qosKey, bool) {
 		}
 		a, err := netip.ParseAddr(strings.ReplaceAll(rest, "_", "."))
 		if err != nil || !a.Is4() {
-			return qosKey{}, false
+			if a, err = netip.ParseAddr(strings.ReplaceAll(rest, "_", ":")); err != nil || !a.Is6() {
+				return qosKey{}, false
+			}
 		}
 		k := qosKey{d, a}
 		return k, k.name() == name
@@ -320,9 +377,41 @@ func loadIP(offset uint32, reg uint32) *expr.Payload {
 	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4}
 }
 
+// loadIP6 loads a 16-byte IPv6 address (four 32-bit registers from reg).
+func loadIP6(offset uint32, reg uint32) *expr.Payload {
+	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 16}
+}
+
+// Offsets of the addresses in the IPv4 and IPv6 headers.
 const (
-	offSaddr = 12
-	offDaddr = 16
+	offSaddr  = 12
+	offDaddr  = 16
+	offSaddr6 = 8
+	offDaddr6 = 24
+)
+
+// nfproto matches the packet's family (meta nfproto ipv4 or ipv6): in the
+// inet table, every rule that reads an address of one family has it just
+// before the first such read (nft lists it as that read's implicit
+// dependency, so it does not show).
+func nfproto(v6 bool) []expr.Any {
+	fam := byte(unix.NFPROTO_IPV4)
+	if v6 {
+		fam = unix.NFPROTO_IPV6
+	}
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{fam}},
+	}
+}
+
+// 32-bit registers for IPv6 rules: an address takes four (r6a: 8..11,
+// r6b: 12..15), a protocol or port one.
+const (
+	r6a = 8
+	r6b = 12
+	r6p = 12 // l4proto after an address in r6a
+	r6d = 13 // dport after it
 )
 
 // markFrom copies the IPv4 address in reg src into ct mark as a host-order
@@ -388,7 +477,6 @@ func fixedChains(cfg nat.Config) []chainSpec {
 	qext, qin := strconv.Quote(ext), strconv.Quote(in)
 	hairpinMask := binaryutil.NativeEndian.PutUint32(^uint32(HairpinMark))
 	hairpinBit := binaryutil.NativeEndian.PutUint32(HairpinMark)
-	zero4 := []byte{0, 0, 0, 0}
 	return []chainSpec{
 		qosBaseChain(qosIn, ext),
 		{
@@ -406,15 +494,15 @@ func fixedChains(cfg nat.Config) []chainSpec {
 				{
 					text:    "ip daddr @eips ct mark set ip daddr",
 					comment: "natgw: ct mark = EIP on every connection to an EIP",
-					exprs: cat([]expr.Any{
+					exprs: cat(nfproto(false), []expr.Any{
 						loadIP(offDaddr, reg0),
 						&expr.Lookup{SourceRegister: reg0, SetName: setEIPs},
 					}, markFrom(reg0, reg1)),
 				},
 				{
-					text:    "ct mark set ip daddr dnat to ip daddr map @fip_dnat",
+					text:    "ct mark set ip daddr dnat ip to ip daddr map @fip_dnat",
 					comment: "natgw: floating IP DNAT",
-					exprs: cat([]expr.Any{
+					exprs: cat(nfproto(false), []expr.Any{
 						loadIP(offDaddr, reg0),
 						lookup(setFIPDNAT, reg0, reg1),
 					}, markFrom(reg0, reg2), []expr.Any{
@@ -424,7 +512,7 @@ func fixedChains(cfg nat.Config) []chainSpec {
 				{
 					text:    "ct mark set ip daddr dnat ip to ip daddr . meta l4proto . th dport map @port_dnat",
 					comment: "natgw: port DNAT",
-					exprs: cat([]expr.Any{
+					exprs: cat(nfproto(false), []expr.Any{
 						loadIP(offDaddr, reg0),
 						&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
 						&expr.Payload{DestRegister: reg2, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
@@ -437,14 +525,34 @@ func fixedChains(cfg nat.Config) []chainSpec {
 				{
 					text:    "ct mark set ip daddr . meta l4proto . th dport map @share_mod goto share",
 					comment: "natgw: share DNAT: slot count to the ct mark, to chain share",
-					exprs: []expr.Any{
+					exprs: cat(nfproto(false), []expr.Any{
 						loadIP(offDaddr, reg0),
 						&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
 						&expr.Payload{DestRegister: reg2, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 						lookup(setShareMod, reg0, reg0),
 						&expr.Ct{Key: expr.CtKeyMARK, Register: reg0, SourceRegister: true},
 						&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainShare},
-					},
+					}),
+				},
+				{
+					text:    "dnat ip6 to ip6 daddr map @fip_dnat6",
+					comment: "natgw: IPv6 floating IP DNAT",
+					exprs: cat(nfproto(true), []expr.Any{
+						loadIP6(offDaddr6, r6a),
+						lookup(setFIPDNAT6, r6a, r6b),
+						&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV6, RegAddrMin: r6b},
+					}),
+				},
+				{
+					text:    "dnat ip6 to ip6 daddr . meta l4proto . th dport map @port_dnat6",
+					comment: "natgw: IPv6 port DNAT",
+					exprs: cat(nfproto(true), []expr.Any{
+						loadIP6(offDaddr6, r6a),
+						&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: r6p},
+						&expr.Payload{DestRegister: r6d, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+						lookup(setPortDNAT6, r6a, r6a),
+						&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV6, RegAddrMin: r6a, RegProtoMin: r6p},
+					}),
 				},
 			},
 		},
@@ -452,13 +560,22 @@ func fixedChains(cfg nat.Config) []chainSpec {
 			name: chainSNAT, hook: nft.ChainHookPostrouting, prio: ptr(prioSNAT), typ: nft.ChainTypeNAT,
 			rules: []ruleSpec{
 				{
-					text:    "ct mark set ip saddr map @fip_snat snat to ip saddr map @fip_snat",
+					text:    "ct mark set ip saddr map @fip_snat snat ip to ip saddr map @fip_snat",
 					comment: "natgw: floating IP SNAT",
-					exprs: cat([]expr.Any{
+					exprs: cat(nfproto(false), []expr.Any{
 						loadIP(offSaddr, reg0),
 						lookup(setFIPSNAT, reg0, reg1),
 					}, markFrom(reg1, reg2), []expr.Any{
 						&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1},
+					}),
+				},
+				{
+					text:    "snat ip6 to ip6 saddr map @fip_snat6",
+					comment: "natgw: IPv6 floating IP SNAT",
+					exprs: cat(nfproto(true), []expr.Any{
+						loadIP6(offSaddr6, r6a),
+						lookup(setFIPSNAT6, r6a, r6b),
+						&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV6, RegAddrMin: r6b},
 					}),
 				},
 				{
@@ -468,27 +585,46 @@ func fixedChains(cfg nat.Config) []chainSpec {
 						&expr.Verdict{Kind: expr.VerdictJump, Chain: chainSNATCIDR},
 					}),
 				},
-				{
-					text:    "meta mark & 0x00004000 != 0x00000000 ct status dnat oifname " + qin + " snat to ct original ip daddr",
-					comment: "natgw: hairpin SNAT to the EIP for VPC clients",
-					exprs: cat([]expr.Any{
-						&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
-						&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: hairpinBit, Xor: zero4},
-						&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: zero4},
-						&expr.Ct{Key: expr.CtKeySTATUS, Register: 1},
-						&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-							Mask: binaryutil.NativeEndian.PutUint32(ipsDstNAT), Xor: zero4},
-						&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: zero4},
-					}, ifMatch(expr.MetaKeyOIFNAME, in), []expr.Any{
-						&expr.Ct{Key: expr.CtKeyDST, Register: reg0, Direction: 0},
-						&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg0},
-					}),
-				},
+				hairpinRule(in, false),
+				hairpinRule(in, true),
 			},
 		},
 		{name: chainSNATCIDR}, // rules: snatRules
 		shareChain(),
 		qosBaseChain(qosOut, ext),
+	}
+}
+
+// hairpinRule is srcnat's hairpin SNAT of one family: a new connection
+// from the VPC (hairpin mark) that was DNATed and leaves through the
+// internal interface again is SNATed to the address it was sent to (the
+// EIP), so the reply comes back through the gateway.
+func hairpinRule(in string, v6 bool) ruleSpec {
+	zero4 := []byte{0, 0, 0, 0}
+	hairpinBit := binaryutil.NativeEndian.PutUint32(HairpinMark)
+	// ct original daddr: in the inet family the kernel loads the 16 bytes
+	// of the tuple's address union, of which an IPv4 NAT reads the first
+	// four (google/nftables sends no direction with the family-specific
+	// NFT_CT_DST_IP keys, which the kernel requires).
+	ip, fam, comment := "ip", byte(unix.NFPROTO_IPV4), "natgw: hairpin SNAT to the EIP for VPC clients"
+	if v6 {
+		ip, fam, comment = "ip6", unix.NFPROTO_IPV6, "natgw: IPv6 hairpin SNAT to the EIP for VPC clients"
+	}
+	return ruleSpec{
+		text:    "meta mark & 0x00004000 != 0x00000000 ct status dnat oifname " + strconv.Quote(in) + " meta nfproto " + map[bool]string{false: "ipv4", true: "ipv6"}[v6] + " snat " + ip + " to ct original " + ip + " daddr",
+		comment: comment,
+		exprs: cat([]expr.Any{
+			&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: hairpinBit, Xor: zero4},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: zero4},
+			&expr.Ct{Key: expr.CtKeySTATUS, Register: 1},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(ipsDstNAT), Xor: zero4},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: zero4},
+		}, ifMatch(expr.MetaKeyOIFNAME, in), nfproto(v6), []expr.Any{
+			&expr.Ct{Key: expr.CtKeyDST, Register: reg0, Direction: 0},
+			&expr.NAT{Type: expr.NATTypeSourceNAT, Family: uint32(fam), RegAddrMin: reg0},
+		}),
 	}
 }
 
@@ -503,10 +639,18 @@ func qosBaseChain(dir qosDir, ext string) chainSpec {
 		c = chainSpec{name: chainQoSOut, hook: nft.ChainHookPostrouting, prio: ptr(prioQoSOut), typ: nft.ChainTypeFilter}
 		iface, ifWord, addr, off, set, comment = expr.MetaKeyOIFNAME, "oifname", "saddr", offSaddr, setQoSOut, "natgw: EIP egress QoS, after SNAT"
 	}
+	off6, set6 := uint32(offDaddr6), setQoSIn6
+	if dir == qosOut {
+		off6, set6 = offSaddr6, setQoSOut6
+	}
 	c.rules = []ruleSpec{{
 		text:    ifWord + " " + strconv.Quote(ext) + " ip " + addr + " vmap @" + set,
 		comment: comment,
-		exprs:   cat(ifMatch(iface, ext), []expr.Any{loadIP(off, reg0), lookup(set, reg0, 0)}),
+		exprs:   cat(ifMatch(iface, ext), nfproto(false), []expr.Any{loadIP(off, reg0), lookup(set, reg0, 0)}),
+	}, {
+		text:    ifWord + " " + strconv.Quote(ext) + " ip6 " + addr + " vmap @" + set6,
+		comment: strings.Replace(comment, "EIP", "IPv6 EIP", 1),
+		exprs:   cat(ifMatch(iface, ext), nfproto(true), []expr.Any{loadIP6(off6, r6a), lookup(set6, r6a, 0)}),
 	}}
 	return c
 }
@@ -517,10 +661,15 @@ const ipsDstNAT = 1 << 5
 func ptr[T any](v T) *T { return &v }
 
 // snatRule is the snat_cidr rule of one class: mask the source to the
-// class's prefix length and look it up in the class's map.
+// class's prefix length and look it up in the class's map. An IPv4 rule
+// also puts the EIP in the ct mark.
 func snatRule(c snatClass) ruleSpec {
+	if c.v6 {
+		return snatRule6(c)
+	}
 	var ex []expr.Any
 	src := "ip saddr"
+	ex = append(ex, nfproto(false)...)
 	ex = append(ex, loadIP(offSaddr, reg0))
 	if c.bits < 32 {
 		m := binary.BigEndian.AppendUint32(nil, uint32(uint64(0xffffffff)<<(32-c.bits)))
@@ -536,10 +685,47 @@ func snatRule(c snatClass) ruleSpec {
 	}
 	m := src + " map @" + c.setName()
 	return ruleSpec{
-		text:    "ct mark set " + m + " snat to " + m + rfText,
+		text:    "ct mark set " + m + " snat ip to " + m + rfText,
 		comment: fmt.Sprintf("natgw: CIDR SNAT /%d%s", c.bits, rf),
 		exprs:   ex,
 	}
+}
+
+// snatRule6 is snatRule for an IPv6 class (no ct mark: IPv6 flows are
+// cleaned by address, see Backend.ForgetFlows).
+func snatRule6(c snatClass) ruleSpec {
+	ex := cat(nfproto(true), []expr.Any{loadIP6(offSaddr6, r6a)})
+	src := "ip6 saddr"
+	if c.bits < 128 {
+		m := prefixMask6(c.bits)
+		ex = append(ex, &expr.Bitwise{SourceRegister: r6a, DestRegister: r6a, Len: 16, Mask: m[:], Xor: make([]byte, 16)})
+		src += " & " + netip.AddrFrom16(m).String()
+	}
+	ex = append(ex, lookup(c.setName(), r6a, r6b),
+		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV6, RegAddrMin: r6b, FullyRandom: c.randomFully})
+	rf, rfText := "", ""
+	if c.randomFully {
+		rf, rfText = ", random-fully", " fully-random"
+	}
+	return ruleSpec{
+		text:    "snat ip6 to " + src + " map @" + c.setName() + rfText,
+		comment: fmt.Sprintf("natgw: IPv6 CIDR SNAT /%d%s", c.bits, rf),
+		exprs:   ex,
+	}
+}
+
+// prefixMask6 is the 16-byte netmask of an IPv6 prefix length.
+func prefixMask6(bits int) [16]byte {
+	var m [16]byte
+	for i := range m {
+		switch {
+		case bits >= 8*(i+1):
+			m[i] = 0xff
+		case bits > 8*i:
+			m[i] = byte(0xff << (8*(i+1) - bits))
+		}
+	}
+	return m
 }
 
 // qosRule is the one rule of a policer chain.

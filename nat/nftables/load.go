@@ -24,6 +24,7 @@ import (
 // kernelState is what Load reads back from the kernel.
 type kernelState struct {
 	exists bool
+	legacy bool   // table ip natgw (layouts 1-3) exists
 	broken string // why the table must be recreated ("" if usable)
 	boot   string
 
@@ -62,12 +63,21 @@ func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
 		return nil, err
 	}
 	k.gen = gen
-	tables, err := r.conn.ListTablesOfFamily(nft.TableFamilyIPv4)
+	tables, err := r.conn.ListTablesOfFamily(tableFamily)
 	if err != nil {
 		return nil, fmt.Errorf("list tables: %w", err)
 	}
 	for _, t := range tables {
 		k.exists = k.exists || t.Name == TableName
+	}
+	// Layouts 1-3 kept table ip natgw (IPv4 only): Load replaces it in
+	// the transaction that creates or repairs the inet table.
+	legacy, err := r.conn.ListTablesOfFamily(nft.TableFamilyIPv4)
+	if err != nil {
+		return nil, fmt.Errorf("list tables: %w", err)
+	}
+	for _, t := range legacy {
+		k.legacy = k.legacy || t.Name == TableName
 	}
 	if !k.exists {
 		return k, nil
@@ -105,7 +115,7 @@ func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
 		return k, nil
 	}
 	k.mirror = hasGen && stored == gen
-	chains, err := r.conn.ListChainsOfTableFamily(nft.TableFamilyIPv4)
+	chains, err := r.conn.ListChainsOfTableFamily(tableFamily)
 	if err != nil {
 		return nil, fmt.Errorf("list chains: %w", err)
 	}
@@ -178,7 +188,7 @@ func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
 func (r *Backend) readSets(ctx context.Context, names []string, mirror bool) (*rebuild, error) {
 	b := newRebuild(mirror, 0)
 	for _, name := range names {
-		if mirror && name == setFIPSNAT {
+		if mirror && isFIPSNATMap(name) {
 			continue
 		}
 		if err := r.dumpSet(ctx, name, func(v []byte) error {
@@ -425,7 +435,7 @@ func newRebuild(mirror bool, hint int) *rebuild {
 // checked says whether the elements of set are checked against the
 // rendering of the objects.
 func (b *rebuild) checked(set string) bool {
-	return !b.mirror || (set != setFIPDNAT && set != setFIPSNAT)
+	return !b.mirror || !isFIPMap(set)
 }
 
 // add rebuilds (a part of) an object from element e of set. It keeps
@@ -679,11 +689,14 @@ func (r *Backend) LoadState(ctx context.Context) (*nat.State, string, error) {
 		if k.exists {
 			r.log.Info("table layout not usable, recreating it (state is lost, boot id changes)", "reason", k.broken)
 		}
+		if k.legacy {
+			r.log.Info("replacing table ip " + TableName + " (layouts 1-3, IPv4 only) with table inet " + TableName + " in one transaction (state is lost, boot id changes)")
+		}
 		boot, err := engine.NewBootID()
 		if err != nil {
 			return nil, "", err
 		}
-		ch := &change{dropTable: k.exists, createTable: true, bootID: boot, fixedChains: true, stamp: true,
+		ch := &change{dropTable: k.exists, dropLegacy: k.legacy, createTable: true, bootID: boot, fixedChains: true, stamp: true,
 			snatBefore: map[snatClass]bool{}, snatAfter: map[snatClass]bool{}}
 		err = r.run(ctx, ch)
 		if err == nil {
@@ -721,6 +734,9 @@ func (r *Backend) LoadState(ctx context.Context) (*nat.State, string, error) {
 		}
 		ch.fixedChains = true
 	}
+	// A table ip natgw beside a usable inet one (an older agent ran
+	// meanwhile) goes in the repair transaction.
+	ch.dropLegacy = k.legacy
 	r.boot = k.boot
 	if err := r.run(ctx, ch); err != nil {
 		return nil, "", fmt.Errorf("nftables: repair table: %w", err)

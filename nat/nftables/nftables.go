@@ -1,8 +1,8 @@
 // Package nftables is natgw's nftables data plane: one table of its own
-// (`ip natgw`) whose named maps hold every NAT object as an element tagged
-// with the owner's UID, programmed over one lasting netlink connection, one
-// kernel transaction per operation. The table layout is specified in
-// nat/README.md.
+// (`inet natgw`, IPv4 and IPv6) whose named maps hold every NAT object as
+// an element tagged with the owner's UID, programmed over one lasting
+// netlink connection, one kernel transaction per operation. The table
+// layout is specified in nat/README.md.
 package nftables
 
 import (
@@ -133,7 +133,7 @@ func NewBackend(cfg nat.Config, opts ...Option) (*Backend, error) {
 	cfg = cfg.WithDefaults()
 	r := &Backend{
 		cfg:   cfg,
-		table: &nft.Table{Name: TableName, Family: nft.TableFamilyIPv4},
+		table: &nft.Table{Name: TableName, Family: tableFamily},
 		opts:  options{timeout: DefaultTimeout},
 	}
 	for _, o := range opts {
@@ -196,10 +196,11 @@ func (r *Backend) ForgetDNATFlows(ctx context.Context, dnats []nat.DNAT) error {
 	return nil
 }
 
-// ForgetFlows implements engine.Backend: every connection to an EIP or
-// NATed through one carries the EIP as its ct mark, so the kernel flushes
-// them by mark. If that fails, or for many EIPs at once, it dumps the table
-// and deletes by address.
+// ForgetFlows implements engine.Backend: every IPv4 connection to an EIP
+// or NATed through one carries the EIP as its ct mark, so the kernel
+// flushes them by mark. If that fails, or for many EIPs at once, it dumps
+// the table and deletes by address. IPv6 EIPs are always deleted by
+// address (from one dump of the IPv6 entries).
 func (r *Backend) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
 	if len(eips) == 0 {
 		return nil
@@ -209,6 +210,26 @@ func (r *Backend) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
 	}
 	if err := r.openCleaner(); err != nil {
 		return err
+	}
+	// IPv6 connections carry no ct mark (an IPv6 EIP does not fit one):
+	// one dump of the IPv6 entries, deleted by address.
+	v4 := make([]netip.Addr, 0, len(eips))
+	var v6 []netip.Addr
+	for _, a := range eips {
+		if a.Is6() {
+			v6 = append(v6, a)
+		} else {
+			v4 = append(v4, a)
+		}
+	}
+	if len(v6) > 0 {
+		if _, err := r.cleaner.DeleteByAddr(v6); err != nil {
+			return fmt.Errorf("nftables: forget flows of %d IPv6 EIPs: %w", len(v6), err)
+		}
+	}
+	eips = v4
+	if len(eips) == 0 {
+		return nil
 	}
 	if len(eips) > flushMarkMax {
 		// Every flush by mark walks the whole conntrack hash table in

@@ -25,14 +25,16 @@ func gateway(t testing.TB) nat.Config {
 		t.Fatal(err)
 	}
 	// veth pairs inside the namespace: this kernel has no dummy driver.
+	// IPv6 too: the golden objects' IPv6 routes need their next hops on a
+	// connected network.
 	for _, e := range []struct {
-		name string
-		addr netip.Prefix
+		name  string
+		addrs []netip.Prefix
 	}{
-		{nat.DefaultExternalInterface, netip.PrefixFrom(netlab.GWExtAddr, 24)},
-		{nat.DefaultInternalInterface, netip.PrefixFrom(netlab.GWVPCAddr, 24)},
+		{nat.DefaultExternalInterface, []netip.Prefix{netip.PrefixFrom(netlab.GWExtAddr, 24), prefix("2001:db8::fe/64")}},
+		{nat.DefaultInternalInterface, []netip.Prefix{netip.PrefixFrom(netlab.GWVPCAddr, 24), prefix("fd00::1/64")}},
 	} {
-		if err := netlab.Veth(netlab.End{NS: ns, Name: e.name, Addrs: []netip.Prefix{e.addr}}, netlab.End{NS: ns, Name: "peer-" + e.name}); err != nil {
+		if err := netlab.Veth(netlab.End{NS: ns, Name: e.name, Addrs: e.addrs}, netlab.End{NS: ns, Name: "peer-" + e.name}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -59,7 +61,7 @@ func ctxT(t testing.TB) context.Context {
 
 func table(t testing.TB, ns string) string {
 	t.Helper()
-	out, err := netlab.NftTable(context.Background(), ns, "ip", TableName)
+	out, err := netlab.NftTable(context.Background(), ns, "inet", TableName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +85,18 @@ func goldenObjects() []nat.Object {
 		nattest.SNAT(u(nat.KindSNAT, 3), addr("192.0.2.12"), prefix("10.0.0.0/8"), false),
 		nattest.Route(u(nat.KindRoute, 1), prefix("10.0.0.0/8"), addr("198.51.100.254"), nat.DeviceInternal),
 		nattest.Route(u(nat.KindRoute, 2), prefix("0.0.0.0/0"), addr("192.0.2.1"), nat.DeviceExternal),
+		// IPv6: a dual-stack EIP, an IPv6-only one, a FIP, port DNATs
+		// and overlapping CIDR SNATs with and without random-fully.
+		{UID: u(nat.KindEIP, 4), Kind: nat.KindEIP, EIP: &nat.EIP{Address: addr("192.0.2.13"), PrefixLen: 24, V6Address: addr("2001:db8::13"), V6PrefixLen: 64, QoS: &nat.QoS{IngressRateMbps: 30}}},
+		{UID: u(nat.KindEIP, 5), Kind: nat.KindEIP, EIP: &nat.EIP{V6Address: addr("2001:db8::10"), V6PrefixLen: 64, QoS: &nat.QoS{IngressRateMbps: 40, IngressBurstMbit: 4, EgressRateMbps: 10}}},
+		nattest.FIP(u(nat.KindFIP, 2), addr("2001:db8::10"), addr("fd00::10")),
+		nattest.DNAT(u(nat.KindDNAT, 5), addr("2001:db8::13"), nat.TCP, 8080, addr("fd00::11"), 80),
+		nattest.DNAT(u(nat.KindDNAT, 6), addr("2001:db8::13"), nat.UDP, 5353, addr("fd00::12"), 53),
+		nattest.SNAT(u(nat.KindSNAT, 4), addr("2001:db8::13"), prefix("fd00::/64"), false),
+		nattest.SNAT(u(nat.KindSNAT, 5), addr("2001:db8::13"), prefix("fd00::/48"), true),
+		nattest.SNAT(u(nat.KindSNAT, 6), addr("2001:db8::13"), prefix("fd00::20/128"), false),
+		nattest.Route(u(nat.KindRoute, 3), prefix("::/0"), addr("2001:db8::1"), nat.DeviceExternal),
+		nattest.Route(u(nat.KindRoute, 4), prefix("fd00:9::/48"), addr("fd00::fe"), nat.DeviceInternal),
 	}
 }
 

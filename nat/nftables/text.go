@@ -62,7 +62,7 @@ func (t *Tx) String() string {
 	return b.String()
 }
 
-const tablePrefix = "ip " + TableName
+const tablePrefix = "inet " + TableName
 
 func (o *op) text(b *strings.Builder) {
 	switch o.kind {
@@ -70,6 +70,8 @@ func (o *op) text(b *strings.Builder) {
 		fmt.Fprintf(b, "create table %s\n", tablePrefix)
 	case opDeleteTable:
 		fmt.Fprintf(b, "delete table %s\n", tablePrefix)
+	case opDeleteLegacyTable:
+		fmt.Fprintf(b, "delete table ip %s\n", TableName)
 	case opAddSet:
 		fmt.Fprintf(b, "add %s %s %s { type %s; }\n", setWord(o.set), tablePrefix, o.name, typeText(o.set))
 	case opFlushSet:
@@ -239,6 +241,8 @@ func fieldText(f nft.SetDatatype, b []byte) string {
 	switch f.Name {
 	case nft.TypeIPAddr.Name:
 		return netip.AddrFrom4([4]byte(b)).String()
+	case nft.TypeIP6Addr.Name:
+		return netip.AddrFrom16([16]byte(b)).String()
 	case nft.TypeMark.Name:
 		return fmt.Sprintf("0x%08x", binary.NativeEndian.Uint32(b))
 	case nft.TypeInetService.Name:

@@ -17,20 +17,21 @@ type Tx struct {
 type opKind uint8
 
 const (
-	opCreateTable    opKind = iota + 1 // create the table; fails if it exists
-	opDeleteTable                      // delete the table and everything in it
-	opAddSet                           // add a set or map (set)
-	opFlushSet                         // delete every element of a set
-	opDeleteSet                        // delete a set
-	opAddChain                         // add a chain (chain: base chains have a hook)
-	opFlushChain                       // delete every rule of a chain
-	opDeleteChain                      // delete an empty chain
-	opAddRule                          // append a rule to a chain (rule)
-	opAddLimit                         // add a named limit object (limit)
-	opDeleteLimit                      // delete a named limit object
-	opAddElements                      // add elements to a set (elems; excl: fail on an existing key)
-	opDeleteElements                   // delete elements of a set by key (elems)
-	opStamp                            // replace natgw_meta's element (comment, gen)
+	opCreateTable       opKind = iota + 1 // create the table; fails if it exists
+	opDeleteTable                         // delete the table and everything in it
+	opAddSet                              // add a set or map (set)
+	opFlushSet                            // delete every element of a set
+	opDeleteSet                           // delete a set
+	opAddChain                            // add a chain (chain: base chains have a hook)
+	opFlushChain                          // delete every rule of a chain
+	opDeleteChain                         // delete an empty chain
+	opAddRule                             // append a rule to a chain (rule)
+	opAddLimit                            // add a named limit object (limit)
+	opDeleteLimit                         // delete a named limit object
+	opAddElements                         // add elements to a set (elems; excl: fail on an existing key)
+	opDeleteElements                      // delete elements of a set by key (elems)
+	opStamp                               // replace natgw_meta's element (comment, gen)
+	opDeleteLegacyTable                   // delete table ip natgw (layouts 1-3: IPv4 only)
 )
 
 // op is one operation; which fields are set depends on kind.
@@ -57,6 +58,7 @@ func (t *Tx) add(o op) { t.ops = append(t.ops, o) }
 
 func (t *Tx) createTable()                { t.add(op{kind: opCreateTable}) }
 func (t *Tx) deleteTable()                { t.add(op{kind: opDeleteTable}) }
+func (t *Tx) deleteLegacyTable()          { t.add(op{kind: opDeleteLegacyTable}) }
 func (t *Tx) addSet(s setSpec)            { t.add(op{kind: opAddSet, name: s.name, set: s}) }
 func (t *Tx) flushSet(name string)        { t.add(op{kind: opFlushSet, name: name}) }
 func (t *Tx) deleteSet(name string)       { t.add(op{kind: opDeleteSet, name: name}) }

@@ -86,26 +86,27 @@ func TestTxText(t *testing.T) {
 		tx   func(*Tx)
 		want string
 	}{
-		{"delete table", (*Tx).deleteTable, "delete table ip natgw\n"},
-		{"flush map", func(tx *Tx) { tx.flushSet(setFIPDNAT) }, "flush map ip natgw fip_dnat\n"},
-		{"flush set", func(tx *Tx) { tx.flushSet(setEIPs) }, "flush set ip natgw eips\n"},
-		{"delete snat map", func(tx *Tx) { tx.deleteSet("snat_p24") }, "delete map ip natgw snat_p24\n"},
-		{"flush chain", func(tx *Tx) { tx.flushChain(k.name()) }, "flush chain ip natgw qos_in_192_0_2_10\n"},
-		{"delete chain", func(tx *Tx) { tx.deleteChain(k.name()) }, "delete chain ip natgw qos_in_192_0_2_10\n"},
-		{"delete limit", func(tx *Tx) { tx.deleteLimit(k.name()) }, "delete limit ip natgw qos_in_192_0_2_10\n"},
+		{"delete table", (*Tx).deleteTable, "delete table inet natgw\n"},
+		{"delete legacy table", (*Tx).deleteLegacyTable, "delete table ip natgw\n"},
+		{"flush map", func(tx *Tx) { tx.flushSet(setFIPDNAT) }, "flush map inet natgw fip_dnat\n"},
+		{"flush set", func(tx *Tx) { tx.flushSet(setEIPs) }, "flush set inet natgw eips\n"},
+		{"delete snat map", func(tx *Tx) { tx.deleteSet("snat_p24") }, "delete map inet natgw snat_p24\n"},
+		{"flush chain", func(tx *Tx) { tx.flushChain(k.name()) }, "flush chain inet natgw qos_in_192_0_2_10\n"},
+		{"delete chain", func(tx *Tx) { tx.deleteChain(k.name()) }, "delete chain inet natgw qos_in_192_0_2_10\n"},
+		{"delete limit", func(tx *Tx) { tx.deleteLimit(k.name()) }, "delete limit inet natgw qos_in_192_0_2_10\n"},
 		{"limit in kbytes", func(tx *Tx) { tx.addLimit(k, qosVal{rate: 128 * mbit, burst: 0}) },
-			"add limit ip natgw qos_in_192_0_2_10 { rate over 15625 kbytes/second; }\n"},
+			"add limit inet natgw qos_in_192_0_2_10 { rate over 15625 kbytes/second; }\n"},
 		{"limit in mbytes", func(tx *Tx) { tx.addLimit(k, qosVal{rate: 1 << 20, burst: 3 << 10}) },
-			"add limit ip natgw qos_in_192_0_2_10 { rate over 1 mbytes/second burst 3 kbytes; }\n"},
+			"add limit inet natgw qos_in_192_0_2_10 { rate over 1 mbytes/second burst 3 kbytes; }\n"},
 		{"delete elements", func(tx *Tx) {
 			tx.deleteElements(setPortDNAT, []nft.SetElement{{Key: append(append(a4(addr("192.0.2.11")), 6, 0, 0, 0), port4(8080)...)}})
-		}, "delete element ip natgw port_dnat { 192.0.2.11 . tcp . 8080 }\n"},
+		}, "delete element inet natgw port_dnat { 192.0.2.11 . tcp . 8080 }\n"},
 		{"exclusive add", func(tx *Tx) {
 			tx.addElements(setFIPDNAT, []nft.SetElement{{Key: a4(addr("192.0.2.10")), Val: a4(addr("198.51.100.10")), Comment: "u"}}, true)
-		}, "create element ip natgw fip_dnat { 192.0.2.10 comment \"u\" : 198.51.100.10 }\n"},
+		}, "create element inet natgw fip_dnat { 192.0.2.10 comment \"u\" : 198.51.100.10 }\n"},
 		{"no elements", func(tx *Tx) { tx.addElements(setEIPs, nil, false) }, ""},
 		{"stamp", func(tx *Tx) { tx.stamp("natgw layout=1 boot=b", 7) },
-			"flush set ip natgw natgw_meta\nadd element ip natgw natgw_meta { 0x00000001 comment \"natgw layout=1 boot=b\" } # generation 7 in userdata\n"},
+			"flush set inet natgw natgw_meta\nadd element inet natgw natgw_meta { 0x00000001 comment \"natgw layout=1 boot=b\" } # generation 7 in userdata\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var tx Tx
@@ -168,7 +169,7 @@ func TestEncodeMatchesLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := &nft.Table{Name: TableName, Family: nft.TableFamilyIPv4}
+	table := &nft.Table{Name: TableName, Family: tableFamily}
 	libSet := func(s setSpec) *nft.Set {
 		ls := &nft.Set{Table: table, Name: s.name, KeyType: s.key, DataType: s.val, IsMap: s.isMap(),
 			Concatenation: s.concat, KeyByteOrder: binaryutil.BigEndian, ID: 1}
@@ -453,7 +454,7 @@ func (l *listing) String() string {
 		}
 		blocks = append(blocks, b+"\t}\n")
 	}
-	return "table ip " + TableName + " {\n" + strings.Join(blocks, "\n") + "}\n"
+	return "table inet " + TableName + " {\n" + strings.Join(blocks, "\n") + "}\n"
 }
 
 var elementsRE = regexp.MustCompile(`(?s)elements = \{ (.*?) \}\n`)

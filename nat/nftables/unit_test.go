@@ -106,13 +106,13 @@ func TestParseElemRejects(t *testing.T) {
 }
 
 func TestNames(t *testing.T) {
-	for _, c := range []snatClass{{0, false}, {8, true}, {24, false}, {32, true}} {
+	for _, c := range []snatClass{{0, false, false}, {8, true, false}, {24, false, false}, {32, true, false}, {0, false, true}, {64, true, true}, {128, false, true}} {
 		got, ok := parseSNATSet(c.setName())
 		if !ok || got != c {
 			t.Errorf("parseSNATSet(%q) = %v, %v", c.setName(), got, ok)
 		}
 	}
-	for _, bad := range []string{"snat_p33", "snat_p024", "snat_p", "snat_px_rf", "fip_snat"} {
+	for _, bad := range []string{"snat_p33", "snat_p024", "snat_p", "snat_px_rf", "fip_snat", "snat6_p129", "snat6_p064", "snat6_p"} {
 		if _, ok := parseSNATSet(bad); ok {
 			t.Errorf("parseSNATSet(%q) accepted it", bad)
 		}
@@ -126,9 +126,9 @@ func TestNames(t *testing.T) {
 			t.Errorf("parseQoSName(%q) accepted it", bad)
 		}
 	}
-	cs := []snatClass{{8, false}, {24, true}, {24, false}, {32, false}}
+	cs := []snatClass{{8, false, false}, {64, false, true}, {24, true, false}, {24, false, false}, {128, false, true}, {32, false, false}}
 	sortSNATClasses(cs)
-	want := []snatClass{{32, false}, {24, false}, {24, true}, {8, false}}
+	want := []snatClass{{32, false, false}, {24, false, false}, {24, true, false}, {8, false, false}, {128, false, true}, {64, false, true}}
 	for i := range cs {
 		if cs[i] != want[i] {
 			t.Fatalf("sorted classes %v, want %v", cs, want)
@@ -205,7 +205,29 @@ func TestObjectsCheck(t *testing.T) {
 		consistent, torn bool
 	}{
 		{"consistent", false, with(same), true, false},
-		{"mirror", true, with(func(m map[string][]nft.SetElement) { delete(m, setFIPSNAT) }), true, false},
+		{"mirror", true, with(func(m map[string][]nft.SetElement) { delete(m, setFIPSNAT); delete(m, setFIPSNAT6) }), true, false},
+		{"IPv6 mirror element missing", false, with(func(m map[string][]nft.SetElement) { m[setFIPSNAT6] = nil }), false, false},
+		{"IPv6 mirror disagrees", false, with(func(m map[string][]nft.SetElement) {
+			e := m[setFIPSNAT6][0]
+			e.Val = addr("2001:db8::99").AsSlice()
+			m[setFIPSNAT6] = []nft.SetElement{e}
+		}), false, false},
+		{"fip_dnat6 element twice, mirror", true, with(func(m map[string][]nft.SetElement) {
+			delete(m, setFIPSNAT)
+			delete(m, setFIPSNAT6)
+			dupFirst(setFIPDNAT6)(m)
+		}), true, true},
+		{"eips6 element twice", false, with(dupFirst(setEIPs6)), true, true},
+		{"eips6 half of a dual-stack EIP missing", false, with(func(m map[string][]nft.SetElement) {
+			var keep []nft.SetElement
+			for _, e := range m[setEIPs6] {
+				if !strings.Contains(e.Comment, "v4=") {
+					keep = append(keep, e)
+				}
+			}
+			m[setEIPs6] = keep
+		}), false, false},
+		{"port_dnat6 element twice", false, with(dupFirst(setPortDNAT6)), true, true},
 		{"mirror element missing", false, with(func(m map[string][]nft.SetElement) { m[setFIPSNAT] = nil }), false, false},
 		{"mirror disagrees", false, with(func(m map[string][]nft.SetElement) {
 			e := m[setFIPSNAT][0]
@@ -214,6 +236,7 @@ func TestObjectsCheck(t *testing.T) {
 		}), false, false},
 		{"fip_dnat element twice, mirror", true, with(func(m map[string][]nft.SetElement) {
 			delete(m, setFIPSNAT)
+			delete(m, setFIPSNAT6)
 			dupFirst(setFIPDNAT)(m)
 		}), true, true},
 		{"fip_dnat element twice", false, with(dupFirst(setFIPDNAT)), true, true},

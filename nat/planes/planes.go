@@ -16,11 +16,12 @@
 // routes the kept data plane also holds are put back by Restore after the
 // kept data plane is opened.
 //
-// Once emptied, the other data plane's kernel structure goes too (table ip
-// natgw; natgw's NATGW_ chains and the jumps to them), so the next start
-// finds nothing to do. Detection never creates anything: nftables "holds
-// state" when table ip natgw exists; iptables-legacy when the namespace's
-// nat or mangle table (iptables-legacy-save) has natgw's chains.
+// Once emptied, the other data plane's kernel structure goes too (table
+// inet natgw, and table ip natgw of layouts 1-3; natgw's NATGW_ chains and
+// the jumps to them), so the next start finds nothing to do. Detection
+// never creates anything: nftables "holds state" when table inet natgw
+// (or the older ip natgw) exists; iptables-legacy when the namespace's nat
+// or mangle table (iptables-legacy-save) has natgw's chains.
 //
 // Two agents of different data planes must not program one namespace at
 // the same time (each would empty the other at its start): during a switch
@@ -245,33 +246,42 @@ func plumb(ctx context.Context, cfg nat.Config, removed, added []nat.Object) err
 	return p.Apply(ctx, removed, added)
 }
 
-// nftPresent reports whether table ip natgw exists.
+// nftPresent reports whether table inet natgw (or table ip natgw, the
+// table of layouts 1-3) exists.
 func nftPresent(_ context.Context, ns *netns.NS) (bool, error) {
 	c, err := nft.New(nft.WithNetNSFd(ns.Fd()))
 	if err != nil {
 		return false, fmt.Errorf("nftables netlink: %w", err)
 	}
-	tables, err := c.ListTablesOfFamily(nft.TableFamilyIPv4)
-	if err != nil {
-		return false, fmt.Errorf("list nftables tables: %w", err)
-	}
-	for _, t := range tables {
-		if t.Name == nftables.TableName {
-			return true, nil
+	for _, fam := range []nft.TableFamily{nft.TableFamilyINet, nft.TableFamilyIPv4} {
+		tables, err := c.ListTablesOfFamily(fam)
+		if err != nil {
+			return false, fmt.Errorf("list nftables tables: %w", err)
+		}
+		for _, t := range tables {
+			if t.Name == nftables.TableName {
+				return true, nil
+			}
 		}
 	}
 	return false, nil
 }
 
-// nftRemove deletes table ip natgw (empty by now).
+// nftRemove deletes table inet natgw (empty by now) and a table ip natgw
+// of layouts 1-3 if one is left, each where it exists.
 func nftRemove(_ context.Context, ns *netns.NS) error {
 	c, err := nft.New(nft.WithNetNSFd(ns.Fd()))
 	if err != nil {
 		return fmt.Errorf("nftables netlink: %w", err)
 	}
-	c.DelTable(&nft.Table{Name: nftables.TableName, Family: nft.TableFamilyIPv4})
-	if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("delete table ip %s: %w", nftables.TableName, err)
+	for _, fam := range []struct {
+		f    nft.TableFamily
+		name string
+	}{{nft.TableFamilyINet, "inet"}, {nft.TableFamilyIPv4, "ip"}} {
+		c.DelTable(&nft.Table{Name: nftables.TableName, Family: fam.f})
+		if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("delete table %s %s: %w", fam.name, nftables.TableName, err)
+		}
 	}
 	return nil
 }

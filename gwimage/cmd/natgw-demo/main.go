@@ -361,14 +361,14 @@ func (d *demo) filterCommand() string {
 	if d.dataplane == "iptables" {
 		return "iptables-legacy-save -t nat"
 	}
-	return "nft list table ip natgw"
+	return "nft list table inet natgw"
 }
 
 func (d *demo) filterState(ctx context.Context) (string, error) {
 	if d.dataplane == "iptables" {
 		return netlab.Exec(ctx, d.gw.GW, "", "iptables-legacy-save", "-t", "nat")
 	}
-	return netlab.NftTable(ctx, d.gw.GW, "ip", "natgw")
+	return netlab.NftTable(ctx, d.gw.GW, "inet", "natgw")
 }
 
 // expectClean checks that nothing of the demo's objects is left: not in the

@@ -162,12 +162,12 @@ func listJSON(t *testing.T, ns string, extra ...string) []nat.Object {
 
 var bootRE = regexp.MustCompile(`boot=[^" ]*`)
 
-// nftState returns `nft -j list table ip natgw` of ns in canonical form:
+// nftState returns `nft -j list table inet natgw` of ns in canonical form:
 // handles dropped, the boot id masked, set elements sorted, so two tables
 // that hold the same objects compare equal.
 func nftState(t *testing.T, ns string) string {
 	t.Helper()
-	out, err := netlab.Exec(context.Background(), ns, "", "nft", "-j", "list", "table", "ip", "natgw")
+	out, err := netlab.Exec(context.Background(), ns, "", "nft", "-j", "list", "table", "inet", "natgw")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func TestRestartedAgentDeletesByUID(t *testing.T) {
 	}
 	a3.stop(t)
 	// The table was lost behind the agents' back: a new boot id.
-	if _, err := netlab.Exec(ctx, gw.GW, "", "nft", "delete", "table", "ip", "natgw"); err != nil {
+	if _, err := netlab.Exec(ctx, gw.GW, "", "nft", "delete", "table", "inet", "natgw"); err != nil {
 		t.Fatal(err)
 	}
 	a4 := startAgent(t, gw.GW)

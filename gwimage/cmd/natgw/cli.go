@@ -338,7 +338,11 @@ func columns(o nat.Object) (ext, in, detail string) {
 	}
 	switch {
 	case o.EIP != nil:
-		ext = fmt.Sprintf("%s/%d", o.EIP.Address, o.EIP.PrefixLen)
+		var ps []string
+		for _, p := range o.EIP.Prefixes() {
+			ps = append(ps, p.String())
+		}
+		ext = strings.Join(ps, ",")
 		if q := o.EIP.QoS; q != nil {
 			var parts []string
 			if q.IngressRateMbps > 0 {

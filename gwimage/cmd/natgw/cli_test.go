@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,6 +84,14 @@ func TestColumns(t *testing.T) {
 	_, _, d := columns(sample()[1])
 	if d != "ingress 100Mbit/s burst 10Mbit" {
 		t.Errorf("qos detail %q", d)
+	}
+	for want, e := range map[string]*nat.EIP{
+		"2001:db8::10/64":               {V6Address: netip.MustParseAddr("2001:db8::10"), V6PrefixLen: 64},
+		"192.0.2.10/24,2001:db8::10/64": {Address: netip.MustParseAddr("192.0.2.10"), PrefixLen: 24, V6Address: netip.MustParseAddr("2001:db8::10"), V6PrefixLen: 64},
+	} {
+		if ext, _, _ := columns(nat.Object{UID: "e", Kind: nat.KindEIP, EIP: e}); ext != want {
+			t.Errorf("EIP cell %q, want %q", ext, want)
+		}
 	}
 }
 

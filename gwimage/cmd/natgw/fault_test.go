@@ -46,7 +46,7 @@ func tableCensus(t *testing.T, ns string) (old, new int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := &nft.Table{Name: "natgw", Family: nft.TableFamilyIPv4}
+	table := &nft.Table{Name: "natgw", Family: nft.TableFamilyINet}
 	for _, name := range []string{"fip_dnat", "fip_snat"} {
 		set, err := c.GetSetByName(table, name)
 		if err != nil {

@@ -187,7 +187,7 @@ func TestAgentGatewayQoS(t *testing.T) {
 	// startAgent returns: wait for it (CI once read it too early).
 	var natBefore string
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if natBefore, err = netlab.NftTable(ctx, gw.GW, "ip", "natgw"); err == nil {
+		if natBefore, err = netlab.NftTable(ctx, gw.GW, "inet", "natgw"); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -236,7 +236,7 @@ func TestAgentGatewayQoS(t *testing.T) {
 	if out, err := netlab.NftTable(ctx, gw.GW, "ip", gwqos.Table); err == nil {
 		t.Fatalf("an empty gwqos left the table:\n%s", out)
 	}
-	if natAfter, err := netlab.NftTable(ctx, gw.GW, "ip", "natgw"); err != nil || natAfter != natBefore {
+	if natAfter, err := netlab.NftTable(ctx, gw.GW, "inet", "natgw"); err != nil || natAfter != natBefore {
 		t.Fatalf("the NAT table changed (%v):\n%s\nwas:\n%s", err, natAfter, natBefore)
 	}
 	a.stop(t)
