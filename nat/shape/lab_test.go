@@ -67,7 +67,9 @@ func newTopo(t *testing.T, ctx context.Context, rtt time.Duration) *topo {
 			return netlab.Veth(netlab.End{NS: tp.gw, Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(netlab.GWVPCAddr, 24)}},
 				netlab.End{NS: tp.vm, Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(labVM, 24)}})
 		},
-		func() error { return netlab.AddRoute(tp.vm, netip.MustParsePrefix("0.0.0.0/0"), netlab.GWVPCAddr, "eth0") },
+		func() error {
+			return netlab.AddRoute(tp.vm, netip.MustParsePrefix("0.0.0.0/0"), netlab.GWVPCAddr, "eth0")
+		},
 		func() error { return netlab.Sysctl(tp.gw, "net.ipv4.ip_forward", "1") },
 	}
 	if rtt == 0 {
@@ -146,7 +148,7 @@ func (tp *topo) sender(dir flowDir) string {
 type tcpRun struct {
 	window   []int64 // bytes each flow delivered in the window
 	windowD  time.Duration
-	total    []int64   // bytes each flow delivered in all
+	total    []int64      // bytes each flow delivered in all
 	timeline [][2]float64 // (seconds since start, bytes of all flows), every 10 ms
 	retrans  float64      // retransmitted segments, % of segments sent
 	pings    []time.Duration

@@ -131,7 +131,9 @@ func (e EIP) limit(d direction) Limit {
 // Validate checks a Limit; field prefixes the field names of the error
 // (a *nat.FieldError).
 func (l Limit) Validate(field string) error {
-	bad := func(f, v, reason string) error { return &nat.FieldError{Field: field + "." + f, Value: v, Reason: reason} }
+	bad := func(f, v, reason string) error {
+		return &nat.FieldError{Field: field + "." + f, Value: v, Reason: reason}
+	}
 	if l.RateMbps == 0 {
 		if l.BurstMB != 0 {
 			return bad("burstMB", fmt.Sprint(l.BurstMB), "a burst without a rate")
@@ -424,8 +426,6 @@ func keyAddr(d direction, key []byte) (netip.Addr, bool) {
 	}
 	return netip.AddrFrom4([4]byte(key)), true
 }
-
-
 
 // readMaps returns the classes recorded in natgw's table.
 func (k *kernel) readMaps() ([]class, error) {
