@@ -20,8 +20,9 @@ import (
 type plane string
 
 const (
-	policer plane = "police" // natgw's nftables limit (drop above rate + burst)
-	shaper  plane = "shape"  // this package's HTB classes
+	policer   plane = "police"      // natgw's nftables limit (drop above rate + burst)
+	shaper    plane = "shape"       // this package's HTB classes, bfifo leaf of LeafDelay
+	shapeFIFO plane = "shape-pfifo" // HTB classes with HTB's default leaf (pfifo, 1000 packets): upstream's shape without fq_codel
 )
 
 // figCell is one measured cell's repetitions.
@@ -69,7 +70,11 @@ func (tp *topo) configure(ctx context.Context, t *testing.T, p plane, rateMbps, 
 		b := uint32(math.Ceil(burstMB * BytesPerMB * 8 / 1e6))
 		r := uint32(rateMbps)
 		tp.police(ctx, t, &nat.QoS{IngressRateMbps: r, IngressBurstMbit: b, EgressRateMbps: r, EgressBurstMbit: b})
-	case shaper:
+	case shaper, shapeFIFO:
+		LeafDelay = 100 * time.Millisecond
+		if p == shapeFIFO {
+			LeafDelay = 0
+		}
 		l := Limit{RateMbps: rateMbps, BurstMB: burstMB}
 		if err := Set(tp.cfg, []EIP{{Address: labEIP, Ingress: l, Egress: l}}); err != nil {
 			t.Fatal(err)
@@ -134,7 +139,7 @@ func TestQoSFigures(t *testing.T) {
 		}
 		rtts = append(rtts, d)
 	}
-	planes := []plane{policer, shaper}
+	planes := []plane{policer, shaper, shapeFIFO}
 	dirs := []flowDir{download, upload}
 	type key struct {
 		rtt  time.Duration
@@ -144,97 +149,106 @@ func TestQoSFigures(t *testing.T) {
 	}
 	cells := map[key]*figCell{}
 	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Hour)
+	defer cancel()
+	topos := map[time.Duration]*topo{}
 	for _, rtt := range rtts {
-		t.Run("rtt="+rtt.String(), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
-			defer cancel()
-			tp := newTopo(t, ctx, rtt)
-			for rep := range reps {
-				for _, rate := range rates {
-					for _, dir := range dirs {
-						for i := range planes {
-							// Alternate which plane goes first.
-							p := planes[(i+rep)%len(planes)]
-							k := key{rtt, rate, dir, p}
-							c := cells[k]
-							if c == nil {
-								c = &figCell{}
-								cells[k] = c
-							}
-							tp.configure(ctx, t, p, rate, 0)
-							idle, err := netlab.Ping(ctx, tp.ext, labEIP, 10, 50*time.Millisecond, time.Second)
-							if err != nil {
-								t.Fatal(err)
-							}
-							c.idle = append(c.idle, durMs(idle))
-							r1, err := tp.runTCP(ctx, dir, 1, warm, dur, true)
-							if err != nil {
-								t.Fatalf("%v: %v", k, err)
-							}
-							c.g1 = append(c.g1, 100*r1.goodput()/rate)
-							c.r1 = append(c.r1, r1.retrans)
-							c.load = append(c.load, durMs(r1.pings))
-							sent := int((dur - warm) / (100 * time.Millisecond))
-							c.pingLoss = append(c.pingLoss, 100*float64(sent-len(r1.pings))/float64(sent))
-							tp.configure(ctx, t, p, rate, 0)
-							r8, err := tp.runTCP(ctx, dir, 8, warm, dur, false)
-							if err != nil {
-								t.Fatalf("%v: %v", k, err)
-							}
-							c.g8 = append(c.g8, 100*r8.goodput()/rate)
-							c.j8 = append(c.j8, r8.jain())
-							c.r8 = append(c.r8, r8.retrans)
-							tp.configure(ctx, t, p, rate, 0)
-							u, err := tp.runUDP(ctx, dir, 2*rate, udpD)
-							if err != nil {
-								t.Fatalf("%v: %v", k, err)
-							}
-							c.udpLoss = append(c.udpLoss, u.loss())
-							c.udpRx = append(c.udpRx, 100*u.rxMbps/rate)
-							tp.configure(ctx, t, p, rate, figBurstMB)
-							b, err := tp.runTCP(ctx, dir, 1, dur/2, dur, false)
-							if err != nil {
-								t.Fatalf("%v: %v", k, err)
-							}
-							ex, first := burstOf(b)
-							c.excess = append(c.excess, ex/BytesPerMB)
-							c.firstMB = append(c.firstMB, first)
-							t.Logf("%v rep %d: 1 flow %.1f%% (retr %.2f%%, ping %.1f→%.1f ms), 8 flows %.1f%% J=%.3f, UDP loss %.1f%% rx %.1f%%, burst %.2f MB first MiB %.0f ms (%s)",
-								k, rep, c.g1[len(c.g1)-1], r1.retrans, c.idle[len(c.idle)-1], c.load[len(c.load)-1], c.g8[len(c.g8)-1], r8.jain(),
-								u.loss(), c.udpRx[len(c.udpRx)-1], ex/BytesPerMB, first, time.Since(start).Round(time.Second))
-						}
-					}
-				}
-			}
-			tp.configure(ctx, t, shaper, 1, 0)
-			if err := Set(tp.cfg, nil); err != nil {
-				t.Fatal(err)
-			}
-		})
+		topos[rtt] = newTopo(t, ctx, rtt)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "\nmedians of %d repetitions; goodput and UDP rx in %% of the limit; retransmits in %% of segments sent; ping ms; burst: %g MB configured\n\n", reps, float64(figBurstMB))
-	b.WriteString("| RTT | limit | dir | plane | 1 flow | retr | ping idle → loaded (lost) | 8 flows | Jain | retr | UDP 2× loss | UDP rx | burst passed (MB) | first MiB (ms) |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, rtt := range rtts {
-		for _, rate := range rates {
-			for _, dir := range dirs {
-				for _, p := range planes {
-					c := cells[key{rtt, rate, dir, p}]
-					if c == nil {
-						continue
+	defer func() { LeafDelay = 100 * time.Millisecond }()
+	table := func(done int) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "\nmedians of %d repetitions; goodput and UDP rx in %% of the limit; retransmits in %% of segments sent; ping ms; burst: %g MB configured\n\n", done, float64(figBurstMB))
+		b.WriteString("| RTT | limit | dir | plane | 1 flow | retr | ping idle → loaded (lost) | 8 flows | Jain | retr | UDP 2× loss | UDP rx | burst passed (MB) | first MiB (ms) |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, rtt := range rtts {
+			for _, rate := range rates {
+				for _, dir := range dirs {
+					for _, p := range planes {
+						c := cells[key{rtt, rate, dir, p}]
+						if c == nil {
+							continue
+						}
+						fmt.Fprintf(&b, "| %v | %g Mbit/s | %s | %s | %.1f | %.2f | %.1f → %.1f (%.0f%%) | %.1f | %.3f | %.2f | %.1f | %.1f | %.2f | %.0f |\n",
+							rtt, rate, dir, p, med(c.g1), med(c.r1), med(c.idle), med(c.load), med(c.pingLoss), med(c.g8), med(c.j8), med(c.r8),
+							med(c.udpLoss), med(c.udpRx), med(c.excess), med(c.firstMB))
 					}
-					fmt.Fprintf(&b, "| %v | %g Mbit/s | %s | %s | %.1f | %.2f | %.1f → %.1f (%.0f%%) | %.1f | %.3f | %.2f | %.1f | %.1f | %.2f | %.0f |\n",
-						rtt, rate, dir, p, med(c.g1), med(c.r1), med(c.idle), med(c.load), med(c.pingLoss), med(c.g8), med(c.j8), med(c.r8),
-						med(c.udpLoss), med(c.udpRx), med(c.excess), med(c.firstMB))
 				}
 			}
 		}
+		fmt.Fprintf(&b, "\ntook %v\n", time.Since(start).Round(time.Second))
+		return b.String()
 	}
-	fmt.Fprintf(&b, "\ntook %v\n", time.Since(start).Round(time.Second))
-	t.Log(b.String())
-	if out := os.Getenv("NATGW_QOS_FIGURES_OUT"); out != "" {
-		if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
+	for rep := range reps {
+		for _, rtt := range rtts {
+			tp := topos[rtt]
+			for _, rate := range rates {
+				for _, dir := range dirs {
+					for i := range planes {
+						// Rotate which plane goes first.
+						p := planes[(i+rep)%len(planes)]
+						k := key{rtt, rate, dir, p}
+						c := cells[k]
+						if c == nil {
+							c = &figCell{}
+							cells[k] = c
+						}
+						tp.configure(ctx, t, p, rate, 0)
+						idle, err := netlab.Ping(ctx, tp.ext, labEIP, 10, 50*time.Millisecond, time.Second)
+						if err != nil {
+							t.Fatal(err)
+						}
+						c.idle = append(c.idle, durMs(idle))
+						r1, err := tp.runTCP(ctx, dir, 1, warm, dur, true)
+						if err != nil {
+							t.Fatalf("%v: %v", k, err)
+						}
+						c.g1 = append(c.g1, 100*r1.goodput()/rate)
+						c.r1 = append(c.r1, r1.retrans)
+						c.load = append(c.load, durMs(r1.pings))
+						sent := int((dur - warm) / (100 * time.Millisecond))
+						c.pingLoss = append(c.pingLoss, 100*float64(sent-len(r1.pings))/float64(sent))
+						tp.configure(ctx, t, p, rate, 0)
+						r8, err := tp.runTCP(ctx, dir, 8, warm, dur, false)
+						if err != nil {
+							t.Fatalf("%v: %v", k, err)
+						}
+						c.g8 = append(c.g8, 100*r8.goodput()/rate)
+						c.j8 = append(c.j8, r8.jain())
+						c.r8 = append(c.r8, r8.retrans)
+						tp.configure(ctx, t, p, rate, 0)
+						u, err := tp.runUDP(ctx, dir, 2*rate, udpD)
+						if err != nil {
+							t.Fatalf("%v: %v", k, err)
+						}
+						c.udpLoss = append(c.udpLoss, u.loss())
+						c.udpRx = append(c.udpRx, 100*u.rxMbps/rate)
+						tp.configure(ctx, t, p, rate, figBurstMB)
+						b, err := tp.runTCP(ctx, dir, 1, dur/2, dur, false)
+						if err != nil {
+							t.Fatalf("%v: %v", k, err)
+						}
+						ex, first := burstOf(b)
+						c.excess = append(c.excess, ex/BytesPerMB)
+						c.firstMB = append(c.firstMB, first)
+						t.Logf("%v rep %d: 1 flow %.1f%% (retr %.2f%%, ping %.1f→%.1f ms), 8 flows %.1f%% J=%.3f (retr %.2f%%), UDP loss %.1f%% rx %.1f%%, burst %.2f MB first MiB %.0f ms (%s)",
+							k, rep, c.g1[len(c.g1)-1], r1.retrans, c.idle[len(c.idle)-1], c.load[len(c.load)-1], c.g8[len(c.g8)-1], r8.jain(), r8.retrans,
+							u.loss(), c.udpRx[len(c.udpRx)-1], ex/BytesPerMB, first, time.Since(start).Round(time.Second))
+					}
+				}
+			}
+		}
+		out := table(rep + 1)
+		t.Log(out)
+		if path := os.Getenv("NATGW_QOS_FIGURES_OUT"); path != "" {
+			if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	for _, tp := range topos {
+		tp.police(ctx, t, nil)
+		if err := Set(tp.cfg, nil); err != nil {
 			t.Error(err)
 		}
 	}

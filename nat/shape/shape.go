@@ -47,8 +47,12 @@
 // in one nftables transaction, then classes no longer used are deleted; a
 // failure before the maps are replaced undoes the class changes made.
 //
-// The leaf of each class is HTB's default (pfifo of the interface's
-// txqueuelen packets): upstream's fq_codel leaf is not in this kernel.
+// Upstream gives each class an fq_codel leaf, which this kernel does not
+// have; HTB's default leaf (pfifo of the interface's txqueuelen, 1000
+// packets) queues over a second at 1 Mbit/s. natgw bounds the queue
+// instead: each class gets a bfifo leaf of LeafDelay at its rate (at least
+// LeafMinBytes), so a flow sharing the limit with a bulk transfer waits at
+// most about that long (measured in TestQoSFigures, gwimage/README.md).
 package shape
 
 import (
@@ -60,10 +64,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	nft "github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
@@ -91,6 +97,19 @@ const (
 	// MaxBurstTime is the longest burst HTB holds, in seconds at the rate.
 	MaxBurstTime = float64(math.MaxUint32) * 64 / 1e9
 )
+
+// LeafDelay is how long a class's queue holds at its rate; LeafMinBytes
+// the least it holds. A LeafDelay of 0 leaves HTB's default leaf.
+var (
+	LeafDelay    = 100 * time.Millisecond
+	LeafMinBytes = uint32(16 * 1514)
+)
+
+// leafLimit is the bfifo limit of a class of l, in bytes.
+func (l Limit) leafLimit() uint32 {
+	b := float64(l.rate()) * LeafDelay.Seconds()
+	return uint32(max(min(b, math.MaxUint32), float64(LeafMinBytes)))
+}
 
 // mtu is what the default burst adds to a tick's worth of rate, as tc does.
 const mtu = 1600
@@ -502,6 +521,27 @@ func htbClass(l netlink.Link, c class) *netlink.HtbClass {
 		netlink.HtbClassAttrs{Rate: bps, Ceil: bps, Buffer: c.lim.burst(), Cbuffer: c.lim.burst(), Quantum: c.lim.quantum()})
 }
 
+// leaf puts a bfifo of c's leafLimit under class c (tc qdisc replace dev
+// L parent 4e47:minor bfifo limit N; the netlink library has no fifo
+// qdisc with options).
+func (k *kernel) leaf(l netlink.Link, c class) error {
+	req := nl.NewNetlinkRequest(unix.RTM_NEWQDISC, unix.NLM_F_CREATE|unix.NLM_F_REPLACE|unix.NLM_F_ACK)
+	req.AddData(&nl.TcMsg{Family: nl.FAMILY_ALL, Ifindex: int32(l.Attrs().Index), Parent: c.id()})
+	req.AddData(nl.NewRtAttr(nl.TCA_KIND, nl.ZeroTerminated("bfifo")))
+	req.AddData(nl.NewRtAttr(nl.TCA_OPTIONS, binary.NativeEndian.AppendUint32(nil, c.lim.leafLimit())))
+	exec := func() error { _, err := req.Execute(unix.NETLINK_ROUTE, 0); return err }
+	var err error
+	if k.cfg.NetNS == "" {
+		err = exec()
+	} else {
+		err = netns.Do(k.cfg.NetNS, exec)
+	}
+	if err != nil {
+		return fmt.Errorf("shape: bfifo limit %d under class %x:%x on %s: %w", c.lim.leafLimit(), Major, c.minor, l.Attrs().Name, err)
+	}
+	return nil
+}
+
 // classRef names class Major:minor of l (enough to delete it).
 func classRef(l netlink.Link, minor uint16) netlink.Class {
 	return &netlink.GenericClass{ClassAttrs: netlink.ClassAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.MakeHandle(Major, 0), Handle: netlink.MakeHandle(Major, minor)}, ClassType: "htb"}
@@ -584,6 +624,11 @@ func (k *kernel) apply(cur, want []class) (err error) {
 		l := links[c.dir]
 		if err := k.h.ClassReplace(htbClass(l, c)); err != nil {
 			return fmt.Errorf("shape: %s class %x:%x for %s (%g Mbit/s, burst %g MB) on %s: %w", c.dir, Major, c.minor, c.eip, c.lim.RateMbps, c.lim.BurstMB, l.Attrs().Name, err)
+		}
+		if LeafDelay > 0 {
+			if err := k.leaf(l, c); err != nil {
+				return err
+			}
 		}
 		if had && existing[c.dir][c.id()] {
 			undo = append(undo, func() error { return k.h.ClassReplace(htbClass(l, old)) })

@@ -35,6 +35,14 @@ func TestShapeTCP(t *testing.T) {
 		if !strings.Contains(out, "class htb 4e47:1 root") || !strings.Contains(out, "rate 10Mbit ceil 10Mbit") {
 			t.Errorf("tc class show dev %s: no 10 Mbit class 4e47:1:\n%s", dev, out)
 		}
+		q, err := netlab.Exec(ctx, tp.gw, "", "tc", "qdisc", "show", "dev", dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 100 ms at 10 Mbit/s.
+		if !strings.Contains(q, "qdisc htb 4e47: root") || !strings.Contains(q, "parent 4e47:1 limit 125000b") {
+			t.Errorf("tc qdisc show dev %s: no htb root 4e47: with a bfifo of 125000 bytes under 4e47:1:\n%s", dev, q)
+		}
 	}
 	for _, dir := range []flowDir{download, upload} {
 		r, err := tp.runTCP(ctx, dir, 1, 1500*time.Millisecond, 4*time.Second, true)

@@ -1,0 +1,260 @@
+package shape
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"strings"
+	"sync"
+
+	"github.com/natgw/natgw/nat"
+)
+
+// Dataplane is a nat.Dataplane whose EIP QoS is shaped by this package
+// instead of policed by the wrapped data plane: EIP objects reach the
+// wrapped one without their QoS, and the QoS of every EIP it holds is
+// programmed with Set. List puts the QoS back, read from natgw_shape, so
+// callers see the objects they applied.
+//
+// Each change stays all-or-nothing: the objects are validated for both
+// (the wrapped data plane's rules and Limit's), the shaping is set to what
+// it must be after the change, then the wrapped data plane applies the
+// change; if that fails, the shaping is set back to what it was. (After an
+// error matching nat.ErrUnknownState the new shaping is kept: the change
+// may be in the kernel, and the caller retries it.)
+type Dataplane struct {
+	inner nat.Dataplane
+	cfg   nat.Config
+	mu    sync.Mutex
+}
+
+// Wrap returns inner with EIP QoS shaped in cfg's gateway. inner must be
+// the nftables data plane (the ingress classes are found by its ct mark).
+func Wrap(inner nat.Dataplane, cfg nat.Config) *Dataplane {
+	return &Dataplane{inner: inner, cfg: cfg.WithDefaults()}
+}
+
+// Name is the wrapped data plane's.
+func (d *Dataplane) Name() string { return d.inner.Name() }
+
+// BootID is the wrapped data plane's.
+func (d *Dataplane) BootID() string { return d.inner.BootID() }
+
+// Close closes the wrapped data plane; kernel state stays.
+func (d *Dataplane) Close() error { return d.inner.Close() }
+
+// Reload re-reads the wrapped data plane's kernel state.
+func (d *Dataplane) Reload(ctx context.Context) error { return d.inner.Reload(ctx) }
+
+// QoSToLimits converts an EIP's nat.QoS (whole Mbit/s, burst in Mbit of
+// 125,000 bytes) to Limits in upstream's units (burst in MB of 2^20 bytes).
+func QoSToLimits(q *nat.QoS) (in, out Limit) {
+	if q == nil {
+		return Limit{}, Limit{}
+	}
+	mb := func(mbit uint32) float64 { return float64(mbit) * 125_000 / BytesPerMB }
+	return Limit{RateMbps: float64(q.IngressRateMbps), BurstMB: mb(q.IngressBurstMbit)},
+		Limit{RateMbps: float64(q.EgressRateMbps), BurstMB: mb(q.EgressBurstMbit)}
+}
+
+// limitsToQoS is QoSToLimits' inverse (nil for no limit).
+func limitsToQoS(in, out Limit) *nat.QoS {
+	if in == (Limit{}) && out == (Limit{}) {
+		return nil
+	}
+	mbit := func(mb float64) uint32 { return uint32(math.Round(mb * BytesPerMB / 125_000)) }
+	return &nat.QoS{
+		IngressRateMbps: uint32(math.Round(in.RateMbps)), IngressBurstMbit: mbit(in.BurstMB),
+		EgressRateMbps: uint32(math.Round(out.RateMbps)), EgressBurstMbit: mbit(out.BurstMB),
+	}
+}
+
+// strip returns objs with EIP QoS removed (copies; objs is not changed)
+// and checks that every QoS can be shaped (a *nat.FieldError naming the
+// object and its field otherwise).
+func strip(objs []nat.Object) ([]nat.Object, error) {
+	out := make([]nat.Object, len(objs))
+	for i, o := range objs {
+		out[i] = o
+		if o.Kind != nat.KindEIP || o.EIP == nil || o.EIP.QoS == nil {
+			continue
+		}
+		q := o.EIP.QoS
+		in, eg := QoSToLimits(q)
+		for _, c := range []struct {
+			l           Limit
+			dir         string
+			rate, burst uint32
+		}{{in, "ingress", q.IngressRateMbps, q.IngressBurstMbit}, {eg, "egress", q.EgressRateMbps, q.EgressBurstMbit}} {
+			var fe *nat.FieldError
+			if err := c.l.Validate(c.dir); errors.As(err, &fe) {
+				// Name nat.QoS's field and value, not Limit's.
+				burst := strings.HasSuffix(fe.Field, ".burstMB")
+				fe.UID, fe.Field, fe.Value = o.UID, "eip.qos."+c.dir+"RateMbps", fmt.Sprint(c.rate)
+				if burst {
+					fe.Field, fe.Value = "eip.qos."+c.dir+"BurstMbit", fmt.Sprint(c.burst)
+				}
+				return nil, fe
+			} else if err != nil {
+				return nil, err
+			}
+		}
+		e := *o.EIP
+		e.QoS = nil
+		out[i].EIP = &e
+	}
+	return out, nil
+}
+
+// shaping is the shaping of objs' EIPs, by UID.
+type shaping map[string]EIP
+
+func shapingOf(objs []nat.Object) shaping {
+	s := shaping{}
+	for _, o := range objs {
+		if o.Kind == nat.KindEIP && o.EIP != nil && o.EIP.QoS != nil {
+			in, eg := QoSToLimits(o.EIP.QoS)
+			s[o.UID] = EIP{Address: o.EIP.Address, Ingress: in, Egress: eg}
+		}
+	}
+	return s
+}
+
+func (s shaping) list() []EIP {
+	out := make([]EIP, 0, len(s))
+	for _, e := range s {
+		if e.Ingress != (Limit{}) || e.Egress != (Limit{}) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// current returns the wrapped data plane's objects and the shaping of its
+// EIPs as natgw_shape holds it.
+func (d *Dataplane) current(ctx context.Context) ([]nat.Object, shaping, error) {
+	objs, err := d.inner.List(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	have, err := Get(d.cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	by := map[netip.Addr]EIP{}
+	for _, e := range have {
+		by[e.Address] = e
+	}
+	s := shaping{}
+	for _, o := range objs {
+		if o.Kind == nat.KindEIP && o.EIP != nil {
+			if e, ok := by[o.EIP.Address]; ok {
+				s[o.UID] = e
+			}
+		}
+	}
+	return objs, s, nil
+}
+
+// change sets the shaping to next, runs fn and sets it back to prev if fn
+// fails (unless the failure leaves the kernel state unknown).
+func (d *Dataplane) change(prev, next shaping, fn func() error) error {
+	if err := ValidateAll(next.list()); err != nil {
+		return fmt.Errorf("shape: %w", err)
+	}
+	if err := Set(d.cfg, next.list()); err != nil {
+		return err
+	}
+	err := fn()
+	if err != nil && !errors.Is(err, nat.ErrUnknownState) {
+		if rerr := Set(d.cfg, prev.list()); rerr != nil {
+			return errors.Join(err, fmt.Errorf("shape: restoring the shaping after the failed change: %w", rerr))
+		}
+	}
+	return err
+}
+
+// Apply applies objs, their EIPs' QoS shaped.
+func (d *Dataplane) Apply(ctx context.Context, objs ...nat.Object) error {
+	stripped, err := strip(objs)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, prev, err := d.current(ctx)
+	if err != nil {
+		return err
+	}
+	next := shaping{}
+	for k, v := range prev {
+		next[k] = v
+	}
+	for _, o := range objs {
+		if o.Kind == nat.KindEIP {
+			delete(next, o.UID)
+		}
+	}
+	for k, v := range shapingOf(objs) {
+		next[k] = v
+	}
+	return d.change(prev, next, func() error { return d.inner.Apply(ctx, stripped...) })
+}
+
+// Delete deletes uids and the shaping of those that are EIPs.
+func (d *Dataplane) Delete(ctx context.Context, uids ...string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, prev, err := d.current(ctx)
+	if err != nil {
+		return err
+	}
+	next := shaping{}
+	for k, v := range prev {
+		next[k] = v
+	}
+	for _, u := range uids {
+		delete(next, u)
+	}
+	return d.change(prev, next, func() error { return d.inner.Delete(ctx, uids...) })
+}
+
+// Sync makes the gateway hold exactly desired, its EIPs' QoS shaped.
+func (d *Dataplane) Sync(ctx context.Context, desired []nat.Object) error {
+	stripped, err := strip(desired)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, prev, err := d.current(ctx)
+	if err != nil {
+		return err
+	}
+	return d.change(prev, shapingOf(desired), func() error { return d.inner.Sync(ctx, stripped) })
+}
+
+// List returns the wrapped data plane's objects with their EIPs' QoS as
+// shaped.
+func (d *Dataplane) List(ctx context.Context) ([]nat.Object, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	objs, s, err := d.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i, o := range objs {
+		e, ok := s[o.UID]
+		if !ok {
+			continue
+		}
+		c := *o.EIP
+		c.QoS = limitsToQoS(e.Ingress, e.Egress)
+		objs[i].EIP = &c
+	}
+	return objs, nil
+}
+
+var _ nat.Dataplane = (*Dataplane)(nil)
