@@ -20,9 +20,9 @@ import (
 type plane string
 
 const (
-	policer   plane = "police"      // natgw's nftables limit (drop above rate + burst)
-	shaper    plane = "shape"       // this package's HTB classes, bfifo leaf of LeafDelay
-	shapeFIFO plane = "shape-pfifo" // HTB classes with HTB's default leaf (pfifo, 1000 packets): upstream's shape without fq_codel
+	policer    plane = "police"      // natgw's nftables limit (drop above rate + burst)
+	shaper     plane = "shape"       // this package's HTB classes with HTB's default leaf (pfifo, 1000 packets): upstream's shape without fq_codel
+	shapeBFIFO plane = "shape-bfifo" // the same with a bfifo leaf of 100 ms at the rate (LeafDelay)
 )
 
 // figCell is one measured cell's repetitions.
@@ -70,10 +70,10 @@ func (tp *topo) configure(ctx context.Context, t *testing.T, p plane, rateMbps, 
 		b := uint32(math.Ceil(burstMB * BytesPerMB * 8 / 1e6))
 		r := uint32(rateMbps)
 		tp.police(ctx, t, &nat.QoS{IngressRateMbps: r, IngressBurstMbit: b, EgressRateMbps: r, EgressBurstMbit: b})
-	case shaper, shapeFIFO:
-		LeafDelay = 100 * time.Millisecond
-		if p == shapeFIFO {
-			LeafDelay = 0
+	case shaper, shapeBFIFO:
+		LeafDelay = 0
+		if p == shapeBFIFO {
+			LeafDelay = 100 * time.Millisecond
 		}
 		l := Limit{RateMbps: rateMbps, BurstMB: burstMB}
 		if err := Set(tp.cfg, []EIP{{Address: labEIP, Ingress: l, Egress: l}}); err != nil {
@@ -139,7 +139,7 @@ func TestQoSFigures(t *testing.T) {
 		}
 		rtts = append(rtts, d)
 	}
-	planes := []plane{policer, shaper, shapeFIFO}
+	planes := []plane{policer, shaper, shapeBFIFO}
 	dirs := []flowDir{download, upload}
 	type key struct {
 		rtt  time.Duration
@@ -155,7 +155,7 @@ func TestQoSFigures(t *testing.T) {
 	for _, rtt := range rtts {
 		topos[rtt] = newTopo(t, ctx, rtt)
 	}
-	defer func() { LeafDelay = 100 * time.Millisecond }()
+	defer func() { LeafDelay = 0 }()
 	table := func(done int) string {
 		var b strings.Builder
 		fmt.Fprintf(&b, "\nmedians of %d repetitions; goodput and UDP rx in %% of the limit; retransmits in %% of segments sent; ping ms; burst: %g MB configured\n\n", done, float64(figBurstMB))

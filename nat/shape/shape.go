@@ -48,11 +48,14 @@
 // failure before the maps are replaced undoes the class changes made.
 //
 // Upstream gives each class an fq_codel leaf, which this kernel does not
-// have; HTB's default leaf (pfifo of the interface's txqueuelen, 1000
-// packets) queues over a second at 1 Mbit/s. natgw bounds the queue
-// instead: each class gets a bfifo leaf of LeafDelay at its rate (at least
-// LeafMinBytes), so a flow sharing the limit with a bulk transfer waits at
-// most about that long (measured in TestQoSFigures, gwimage/README.md).
+// have. natgw leaves HTB's default leaf (pfifo of the interface's
+// txqueuelen, 1000 packets on veth): measured against a bfifo of 100 ms
+// and against the policer (TestQoSFigures, gwimage/README.md "EIP QoS:
+// policer or shaper"), it is the one that keeps TCP free of retransmits
+// and fair between flows, at the price of queueing delay under load
+// (about 20 ms at 100 Mbit/s, 100 ms at 10 Mbit/s, over a second at
+// 1 Mbit/s). LeafDelay > 0 puts a bfifo of that many seconds of rate
+// under each class instead.
 package shape
 
 import (
@@ -98,10 +101,11 @@ const (
 	MaxBurstTime = float64(math.MaxUint32) * 64 / 1e9
 )
 
-// LeafDelay is how long a class's queue holds at its rate; LeafMinBytes
-// the least it holds. A LeafDelay of 0 leaves HTB's default leaf.
+// LeafDelay, when above 0, gives each class a bfifo leaf holding that long
+// at its rate, at least LeafMinBytes; 0 (the default) leaves HTB's default
+// leaf.
 var (
-	LeafDelay    = 100 * time.Millisecond
+	LeafDelay    time.Duration
 	LeafMinBytes = uint32(16 * 1514)
 )
 

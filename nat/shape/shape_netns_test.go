@@ -42,9 +42,8 @@ func TestShapeTCP(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// 100 ms at 10 Mbit/s.
-		if !strings.Contains(q, "qdisc htb 4e47: root") || !strings.Contains(q, "parent 4e47:1 limit 125000b") {
-			t.Errorf("tc qdisc show dev %s: no htb root 4e47: with a bfifo of 125000 bytes under 4e47:1:\n%s", dev, q)
+		if !strings.Contains(q, "qdisc htb 4e47: root") || strings.Contains(q, "bfifo") {
+			t.Errorf("tc qdisc show dev %s: want htb root 4e47: with HTB's default leaves:\n%s", dev, q)
 		}
 	}
 	for _, dir := range []flowDir{download, upload} {
@@ -209,5 +208,34 @@ func TestWrapShapesEIPQoS(t *testing.T) {
 	}
 	if strings.Contains(rs, Table) {
 		t.Errorf("table %s left after the last shaped EIP went", Table)
+	}
+}
+
+// TestLeafQueue: with LeafDelay set, each class gets a bfifo of that long
+// at its rate (100 ms at 10 Mbit/s: 125,000 bytes; at 1 Mbit/s the floor
+// of 16 frames), and a class's change replaces it.
+func TestLeafQueue(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tp := newTopo(t, ctx, 0)
+	LeafDelay = 100 * time.Millisecond
+	defer func() { LeafDelay = 0 }()
+	for _, tc := range []struct {
+		rate float64
+		want string
+	}{{10, "limit 125000b"}, {1, "limit 24224b"}} {
+		if err := Set(tp.cfg, []EIP{{Address: labEIP, Egress: Limit{RateMbps: tc.rate}}}); err != nil {
+			t.Fatal(err)
+		}
+		q, err := netlab.Exec(ctx, tp.gw, "", "tc", "qdisc", "show", "dev", "net1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(q, "qdisc bfifo") || !strings.Contains(q, "parent 4e47:1 "+tc.want) {
+			t.Errorf("%g Mbit/s: want a bfifo %s under 4e47:1:\n%s", tc.rate, tc.want, q)
+		}
+	}
+	if err := Set(tp.cfg, nil); err != nil {
+		t.Fatal(err)
 	}
 }
