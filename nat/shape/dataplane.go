@@ -16,7 +16,10 @@ import (
 // instead of policed by the wrapped data plane: EIP objects reach the
 // wrapped one without their QoS, and the QoS of every EIP it holds is
 // programmed with Set. List puts the QoS back, read from natgw_shape, so
-// callers see the objects they applied.
+// callers see the objects they applied. The shaping is read from the kernel
+// at the first call (and after Reload or an error) and kept: like the
+// wrapped data plane's index, it assumes one writer per gateway. Calls
+// without EIP objects cost nothing more.
 //
 // Each change stays all-or-nothing: the objects are validated for both
 // (the wrapped data plane's rules and Limit's), the shaping is set to what
@@ -27,7 +30,9 @@ import (
 type Dataplane struct {
 	inner nat.Dataplane
 	cfg   nat.Config
-	mu    sync.Mutex
+
+	mu     sync.Mutex
+	shaped shaping // by EIP UID; nil: not read yet (or unknown after an error)
 }
 
 // Wrap returns inner with EIP QoS shaped in cfg's gateway. inner must be
@@ -45,8 +50,14 @@ func (d *Dataplane) BootID() string { return d.inner.BootID() }
 // Close closes the wrapped data plane; kernel state stays.
 func (d *Dataplane) Close() error { return d.inner.Close() }
 
-// Reload re-reads the wrapped data plane's kernel state.
-func (d *Dataplane) Reload(ctx context.Context) error { return d.inner.Reload(ctx) }
+// Reload re-reads the wrapped data plane's kernel state (and the shaping,
+// at the next call).
+func (d *Dataplane) Reload(ctx context.Context) error {
+	d.mu.Lock()
+	d.shaped = nil
+	d.mu.Unlock()
+	return d.inner.Reload(ctx)
+}
 
 // QoSToLimits converts an EIP's nat.QoS (whole Mbit/s, burst in Mbit of
 // 125,000 bytes) to Limits in upstream's units (burst in MB of 2^20 bytes).
@@ -132,66 +143,94 @@ func (s shaping) list() []EIP {
 	return out
 }
 
-// current returns the wrapped data plane's objects and the shaping of its
-// EIPs as natgw_shape holds it.
-func (d *Dataplane) current(ctx context.Context) ([]nat.Object, shaping, error) {
-	objs, err := d.inner.List(ctx)
-	if err != nil {
-		return nil, nil, err
+// load reads the shaping of the wrapped data plane's EIPs once: natgw_shape
+// by address, matched to the EIP objects' UIDs. Nothing shaped costs one
+// table listing and no List.
+func (d *Dataplane) load(ctx context.Context) error {
+	if d.shaped != nil {
+		return nil
 	}
 	have, err := Get(d.cfg)
 	if err != nil {
-		return nil, nil, err
-	}
-	by := map[netip.Addr]EIP{}
-	for _, e := range have {
-		by[e.Address] = e
+		return err
 	}
 	s := shaping{}
-	for _, o := range objs {
-		if o.Kind == nat.KindEIP && o.EIP != nil {
-			if e, ok := by[o.EIP.Address]; ok {
-				s[o.UID] = e
+	if len(have) > 0 {
+		objs, err := d.inner.List(ctx)
+		if err != nil {
+			return err
+		}
+		by := map[netip.Addr]EIP{}
+		for _, e := range have {
+			by[e.Address] = e
+		}
+		for _, o := range objs {
+			if o.Kind == nat.KindEIP && o.EIP != nil {
+				if e, ok := by[o.EIP.Address]; ok {
+					s[o.UID] = e
+				}
 			}
 		}
 	}
-	return objs, s, nil
+	d.shaped = s
+	return nil
 }
 
-// change sets the shaping to next, runs fn and sets it back to prev if fn
-// fails (unless the failure leaves the kernel state unknown).
-func (d *Dataplane) change(prev, next shaping, fn func() error) error {
+// change sets the shaping to next, runs fn and sets it back if fn fails
+// (unless the failure leaves the kernel state unknown: then the shaping is
+// read again at the next call).
+func (d *Dataplane) change(next shaping, fn func() error) error {
 	if err := ValidateAll(next.list()); err != nil {
 		return fmt.Errorf("shape: %w", err)
 	}
+	prev := d.shaped
 	if err := Set(d.cfg, next.list()); err != nil {
+		d.shaped = nil
 		return err
 	}
 	err := fn()
-	if err != nil && !errors.Is(err, nat.ErrUnknownState) {
+	switch {
+	case err == nil:
+		d.shaped = next
+	case errors.Is(err, nat.ErrUnknownState):
+		d.shaped = nil
+	default:
 		if rerr := Set(d.cfg, prev.list()); rerr != nil {
+			d.shaped = nil
 			return errors.Join(err, fmt.Errorf("shape: restoring the shaping after the failed change: %w", rerr))
 		}
 	}
 	return err
 }
 
-// Apply applies objs, their EIPs' QoS shaped.
+func (s shaping) clone() shaping {
+	c := make(shaping, len(s))
+	for k, v := range s {
+		c[k] = v
+	}
+	return c
+}
+
+// Apply applies objs, their EIPs' QoS shaped. A call without EIP objects
+// goes straight to the wrapped data plane.
 func (d *Dataplane) Apply(ctx context.Context, objs ...nat.Object) error {
+	hasEIP := false
+	for _, o := range objs {
+		hasEIP = hasEIP || o.Kind == nat.KindEIP
+	}
+	if !hasEIP {
+		return d.inner.Apply(ctx, objs...)
+	}
 	stripped, err := strip(objs)
 	if err != nil {
 		return err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	_, prev, err := d.current(ctx)
-	if err != nil {
+	if err := d.load(ctx); err != nil {
 		return err
 	}
-	next := shaping{}
-	for k, v := range prev {
-		next[k] = v
-	}
+	next := d.shaped.clone()
 	for _, o := range objs {
 		if o.Kind == nat.KindEIP {
 			delete(next, o.UID)
@@ -200,25 +239,24 @@ func (d *Dataplane) Apply(ctx context.Context, objs ...nat.Object) error {
 	for k, v := range shapingOf(objs) {
 		next[k] = v
 	}
-	return d.change(prev, next, func() error { return d.inner.Apply(ctx, stripped...) })
+	return d.change(next, func() error { return d.inner.Apply(ctx, stripped...) })
 }
 
-// Delete deletes uids and the shaping of those that are EIPs.
+// Delete deletes uids and the shaping of those that are shaped EIPs.
 func (d *Dataplane) Delete(ctx context.Context, uids ...string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	_, prev, err := d.current(ctx)
-	if err != nil {
+	if err := d.load(ctx); err != nil {
 		return err
 	}
-	next := shaping{}
-	for k, v := range prev {
-		next[k] = v
-	}
+	next := d.shaped.clone()
 	for _, u := range uids {
 		delete(next, u)
 	}
-	return d.change(prev, next, func() error { return d.inner.Delete(ctx, uids...) })
+	if len(next) == len(d.shaped) {
+		return d.inner.Delete(ctx, uids...)
+	}
+	return d.change(next, func() error { return d.inner.Delete(ctx, uids...) })
 }
 
 // Sync makes the gateway hold exactly desired, its EIPs' QoS shaped.
@@ -229,11 +267,10 @@ func (d *Dataplane) Sync(ctx context.Context, desired []nat.Object) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	_, prev, err := d.current(ctx)
-	if err != nil {
+	if err := d.load(ctx); err != nil {
 		return err
 	}
-	return d.change(prev, shapingOf(desired), func() error { return d.inner.Sync(ctx, stripped) })
+	return d.change(shapingOf(desired), func() error { return d.inner.Sync(ctx, stripped) })
 }
 
 // List returns the wrapped data plane's objects with their EIPs' QoS as
@@ -241,13 +278,16 @@ func (d *Dataplane) Sync(ctx context.Context, desired []nat.Object) error {
 func (d *Dataplane) List(ctx context.Context) ([]nat.Object, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	objs, s, err := d.current(ctx)
+	if err := d.load(ctx); err != nil {
+		return nil, err
+	}
+	objs, err := d.inner.List(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for i, o := range objs {
-		e, ok := s[o.UID]
-		if !ok {
+		e, ok := d.shaped[o.UID]
+		if !ok || o.EIP == nil {
 			continue
 		}
 		c := *o.EIP

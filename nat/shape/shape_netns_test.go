@@ -123,6 +123,15 @@ func TestWrapShapesEIPQoS(t *testing.T) {
 		}
 	}
 	checkShape("after apply", wantShape)
+	// Objects other than EIPs pass through and keep the shaping.
+	dnat := nat.Object{UID: "dnat-1", Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: netlab.EIP(1), Protocol: nat.TCP, ExternalPort: 80, InternalIP: labVM, InternalPort: 80}}
+	if err := dp.Apply(ctx, dnat); err != nil {
+		t.Fatal(err)
+	}
+	if err := dp.Delete(ctx, "dnat-1"); err != nil {
+		t.Fatal(err)
+	}
+	checkShape("after a DNAT came and went", wantShape)
 	objs, err := dp.List(ctx)
 	if err != nil {
 		t.Fatal(err)
