@@ -259,6 +259,49 @@ func (d *Dataplane) Delete(ctx context.Context, uids ...string) error {
 	return d.change(next, func() error { return d.inner.Delete(ctx, uids...) })
 }
 
+// Change deletes uids and applies objs in one transaction of the wrapped
+// data plane (nat/engine's Change; an error if it has none), their EIPs'
+// QoS shaped.
+func (d *Dataplane) Change(ctx context.Context, objs []nat.Object, uids []string) error {
+	ch, ok := d.inner.(interface {
+		Change(ctx context.Context, objs []nat.Object, uids []string) error
+	})
+	if !ok {
+		return fmt.Errorf("the %s data plane cannot delete and apply in one transaction", d.inner.Name())
+	}
+	stripped, err := strip(objs)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.load(ctx); err != nil {
+		return err
+	}
+	next := d.shaped.clone()
+	for _, u := range uids {
+		delete(next, u)
+	}
+	for _, o := range objs {
+		if o.Kind == nat.KindEIP {
+			delete(next, o.UID)
+		}
+	}
+	for k, v := range shapingOf(objs) {
+		next[k] = v
+	}
+	return d.change(next, func() error { return ch.Change(ctx, stripped, uids) })
+}
+
+// Counts is the wrapped data plane's count of objects by kind (nil if it
+// keeps none).
+func (d *Dataplane) Counts() map[nat.Kind]int {
+	if c, ok := d.inner.(interface{ Counts() map[nat.Kind]int }); ok {
+		return c.Counts()
+	}
+	return nil
+}
+
 // Sync makes the gateway hold exactly desired, its EIPs' QoS shaped.
 func (d *Dataplane) Sync(ctx context.Context, desired []nat.Object) error {
 	stripped, err := strip(desired)

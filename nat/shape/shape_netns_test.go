@@ -132,6 +132,17 @@ func TestWrapShapesEIPQoS(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkShape("after a DNAT came and went", wantShape)
+	// Change (one transaction of the engine) passes through too.
+	if err := dp.Change(ctx, []nat.Object{dnat}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := dp.Change(ctx, nil, []string{"dnat-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if c := dp.Counts(); c[nat.KindEIP] != 1 || c[nat.KindDNAT] != 0 {
+		t.Errorf("Counts = %v, want 1 EIP", c)
+	}
+	checkShape("after Change", wantShape)
 	objs, err := dp.List(ctx)
 	if err != nil {
 		t.Fatal(err)
