@@ -179,11 +179,21 @@ func (d *Dataplane) load(ctx context.Context) error {
 // change sets the shaping to next, runs fn and sets it back if fn fails
 // (unless the failure leaves the kernel state unknown: then the shaping is
 // read again at the next call).
-func (d *Dataplane) change(next shaping, fn func() error) error {
+func (d *Dataplane) change(next shaping, force bool, fn func() error) error {
 	if err := ValidateAll(next.list()); err != nil {
 		return fmt.Errorf("shape: %w", err)
 	}
 	prev := d.shaped
+	if !force && sameShaping(prev, next) {
+		// Nothing to shape differently (e.g. EIPs without QoS).
+		err := fn()
+		if err == nil {
+			d.shaped = next
+		} else if errors.Is(err, nat.ErrUnknownState) {
+			d.shaped = nil
+		}
+		return err
+	}
 	if err := Set(d.cfg, next.list()); err != nil {
 		d.shaped = nil
 		return err
@@ -201,6 +211,27 @@ func (d *Dataplane) change(next shaping, fn func() error) error {
 		}
 	}
 	return err
+}
+
+// sameShaping says whether a and b shape the same addresses the same way.
+func sameShaping(a, b shaping) bool {
+	key := func(s shaping) map[netip.Addr]EIP {
+		m := map[netip.Addr]EIP{}
+		for _, e := range s.list() {
+			m[e.Address] = e
+		}
+		return m
+	}
+	ka, kb := key(a), key(b)
+	if len(ka) != len(kb) {
+		return false
+	}
+	for k, v := range ka {
+		if kb[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 func (s shaping) clone() shaping {
@@ -239,7 +270,7 @@ func (d *Dataplane) Apply(ctx context.Context, objs ...nat.Object) error {
 	for k, v := range shapingOf(objs) {
 		next[k] = v
 	}
-	return d.change(next, func() error { return d.inner.Apply(ctx, stripped...) })
+	return d.change(next, false, func() error { return d.inner.Apply(ctx, stripped...) })
 }
 
 // Delete deletes uids and the shaping of those that are shaped EIPs.
@@ -256,7 +287,7 @@ func (d *Dataplane) Delete(ctx context.Context, uids ...string) error {
 	if len(next) == len(d.shaped) {
 		return d.inner.Delete(ctx, uids...)
 	}
-	return d.change(next, func() error { return d.inner.Delete(ctx, uids...) })
+	return d.change(next, false, func() error { return d.inner.Delete(ctx, uids...) })
 }
 
 // Change deletes uids and applies objs in one transaction of the wrapped
@@ -290,7 +321,7 @@ func (d *Dataplane) Change(ctx context.Context, objs []nat.Object, uids []string
 	for k, v := range shapingOf(objs) {
 		next[k] = v
 	}
-	return d.change(next, func() error { return ch.Change(ctx, stripped, uids) })
+	return d.change(next, false, func() error { return ch.Change(ctx, stripped, uids) })
 }
 
 // Counts is the wrapped data plane's count of objects by kind (nil if it
@@ -302,7 +333,9 @@ func (d *Dataplane) Counts() map[nat.Kind]int {
 	return nil
 }
 
-// Sync makes the gateway hold exactly desired, its EIPs' QoS shaped.
+// Sync makes the gateway hold exactly desired, its EIPs' QoS shaped; the
+// shaping is read from the kernel again and written whole (what changed
+// behind the wrapper's back is repaired).
 func (d *Dataplane) Sync(ctx context.Context, desired []nat.Object) error {
 	stripped, err := strip(desired)
 	if err != nil {
@@ -310,10 +343,12 @@ func (d *Dataplane) Sync(ctx context.Context, desired []nat.Object) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	// A sync is the repair: read the shaping again and always write it.
+	d.shaped = nil
 	if err := d.load(ctx); err != nil {
 		return err
 	}
-	return d.change(shapingOf(desired), func() error { return d.inner.Sync(ctx, stripped) })
+	return d.change(shapingOf(desired), true, func() error { return d.inner.Sync(ctx, stripped) })
 }
 
 // List returns the wrapped data plane's objects with their EIPs' QoS as

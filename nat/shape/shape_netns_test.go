@@ -214,6 +214,8 @@ func TestWrapShapesEIPQoS(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The shaping was removed behind the wrapper's back (Set(nil) above):
+	// a sync reads it again and repairs it.
 	if err := dp.Sync(ctx, []nat.Object{eip}); err != nil {
 		t.Fatal(err)
 	}
