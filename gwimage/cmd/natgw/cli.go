@@ -26,6 +26,7 @@ import (
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/gwqos"
 	"github.com/natgw/natgw/nat/planes"
+	"github.com/natgw/natgw/nat/shape"
 )
 
 // cmdServe runs the agent on stdin/stdout, or on a unix socket (one Serve per
@@ -58,6 +59,14 @@ func cmdServe(ctx context.Context, e env, g *globals, args []string) int {
 		log.Error(err, "restore addresses and routes")
 		_ = dp.Close()
 		return exitFail
+	}
+	if _, wrapped := dp.(*shape.Dataplane); !wrapped {
+		// Policing: no shaping of an earlier --eip-qos=shape stays.
+		if err := shape.Set(g.config(log), nil); err != nil {
+			log.Error(err, "remove EIP shaping")
+			_ = dp.Close()
+			return exitFail
+		}
 	}
 	log.Info("serving", "version", version.Version, "dataplane", dp.Name(), "netns", g.netns, "bootID", dp.BootID())
 	// Reading a big table back leaves its garbage behind: return it to

@@ -41,6 +41,7 @@ import (
 	"github.com/natgw/natgw/gwimage/version"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/planes"
+	"github.com/natgw/natgw/nat/shape"
 )
 
 // Exit codes.
@@ -135,7 +136,14 @@ type globals struct {
 	intIface  string
 	verbosity int
 	timeout   time.Duration
+	eipQoS    string
 }
+
+// EIP QoS modes (--eip-qos).
+const (
+	eipQoSShape  = "shape"  // HTB classes (nat/shape), as Kube-OVN's script
+	eipQoSPolice = "police" // nftables limits in the NAT table
+)
 
 func defaultGlobals() globals {
 	g := globals{
@@ -144,6 +152,7 @@ func defaultGlobals() globals {
 		extIface:  envOr("NATGW_EXTERNAL_IFACE", nat.DefaultExternalInterface),
 		intIface:  envOr("NATGW_INTERNAL_IFACE", nat.DefaultInternalInterface),
 		timeout:   2 * time.Minute,
+		eipQoS:    envOr("NATGW_EIP_QOS", eipQoSShape),
 	}
 	if v, err := strconv.Atoi(os.Getenv("NATGW_V")); err == nil {
 		g.verbosity = v
@@ -165,6 +174,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.intIface, "internal-iface", g.intIface, "the gateway's VPC interface")
 	fs.IntVar(&g.verbosity, "v", g.verbosity, "log verbosity (0: changes and errors, 1: every request, 2+: debug)")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "bound of one CLI operation (not of serve)")
+	fs.StringVar(&g.eipQoS, "eip-qos", g.eipQoS, "EIP QoS on the nftables data plane: shape (HTB classes, as Kube-OVN's script) or police (nftables limits, drop above rate + burst); the iptables data plane always polices")
 }
 
 // logger returns a logr.Logger writing text to w at the globals' verbosity.
@@ -186,9 +196,22 @@ func (g *globals) config(log logr.Logger) nat.Config {
 	return nat.Config{NetNS: g.netns, ExternalInterface: g.extIface, InternalInterface: g.intIface, Log: log}
 }
 
-// open opens the chosen data plane.
+// open opens the chosen data plane; on nftables with --eip-qos=shape its
+// EIP QoS is shaped (shape.Wrap).
 func (g *globals) open(ctx context.Context, log logr.Logger) (nat.Dataplane, error) {
-	return planes.Open(ctx, g.dataplane, g.config(log))
+	if g.eipQoS != eipQoSShape && g.eipQoS != eipQoSPolice {
+		return nil, fmt.Errorf("--eip-qos %q: want %s or %s", g.eipQoS, eipQoSShape, eipQoSPolice)
+	}
+	dp, err := planes.Open(ctx, g.dataplane, g.config(log))
+	if err != nil || !g.shapes(dp) {
+		return dp, err
+	}
+	return shape.Wrap(dp, g.config(log)), nil
+}
+
+// shapes says whether EIP QoS on dp is shaped.
+func (g *globals) shapes(dp nat.Dataplane) bool {
+	return g.eipQoS == eipQoSShape && dp.Name() == nat.DataplaneNftables
 }
 
 // subFlags returns a FlagSet for a subcommand that also takes the globals.

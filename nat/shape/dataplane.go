@@ -1,0 +1,378 @@
+package shape
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"strings"
+	"sync"
+
+	"github.com/natgw/natgw/nat"
+)
+
+// Dataplane is a nat.Dataplane whose EIP QoS is shaped by this package
+// instead of policed by the wrapped data plane: EIP objects reach the
+// wrapped one without their QoS, and the QoS of every EIP it holds is
+// programmed with Set. List puts the QoS back, read from natgw_shape, so
+// callers see the objects they applied. The shaping is read from the kernel
+// at the first call (and after Reload or an error) and kept: like the
+// wrapped data plane's index, it assumes one writer per gateway. Calls
+// without EIP objects cost nothing more.
+//
+// Each change stays all-or-nothing: the objects are validated for both
+// (the wrapped data plane's rules and Limit's), the shaping is set to what
+// it must be after the change, then the wrapped data plane applies the
+// change; if that fails, the shaping is set back to what it was. (After an
+// error matching nat.ErrUnknownState the new shaping is kept: the change
+// may be in the kernel, and the caller retries it.)
+type Dataplane struct {
+	inner nat.Dataplane
+	cfg   nat.Config
+
+	mu     sync.Mutex
+	shaped shaping // by EIP UID; nil: not read yet (or unknown after an error)
+}
+
+// Wrap returns inner with EIP QoS shaped in cfg's gateway. inner must be
+// the nftables data plane (the ingress classes are found by its ct mark).
+func Wrap(inner nat.Dataplane, cfg nat.Config) *Dataplane {
+	return &Dataplane{inner: inner, cfg: cfg.WithDefaults()}
+}
+
+// Name is the wrapped data plane's.
+func (d *Dataplane) Name() string { return d.inner.Name() }
+
+// BootID is the wrapped data plane's.
+func (d *Dataplane) BootID() string { return d.inner.BootID() }
+
+// Close closes the wrapped data plane; kernel state stays.
+func (d *Dataplane) Close() error { return d.inner.Close() }
+
+// Reload re-reads the wrapped data plane's kernel state (and the shaping,
+// at the next call).
+func (d *Dataplane) Reload(ctx context.Context) error {
+	d.mu.Lock()
+	d.shaped = nil
+	d.mu.Unlock()
+	return d.inner.Reload(ctx)
+}
+
+// QoSToLimits converts an EIP's nat.QoS (whole Mbit/s, burst in Mbit of
+// 125,000 bytes) to Limits in upstream's units (burst in MB of 2^20 bytes).
+func QoSToLimits(q *nat.QoS) (in, out Limit) {
+	if q == nil {
+		return Limit{}, Limit{}
+	}
+	mb := func(mbit uint32) float64 { return float64(mbit) * 125_000 / BytesPerMB }
+	return Limit{RateMbps: float64(q.IngressRateMbps), BurstMB: mb(q.IngressBurstMbit)},
+		Limit{RateMbps: float64(q.EgressRateMbps), BurstMB: mb(q.EgressBurstMbit)}
+}
+
+// limitsToQoS is QoSToLimits' inverse (nil for no limit).
+func limitsToQoS(in, out Limit) *nat.QoS {
+	if in == (Limit{}) && out == (Limit{}) {
+		return nil
+	}
+	mbit := func(mb float64) uint32 { return uint32(math.Round(mb * BytesPerMB / 125_000)) }
+	return &nat.QoS{
+		IngressRateMbps: uint32(math.Round(in.RateMbps)), IngressBurstMbit: mbit(in.BurstMB),
+		EgressRateMbps: uint32(math.Round(out.RateMbps)), EgressBurstMbit: mbit(out.BurstMB),
+	}
+}
+
+// strip returns objs with EIP QoS removed (copies; objs is not changed)
+// and checks that every QoS can be shaped (a *nat.FieldError naming the
+// object and its field otherwise).
+func strip(objs []nat.Object) ([]nat.Object, error) {
+	out := make([]nat.Object, len(objs))
+	for i, o := range objs {
+		out[i] = o
+		if o.Kind != nat.KindEIP || o.EIP == nil || o.EIP.QoS == nil {
+			continue
+		}
+		q := o.EIP.QoS
+		in, eg := QoSToLimits(q)
+		for _, c := range []struct {
+			l           Limit
+			dir         string
+			rate, burst uint32
+		}{{in, "ingress", q.IngressRateMbps, q.IngressBurstMbit}, {eg, "egress", q.EgressRateMbps, q.EgressBurstMbit}} {
+			var fe *nat.FieldError
+			if err := c.l.Validate(c.dir); errors.As(err, &fe) {
+				// Name nat.QoS's field and value, not Limit's.
+				burst := strings.HasSuffix(fe.Field, ".burstMB")
+				fe.UID, fe.Field, fe.Value = o.UID, "eip.qos."+c.dir+"RateMbps", fmt.Sprint(c.rate)
+				if burst {
+					fe.Field, fe.Value = "eip.qos."+c.dir+"BurstMbit", fmt.Sprint(c.burst)
+				}
+				return nil, fe
+			} else if err != nil {
+				return nil, err
+			}
+		}
+		e := *o.EIP
+		e.QoS = nil
+		out[i].EIP = &e
+	}
+	return out, nil
+}
+
+// shaping is the shaping of objs' EIPs, by UID.
+type shaping map[string]EIP
+
+func shapingOf(objs []nat.Object) shaping {
+	s := shaping{}
+	for _, o := range objs {
+		if o.Kind == nat.KindEIP && o.EIP != nil && o.EIP.QoS != nil {
+			in, eg := QoSToLimits(o.EIP.QoS)
+			s[o.UID] = EIP{Address: o.EIP.Address, Ingress: in, Egress: eg}
+		}
+	}
+	return s
+}
+
+func (s shaping) list() []EIP {
+	out := make([]EIP, 0, len(s))
+	for _, e := range s {
+		if e.Ingress != (Limit{}) || e.Egress != (Limit{}) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// load reads the shaping of the wrapped data plane's EIPs once: natgw_shape
+// by address, matched to the EIP objects' UIDs. Nothing shaped costs one
+// table listing and no List.
+func (d *Dataplane) load(ctx context.Context) error {
+	if d.shaped != nil {
+		return nil
+	}
+	have, err := Get(d.cfg)
+	if err != nil {
+		return err
+	}
+	s := shaping{}
+	if len(have) > 0 {
+		objs, err := d.inner.List(ctx)
+		if err != nil {
+			return err
+		}
+		by := map[netip.Addr]EIP{}
+		for _, e := range have {
+			by[e.Address] = e
+		}
+		for _, o := range objs {
+			if o.Kind == nat.KindEIP && o.EIP != nil {
+				if e, ok := by[o.EIP.Address]; ok {
+					s[o.UID] = e
+				}
+			}
+		}
+	}
+	d.shaped = s
+	return nil
+}
+
+// change sets the shaping to next, runs fn and sets it back if fn fails
+// (unless the failure leaves the kernel state unknown: then the shaping is
+// read again at the next call).
+func (d *Dataplane) change(next shaping, force bool, fn func() error) error {
+	if err := ValidateAll(next.list()); err != nil {
+		return fmt.Errorf("shape: %w", err)
+	}
+	prev := d.shaped
+	if !force && sameShaping(prev, next) {
+		// Nothing to shape differently (e.g. EIPs without QoS).
+		err := fn()
+		if err == nil {
+			d.shaped = next
+		} else if errors.Is(err, nat.ErrUnknownState) {
+			d.shaped = nil
+		}
+		return err
+	}
+	if err := Set(d.cfg, next.list()); err != nil {
+		d.shaped = nil
+		return err
+	}
+	err := fn()
+	switch {
+	case err == nil:
+		d.shaped = next
+	case errors.Is(err, nat.ErrUnknownState):
+		d.shaped = nil
+	default:
+		if rerr := Set(d.cfg, prev.list()); rerr != nil {
+			d.shaped = nil
+			return errors.Join(err, fmt.Errorf("shape: restoring the shaping after the failed change: %w", rerr))
+		}
+	}
+	return err
+}
+
+// sameShaping says whether a and b shape the same addresses the same way.
+func sameShaping(a, b shaping) bool {
+	key := func(s shaping) map[netip.Addr]EIP {
+		m := map[netip.Addr]EIP{}
+		for _, e := range s.list() {
+			m[e.Address] = e
+		}
+		return m
+	}
+	ka, kb := key(a), key(b)
+	if len(ka) != len(kb) {
+		return false
+	}
+	for k, v := range ka {
+		if kb[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (s shaping) clone() shaping {
+	c := make(shaping, len(s))
+	for k, v := range s {
+		c[k] = v
+	}
+	return c
+}
+
+// Apply applies objs, their EIPs' QoS shaped. A call without EIP objects
+// goes straight to the wrapped data plane.
+func (d *Dataplane) Apply(ctx context.Context, objs ...nat.Object) error {
+	hasEIP := false
+	for _, o := range objs {
+		hasEIP = hasEIP || o.Kind == nat.KindEIP
+	}
+	if !hasEIP {
+		return d.inner.Apply(ctx, objs...)
+	}
+	stripped, err := strip(objs)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.load(ctx); err != nil {
+		return err
+	}
+	next := d.shaped.clone()
+	for _, o := range objs {
+		if o.Kind == nat.KindEIP {
+			delete(next, o.UID)
+		}
+	}
+	for k, v := range shapingOf(objs) {
+		next[k] = v
+	}
+	return d.change(next, false, func() error { return d.inner.Apply(ctx, stripped...) })
+}
+
+// Delete deletes uids and the shaping of those that are shaped EIPs.
+func (d *Dataplane) Delete(ctx context.Context, uids ...string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.load(ctx); err != nil {
+		return err
+	}
+	next := d.shaped.clone()
+	for _, u := range uids {
+		delete(next, u)
+	}
+	if len(next) == len(d.shaped) {
+		return d.inner.Delete(ctx, uids...)
+	}
+	return d.change(next, false, func() error { return d.inner.Delete(ctx, uids...) })
+}
+
+// Change deletes uids and applies objs in one transaction of the wrapped
+// data plane (nat/engine's Change; an error if it has none), their EIPs'
+// QoS shaped.
+func (d *Dataplane) Change(ctx context.Context, objs []nat.Object, uids []string) error {
+	ch, ok := d.inner.(interface {
+		Change(ctx context.Context, objs []nat.Object, uids []string) error
+	})
+	if !ok {
+		return fmt.Errorf("the %s data plane cannot delete and apply in one transaction", d.inner.Name())
+	}
+	stripped, err := strip(objs)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.load(ctx); err != nil {
+		return err
+	}
+	next := d.shaped.clone()
+	for _, u := range uids {
+		delete(next, u)
+	}
+	for _, o := range objs {
+		if o.Kind == nat.KindEIP {
+			delete(next, o.UID)
+		}
+	}
+	for k, v := range shapingOf(objs) {
+		next[k] = v
+	}
+	return d.change(next, false, func() error { return ch.Change(ctx, stripped, uids) })
+}
+
+// Counts is the wrapped data plane's count of objects by kind (nil if it
+// keeps none).
+func (d *Dataplane) Counts() map[nat.Kind]int {
+	if c, ok := d.inner.(interface{ Counts() map[nat.Kind]int }); ok {
+		return c.Counts()
+	}
+	return nil
+}
+
+// Sync makes the gateway hold exactly desired, its EIPs' QoS shaped; the
+// shaping is read from the kernel again and written whole (what changed
+// behind the wrapper's back is repaired).
+func (d *Dataplane) Sync(ctx context.Context, desired []nat.Object) error {
+	stripped, err := strip(desired)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	// A sync is the repair: read the shaping again and always write it.
+	d.shaped = nil
+	if err := d.load(ctx); err != nil {
+		return err
+	}
+	return d.change(shapingOf(desired), true, func() error { return d.inner.Sync(ctx, stripped) })
+}
+
+// List returns the wrapped data plane's objects with their EIPs' QoS as
+// shaped.
+func (d *Dataplane) List(ctx context.Context) ([]nat.Object, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.load(ctx); err != nil {
+		return nil, err
+	}
+	objs, err := d.inner.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i, o := range objs {
+		e, ok := d.shaped[o.UID]
+		if !ok || o.EIP == nil {
+			continue
+		}
+		c := *o.EIP
+		c.QoS = limitsToQoS(e.Ingress, e.Egress)
+		objs[i].EIP = &c
+	}
+	return objs, nil
+}
+
+var _ nat.Dataplane = (*Dataplane)(nil)

@@ -1,0 +1,794 @@
+// Package shape shapes EIP traffic the way Kube-OVN v1.16.2's
+// nat-gateway.sh does (eip-ingress-qos-add / eip-egress-qos-add): one HTB
+// class per EIP and direction with rate = ceil = the limit in Mbit/s and
+// burst = cburst = the burst in MB of 2^20 bytes, so that traffic above the
+// rate waits in the class's queue instead of being dropped.
+//
+// Both directions are shaped as egress, because this kernel has no IFB
+// (upstream redirects net1's ingress to an IFB device): traffic to the EIP
+// (upstream's "ingress") leaves through the internal interface (eth0),
+// traffic from the EIP ("egress") through the external one (net1). No tc
+// filter picks the class: nftables does (`meta priority set`), in table
+// natgw_shape, which is natgw's own and separate from the NAT table:
+//
+//	table ip natgw_shape {
+//	  map ingress { type mark : classid }      # the EIP's ct mark : HTB class (major:minor)
+//	  map egress  { type ipv4_addr : classid } # EIP : HTB class
+//	  chain post { type filter hook postrouting priority 200
+//	    oifname eth0 meta priority set ct mark map @ingress
+//	    oifname net1 meta priority set ip saddr map @egress
+//	  }
+//	}
+//
+// Traffic to an EIP is recognised by its connection's ct mark, which
+// natgw's nftables data plane sets to the EIP on every connection to an EIP
+// or NATed through one (nat/README.md, "Conntrack: ct mark = EIP";
+// conntrack.MarkOf): a FIP's or DNAT's inbound connections and the replies
+// of connections VPC hosts opened through SNAT alike. (The iptables data
+// plane does not set it: there only egress is classified.) At postrouting
+// priority 200 source NAT (100) has put the EIP in the source of what
+// leaves net1. HTB sends a packet whose priority is its handle:minor to
+// that class; the rest goes to the qdisc's direct queue, unshaped
+// (`default 0`). (The conntrack tuples would need `ct reply ip daddr`,
+// which google/nftables v0.3.0 cannot encode in a form `nft` can print.)
+// `nft` shows the maps' keys and classids byte-swapped (google/nftables
+// does not record their host byte order for it): 192.0.2.10's mark as
+// 0x0a0200c0, class 4e47:1 as 100:474e.
+//
+// natgw's qdisc is the root HTB of handle 4e47: on each interface, made
+// when the first class of the interface is wanted and deleted with the
+// last. A root qdisc of another handle that is not the kernel's default
+// (handle 0) is someone else's: Set refuses to touch the interface. Each
+// element's comment keeps the class's rate and burst as asked, so Get
+// reads the state back from the kernel.
+//
+// Set is all-or-nothing: everything is validated before the kernel is
+// touched; classes are added or changed first, then the maps are replaced
+// in one nftables transaction, then classes no longer used are deleted; a
+// failure before the maps are replaced undoes the class changes made.
+//
+// Upstream gives each class an fq_codel leaf, which this kernel does not
+// have. natgw leaves HTB's default leaf (pfifo of the interface's
+// txqueuelen, 1000 packets on veth): measured against a bfifo of 100 ms
+// and against the policer (TestQoSFigures, gwimage/README.md "EIP QoS:
+// policer or shaper"), it is the one that keeps TCP free of retransmits
+// and fair between flows, at the price of queueing delay under load
+// (about 20 ms at 100 Mbit/s, 100 ms at 10 Mbit/s, over a second at
+// 1 Mbit/s). LeafDelay > 0 puts a bfifo of that many seconds of rate
+// under each class instead.
+package shape
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	nft "github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	vnetns "github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/conntrack"
+	"github.com/natgw/natgw/nat/netns"
+)
+
+// Table is natgw's nftables table (family ip) of the class marks.
+const Table = "natgw_shape"
+
+// Major is the handle of natgw's root HTB qdisc on both interfaces
+// (`tc` prints it as 4e47:).
+const Major = 0x4e47
+
+// BytesPerMB is upstream's burst unit (its script multiplies by 1,048,576).
+const BytesPerMB = 1 << 20
+
+// Limits of a Limit: HTB's 32-bit rate in bytes per second without the
+// 64-bit extension (34,359 Mbit/s), and a burst in 32-bit bytes whose
+// transmit time at the rate fits HTB's 32-bit buffer of 64 ns ticks.
+const (
+	MaxRateMbps = 34_359
+	MaxBurstMB  = float64(math.MaxUint32) / BytesPerMB
+	// MaxBurstTime is the longest burst HTB holds, in seconds at the rate.
+	MaxBurstTime = float64(math.MaxUint32) * 64 / 1e9
+)
+
+// LeafDelay, when above 0, gives each class a bfifo leaf holding that long
+// at its rate, at least LeafMinBytes; 0 (the default) leaves HTB's default
+// leaf.
+var (
+	LeafDelay    time.Duration
+	LeafMinBytes = uint32(16 * 1514)
+)
+
+// leafLimit is the bfifo limit of a class of l, in bytes.
+func (l Limit) leafLimit() uint32 {
+	b := float64(l.rate()) * LeafDelay.Seconds()
+	return uint32(max(min(b, math.MaxUint32), float64(LeafMinBytes)))
+}
+
+// mtu is what the default burst adds to a tick's worth of rate, as tc does.
+const mtu = 1600
+
+// Limit is one direction's shape in upstream's units.
+type Limit struct {
+	RateMbps float64 `json:"rateMbps"` // Mbit/s (10^6), decimals allowed; 0: not shaped
+	BurstMB  float64 `json:"burstMB"`  // MB of 2^20 bytes; 0: tc's default (rate/HZ + 1600 bytes)
+}
+
+// EIP is the shape of one EIP's traffic: Ingress is traffic to the EIP
+// (shaped leaving the internal interface), Egress traffic from it (shaped
+// leaving the external interface). A zero Limit leaves that direction
+// alone.
+type EIP struct {
+	Address netip.Addr `json:"address"`
+	Ingress Limit      `json:"ingress,omitzero"`
+	Egress  Limit      `json:"egress,omitzero"`
+}
+
+// direction names the two directions and their maps.
+type direction int
+
+const (
+	ingress direction = iota
+	egress
+)
+
+func (d direction) String() string { return [...]string{"ingress", "egress"}[d] }
+
+func (e EIP) limit(d direction) Limit {
+	if d == ingress {
+		return e.Ingress
+	}
+	return e.Egress
+}
+
+// Validate checks a Limit; field prefixes the field names of the error
+// (a *nat.FieldError).
+func (l Limit) Validate(field string) error {
+	bad := func(f, v, reason string) error {
+		return &nat.FieldError{Field: field + "." + f, Value: v, Reason: reason}
+	}
+	if l.RateMbps == 0 {
+		if l.BurstMB != 0 {
+			return bad("burstMB", fmt.Sprint(l.BurstMB), "a burst without a rate")
+		}
+		return nil
+	}
+	if !(l.RateMbps > 0 && l.RateMbps <= MaxRateMbps) || l.rate() == 0 {
+		return bad("rateMbps", fmt.Sprint(l.RateMbps), fmt.Sprintf("want a rate above 0 and at most %d Mbit/s (HTB's 32-bit rate)", MaxRateMbps))
+	}
+	if !(l.BurstMB >= 0 && l.BurstMB <= MaxBurstMB) {
+		return bad("burstMB", fmt.Sprint(l.BurstMB), "want a burst from 0 to 4095 MB")
+	}
+	if t := float64(l.burst()) / float64(l.rate()); t > MaxBurstTime {
+		return bad("burstMB", fmt.Sprint(l.BurstMB), fmt.Sprintf("%.0f s at %g Mbit/s, HTB holds at most %.0f s of rate", t, l.RateMbps, MaxBurstTime))
+	}
+	return nil
+}
+
+// rate is the limit in bytes per second, rounded.
+func (l Limit) rate() uint64 { return uint64(math.Round(l.RateMbps * 1e6 / 8)) }
+
+// burst is the burst in bytes as tc gets it: MB × 2^20, rounded, or tc's
+// default for 0.
+func (l Limit) burst() uint32 {
+	if l.BurstMB == 0 {
+		return uint32(float64(l.rate())/netlink.Hz() + mtu)
+	}
+	return uint32(math.Round(l.BurstMB * BytesPerMB))
+}
+
+// quantum is the class's DRR quantum: a tenth of a second's rate divided
+// by r2q as HTB computes it, held between one frame and HTB's 200,000.
+func (l Limit) quantum() uint32 {
+	return uint32(min(max(l.rate()/10, mtu), 200_000))
+}
+
+// comment is the element comment that records the limit.
+func (l Limit) comment() string {
+	return "natgw rate=" + strconv.FormatFloat(l.RateMbps, 'g', -1, 64) + " burst=" + strconv.FormatFloat(l.BurstMB, 'g', -1, 64)
+}
+
+func parseComment(s string) (Limit, error) {
+	var l Limit
+	rest, ok := strings.CutPrefix(s, "natgw ")
+	if !ok {
+		return l, fmt.Errorf("comment %q: not natgw's", s)
+	}
+	for _, f := range strings.Fields(rest) {
+		k, v, _ := strings.Cut(f, "=")
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return l, fmt.Errorf("comment %q: %s: %w", s, k, err)
+		}
+		switch k {
+		case "rate":
+			l.RateMbps = x
+		case "burst":
+			l.BurstMB = x
+		}
+	}
+	return l, nil
+}
+
+// ValidateAll checks eips: each address a unicast IPv4 address, at most
+// once, and valid limits. The error names the field (eips[i].…).
+func ValidateAll(eips []EIP) error {
+	seen := map[netip.Addr]int{}
+	for i, e := range eips {
+		f := fmt.Sprintf("eips[%d]", i)
+		if !e.Address.Is4() || !e.Address.IsValid() || e.Address.IsUnspecified() || e.Address.IsMulticast() {
+			return &nat.FieldError{Field: f + ".address", Value: e.Address.String(), Reason: "want a unicast IPv4 address"}
+		}
+		if j, ok := seen[e.Address]; ok {
+			return &nat.FieldError{Field: f + ".address", Value: e.Address.String(), Reason: fmt.Sprintf("also eips[%d]", j)}
+		}
+		seen[e.Address] = i
+		if err := e.Ingress.Validate(f + ".ingress"); err != nil {
+			return err
+		}
+		if err := e.Egress.Validate(f + ".egress"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// class is one HTB class natgw wants or has.
+type class struct {
+	dir   direction
+	eip   netip.Addr
+	minor uint16
+	lim   Limit
+}
+
+func (c class) id() uint32 { return netlink.MakeHandle(Major, c.minor) }
+
+// device returns the interface a direction is shaped on.
+func device(cfg nat.Config, d direction) string {
+	if d == ingress {
+		return cfg.InternalInterface
+	}
+	return cfg.ExternalInterface
+}
+
+// assign gives every wanted class a minor: the one the EIP has now in that
+// direction, else the lowest free one. The result is sorted by direction,
+// then address.
+func assign(cur []class, eips []EIP) ([]class, error) {
+	var out []class
+	for _, d := range []direction{ingress, egress} {
+		have := map[netip.Addr]uint16{}
+		used := map[uint16]bool{}
+		for _, c := range cur {
+			if c.dir == d {
+				have[c.eip], used[c.minor] = c.minor, true
+			}
+		}
+		var want []class
+		for _, e := range eips {
+			if l := e.limit(d); l.RateMbps != 0 {
+				want = append(want, class{dir: d, eip: e.Address, lim: l})
+			}
+		}
+		slices.SortFunc(want, func(a, b class) int { return a.eip.Compare(b.eip) })
+		// Free the minors of EIPs no longer wanted here first, so a
+		// full table can take new ones.
+		keep := map[uint16]bool{}
+		for i := range want {
+			if m, ok := have[want[i].eip]; ok {
+				want[i].minor, keep[m] = m, true
+			}
+		}
+		next := uint16(1)
+		for i := range want {
+			if want[i].minor != 0 {
+				continue
+			}
+			for next < 0xffff && (keep[next] || used[next] && !keep[next] && stillUsed(cur, d, next, want)) {
+				next++
+			}
+			if next == 0xffff {
+				return nil, fmt.Errorf("shape: more than %d shaped EIPs in direction %s", 0xfffe, d)
+			}
+			want[i].minor, keep[next] = next, true
+			next++
+		}
+		out = append(out, want...)
+	}
+	return out, nil
+}
+
+// stillUsed: a minor of cur in direction d belongs to an EIP that keeps it.
+func stillUsed(cur []class, d direction, minor uint16, want []class) bool {
+	for _, c := range cur {
+		if c.dir == d && c.minor == minor {
+			return slices.ContainsFunc(want, func(w class) bool { return w.eip == c.eip })
+		}
+	}
+	return false
+}
+
+// Set makes the gateway's EIP shaping exactly eips (cfg names the
+// namespace and interfaces; empty interface names are Kube-OVN's). No EIP
+// with a rate removes natgw's qdiscs and table.
+func Set(cfg nat.Config, eips []EIP) error {
+	cfg = cfg.WithDefaults()
+	if err := ValidateAll(eips); err != nil {
+		return err
+	}
+	return withKernel(cfg, func(k *kernel) error {
+		cur, err := k.readMaps()
+		if err != nil {
+			return err
+		}
+		want, err := assign(cur, eips)
+		if err != nil {
+			return err
+		}
+		return k.apply(cur, want)
+	})
+}
+
+// Get returns the EIPs natgw shapes, sorted by address, as recorded in its
+// table (nil when there is none).
+func Get(cfg nat.Config) ([]EIP, error) {
+	cfg = cfg.WithDefaults()
+	var out []EIP
+	err := withKernel(cfg, func(k *kernel) error {
+		cur, err := k.readMaps()
+		if err != nil {
+			return err
+		}
+		out = toEIPs(cur)
+		return nil
+	})
+	return out, err
+}
+
+func toEIPs(cs []class) []EIP {
+	by := map[netip.Addr]*EIP{}
+	var out []EIP
+	for _, c := range cs {
+		e := by[c.eip]
+		if e == nil {
+			e = &EIP{Address: c.eip}
+			by[c.eip] = e
+		}
+		if c.dir == ingress {
+			e.Ingress = c.lim
+		} else {
+			e.Egress = c.lim
+		}
+	}
+	for _, e := range by {
+		out = append(out, *e)
+	}
+	slices.SortFunc(out, func(a, b EIP) int { return a.Address.Compare(b.Address) })
+	return out
+}
+
+// kernel holds the netlink and nftables handles of one namespace.
+type kernel struct {
+	cfg  nat.Config
+	h    *netlink.Handle
+	conn *nft.Conn
+}
+
+func withKernel(cfg nat.Config, fn func(k *kernel) error) error {
+	var h *netlink.Handle
+	var opts []nft.ConnOption
+	if cfg.NetNS != "" {
+		ns, err := netns.Open(cfg.NetNS)
+		if err != nil {
+			return fmt.Errorf("shape: %w", err)
+		}
+		defer ns.Close()
+		if h, err = netlink.NewHandleAt(vnetns.NsHandle(ns.Fd())); err != nil {
+			return fmt.Errorf("shape: netlink in %s: %w", cfg.NetNS, err)
+		}
+		opts = append(opts, nft.WithNetNSFd(ns.Fd()))
+	} else {
+		var err error
+		if h, err = netlink.NewHandle(); err != nil {
+			return fmt.Errorf("shape: netlink: %w", err)
+		}
+	}
+	defer h.Close()
+	c, err := nft.New(opts...)
+	if err != nil {
+		return fmt.Errorf("shape: nftables: %w", err)
+	}
+	return fn(&kernel{cfg: cfg, h: h, conn: c})
+}
+
+func table() *nft.Table { return &nft.Table{Name: Table, Family: nft.TableFamilyIPv4} }
+
+// typeClassid is nft's classid datatype (tc's major:minor, 4 bytes in host
+// order), which google/nftables v0.3.0 does not name.
+var typeClassid = func() nft.SetDatatype {
+	t := nft.SetDatatype{Name: "classid", Bytes: 4}
+	t.SetNFTMagic(23) // TYPE_CLASSID of nftables' include/datatype.h
+	return t
+}()
+
+// mapOf is direction d's map: ingress is keyed by the connection's ct
+// mark (the EIP, conntrack.MarkOf), egress by the source address.
+func mapOf(t *nft.Table, d direction) *nft.Set {
+	key := nft.TypeIPAddr
+	if d == ingress {
+		key = nft.TypeMark
+	}
+	return &nft.Set{Table: t, Name: d.String(), IsMap: true, KeyType: key, DataType: typeClassid}
+}
+
+// mapKey is eip's key in direction d's map.
+func mapKey(d direction, eip netip.Addr) []byte {
+	if d == ingress {
+		return binary.NativeEndian.AppendUint32(nil, conntrack.MarkOf(eip))
+	}
+	return eip.AsSlice()
+}
+
+// keyAddr is the EIP of a map key of direction d.
+func keyAddr(d direction, key []byte) (netip.Addr, bool) {
+	if len(key) != 4 {
+		return netip.Addr{}, false
+	}
+	if d == ingress {
+		return netip.AddrFrom4([4]byte(binary.BigEndian.AppendUint32(nil, binary.NativeEndian.Uint32(key)))), true
+	}
+	return netip.AddrFrom4([4]byte(key)), true
+}
+
+// readMaps returns the classes recorded in natgw's table.
+func (k *kernel) readMaps() ([]class, error) {
+	tables, err := k.conn.ListTablesOfFamily(nft.TableFamilyIPv4)
+	if err != nil {
+		return nil, fmt.Errorf("shape: nftables: list tables: %w", err)
+	}
+	if !slices.ContainsFunc(tables, func(t *nft.Table) bool { return t.Name == Table }) {
+		return nil, nil
+	}
+	var out []class
+	for _, d := range []direction{ingress, egress} {
+		set, err := k.conn.GetSetByName(table(), d.String())
+		if err != nil {
+			return nil, fmt.Errorf("shape: nftables: %s map %s: %w", Table, d, err)
+		}
+		els, err := k.conn.GetSetElements(set)
+		if err != nil {
+			return nil, fmt.Errorf("shape: nftables: %s map %s elements: %w", Table, d, err)
+		}
+		for _, el := range els {
+			a, ok := keyAddr(d, el.Key)
+			if !ok || len(el.Val) != 4 {
+				return nil, fmt.Errorf("shape: %s map %s: bad element %x : %x", Table, d, el.Key, el.Val)
+			}
+			id := binary.NativeEndian.Uint32(el.Val)
+			lim, err := parseComment(el.Comment)
+			if err != nil {
+				return nil, fmt.Errorf("shape: %s map %s element %s: %w", Table, d, a, err)
+			}
+			if id>>16 != Major {
+				return nil, fmt.Errorf("shape: %s map %s element %s: class %x:%x is not natgw's", Table, d, a, id>>16, id&0xffff)
+			}
+			out = append(out, class{dir: d, eip: a, minor: uint16(id), lim: lim})
+		}
+	}
+	return out, nil
+}
+
+// link returns the interface named dev.
+func (k *kernel) link(dev string) (netlink.Link, error) {
+	l, err := k.h.LinkByName(dev)
+	if err != nil {
+		return nil, fmt.Errorf("shape: interface %s: %w", dev, err)
+	}
+	return l, nil
+}
+
+// rootState says whether natgw's root qdisc is on l, and refuses a root
+// qdisc that is someone else's.
+func (k *kernel) rootState(l netlink.Link) (ours bool, err error) {
+	qs, err := k.h.QdiscList(l)
+	if err != nil {
+		return false, fmt.Errorf("shape: list qdiscs of %s: %w", l.Attrs().Name, err)
+	}
+	for _, q := range qs {
+		a := q.Attrs()
+		if a.Parent != netlink.HANDLE_ROOT {
+			continue
+		}
+		if a.Handle == netlink.MakeHandle(Major, 0) && q.Type() == "htb" {
+			return true, nil
+		}
+		if a.Handle>>16 != 0 {
+			return false, fmt.Errorf("shape: interface %s has root qdisc %s %x: that natgw did not make; refusing to replace it", l.Attrs().Name, q.Type(), a.Handle>>16)
+		}
+	}
+	return false, nil
+}
+
+func htbClass(l netlink.Link, c class) *netlink.HtbClass {
+	bps := c.lim.rate() * 8
+	return netlink.NewHtbClass(netlink.ClassAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.MakeHandle(Major, 0), Handle: c.id()},
+		netlink.HtbClassAttrs{Rate: bps, Ceil: bps, Buffer: c.lim.burst(), Cbuffer: c.lim.burst(), Quantum: c.lim.quantum()})
+}
+
+// leaf puts a bfifo of c's leafLimit under class c (tc qdisc replace dev
+// L parent 4e47:minor bfifo limit N; the netlink library has no fifo
+// qdisc with options).
+func (k *kernel) leaf(l netlink.Link, c class) error {
+	req := nl.NewNetlinkRequest(unix.RTM_NEWQDISC, unix.NLM_F_CREATE|unix.NLM_F_REPLACE|unix.NLM_F_ACK)
+	req.AddData(&nl.TcMsg{Family: nl.FAMILY_ALL, Ifindex: int32(l.Attrs().Index), Parent: c.id()})
+	req.AddData(nl.NewRtAttr(nl.TCA_KIND, nl.ZeroTerminated("bfifo")))
+	req.AddData(nl.NewRtAttr(nl.TCA_OPTIONS, binary.NativeEndian.AppendUint32(nil, c.lim.leafLimit())))
+	exec := func() error { _, err := req.Execute(unix.NETLINK_ROUTE, 0); return err }
+	var err error
+	if k.cfg.NetNS == "" {
+		err = exec()
+	} else {
+		err = netns.Do(k.cfg.NetNS, exec)
+	}
+	if err != nil {
+		return fmt.Errorf("shape: bfifo limit %d under class %x:%x on %s: %w", c.lim.leafLimit(), Major, c.minor, l.Attrs().Name, err)
+	}
+	return nil
+}
+
+// classRef names class Major:minor of l (enough to delete it).
+func classRef(l netlink.Link, minor uint16) netlink.Class {
+	return &netlink.GenericClass{ClassAttrs: netlink.ClassAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.MakeHandle(Major, 0), Handle: netlink.MakeHandle(Major, minor)}, ClassType: "htb"}
+}
+
+// apply moves the kernel from cur to want (both with minors).
+func (k *kernel) apply(cur, want []class) (err error) {
+	links := map[direction]netlink.Link{}
+	ours := map[direction]bool{}
+	wanted := map[direction]bool{}
+	for _, c := range want {
+		wanted[c.dir] = true
+	}
+	had := map[direction]bool{}
+	for _, c := range cur {
+		had[c.dir] = true
+	}
+	for _, d := range []direction{ingress, egress} {
+		l, err := k.link(device(k.cfg, d))
+		if err != nil {
+			if !wanted[d] && !had[d] {
+				continue // nothing of natgw's there, nothing wanted
+			}
+			return err
+		}
+		links[d] = l
+		o, err := k.rootState(l)
+		if err != nil && wanted[d] {
+			return err
+		}
+		ours[d] = o
+	}
+
+	var undo []func() error
+	defer func() {
+		if err == nil {
+			return
+		}
+		for i := len(undo) - 1; i >= 0; i-- {
+			if uerr := undo[i](); uerr != nil {
+				err = fmt.Errorf("%w (undoing: %v)", err, uerr)
+			}
+		}
+	}()
+	// 1. qdiscs and classes wanted.
+	for _, d := range []direction{ingress, egress} {
+		if !wanted[d] || ours[d] {
+			continue
+		}
+		l := links[d]
+		q := netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(Major, 0), Parent: netlink.HANDLE_ROOT})
+		if err := k.h.QdiscAdd(q); err != nil {
+			return fmt.Errorf("shape: add htb qdisc %x: on %s: %w", Major, l.Attrs().Name, err)
+		}
+		undo = append(undo, func() error { return k.h.QdiscDel(q) })
+	}
+	existing := map[direction]map[uint32]bool{}
+	for _, d := range []direction{ingress, egress} {
+		existing[d] = map[uint32]bool{}
+		if !ours[d] {
+			continue
+		}
+		cls, err := k.h.ClassList(links[d], netlink.MakeHandle(Major, 0))
+		if err != nil {
+			return fmt.Errorf("shape: list classes of %s: %w", links[d].Attrs().Name, err)
+		}
+		for _, c := range cls {
+			existing[d][c.Attrs().Handle] = true
+		}
+	}
+	curBy := map[[2]any]class{}
+	for _, c := range cur {
+		curBy[[2]any{c.dir, c.minor}] = c
+	}
+	for _, c := range want {
+		old, had := curBy[[2]any{c.dir, c.minor}]
+		if had && old.eip == c.eip && old.lim == c.lim && existing[c.dir][c.id()] {
+			continue
+		}
+		l := links[c.dir]
+		if err := k.h.ClassReplace(htbClass(l, c)); err != nil {
+			return fmt.Errorf("shape: %s class %x:%x for %s (%g Mbit/s, burst %g MB) on %s: %w", c.dir, Major, c.minor, c.eip, c.lim.RateMbps, c.lim.BurstMB, l.Attrs().Name, err)
+		}
+		if LeafDelay > 0 {
+			if err := k.leaf(l, c); err != nil {
+				return err
+			}
+		}
+		if had && existing[c.dir][c.id()] {
+			undo = append(undo, func() error { return k.h.ClassReplace(htbClass(l, old)) })
+		} else {
+			undo = append(undo, func() error { return k.h.ClassDel(classRef(l, c.minor)) })
+		}
+	}
+	// 2. the table, in one transaction.
+	if err := k.writeTable(len(want) > 0, len(cur) > 0 || k.tableExists(), want); err != nil {
+		return err
+	}
+	undo = nil // the maps point at want now: no going back.
+	// 3. classes and qdiscs no longer used.
+	var errs []error
+	keep := map[[2]any]bool{}
+	for _, c := range want {
+		keep[[2]any{c.dir, c.minor}] = true
+	}
+	for _, d := range []direction{ingress, egress} {
+		l := links[d]
+		if l == nil {
+			continue
+		}
+		if !wanted[d] {
+			if ours[d] {
+				q := netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(Major, 0), Parent: netlink.HANDLE_ROOT})
+				if err := k.h.QdiscDel(q); err != nil {
+					errs = append(errs, fmt.Errorf("shape: delete htb qdisc %x: of %s: %w", Major, l.Attrs().Name, err))
+				}
+			}
+			continue
+		}
+		for h := range existing[d] {
+			if !keep[[2]any{d, uint16(h)}] {
+				if err := k.h.ClassDel(classRef(l, uint16(h))); err != nil && !errors.Is(err, unix.ENOENT) {
+					errs = append(errs, fmt.Errorf("shape: delete class %x:%x of %s: %w", Major, uint16(h), l.Attrs().Name, err))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (k *kernel) tableExists() bool {
+	tables, err := k.conn.ListTablesOfFamily(nft.TableFamilyIPv4)
+	return err == nil && slices.ContainsFunc(tables, func(t *nft.Table) bool { return t.Name == Table })
+}
+
+// writeTable makes natgw_shape hold want's maps (deletes it when want is
+// empty), in one transaction.
+func (k *kernel) writeTable(wanted, exists bool, want []class) error {
+	t := table()
+	c := k.conn
+	if !wanted {
+		if !exists {
+			return nil
+		}
+		c.DelTable(t)
+		if err := c.Flush(); err != nil {
+			return fmt.Errorf("shape: nftables: delete table %s: %w", Table, err)
+		}
+		return nil
+	}
+	if err := buildTable(c, k.cfg, exists, want); err != nil {
+		return err
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("shape: nftables: program %d classes in %s: %w", len(want), Table, err)
+	}
+	return nil
+}
+
+// conn is the part of *nft.Conn buildTable uses (a recorder in tests).
+type conn interface {
+	AddTable(*nft.Table) *nft.Table
+	DelTable(*nft.Table)
+	AddChain(*nft.Chain) *nft.Chain
+	FlushChain(*nft.Chain)
+	AddSet(*nft.Set, []nft.SetElement) error
+	FlushSet(*nft.Set)
+	SetAddElements(*nft.Set, []nft.SetElement) error
+	AddRule(*nft.Rule) *nft.Rule
+}
+
+// buildTable queues the table's messages: table, maps (flushed and
+// refilled), chain (flushed and refilled).
+func buildTable(c conn, cfg nat.Config, exists bool, want []class) error {
+	t := table()
+	c.AddTable(t)
+	sets := map[direction]*nft.Set{}
+	for _, d := range []direction{ingress, egress} {
+		s := mapOf(t, d)
+		sets[d] = s
+		var els []nft.SetElement
+		for _, w := range want {
+			if w.dir != d {
+				continue
+			}
+			val := make([]byte, 4)
+			binary.NativeEndian.PutUint32(val, w.id())
+			els = append(els, nft.SetElement{Key: mapKey(d, w.eip), Val: val, Comment: w.lim.comment()})
+		}
+		if err := c.AddSet(s, nil); err != nil {
+			return fmt.Errorf("shape: nftables: map %s: %w", d, err)
+		}
+		if exists {
+			c.FlushSet(s)
+		}
+		if len(els) > 0 {
+			if err := c.SetAddElements(s, els); err != nil {
+				return fmt.Errorf("shape: nftables: map %s elements: %w", d, err)
+			}
+		}
+	}
+	ch := c.AddChain(&nft.Chain{Name: "post", Table: t, Type: nft.ChainTypeFilter, Hooknum: nft.ChainHookPostrouting, Priority: nft.ChainPriorityRef(200)})
+	if exists {
+		c.FlushChain(ch)
+	}
+	for _, r := range rules(cfg, sets) {
+		c.AddRule(&nft.Rule{Table: t, Chain: ch, Exprs: r.exprs, UserData: []byte("natgw: " + r.comment)})
+	}
+	return nil
+}
+
+type rule struct {
+	comment string
+	exprs   []expr.Any
+}
+
+func ifname(name string) []byte {
+	b := make([]byte, 16)
+	copy(b, name)
+	return b
+}
+
+// rules are the chain's three rules.
+func rules(cfg nat.Config, sets map[direction]*nft.Set) []rule {
+	oif := func(dev string) []expr.Any {
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(dev)},
+		}
+	}
+	setPrio := func(d direction) []expr.Any {
+		return []expr.Any{
+			&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: sets[d].Name, SetID: sets[d].ID},
+			&expr.Meta{Key: expr.MetaKeyPRIORITY, SourceRegister: true, Register: 1},
+		}
+	}
+	in, out := ingress, egress
+	return []rule{
+		{"ingress: class of the connection's EIP (its ct mark)",
+			slices.Concat(oif(cfg.InternalInterface), []expr.Any{&expr.Ct{Key: expr.CtKeyMARK, Register: 1}}, setPrio(in))},
+		{"egress: class of the source (the EIP after SNAT)",
+			slices.Concat(oif(cfg.ExternalInterface), []expr.Any{
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+			}, setPrio(out))},
+	}
+}

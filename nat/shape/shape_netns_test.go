@@ -1,0 +1,263 @@
+package shape
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat"
+)
+
+// TestShapeTCP shapes the lab's EIP at 10 Mbit/s both ways and checks with
+// real TCP through the FIP (vm's connections to ext, SNATed to the EIP) and
+// with pings from ext to the EIP (DNATed to vm) that each direction is
+// held at the rate, that the kernel holds natgw's qdiscs, classes and table,
+// that Get reads the limits back, and that Set(nil) removes all of it and
+// the transfers are fast again.
+func TestShapeTCP(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	tp := newTopo(t, ctx, 0)
+	want := []EIP{{Address: labEIP, Ingress: Limit{RateMbps: 10, BurstMB: 0.1}, Egress: Limit{RateMbps: 10, BurstMB: 0.1}}}
+	if err := Set(tp.cfg, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Get(tp.cfg)
+	if err != nil || len(got) != 1 || got[0] != want[0] {
+		t.Fatalf("Get = %+v, %v; want %+v", got, err, want)
+	}
+	for _, dev := range []string{"eth0", "net1"} {
+		out, err := netlab.Exec(ctx, tp.gw, "", "tc", "class", "show", "dev", dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, "class htb 4e47:1 root") || !strings.Contains(out, "rate 10Mbit ceil 10Mbit") {
+			t.Errorf("tc class show dev %s: no 10 Mbit class 4e47:1:\n%s", dev, out)
+		}
+		q, err := netlab.Exec(ctx, tp.gw, "", "tc", "qdisc", "show", "dev", dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(q, "qdisc htb 4e47: root") || strings.Contains(q, "bfifo") {
+			t.Errorf("tc qdisc show dev %s: want htb root 4e47: with HTB's default leaves:\n%s", dev, q)
+		}
+	}
+	for _, dir := range []flowDir{download, upload} {
+		r, err := tp.runTCP(ctx, dir, 1, 1500*time.Millisecond, 4*time.Second, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := r.goodput()
+		t.Logf("%s shaped at 10 Mbit/s: %.2f Mbit/s, retransmits %.2f%%, %d pings answered", dir, g, r.retrans, len(r.pings))
+		if g < 8.5 || g > 10.5 {
+			t.Errorf("%s shaped at 10 Mbit/s: goodput %.2f Mbit/s, want 8.5–10.5", dir, g)
+		}
+		if len(r.pings) == 0 {
+			t.Errorf("%s: no ping through the EIP answered under load", dir)
+		}
+	}
+	if err := Set(tp.cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := netlab.NftRuleset(ctx, tp.gw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(rs, Table) {
+		t.Errorf("table %s still there after Set(nil)", Table)
+	}
+	for _, dev := range []string{"eth0", "net1"} {
+		out, err := netlab.Exec(ctx, tp.gw, "", "tc", "qdisc", "show", "dev", dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out, "4e47") {
+			t.Errorf("natgw's qdisc still on %s after Set(nil):\n%s", dev, out)
+		}
+	}
+	r, err := tp.runTCP(ctx, download, 1, 500*time.Millisecond, 2*time.Second, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := r.goodput(); g < 50 {
+		t.Errorf("download after Set(nil): %.1f Mbit/s, still shaped?", g)
+	}
+}
+
+// TestWrapShapesEIPQoS: through Wrap, an EIP's nat.QoS is shaped, not
+// policed (the NAT table gets no limit, natgw_shape the classes), List
+// gives the QoS back, a change the wrapped data plane refuses leaves the
+// shaping as it was, a QoS the shaper cannot hold is refused naming the
+// object's field with nothing changed, a foreign root qdisc is refused
+// before anything is changed, and deleting the EIP removes its shaping.
+func TestWrapShapesEIPQoS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	tp := newTopo(t, ctx, 0)
+	dp := Wrap(tp.dp, tp.cfg)
+	q := &nat.QoS{IngressRateMbps: 10, IngressBurstMbit: 1, EgressRateMbps: 20}
+	eip := nat.Object{UID: "eip-0", Kind: nat.KindEIP, EIP: &nat.EIP{Address: labEIP, PrefixLen: 24, QoS: q}}
+	if err := dp.Apply(ctx, eip); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := netlab.NftRuleset(ctx, tp.gw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(rs, "qos_in_") || strings.Contains(rs, "qos_out_") {
+		t.Errorf("the NAT table polices the EIP although Wrap shapes it:\n%s", rs)
+	}
+	wantShape := []EIP{{Address: labEIP, Ingress: Limit{RateMbps: 10, BurstMB: 125_000.0 / BytesPerMB}, Egress: Limit{RateMbps: 20}}}
+	checkShape := func(when string, want []EIP) {
+		t.Helper()
+		got, err := Get(tp.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: shaping %+v, want %+v", when, got, want)
+		}
+	}
+	checkShape("after apply", wantShape)
+	// Objects other than EIPs pass through and keep the shaping.
+	dnat := nat.Object{UID: "dnat-1", Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: netlab.EIP(1), Protocol: nat.TCP, ExternalPort: 80, InternalIP: labVM, InternalPort: 80}}
+	if err := dp.Apply(ctx, dnat); err != nil {
+		t.Fatal(err)
+	}
+	if err := dp.Delete(ctx, "dnat-1"); err != nil {
+		t.Fatal(err)
+	}
+	checkShape("after a DNAT came and went", wantShape)
+	// Change (one transaction of the engine) passes through too.
+	if err := dp.Change(ctx, []nat.Object{dnat}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := dp.Change(ctx, nil, []string{"dnat-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if c := dp.Counts(); c[nat.KindEIP] != 1 || c[nat.KindDNAT] != 0 {
+		t.Errorf("Counts = %v, want 1 EIP", c)
+	}
+	checkShape("after Change", wantShape)
+	objs, err := dp.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, o := range objs {
+		if o.UID == "eip-0" {
+			found = true
+			if o.EIP.QoS == nil || *o.EIP.QoS != *q {
+				t.Errorf("List: EIP QoS %+v, want %+v", o.EIP.QoS, q)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("List: no eip-0 in %+v", objs)
+	}
+	r, err := tp.runTCP(ctx, upload, 1, time.Second, 3*time.Second, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := r.goodput(); g < 17 || g > 21 {
+		t.Errorf("upload through Wrap's 20 Mbit/s: %.1f Mbit/s", g)
+	}
+
+	// Refused by the wrapped data plane (a second FIP on the EIP): the
+	// QoS change in the same call must not stay.
+	changed := eip
+	changed.EIP = &nat.EIP{Address: labEIP, PrefixLen: 24, QoS: &nat.QoS{IngressRateMbps: 50}}
+	bad := nat.Object{UID: "fip-1", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: labEIP, InternalIP: netlab.VMAddr(1)}}
+	if err := dp.Apply(ctx, changed, bad); err == nil {
+		t.Fatal("a second FIP on the EIP was accepted")
+	}
+	checkShape("after a refused apply", wantShape)
+
+	// A burst the shaper cannot hold: 40,000 Mbit at 1 Mbit/s.
+	tooLong := eip
+	tooLong.EIP = &nat.EIP{Address: labEIP, PrefixLen: 24, QoS: &nat.QoS{IngressRateMbps: 1, IngressBurstMbit: 40_000}}
+	err = dp.Apply(ctx, tooLong)
+	var fe *nat.FieldError
+	if !errors.As(err, &fe) || fe.UID != "eip-0" || fe.Field != "eip.qos.ingressBurstMbit" || fe.Value != "40000" {
+		t.Fatalf("apply of a too long burst: %v, want a field error on eip-0 eip.qos.ingressBurstMbit 40000", err)
+	}
+	checkShape("after a refused burst", wantShape)
+
+	// Someone else's root qdisc on net1: refused, eth0 untouched.
+	if err := Set(tp.cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netlab.Exec(ctx, tp.gw, "", "tc", "qdisc", "add", "dev", "net1", "root", "handle", "1:", "tbf", "rate", "1mbit", "burst", "10k", "latency", "50ms"); err != nil {
+		t.Fatal(err)
+	}
+	err = Set(tp.cfg, wantShape)
+	if err == nil || !strings.Contains(err.Error(), "net1") || !strings.Contains(err.Error(), "did not make") {
+		t.Fatalf("Set with a foreign root qdisc on net1: %v, want a refusal naming net1", err)
+	}
+	for _, dev := range []string{"eth0", "net1"} {
+		out, err := netlab.Exec(ctx, tp.gw, "", "tc", "qdisc", "show", "dev", dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out, "4e47") {
+			t.Errorf("refused Set left natgw's qdisc on %s:\n%s", dev, out)
+		}
+		if dev == "net1" && !strings.Contains(out, "qdisc tbf 1: root") {
+			t.Errorf("the foreign qdisc on net1 changed:\n%s", out)
+		}
+	}
+	if _, err := netlab.Exec(ctx, tp.gw, "", "tc", "qdisc", "del", "dev", "net1", "root"); err != nil {
+		t.Fatal(err)
+	}
+
+	// The shaping was removed behind the wrapper's back (Set(nil) above):
+	// a sync reads it again and repairs it.
+	if err := dp.Sync(ctx, []nat.Object{eip}); err != nil {
+		t.Fatal(err)
+	}
+	checkShape("after sync", wantShape)
+	if err := dp.Delete(ctx, "eip-0"); err != nil {
+		t.Fatal(err)
+	}
+	checkShape("after delete", nil)
+	rs, err = netlab.NftRuleset(ctx, tp.gw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(rs, Table) {
+		t.Errorf("table %s left after the last shaped EIP went", Table)
+	}
+}
+
+// TestLeafQueue: with LeafDelay set, each class gets a bfifo of that long
+// at its rate (100 ms at 10 Mbit/s: 125,000 bytes; at 1 Mbit/s the floor
+// of 16 frames), and a class's change replaces it.
+func TestLeafQueue(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tp := newTopo(t, ctx, 0)
+	LeafDelay = 100 * time.Millisecond
+	defer func() { LeafDelay = 0 }()
+	for _, tc := range []struct {
+		rate float64
+		want string
+	}{{10, "limit 125000b"}, {1, "limit 24224b"}} {
+		if err := Set(tp.cfg, []EIP{{Address: labEIP, Egress: Limit{RateMbps: tc.rate}}}); err != nil {
+			t.Fatal(err)
+		}
+		q, err := netlab.Exec(ctx, tp.gw, "", "tc", "qdisc", "show", "dev", "net1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(q, "qdisc bfifo") || !strings.Contains(q, "parent 4e47:1 "+tc.want) {
+			t.Errorf("%g Mbit/s: want a bfifo %s under 4e47:1:\n%s", tc.rate, tc.want, q)
+		}
+	}
+	if err := Set(tp.cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,174 @@
+package shape
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	nft "github.com/google/nftables"
+
+	"github.com/natgw/natgw/internal/golden"
+	"github.com/natgw/natgw/nat"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/plan.golden")
+
+// recorder is a conn that writes down what buildTable queues.
+type recorder struct{ b strings.Builder }
+
+func (r *recorder) AddTable(t *nft.Table) *nft.Table {
+	fmt.Fprintf(&r.b, "add table ip %s\n", t.Name)
+	return t
+}
+func (r *recorder) DelTable(t *nft.Table) { fmt.Fprintf(&r.b, "delete table ip %s\n", t.Name) }
+func (r *recorder) AddChain(c *nft.Chain) *nft.Chain {
+	fmt.Fprintf(&r.b, "add chain %s: type %s hook %d priority %d\n", c.Name, c.Type, *c.Hooknum, *c.Priority)
+	return c
+}
+func (r *recorder) FlushChain(c *nft.Chain) { fmt.Fprintf(&r.b, "flush chain %s\n", c.Name) }
+func (r *recorder) AddSet(s *nft.Set, _ []nft.SetElement) error {
+	fmt.Fprintf(&r.b, "add map %s: type %s : %s\n", s.Name, s.KeyType.Name, s.DataType.Name)
+	return nil
+}
+func (r *recorder) FlushSet(s *nft.Set) { fmt.Fprintf(&r.b, "flush map %s\n", s.Name) }
+func (r *recorder) SetAddElements(s *nft.Set, els []nft.SetElement) error {
+	for _, e := range els {
+		fmt.Fprintf(&r.b, "  element %s: key %x : %x comment %q\n", s.Name, e.Key, e.Val, e.Comment)
+	}
+	return nil
+}
+func (r *recorder) AddRule(ru *nft.Rule) *nft.Rule {
+	fmt.Fprintf(&r.b, "add rule %s # %s\n", ru.Chain.Name, ru.UserData)
+	for _, e := range ru.Exprs {
+		fmt.Fprintf(&r.b, "    %T %+v\n", e, e)
+	}
+	return ru
+}
+
+// plan renders what Set programs for eips on an empty gateway: the qdiscs,
+// classes and leaves (as `tc` would be told) and the nftables messages.
+func plan(t *testing.T, cfg nat.Config, eips []EIP) string {
+	t.Helper()
+	cfg = cfg.WithDefaults()
+	if err := ValidateAll(eips); err != nil {
+		t.Fatal(err)
+	}
+	want, err := assign(nil, eips)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, d := range []direction{ingress, egress} {
+		dev := device(cfg, d)
+		first := true
+		for _, c := range want {
+			if c.dir != d {
+				continue
+			}
+			if first {
+				fmt.Fprintf(&b, "tc qdisc add dev %s root handle %x: htb default 0\n", dev, Major)
+				first = false
+			}
+			fmt.Fprintf(&b, "tc class replace dev %s parent %x: classid %x:%x htb rate %dbit ceil %dbit burst %db cburst %db quantum %d  # %s %s\n",
+				dev, Major, Major, c.minor, c.lim.rate()*8, c.lim.rate()*8, c.lim.burst(), c.lim.burst(), c.lim.quantum(), d, c.eip)
+			if LeafDelay > 0 {
+				fmt.Fprintf(&b, "tc qdisc replace dev %s parent %x:%x bfifo limit %db\n", dev, Major, c.minor, c.lim.leafLimit())
+			}
+		}
+	}
+	r := &recorder{}
+	if err := buildTable(r, cfg, false, want); err != nil {
+		t.Fatal(err)
+	}
+	b.WriteString(r.b.String())
+	return b.String()
+}
+
+// TestPlanGolden pins what natgw programs for shaped EIPs: HTB classes in
+// upstream's units (rate = ceil = Mbit/s, burst = cburst = MB × 2^20
+// bytes, tc's default for 0), HTB's default leaves, the maps (ct mark and
+// source address to classid) and the chain's rules.
+func TestPlanGolden(t *testing.T) {
+	eips := []EIP{
+		{Address: netip.MustParseAddr("192.0.2.11"), Ingress: Limit{RateMbps: 10, BurstMB: 1}, Egress: Limit{RateMbps: 1.5, BurstMB: 0.5}},
+		{Address: netip.MustParseAddr("192.0.2.10"), Ingress: Limit{RateMbps: 100}},
+		{Address: netip.MustParseAddr("192.0.2.12"), Egress: Limit{RateMbps: 1, BurstMB: 25}},
+	}
+	golden.Check(t, "testdata/plan.golden", plan(t, nat.Config{}, eips), *update) // go test -update rewrites it
+}
+
+func TestValidate(t *testing.T) {
+	a := netip.MustParseAddr("192.0.2.10")
+	for _, tc := range []struct {
+		name  string
+		eips  []EIP
+		field string
+	}{
+		{"ok", []EIP{{Address: a, Ingress: Limit{RateMbps: 0.5, BurstMB: 0.1}}}, ""},
+		{"no limit at all", []EIP{{Address: a}}, ""},
+		{"ipv6", []EIP{{Address: netip.MustParseAddr("2001:db8::1"), Ingress: Limit{RateMbps: 1}}}, "eips[0].address"},
+		{"unset address", []EIP{{Ingress: Limit{RateMbps: 1}}}, "eips[0].address"},
+		{"twice", []EIP{{Address: a, Ingress: Limit{RateMbps: 1}}, {Address: a, Egress: Limit{RateMbps: 1}}}, "eips[1].address"},
+		{"negative rate", []EIP{{Address: a, Egress: Limit{RateMbps: -1}}}, "eips[0].egress.rateMbps"},
+		{"rate above HTB's 32 bits", []EIP{{Address: a, Egress: Limit{RateMbps: 40_000}}}, "eips[0].egress.rateMbps"},
+		{"burst without rate", []EIP{{Address: a, Ingress: Limit{BurstMB: 1}}}, "eips[0].ingress.burstMB"},
+		{"burst above 4095 MB", []EIP{{Address: a, Ingress: Limit{RateMbps: 10000, BurstMB: 5000}}}, "eips[0].ingress.burstMB"},
+		{"burst longer than HTB holds", []EIP{{Address: a, Ingress: Limit{RateMbps: 1, BurstMB: 100}}}, "eips[0].ingress.burstMB"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := ValidateAll(tc.eips)
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("ValidateAll = %v, want nil", err)
+				}
+				return
+			}
+			var fe *nat.FieldError
+			if !errors.As(err, &fe) || fe.Field != tc.field {
+				t.Fatalf("ValidateAll = %v, want a field error on %s", err, tc.field)
+			}
+		})
+	}
+}
+
+// TestAssignKeepsClasses: an EIP keeps its class across changes, a new one
+// takes the lowest free minor, one removed frees its minor.
+func TestAssignKeepsClasses(t *testing.T) {
+	ip := func(s string) netip.Addr { return netip.MustParseAddr(s) }
+	l := Limit{RateMbps: 1}
+	cur := []class{
+		{dir: ingress, eip: ip("192.0.2.30"), minor: 1, lim: l},
+		{dir: ingress, eip: ip("192.0.2.20"), minor: 2, lim: l},
+		{dir: ingress, eip: ip("192.0.2.10"), minor: 3, lim: l},
+	}
+	got, err := assign(cur, []EIP{{Address: ip("192.0.2.10"), Ingress: l}, {Address: ip("192.0.2.5"), Ingress: l}, {Address: ip("192.0.2.30"), Ingress: l}, {Address: ip("192.0.2.40"), Ingress: l}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]uint16{"192.0.2.10": 3, "192.0.2.30": 1, "192.0.2.5": 2, "192.0.2.40": 4}
+	if len(got) != len(want) {
+		t.Fatalf("assign = %+v", got)
+	}
+	for _, c := range got {
+		if want[c.eip.String()] != c.minor {
+			t.Errorf("%s: minor %d, want %d (all: %+v)", c.eip, c.minor, want[c.eip.String()], got)
+		}
+	}
+}
+
+func TestQoSUnits(t *testing.T) {
+	q := &nat.QoS{IngressRateMbps: 10, IngressBurstMbit: 9, EgressRateMbps: 20}
+	in, out := QoSToLimits(q)
+	if in.RateMbps != 10 || in.BurstMB != 9*125_000.0/BytesPerMB || out.RateMbps != 20 || out.BurstMB != 0 {
+		t.Fatalf("QoSToLimits(%+v) = %+v, %+v", q, in, out)
+	}
+	if back := limitsToQoS(in, out); *back != *q {
+		t.Fatalf("round trip: %+v, want %+v", back, q)
+	}
+	if limitsToQoS(Limit{}, Limit{}) != nil {
+		t.Fatal("no limit: want nil QoS")
+	}
+}
