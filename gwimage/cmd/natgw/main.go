@@ -1,6 +1,6 @@
 // Command natgw is the VPC NAT gateway agent and its CLI.
 //
-//	natgw [global flags] serve [--socket PATH]   the agent: JSON lines on stdin/stdout (or a unix socket)
+//	natgw [global flags] serve [--socket PATH] [--rules-only]   the agent: JSON lines on stdin/stdout (or a unix socket)
 //	natgw [global flags] apply -f FILE           add/update objects (YAML or JSON), one transaction
 //	natgw [global flags] sync -f FILE            make the gateway hold exactly FILE's objects
 //	natgw [global flags] delete UID...           delete objects by UID
