@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,7 +53,8 @@ type Config struct {
 	// use it. Peer is the other replica's.
 	Local, Peer netip.AddrPort
 	// EIPs go on the external interface, LanIPs on the internal one,
-	// while this replica is active.
+	// while this replica is active. EIPs is the initial set: SetEIPs
+	// changes it at run time.
 	EIPs, LanIPs []netip.Prefix
 	// Interval is the heartbeat period (default 50 ms, at most 1 s);
 	// Misses is how many missing beats mean the peer is gone (default 3).
@@ -103,9 +105,16 @@ func (c *Config) defaults() error {
 		return errors.New("ha: config: no fence")
 	}
 	for _, p := range append(append([]netip.Prefix{}, c.EIPs...), c.LanIPs...) {
-		if !p.IsValid() || !p.Addr().Is4() {
-			return fmt.Errorf("ha: config: floating address %q: want IPv4 address/length", p)
+		if err := checkFloating(p); err != nil {
+			return fmt.Errorf("ha: config: %w", err)
 		}
+	}
+	return nil
+}
+
+func checkFloating(p netip.Prefix) error {
+	if !p.IsValid() || !p.Addr().Is4() {
+		return fmt.Errorf("floating address %q: want IPv4 address/length", p)
 	}
 	return nil
 }
@@ -125,8 +134,12 @@ type Replica struct {
 		beat beat
 	}
 	sender *ctsync.Sender
-	stopTx context.CancelFunc
-	txDone chan struct{}
+	// eips is the floating EIP set wanted now (Config.EIPs, then
+	// SetEIPs); held is the set on the external interface while active
+	// (nil while standby). Both under mu.
+	eips, held []netip.Prefix
+	stopTx     context.CancelFunc
+	txDone     chan struct{}
 	// leaseUntil is when this replica's lease runs out as far as it
 	// knows (from the start of its last successful renewal), unix ns.
 	leaseUntil atomic.Int64
@@ -136,6 +149,31 @@ type Replica struct {
 	// counters for Collector
 	toActive, toStandby, fenceErrors atomic.Int64
 	takeovers                        [2]atomic.Int64 // peer silent, peer alive but not active
+}
+
+// SetEIPs replaces the floating EIP set (the addresses of the external
+// interface). An active replica applies the change on its next turn: it
+// removes the EIPs no longer in the set and adds the new ones with a
+// gratuitous ARP, as at a takeover; a standby only records it and claims
+// the new set when it takes over. Every prefix must be IPv4; on error
+// nothing changes. Safe for concurrent use.
+func (r *Replica) SetEIPs(eips []netip.Prefix) error {
+	for _, p := range eips {
+		if err := checkFloating(p); err != nil {
+			return fmt.Errorf("ha: set EIPs: %w", err)
+		}
+	}
+	r.mu.Lock()
+	r.eips = slices.Clone(eips)
+	r.mu.Unlock()
+	return nil
+}
+
+// EIPs returns the floating EIP set wanted now (see SetEIPs).
+func (r *Replica) EIPs() []netip.Prefix {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.eips)
 }
 
 // Role returns the replica's current role.
@@ -191,7 +229,7 @@ func New(cfg Config) (*Replica, error) {
 		ns.Close()
 		return nil, fmt.Errorf("ha: %w", err)
 	}
-	r := &Replica{cfg: cfg, plumb: plumb, ns: ns, recv: recv}
+	r := &Replica{cfg: cfg, plumb: plumb, ns: ns, recv: recv, eips: slices.Clone(cfg.EIPs)}
 	r.role.Store(uint32(RoleStandby))
 	return r, nil
 }
@@ -390,6 +428,7 @@ func (r *Replica) step(ctx context.Context, healthy bool) {
 		switch {
 		case err == nil:
 			r.leaseUntil.Store(start.Add(cfg.LeaseTTL).UnixNano())
+			r.followEIPs()
 		case errors.Is(err, ErrHeld):
 			r.stepDown("lease taken by the peer")
 		default:
@@ -452,7 +491,7 @@ func (r *Replica) becomeActive(ctx context.Context, reason string) bool {
 			if sctx.Err() != nil || !r.leaseValid(2*cfg.Interval) {
 				return
 			}
-			_ = r.plumb.Announce(cfg.ExternalInterface, cfg.EIPs)
+			_ = r.plumb.Announce(cfg.ExternalInterface, r.heldEIPs())
 			_ = r.plumb.Announce(cfg.InternalInterface, cfg.LanIPs)
 		}
 	}()
@@ -491,16 +530,75 @@ func (r *Replica) stepDown(reason string) {
 	}
 }
 
+// heldEIPs returns the EIPs this replica holds (none while standby).
+func (r *Replica) heldEIPs() []netip.Prefix {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.held)
+}
+
+// followEIPs makes an active replica's EIPs the wanted set: the dropped
+// ones go first, then the new ones are added and announced. What failed is
+// tried again on the next turn (held keeps what is known to be there).
+func (r *Replica) followEIPs() {
+	r.mu.Lock()
+	want, held := slices.Clone(r.eips), slices.Clone(r.held)
+	r.mu.Unlock()
+	var gone, added []netip.Prefix
+	for _, p := range held {
+		if !slices.Contains(want, p) {
+			gone = append(gone, p)
+		}
+	}
+	for _, p := range want {
+		if !slices.Contains(held, p) {
+			added = append(added, p)
+		}
+	}
+	if len(gone) == 0 && len(added) == 0 {
+		return
+	}
+	if err := r.plumb.Unclaim(r.cfg.ExternalInterface, gone); err != nil {
+		r.cfg.Log.Error(err, "removing dropped EIPs", "eips", gone)
+		return
+	}
+	r.mu.Lock()
+	r.held = slices.DeleteFunc(r.held, func(p netip.Prefix) bool { return slices.Contains(gone, p) })
+	r.mu.Unlock()
+	if err := r.plumb.Claim(r.cfg.ExternalInterface, added); err != nil {
+		// Some may be on the interface: remove them so that held stays
+		// exact; the next turn tries again.
+		_ = r.plumb.Unclaim(r.cfg.ExternalInterface, added)
+		r.cfg.Log.Error(err, "adding new EIPs", "eips", added)
+		return
+	}
+	r.mu.Lock()
+	r.held = append(r.held, added...)
+	r.mu.Unlock()
+	r.cfg.Log.Info("floating EIPs changed", "added", added, "removed", gone)
+}
+
 func (r *Replica) claim() error {
-	if err := r.plumb.Claim(r.cfg.ExternalInterface, r.cfg.EIPs); err != nil {
+	r.mu.Lock()
+	eips := slices.Clone(r.eips)
+	r.mu.Unlock()
+	if err := r.plumb.Claim(r.cfg.ExternalInterface, eips); err != nil {
 		return fmt.Errorf("ha: takeover: %w", err)
 	}
+	r.mu.Lock()
+	r.held = eips
+	r.mu.Unlock()
 	if err := r.plumb.Claim(r.cfg.InternalInterface, r.cfg.LanIPs); err != nil {
 		return fmt.Errorf("ha: takeover: %w", err)
 	}
 	return nil
 }
 
+// release removes every floating address this replica holds or wants.
 func (r *Replica) release() error {
-	return errors.Join(r.plumb.Unclaim(r.cfg.ExternalInterface, r.cfg.EIPs), r.plumb.Unclaim(r.cfg.InternalInterface, r.cfg.LanIPs))
+	r.mu.Lock()
+	eips := append(slices.Clone(r.held), r.eips...)
+	r.held = nil
+	r.mu.Unlock()
+	return errors.Join(r.plumb.Unclaim(r.cfg.ExternalInterface, eips), r.plumb.Unclaim(r.cfg.InternalInterface, r.cfg.LanIPs))
 }

@@ -61,6 +61,8 @@ type Opener func(ctx context.Context, cfg nat.Config) (nat.Dataplane, error)
 // plane is one data plane as this package sees it.
 type plane struct {
 	open Opener
+	// bare opens it without address/route plumbing (WithoutPlumbing).
+	bare Opener
 	// present tells whether the data plane holds natgw state in the
 	// namespace, without creating anything.
 	present func(ctx context.Context, ns *netns.NS) (bool, error)
@@ -74,11 +76,16 @@ var planesByName = map[string]plane{
 		open: func(ctx context.Context, cfg nat.Config) (nat.Dataplane, error) {
 			return nftables.New(ctx, cfg)
 		},
+		bare: func(ctx context.Context, cfg nat.Config) (nat.Dataplane, error) {
+			return nftables.New(ctx, cfg, nftables.WithoutPlumbing())
+		},
 		present: nftPresent,
 		remove:  nftRemove,
 	},
 	iptables.Name: {open: func(ctx context.Context, cfg nat.Config) (nat.Dataplane, error) {
 		return iptables.New(ctx, cfg)
+	}, bare: func(ctx context.Context, cfg nat.Config) (nat.Dataplane, error) {
+		return iptables.New(ctx, cfg, iptables.WithoutPlumbing())
 	}, present: iptablesPresent, remove: iptablesRemove},
 }
 
@@ -105,6 +112,19 @@ func Open(ctx context.Context, name string, cfg nat.Config) (nat.Dataplane, erro
 	return pl.open(ctx, cfg)
 }
 
+// OpenWithoutPlumbing opens data plane name like Open, but the backend adds
+// and removes no address or route: EIP and Route objects live only in its
+// rules and state (nftables.WithoutPlumbing, iptables.WithoutPlumbing). For
+// a replica of a highly available gateway, whose EIP addresses nat/ha
+// moves between the replicas.
+func OpenWithoutPlumbing(ctx context.Context, name string, cfg nat.Config) (nat.Dataplane, error) {
+	pl, err := lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return pl.bare(ctx, cfg)
+}
+
 // Emptied is what EmptyOthers removed.
 type Emptied struct {
 	// Planes are the data planes that held natgw state and were emptied.
@@ -122,6 +142,18 @@ func (e Emptied) Empty() bool { return len(e.Planes) == 0 }
 // namespace may still hold some of the other data plane's state (never
 // less consistent than before: call it again).
 func EmptyOthers(ctx context.Context, keep string, cfg nat.Config) (Emptied, error) {
+	return emptyOthers(ctx, keep, cfg, true)
+}
+
+// EmptyOthersWithoutPlumbing is EmptyOthers for an agent that opens keep
+// with OpenWithoutPlumbing: the other data planes' rules and state go, but
+// no address or route is removed (nat/ha owns them; they were never the
+// other data plane's to remove).
+func EmptyOthersWithoutPlumbing(ctx context.Context, keep string, cfg nat.Config) (Emptied, error) {
+	return emptyOthers(ctx, keep, cfg, false)
+}
+
+func emptyOthers(ctx context.Context, keep string, cfg nat.Config, unplumb bool) (Emptied, error) {
 	if _, err := lookup(keep); err != nil {
 		return Emptied{}, err
 	}
@@ -144,7 +176,11 @@ func EmptyOthers(ctx context.Context, keep string, cfg nat.Config) (Emptied, err
 		if !present {
 			continue
 		}
-		objs, err := empty(ctx, pl.open, cfg)
+		open := pl.open
+		if !unplumb {
+			open = pl.bare
+		}
+		objs, err := empty(ctx, open, cfg, unplumb)
 		if err != nil {
 			return out, fmt.Errorf("planes: empty the %s data plane in netns %q: %w", name, cfg.NetNS, err)
 		}
@@ -174,7 +210,8 @@ func Holds(ctx context.Context, name string, cfg nat.Config) (bool, error) {
 
 // empty opens a data plane, removes the addresses and routes of its EIPs and
 // routes, then syncs it empty (rules and their conntrack entries).
-func empty(ctx context.Context, open Opener, cfg nat.Config) ([]nat.Object, error) {
+// Without unplumb, addresses and routes stay.
+func empty(ctx context.Context, open Opener, cfg nat.Config, unplumb bool) ([]nat.Object, error) {
 	dp, err := open(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open: %w", err)
@@ -184,8 +221,10 @@ func empty(ctx context.Context, open Opener, cfg nat.Config) ([]nat.Object, erro
 	if err != nil {
 		return nil, fmt.Errorf("list: %w", err)
 	}
-	if err := plumb(ctx, cfg, plumbed(objs), nil); err != nil {
-		return nil, fmt.Errorf("remove addresses and routes: %w", err)
+	if unplumb {
+		if err := plumb(ctx, cfg, plumbed(objs), nil); err != nil {
+			return nil, fmt.Errorf("remove addresses and routes: %w", err)
+		}
 	}
 	if err := dp.Sync(ctx, nil); err != nil {
 		return nil, fmt.Errorf("sync empty: %w", err)

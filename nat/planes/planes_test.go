@@ -3,6 +3,7 @@ package planes
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -257,5 +258,60 @@ func TestNothingToEmpty(t *testing.T) {
 	}
 	if !present(t, nftables.Name, gw) || present(t, iptables.Name, gw) {
 		t.Fatal("kept data plane touched or the other created")
+	}
+}
+
+// TestSwitchWithoutPlumbing: a rules-only agent's switch of data plane
+// (EmptyOthersWithoutPlumbing, OpenWithoutPlumbing) empties the old data
+// plane's rules and state but leaves the addresses and routes (nat/ha's)
+// where they are, and the new data plane adds none.
+func TestSwitchWithoutPlumbing(t *testing.T) {
+	for _, pair := range [][2]string{{nftables.Name, iptables.Name}, {iptables.Name, nftables.Name}} {
+		from, to := pair[0], pair[1]
+		t.Run(from+"-to-"+to, func(t *testing.T) {
+			lab := netlab.ForTest(t)
+			gw, err := lab.Gateway(netlab.GatewayOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cfg := gw.Config()
+			old, err := OpenWithoutPlumbing(ctx, from, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			apply(t, old, eip0, fip0, route)
+			old.Close()
+			// What nat/ha put on the active replica.
+			eip := netip.PrefixFrom(eip0.EIP.Address, eip0.EIP.PrefixLen)
+			if err := netlab.AddAddr(gw.GW, gw.ExternalInterface, eip); err != nil {
+				t.Fatal(err)
+			}
+			emptied, err := EmptyOthersWithoutPlumbing(ctx, to, cfg)
+			if err != nil {
+				t.Fatalf("EmptyOthersWithoutPlumbing: %v", err)
+			}
+			if len(emptied.Planes) != 1 || emptied.Planes[0] != from || len(emptied.Objects) != 3 {
+				t.Fatalf("emptied %v with %d objects, want [%s] with 3", emptied.Planes, len(emptied.Objects), from)
+			}
+			if present(t, from, gw) {
+				t.Fatalf("%s state left after EmptyOthersWithoutPlumbing", from)
+			}
+			nw, err := OpenWithoutPlumbing(ctx, to, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nw.Close()
+			apply(t, nw, eip1, fip1)
+			addrs, err := netlab.Addrs(gw.GW, gw.ExternalInterface)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []netip.Prefix{netip.PrefixFrom(netlab.GWExtAddr, 24), eip}
+			if len(addrs) != len(want) || !slices.Contains(addrs, want[0]) || !slices.Contains(addrs, want[1]) {
+				t.Errorf("%s holds %v after the switch, want %v (nat/ha's EIP kept, none added)", gw.ExternalInterface, addrs, want)
+			}
+		})
 	}
 }

@@ -71,8 +71,14 @@ type agent struct {
 
 func startAgent(t testing.TB, ns string, extra ...string) *agent {
 	t.Helper()
+	return startAgentArgs(t, ns, extra, nil)
+}
+
+// startAgentArgs starts `natgw --netns NS EXTRA... serve SERVEARGS...`.
+func startAgentArgs(t testing.TB, ns string, extra, serveArgs []string) *agent {
+	t.Helper()
 	args := append([]string{"--netns", ns}, extra...)
-	cmd := exec.Command(natgwBin, append(args, "serve")...)
+	cmd := exec.Command(natgwBin, append(append(args, "serve"), serveArgs...)...)
 	a := &agent{cmd: cmd, stderr: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	var err error
 	if a.stdin, err = cmd.StdinPipe(); err != nil {

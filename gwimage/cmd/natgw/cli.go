@@ -32,17 +32,22 @@ import (
 // cmdServe runs the agent on stdin/stdout, or on a unix socket (one Serve per
 // connection, all on the same data plane).
 func cmdServe(ctx context.Context, e env, g *globals, args []string) int {
-	fs := subFlags("serve", e, g, "serve [--socket PATH]")
+	fs := subFlags("serve", e, g, "serve [--socket PATH] [--rules-only]")
 	socket := fs.String("socket", "", "serve on this unix socket instead of stdin/stdout")
+	rulesOnly := fs.Bool("rules-only", false, "program rules only: EIP and Route objects are kept in the table and state, but no address or route is added or removed (a replica of a two-replica gateway, whose EIPs `natgw ha` moves)")
 	if code, ok := noArgs(fs, args); !ok {
 		return code
+	}
+	emptyOthers, open := planes.EmptyOthers, planes.Open
+	if *rulesOnly {
+		emptyOthers, open = planes.EmptyOthersWithoutPlumbing, planes.OpenWithoutPlumbing
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log := g.logger(e.stderr).WithName("serve")
 	// The other data plane's state in this namespace goes first: one data
 	// plane at a time holds a gateway's NAT (nat/planes).
-	emptied, err := planes.EmptyOthers(ctx, g.dataplane, g.config(log))
+	emptied, err := emptyOthers(ctx, g.dataplane, g.config(log))
 	if err != nil {
 		log.Error(err, "empty the other data plane", "dataplane", g.dataplane, "netns", g.netns)
 		return exitFail
@@ -50,10 +55,13 @@ func cmdServe(ctx context.Context, e env, g *globals, args []string) int {
 	if !emptied.Empty() {
 		log.Info("emptied another data plane's state", "dataplanes", emptied.Planes, "objects", len(emptied.Objects))
 	}
-	dp, err := g.open(ctx, log)
+	dp, err := g.openWith(ctx, log, open)
 	if err != nil {
 		log.Error(err, "open data plane", "dataplane", g.dataplane, "netns", g.netns)
 		return exitFail
+	}
+	if *rulesOnly {
+		emptied = planes.Emptied{} // nothing was unplumbed: nothing to put back
 	}
 	if err := planes.Restore(ctx, dp, g.config(log), emptied); err != nil {
 		log.Error(err, "restore addresses and routes")
@@ -68,7 +76,7 @@ func cmdServe(ctx context.Context, e env, g *globals, args []string) int {
 			return exitFail
 		}
 	}
-	log.Info("serving", "version", version.Version, "dataplane", dp.Name(), "netns", g.netns, "bootID", dp.BootID())
+	log.Info("serving", "version", version.Version, "dataplane", dp.Name(), "netns", g.netns, "bootID", dp.BootID(), "rulesOnly", *rulesOnly)
 	// Reading a big table back leaves its garbage behind: return it to
 	// the system while the first requests are served.
 	go debug.FreeOSMemory()

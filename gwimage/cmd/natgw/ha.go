@@ -11,16 +11,20 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/ha"
 	"github.com/natgw/natgw/nat/ha/leasefence"
+	"github.com/natgw/natgw/nat/planes"
 )
 
 // prefixList is a repeatable flag of address/length values (also
@@ -55,6 +59,8 @@ type haFlags struct {
 	fenceSocket, fenceFile string
 	fenceLease, kubeconfig string
 	metricsAddr            string
+	eipsFromDataplane      bool
+	eipsPoll               time.Duration
 }
 
 // leaseFence returns the Lease fence of --fence-lease NAMESPACE/NAME, with
@@ -112,8 +118,13 @@ func (f *haFlags) haConfig(g *globals) (ha.Config, error) {
 	default:
 		return cfg, errors.New("no fence: give --fence-lease, --fence-socket or --fence-file")
 	}
-	if len(f.eips) == 0 && len(f.lanIPs) == 0 {
-		return cfg, errors.New("no floating address: give --eip and/or --lan-ip")
+	switch {
+	case f.eipsFromDataplane && len(f.eips) > 0:
+		return cfg, fmt.Errorf("--eip %s and --eips-from-dataplane: give one", f.eips.String())
+	case f.eipsFromDataplane && (f.eipsPoll < 10*time.Millisecond || f.eipsPoll > time.Minute):
+		return cfg, fmt.Errorf("--eips-poll %s: want 10ms..1m", f.eipsPoll)
+	case !f.eipsFromDataplane && len(f.eips) == 0 && len(f.lanIPs) == 0:
+		return cfg, errors.New("no floating address: give --eip, --eips-from-dataplane and/or --lan-ip")
 	}
 	return cfg, nil
 }
@@ -121,7 +132,7 @@ func (f *haFlags) haConfig(g *globals) (ha.Config, error) {
 // cmdHA runs one replica of an active/standby gateway until SIGTERM or
 // SIGINT (see nat/ha/README.md). Role changes go to stdout as JSON lines.
 func cmdHA(ctx context.Context, e env, g *globals, args []string) int {
-	fs := subFlags("ha", e, g, "ha --local IP:PORT --peer IP:PORT --eip A/L[,...] [--lan-ip A/L] --fence-lease NS/NAME|--fence-socket PATH|--fence-file PATH [flags]")
+	fs := subFlags("ha", e, g, "ha --local IP:PORT --peer IP:PORT --eip A/L[,...]|--eips-from-dataplane [--lan-ip A/L] --fence-lease NS/NAME|--fence-socket PATH|--fence-file PATH [flags]")
 	host, _ := os.Hostname()
 	var f haFlags
 	fs.StringVar(&f.id, "id", host, "this replica's name (the lease holder)")
@@ -137,6 +148,8 @@ func cmdHA(ctx context.Context, e env, g *globals, args []string) int {
 	fs.StringVar(&f.fenceLease, "fence-lease", "", "Kubernetes Lease NAMESPACE/NAME shared by both replicas (coordination.k8s.io/v1)")
 	fs.StringVar(&f.metricsAddr, "metrics-address", "", "serve Prometheus metrics (natgw_ha_*) on this address at /metrics (empty: none)")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --fence-lease (empty: in-cluster service account)")
+	fs.BoolVar(&f.eipsFromDataplane, "eips-from-dataplane", false, "the floating EIPs are the EIP objects of the gateway's data plane (--dataplane, as programmed by `natgw serve --rules-only`), read every --eips-poll")
+	fs.DurationVar(&f.eipsPoll, "eips-poll", time.Second, "how often --eips-from-dataplane reads the data plane")
 	if code, ok := noArgs(fs, args); !ok {
 		return code
 	}
@@ -150,13 +163,32 @@ func cmdHA(ctx context.Context, e env, g *globals, args []string) int {
 	cfg.OnRole = func(r ha.Role, reason string) {
 		_ = enc.Encode(map[string]string{"role": r.String(), "reason": reason, "time": time.Now().UTC().Format(time.RFC3339Nano)})
 	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	var eips *dataplaneEIPs
+	if f.eipsFromDataplane {
+		eips = &dataplaneEIPs{g: g, log: cfg.Log.WithName("eips")}
+		// The first read gives the set Run starts with (and clears
+		// what a previous run left on the interface); a failure here
+		// starts with none and the polls retry.
+		if cfg.EIPs, err = eips.read(ctx); err != nil {
+			cfg.Log.Error(err, "reading the EIPs of the data plane; starting with none")
+		}
+	}
 	r, err := ha.New(cfg)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "natgw ha: %v\n", err)
 		return exitFail
 	}
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
+	if eips != nil {
+		done := make(chan struct{})
+		pctx, cancel := context.WithCancel(ctx)
+		go func() {
+			defer close(done)
+			eips.follow(pctx, r, cfg.EIPs, f.eipsPoll)
+		}()
+		defer func() { cancel(); <-done }()
+	}
 	if f.metricsAddr != "" {
 		_, shutdown, err := serveHAMetrics(f.metricsAddr, ha.NewCollector(r.Status))
 		if err != nil {
@@ -195,3 +227,77 @@ func serveHAMetrics(addr string, c prometheus.Collector) (net.Addr, func(), erro
 }
 
 var _ flag.Value = (*prefixList)(nil)
+
+// dataplaneEIPs reads the floating EIP set of `natgw ha
+// --eips-from-dataplane` from the gateway's own data plane: the EIP objects
+// the agent (`natgw serve --rules-only`) keeps in its table.
+type dataplaneEIPs struct {
+	g   *globals
+	log logr.Logger
+}
+
+// read returns the (IPv4) EIPs of the data plane's EIP objects, sorted. A data
+// plane that holds no state yet (the agent has not started) holds none; it
+// is then not created. The data plane is opened without plumbing and only
+// read (List), like `natgw list`.
+func (d *dataplaneEIPs) read(ctx context.Context) ([]netip.Prefix, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.g.timeout)
+	defer cancel()
+	cfg := d.g.config(d.log)
+	holds, err := planes.Holds(ctx, d.g.dataplane, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("data plane %s in netns %q: %w", d.g.dataplane, d.g.netns, err)
+	}
+	if !holds {
+		return nil, nil
+	}
+	dp, err := planes.OpenWithoutPlumbing(ctx, d.g.dataplane, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open data plane %s in netns %q: %w", d.g.dataplane, d.g.netns, err)
+	}
+	defer dp.Close()
+	objs, err := dp.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list data plane %s in netns %q: %w", d.g.dataplane, d.g.netns, err)
+	}
+	var out []netip.Prefix
+	for _, o := range objs {
+		// nat/ha floats IPv4 addresses only: an IPv6 EIP stays put.
+		if o.Kind == nat.KindEIP && o.EIP != nil && o.EIP.Address.Is4() {
+			out = append(out, netip.PrefixFrom(o.EIP.Address, o.EIP.PrefixLen))
+		}
+	}
+	slices.SortFunc(out, netip.Prefix.Compare)
+	return slices.Compact(out), nil
+}
+
+// follow reads the data plane every period until ctx ends and hands each
+// changed set to r. A failed read keeps the last set (an agent restarting
+// must not make the active replica drop its EIPs).
+func (d *dataplaneEIPs) follow(ctx context.Context, r *ha.Replica, last []netip.Prefix, period time.Duration) {
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		cur, err := d.read(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.log.Error(err, "reading the EIPs of the data plane; keeping the last set", "eips", last)
+			}
+			continue
+		}
+		if slices.Equal(cur, last) {
+			continue
+		}
+		if err := r.SetEIPs(cur); err != nil {
+			d.log.Error(err, "the data plane holds an EIP that cannot float; keeping the last set", "eips", cur)
+			continue
+		}
+		d.log.Info("floating EIPs follow the data plane", "eips", cur)
+		last = cur
+	}
+}

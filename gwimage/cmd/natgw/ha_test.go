@@ -38,6 +38,8 @@ func TestHAFlags(t *testing.T) {
 		{"no address", []string{"--local", "10.0.0.2:7400", "--peer", "10.0.0.3:7400", "--fence-file", "/x"}, "no floating address"},
 		{"bad misses", append(append([]string{}, base...), "--misses", "-1"), "misses -1"},
 		{"bad interval", append(append([]string{}, base...), "--interval", "5s"), "interval 5s"},
+		{"eip and from-dataplane", append(append([]string{}, base...), "--eips-from-dataplane"), "--eip 192.0.2.10/24 and --eips-from-dataplane"},
+		{"bad eips-poll", []string{"--local", "10.0.0.2:7400", "--peer", "10.0.0.3:7400", "--eips-from-dataplane", "--eips-poll", "2m", "--fence-file", "/x"}, "--eips-poll 2m0s"},
 	} {
 		var out, errb bytes.Buffer
 		// A namespace that does not exist: should a case pass the

@@ -1,6 +1,6 @@
 // Command natgw is the VPC NAT gateway agent and its CLI.
 //
-//	natgw [global flags] serve [--socket PATH]   the agent: JSON lines on stdin/stdout (or a unix socket)
+//	natgw [global flags] serve [--socket PATH] [--rules-only]   the agent: JSON lines on stdin/stdout (or a unix socket)
 //	natgw [global flags] apply -f FILE           add/update objects (YAML or JSON), one transaction
 //	natgw [global flags] sync -f FILE            make the gateway hold exactly FILE's objects
 //	natgw [global flags] delete UID...           delete objects by UID
@@ -199,10 +199,16 @@ func (g *globals) config(log logr.Logger) nat.Config {
 // open opens the chosen data plane; on nftables with --eip-qos=shape its
 // EIP QoS is shaped (shape.Wrap).
 func (g *globals) open(ctx context.Context, log logr.Logger) (nat.Dataplane, error) {
+	return g.openWith(ctx, log, planes.Open)
+}
+
+// openWith is open with the data plane opened by open (planes.Open, or
+// planes.OpenWithoutPlumbing for `serve --rules-only`).
+func (g *globals) openWith(ctx context.Context, log logr.Logger, open func(context.Context, string, nat.Config) (nat.Dataplane, error)) (nat.Dataplane, error) {
 	if g.eipQoS != eipQoSShape && g.eipQoS != eipQoSPolice {
 		return nil, fmt.Errorf("--eip-qos %q: want %s or %s", g.eipQoS, eipQoSShape, eipQoSPolice)
 	}
-	dp, err := planes.Open(ctx, g.dataplane, g.config(log))
+	dp, err := open(ctx, g.dataplane, g.config(log))
 	if err != nil || !g.shapes(dp) {
 		return dp, err
 	}
