@@ -82,6 +82,14 @@ func limitsToQoS(in, out Limit) *nat.QoS {
 	}
 }
 
+// shaped reports whether o's QoS is shaped: an EIP with QoS and no IPv6
+// address. Shaping classifies by the IPv4 ct mark (ingress) and the IPv4
+// source (egress), so an EIP with an IPv6 address keeps its QoS in the NAT
+// table, policed there for both families by one policer per direction.
+func shaped(o nat.Object) bool {
+	return o.Kind == nat.KindEIP && o.EIP != nil && o.EIP.QoS != nil && !o.EIP.V6Address.IsValid()
+}
+
 // strip returns objs with EIP QoS removed (copies; objs is not changed)
 // and checks that every QoS can be shaped (a *nat.FieldError naming the
 // object and its field otherwise).
@@ -89,7 +97,7 @@ func strip(objs []nat.Object) ([]nat.Object, error) {
 	out := make([]nat.Object, len(objs))
 	for i, o := range objs {
 		out[i] = o
-		if o.Kind != nat.KindEIP || o.EIP == nil || o.EIP.QoS == nil {
+		if !shaped(o) {
 			continue
 		}
 		q := o.EIP.QoS
@@ -125,7 +133,7 @@ type shaping map[string]EIP
 func shapingOf(objs []nat.Object) shaping {
 	s := shaping{}
 	for _, o := range objs {
-		if o.Kind == nat.KindEIP && o.EIP != nil && o.EIP.QoS != nil {
+		if shaped(o) {
 			in, eg := QoSToLimits(o.EIP.QoS)
 			s[o.UID] = EIP{Address: o.EIP.Address, Ingress: in, Egress: eg}
 		}

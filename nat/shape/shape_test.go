@@ -172,3 +172,33 @@ func TestQoSUnits(t *testing.T) {
 		t.Fatal("no limit: want nil QoS")
 	}
 }
+
+// TestStripLeavesIPv6EIPs: an IPv4 EIP's QoS is taken out of the NAT
+// table's objects (it is shaped); an EIP with an IPv6 address keeps its
+// QoS there (policed for both families), and is not in the shaping.
+func TestStripLeavesIPv6EIPs(t *testing.T) {
+	q := &nat.QoS{IngressRateMbps: 10, EgressRateMbps: 5}
+	a := netip.MustParseAddr
+	objs := []nat.Object{
+		{UID: "v4", Kind: nat.KindEIP, EIP: &nat.EIP{Address: a("192.0.2.10"), PrefixLen: 24, QoS: q}},
+		{UID: "dual", Kind: nat.KindEIP, EIP: &nat.EIP{Address: a("192.0.2.11"), PrefixLen: 24, V6Address: a("2001:db8::11"), V6PrefixLen: 64, QoS: q}},
+		{UID: "v6", Kind: nat.KindEIP, EIP: &nat.EIP{V6Address: a("2001:db8::12"), V6PrefixLen: 64, QoS: q}},
+		{UID: "noqos", Kind: nat.KindEIP, EIP: &nat.EIP{Address: a("192.0.2.13"), PrefixLen: 24}},
+	}
+	out, err := strip(objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false, false, true} { // QoS stripped?
+		if got := out[i].EIP.QoS == nil; got != want {
+			t.Errorf("%s: QoS stripped %v, want %v", out[i].UID, got, want)
+		}
+	}
+	if objs[0].EIP.QoS == nil {
+		t.Error("strip changed its input")
+	}
+	sh := shapingOf(objs)
+	if _, ok := sh["v4"]; !ok || len(sh) != 1 {
+		t.Errorf("shaping %v, want the IPv4 EIP alone", sh)
+	}
+}
