@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -112,7 +113,59 @@ func DeployController(ctx context.Context, c *cluster.Cluster, repo string) erro
 	if out, err := c.Kubectl(ctx, nil, "apply", "-k", filepath.Join(repo, "controller/config")); err != nil {
 		return fmt.Errorf("kubectl apply -k controller/config: %w\n%s", err, out)
 	}
+	// The CRDs served before anything creates their objects: a client's
+	// first lookup of a kind whose CRD is not yet Established fails ("no
+	// matches for kind"), which one e2e run met right after the deploy.
+	crds, err := crdNames(filepath.Join(repo, "controller/config/crd"))
+	if err != nil {
+		return err
+	}
+	args := append([]string{"wait", "--for=condition=Established", "--timeout=60s"}, crds...)
+	if out, err := c.Kubectl(ctx, nil, args...); err != nil {
+		return fmt.Errorf("kubectl wait for natgw's CRDs to be Established: %w\n%s", err, out)
+	}
+	if err := waitAdmission(ctx, c, crds, time.Minute); err != nil {
+		return err
+	}
 	return WaitController(ctx, c, 2, 3*time.Minute)
+}
+
+// admissionWarmingUp is in kube-apiserver's answer (503) while its
+// MutatingAdmissionPolicy dispatcher has no type converter for a kind whose
+// CRD was just created (k8s.io/apiserver admission/plugin/policy/mutating
+// dispatcher.go): a create of that kind fails until it has one.
+const admissionWarmingUp = "There can be a delay between when CustomResourceDefinitions are created"
+
+// waitAdmission waits until a server-side dry-run create of each CRD's kind
+// gets past the admission policy controller/config installs (success or a
+// validation error, not the 503 of a policy dispatcher that does not know
+// the kind yet): one e2e run's first create failed with it right after the
+// deploy.
+func waitAdmission(ctx context.Context, c *cluster.Cluster, crds []string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for _, crd := range crds {
+		plural, group, _ := strings.Cut(strings.TrimPrefix(crd, "crd/"), ".")
+		kind, err := c.Kubectl(ctx, nil, "get", crd, "-o", "jsonpath={.spec.names.kind}")
+		if err != nil {
+			return fmt.Errorf("kind of %s: %w\n%s", crd, err, kind)
+		}
+		obj := fmt.Sprintf("apiVersion: %s/v1\nkind: %s\nmetadata:\n  name: natgw-admission-probe\nspec: {}\n", group, strings.TrimSpace(kind))
+		for {
+			_, err := c.Kubectl(ctx, strings.NewReader(obj), "create", "--dry-run=server", "-f", "-")
+			if err == nil || !strings.Contains(err.Error(), admissionWarmingUp) {
+				break // admitted, or refused by validation: admission knows the kind
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s (%s): admission still answers %q after %v", plural, group, admissionWarmingUp, limit)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }
 
 // WaitController waits until the controller's Deployment has replicas
@@ -140,4 +193,22 @@ func WaitController(ctx context.Context, c *cluster.Cluster, replicas int32, lim
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// crdNames returns crd/NAME for each CRD file of dir (controller-gen's
+// GROUP_PLURAL.yaml: crd/PLURAL.GROUP).
+func crdNames(dir string) ([]string, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*_*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, f := range files {
+		group, plural, _ := strings.Cut(strings.TrimSuffix(filepath.Base(f), ".yaml"), "_")
+		names = append(names, "crd/"+plural+"."+group)
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("no CRD files (GROUP_PLURAL.yaml) in %s", dir)
+	}
+	return names, nil
 }
