@@ -35,6 +35,8 @@ func TestWebhookShareDNAT(t *testing.T) {
 		return &v1.IptablesDnatRule{ObjectMeta: om(name), Spec: v1.IptablesDnatRuleSpec{EIP: "eip1", Protocol: proto, ExternalPort: port, InternalIP: in, InternalPort: "8080", Type: typ}}
 	}
 	objs := map[string]*v1.IptablesDnatRule{}
+	// A refusal on the shared identity names one of its backends (any:
+	// which one the webhook's cache lists first is not fixed).
 	for _, tc := range []struct {
 		name string
 		obj  *v1.IptablesDnatRule
@@ -46,8 +48,8 @@ func TestWebhookShareDNAT(t *testing.T) {
 		{"share backend 3", rule("sh3", "tcp", "443", v1.DnatTypeShare, "10.0.1.7"), nil},
 		// natgw's CRDs take the protocol in lower case only.
 		{"share backend, protocol in capitals", rule("x0", "TCP", "443", v1.DnatTypeShare, "10.0.1.9"), []string{"spec.protocol", "TCP"}},
-		{"exclusive on a shared identity", rule("x1", "tcp", "443", v1.DnatTypeExclusive, "10.0.1.8"), []string{"spec.type", "exclusive", `"sh1"`}},
-		{"no type (exclusive) on a shared identity", rule("x2", "tcp", "443", "", "10.0.1.8"), []string{"443", `"sh1"`}},
+		{"exclusive on a shared identity", rule("x1", "tcp", "443", v1.DnatTypeExclusive, "10.0.1.8"), []string{"spec.type", "exclusive", `IptablesDnatRule "sh`}},
+		{"no type (exclusive) on a shared identity", rule("x2", "tcp", "443", "", "10.0.1.8"), []string{"spec.type", "443", `IptablesDnatRule "sh`}},
 		{"share on an exclusive identity", rule("x3", "tcp", "80", v1.DnatTypeShare, "10.0.1.8"), []string{"spec.type", "share", `"excl"`}},
 		{"share backend twice", rule("x4", "tcp", "443", v1.DnatTypeShare, "10.0.1.6"), []string{"spec.internalIp", "10.0.1.6:8080", `"sh2"`}},
 		{"share on the same port, udp", rule("shu", "udp", "443", v1.DnatTypeShare, "10.0.1.6"), nil},
