@@ -241,7 +241,7 @@ func (p *Plumber) add(o nat.Object, it item) error {
 			if err := p.waitUsable(l, it.addr.Addr()); err != nil {
 				return fmt.Errorf("%s: address %s on %s: %w", o, it.addr, p.cfg.ExternalInterface, err)
 			}
-			if err := p.unsolicitedNA(l, it.addr.Addr()); err != nil {
+			if err := p.unsolicitedNA(l, it.addr.Addr()); err != nil && !naNotYet(err) {
 				return fmt.Errorf("%s: unsolicited neighbour advertisement of %s: %w", o, it.addr.Addr(), err)
 			}
 			return nil
@@ -349,6 +349,16 @@ func (p *Plumber) unsolicitedNA(l netlink.Link, addr netip.Addr) error {
 		}
 		return c.WriteTo(na, nil, netip.IPv6LinkLocalAllNodes())
 	})
+}
+
+// naNotYet reports whether an unsolicited NA failed because the link cannot
+// send IPv6 multicast yet (a link just brought up, or without carrier, has
+// no ff00::/8 route for a while: sendmsg answers EINVAL, ENETUNREACH or
+// EADDRNOTAVAIL). The address is in place then and nobody on the link has
+// a stale entry for it to correct; the apply goes on. A clean-clone make
+// test met EINVAL in nat/nftables' kernel tests.
+func naNotYet(err error) bool {
+	return errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENETUNREACH) || errors.Is(err, unix.EADDRNOTAVAIL)
 }
 
 // gratuitousARP announces addr on l (an ARP request with sender = target =

@@ -19,7 +19,7 @@ func rulesDump(t *testing.T, ns, plane string) string {
 	var out string
 	var err error
 	if plane == "nftables" {
-		out, err = netlab.NftTable(ctx, ns, "ip", "natgw")
+		out, err = netlab.NftTable(ctx, ns, "inet", "natgw")
 	} else {
 		out, err = netlab.IptablesSave(ctx, ns, true)
 	}
