@@ -269,15 +269,7 @@ func (d *Dataplane) Apply(ctx context.Context, objs ...nat.Object) error {
 	if err := d.load(ctx); err != nil {
 		return err
 	}
-	next := d.shaped.clone()
-	for _, o := range objs {
-		if o.Kind == nat.KindEIP {
-			delete(next, o.UID)
-		}
-	}
-	for k, v := range shapingOf(objs) {
-		next[k] = v
-	}
+	next := d.next(nil, objs)
 	return d.change(next, false, func() error { return d.inner.Apply(ctx, stripped...) })
 }
 
@@ -288,10 +280,7 @@ func (d *Dataplane) Delete(ctx context.Context, uids ...string) error {
 	if err := d.load(ctx); err != nil {
 		return err
 	}
-	next := d.shaped.clone()
-	for _, u := range uids {
-		delete(next, u)
-	}
+	next := d.next(uids, nil)
 	if len(next) == len(d.shaped) {
 		return d.inner.Delete(ctx, uids...)
 	}
@@ -317,6 +306,13 @@ func (d *Dataplane) Change(ctx context.Context, objs []nat.Object, uids []string
 	if err := d.load(ctx); err != nil {
 		return err
 	}
+	next := d.next(uids, objs)
+	return d.change(next, false, func() error { return ch.Change(ctx, stripped, uids) })
+}
+
+// next is the shaping after deleting uids and applying objs: the current
+// one without uids and objs' EIPs, plus objs' shaped EIPs. d.mu is held.
+func (d *Dataplane) next(uids []string, objs []nat.Object) shaping {
 	next := d.shaped.clone()
 	for _, u := range uids {
 		delete(next, u)
@@ -329,7 +325,7 @@ func (d *Dataplane) Change(ctx context.Context, objs []nat.Object, uids []string
 	for k, v := range shapingOf(objs) {
 		next[k] = v
 	}
-	return d.change(next, false, func() error { return ch.Change(ctx, stripped, uids) })
+	return next
 }
 
 // Counts is the wrapped data plane's count of objects by kind (nil if it
