@@ -225,6 +225,10 @@ func TestFirstRun(t *testing.T) {
 	r.do(ctx, cmdApply, 2*time.Minute)
 	r.do(ctx, cmdRollout+" --timeout=3m", 4*time.Minute)
 	kust := checkController(ctx, t, cs, repo, "kubectl apply -k")
+	// kubectl apply -k made the CRDs and the admission policy seconds ago:
+	// the first create waits until the API admits the NAT kinds (a CI
+	// run's first create met the 503 "There can be a delay...").
+	waitServed(ctx, t, s)
 	fipTraffic(t, s, g, 0)
 	r.do(ctx, cmdDelete, 3*time.Minute)
 	waitNoNamespace(ctx, t, cs)
@@ -312,7 +316,7 @@ func waitServed(ctx context.Context, t *testing.T, s *fw.Stack) {
 			}
 		}
 	}
-	t.Fatalf("the chart's CRDs are not served after a minute: %v", err)
+	t.Fatalf("the NAT CRDs are not served and admitted after a minute: %v", err)
 }
 
 // checkController checks what a person checks after deploying: both
