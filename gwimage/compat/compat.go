@@ -25,9 +25,9 @@
 //	nft-dnat-map-del  "EIP,PORT,PROTO"         (Kube-OVN master) deletes every backend of the identity
 //	snat-add          "EIP,CIDR[,--random-fully]" snat compat-snat-EIP-ADDR-LEN
 //	snat-del          "EIP,CIDR"               deletes compat-snat-EIP-ADDR-LEN
-//	eip-ingress-qos-add "EIP,PRIO,RATE,BURST"  QoS rule: ingress on the external interface, u32 dst EIP/32 (Mbit/s, MB)
-//	eip-egress-qos-add  "EIP,PRIO,RATE,BURST"  same for egress, u32 src EIP/32 (as upstream's script builds them)
-//	eip-ingress-qos-del "EIP" / eip-egress-qos-del "EIP"  removes that rule (whether or not the EIP is there)
+//	eip-ingress-qos-add "EIP,PRIO,RATE,BURST"  EIP QoS (Plan.EIPQoS): traffic to EIP/32 (u32 dst), Mbit/s, MB
+//	eip-egress-qos-add  "EIP,PRIO,RATE,BURST"  same for traffic from it (u32 src EIP/32, as upstream's script)
+//	eip-ingress-qos-del "EIP" / eip-egress-qos-del "EIP"  removes that limit (whether or not the EIP is there)
 //	qos-add "DIR,IFACE,PRIO,CLASSIFIER,MATCHTYPE,MATCHDIR,CIDR,RATE,BURST" / qos-del (7 or 9 fields)
 //	                                           gateway-wide QoS (VpcNatGateway.spec.qosPolicy), see GatewayQoS
 //	get-iptables-version                       prints a version line (see VersionLine)
@@ -140,6 +140,12 @@ type Plan struct {
 	// GatewayQoS are the rules of qos-add and qos-del, and of the EIP QoS
 	// subcommands (Iface "": the external interface).
 	GatewayQoS []GatewayQoS
+	// EIPQoS: GatewayQoS are an EIP QoS call's (eip-*-qos-add / -del:
+	// u32 rules on the EIP, Iface ""). natgw shapes them with nat/shape
+	// (HTB classes, as upstream's script) unless EIP QoS is policed
+	// (--eip-qos=police, the iptables data plane): then they are
+	// gateway QoS rules like qos-add's.
+	EIPQoS bool
 	// Interfaces is set by init with "VPC_IFACE,EXT_IFACE".
 	Interfaces *Interfaces
 	// Init: the call is init (with or without interface names).
@@ -628,7 +634,7 @@ func qosAdd(dir Direction) func(r *ruleParser, p *Plan) error {
 		if err := r.rateBurst(&q, 2, " (use the -del subcommand to remove a limit)"); err != nil {
 			return err
 		}
-		p.GatewayQoS = append(p.GatewayQoS, q)
+		p.GatewayQoS, p.EIPQoS = append(p.GatewayQoS, q), true
 		return nil
 	}
 }
@@ -639,7 +645,7 @@ func qosDel(dir Direction) func(r *ruleParser, p *Plan) error {
 		if err != nil {
 			return err
 		}
-		p.GatewayQoS = append(p.GatewayQoS, eipQoS(dir, eip))
+		p.GatewayQoS, p.EIPQoS = append(p.GatewayQoS, eipQoS(dir, eip)), true
 		return nil
 	}
 }

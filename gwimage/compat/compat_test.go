@@ -95,13 +95,13 @@ func TestContractFormats(t *testing.T) {
 		{allVersions, "subnet route del", "subnet-route-del", []string{"10.0.1.0/24"}, Plan{Delete: []string{"compat-route-10.0.1.0-24"}, MustExist: []string{"compat-route-10.0.1.0-24"}}},
 		{allVersions, "eip add EIP/LEN", "eip-add", []string{"192.0.2.10/24"}, Plan{Apply: []nat.Object{eipObj("192.0.2.10", 24, nil)}, DefaultRouteFromEnv: true}},
 		{allVersions, "eip del EIP/LEN", "eip-del", []string{"192.0.2.10/24"}, Plan{Delete: []string{"compat-eip-192.0.2.10"}}},
-		{allVersions, "ingress qos: u32 dst EIP on the external interface, burst in MB", "eip-ingress-qos-add", []string{"192.0.2.10,1,10,5"}, Plan{GatewayQoS: []GatewayQoS{
+		{allVersions, "ingress qos: u32 dst EIP on the external interface, burst in MB", "eip-ingress-qos-add", []string{"192.0.2.10,1,10,5"}, Plan{EIPQoS: true, GatewayQoS: []GatewayQoS{
 			{Add: true, Rule: gwqos.Rule{Direction: Ingress, Priority: 1, Classifier: "u32", MatchDir: "dst", CIDR: pfx("192.0.2.10/32"), RateMbps: 10, BurstMB: 5}}}}},
-		{allVersions, "egress qos: u32 src EIP, decimal rate and burst", "eip-egress-qos-add", []string{"192.0.2.10,2,1.5,0.5"}, Plan{GatewayQoS: []GatewayQoS{
+		{allVersions, "egress qos: u32 src EIP, decimal rate and burst", "eip-egress-qos-add", []string{"192.0.2.10,2,1.5,0.5"}, Plan{EIPQoS: true, GatewayQoS: []GatewayQoS{
 			{Add: true, Rule: gwqos.Rule{Direction: Egress, Priority: 2, Classifier: "u32", MatchDir: "src", CIDR: pfx("192.0.2.10/32"), RateMbps: 1.5, BurstMB: 0.5}}}}},
-		{allVersions, "ingress qos del", "eip-ingress-qos-del", []string{"192.0.2.10"}, Plan{GatewayQoS: []GatewayQoS{
+		{allVersions, "ingress qos del", "eip-ingress-qos-del", []string{"192.0.2.10"}, Plan{EIPQoS: true, GatewayQoS: []GatewayQoS{
 			{Rule: gwqos.Rule{Direction: Ingress, Classifier: "u32", MatchDir: "dst", CIDR: pfx("192.0.2.10/32")}}}}},
-		{allVersions, "egress qos del", "eip-egress-qos-del", []string{"192.0.2.10"}, Plan{GatewayQoS: []GatewayQoS{
+		{allVersions, "egress qos del", "eip-egress-qos-del", []string{"192.0.2.10"}, Plan{EIPQoS: true, GatewayQoS: []GatewayQoS{
 			{Rule: gwqos.Rule{Direction: Egress, Classifier: "u32", MatchDir: "src", CIDR: pfx("192.0.2.10/32")}}}}},
 		{allVersions, "fip add", "floating-ip-add", []string{"192.0.2.10,198.51.100.10"}, Plan{Apply: []nat.Object{f10}, IfPresent: presence(Refuse, f10)}},
 		{[]string{v113, v114, v115}, "fip del EIP,INTERNAL_IP", "floating-ip-del", []string{"192.0.2.10,198.51.100.10"}, Plan{Delete: []string{"compat-fip-192.0.2.10"}}},

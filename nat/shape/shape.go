@@ -792,3 +792,70 @@ func rules(cfg nat.Config, sets map[direction]*nft.Set) []rule {
 			}, setPrio(out))},
 	}
 }
+
+// Update is a change of one direction of one EIP's shaping, as upstream's
+// eip-ingress-qos-add / eip-egress-qos-add / -del make it: Limit's zero
+// value removes that direction's class.
+type Update struct {
+	Address netip.Addr
+	Egress  bool // traffic from the EIP (shaped leaving the external interface); false: to it
+	Limit   Limit
+}
+
+// Change changes the shaping the gateway holds (read back from its kernel)
+// by updates, in order, and programs the result as Set does: validated
+// first, all or nothing. The other EIPs' classes are untouched.
+func Change(cfg nat.Config, updates []Update) error {
+	cfg = cfg.WithDefaults()
+	for i, u := range updates {
+		f := fmt.Sprintf("updates[%d]", i)
+		if !u.Address.Is4() || u.Address.IsUnspecified() || u.Address.IsMulticast() {
+			return &nat.FieldError{Field: f + ".address", Value: u.Address.String(), Reason: "want a unicast IPv4 address"}
+		}
+		if err := u.Limit.Validate(f + ".limit"); err != nil {
+			return err
+		}
+	}
+	return withKernel(cfg, func(k *kernel) error {
+		cur, err := k.readMaps()
+		if err != nil {
+			return err
+		}
+		eips := applyUpdates(toEIPs(cur), updates)
+		if err := ValidateAll(eips); err != nil {
+			return err
+		}
+		want, err := assign(cur, eips)
+		if err != nil {
+			return err
+		}
+		return k.apply(cur, want)
+	})
+}
+
+// applyUpdates returns eips changed by updates (EIPs left with no limit
+// dropped), sorted by address.
+func applyUpdates(eips []EIP, updates []Update) []EIP {
+	by := map[netip.Addr]EIP{}
+	for _, e := range eips {
+		by[e.Address] = e
+	}
+	for _, u := range updates {
+		e := by[u.Address]
+		e.Address = u.Address
+		if u.Egress {
+			e.Egress = u.Limit
+		} else {
+			e.Ingress = u.Limit
+		}
+		by[u.Address] = e
+	}
+	out := make([]EIP, 0, len(by))
+	for _, e := range by {
+		if e.Ingress != (Limit{}) || e.Egress != (Limit{}) {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b EIP) int { return a.Address.Compare(b.Address) })
+	return out
+}

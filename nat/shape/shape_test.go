@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -200,5 +201,57 @@ func TestStripLeavesIPv6EIPs(t *testing.T) {
 	sh := shapingOf(objs)
 	if _, ok := sh["v4"]; !ok || len(sh) != 1 {
 		t.Errorf("shaping %v, want the IPv4 EIP alone", sh)
+	}
+}
+
+// TestApplyUpdates: Change's updates set or remove one direction of one
+// EIP, leave the other direction and the other EIPs alone, and an EIP left
+// with no limit is dropped.
+func TestApplyUpdates(t *testing.T) {
+	a := netip.MustParseAddr
+	ten, one := Limit{RateMbps: 10, BurstMB: 1}, Limit{RateMbps: 1.5}
+	base := []EIP{{Address: a("192.0.2.10"), Ingress: ten, Egress: ten}, {Address: a("192.0.2.11"), Egress: one}}
+	for _, c := range []struct {
+		name    string
+		updates []Update
+		want    []EIP
+	}{
+		{"none", nil, base},
+		{"add a new EIP's ingress", []Update{{Address: a("192.0.2.9"), Limit: one}},
+			[]EIP{{Address: a("192.0.2.9"), Ingress: one}, base[0], base[1]}},
+		{"replace one direction", []Update{{Address: a("192.0.2.10"), Egress: true, Limit: one}},
+			[]EIP{{Address: a("192.0.2.10"), Ingress: ten, Egress: one}, base[1]}},
+		{"remove one direction", []Update{{Address: a("192.0.2.10"), Limit: Limit{}}},
+			[]EIP{{Address: a("192.0.2.10"), Egress: ten}, base[1]}},
+		{"remove the last direction drops the EIP", []Update{{Address: a("192.0.2.11"), Egress: true}}, base[:1]},
+		{"remove what is not there", []Update{{Address: a("192.0.2.99"), Egress: true}}, base},
+		{"in order: add then remove", []Update{{Address: a("192.0.2.9"), Limit: one}, {Address: a("192.0.2.9")}}, base},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := applyUpdates(slices.Clone(base), c.updates)
+			if !slices.Equal(got, c.want) {
+				t.Fatalf("got %+v\nwant %+v", got, c.want)
+			}
+		})
+	}
+}
+
+// TestChangeRefusesBadInput: a bad update is refused before the kernel is
+// touched, naming the field and the value.
+func TestChangeRefusesBadInput(t *testing.T) {
+	cfg := nat.Config{NetNS: "/nonexistent/natgw-test-netns"} // never opened: validation comes first
+	for _, c := range []struct {
+		u     Update
+		field string
+	}{
+		{Update{Address: netip.MustParseAddr("2001:db8::1"), Limit: Limit{RateMbps: 1}}, "updates[0].address"},
+		{Update{Address: netip.MustParseAddr("192.0.2.1"), Limit: Limit{RateMbps: -1}}, "updates[0].limit.rateMbps"},
+		{Update{Address: netip.MustParseAddr("192.0.2.1"), Limit: Limit{RateMbps: 40_000}}, "updates[0].limit.rateMbps"},
+		{Update{Address: netip.MustParseAddr("192.0.2.1"), Limit: Limit{BurstMB: 1}}, "updates[0].limit.burstMB"},
+	} {
+		var fe *nat.FieldError
+		if err := Change(cfg, []Update{c.u}); !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("Change(%+v) = %v, want a field error on %s", c.u, err, c.field)
+		}
 	}
 }

@@ -9,12 +9,15 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/go-logr/logr"
+
 	"github.com/natgw/natgw/gwimage/compat"
 	"github.com/natgw/natgw/gwimage/snatqueue"
 	"github.com/natgw/natgw/gwimage/version"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/gwqos"
 	"github.com/natgw/natgw/nat/netns"
+	"github.com/natgw/natgw/nat/shape"
 )
 
 // cmdCompat is `natgw compat OP RULE...`.
@@ -149,7 +152,25 @@ func runCompat(ctx context.Context, e env, g *globals, args []string) int {
 		fmt.Fprintf(e.stderr, "natgw: %s: %v\n", op, err)
 		return exitFail
 	}
+	if g.eipQoS != eipQoSShape && g.eipQoS != eipQoSPolice {
+		fmt.Fprintf(e.stderr, "natgw: --eip-qos %q: want %s or %s\n", g.eipQoS, eipQoSShape, eipQoSPolice)
+		return exitUsage
+	}
+	if plan.EIPQoS && g.eipQoS == eipQoSShape && g.dataplane == nat.DataplaneNftables {
+		if err := shapeEIPQoS(g, plan.GatewayQoS); err != nil {
+			fmt.Fprintf(e.stderr, "natgw: %s: %v\n", op, err)
+			return exitFail
+		}
+		return exitOK
+	}
 	if len(plan.GatewayQoS) > 0 {
+		if plan.EIPQoS {
+			// Policed: no class of an earlier --eip-qos=shape stays.
+			if err := shape.Change(g.config(logr.Discard()), shapeUpdates(plan.GatewayQoS, true)); err != nil {
+				fmt.Fprintf(e.stderr, "natgw: %s: %v\n", op, err)
+				return exitFail
+			}
+		}
 		for i := range plan.GatewayQoS {
 			if plan.GatewayQoS[i].Iface == "" { // EIP QoS: the external interface
 				plan.GatewayQoS[i].Iface = g.extIface
@@ -166,7 +187,7 @@ func runCompat(ctx context.Context, e env, g *globals, args []string) int {
 	log := g.logger(e.stdout).WithName("compat").WithValues("op", op)
 	// Opening creates the table when it is missing: even a plan with
 	// nothing to do (init without rules) leaves an initialized gateway.
-	dp, err := g.open(ctx, log)
+	dp, err := g.openUnshaped(ctx, log)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "natgw: %s: %v\n", op, err)
 		return exitFail
@@ -288,4 +309,36 @@ func resolvePresence(ctx context.Context, dp nat.Dataplane, plan compat.Plan) ([
 		out = append(out, o)
 	}
 	return out, nil
+}
+
+// shapeEIPQoS carries out eip-*-qos-add / -del as upstream's script does
+// them, with HTB classes (nat/shape: rate Mbit/s, burst MB; an add
+// replaces the EIP's class of that direction, a del removes it, an EIP
+// without a class is no error). A rule of the same EIP and direction that
+// an earlier --eip-qos=police call left in natgw_gwqos goes too, so the
+// EIP is not limited twice.
+func shapeEIPQoS(g *globals, rules []compat.GatewayQoS) error {
+	if err := shape.Change(g.config(logr.Discard()), shapeUpdates(rules, false)); err != nil {
+		return err
+	}
+	dels := make([]gwqos.Change, len(rules))
+	for i, r := range rules {
+		dels[i] = gwqos.Change{Rule: r.Rule}
+		dels[i].Iface = g.extIface
+	}
+	return gwqos.Apply(g.netns, dels)
+}
+
+// shapeUpdates are the nat/shape updates of EIP QoS rules (u32 on EIP/32:
+// dst is traffic to the EIP, src from it); remove: every update removes
+// the class.
+func shapeUpdates(rules []compat.GatewayQoS, remove bool) []shape.Update {
+	out := make([]shape.Update, len(rules))
+	for i, r := range rules {
+		out[i] = shape.Update{Address: r.CIDR.Addr(), Egress: r.MatchDir == "src"}
+		if r.Add && !remove {
+			out[i].Limit = shape.Limit{RateMbps: r.RateMbps, BurstMB: r.BurstMB}
+		}
+	}
+	return out
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/gwqos"
+	"github.com/natgw/natgw/nat/shape"
 )
 
 // compatCLI runs one nat-gateway.sh invocation the way the image offers it:
@@ -158,6 +161,56 @@ func compatWant() []nat.Object {
 	}
 }
 
+// compatWantListed is what `natgw list` shows after compatSteps: on the
+// nftables data plane EIP QoS is shaped (nat/shape), and list shows the
+// shaping on the EIP objects (nat.QoS: whole Mbit/s, burst in Mbit of
+// 125,000 bytes: 10 MB is 84 Mbit, 5 MB 42); policed (iptables) it is
+// in natgw_gwqos and not on the objects.
+func compatWantListed(dp string) []nat.Object {
+	want := compatWant()
+	if dp != "nftables" {
+		return want
+	}
+	for i, q := range map[int]*nat.QoS{0: {IngressRateMbps: 100, IngressBurstMbit: 84}, 1: {EgressRateMbps: 50, EgressBurstMbit: 42}} {
+		e := *want[i].EIP
+		e.QoS = q
+		want[i].EIP = &e
+	}
+	return want
+}
+
+// checkCompatEIPQoS checks where compatSteps' EIP QoS is, in upstream's
+// units: HTB classes of nat/shape on nftables (rate Mbit/s, burst MB, as
+// given), rules of natgw_gwqos on iptables (policed).
+func checkCompatEIPQoS(t *testing.T, ns, dp string) {
+	t.Helper()
+	shaped, err := shape.Get(nat.Config{NetNS: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policed, err := gwqos.List(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := netip.MustParseAddr
+	var wantShaped []shape.EIP
+	var wantPoliced []gwqos.Rule
+	if dp == "nftables" {
+		wantShaped = []shape.EIP{
+			{Address: a("192.0.2.10"), Ingress: shape.Limit{RateMbps: 100, BurstMB: 10}},
+			{Address: a("192.0.2.11"), Egress: shape.Limit{RateMbps: 50, BurstMB: 5}},
+		}
+	} else {
+		wantPoliced = []gwqos.Rule{
+			{Direction: gwqos.Ingress, Iface: "net1", Priority: 1, Classifier: gwqos.U32, MatchDir: "dst", CIDR: netip.MustParsePrefix("192.0.2.10/32"), RateMbps: 100, BurstMB: 10},
+			{Direction: gwqos.Egress, Iface: "net1", Priority: 1, Classifier: gwqos.U32, MatchDir: "src", CIDR: netip.MustParsePrefix("192.0.2.11/32"), RateMbps: 50, BurstMB: 5},
+		}
+	}
+	if !reflect.DeepEqual(shaped, wantShaped) || !reflect.DeepEqual(policed, wantPoliced) {
+		t.Fatalf("%s: EIP QoS shaped %v policed %v, want shaped %v policed %v", dp, shaped, policed, wantShaped, wantPoliced)
+	}
+}
+
 // TestCompatMatchesKeyed: a Kube-OVN-shaped session of nat-gateway.sh
 // subcommands on gateway A leaves the same objects, the same packet-filter
 // state and the same addresses/routes as `natgw apply` of those objects on
@@ -182,7 +235,8 @@ func TestCompatMatchesKeyed(t *testing.T) {
 				compatCLI(t, ga.GW, dp, s.shim, s.op, s.rules...)
 			}
 			want := compatWant()
-			sameObjects(t, "objects made by compat", listJSON(t, ga.GW, "--dataplane", dp), want)
+			sameObjects(t, "objects made by compat", listJSON(t, ga.GW, "--dataplane", dp), compatWantListed(dp))
+			checkCompatEIPQoS(t, ga.GW, dp)
 
 			file := filepath.Join(t.TempDir(), "objects.yaml")
 			b, err := yaml.Marshal(map[string]any{"objects": want})
@@ -220,6 +274,12 @@ func TestCompatMatchesKeyed(t *testing.T) {
 			}
 			left := want[3:4] // the default route stays, as upstream
 			sameObjects(t, "after compat deletes", listJSON(t, ga.GW, "--dataplane", dp), left)
+			if eips, err := shape.Get(nat.Config{NetNS: ga.GW}); err != nil || len(eips) > 0 {
+				t.Fatalf("after the QoS deletes the gateway still shapes %v (%v)", eips, err)
+			}
+			if rules, err := gwqos.List(ga.GW); err != nil || len(rules) > 0 {
+				t.Fatalf("after the QoS deletes the gateway still polices %v (%v)", rules, err)
+			}
 			var uids []string
 			for _, o := range want {
 				if o.Kind != nat.KindRoute || o.UID == "compat-route-10.30.0.0-16" {

@@ -215,6 +215,16 @@ func (g *globals) openWith(ctx context.Context, log logr.Logger, open func(conte
 	return shape.Wrap(dp, g.config(log)), nil
 }
 
+// openUnshaped opens the chosen data plane without shape.Wrap: the compat
+// path's EIP objects carry no QoS (its eip-*-qos-* calls program nat/shape
+// themselves), so a wrapper would drop an EIP's classes at every eip-add.
+func (g *globals) openUnshaped(ctx context.Context, log logr.Logger) (nat.Dataplane, error) {
+	if g.eipQoS != eipQoSShape && g.eipQoS != eipQoSPolice {
+		return nil, fmt.Errorf("--eip-qos %q: want %s or %s", g.eipQoS, eipQoSShape, eipQoSPolice)
+	}
+	return planes.Open(ctx, g.dataplane, g.config(log))
+}
+
 // shapes says whether EIP QoS on dp is shaped.
 func (g *globals) shapes(dp nat.Dataplane) bool {
 	return g.eipQoS == eipQoSShape && dp.Name() == nat.DataplaneNftables

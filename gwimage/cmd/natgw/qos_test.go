@@ -10,20 +10,27 @@ import (
 
 	"github.com/natgw/natgw/agentapi"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/gwqos"
+	"github.com/natgw/natgw/nat/shape"
 )
 
 // TestCompatQoSUnits checks EIP QoS set through nat-gateway.sh against
 // upstream's documented units (rate in Mbit/s, burst in MB of 2^20 bytes)
 // with measured TCP throughput through a FIP (upstream's own tc QoS cannot
-// run on this kernel, so this is the reference instead):
+// run on this kernel, so this is the reference instead), shaped (HTB
+// classes of nat/shape, the default, as upstream's script) and policed
+// (NATGW_EIP_QOS=police, natgw_gwqos):
 //   - at 12.5 Mbit/s with a 1 MB burst, 6 MiB take at least 80% of what the
-//     bytes beyond the bucket need at that rate (the kernel's limit bucket
-//     holds one second of rate plus the burst), and finish (a rate read in
-//     a smaller unit would not);
+//     bytes beyond the bucket need at that rate (the shaper's bucket is the
+//     burst; the policer's one second of rate plus the burst), and finish
+//     (a rate read in a smaller unit would not);
 //   - at 8 Mbit/s with a 4 MB burst, 4 MiB fit in the bucket and pass in
-//     under 1.5 s (a burst read in Mbit, 0.5 MB, leaves 2.5 MB for the
-//     rate: about 2.6 s).
+//     under 1.5 s (a burst read in Mbit, 0.5 MB, leaves 3.5 MB for the
+//     rate: about 3.7 s shaped, 2.6 s policed).
+//
+// Each add lands where the mode says and nowhere else: a police-mode add
+// takes the EIP's class away, a shape-mode add its policer rule.
 func TestCompatQoSUnits(t *testing.T) {
 	ctx, gw, eip := qosGateway(t)
 	target := eip + ":80"
@@ -41,37 +48,88 @@ func TestCompatQoSUnits(t *testing.T) {
 		}},
 	}
 	const mb = 1 << 20
-	for _, x := range xfers {
-		// Rate: 12.5 Mbit/s (decimals, as upstream allows), burst 1 MB.
-		compatCLI(t, gw.GW, "nftables", true, "eip-"+x.dir+"-qos-add", eip+",1,12.5,1")
-		const size, rate int64 = 6 * mb, 12_500_000 / 8
-		d, err := x.run(size)
-		if err != nil {
-			t.Fatalf("%s at 12.5 Mbit/s: %v", x.dir, err)
-		}
-		floor := time.Duration((size - mb - rate) * 8 / 10 * int64(time.Second) / rate)
-		t.Logf("%s, 12.5 Mbit/s burst 1 MB: %d bytes in %v (%.1f Mbit/s; at least %v)", x.dir, size, d, float64(size)*8/d.Seconds()/1e6, floor)
-		if d < floor {
-			t.Errorf("%s: %d bytes in %v, faster than 12.5 Mbit/s with a 1 MB burst allows (%v)", x.dir, size, d, floor)
-		}
-		// Burst: 8 Mbit/s, burst 4 MB; 4 MiB fit in the bucket.
-		compatCLI(t, gw.GW, "nftables", true, "eip-"+x.dir+"-qos-add", eip+",1,8,4")
-		time.Sleep(5500 * time.Millisecond) // the bucket refills (5.2 MB at 1 MB/s)
-		d, err = x.run(4 * mb)
-		if err != nil {
-			t.Fatalf("%s at 8 Mbit/s burst 4 MB: %v", x.dir, err)
-		}
-		t.Logf("%s, 8 Mbit/s burst 4 MB: %d bytes in %v", x.dir, 4*mb, d)
-		if d > 1500*time.Millisecond {
-			t.Errorf("%s: 4 MiB in %v with a 4 MB burst: the burst was not read in MB", x.dir, d)
-		}
-		compatCLI(t, gw.GW, "nftables", true, "eip-"+x.dir+"-qos-del", eip)
+	for _, mode := range []struct {
+		name   string
+		bucket int64 // bytes of rate the bucket holds beyond the burst, per byte/s of rate
+	}{{"shape", 0}, {"police", 1}} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Setenv("NATGW_EIP_QOS", mode.name)
+			where := func(want int) {
+				t.Helper()
+				shaped, err := shape.Get(nat.Config{NetNS: gw.GW})
+				if err != nil {
+					t.Fatal(err)
+				}
+				policed, err := gwqos.List(gw.GW)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := [2]int{len(shaped), len(policed)}
+				exp := [2]int{want, 0}
+				if mode.name == "police" {
+					exp = [2]int{0, want}
+				}
+				if got != exp {
+					t.Fatalf("%s: EIP QoS shaped %v, policed %v; want %d shaped, %d policed", mode.name, shaped, policed, exp[0], exp[1])
+				}
+			}
+			for _, x := range xfers {
+				// Rate: 12.5 Mbit/s (decimals, as upstream allows), burst 1 MB.
+				compatCLI(t, gw.GW, "nftables", true, "eip-"+x.dir+"-qos-add", eip+",1,12.5,1")
+				where(1)
+				const size, rate int64 = 6 * mb, 12_500_000 / 8
+				d, err := x.run(size)
+				if err != nil {
+					t.Fatalf("%s at 12.5 Mbit/s: %v", x.dir, err)
+				}
+				floor := time.Duration((size - mb - mode.bucket*rate) * 8 / 10 * int64(time.Second) / rate)
+				t.Logf("%s %s, 12.5 Mbit/s burst 1 MB: %d bytes in %v (%.1f Mbit/s; at least %v)", mode.name, x.dir, size, d, float64(size)*8/d.Seconds()/1e6, floor)
+				if d < floor {
+					t.Errorf("%s: %d bytes in %v, faster than 12.5 Mbit/s with a 1 MB burst allows (%v)", x.dir, size, d, floor)
+				}
+				// Burst: 8 Mbit/s, burst 4 MB; 4 MiB fit in the bucket.
+				compatCLI(t, gw.GW, "nftables", true, "eip-"+x.dir+"-qos-add", eip+",1,8,4")
+				time.Sleep(5500 * time.Millisecond) // the bucket refills (5.2 MB at 1 MB/s)
+				d, err = x.run(4 * mb)
+				if err != nil {
+					t.Fatalf("%s at 8 Mbit/s burst 4 MB: %v", x.dir, err)
+				}
+				t.Logf("%s %s, 8 Mbit/s burst 4 MB: %d bytes in %v", mode.name, x.dir, 4*mb, d)
+				if d > 1500*time.Millisecond {
+					t.Errorf("%s: 4 MiB in %v with a 4 MB burst: the burst was not read in MB", x.dir, d)
+				}
+				compatCLI(t, gw.GW, "nftables", true, "eip-"+x.dir+"-qos-del", eip)
+				where(0)
+			}
+		})
 	}
+	// Switching modes: the later add's mode holds the EIP's QoS alone.
+	t.Setenv("NATGW_EIP_QOS", "police")
+	compatCLI(t, gw.GW, "nftables", true, "eip-egress-qos-add", eip+",1,10,1")
+	t.Setenv("NATGW_EIP_QOS", "shape")
+	compatCLI(t, gw.GW, "nftables", true, "eip-egress-qos-add", eip+",1,10,1")
+	if p, err := gwqos.List(gw.GW); err != nil || len(p) > 0 {
+		t.Fatalf("shaped after policed: natgw_gwqos still holds %v (%v)", p, err)
+	}
+	t.Setenv("NATGW_EIP_QOS", "police")
+	compatCLI(t, gw.GW, "nftables", true, "eip-egress-qos-add", eip+",1,10,1")
+	if s, err := shape.Get(nat.Config{NetNS: gw.GW}); err != nil || len(s) > 0 {
+		t.Fatalf("policed after shaped: natgw_shape still holds %v (%v)", s, err)
+	}
+	compatCLI(t, gw.GW, "nftables", true, "eip-egress-qos-del", eip)
+	t.Setenv("NATGW_EIP_QOS", "shape")
 	// The controller deletes an EIP's QoS after the EIP.
+	compatCLI(t, gw.GW, "nftables", true, "eip-egress-qos-add", eip+",1,10,1")
 	compatCLI(t, gw.GW, "nftables", true, "floating-ip-del", eip)
 	compatCLI(t, gw.GW, "nftables", true, "eip-del", eip+"/24")
+	if s, err := shape.Get(nat.Config{NetNS: gw.GW}); err != nil || len(s) != 1 {
+		t.Fatalf("eip-del took the EIP's class (upstream's leaves its tc class to the -qos-del): %v (%v)", s, err)
+	}
 	compatCLI(t, gw.GW, "nftables", true, "eip-ingress-qos-del", eip)
 	compatCLI(t, gw.GW, "nftables", true, "eip-egress-qos-del", eip)
+	if s, err := shape.Get(nat.Config{NetNS: gw.GW}); err != nil || len(s) > 0 {
+		t.Fatalf("after the -qos-del calls: %v (%v)", s, err)
+	}
 }
 
 // qosGateway is the QoS tests' gateway: a topology with one VM serving TCP
