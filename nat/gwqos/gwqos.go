@@ -1,25 +1,37 @@
 // Package gwqos programs a gateway's gateway-wide QoS (Kube-OVN's
 // VpcNatGateway.spec.qosPolicy with bindingType NATGW, upstream's
-// `nat-gateway.sh qos-add/qos-del`) in natgw's nftables table natgw_gwqos.
-// It is the one implementation both callers share: the compat path
-// (qos-add/qos-del and the EIP QoS subcommands change rules by Key) and the
+// `nat-gateway.sh qos-add/qos-del`) as upstream's script does it: shaped,
+// one HTB class per rule (rate = ceil = the rate in Mbit/s, burst = cburst
+// = the burst in MB of 2^20 bytes), picked by the matching rule of lowest
+// priority. It is the one implementation both callers share: the compat
+// path (qos-add/qos-del, and policed EIP QoS, change rules by Key) and the
 // agent (`natgw serve`: Set replaces the gateway's whole QoS state, the
 // controller's desired-state form).
 //
-// Layout (nat/README.md, "Gateway-wide QoS"): table ip natgw_gwqos, chain
-// "ingress" (filter, prerouting, priority mangle -150: traffic arriving on
-// the interface, addresses as they arrive, before DNAT) and chain "egress"
-// (filter, postrouting, priority 300: traffic leaving it, after source
-// NAT), as tc on the device sees them. Each rule is two nftables rules in
-// priority order: `iifname|oifname IFACE [ip saddr|daddr CIDR] limit rate
-// over RATE bytes/second burst BURST bytes drop`, then the same match
-// `accept`, so that, as with upstream's tc filters, the matching rule of
-// lowest priority is the one that applies. Each rule's parameters are kept
-// in its drop rule's user data, so the state is read back from the kernel.
-// Every call is one nftables transaction; no rule left means no table.
+// Layout (nat/README.md, "Gateway-wide QoS"): the classes are nat/shape's
+// (GatewayClass: minors from shape.GatewayMinorBase under natgw's root HTB
+// 4e47:, beside the EIP classes); table ip natgw_gwqos picks them
+// (`meta priority set 4e47:<minor>`): chain "ingress" (filter, forward,
+// priority 0) for traffic arriving on the rule's interface, shaped where
+// it leaves the gateway (the other gateway interface: this kernel has no
+// IFB), its addresses as they arrived (the destination before DNAT: the
+// connection's original or reply tuple); chain "egress" (filter,
+// postrouting, priority 150: after source NAT, before nat/shape's EIP
+// chain at 200, so an EIP's own class wins over a gateway-wide rule) for
+// traffic leaving the interface. Rules are in priority order and the first
+// match ends the chain (`accept`), so, as with upstream's tc filters, the
+// matching rule of lowest priority applies. Each rule's parameters and
+// class are kept in its first nftables rule's user data, so the state is
+// read back from the kernel. A rule with Police (the compat path's EIP QoS
+// with --eip-qos=police) is dropped above its rate instead, in its chain
+// in priority order: `match limit rate over RATE burst BURST drop`, then
+// `match accept`. Every call is classes, then one nftables
+// transaction (the classes changed are put back if it fails), then unused
+// classes deleted; no rule left means no table and no class.
 package gwqos
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,6 +46,7 @@ import (
 
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/netns"
+	"github.com/natgw/natgw/nat/shape"
 )
 
 // Table is the nftables table (family ip) of gateway-wide QoS.
@@ -43,11 +56,11 @@ const Table = "natgw_gwqos"
 // 1,048,576 to get bytes.
 const BytesPerMB = 1 << 20
 
-// Limits of a rule's rate and burst: what upstream's controller accepts
-// (tc's rate) and what the kernel's 32-bit byte count of a burst holds.
+// Limits of a rule's rate and burst: HTB's 32-bit rate and byte count
+// (nat/shape's limits; a burst must also fit HTB's buffer at the rate).
 const (
-	MaxRateMbps = 100_000
-	MaxBurstMB  = float64(math.MaxUint32) / BytesPerMB
+	MaxRateMbps = shape.MaxRateMbps
+	MaxBurstMB  = shape.MaxBurstMB
 )
 
 // Direction of a rule.
@@ -83,6 +96,11 @@ type Rule struct {
 	CIDR       netip.Prefix `json:"cidr,omitzero"`            // u32
 	RateMbps   float64      `json:"rateMbps"`
 	BurstMB    float64      `json:"burstMB"`
+	// Police drops what exceeds the rate instead of shaping it (`limit
+	// rate over RATE burst BURST drop`, the kernel's bucket holding one
+	// second of rate plus the burst): the compat path's EIP QoS with
+	// --eip-qos=police. Not part of Key.
+	Police bool `json:"police,omitempty"`
 }
 
 // Key identifies the rule an add replaces and a delete removes.
@@ -155,8 +173,18 @@ func (r Rule) Validate() error {
 	if !(r.BurstMB >= 0 && r.BurstMB <= MaxBurstMB) {
 		return bad("burstMB", fmt.Sprint(r.BurstMB), "want a burst from 0 to 4095 MB")
 	}
+	// The rest of HTB's limits (a burst longer than its buffer holds).
+	var fe *nat.FieldError
+	if err := r.limit().Validate("limit"); errors.As(err, &fe) {
+		return bad(strings.TrimPrefix(fe.Field, "limit."), fe.Value, fe.Reason)
+	} else if err != nil {
+		return err
+	}
 	return nil
 }
+
+// limit is the rule's class limit in nat/shape's terms.
+func (r Rule) limit() shape.Limit { return shape.Limit{RateMbps: r.RateMbps, BurstMB: r.BurstMB} }
 
 // ValidateAll validates rules; the error's field is "qos[i].<field>".
 func ValidateAll(rules []Rule) error {
@@ -186,18 +214,20 @@ type Change struct {
 // priority keep that order).
 type entry struct {
 	Rule
-	Seq uint64 `json:"seq"`
+	Seq   uint64 `json:"seq"`
+	Minor uint16 `json:"class"` // its HTB class 4e47:Minor
 }
 
 const tagPrefix = "natgw gwqos "
 
 // Set makes the gateway's QoS exactly rules, in one transaction: what was
-// there before, whoever added it, is replaced (ns is the gateway's network
-// namespace, a name under /run/netns or a path; "" is the current one).
-// Rules are taken in order, a later rule of the same Key replacing an
-// earlier one. No rule removes the table.
-func Set(ns string, rules []Rule) error {
-	_, err := Ensure(ns, rules)
+// there before, whoever added it, is replaced (cfg.NetNS is the gateway's
+// network namespace, a name under /run/netns or a path, "" the current
+// one; its interfaces, Kube-OVN's when empty, say where ingress is
+// shaped). Rules are taken in order, a later rule of the same Key
+// replacing an earlier one. No rule removes the table and the classes.
+func Set(cfg nat.Config, rules []Rule) error {
+	_, err := Ensure(cfg, rules)
 	return err
 }
 
@@ -206,7 +236,8 @@ func Set(ns string, rules []Rule) error {
 // wrote. The table differs when its rules, in the order they apply, are not
 // rules' (after Set's replacement of same-Key rules), or when its chains
 // hold anything else (a rule added or removed by hand), or cannot be read.
-func Ensure(ns string, rules []Rule) (changed bool, err error) {
+func Ensure(cfg nat.Config, rules []Rule) (changed bool, err error) {
+	cfg = cfg.WithDefaults()
 	if err := ValidateAll(rules); err != nil {
 		return false, err
 	}
@@ -214,32 +245,45 @@ func Ensure(ns string, rules []Rule) (changed bool, err error) {
 	for i, r := range rules {
 		changes[i] = Change{Add: true, Rule: r}
 	}
-	want := merge(nil, changes)
-	sortEntries(want)
-	err = withConn(ns, func(c *nft.Conn) error {
+	err = withConn(cfg.NetNS, func(c *nft.Conn) error {
 		exists, err := tableExists(c)
 		if err != nil {
 			return err
 		}
-		if exists && holds(c, want) || !exists && len(want) == 0 {
+		var cur []entry
+		if exists {
+			// Unreadable: rewritten whole.
+			cur, _, _ = readAll(c)
+		}
+		want := merge(cur, changes, true)
+		sortEntries(want)
+		if exists && holds(c, cfg, want) && classesHeld(cfg, want) || !exists && len(want) == 0 {
 			return nil
 		}
 		changed = true
-		return write(c, exists, want)
+		return write(c, cfg, exists, cur, want)
 	})
 	return changed, err
 }
 
 // holds says whether the table holds exactly want (sorted): the same rules
-// in the same order, and no rule but the two write adds for each.
-func holds(c *nft.Conn, want []entry) bool {
+// with the same classes in the same order, and no nftables rule but those
+// write adds for them.
+func holds(c *nft.Conn, cfg nat.Config, want []entry) bool {
 	have, total, err := readAll(c)
-	if err != nil || total != 2*len(have) || len(have) != len(want) {
+	if err != nil || len(have) != len(want) {
+		return false
+	}
+	n := 0
+	for _, e := range want {
+		n += len(nftRules(e))
+	}
+	if total != n {
 		return false
 	}
 	sortEntries(have)
 	for i := range have {
-		if have[i].Rule != want[i].Rule {
+		if have[i].Rule != want[i].Rule || have[i].Minor != want[i].Minor {
 			return false
 		}
 	}
@@ -247,8 +291,9 @@ func holds(c *nft.Conn, want []entry) bool {
 }
 
 // Apply carries out changes (qos-add / qos-del) on the rules the gateway
-// holds, in one transaction.
-func Apply(ns string, changes []Change) error {
+// holds, in one transaction (cfg as for Set).
+func Apply(cfg nat.Config, changes []Change) error {
+	cfg = cfg.WithDefaults()
 	for i, ch := range changes {
 		if !ch.Add {
 			continue
@@ -257,7 +302,7 @@ func Apply(ns string, changes []Change) error {
 			return fmt.Errorf("rule %d (%s): %w", i, ch.Key(), err)
 		}
 	}
-	return withConn(ns, func(c *nft.Conn) error {
+	return withConn(cfg.NetNS, func(c *nft.Conn) error {
 		exists, err := tableExists(c)
 		if err != nil {
 			return err
@@ -268,16 +313,20 @@ func Apply(ns string, changes []Change) error {
 				return err
 			}
 		}
-		return write(c, exists, merge(cur, changes))
+		next := merge(cur, changes, false)
+		if len(next) == 0 && !exists {
+			return nil
+		}
+		return write(c, cfg, exists, cur, next)
 	})
 }
 
 // List returns the rules the gateway holds, in the order they apply
 // (priority, then the order they were added in); none when there is no
 // table.
-func List(ns string) ([]Rule, error) {
+func List(cfg nat.Config) ([]Rule, error) {
 	var out []Rule
-	err := withConn(ns, func(c *nft.Conn) error {
+	err := withConn(cfg.NetNS, func(c *nft.Conn) error {
 		exists, err := tableExists(c)
 		if err != nil || !exists {
 			return err
@@ -317,9 +366,11 @@ func table() *nft.Table { return &nft.Table{Name: Table, Family: nft.TableFamily
 
 func chains(t *nft.Table) map[Direction]*nft.Chain {
 	return map[Direction]*nft.Chain{
+		// As packets arrive, before DNAT.
 		Ingress: {Name: string(Ingress), Table: t, Type: nft.ChainTypeFilter, Hooknum: nft.ChainHookPrerouting, Priority: nft.ChainPriorityMangle},
-		// After source NAT, as tc on the device sees the packets.
-		Egress: {Name: string(Egress), Table: t, Type: nft.ChainTypeFilter, Hooknum: nft.ChainHookPostrouting, Priority: nft.ChainPriorityRef(300)},
+		// After source NAT, as tc on the device sees the packets; before
+		// nat/shape's EIP classes (200), which win over it.
+		Egress: {Name: string(Egress), Table: t, Type: nft.ChainTypeFilter, Hooknum: nft.ChainHookPostrouting, Priority: nft.ChainPriorityRef(150)},
 	}
 }
 
@@ -351,7 +402,7 @@ func readAll(c *nft.Conn) ([]entry, int, error) {
 		}
 		total += len(rules)
 		for _, r := range rules {
-			tag, ok := strings.CutPrefix(string(r.UserData), tagPrefix+"drop ")
+			tag, ok := strings.CutPrefix(string(r.UserData), tagPrefix+"rule ")
 			if !ok {
 				continue
 			}
@@ -365,21 +416,45 @@ func readAll(c *nft.Conn) ([]entry, int, error) {
 	return out, total, nil
 }
 
-// merge applies changes to entries, numbering added rules after the
-// highest number there.
-func merge(entries []entry, changes []Change) []entry {
+// merge applies changes to entries (whole: only changes' rules are kept),
+// numbering added rules after the highest number there. A rule keeps the
+// class of the entry of its Key (its packets never pass through another
+// class while the change is made); a new one takes the lowest free minor.
+func merge(entries []entry, changes []Change, whole bool) []entry {
 	var seq uint64
+	classOf := map[string]uint16{}
 	for _, e := range entries {
 		seq = max(seq, e.Seq)
+		classOf[e.Key()] = e.Minor
+	}
+	out := slices.Clone(entries)
+	if whole {
+		out, seq = nil, 0
 	}
 	for _, ch := range changes {
-		entries = slices.DeleteFunc(entries, func(e entry) bool { return e.Key() == ch.Key() })
+		out = slices.DeleteFunc(out, func(e entry) bool { return e.Key() == ch.Key() })
 		if ch.Add {
 			seq++
-			entries = append(entries, entry{Rule: ch.Rule, Seq: seq})
+			out = append(out, entry{Rule: ch.Rule, Seq: seq, Minor: classOf[ch.Key()]})
 		}
 	}
-	return entries
+	used := map[uint16]bool{}
+	for _, e := range out {
+		if e.Minor != 0 {
+			used[e.Minor] = true
+		}
+	}
+	next := uint16(shape.GatewayMinorBase)
+	for i := range out {
+		if out[i].Minor != 0 {
+			continue
+		}
+		for used[next] {
+			next++
+		}
+		out[i].Minor, used[next] = next, true
+	}
+	return out
 }
 
 func sortEntries(entries []entry) {
@@ -391,81 +466,191 @@ func sortEntries(entries []entry) {
 	})
 }
 
-// write makes the table hold entries in one transaction (deletes it when
-// there are none; exists says whether it is there now).
-func write(c *nft.Conn, exists bool, entries []entry) error {
+// write makes the gateway hold entries (cur: what its table holds now):
+// classes, one nftables transaction, unused classes deleted
+// (shape.SetGateway); no entry deletes the table and the classes.
+func write(c *nft.Conn, cfg nat.Config, exists bool, cur, entries []entry) error {
+	if len(entries) > shape.MaxGatewayClasses {
+		return fmt.Errorf("gateway QoS: %d rules, at most %d", len(entries), shape.MaxGatewayClasses)
+	}
 	t := table()
-	if len(entries) == 0 {
-		if !exists {
+	commit := func() error {
+		if len(entries) == 0 {
+			if !exists {
+				return nil
+			}
+			c.DelTable(t)
+			if err := c.Flush(); err != nil {
+				return fmt.Errorf("gateway QoS: nftables: delete table %s: %w", Table, err)
+			}
 			return nil
 		}
-		c.DelTable(t)
+		sortEntries(entries)
+		c.AddTable(t)
+		chs := chains(t)
+		for _, dir := range []Direction{Ingress, Egress} {
+			c.FlushChain(c.AddChain(chs[dir]))
+		}
+		// Egress rules, then ingress rules (and their class rules, which
+		// come after every egress rule of chain egress).
+		for _, dir := range []Direction{Egress, Ingress} {
+			for _, e := range entries {
+				if e.Direction != dir {
+					continue
+				}
+				js, err := json.Marshal(e)
+				if err != nil {
+					return fmt.Errorf("gateway QoS: encode rule %s: %w", e.Key(), err)
+				}
+				for i, r := range nftRules(e) {
+					tag := tagPrefix + "rule " + string(js)
+					if i > 0 {
+						tag = tagPrefix + "class " + e.Key()
+					}
+					c.AddRule(&nft.Rule{Table: t, Chain: chs[r.chain], UserData: []byte(tag), Exprs: r.exprs})
+				}
+			}
+		}
 		if err := c.Flush(); err != nil {
-			return fmt.Errorf("gateway QoS: nftables: delete table %s: %w", Table, err)
+			return fmt.Errorf("gateway QoS: nftables: program %d rules: %w", len(entries), err)
 		}
 		return nil
 	}
-	sortEntries(entries)
-	c.AddTable(t)
-	chs := chains(t)
-	for _, dir := range []Direction{Ingress, Egress} {
-		ch := c.AddChain(chs[dir])
-		c.FlushChain(ch)
-		for _, e := range entries {
-			if e.Direction != dir {
-				continue
-			}
-			js, err := json.Marshal(e)
-			if err != nil {
-				return fmt.Errorf("gateway QoS: encode rule %s: %w", e.Key(), err)
-			}
-			match := Match(e.Rule)
-			c.AddRule(&nft.Rule{Table: t, Chain: ch, UserData: []byte(tagPrefix + "drop " + string(js)),
-				Exprs: append(slices.Clone(match), limit(e.Rule), &expr.Verdict{Kind: expr.VerdictDrop})})
-			c.AddRule(&nft.Rule{Table: t, Chain: ch, UserData: []byte(tagPrefix + "accept " + e.Key()),
-				Exprs: append(slices.Clone(match), &expr.Verdict{Kind: expr.VerdictAccept})})
-		}
-	}
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("gateway QoS: nftables: program %d rules: %w", len(entries), err)
+	if err := shape.SetGateway(cfg, classes(cfg, cur), classes(cfg, entries), commit); err != nil {
+		return fmt.Errorf("gateway QoS: %w", err)
 	}
 	return nil
 }
 
-// limit is the rule's `limit rate over RATE bytes/second burst BURST
-// bytes`: rate = Mbit/s × 125,000, burst = MB × 2^20, both rounded.
+// ShapedOn is the interface a rule's traffic is shaped on: egress, its
+// interface; ingress (traffic arriving on it), the gateway interface it
+// leaves through: the internal one, or the external one for a rule on the
+// internal interface (upstream shapes at an IFB of the interface; this
+// kernel has none).
+func ShapedOn(cfg nat.Config, r Rule) string {
+	if r.Direction == Egress {
+		return r.Iface
+	}
+	if r.Iface == cfg.InternalInterface {
+		return cfg.ExternalInterface
+	}
+	return cfg.InternalInterface
+}
+
+// classes are entries' HTB classes.
+func classes(cfg nat.Config, entries []entry) []shape.GatewayClass {
+	out := make([]shape.GatewayClass, 0, len(entries))
+	for _, e := range entries {
+		if e.Minor == 0 || e.Police {
+			continue // policed, or an entry of an older layout: no class
+		}
+		out = append(out, shape.GatewayClass{Device: ShapedOn(cfg, e.Rule), Minor: e.Minor, Limit: e.limit()})
+	}
+	return out
+}
+
+// classesHeld says whether every class of entries is in the kernel with
+// its limit.
+func classesHeld(cfg nat.Config, entries []entry) bool {
+	ok, err := shape.HoldsGateway(cfg, classes(cfg, entries))
+	return err == nil && ok
+}
+
+// limit is a policed rule's `limit rate over RATE bytes/second burst
+// BURST bytes`: rate = Mbit/s × 125,000, burst = MB × 2^20, both rounded.
 func limit(r Rule) *expr.Limit {
 	return &expr.Limit{Type: expr.LimitTypePktBytes, Unit: expr.LimitTimeSecond, Over: true,
 		Rate:  uint64(math.Round(r.RateMbps * 1e6 / 8)),
 		Burst: uint32(math.Round(r.BurstMB * BytesPerMB))}
 }
 
-// Match is the expressions that match a rule's traffic: the interface
-// (iifname for ingress, oifname for egress) and, for u32, the source or
-// destination address masked to the CIDR's length.
+// MarkShift places a rule's class minor in the packet mark (bits 16-31,
+// MarkMask): an ingress rule classifies in prerouting, where the addresses
+// are as they arrived, but the kernel resets skb->priority when it
+// forwards, so the class rides in the mark until postrouting. natgw's NAT
+// table keeps those bits (it sets 0x4000 only).
+const (
+	MarkShift = 16
+	MarkMask  = 0xffff0000
+)
+
+// nftRule is one nftables rule of an entry and its chain.
+type nftRule struct {
+	chain Direction
+	exprs []expr.Any
+}
+
+// nftRules are the nftables rules of one entry: egress, in chain egress,
+// `oifname IFACE [ip saddr|daddr CIDR] meta priority set 4e47:<minor>
+// accept`; ingress, in chain ingress, `iifname IFACE [ip saddr|daddr
+// CIDR] meta mark set meta mark & 0x0000ffff ^ <minor><<16 accept`, and in
+// chain egress (after every egress rule) `meta mark & 0xffff0000 ==
+// <minor><<16 meta priority set 4e47:<minor> accept`.
+func nftRules(e entry) []nftRule {
+	prio := []expr.Any{
+		&expr.Immediate{Register: 1, Data: binary.NativeEndian.AppendUint32(nil, uint32(shape.Major)<<16|uint32(e.Minor))},
+		&expr.Meta{Key: expr.MetaKeyPRIORITY, SourceRegister: true, Register: 1},
+		&expr.Verdict{Kind: expr.VerdictAccept},
+	}
+	if e.Police {
+		return []nftRule{
+			{e.Direction, slices.Concat(Match(e.Rule), []expr.Any{limit(e.Rule), &expr.Verdict{Kind: expr.VerdictDrop}})},
+			{e.Direction, slices.Concat(Match(e.Rule), []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}})},
+		}
+	}
+	if e.Direction == Egress {
+		return []nftRule{{Egress, slices.Concat(Match(e.Rule), prio)}}
+	}
+	mark := binary.NativeEndian.AppendUint32(nil, uint32(e.Minor)<<MarkShift)
+	return []nftRule{
+		{Ingress, slices.Concat(Match(e.Rule), []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binary.NativeEndian.AppendUint32(nil, ^uint32(MarkMask)), Xor: mark},
+			&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
+			&expr.Verdict{Kind: expr.VerdictAccept},
+		})},
+		{Egress, slices.Concat([]expr.Any{
+			&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binary.NativeEndian.AppendUint32(nil, MarkMask), Xor: make([]byte, 4)},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: mark},
+		}, prio)},
+	}
+}
+
+func ifname(key expr.MetaKey, name string) []expr.Any {
+	b := make([]byte, 16)
+	copy(b, name)
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b},
+	}
+}
+
+// cidrMatch loads an address with load and compares it, masked, to p.
+func cidrMatch(load expr.Any, p netip.Prefix) []expr.Any {
+	a := p.Addr().As4()
+	return []expr.Any{
+		load,
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: net.CIDRMask(p.Bits(), 32), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
+	}
+}
+
+// Match is the expressions that match an egress rule's traffic as it
+// leaves: `oifname IFACE` and, for u32, the source or destination address
+// masked to the CIDR's length (ingress rules: nftRules).
 func Match(r Rule) []expr.Any {
 	key := expr.MetaKeyIIFNAME
 	if r.Direction == Egress {
 		key = expr.MetaKeyOIFNAME
 	}
-	name := make([]byte, 16)
-	copy(name, r.Iface)
-	out := []expr.Any{
-		&expr.Meta{Key: key, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: name},
-	}
+	out := ifname(key, r.Iface)
 	if r.Classifier == U32 {
 		off := uint32(16)
 		if r.MatchDir == "src" {
 			off = 12
 		}
-		mask := net.CIDRMask(r.CIDR.Bits(), 32)
-		a := r.CIDR.Addr().As4()
-		out = append(out,
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: 4},
-			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
-		)
+		out = append(out, cidrMatch(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: 4}, r.CIDR)...)
 	}
 	return out
 }

@@ -46,7 +46,7 @@ func TestValidate(t *testing.T) {
 		{"cidr host bits", func(r *Rule) { r.CIDR = pfx("10.0.0.1/24") }, ok, "cidr", "10.0.0.1/24"},
 		{"matchall with a cidr", func(r *Rule) { r.CIDR = pfx("10.0.0.0/24") }, all, "matchDirection", " 10.0.0.0/24"},
 		{"rate zero", func(r *Rule) { r.RateMbps = 0 }, ok, "rateMbps", "0"},
-		{"rate above 100000", func(r *Rule) { r.RateMbps = 100_001 }, ok, "rateMbps", "100001"},
+		{"rate above HTB's 34359", func(r *Rule) { r.RateMbps = 34_360 }, ok, "rateMbps", "34360"},
 		{"burst negative", func(r *Rule) { r.BurstMB = -1 }, ok, "burstMB", "-1"},
 		{"burst above 32 bits of bytes", func(r *Rule) { r.BurstMB = 4096 }, ok, "burstMB", "4096"},
 	} {
@@ -86,13 +86,19 @@ func TestKeyAndString(t *testing.T) {
 	}
 }
 
-// kernelNS is a test namespace, or a skip when not root.
+// kernelNS is a test namespace with stub interfaces eth0, net1 and net2
+// (the classes need them), or a skip when not root.
 func kernelNS(t *testing.T) (*netlab.Lab, string) {
 	t.Helper()
 	lab := netlab.ForTest(t)
 	ns, err := lab.NS("gw")
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, dev := range []string{"eth0", "net1", "net2"} {
+		if err := netlab.Stub(ns, dev); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return lab, ns
 }
@@ -146,27 +152,29 @@ func TestSetKernel(t *testing.T) {
 		{Direction: Ingress, Iface: "net1", Priority: 2, Classifier: U32, MatchDir: "dst", CIDR: pfx("192.0.2.0/24"), RateMbps: 12.5, BurstMB: 0.5},
 		// Same priority as the one before it in its chain: after it.
 		{Direction: Ingress, Iface: "net2", Priority: 2, Classifier: U32, MatchDir: "src", CIDR: pfx("10.0.0.0/8"), RateMbps: 8, BurstMB: 0},
+		// Policed (compat's EIP QoS with --eip-qos=police): no class.
+		{Direction: Egress, Iface: "net1", Priority: 2, Classifier: U32, MatchDir: "src", CIDR: pfx("192.0.2.10/32"), RateMbps: 10, BurstMB: 1, Police: true},
 	}
-	if err := Set(ns, rules); err != nil {
+	if err := Set(nat.Config{NetNS: ns}, rules); err != nil {
 		t.Fatal(err)
 	}
 	got, ok := nftTable(t, ns)
 	if !ok {
 		t.Fatal("no table after Set")
 	}
-	golden.Check(t, "testdata/table.nft", got, *update)         // go test -update rewrites it
-	wantOrder := []Rule{rules[1], rules[2], rules[3], rules[0]} // by priority, ties in list order
-	if l, err := List(ns); err != nil || !reflect.DeepEqual(l, wantOrder) {
+	golden.Check(t, "testdata/table.nft", got, *update)                   // go test -update rewrites it
+	wantOrder := []Rule{rules[1], rules[2], rules[3], rules[4], rules[0]} // by priority, ties in list order
+	if l, err := List(nat.Config{NetNS: ns}); err != nil || !reflect.DeepEqual(l, wantOrder) {
 		t.Fatalf("List = %+v, %v; want %+v", l, err, wantOrder)
 	}
 	checkOther("after Set")
 
 	// The compat path adds by key on top...
 	extra := Rule{Direction: Ingress, Iface: "net1", Priority: 9, Classifier: MatchAll, RateMbps: 1, BurstMB: 1}
-	if err := Apply(ns, []Change{{Add: true, Rule: extra}, {Rule: rules[1]}}); err != nil {
+	if err := Apply(nat.Config{NetNS: ns}, []Change{{Add: true, Rule: extra}, {Rule: rules[1]}}); err != nil {
 		t.Fatal(err)
 	}
-	if l, _ := List(ns); !reflect.DeepEqual(l, []Rule{rules[2], rules[3], rules[0], extra}) {
+	if l, _ := List(nat.Config{NetNS: ns}); !reflect.DeepEqual(l, []Rule{rules[2], rules[3], rules[4], rules[0], extra}) {
 		t.Fatalf("after Apply: %+v", l)
 	}
 	// ...and Set replaces all of it; a later rule of one key replaces an
@@ -174,38 +182,64 @@ func TestSetKernel(t *testing.T) {
 	repl := Rule{Direction: Egress, Iface: "net1", Priority: 5, Classifier: U32, MatchDir: "src", CIDR: pfx("192.0.2.10/32"), RateMbps: 2, BurstMB: 2}
 	repl2 := repl
 	repl2.RateMbps = 3
-	if err := Set(ns, []Rule{repl, repl2}); err != nil {
+	if err := Set(nat.Config{NetNS: ns}, []Rule{repl, repl2}); err != nil {
 		t.Fatal(err)
 	}
-	if l, err := List(ns); err != nil || !reflect.DeepEqual(l, []Rule{repl2}) {
+	if l, err := List(nat.Config{NetNS: ns}); err != nil || !reflect.DeepEqual(l, []Rule{repl2}) {
 		t.Fatalf("after the second Set: %+v, %v; want only %+v", l, err, repl2)
 	}
 	got, _ = nftTable(t, ns)
-	if strings.Count(got, "limit rate over") != 1 || !strings.Contains(got, "ip saddr 192.0.2.10 limit rate over 375000 bytes/second burst 2 mbytes drop") {
+	if strings.Count(got, "meta priority set") != 1 || !strings.Contains(got, `oifname "net1" ip saddr 192.0.2.10 meta priority set 4e47:8004 accept`) {
 		t.Fatalf("after the second Set the table is:\n%s", got)
+	}
+	// One class left, on net1 at 3 Mbit/s with a 2 MB burst; eth0's and
+	// net2's qdiscs are gone with their classes.
+	for dev, want := range map[string]string{"net1": "class htb 4e47:8004 root prio 0 rate 3Mbit ceil 3Mbit burst 2Mb cburst 2Mb", "eth0": "", "net2": ""} {
+		out, err := netlab.Exec(ctx, ns, "", "tc", "class", "show", "dev", dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(out) != want {
+			t.Errorf("tc class show dev %s after the second Set:\n%s\nwant %q", dev, out, want)
+		}
 	}
 	checkOther("after the second Set")
 
 	// A refused list changes nothing.
 	bad := repl
 	bad.Iface = ""
-	if err := Set(ns, []Rule{repl, bad}); err == nil || !strings.Contains(err.Error(), "qos[1].interface") {
+	if err := Set(nat.Config{NetNS: ns}, []Rule{repl, bad}); err == nil || !strings.Contains(err.Error(), "qos[1].interface") {
 		t.Fatalf("Set with an empty interface = %v, want an error naming qos[1].interface", err)
 	}
-	if l, _ := List(ns); !reflect.DeepEqual(l, []Rule{repl2}) {
+	if l, _ := List(nat.Config{NetNS: ns}); !reflect.DeepEqual(l, []Rule{repl2}) {
 		t.Fatalf("a refused Set changed the rules: %+v", l)
+	}
+	// So does a rule the kernel cannot take (no such interface): the
+	// valid rule before it is not half-applied, table and classes stay.
+	tableBefore, _ := nftTable(t, ns)
+	classesBefore, _ := netlab.Exec(ctx, ns, "", "tc", "class", "show", "dev", "net1")
+	gone := Rule{Direction: Egress, Iface: "net9", Priority: 1, Classifier: MatchAll, RateMbps: 5}
+	newOne := Rule{Direction: Egress, Iface: "net1", Priority: 1, Classifier: MatchAll, RateMbps: 7}
+	if err := Set(nat.Config{NetNS: ns}, []Rule{newOne, gone}); err == nil || !strings.Contains(err.Error(), "net9") {
+		t.Fatalf("Set with a rule on a missing interface = %v, want an error naming net9", err)
+	}
+	if got, _ := nftTable(t, ns); got != tableBefore {
+		t.Fatalf("a failed Set changed the table:\n%s\nwas:\n%s", got, tableBefore)
+	}
+	if got, _ := netlab.Exec(ctx, ns, "", "tc", "class", "show", "dev", "net1"); got != classesBefore {
+		t.Fatalf("a failed Set changed the classes:\n%s\nwas:\n%s", got, classesBefore)
 	}
 
 	// Nothing left: no table; Set of nothing on no table is a no-op.
 	for i := range 2 {
-		if err := Set(ns, nil); err != nil {
+		if err := Set(nat.Config{NetNS: ns}, nil); err != nil {
 			t.Fatalf("Set(nil) #%d: %v", i+1, err)
 		}
 		if out, ok := nftTable(t, ns); ok {
 			t.Fatalf("Set(nil) #%d left the table:\n%s", i+1, out)
 		}
 	}
-	if l, err := List(ns); err != nil || len(l) != 0 {
+	if l, err := List(nat.Config{NetNS: ns}); err != nil || len(l) != 0 {
 		t.Fatalf("List without a table = %v, %v", l, err)
 	}
 	checkOther("after Set(nil)")
@@ -214,8 +248,9 @@ func TestSetKernel(t *testing.T) {
 // TestLimitPackets: real UDP floods from ext through the gateway's net1 to
 // two VPC hosts, with one ingress rule (u32 dst host 1's /32, 8 Mbit/s,
 // burst 0.25 MB) set through Set: host 1 receives no more than the rate
-// allows (one second of rate plus the burst in the kernel's bucket, plus
-// the rate over the flood's time), host 2, outside the CIDR, receives
+// allows (the class's burst, plus the rate over the flood's time; the
+// bound keeps one more second of rate, what a policer would let through),
+// host 2, outside the CIDR, receives
 // several times that; after Set(nil) host 1 is unlimited again.
 func TestLimitPackets(t *testing.T) {
 	lab := netlab.ForTest(t)
@@ -230,7 +265,7 @@ func TestLimitPackets(t *testing.T) {
 	const rateMbps, burstMB = 8.0, 0.25
 	limited := Rule{Direction: Ingress, Iface: gw.ExternalInterface, Priority: 1, Classifier: U32, MatchDir: "dst",
 		CIDR: netip.PrefixFrom(gw.VMs[0].Addr, 32), RateMbps: rateMbps, BurstMB: burstMB}
-	if err := Set(gw.GW, []Rule{limited}); err != nil {
+	if err := Set(gw.Config(), []Rule{limited}); err != nil {
 		t.Fatal(err)
 	}
 	const flood = 1500 * time.Millisecond
@@ -251,7 +286,7 @@ func TestLimitPackets(t *testing.T) {
 	if float64(got2) < 3*allowed(d2) {
 		t.Errorf("host %s outside the rule's CIDR received %d bytes in %v, not well above the limit (%.0f): the rule matched it", gw.VMs[1].Addr, got2, d2, allowed(d2))
 	}
-	if err := Set(gw.GW, nil); err != nil {
+	if err := Set(gw.Config(), nil); err != nil {
 		t.Fatal(err)
 	}
 	got3, d3 := udpFlood(t, gw.Ext.NS, gw.VMs[0], flood)
@@ -330,7 +365,7 @@ func TestEnsureRepairsDrift(t *testing.T) {
 		{Direction: Egress, Iface: "net1", Priority: 1, Classifier: U32, MatchDir: "dst", CIDR: pfx("192.0.2.1/32"), RateMbps: 100, BurstMB: 1},
 		{Direction: Ingress, Iface: "net1", Priority: 2, Classifier: MatchAll, RateMbps: 10, BurstMB: 1},
 	}
-	if changed, err := Ensure(ns, rules); err != nil || !changed {
+	if changed, err := Ensure(nat.Config{NetNS: ns}, rules); err != nil || !changed {
 		t.Fatalf("first Ensure = %v, %v; want written", changed, err)
 	}
 	want, ok := nftTable(t, ns)
@@ -369,7 +404,7 @@ func TestEnsureRepairsDrift(t *testing.T) {
 				t.Fatalf("%s: the hand edit changed nothing", tc.name)
 			}
 		}
-		changed, err := Ensure(ns, rules)
+		changed, err := Ensure(nat.Config{NetNS: ns}, rules)
 		if err != nil || changed != (tc.drift != "") {
 			t.Errorf("%s: Ensure = %v, %v; want changed=%v", tc.name, changed, err, tc.drift != "")
 		}
@@ -377,10 +412,10 @@ func TestEnsureRepairsDrift(t *testing.T) {
 			t.Errorf("%s: table after Ensure:\n%s\nwant:\n%s", tc.name, got, want)
 		}
 	}
-	if changed, err := Ensure(ns, nil); err != nil || !changed {
+	if changed, err := Ensure(nat.Config{NetNS: ns}, nil); err != nil || !changed {
 		t.Fatalf("Ensure(nil) = %v, %v; want the table deleted", changed, err)
 	}
-	if changed, err := Ensure(ns, nil); err != nil || changed {
+	if changed, err := Ensure(nat.Config{NetNS: ns}, nil); err != nil || changed {
 		t.Fatalf("Ensure(nil) without a table = %v, %v; want nothing written", changed, err)
 	}
 }

@@ -294,11 +294,11 @@ func assign(cur []class, eips []EIP) ([]class, error) {
 			if want[i].minor != 0 {
 				continue
 			}
-			for next < 0xffff && (keep[next] || used[next] && !keep[next] && stillUsed(cur, d, next, want)) {
+			for next < GatewayMinorBase && (keep[next] || used[next] && !keep[next] && stillUsed(cur, d, next, want)) {
 				next++
 			}
-			if next == 0xffff {
-				return nil, fmt.Errorf("shape: more than %d shaped EIPs in direction %s", 0xfffe, d)
+			if next == GatewayMinorBase {
+				return nil, fmt.Errorf("shape: more than %d shaped EIPs in direction %s", GatewayMinorBase-1, d)
 			}
 			want[i].minor, keep[next] = next, true
 			next++
@@ -546,6 +546,15 @@ func (k *kernel) leaf(l netlink.Link, c class) error {
 	return nil
 }
 
+// setLeaf gives class c its leaf qdisc: a bfifo with LeafDelay > 0, else
+// HTB's default.
+func (k *kernel) setLeaf(l netlink.Link, c class) error {
+	if LeafDelay > 0 {
+		return k.leaf(l, c)
+	}
+	return nil
+}
+
 // classRef names class Major:minor of l (enough to delete it).
 func classRef(l netlink.Link, minor uint16) netlink.Class {
 	return &netlink.GenericClass{ClassAttrs: netlink.ClassAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.MakeHandle(Major, 0), Handle: netlink.MakeHandle(Major, minor)}, ClassType: "htb"}
@@ -629,10 +638,8 @@ func (k *kernel) apply(cur, want []class) (err error) {
 		if err := k.h.ClassReplace(htbClass(l, c)); err != nil {
 			return fmt.Errorf("shape: %s class %x:%x for %s (%g Mbit/s, burst %g MB) on %s: %w", c.dir, Major, c.minor, c.eip, c.lim.RateMbps, c.lim.BurstMB, l.Attrs().Name, err)
 		}
-		if LeafDelay > 0 {
-			if err := k.leaf(l, c); err != nil {
-				return err
-			}
+		if err := k.setLeaf(l, c); err != nil {
+			return err
 		}
 		if had && existing[c.dir][c.id()] {
 			undo = append(undo, func() error { return k.h.ClassReplace(htbClass(l, old)) })
@@ -656,21 +663,16 @@ func (k *kernel) apply(cur, want []class) (err error) {
 		if l == nil {
 			continue
 		}
-		if !wanted[d] {
-			if ours[d] {
-				q := netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(Major, 0), Parent: netlink.HANDLE_ROOT})
-				if err := k.h.QdiscDel(q); err != nil {
-					errs = append(errs, fmt.Errorf("shape: delete htb qdisc %x: of %s: %w", Major, l.Attrs().Name, err))
-				}
-			}
-			continue
-		}
 		for h := range existing[d] {
-			if !keep[[2]any{d, uint16(h)}] {
+			// Gateway-wide classes (nat/gwqos) share the qdisc: not ours.
+			if uint16(h) < GatewayMinorBase && !keep[[2]any{d, uint16(h)}] {
 				if err := k.h.ClassDel(classRef(l, uint16(h))); err != nil && !errors.Is(err, unix.ENOENT) {
 					errs = append(errs, fmt.Errorf("shape: delete class %x:%x of %s: %w", Major, uint16(h), l.Attrs().Name, err))
 				}
 			}
+		}
+		if !wanted[d] && ours[d] {
+			errs = append(errs, k.dropEmptyRoot(l))
 		}
 	}
 	return errors.Join(errs...)

@@ -107,7 +107,7 @@ func serveOptions(g *globals) []agentapi.Option {
 	return []agentapi.Option{
 		agentapi.WithReleaseMemory(1 << 20),
 		agentapi.WithGatewayQoS(func(_ context.Context, rules []gwqos.Rule) (bool, error) {
-			return gwqos.Ensure(g.netns, withInterface(rules, g.extIface))
+			return gwqos.Ensure(g.config(logr.Discard()), withInterface(rules, g.extIface))
 		}),
 	}
 }

@@ -175,8 +175,11 @@ func runCompat(ctx context.Context, e env, g *globals, args []string) int {
 			if plan.GatewayQoS[i].Iface == "" { // EIP QoS: the external interface
 				plan.GatewayQoS[i].Iface = g.extIface
 			}
+			// Policed EIP QoS (--eip-qos=police, iptables): dropped
+			// above rate + burst, among the gateway-wide rules.
+			plan.GatewayQoS[i].Police = plan.EIPQoS
 		}
-		if err := gwqos.Apply(g.netns, plan.GatewayQoS); err != nil {
+		if err := gwqos.Apply(g.config(logr.Discard()), plan.GatewayQoS); err != nil {
 			fmt.Fprintf(e.stderr, "natgw: %s: %v\n", op, err)
 			return exitFail
 		}
@@ -326,7 +329,7 @@ func shapeEIPQoS(g *globals, rules []compat.GatewayQoS) error {
 		dels[i] = gwqos.Change{Rule: r.Rule}
 		dels[i].Iface = g.extIface
 	}
-	return gwqos.Apply(g.netns, dels)
+	return gwqos.Apply(g.config(logr.Discard()), dels)
 }
 
 // shapeUpdates are the nat/shape updates of EIP QoS rules (u32 on EIP/32:

@@ -188,7 +188,7 @@ func checkCompatEIPQoS(t *testing.T, ns, dp string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	policed, err := gwqos.List(ns)
+	policed, err := gwqos.List(nat.Config{NetNS: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,8 +202,8 @@ func checkCompatEIPQoS(t *testing.T, ns, dp string) {
 		}
 	} else {
 		wantPoliced = []gwqos.Rule{
-			{Direction: gwqos.Ingress, Iface: "net1", Priority: 1, Classifier: gwqos.U32, MatchDir: "dst", CIDR: netip.MustParsePrefix("192.0.2.10/32"), RateMbps: 100, BurstMB: 10},
-			{Direction: gwqos.Egress, Iface: "net1", Priority: 1, Classifier: gwqos.U32, MatchDir: "src", CIDR: netip.MustParsePrefix("192.0.2.11/32"), RateMbps: 50, BurstMB: 5},
+			{Direction: gwqos.Ingress, Iface: "net1", Priority: 1, Classifier: gwqos.U32, MatchDir: "dst", CIDR: netip.MustParsePrefix("192.0.2.10/32"), RateMbps: 100, BurstMB: 10, Police: true},
+			{Direction: gwqos.Egress, Iface: "net1", Priority: 1, Classifier: gwqos.U32, MatchDir: "src", CIDR: netip.MustParsePrefix("192.0.2.11/32"), RateMbps: 50, BurstMB: 5, Police: true},
 		}
 	}
 	if !reflect.DeepEqual(shaped, wantShaped) || !reflect.DeepEqual(policed, wantPoliced) {
@@ -277,7 +277,7 @@ func TestCompatMatchesKeyed(t *testing.T) {
 			if eips, err := shape.Get(nat.Config{NetNS: ga.GW}); err != nil || len(eips) > 0 {
 				t.Fatalf("after the QoS deletes the gateway still shapes %v (%v)", eips, err)
 			}
-			if rules, err := gwqos.List(ga.GW); err != nil || len(rules) > 0 {
+			if rules, err := gwqos.List(nat.Config{NetNS: ga.GW}); err != nil || len(rules) > 0 {
 				t.Fatalf("after the QoS deletes the gateway still polices %v (%v)", rules, err)
 			}
 			var uids []string
