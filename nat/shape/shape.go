@@ -47,15 +47,17 @@
 // in one nftables transaction, then classes no longer used are deleted; a
 // failure before the maps are replaced undoes the class changes made.
 //
-// Upstream gives each class an fq_codel leaf, which this kernel does not
-// have. natgw leaves HTB's default leaf (pfifo of the interface's
-// txqueuelen, 1000 packets on veth): measured against a bfifo of 100 ms
-// and against the policer (TestQoSFigures, gwimage/README.md "EIP QoS:
-// policer or shaper"), it is the one that keeps TCP free of retransmits
-// and fair between flows, at the price of queueing delay under load
-// (about 20 ms at 100 Mbit/s, 100 ms at 10 Mbit/s, over a second at
-// 1 Mbit/s). LeafDelay > 0 puts a bfifo of that many seconds of rate
-// under each class instead.
+// Upstream gives each class an fq_codel leaf; so does natgw where the
+// kernel has fq_codel: the first class natgw makes probes it once per
+// process (FqCodel), and on a kernel without it (the CI kernel) every
+// class keeps HTB's default leaf (pfifo of the interface's txqueuelen,
+// 1000 packets on veth): measured against a bfifo of 100 ms and against
+// the policer (TestQoSFigures, gwimage/README.md "EIP QoS: policer or
+// shaper"), it is the one that keeps TCP free of retransmits and fair
+// between flows, at the price of queueing delay under load (about 20 ms
+// at 100 Mbit/s, 100 ms at 10 Mbit/s, over a second at 1 Mbit/s).
+// LeafDelay > 0 puts a bfifo of that many seconds of rate under each
+// class instead.
 package shape
 
 import (
@@ -67,6 +69,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	nft "github.com/google/nftables"
@@ -546,11 +549,69 @@ func (k *kernel) leaf(l netlink.Link, c class) error {
 	return nil
 }
 
-// setLeaf gives class c its leaf qdisc: a bfifo with LeafDelay > 0, else
-// HTB's default.
+// Leaf kinds a class can get (leafKind).
+const (
+	leafDefault = ""         // HTB's default leaf (pfifo of txqueuelen packets)
+	leafBfifo   = "bfifo"    // LeafDelay > 0
+	leafFqCodel = "fq_codel" // upstream's, where the kernel has it
+)
+
+// fqCodel is what natgw knows of the kernel's fq_codel: 0 not probed yet,
+// 1 there, 2 missing. The first class natgw makes probes it (by giving the
+// class an fq_codel leaf); the answer holds for the process's life.
+var fqCodel atomic.Int32
+
+// fqCodelProbes counts the probes (tests).
+var fqCodelProbes atomic.Int32
+
+// leafKind is the leaf each class gets: a bfifo when delay is above 0
+// (the measured alternative), else upstream's fq_codel unless the kernel
+// is known to lack it (state 2), else HTB's default.
+func leafKind(delay time.Duration, state int32) string {
+	switch {
+	case delay > 0:
+		return leafBfifo
+	case state == 2:
+		return leafDefault
+	default:
+		return leafFqCodel
+	}
+}
+
+// FqCodel reports whether classes get fq_codel leaves: known is false
+// until the first class was made.
+func FqCodel() (have, known bool) {
+	s := fqCodel.Load()
+	return s == 1, s != 0
+}
+
+// missingQdisc says whether err is the kernel's answer to a qdisc kind it
+// does not have (tc: "Specified qdisc kind is unknown", ENOENT).
+func missingQdisc(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EOPNOTSUPP)
+}
+
+// setLeaf gives class c its leaf qdisc (leafKind): with fq_codel not yet
+// probed, the first try is the probe, and a kernel without fq_codel leaves
+// this and every later class with HTB's default leaf.
 func (k *kernel) setLeaf(l netlink.Link, c class) error {
-	if LeafDelay > 0 {
+	switch leafKind(LeafDelay, fqCodel.Load()) {
+	case leafBfifo:
 		return k.leaf(l, c)
+	case leafFqCodel:
+		probing := fqCodel.Load() == 0
+		if probing {
+			fqCodelProbes.Add(1)
+		}
+		err := k.h.QdiscReplace(netlink.NewFqCodel(netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Parent: c.id()}))
+		switch {
+		case err == nil:
+			fqCodel.Store(1)
+		case probing && missingQdisc(err):
+			fqCodel.Store(2) // this kernel has no fq_codel: HTB's default leaf
+		default:
+			return fmt.Errorf("shape: fq_codel under class %x:%x on %s: %w", Major, c.minor, l.Attrs().Name, err)
+		}
 	}
 	return nil
 }

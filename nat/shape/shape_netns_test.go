@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -258,6 +259,64 @@ func TestLeafQueue(t *testing.T) {
 		}
 	}
 	if err := Set(tp.cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLeafProbe: the first class natgw makes probes the kernel for
+// fq_codel, once per process; each class then has fq_codel where the
+// kernel has it (as `tc qdisc add ... fq_codel` by hand says) and HTB's
+// default leaf where it does not (this CI kernel: the fallback).
+func TestLeafProbe(t *testing.T) {
+	lab := netlab.ForTest(t)
+	ns, err := lab.NS("gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dev := range []string{"eth0", "net1", "probe"} {
+		if err := netlab.Stub(ns, dev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	_, ferr := netlab.Exec(ctx, ns, "", "tc", "qdisc", "add", "dev", "probe", "root", "fq_codel")
+	kernelHas := ferr == nil
+	t.Logf("tc qdisc add fq_codel by hand: %v (kernel has fq_codel: %v)", ferr, kernelHas)
+	fqCodel.Store(0)
+	fqCodelProbes.Store(0)
+	t.Cleanup(func() { fqCodel.Store(0) })
+	cfg := nat.Config{NetNS: ns}
+	eips := []EIP{
+		{Address: netip.MustParseAddr("192.0.2.10"), Ingress: Limit{RateMbps: 10}, Egress: Limit{RateMbps: 10}},
+		{Address: netip.MustParseAddr("192.0.2.11"), Egress: Limit{RateMbps: 5}},
+	}
+	if err := Set(cfg, eips); err != nil {
+		t.Fatal(err)
+	}
+	have, known := FqCodel()
+	if !known || have != kernelHas {
+		t.Fatalf("FqCodel() = %v, %v after the first classes; the kernel has it: %v", have, known, kernelHas)
+	}
+	eips[1].Egress.RateMbps = 6
+	if err := Set(cfg, eips); err != nil {
+		t.Fatal(err)
+	}
+	if n := fqCodelProbes.Load(); n != 1 {
+		t.Errorf("%d fq_codel probes for 4 classes made in two calls, want 1", n)
+	}
+	for dev, classes := range map[string]int{"eth0": 1, "net1": 2} {
+		out, err := netlab.Exec(ctx, ns, "", "tc", "qdisc", "show", "dev", dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Count(out, "qdisc fq_codel"); kernelHas && got != classes || !kernelHas && got != 0 {
+			t.Errorf("dev %s: %d fq_codel leaves for %d classes (kernel has fq_codel: %v):\n%s", dev, got, classes, kernelHas, out)
+		}
+		if !strings.Contains(out, "qdisc htb 4e47: root") {
+			t.Errorf("dev %s: no natgw root qdisc:\n%s", dev, out)
+		}
+	}
+	if err := Set(cfg, nil); err != nil {
 		t.Fatal(err)
 	}
 }

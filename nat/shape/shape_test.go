@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	nft "github.com/google/nftables"
 
@@ -252,6 +253,27 @@ func TestChangeRefusesBadInput(t *testing.T) {
 		var fe *nat.FieldError
 		if err := Change(cfg, []Update{c.u}); !errors.As(err, &fe) || fe.Field != c.field {
 			t.Errorf("Change(%+v) = %v, want a field error on %s", c.u, err, c.field)
+		}
+	}
+}
+
+// TestLeafKind: the leaf a class gets: a bfifo when LeafDelay is set,
+// else fq_codel unless the kernel is known to lack it.
+func TestLeafKind(t *testing.T) {
+	for _, c := range []struct {
+		delay time.Duration
+		state int32
+		want  string
+	}{
+		{0, 0, leafFqCodel}, // not probed yet: the first class probes
+		{0, 1, leafFqCodel}, // the kernel has it
+		{0, 2, leafDefault}, // it does not: HTB's default leaf
+		{100 * time.Millisecond, 0, leafBfifo},
+		{100 * time.Millisecond, 1, leafBfifo},
+		{100 * time.Millisecond, 2, leafBfifo},
+	} {
+		if got := leafKind(c.delay, c.state); got != c.want {
+			t.Errorf("leafKind(%v, %d) = %q, want %q", c.delay, c.state, got, c.want)
 		}
 	}
 }
