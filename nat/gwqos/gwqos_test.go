@@ -356,7 +356,8 @@ func udpFlood(t *testing.T, from string, host netlab.Host, d time.Duration) (int
 // TestEnsureRepairsDrift: in a real namespace, Ensure writes nothing when
 // the table already holds the rules (the drift check's common case) and
 // restores the table byte-for-byte when a rule was added to, deleted from
-// or changed in it by hand, or the table was deleted.
+// or changed in it by hand, or the table was deleted, and the classes when
+// one was deleted or its rate changed by hand.
 func TestEnsureRepairsDrift(t *testing.T) {
 	_, ns := kernelNS(t)
 	ctx := context.Background()
@@ -372,6 +373,18 @@ func TestEnsureRepairsDrift(t *testing.T) {
 	if !ok {
 		t.Fatal("no table after Ensure")
 	}
+	classesOf := func() string {
+		var b strings.Builder
+		for _, dev := range []string{"eth0", "net1"} {
+			out, err := netlab.Exec(ctx, ns, "", "tc", "class", "show", "dev", dev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.WriteString(dev + ": " + out)
+		}
+		return b.String()
+	}
+	wantClasses := classesOf()
 	handle := func(chain string) string {
 		out, err := netlab.Exec(ctx, ns, "", "nft", "-a", "list", "chain", "ip", Table, chain)
 		if err != nil {
@@ -394,8 +407,17 @@ func TestEnsureRepairsDrift(t *testing.T) {
 		{"rule deleted by hand", "delete rule ip " + Table + " egress handle HANDLE\n"},
 		{"rate changed by hand", "flush chain ip " + Table + " ingress\nadd rule ip " + Table + " ingress iifname \"net1\" limit rate over 1 mbytes/second drop\n"},
 		{"table deleted", "delete table ip " + Table + "\n"},
+		{"class deleted by hand", "tc class del dev eth0 classid 4e47:8001"},
+		{"class rate changed by hand", "tc class change dev net1 parent 4e47: classid 4e47:8000 htb rate 1mbit ceil 1mbit"},
 	} {
-		if tc.drift != "" {
+		if strings.HasPrefix(tc.drift, "tc ") {
+			if _, err := netlab.Exec(ctx, ns, "", strings.Fields(tc.drift)...); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			if got := classesOf(); got == wantClasses {
+				t.Fatalf("%s: the hand edit changed nothing", tc.name)
+			}
+		} else if tc.drift != "" {
 			script := strings.ReplaceAll(tc.drift, "HANDLE", handle("egress"))
 			if _, err := netlab.Exec(ctx, ns, script, "nft", "-f", "-"); err != nil {
 				t.Fatalf("%s: %v", tc.name, err)
@@ -410,6 +432,9 @@ func TestEnsureRepairsDrift(t *testing.T) {
 		}
 		if got, _ := nftTable(t, ns); got != want {
 			t.Errorf("%s: table after Ensure:\n%s\nwant:\n%s", tc.name, got, want)
+		}
+		if got := classesOf(); got != wantClasses {
+			t.Errorf("%s: classes after Ensure:\n%s\nwant:\n%s", tc.name, got, wantClasses)
 		}
 	}
 	if changed, err := Ensure(nat.Config{NetNS: ns}, nil); err != nil || !changed {

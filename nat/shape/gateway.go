@@ -83,9 +83,9 @@ func (k *kernel) setGateway(prev, want []GatewayClass, commit func() error) (err
 			}
 		}
 	}()
-	existing := map[string]map[uint32]bool{}
+	existing := map[string]map[uint16]uint64{} // minor: rate (bytes/s)
 	for dev, l := range links {
-		existing[dev] = map[uint32]bool{}
+		existing[dev] = map[uint16]uint64{}
 		if !ours[dev] {
 			q := netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(Major, 0), Parent: netlink.HANDLE_ROOT})
 			if err := k.h.QdiscAdd(q); err != nil {
@@ -94,20 +94,18 @@ func (k *kernel) setGateway(prev, want []GatewayClass, commit func() error) (err
 			undo = append(undo, func() error { return k.h.QdiscDel(q) })
 			continue
 		}
-		cls, err := k.h.ClassList(l, netlink.MakeHandle(Major, 0))
+		rates, err := k.classRates(dev)
 		if err != nil {
-			return fmt.Errorf("shape: list classes of %s: %w", dev, err)
+			return err
 		}
-		for _, c := range cls {
-			existing[dev][c.Attrs().Handle] = true
-		}
+		existing[dev] = rates
 	}
 	for _, c := range want {
 		l := links[c.Device]
 		cl := class{minor: c.Minor, lim: c.Limit}
 		old, had := prevBy[[2]any{c.Device, c.Minor}]
-		there := existing[c.Device][cl.id()]
-		if had && there && old.Limit == c.Limit {
+		rate, there := existing[c.Device][c.Minor]
+		if had && there && old.Limit == c.Limit && rate == c.Limit.rate() {
 			continue
 		}
 		if err := k.h.ClassReplace(htbClass(l, cl)); err != nil {
@@ -200,25 +198,35 @@ func (k *kernel) holds(want []GatewayClass) (bool, error) {
 	for _, c := range want {
 		have, ok := byDev[c.Device]
 		if !ok {
-			have = map[uint16]uint64{}
+			var err error
+			if have, err = k.classRates(c.Device); err != nil {
+				return false, err
+			}
 			byDev[c.Device] = have
-			l, err := k.h.LinkByName(c.Device)
-			if err != nil {
-				return false, nil
-			}
-			cls, err := k.h.ClassList(l, netlink.MakeHandle(Major, 0))
-			if err != nil {
-				return false, fmt.Errorf("shape: list classes of %s: %w", c.Device, err)
-			}
-			for _, x := range cls {
-				if h, ok := x.(*netlink.HtbClass); ok && h.Handle>>16 == Major && h.Rate == h.Ceil {
-					have[uint16(h.Handle)] = h.Rate
-				}
-			}
 		}
 		if r, ok := have[c.Minor]; !ok || r != c.Limit.rate() {
 			return false, nil
 		}
 	}
 	return true, nil
+}
+
+// classRates returns the rate (bytes/s) of each of natgw's HTB classes on
+// dev whose ceil is its rate, by minor (none when there is no dev).
+func (k *kernel) classRates(dev string) (map[uint16]uint64, error) {
+	have := map[uint16]uint64{}
+	l, err := k.h.LinkByName(dev)
+	if err != nil {
+		return have, nil
+	}
+	cls, err := k.h.ClassList(l, netlink.MakeHandle(Major, 0))
+	if err != nil {
+		return nil, fmt.Errorf("shape: list classes of %s: %w", dev, err)
+	}
+	for _, x := range cls {
+		if h, ok := x.(*netlink.HtbClass); ok && h.Handle>>16 == Major && h.Rate == h.Ceil {
+			have[uint16(h.Handle)] = h.Rate
+		}
+	}
+	return have, nil
 }

@@ -343,7 +343,11 @@ func Set(cfg nat.Config, eips []EIP) error {
 }
 
 // Get returns the EIPs natgw shapes, sorted by address, as recorded in its
-// table (nil when there is none).
+// table (nil when there is none), without a direction whose class is not
+// in the kernel with its rate (deleted or changed by hand): what is
+// shaped, so a drift check that compares it with what it wants sees the
+// difference and repairs it (Set and Dataplane.Sync write missing classes
+// again).
 func Get(cfg nat.Config) ([]EIP, error) {
 	cfg = cfg.WithDefaults()
 	var out []EIP
@@ -352,10 +356,36 @@ func Get(cfg nat.Config) ([]EIP, error) {
 		if err != nil {
 			return err
 		}
-		out = toEIPs(cur)
+		held, err := k.heldClasses(cur)
+		if err != nil {
+			return err
+		}
+		out = toEIPs(held)
 		return nil
 	})
 	return out, err
+}
+
+// heldClasses returns the classes of cs that the kernel holds with their
+// rate.
+func (k *kernel) heldClasses(cs []class) ([]class, error) {
+	out := make([]class, 0, len(cs))
+	rates := map[string]map[uint16]uint64{}
+	for _, c := range cs {
+		dev := device(k.cfg, c.dir)
+		have, ok := rates[dev]
+		if !ok {
+			var err error
+			if have, err = k.classRates(dev); err != nil {
+				return nil, err
+			}
+			rates[dev] = have
+		}
+		if r, ok := have[c.minor]; ok && r == c.lim.rate() {
+			out = append(out, c)
+		}
+	}
+	return out, nil
 }
 
 func toEIPs(cs []class) []EIP {
@@ -672,9 +702,9 @@ func (k *kernel) apply(cur, want []class) (err error) {
 		}
 		undo = append(undo, func() error { return k.h.QdiscDel(q) })
 	}
-	existing := map[direction]map[uint32]bool{}
+	existing := map[direction]map[uint32]uint64{} // class handle: its rate (bytes/s) when its ceil is that
 	for _, d := range []direction{ingress, egress} {
-		existing[d] = map[uint32]bool{}
+		existing[d] = map[uint32]uint64{}
 		if !ours[d] {
 			continue
 		}
@@ -683,7 +713,11 @@ func (k *kernel) apply(cur, want []class) (err error) {
 			return fmt.Errorf("shape: list classes of %s: %w", links[d].Attrs().Name, err)
 		}
 		for _, c := range cls {
-			existing[d][c.Attrs().Handle] = true
+			var rate uint64
+			if h, ok := c.(*netlink.HtbClass); ok && h.Rate == h.Ceil {
+				rate = h.Rate
+			}
+			existing[d][c.Attrs().Handle] = rate
 		}
 	}
 	curBy := map[[2]any]class{}
@@ -692,7 +726,9 @@ func (k *kernel) apply(cur, want []class) (err error) {
 	}
 	for _, c := range want {
 		old, had := curBy[[2]any{c.dir, c.minor}]
-		if had && old.eip == c.eip && old.lim == c.lim && existing[c.dir][c.id()] {
+		rate, there := existing[c.dir][c.id()]
+		if had && old.eip == c.eip && old.lim == c.lim && there && rate == c.lim.rate() {
+			// (A rate changed by hand is written again.)
 			continue
 		}
 		l := links[c.dir]
@@ -702,7 +738,7 @@ func (k *kernel) apply(cur, want []class) (err error) {
 		if err := k.setLeaf(l, c); err != nil {
 			return err
 		}
-		if had && existing[c.dir][c.id()] {
+		if had && there {
 			undo = append(undo, func() error { return k.h.ClassReplace(htbClass(l, old)) })
 		} else {
 			undo = append(undo, func() error { return k.h.ClassDel(classRef(l, c.minor)) })

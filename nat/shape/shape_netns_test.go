@@ -320,3 +320,74 @@ func TestLeafProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDriftRestoresClass: an EIP's class deleted by hand (tc class del)
+// shows in a fresh read (Reload, then List: the EIP lacks that direction's
+// QoS, so the controller's drift check sees a difference and syncs), and
+// the Sync that follows puts the class back; a class whose rate was changed
+// by hand the same.
+func TestDriftRestoresClass(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tp := newTopo(t, ctx, 0)
+	dp := Wrap(tp.dp, tp.cfg)
+	q := &nat.QoS{IngressRateMbps: 10, EgressRateMbps: 20}
+	eip := nat.Object{UID: "eip-0", Kind: nat.KindEIP, EIP: &nat.EIP{Address: labEIP, PrefixLen: 24, QoS: q}}
+	if err := dp.Apply(ctx, eip); err != nil {
+		t.Fatal(err)
+	}
+	classes := func() string {
+		out, err := netlab.Exec(ctx, tp.gw, "", "tc", "class", "show", "dev", "net1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	desired, err := dp.List(ctx) // the topology's FIP and the EIP
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := classes()
+	if !strings.Contains(before, "class htb 4e47:1 root") {
+		t.Fatalf("no egress class 4e47:1 on net1:\n%s", before)
+	}
+	for _, drift := range []struct {
+		name string
+		tc   []string
+	}{
+		{"class deleted by hand", []string{"tc", "class", "del", "dev", "net1", "classid", "4e47:1"}},
+		{"rate changed by hand", []string{"tc", "class", "change", "dev", "net1", "parent", "4e47:", "classid", "4e47:1", "htb", "rate", "1mbit", "ceil", "1mbit"}},
+	} {
+		if _, err := netlab.Exec(ctx, tp.gw, "", drift.tc...); err != nil {
+			t.Fatalf("%s: %v", drift.name, err)
+		}
+		if err := dp.Reload(ctx); err != nil {
+			t.Fatal(err)
+		}
+		objs, err := dp.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got *nat.QoS
+		for _, o := range objs {
+			if o.UID == eip.UID {
+				got = o.EIP.QoS
+			}
+		}
+		if got == nil || got.EgressRateMbps != 0 || got.IngressRateMbps != 10 {
+			t.Fatalf("%s: a fresh List shows QoS %+v; want the ingress limit only (the egress class is not what was applied)", drift.name, got)
+		}
+		if err := dp.Sync(ctx, desired); err != nil {
+			t.Fatal(err)
+		}
+		if after := classes(); after != before {
+			t.Fatalf("%s: after Sync net1's classes are\n%s\nwant\n%s", drift.name, after, before)
+		}
+		if err := dp.Reload(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if objs, err := dp.List(ctx); err != nil || fmt.Sprint(objs) != fmt.Sprint(desired) {
+			t.Fatalf("%s: after Sync a fresh List = %v, %v; want %v", drift.name, objs, err, desired)
+		}
+	}
+}
