@@ -11,14 +11,16 @@
 // Layout (nat/README.md, "Gateway-wide QoS"): the classes are nat/shape's
 // (GatewayClass: minors from shape.GatewayMinorBase under natgw's root HTB
 // 4e47:, beside the EIP classes); table ip natgw_gwqos picks them
-// (`meta priority set 4e47:<minor>`): chain "ingress" (filter, forward,
-// priority 0) for traffic arriving on the rule's interface, shaped where
-// it leaves the gateway (the other gateway interface: this kernel has no
-// IFB), its addresses as they arrived (the destination before DNAT: the
-// connection's original or reply tuple); chain "egress" (filter,
-// postrouting, priority 150: after source NAT, before nat/shape's EIP
-// chain at 200, so an EIP's own class wins over a gateway-wide rule) for
-// traffic leaving the interface. Rules are in priority order and the first
+// (`meta priority set 4e47:<minor>`): chain "ingress" (filter,
+// prerouting, priority mangle -150: before DNAT, the addresses as they
+// arrived) for traffic arriving on the rule's interface, which puts the
+// rule's class minor in the packet mark's upper 16 bits (the kernel
+// resets skb->priority when it forwards); it is shaped where it leaves the
+// gateway (ShapedOn: the other gateway interface; this kernel has no IFB).
+// Chain "egress" (filter, postrouting, priority 150: after source NAT,
+// before nat/shape's EIP chain at 200, so an EIP's own class wins over a
+// gateway-wide rule) holds the rules for traffic leaving the interface,
+// then turns an ingress rule's mark into its class. Rules are in priority order and the first
 // match ends the chain (`accept`), so, as with upstream's tc filters, the
 // matching rule of lowest priority applies. Each rule's parameters and
 // class are kept in its first nftables rule's user data, so the state is
