@@ -14,7 +14,7 @@
 // (`meta priority set 4e47:<minor>`): chain "ingress" (filter,
 // prerouting, priority mangle -150: before DNAT, the addresses as they
 // arrived) for traffic arriving on the rule's interface, which puts the
-// rule's class minor in the packet mark's upper 16 bits (the kernel
+// rule's class in bits 18-31 of the packet mark (the kernel
 // resets skb->priority when it forwards); it is shaped where it leaves the
 // gateway (ShapedOn: the other gateway interface; this kernel has no IFB).
 // Chain "egress" (filter, postrouting, priority 150: after source NAT,
@@ -472,8 +472,8 @@ func sortEntries(entries []entry) {
 // classes, one nftables transaction, unused classes deleted
 // (shape.SetGateway); no entry deletes the table and the classes.
 func write(c *nft.Conn, cfg nat.Config, exists bool, cur, entries []entry) error {
-	if len(entries) > shape.MaxGatewayClasses {
-		return fmt.Errorf("gateway QoS: %d rules, at most %d", len(entries), shape.MaxGatewayClasses)
+	if len(entries) > maxMarked {
+		return fmt.Errorf("gateway QoS: %d rules, at most %d", len(entries), maxMarked)
 	}
 	t := table()
 	commit := func() error {
@@ -566,15 +566,21 @@ func limit(r Rule) *expr.Limit {
 		Burst: uint32(math.Round(r.BurstMB * BytesPerMB))}
 }
 
-// MarkShift places a rule's class minor in the packet mark (bits 16-31,
-// MarkMask): an ingress rule classifies in prerouting, where the addresses
-// are as they arrived, but the kernel resets skb->priority when it
-// forwards, so the class rides in the mark until postrouting. natgw's NAT
-// table keeps those bits (it sets 0x4000 only).
+// MarkShift places an ingress rule's class in the packet mark (bits
+// 18-31, MarkMask: minor - shape.GatewayMinorBase + 1): an ingress rule
+// classifies in prerouting, where the addresses are as they arrived, but
+// the kernel resets skb->priority when it forwards, so the class rides in
+// the mark until postrouting. natgw's NAT planes keep those bits (their
+// hairpin marks are 0x4000, nftables, and 0x20000, iptables).
 const (
-	MarkShift = 16
-	MarkMask  = 0xffff0000
+	MarkShift = 18
+	MarkMask  = 0xfffc0000
+	// maxMarked is how many classes the mark's bits number.
+	maxMarked = MarkMask>>MarkShift - 1
 )
+
+// markOf is the mark of class minor.
+func markOf(minor uint16) uint32 { return uint32(minor-shape.GatewayMinorBase+1) << MarkShift }
 
 // nftRule is one nftables rule of an entry and its chain.
 type nftRule struct {
@@ -585,9 +591,9 @@ type nftRule struct {
 // nftRules are the nftables rules of one entry: egress, in chain egress,
 // `oifname IFACE [ip saddr|daddr CIDR] meta priority set 4e47:<minor>
 // accept`; ingress, in chain ingress, `iifname IFACE [ip saddr|daddr
-// CIDR] meta mark set meta mark & 0x0000ffff ^ <minor><<16 accept`, and in
-// chain egress (after every egress rule) `meta mark & 0xffff0000 ==
-// <minor><<16 meta priority set 4e47:<minor> accept`.
+// CIDR] meta mark set meta mark & ^MarkMask ^ markOf(minor) accept`, and
+// in chain egress (after every egress rule) `meta mark & MarkMask ==
+// markOf(minor) meta priority set 4e47:<minor> accept`.
 func nftRules(e entry) []nftRule {
 	prio := []expr.Any{
 		&expr.Immediate{Register: 1, Data: binary.NativeEndian.AppendUint32(nil, uint32(shape.Major)<<16|uint32(e.Minor))},
@@ -603,7 +609,7 @@ func nftRules(e entry) []nftRule {
 	if e.Direction == Egress {
 		return []nftRule{{Egress, slices.Concat(Match(e.Rule), prio)}}
 	}
-	mark := binary.NativeEndian.AppendUint32(nil, uint32(e.Minor)<<MarkShift)
+	mark := binary.NativeEndian.AppendUint32(nil, markOf(e.Minor))
 	return []nftRule{
 		{Ingress, slices.Concat(Match(e.Rule), []expr.Any{
 			&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},

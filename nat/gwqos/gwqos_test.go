@@ -16,6 +16,7 @@ import (
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/netns"
+	"github.com/natgw/natgw/nat/shape"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/table.nft")
@@ -442,5 +443,19 @@ func TestEnsureRepairsDrift(t *testing.T) {
 	}
 	if changed, err := Ensure(nat.Config{NetNS: ns}, nil); err != nil || changed {
 		t.Fatalf("Ensure(nil) without a table = %v, %v; want nothing written", changed, err)
+	}
+}
+
+// TestMarkOf: an ingress rule's mark stays in MarkMask, clear of the NAT
+// planes' hairpin bits (0x4000 nftables, 0x20000 iptables), distinct for
+// every class the mark can number, and never 0 (no class).
+func TestMarkOf(t *testing.T) {
+	seen := map[uint32]bool{}
+	for i := 0; i < maxMarked; i++ {
+		m := markOf(uint16(shape.GatewayMinorBase + i))
+		if m == 0 || m&^uint32(MarkMask) != 0 || m&(0x4000|0x20000) != 0 || seen[m] {
+			t.Fatalf("markOf(%#x) = %#x: zero, outside %#x, on a hairpin bit or repeated", shape.GatewayMinorBase+i, m, uint32(MarkMask))
+		}
+		seen[m] = true
 	}
 }
