@@ -26,6 +26,7 @@ import (
 
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat/netns"
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 func moduleRoot(t *testing.T) string {
@@ -305,7 +306,7 @@ func runInRootfs(t *testing.T, files map[string][]byte, links map[string]string,
 	if v := run("-c", "bash /kube-ovn/nat-gateway.sh get-iptables-version"); !strings.Contains(v, "iptables v1.8.9") {
 		t.Fatalf("get-iptables-version: %q", v)
 	}
-	table, err := netlab.NftTable(context.Background(), gw.GW, "inet", "natgw")
+	table, err := netlab.NftTable(context.Background(), gw.GW, "inet", nftconn.MainTable)
 	if err != nil {
 		t.Fatal(err)
 	}

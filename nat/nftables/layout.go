@@ -15,13 +15,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // TableName is the name of natgw's table (family inet: IPv4 and IPv6 in
 // one table). natgw never writes any other table; Load deletes table ip
 // natgw, the table of layouts 1-3, in the transaction that creates the
 // inet one.
-const TableName = "natgw"
+const TableName = nftconn.MainTable
 
 // tableFamily is the family of natgw's table; nfFamily the same as the
 // nfgenmsg family of its messages.
@@ -43,8 +44,8 @@ const (
 	setMeta     = "natgw_meta"
 	setEIPs     = "eips"
 	setRoutes   = "routes"
-	setFIPDNAT  = "fip_dnat"
-	setFIPSNAT  = "fip_snat"
+	setFIPDNAT  = nftconn.MainSetFIPDNAT
+	setFIPSNAT  = nftconn.MainSetFIPSNAT
 	setPortDNAT = "port_dnat"
 	setQoSIn    = "qos_in"
 	setQoSOut   = "qos_out"

@@ -32,6 +32,13 @@ const (
 	VPCLBTable = "natgw_vpclb"
 )
 
+// Sets of MainTable that other packages refer to (tests that break the
+// table behind the agent's back); nat/README.md has the whole layout.
+const (
+	MainSetFIPDNAT = "fip_dnat"
+	MainSetFIPSNAT = "fip_snat"
+)
+
 // Chain names that more than one package refers to.
 const (
 	// PreroutingChain is the NAT prerouting base chain of LBSvcTable.
