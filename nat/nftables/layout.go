@@ -460,17 +460,6 @@ type chainSpec struct {
 	rules []ruleSpec
 }
 
-// hookName is the nft name of a hook of the ip family.
-var hookName = map[nft.ChainHook]string{
-	*nft.ChainHookPrerouting: "prerouting", *nft.ChainHookInput: "input", *nft.ChainHookForward: "forward",
-	*nft.ChainHookOutput: "output", *nft.ChainHookPostrouting: "postrouting",
-}
-
-// prioName is the name nft gives a standard priority of the ip family.
-var prioName = map[nft.ChainPriority]string{
-	-300: "raw", -150: "mangle", -100: "dstnat", 0: "filter", 50: "security", 100: "srcnat",
-}
-
 // fixedChains returns the chains created with the table, with their rules
 // (snat_cidr's rules depend on the SNAT maps in use; see snatRule).
 func fixedChains(cfg nat.Config) []chainSpec {
