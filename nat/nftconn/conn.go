@@ -70,6 +70,8 @@ func (n *Netlink) Apply(ctx context.Context, tx *Tx) error {
 		case opAddChain:
 			ch.Type, ch.Hooknum, ch.Priority = o.chain.Type, o.chain.Hook, o.chain.Priority
 			c.AddChain(ch)
+		case opFlushChain:
+			c.FlushChain(ch)
 		case opAppendRule:
 			c.AddRule(&nft.Rule{Table: t, Chain: ch, Exprs: o.rule.Exprs, UserData: []byte(o.rule.Tag)})
 		case opInsertRule:

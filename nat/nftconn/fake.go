@@ -93,7 +93,7 @@ func (f *Fake) Apply(ctx context.Context, tx *Tx) error {
 			case t.chain(o.chain.Name) == nil:
 				t.chains = append(t.chains, &fakeChain{spec: o.chain})
 			}
-		case opAppendRule, opInsertRule, opDeleteRule:
+		case opFlushChain, opAppendRule, opInsertRule, opDeleteRule:
 			var c *fakeChain
 			if t != nil {
 				c = t.chain(o.chain.Name)
@@ -103,6 +103,8 @@ func (f *Fake) Apply(ctx context.Context, tx *Tx) error {
 				break
 			}
 			switch o.kind {
+			case opFlushChain:
+				c.rules = nil
 			case opAppendRule:
 				handle++
 				c.rules = append(c.rules, fakeRule{handle, o.rule})

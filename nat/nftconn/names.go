@@ -11,9 +11,13 @@
 // and ip6 natgw_vpclb), nat/planes (removal of the other plane's table
 // inet/ip natgw). The main table's layout (nat/nftables) keeps its own
 // transaction encoder, which batches tens of thousands of set elements
-// per transaction, but takes its table name from here. nat/gwqos can
-// adopt Tx, Conn and Fake as they are: its table name is GatewayQoSTable
-// and its chains IngressChain and EgressChain.
+// per transaction, but takes its table name and its base chain rendering
+// from here. nat/gwqos and nat/shape still talk to google/nftables
+// directly and define their table names themselves. nat/gwqos can adopt
+// Tx, Conn and Fake as they are (table GatewayQoSTable, chains
+// IngressChain and EgressChain; it finds its rules by their tags);
+// nat/shape (ShapeTable) needs set and map operations that Tx does not
+// have yet.
 package nftconn
 
 // The tables natgw writes. natgw changes only these.
@@ -24,6 +28,8 @@ const (
 	// GatewayQoSTable is the gateway-wide QoS table, family ip
 	// (nat/gwqos).
 	GatewayQoSTable = "natgw_gwqos"
+	// ShapeTable holds the EIP shaping maps, family ip (nat/shape).
+	ShapeTable = "natgw_shape"
 	// LBSvcTable holds lb-svc.sh's DNAT and masquerade rules, family ip
 	// (gwimage/lbsvc).
 	LBSvcTable = "natgw_lbsvc"

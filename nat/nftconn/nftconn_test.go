@@ -68,6 +68,14 @@ func TestFakeApply(t *testing.T) {
 	if _, ok, _ := FindRule(ctx, f, testTable, "post", "tb"); ok {
 		t.Fatal("tb still there after its delete")
 	}
+	flush := &Tx{}
+	flush.FlushChain(testTable, "post")
+	if err := f.Apply(ctx, flush); err != nil {
+		t.Fatal(err)
+	}
+	if refs, err := f.Rules(ctx, testTable, "post"); err != nil || len(refs) != 0 {
+		t.Fatalf("after a flush: %+v, %v", refs, err)
+	}
 	if names, _ := f.Tables(ctx, nft.TableFamilyIPv4); !slices.Equal(names, []string{"t"}) {
 		t.Fatalf("tables: %v", names)
 	}

@@ -111,6 +111,7 @@ const (
 	opAddTable opKind = iota + 1
 	opDeleteTable
 	opAddChain
+	opFlushChain
 	opAppendRule
 	opInsertRule
 	opDeleteRule
@@ -134,6 +135,12 @@ func (tx *Tx) DeleteTable(t Table) { tx.ops = append(tx.ops, op{kind: opDeleteTa
 // AddChain adds c to t; a chain that exists keeps its rules.
 func (tx *Tx) AddChain(t Table, c Chain) {
 	tx.ops = append(tx.ops, op{kind: opAddChain, table: t, chain: c})
+}
+
+// FlushChain deletes every rule of chain; the transaction fails if the
+// chain does not exist.
+func (tx *Tx) FlushChain(t Table, chain string) {
+	tx.ops = append(tx.ops, op{kind: opFlushChain, table: t, chain: Chain{Name: chain}})
 }
 
 // AppendRule adds r at the end of chain.
@@ -171,6 +178,8 @@ func (tx *Tx) String() string {
 			} else {
 				fmt.Fprintf(&b, "add chain %s %s\n", o.table, o.chain.Name)
 			}
+		case opFlushChain:
+			fmt.Fprintf(&b, "flush chain %s %s\n", o.table, o.chain.Name)
 		case opAppendRule:
 			fmt.Fprintf(&b, "add rule %s %s %s\n", o.table, o.chain.Name, o.rule.line())
 		case opInsertRule:
