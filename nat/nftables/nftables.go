@@ -182,16 +182,13 @@ func (r *Backend) openCleaner() error {
 // deleted by tuple (conntrack.DeleteDNAT), and the others stay.
 func (r *Backend) ForgetDNATFlows(ctx context.Context, dnats []nat.DNAT) error {
 	if len(dnats) == 0 {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return err
+		return nil // no cleaner opened for nothing
 	}
 	if err := r.openCleaner(); err != nil {
 		return err
 	}
-	if _, err := r.cleaner.DeleteDNAT(dnats); err != nil {
-		return fmt.Errorf("nftables: forget flows of %d share DNAT backends: %w", len(dnats), err)
+	if err := r.cleaner.ForgetDNAT(ctx, dnats); err != nil {
+		return fmt.Errorf("nftables: %w", err)
 	}
 	return nil
 }
