@@ -292,7 +292,7 @@ func runInRootfs(t *testing.T, files map[string][]byte, links map[string]string,
 		cmd := exec.Command("/bin/bash", args...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
 		cmd.Dir = "/"
-		cmd.Env = []string{"PATH=/usr/local/bin:/bin", "NATGW_NETNS=" + gw.GW, "GATEWAY_V4=" + netlab.ExtAddr.String(), "NATGW_STATE_DIR=/tmp"}
+		cmd.Env = []string{"PATH=/usr/local/bin:/bin", "NATGW_NETNS=" + gw.GW, "GATEWAY_V4=" + netlab.ExtAddr.String(), "NATGW_STATE_DIR_FOR_TEST=/tmp"}
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		if err := cmd.Run(); err != nil || errb.Len() > 0 {

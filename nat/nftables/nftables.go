@@ -106,10 +106,10 @@ type Backend struct {
 	// gen is the ruleset generation after natgw's last transaction as far
 	// as natgw knows (read at Load, +1 per commit); a transaction that
 	// stores it in natgw_meta stores gen+1, its own (see Load, Settle).
-	gen     uint32
-	stamped bool      // natgw_meta holds gen (see Settle)
-	trace   func(*Tx) // if set, sees every transaction before it is sent (tests)
-	ops     []op      // the last small transaction's operations, reused (see exec)
+	gen          uint32
+	stamped      bool      // natgw_meta holds gen (see Settle)
+	traceForTest func(*Tx) // set by tests only: sees every transaction before it is sent
+	ops          []op      // the last small transaction's operations, reused (see exec)
 
 	// The kernel's structure, read at Load and kept by Commit. Elements
 	// need no index: the kernel holds exactly the rendering of the
