@@ -389,31 +389,21 @@ func addDNAT(ctx context.Context, c nftconn.Conn, d dnatSpec) (added bool, err e
 	if err := c.Apply(ctx, chainsTx()); err != nil {
 		return false, fmt.Errorf("nftables: make table %s: %w", Table, err)
 	}
-	r := dnatRule(d)
-	if _, found, err := nftconn.FindRule(ctx, c, table, nftconn.PreroutingChain, r.Tag); err != nil || found {
-		return false, err
-	}
-	tx := &nftconn.Tx{}
-	tx.AppendRule(table, nftconn.PreroutingChain, r)
-	if err := c.Apply(ctx, tx); err != nil {
+	added, err = nftconn.AddRuleOnce(ctx, c, table, nftconn.PreroutingChain, dnatRule(d), false)
+	if err != nil {
 		return false, fmt.Errorf("nftables: add DNAT %s: %w", d.tag(), err)
 	}
-	return true, nil
+	return added, nil
 }
 
 // addMasq inserts the masquerade of traffic to in first in the
 // postrouting chain (made by addDNAT), unless one is there (added false).
 func addMasq(ctx context.Context, c nftconn.Conn, in netip.Addr) (added bool, err error) {
-	r := masqRule(in)
-	if _, found, err := nftconn.FindRule(ctx, c, table, nftconn.PostroutingChain, r.Tag); err != nil || found {
-		return false, err
-	}
-	tx := &nftconn.Tx{}
-	tx.InsertRule(table, nftconn.PostroutingChain, r)
-	if err := c.Apply(ctx, tx); err != nil {
+	added, err = nftconn.AddRuleOnce(ctx, c, table, nftconn.PostroutingChain, masqRule(in), true)
+	if err != nil {
 		return false, fmt.Errorf("nftables: add masquerade to %s: %w", in, err)
 	}
-	return true, nil
+	return added, nil
 }
 
 // delDNAT deletes d's DNAT rule; no table or no such rule is no error, as

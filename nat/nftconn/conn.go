@@ -144,6 +144,25 @@ func FindRule(ctx context.Context, c Conn, t Table, chain, tag string) (handle u
 	return 0, false, nil
 }
 
+// AddRuleOnce adds r to chain (first with insert, else last) in one
+// transaction unless a rule tagged r.Tag is there; added says whether it
+// added it.
+func AddRuleOnce(ctx context.Context, c Conn, t Table, chain string, r Rule, insert bool) (added bool, err error) {
+	if _, found, err := FindRule(ctx, c, t, chain, r.Tag); err != nil || found {
+		return false, err
+	}
+	tx := &Tx{}
+	if insert {
+		tx.InsertRule(t, chain, r)
+	} else {
+		tx.AppendRule(t, chain, r)
+	}
+	if err := c.Apply(ctx, tx); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
 // HasTable reports whether table t exists.
 func HasTable(ctx context.Context, c Conn, t Table) (bool, error) {
 	names, err := c.Tables(ctx, t.Family)

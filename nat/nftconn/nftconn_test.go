@@ -68,6 +68,18 @@ func TestFakeApply(t *testing.T) {
 	if _, ok, _ := FindRule(ctx, f, testTable, "post", "tb"); ok {
 		t.Fatal("tb still there after its delete")
 	}
+	for i, want := range []bool{true, false} {
+		added, err := AddRuleOnce(ctx, f, testTable, "post", Rule{Text: "once", Tag: "once"}, true)
+		if err != nil || added != want {
+			t.Fatalf("AddRuleOnce %d: added %v, %v; want %v", i+1, added, err, want)
+		}
+	}
+	if refs, _ := f.Rules(ctx, testTable, "post"); len(refs) != 2 || refs[0].Tag != "once" {
+		t.Fatalf("after AddRuleOnce (insert) twice: %+v, want once first, one copy", refs)
+	}
+	if _, err := AddRuleOnce(ctx, f, testTable, "nope", Rule{Tag: "x"}, false); !errors.Is(err, unix.ENOENT) {
+		t.Fatalf("AddRuleOnce on a missing chain: %v", err)
+	}
 	flush := &Tx{}
 	flush.FlushChain(testTable, "post")
 	if err := f.Apply(ctx, flush); err != nil {
