@@ -220,7 +220,7 @@ func startController(ctx context.Context, cp *controlPlane, o controllerOptions)
 		Workers:                 o.Workers,
 		RemoveUpstreamFinalizer: true,
 		// One process runs a controller per data plane, one after the other.
-		SkipNameValidation: true,
+		SkipNameValidationForTest: true,
 		Gateway: gateway.Options{
 			Transport:        &transport.Local{Binary: o.Natgw, Log: log.WithName("agent")},
 			Config:           &o.Gateways,

@@ -56,7 +56,7 @@ func TestRealAgent(t *testing.T) {
 	call := func(op, rule string) {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, bin, "compat", op, rule)
-		cmd.Env = append(os.Environ(), "NATGW_NETNS="+gw.GW, "NATGW_STATE_DIR="+state)
+		cmd.Env = append(os.Environ(), "NATGW_NETNS="+gw.GW, "NATGW_STATE_DIR_FOR_TEST="+state)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("natgw compat %s %s: %v\n%s", op, rule, err, out)
 		}

@@ -1,5 +1,5 @@
 // Package provision is natgw-controller's gateway provisioner in replace
-// mode (issue 14 part 1): each VpcNatGateway becomes the gateway
+// mode (--mode=replace): each VpcNatGateway becomes the gateway
 // StatefulSet that Kube-OVN v1.16.2's controller would create for it (its
 // name, namespace, labels, selector, pod annotations for the external
 // network attachment and the VPC subnet and lanIp, routes, placement,
@@ -306,7 +306,7 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 }
 
 // haPod turns a single gateway's pod template into a two-replica one's
-// (issue 23):
+// (--ha-gateways; controller/docs/operations.md, "Two-replica gateways"):
 //   - no static eth0 address (the provider's ip_address annotation is
 //     dropped): both pods get their own from the subnet and the lanIp
 //     floats to the active replica, as Kube-OVN master's HA gateway does

@@ -406,7 +406,7 @@ func TestReplicasChange(t *testing.T) {
 }
 
 // TestBuildReplicas: Inputs.Replicas 1 (and 0) is today's StatefulSet
-// (want(), unchanged by issue 23); 2 is the same with two replicas, no
+// (want(), unchanged by two-replica provisioning); 2 is the same with two replicas, no
 // static eth0 address, natgw's replicas annotation, preferred pod
 // anti-affinity by hostname (unless the user set one) and the gateway
 // ServiceAccount; anything else is refused.

@@ -33,7 +33,7 @@ func fullGateway() (*v1.VpcNatGateway, map[string]kubeovn.Subnet) {
 // TestBuildGoldenSingle: the apply configuration Build sends for a
 // single-replica gateway, byte for byte. testdata/statefulset-1.json was
 // written by the Build of the commit before two-replica provisioning
-// existed (issue 23), so this proves replicas 1 (unset, or 0 in Inputs)
+// existed (--ha-gateways), so this proves replicas 1 (unset, or 0 in Inputs)
 // sends exactly what it sent before.
 func TestBuildGoldenSingle(t *testing.T) {
 	g, subs := fullGateway()

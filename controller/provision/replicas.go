@@ -10,7 +10,8 @@ import (
 	v1 "github.com/natgw/natgw/controller/api/v1"
 )
 
-// The number of gateway replicas (issue 23). One rule, read by the
+// The number of gateway replicas (controller/docs/operations.md,
+// "Two-replica gateways"). One rule, read by the
 // admission webhook (controller/admission) and by the provisioner's
 // reconcile: Replicas says what a VpcNatGateway asks for and whether it is
 // valid, ReplicasChange whether a live gateway may go from one value to

@@ -1,6 +1,6 @@
 // Package reconciler holds natgw-controller's reconcilers for the
 // kubeovn.io/v1 NAT CRDs (IptablesEIP, IptablesFIPRule, IptablesDnatRule,
-// IptablesSnatRule, VpcNatGateway), finalizer first (DESIGN.md §6):
+// IptablesSnatRule, VpcNatGateway), finalizer first:
 //
 //  1. Get; NotFound → done (the gateway's orphan sweep covers leftovers).
 //  2. Being deleted → delete by UID on the gateway(s) it was programmed on

@@ -255,11 +255,11 @@ func (e *env) startManager(cfg *rest.Config, o envOptions) {
 		t.Fatal(err)
 	}
 	e.reg, err = Setup(ctx, mgr, Config{
-		Workers:                 o.workers,
-		RemoveUpstreamFinalizer: true,
-		RuleLabels:              o.ruleLabels,
-		KubeOVNNetwork:          o.kubeOVNNetwork,
-		SkipNameValidation:      true,
+		Workers:                   o.workers,
+		RemoveUpstreamFinalizer:   true,
+		RuleLabels:                o.ruleLabels,
+		KubeOVNNetwork:            o.kubeOVNNetwork,
+		SkipNameValidationForTest: true,
 		Gateway: gateway.Options{
 			Transport: e.tr, Config: gcfg, DefaultDataplane: o.dataplane,
 			SweepPeriod: o.sweepPeriod, DriftPeriod: o.driftPeriod,

@@ -63,7 +63,8 @@ type ruleReconciler[T client.Object] struct {
 	k ruleKind[T]
 }
 
-// Reconcile implements DESIGN.md §6 for a rule.
+// Reconcile runs the finalizer-first sequence of the package comment
+// (common.go) for a rule.
 func (r *ruleReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	obj := r.k.newObj()
 	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {

@@ -46,8 +46,10 @@ type Config struct {
 	KubeOVNNetwork bool
 	// Gateway configures the gateway managers (Source is filled in).
 	Gateway gateway.Options
-	// SkipNameValidation allows several managers in one process (tests).
-	SkipNameValidation bool
+	// SkipNameValidationForTest lets several managers register the same
+	// controllers in one process (tests and benchmarks; never set by
+	// natgw-controller).
+	SkipNameValidationForTest bool
 }
 
 // Setup registers the field indexes, the gateway Registry (a leader-only
@@ -93,7 +95,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 		return nil, err
 	}
 	opts := controller.Options{MaxConcurrentReconciles: cfg.Workers}
-	if cfg.SkipNameValidation {
+	if cfg.SkipNameValidationForTest {
 		t := true
 		opts.SkipNameValidation = &t
 	}

@@ -228,7 +228,7 @@ func TestFirstRun(t *testing.T) {
 	// kubectl apply -k made the CRDs and the admission policy seconds ago:
 	// the first create waits until the API admits the NAT kinds (a CI
 	// run's first create met the 503 "There can be a delay...").
-	waitServed(ctx, t, s)
+	waitServed(ctx, t, s, c, repo)
 	fipTraffic(t, s, g, 0)
 	r.do(ctx, cmdDelete, 3*time.Minute)
 	waitNoNamespace(ctx, t, cs)
@@ -246,7 +246,7 @@ func TestFirstRun(t *testing.T) {
 	// client, once the API serves them, so no mapping of the first install
 	// is reused.
 	s = stack(t, c)
-	waitServed(ctx, t, s)
+	waitServed(ctx, t, s, c, repo)
 	fipTraffic(t, s, g, 1)
 	r.do(ctx, cmdHelmUninstall, 3*time.Minute)
 
@@ -289,34 +289,27 @@ func stack(t *testing.T, c *cluster.Cluster) *fw.Stack {
 }
 
 // waitServed waits (up to a minute) until the API serves the NAT kinds
-// through s's client: a CRD just created is not served at once.
-func waitServed(ctx context.Context, t *testing.T, s *fw.Stack) {
+// through s's client (a CRD just created is not served at once), then (up
+// to another minute) until kube-apiserver's admission knows natgw's kinds
+// (clusterstack.WaitAdmission: its MutatingAdmissionPolicy answers 503
+// "There can be a delay between when CustomResourceDefinitions are
+// created..." for a kind whose CRD is seconds old).
+func waitServed(ctx context.Context, t *testing.T, s *fw.Stack, c *cluster.Cluster, repo string) {
 	t.Helper()
 	var err error
 	for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
 		if err = s.Client.List(ctx, &v1.VpcNatGatewayList{}); err == nil {
 			if err = s.Client.List(ctx, &v1.IptablesFIPRuleList{}); err == nil {
-				// And admitted: kube-apiserver's MutatingAdmissionPolicy
-				// answers 503 "There can be a delay between when
-				// CustomResourceDefinitions are created..." for a kind
-				// whose CRD is seconds old; a server-side dry run passes
-				// admission (a validation error is past it).
-				err = nil
-				for _, o := range []client.Object{
-					&v1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: "natgw-admission-probe"}},
-					&v1.IptablesFIPRule{ObjectMeta: metav1.ObjectMeta{Name: "natgw-admission-probe"}},
-				} {
-					if cerr := s.Client.Create(ctx, o, client.DryRunAll); cerr != nil && strings.Contains(cerr.Error(), "There can be a delay") {
-						err = cerr
-					}
-				}
-				if err == nil {
-					return
-				}
+				break
 			}
 		}
 	}
-	t.Fatalf("the NAT CRDs are not served and admitted after a minute: %v", err)
+	if err != nil {
+		t.Fatalf("the NAT CRDs are not served after a minute: %v", err)
+	}
+	if err := clusterstack.WaitAdmission(ctx, c, repo, time.Minute); err != nil {
+		t.Fatalf("the NAT CRDs are served but not admitted: %v", err)
+	}
 }
 
 // checkController checks what a person checks after deploying: both

@@ -352,7 +352,7 @@ func (e *env) startReplace(configNet *gwconfig.Entry) {
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
 	if _, err := reconciler.Setup(ctx, mgr, reconciler.Config{
-		Workers: 2, RemoveUpstreamFinalizer: true, SkipNameValidation: true,
+		Workers: 2, RemoveUpstreamFinalizer: true, SkipNameValidationForTest: true,
 		KubeOVNNetwork: configNet == nil,
 		Gateway: gateway.Options{
 			Transport:        &transport.Exec{Config: restCfg, Client: cs, Namespace: ns, Command: "/natgw", Log: log.WithName("agent")},

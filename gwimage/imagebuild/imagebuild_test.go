@@ -26,6 +26,7 @@ import (
 
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat/netns"
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 func moduleRoot(t *testing.T) string {
@@ -291,7 +292,7 @@ func runInRootfs(t *testing.T, files map[string][]byte, links map[string]string,
 		cmd := exec.Command("/bin/bash", args...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
 		cmd.Dir = "/"
-		cmd.Env = []string{"PATH=/usr/local/bin:/bin", "NATGW_NETNS=" + gw.GW, "GATEWAY_V4=" + netlab.ExtAddr.String(), "NATGW_STATE_DIR=/tmp"}
+		cmd.Env = []string{"PATH=/usr/local/bin:/bin", "NATGW_NETNS=" + gw.GW, "GATEWAY_V4=" + netlab.ExtAddr.String(), "NATGW_STATE_DIR_FOR_TEST=/tmp"}
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		if err := cmd.Run(); err != nil || errb.Len() > 0 {
@@ -305,7 +306,7 @@ func runInRootfs(t *testing.T, files map[string][]byte, links map[string]string,
 	if v := run("-c", "bash /kube-ovn/nat-gateway.sh get-iptables-version"); !strings.Contains(v, "iptables v1.8.9") {
 		t.Fatalf("get-iptables-version: %q", v)
 	}
-	table, err := netlab.NftTable(context.Background(), gw.GW, "inet", "natgw")
+	table, err := netlab.NftTable(context.Background(), gw.GW, "inet", nftconn.MainTable)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat/netns"
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // TestCallsInANamespace runs a LoadBalancer-Service pod's calls (init,
@@ -83,6 +84,12 @@ func TestCallsInANamespace(t *testing.T) {
 	out, err := netlab.NftTable(ctx, pod, "ip", Table)
 	if err != nil || strings.Count(out, "dnat to 10.0.1.5:8080") != 1 || strings.Count(out, "masquerade") != 1 {
 		t.Fatalf("table after two dnat-add: %q, %v (want one DNAT and one masquerade)", out, err)
+	}
+	// The golden layout (TestLayoutGolden) says what the kernel lists.
+	f := nftconn.NewFake()
+	fakeDNAT(t, f, "192.0.2.10,80,tcp,10.0.1.5,8080")
+	if miss := f.NotListed(table, out); miss != nil {
+		t.Errorf("the kernel does not list %q as the golden layout has it:\n%s", miss, out)
 	}
 	if err := run("dnat-del", "192.0.2.10,80,tcp,10.0.1.5,8080"); err != nil {
 		t.Fatalf("dnat-del: %v", err)

@@ -17,12 +17,12 @@
 package lbsvc
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
 	"strings"
 	"time"
 
@@ -32,13 +32,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // The names the script's pod uses.
 const (
 	// Table is natgw's nftables table (ip family) of the DNAT and
 	// masquerade rules.
-	Table = "natgw_lbsvc"
+	Table = nftconn.LBSvcTable
 	// RouteTable is the policy routing table of the Service's traffic.
 	RouteTable = 100
 	// ExternalInterface is the pod's attachment to the external network.
@@ -336,27 +337,16 @@ func parseDNATSpec(f []string) (dnatSpec, error) {
 	return d, nil
 }
 
-// lbsvcChains returns the table and its two chains, made if missing (in
-// c's pending batch).
-func lbsvcChains(c *nft.Conn) (*nft.Table, *nft.Chain, *nft.Chain) {
-	t := c.AddTable(&nft.Table{Name: Table, Family: nft.TableFamilyIPv4})
-	pre := c.AddChain(&nft.Chain{Name: "prerouting", Table: t, Type: nft.ChainTypeNAT, Hooknum: nft.ChainHookPrerouting, Priority: nft.ChainPriorityNATDest})
-	post := c.AddChain(&nft.Chain{Name: "postrouting", Table: t, Type: nft.ChainTypeNAT, Hooknum: nft.ChainHookPostrouting, Priority: nft.ChainPriorityNATSource})
-	return t, pre, post
-}
+// table is natgw's lb-svc table.
+var table = nftconn.Table{Family: nft.TableFamilyIPv4, Name: Table}
 
-// findRule returns the rule of ch tagged tag, or nil.
-func findRule(c *nft.Conn, t *nft.Table, ch *nft.Chain, tag string) (*nft.Rule, error) {
-	rules, err := c.GetRules(t, ch)
-	if err != nil {
-		return nil, fmt.Errorf("nftables: list %s: %w", ch.Name, err)
-	}
-	for _, r := range rules {
-		if string(r.UserData) == tag {
-			return r, nil
-		}
-	}
-	return nil, nil
+// chainsTx makes the table and its two NAT chains if missing.
+func chainsTx() *nftconn.Tx {
+	tx := &nftconn.Tx{}
+	tx.AddTable(table)
+	tx.AddChain(table, nftconn.Chain{Name: nftconn.PreroutingChain, Type: nft.ChainTypeNAT, Hook: nft.ChainHookPrerouting, Priority: nft.ChainPriorityNATDest})
+	tx.AddChain(table, nftconn.Chain{Name: nftconn.PostroutingChain, Type: nft.ChainTypeNAT, Hook: nft.ChainHookPostrouting, Priority: nft.ChainPriorityNATSource})
+	return tx
 }
 
 func daddrIs(a netip.Addr) []expr.Any {
@@ -368,32 +358,8 @@ func daddrIs(a netip.Addr) []expr.Any {
 
 func protoNum(p string) byte { return map[string]byte{"tcp": 6, "udp": 17, "sctp": 132}[p] }
 
-func dnatAdd(f []string) error {
-	d, err := parseDNATSpec(f)
-	if err != nil {
-		return err
-	}
-	if len(f) < 6 {
-		return errors.New("want EIP,PORT,PROTOCOL,INTERNAL_IP,INTERNAL_PORT,GATEWAY")
-	}
-	gw, err := nat.ParseIPv4("gateway", f[5])
-	if err != nil {
-		return err
-	}
-	c, err := nft.New()
-	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
-	}
-	t, pre, post := lbsvcChains(c)
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("nftables: make table %s: %w", Table, err)
-	}
-	if r, err := findRule(c, t, pre, d.tag()); err != nil || r != nil {
-		if err == nil {
-			err = errStop // already there: the script ends the call with success
-		}
-		return err
-	}
+// dnatRule is d's rule of the prerouting chain.
+func dnatRule(d dnatSpec) nftconn.Rule {
 	port := make([]byte, 2)
 	binary.BigEndian.PutUint16(port, d.port)
 	inPort := make([]byte, 2)
@@ -407,23 +373,84 @@ func dnatAdd(f []string) error {
 		&expr.Immediate{Register: 2, Data: inPort},
 		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2},
 	)
-	c.AddRule(&nft.Rule{Table: t, Chain: pre, Exprs: exprs, UserData: []byte(d.tag())})
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("nftables: add DNAT %s: %w", d.tag(), err)
+	return nftconn.Rule{Exprs: exprs, Tag: d.tag(),
+		Text: fmt.Sprintf("ip daddr %s %s dport %d dnat to %s:%d", d.eip, d.proto, d.port, d.in, d.inPrt)}
+}
+
+// masqRule is the postrouting chain's masquerade of traffic to in.
+func masqRule(in netip.Addr) nftconn.Rule {
+	return nftconn.Rule{Exprs: append(daddrIs(in), &expr.Masq{}), Tag: "natgw lb-svc masquerade " + in.String(),
+		Text: "ip daddr " + in.String() + " masquerade"}
+}
+
+// addDNAT makes the table if missing and appends d's DNAT rule, unless
+// one is there (added false).
+func addDNAT(ctx context.Context, c nftconn.Conn, d dnatSpec) (added bool, err error) {
+	if err := c.Apply(ctx, chainsTx()); err != nil {
+		return false, fmt.Errorf("nftables: make table %s: %w", Table, err)
+	}
+	added, err = nftconn.AddRuleOnce(ctx, c, table, nftconn.PreroutingChain, dnatRule(d), false)
+	if err != nil {
+		return false, fmt.Errorf("nftables: add DNAT %s: %w", d.tag(), err)
+	}
+	return added, nil
+}
+
+// addMasq inserts the masquerade of traffic to in first in the
+// postrouting chain (made by addDNAT), unless one is there (added false).
+func addMasq(ctx context.Context, c nftconn.Conn, in netip.Addr) (added bool, err error) {
+	added, err = nftconn.AddRuleOnce(ctx, c, table, nftconn.PostroutingChain, masqRule(in), true)
+	if err != nil {
+		return false, fmt.Errorf("nftables: add masquerade to %s: %w", in, err)
+	}
+	return added, nil
+}
+
+// delDNAT deletes d's DNAT rule; no table or no such rule is no error, as
+// the script.
+func delDNAT(ctx context.Context, c nftconn.Conn, d dnatSpec) error {
+	if ok, err := nftconn.HasTable(ctx, c, table); err != nil || !ok {
+		return err
+	}
+	h, found, err := nftconn.FindRule(ctx, c, table, nftconn.PreroutingChain, d.tag())
+	if err != nil || !found {
+		return err
+	}
+	tx := &nftconn.Tx{}
+	tx.DeleteRule(table, nftconn.PreroutingChain, h, d.tag())
+	if err := c.Apply(ctx, tx); err != nil {
+		return fmt.Errorf("nftables: delete DNAT %s: %w", d.tag(), err)
+	}
+	return nil
+}
+
+func dnatAdd(f []string) error {
+	d, err := parseDNATSpec(f)
+	if err != nil {
+		return err
+	}
+	if len(f) < 6 {
+		return errors.New("want EIP,PORT,PROTOCOL,INTERNAL_IP,INTERNAL_PORT,GATEWAY")
+	}
+	gw, err := nat.ParseIPv4("gateway", f[5])
+	if err != nil {
+		return err
+	}
+	ctx, c := context.Background(), nftconn.Current()
+	if added, err := addDNAT(ctx, c, d); err != nil || !added {
+		if err == nil {
+			err = errStop // already there: the script ends the call with success
+		}
+		return err
 	}
 	if err := netlink.RouteReplace(&netlink.Route{Dst: ipnet(netip.PrefixFrom(d.in, 32)), Gw: gw.AsSlice(), Table: RouteTable}); err != nil {
 		return fmt.Errorf("ip route replace %s via %s table %d: %w", d.in, gw, RouteTable, err)
 	}
-	masq := "natgw lb-svc masquerade " + d.in.String()
-	if r, err := findRule(c, t, post, masq); err != nil || r != nil {
+	if added, err := addMasq(ctx, c, d.in); err != nil || !added {
 		if err == nil {
 			err = errStop
 		}
 		return err
-	}
-	c.InsertRule(&nft.Rule{Table: t, Chain: post, Exprs: append(daddrIs(d.in), &expr.Masq{}), UserData: []byte(masq)})
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("nftables: add masquerade to %s: %w", d.in, err)
 	}
 	return nil
 }
@@ -433,28 +460,5 @@ func dnatDel(f []string) error {
 	if err != nil {
 		return err
 	}
-	c, err := nft.New()
-	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
-	}
-	tables, err := c.ListTablesOfFamily(nft.TableFamilyIPv4)
-	if err != nil {
-		return fmt.Errorf("nftables: list tables: %w", err)
-	}
-	if !slices.ContainsFunc(tables, func(x *nft.Table) bool { return x.Name == Table }) {
-		return nil // nothing was added: nothing to delete, as the script
-	}
-	t := &nft.Table{Name: Table, Family: nft.TableFamilyIPv4}
-	pre := &nft.Chain{Name: "prerouting", Table: t}
-	r, err := findRule(c, t, pre, d.tag())
-	if err != nil || r == nil {
-		return err // no such DNAT: nothing to delete, as the script
-	}
-	if err := c.DelRule(&nft.Rule{Table: t, Chain: pre, Handle: r.Handle}); err != nil {
-		return fmt.Errorf("nftables: delete DNAT %s: %w", d.tag(), err)
-	}
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("nftables: delete DNAT %s: %w", d.tag(), err)
-	}
-	return nil
+	return delDNAT(context.Background(), nftconn.Current(), d)
 }

@@ -8,6 +8,7 @@
 package vpclb
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -17,10 +18,12 @@ import (
 	nft "github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
+
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // Table names the table of the masquerade rules.
-const Table = "natgw_vpclb"
+const Table = nftconn.VPCLBTable
 
 // Route is `ip [-4|-6] route replace Dst via Via`.
 type Route struct {
@@ -108,29 +111,46 @@ func parseCIDR(s string) (netip.Prefix, error) {
 }
 
 // Insert makes (if missing) the table and its postrouting NAT chain and
-// inserts `daddr Dst masquerade` first, in one transaction.
+// inserts `daddr Dst masquerade` first, in one transaction, in the calling
+// thread's network namespace.
 func (m Masquerade) Insert() error {
-	dst := m.Dst
-	c, err := nft.New()
-	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
-	}
-	fam, off := nft.TableFamilyIPv4, uint32(16)
-	if dst.Addr().Is6() {
-		fam, off = nft.TableFamilyIPv6, 24
-	}
-	t := c.AddTable(&nft.Table{Name: Table, Family: fam})
-	ch := c.AddChain(&nft.Chain{Name: "postrouting", Table: t, Type: nft.ChainTypeNAT, Hooknum: nft.ChainHookPostrouting, Priority: nft.ChainPriorityNATSource})
-	n := uint32(dst.Addr().BitLen() / 8)
-	mask := net.CIDRMask(dst.Bits(), dst.Addr().BitLen())
-	c.InsertRule(&nft.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: n, Mask: mask, Xor: make([]byte, n)},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: dst.Addr().AsSlice()},
-		&expr.Masq{},
-	}, UserData: []byte("natgw: vpc lb masquerade " + dst.String())})
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("nftables: insert masquerade for %s: %w", dst, err)
+	return m.InsertInto(context.Background(), nftconn.Current())
+}
+
+// InsertInto is Insert on c.
+func (m Masquerade) InsertInto(ctx context.Context, c nftconn.Conn) error {
+	if err := c.Apply(ctx, m.Tx()); err != nil {
+		return fmt.Errorf("nftables: insert masquerade for %s: %w", m.Dst, err)
 	}
 	return nil
+}
+
+// Tx is Insert's transaction: the table of Dst's family (ip or ip6
+// natgw_vpclb), its postrouting chain, and the masquerade rule first.
+func (m Masquerade) Tx() *nftconn.Tx {
+	dst := m.Dst
+	t, off, word := nftconn.Table{Family: nft.TableFamilyIPv4, Name: Table}, uint32(16), "ip"
+	if dst.Addr().Is6() {
+		t, off, word = nftconn.Table{Family: nft.TableFamilyIPv6, Name: Table}, 24, "ip6"
+	}
+	n := uint32(dst.Addr().BitLen() / 8)
+	mask := net.CIDRMask(dst.Bits(), dst.Addr().BitLen())
+	match := dst.String()
+	if dst.IsSingleIP() {
+		match = dst.Addr().String()
+	}
+	tx := &nftconn.Tx{}
+	tx.AddTable(t)
+	tx.AddChain(t, nftconn.Chain{Name: nftconn.PostroutingChain, Type: nft.ChainTypeNAT, Hook: nft.ChainHookPostrouting, Priority: nft.ChainPriorityNATSource})
+	tx.InsertRule(t, nftconn.PostroutingChain, nftconn.Rule{
+		Exprs: []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: n, Mask: mask, Xor: make([]byte, n)},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: dst.Addr().AsSlice()},
+			&expr.Masq{},
+		},
+		Text: word + " daddr " + match + " masquerade",
+		Tag:  "natgw: vpc lb masquerade " + dst.String(),
+	})
+	return tx
 }

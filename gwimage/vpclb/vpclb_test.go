@@ -6,8 +6,11 @@ import (
 	"strings"
 	"testing"
 
+	nft "github.com/google/nftables"
+
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat/netns"
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // TestParse: the two init containers' forms are read; any other form, a
@@ -58,7 +61,7 @@ func TestInsertAndReplace(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	for _, cidr := range []string{"10.96.0.0/12", "10.100.0.0/16", "fd00:10:96::/112"} {
+	for _, cidr := range layoutCIDRs {
 		m := Masquerade{Dst: netip.MustParsePrefix(cidr)}
 		if err := netns.Do(ns, m.Insert); err != nil {
 			t.Fatalf("insert %s: %v", cidr, err)
@@ -72,8 +75,16 @@ func TestInsertAndReplace(t *testing.T) {
 	if first < 0 || second < 0 || second > first {
 		t.Fatalf("ip table:\n%s\nwant both masquerades, the later one first", out)
 	}
-	if out, err := netlab.NftTable(ctx, ns, "ip6", Table); err != nil || !strings.Contains(out, "ip6 daddr fd00:10:96::/112 masquerade") {
-		t.Fatalf("ip6 table: %q, %v", out, err)
+	out6, err := netlab.NftTable(ctx, ns, "ip6", Table)
+	if err != nil || !strings.Contains(out6, "ip6 daddr fd00:10:96::/112 masquerade") {
+		t.Fatalf("ip6 table: %q, %v", out6, err)
+	}
+	// The golden layout (TestLayoutGolden) says what the kernel lists.
+	f := fakeTables(t)
+	for fam, listing := range map[nft.TableFamily]string{nft.TableFamilyIPv4: out, nft.TableFamilyIPv6: out6} {
+		if miss := f.NotListed(nftconn.Table{Family: fam, Name: Table}, listing); miss != nil {
+			t.Errorf("the kernel does not list %q as the golden layout has it:\n%s", miss, listing)
+		}
 	}
 	r := Route{Dst: netip.MustParsePrefix("10.96.0.0/12"), Via: netip.MustParseAddr("10.0.0.1")}
 	if err := netns.Do(ns, r.Replace); err != nil {

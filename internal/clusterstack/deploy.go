@@ -136,6 +136,19 @@ func DeployController(ctx context.Context, c *cluster.Cluster, repo string) erro
 // dispatcher.go): a create of that kind fails until it has one.
 const admissionWarmingUp = "There can be a delay between when CustomResourceDefinitions are created"
 
+// WaitAdmission waits (up to limit) until kube-apiserver's admission knows
+// every natgw CRD's kind (the CRDs of repo's controller/config/crd, which
+// the Helm chart installs too): waitAdmission, for a test that installed
+// the CRDs another way than DeployController (e2e/firstrun: after
+// `kubectl apply -k` and after `helm install`).
+func WaitAdmission(ctx context.Context, c *cluster.Cluster, repo string, limit time.Duration) error {
+	crds, err := crdNames(filepath.Join(repo, "controller/config/crd"))
+	if err != nil {
+		return err
+	}
+	return waitAdmission(ctx, c, crds, limit)
+}
+
 // waitAdmission waits until a server-side dry-run create of each CRD's kind
 // gets past the admission policy controller/config installs (success or a
 // validation error, not the 503 of a policy dispatcher that does not know

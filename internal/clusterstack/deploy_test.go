@@ -3,7 +3,9 @@ package clusterstack
 import (
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/natgw/natgw/internal/cluster"
 )
@@ -26,5 +28,15 @@ func TestCRDNames(t *testing.T) {
 	}
 	if _, err := crdNames(t.TempDir()); err == nil {
 		t.Error("an empty directory gave no error")
+	}
+}
+
+// TestWaitAdmissionNoCRDs: WaitAdmission reads the CRDs from the repo it
+// is given and says so when there are none (before any kubectl call).
+func TestWaitAdmissionNoCRDs(t *testing.T) {
+	dir := t.TempDir()
+	err := WaitAdmission(t.Context(), nil, dir, time.Second)
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "controller/config/crd")) {
+		t.Fatalf("WaitAdmission without CRDs: %v, want the crd folder named", err)
 	}
 }

@@ -197,6 +197,22 @@ func (c *Cleaner) DeleteDNAT(dnats []nat.DNAT) (int, error) {
 	})
 }
 
+// ForgetDNAT is a backend's forgetting of removed share DNAT backends'
+// flows (engine.DNATFlowForgetter): DeleteDNAT of dnats, nothing for none,
+// after checking ctx, with the count in the error.
+func (c *Cleaner) ForgetDNAT(ctx context.Context, dnats []nat.DNAT) error {
+	if len(dnats) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if _, err := c.DeleteDNAT(dnats); err != nil {
+		return fmt.Errorf("forget flows of %d share DNAT backends: %w", len(dnats), err)
+	}
+	return nil
+}
+
 // dnatEIPs returns the EIPs of dnats.
 func dnatEIPs(dnats []nat.DNAT) []netip.Addr {
 	out := make([]netip.Addr, len(dnats))

@@ -186,14 +186,8 @@ func (r *Backend) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
 // tuple (conntrack.DeleteDNAT), the conntrack entries DNATed through each
 // removed share DNAT backend, so the identity's other backends keep theirs.
 func (r *Backend) ForgetDNATFlows(ctx context.Context, dnats []nat.DNAT) error {
-	if len(dnats) == 0 {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if _, err := r.ct.DeleteDNAT(dnats); err != nil {
-		return fmt.Errorf("iptables: forget flows of %d share DNAT backends: %w", len(dnats), err)
+	if err := r.ct.ForgetDNAT(ctx, dnats); err != nil {
+		return fmt.Errorf("iptables: %w", err)
 	}
 	return nil
 }

@@ -360,8 +360,8 @@ const keepOps = 64
 
 // exec sends tx through the transport and keeps the generation count.
 func (r *Backend) exec(ctx context.Context, tx *Tx) error {
-	if r.trace != nil {
-		r.trace(tx)
+	if r.traceForTest != nil {
+		r.traceForTest(tx)
 	}
 	sent, stamped, err := r.send(ctx, tx)
 	if cap(tx.ops) <= keepOps {

@@ -734,7 +734,7 @@ func TestListing(t *testing.T) {
 	}
 	var model listing
 	var sent []string
-	r.trace = func(tx *Tx) {
+	r.traceForTest = func(tx *Tx) {
 		sent = append(sent, tx.String())
 		if err := model.apply(tx); err != nil {
 			t.Errorf("the model refuses transaction %d:\n%s\n%v", len(sent), tx, err)

@@ -15,13 +15,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // TableName is the name of natgw's table (family inet: IPv4 and IPv6 in
 // one table). natgw never writes any other table; Load deletes table ip
 // natgw, the table of layouts 1-3, in the transaction that creates the
 // inet one.
-const TableName = "natgw"
+const TableName = nftconn.MainTable
 
 // tableFamily is the family of natgw's table; nfFamily the same as the
 // nfgenmsg family of its messages.
@@ -43,8 +44,8 @@ const (
 	setMeta     = "natgw_meta"
 	setEIPs     = "eips"
 	setRoutes   = "routes"
-	setFIPDNAT  = "fip_dnat"
-	setFIPSNAT  = "fip_snat"
+	setFIPDNAT  = nftconn.MainSetFIPDNAT
+	setFIPSNAT  = nftconn.MainSetFIPSNAT
 	setPortDNAT = "port_dnat"
 	setQoSIn    = "qos_in"
 	setQoSOut   = "qos_out"
@@ -457,17 +458,6 @@ type chainSpec struct {
 	prio  *nft.ChainPriority
 	typ   nft.ChainType
 	rules []ruleSpec
-}
-
-// hookName is the nft name of a hook of the ip family.
-var hookName = map[nft.ChainHook]string{
-	*nft.ChainHookPrerouting: "prerouting", *nft.ChainHookInput: "input", *nft.ChainHookForward: "forward",
-	*nft.ChainHookOutput: "output", *nft.ChainHookPostrouting: "postrouting",
-}
-
-// prioName is the name nft gives a standard priority of the ip family.
-var prioName = map[nft.ChainPriority]string{
-	-300: "raw", -150: "mangle", -100: "dstnat", 0: "filter", 50: "security", 100: "srcnat",
 }
 
 // fixedChains returns the chains created with the table, with their rules

@@ -106,10 +106,10 @@ type Backend struct {
 	// gen is the ruleset generation after natgw's last transaction as far
 	// as natgw knows (read at Load, +1 per commit); a transaction that
 	// stores it in natgw_meta stores gen+1, its own (see Load, Settle).
-	gen     uint32
-	stamped bool      // natgw_meta holds gen (see Settle)
-	trace   func(*Tx) // if set, sees every transaction before it is sent (tests)
-	ops     []op      // the last small transaction's operations, reused (see exec)
+	gen          uint32
+	stamped      bool      // natgw_meta holds gen (see Settle)
+	traceForTest func(*Tx) // set by tests only: sees every transaction before it is sent
+	ops          []op      // the last small transaction's operations, reused (see exec)
 
 	// The kernel's structure, read at Load and kept by Commit. Elements
 	// need no index: the kernel holds exactly the rendering of the
@@ -182,16 +182,13 @@ func (r *Backend) openCleaner() error {
 // deleted by tuple (conntrack.DeleteDNAT), and the others stay.
 func (r *Backend) ForgetDNATFlows(ctx context.Context, dnats []nat.DNAT) error {
 	if len(dnats) == 0 {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return err
+		return nil // no cleaner opened for nothing
 	}
 	if err := r.openCleaner(); err != nil {
 		return err
 	}
-	if _, err := r.cleaner.DeleteDNAT(dnats); err != nil {
-		return fmt.Errorf("nftables: forget flows of %d share DNAT backends: %w", len(dnats), err)
+	if err := r.cleaner.ForgetDNAT(ctx, dnats); err != nil {
+		return fmt.Errorf("nftables: %w", err)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/google/nftables/expr"
 
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // Plan returns the transaction that creates natgw's table for cfg holding
@@ -62,7 +63,8 @@ func (t *Tx) String() string {
 	return b.String()
 }
 
-const tablePrefix = "inet " + TableName
+// tablePrefix is the table as nft commands name it: `inet natgw`.
+var tablePrefix = nftconn.Table{Family: tableFamily, Name: TableName}.String()
 
 func (o *op) text(b *strings.Builder) {
 	switch o.kind {
@@ -140,16 +142,10 @@ func fieldsText(t nft.SetDatatype) string {
 }
 
 // chainHeader is a base chain's `type ... hook ... priority ...; policy
-// accept;` as nft lists it; "" for a regular chain.
+// accept;` as nft lists it (nftconn's rendering, shared by every natgw
+// table); "" for a regular chain.
 func chainHeader(c chainSpec) string {
-	if c.hook == nil || c.prio == nil {
-		return ""
-	}
-	prio, ok := prioName[*c.prio]
-	if !ok {
-		prio = strconv.Itoa(int(*c.prio))
-	}
-	return fmt.Sprintf("type %s hook %s priority %s; policy accept;", c.typ, hookName[*c.hook], prio)
+	return nftconn.Chain{Name: c.name, Type: c.typ, Hook: c.hook, Priority: c.prio}.Header()
 }
 
 // ruleText is a rule as nft lists it, with its comment.

@@ -43,13 +43,13 @@ import (
 	"time"
 
 	nft "github.com/google/nftables"
-	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/iptables"
 	"github.com/natgw/natgw/nat/link"
 	"github.com/natgw/natgw/nat/netns"
 	"github.com/natgw/natgw/nat/nftables"
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // Names of the data planes, as in --dataplane (nat.DataplaneNames).
@@ -285,44 +285,64 @@ func plumb(ctx context.Context, cfg nat.Config, removed, added []nat.Object) err
 	return p.Apply(ctx, removed, added)
 }
 
+// nftTables are the tables the nftables data plane leaves: table inet
+// natgw, and table ip natgw of layouts 1-3.
+var nftTables = []nftconn.Table{
+	{Family: nft.TableFamilyINet, Name: nftconn.MainTable},
+	{Family: nft.TableFamilyIPv4, Name: nftconn.MainTable},
+}
+
 // nftPresent reports whether table inet natgw (or table ip natgw, the
 // table of layouts 1-3) exists.
-func nftPresent(_ context.Context, ns *netns.NS) (bool, error) {
-	c, err := nft.New(nft.WithNetNSFd(ns.Fd()))
-	if err != nil {
-		return false, fmt.Errorf("nftables netlink: %w", err)
-	}
-	for _, fam := range []nft.TableFamily{nft.TableFamilyINet, nft.TableFamilyIPv4} {
-		tables, err := c.ListTablesOfFamily(fam)
+func nftPresent(ctx context.Context, ns *netns.NS) (bool, error) {
+	held, err := nftHeld(ctx, nftconn.Open(ns))
+	return len(held) > 0, err
+}
+
+// nftHeld returns those of nftTables that exist.
+func nftHeld(ctx context.Context, c nftconn.Conn) ([]nftconn.Table, error) {
+	var held []nftconn.Table
+	for _, t := range nftTables {
+		ok, err := nftconn.HasTable(ctx, c, t)
 		if err != nil {
-			return false, fmt.Errorf("list nftables tables: %w", err)
+			return nil, err
 		}
-		for _, t := range tables {
-			if t.Name == nftables.TableName {
-				return true, nil
-			}
+		if ok {
+			held = append(held, t)
 		}
 	}
-	return false, nil
+	return held, nil
 }
 
 // nftRemove deletes table inet natgw (empty by now) and a table ip natgw
-// of layouts 1-3 if one is left, each where it exists.
-func nftRemove(_ context.Context, ns *netns.NS) error {
-	c, err := nft.New(nft.WithNetNSFd(ns.Fd()))
+// of layouts 1-3 if one is left, those that exist, in one transaction.
+func nftRemove(ctx context.Context, ns *netns.NS) error {
+	return nftRemoveOn(ctx, nftconn.Open(ns))
+}
+
+func nftRemoveOn(ctx context.Context, c nftconn.Conn) error {
+	tx, err := nftRemoveTx(ctx, c)
 	if err != nil {
-		return fmt.Errorf("nftables netlink: %w", err)
+		return err
 	}
-	for _, fam := range []struct {
-		f    nft.TableFamily
-		name string
-	}{{nft.TableFamilyINet, "inet"}, {nft.TableFamilyIPv4, "ip"}} {
-		c.DelTable(&nft.Table{Name: nftables.TableName, Family: fam.f})
-		if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("delete table %s %s: %w", fam.name, nftables.TableName, err)
-		}
+	if err := c.Apply(ctx, tx); err != nil {
+		return fmt.Errorf("delete the nftables data plane's tables: %w", err)
 	}
 	return nil
+}
+
+// nftRemoveTx is nftRemove's transaction on c: a delete of each of
+// nftTables that exists (none: an empty transaction).
+func nftRemoveTx(ctx context.Context, c nftconn.Conn) (*nftconn.Tx, error) {
+	held, err := nftHeld(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	tx := &nftconn.Tx{}
+	for _, t := range held {
+		tx.DeleteTable(t)
+	}
+	return tx, nil
 }
 
 // chainPrefix starts the name of every chain natgw's iptables data plane

@@ -175,7 +175,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	return f, nil
 }
 
-// The two modes of --mode (issue 14).
+// The two modes of --mode (controller/README.md: replace and companion).
 const (
 	// modeReplace: natgw-controller programs the NAT CRs itself.
 	modeReplace = "replace"

@@ -31,6 +31,7 @@ import (
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/internal/syncbuf"
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 func main() {
@@ -368,7 +369,7 @@ func (d *demo) filterState(ctx context.Context) (string, error) {
 	if d.dataplane == "iptables" {
 		return netlab.Exec(ctx, d.gw.GW, "", "iptables-legacy-save", "-t", "nat")
 	}
-	return netlab.NftTable(ctx, d.gw.GW, "inet", "natgw")
+	return netlab.NftTable(ctx, d.gw.GW, "inet", nftconn.MainTable)
 }
 
 // expectClean checks that nothing of the demo's objects is left: not in the

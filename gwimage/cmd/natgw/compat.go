@@ -28,8 +28,9 @@ func cmdCompat(ctx context.Context, e env, g *globals, args []string) int {
 // stateDir holds what init records for later calls (the interface names), as
 // the script keeps /etc/kube-ovn/nat-gateway.env: in the container's
 // filesystem, so a new pod starts without it and the controller's init
-// writes it again. $NATGW_STATE_DIR overrides it (tests).
-func stateDir() string { return envOr("NATGW_STATE_DIR", "/etc/natgw") }
+// writes it again. $NATGW_STATE_DIR_FOR_TEST overrides it: tests that run
+// the binary without root's /etc set it; nothing in the product does.
+func stateDir() string { return envOr("NATGW_STATE_DIR_FOR_TEST", "/etc/natgw") }
 
 // snatQueue is the queue of SNATs held back (gwimage/snatqueue), kept in
 // stateDir.

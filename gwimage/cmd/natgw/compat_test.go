@@ -59,7 +59,7 @@ func compatExec(t *testing.T, ns, dp string, form execForm, op string, rules ...
 	default:
 		cmd = exec.Command(filepath.Join(binDir, "nat-gateway.sh"), append([]string{op}, rules...)...)
 	}
-	cmd.Env = append(os.Environ(), "NATGW_NETNS="+ns, "NATGW_DATAPLANE="+dp, "GATEWAY_V4=192.0.2.1", "NATGW_STATE_DIR="+stateDirFor(t, ns))
+	cmd.Env = append(os.Environ(), "NATGW_NETNS="+ns, "NATGW_DATAPLANE="+dp, "GATEWAY_V4=192.0.2.1", "NATGW_STATE_DIR_FOR_TEST="+stateDirFor(t, ns))
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil || errb.Len() > 0 {
@@ -325,7 +325,7 @@ func TestCompatFailures(t *testing.T) {
 		{[]string{"eip-ingress-qos-add", "192.0.2.99,1,0,1"}, 2, "above 0"},
 	} {
 		cmd := exec.Command(filepath.Join(binDir, "nat-gateway.sh"), tc.args...)
-		cmd.Env = append(os.Environ(), "NATGW_NETNS="+gw.GW, "NATGW_STATE_DIR="+stateDirFor(t, gw.GW))
+		cmd.Env = append(os.Environ(), "NATGW_NETNS="+gw.GW, "NATGW_STATE_DIR_FOR_TEST="+stateDirFor(t, gw.GW))
 		_, errb, code := runCmd(t, cmd)
 		if code != tc.code || !strings.Contains(errb, tc.msg) || (tc.code != 0) != (errb != "") {
 			t.Errorf("%q: exit %d stderr %q, want exit %d mentioning %q", tc.args, code, errb, tc.code, tc.msg)

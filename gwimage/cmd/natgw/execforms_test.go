@@ -121,7 +121,7 @@ func TestCompatShareRefusals(t *testing.T) {
 		}
 		for _, tc := range tests {
 			cmd := exec.Command(filepath.Join(binDir, "bash"), "/kube-ovn/nat-gateway.sh", "nft-dnat-map-add", tc.rule)
-			cmd.Env = append(os.Environ(), "NATGW_NETNS="+gw.GW, "NATGW_DATAPLANE="+dp, "NATGW_STATE_DIR="+stateDirFor(t, gw.GW))
+			cmd.Env = append(os.Environ(), "NATGW_NETNS="+gw.GW, "NATGW_DATAPLANE="+dp, "NATGW_STATE_DIR_FOR_TEST="+stateDirFor(t, gw.GW))
 			_, errb, code := runCmd(t, cmd)
 			if code != 1 || !strings.Contains(errb, tc.msg) {
 				t.Errorf("%s: nft-dnat-map-add %s: exit %d stderr %q, want exit 1 mentioning %q", dp, tc.rule, code, errb, tc.msg)

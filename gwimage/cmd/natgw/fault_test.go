@@ -15,6 +15,7 @@ import (
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/netns"
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // fipSet returns n floating IPs tagged prefix: EIPs from base.0.0 up, internal
@@ -46,8 +47,8 @@ func tableCensus(t *testing.T, ns string) (old, new int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := &nft.Table{Name: "natgw", Family: nft.TableFamilyINet}
-	for _, name := range []string{"fip_dnat", "fip_snat"} {
+	table := &nft.Table{Name: nftconn.MainTable, Family: nft.TableFamilyINet}
+	for _, name := range []string{nftconn.MainSetFIPDNAT, nftconn.MainSetFIPSNAT} {
 		set, err := c.GetSetByName(table, name)
 		if err != nil {
 			t.Fatalf("map %s: %v", name, err)

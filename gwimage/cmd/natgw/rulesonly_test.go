@@ -10,6 +10,7 @@ import (
 
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // rulesDump returns the gateway's natgw rules of data plane plane.
@@ -19,7 +20,7 @@ func rulesDump(t *testing.T, ns, plane string) string {
 	var out string
 	var err error
 	if plane == "nftables" {
-		out, err = netlab.NftTable(ctx, ns, "inet", "natgw")
+		out, err = netlab.NftTable(ctx, ns, "inet", nftconn.MainTable)
 	} else {
 		out, err = netlab.IptablesSave(ctx, ns, true)
 	}

@@ -1,0 +1,178 @@
+package nftconn
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+
+	nft "github.com/google/nftables"
+
+	"github.com/natgw/natgw/nat/netns"
+)
+
+// Conn is a connection to one network namespace's nftables: it applies a
+// Tx as one transaction and reads back what natgw needs to decide the
+// next one. Netlink (Open, Current) and Fake implement it.
+type Conn interface {
+	// Apply sends tx as one batch: all of it or nothing.
+	Apply(ctx context.Context, tx *Tx) error
+	// Tables returns the names of the tables of family f.
+	Tables(ctx context.Context, f nft.TableFamily) ([]string, error)
+	// Rules returns the rules of chain in t, in order; an error if the
+	// chain does not exist.
+	Rules(ctx context.Context, t Table, chain string) ([]RuleRef, error)
+}
+
+// Netlink is a Conn over netlink (google/nftables, one socket per call).
+type Netlink struct {
+	ns   *netns.NS // nil: the calling thread's namespace
+	opts []nft.ConnOption
+}
+
+// Open returns a Conn to ns's nftables; ns must stay open while it is used.
+func Open(ns *netns.NS) *Netlink {
+	return &Netlink{ns: ns, opts: []nft.ConnOption{nft.WithNetNSFd(ns.Fd())}}
+}
+
+// Current returns a Conn to the nftables of the calling thread's network
+// namespace (the thread that calls its methods).
+func Current() *Netlink { return &Netlink{} }
+
+func (n *Netlink) conn() (*nft.Conn, error) {
+	c, err := nft.New(n.opts...)
+	runtime.KeepAlive(n.ns)
+	if err != nil {
+		return nil, fmt.Errorf("nftables netlink: %w", err)
+	}
+	return c, nil
+}
+
+// Apply implements Conn.
+func (n *Netlink) Apply(ctx context.Context, tx *Tx) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if tx.Len() == 0 {
+		return nil
+	}
+	c, err := n.conn()
+	if err != nil {
+		return err
+	}
+	for _, o := range tx.ops {
+		t := &nft.Table{Name: o.table.Name, Family: o.table.Family}
+		ch := &nft.Chain{Name: o.chain.Name, Table: t}
+		switch o.kind {
+		case opAddTable:
+			c.AddTable(t)
+		case opDeleteTable:
+			c.DelTable(t)
+		case opAddChain:
+			ch.Type, ch.Hooknum, ch.Priority = o.chain.Type, o.chain.Hook, o.chain.Priority
+			c.AddChain(ch)
+		case opFlushChain:
+			c.FlushChain(ch)
+		case opAppendRule:
+			c.AddRule(&nft.Rule{Table: t, Chain: ch, Exprs: o.rule.Exprs, UserData: []byte(o.rule.Tag)})
+		case opInsertRule:
+			c.InsertRule(&nft.Rule{Table: t, Chain: ch, Exprs: o.rule.Exprs, UserData: []byte(o.rule.Tag)})
+		case opDeleteRule:
+			if err := c.DelRule(&nft.Rule{Table: t, Chain: ch, Handle: o.handle}); err != nil {
+				return fmt.Errorf("nftables: delete rule %d of %s %s: %w", o.handle, t.Name, ch.Name, err)
+			}
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables transaction: %w", err)
+	}
+	return nil
+}
+
+// Tables implements Conn.
+func (n *Netlink) Tables(ctx context.Context, f nft.TableFamily) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c, err := n.conn()
+	if err != nil {
+		return nil, err
+	}
+	tables, err := c.ListTablesOfFamily(f)
+	if err != nil {
+		return nil, fmt.Errorf("nftables: list %s tables: %w", FamilyName(f), err)
+	}
+	names := make([]string, 0, len(tables))
+	for _, t := range tables {
+		names = append(names, t.Name)
+	}
+	return names, nil
+}
+
+// Rules implements Conn.
+func (n *Netlink) Rules(ctx context.Context, t Table, chain string) ([]RuleRef, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c, err := n.conn()
+	if err != nil {
+		return nil, err
+	}
+	tb := &nft.Table{Name: t.Name, Family: t.Family}
+	rules, err := c.GetRules(tb, &nft.Chain{Name: chain, Table: tb})
+	if err != nil {
+		return nil, fmt.Errorf("nftables: list %s %s: %w", t, chain, err)
+	}
+	refs := make([]RuleRef, 0, len(rules))
+	for _, r := range rules {
+		refs = append(refs, RuleRef{Handle: r.Handle, Tag: string(r.UserData)})
+	}
+	return refs, nil
+}
+
+// FindRule returns the handle of the first rule of chain tagged tag (ok
+// false if none).
+func FindRule(ctx context.Context, c Conn, t Table, chain, tag string) (handle uint64, ok bool, err error) {
+	rules, err := c.Rules(ctx, t, chain)
+	if err != nil {
+		return 0, false, err
+	}
+	for _, r := range rules {
+		if r.Tag == tag {
+			return r.Handle, true, nil
+		}
+	}
+	return 0, false, nil
+}
+
+// AddRuleOnce adds r to chain (first with insert, else last) in one
+// transaction unless a rule tagged r.Tag is there; added says whether it
+// added it.
+func AddRuleOnce(ctx context.Context, c Conn, t Table, chain string, r Rule, insert bool) (added bool, err error) {
+	if _, found, err := FindRule(ctx, c, t, chain, r.Tag); err != nil || found {
+		return false, err
+	}
+	tx := &Tx{}
+	if insert {
+		tx.InsertRule(t, chain, r)
+	} else {
+		tx.AppendRule(t, chain, r)
+	}
+	if err := c.Apply(ctx, tx); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// HasTable reports whether table t exists.
+func HasTable(ctx context.Context, c Conn, t Table) (bool, error) {
+	names, err := c.Tables(ctx, t.Family)
+	if err != nil {
+		return false, err
+	}
+	for _, n := range names {
+		if n == t.Name {
+			return true, nil
+		}
+	}
+	return false, nil
+}

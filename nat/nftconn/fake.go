@@ -1,0 +1,236 @@
+package nftconn
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	nft "github.com/google/nftables"
+	"golang.org/x/sys/unix"
+)
+
+// Fake is a Conn that keeps the tables in memory, for tests without a
+// kernel or root: Apply checks a transaction as the kernel would for the
+// operations Tx has (a missing table, chain or rule fails it and changes
+// nothing), and Dump renders the tables as `nft list ruleset` lists them,
+// each rule by its Text. It is safe for concurrent use.
+type Fake struct {
+	mu     sync.Mutex
+	tables map[Table]*fakeTable
+	handle uint64
+	// Applied are the transactions applied, in order, as text.
+	Applied []string
+}
+
+type fakeTable struct {
+	chains []*fakeChain
+}
+
+type fakeChain struct {
+	spec  Chain
+	rules []fakeRule
+}
+
+type fakeRule struct {
+	handle uint64
+	rule   Rule
+}
+
+// NewFake returns a Fake without tables.
+func NewFake() *Fake { return &Fake{tables: map[Table]*fakeTable{}} }
+
+func (t *fakeTable) chain(name string) *fakeChain {
+	for _, c := range t.chains {
+		if c.spec.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func (f *Fake) clone() map[Table]*fakeTable {
+	out := make(map[Table]*fakeTable, len(f.tables))
+	for k, t := range f.tables {
+		nt := &fakeTable{}
+		for _, c := range t.chains {
+			nt.chains = append(nt.chains, &fakeChain{spec: c.spec, rules: slices.Clone(c.rules)})
+		}
+		out[k] = nt
+	}
+	return out
+}
+
+func missing(what string) error { return fmt.Errorf("%s: %w", what, unix.ENOENT) }
+
+// Apply implements Conn.
+func (f *Fake) Apply(ctx context.Context, tx *Tx) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	tables, handle := f.clone(), f.handle
+	for i, o := range tx.ops {
+		t := tables[o.table]
+		var err error
+		switch o.kind {
+		case opAddTable:
+			if t == nil {
+				tables[o.table] = &fakeTable{}
+			}
+		case opDeleteTable:
+			if t == nil {
+				err = missing("table " + o.table.String())
+			}
+			delete(tables, o.table)
+		case opAddChain:
+			switch {
+			case t == nil:
+				err = missing("table " + o.table.String())
+			case t.chain(o.chain.Name) == nil:
+				t.chains = append(t.chains, &fakeChain{spec: o.chain})
+			}
+		case opFlushChain, opAppendRule, opInsertRule, opDeleteRule:
+			var c *fakeChain
+			if t != nil {
+				c = t.chain(o.chain.Name)
+			}
+			if c == nil {
+				err = missing("chain " + o.table.String() + " " + o.chain.Name)
+				break
+			}
+			switch o.kind {
+			case opFlushChain:
+				c.rules = nil
+			case opAppendRule:
+				handle++
+				c.rules = append(c.rules, fakeRule{handle, o.rule})
+			case opInsertRule:
+				handle++
+				c.rules = slices.Insert(c.rules, 0, fakeRule{handle, o.rule})
+			case opDeleteRule:
+				j := slices.IndexFunc(c.rules, func(r fakeRule) bool { return r.handle == o.handle })
+				if j < 0 {
+					err = missing(fmt.Sprintf("rule handle %d in %s %s", o.handle, o.table, o.chain.Name))
+					break
+				}
+				c.rules = slices.Delete(c.rules, j, j+1)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("nftables transaction (fake): operation %d: %w", i+1, err)
+		}
+	}
+	f.tables, f.handle = tables, handle
+	f.Applied = append(f.Applied, tx.String())
+	return nil
+}
+
+// Tables implements Conn.
+func (f *Fake) Tables(ctx context.Context, fam nft.TableFamily) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var names []string
+	for t := range f.tables {
+		if t.Family == fam {
+			names = append(names, t.Name)
+		}
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// Rules implements Conn.
+func (f *Fake) Rules(ctx context.Context, t Table, chain string) ([]RuleRef, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var c *fakeChain
+	if ft := f.tables[t]; ft != nil {
+		c = ft.chain(chain)
+	}
+	if c == nil {
+		return nil, fmt.Errorf("nftables (fake): list %s %s: %w", t, chain, missing("chain"))
+	}
+	refs := make([]RuleRef, 0, len(c.rules))
+	for _, r := range c.rules {
+		refs = append(refs, RuleRef{Handle: r.handle, Tag: r.rule.Tag})
+	}
+	return refs, nil
+}
+
+// Dump renders every table, ordered by family then name, as nft lists a
+// ruleset: chains in the order they were added, each rule by its Text
+// with its tag as a # comment.
+func (f *Fake) Dump() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	keys := make([]Table, 0, len(f.tables))
+	for t := range f.tables {
+		keys = append(keys, t)
+	}
+	slices.SortFunc(keys, func(a, b Table) int {
+		return cmp.Or(cmp.Compare(FamilyName(a.Family), FamilyName(b.Family)), cmp.Compare(a.Name, b.Name))
+	})
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "table %s {\n", k)
+		for i, c := range f.tables[k].chains {
+			if i > 0 {
+				b.WriteString("\n")
+			}
+			fmt.Fprintf(&b, "\tchain %s {\n", c.spec.Name)
+			if h := c.spec.Header(); h != "" {
+				fmt.Fprintf(&b, "\t\t%s\n", h)
+			}
+			for _, r := range c.rules {
+				fmt.Fprintf(&b, "\t\t%s\n", r.rule.line())
+			}
+			b.WriteString("\t}\n")
+		}
+		b.WriteString("}\n")
+	}
+	return b.String()
+}
+
+// NotListed compares the Fake's table t with listing, the kernel's `nft
+// list table` of it (for a kernel test: the layout's Text says what its
+// expressions do). It returns the Fake's rule texts that listing does not
+// hold in the same chain in the same order; nil when all are there.
+func (f *Fake) NotListed(t Table, listing string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ft := f.tables[t]
+	if ft == nil {
+		return []string{"table " + t.String() + " (not in the fake)"}
+	}
+	var out []string
+	for _, c := range ft.chains {
+		i := strings.Index(listing, "\tchain "+c.spec.Name+" {")
+		if i < 0 {
+			out = append(out, "chain "+c.spec.Name)
+			continue
+		}
+		rest := listing[i:]
+		if end := strings.Index(rest, "\n\t}"); end >= 0 {
+			rest = rest[:end]
+		}
+		for _, r := range c.rules {
+			j := strings.Index(rest, "\t"+r.rule.Text)
+			if j < 0 {
+				out = append(out, c.spec.Name+": "+r.rule.Text)
+				continue
+			}
+			rest = rest[j+len(r.rule.Text):]
+		}
+	}
+	return out
+}

@@ -1,0 +1,96 @@
+package nftconn
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+
+	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat/netns"
+)
+
+// TestNetlink runs the same transactions on the kernel (in a namespace the
+// test makes; root needed) and on a Fake: rules read back in the same
+// order with their tags, nft lists the Fake's texts, a flush, a delete by
+// handle, a refused transaction changes nothing, and the table goes.
+func TestNetlink(t *testing.T) {
+	lab := netlab.ForTest(t)
+	name, err := lab.NS("nftconn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := netns.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	ctx := context.Background()
+	k, f := Open(ns), NewFake()
+	masq := func(last byte) Rule {
+		return Rule{
+			Exprs: []expr.Any{
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{10, 0, 0, last}},
+				&expr.Masq{},
+			},
+			Text: "ip daddr 10.0.0." + string(rune('0'+last)) + " masquerade",
+			Tag:  "m" + string(rune('0'+last)),
+		}
+	}
+	tx := baseTx()
+	tx.AppendRule(testTable, "post", masq(2))
+	tx.InsertRule(testTable, "post", masq(1))
+	tx.AppendRule(testTable, "post", masq(3))
+	both := func(what string, tx *Tx) {
+		t.Helper()
+		for _, c := range []Conn{k, f} {
+			if err := c.Apply(ctx, tx); err != nil {
+				t.Fatalf("%s on %T: %v", what, c, err)
+			}
+		}
+	}
+	both("build", tx)
+	rk, err := k.Rules(ctx, testTable, "post")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rk) != 3 || rk[0].Tag != "m1" || rk[1].Tag != "m2" || rk[2].Tag != "m3" {
+		t.Fatalf("kernel rules: %+v, want m1 m2 m3", rk)
+	}
+	listing, err := netlab.NftTable(ctx, name, "ip", testTable.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if miss := f.NotListed(testTable, listing); miss != nil {
+		t.Fatalf("nft does not list %q:\n%s", miss, listing)
+	}
+	bad := &Tx{}
+	bad.AppendRule(testTable, "post", masq(4))
+	bad.DeleteRule(testTable, "post", rk[2].Handle+1000, "")
+	if err := k.Apply(ctx, bad); err == nil || !errors.Is(err, unix.ENOENT) {
+		t.Fatalf("a delete of a missing rule: %v, want ENOENT", err)
+	}
+	del := &Tx{}
+	del.DeleteRule(testTable, "post", rk[1].Handle, "m2")
+	if err := k.Apply(ctx, del); err != nil {
+		t.Fatal(err)
+	}
+	if rk, err := k.Rules(ctx, testTable, "post"); err != nil || len(rk) != 2 || rk[0].Tag != "m1" || rk[1].Tag != "m3" {
+		t.Fatalf("after the refused transaction and the delete of m2: %+v, %v", rk, err)
+	}
+	flush := &Tx{}
+	flush.FlushChain(testTable, "post")
+	flush.DeleteTable(testTable)
+	if err := k.Apply(ctx, flush); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := HasTable(ctx, k, testTable); err != nil || ok {
+		t.Fatalf("table after its delete: %v, %v", ok, err)
+	}
+	if err := k.Apply(ctx, flush); !errors.Is(err, unix.ENOENT) {
+		t.Fatalf("a flush of a deleted table's chain: %v, want ENOENT", err)
+	}
+}

@@ -1,0 +1,58 @@
+// Package nftconn is natgw's one way to write an nftables table that is
+// not the main one's bulk path: every table name natgw owns (and the
+// chain names other packages refer to) as a const, a transaction as a
+// value (Tx) that renders as nft text without a kernel, a connection
+// (Conn) that sends a Tx as one netlink batch in a namespace, and a Fake
+// connection that keeps the table in memory and dumps it as `nft list
+// table` would (knftables' Fake and Dump shape), for golden tests that
+// run without root.
+//
+// Users: gwimage/lbsvc (table ip natgw_lbsvc), gwimage/vpclb (tables ip
+// and ip6 natgw_vpclb), nat/planes (removal of the other plane's table
+// inet/ip natgw). The main table's layout (nat/nftables) keeps its own
+// transaction encoder, which batches tens of thousands of set elements
+// per transaction, but takes its table name and its base chain rendering
+// from here. nat/gwqos and nat/shape still talk to google/nftables
+// directly and define their table names themselves. nat/gwqos can adopt
+// Tx, Conn and Fake as they are (table GatewayQoSTable, chains
+// IngressChain and EgressChain; it finds its rules by their tags);
+// nat/shape (ShapeTable) needs set and map operations that Tx does not
+// have yet.
+package nftconn
+
+// The tables natgw writes. natgw changes only these.
+const (
+	// MainTable is the data plane's table, family inet (layouts 1-3: ip),
+	// laid out by nat/nftables (nat/README.md).
+	MainTable = "natgw"
+	// GatewayQoSTable is the gateway-wide QoS table, family ip
+	// (nat/gwqos).
+	GatewayQoSTable = "natgw_gwqos"
+	// ShapeTable holds the EIP shaping maps, family ip (nat/shape).
+	ShapeTable = "natgw_shape"
+	// LBSvcTable holds lb-svc.sh's DNAT and masquerade rules, family ip
+	// (gwimage/lbsvc).
+	LBSvcTable = "natgw_lbsvc"
+	// VPCLBTable holds the VPC LB init containers' masquerade rules,
+	// families ip and ip6 (gwimage/vpclb).
+	VPCLBTable = "natgw_vpclb"
+)
+
+// Sets of MainTable that other packages refer to (tests that break the
+// table behind the agent's back); nat/README.md has the whole layout.
+const (
+	MainSetFIPDNAT = "fip_dnat"
+	MainSetFIPSNAT = "fip_snat"
+)
+
+// Chain names that more than one package refers to.
+const (
+	// PreroutingChain is the NAT prerouting base chain of LBSvcTable.
+	PreroutingChain = "prerouting"
+	// PostroutingChain is the NAT postrouting base chain of LBSvcTable
+	// and VPCLBTable.
+	PostroutingChain = "postrouting"
+	// IngressChain and EgressChain are GatewayQoSTable's chains.
+	IngressChain = "ingress"
+	EgressChain  = "egress"
+)

@@ -1,0 +1,136 @@
+package nftconn
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	nft "github.com/google/nftables"
+	"golang.org/x/sys/unix"
+)
+
+var testTable = Table{Family: nft.TableFamilyIPv4, Name: "t"}
+
+func baseTx() *Tx {
+	tx := &Tx{}
+	tx.AddTable(testTable)
+	tx.AddChain(testTable, Chain{Name: "post", Type: nft.ChainTypeNAT, Hook: nft.ChainHookPostrouting, Priority: nft.ChainPriorityNATSource})
+	tx.AddChain(testTable, Chain{Name: "plain"})
+	return tx
+}
+
+// TestFakeApply: the Fake applies a transaction all or nothing, refuses
+// what the kernel refuses (ENOENT for a missing table, chain or rule),
+// and its rules and tables read back in order.
+func TestFakeApply(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake()
+	if err := f.Apply(ctx, baseTx()); err != nil {
+		t.Fatal(err)
+	}
+	tx := &Tx{}
+	tx.AppendRule(testTable, "post", Rule{Text: "b", Tag: "tb"})
+	tx.InsertRule(testTable, "post", Rule{Text: "a", Tag: "ta"})
+	if err := f.Apply(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	before := f.Dump()
+	for name, bad := range map[string]func(*Tx){
+		"rule in a missing chain":  func(tx *Tx) { tx.AppendRule(testTable, "nope", Rule{Text: "x"}) },
+		"missing rule handle":      func(tx *Tx) { tx.DeleteRule(testTable, "post", 99, "") },
+		"delete a missing table":   func(tx *Tx) { tx.DeleteTable(Table{Family: nft.TableFamilyIPv6, Name: "t"}) },
+		"chain in a missing table": func(tx *Tx) { tx.AddChain(Table{Family: nft.TableFamilyINet, Name: "t"}, Chain{Name: "c"}) },
+	} {
+		tx := &Tx{}
+		tx.AppendRule(testTable, "post", Rule{Text: "c"}) // valid, must not stay
+		bad(tx)
+		if err := f.Apply(ctx, tx); !errors.Is(err, unix.ENOENT) {
+			t.Errorf("%s: %v, want ENOENT", name, err)
+		}
+		if got := f.Dump(); got != before {
+			t.Errorf("%s: a refused transaction changed the table:\n%s", name, got)
+		}
+	}
+	refs, err := f.Rules(ctx, testTable, "post")
+	if err != nil || len(refs) != 2 || refs[0].Tag != "ta" || refs[1].Tag != "tb" {
+		t.Fatalf("rules: %+v, %v; want ta then tb", refs, err)
+	}
+	h, ok, err := FindRule(ctx, f, testTable, "post", "tb")
+	if err != nil || !ok || h != refs[1].Handle {
+		t.Fatalf("FindRule tb: %d %v %v", h, ok, err)
+	}
+	del := &Tx{}
+	del.DeleteRule(testTable, "post", h, "tb")
+	if err := f.Apply(ctx, del); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := FindRule(ctx, f, testTable, "post", "tb"); ok {
+		t.Fatal("tb still there after its delete")
+	}
+	for i, want := range []bool{true, false} {
+		added, err := AddRuleOnce(ctx, f, testTable, "post", Rule{Text: "once", Tag: "once"}, true)
+		if err != nil || added != want {
+			t.Fatalf("AddRuleOnce %d: added %v, %v; want %v", i+1, added, err, want)
+		}
+	}
+	if refs, _ := f.Rules(ctx, testTable, "post"); len(refs) != 2 || refs[0].Tag != "once" {
+		t.Fatalf("after AddRuleOnce (insert) twice: %+v, want once first, one copy", refs)
+	}
+	if _, err := AddRuleOnce(ctx, f, testTable, "nope", Rule{Tag: "x"}, false); !errors.Is(err, unix.ENOENT) {
+		t.Fatalf("AddRuleOnce on a missing chain: %v", err)
+	}
+	flush := &Tx{}
+	flush.FlushChain(testTable, "post")
+	if err := f.Apply(ctx, flush); err != nil {
+		t.Fatal(err)
+	}
+	if refs, err := f.Rules(ctx, testTable, "post"); err != nil || len(refs) != 0 {
+		t.Fatalf("after a flush: %+v, %v", refs, err)
+	}
+	if names, _ := f.Tables(ctx, nft.TableFamilyIPv4); !slices.Equal(names, []string{"t"}) {
+		t.Fatalf("tables: %v", names)
+	}
+	if ok, _ := HasTable(ctx, f, Table{Family: nft.TableFamilyIPv6, Name: "t"}); ok {
+		t.Fatal("HasTable: ip6 t does not exist")
+	}
+}
+
+// TestTextAndNotListed: a transaction's text and a dump name the table as
+// nft does; NotListed finds a rule a listing lacks or holds in another
+// order.
+func TestTextAndNotListed(t *testing.T) {
+	tx := baseTx()
+	tx.AppendRule(testTable, "post", Rule{Text: "ip daddr 10.0.0.1 masquerade", Tag: "m1"})
+	tx.AppendRule(testTable, "post", Rule{Text: "ip daddr 10.0.0.2 masquerade"})
+	want := "add table ip t\n" +
+		"add chain ip t post { type nat hook postrouting priority srcnat; policy accept; }\n" +
+		"add chain ip t plain\n" +
+		"add rule ip t post ip daddr 10.0.0.1 masquerade # \"m1\"\n" +
+		"add rule ip t post ip daddr 10.0.0.2 masquerade\n"
+	if got := tx.String(); got != want {
+		t.Fatalf("text:\n%s\nwant:\n%s", got, want)
+	}
+	f := NewFake()
+	if err := f.Apply(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	listing := "table ip t {\n\tchain post {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n" +
+		"\t\tip daddr 10.0.0.1 masquerade\n\t\tip daddr 10.0.0.2 masquerade\n\t}\n\n\tchain plain {\n\t}\n}\n"
+	for _, tc := range []struct {
+		name, listing string
+		miss          int
+	}{
+		{"same", listing, 0},
+		{"swapped", "table ip t {\n\tchain post {\n\t\tip daddr 10.0.0.2 masquerade\n\t\tip daddr 10.0.0.1 masquerade\n\t}\n\tchain plain {\n\t}\n}\n", 1},
+		{"rule missing", "table ip t {\n\tchain post {\n\t\tip daddr 10.0.0.1 masquerade\n\t}\n\tchain plain {\n\t}\n}\n", 1},
+		{"chain missing", "table ip t {\n\tchain post {\n\t\tip daddr 10.0.0.1 masquerade\n\t\tip daddr 10.0.0.2 masquerade\n\t}\n}\n", 1},
+	} {
+		if got := f.NotListed(testTable, tc.listing); len(got) != tc.miss {
+			t.Errorf("%s: not listed %q, want %d", tc.name, got, tc.miss)
+		}
+	}
+	if got := f.NotListed(Table{Family: nft.TableFamilyIPv6, Name: "t"}, listing); len(got) != 1 {
+		t.Errorf("a table the fake lacks: %q", got)
+	}
+}
