@@ -1,8 +1,6 @@
 package reconciler
 
 import (
-	"net/netip"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -14,6 +12,7 @@ import (
 type ruleStatus struct {
 	ready   bool
 	v4ip    string
+	v6ip    string // the IPv6 EIP address of an IPv6 rule
 	gateway string
 	cond    v1.Condition
 }
@@ -28,8 +27,9 @@ type ruleKind[T client.Object] struct {
 	newList func() client.ObjectList
 	items   func(client.ObjectList) []T
 	eipName func(T) string
-	// build turns the rule into its gateway object on EIP address eip.
-	build func(T, netip.Addr) (nat.Object, error)
+	// build turns the rule into its gateway object on the EIP with the
+	// addresses eip (the rule takes the one of its family).
+	build func(T, nat.EIP) (nat.Object, error)
 	// setStatus writes st (plus the kind's own fields) into the status.
 	setStatus func(T, ruleStatus)
 	ready     func(T) bool
@@ -46,7 +46,7 @@ var fipKind = ruleKind[*v1.IptablesFIPRule]{
 	build:   fipObject,
 	setStatus: func(o *v1.IptablesFIPRule, st ruleStatus) {
 		s := &o.Status
-		s.Ready, s.V4ip, s.NatGwDp = st.ready, st.v4ip, st.gateway
+		s.Ready, s.V4ip, s.V6ip, s.NatGwDp = st.ready, st.v4ip, st.v6ip, st.gateway
 		s.InternalIP = ""
 		if st.ready {
 			s.InternalIP = o.Spec.InternalIP
@@ -66,7 +66,7 @@ var dnatKind = ruleKind[*v1.IptablesDnatRule]{
 	build:   dnatObject,
 	setStatus: func(o *v1.IptablesDnatRule, st ruleStatus) {
 		s := &o.Status
-		s.Ready, s.V4ip, s.NatGwDp = st.ready, st.v4ip, st.gateway
+		s.Ready, s.V4ip, s.V6ip, s.NatGwDp = st.ready, st.v4ip, st.v6ip, st.gateway
 		s.Protocol, s.InternalIP, s.InternalPort, s.ExternalPort = "", "", "", ""
 		if st.ready {
 			s.Protocol, s.InternalIP, s.InternalPort, s.ExternalPort = o.Spec.Protocol, o.Spec.InternalIP, o.Spec.InternalPort, o.Spec.ExternalPort
@@ -89,7 +89,7 @@ var snatKind = ruleKind[*v1.IptablesSnatRule]{
 	build:   snatObject,
 	setStatus: func(o *v1.IptablesSnatRule, st ruleStatus) {
 		s := &o.Status
-		s.Ready, s.V4ip, s.NatGwDp = st.ready, st.v4ip, st.gateway
+		s.Ready, s.V4ip, s.V6ip, s.NatGwDp = st.ready, st.v4ip, st.v6ip, st.gateway
 		s.InternalCIDR = ""
 		if st.ready {
 			s.InternalCIDR = o.Spec.InternalCIDR
