@@ -161,10 +161,9 @@ func TestFaults(t *testing.T) {
 		})
 	})
 	t.Run("NamespaceRecreate", func(t *testing.T) {
-		fw.ForEachDataplane(t, func(t *testing.T, dp string) {
-			s := fw.New(t, fw.Options{Dataplane: dp})
+		forEachRun(t, fw.Options{}, func(t *testing.T, s *fw.Stack, f fw.Family, dp string) {
 			g := s.Order[0]
-			o, gwObj := programLifecycle(t, s, g)
+			o, gwObj := programLifecycle(t, s, g, f)
 			before := checkProgrammed(t, s, g, append(o.all(), gwObj)).Count()
 			// A pod restart: the agent dies with the namespace, which
 			// comes back empty under the same name.
@@ -195,16 +194,15 @@ func TestFaults(t *testing.T) {
 		})
 	})
 	t.Run("FlushByHand", func(t *testing.T) {
-		fw.ForEachDataplane(t, func(t *testing.T, dp string) {
-			s := fw.New(t, fw.Options{Dataplane: dp, Controller: fw.ControllerOptions{DriftPeriod: sweepPeriod, SweepPeriod: sweepPeriod}})
+		forEachRun(t, fw.Options{Controller: fw.ControllerOptions{DriftPeriod: sweepPeriod, SweepPeriod: sweepPeriod}}, func(t *testing.T, s *fw.Stack, f fw.Family, dp string) {
 			g := s.Order[0]
-			o, gwObj := programLifecycle(t, s, g)
-			before, err := fw.ReadKernel(s.Ctx, g, dp)
+			o, gwObj := programLifecycle(t, s, g, f)
+			before, err := fw.ReadKernel(s.Ctx, g, s.Dataplane)
 			if err != nil {
 				t.Fatal(err)
 			}
 			flush := []string{"nft", "flush", "table", "inet", "natgw"}
-			if dp == "iptables" {
+			if s.Dataplane == "iptables" {
 				flush = []string{"iptables-legacy", "-t", "nat", "-F"}
 			}
 			if _, err := netlab.Exec(s.Ctx, g.GW, "", flush...); err != nil {
@@ -216,7 +214,7 @@ func TestFaults(t *testing.T) {
 			broken.WantServer = ""
 			brokenErr := broken.Check(s.Ctx)
 			repaired := fw.Eventually(t, s.Ctx, 2*sweepPeriod+20*time.Second, "drift repaired", func() error {
-				k, err := fw.ReadKernel(s.Ctx, g, dp)
+				k, err := fw.ReadKernel(s.Ctx, g, s.Dataplane)
 				if err != nil {
 					return err
 				}
@@ -240,11 +238,11 @@ func TestFaults(t *testing.T) {
 	})
 }
 
-// programLifecycle creates scenario 1's objects on g and waits until they
-// are Ready and pass traffic.
-func programLifecycle(t *testing.T, s *fw.Stack, g *fw.Topology) (*lifecycleObjects, *v1.VpcNatGateway) {
+// programLifecycle creates scenario 1's objects of family f on g and waits
+// until they are Ready and pass traffic.
+func programLifecycle(t *testing.T, s *fw.Stack, g *fw.Topology, f fw.Family) (*lifecycleObjects, *v1.VpcNatGateway) {
 	t.Helper()
-	o := newLifecycleObjects(g.Name)
+	o := newLifecycleObjects(g.Name, f)
 	for _, obj := range o.all() {
 		s.Create(obj)
 	}
