@@ -29,9 +29,9 @@ const stormCycles = 600
 // storm end before the next fault: cycles from raceParallel past a fault's
 // point wait until that fault has been injected, which still leaves up to
 // raceParallel cycles in flight during every fault.
-func stormWithFaults(t *testing.T, s *fw.Stack, n int, fault func(i int) error) (raceStats, aftermath, time.Duration) {
+func stormWithFaults(t *testing.T, s *fw.Stack, f fw.Family, n int, fault func(i int) error) (raceStats, aftermath, time.Duration) {
 	t.Helper()
-	eips := createRaceEIPs(t, s)
+	eips := createRaceEIPs(t, s, f)
 	at := make([]int64, n)
 	injected := make([]chan struct{}, n)
 	for i := range at {
@@ -92,21 +92,28 @@ func stormWithFaults(t *testing.T, s *fw.Stack, n int, fault func(i int) error) 
 }
 
 // faultStorm runs one storm-with-faults scenario on both data planes (race
-// topology) and records its summary line. newFault returns, for a fresh
+// topology) with IPv4 objects, and on the nftables data plane with IPv6
+// ones on a dual-stack topology, and records its summary lines. newFault returns, for a fresh
 // stack, the fault to inject n times and the fault's own figures, read
 // after the storm; the storm's and the aftermath's figures follow them.
 func faultStorm(t *testing.T, scenario string, n int, newFault func(s *fw.Stack) (fault func(i int) error, figures func() []any)) {
 	// On upstream's CRDs, as TestRace.
-	fw.ForEachDataplaneOn(t, crdtest.Upstream, func(t *testing.T, dp string, set crdtest.Set) {
-		s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology(), CRDs: set})
+	run := func(t *testing.T, dp string, set crdtest.Set, f fw.Family) {
+		s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology(), CRDs: set, IPv6: f == fw.IPv6})
+		if f == fw.IPv6 {
+			dp += "/ipv6"
+		}
 		fault, figures := newFault(s)
-		st, a, conv := stormWithFaults(t, s, n, fault)
+		st, a, conv := stormWithFaults(t, s, f, n, fault)
 		kv := append([]any{"crds", set, "unknown_field_warnings", checkUnknownFields(t, s), "storm_cycles", st.cycles}, figures()...)
 		kv = append(kv, "api_retries", st.createErrors+st.deleteErrors, "storm_took", st.took,
 			"stuck_terminating", a.stuck, "leaked_at_drain", a.leakedAtDrain, "reaped_after_drain", a.reapedAfterDrain, "leaked_after_sweep", a.leaked,
 			"fresh_fips_ready_in", a.freshReady, "converged_after_storm_in", conv)
 		fw.Summary(t, scenario, dp, kv...)
-	})
+	}
+	fw.ForEachDataplaneOn(t, crdtest.Upstream, func(t *testing.T, dp string, set crdtest.Set) { run(t, dp, set, fw.IPv4) })
+	// Issue 27: IPv6 EIPs and FIPs on a dual-stack topology.
+	t.Run("nftables-ipv6", func(t *testing.T) { run(t, "nftables", crdtest.Upstream, fw.IPv6) })
 }
 
 // TestFaults is scenario 4: each fault ends converged, with nothing leaked
