@@ -46,7 +46,8 @@ var fipKind = ruleKind[*v1.IptablesFIPRule]{
 	build:   fipObject,
 	setStatus: func(o *v1.IptablesFIPRule, st ruleStatus) {
 		s := &o.Status
-		s.Ready, s.V4ip, s.V6ip, s.NatGwDp = st.ready, st.v4ip, st.v6ip, st.gateway
+		s.Ready, s.V4ip, s.NatGwDp = st.ready, st.v4ip, st.gateway
+		setV6ip(&s.V6ip, st)
 		s.InternalIP = ""
 		if st.ready {
 			s.InternalIP = o.Spec.InternalIP
@@ -66,7 +67,8 @@ var dnatKind = ruleKind[*v1.IptablesDnatRule]{
 	build:   dnatObject,
 	setStatus: func(o *v1.IptablesDnatRule, st ruleStatus) {
 		s := &o.Status
-		s.Ready, s.V4ip, s.V6ip, s.NatGwDp = st.ready, st.v4ip, st.v6ip, st.gateway
+		s.Ready, s.V4ip, s.NatGwDp = st.ready, st.v4ip, st.gateway
+		setV6ip(&s.V6ip, st)
 		s.Protocol, s.InternalIP, s.InternalPort, s.ExternalPort = "", "", "", ""
 		if st.ready {
 			s.Protocol, s.InternalIP, s.InternalPort, s.ExternalPort = o.Spec.Protocol, o.Spec.InternalIP, o.Spec.InternalPort, o.Spec.ExternalPort
@@ -89,7 +91,8 @@ var snatKind = ruleKind[*v1.IptablesSnatRule]{
 	build:   snatObject,
 	setStatus: func(o *v1.IptablesSnatRule, st ruleStatus) {
 		s := &o.Status
-		s.Ready, s.V4ip, s.V6ip, s.NatGwDp = st.ready, st.v4ip, st.v6ip, st.gateway
+		s.Ready, s.V4ip, s.NatGwDp = st.ready, st.v4ip, st.gateway
+		setV6ip(&s.V6ip, st)
 		s.InternalCIDR = ""
 		if st.ready {
 			s.InternalCIDR = o.Spec.InternalCIDR
@@ -98,6 +101,15 @@ var snatKind = ruleKind[*v1.IptablesSnatRule]{
 	},
 	ready:   func(o *v1.IptablesSnatRule) bool { return o.Status.Ready },
 	gateway: func(o *v1.IptablesSnatRule) string { return o.Status.NatGwDp },
+}
+
+// setV6ip writes status.v6ip for an IPv6 rule (the EIP address it uses);
+// otherwise the field is left as it is (natgw writes only what it owns: an
+// IPv4 rule's status.v6ip may hold a value another writer set).
+func setV6ip(v6ip *string, st ruleStatus) {
+	if st.v6ip != "" {
+		*v6ip = st.v6ip
+	}
 }
 
 func ptrs[T any](items []T) []*T {
