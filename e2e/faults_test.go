@@ -29,9 +29,9 @@ const stormCycles = 600
 // storm end before the next fault: cycles from raceParallel past a fault's
 // point wait until that fault has been injected, which still leaves up to
 // raceParallel cycles in flight during every fault.
-func stormWithFaults(t *testing.T, s *fw.Stack, n int, fault func(i int) error) (raceStats, aftermath, time.Duration) {
+func stormWithFaults(t *testing.T, s *fw.Stack, f fw.Family, n int, fault func(i int) error) (raceStats, aftermath, time.Duration) {
 	t.Helper()
-	eips := createRaceEIPs(t, s)
+	eips := createRaceEIPs(t, s, f)
 	at := make([]int64, n)
 	injected := make([]chan struct{}, n)
 	for i := range at {
@@ -92,21 +92,28 @@ func stormWithFaults(t *testing.T, s *fw.Stack, n int, fault func(i int) error) 
 }
 
 // faultStorm runs one storm-with-faults scenario on both data planes (race
-// topology) and records its summary line. newFault returns, for a fresh
+// topology) with IPv4 objects, and on the nftables data plane with IPv6
+// ones on a dual-stack topology, and records its summary lines. newFault returns, for a fresh
 // stack, the fault to inject n times and the fault's own figures, read
 // after the storm; the storm's and the aftermath's figures follow them.
 func faultStorm(t *testing.T, scenario string, n int, newFault func(s *fw.Stack) (fault func(i int) error, figures func() []any)) {
 	// On upstream's CRDs, as TestRace.
-	fw.ForEachDataplaneOn(t, crdtest.Upstream, func(t *testing.T, dp string, set crdtest.Set) {
-		s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology(), CRDs: set})
+	run := func(t *testing.T, dp string, set crdtest.Set, f fw.Family) {
+		s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology(), CRDs: set, IPv6: f == fw.IPv6})
+		if f == fw.IPv6 {
+			dp += "/ipv6"
+		}
 		fault, figures := newFault(s)
-		st, a, conv := stormWithFaults(t, s, n, fault)
+		st, a, conv := stormWithFaults(t, s, f, n, fault)
 		kv := append([]any{"crds", set, "unknown_field_warnings", checkUnknownFields(t, s), "storm_cycles", st.cycles}, figures()...)
 		kv = append(kv, "api_retries", st.createErrors+st.deleteErrors, "storm_took", st.took,
 			"stuck_terminating", a.stuck, "leaked_at_drain", a.leakedAtDrain, "reaped_after_drain", a.reapedAfterDrain, "leaked_after_sweep", a.leaked,
 			"fresh_fips_ready_in", a.freshReady, "converged_after_storm_in", conv)
 		fw.Summary(t, scenario, dp, kv...)
-	})
+	}
+	fw.ForEachDataplaneOn(t, crdtest.Upstream, func(t *testing.T, dp string, set crdtest.Set) { run(t, dp, set, fw.IPv4) })
+	// Issue 27: IPv6 EIPs and FIPs on a dual-stack topology.
+	t.Run("nftables-ipv6", func(t *testing.T) { run(t, "nftables", crdtest.Upstream, fw.IPv6) })
 }
 
 // TestFaults is scenario 4: each fault ends converged, with nothing leaked
@@ -161,10 +168,9 @@ func TestFaults(t *testing.T) {
 		})
 	})
 	t.Run("NamespaceRecreate", func(t *testing.T) {
-		fw.ForEachDataplane(t, func(t *testing.T, dp string) {
-			s := fw.New(t, fw.Options{Dataplane: dp})
+		forEachRun(t, fw.Options{}, func(t *testing.T, s *fw.Stack, f fw.Family, dp string) {
 			g := s.Order[0]
-			o, gwObj := programLifecycle(t, s, g)
+			o, gwObj := programLifecycle(t, s, g, f)
 			before := checkProgrammed(t, s, g, append(o.all(), gwObj)).Count()
 			// A pod restart: the agent dies with the namespace, which
 			// comes back empty under the same name.
@@ -195,16 +201,15 @@ func TestFaults(t *testing.T) {
 		})
 	})
 	t.Run("FlushByHand", func(t *testing.T) {
-		fw.ForEachDataplane(t, func(t *testing.T, dp string) {
-			s := fw.New(t, fw.Options{Dataplane: dp, Controller: fw.ControllerOptions{DriftPeriod: sweepPeriod, SweepPeriod: sweepPeriod}})
+		forEachRun(t, fw.Options{Controller: fw.ControllerOptions{DriftPeriod: sweepPeriod, SweepPeriod: sweepPeriod}}, func(t *testing.T, s *fw.Stack, f fw.Family, dp string) {
 			g := s.Order[0]
-			o, gwObj := programLifecycle(t, s, g)
-			before, err := fw.ReadKernel(s.Ctx, g, dp)
+			o, gwObj := programLifecycle(t, s, g, f)
+			before, err := fw.ReadKernel(s.Ctx, g, s.Dataplane)
 			if err != nil {
 				t.Fatal(err)
 			}
 			flush := []string{"nft", "flush", "table", "inet", "natgw"}
-			if dp == "iptables" {
+			if s.Dataplane == "iptables" {
 				flush = []string{"iptables-legacy", "-t", "nat", "-F"}
 			}
 			if _, err := netlab.Exec(s.Ctx, g.GW, "", flush...); err != nil {
@@ -216,7 +221,7 @@ func TestFaults(t *testing.T) {
 			broken.WantServer = ""
 			brokenErr := broken.Check(s.Ctx)
 			repaired := fw.Eventually(t, s.Ctx, 2*sweepPeriod+20*time.Second, "drift repaired", func() error {
-				k, err := fw.ReadKernel(s.Ctx, g, dp)
+				k, err := fw.ReadKernel(s.Ctx, g, s.Dataplane)
 				if err != nil {
 					return err
 				}
@@ -240,11 +245,11 @@ func TestFaults(t *testing.T) {
 	})
 }
 
-// programLifecycle creates scenario 1's objects on g and waits until they
-// are Ready and pass traffic.
-func programLifecycle(t *testing.T, s *fw.Stack, g *fw.Topology) (*lifecycleObjects, *v1.VpcNatGateway) {
+// programLifecycle creates scenario 1's objects of family f on g and waits
+// until they are Ready and pass traffic.
+func programLifecycle(t *testing.T, s *fw.Stack, g *fw.Topology, f fw.Family) (*lifecycleObjects, *v1.VpcNatGateway) {
 	t.Helper()
-	o := newLifecycleObjects(g.Name)
+	o := newLifecycleObjects(g.Name, f)
 	for _, obj := range o.all() {
 		s.Create(obj)
 	}

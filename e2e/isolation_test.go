@@ -69,7 +69,7 @@ func TestIsolation(t *testing.T) {
 			t.Fatalf("foreign state not installed: %+v", before)
 		}
 		s.StartController()
-		o, _ := programLifecycle(t, s, g)
+		o, _ := programLifecycle(t, s, g, fw.IPv4)
 		checkProgrammed(t, s, g, o.all())
 		mid, err := fw.ReadForeign(s.Ctx, g)
 		if err != nil {

@@ -19,7 +19,6 @@ import (
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/crdtest"
 	fw "github.com/natgw/natgw/e2e/framework"
-	"github.com/natgw/natgw/internal/netlab"
 )
 
 // Scale of scenario 2: the issue's 2,000 cycles per data plane. Measured
@@ -46,12 +45,18 @@ func raceCycles() (int, string) {
 
 // raceEIP is one EIP of the race with the VPC host its FIPs point to.
 type raceEIP struct {
-	obj *v1.IptablesEIP
-	gw  *fw.Topology
-	vm  int
+	obj    *v1.IptablesEIP
+	gw     *fw.Topology
+	vm     int
+	family fw.Family
 }
 
-func (e raceEIP) addr() netip.Addr { return netip.MustParseAddr(e.obj.Spec.V4ip) }
+func (e raceEIP) addr() netip.Addr {
+	if e.family == fw.IPv6 {
+		return netip.MustParseAddr(e.obj.Spec.V6ip)
+	}
+	return netip.MustParseAddr(e.obj.Spec.V4ip)
+}
 
 // raceTopology is two gateways with ten VPC hosts each.
 func raceTopology() []fw.GatewaySpec {
@@ -62,16 +67,16 @@ func raceTopology() []fw.GatewaySpec {
 	return out
 }
 
-// createRaceEIPs creates ten EIPs per gateway and waits until they are
-// Ready; EIP i of a gateway pairs with its VPC host i.
-func createRaceEIPs(t *testing.T, s *fw.Stack) []raceEIP {
+// createRaceEIPs creates ten EIPs of family f per gateway and waits until
+// they are Ready; EIP i of a gateway pairs with its VPC host i.
+func createRaceEIPs(t *testing.T, s *fw.Stack, f fw.Family) []raceEIP {
 	var eips []raceEIP
 	var objs []client.Object
 	for _, g := range s.Order {
 		for i := 0; i < raceEIPsPerGW; i++ {
-			e := fw.EIP(fmt.Sprintf("%s-eip%d", g.Name, i), g.Name, netlab.EIP(i))
+			e := fw.EIP(fmt.Sprintf("%s-eip%d", g.Name, i), g.Name, f.EIP(i))
 			s.Create(e)
-			eips = append(eips, raceEIP{obj: e, gw: g, vm: i})
+			eips = append(eips, raceEIP{obj: e, gw: g, vm: i, family: f})
 			objs = append(objs, e)
 		}
 	}
@@ -116,7 +121,7 @@ func runRace(t *testing.T, s *fw.Stack, eips []raceEIP, n, parallel int, prefix 
 					gate(i)
 				}
 				e := <-free
-				f := fw.FIP(fmt.Sprintf("%s-%d", prefix, i), e.obj.Name, netlab.VMAddr(e.vm))
+				f := fw.FIP(fmt.Sprintf("%s-%d", prefix, i), e.obj.Name, e.family.VMAddr(e.vm))
 				if err := retryAPI(s, &st.createErrors, func() error {
 					err := s.Client.Create(s.Ctx, f)
 					if apierrors.IsAlreadyExists(err) {
@@ -231,7 +236,7 @@ func raceAftermath(t *testing.T, s *fw.Stack, eips []raceEIP, drainTimeout time.
 	var fresh []client.Object
 	var paths []fw.Path
 	for _, e := range eips {
-		f := fw.FIP("fresh-"+e.obj.Name, e.obj.Name, netlab.VMAddr(e.vm))
+		f := fw.FIP("fresh-"+e.obj.Name, e.obj.Name, e.family.VMAddr(e.vm))
 		s.Create(f)
 		fresh = append(fresh, f)
 		paths = append(paths, e.gw.ExtTo(fw.TCP, e.addr(), fw.VMPort, e.vm))
@@ -361,16 +366,25 @@ func reapedBy(log, uid string) string {
 func TestRace(t *testing.T) {
 	n, why := raceCycles()
 	fw.ForEachDataplaneOn(t, crdtest.Upstream, func(t *testing.T, dp string, set crdtest.Set) {
-		testRace(t, dp, set, true, n, why)
+		testRace(t, dp, set, true, n, why, fw.IPv4)
 	})
 	t.Run("no-admission/"+fw.Dataplanes[0], func(t *testing.T) {
-		testRace(t, fw.Dataplanes[0], crdtest.Upstream, false, n, why)
+		testRace(t, fw.Dataplanes[0], crdtest.Upstream, false, n, why, fw.IPv4)
+	})
+	// Issue 27: IPv6 EIPs and FIPs on a dual-stack topology.
+	t.Run("nftables-ipv6", func(t *testing.T) {
+		testRace(t, "nftables", crdtest.Upstream, true, n, why, fw.IPv6)
 	})
 }
 
-func testRace(t *testing.T, dp string, set crdtest.Set, admission bool, n int, why string) {
-	s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology(), CRDs: set, NoAdmission: !admission})
-	eips := createRaceEIPs(t, s)
+// testRace runs scenario 2 with EIPs and FIPs of family f (IPv6: on a
+// dual-stack topology; the summary's dataplane is then dp+"/ipv6").
+func testRace(t *testing.T, dp string, set crdtest.Set, admission bool, n int, why string, f fw.Family) {
+	s := fw.New(t, fw.Options{Dataplane: dp, Gateways: raceTopology(), CRDs: set, NoAdmission: !admission, IPv6: f == fw.IPv6})
+	if f == fw.IPv6 {
+		dp += "/ipv6"
+	}
+	eips := createRaceEIPs(t, s, f)
 	st := runRace(t, s, eips, n, raceParallel, "race", nil, nil)
 	a := raceAftermath(t, s, eips, 3*time.Minute)
 	warnings := checkUnknownFields(t, s)

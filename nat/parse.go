@@ -127,6 +127,24 @@ func ParseUnicastIPv4(field, s string) (netip.Addr, error) {
 	return a, nil
 }
 
+// ParseUnicastIPv6 parses an IPv6 address a gateway programs (an EIP's
+// spec.v6ip): ParseUnicastIP, refusing an IPv4 address. IPv6 text is taken
+// in lower case only, as Kube-OVN refuses upper case in an EIP's or a Vip's
+// v6ip (vpc_nat_gw_eip.go:95-99, vip.go:100-103 in v1.16.2).
+func ParseUnicastIPv6(field, s string) (netip.Addr, error) {
+	a, err := ParseUnicastIP(field, s)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if !a.Is6() {
+		return netip.Addr{}, &FieldError{Field: field, Value: s, Reason: "not an IPv6 address"}
+	}
+	if s != strings.ToLower(s) {
+		return netip.Addr{}, &FieldError{Field: field, Value: s, Reason: "not in lower case (Kube-OVN refuses upper case in an IPv6 address)"}
+	}
+	return a, nil
+}
+
 // ParseIP parses an address of either family (no prefix length, no zone).
 func ParseIP(field, s string) (netip.Addr, error) {
 	a, err := netip.ParseAddr(s)

@@ -64,6 +64,7 @@ func TestParseRules(t *testing.T) {
 	network := func(f, s string) (any, error) { return ParseIPv4Network(f, s) }
 	unicastAny := func(f, s string) (any, error) { return ParseUnicastIP(f, s) }
 	prefix := func(f, s string) (any, error) { return ParsePrefix(f, s) }
+	unicast6 := func(f, s string) (any, error) { return ParseUnicastIPv6(f, s) }
 	match := func(f, s string) (any, error) {
 		d, p, err := ParseQoSMatch(f, s)
 		return d + " " + p.String(), err
@@ -101,6 +102,10 @@ func TestParseRules(t *testing.T) {
 		{"network /33", network, "10.1.0.0/33", nil, "not an IPv4 CIDR"},
 		{"network bare", network, "10.1.0.0", nil, "not an IPv4 CIDR"},
 		{"network ipv6", network, "2001:db8::/64", nil, "not an IPv4 CIDR"},
+		{"unicast v6", unicast6, "2001:db8::10", netip.MustParseAddr("2001:db8::10"), ""},
+		{"unicast v6 given v4", unicast6, "198.51.100.1", nil, "not an IPv6 address"},
+		{"unicast v6 upper case", unicast6, "2001:DB8::10", nil, "not in lower case"},
+		{"unicast v6 link-local", unicast6, "fe80::1", nil, "link-local"},
 		{"unicast any v4", unicastAny, "198.51.100.1", netip.MustParseAddr("198.51.100.1"), ""},
 		{"unicast any v6", unicastAny, "2001:db8::1", netip.MustParseAddr("2001:db8::1"), ""},
 		{"unicast any v4 loopback", unicastAny, "127.0.0.1", nil, "not a unicast address"},

@@ -1,13 +1,13 @@
 package admission
 
 import (
-	"net/netip"
 	"strings"
 	"testing"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/nat"
 )
 
 // TestDNATConflict: a DNAT is checked against the live DNATs of its EIP
@@ -37,7 +37,7 @@ func TestDNATConflict(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			live := func(o client.Object) bool { return o.GetName() != tc.obj.Name }
-			errs := dnatConflict(&tc.obj, "e", netip.Addr{}, others, live)
+			errs := dnatConflict(&tc.obj, "e", nat.EIP{}, others, live)
 			if len(tc.want) == 0 {
 				if len(errs) > 0 {
 					t.Fatalf("refused: %v", errs)

@@ -233,7 +233,7 @@ func Validate(e *v1.IptablesEIP) (netip.Addr, error) {
 
 // NewVip is the Vip natgw creates for e: name VipName(e.Name), label
 // ManagedByLabel, e as controlling owner (blockOwnerDeletion), spec.subnet
-// the external subnet and spec.v4ip e's spec.v4ip when set. spec.type and
+// the external subnet, spec.v4ip and spec.v6ip e's when set. spec.type and
 // spec.namespace stay empty (an IPAM reservation only, no OVN port: see
 // the package comment) and there is no status (the CRD has no status
 // subresource: a status sent here would be stored).
@@ -252,6 +252,12 @@ func NewVip(e *v1.IptablesEIP) *unstructured.Unstructured {
 	spec := map[string]any{"subnet": kubeovn.EIPExternalSubnet(e)}
 	if e.Spec.V4ip != "" {
 		spec["v4ip"] = e.Spec.V4ip
+	}
+	if e.Spec.V6ip != "" {
+		// Kube-OVN asks its IPAM for "v4,v6" (vip.go:97-111,
+		// util.GetStringIP); on a dual-stack subnet a family not given
+		// is drawn at random (ipam.go:126-143).
+		spec["v6ip"] = e.Spec.V6ip
 	}
 	u.Object["spec"] = spec
 	return u
@@ -325,6 +331,45 @@ func Reserved(e *v1.IptablesEIP, vip *unstructured.Unstructured) (netip.Addr, er
 	}
 	if e.Spec.V4ip != "" && e.Spec.V4ip != statusV4 {
 		return netip.Addr{}, fmt.Errorf("%w: spec.v4ip %q differs from the address %s reserved in vip %s (Kube-OVN does not change a reserved address; recreate the eip)", ErrConflict, e.Spec.V4ip, statusV4, name)
+	}
+	return ip, nil
+}
+
+// ReservedV6 returns the IPv6 address Kube-OVN reserved for e in its Vip
+// (status.v6ip: on a dual-stack external subnet Kube-OVN reserves one
+// address of each family for a Vip, vip.go:106-114 with
+// ipam.GetRandomAddress or ipam.GetStaticAddress, which adds the family
+// not asked for, ipam.go:68-143, and writes both to the Vip's status,
+// vip.go:404-424), or the zero Addr when there is none: no Vip (an
+// adopted EIP, whose IPv6 address Kube-OVN wrote to spec.v6ip), not e's,
+// being deleted, an IPv4-only subnet, or no status yet. A spec.v6ip other
+// than status.v6ip is ErrConflict; a status.v6ip natgw cannot program is
+// an error naming it.
+func (a *Allocator) ReservedV6(ctx context.Context, e *v1.IptablesEIP) (netip.Addr, error) {
+	if a == nil || a.Client == nil || e == nil {
+		return netip.Addr{}, nil
+	}
+	name := VipName(e.Name)
+	vip := newUnstructured(VipGVK)
+	if err := a.Client.Get(ctx, client.ObjectKey{Name: name}, vip); err != nil {
+		if apierrors.IsNotFound(err) {
+			return netip.Addr{}, nil
+		}
+		return netip.Addr{}, fmt.Errorf("reserved ipv6 of eip %s: get vip %s: %w", e.Name, name, err)
+	}
+	if ok, _ := owned(e, vip); !ok || vip.GetDeletionTimestamp() != nil {
+		return netip.Addr{}, nil
+	}
+	v6, _, _ := unstructured.NestedString(vip.Object, "status", "v6ip")
+	if v6 == "" {
+		return netip.Addr{}, nil
+	}
+	ip, err := nat.ParseUnicastIPv6("status.v6ip", v6)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("vip %s: %w", name, err)
+	}
+	if e.Spec.V6ip != "" && e.Spec.V6ip != v6 {
+		return netip.Addr{}, fmt.Errorf("%w: spec.v6ip %q differs from the address %s reserved in vip %s (Kube-OVN does not change a reserved address; recreate the eip)", ErrConflict, e.Spec.V6ip, v6, name)
 	}
 	return ip, nil
 }

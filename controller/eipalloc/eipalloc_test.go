@@ -7,11 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/kubeovn"
@@ -308,5 +310,65 @@ func TestNilInputs(t *testing.T) {
 	}
 	if done, err := (&Allocator{}).Release(ctx, eip("e1", "", "", "")); done || !errors.Is(err, ErrInvalid) {
 		t.Errorf("Release without uid: %v %v", done, err)
+	}
+}
+
+// TestReservedV6: on a dual-stack external subnet Kube-OVN writes the
+// Vip's status.v6ip beside status.v4ip; ReservedV6 reads it (the EIP's
+// IPv6 address), refuses one natgw cannot program or that differs from
+// spec.v6ip, and has none for a Vip that is not the EIP's, pending or gone.
+func TestReservedV6(t *testing.T) {
+	e := eip("e1", "u1", "", "ext")
+	static6 := eip("e1", "u1", "", "ext")
+	static6.Spec.V6ip = "2001:db8::20"
+	withV6 := func(u *unstructured.Unstructured, v6 string) *unstructured.Unstructured {
+		_ = unstructured.SetNestedField(u.Object, v6, "status", "v6ip")
+		return u
+	}
+	notOwned := NewVip(e)
+	notOwned.SetOwnerReferences(nil)
+	for _, tc := range []struct {
+		name string
+		e    *v1.IptablesEIP
+		vip  *unstructured.Unstructured // nil: none
+		want string                     // "" = none
+		err  error
+		msg  string
+	}{
+		{name: "no vip", e: e},
+		{name: "pending", e: e, vip: NewVip(e)},
+		{name: "IPv4-only subnet", e: e, vip: kubeOVNVip(e, "172.18.0.20", "172.18.0.20", "m")},
+		{name: "dual stack", e: e, vip: withV6(kubeOVNVip(e, "172.18.0.20", "172.18.0.20", "m"), "2001:db8::20"), want: "2001:db8::20"},
+		{name: "static v6 reserved", e: static6, vip: withV6(kubeOVNVip(static6, "172.18.0.20", "172.18.0.20", "m"), "2001:db8::20"), want: "2001:db8::20"},
+		{name: "v6ip changed after reservation", e: static6, vip: withV6(kubeOVNVip(e, "172.18.0.20", "172.18.0.20", "m"), "2001:db8::21"),
+			err: ErrConflict, msg: "spec.v6ip"},
+		{name: "bad status", e: e, vip: withV6(kubeOVNVip(e, "172.18.0.20", "172.18.0.20", "m"), "fe80::1"), msg: "status.v6ip"},
+		{name: "not owned", e: e, vip: withV6(notOwned, "2001:db8::20")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mapper := meta.NewDefaultRESTMapper(nil)
+			mapper.Add(VipGVK, meta.RESTScopeRoot)
+			b := fake.NewClientBuilder().WithScheme(testScheme(t)).WithRESTMapper(mapper)
+			if tc.vip != nil {
+				b.WithObjects(tc.vip)
+			}
+			got, err := (&Allocator{Client: b.Build()}).ReservedV6(context.Background(), tc.e)
+			if tc.err != nil || tc.msg != "" {
+				if err == nil || (tc.err != nil && !errors.Is(err, tc.err)) || !strings.Contains(err.Error(), tc.msg) {
+					t.Fatalf("ReservedV6 = %v, %v; want an error %v naming %q", got, err, tc.err, tc.msg)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (tc.want == "" && got.IsValid()) || (tc.want != "" && got != netip.MustParseAddr(tc.want)) {
+				t.Errorf("ReservedV6 = %v, want %q", got, tc.want)
+			}
+		})
+	}
+	// The Vip asks for a static IPv6 address as Kube-OVN's vip.go reads it.
+	if v6, _, _ := unstructured.NestedString(NewVip(static6).Object, "spec", "v6ip"); v6 != "2001:db8::20" {
+		t.Errorf("NewVip spec.v6ip = %q", v6)
 	}
 }

@@ -43,6 +43,14 @@ type Entry struct {
 	// ExternalGateway is the next hop of the gateway's default route
 	// through the external interface; empty installs no default route.
 	ExternalGateway string `json:"externalGateway,omitempty"`
+	// ExternalV6PrefixLen is the prefix length of EIP IPv6 addresses on
+	// the external interface (upstream: the external subnet's IPv6 CIDR);
+	// DefaultExternalV6PrefixLen when unset.
+	ExternalV6PrefixLen int `json:"externalV6PrefixLen,omitempty"`
+	// ExternalGatewayV6 is the next hop of the gateway's IPv6 default
+	// route through the external interface (upstream: GATEWAY_V6, the
+	// external subnet's IPv6 gateway); empty installs none.
+	ExternalGatewayV6 string `json:"externalGatewayV6,omitempty"`
 	// ExternalInterface and InternalInterface override the agent's
 	// defaults (net1 and eth0).
 	ExternalInterface string `json:"externalInterface,omitempty"`
@@ -52,6 +60,10 @@ type Entry struct {
 // DefaultExternalPrefixLen is used when neither a gateway nor the defaults
 // say otherwise.
 const DefaultExternalPrefixLen = 24
+
+// DefaultExternalV6PrefixLen is the IPv6 prefix length used when neither a
+// gateway nor the defaults say otherwise.
+const DefaultExternalV6PrefixLen = 64
 
 // Config is the whole file.
 type Config struct {
@@ -116,6 +128,14 @@ func (g Entry) validate(where string) error {
 			return fmt.Errorf("%s.externalGateway: %q is not an IPv4 address", where, g.ExternalGateway)
 		}
 	}
+	if g.ExternalV6PrefixLen < 0 || g.ExternalV6PrefixLen > 128 {
+		return fmt.Errorf("%s.externalV6PrefixLen: %d is not 1..128", where, g.ExternalV6PrefixLen)
+	}
+	if g.ExternalGatewayV6 != "" {
+		if _, err := nat.ParseUnicastIPv6(where+".externalGatewayV6", g.ExternalGatewayV6); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -143,6 +163,7 @@ func (c *Config) Lookup(name string) (Entry, bool) {
 	}
 	fill(&g.Dataplane, d.Dataplane)
 	fill(&g.ExternalGateway, d.ExternalGateway)
+	fill(&g.ExternalGatewayV6, d.ExternalGatewayV6)
 	fill(&g.ExternalInterface, d.ExternalInterface)
 	fill(&g.InternalInterface, d.InternalInterface)
 	if g.ExternalPrefixLen == 0 {
@@ -151,11 +172,24 @@ func (c *Config) Lookup(name string) (Entry, bool) {
 	if g.ExternalPrefixLen == 0 {
 		g.ExternalPrefixLen = DefaultExternalPrefixLen
 	}
+	if g.ExternalV6PrefixLen == 0 {
+		g.ExternalV6PrefixLen = d.ExternalV6PrefixLen
+	}
+	if g.ExternalV6PrefixLen == 0 {
+		g.ExternalV6PrefixLen = DefaultExternalV6PrefixLen
+	}
 	return g, true
 }
 
 // ExternalGatewayAddr returns the parsed external gateway (invalid when unset).
 func (g Entry) ExternalGatewayAddr() netip.Addr {
 	a, _ := netip.ParseAddr(g.ExternalGateway)
+	return a
+}
+
+// ExternalGatewayV6Addr returns the parsed IPv6 external gateway (invalid
+// when unset).
+func (g Entry) ExternalGatewayV6Addr() netip.Addr {
+	a, _ := netip.ParseAddr(g.ExternalGatewayV6)
 	return a
 }

@@ -86,11 +86,11 @@ func TestGatewayNetwork(t *testing.T) {
 		{name: "default external network", g: gw(nil),
 			want: Network{ExternalGateway: a("192.0.2.1"), InternalGateway: a("10.0.1.1"),
 				VPCRoutes: pfx("10.0.3.0/24", "10.0.2.0/24", "10.0.6.0/24")}},
-		{name: "first external subnet, dual stack", g: gw(func(g *v1.VpcNatGateway) { g.Spec.ExternalSubnets = []string{"ext26", DefaultExternalNetwork} }),
-			want: Network{ExternalGateway: a("198.51.100.65"), InternalGateway: a("10.0.1.1"),
+		{name: "first external subnet, dual stack: both default routes (GATEWAY_V4, GATEWAY_V6)", g: gw(func(g *v1.VpcNatGateway) { g.Spec.ExternalSubnets = []string{"ext26", DefaultExternalNetwork} }),
+			want: Network{ExternalGateway: a("198.51.100.65"), ExternalGatewayV6: a("2001:db8::1"), InternalGateway: a("10.0.1.1"),
 				VPCRoutes: pfx("10.0.3.0/24", "10.0.2.0/24", "10.0.6.0/24")}},
-		{name: "IPv6-only external subnet: no default route", g: gw(func(g *v1.VpcNatGateway) { g.Spec.ExternalSubnets = []string{"ext6"} }),
-			want: Network{InternalGateway: a("10.0.1.1"), VPCRoutes: pfx("10.0.3.0/24", "10.0.2.0/24", "10.0.6.0/24")}},
+		{name: "IPv6-only external subnet: the IPv6 default route only", g: gw(func(g *v1.VpcNatGateway) { g.Spec.ExternalSubnets = []string{"ext6"} }),
+			want: Network{ExternalGatewayV6: a("2001:db8:1::1"), InternalGateway: a("10.0.1.1"), VPCRoutes: pfx("10.0.3.0/24", "10.0.2.0/24", "10.0.6.0/24")}},
 		{name: "a subnet holding the internal gateway is not routed (upstream's CIDRContainIP)", g: gw(nil),
 			subnets: func(m map[string]Subnet) {
 				m["wide"] = Subnet{Name: "wide", Vpc: "vpc1", CIDRBlock: "10.0.0.0/16", Validated: true}
@@ -155,6 +155,34 @@ func TestEIPPrefixLen(t *testing.T) {
 		}
 		if err != nil || got != tc.want {
 			t.Errorf("%+v: EIPPrefixLen = %d, %v; want %d", tc.eip, got, err, tc.want)
+		}
+	}
+}
+
+// TestEIPV6PrefixLen: an EIP's IPv6 prefix length is its external
+// subnet's IPv6 CIDR's; a subnet without one gives 0 (no IPv6 address).
+func TestEIPV6PrefixLen(t *testing.T) {
+	m := cluster()
+	for _, tc := range []struct {
+		subnet  Subnet
+		want    int
+		wantErr string
+	}{
+		{subnet: m["ext26"], want: 64},
+		{subnet: m["ext6"], want: 64},
+		{subnet: m[DefaultExternalNetwork], want: 0},
+		{subnet: Subnet{Name: "w", CIDRBlock: "198.51.100.0/24,2001:db8::/120"}, want: 120},
+		{subnet: Subnet{Name: "bad", CIDRBlock: "198.51.100.0/24,2001:db8::/129"}, wantErr: `external subnet "bad" spec.cidrBlock: "2001:db8::/129" is not an IPv6 CIDR`},
+	} {
+		got, err := EIPV6PrefixLen(tc.subnet)
+		if tc.wantErr != "" {
+			if err == nil || err.Error() != tc.wantErr {
+				t.Errorf("%s: err = %v, want %q", tc.subnet.Name, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%s: EIPV6PrefixLen = %d, %v; want %d", tc.subnet.Name, got, err, tc.want)
 		}
 	}
 }

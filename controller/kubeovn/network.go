@@ -8,8 +8,8 @@ import (
 	v1 "github.com/natgw/natgw/controller/api/v1"
 )
 
-// Network is what a gateway's kernel needs from Kube-OVN's subnets (IPv4:
-// natgw's data plane is IPv4).
+// Network is what a gateway's kernel needs from Kube-OVN's subnets: the
+// default routes of both families and the IPv4 VPC subnet routes.
 type Network struct {
 	// ExternalGateway is the next hop of the default route through the
 	// external interface: the external subnet's IPv4 gateway (upstream:
@@ -17,6 +17,12 @@ type Network struct {
 	// vpc_nat_gateway.go:1025-1051, :1088-1096). Invalid when the subnet
 	// has none.
 	ExternalGateway netip.Addr
+	// ExternalGatewayV6 is the next hop of the IPv6 default route through
+	// the external interface: the external subnet's IPv6 gateway
+	// (upstream's GATEWAY_V6, the v6 half of util.SplitStringIP of the
+	// subnet's spec.gateway, GetGwBySubnet, vpc_nat_gw_eip.go:613-625).
+	// Invalid when the subnet has none (an IPv4-only subnet).
+	ExternalGatewayV6 netip.Addr
 	// InternalGateway is the gateway subnet's IPv4 gateway, the next hop of
 	// VPCRoutes. Invalid when the subnet has none.
 	InternalGateway netip.Addr
@@ -39,6 +45,9 @@ func GatewayNetwork(g *v1.VpcNatGateway, subnets map[string]Subnet) (Network, er
 	}
 	var err error
 	if n.ExternalGateway, err = gatewayV4(ext); err != nil {
+		return n, err
+	}
+	if n.ExternalGatewayV6, err = gatewayV6(ext); err != nil {
 		return n, err
 	}
 	sub, ok := subnets[g.Spec.Subnet]
@@ -78,6 +87,21 @@ func EIPPrefixLen(ext Subnet) (int, error) {
 	return p.Bits(), nil
 }
 
+// EIPV6PrefixLen is the prefix length of an EIP's IPv6 address in
+// external subnet ext: the length of its IPv6 CIDR, or 0 when it has none
+// (an IPv4-only subnet).
+func EIPV6PrefixLen(ext Subnet) (int, error) {
+	_, c6 := SplitIP(ext.CIDRBlock)
+	if c6 == "" {
+		return 0, nil
+	}
+	p, err := netip.ParsePrefix(c6)
+	if err != nil || !p.Addr().Is6() {
+		return 0, fmt.Errorf("external subnet %q spec.cidrBlock: %q is not an IPv6 CIDR", ext.Name, c6)
+	}
+	return p.Bits(), nil
+}
+
 // Contains reports whether a is in one of the subnet's CIDRs (spec.cidrBlock,
 // "v4", "v6" or "v4,v6"), as util.CIDRContainIP.
 func (s Subnet) Contains(a netip.Addr) bool {
@@ -101,6 +125,19 @@ func (s Subnet) V4CIDR() (netip.Prefix, error) {
 		return netip.Prefix{}, fmt.Errorf("subnet %q spec.cidrBlock: %q is not an IPv4 CIDR", s.Name, c4)
 	}
 	return p.Masked(), nil
+}
+
+// gatewayV6 parses a subnet's IPv6 gateway (invalid when it has none).
+func gatewayV6(s Subnet) (netip.Addr, error) {
+	_, gw6 := SplitIP(s.Gateway)
+	if gw6 == "" {
+		return netip.Addr{}, nil
+	}
+	a, err := netip.ParseAddr(gw6)
+	if err != nil || !a.Is6() {
+		return netip.Addr{}, fmt.Errorf("subnet %q spec.gateway: %q is not an IPv6 address", s.Name, gw6)
+	}
+	return a, nil
 }
 
 // gatewayV4 parses a subnet's IPv4 gateway (invalid when it has none).

@@ -65,6 +65,19 @@ func (r *eipReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		if reserved, f = r.reserve(ctx, e); f != nil {
 			return r.finish(ctx, log, e, f)
 		}
+		// On a dual-stack external subnet Kube-OVN reserved an IPv6
+		// address too (the Vip's status.v6ip): the EIP has both.
+		withV6 := *e
+		withV6.Status.IP = reserved.String()
+		addrs, err := r.eipAddrs(ctx, &withV6)
+		if err != nil {
+			return r.finish(ctx, log, e, fail(v1.ReasonInvalid, "%v", err))
+		}
+		if e.Spec.V6ip == "" && addrs.V6Address.IsValid() {
+			withV6.Status.IP = e.Status.IP
+			withV6.Spec.V6ip = addrs.V6Address.String()
+			e = &withV6
+		}
 	}
 	obj, f := r.build(ctx, e, reserved)
 	if f != nil {
@@ -141,11 +154,11 @@ func (r *eipReconciler) build(ctx context.Context, e *v1.IptablesEIP, reserved n
 	if err != nil {
 		return nat.Object{}, fail(v1.ReasonInvalid, "%v", err)
 	}
-	plen, f := r.eipPrefixLen(ctx, e, cfg)
+	plen, plen6, f := r.eipPrefixLen(ctx, e, cfg)
 	if f != nil {
 		return nat.Object{}, f
 	}
-	obj, err := eipObject(e, plen, qos)
+	obj, err := eipObject(e, plen, plen6, qos)
 	if err != nil {
 		return nat.Object{}, fail(v1.ReasonInvalid, "%v", err)
 	}
@@ -182,7 +195,7 @@ func (r *eipReconciler) setStatus(ctx context.Context, e *v1.IptablesEIP, obj na
 	s := &e.Status
 	s.Nat = natKinds
 	if f == nil {
-		s.Ready, s.IP, s.QoSPolicy = true, obj.EIP.Address.String(), e.Spec.QoSPolicy
+		s.Ready, s.IP, s.QoSPolicy = true, primary(*obj.EIP).String(), e.Spec.QoSPolicy
 		setCondition(&s.Conditions, readyCondition(e.Spec.NatGwDp), e.Generation)
 	} else {
 		s.Ready = false

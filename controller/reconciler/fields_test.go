@@ -79,9 +79,9 @@ func testEveryFieldKept(t *testing.T, set crdtest.Set) {
 		{"VpcNatGateway", e.gwName, map[string]any{
 			".spec.routes[].cidr": "10.2.0.0/16", ".spec.routes[].nextHopIP": vm(2), ".spec.qosPolicy": name("gwqos")}},
 		{"IptablesEIP", name("eip1"), map[string]any{
-			".spec.v4ip": netlab.EIP(30).String(), ".spec.natGwDp": e.gwName, ".spec.qosPolicy": name("qos")}},
+			".spec.v4ip": netlab.EIP(30).String(), ".spec.v6ip": netlab.EIP6(30).String(), ".spec.natGwDp": e.gwName, ".spec.qosPolicy": name("qos")}},
 		{"IptablesEIP", name("eip2"), map[string]any{
-			".spec.v4ip": netlab.EIP(31).String(), ".spec.natGwDp": e.gwName, ".spec.qosPolicy": name("qos")}},
+			".spec.v4ip": netlab.EIP(31).String(), ".spec.v6ip": netlab.EIP6(31).String(), ".spec.natGwDp": e.gwName, ".spec.qosPolicy": name("qos")}},
 		{"IptablesFIPRule", name("fip"), map[string]any{".spec.eip": name("eip1"), ".spec.internalIp": vm(0)}},
 		{"IptablesDnatRule", name("dnat"), map[string]any{".spec.eip": name("eip2"), ".spec.internalIp": vm(1),
 			".spec.externalPort": "8081", ".spec.internalPort": "8080", ".spec.protocol": "tcp"}},

@@ -1,8 +1,6 @@
 package reconciler
 
 import (
-	"net/netip"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -14,6 +12,7 @@ import (
 type ruleStatus struct {
 	ready   bool
 	v4ip    string
+	v6ip    string // the IPv6 EIP address of an IPv6 rule
 	gateway string
 	cond    v1.Condition
 }
@@ -28,8 +27,9 @@ type ruleKind[T client.Object] struct {
 	newList func() client.ObjectList
 	items   func(client.ObjectList) []T
 	eipName func(T) string
-	// build turns the rule into its gateway object on EIP address eip.
-	build func(T, netip.Addr) (nat.Object, error)
+	// build turns the rule into its gateway object on the EIP with the
+	// addresses eip (the rule takes the one of its family).
+	build func(T, nat.EIP) (nat.Object, error)
 	// setStatus writes st (plus the kind's own fields) into the status.
 	setStatus func(T, ruleStatus)
 	ready     func(T) bool
@@ -47,6 +47,7 @@ var fipKind = ruleKind[*v1.IptablesFIPRule]{
 	setStatus: func(o *v1.IptablesFIPRule, st ruleStatus) {
 		s := &o.Status
 		s.Ready, s.V4ip, s.NatGwDp = st.ready, st.v4ip, st.gateway
+		setV6ip(&s.V6ip, st)
 		s.InternalIP = ""
 		if st.ready {
 			s.InternalIP = o.Spec.InternalIP
@@ -67,6 +68,7 @@ var dnatKind = ruleKind[*v1.IptablesDnatRule]{
 	setStatus: func(o *v1.IptablesDnatRule, st ruleStatus) {
 		s := &o.Status
 		s.Ready, s.V4ip, s.NatGwDp = st.ready, st.v4ip, st.gateway
+		setV6ip(&s.V6ip, st)
 		s.Protocol, s.InternalIP, s.InternalPort, s.ExternalPort = "", "", "", ""
 		if st.ready {
 			s.Protocol, s.InternalIP, s.InternalPort, s.ExternalPort = o.Spec.Protocol, o.Spec.InternalIP, o.Spec.InternalPort, o.Spec.ExternalPort
@@ -90,6 +92,7 @@ var snatKind = ruleKind[*v1.IptablesSnatRule]{
 	setStatus: func(o *v1.IptablesSnatRule, st ruleStatus) {
 		s := &o.Status
 		s.Ready, s.V4ip, s.NatGwDp = st.ready, st.v4ip, st.gateway
+		setV6ip(&s.V6ip, st)
 		s.InternalCIDR = ""
 		if st.ready {
 			s.InternalCIDR = o.Spec.InternalCIDR
@@ -98,6 +101,15 @@ var snatKind = ruleKind[*v1.IptablesSnatRule]{
 	},
 	ready:   func(o *v1.IptablesSnatRule) bool { return o.Status.Ready },
 	gateway: func(o *v1.IptablesSnatRule) string { return o.Status.NatGwDp },
+}
+
+// setV6ip writes status.v6ip for an IPv6 rule (the EIP address it uses);
+// otherwise the field is left as it is (natgw writes only what it owns: an
+// IPv4 rule's status.v6ip may hold a value another writer set).
+func setV6ip(v6ip *string, st ruleStatus) {
+	if st.v6ip != "" {
+		*v6ip = st.v6ip
+	}
 }
 
 func ptrs[T any](items []T) []*T {

@@ -23,7 +23,7 @@ const subnetRetry = 10 * time.Second
 // external gateway and no VPC routes.
 func (d *Deps) gatewayNetwork(ctx context.Context, g *v1.VpcNatGateway, cfg gwconfig.Entry) (kubeovn.Network, *failure) {
 	if d.Subnets == nil {
-		return kubeovn.Network{ExternalGateway: cfg.ExternalGatewayAddr()}, nil
+		return kubeovn.Network{ExternalGateway: cfg.ExternalGatewayAddr(), ExternalGatewayV6: cfg.ExternalGatewayV6Addr()}, nil
 	}
 	subnets, err := kubeovn.ListSubnets(ctx, d.Subnets)
 	if err != nil {
@@ -40,12 +40,13 @@ func (d *Deps) gatewayNetwork(ctx context.Context, g *v1.VpcNatGateway, cfg gwco
 	return n, nil
 }
 
-// eipPrefixLen is the prefix length of EIP e's address on the external
-// interface: its external subnet's (Deps.Subnets set), else the gateway
-// config's.
-func (d *Deps) eipPrefixLen(ctx context.Context, e *v1.IptablesEIP, cfg gwconfig.Entry) (int, *failure) {
+// eipPrefixLen is the prefix lengths of EIP e's addresses on the
+// external interface (IPv4, IPv6): its external subnet's CIDRs
+// (Deps.Subnets set; IPv6 0 for a subnet without an IPv6 CIDR), else the
+// gateway config's.
+func (d *Deps) eipPrefixLen(ctx context.Context, e *v1.IptablesEIP, cfg gwconfig.Entry) (int, int, *failure) {
 	if d.Subnets == nil {
-		return cfg.ExternalPrefixLen, nil
+		return cfg.ExternalPrefixLen, cfg.ExternalV6PrefixLen, nil
 	}
 	name := kubeovn.EIPExternalSubnet(e)
 	u := kubeovn.NewSubnet()
@@ -56,16 +57,24 @@ func (d *Deps) eipPrefixLen(ctx context.Context, e *v1.IptablesEIP, cfg gwconfig
 		} else {
 			f.err = err
 		}
-		return 0, f
+		return 0, 0, f
 	}
-	n, err := kubeovn.EIPPrefixLen(kubeovn.SubnetFrom(u))
-	if err != nil {
-		f := fail(v1.ReasonSubnetNotReady, "%v", err)
-		f.requeueAfter = subnetRetry
-		return 0, f
+	sub := kubeovn.SubnetFrom(u)
+	n, err := kubeovn.EIPPrefixLen(sub)
+	if err == nil {
+		var n6 int
+		if n6, err = kubeovn.EIPV6PrefixLen(sub); err == nil {
+			return n, n6, nil
+		}
 	}
-	return n, nil
+	f := fail(v1.ReasonSubnetNotReady, "%v", err)
+	f.requeueAfter = subnetRetry
+	return 0, 0, f
 }
 
-// defaultRoute is the destination of the route via the external gateway.
-var defaultRoute = netip.MustParsePrefix("0.0.0.0/0")
+// defaultRoute and defaultRouteV6 are the destinations of the routes via
+// the external gateways.
+var (
+	defaultRoute   = netip.MustParsePrefix("0.0.0.0/0")
+	defaultRouteV6 = netip.MustParsePrefix("::/0")
+)

@@ -12,12 +12,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/nat"
 )
 
 // eipRef is a rule's EIP resolved from the cache.
 type eipRef struct {
 	eip     *v1.IptablesEIP
-	addr    netip.Addr
+	addrs   nat.EIP    // its addresses (EIPAddrs)
+	addr    netip.Addr // its primary address (EIPAddress)
 	gateway string
 }
 
@@ -37,12 +39,13 @@ func (d *Deps) resolveEIP(ctx context.Context, name string, requireReady bool) (
 	if !e.DeletionTimestamp.IsZero() {
 		return eipRef{}, fail(v1.ReasonEIPNotFound, "IptablesEIP %s is being deleted", name)
 	}
-	addr, err := EIPAddress(e)
+	addrs, err := d.eipAddrs(ctx, e)
 	if err != nil {
 		return eipRef{}, fail(v1.ReasonEIPNotReady, "IptablesEIP %s: %v", name, err)
 	}
+	addr := primary(addrs)
 	if !addr.IsValid() {
-		return eipRef{}, fail(v1.ReasonEIPNotReady, "IptablesEIP %s has no address yet (spec.v4ip)", name)
+		return eipRef{}, fail(v1.ReasonEIPNotReady, "IptablesEIP %s has no address yet (spec.v4ip, spec.v6ip)", name)
 	}
 	if requireReady && !e.Status.Ready {
 		// The EIP is down with its gateway: say so (and retry as for
@@ -54,7 +57,23 @@ func (d *Deps) resolveEIP(ctx context.Context, name string, requireReady bool) (
 		}
 		return eipRef{}, fail(v1.ReasonEIPNotReady, "IptablesEIP %s is not ready on gateway %s", name, e.Spec.NatGwDp)
 	}
-	return eipRef{eip: e, addr: addr, gateway: e.Spec.NatGwDp}, nil
+	return eipRef{eip: e, addrs: addrs, addr: addr, gateway: e.Spec.NatGwDp}, nil
+}
+
+// eipAddrs is EIPAddrs of e, with the IPv6 address Kube-OVN's IPAM
+// reserved for it on a dual-stack external subnet when it has no
+// spec.v6ip (Deps.Alloc set: eipalloc.Allocator.ReservedV6).
+func (d *Deps) eipAddrs(ctx context.Context, e *v1.IptablesEIP) (nat.EIP, error) {
+	addrs, err := EIPAddrs(e)
+	if err != nil || d.Alloc == nil || addrs.V6Address.IsValid() || !addrs.Address.IsValid() {
+		return addrs, err
+	}
+	v6, err := d.Alloc.ReservedV6(ctx, e)
+	if err != nil {
+		return nat.EIP{}, err
+	}
+	addrs.V6Address = v6
+	return addrs, nil
 }
 
 // ruleReconciler reconciles one NAT rule kind.
@@ -103,7 +122,7 @@ func (r *ruleReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return r.finish(ctx, log, obj, f)
 	}
 
-	natObj, err := r.k.build(obj, ref.addr)
+	natObj, err := r.k.build(obj, ref.addrs)
 	if err != nil {
 		return r.finish(ctx, log, obj, fail(v1.ReasonInvalid, "%v", err))
 	}
@@ -117,7 +136,13 @@ func (r *ruleReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	r.tracked().set(r.k.kind, obj.GetName(), uid, ref.gateway)
 	log.V(1).Info("programmed", "gateway", ref.gateway, "object", natObj.String())
 	before := obj.DeepCopyObject().(T)
-	r.k.setStatus(obj, ruleStatus{ready: true, v4ip: ref.addr.String(), gateway: ref.gateway, cond: readyCondition(ref.gateway)})
+	st := ruleStatus{ready: true, v4ip: ref.addr.String(), gateway: ref.gateway, cond: readyCondition(ref.gateway)}
+	if a := ruleEIPAddr(natObj); a.Is6() {
+		// An IPv6 rule: status.v6ip is the EIP address it uses (v4ip
+		// stays the EIP's primary address, as the label).
+		st.v6ip = a.String()
+	}
+	r.k.setStatus(obj, st)
 	return ctrl.Result{}, r.patchStatus(ctx, obj, before)
 }
 
@@ -151,8 +176,8 @@ func (r *ruleReconciler[T]) finish(ctx context.Context, log logr.Logger, obj T, 
 func (r *ruleReconciler[T]) desired(ctx context.Context, eips []*v1.IptablesEIP) ([]owned, error) {
 	var out []owned
 	for _, e := range eips {
-		addr, err := EIPAddress(e)
-		if err != nil || !addr.IsValid() {
+		addr, err := r.eipAddrs(ctx, e)
+		if err != nil || !primary(addr).IsValid() {
 			continue
 		}
 		list := r.k.newList()

@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net/netip"
@@ -31,34 +32,82 @@ func validated(o nat.Object) (nat.Object, error) {
 	return o, nil
 }
 
-// EIPAddress returns the address an EIP uses: spec.v4ip, else status.ip
-// (set by an allocator), parsed with nat.ParseUnicastIPv4; the error names the
-// field it came from. The empty Addr means none yet. The admission webhook
-// and the reconciles read an EIP's address only through it.
-func EIPAddress(e *v1.IptablesEIP) (netip.Addr, error) {
-	s := e.Spec.V4ip
-	field := "spec.v4ip"
-	if s == "" {
-		s, field = e.Status.IP, "status.ip"
+// EIPAddrs returns the addresses an EIP uses: IPv4 from spec.v4ip, else
+// status.ip when it is IPv4 (set by an allocator); IPv6 from spec.v6ip, else
+// status.ip when it is IPv6 (an IPv6-only EIP). They are parsed with nat's
+// rules (nat.ParseUnicastIPv4, nat.ParseUnicastIPv6, nat.ParseUnicastIP);
+// the error names the field the value came from. Prefix lengths and QoS are
+// left zero. An EIP without any address yet has neither set. The admission
+// webhook and the reconciles read an EIP's addresses only through it.
+func EIPAddrs(e *v1.IptablesEIP) (nat.EIP, error) {
+	var out nat.EIP
+	var err error
+	if s := e.Spec.V4ip; s != "" {
+		if out.Address, err = nat.ParseUnicastIPv4("spec.v4ip", s); err != nil {
+			return nat.EIP{}, err
+		}
 	}
-	if s == "" {
-		return netip.Addr{}, nil
+	if s := e.Spec.V6ip; s != "" {
+		if out.V6Address, err = nat.ParseUnicastIPv6("spec.v6ip", s); err != nil {
+			return nat.EIP{}, err
+		}
 	}
-	return nat.ParseUnicastIPv4(field, s)
+	if s := e.Status.IP; s != "" {
+		a, err := nat.ParseUnicastIP("status.ip", s)
+		if err != nil {
+			return nat.EIP{}, err
+		}
+		switch {
+		case a.Is4() && !out.Address.IsValid():
+			out.Address = a
+		case a.Is6() && !out.V6Address.IsValid() && !out.Address.IsValid():
+			out.V6Address = a
+		}
+	}
+	return out, nil
 }
 
-// eipObject is the EIP as a gateway object: its address with the external
-// network's prefix length, and its QoS when a policy limits it.
-func eipObject(e *v1.IptablesEIP, prefixLen int, qos *nat.QoS) (nat.Object, error) {
-	addr, err := EIPAddress(e)
+// EIPAddress returns the EIP's primary address (what status.ip and the
+// rules' label eip-v4ip show): its IPv4 address, else its IPv6 one (an
+// IPv6-only EIP), from EIPAddrs. The empty Addr means none yet.
+func EIPAddress(e *v1.IptablesEIP) (netip.Addr, error) {
+	a, err := EIPAddrs(e)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return primary(a), nil
+}
+
+// primary is an EIP's first address (IPv4 first), or the zero Addr.
+func primary(e nat.EIP) netip.Addr {
+	if as := e.Addrs(); len(as) > 0 {
+		return as[0]
+	}
+	return netip.Addr{}
+}
+
+// eipObject is the EIP as a gateway object: its addresses with the
+// external network's prefix lengths (prefixLen for IPv4, v6PrefixLen for
+// IPv6), and its QoS when a policy limits it.
+func eipObject(e *v1.IptablesEIP, prefixLen, v6PrefixLen int, qos *nat.QoS) (nat.Object, error) {
+	addrs, err := EIPAddrs(e)
 	if err != nil {
 		return nat.Object{}, err
 	}
-	if !addr.IsValid() {
-		return nat.Object{}, invalid("spec.v4ip", "", "no address: set spec.v4ip (with --network-source=config natgw reserves no addresses)")
+	if !addrs.Address.IsValid() && !addrs.V6Address.IsValid() {
+		return nat.Object{}, invalid("spec.v4ip", "", "no address: set spec.v4ip or spec.v6ip (with --network-source=config natgw reserves no addresses)")
 	}
-	return validated(nat.Object{UID: string(e.UID), Kind: nat.KindEIP,
-		EIP: &nat.EIP{Address: addr, PrefixLen: prefixLen, QoS: qos}})
+	addrs.QoS = qos
+	if addrs.Address.IsValid() {
+		addrs.PrefixLen = prefixLen
+	}
+	if addrs.V6Address.IsValid() {
+		if v6PrefixLen == 0 {
+			return nat.Object{}, invalid("spec.v6ip", addrs.V6Address.String(), "the external network has no IPv6 prefix length (externalV6PrefixLen in the gateway config, or an IPv6 CIDR in the external subnet)")
+		}
+		addrs.V6PrefixLen = v6PrefixLen
+	}
+	return validated(nat.Object{UID: string(e.UID), Kind: nat.KindEIP, EIP: &addrs})
 }
 
 // qosObject maps a QoSPolicy's EIP bandwidth limits (Mbit/s, as upstream)
@@ -129,16 +178,39 @@ func mbit(field, s string) (uint32, error) {
 	return n, nil
 }
 
-func fipObject(f *v1.IptablesFIPRule, eip netip.Addr) (nat.Object, error) {
-	in, err := nat.ParseUnicastIPv4("spec.internalIp", f.Spec.InternalIP)
+// ruleEIP returns the address of eip a rule with the internal address
+// internal (parsed from field, text value) uses: nat's family rule
+// (nat.EIP.AddressFor), the error naming field and value as written.
+func ruleEIP(eip nat.EIP, field, value string, internal netip.Addr) (netip.Addr, error) {
+	a, err := eip.AddressFor(field, internal)
+	var fe *nat.FieldError
+	if errors.As(err, &fe) {
+		fe.Value = value
+	}
+	return a, err
+}
+
+// internalIP parses a FIP's or DNAT's spec.internalIp (either family) and
+// returns it with the EIP address of its family.
+func internalIP(s string, eip nat.EIP) (in, ext netip.Addr, err error) {
+	const field = "spec.internalIp"
+	if in, err = nat.ParseUnicastIP(field, s); err != nil {
+		return netip.Addr{}, netip.Addr{}, err
+	}
+	ext, err = ruleEIP(eip, field, s, in)
+	return in, ext, err
+}
+
+func fipObject(f *v1.IptablesFIPRule, eip nat.EIP) (nat.Object, error) {
+	in, ext, err := internalIP(f.Spec.InternalIP, eip)
 	if err != nil {
 		return nat.Object{}, err
 	}
-	return validated(nat.Object{UID: string(f.UID), Kind: nat.KindFIP, FIP: &nat.FIP{EIP: eip, InternalIP: in}})
+	return validated(nat.Object{UID: string(f.UID), Kind: nat.KindFIP, FIP: &nat.FIP{EIP: ext, InternalIP: in}})
 }
 
-func dnatObject(d *v1.IptablesDnatRule, eip netip.Addr) (nat.Object, error) {
-	in, err := nat.ParseUnicastIPv4("spec.internalIp", d.Spec.InternalIP)
+func dnatObject(d *v1.IptablesDnatRule, eip nat.EIP) (nat.Object, error) {
+	in, eipAddr, err := internalIP(d.Spec.InternalIP, eip)
 	if err != nil {
 		return nat.Object{}, err
 	}
@@ -155,7 +227,7 @@ func dnatObject(d *v1.IptablesDnatRule, eip netip.Addr) (nat.Object, error) {
 		return nat.Object{}, err
 	}
 	return validated(nat.Object{UID: string(d.UID), Kind: nat.KindDNAT, DNAT: &nat.DNAT{
-		EIP: eip, Protocol: proto, ExternalPort: ext, InternalIP: in, InternalPort: inPort, Type: dnatType(d.Spec.Type)}})
+		EIP: eipAddr, Protocol: proto, ExternalPort: ext, InternalIP: in, InternalPort: inPort, Type: dnatType(d.Spec.Type)}})
 }
 
 // dnatType is spec.type as natgw's DNAT type: share, or exclusive (the
@@ -169,14 +241,33 @@ func dnatType(t string) nat.DNATType {
 	return nat.DNATType(t)
 }
 
-// snatObject accepts a bare address (a /32) and a CIDR with host bits set
-// (masked), like iptables does for upstream's script.
-func snatObject(s *v1.IptablesSnatRule, eip netip.Addr) (nat.Object, error) {
-	cidr, err := nat.ParseIPv4Prefix("spec.internalCIDR", s.Spec.InternalCIDR)
+// snatObject accepts a CIDR of either family, or a bare address (a /32 or
+// /128), with host bits set (masked), like iptables does for upstream's
+// script; the EIP address is the one of the CIDR's family.
+func snatObject(s *v1.IptablesSnatRule, eip nat.EIP) (nat.Object, error) {
+	const field = "spec.internalCIDR"
+	cidr, err := nat.ParsePrefix(field, s.Spec.InternalCIDR)
 	if err != nil {
 		return nat.Object{}, err
 	}
-	return validated(nat.Object{UID: string(s.UID), Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: eip, InternalCIDR: cidr.Masked()}})
+	ext, err := ruleEIP(eip, field, s.Spec.InternalCIDR, cidr.Addr())
+	if err != nil {
+		return nat.Object{}, err
+	}
+	return validated(nat.Object{UID: string(s.UID), Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: ext, InternalCIDR: cidr.Masked()}})
+}
+
+// ruleEIPAddr is the EIP address a rule's gateway object uses.
+func ruleEIPAddr(o nat.Object) netip.Addr {
+	switch {
+	case o.FIP != nil:
+		return o.FIP.EIP
+	case o.DNAT != nil:
+		return o.DNAT.EIP
+	case o.SNAT != nil:
+		return o.SNAT.EIP
+	}
+	return netip.Addr{}
 }
 
 // routeSep separates a gateway's UID from a route's destination in the
@@ -200,7 +291,8 @@ func routeOwner(uid string) (string, bool) {
 // interface; the routes to the VPC's other subnets via the internal
 // gateway (net.VPCRoutes; a destination spec.routes also names keeps
 // spec.routes' next hop); and the default route via the external gateway
-// (onlink) when net names one.
+// (onlink) of each family when net names one (IPv4: GATEWAY_V4, IPv6:
+// GATEWAY_V6 in upstream's script).
 func routeObjects(g *v1.VpcNatGateway, net kubeovn.Network) ([]nat.Object, error) {
 	var out []nat.Object
 	add := func(field string, dst netip.Prefix, via netip.Addr, dev nat.RouteDevice) error {
@@ -240,11 +332,17 @@ func routeObjects(g *v1.VpcNatGateway, net kubeovn.Network) ([]nat.Object, error
 			return nil, err
 		}
 	}
-	if gw := net.ExternalGateway; gw.IsValid() {
-		if prev, dup := seen[defaultRoute]; dup {
-			return nil, invalid(prev+".cidr", "0.0.0.0/0", "the default route goes via the external gateway "+gw.String())
+	for _, d := range []struct {
+		dst netip.Prefix
+		gw  netip.Addr
+	}{{defaultRoute, net.ExternalGateway}, {defaultRouteV6, net.ExternalGatewayV6}} {
+		if !d.gw.IsValid() {
+			continue
 		}
-		if err := add("default route", defaultRoute, gw, nat.DeviceExternal); err != nil {
+		if prev, dup := seen[d.dst]; dup {
+			return nil, invalid(prev+".cidr", d.dst.String(), "the default route goes via the external gateway "+d.gw.String())
+		}
+		if err := add("default route", d.dst, d.gw, nat.DeviceExternal); err != nil {
 			return nil, err
 		}
 	}

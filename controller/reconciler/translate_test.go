@@ -15,7 +15,9 @@ import (
 )
 
 func TestTranslate(t *testing.T) {
-	eip := netip.MustParseAddr("192.0.2.10")
+	eip := nat.EIP{Address: netip.MustParseAddr("192.0.2.10")}
+	dual := nat.EIP{Address: netip.MustParseAddr("192.0.2.10"), V6Address: netip.MustParseAddr("2001:db8::10")}
+	v6only := nat.EIP{V6Address: netip.MustParseAddr("2001:db8::10")}
 	om := metav1.ObjectMeta{Name: "x", UID: "0b1e7c2a-5f0e-4c1e-9d57-0d1b2c3d4e5f"}
 	cases := []struct {
 		name    string
@@ -29,9 +31,35 @@ func TestTranslate(t *testing.T) {
 		{"fip/equals-eip", func() (nat.Object, error) {
 			return fipObject(&v1.IptablesFIPRule{ObjectMeta: om, Spec: v1.IptablesFIPRuleSpec{InternalIP: "192.0.2.10"}}, eip)
 		}, "", "fip.internalIP"},
-		{"fip/v6", func() (nat.Object, error) {
+		{"fip/v6-on-v4-eip", func() (nat.Object, error) {
 			return fipObject(&v1.IptablesFIPRule{ObjectMeta: om, Spec: v1.IptablesFIPRuleSpec{InternalIP: "fd00::1"}}, eip)
+		}, "", `spec.internalIp "fd00::1": an IPv6 address, but the EIP has no IPv6 address (it is IPv4 only)`},
+		{"fip/v6-on-dual-eip", func() (nat.Object, error) {
+			return fipObject(&v1.IptablesFIPRule{ObjectMeta: om, Spec: v1.IptablesFIPRuleSpec{InternalIP: "fd00::1"}}, dual)
+		}, "fip " + string(om.UID) + ": 2001:db8::10 <-> fd00::1", ""},
+		{"fip/v4-on-v6-eip", func() (nat.Object, error) {
+			return fipObject(&v1.IptablesFIPRule{ObjectMeta: om, Spec: v1.IptablesFIPRuleSpec{InternalIP: "10.0.1.5"}}, v6only)
+		}, "", `spec.internalIp "10.0.1.5": an IPv4 address, but the EIP has no IPv4 address (it is IPv6 only)`},
+		{"fip/v6-link-local", func() (nat.Object, error) {
+			return fipObject(&v1.IptablesFIPRule{ObjectMeta: om, Spec: v1.IptablesFIPRuleSpec{InternalIP: "fe80::1"}}, dual)
 		}, "", "spec.internalIp"},
+		{"dnat/v6", func() (nat.Object, error) {
+			return dnatObject(&v1.IptablesDnatRule{ObjectMeta: om, Spec: v1.IptablesDnatRuleSpec{
+				ExternalPort: "8888", Protocol: "udp", InternalIP: "fd00::10", InternalPort: "80"}}, v6only)
+		}, "dnat " + string(om.UID) + ": 2001:db8::10:8888/udp -> fd00::10:80", ""},
+		{"dnat/v6-on-v4-eip", func() (nat.Object, error) {
+			return dnatObject(&v1.IptablesDnatRule{ObjectMeta: om, Spec: v1.IptablesDnatRuleSpec{
+				ExternalPort: "8888", InternalIP: "fd00::10", InternalPort: "80"}}, eip)
+		}, "", `spec.internalIp "fd00::10"`},
+		{"snat/v6", func() (nat.Object, error) {
+			return snatObject(&v1.IptablesSnatRule{ObjectMeta: om, Spec: v1.IptablesSnatRuleSpec{InternalCIDR: "fd00:1::7/64"}}, dual)
+		}, "snat " + string(om.UID) + ": fd00:1::/64 -> 2001:db8::10", ""},
+		{"snat/v6-on-v4-eip", func() (nat.Object, error) {
+			return snatObject(&v1.IptablesSnatRule{ObjectMeta: om, Spec: v1.IptablesSnatRuleSpec{InternalCIDR: "fd00:1::/64"}}, eip)
+		}, "", `spec.internalCIDR "fd00:1::/64": an IPv6 address, but the EIP has no IPv6 address`},
+		{"snat/v4-on-v6-eip", func() (nat.Object, error) {
+			return snatObject(&v1.IptablesSnatRule{ObjectMeta: om, Spec: v1.IptablesSnatRuleSpec{InternalCIDR: "10.0.1.0/24"}}, v6only)
+		}, "", `spec.internalCIDR "10.0.1.0/24"`},
 		{"dnat", func() (nat.Object, error) {
 			return dnatObject(&v1.IptablesDnatRule{ObjectMeta: om, Spec: v1.IptablesDnatRuleSpec{
 				ExternalPort: "8888", Protocol: "UDP", InternalIP: "10.0.1.10", InternalPort: "80"}}, eip)
@@ -74,13 +102,31 @@ func TestTranslate(t *testing.T) {
 			return snatObject(&v1.IptablesSnatRule{ObjectMeta: om, Spec: v1.IptablesSnatRuleSpec{InternalCIDR: "10.0.1.0/33"}}, eip)
 		}, "", "spec.internalCIDR"},
 		{"eip", func() (nat.Object, error) {
-			return eipObject(&v1.IptablesEIP{ObjectMeta: om, Spec: v1.IptablesEIPSpec{V4ip: "192.0.2.10"}}, 24, nil)
+			return eipObject(&v1.IptablesEIP{ObjectMeta: om, Spec: v1.IptablesEIPSpec{V4ip: "192.0.2.10"}}, 24, 64, nil)
 		}, "eip " + string(om.UID) + ": 192.0.2.10/24", ""},
 		{"eip/status-ip", func() (nat.Object, error) {
-			return eipObject(&v1.IptablesEIP{ObjectMeta: om, Status: v1.IptablesEIPStatus{IP: "192.0.2.11"}}, 26, nil)
+			return eipObject(&v1.IptablesEIP{ObjectMeta: om, Status: v1.IptablesEIPStatus{IP: "192.0.2.11"}}, 26, 64, nil)
 		}, "eip " + string(om.UID) + ": 192.0.2.11/26", ""},
+		{"eip/dual", func() (nat.Object, error) {
+			return eipObject(&v1.IptablesEIP{ObjectMeta: om, Spec: v1.IptablesEIPSpec{V4ip: "192.0.2.10", V6ip: "2001:db8::10"}}, 24, 64, nil)
+		}, "eip " + string(om.UID) + ": 192.0.2.10/24 2001:db8::10/64", ""},
+		{"eip/v6-only", func() (nat.Object, error) {
+			return eipObject(&v1.IptablesEIP{ObjectMeta: om, Spec: v1.IptablesEIPSpec{V6ip: "2001:db8::10"}}, 24, 120, nil)
+		}, "eip " + string(om.UID) + ": 2001:db8::10/120", ""},
+		{"eip/v6-status-ip", func() (nat.Object, error) {
+			return eipObject(&v1.IptablesEIP{ObjectMeta: om, Status: v1.IptablesEIPStatus{IP: "2001:db8::11"}}, 24, 64, nil)
+		}, "eip " + string(om.UID) + ": 2001:db8::11/64", ""},
+		{"eip/v6-upper-case", func() (nat.Object, error) {
+			return eipObject(&v1.IptablesEIP{ObjectMeta: om, Spec: v1.IptablesEIPSpec{V6ip: "2001:DB8::10"}}, 24, 64, nil)
+		}, "", `spec.v6ip "2001:DB8::10": not in lower case`},
+		{"eip/v6-in-v4ip", func() (nat.Object, error) {
+			return eipObject(&v1.IptablesEIP{ObjectMeta: om, Spec: v1.IptablesEIPSpec{V4ip: "2001:db8::10"}}, 24, 64, nil)
+		}, "", `spec.v4ip "2001:db8::10": not an IPv4 address`},
+		{"eip/v6-no-prefix-length", func() (nat.Object, error) {
+			return eipObject(&v1.IptablesEIP{ObjectMeta: om, Spec: v1.IptablesEIPSpec{V4ip: "192.0.2.10", V6ip: "2001:db8::10"}}, 24, 0, nil)
+		}, "", "spec.v6ip"},
 		{"eip/no-address", func() (nat.Object, error) {
-			return eipObject(&v1.IptablesEIP{ObjectMeta: om}, 24, nil)
+			return eipObject(&v1.IptablesEIP{ObjectMeta: om}, 24, 64, nil)
 		}, "", "spec.v4ip"},
 	}
 	for _, tc := range cases {

@@ -140,7 +140,7 @@ func testDeleteAfterCrash(t *testing.T, dp string, deleteWhileDown bool) {
 	if fl != nil {
 		t.Fatal(fl)
 	}
-	fipObj, err := fipObject(f, netlab.EIP(8))
+	fipObj, err := fipObject(f, nat.EIP{Address: netlab.EIP(8)})
 	if err != nil {
 		t.Fatal(err)
 	}

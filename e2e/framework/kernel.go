@@ -52,11 +52,12 @@ func (k Kernel) UIDs() []string {
 }
 
 // EIPAddrs returns the external interface's addresses other than the
-// gateway's own.
+// gateway's own (IPv4, and IPv6 of a dual-stack topology) and the
+// kernel's IPv6 link-local one.
 func (k Kernel) EIPAddrs() []netip.Prefix {
 	var out []netip.Prefix
 	for _, p := range k.Addrs {
-		if p.Addr() != netlab.GWExtAddr {
+		if a := p.Addr(); a != netlab.GWExtAddr && a != netlab.GWExtAddr6 && !a.IsLinkLocalUnicast() {
 			out = append(out, p)
 		}
 	}

@@ -139,15 +139,27 @@ func (g *Topology) ExtTo(proto Proto, addr netip.Addr, port, vm int) Path {
 	p := Path{Proto: proto, From: g.Ext.NS, To: addr, Port: port}
 	if vm >= 0 {
 		p.WantServer, p.WantClient = g.VMs[vm].NS, netlab.ExtAddr
+		if addr.Is6() {
+			p.WantClient = netlab.ExtAddr6
+		}
 	}
 	return p
 }
 
 // VMOut returns the probe from VPC host vm to the external host, expected
 // to be answered with the external host seeing source src (invalid: no
-// answer expected).
+// answer expected), in src's family (IPv4 when src is invalid).
 func (g *Topology) VMOut(proto Proto, vm int, src netip.Addr) Path {
-	p := Path{Proto: proto, From: g.VMs[vm].NS, To: netlab.ExtAddr, Port: ExtPort}
+	f := IPv4
+	if src.Is6() {
+		f = IPv6
+	}
+	return g.VMOutIn(f, proto, vm, src)
+}
+
+// VMOutIn is VMOut to the external host's address of family f.
+func (g *Topology) VMOutIn(f Family, proto Proto, vm int, src netip.Addr) Path {
+	p := Path{Proto: proto, From: g.VMs[vm].NS, To: f.ExtAddr(), Port: ExtPort}
 	if src.IsValid() {
 		p.WantServer, p.WantClient = g.Ext.NS, src
 	}

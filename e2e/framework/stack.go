@@ -69,6 +69,10 @@ type Options struct {
 	Controller ControllerOptions
 	// CRDs is the CRD set of the API server (default natgw's).
 	CRDs crdtest.Set
+	// IPv6 makes every topology dual-stack (netlab.GatewayOptions.IPv6):
+	// probe servers on IPv6 too, the controller's gateway config with the
+	// IPv6 prefix length and default route.
+	IPv6 bool
 	// NoAdmission leaves out controller/config/admission (the policy that
 	// puts natgw's finalizer on NAT objects at creation), which the Stack
 	// otherwise installs as a user would, next to the CRDs.
@@ -138,7 +142,7 @@ func New(t *testing.T, o Options) *Stack {
 	s.Lab = netlab.ForTest(t)
 	labStart := time.Now()
 	for _, spec := range o.Gateways {
-		g, err := s.Lab.Gateway(netlab.GatewayOptions{Name: spec.Name, VMs: spec.VMs})
+		g, err := s.Lab.Gateway(netlab.GatewayOptions{Name: spec.Name, VMs: spec.VMs, IPv6: o.IPv6})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,12 +172,17 @@ func (s *Stack) serveProbes(g *Topology) {
 		if i == 0 {
 			port = ExtPort
 		}
-		addr := "0.0.0.0:" + strconv.Itoa(port)
-		if _, err := s.Lab.ServeTCP(s.Ctx, h.NS, addr); err != nil {
-			s.T.Fatal(err)
+		addrs := []string{"0.0.0.0:" + strconv.Itoa(port)}
+		if s.opts.IPv6 {
+			addrs = append(addrs, "[::]:"+strconv.Itoa(port))
 		}
-		if _, err := s.Lab.ServeUDP(s.Ctx, h.NS, addr); err != nil {
-			s.T.Fatal(err)
+		for _, addr := range addrs {
+			if _, err := s.Lab.ServeTCP(s.Ctx, h.NS, addr); err != nil {
+				s.T.Fatal(err)
+			}
+			if _, err := s.Lab.ServeUDP(s.Ctx, h.NS, addr); err != nil {
+				s.T.Fatal(err)
+			}
 		}
 	}
 }
@@ -182,8 +191,12 @@ func (s *Stack) serveProbes(g *Topology) {
 func (s *Stack) GatewayConfigs() []gwconfig.Entry {
 	var out []gwconfig.Entry
 	for _, g := range s.Order {
-		out = append(out, gwconfig.Entry{Name: g.Name, NetNS: g.GW, ExternalGateway: netlab.ExtAddr.String(),
-			ExternalInterface: g.ExternalInterface, InternalInterface: g.InternalInterface})
+		e := gwconfig.Entry{Name: g.Name, NetNS: g.GW, ExternalGateway: netlab.ExtAddr.String(),
+			ExternalInterface: g.ExternalInterface, InternalInterface: g.InternalInterface}
+		if s.opts.IPv6 {
+			e.ExternalGatewayV6, e.ExternalV6PrefixLen = netlab.ExtAddr6.String(), netlab.ExtNet6.Bits()
+		}
+		out = append(out, e)
 	}
 	return out
 }
@@ -211,9 +224,60 @@ func (s *Stack) Delete(obj client.Object) {
 	}
 }
 
-// EIP returns an IptablesEIP on gateway gw.
+// EIP returns an IptablesEIP on gateway gw with address addr (spec.v4ip,
+// or spec.v6ip for an IPv6 address: an IPv6-only EIP).
 func EIP(name, gw string, addr netip.Addr) *v1.IptablesEIP {
-	return &v1.IptablesEIP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.IptablesEIPSpec{V4ip: addr.String(), NatGwDp: gw}}
+	e := &v1.IptablesEIP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.IptablesEIPSpec{NatGwDp: gw}}
+	if addr.Is6() {
+		e.Spec.V6ip = addr.String()
+	} else {
+		e.Spec.V4ip = addr.String()
+	}
+	return e
+}
+
+// Family is an address family of a scenario's objects: the same scenario
+// runs with IPv4 objects and with IPv6 ones on a dual-stack topology.
+type Family int
+
+// The families.
+const (
+	IPv4 Family = 4
+	IPv6 Family = 6
+)
+
+func (f Family) String() string { return "ipv" + strconv.Itoa(int(f)) }
+
+// EIP is netlab's i-th EIP address of the family.
+func (f Family) EIP(i int) netip.Addr {
+	if f == IPv6 {
+		return netlab.EIP6(i)
+	}
+	return netlab.EIP(i)
+}
+
+// VMAddr is the family's address of VPC host i.
+func (f Family) VMAddr(i int) netip.Addr {
+	if f == IPv6 {
+		return netlab.VMAddr6(i)
+	}
+	return netlab.VMAddr(i)
+}
+
+// VPCNet is the family's VPC subnet.
+func (f Family) VPCNet() netip.Prefix {
+	if f == IPv6 {
+		return netlab.VPCNet6
+	}
+	return netlab.VPCNet
+}
+
+// ExtAddr is the family's address of the external host.
+func (f Family) ExtAddr() netip.Addr {
+	if f == IPv6 {
+		return netlab.ExtAddr6
+	}
+	return netlab.ExtAddr
 }
 
 // FIP returns an IptablesFIPRule.

@@ -115,6 +115,8 @@ func qos(mod func(*v1.QoSPolicySpec)) client.Object {
 }
 
 const (
+	notIP     = "must be an IPv4 or IPv6 address"
+	notCIDR   = "must be a CIDR such as 10.0.1.0/24 or fd00:1::/64, or an address"
 	notIPv4   = "must be an IPv4 address"
 	notPort   = "must be a port number from 1 to 65535"
 	notCIDRv4 = "must be an IPv4 CIDR"
@@ -146,10 +148,12 @@ func testAdmission(t *testing.T, c client.Client) {
 
 		// IptablesFIPRule
 		{"fip/valid", fip(nil), nil},
-		{"fip/internal-octet", fip(func(s *v1.IptablesFIPRuleSpec) { s.InternalIP = "10.0.1.256" }), []string{"spec.internalIp", notIPv4}},
-		{"fip/internal-v6", fip(func(s *v1.IptablesFIPRuleSpec) { s.InternalIP = "fd00::5" }), []string{"spec.internalIp", notIPv4}},
-		{"fip/internal-empty", fip(func(s *v1.IptablesFIPRuleSpec) { s.InternalIP = "" }), []string{"spec.internalIp", notIPv4}},
-		{"fip/internal-name", fip(func(s *v1.IptablesFIPRuleSpec) { s.InternalIP = "vm1" }), []string{"spec.internalIp", notIPv4}},
+		{"fip/internal-octet", fip(func(s *v1.IptablesFIPRuleSpec) { s.InternalIP = "10.0.1.256" }), []string{"spec.internalIp", notIP}},
+		{"fip/internal-v6", fip(func(s *v1.IptablesFIPRuleSpec) { s.InternalIP = "fd00::5" }), nil},
+		{"fip/internal-v6-long", fip(func(s *v1.IptablesFIPRuleSpec) { s.InternalIP = "fd00:1111:2222:3333:4444:5555:6666:7777" }), nil},
+		{"fip/internal-cidr", fip(func(s *v1.IptablesFIPRuleSpec) { s.InternalIP = "fd00::5/64" }), []string{"spec.internalIp", notIP}},
+		{"fip/internal-empty", fip(func(s *v1.IptablesFIPRuleSpec) { s.InternalIP = "" }), []string{"spec.internalIp", notIP}},
+		{"fip/internal-name", fip(func(s *v1.IptablesFIPRuleSpec) { s.InternalIP = "vm1" }), []string{"spec.internalIp", notIP}},
 		{"fip/no-eip", fip(func(s *v1.IptablesFIPRuleSpec) { s.EIP = "" }), nil},
 
 		// IptablesDnatRule
@@ -166,17 +170,19 @@ func testAdmission(t *testing.T, c client.Client) {
 		{"dnat/external-port-empty", dnat(func(s *v1.IptablesDnatRuleSpec) { s.ExternalPort = "" }), []string{"spec.externalPort", notPort}},
 		{"dnat/internal-port-99999", dnat(func(s *v1.IptablesDnatRuleSpec) { s.InternalPort = "99999" }), []string{"spec.internalPort", notPort}},
 		{"dnat/internal-port-negative", dnat(func(s *v1.IptablesDnatRuleSpec) { s.InternalPort = "-1" }), []string{"spec.internalPort", notPort}},
-		{"dnat/internal-ip", dnat(func(s *v1.IptablesDnatRuleSpec) { s.InternalIP = "10.0.1" }), []string{"spec.internalIp", notIPv4}},
+		{"dnat/internal-ip", dnat(func(s *v1.IptablesDnatRuleSpec) { s.InternalIP = "10.0.1" }), []string{"spec.internalIp", notIP}},
 
 		// IptablesSnatRule
 		{"snat/valid", snat(nil), nil},
 		{"snat/valid-host-bits", snat(func(s *v1.IptablesSnatRuleSpec) { s.InternalCIDR = "10.0.1.7/24" }), nil},
 		{"snat/valid-bare-ip", snat(func(s *v1.IptablesSnatRuleSpec) { s.InternalCIDR = "10.0.1.7" }), nil},
 		{"snat/valid-default", snat(func(s *v1.IptablesSnatRuleSpec) { s.InternalCIDR = "0.0.0.0/0" }), nil},
-		{"snat/prefix-33", snat(func(s *v1.IptablesSnatRuleSpec) { s.InternalCIDR = "10.0.1.0/33" }), []string{"spec.internalCIDR", notCIDRv4}},
-		{"snat/v6", snat(func(s *v1.IptablesSnatRuleSpec) { s.InternalCIDR = "fd00::/64" }), []string{"spec.internalCIDR", notCIDRv4}},
-		{"snat/garbage", snat(func(s *v1.IptablesSnatRuleSpec) { s.InternalCIDR = "10.0.1.0/x" }), []string{"spec.internalCIDR", notCIDRv4}},
-		{"snat/empty", snat(func(s *v1.IptablesSnatRuleSpec) { s.InternalCIDR = "" }), []string{"spec.internalCIDR", notCIDRv4}},
+		{"snat/prefix-33", snat(func(s *v1.IptablesSnatRuleSpec) { s.InternalCIDR = "10.0.1.0/33" }), []string{"spec.internalCIDR", notCIDR}},
+		{"snat/v6", snat(func(s *v1.IptablesSnatRuleSpec) { s.InternalCIDR = "fd00::/64" }), nil},
+		{"snat/v6-long", snat(func(s *v1.IptablesSnatRuleSpec) { s.InternalCIDR = "fd00:1111:2222:3333:4444:5555:6666:7777/128" }), nil},
+		{"snat/v6-prefix-129", snat(func(s *v1.IptablesSnatRuleSpec) { s.InternalCIDR = "fd00::/129" }), []string{"spec.internalCIDR", notCIDR}},
+		{"snat/garbage", snat(func(s *v1.IptablesSnatRuleSpec) { s.InternalCIDR = "10.0.1.0/x" }), []string{"spec.internalCIDR", notCIDR}},
+		{"snat/empty", snat(func(s *v1.IptablesSnatRuleSpec) { s.InternalCIDR = "" }), []string{"spec.internalCIDR", notCIDR}},
 
 		// VpcNatGateway
 		{"gw/valid", gw(nil), nil},

@@ -23,9 +23,10 @@ type IptablesDnatRuleSpec struct {
 	// +optional
 	Protocol string `json:"protocol,omitempty"`
 
-	// InternalIP is the IPv4 address inside the VPC to forward to.
-	// +kubebuilder:validation:MaxLength=15
-	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="must be an IPv4 address"
+	// InternalIP is the address inside the VPC to forward to: IPv4, or
+	// IPv6 (the EIP's IPv6 address, spec.v6ip, is used).
+	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be an IPv4 or IPv6 address"
 	// +optional
 	InternalIP string `json:"internalIp"`
 

@@ -10,9 +10,10 @@ type IptablesFIPRuleSpec struct {
 	// +optional
 	EIP string `json:"eip"`
 
-	// InternalIP is the IPv4 address inside the VPC that the EIP maps to.
-	// +kubebuilder:validation:MaxLength=15
-	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="must be an IPv4 address"
+	// InternalIP is the address inside the VPC that the EIP maps to: IPv4,
+	// or IPv6 (the EIP's IPv6 address, spec.v6ip, is used).
+	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be an IPv4 or IPv6 address"
 	// +optional
 	InternalIP string `json:"internalIp"`
 }

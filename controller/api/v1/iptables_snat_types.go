@@ -11,10 +11,11 @@ type IptablesSnatRuleSpec struct {
 	// +optional
 	EIP string `json:"eip"`
 
-	// InternalCIDR is the IPv4 source range inside the VPC, e.g. 10.0.1.0/24.
+	// InternalCIDR is the source range inside the VPC, e.g. 10.0.1.0/24 or
+	// fd00:1::/64 (an IPv6 one uses the EIP's IPv6 address, spec.v6ip).
 	// A bare IPv4 address (as upstream's iptables accepts) means a /32.
-	// +kubebuilder:validation:MaxLength=18
-	// +kubebuilder:validation:XValidation:rule="(isCIDR(self) && cidr(self).ip().family() == 4) || (isIP(self) && ip(self).family() == 4)",message="must be an IPv4 CIDR such as 10.0.1.0/24, or an IPv4 address"
+	// +kubebuilder:validation:MaxLength=49
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self) || isIP(self)",message="must be a CIDR such as 10.0.1.0/24 or fd00:1::/64, or an address"
 	// +optional
 	InternalCIDR string `json:"internalCIDR"`
 }
