@@ -125,6 +125,11 @@ type Options struct {
 	// two-replica gateway's Lease holder (ActiveAnnotation, Events); pass
 	// the same value to CacheByObject.
 	HA bool
+	// StandbyLag, when set (with HA), says how long a two-replica
+	// gateway's standby has been missing changes its active holds
+	// (transport.Exec.StandbyLag); the provisioner shows it as the
+	// StandbyAnnotation condition, read every StandbyPoll.
+	StandbyLag func(gateway string) time.Duration
 	// Workers is the number of parallel reconciles (default 1).
 	Workers int
 	// Log is the provisioner's logger.
@@ -254,7 +259,7 @@ func (r *Reconciler) kubeOVNFeatureOn(ctx context.Context) (bool, error) {
 // (natgw's VpcNatGateway reconciler still reaches the agent to delete its
 // routes); once the object is gone the garbage collector deletes the
 // StatefulSet through its owner reference.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	log := r.opts.Log.WithValues("vpcNatGateway", req.Name)
 	g := &v1.VpcNatGateway{}
 	if err := r.reader.Get(ctx, req.NamespacedName, g); err != nil {
@@ -368,6 +373,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if r.opts.HA && ProvisionedReplicas(want.Spec.Template.Annotations) == MaxReplicas {
 		if err := r.active(ctx, log, g); err != nil {
 			return ctrl.Result{}, err
+		}
+		if r.opts.StandbyLag != nil {
+			if err := r.standby(ctx, log, g); err != nil {
+				return ctrl.Result{}, err
+			}
+			defer func() {
+				if err == nil && res.IsZero() {
+					res.RequeueAfter = StandbyPoll
+				}
+			}()
 		}
 	}
 	if Changed(g) {

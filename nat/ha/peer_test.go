@@ -46,7 +46,7 @@ func TestSetPeer(t *testing.T) {
 		rs[i], err = ha.New(ha.Config{ID: []string{"pa", "pb"}[i], NetNS: nss[i], Fence: fence,
 			EIPs:     []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")},
 			Local:    netip.AddrPortFrom(in[i].Addr(), 7400),
-			Interval: 20 * time.Millisecond})
+			Interval: labInterval(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +82,7 @@ func TestSetPeer(t *testing.T) {
 		st := rs[1].Status()
 		return st.Receiver.Dumps > 0 && rs[0].Status().Sender.Connects > 0
 	})
-	time.Sleep(300 * time.Millisecond) // 15 turns
+	time.Sleep(15 * labInterval(t)) // 15 turns
 	s0, s1 := rs[0].Status(), rs[1].Status()
 	if s0.Role != ha.RoleActive || s1.Role != ha.RoleStandby || s0.ToActive != 1 || s1.ToActive != 0 || s0.ToStandby != 0 {
 		t.Fatalf("after SetPeer: %+v / %+v, want the first active once, the second standby", s0, s1)
