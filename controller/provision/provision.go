@@ -118,9 +118,9 @@ type Options struct {
 	// HA provisions a gateway that asks for two replicas (Replicas) as
 	// two pods (Build's haPod; controller/config/ha must be applied for
 	// their Lease). Off, such a gateway gets one pod and a Warning
-	// (ReasonReplicasUnsupported): the controller does not yet start
-	// `natgw ha` in the pods nor program the second pod, so two pods
-	// would serve less than one (neither holds the lanIp). On, the
+	// (ReasonReplicasUnsupported). On, the pods run `natgw ha` (container
+	// HAContainer) and the exec transport programs both (transport.Pair);
+	// the lanIp's Kube-OVN Vip/aaps is not made yet. On, the
 	// provisioner also watches the namespace's Leases and shows a
 	// two-replica gateway's Lease holder (ActiveAnnotation, Events); pass
 	// the same value to CacheByObject.
