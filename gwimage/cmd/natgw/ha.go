@@ -150,6 +150,29 @@ func podIPs(p *corev1.Pod) []string {
 
 // follow reads the sibling every period until ctx ends.
 func (s *siblingPeer) follow(ctx context.Context, last netip.AddrPort, period time.Duration) {
+	poll(ctx, period, func() {
+		cur, err := s.read(ctx)
+		if err != nil {
+			if ctx.Err() == nil && err.Error() != s.lastError {
+				s.log.Error(err, "reading the sibling pod's address; keeping the last one", "peer", last.String())
+			}
+			s.lastError = err.Error()
+			return
+		}
+		s.lastError = ""
+		if !cur.IsValid() || cur == last {
+			return
+		}
+		if err := s.setPeer(cur); err != nil {
+			s.log.Error(err, "sibling address refused", "peer", cur.String())
+			return
+		}
+		last = cur
+	})
+}
+
+// poll calls fn every period until ctx ends.
+func poll(ctx context.Context, period time.Duration, fn func()) {
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for {
@@ -158,23 +181,7 @@ func (s *siblingPeer) follow(ctx context.Context, last netip.AddrPort, period ti
 			return
 		case <-tick.C:
 		}
-		cur, err := s.read(ctx)
-		if err != nil {
-			if ctx.Err() == nil && err.Error() != s.lastError {
-				s.log.Error(err, "reading the sibling pod's address; keeping the last one", "peer", last.String())
-			}
-			s.lastError = err.Error()
-			continue
-		}
-		s.lastError = ""
-		if !cur.IsValid() || cur == last {
-			continue
-		}
-		if err := s.setPeer(cur); err != nil {
-			s.log.Error(err, "sibling address refused", "peer", cur.String())
-			continue
-		}
-		last = cur
+		fn()
 	}
 }
 
@@ -464,29 +471,22 @@ func otherDataplane(name string) string {
 // changed set to r. A failed read keeps the last set (an agent restarting
 // must not make the active replica drop its EIPs).
 func (d *dataplaneEIPs) follow(ctx context.Context, r *ha.Replica, last []netip.Prefix, period time.Duration) {
-	tick := time.NewTicker(period)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	poll(ctx, period, func() {
 		cur, err := d.read(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.log.Error(err, "reading the EIPs of the data plane; keeping the last set", "eips", last)
 			}
-			continue
+			return
 		}
 		if slices.Equal(cur, last) {
-			continue
+			return
 		}
 		if err := r.SetEIPs(cur); err != nil {
 			d.log.Error(err, "the data plane holds an EIP that cannot float; keeping the last set", "eips", cur)
-			continue
+			return
 		}
 		d.log.Info("floating EIPs follow the data plane", "eips", cur)
 		last = cur
-	}
+	})
 }
