@@ -289,7 +289,7 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 		if err != nil {
 			return nil, err
 		}
-		haPod(ann, providerOrOvn(sub.Provider), pod, Labels(g.Name))
+		haPod(ann, providerOrOvn(sub.Provider), pod, g.Name)
 		pod.WithContainers(haContainer(in.Image, in.Namespace, g.Name, lan))
 	}
 
@@ -330,9 +330,14 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 //     (vpc_gateway_common.go:213-234), the user's own
 //     spec.affinity.podAntiAffinity, when set, replaces it;
 //   - the ServiceAccount GatewayServiceAccount, which may hold the
-//     gateway's Lease (LeaseName; controller/config/ha).
-func haPod(ann map[string]string, provider string, pod *corev1ac.PodSpecApplyConfiguration, labels map[string]string) {
+//     gateway's Lease (LeaseName; controller/config/ha);
+//   - AAPsAnnotation naming the lanIp's Vip (LanVipName, made by the
+//     provisioner: NewLanVip), so that Kube-OVN lets both pods answer
+//     for the lanIp and OVN follows the one that announced it last.
+func haPod(ann map[string]string, provider string, pod *corev1ac.PodSpecApplyConfiguration, gateway string) {
+	labels := Labels(gateway)
 	delete(ann, ipAddressKey(provider))
+	ann[AAPsAnnotation] = LanVipName(gateway)
 	ann[ReplicasAnnotation] = strconv.Itoa(MaxReplicas)
 	if pod.Affinity.PodAntiAffinity == nil {
 		pod.Affinity.WithPodAntiAffinity(corev1ac.PodAntiAffinity().WithPreferredDuringSchedulingIgnoredDuringExecution(
@@ -390,7 +395,7 @@ func haContainer(image, namespace, gateway string, lan netip.Prefix) *corev1ac.C
 		WithName(HAContainer).
 		WithImage(image).
 		WithImagePullPolicy(corev1.PullIfNotPresent).
-		WithCommand("natgw", "ha",
+		WithCommand("/natgw", "ha",
 			"--id", "$(POD_NAME)",
 			"--local", "$(POD_IP):"+strconv.Itoa(HAPort),
 			"--peer-sibling", "$(POD_NAMESPACE)",

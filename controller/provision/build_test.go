@@ -427,6 +427,7 @@ func TestBuildReplicas(t *testing.T) {
 		a := s.Spec.Template.Annotations
 		delete(a, "ovn.kubernetes.io/ip_address")
 		a[ReplicasAnnotation] = "2"
+		a[AAPsAnnotation] = LanVipName("gw1")
 		s.Spec.Template.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: anti(s)}
 		s.Spec.Template.Spec.ServiceAccountName = GatewayServiceAccount
 		fieldEnv := func(name, path string) corev1.EnvVar {
@@ -436,7 +437,7 @@ func TestBuildReplicas(t *testing.T) {
 			Name:            HAContainer,
 			Image:           testImage,
 			ImagePullPolicy: corev1.PullIfNotPresent,
-			Command: []string{"natgw", "ha", "--id", "$(POD_NAME)", "--local", "$(POD_IP):7460",
+			Command: []string{"/natgw", "ha", "--id", "$(POD_NAME)", "--local", "$(POD_IP):7460",
 				"--peer-sibling", "$(POD_NAMESPACE)", "--eips-from-dataplane",
 				"--lan-ip", "10.0.1.254/24", "--fence-lease", testNS + "/vpc-nat-gw-gw1"},
 			Env:             []corev1.EnvVar{fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_NAMESPACE", "metadata.namespace"), fieldEnv("POD_IP", "status.podIP")},

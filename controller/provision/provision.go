@@ -120,7 +120,8 @@ type Options struct {
 	// their Lease). Off, such a gateway gets one pod and a Warning
 	// (ReasonReplicasUnsupported). On, the pods run `natgw ha` (container
 	// HAContainer) and the exec transport programs both (transport.Pair);
-	// the lanIp's Kube-OVN Vip/aaps is not made yet. On, the
+	// the lanIp follows the active through a Kube-OVN Vip the provisioner
+	// creates (NewLanVip) named in both pods' AAPsAnnotation. On, the
 	// provisioner also watches the namespace's Leases and shows a
 	// two-replica gateway's Lease holder (ActiveAnnotation, Events); pass
 	// the same value to CacheByObject.
@@ -313,6 +314,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	name := StatefulSetName(g.Name)
 	live := &appsv1.StatefulSet{}
 	err = r.reader.Get(ctx, types.NamespacedName{Namespace: r.opts.Namespace, Name: name}, live)
+	getErr := err
 	if err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, fmt.Errorf("get StatefulSet %s/%s: %w", r.opts.Namespace, name, err)
 	}
@@ -362,6 +364,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		why = "image " + imageOf(live)
 	case Changed(g):
 		why = "spec changed"
+	}
+	if r.opts.HA && ProvisionedReplicas(want.Spec.Template.Annotations) == MaxReplicas {
+		// The lanIp's Vip first: Kube-OVN must reserve the lanIp before
+		// a gateway pod exists, or its IPAM may give it to a pod as its
+		// own eth0 address (seen in the Kube-OVN lab).
+		reserved, err := r.lanVip(ctx, log, g)
+		if err != nil {
+			return r.failed(ctx, log, g, err)
+		}
+		if !reserved {
+			if apierrors.IsNotFound(getErr) {
+				log.Info("waiting for Kube-OVN to reserve the lanIp in the gateway's Vip before creating its pods", "vip", LanVipName(g.Name), "lanIp", g.Spec.LanIP)
+				return ctrl.Result{RequeueAfter: rescueRetry}, nil
+			}
+			defer func() {
+				if err == nil && res.IsZero() {
+					res.RequeueAfter = rescueRetry
+				}
+			}()
+		}
 	}
 	if why != "" {
 		t0 := time.Now()
