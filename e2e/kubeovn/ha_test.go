@@ -31,8 +31,8 @@ spec:
 // --provision-gateways --ha-gateways and controller/config/ha applied turns
 // a VpcNatGateway asking for two replicas into two Running pods in
 // Kube-OVN's network: neither given the lanIp as its own address (it
-// floats; which address Kube-OVN's IPAM gives each pod is not checked: this
-// lab's kube-ovn-controller did not annotate the pods with one), the
+// floats; Kube-OVN's IPAM annotates each pod with another address once the
+// lanIp is reserved in the Vip, which the provisioner waits for), the
 // ServiceAccount natgw-gateway, the preferred
 // hostname anti-affinity; the annotation changed to 1 on the live gateway
 // leaves both pods (refused, Warning ReplicasChangeRefused) and restarts
@@ -42,7 +42,8 @@ spec:
 // provision.LanVipName is listed in both pods' ovn.kubernetes.io/aaps and
 // Kube-OVN's own controller gives it the lanIp in its status and makes it
 // an OVN virtual port (checkLanVip). What it does not check: the lanIp
-// reachable through the active (the lab has no OVN data path).
+// reachable through the active (the lab has no OVN data path), which
+// replica holds the Lease (natgw-ha's log tail is printed, not checked).
 func TestHAGatewayPods(t *testing.T) {
 	e := start(t)
 	// Kube-OVN's own feature off (no gateway exists yet: nothing deleted).
@@ -134,11 +135,15 @@ func TestHAGatewayPods(t *testing.T) {
 			t.Errorf("%s: pod anti-affinity %+v", name, anti)
 		}
 		// natgw gives neither pod a fixed eth0 address: the lanIp floats
-		// with the active replica. (Which address Kube-OVN's IPAM gives
-		// each pod is Kube-OVN's: this lab's kube-ovn-controller did not
-		// annotate the pods with one, so it is not checked here.)
-		if a, ok := p.Metadata.Annotations["ovn.kubernetes.io/ip_address"]; ok && a == lanIP {
+		// with the active replica, and it is reserved in natgw's Vip
+		// before the pods exist, so Kube-OVN's IPAM gives each another.
+		switch a, ok := p.Metadata.Annotations["ovn.kubernetes.io/ip_address"]; {
+		case !ok:
+			t.Errorf("%s: Kube-OVN gave no eth0 address (no ovn.kubernetes.io/ip_address)", name)
+		case a == lanIP:
 			t.Errorf("%s: eth0 address is the lanIp %s (it must float, not be a pod's own)", name, lanIP)
+		default:
+			t.Logf("%s: eth0 address %s from Kube-OVN's IPAM", name, a)
 		}
 		for _, c := range p.Status.ContainerSts {
 			if c.RestartCount != 0 {
@@ -150,6 +155,14 @@ func TestHAGatewayPods(t *testing.T) {
 		}
 	}
 	e.checkLanVip(t, t0)
+	// What natgw-ha says in this lab (not asserted: whether a pod reaches
+	// the API server for its Lease depends on the lab's pod network).
+	for _, p := range running {
+		out, _ := e.kubectl("", "-n", ns, "logs", p.Metadata.Name, "-c", provision.HAContainer, "--tail", "3")
+		t.Logf("%s %s log tail:\n%s", p.Metadata.Name, provision.HAContainer, out)
+	}
+	active, _ := e.kubectl("", "get", "vpc-nat-gw", gwName, "-o", "jsonpath={.metadata.annotations}")
+	t.Logf("VpcNatGateway annotations: %s", active)
 
 	// 2 -> 1 on the live gateway: refused, both pods kept, none restarted.
 	e.mustKubectl("", "annotate", "--overwrite", "vpc-nat-gw", gwName, provision.ReplicasAnnotation+"=1")
