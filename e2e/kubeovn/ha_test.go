@@ -134,17 +134,6 @@ func TestHAGatewayPods(t *testing.T) {
 		if anti == nil || len(anti.Preferred) != 1 || anti.Preferred[0].Weight != 100 || anti.Preferred[0].Term.TopologyKey != "kubernetes.io/hostname" {
 			t.Errorf("%s: pod anti-affinity %+v", name, anti)
 		}
-		// natgw gives neither pod a fixed eth0 address: the lanIp floats
-		// with the active replica, and it is reserved in natgw's Vip
-		// before the pods exist, so Kube-OVN's IPAM gives each another.
-		switch a, ok := p.Metadata.Annotations["ovn.kubernetes.io/ip_address"]; {
-		case !ok:
-			t.Errorf("%s: Kube-OVN gave no eth0 address (no ovn.kubernetes.io/ip_address)", name)
-		case a == lanIP:
-			t.Errorf("%s: eth0 address is the lanIp %s (it must float, not be a pod's own)", name, lanIP)
-		default:
-			t.Logf("%s: eth0 address %s from Kube-OVN's IPAM", name, a)
-		}
 		for _, c := range p.Status.ContainerSts {
 			if c.RestartCount != 0 {
 				t.Errorf("%s: container %s restarted %d times", name, c.Name, c.RestartCount)
@@ -153,6 +142,30 @@ func TestHAGatewayPods(t *testing.T) {
 		if a := p.Metadata.Annotations[provision.AAPsAnnotation]; a != provision.LanVipName(gwName) {
 			t.Errorf("%s: %s %q, want %s", name, provision.AAPsAnnotation, a, provision.LanVipName(gwName))
 		}
+	}
+	// natgw gives neither pod a fixed eth0 address: the lanIp floats
+	// with the active replica, and it is reserved in natgw's Vip before
+	// the pods exist, so Kube-OVN's IPAM gives each another. (The lab's
+	// pods run before kube-ovn-controller annotates them: its CNI is not
+	// Kube-OVN's, which would wait for the annotation.)
+	if err := eventually(e.ctx, time.Minute, func() error {
+		ps, err := pods()
+		if err != nil {
+			return err
+		}
+		for _, p := range ps {
+			a, ok := p.Metadata.Annotations["ovn.kubernetes.io/ip_address"]
+			if !ok {
+				return fmt.Errorf("%s: Kube-OVN gave no eth0 address (no ovn.kubernetes.io/ip_address)", p.Metadata.Name)
+			}
+			if a == lanIP {
+				return fmt.Errorf("%s: eth0 address is the lanIp %s (it must float, not be a pod's own)", p.Metadata.Name, lanIP)
+			}
+			t.Logf("%s: eth0 address %s from Kube-OVN's IPAM", p.Metadata.Name, a)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 	e.checkLanVip(t, t0)
 	// What natgw-ha says in this lab (not asserted: whether a pod reaches
