@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -113,5 +114,69 @@ func (r *Reconciler) active(ctx context.Context, log logr.Logger, g *v1.VpcNatGa
 		return nil
 	}
 	r.recorder.Eventf(g, nil, corev1.EventTypeNormal, ReasonActiveChanged, "HA", "pod %s is active (holder of Lease %s/%s; was %s)", holder, r.opts.Namespace, lease, was)
+	return nil
+}
+
+// StandbyAnnotation on a two-replica VpcNatGateway is the standby's
+// condition as natgw-controller programs it (Options.StandbyLag, from the
+// exec transport): "InStep" while every running replica holds what the
+// active holds, "Behind since <RFC 3339 time>" while a standby misses
+// changes (it failed one, or could not be reached; the transport brings it
+// in step when it reconnects). An annotation for the reason
+// ActiveAnnotation is one. The lag itself, in seconds, is the gauge
+// natgw_gateway_standby_lag_seconds.
+const StandbyAnnotation = "natgw.kubeovn.io/standby"
+
+// StandbyPoll is how often the provisioner reads a two-replica gateway's
+// standby lag (Options.StandbyLag).
+const StandbyPoll = 5 * time.Second
+
+// Standby events on a two-replica VpcNatGateway.
+const (
+	// ReasonStandbyBehind (Warning): a standby misses changes.
+	ReasonStandbyBehind = "StandbyBehind"
+	// ReasonStandbyInStep (Normal): the standby holds what the active
+	// holds again.
+	ReasonStandbyInStep = "StandbyInStep"
+)
+
+// standbyValue is StandbyAnnotation's value for a lag at now; the time is
+// rounded to seconds so that the value stays the same while behind.
+func standbyValue(lag time.Duration, now time.Time) string {
+	if lag <= 0 {
+		return "InStep"
+	}
+	return "Behind since " + now.Add(-lag).UTC().Truncate(time.Second).Format(time.RFC3339)
+}
+
+// standby records g's standby condition (StandbyAnnotation) when it
+// changed, with an Event at each change between in step and behind.
+func (r *Reconciler) standby(ctx context.Context, log logr.Logger, g *v1.VpcNatGateway) error {
+	lag := r.opts.StandbyLag(g.Name)
+	want := standbyValue(lag, time.Now())
+	prev := g.Annotations[StandbyAnnotation]
+	// While behind, the start time read now may differ from the one
+	// written by a second of rounding: keep the written one.
+	if prev == want || (lag > 0 && strings.HasPrefix(prev, "Behind since ")) {
+		return nil
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{StandbyAnnotation: want}}})
+	if err != nil {
+		return fmt.Errorf("encode the %s annotation: %w", StandbyAnnotation, err)
+	}
+	if err := r.client.Patch(ctx, g, client.RawPatch(types.MergePatchType, body)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("write the %s annotation of VpcNatGateway %s: %w", StandbyAnnotation, g.Name, err)
+	}
+	log.Info("standby replica", "condition", want, "was", prev)
+	if lag > 0 {
+		r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonStandbyBehind, "HA", "a standby replica misses changes the active holds (%s, for %s)", want, lag.Round(time.Second))
+		return nil
+	}
+	if prev != "" {
+		r.recorder.Eventf(g, nil, corev1.EventTypeNormal, ReasonStandbyInStep, "HA", "every running replica holds what the active holds (was: %s)", prev)
+	}
 	return nil
 }

@@ -4,12 +4,15 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // TestReconcileActive: a two-replica gateway's ActiveAnnotation follows
@@ -118,5 +121,77 @@ func TestLeaseMapping(t *testing.T) {
 	}
 	if !holderChanged.Create(event.CreateEvent{Object: l("a", "1")}) || !holderChanged.Delete(event.DeleteEvent{Object: l("a", "1")}) {
 		t.Error("creation or deletion does not pass")
+	}
+}
+
+// TestReconcileStandby: with Options.StandbyLag, a two-replica gateway's
+// StandbyAnnotation follows the transport's lag (InStep, then "Behind
+// since T" kept while behind, then InStep again) with an Event at each
+// change, and the reconcile comes back every StandbyPoll; a single
+// gateway gets neither.
+func TestReconcileStandby(t *testing.T) {
+	type step struct {
+		lag   time.Duration
+		want  string // prefix of the annotation
+		event string // substring of the one event, "" none
+	}
+	for _, tc := range []struct {
+		name     string
+		replicas int32
+		steps    []step
+	}{
+		{name: "two replicas", replicas: 2, steps: []step{
+			{want: "InStep"},
+			{lag: 3 * time.Second, want: "Behind since ", event: "Warning StandbyBehind a standby replica misses changes"},
+			{lag: 9 * time.Second, want: "Behind since "},
+			{want: "InStep", event: "Normal StandbyInStep every running replica holds what the active holds (was: Behind since "},
+			{want: "InStep"},
+		}},
+		{name: "single gateway", replicas: 1, steps: []step{{lag: time.Second}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := gateway()
+			g.Spec.Replicas = ptr.To(tc.replicas)
+			e := newFakeEnv(t, g)
+			e.r.opts.HA = true
+			var lag time.Duration
+			e.r.opts.StandbyLag = func(gw string) time.Duration {
+				if gw != "gw1" {
+					t.Errorf("StandbyLag(%q), want gw1", gw)
+				}
+				return lag
+			}
+			first := ""
+			for i, s := range tc.steps {
+				lag = s.lag
+				res, err := e.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "gw1"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := tc.replicas == 2; (res.RequeueAfter == StandbyPoll) != want {
+					t.Errorf("step %d: requeue after %s, want the standby poll: %t", i, res.RequeueAfter, want)
+				}
+				got, ok := e.gateway(t).Annotations[StandbyAnnotation]
+				if s.want == "" && ok || !strings.HasPrefix(got, s.want) {
+					t.Errorf("step %d: annotation %q (present %v), want prefix %q", i, got, ok, s.want)
+				}
+				if strings.HasPrefix(got, "Behind") {
+					if first == "" {
+						first = got
+					} else if got != first {
+						t.Errorf("step %d: %q rewritten while behind (was %q)", i, got, first)
+					}
+				}
+				var evs []string
+				for _, ev := range e.events() {
+					if strings.Contains(ev, "Standby") {
+						evs = append(evs, ev)
+					}
+				}
+				if s.event == "" && len(evs) > 0 || s.event != "" && (len(evs) != 1 || !strings.Contains(evs[0], s.event)) {
+					t.Errorf("step %d: events %q, want one holding %q", i, evs, s.event)
+				}
+			}
+		})
 	}
 }

@@ -17,6 +17,7 @@ package provision
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 
@@ -284,7 +285,12 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 	}
 	pod.WithAffinity(aff)
 	if replicas == 2 {
-		haPod(ann, providerOrOvn(sub.Provider), pod, Labels(g.Name))
+		lan, err := lanPrefix(g.Spec.LanIP, sub)
+		if err != nil {
+			return nil, err
+		}
+		haPod(ann, providerOrOvn(sub.Provider), pod, g.Name)
+		pod.WithContainers(haContainer(in.Image, in.Namespace, g.Name, lan))
 	}
 
 	sts := appsv1ac.StatefulSet(name, in.Namespace).
@@ -324,9 +330,14 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 //     (vpc_gateway_common.go:213-234), the user's own
 //     spec.affinity.podAntiAffinity, when set, replaces it;
 //   - the ServiceAccount GatewayServiceAccount, which may hold the
-//     gateway's Lease (LeaseName; controller/config/ha).
-func haPod(ann map[string]string, provider string, pod *corev1ac.PodSpecApplyConfiguration, labels map[string]string) {
+//     gateway's Lease (LeaseName; controller/config/ha);
+//   - AAPsAnnotation naming the lanIp's Vip (LanVipName, made by the
+//     provisioner: NewLanVip), so that Kube-OVN lets both pods answer
+//     for the lanIp and OVN follows the one that announced it last.
+func haPod(ann map[string]string, provider string, pod *corev1ac.PodSpecApplyConfiguration, gateway string) {
+	labels := Labels(gateway)
 	delete(ann, ipAddressKey(provider))
+	ann[AAPsAnnotation] = LanVipName(gateway)
 	ann[ReplicasAnnotation] = strconv.Itoa(MaxReplicas)
 	if pod.Affinity.PodAntiAffinity == nil {
 		pod.Affinity.WithPodAntiAffinity(corev1ac.PodAntiAffinity().WithPreferredDuringSchedulingIgnoredDuringExecution(
@@ -335,6 +346,64 @@ func haPod(ann map[string]string, provider string, pod *corev1ac.PodSpecApplyCon
 				WithTopologyKey(corev1.LabelHostname))))
 	}
 	pod.WithServiceAccountName(GatewayServiceAccount)
+}
+
+// HAContainer is the container of a two-replica gateway's pod that runs
+// `natgw ha` (haContainer); HAPort is its heartbeat (UDP) and conntrack
+// replication (TCP) port on the pod's own eth0 address.
+const (
+	HAContainer = "natgw-ha"
+	HAPort      = 7460
+)
+
+// lanPrefix is the lanIp with the gateway subnet's IPv4 prefix length, the
+// floating address of `natgw ha --lan-ip`.
+func lanPrefix(lanIP string, sub kubeovn.Subnet) (netip.Prefix, error) {
+	a, err := netip.ParseAddr(lanIP)
+	if err != nil || !a.Is4() {
+		return netip.Prefix{}, fmt.Errorf("spec.lanIp %q: a two-replica gateway needs an IPv4 lanIp", lanIP)
+	}
+	c, err := sub.V4CIDR()
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if !c.Contains(a) {
+		return netip.Prefix{}, fmt.Errorf("spec.lanIp %q: not in subnet %q (IPv4 CIDR %s)", lanIP, sub.Name, c)
+	}
+	return netip.PrefixFrom(a, c.Bits()), nil
+}
+
+// haContainer is the second container of a two-replica gateway's pod
+// (issue 23): `natgw ha` in the pod's network namespace, the HA pair's
+// replica. The two pods are each other's peer (--peer-sibling: the other
+// ordinal's address, read from the API server, as a replica that starts
+// first cannot know it); the Lease LeaseName is the fence; the EIPs
+// floating to the active on net1 are the EIP objects that the controller
+// programs into each pod's agent (`natgw serve --rules-only`), the lanIp
+// floats on eth0; each takeover is announced with gratuitous ARP. A
+// container of its own, not a process the controller starts: kubelet
+// restarts it, `kubectl logs -c natgw-ha` shows its role changes, and a
+// controller that is restarted or gone stops neither the heartbeats nor
+// the fence. Privileged like the gateway container: it adds and removes
+// addresses and writes the namespace's conntrack sysctl.
+func haContainer(image, namespace, gateway string, lan netip.Prefix) *corev1ac.ContainerApplyConfiguration {
+	field := func(name, path string) *corev1ac.EnvVarApplyConfiguration {
+		return corev1ac.EnvVar().WithName(name).WithValueFrom(corev1ac.EnvVarSource().
+			WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath(path)))
+	}
+	return corev1ac.Container().
+		WithName(HAContainer).
+		WithImage(image).
+		WithImagePullPolicy(corev1.PullIfNotPresent).
+		WithCommand("/natgw", "ha",
+			"--id", "$(POD_NAME)",
+			"--local", "$(POD_IP):"+strconv.Itoa(HAPort),
+			"--peer-sibling", "$(POD_NAMESPACE)",
+			"--eips-from-dataplane",
+			"--lan-ip", lan.String(),
+			"--fence-lease", namespace+"/"+LeaseName(gateway)).
+		WithEnv(field("POD_NAME", "metadata.name"), field("POD_NAMESPACE", "metadata.namespace"), field("POD_IP", "status.podIP")).
+		WithSecurityContext(corev1ac.SecurityContext().WithPrivileged(true).WithAllowPrivilegeEscalation(true))
 }
 
 // envVar is name=value; an empty value is left out, as the typed

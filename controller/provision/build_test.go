@@ -241,7 +241,7 @@ func TestBuild(t *testing.T) {
 			}
 			// The typed object's zero values that an apply sends nothing for.
 			objdiff.Drop(wf, "metadata.creationTimestamp", "spec.template.metadata.creationTimestamp", "status",
-				"spec.template.spec.containers[0].resources", "spec.serviceName")
+				"spec.template.spec.containers[0].resources", "spec.template.spec.containers[1].resources", "spec.serviceName")
 			for _, d := range objdiff.Diff(wf, got) {
 				t.Errorf("%s (want != built)", d)
 			}
@@ -408,8 +408,10 @@ func TestReplicasChange(t *testing.T) {
 // TestBuildReplicas: Inputs.Replicas 1 (and 0) is today's StatefulSet
 // (want(), unchanged by two-replica provisioning); 2 is the same with two replicas, no
 // static eth0 address, natgw's replicas annotation, preferred pod
-// anti-affinity by hostname (unless the user set one) and the gateway
-// ServiceAccount; anything else is refused.
+// anti-affinity by hostname (unless the user set one), the gateway
+// ServiceAccount and the natgw-ha container running `natgw ha` (its peer
+// the sibling pod, the lanIp with the subnet's length, the Lease fence);
+// anything else, and a lanIp the HA pair cannot float, is refused.
 func TestBuildReplicas(t *testing.T) {
 	anti := func(s *appsv1.StatefulSet) *corev1.PodAntiAffinity {
 		return &corev1.PodAntiAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
@@ -425,8 +427,22 @@ func TestBuildReplicas(t *testing.T) {
 		a := s.Spec.Template.Annotations
 		delete(a, "ovn.kubernetes.io/ip_address")
 		a[ReplicasAnnotation] = "2"
+		a[AAPsAnnotation] = LanVipName("gw1")
 		s.Spec.Template.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: anti(s)}
 		s.Spec.Template.Spec.ServiceAccountName = GatewayServiceAccount
+		fieldEnv := func(name, path string) corev1.EnvVar {
+			return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+		}
+		s.Spec.Template.Spec.Containers = append(s.Spec.Template.Spec.Containers, corev1.Container{
+			Name:            HAContainer,
+			Image:           testImage,
+			ImagePullPolicy: corev1.PullIfNotPresent,
+			Command: []string{"/natgw", "ha", "--id", "$(POD_NAME)", "--local", "$(POD_IP):7460",
+				"--peer-sibling", "$(POD_NAMESPACE)", "--eips-from-dataplane",
+				"--lan-ip", "10.0.1.254/24", "--fence-lease", testNS + "/vpc-nat-gw-gw1"},
+			Env:             []corev1.EnvVar{fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_NAMESPACE", "metadata.namespace"), fieldEnv("POD_IP", "status.podIP")},
+			SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true), AllowPrivilegeEscalation: ptr.To(true)},
+		})
 	}
 	userAnti := &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{TopologyKey: "zone"}}}
 	tests := []struct {
@@ -458,6 +474,8 @@ func TestBuildReplicas(t *testing.T) {
 				s.Spec.Template.Spec.Affinity.PodAntiAffinity = userAnti
 			},
 		},
+		{name: "2, IPv6 lanIp", replicas: 2, gw: func(g *v1.VpcNatGateway) { g.Spec.LanIP = "fd00::5" }, err: `spec.lanIp "fd00::5": a two-replica gateway needs an IPv4 lanIp`},
+		{name: "2, lanIp outside the subnet", replicas: 2, gw: func(g *v1.VpcNatGateway) { g.Spec.LanIP = "10.9.0.5" }, err: `spec.lanIp "10.9.0.5": not in subnet "net1"`},
 		{name: "3", replicas: 3, err: "replicas 3: want 1"},
 		{name: "-1", replicas: -1, err: "replicas -1: want 1"},
 	}
@@ -490,7 +508,7 @@ func TestBuildReplicas(t *testing.T) {
 				t.Fatal(err)
 			}
 			objdiff.Drop(wf, "metadata.creationTimestamp", "spec.template.metadata.creationTimestamp", "status",
-				"spec.template.spec.containers[0].resources", "spec.serviceName")
+				"spec.template.spec.containers[0].resources", "spec.template.spec.containers[1].resources", "spec.serviceName")
 			for _, d := range objdiff.Diff(wf, got) {
 				t.Errorf("%s (want != built)", d)
 			}

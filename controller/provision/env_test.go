@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -81,6 +82,20 @@ func TestEnvTwoReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 		return s
+	}
+	// The lanIp's Vip first; the pods wait until Kube-OVN reserved it.
+	reconcile("gw1")
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: StatefulSetName("gw1")}, &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("gw1's StatefulSet before Kube-OVN reserved the lanIp: %v, want not found", err)
+	}
+	vip := NewLanVip(ha, "kube-system")
+	if err := c.Get(ctx, types.NamespacedName{Name: vip.GetName()}, vip); err != nil {
+		t.Fatalf("gw1's lanIp Vip: %v", err)
+	}
+	// Kube-OVN's vip controller reserves it (its CRD has no status
+	// subresource: a merge patch of the object).
+	if err := c.Patch(ctx, vip, client.RawPatch(types.MergePatchType, []byte(`{"status":{"v4ip":"`+ha.Spec.LanIP+`","mac":"00:00:00:00:00:01"}}`))); err != nil {
+		t.Fatal(err)
 	}
 	reconcile("gw1")
 	reconcile("gw2")

@@ -49,7 +49,8 @@ func haRBAC(t *testing.T) (*corev1.ServiceAccount, *rbacv1.Role, *rbacv1.RoleBin
 // Lease (LeaseName) against a real kube-apiserver (envtest, RBAC
 // authorization), as the pod would (impersonated): refused before the
 // objects exist; then acquire, renew, release, a second replica's
-// acquire; and nothing more (no delete, no other namespace, no pods).
+// acquire; get a pod of its namespace (`natgw ha --peer-sibling`); and
+// nothing more (no delete, no other namespace, no pod list).
 // natgw-controller (controller_leases.yaml) may get, list and watch the
 // Leases there, and nothing more of them.
 func TestHARBAC(t *testing.T) {
@@ -198,8 +199,17 @@ func TestHARBAC(t *testing.T) {
 		}
 	}
 
-	// Nothing more than the fence needs.
+	// natgw ha --peer-sibling reads the other pod: get in its namespace
+	// (an absent pod is NotFound, not Forbidden).
+	if _, err := podClient.CoreV1().Pods(ns).Get(ctx, "vpc-nat-gw-gw1-1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("get the sibling pod: %v, want NotFound (allowed, absent)", err)
+	}
+	// Nothing more than the fence and the sibling's address need.
 	for what, err := range map[string]error{
+		"get a pod in default": func() error {
+			_, err := podClient.CoreV1().Pods("default").Get(ctx, "x", metav1.GetOptions{})
+			return err
+		}(),
 		"delete the Lease": podClient.CoordinationV1().Leases(ns).Delete(ctx, lease, metav1.DeleteOptions{}),
 		"get a Lease in default": func() error {
 			_, err := podClient.CoordinationV1().Leases("default").Get(ctx, lease, metav1.GetOptions{})

@@ -118,13 +118,19 @@ type Options struct {
 	// HA provisions a gateway that asks for two replicas (Replicas) as
 	// two pods (Build's haPod; controller/config/ha must be applied for
 	// their Lease). Off, such a gateway gets one pod and a Warning
-	// (ReasonReplicasUnsupported): the controller does not yet start
-	// `natgw ha` in the pods nor program the second pod, so two pods
-	// would serve less than one (neither holds the lanIp). On, the
+	// (ReasonReplicasUnsupported). On, the pods run `natgw ha` (container
+	// HAContainer) and the exec transport programs both (transport.Pair);
+	// the lanIp follows the active through a Kube-OVN Vip the provisioner
+	// creates (NewLanVip) named in both pods' AAPsAnnotation. On, the
 	// provisioner also watches the namespace's Leases and shows a
 	// two-replica gateway's Lease holder (ActiveAnnotation, Events); pass
 	// the same value to CacheByObject.
 	HA bool
+	// StandbyLag, when set (with HA), says how long a two-replica
+	// gateway's standby has been missing changes its active holds
+	// (transport.Exec.StandbyLag); the provisioner shows it as the
+	// StandbyAnnotation condition, read every StandbyPoll.
+	StandbyLag func(gateway string) time.Duration
 	// Workers is the number of parallel reconciles (default 1).
 	Workers int
 	// Log is the provisioner's logger.
@@ -254,7 +260,7 @@ func (r *Reconciler) kubeOVNFeatureOn(ctx context.Context) (bool, error) {
 // (natgw's VpcNatGateway reconciler still reaches the agent to delete its
 // routes); once the object is gone the garbage collector deletes the
 // StatefulSet through its owner reference.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	log := r.opts.Log.WithValues("vpcNatGateway", req.Name)
 	g := &v1.VpcNatGateway{}
 	if err := r.reader.Get(ctx, req.NamespacedName, g); err != nil {
@@ -308,6 +314,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	name := StatefulSetName(g.Name)
 	live := &appsv1.StatefulSet{}
 	err = r.reader.Get(ctx, types.NamespacedName{Namespace: r.opts.Namespace, Name: name}, live)
+	getErr := err
 	if err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, fmt.Errorf("get StatefulSet %s/%s: %w", r.opts.Namespace, name, err)
 	}
@@ -358,6 +365,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	case Changed(g):
 		why = "spec changed"
 	}
+	if r.opts.HA && ProvisionedReplicas(want.Spec.Template.Annotations) == MaxReplicas {
+		// The lanIp's Vip first: Kube-OVN must reserve the lanIp before
+		// a gateway pod exists, or its IPAM may give it to a pod as its
+		// own eth0 address (seen in the Kube-OVN lab).
+		reserved, err := r.lanVip(ctx, log, g)
+		if err != nil {
+			return r.failed(ctx, log, g, err)
+		}
+		if !reserved {
+			if apierrors.IsNotFound(getErr) {
+				log.Info("waiting for Kube-OVN to reserve the lanIp in the gateway's Vip before creating its pods", "vip", LanVipName(g.Name), "lanIp", g.Spec.LanIP)
+				return ctrl.Result{RequeueAfter: rescueRetry}, nil
+			}
+			defer func() {
+				if err == nil && res.IsZero() {
+					res.RequeueAfter = rescueRetry
+				}
+			}()
+		}
+	}
 	if why != "" {
 		t0 := time.Now()
 		if err := r.client.Apply(ctx, want, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
@@ -368,6 +395,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if r.opts.HA && ProvisionedReplicas(want.Spec.Template.Annotations) == MaxReplicas {
 		if err := r.active(ctx, log, g); err != nil {
 			return ctrl.Result{}, err
+		}
+		if r.opts.StandbyLag != nil {
+			if err := r.standby(ctx, log, g); err != nil {
+				return ctrl.Result{}, err
+			}
+			defer func() {
+				if err == nil && res.IsZero() {
+					res.RequeueAfter = StandbyPoll
+				}
+			}()
 		}
 	}
 	if Changed(g) {

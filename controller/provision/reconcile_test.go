@@ -44,6 +44,9 @@ type fakeEnv struct {
 	r               *Reconciler
 	c               client.Client
 	applies, status int
+	// noKubeOVN: a created Vip stays without status; otherwise the fake
+	// client plays Kube-OVN's vip controller and reserves spec.v4ip.
+	noKubeOVN bool
 }
 
 func newFakeEnv(t *testing.T, g *v1.VpcNatGateway, extra ...client.Object) *fakeEnv {
@@ -58,7 +61,7 @@ func newFakeEnv(t *testing.T, g *v1.VpcNatGateway, extra ...client.Object) *fake
 	mapper := meta.NewDefaultRESTMapper(nil)
 	for _, gvk := range []struct {
 		kind string
-	}{{"Subnet"}, {"Vpc"}} {
+	}{{"Subnet"}, {"Vpc"}, {"Vip"}} {
 		k := kubeovn.SubnetGVK.GroupVersion().WithKind(gvk.kind)
 		scheme.AddKnownTypeWithName(k, &unstructured.Unstructured{})
 		scheme.AddKnownTypeWithName(k.GroupVersion().WithKind(gvk.kind+"List"), &unstructured.UnstructuredList{})
@@ -78,6 +81,13 @@ func newFakeEnv(t *testing.T, g *v1.VpcNatGateway, extra ...client.Object) *fake
 	e.c = fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).
 		WithObjects(objs...).WithStatusSubresource(&v1.VpcNatGateway{}).
 		WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				if u, ok := obj.(*unstructured.Unstructured); ok && u.GetKind() == "Vip" && !e.noKubeOVN {
+					ip, _, _ := unstructured.NestedString(u.Object, "spec", "v4ip")
+					u.Object["status"] = map[string]any{"v4ip": ip, "mac": "00:00:00:00:00:01"}
+				}
+				return c.Create(ctx, obj, opts...)
+			},
 			Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
 				e.applies++
 				return c.Apply(ctx, obj, opts...)

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/transport"
 )
 
 // The number of gateway replicas (controller/docs/operations.md,
@@ -21,8 +22,10 @@ const (
 	// replicas where the CRDs have no spec.replicas (Kube-OVN v1.16.2's
 	// prune it; Kube-OVN master's and natgw's have it). On the pod
 	// template of a gateway provisioned with two replicas it says so
-	// ("2"); a single gateway's template does not carry it.
-	ReplicasAnnotation = "natgw.kubeovn.io/replicas"
+	// ("2"); a single gateway's template does not carry it. The exec
+	// transport reads it on the pods (transport.ReplicasAnnotation, the
+	// one definition).
+	ReplicasAnnotation = transport.ReplicasAnnotation
 	// MaxReplicas is the most replicas natgw runs: one active, one standby.
 	MaxReplicas = 2
 )

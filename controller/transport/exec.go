@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/httpstream"
@@ -54,17 +56,83 @@ type Exec struct {
 	Command string
 	// Log receives the agent's stderr, one entry per line.
 	Log logr.Logger
+
+	// behind is, per two-replica gateway, since when a standby has missed
+	// changes (kept across Pairs: a standby that stays unreachable lags
+	// on through the reopens); absent: in step.
+	behindMu sync.Mutex
+	behind   map[string]time.Time
 }
 
-// Open finds the gateway's running pod and starts the agent in it.
+// StandbyLag says, for a two-replica gateway, how long one of its standby
+// replicas has been missing changes that the active holds (0: every
+// running replica holds what the active holds, or a single gateway). The
+// same value is the gauge natgw_gateway_standby_lag_seconds.
+func (e *Exec) StandbyLag(gateway string) time.Duration {
+	e.behindMu.Lock()
+	defer e.behindMu.Unlock()
+	since, ok := e.behind[gateway]
+	if !ok {
+		return 0
+	}
+	return time.Since(since)
+}
+
+// noteLag records a Pair's standby state: behind since now-lag, or in step
+// (lag 0), and sets the gauge.
+func (e *Exec) noteLag(gateway string, lag time.Duration) {
+	e.behindMu.Lock()
+	defer e.behindMu.Unlock()
+	if lag <= 0 {
+		delete(e.behind, gateway)
+		pairStandbyLag.WithLabelValues(gateway).Set(0)
+		return
+	}
+	if e.behind == nil {
+		e.behind = map[string]time.Time{}
+	}
+	since, ok := e.behind[gateway]
+	if !ok || time.Since(since) < lag {
+		since = time.Now().Add(-lag)
+		e.behind[gateway] = since
+	}
+	pairStandbyLag.WithLabelValues(gateway).Set(time.Since(since).Seconds())
+}
+
+// Open finds the gateway's running pod and starts the agent in it. A
+// gateway whose pods carry ReplicasAnnotation "2" (a two-replica gateway)
+// is reached as a Pair: `serve --rules-only` in every running pod, the
+// standbys brought in step with the active (the holder of the gateway's
+// Lease) before Open returns, and the Pair ended when the set of running
+// pods changes (a pod that starts or comes back is then caught up by the
+// next Open).
 func (e *Exec) Open(ctx context.Context, gw Endpoint) (Session, error) {
 	if err := nat.CheckDataplaneName(gw.Dataplane); err != nil {
 		return nil, fmt.Errorf("exec transport: gateway %s: %w", gw.Name, err)
 	}
-	pod, err := e.findPod(ctx, gw.Name)
+	running, err := e.runningPods(ctx, gw.Name)
 	if err != nil {
 		return nil, err
 	}
+	if isPair(running) {
+		return e.openPair(ctx, gw, running)
+	}
+	return e.openPod(ctx, gw, &running[0], false)
+}
+
+// isPair says whether the running pods are a two-replica gateway's.
+func isPair(pods []corev1.Pod) bool {
+	for _, p := range pods {
+		if p.Annotations[ReplicasAnnotation] == "2" {
+			return true
+		}
+	}
+	return false
+}
+
+// openPod starts the agent in pod (with --rules-only for a replica of a
+// two-replica gateway).
+func (e *Exec) openPod(ctx context.Context, gw Endpoint, pod *corev1.Pod, rulesOnly bool) (Session, error) {
 	command := e.Command
 	if command == "" {
 		command = "natgw"
@@ -79,7 +147,7 @@ func (e *Exec) Open(ctx context.Context, gw Endpoint) (Session, error) {
 		Resource("pods").Namespace(pod.Namespace).Name(pod.Name).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
 			Container: GatewayContainer,
-			Command:   append([]string{command}, serveArgs(gw, false)...),
+			Command:   append([]string{command}, serveArgs(gw, false, rulesOnly)...),
 			Stdin:     true,
 			Stdout:    true,
 			Stderr:    true,
@@ -150,9 +218,9 @@ func (e *Exec) Open(ctx context.Context, gw Endpoint) (Session, error) {
 	return s, nil
 }
 
-// findPod returns the gateway's running, ready pod (the newest one when a
-// rollout briefly runs two).
-func (e *Exec) findPod(ctx context.Context, name string) (*corev1.Pod, error) {
+// runningPods returns the gateway's running, ready pods, newest first (a
+// single gateway's rollout briefly runs two: the newest is its pod).
+func (e *Exec) runningPods(ctx context.Context, name string) ([]corev1.Pod, error) {
 	pods, err := e.Client.CoreV1().Pods(e.Namespace).List(ctx, metav1ListOptions(GatewayPodSelector(name)))
 	if err != nil {
 		return nil, fmt.Errorf("gateway %s: list pods: %w", name, err)
@@ -169,7 +237,7 @@ func (e *Exec) findPod(ctx context.Context, name string) (*corev1.Pod, error) {
 	sort.Slice(running, func(i, j int) bool {
 		return running[j].CreationTimestamp.Before(&running[i].CreationTimestamp)
 	})
-	return &running[0], nil
+	return running, nil
 }
 
 // ErrNoPod is matched when a gateway has no running pod.
@@ -186,4 +254,127 @@ func containerReady(p corev1.Pod, name string) bool {
 
 func metav1ListOptions(sel labels.Selector) metav1.ListOptions {
 	return metav1.ListOptions{LabelSelector: sel.String()}
+}
+
+// PairPoll is how often the exec transport reads a two-replica gateway's
+// pods and Lease (the active replica, a pod that starts or goes).
+const PairPoll = 500 * time.Millisecond
+
+// openPair opens `serve --rules-only` in every running pod of a two-replica
+// gateway and returns their Pair, the standbys in step with the active.
+func (e *Exec) openPair(ctx context.Context, gw Endpoint, running []corev1.Pod) (Session, error) {
+	active, err := e.leaseHolder(ctx, gw.Name)
+	if err != nil {
+		return nil, err
+	}
+	log := e.Log.WithValues("gateway", gw.Name, "dataplane", gw.Dataplane)
+	var members []Member
+	closeAll := func() {
+		for _, m := range members {
+			_ = m.Close()
+		}
+	}
+	var missed error
+	for i := range running {
+		s, err := e.openPod(ctx, gw, &running[i], true)
+		if err != nil {
+			if running[i].Name == active || active == "" {
+				closeAll()
+				return nil, err
+			}
+			// A standby that cannot be reached does not hold up the
+			// active: the Pair runs without it, behind, and is
+			// reopened after PairRetry.
+			log.Error(err, "standby replica not reached; programming the active alone", "pod", running[i].Name)
+			missed = err
+			continue
+		}
+		members = append(members, Member{Pod: running[i].Name, Session: s})
+	}
+	p, err := NewPair(gw, members, active, log)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	if err := p.CatchUp(ctx); err != nil {
+		_ = p.Close()
+		return nil, fmt.Errorf("gateway %s: %w", gw.Name, err)
+	}
+	if missed != nil {
+		p.markBehind()
+	}
+	e.noteLag(gw.Name, p.StandbyLag())
+	go e.watchPair(p, gw.Name, podSet(running), missed != nil)
+	log.V(1).Info("two-replica gateway reached", "replicas", p.Members(), "active", active)
+	return p, nil
+}
+
+// PairRetry is how long a Pair that runs without an unreachable standby
+// lasts before it is reopened to try that standby again.
+const PairRetry = 5 * time.Second
+
+// leaseHolder returns the holder of the gateway's Lease ("" when none or no
+// Lease yet): `natgw ha --fence-lease` names it after the StatefulSet.
+func (e *Exec) leaseHolder(ctx context.Context, gateway string) (string, error) {
+	l, err := e.Client.CoordinationV1().Leases(e.Namespace).Get(ctx, GatewayAppPrefix+gateway, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("gateway %s: read Lease %s/%s%s: %w", gateway, e.Namespace, GatewayAppPrefix, gateway, err)
+	}
+	if l.Spec.HolderIdentity == nil {
+		return "", nil
+	}
+	return *l.Spec.HolderIdentity, nil
+}
+
+// podSet names running pods by name and UID (a pod recreated under its
+// name is another pod).
+func podSet(pods []corev1.Pod) string {
+	var ids []string
+	for _, p := range pods {
+		ids = append(ids, p.Name+"/"+string(p.UID))
+	}
+	sort.Strings(ids)
+	return strings.Join(ids, ",")
+}
+
+// watchPair follows a Pair until it ends: the Lease holder (SetActive), the
+// standby lag gauge, and the running pods: when they are no longer the
+// Pair's, it ends the Pair so that the caller reopens (and Open catches
+// the new pod up before the Pair is used).
+func (e *Exec) watchPair(p *Pair, gateway, pods string, missing bool) {
+	tick := time.NewTicker(PairPoll)
+	defer tick.Stop()
+	start := time.Now()
+	for {
+		select {
+		case <-p.Done():
+			if lag := p.StandbyLag(); lag > 0 {
+				e.noteLag(gateway, lag)
+			}
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if holder, err := e.leaseHolder(ctx, gateway); err == nil {
+			if old := p.Active(); old != holder {
+				p.SetActive(holder)
+				e.Log.Info("active replica", "gateway", gateway, "pod", holder, "was", old)
+			}
+		}
+		running, err := e.runningPods(ctx, gateway)
+		cancel()
+		e.noteLag(gateway, p.StandbyLag())
+		if err != nil && !errors.Is(err, ErrNoPod) {
+			continue
+		}
+		if now := podSet(running); now != pods {
+			p.end(fmt.Errorf("the gateway's running pods changed: %q, were %q", now, pods))
+		}
+		if missing && time.Since(start) > PairRetry {
+			p.end(errors.New("retrying the standby replica that was not reached"))
+		}
+	}
 }

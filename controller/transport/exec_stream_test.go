@@ -32,9 +32,11 @@ import (
 // replaced by a local binary. It records every exec and can kill the
 // running processes.
 type podExecServer struct {
-	t    *testing.T
-	bin  string
-	ns   string
+	t   *testing.T
+	bin string
+	ns  string
+	// nsOf, when set, gives each pod its own namespace (by pod name).
+	nsOf map[string]string
 	mu   sync.Mutex
 	cmds []*exec.Cmd
 	reqs []string // "<pod> <container> <command...>"
@@ -82,7 +84,11 @@ func (p *podExecServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(stdin, streams[0])
 		stdin.Close()
 	}()
-	h, err := netns.Open(p.ns)
+	ns := p.ns
+	if p.nsOf != nil {
+		ns = p.nsOf[parts[5]]
+	}
+	h, err := netns.Open(ns)
 	if err == nil {
 		err = h.Do(cmd.Start)
 		h.Close()

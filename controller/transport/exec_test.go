@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,7 +56,11 @@ func TestFindPod(t *testing.T) {
 				}
 			}
 			e := &Exec{Client: cs, Namespace: "kube-system"}
-			got, err := e.findPod(context.Background(), "gw1")
+			pods, err := e.runningPods(context.Background(), "gw1")
+			var got *corev1.Pod
+			if err == nil {
+				got = &pods[0]
+			}
 			if tc.want == "" {
 				if !errors.Is(err, ErrNoPod) {
 					t.Fatalf("got %v, %v; want ErrNoPod", got, err)
@@ -70,7 +75,7 @@ func TestFindPod(t *testing.T) {
 }
 
 func TestServeArgs(t *testing.T) {
-	got := serveArgs(Endpoint{Name: "g", Dataplane: "iptables", NetNS: "ns", ExternalInterface: "ext0"}, true)
+	got := serveArgs(Endpoint{Name: "g", Dataplane: "iptables", NetNS: "ns", ExternalInterface: "ext0"}, true, false)
 	want := []string{"serve", "--dataplane", "iptables", "--netns", "ns", "--external-iface", "ext0"}
 	if len(got) != len(want) {
 		t.Fatalf("got %q, want %q", got, want)
@@ -80,7 +85,10 @@ func TestServeArgs(t *testing.T) {
 			t.Fatalf("got %q, want %q", got, want)
 		}
 	}
-	if got := serveArgs(Endpoint{Dataplane: "nftables", NetNS: "ns"}, false); len(got) != 3 {
+	if got := serveArgs(Endpoint{Dataplane: "nftables", NetNS: "ns"}, false, false); len(got) != 3 {
 		t.Errorf("exec args carry the namespace: %q", got)
+	}
+	if got := strings.Join(serveArgs(Endpoint{Dataplane: "nftables"}, false, true), " "); got != "serve --dataplane nftables --rules-only" {
+		t.Errorf("a replica of a two-replica gateway: %q, want serve --dataplane nftables --rules-only", got)
 	}
 }

@@ -42,7 +42,7 @@ func (l *Local) Open(ctx context.Context, gw Endpoint) (Session, error) {
 	if err := nat.CheckDataplaneName(gw.Dataplane); err != nil {
 		return nil, fmt.Errorf("local transport: gateway %s: %w", gw.Name, err)
 	}
-	cmd := exec.Command(l.Binary, serveArgs(gw, true)...)
+	cmd := exec.Command(l.Binary, serveArgs(gw, true, false)...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, fmt.Errorf("gateway %s: stdin pipe: %w", gw.Name, err)

@@ -61,9 +61,14 @@ type Transport interface {
 	Open(ctx context.Context, gw Endpoint) (Session, error)
 }
 
-// serveArgs is the agent's command line for gw (after the binary).
-func serveArgs(gw Endpoint, withNetNS bool) []string {
+// serveArgs is the agent's command line for gw (after the binary);
+// rulesOnly for a replica of a two-replica gateway (`natgw ha` floats its
+// addresses).
+func serveArgs(gw Endpoint, withNetNS, rulesOnly bool) []string {
 	args := []string{"serve", "--dataplane", gw.Dataplane}
+	if rulesOnly {
+		args = append(args, "--rules-only")
+	}
 	if withNetNS && gw.NetNS != "" {
 		args = append(args, "--netns", gw.NetNS)
 	}

@@ -3,7 +3,9 @@ package kubeovn_test
 import (
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,14 +31,19 @@ spec:
 // --provision-gateways --ha-gateways and controller/config/ha applied turns
 // a VpcNatGateway asking for two replicas into two Running pods in
 // Kube-OVN's network: neither given the lanIp as its own address (it
-// floats; which address Kube-OVN's IPAM gives each pod is not checked: this
-// lab's kube-ovn-controller did not annotate the pods with one), the
+// floats; Kube-OVN's IPAM annotates each pod with another address once the
+// lanIp is reserved in the Vip, which the provisioner waits for), the
 // ServiceAccount natgw-gateway, the preferred
 // hostname anti-affinity; the annotation changed to 1 on the live gateway
 // leaves both pods (refused, Warning ReplicasChangeRefused) and restarts
-// neither; deleting the VpcNatGateway removes them. What it does not
-// check, because it is not built: `natgw ha` running in the pods, both
-// pods programmed, the lanIp reachable through the active.
+// neither; deleting the VpcNatGateway removes them (and the lanIp Vip).
+// Both containers of each pod (the gateway and natgw-ha) come up Ready and
+// do not restart. The lanIp (issue 23 point 2): natgw's Vip
+// provision.LanVipName is listed in both pods' ovn.kubernetes.io/aaps and
+// Kube-OVN's own controller gives it the lanIp in its status and makes it
+// an OVN virtual port (checkLanVip). What it does not check: the lanIp
+// reachable through the active (the lab has no OVN data path), which
+// replica holds the Lease (natgw-ha's log tail is printed, not checked).
 func TestHAGatewayPods(t *testing.T) {
 	e := start(t)
 	// Kube-OVN's own feature off (no gateway exists yet: nothing deleted).
@@ -68,7 +75,9 @@ func TestHAGatewayPods(t *testing.T) {
 		Status struct {
 			Phase        string `json:"phase"`
 			ContainerSts []struct {
-				RestartCount int `json:"restartCount"`
+				Name         string `json:"name"`
+				Ready        bool   `json:"ready"`
+				RestartCount int    `json:"restartCount"`
 			} `json:"containerStatuses"`
 		} `json:"status"`
 	}
@@ -94,18 +103,26 @@ func TestHAGatewayPods(t *testing.T) {
 		}
 		running = running[:0]
 		for _, p := range ps {
-			if p.Status.Phase == "Running" {
+			ready := p.Status.Phase == "Running" && len(p.Status.ContainerSts) == 2
+			for _, c := range p.Status.ContainerSts {
+				ready = ready && c.Ready
+			}
+			if ready {
 				running = append(running, p)
 			}
 		}
 		if len(running) != 2 {
-			return fmt.Errorf("%d of %d gateway pods Running, want 2", len(running), len(ps))
+			var st []string
+			for _, p := range ps {
+				st = append(st, fmt.Sprintf("%s %s %+v", p.Metadata.Name, p.Status.Phase, p.Status.ContainerSts))
+			}
+			return fmt.Errorf("%d of %d gateway pods Running with both containers (vpc-nat-gw, %s) Ready, want 2: %v", len(running), len(ps), provision.HAContainer, st)
 		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("two gateway pods Running %v after the VpcNatGateway", time.Since(t0).Round(time.Millisecond))
+	t.Logf("two gateway pods Running and Ready %v after the VpcNatGateway", time.Since(t0).Round(time.Millisecond))
 	uids := map[string]string{}
 	for _, p := range running {
 		name := p.Metadata.Name
@@ -117,14 +134,48 @@ func TestHAGatewayPods(t *testing.T) {
 		if anti == nil || len(anti.Preferred) != 1 || anti.Preferred[0].Weight != 100 || anti.Preferred[0].Term.TopologyKey != "kubernetes.io/hostname" {
 			t.Errorf("%s: pod anti-affinity %+v", name, anti)
 		}
-		// natgw gives neither pod a fixed eth0 address: the lanIp floats
-		// with the active replica. (Which address Kube-OVN's IPAM gives
-		// each pod is Kube-OVN's: this lab's kube-ovn-controller did not
-		// annotate the pods with one, so it is not checked here.)
-		if a, ok := p.Metadata.Annotations["ovn.kubernetes.io/ip_address"]; ok && a == lanIP {
-			t.Errorf("%s: eth0 address is the lanIp %s (it must float, not be a pod's own)", name, lanIP)
+		for _, c := range p.Status.ContainerSts {
+			if c.RestartCount != 0 {
+				t.Errorf("%s: container %s restarted %d times", name, c.Name, c.RestartCount)
+			}
+		}
+		if a := p.Metadata.Annotations[provision.AAPsAnnotation]; a != provision.LanVipName(gwName) {
+			t.Errorf("%s: %s %q, want %s", name, provision.AAPsAnnotation, a, provision.LanVipName(gwName))
 		}
 	}
+	// natgw gives neither pod a fixed eth0 address: the lanIp floats
+	// with the active replica, and it is reserved in natgw's Vip before
+	// the pods exist, so Kube-OVN's IPAM gives each another. (The lab's
+	// pods run before kube-ovn-controller annotates them: its CNI is not
+	// Kube-OVN's, which would wait for the annotation.)
+	if err := eventually(e.ctx, time.Minute, func() error {
+		ps, err := pods()
+		if err != nil {
+			return err
+		}
+		for _, p := range ps {
+			a, ok := p.Metadata.Annotations["ovn.kubernetes.io/ip_address"]
+			if !ok {
+				return fmt.Errorf("%s: Kube-OVN gave no eth0 address (no ovn.kubernetes.io/ip_address)", p.Metadata.Name)
+			}
+			if a == lanIP {
+				return fmt.Errorf("%s: eth0 address is the lanIp %s (it must float, not be a pod's own)", p.Metadata.Name, lanIP)
+			}
+			t.Logf("%s: eth0 address %s from Kube-OVN's IPAM", p.Metadata.Name, a)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+	e.checkLanVip(t, t0)
+	// What natgw-ha says in this lab (not asserted: whether a pod reaches
+	// the API server for its Lease depends on the lab's pod network).
+	for _, p := range running {
+		out, _ := e.kubectl("", "-n", ns, "logs", p.Metadata.Name, "-c", provision.HAContainer, "--tail", "3")
+		t.Logf("%s %s log tail:\n%s", p.Metadata.Name, provision.HAContainer, out)
+	}
+	active, _ := e.kubectl("", "get", "vpc-nat-gw", gwName, "-o", "jsonpath={.metadata.annotations}")
+	t.Logf("VpcNatGateway annotations: %s", active)
 
 	// 2 -> 1 on the live gateway: refused, both pods kept, none restarted.
 	e.mustKubectl("", "annotate", "--overwrite", "vpc-nat-gw", gwName, provision.ReplicasAnnotation+"=1")
@@ -157,4 +208,85 @@ func TestHAGatewayPods(t *testing.T) {
 	if err := e.waitGone(2*time.Minute, "-n", ns, "pods", "-l", "app="+stsName); err != nil {
 		t.Error(err)
 	}
+	if err := eventually(e.ctx, 2*time.Minute, func() error {
+		out, err := e.kubectl("", "get", "vips", "-o", "name")
+		if err != nil {
+			return err
+		}
+		if strings.Contains(out, provision.LanVipName(gwName)) {
+			return fmt.Errorf("vip %s still there after its VpcNatGateway was deleted", provision.LanVipName(gwName))
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+}
+
+// checkLanVip: natgw's lanIp Vip (provision.NewLanVip) is controlled by the
+// VpcNatGateway; Kube-OVN's own controller reserves the lanIp for it
+// (status.v4ip, status.mac) and creates the OVN virtual logical switch port
+// named after it (type virtual, options:virtual-ip the lanIp) whose
+// virtual parents are both gateway pods' ports.
+func (e *env) checkLanVip(t *testing.T, t0 time.Time) {
+	t.Helper()
+	name := provision.LanVipName(gwName)
+	var vip struct {
+		Metadata struct {
+			OwnerReferences []struct {
+				Kind       string `json:"kind"`
+				Name       string `json:"name"`
+				Controller bool   `json:"controller"`
+			} `json:"ownerReferences"`
+		} `json:"metadata"`
+		Spec struct {
+			V4ip string `json:"v4ip"`
+		} `json:"spec"`
+		Status struct {
+			V4ip string `json:"v4ip"`
+			Mac  string `json:"mac"`
+		} `json:"status"`
+	}
+	if err := eventually(e.ctx, 2*time.Minute, func() error {
+		out, err := e.kubectl("", "get", "vip", name, "-o", "json")
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal([]byte(out), &vip); err != nil {
+			return err
+		}
+		if vip.Status.V4ip != lanIP || vip.Status.Mac == "" {
+			return fmt.Errorf("vip %s status v4ip %q mac %q, want the lanIp %s and a MAC from Kube-OVN", name, vip.Status.V4ip, vip.Status.Mac, lanIP)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+		return
+	}
+	t.Logf("vip %s: Kube-OVN reserved %s (MAC %s) %v after the VpcNatGateway", name, vip.Status.V4ip, vip.Status.Mac, time.Since(t0).Round(time.Millisecond))
+	if o := vip.Metadata.OwnerReferences; len(o) != 1 || o[0].Kind != "VpcNatGateway" || o[0].Name != gwName || !o[0].Controller {
+		t.Errorf("vip %s owner references %+v, want the VpcNatGateway %s as controller", name, o, gwName)
+	}
+	nb := func(args ...string) (string, error) {
+		out, err := exec.CommandContext(e.ctx, "ovn-nbctl", append([]string{"--db=" + e.k.NBAddr(), "--timeout=10"}, args...)...).CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	want := []string{podName + "." + ns, stsName + "-1." + ns}
+	if err := eventually(e.ctx, time.Minute, func() error {
+		typ, err := nb("get", "Logical_Switch_Port", name, "type")
+		if err != nil {
+			return fmt.Errorf("ovn-nbctl get Logical_Switch_Port %s: %v: %s", name, err, typ)
+		}
+		ip, _ := nb("get", "Logical_Switch_Port", name, "options:virtual-ip")
+		parents, _ := nb("get", "Logical_Switch_Port", name, "options:virtual-parents")
+		parents = strings.Trim(parents, `"`)
+		got := strings.Split(parents, ",")
+		if typ != "virtual" || strings.Trim(ip, `"`) != lanIP || len(got) != 2 || !slices.Contains(got, want[0]) || !slices.Contains(got, want[1]) {
+			return fmt.Errorf("OVN port %s: type %q virtual-ip %s virtual-parents %q, want virtual, %s, %v", name, typ, ip, parents, lanIP, want)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+		return
+	}
+	t.Logf("OVN virtual port %s (virtual-ip %s, virtual-parents %v) made by Kube-OVN's controller", name, lanIP, want)
 }

@@ -336,7 +336,12 @@ func startWith(t *testing.T, extNet netip.Prefix) *env {
 		ExternalExclude: []string{extHost.String()},
 		VPC:             "vpc-" + gwName, VPCSubnet: "subnet-" + gwName,
 		VPCCIDR: ccfg.PodCIDR, VPCGateway: "10.244.77.1",
-		VPCExclude: []string{"10.244.77.1..10.244.77.252"},
+		// Kube-OVN's IPAM hands out only the top of the pod CIDR (the
+		// lab's bridge CNI gives the real addresses from the bottom):
+		// .252-.254, the lanIp and the two pods of a two-replica gateway
+		// (TestHAGatewayPods; with .253-.254 only, its second pod got
+		// NoAvailableAddress once the lanIp was reserved in the Vip).
+		VPCExclude: []string{"10.244.77.1..10.244.77.251"},
 	}), "apply", "--server-side", "-f", "-")
 
 	t0 := time.Now()

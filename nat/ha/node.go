@@ -50,7 +50,10 @@ type Config struct {
 	ExternalInterface, InternalInterface string
 	// Local is this replica's own (not floating) address and port on the
 	// internal network: heartbeats (UDP) and the conntrack stream (TCP)
-	// use it. Peer is the other replica's.
+	// use it. Peer is the other replica's; the zero value means not known
+	// yet (a replica whose peer has not started has no address for it):
+	// the replica then behaves as with a silent peer until SetPeer gives
+	// one.
 	Local, Peer netip.AddrPort
 	// EIPs go on the external interface, LanIPs on the internal one,
 	// while this replica is active. EIPs is the initial set: SetEIPs
@@ -93,7 +96,7 @@ func (c *Config) defaults() error {
 		return errors.New("ha: config: id is empty")
 	case !c.Local.IsValid() || !c.Local.Addr().Is4() || c.Local.Port() == 0:
 		return fmt.Errorf("ha: config: local %q: want an IPv4 address and a port", c.Local)
-	case !c.Peer.IsValid() || !c.Peer.Addr().Is4() || c.Peer.Port() == 0:
+	case c.Peer.IsValid() && (!c.Peer.Addr().Is4() || c.Peer.Port() == 0):
 		return fmt.Errorf("ha: config: peer %q: want an IPv4 address and a port", c.Peer)
 	case c.Interval < time.Millisecond || c.Interval > time.Second:
 		return fmt.Errorf("ha: config: interval %s: want 1ms..1s", c.Interval)
@@ -132,14 +135,22 @@ type Replica struct {
 	peer struct {
 		seen time.Time
 		beat beat
+		// addr is the peer's address now (Config.Peer, then SetPeer);
+		// zero while unknown.
+		addr netip.AddrPort
 	}
 	sender *ctsync.Sender
+	// senderCtx is the context the running sender was started from
+	// (restarted on a new peer address); under mu.
+	senderCtx context.Context
 	// eips is the floating EIP set wanted now (Config.EIPs, then
 	// SetEIPs); held is the set on the external interface while active
 	// (nil while standby). Both under mu.
 	eips, held []netip.Prefix
 	stopTx     context.CancelFunc
 	txDone     chan struct{}
+	// stopAnn ends the role's announcements (and senderCtx); under mu.
+	stopAnn context.CancelFunc
 	// leaseUntil is when this replica's lease runs out as far as it
 	// knows (from the start of its last successful renewal), unix ns.
 	leaseUntil atomic.Int64
@@ -149,6 +160,31 @@ type Replica struct {
 	// counters for Collector
 	toActive, toStandby, fenceErrors atomic.Int64
 	takeovers                        [2]atomic.Int64 // peer silent, peer alive but not active
+}
+
+// SetPeer sets the peer's address (its IPv4 address and port), for a peer
+// that started after this replica or came back with another address. Beats
+// from the old address are ignored from now on; an active replica's
+// conntrack stream moves to the new address on its next turn. Safe for
+// concurrent use.
+func (r *Replica) SetPeer(p netip.AddrPort) error {
+	if !p.IsValid() || !p.Addr().Is4() || p.Port() == 0 {
+		return fmt.Errorf("ha: peer %q: want an IPv4 address and a port", p)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.peer.addr != p {
+		r.cfg.Log.Info("peer address", "peer", p.String(), "was", r.peer.addr.String())
+		r.peer.addr = p
+	}
+	return nil
+}
+
+// Peer returns the peer's address (zero while unknown).
+func (r *Replica) Peer() netip.AddrPort {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.peer.addr
 }
 
 // SetEIPs replaces the floating EIP set (the addresses of the external
@@ -230,6 +266,7 @@ func New(cfg Config) (*Replica, error) {
 		return nil, fmt.Errorf("ha: %w", err)
 	}
 	r := &Replica{cfg: cfg, plumb: plumb, ns: ns, recv: recv, eips: slices.Clone(cfg.EIPs)}
+	r.peer.addr = cfg.Peer
 	r.role.Store(uint32(RoleStandby))
 	return r, nil
 }
@@ -299,7 +336,6 @@ func (r *Replica) Run(ctx context.Context) error {
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()
 	var seq uint64
-	peer := net.UDPAddrFromAddrPort(cfg.Peer)
 	for {
 		healthy := r.healthy()
 		// The beat goes out before the turn: a slow fence must not
@@ -307,7 +343,9 @@ func (r *Replica) Run(ctx context.Context) error {
 		seq++
 		b := beat{Role: r.Role(), Healthy: healthy, Synced: r.recv.Synced() || r.Role() == RoleActive, Seq: seq}
 		// A lost beat is what the peer's detector is for.
-		_, _ = udp.WriteToUDP(b.marshal(), peer)
+		if p := r.Peer(); p.IsValid() {
+			_, _ = udp.WriteToUDP(b.marshal(), net.UDPAddrFromAddrPort(p))
+		}
 		r.step(ctx, healthy)
 		select {
 		case <-ctx.Done():
@@ -332,7 +370,7 @@ func (r *Replica) readBeats(ctx context.Context, udp *net.UDPConn) {
 			}
 			continue
 		}
-		if from.Addr().Unmap() != r.cfg.Peer.Addr() {
+		if p := r.Peer(); !p.IsValid() || from.Addr().Unmap() != p.Addr() {
 			continue
 		}
 		b, err := parseBeat(buf[:n])
@@ -429,6 +467,7 @@ func (r *Replica) step(ctx context.Context, healthy bool) {
 		case err == nil:
 			r.leaseUntil.Store(start.Add(cfg.LeaseTTL).UnixNano())
 			r.followEIPs()
+			r.followPeer()
 		case errors.Is(err, ErrHeld):
 			r.stepDown("lease taken by the peer")
 		default:
@@ -464,18 +503,14 @@ func (r *Replica) becomeActive(ctx context.Context, reason string) bool {
 	}
 	r.role.Store(uint32(RoleActive))
 	r.toActive.Add(1)
-	s := &ctsync.Sender{Peer: cfg.Peer.String(), NS: r.ns, Log: cfg.Log}
-	sctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
+	// The announcements below end with the role (sctx), whether or not
+	// a sender runs.
+	sctx, stopAnn := context.WithCancel(ctx)
 	r.mu.Lock()
-	r.sender, r.stopTx, r.txDone = s, stop, done
+	r.senderCtx = sctx
+	r.stopAnn = stopAnn
 	r.mu.Unlock()
-	go func() {
-		defer close(done)
-		if err := s.Run(sctx); err != nil {
-			cfg.Log.Error(err, "conntrack replication stopped")
-		}
-	}()
+	r.startSender()
 	// Announce again shortly after: a neighbour that was busy (or a
 	// bridge that flooded) gets a second chance.
 	go func() {
@@ -510,14 +545,13 @@ func (r *Replica) stepDown(reason string) {
 	}
 	r.role.Store(uint32(RoleStandby))
 	r.toStandby.Add(1)
+	r.stopSender()
 	r.mu.Lock()
-	stop, done := r.stopTx, r.txDone
-	r.stopTx, r.txDone = nil, nil
-	r.mu.Unlock()
-	if stop != nil {
-		stop()
-		<-done
+	if r.stopAnn != nil {
+		r.stopAnn()
 	}
+	r.stopAnn, r.senderCtx = nil, nil
+	r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Interval)
 	defer cancel()
 	if err := cfg.Fence.Release(ctx, cfg.ID); err != nil {
@@ -527,6 +561,53 @@ func (r *Replica) stepDown(reason string) {
 	cfg.Log.Info("role change", "role", "standby", "reason", reason)
 	if cfg.OnRole != nil {
 		cfg.OnRole(RoleStandby, reason)
+	}
+}
+
+// startSender starts the conntrack stream to the peer's current address
+// (none while it is unknown); active replica only.
+func (r *Replica) startSender() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.senderCtx == nil || !r.peer.addr.IsValid() || r.stopTx != nil {
+		return
+	}
+	s := &ctsync.Sender{Peer: r.peer.addr.String(), NS: r.ns, Log: r.cfg.Log}
+	sctx, stop := context.WithCancel(r.senderCtx)
+	done := make(chan struct{})
+	r.sender, r.stopTx, r.txDone = s, stop, done
+	go func() {
+		defer close(done)
+		if err := s.Run(sctx); err != nil {
+			r.cfg.Log.Error(err, "conntrack replication stopped")
+		}
+	}()
+}
+
+// stopSender stops the conntrack stream, if one runs, and waits for it.
+func (r *Replica) stopSender() {
+	r.mu.Lock()
+	stop, done := r.stopTx, r.txDone
+	r.stopTx, r.txDone = nil, nil
+	r.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+}
+
+// followPeer restarts an active replica's conntrack stream when the peer's
+// address changed (SetPeer), or starts it when the peer became known.
+func (r *Replica) followPeer() {
+	r.mu.Lock()
+	running := r.stopTx != nil
+	moved := running && r.sender != nil && r.sender.Peer != r.peer.addr.String()
+	r.mu.Unlock()
+	if moved {
+		r.stopSender()
+	}
+	if moved || !running {
+		r.startSender()
 	}
 }
 

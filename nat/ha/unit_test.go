@@ -116,6 +116,11 @@ func TestConfig(t *testing.T) {
 	if c.Interval != 50*time.Millisecond || c.Misses != 3 || c.LeaseTTL != 250*time.Millisecond {
 		t.Fatalf("defaults: interval %s misses %d lease %s", c.Interval, c.Misses, c.LeaseTTL)
 	}
+	c = ok()
+	c.Peer = netip.AddrPort{} // not known yet (SetPeer)
+	if err := c.defaults(); err != nil {
+		t.Fatalf("config without a peer: %v", err)
+	}
 	for _, tc := range []struct {
 		what string
 		mod  func(*Config)

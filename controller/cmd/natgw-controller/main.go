@@ -99,7 +99,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	fs.IntVar(&f.verbosity, "v", 0, "log verbosity (0: changes and failures, 1: every object programmed, 2+: debug)")
 	fs.BoolVar(&f.logJSON, "log-json", true, "structured JSON logs (false: text)")
 	fs.BoolVar(&f.provision, "provision-gateways", false, "replace mode: create each VpcNatGateway's gateway StatefulSet in Kube-OVN's shape (vpc-nat-gw-<name> in --pod-namespace) with --gateway-image, keep it in step with the spec and write the gateway's status as Kube-OVN does (controller/provision); Kube-OVN's VPC NAT gateway feature must be off")
-	fs.BoolVar(&f.haGateways, "ha-gateways", false, "with --provision-gateways: provision a VpcNatGateway that asks for 2 replicas (spec.replicas, or annotation "+provision.ReplicasAnnotation+") as two pods with pod anti-affinity and the ServiceAccount "+provision.GatewayServiceAccount+" (apply controller/config/ha for its Lease); experimental: natgw-controller does not yet start `natgw ha` in them nor program the second pod. Off: such a gateway gets one pod and a Warning event")
+	fs.BoolVar(&f.haGateways, "ha-gateways", false, "with --provision-gateways: provision a VpcNatGateway that asks for 2 replicas (spec.replicas, or annotation "+provision.ReplicasAnnotation+") as two pods with pod anti-affinity and the ServiceAccount "+provision.GatewayServiceAccount+" (apply controller/config/ha for its Lease); each pod runs `natgw ha` (container natgw-ha) and the exec transport programs both (`serve --rules-only`); experimental: the lanIp's Kube-OVN Vip/aaps is not made yet. Off: such a gateway gets one pod and a Warning event")
 	fs.StringVar(&f.gatewayImage, "gateway-image", "", "with --provision-gateways: natgw's gateway image (Kube-OVN's vpcNatImage)")
 	fs.StringVar(&f.serviceCIDR, "service-cluster-ip-range", "10.96.0.0/12", "with --provision-gateways: the cluster's service CIDR, routed via the VPC subnet's gateway as Kube-OVN does (kube-ovn-controller's flag of the same name)")
 	fs.StringVar(&f.networkSource, "network-source", "", "replace mode: where gateways' networks come from: "+networkKubeOVN+" (Kube-OVN's Subnets: each EIP's prefix length from its external subnet, each gateway's default route via its external subnet's gateway and routes to its VPC's other subnets, as Kube-OVN does) or "+networkConfig+" (--gateway-config's externalPrefixLen and externalGateway, no VPC routes); default "+networkKubeOVN+" with --provision-gateways, else "+networkConfig)
@@ -306,9 +306,13 @@ func run() error {
 		}
 	}
 	if f.provision {
+		var standbyLag func(string) time.Duration
+		if ex, ok := tr.(*transport.Exec); ok && f.haGateways {
+			standbyLag = ex.StandbyLag
+		}
 		if _, err := provision.Setup(mgr, provision.Options{
 			Namespace: f.podNamespace, Image: f.gatewayImage, ServiceClusterIPRange: f.serviceCIDR,
-			HA: f.haGateways, Workers: f.workers, Log: log.WithName("provision"),
+			HA: f.haGateways, StandbyLag: standbyLag, Workers: f.workers, Log: log.WithName("provision"),
 		}); err != nil {
 			return err
 		}

@@ -19,6 +19,12 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/natgw/natgw/nat"
@@ -61,6 +67,122 @@ type haFlags struct {
 	metricsAddr            string
 	eipsFromDataplane      bool
 	eipsPoll               time.Duration
+	peerSibling            string
+}
+
+// siblingPod returns the name of the other pod of a two-replica
+// StatefulSet: the pod id with the ordinal 0 and 1 swapped.
+func siblingPod(id string) (string, error) {
+	base, ord, ok := cutLast(id, "-")
+	switch {
+	case !ok || base == "":
+		return "", fmt.Errorf("--id %q: --peer-sibling wants a StatefulSet pod name ending in -0 or -1", id)
+	case ord == "0":
+		return base + "-1", nil
+	case ord == "1":
+		return base + "-0", nil
+	}
+	return "", fmt.Errorf("--id %q: --peer-sibling wants a StatefulSet pod name ending in -0 or -1 (a two-replica gateway)", id)
+}
+
+func cutLast(s, sep string) (string, string, bool) {
+	i := strings.LastIndex(s, sep)
+	if i < 0 {
+		return s, "", false
+	}
+	return s[:i], s[i+len(sep):], true
+}
+
+// restConfig is the API server's configuration of --kubeconfig (empty: the
+// pod's in-cluster one); flag names the option that needs it.
+func (f *haFlags) restConfig(flag string) (*rest.Config, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
+	if err != nil {
+		if f.kubeconfig == "" {
+			return nil, fmt.Errorf("%s: no --kubeconfig and no in-cluster config: %w", flag, err)
+		}
+		return nil, fmt.Errorf("--kubeconfig %q: %w", f.kubeconfig, err)
+	}
+	return rc, nil
+}
+
+// siblingPeer follows the address of the sibling pod (--peer-sibling): it
+// reads the pod from the API server every period and hands a new address
+// (its status.podIP, port the local one) to the replica. The API server is
+// only how the address is learnt, not the detector: the heartbeats go to
+// the pod directly, and an API server that is gone keeps the last address.
+type siblingPeer struct {
+	pods      corev1client.PodInterface
+	ns, name  string
+	port      uint16
+	log       logr.Logger
+	setPeer   func(netip.AddrPort) error
+	lastError string
+}
+
+// read returns the sibling's address, zero when it has none yet (not
+// created, not scheduled, or a non-IPv4 address).
+func (s *siblingPeer) read(ctx context.Context) (netip.AddrPort, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pod, err := s.pods.Get(ctx, s.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return netip.AddrPort{}, nil
+	}
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("get pod %s/%s: %w", s.ns, s.name, err)
+	}
+	for _, v := range append([]string{pod.Status.PodIP}, podIPs(pod)...) {
+		if a, err := netip.ParseAddr(v); err == nil && a.Is4() {
+			return netip.AddrPortFrom(a, s.port), nil
+		}
+	}
+	return netip.AddrPort{}, nil
+}
+
+func podIPs(p *corev1.Pod) []string {
+	var out []string
+	for _, ip := range p.Status.PodIPs {
+		out = append(out, ip.IP)
+	}
+	return out
+}
+
+// follow reads the sibling every period until ctx ends.
+func (s *siblingPeer) follow(ctx context.Context, last netip.AddrPort, period time.Duration) {
+	poll(ctx, period, func() {
+		cur, err := s.read(ctx)
+		if err != nil {
+			if ctx.Err() == nil && err.Error() != s.lastError {
+				s.log.Error(err, "reading the sibling pod's address; keeping the last one", "peer", last.String())
+			}
+			s.lastError = err.Error()
+			return
+		}
+		s.lastError = ""
+		if !cur.IsValid() || cur == last {
+			return
+		}
+		if err := s.setPeer(cur); err != nil {
+			s.log.Error(err, "sibling address refused", "peer", cur.String())
+			return
+		}
+		last = cur
+	})
+}
+
+// poll calls fn every period until ctx ends.
+func poll(ctx context.Context, period time.Duration, fn func()) {
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		fn()
+	}
 }
 
 // leaseFence returns the Lease fence of --fence-lease NAMESPACE/NAME, with
@@ -70,12 +192,9 @@ func (f *haFlags) leaseFence() (ha.Fence, error) {
 	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
 		return nil, fmt.Errorf("--fence-lease %q: want NAMESPACE/NAME", f.fenceLease)
 	}
-	rc, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
+	rc, err := f.restConfig("--fence-lease")
 	if err != nil {
-		if f.kubeconfig == "" {
-			return nil, fmt.Errorf("--fence-lease: no --kubeconfig and no in-cluster config: %w", err)
-		}
-		return nil, fmt.Errorf("--kubeconfig %q: %w", f.kubeconfig, err)
+		return nil, err
 	}
 	fence, err := leasefence.ForConfig(rc, ns, name)
 	if err != nil {
@@ -93,8 +212,20 @@ func (f *haFlags) haConfig(g *globals) (ha.Config, error) {
 	if cfg.Local, err = netip.ParseAddrPort(f.local); err != nil {
 		return cfg, fmt.Errorf("--local %q: want ip:port (this replica's own internal address)", f.local)
 	}
-	if cfg.Peer, err = netip.ParseAddrPort(f.peer); err != nil {
-		return cfg, fmt.Errorf("--peer %q: want ip:port (the other replica's internal address)", f.peer)
+	switch {
+	case f.peer != "" && f.peerSibling != "":
+		return cfg, fmt.Errorf("--peer %q and --peer-sibling %q: give one", f.peer, f.peerSibling)
+	case f.peerSibling != "":
+		if _, err := siblingPod(f.id); err != nil {
+			return cfg, err
+		}
+		if strings.Contains(f.peerSibling, "/") {
+			return cfg, fmt.Errorf("--peer-sibling %q: want the pods' NAMESPACE", f.peerSibling)
+		}
+	default:
+		if cfg.Peer, err = netip.ParseAddrPort(f.peer); err != nil {
+			return cfg, fmt.Errorf("--peer %q: want ip:port (the other replica's internal address), or --peer-sibling", f.peer)
+		}
 	}
 	n := 0
 	for _, v := range []string{f.fenceSocket, f.fenceFile, f.fenceLease} {
@@ -105,8 +236,8 @@ func (f *haFlags) haConfig(g *globals) (ha.Config, error) {
 	switch {
 	case n > 1:
 		return cfg, errors.New("--fence-socket, --fence-file and --fence-lease: give one")
-	case f.kubeconfig != "" && f.fenceLease == "":
-		return cfg, fmt.Errorf("--kubeconfig %q: only with --fence-lease", f.kubeconfig)
+	case f.kubeconfig != "" && f.fenceLease == "" && f.peerSibling == "":
+		return cfg, fmt.Errorf("--kubeconfig %q: only with --fence-lease or --peer-sibling", f.kubeconfig)
 	case f.fenceLease != "":
 		if cfg.Fence, err = f.leaseFence(); err != nil {
 			return cfg, err
@@ -132,12 +263,14 @@ func (f *haFlags) haConfig(g *globals) (ha.Config, error) {
 // cmdHA runs one replica of an active/standby gateway until SIGTERM or
 // SIGINT (see nat/ha/README.md). Role changes go to stdout as JSON lines.
 func cmdHA(ctx context.Context, e env, g *globals, args []string) int {
-	fs := subFlags("ha", e, g, "ha --local IP:PORT --peer IP:PORT --eip A/L[,...]|--eips-from-dataplane [--lan-ip A/L] --fence-lease NS/NAME|--fence-socket PATH|--fence-file PATH [flags]")
+	fs := subFlags("ha", e, g, "ha --local IP:PORT --peer IP:PORT|--peer-sibling NAMESPACE --eip A/L[,...]|--eips-from-dataplane [--lan-ip A/L] --fence-lease NS/NAME|--fence-socket PATH|--fence-file PATH [flags]")
 	host, _ := os.Hostname()
 	var f haFlags
 	fs.StringVar(&f.id, "id", host, "this replica's name (the lease holder)")
 	fs.StringVar(&f.local, "local", "", "own internal address and port: heartbeats (UDP) and the conntrack stream (TCP)")
 	fs.StringVar(&f.peer, "peer", "", "the other replica's internal address and port")
+	fs.StringVar(&f.peerSibling, "peer-sibling", "", "the peer is the other pod (ordinal 0 <-> 1) of --id's StatefulSet in this NAMESPACE: its address (status.podIP, --local's port) is read from the API server (--kubeconfig) every --peer-poll and followed; until it has one the replica runs as with a silent peer")
+	peerPoll := fs.Duration("peer-poll", time.Second, "how often --peer-sibling reads the sibling pod")
 	fs.Var(&f.eips, "eip", "floating EIP address/length on the external interface (repeatable)")
 	fs.Var(&f.lanIPs, "lan-ip", "floating lanIp address/length on the internal interface (repeatable)")
 	fs.DurationVar(&f.interval, "interval", 50*time.Millisecond, "heartbeat period")
@@ -175,10 +308,36 @@ func cmdHA(ctx context.Context, e env, g *globals, args []string) int {
 			cfg.Log.Error(err, "reading the EIPs of the data plane; starting with none")
 		}
 	}
+	var sib *siblingPeer
+	if f.peerSibling != "" {
+		if sib, err = f.sibling(cfg); err != nil {
+			fmt.Fprintf(e.stderr, "natgw ha: %v\n", err)
+			return exitUsage
+		}
+		// A first read, so that a sibling already running is known
+		// from the first beat on; none yet is fine.
+		if cfg.Peer, err = sib.read(ctx); err != nil {
+			cfg.Log.Error(err, "reading the sibling pod's address; starting without a peer")
+		}
+	}
 	r, err := ha.New(cfg)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "natgw ha: %v\n", err)
 		return exitFail
+	}
+	if sib != nil {
+		if *peerPoll < 10*time.Millisecond || *peerPoll > time.Minute {
+			fmt.Fprintf(e.stderr, "natgw ha: --peer-poll %s: want 10ms..1m\n", *peerPoll)
+			return exitUsage
+		}
+		sib.setPeer = r.SetPeer
+		done := make(chan struct{})
+		pctx, cancel := context.WithCancel(ctx)
+		go func() {
+			defer close(done)
+			sib.follow(pctx, cfg.Peer, *peerPoll)
+		}()
+		defer func() { cancel(); <-done }()
 	}
 	if eips != nil {
 		done := make(chan struct{})
@@ -202,6 +361,24 @@ func cmdHA(ctx context.Context, e env, g *globals, args []string) int {
 		return exitFail
 	}
 	return exitOK
+}
+
+// sibling returns the follower of --peer-sibling for cfg.
+func (f *haFlags) sibling(cfg ha.Config) (*siblingPeer, error) {
+	name, err := siblingPod(f.id)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := f.restConfig("--peer-sibling")
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("--peer-sibling: client: %w", err)
+	}
+	return &siblingPeer{pods: cs.CoreV1().Pods(f.peerSibling), ns: f.peerSibling, name: name,
+		port: cfg.Local.Port(), log: cfg.Log.WithName("peer")}, nil
 }
 
 // serveHAMetrics serves c (and nothing else) at addr/metrics until the
@@ -236,29 +413,40 @@ type dataplaneEIPs struct {
 	log logr.Logger
 }
 
-// read returns the (IPv4) EIPs of the data plane's EIP objects, sorted. A data
-// plane that holds no state yet (the agent has not started) holds none; it
-// is then not created. The data plane is opened without plumbing and only
+// read returns the (IPv4) EIPs of the data plane's EIP objects, sorted: of
+// --dataplane when it holds natgw's state, else of the other data plane. A
+// data plane that holds no state yet (the agent has not started) holds
+// none; it is then not created. The data plane is opened without plumbing and only
 // read (List), like `natgw list`.
 func (d *dataplaneEIPs) read(ctx context.Context) ([]netip.Prefix, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.g.timeout)
 	defer cancel()
 	cfg := d.g.config(d.log)
-	holds, err := planes.Holds(ctx, d.g.dataplane, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("data plane %s in netns %q: %w", d.g.dataplane, d.g.netns, err)
+	// --dataplane first, then the other one: the agent's data plane may
+	// be switched by the controller (serve empties the other one), and a
+	// pod's `natgw ha` is started before anyone knows which it will be.
+	name := ""
+	for _, n := range []string{d.g.dataplane, otherDataplane(d.g.dataplane)} {
+		holds, err := planes.Holds(ctx, n, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("data plane %s in netns %q: %w", n, d.g.netns, err)
+		}
+		if holds {
+			name = n
+			break
+		}
 	}
-	if !holds {
+	if name == "" {
 		return nil, nil
 	}
-	dp, err := planes.OpenWithoutPlumbing(ctx, d.g.dataplane, cfg)
+	dp, err := planes.OpenWithoutPlumbing(ctx, name, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("open data plane %s in netns %q: %w", d.g.dataplane, d.g.netns, err)
+		return nil, fmt.Errorf("open data plane %s in netns %q: %w", name, d.g.netns, err)
 	}
 	defer dp.Close()
 	objs, err := dp.List(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list data plane %s in netns %q: %w", d.g.dataplane, d.g.netns, err)
+		return nil, fmt.Errorf("list data plane %s in netns %q: %w", name, d.g.netns, err)
 	}
 	var out []netip.Prefix
 	for _, o := range objs {
@@ -271,33 +459,34 @@ func (d *dataplaneEIPs) read(ctx context.Context) ([]netip.Prefix, error) {
 	return slices.Compact(out), nil
 }
 
+// otherDataplane is the data plane that is not name.
+func otherDataplane(name string) string {
+	if name == nat.DataplaneIptables {
+		return nat.DataplaneNftables
+	}
+	return nat.DataplaneIptables
+}
+
 // follow reads the data plane every period until ctx ends and hands each
 // changed set to r. A failed read keeps the last set (an agent restarting
 // must not make the active replica drop its EIPs).
 func (d *dataplaneEIPs) follow(ctx context.Context, r *ha.Replica, last []netip.Prefix, period time.Duration) {
-	tick := time.NewTicker(period)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	poll(ctx, period, func() {
 		cur, err := d.read(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.log.Error(err, "reading the EIPs of the data plane; keeping the last set", "eips", last)
 			}
-			continue
+			return
 		}
 		if slices.Equal(cur, last) {
-			continue
+			return
 		}
 		if err := r.SetEIPs(cur); err != nil {
 			d.log.Error(err, "the data plane holds an EIP that cannot float; keeping the last set", "eips", cur)
-			continue
+			return
 		}
 		d.log.Info("floating EIPs follow the data plane", "eips", cur)
 		last = cur
-	}
+	})
 }

@@ -12,6 +12,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
 	"github.com/natgw/natgw/nat/ha"
 	"github.com/natgw/natgw/nat/ha/leasefence"
 )
@@ -39,6 +43,11 @@ func TestHAFlags(t *testing.T) {
 		{"bad misses", append(append([]string{}, base...), "--misses", "-1"), "misses -1"},
 		{"bad interval", append(append([]string{}, base...), "--interval", "5s"), "interval 5s"},
 		{"eip and from-dataplane", append(append([]string{}, base...), "--eips-from-dataplane"), "--eip 192.0.2.10/24 and --eips-from-dataplane"},
+		{"peer and sibling", append(append([]string{}, base...), "--peer-sibling", "kube-system", "--id", "vpc-nat-gw-g-0"), `--peer "10.0.0.3:7400" and --peer-sibling "kube-system"`},
+		{"sibling of a non-StatefulSet id", []string{"--local", "10.0.0.2:7400", "--peer-sibling", "kube-system", "--id", "gw", "--eip", "192.0.2.10/24", "--fence-file", "/x"}, `--id "gw"`},
+		{"sibling of ordinal 2", []string{"--local", "10.0.0.2:7400", "--peer-sibling", "kube-system", "--id", "vpc-nat-gw-g-2", "--eip", "192.0.2.10/24", "--fence-file", "/x"}, `--id "vpc-nat-gw-g-2"`},
+		{"sibling namespace with a slash", []string{"--local", "10.0.0.2:7400", "--peer-sibling", "kube-system/x", "--id", "vpc-nat-gw-g-1", "--eip", "192.0.2.10/24", "--fence-file", "/x"}, `--peer-sibling "kube-system/x"`},
+		{"sibling with a missing kubeconfig", []string{"--local", "10.0.0.2:7400", "--peer-sibling", "kube-system", "--id", "vpc-nat-gw-g-1", "--eip", "192.0.2.10/24", "--fence-file", "/x", "--kubeconfig", "/nonexistent/kubeconfig"}, `--kubeconfig "/nonexistent/kubeconfig"`},
 		{"bad eips-poll", []string{"--local", "10.0.0.2:7400", "--peer", "10.0.0.3:7400", "--eips-from-dataplane", "--eips-poll", "2m", "--fence-file", "/x"}, "--eips-poll 2m0s"},
 	} {
 		var out, errb bytes.Buffer
@@ -106,5 +115,85 @@ func TestHAMetrics(t *testing.T) {
 	}
 	if _, _, err := serveHAMetrics("127.0.0.1:notaport", ha.NewCollector(func() ha.Status { return st })); err == nil || !strings.Contains(err.Error(), `--metrics-address "127.0.0.1:notaport"`) {
 		t.Fatalf("bad address: %v, want an error naming --metrics-address", err)
+	}
+}
+
+// TestSiblingPod: the peer of a two-replica StatefulSet's pod is the other
+// ordinal.
+func TestSiblingPod(t *testing.T) {
+	for _, c := range []struct{ id, want, err string }{
+		{"vpc-nat-gw-g1-0", "vpc-nat-gw-g1-1", ""},
+		{"vpc-nat-gw-g1-1", "vpc-nat-gw-g1-0", ""},
+		{"vpc-nat-gw-a-b-1", "vpc-nat-gw-a-b-0", ""},
+		{"vpc-nat-gw-g1-2", "", `--id "vpc-nat-gw-g1-2"`},
+		{"-1", "", `--id "-1"`},
+		{"host", "", `--id "host"`},
+	} {
+		got, err := siblingPod(c.id)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: %q, %v; want an error naming %s", c.id, got, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%s: %q, %v; want %q", c.id, got, err, c.want)
+		}
+	}
+}
+
+// TestSiblingPeerFollow: the follower hands the sibling's address to the
+// replica when the pod gets one and when it changes (a new pod), keeps
+// the last one while the pod is gone, and takes the IPv4 of a dual-stack
+// pod. The API is a fake clientset: this is the follower's logic only.
+func TestSiblingPeerFollow(t *testing.T) {
+	cs := fake.NewClientset()
+	pods := cs.CoreV1().Pods("kube-system")
+	got := make(chan netip.AddrPort, 16)
+	s := &siblingPeer{pods: pods, ns: "kube-system", name: "vpc-nat-gw-g-1", port: 7460,
+		setPeer: func(p netip.AddrPort) error { got <- p; return nil }}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if p, err := s.read(ctx); err != nil || p.IsValid() {
+		t.Fatalf("no pod: %v, %v; want no address and no error", p, err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); s.follow(ctx, netip.AddrPort{}, 10*time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+	expect := func(what, want string) {
+		t.Helper()
+		select {
+		case p := <-got:
+			if p.String() != want {
+				t.Fatalf("%s: peer %s, want %s", what, p, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no peer address given, want %s", what, want)
+		}
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "vpc-nat-gw-g-1", Namespace: "kube-system"}}
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.PodIPs = []corev1.PodIP{{IP: "fd00::5"}, {IP: "10.0.1.5"}}
+	pod.Status.PodIP = "fd00::5"
+	if _, err := pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("scheduled, dual stack", "10.0.1.5:7460")
+	if err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "vpc-nat-gw-g-1", Namespace: "kube-system"},
+		Status: corev1.PodStatus{PodIP: "10.0.1.9"}}
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("a new pod with another address", "10.0.1.9:7460")
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case p := <-got:
+		t.Fatalf("unchanged address given again: %s", p)
+	default:
 	}
 }

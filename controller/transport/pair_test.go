@@ -1,0 +1,286 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/natgw/natgw/agentapi"
+	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/internal/testlog"
+	"github.com/natgw/natgw/nat"
+)
+
+// fakeAgent is a Session for the Pair's own logic: it records calls and
+// fails them with err when set.
+type fakeAgent struct {
+	mu    sync.Mutex
+	calls []string
+	err   error
+	boot  string
+	done  chan struct{}
+}
+
+func newFakeAgent(boot string) *fakeAgent { return &fakeAgent{boot: boot, done: make(chan struct{})} }
+
+func (f *fakeAgent) rec(op string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, op)
+	return f.err
+}
+func (f *fakeAgent) Apply(_ context.Context, objs ...nat.Object) error { return f.rec("apply") }
+func (f *fakeAgent) Delete(_ context.Context, uids ...string) error    { return f.rec("delete") }
+func (f *fakeAgent) Sync(_ context.Context, d []nat.Object) error      { return f.rec("sync") }
+func (f *fakeAgent) List(_ context.Context, fresh bool) ([]nat.Object, error) {
+	return nil, f.rec("list")
+}
+func (f *fakeAgent) Info(context.Context) (*agentapi.Info, error) {
+	return &agentapi.Info{BootID: f.boot, Dataplane: "nftables"}, f.rec("info")
+}
+func (f *fakeAgent) Done() <-chan struct{} { return f.done }
+func (f *fakeAgent) Err() error            { return nil }
+func (f *fakeAgent) Close() error          { return nil }
+func (f *fakeAgent) fail(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.err = err
+}
+
+// TestPairChange: the Pair's result rules, table-driven: with an active
+// known, its result is the call's and a standby's failure marks the
+// standby behind and ends the Pair (the caller reconnects and catches it
+// up); with none known, every replica must succeed; an active that is not
+// a member fails the call naming it. Reads go to the primary; the boot id
+// joins both replicas'.
+func TestPairChange(t *testing.T) {
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name       string
+		active     string
+		failA      bool // vpc-nat-gw-g-0
+		failB      bool // vpc-nat-gw-g-1
+		wantErr    string
+		wantEnded  bool
+		wantBehind bool
+	}{
+		{name: "both succeed, a active", active: "vpc-nat-gw-g-0"},
+		{name: "both succeed, none active"},
+		{name: "standby fails", active: "vpc-nat-gw-g-0", failB: true, wantEnded: true, wantBehind: true},
+		{name: "active fails", active: "vpc-nat-gw-g-0", failA: true, wantErr: "replica vpc-nat-gw-g-0: boom"},
+		{name: "active b fails, standby a fine", active: "vpc-nat-gw-g-1", failB: true, wantErr: "replica vpc-nat-gw-g-1: boom"},
+		{name: "none active, one fails", failB: true, wantErr: "replica vpc-nat-gw-g-1: boom"},
+		{name: "active not reached", active: "vpc-nat-gw-g-7", wantErr: "the active replica vpc-nat-gw-g-7 is not reached"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := newFakeAgent("ba"), newFakeAgent("bb")
+			if tc.failA {
+				a.fail(boom)
+			}
+			if tc.failB {
+				b.fail(boom)
+			}
+			// Given out of order: the Pair sorts by pod name.
+			p, err := NewPair(Endpoint{Name: "g"}, []Member{{Pod: "vpc-nat-gw-g-1", Session: b}, {Pod: "vpc-nat-gw-g-0", Session: a}}, tc.active, testlog.New(t, 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			err = p.Apply(context.Background(), nat.Object{UID: "x"})
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("apply: %v, want success", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("apply: %v, want an error holding %q", err, tc.wantErr)
+			}
+			for name, f := range map[string]*fakeAgent{"a": a, "b": b} {
+				if len(f.calls) != 1 || f.calls[0] != "apply" {
+					t.Errorf("replica %s calls %v, want one apply", name, f.calls)
+				}
+			}
+			select {
+			case <-p.Done():
+				if !tc.wantEnded {
+					t.Errorf("pair ended: %v", p.Err())
+				} else if !strings.Contains(p.Err().Error(), "standby replica vpc-nat-gw-g-1") {
+					t.Errorf("pair ended with %v, want the standby named", p.Err())
+				}
+			default:
+				if tc.wantEnded {
+					t.Error("pair not ended after a standby missed a change")
+				}
+			}
+			if behind := p.StandbyLag() > 0; behind != tc.wantBehind {
+				time.Sleep(time.Millisecond)
+				if behind = p.StandbyLag() > 0; behind != tc.wantBehind {
+					t.Errorf("standby lag %s, want behind=%t", p.StandbyLag(), tc.wantBehind)
+				}
+			}
+		})
+	}
+	t.Run("reads and boot id", func(t *testing.T) {
+		a, b := newFakeAgent("ba"), newFakeAgent("bb")
+		p, err := NewPair(Endpoint{Name: "g"}, []Member{{Pod: "vpc-nat-gw-g-0", Session: a}, {Pod: "vpc-nat-gw-g-1", Session: b}}, "vpc-nat-gw-g-1", testlog.New(t, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		info, err := p.Info(context.Background())
+		if err != nil || info.BootID != "vpc-nat-gw-g-0=ba,vpc-nat-gw-g-1=bb" {
+			t.Fatalf("info %+v, %v; want both boot ids joined", info, err)
+		}
+		if _, err := p.List(context.Background(), true); err != nil {
+			t.Fatal(err)
+		}
+		if len(a.calls) != 1 || len(b.calls) != 2 || b.calls[1] != "list" {
+			t.Errorf("calls a %v b %v, want the list on the active b only", a.calls, b.calls)
+		}
+		// A replica's session that ends ends the Pair.
+		close(a.done)
+		select {
+		case <-p.Done():
+			if !strings.Contains(p.Err().Error(), "replica vpc-nat-gw-g-0") {
+				t.Errorf("ended with %v, want the replica named", p.Err())
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("pair not ended after a replica's session ended")
+		}
+	})
+}
+
+// TestExecPair drives two real agents, one per "pod" (a network
+// namespace each, behind the pod-exec stand-in), through the exec
+// transport's two-replica path: pods carrying ReplicasAnnotation "2" get
+// `serve --rules-only`; a FIP applied through the Pair is in both
+// namespaces' tables; a replica that lost its state (a new pod) is
+// brought in step with the active by the next Open before it returns; the
+// Lease holder is the active; a change of the running pods ends the Pair.
+func TestExecPair(t *testing.T) {
+	lab := netlab.ForTest(t)
+	bin := buildNatgw(t)
+	var nss []string
+	for _, n := range []string{"pa", "pb"} {
+		gw, err := lab.Gateway(netlab.GatewayOptions{Name: n, VMs: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nss = append(nss, gw.GW)
+	}
+	pods := []string{"vpc-nat-gw-gw1-0", "vpc-nat-gw-gw1-1"}
+	kubelet := &podExecServer{t: t, bin: bin, nsOf: map[string]string{pods[0]: nss[0], pods[1]: nss[1]}, done: make(chan error, 16)}
+	srv := httptest.NewServer(kubelet)
+	defer srv.Close()
+	pod := func(name, uid string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system", UID: types.UID(uid),
+				Labels:      map[string]string{"app": GatewayAppPrefix + "gw1", GatewayPodLabel: "true"},
+				Annotations: map[string]string{ReplicasAnnotation: "2"}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: GatewayContainer, Ready: true}}},
+		}
+	}
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "vpc-nat-gw-gw1", Namespace: "kube-system"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(pods[0])}}
+	cs := fake.NewClientset(pod(pods[0], "u0"), pod(pods[1], "u1"), lease)
+	tr := &Exec{Config: &rest.Config{Host: srv.URL}, Client: cs, Namespace: "kube-system", Log: testlog.New(t, 0)}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	target := Endpoint{Name: "gw1", Dataplane: DataplaneNftables}
+
+	s, err := tr.Open(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := s.(*Pair)
+	if !ok || strings.Join(p.Members(), " ") != strings.Join(pods, " ") || p.Active() != pods[0] {
+		t.Fatalf("Open gave %T (members %v, active %q), want a Pair of both pods, %s active", s, p.Members(), p.Active(), pods[0])
+	}
+	kubelet.mu.Lock()
+	reqs := append([]string(nil), kubelet.reqs...)
+	kubelet.mu.Unlock()
+	for _, r := range reqs {
+		if !strings.HasSuffix(r, "vpc-nat-gw natgw serve --dataplane nftables --rules-only") {
+			t.Errorf("exec request %q, want serve --rules-only in the gateway container", r)
+		}
+	}
+	_, fip := infoAndFIP(ctx, t, s, DataplaneNftables, netlab.VMAddr(0))
+	inTable := func(i int) bool {
+		rs, err := netlab.NftRuleset(ctx, nss[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Contains(rs, netlab.EIP(0).String())
+	}
+	for i := range pods {
+		if !inTable(i) {
+			t.Fatalf("pod %s's table lacks the FIP's EIP after an apply through the Pair", pods[i])
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The standby loses its state (as a new pod would): the next Open
+	// syncs it from the active before returning.
+	lone, err := tr.openPod(ctx, target, pod(pods[1], "u1"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lone.Sync(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	_ = lone.Close()
+	if inTable(1) {
+		t.Fatal("the standby still holds the FIP after an empty sync")
+	}
+	s, err = tr.Open(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !inTable(1) {
+		t.Fatal("Open returned before the standby was brought in step with the active")
+	}
+	if objs, err := s.List(ctx, true); err != nil || len(objs) != 1 || !objs[0].Equal(fip) {
+		t.Fatalf("list = %v, %v; want the FIP", objs, err)
+	}
+
+	// The Lease changes holder: the Pair follows; a pod recreated under
+	// its name (another UID) ends the Pair.
+	lease.Spec.HolderIdentity = ptr.To(pods[1])
+	if _, err := cs.CoordinationV1().Leases("kube-system").Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.(*Pair).Active() != pods[1] {
+		if time.Now().After(deadline) {
+			t.Fatalf("active %q 10 s after the Lease moved, want %s", s.(*Pair).Active(), pods[1])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := cs.CoreV1().Pods("kube-system").Delete(ctx, pods[0], metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods("kube-system").Create(ctx, pod(pods[0], "u2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Done():
+		if !strings.Contains(s.Err().Error(), "running pods changed") {
+			t.Errorf("pair ended with %v, want the pod change named", s.Err())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("pair not ended 10 s after a pod was recreated")
+	}
+}
