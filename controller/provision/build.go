@@ -374,7 +374,7 @@ func lanPrefix(lanIP string, sub kubeovn.Subnet) (netip.Prefix, error) {
 }
 
 // haContainer is the second container of a two-replica gateway's pod
-// (issue 23): `natgw ha` in the pod's network namespace, the HA pair's
+// (an HA gateway): `natgw ha` in the pod's network namespace, the HA pair's
 // replica. The two pods are each other's peer (--peer-sibling: the other
 // ordinal's address, read from the API server, as a replica that starts
 // first cannot know it); the Lease LeaseName is the fence; the EIPs
