@@ -67,7 +67,7 @@ func TestWritesPerRule(t *testing.T) {
 					}
 					if o, isFIP := ev.Object.(*v1.IptablesFIPRule); isFIP && o.UID == f.UID && ev.Type == watch.Modified {
 						writes++
-						t.Logf("write %d: resourceVersion %s finalizers %v labels %v ready %v", writes, o.ResourceVersion, o.Finalizers, o.Labels, o.Status.Ready)
+						t.Logf("write %d: resourceVersion %s finalizers %v labels %v status %+v", writes, o.ResourceVersion, o.Finalizers, o.Labels, o.Status)
 					}
 				case <-settle:
 					break drain
