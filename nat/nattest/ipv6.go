@@ -102,20 +102,7 @@ func (s *suite) testIPv6RoundTrip(t *testing.T) {
 	objs := append(sample(), sample6()...)
 	e.apply(objs...)
 	e.wantList("after apply", objs...)
-	k, boot := e.kernel(), e.dp.BootID()
-	e.reopen()
-	e.wantList("after reopen", objs...)
-	e.wantKernel("reopen must not change the kernel", k)
-	if got := e.dp.BootID(); got != boot {
-		t.Errorf("BootID after reopen = %q, want %q", got, boot)
-	}
-	ctx, cancel := e.opCtx()
-	defer cancel()
-	e.touch()
-	if err := e.dp.Reload(ctx); err != nil {
-		t.Errorf("reload: %v", err)
-	}
-	e.wantList("after reload", objs...)
+	e.wantReopenReload(objs...)
 	// Update: the IPv6 FIP moves to another VM.
 	moved := FIP(UID(nat.KindFIP, 10), netlab.EIP6(10), netlab.VMAddr6(2))
 	e.apply(moved)
