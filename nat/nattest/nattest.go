@@ -22,11 +22,12 @@
 //	Packets       real TCP/UDP through the standard netlab topology: FIP (both
 //	              ways, moved to another VM), DNAT, SNAT longest prefix (and
 //	              FIP-SNAT first), hairpin, QoS policing; after a delete no
-//	              connectivity and no conntrack entry of the EIP; IPv6: the
-//	              FIP (a dual-stack EIP, beside an IPv4 FIP), DNAT, SNAT
-//	              longest prefix and hairpin cases in IPv6 with real TCP and
-//	              UDP through a dual-stack topology (Options.NoIPv6: every
-//	              IPv6 kind refused, nothing changed)
+//	              connectivity and no conntrack entry of the EIP; IPv6: a
+//	              round trip of IPv6 objects beside IPv4 ones, then every
+//	              one of those packet cases (one body per case, with a
+//	              family parameter) in IPv6 through a dual-stack topology,
+//	              the FIP's EIP dual-stack beside an IPv4 FIP
+//	              (Options.NoIPv6: every IPv6 kind refused, nothing changed)
 //
 // Before the backend is opened, foreign nft tables and iptables-legacy rules
 // (filter, nat and mangle, built-in and own chains) are put in the gateway

@@ -56,16 +56,33 @@ func (s *suite) testLink(t *testing.T) {
 	e.wantEquiv("after deleting everything", e.empty)
 }
 
+// addrs returns the IPv4 addresses of the external interface.
 func (e *env) addrs() []netip.Prefix {
 	e.t.Helper()
-	a, err := netlab.Addrs(e.ns, e.cfg.ExternalInterface)
+	return e.addrsOf(false)
+}
+
+// addrsOf returns the IPv4 addresses of the external interface, or with
+// v6 its IPv6 ones (link-local left out).
+func (e *env) addrsOf(v6 bool) []netip.Prefix {
+	e.t.Helper()
+	get := netlab.Addrs
+	if v6 {
+		get = netlab.Addrs6
+	}
+	a, err := get(e.ns, e.cfg.ExternalInterface)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return a
 }
 
-func (e *env) hasAddr(p netip.Prefix) bool { return slices.Contains(e.addrs(), p) }
+// hasAddr reports whether p (IPv4 or IPv6) is an address of the external
+// interface.
+func (e *env) hasAddr(p netip.Prefix) bool {
+	e.t.Helper()
+	return slices.Contains(e.addrsOf(p.Addr().Is6()), p)
+}
 
 // wantRoutes checks that the routes in want are present and those in
 // gone are not (routes are compared by destination, next hop, device and
@@ -88,35 +105,46 @@ func (e *env) wantRoutes(what string, want, gone []netlab.Route) {
 	}
 }
 
-// topoEnv is an env with the standard topology and probe servers on every
-// VM and on ext.
-func (s *suite) topoEnv(t *testing.T) *env {
-	e := s.newEnv(t, true)
-	hosts := append([]netlab.Host{e.gw.Ext}, e.gw.VMs...)
-	for _, h := range hosts {
+// topoEnv is an env with the topology of family f (IPv4: the standard one;
+// IPv6: the dual-stack one) and probe servers on every VM and on ext, on
+// the IPv4 wildcard and, in IPv6, on the host's IPv6 address too.
+func (s *suite) topoEnv(t *testing.T, f family) *env {
+	e := s.newEnvWith(t, true, netlab.GatewayOptions{IPv6: f.v6})
+	for _, h := range append([]netlab.Host{e.gw.Ext}, e.gw.VMs...) {
 		tcp, udp := vmTCP, vmUDP
-		if h == e.gw.Ext {
+		if h.NS == e.gw.Ext.NS {
 			tcp, udp = extTCP, extUDP
 		}
-		if _, err := e.lab.ServeTCP(e.ctx, h.NS, fmt.Sprintf("0.0.0.0:%d", tcp)); err != nil {
-			t.Fatal(err)
+		addrs := []netip.Addr{netip.IPv4Unspecified()}
+		if f.v6 {
+			addrs = append(addrs, h.Addr6)
 		}
-		if _, err := e.lab.ServeUDP(e.ctx, h.NS, fmt.Sprintf("0.0.0.0:%d", udp)); err != nil {
-			t.Fatal(err)
+		for _, a := range addrs {
+			if _, err := e.lab.ServeTCP(e.ctx, h.NS, netip.AddrPortFrom(a, uint16(tcp)).String()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.lab.ServeUDP(e.ctx, h.NS, netip.AddrPortFrom(a, uint16(udp)).String()); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	return e
 }
 
-// applyEIPs applies EIP objects and checks that their addresses are on the
-// external interface (the packet tests need the gateway to answer ARP for
-// them).
+// applyEIPs applies EIP objects and checks that each of their addresses
+// (IPv4, IPv6 or both) is on the external interface (the packet tests need
+// the gateway to answer ARP and neighbour solicitations for them).
 func (e *env) applyEIPs(objs ...nat.Object) {
 	e.t.Helper()
 	e.apply(objs...)
 	for _, o := range objs {
-		if p := netip.PrefixFrom(o.EIP.Address, o.EIP.PrefixLen); !e.hasAddr(p) {
-			e.t.Fatalf("EIP %s not on %s after apply; addresses: %v", p, e.cfg.ExternalInterface, e.addrs())
+		for _, p := range []netip.Prefix{
+			netip.PrefixFrom(o.EIP.Address, o.EIP.PrefixLen),
+			netip.PrefixFrom(o.EIP.V6Address, o.EIP.V6PrefixLen),
+		} {
+			if p.Addr().IsValid() && !e.hasAddr(p) {
+				e.t.Fatalf("EIP %s not on %s after apply; addresses: %v", p, e.cfg.ExternalInterface, e.addrsOf(p.Addr().Is6()))
+			}
 		}
 	}
 }
@@ -209,30 +237,130 @@ func (e *env) wantFlows(what string, a netip.Addr) {
 	}
 }
 
-func (s *suite) testPackets(t *testing.T) {
-	for _, tc := range []test{
+// family is the address family a packet case runs in: IPv4 through the
+// standard topology, or IPv6 through the dual-stack one.
+type family struct{ v6 bool }
+
+var (
+	ipv4 = family{}
+	ipv6 = family{v6: true}
+)
+
+func (f family) String() string {
+	if f.v6 {
+		return "IPv6"
+	}
+	return "IPv4"
+}
+
+// host is h with its address of the family as the address of interest.
+func (f family) host(h netlab.Host) netlab.Host {
+	if f.v6 {
+		return netlab.Host{NS: h.NS, Addr: h.Addr6}
+	}
+	return h
+}
+
+// eip is the topology's i-th EIP address of the family.
+func (f family) eip(i int) netip.Addr {
+	if f.v6 {
+		return netlab.EIP6(i)
+	}
+	return netlab.EIP(i)
+}
+
+// eipObject is an EIP object with the one address a of the family (a /24
+// in IPv4, a /64 in IPv6: the external network of the topology).
+func (f family) eipObject(uid string, a netip.Addr) nat.Object {
+	if f.v6 {
+		return EIP6(uid, a)
+	}
+	return EIP(uid, a)
+}
+
+// eipPrefix is a with the prefix length of an EIP of the family.
+func (f family) eipPrefix(a netip.Addr) netip.Prefix {
+	if f.v6 {
+		return netip.PrefixFrom(a, 64)
+	}
+	return netip.PrefixFrom(a, 24)
+}
+
+// vpcNet is the VPC network of the family; vm12Net a prefix of it that
+// holds vm1 and vm2 but not vm3 (IPv4: .8/30 holds .10 and .11, not .12;
+// IPv6: ::8/126 holds ::a and ::b, not ::c).
+func (f family) vpcNet() netip.Prefix {
+	if f.v6 {
+		return netlab.VPCNet6
+	}
+	return netlab.VPCNet
+}
+
+func (f family) vm12Net() netip.Prefix {
+	if f.v6 {
+		return prefix("2001:db8:100::8/126")
+	}
+	return prefix("198.51.100.8/30")
+}
+
+// familyCase is a packet case with one body for both families.
+type familyCase struct {
+	name string
+	run  func(*testing.T, family)
+}
+
+// packetCases are the packet cases run in IPv4 under Packets and in IPv6
+// under Packets/IPv6.
+func (s *suite) packetCases() []familyCase {
+	return []familyCase{
 		{"FIP", s.testFIPPackets},
 		{"DNAT", s.testDNATPackets},
 		{"SNATLongestPrefix", s.testSNATPackets},
 		{"Hairpin", s.testHairpin},
 		{"QoS", s.testQoS},
-		{"IPv6", s.testIPv6},
-	} {
-		t.Run(tc.name, tc.run)
 	}
 }
 
-func (s *suite) testFIPPackets(t *testing.T) {
-	e := s.topoEnv(t)
-	eip := netlab.EIP(0)
-	ext, v1, v2 := e.gw.Ext, e.gw.VMs[0], e.gw.VMs[1]
+// runPackets runs every packet case in family f as a subtest.
+func (s *suite) runPackets(t *testing.T, f family) {
+	for _, c := range s.packetCases() {
+		t.Run(c.name, func(t *testing.T) { c.run(t, f) })
+	}
+}
+
+func (s *suite) testPackets(t *testing.T) {
+	s.runPackets(t, ipv4)
+	t.Run("IPv6", s.testIPv6)
+}
+
+// testFIPPackets: a FIP carries TCP and UDP both ways for its VM only,
+// follows an update to another VM, and its deletion removes its conntrack
+// entries, its connectivity and (with its EIP) the EIP's address. In IPv6
+// the EIP is dual-stack and an IPv4 FIP through its IPv4 address works
+// beside the IPv6 one and survives the IPv6 FIP's deletion.
+func (s *suite) testFIPPackets(t *testing.T, f family) {
+	e := s.topoEnv(t, f)
+	eip := f.eip(0)
+	ext, v1, v2 := f.host(e.gw.Ext), f.host(e.gw.VMs[0]), f.host(e.gw.VMs[1])
 	// Before anything: no way in, no way out.
 	e.wantNoReach(probe{nat.TCP, ext, eip, vmTCP},
 		probe{nat.TCP, v1, ext.Addr, extTCP})
 
-	e.applyEIPs(EIP(UID(nat.KindEIP, 0), eip))
 	fip := FIP(UID(nat.KindFIP, 0), eip, v1.Addr)
-	e.apply(fip)
+	fip4 := FIP(UID(nat.KindFIP, 1), netlab.EIP(0), e.gw.VMs[0].Addr)
+	// The IPv4 FIP of vm1 through the dual-stack EIP's IPv4 address.
+	wantFIP4 := func() {
+		t.Helper()
+		e.wantReach(probe{nat.TCP, e.gw.Ext, netlab.EIP(0), vmTCP}, v1.NS, e.gw.Ext.Addr)
+	}
+	if f.v6 {
+		// applyEIPs checks both of the dual-stack EIP's addresses.
+		e.applyEIPs(DualEIP(UID(nat.KindEIP, 0), netlab.EIP(0), eip))
+		e.apply(fip, fip4)
+	} else {
+		e.applyEIPs(EIP(UID(nat.KindEIP, 0), eip))
+		e.apply(fip)
+	}
 	for _, proto := range []nat.Protocol{nat.TCP, nat.UDP} {
 		vmPort, extPort := uint16(vmTCP), uint16(extTCP)
 		if proto == nat.UDP {
@@ -240,6 +368,9 @@ func (s *suite) testFIPPackets(t *testing.T) {
 		}
 		e.wantReach(probe{proto, ext, eip, vmPort}, v1.NS, ext.Addr)
 		e.wantReach(probe{proto, v1, ext.Addr, extPort}, ext.NS, eip)
+	}
+	if f.v6 {
+		wantFIP4()
 	}
 	// The FIP is vm1's only: vm2 has no way out.
 	e.wantNoReach(probe{nat.TCP, v2, ext.Addr, extTCP})
@@ -253,28 +384,39 @@ func (s *suite) testFIPPackets(t *testing.T) {
 	// A live connection through the FIP, then delete.
 	conn, _, err := netlab.Connect(e.ctx, ext.NS, netip.AddrPortFrom(eip, vmTCP).String(), netlab.DialTimeout)
 	if err != nil {
-		t.Fatalf("open a connection through the FIP: %v", err)
+		t.Fatalf("open a connection through the %s FIP: %v", f, err)
 	}
 	defer conn.Close()
-	e.wantFlows("with a live connection through the FIP", eip)
+	e.wantFlows(fmt.Sprintf("with a live connection through the %s FIP", f), eip)
 	e.del(fip.UID)
-	e.wantNoFlows("after deleting the FIP", eip)
+	e.wantNoFlows(fmt.Sprintf("after deleting the %s FIP", f), eip)
 	e.wantNoReach(probe{nat.TCP, ext, eip, vmTCP},
 		probe{nat.UDP, ext, eip, vmUDP},
 		probe{nat.TCP, v1, ext.Addr, extTCP},
 		probe{nat.TCP, v2, ext.Addr, extTCP})
-	// The EIP's address goes with its object.
-	e.del(UID(nat.KindEIP, 0))
-	if p := netip.PrefixFrom(eip, 24); e.hasAddr(p) {
-		t.Errorf("EIP %s still on %s after its deletion", p, e.cfg.ExternalInterface)
+	// The EIP's addresses go with its object.
+	gone, pfxs := []string{UID(nat.KindEIP, 0)}, []netip.Prefix{f.eipPrefix(eip)}
+	if f.v6 {
+		// The IPv4 FIP is untouched.
+		wantFIP4()
+		gone = append([]string{fip4.UID}, gone...)
+		pfxs = append(pfxs, netip.PrefixFrom(netlab.EIP(0), 24))
+	}
+	e.del(gone...)
+	for _, p := range pfxs {
+		if e.hasAddr(p) {
+			t.Errorf("EIP %s still on %s after its deletion", p, e.cfg.ExternalInterface)
+		}
 	}
 }
 
-func (s *suite) testDNATPackets(t *testing.T) {
-	e := s.topoEnv(t)
-	eip := netlab.EIP(1)
-	ext, v2 := e.gw.Ext, e.gw.VMs[1]
-	e.applyEIPs(EIP(UID(nat.KindEIP, 1), eip))
+// testDNATPackets: TCP and UDP DNATs forward only their port and protocol,
+// and their deletion removes their conntrack entries and connectivity.
+func (s *suite) testDNATPackets(t *testing.T, f family) {
+	e := s.topoEnv(t, f)
+	eip := f.eip(1)
+	ext, v2 := f.host(e.gw.Ext), f.host(e.gw.VMs[1])
+	e.applyEIPs(f.eipObject(UID(nat.KindEIP, 1), eip))
 	tcp := DNAT(UID(nat.KindDNAT, 0), eip, nat.TCP, 2222, v2.Addr, vmTCP)
 	udp := DNAT(UID(nat.KindDNAT, 1), eip, nat.UDP, 2223, v2.Addr, vmUDP)
 	e.apply(tcp, udp)
@@ -285,21 +427,24 @@ func (s *suite) testDNATPackets(t *testing.T) {
 		probe{nat.UDP, ext, eip, 2222},
 		probe{nat.TCP, ext, eip, vmTCP})
 
-	e.wantFlows("after DNAT traffic", eip)
+	e.wantFlows(fmt.Sprintf("after %s DNAT traffic", f), eip)
 	e.del(tcp.UID, udp.UID)
-	e.wantNoFlows("after deleting the DNATs", eip)
+	e.wantNoFlows(fmt.Sprintf("after deleting the %s DNATs", f), eip)
 	e.wantNoReach(probe{nat.TCP, ext, eip, 2222},
 		probe{nat.UDP, ext, eip, 2223})
 }
 
-func (s *suite) testSNATPackets(t *testing.T) {
-	e := s.topoEnv(t)
-	ext, v1, v2, v3 := e.gw.Ext, e.gw.VMs[0], e.gw.VMs[1], e.gw.VMs[2]
-	a, b, c := netlab.EIP(2), netlab.EIP(3), netlab.EIP(4)
-	e.applyEIPs(EIP(UID(nat.KindEIP, 2), a), EIP(UID(nat.KindEIP, 3), b), EIP(UID(nat.KindEIP, 4), c))
-	wide := SNAT(UID(nat.KindSNAT, 0), a, prefix("198.51.100.0/24"), false)
-	// .8/30 holds vm1 (.10) and vm2 (.11), not vm3 (.12).
-	narrow := SNAT(UID(nat.KindSNAT, 1), b, prefix("198.51.100.8/30"), true)
+// testSNATPackets: of overlapping CIDR SNATs the longest prefix wins
+// whatever the order of application, a FIP's SNAT comes before CIDR SNAT,
+// and deleting an SNAT moves its VMs to the next one and removes its
+// conntrack entries.
+func (s *suite) testSNATPackets(t *testing.T, f family) {
+	e := s.topoEnv(t, f)
+	ext, v1, v2, v3 := f.host(e.gw.Ext), f.host(e.gw.VMs[0]), f.host(e.gw.VMs[1]), f.host(e.gw.VMs[2])
+	a, b, c := f.eip(2), f.eip(3), f.eip(4)
+	e.applyEIPs(f.eipObject(UID(nat.KindEIP, 2), a), f.eipObject(UID(nat.KindEIP, 3), b), f.eipObject(UID(nat.KindEIP, 4), c))
+	wide := SNAT(UID(nat.KindSNAT, 0), a, f.vpcNet(), false)
+	narrow := SNAT(UID(nat.KindSNAT, 1), b, f.vm12Net(), true)
 	check := func(what string) {
 		t.Helper()
 		for _, proto := range []nat.Protocol{nat.TCP, nat.UDP} {
@@ -340,13 +485,13 @@ func (s *suite) testSNATPackets(t *testing.T) {
 
 	// Deleting the narrow SNAT moves vm1 to the wide one and forgets the
 	// flows through B.
-	e.wantFlows("after SNAT traffic", b)
+	e.wantFlows(fmt.Sprintf("after %s SNAT traffic", f), b)
 	e.del(narrow.UID)
-	e.wantNoFlows("after deleting the narrow SNAT", b)
+	e.wantNoFlows(fmt.Sprintf("after deleting the narrow %s SNAT", f), b)
 	e.wantReach(probe{nat.TCP, v1, ext.Addr, extTCP}, ext.NS, a)
-	e.wantFlows("after SNAT traffic", a)
+	e.wantFlows(fmt.Sprintf("after %s SNAT traffic", f), a)
 	e.del(wide.UID)
-	e.wantNoFlows("after deleting every SNAT", a, b)
+	e.wantNoFlows(fmt.Sprintf("after deleting every %s SNAT", f), a, b)
 	e.wantNoReach(probe{nat.TCP, v1, ext.Addr, extTCP},
 		probe{nat.UDP, v3, ext.Addr, extUDP})
 }
@@ -354,11 +499,11 @@ func (s *suite) testSNATPackets(t *testing.T) {
 // testHairpin: a VPC host reaches another VPC host through the other's FIP
 // EIP (and a DNAT's EIP); the gateway SNATs such traffic to the EIP so that
 // the reply returns through it.
-func (s *suite) testHairpin(t *testing.T) {
-	e := s.topoEnv(t)
-	v1, v2, v3 := e.gw.VMs[0], e.gw.VMs[1], e.gw.VMs[2]
-	eipF, eipD := netlab.EIP(0), netlab.EIP(1)
-	e.applyEIPs(EIP(UID(nat.KindEIP, 0), eipF), EIP(UID(nat.KindEIP, 1), eipD))
+func (s *suite) testHairpin(t *testing.T, f family) {
+	e := s.topoEnv(t, f)
+	v1, v2, v3 := f.host(e.gw.VMs[0]), f.host(e.gw.VMs[1]), f.host(e.gw.VMs[2])
+	eipF, eipD := f.eip(0), f.eip(1)
+	e.applyEIPs(f.eipObject(UID(nat.KindEIP, 0), eipF), f.eipObject(UID(nat.KindEIP, 1), eipD))
 	e.apply(FIP(UID(nat.KindFIP, 0), eipF, v1.Addr), DNAT(UID(nat.KindDNAT, 0), eipD, nat.TCP, 2222, v3.Addr, vmTCP))
 	e.wantReach(probe{nat.TCP, v2, eipF, vmTCP}, v1.NS, eipF)
 	e.wantReach(probe{nat.UDP, v2, eipF, vmUDP}, v1.NS, eipF)
@@ -371,12 +516,9 @@ func (s *suite) testHairpin(t *testing.T) {
 // testQoS sends bulk TCP through a FIP whose EIP is policed and checks that
 // each direction is held near its rate: the transfer cannot beat the rate
 // by more than a burst of 1.5 s (backends may round bursts up). Then the
-// QoS is removed by an update and the same transfer is much faster.
-func (s *suite) testQoS(t *testing.T) { s.testQoSFamily(t, false) }
-
-// testQoSFamily is testQoS through an IPv4 FIP, or with v6 an IPv6 FIP of
-// an IPv6-only EIP in the dual-stack topology.
-func (s *suite) testQoSFamily(t *testing.T, v6 bool) {
+// QoS is removed by an update and the same transfer is much faster. In
+// IPv6 the FIP and its EIP are IPv6-only, in the dual-stack topology.
+func (s *suite) testQoS(t *testing.T, f family) {
 	const (
 		rateMbps = 16
 		size     = 6 << 20                  // bytes: about 3 s at the rate
@@ -386,24 +528,11 @@ func (s *suite) testQoSFamily(t *testing.T, v6 bool) {
 	// 80% of the time the bytes beyond a 1.5 s burst need at the rate.
 	const floor = time.Duration((size - 3*rate/2) * int64(time.Second) / rate * 8 / 10)
 	q := nat.QoS{IngressRateMbps: rateMbps, IngressBurstMbit: 1, EgressRateMbps: rateMbps, EgressBurstMbit: 1}
-	var (
-		e                *env
-		eip              netip.Addr
-		ext, v1          netlab.Host
-		policed, unlimit nat.Object
-	)
-	if v6 {
-		e, eip = s.topoEnv6(t), netlab.EIP6(0)
-		ext, v1 = host6(e.gw.Ext), host6(e.gw.VMs[0])
-		policed, unlimit = EIP6(UID(nat.KindEIP, 0), eip), EIP6(UID(nat.KindEIP, 0), eip)
-		policed.EIP.QoS = &q
-		e.applyEIPs6(policed)
-	} else {
-		e, eip = s.topoEnv(t), netlab.EIP(0)
-		ext, v1 = e.gw.Ext, e.gw.VMs[0]
-		policed, unlimit = EIPQoS(UID(nat.KindEIP, 0), eip, q), EIP(UID(nat.KindEIP, 0), eip)
-		e.applyEIPs(policed)
-	}
+	e, eip := s.topoEnv(t, f), f.eip(0)
+	ext, v1 := f.host(e.gw.Ext), f.host(e.gw.VMs[0])
+	policed, unlimit := f.eipObject(UID(nat.KindEIP, 0), eip), f.eipObject(UID(nat.KindEIP, 0), eip)
+	policed.EIP.QoS = &q
+	e.applyEIPs(policed)
 	e.apply(FIP(UID(nat.KindFIP, 0), eip, v1.Addr))
 	target := netip.AddrPortFrom(eip, vmTCP).String()
 	type xfer struct {

@@ -147,7 +147,7 @@ func (s *suite) testShare(t *testing.T) {
 // call), new TCP connections from outside reach every backend, spread
 // evenly within shareTolerance, and none fails.
 func (s *suite) testShareSpread(t *testing.T) {
-	e := s.topoEnv(t)
+	e := s.topoEnv(t, ipv4)
 	eip := netlab.EIP(0)
 	e.applyEIPs(EIP(UID(nat.KindEIP, 0), eip))
 	e.serveShareBackends(slices.Max(shareBackendCounts))
@@ -213,7 +213,7 @@ func (h heldConn) echo(msg string) error {
 // comes back on the same connection); removing a backend deletes its
 // conntrack entries only; a removed backend gets no new connections.
 func (s *suite) testSharePinned(t *testing.T) {
-	e := s.topoEnv(t)
+	e := s.topoEnv(t, ipv4)
 	eip := netlab.EIP(0)
 	const port = 4000
 	e.applyEIPs(EIP(UID(nat.KindEIP, 0), eip))

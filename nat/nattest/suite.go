@@ -238,30 +238,36 @@ func (s *suite) testInvalid(t *testing.T) {
 	}
 }
 
+// wantReopenReload checks that the applied objs survive a reopen (List,
+// kernel and BootID unchanged) and then a Reload (List unchanged).
+func (e *env) wantReopenReload(objs ...nat.Object) {
+	e.t.Helper()
+	k, boot := e.kernel(), e.dp.BootID()
+	e.reopen()
+	e.wantList("after reopen", objs...)
+	e.wantKernel("reopen must not change the kernel", k)
+	if got := e.dp.BootID(); got != boot {
+		e.t.Errorf("BootID after reopen = %q, want %q (kernel state was kept)", got, boot)
+	}
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	e.touch()
+	if err := e.dp.Reload(ctx); err != nil {
+		e.t.Errorf("reload: %v", err)
+	}
+	e.wantList("after reload", objs...)
+}
+
 // testReopen closes the backend, opens a new one on the same namespace,
 // and deletes by UID with it.
 func (s *suite) testReopen(t *testing.T) {
 	e := s.newEnv(t, false)
 	objs := sample()
 	e.apply(objs...)
-	k := e.kernel()
-	boot := e.dp.BootID()
-	if boot == "" {
+	if e.dp.BootID() == "" {
 		t.Errorf("BootID is empty")
 	}
-	e.reopen()
-	e.wantList("after reopen", objs...)
-	e.wantKernel("reopen must not change the kernel", k)
-	if got := e.dp.BootID(); got != boot {
-		t.Errorf("BootID after reopen = %q, want %q (kernel state was kept)", got, boot)
-	}
-	ctx, cancel := e.opCtx()
-	defer cancel()
-	e.touch()
-	if err := e.dp.Reload(ctx); err != nil {
-		t.Errorf("reload: %v", err)
-	}
-	e.wantList("after reload", objs...)
+	e.wantReopenReload(objs...)
 	// Delete by UID only, half now, half after another reopen.
 	e.del(nat.UIDs(objs[:5])...)
 	e.wantList("after delete by UID after reopen", objs[5:]...)

@@ -392,9 +392,9 @@ func parseElem(set string, e nft.SetElement) (uid string, obj nat.Object, err er
 	}
 	switch set {
 	case setEIPs:
-		plen, err := strconv.Atoi(kv["plen"])
+		plen, err := plenOf(k0, kv)
 		if err != nil {
-			return uid, nat.Object{}, fmt.Errorf("eip %s: bad plen %q", k0, kv["plen"])
+			return uid, nat.Object{}, err
 		}
 		eip := &nat.EIP{Address: k0, PrefixLen: plen}
 		if v6, ok := kv["v6"]; ok {
@@ -404,37 +404,13 @@ func parseElem(set string, e nft.SetElement) (uid string, obj nat.Object, err er
 			}
 			eip.V6Address, eip.V6PrefixLen = p.Addr(), p.Bits()
 		}
-		if q, ok := kv["qos"]; ok {
-			if eip.QoS, err = parseQoSComment(q); err != nil {
-				return uid, nat.Object{}, fmt.Errorf("eip %s: %w", k0, err)
-			}
-		}
-		return uid, nat.Object{UID: uid, Kind: nat.KindEIP, EIP: eip}, nil
+		return eipObject(uid, k0, kv, eip)
 	case setQoSIn, setQoSOut:
 		return uid, nat.Object{}, nil
 	case setFIPDNAT, setFIPSNAT:
-		v, err := addrOf(e.Val)
-		if err != nil {
-			return uid, nat.Object{}, err
-		}
-		f := &nat.FIP{EIP: k0, InternalIP: v}
-		if set == setFIPSNAT {
-			f = &nat.FIP{EIP: v, InternalIP: k0}
-		}
-		return uid, nat.Object{UID: uid, Kind: nat.KindFIP, FIP: f}, nil
+		return elems4.fip(uid, k0, e, set == setFIPSNAT)
 	case setPortDNAT:
-		if len(e.Key) != 12 || len(e.Val) != 8 {
-			return uid, nat.Object{}, fmt.Errorf("port dnat: bad key/value length %d/%d", len(e.Key), len(e.Val))
-		}
-		proto, ok := protocolOf(e.Key[4])
-		if !ok {
-			return uid, nat.Object{}, fmt.Errorf("port dnat: protocol %d", e.Key[4])
-		}
-		in, _ := addrOf(e.Val)
-		return uid, nat.Object{UID: uid, Kind: nat.KindDNAT, DNAT: &nat.DNAT{
-			EIP: k0, Protocol: proto, ExternalPort: binary.BigEndian.Uint16(e.Key[8:10]),
-			InternalIP: in, InternalPort: binary.BigEndian.Uint16(e.Val[4:6]),
-		}}, nil
+		return elems4.portDNAT(uid, k0, e)
 	case setRoutes:
 		if len(e.Key) != 8 {
 			return uid, nat.Object{}, fmt.Errorf("route: bad key length %d", len(e.Key))
@@ -449,16 +425,7 @@ func parseElem(set string, e nft.SetElement) (uid string, obj nat.Object, err er
 			Destination: netip.PrefixFrom(k0, bits), NextHop: nh, Device: nat.RouteDevice(kv["dev"]),
 		}}, nil
 	}
-	if c, ok := parseSNATSet(set); ok {
-		v, err := addrOf(e.Val)
-		if err != nil {
-			return uid, nat.Object{}, err
-		}
-		return uid, nat.Object{UID: uid, Kind: nat.KindSNAT, SNAT: &nat.SNAT{
-			EIP: v, InternalCIDR: netip.PrefixFrom(k0, c.bits), RandomFully: c.randomFully,
-		}}, nil
-	}
-	return uid, nat.Object{}, fmt.Errorf("unknown set %q", set)
+	return elems4.snat(uid, set, k0, e)
 }
 
 func trailingZeros(m uint32) int {
@@ -489,32 +456,18 @@ func parseElem6(set string, e nft.SetElement, uid string, kv map[string]string) 
 	case setQoSIn6, setQoSOut6:
 		return uid, nat.Object{}, nil
 	case setEIPs6:
-		plen, err := strconv.Atoi(kv["plen"])
+		plen, err := plenOf(k0, kv)
 		if err != nil {
-			return uid, nat.Object{}, fmt.Errorf("eip %s: bad plen %q", k0, kv["plen"])
+			return uid, nat.Object{}, err
 		}
 		if _, dual := kv["v4"]; dual {
 			// The IPv6 half of a dual-stack EIP: the object comes
 			// from its eips element (this one only names its owner).
 			return uid, nat.Object{}, nil
 		}
-		eip := &nat.EIP{V6Address: k0, V6PrefixLen: plen}
-		if q, ok := kv["qos"]; ok {
-			if eip.QoS, err = parseQoSComment(q); err != nil {
-				return uid, nat.Object{}, fmt.Errorf("eip %s: %w", k0, err)
-			}
-		}
-		return uid, nat.Object{UID: uid, Kind: nat.KindEIP, EIP: eip}, nil
+		return eipObject(uid, k0, kv, &nat.EIP{V6Address: k0, V6PrefixLen: plen})
 	case setFIPDNAT6, setFIPSNAT6:
-		v, err := addr6Of(e.Val)
-		if err != nil {
-			return uid, nat.Object{}, err
-		}
-		f := &nat.FIP{EIP: k0, InternalIP: v}
-		if set == setFIPSNAT6 {
-			f = &nat.FIP{EIP: v, InternalIP: k0}
-		}
-		return uid, nat.Object{UID: uid, Kind: nat.KindFIP, FIP: f}, nil
+		return elems6.fip(uid, k0, e, set == setFIPSNAT6)
 	case setRoutes6:
 		if len(e.Key) != 32 {
 			return uid, nat.Object{}, fmt.Errorf("route6: bad key length %d", len(e.Key))
@@ -534,29 +487,94 @@ func parseElem6(set string, e nft.SetElement, uid string, kv map[string]string) 
 			Destination: netip.PrefixFrom(k0, bits), NextHop: nh, Device: nat.RouteDevice(kv["dev"]),
 		}}, nil
 	case setPortDNAT6:
-		if len(e.Key) != 24 || len(e.Val) != 20 {
-			return uid, nat.Object{}, fmt.Errorf("port dnat6: bad key/value length %d/%d", len(e.Key), len(e.Val))
-		}
-		proto, ok := protocolOf(e.Key[16])
-		if !ok {
-			return uid, nat.Object{}, fmt.Errorf("port dnat6: protocol %d", e.Key[16])
-		}
-		in, _ := addr6Of(e.Val)
-		return uid, nat.Object{UID: uid, Kind: nat.KindDNAT, DNAT: &nat.DNAT{
-			EIP: k0, Protocol: proto, ExternalPort: binary.BigEndian.Uint16(e.Key[20:22]),
-			InternalIP: in, InternalPort: binary.BigEndian.Uint16(e.Val[16:18]),
-		}}, nil
+		return elems6.portDNAT(uid, k0, e)
 	}
-	if c, ok := parseSNATSet(set); ok {
-		v, err := addr6Of(e.Val)
-		if err != nil {
-			return uid, nat.Object{}, err
-		}
-		return uid, nat.Object{UID: uid, Kind: nat.KindSNAT, SNAT: &nat.SNAT{
-			EIP: v, InternalCIDR: netip.PrefixFrom(k0, c.bits), RandomFully: c.randomFully,
-		}}, nil
+	return elems6.snat(uid, set, k0, e)
+}
+
+// elemFamily is how the elements of one family's sets hold addresses: the
+// width of an address in keys and values, how to read one, and the suffix
+// of the family's set kinds in errors ("" for IPv4, "6" for IPv6).
+type elemFamily struct {
+	width  int
+	addrOf func([]byte) (netip.Addr, error)
+	suffix string
+}
+
+var (
+	elems4 = elemFamily{width: 4, addrOf: addrOf}
+	elems6 = elemFamily{width: 16, addrOf: addr6Of, suffix: "6"}
+)
+
+// fip is the FIP object of a fip_dnat element (key k0 the EIP, value the
+// internal IP) or, with snat, of a fip_snat one (key the internal IP, value
+// the EIP).
+func (f elemFamily) fip(uid string, k0 netip.Addr, e nft.SetElement, snat bool) (string, nat.Object, error) {
+	v, err := f.addrOf(e.Val)
+	if err != nil {
+		return uid, nat.Object{}, err
 	}
-	return uid, nat.Object{}, fmt.Errorf("unknown set %q", set)
+	fp := &nat.FIP{EIP: k0, InternalIP: v}
+	if snat {
+		fp = &nat.FIP{EIP: v, InternalIP: k0}
+	}
+	return uid, nat.Object{UID: uid, Kind: nat.KindFIP, FIP: fp}, nil
+}
+
+// portDNAT is the DNAT object of a port_dnat element: key EIP k0 .
+// protocol . external port, value internal IP . internal port (protocol
+// and ports each padded to 4 bytes).
+func (f elemFamily) portDNAT(uid string, k0 netip.Addr, e nft.SetElement) (string, nat.Object, error) {
+	n := f.width
+	if len(e.Key) != n+8 || len(e.Val) != n+4 {
+		return uid, nat.Object{}, fmt.Errorf("port dnat%s: bad key/value length %d/%d", f.suffix, len(e.Key), len(e.Val))
+	}
+	proto, ok := protocolOf(e.Key[n])
+	if !ok {
+		return uid, nat.Object{}, fmt.Errorf("port dnat%s: protocol %d", f.suffix, e.Key[n])
+	}
+	in, _ := f.addrOf(e.Val)
+	return uid, nat.Object{UID: uid, Kind: nat.KindDNAT, DNAT: &nat.DNAT{
+		EIP: k0, Protocol: proto, ExternalPort: binary.BigEndian.Uint16(e.Key[n+4 : n+6]),
+		InternalIP: in, InternalPort: binary.BigEndian.Uint16(e.Val[n : n+2]),
+	}}, nil
+}
+
+// snat is the SNAT object of an element of an SNAT map set (key the
+// network address k0, value the EIP); any other set is unknown.
+func (f elemFamily) snat(uid, set string, k0 netip.Addr, e nft.SetElement) (string, nat.Object, error) {
+	c, ok := parseSNATSet(set)
+	if !ok {
+		return uid, nat.Object{}, fmt.Errorf("unknown set %q", set)
+	}
+	v, err := f.addrOf(e.Val)
+	if err != nil {
+		return uid, nat.Object{}, err
+	}
+	return uid, nat.Object{UID: uid, Kind: nat.KindSNAT, SNAT: &nat.SNAT{
+		EIP: v, InternalCIDR: netip.PrefixFrom(k0, c.bits), RandomFully: c.randomFully,
+	}}, nil
+}
+
+// plenOf is the plen= attribute of the comment of EIP k0's element.
+func plenOf(k0 netip.Addr, kv map[string]string) (int, error) {
+	plen, err := strconv.Atoi(kv["plen"])
+	if err != nil {
+		return 0, fmt.Errorf("eip %s: bad plen %q", k0, kv["plen"])
+	}
+	return plen, nil
+}
+
+// eipObject is the EIP object eip of element k0, with the QoS of the
+// comment's qos= attribute if it has one.
+func eipObject(uid string, k0 netip.Addr, kv map[string]string, eip *nat.EIP) (string, nat.Object, error) {
+	if q, ok := kv["qos"]; ok {
+		var err error
+		if eip.QoS, err = parseQoSComment(q); err != nil {
+			return uid, nat.Object{}, fmt.Errorf("eip %s: %w", k0, err)
+		}
+	}
+	return uid, nat.Object{UID: uid, Kind: nat.KindEIP, EIP: eip}, nil
 }
 
 // onesOf counts the set bits of b.

@@ -89,17 +89,29 @@ func TestParseElemRejects(t *testing.T) {
 	for _, tc := range []struct {
 		name, set string
 		e         nft.SetElement
+		want      string // in the error
 	}{
-		{"no comment", setFIPDNAT, nft.SetElement{Key: []byte{1, 2, 3, 4}, Val: []byte{5, 6, 7, 8}}},
-		{"short key", setFIPDNAT, nft.SetElement{Key: []byte{1}, Val: []byte{5, 6, 7, 8}, Comment: "u"}},
-		{"eip without plen", setEIPs, nft.SetElement{Key: []byte{1, 2, 3, 4}, Comment: "u x=1"}},
-		{"eip bad qos", setEIPs, nft.SetElement{Key: []byte{1, 2, 3, 4}, Comment: "u plen=24 qos=1/2"}},
-		{"port dnat protocol", setPortDNAT, nft.SetElement{Key: make([]byte, 12), Val: make([]byte, 8), Comment: "u"}},
-		{"unknown set", "other", nft.SetElement{Key: []byte{1, 2, 3, 4}, Comment: "u"}},
+		{"no comment", setFIPDNAT, nft.SetElement{Key: []byte{1, 2, 3, 4}, Val: []byte{5, 6, 7, 8}}, ""},
+		{"short key", setFIPDNAT, nft.SetElement{Key: []byte{1}, Val: []byte{5, 6, 7, 8}, Comment: "u"}, "short address (1 bytes)"},
+		{"short fip value", setFIPSNAT, nft.SetElement{Key: []byte{1, 2, 3, 4}, Val: []byte{5}, Comment: "u"}, "short address (1 bytes)"},
+		{"eip without plen", setEIPs, nft.SetElement{Key: []byte{1, 2, 3, 4}, Comment: "u x=1"}, `eip 1.2.3.4: bad plen ""`},
+		{"eip bad qos", setEIPs, nft.SetElement{Key: []byte{1, 2, 3, 4}, Comment: "u plen=24 qos=1/2"}, `eip 1.2.3.4: bad qos "1/2"`},
+		{"port dnat protocol", setPortDNAT, nft.SetElement{Key: make([]byte, 12), Val: make([]byte, 8), Comment: "u"}, "port dnat: protocol 0"},
+		{"port dnat length", setPortDNAT, nft.SetElement{Key: make([]byte, 12), Val: make([]byte, 20), Comment: "u"}, "port dnat: bad key/value length 12/20"},
+		{"short snat value", "snat_p24", nft.SetElement{Key: []byte{1, 2, 3, 0}, Val: []byte{5}, Comment: "u"}, "short address (1 bytes)"},
+		{"unknown set", "other", nft.SetElement{Key: []byte{1, 2, 3, 4}, Comment: "u"}, `unknown set "other"`},
+		{"short IPv6 key", setFIPDNAT6, nft.SetElement{Key: make([]byte, 4), Val: make([]byte, 16), Comment: "u"}, "short IPv6 address (4 bytes)"},
+		{"short fip6 value", setFIPSNAT6, nft.SetElement{Key: make([]byte, 16), Val: make([]byte, 4), Comment: "u"}, "short IPv6 address (4 bytes)"},
+		{"eip6 without plen", setEIPs6, nft.SetElement{Key: make([]byte, 16), Comment: "u x=1"}, `eip ::: bad plen ""`},
+		{"eip6 bad qos", setEIPs6, nft.SetElement{Key: make([]byte, 16), Comment: "u plen=64 qos=x/1/2/3"}, `eip ::: bad qos "x/1/2/3"`},
+		{"port dnat6 protocol", setPortDNAT6, nft.SetElement{Key: make([]byte, 24), Val: make([]byte, 20), Comment: "u"}, "port dnat6: protocol 0"},
+		{"port dnat6 length", setPortDNAT6, nft.SetElement{Key: make([]byte, 24), Val: make([]byte, 8), Comment: "u"}, "port dnat6: bad key/value length 24/8"},
+		{"short snat6 value", "snat6_p64", nft.SetElement{Key: make([]byte, 16), Val: make([]byte, 4), Comment: "u"}, "short IPv6 address (4 bytes)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, _, err := parseElem(tc.set, tc.e); err == nil {
-				t.Errorf("parseElem(%s, %+v) accepted it", tc.set, tc.e)
+			_, _, err := parseElem(tc.set, tc.e)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("parseElem(%s, %+v): error %v, want one with %q", tc.set, tc.e, err, tc.want)
 			}
 		})
 	}
