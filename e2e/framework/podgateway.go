@@ -130,6 +130,10 @@ func (g *PodGateway) Attach(ctx context.Context, t *testing.T, c *cluster.Cluste
 		if err := netlab.Veth(netlab.End{NS: ns, Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(addr, bits)}}, netlab.End{NS: "", Name: host}); err != nil {
 			return err
 		}
+		// The host end is in the host's namespace: deleted by lab.Close
+		// itself, not left to the asynchronous destruction of ns (a
+		// clean-clone run saw ngwvm0 outlive lab.Close by over 15 s).
+		lab.DeleteLinkOnClose("", host)
 		if err := netlab.Enslave("", host, cluster.BridgeName); err != nil {
 			return err
 		}

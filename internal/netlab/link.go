@@ -350,3 +350,26 @@ func SetLink(ns, name string, up bool) error {
 	}
 	return nil
 }
+
+// DeleteLink deletes interface name in ns (a veth's peer goes with it, at
+// once); an interface that is already gone is not an error.
+func DeleteLink(ns, name string) error {
+	err := withHandle(ns, func(h *handle) error {
+		l, err := h.h.LinkByName(name)
+		if err != nil {
+			var nf netlink.LinkNotFoundError
+			if errors.As(err, &nf) {
+				return nil
+			}
+			return fmt.Errorf("find %s in %s: %w", name, ns, err)
+		}
+		if err := h.h.LinkDel(l); err != nil {
+			return fmt.Errorf("delete %s in %s: %w", name, ns, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("netlab: %w", err)
+	}
+	return nil
+}

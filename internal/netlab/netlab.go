@@ -398,3 +398,16 @@ func SweepStale(maxAge time.Duration) ([]string, error) {
 	}
 	return removed, errors.Join(errs...)
 }
+
+// DeleteLinkOnClose makes Close delete interface name in ns before the
+// Lab's namespaces go: a link the Lab made outside its own namespaces
+// (e.g. a veth end on the host's bridge) is gone when Close returns,
+// instead of whenever the kernel finishes destroying the namespace that
+// held its peer.
+func (l *Lab) DeleteLinkOnClose(ns, name string) {
+	l.addCloser(closerFunc(func() error { return DeleteLink(ns, name) }))
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
