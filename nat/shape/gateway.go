@@ -72,17 +72,8 @@ func (k *kernel) setGateway(prev, want []GatewayClass, commit func() error) (err
 	for _, c := range prev {
 		prevBy[[2]any{c.Device, c.Minor}] = c
 	}
-	var undo []func() error
-	defer func() {
-		if err == nil {
-			return
-		}
-		for i := len(undo) - 1; i >= 0; i-- {
-			if uerr := undo[i](); uerr != nil {
-				err = fmt.Errorf("%w (undoing: %v)", err, uerr)
-			}
-		}
-	}()
+	var undo undoList
+	defer undo.onError(&err)
 	existing := map[string]map[uint16]uint64{} // minor: rate (bytes/s)
 	for dev, l := range links {
 		existing[dev] = map[uint16]uint64{}

@@ -679,17 +679,8 @@ func (k *kernel) apply(cur, want []class) (err error) {
 		ours[d] = o
 	}
 
-	var undo []func() error
-	defer func() {
-		if err == nil {
-			return
-		}
-		for i := len(undo) - 1; i >= 0; i-- {
-			if uerr := undo[i](); uerr != nil {
-				err = fmt.Errorf("%w (undoing: %v)", err, uerr)
-			}
-		}
-	}()
+	var undo undoList
+	defer undo.onError(&err)
 	// 1. qdiscs and classes wanted.
 	for _, d := range []direction{ingress, egress} {
 		if !wanted[d] || ours[d] {
@@ -957,4 +948,21 @@ func applyUpdates(eips []EIP, updates []Update) []EIP {
 	}
 	slices.SortFunc(out, func(a, b EIP) int { return a.Address.Compare(b.Address) })
 	return out
+}
+
+// undoList is the steps that put back the class changes made so far, run
+// last first when the change fails.
+type undoList []func() error
+
+// onError runs u when *err is set, adding any failure of a step to *err.
+// Deferred as `defer undo.onError(&err)`; `undo = nil` commits.
+func (u *undoList) onError(err *error) {
+	if *err == nil {
+		return
+	}
+	for i := len(*u) - 1; i >= 0; i-- {
+		if uerr := (*u)[i](); uerr != nil {
+			*err = fmt.Errorf("%w (undoing: %v)", *err, uerr)
+		}
+	}
 }
