@@ -232,19 +232,30 @@ func createAll(ctx context.Context, cl client.Client, objs []client.Object) erro
 
 // waitReadyCount waits until count() reports want objects ready, asking
 // every second (a list of 1,000 objects is not free on 2 CPUs) and logging
-// the progress every 15 s.
-func (e *env) waitReadyCount(what string, want int, limit time.Duration, count func(context.Context) (int, error)) (time.Duration, error) {
+// the progress every 15 s. onStall, if not nil, runs when the count has not
+// moved for stallAfter (and again after each further stallAfter); an error
+// from it ends the wait.
+func (e *env) waitReadyCount(what string, want int, limit time.Duration, count func(context.Context) (int, error), onStall func() error) (time.Duration, error) {
 	t0 := time.Now()
 	var logged time.Time
+	best, moved := -1, time.Now()
 	for {
 		ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
 		n, err := count(ctx)
 		cancel()
+		if err == nil && n > best {
+			best, moved = n, time.Now()
+		}
 		switch {
 		case err == nil && n >= want:
 			return time.Since(t0), nil
 		case time.Since(t0) > limit:
 			return time.Since(t0), fmt.Errorf("%s: %d of %d ready after %v (last error: %v)", what, n, want, limit, err)
+		case onStall != nil && time.Since(moved) > stallAfter:
+			if err := onStall(); err != nil {
+				return time.Since(t0), fmt.Errorf("%s: %d of %d ready after %v: %w", what, n, want, time.Since(t0).Round(time.Second), err)
+			}
+			moved = time.Now()
 		case time.Since(logged) > 15*time.Second:
 			e.t.Logf("%s: %d of %d ready after %v", what, n, want, time.Since(t0).Round(time.Millisecond))
 			logged = time.Now()
@@ -419,15 +430,23 @@ func TestMigration(t *testing.T) {
 		eips = append(eips, &v1.IptablesEIP{ObjectMeta: metav1.ObjectMeta{Name: migEIPName(i)}, Spec: v1.IptablesEIPSpec{NatGwDp: gwName, V4ip: nth(migEIP0, i).String()}})
 		fips = append(fips, &v1.IptablesFIPRule{ObjectMeta: metav1.ObjectMeta{Name: migFIPName(i)}, Spec: v1.IptablesFIPRuleSpec{EIP: migEIPName(i), InternalIP: in.String()}})
 	}
+	// The counts record the objects not ready for kubeOVNStall.
+	var notReady []string
 	countEIPs := func(ctx context.Context) (int, error) {
 		var l v1.IptablesEIPList
 		if err := cl.List(ctx, &l); err != nil {
 			return 0, err
 		}
 		k := 0
+		notReady = notReady[:0]
 		for _, x := range l.Items {
-			if strings.HasPrefix(x.Name, "mig-eip-") && x.Status.Ready && x.Status.IP != "" {
+			if !strings.HasPrefix(x.Name, "mig-eip-") {
+				continue
+			}
+			if x.Status.Ready && x.Status.IP != "" {
 				k++
+			} else {
+				notReady = append(notReady, x.Name)
 			}
 		}
 		return k, nil
@@ -438,18 +457,25 @@ func TestMigration(t *testing.T) {
 			return 0, err
 		}
 		k := 0
+		notReady = notReady[:0]
 		for _, x := range l.Items {
-			if strings.HasPrefix(x.Name, "mig-fip-") && x.Status.Ready {
+			if !strings.HasPrefix(x.Name, "mig-fip-") {
+				continue
+			}
+			if x.Status.Ready {
 				k++
+			} else {
+				notReady = append(notReady, x.Name)
 			}
 		}
 		return k, nil
 	}
+	stalled := e.kubeOVNStall(func() []string { return slices.Clone(notReady) })
 	t0 := time.Now()
 	if err := createAll(ctx, cl, eips); err != nil {
 		t.Fatal(err)
 	}
-	eipsIn, err := e.waitReadyCount("Kube-OVN EIPs", n, 10*time.Minute, countEIPs)
+	eipsIn, err := e.waitReadyCount("Kube-OVN EIPs", n, 10*time.Minute, countEIPs, stalled)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,7 +483,7 @@ func TestMigration(t *testing.T) {
 	if err := createAll(ctx, cl, fips); err != nil {
 		t.Fatal(err)
 	}
-	fipsIn, err := e.waitReadyCount("Kube-OVN FIPs", n, 10*time.Minute, countFIPs)
+	fipsIn, err := e.waitReadyCount("Kube-OVN FIPs", n, 10*time.Minute, countFIPs, stalled)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -776,7 +802,7 @@ func TestMigration(t *testing.T) {
 			}
 		}
 		return k, nil
-	})
+	}, nil)
 	if err != nil {
 		t.Error(err)
 	}
