@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -99,6 +100,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	fs.Func("gateway-namespaces", "comma-separated other namespaces a VpcNatGateway's spec.namespace may name (--provision-gateways: the provisioner watches and writes StatefulSets there; natgw-controller's RBAC must grant them, see controller/docs/operations.md)", func(v string) error {
 		for _, ns := range strings.Split(v, ",") {
 			if ns = strings.TrimSpace(ns); ns != "" {
+				if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+					return fmt.Errorf("namespace %q: %s", ns, strings.Join(errs, "; "))
+				}
 				f.gatewayNS = append(f.gatewayNS, ns)
 			}
 		}
