@@ -346,7 +346,21 @@ func TestTemplateHA(t *testing.T) {
 			}
 		})
 	}
-	got, err := manifests.Template(c, r, ns, prov...)
+	// provisioning.gatewayNamespaces: the same objects in each listed
+	// namespace as well as in podNamespace.
+	got, err := manifests.Template(c, r, ns, append(prov, "provisioning.ha=true", "provisioning.gatewayNamespaces={team-a,team-b}")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, gwNS := range []string{"kube-system", "team-a", "team-b"} {
+		for k := range kust {
+			k = strings.Replace(k, "/kube-system/", "/"+gwNS+"/", 1)
+			if _, ok := got[k]; !ok {
+				t.Errorf("provisioning.gatewayNamespaces: %s not rendered (have %v)", k, manifests.Keys(got))
+			}
+		}
+	}
+	got, err = manifests.Template(c, r, ns, prov...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,6 +398,7 @@ func TestTemplateValues(t *testing.T) {
 		{name: "companion with the webhook", set: []string{"mode=companion", "admissionPolicy.enabled=false", "webhook.enabled=true"}, err: "webhook.enabled: true with mode companion"},
 		{name: "provisioning without image", set: []string{"provisioning.enabled=true"}, err: "provisioning.gatewayImage: empty"},
 		{name: "ha", set: []string{"provisioning.enabled=true", "provisioning.gatewayImage=g", "provisioning.ha=true"}, args: []string{"--provision-gateways", "--ha-gateways"}, replicas: 2},
+		{name: "gateway namespaces", set: []string{"provisioning.enabled=true", "provisioning.gatewayImage=g", "provisioning.gatewayNamespaces={team-a,team-b}"}, args: []string{"--provision-gateways", "--gateway-namespaces=team-a,team-b"}, replicas: 2},
 		{name: "ha without provisioning", set: []string{"provisioning.ha=true"}, err: "provisioning.ha: true, but provisioning.enabled is false"},
 		{name: "zero replicas", set: []string{"replicas=0"}, err: "replicas: 0, want 1 or more"},
 	} {

@@ -292,6 +292,8 @@ func dnatConflict(o *v1.IptablesDnatRule, eipName string, eip nat.EIP, dnats []v
 }
 
 // immutable checks an update against what cannot change: a gateway's
+// spec.namespace (provision.NamespaceChange, as Kube-OVN master's webhook:
+// the raw field, so "" to the configured namespace is refused too), its
 // number of replicas (provision.ReplicasChange; an old value that was
 // itself invalid may be corrected), an EIP's spec.natGwDp once set, and
 // its spec once ready unless status.redo changes with it (spec.qosPolicy
@@ -301,6 +303,9 @@ func immutable(old, obj client.Object) field.ErrorList {
 		ng, ok := obj.(*v1.VpcNatGateway)
 		if !ok {
 			return nil
+		}
+		if ferr := provision.NamespaceChange(og.Spec.Namespace, ng.Spec.Namespace); ferr != nil {
+			return field.ErrorList{ferr}
 		}
 		from, ferr := provision.Replicas(og)
 		if ferr != nil {

@@ -16,7 +16,8 @@
 //	                                spec.qosPolicy existing; the number of replicas 1 or 2
 //	                                (natgw: spec.replicas or the annotation natgw.kubeovn.io/replicas,
 //	                                provision.Replicas)
-//	                update          the number of replicas unchanged (natgw: provision.ReplicasChange)
+//	                update          spec.namespace unchanged (Kube-OVN master; natgw: provision.NamespaceChange);
+//	                                the number of replicas unchanged (natgw: provision.ReplicasChange)
 //	                delete          refused while an IptablesEIP (spec.natGwDp) not itself being deleted
 //	                                names the gateway
 //	IptablesEIP     create, update  spec.natGwDp set; spec.v4ip an IPv4 address (natgw: the reconcile's

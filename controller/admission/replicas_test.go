@@ -111,6 +111,7 @@ func TestWebhookReplicas(t *testing.T) {
 					return func(g *v1.VpcNatGateway) { g.Spec.Replicas = ptr.To(n) }
 				}
 				check(t, "update: spec 1 -> 2", upd("gw-s1", setSpec(2)), "spec.replicas", "cannot change to 2")
+				check(t, "update: spec.namespace set", upd("gw-s1", func(g *v1.VpcNatGateway) { g.Spec.Namespace = "gw-ns" }), "spec.namespace", "Forbidden", `"" cannot change to "gw-ns"`, "create a new VpcNatGateway")
 				check(t, "update: spec 2 -> 1", upd("gw-s2", setSpec(1)), "spec.replicas", "cannot change to 1")
 				check(t, "update: spec 2 -> 3", upd("gw-s2", setSpec(3)), "spec.replicas", "Invalid value: 3")
 				check(t, "update: defaulted 1 -> annotation 2", upd("gw-s", func(g *v1.VpcNatGateway) {

@@ -58,10 +58,10 @@ var holderChanged = predicate.Funcs{
 	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
-// gatewayOfLease maps a Lease of the gateway namespace named like a gateway
-// StatefulSet (LeaseName) to its VpcNatGateway.
+// gatewayOfLease maps a Lease of a gateway namespace (AllowedNamespace)
+// named like a gateway StatefulSet (LeaseName) to its VpcNatGateway.
 func (r *Reconciler) gatewayOfLease(_ context.Context, o client.Object) []reconcile.Request {
-	if o.GetNamespace() != r.opts.Namespace {
+	if !AllowedNamespace(o.GetNamespace(), r.opts.Namespace, r.opts.GatewayNamespaces) {
 		return nil
 	}
 	name, ok := strings.CutPrefix(o.GetName(), transport.GatewayAppPrefix)
@@ -76,13 +76,14 @@ func (r *Reconciler) gatewayOfLease(_ context.Context, o client.Object) []reconc
 // nobody holds it).
 func (r *Reconciler) active(ctx context.Context, log logr.Logger, g *v1.VpcNatGateway) error {
 	lease := LeaseName(g.Name)
+	ns := GatewayNamespace(g, r.opts.Namespace)
 	l := &coordinationv1.Lease{}
 	holder := ""
-	err := r.reader.Get(ctx, types.NamespacedName{Namespace: r.opts.Namespace, Name: lease}, l)
+	err := r.reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: lease}, l)
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
-		return fmt.Errorf("get Lease %s/%s: %w", r.opts.Namespace, lease, err)
+		return fmt.Errorf("get Lease %s/%s: %w", ns, lease, err)
 	default:
 		holder = holderOf(l)
 	}
@@ -110,10 +111,10 @@ func (r *Reconciler) active(ctx context.Context, log logr.Logger, g *v1.VpcNatGa
 	}
 	log.Info("active replica changed", "active", holder, "was", was, "lease", lease)
 	if holder == "" {
-		r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonNoActive, "HA", "no replica holds Lease %s/%s (was %s)", r.opts.Namespace, lease, was)
+		r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonNoActive, "HA", "no replica holds Lease %s/%s (was %s)", ns, lease, was)
 		return nil
 	}
-	r.recorder.Eventf(g, nil, corev1.EventTypeNormal, ReasonActiveChanged, "HA", "pod %s is active (holder of Lease %s/%s; was %s)", holder, r.opts.Namespace, lease, was)
+	r.recorder.Eventf(g, nil, corev1.EventTypeNormal, ReasonActiveChanged, "HA", "pod %s is active (holder of Lease %s/%s; was %s)", holder, ns, lease, was)
 	return nil
 }
 

@@ -18,10 +18,11 @@ import (
 // TestReconcileActive: a two-replica gateway's ActiveAnnotation follows
 // its Lease's holder, with one Event per change (ActiveChanged, NoActive
 // when nobody holds it) and no write when nothing changed; a single
-// gateway, or provisioning without HA, reads no Lease.
+// gateway, or provisioning without HA, reads no Lease; a gateway with
+// spec.namespace reads its Lease there, not in the configured namespace.
 func TestReconcileActive(t *testing.T) {
-	lease := func(holder *string) *coordinationv1.Lease {
-		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: LeaseName("gw1")}, Spec: coordinationv1.LeaseSpec{HolderIdentity: holder}}
+	lease := func(ns string, holder *string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: LeaseName("gw1")}, Spec: coordinationv1.LeaseSpec{HolderIdentity: holder}}
 	}
 	type step struct {
 		holder *string // the Lease's holder before the reconcile; nil: keep the Lease as it is
@@ -30,10 +31,12 @@ func TestReconcileActive(t *testing.T) {
 		event  string  // substring of the one event, "" none
 	}
 	tests := []struct {
-		name     string
-		replicas int32
-		ha       bool
-		steps    []step
+		name      string
+		replicas  int32
+		ha        bool
+		namespace string // the gateway's spec.namespace
+		leaseNS   string // where the Lease is (default: testNS)
+		steps     []step
 	}{
 		{name: "two replicas", replicas: 2, ha: true, steps: []step{
 			{},
@@ -45,6 +48,12 @@ func TestReconcileActive(t *testing.T) {
 			{holder: ptr.To("vpc-nat-gw-gw1-0"), want: "vpc-nat-gw-gw1-0", event: "ActiveChanged"},
 			{delete: true, event: "NoActive"},
 		}},
+		{name: "two replicas in spec.namespace", replicas: 2, ha: true, namespace: "team-a", leaseNS: "team-a", steps: []step{
+			{holder: ptr.To("vpc-nat-gw-gw1-0"), want: "vpc-nat-gw-gw1-0", event: "holder of Lease team-a/vpc-nat-gw-gw1"},
+		}},
+		{name: "two replicas in spec.namespace, Lease in the configured one: not read", replicas: 2, ha: true, namespace: "team-a", steps: []step{
+			{holder: ptr.To("vpc-nat-gw-gw1-0")},
+		}},
 		{name: "single gateway", replicas: 1, ha: true, steps: []step{{holder: ptr.To("vpc-nat-gw-gw1-0")}}},
 		{name: "two replicas asked, HA off", replicas: 2, steps: []step{{holder: ptr.To("vpc-nat-gw-gw1-0"), event: "ReplicasUnsupported"}}},
 	}
@@ -52,8 +61,14 @@ func TestReconcileActive(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := gateway()
 			g.Spec.Replicas = ptr.To(tc.replicas)
+			g.Spec.Namespace = tc.namespace
 			e := newFakeEnv(t, g)
 			e.r.opts.HA = tc.ha
+			e.r.opts.GatewayNamespaces = []string{"team-a"}
+			leaseNS := tc.leaseNS
+			if leaseNS == "" {
+				leaseNS = testNS
+			}
 			ctx := context.Background()
 			var l *coordinationv1.Lease
 			for i, s := range tc.steps {
@@ -63,7 +78,7 @@ func TestReconcileActive(t *testing.T) {
 						t.Fatal(err)
 					}
 				case s.holder != nil && l == nil:
-					l = lease(s.holder)
+					l = lease(leaseNS, s.holder)
 					if err := e.c.Create(ctx, l); err != nil {
 						t.Fatal(err)
 					}
@@ -92,11 +107,12 @@ func TestReconcileActive(t *testing.T) {
 // TestLeaseMapping: Leases map to the gateway they fence, renewals pass
 // no event.
 func TestLeaseMapping(t *testing.T) {
-	r := &Reconciler{opts: Options{Namespace: testNS}}
+	r := &Reconciler{opts: Options{Namespace: testNS, GatewayNamespaces: []string{"team-a"}}}
 	for _, tc := range []struct {
 		ns, name, want string
 	}{
 		{testNS, "vpc-nat-gw-gw1", "gw1"},
+		{"team-a", "vpc-nat-gw-gw1", "gw1"},
 		{testNS, "kube-scheduler", ""},
 		{testNS, "vpc-nat-gw-", ""},
 		{"other", "vpc-nat-gw-gw1", ""},

@@ -75,9 +75,12 @@ type Inputs struct {
 	// Subnets are the cluster's Subnets by name (the gateway's, its
 	// external one and the other subnets of its VPC are read).
 	Subnets map[string]kubeovn.Subnet
-	// Namespace of the StatefulSet: upstream's is kube-ovn-controller's
-	// own pod namespace (c.config.PodNamespace, kube-system), where it also
-	// looks for the gateway pods.
+	// Namespace is natgw's configured gateway namespace (upstream:
+	// kube-ovn-controller's own pod namespace, c.config.PodNamespace,
+	// kube-system): the StatefulSet's when the gateway has no
+	// spec.namespace (GatewayNamespace decides), and the namespace of the
+	// external network's NetworkAttachmentDefinition when its provider
+	// names none (master too: getExternalSubnetNad).
 	Namespace string
 	// Image is natgw's gateway image (upstream: ConfigMap
 	// ovn-vpc-nat-config, key image; vpc_nat.go:37-44).
@@ -290,10 +293,10 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 			return nil, err
 		}
 		haPod(ann, providerOrOvn(sub.Provider), pod, g.Name)
-		pod.WithContainers(haContainer(in.Image, in.Namespace, g.Name, lan))
+		pod.WithContainers(haContainer(in.Image, GatewayNamespace(g, in.Namespace), g.Name, lan))
 	}
 
-	sts := appsv1ac.StatefulSet(name, in.Namespace).
+	sts := appsv1ac.StatefulSet(name, GatewayNamespace(g, in.Namespace)).
 		WithLabels(labels).
 		WithFinalizers(StatefulSetFinalizer).
 		WithOwnerReferences(metav1ac.OwnerReference().

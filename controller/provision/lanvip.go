@@ -76,7 +76,7 @@ func lanVipSpec(g *v1.VpcNatGateway, ns string) map[string]any {
 // (re-created once it is gone). Fields others set (the status, Kube-OVN's
 // finalizer) are never written.
 func (r *Reconciler) lanVip(ctx context.Context, log logr.Logger, g *v1.VpcNatGateway) (reserved bool, err error) {
-	want := NewLanVip(g, r.opts.Namespace)
+	want := NewLanVip(g, GatewayNamespace(g, r.opts.Namespace))
 	live := eipalloc.NewVipObject()
 	err = r.api.Get(ctx, types.NamespacedName{Name: want.GetName()}, live)
 	switch {
@@ -96,7 +96,7 @@ func (r *Reconciler) lanVip(ctx context.Context, log logr.Logger, g *v1.VpcNatGa
 		return false, fmt.Errorf("vip %s exists and is not controlled by VpcNatGateway %s: natgw leaves it alone and does not make the lanIp %s follow the active replica", live.GetName(), g.Name, g.Spec.LanIP)
 	}
 	spec, _, _ := unstructured.NestedMap(live.Object, "spec")
-	for k, v := range lanVipSpec(g, r.opts.Namespace) {
+	for k, v := range lanVipSpec(g, GatewayNamespace(g, r.opts.Namespace)) {
 		if !reflect.DeepEqual(spec[k], v) {
 			if !live.GetDeletionTimestamp().IsZero() {
 				return false, nil

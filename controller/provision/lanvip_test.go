@@ -45,7 +45,10 @@ func TestReconcileLanVip(t *testing.T) {
 		gone     bool           // no Vip after the reconcile
 		spec     map[string]any // the Vip's spec after it (when not gone)
 		status   bool           // Kube-OVN's status and finalizer kept
+		ns       string         // the gateway's spec.namespace
 	}{
+		{name: "spec.namespace: the Vip's parents are there", replicas: 2, ha: true, ns: "team-a", requeue: true, noSts: true,
+			spec: map[string]any{"namespace": "team-a", "subnet": "net1", "v4ip": "10.0.1.254", "selector": []any{"app:vpc-nat-gw-gw1"}}},
 		{name: "created, the StatefulSet waits for the reservation", replicas: 2, ha: true, requeue: true, noSts: true, spec: wantSpec},
 		{name: "kept with Kube-OVN's status", replicas: 2, ha: true, live: vip(nil), spec: wantSpec, status: true},
 		{name: "someone else's", replicas: 2, ha: true, live: vip(func(u *unstructured.Unstructured) {
@@ -63,8 +66,10 @@ func TestReconcileLanVip(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := gateway()
 			g.Spec.Replicas = ptr.To(tc.replicas)
+			g.Spec.Namespace = tc.ns
 			e := newFakeEnv(t, g)
 			e.r.opts.HA = tc.ha
+			e.r.opts.GatewayNamespaces = []string{"team-a"}
 			e.noKubeOVN = tc.noSts
 			ctx := context.Background()
 			if tc.live != nil {

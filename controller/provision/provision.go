@@ -57,10 +57,14 @@ const (
 	// differs from the one the running gateway was provisioned with
 	// (ReplicasChange); the StatefulSet keeps its number.
 	ReasonReplicasChangeRefused = "ReplicasChangeRefused"
-	// ReasonNamespaceUnsupported: spec.namespace (Kube-OVN master) names
-	// another namespace than natgw's gateway namespace; natgw provisions
-	// the gateway in its own (Options.Namespace).
-	ReasonNamespaceUnsupported = "NamespaceUnsupported"
+	// ReasonNamespaceNotAllowed: spec.namespace (Kube-OVN master) names a
+	// namespace that is neither natgw's gateway namespace nor one of
+	// Options.GatewayNamespaces (natgw-controller may not read or write
+	// there); the gateway is not provisioned until it is allowed.
+	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
+	// ReasonNamespaceChangeRefused: spec.namespace of a live gateway
+	// changed (NamespaceChange); its StatefulSet stays where it is.
+	ReasonNamespaceChangeRefused = "NamespaceChangeRefused"
 	// ReasonKubeOVNFeatureOn: Kube-OVN's own VPC NAT gateway feature is on
 	// (FeatureConfigMap): natgw provisions nothing until it is off.
 	ReasonKubeOVNFeatureOn = "KubeOVNFeatureOn"
@@ -107,10 +111,17 @@ const featureRetry = 30 * time.Second
 
 // Options configures the provisioner.
 type Options struct {
-	// Namespace of the gateway StatefulSets and pods (upstream:
-	// kube-ovn-controller's namespace, kube-system); the exec transport's
-	// namespace.
+	// Namespace of the gateway StatefulSets and pods whose VpcNatGateway
+	// has no spec.namespace (upstream: kube-ovn-controller's namespace,
+	// kube-system; GatewayNamespace decides); the exec transport's
+	// default namespace.
 	Namespace string
+	// GatewayNamespaces are the other namespaces a VpcNatGateway's
+	// spec.namespace may name. The provisioner's cache (CacheByObject)
+	// and natgw-controller's RBAC must cover them (the chart's
+	// gatewayNamespaces); a gateway naming another gets a Warning
+	// (ReasonNamespaceNotAllowed) and no workload.
+	GatewayNamespaces []string
 	// Image is natgw's gateway image.
 	Image string
 	// ServiceClusterIPRange: see Inputs.
@@ -140,15 +151,21 @@ type Options struct {
 }
 
 // CacheByObject restricts the manager's caches of the kinds the
-// provisioner reads to what it reads in namespace ns: the gateway
-// StatefulSets (upstream's gateway label) and Kube-OVN's FeatureConfigMap;
-// with ha (Options.HA), also ns's Leases (the two-replica gateways'
-// fences; controller/config/ha grants natgw-controller their reading).
-// Pass it as ctrl.Options.Cache.ByObject (merged with any other entries).
-func CacheByObject(ns string, ha bool) map[client.Object]cache.ByObject {
+// provisioner reads to what it reads: the gateway StatefulSets (upstream's
+// gateway label) in namespace ns and in the extra gateway namespaces
+// (Options.GatewayNamespaces), and Kube-OVN's FeatureConfigMap in ns; with
+// ha (Options.HA), also the Leases of those namespaces (the two-replica
+// gateways' fences; controller/config/ha grants natgw-controller their
+// reading). Pass it as ctrl.Options.Cache.ByObject (merged with any other
+// entries).
+func CacheByObject(ns string, extra []string, ha bool) map[client.Object]cache.ByObject {
+	gwNS := map[string]cache.Config{ns: {}}
+	for _, e := range extra {
+		gwNS[e] = cache.Config{}
+	}
 	m := map[client.Object]cache.ByObject{
 		&appsv1.StatefulSet{}: {
-			Namespaces: map[string]cache.Config{ns: {}},
+			Namespaces: gwNS,
 			Label:      labels.SelectorFromSet(labels.Set{transport.GatewayPodLabel: "true"}),
 		},
 		&corev1.ConfigMap{}: {
@@ -157,7 +174,7 @@ func CacheByObject(ns string, ha bool) map[client.Object]cache.ByObject {
 		},
 	}
 	if ha {
-		m[&coordinationv1.Lease{}] = cache.ByObject{Namespaces: map[string]cache.Config{ns: {}}}
+		m[&coordinationv1.Lease{}] = cache.ByObject{Namespaces: gwNS}
 	}
 	return m
 }
@@ -311,12 +328,29 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		replicas = 1
 	}
 
+	ns := GatewayNamespace(g, r.opts.Namespace)
+	if !AllowedNamespace(ns, r.opts.Namespace, r.opts.GatewayNamespaces) {
+		// Permanent until the object or natgw's configuration changes.
+		msg := fmt.Sprintf("spec.namespace %q: natgw-controller provisions gateways in %q and in --gateway-namespaces %q only (its cache and RBAC cover those); the gateway is not provisioned", ns, r.opts.Namespace, r.opts.GatewayNamespaces)
+		log.Info("gateway not provisioned", "reason", msg)
+		r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonNamespaceNotAllowed, "Provision", "%s", msg)
+		return ctrl.Result{}, nil
+	}
+	if moved, err := r.elsewhere(ctx, g, ns); err != nil {
+		return ctrl.Result{}, err
+	} else if moved != "" {
+		ferr := NamespaceChange(moved, ns)
+		log.Info("namespace not changed", "reason", ferr.Error())
+		r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonNamespaceChangeRefused, "Provision", "%v; the gateway's StatefulSet is left as it is", ferr)
+		return ctrl.Result{}, nil
+	}
+
 	name := StatefulSetName(g.Name)
 	live := &appsv1.StatefulSet{}
-	err = r.reader.Get(ctx, types.NamespacedName{Namespace: r.opts.Namespace, Name: name}, live)
+	err = r.reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, live)
 	getErr := err
 	if err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, fmt.Errorf("get StatefulSet %s/%s: %w", r.opts.Namespace, name, err)
+		return ctrl.Result{}, fmt.Errorf("get StatefulSet %s/%s: %w", ns, name, err)
 	}
 	if err == nil && live.DeletionTimestamp.IsZero() {
 		// The running gateway keeps the number it was provisioned with
@@ -335,9 +369,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if BGPUnsupported(g) {
 		r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonBGPUnsupported, "Provision", "spec.bgpSpeaker.enabled: natgw provisions the gateway without upstream's BGP speaker sidecar")
 	}
-	if ns := g.Spec.Namespace; ns != "" && ns != r.opts.Namespace {
-		r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonNamespaceUnsupported, "Provision", "spec.namespace %q: natgw provisions the gateway in %q (a gateway namespace of its own is not supported yet)", ns, r.opts.Namespace)
-	}
 	if err == nil && !live.DeletionTimestamp.IsZero() {
 		return r.rescue(ctx, log, g, live)
 	}
@@ -345,7 +376,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		// A StatefulSet re-created while the old one's ControllerRevisions
 		// are still there would get another revision name and roll the
 		// pod it adopts.
-		n, err := r.leftoverRevisions(ctx, g.Name)
+		n, err := r.leftoverRevisions(ctx, ns, g.Name)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -388,9 +419,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if why != "" {
 		t0 := time.Now()
 		if err := r.client.Apply(ctx, want, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
-			return r.failed(ctx, log, g, fmt.Errorf("apply StatefulSet %s/%s: %w", r.opts.Namespace, *want.Name, err))
+			return r.failed(ctx, log, g, fmt.Errorf("apply StatefulSet %s/%s: %w", ns, *want.Name, err))
 		}
-		log.Info("gateway StatefulSet applied", "statefulSet", *want.Name, "namespace", r.opts.Namespace, "why", why, "took", time.Since(t0))
+		log.Info("gateway StatefulSet applied", "statefulSet", *want.Name, "namespace", ns, "why", why, "took", time.Since(t0))
 	}
 	if r.opts.HA && ProvisionedReplicas(want.Spec.Template.Annotations) == MaxReplicas {
 		if err := r.active(ctx, log, g); err != nil {
@@ -512,31 +543,68 @@ func (r *Reconciler) removeFinalizer(ctx context.Context, s *appsv1.StatefulSet)
 	return nil
 }
 
-// release removes natgw's finalizer from the StatefulSet of gateway name
-// when it has one: the gateway is gone, or no longer natgw's to provision.
+// release removes natgw's finalizer from the StatefulSets of gateway name
+// that have it, in every gateway namespace (a gone gateway's spec.namespace
+// is no longer there to read): the gateway is gone, or no longer natgw's to
+// provision.
 func (r *Reconciler) release(ctx context.Context, log logr.Logger, name string) error {
-	s := &appsv1.StatefulSet{}
-	err := r.reader.Get(ctx, types.NamespacedName{Namespace: r.opts.Namespace, Name: StatefulSetName(name)}, s)
-	if apierrors.IsNotFound(err) || err == nil && !controllerutil.ContainsFinalizer(s, StatefulSetFinalizer) {
-		return nil
-	}
+	list, err := r.gatewayStatefulSets(ctx, name)
 	if err != nil {
-		return fmt.Errorf("get StatefulSet %s/%s: %w", r.opts.Namespace, StatefulSetName(name), err)
-	}
-	if err := r.removeFinalizer(ctx, s); err != nil {
 		return err
 	}
-	log.Info("gateway StatefulSet released", "statefulSet", s.Name)
+	for i := range list {
+		s := &list[i]
+		if !controllerutil.ContainsFinalizer(s, StatefulSetFinalizer) {
+			continue
+		}
+		if err := r.removeFinalizer(ctx, s); err != nil {
+			return err
+		}
+		log.Info("gateway StatefulSet released", "statefulSet", s.Name, "namespace", s.Namespace)
+	}
 	return nil
 }
 
-// leftoverRevisions counts the ControllerRevisions of gateway name's
+// gatewayStatefulSets returns the StatefulSets named after gateway name
+// (StatefulSetName, with its Labels) in the gateway namespaces the
+// provisioner reads (AllowedNamespace).
+func (r *Reconciler) gatewayStatefulSets(ctx context.Context, name string) ([]appsv1.StatefulSet, error) {
+	list := &appsv1.StatefulSetList{}
+	if err := r.reader.List(ctx, list, client.MatchingLabels(Labels(name))); err != nil {
+		return nil, fmt.Errorf("list StatefulSets of gateway %s: %w", name, err)
+	}
+	var out []appsv1.StatefulSet
+	for _, s := range list.Items {
+		if s.Name == StatefulSetName(name) && AllowedNamespace(s.Namespace, r.opts.Namespace, r.opts.GatewayNamespaces) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// elsewhere returns the namespace of a StatefulSet that g controls in
+// another gateway namespace than ns ("" when there is none): g's
+// spec.namespace changed while its workload runs there.
+func (r *Reconciler) elsewhere(ctx context.Context, g *v1.VpcNatGateway, ns string) (string, error) {
+	list, err := r.gatewayStatefulSets(ctx, g.Name)
+	if err != nil {
+		return "", err
+	}
+	for i := range list {
+		if list[i].Namespace != ns && metav1.IsControlledBy(&list[i], g) {
+			return list[i].Namespace, nil
+		}
+	}
+	return "", nil
+}
+
+// leftoverRevisions counts the ControllerRevisions in namespace ns of gateway name's
 // StatefulSet that a StatefulSet still controls (while none of that name
 // exists: the garbage collector has not deleted them yet).
-func (r *Reconciler) leftoverRevisions(ctx context.Context, name string) (int, error) {
+func (r *Reconciler) leftoverRevisions(ctx context.Context, ns, name string) (int, error) {
 	revs := &appsv1.ControllerRevisionList{}
-	if err := r.api.List(ctx, revs, client.InNamespace(r.opts.Namespace), client.MatchingLabels(Labels(name))); err != nil {
-		return 0, fmt.Errorf("list ControllerRevisions of StatefulSet %s/%s: %w", r.opts.Namespace, StatefulSetName(name), err)
+	if err := r.api.List(ctx, revs, client.InNamespace(ns), client.MatchingLabels(Labels(name))); err != nil {
+		return 0, fmt.Errorf("list ControllerRevisions of StatefulSet %s/%s: %w", ns, StatefulSetName(name), err)
 	}
 	n := 0
 	for i := range revs.Items {

@@ -50,8 +50,13 @@ type Exec struct {
 	// Config is the API server's REST config; Client is built from it.
 	Config *rest.Config
 	Client kubernetes.Interface
-	// Namespace holds the gateway pods (upstream: kube-system).
+	// Namespace holds the gateway pods (upstream: kube-system) of a
+	// gateway for which NamespaceOf is nil or answers "".
 	Namespace string
+	// NamespaceOf, when set, returns the namespace of a gateway's pods and
+	// Lease (natgw-controller: provision.GatewayNamespace of the
+	// VpcNatGateway, its spec.namespace when set); "" means Namespace.
+	NamespaceOf func(ctx context.Context, gateway string) (string, error)
 	// Command is the agent's binary inside the container (default "natgw").
 	Command string
 	// Log receives the agent's stderr, one entry per line.
@@ -218,10 +223,30 @@ func (e *Exec) openPod(ctx context.Context, gw Endpoint, pod *corev1.Pod, rulesO
 	return s, nil
 }
 
+// namespace returns the namespace of gateway's pods and Lease: NamespaceOf's
+// answer, else Namespace.
+func (e *Exec) namespace(ctx context.Context, gateway string) (string, error) {
+	if e.NamespaceOf == nil {
+		return e.Namespace, nil
+	}
+	ns, err := e.NamespaceOf(ctx, gateway)
+	if err != nil {
+		return "", fmt.Errorf("gateway %s: its namespace: %w", gateway, err)
+	}
+	if ns == "" {
+		return e.Namespace, nil
+	}
+	return ns, nil
+}
+
 // runningPods returns the gateway's running, ready pods, newest first (a
 // single gateway's rollout briefly runs two: the newest is its pod).
 func (e *Exec) runningPods(ctx context.Context, name string) ([]corev1.Pod, error) {
-	pods, err := e.Client.CoreV1().Pods(e.Namespace).List(ctx, metav1ListOptions(GatewayPodSelector(name)))
+	ns, err := e.namespace(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	pods, err := e.Client.CoreV1().Pods(ns).List(ctx, metav1ListOptions(GatewayPodSelector(name)))
 	if err != nil {
 		return nil, fmt.Errorf("gateway %s: list pods: %w", name, err)
 	}
@@ -232,7 +257,7 @@ func (e *Exec) runningPods(ctx context.Context, name string) ([]corev1.Pod, erro
 		}
 	}
 	if len(running) == 0 {
-		return nil, fmt.Errorf("gateway %s: %w in namespace %s (selector %s)", name, ErrNoPod, e.Namespace, GatewayPodSelector(name))
+		return nil, fmt.Errorf("gateway %s: %w in namespace %s (selector %s)", name, ErrNoPod, ns, GatewayPodSelector(name))
 	}
 	sort.Slice(running, func(i, j int) bool {
 		return running[j].CreationTimestamp.Before(&running[i].CreationTimestamp)
@@ -316,12 +341,16 @@ const PairRetry = 5 * time.Second
 // leaseHolder returns the holder of the gateway's Lease ("" when none or no
 // Lease yet): `natgw ha --fence-lease` names it after the StatefulSet.
 func (e *Exec) leaseHolder(ctx context.Context, gateway string) (string, error) {
-	l, err := e.Client.CoordinationV1().Leases(e.Namespace).Get(ctx, GatewayAppPrefix+gateway, metav1.GetOptions{})
+	ns, err := e.namespace(ctx, gateway)
+	if err != nil {
+		return "", err
+	}
+	l, err := e.Client.CoordinationV1().Leases(ns).Get(ctx, GatewayAppPrefix+gateway, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return "", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("gateway %s: read Lease %s/%s%s: %w", gateway, e.Namespace, GatewayAppPrefix, gateway, err)
+		return "", fmt.Errorf("gateway %s: read Lease %s/%s%s: %w", gateway, ns, GatewayAppPrefix, gateway, err)
 	}
 	if l.Spec.HolderIdentity == nil {
 		return "", nil

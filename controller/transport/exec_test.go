@@ -3,12 +3,15 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -90,5 +93,67 @@ func TestServeArgs(t *testing.T) {
 	}
 	if got := strings.Join(serveArgs(Endpoint{Dataplane: "nftables"}, false, true), " "); got != "serve --dataplane nftables --rules-only" {
 		t.Errorf("a replica of a two-replica gateway: %q, want serve --dataplane nftables --rules-only", got)
+	}
+}
+
+// TestExecNamespaceOf: the exec transport looks for a gateway's pods and
+// reads its Lease in the namespace NamespaceOf names (the VpcNatGateway's
+// spec.namespace), in Namespace when it answers "" or is nil.
+func TestExecNamespaceOf(t *testing.T) {
+	holder := "vpc-nat-gw-gw1-1"
+	objs := []runtime.Object{
+		&corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "vpc-nat-gw-gw1-0", Namespace: "team-a",
+				Labels: map[string]string{"app": "vpc-nat-gw-gw1", GatewayPodLabel: "true"}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: GatewayContainer, Ready: true}}},
+		},
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "vpc-nat-gw-gw1", Namespace: "team-a"}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}},
+	}
+	tests := []struct {
+		name       string
+		of         func(context.Context, string) (string, error)
+		wantPod    bool
+		wantHolder string
+		wantErr    string
+	}{
+		{name: "nil: Namespace", of: nil},
+		{name: "empty answer: Namespace", of: func(context.Context, string) (string, error) { return "", nil }},
+		{name: "team-a", of: func(_ context.Context, gw string) (string, error) {
+			if gw != "gw1" {
+				return "", fmt.Errorf("asked for %q", gw)
+			}
+			return "team-a", nil
+		}, wantPod: true, wantHolder: holder},
+		{name: "lookup fails", of: func(context.Context, string) (string, error) { return "", errors.New("cache down") }, wantErr: "gateway gw1: its namespace: cache down"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &Exec{Client: fake.NewClientset(objs...), Namespace: "kube-system", NamespaceOf: tc.of}
+			pods, err := e.runningPods(context.Background(), "gw1")
+			switch {
+			case tc.wantErr != "":
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("runningPods: %v, want %q", err, tc.wantErr)
+				}
+			case tc.wantPod:
+				if err != nil || len(pods) != 1 || pods[0].Namespace != "team-a" {
+					t.Fatalf("runningPods: %v, %v; want the pod in team-a", pods, err)
+				}
+			default:
+				if !errors.Is(err, ErrNoPod) || !strings.Contains(err.Error(), "in namespace kube-system") {
+					t.Fatalf("runningPods: %v, %v; want ErrNoPod in kube-system", pods, err)
+				}
+			}
+			got, err := e.leaseHolder(context.Background(), "gw1")
+			if tc.wantErr != "" {
+				if err == nil {
+					t.Fatal("leaseHolder: no error")
+				}
+				return
+			}
+			if err != nil || got != tc.wantHolder {
+				t.Fatalf("leaseHolder = %q, %v; want %q", got, err, tc.wantHolder)
+			}
+		})
 	}
 }

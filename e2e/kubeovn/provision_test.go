@@ -343,7 +343,7 @@ func (e *env) startReplace(configNet *gwconfig.Entry) {
 	if configNet != nil {
 		gwCfg.Defaults = *configNet
 	}
-	mgr, cs, log := newManager(t, restCfg, "natgw", cache.Options{ByObject: provision.CacheByObject(ns, e.haGateways)})
+	mgr, cs, log := newManager(t, restCfg, "natgw", cache.Options{ByObject: provision.CacheByObject(ns, nil, e.haGateways)})
 	if _, err := provision.Setup(mgr, provision.Options{
 		Namespace: ns, Image: e.image, ServiceClusterIPRange: kubeovn.ServiceClusterIPRange, HA: e.haGateways,
 		Log: log.WithName("provision"), SkipNameValidation: true,

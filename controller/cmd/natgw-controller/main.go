@@ -6,6 +6,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,16 +14,21 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -58,6 +64,7 @@ type flags struct {
 	natgwBinary      string
 	gatewayConfig    string
 	podNamespace     string
+	gatewayNS        []string
 	metricsAddr      string
 	probeAddr        string
 	leaderElect      bool
@@ -89,7 +96,18 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	fs.StringVar(&f.transport, "transport", "exec", "how to reach gateways: exec (pod exec into the gateway pod) or local (natgw serve in a network namespace on this host)")
 	fs.StringVar(&f.natgwBinary, "natgw-binary", "natgw", "path of the natgw binary (local transport), or its name inside the gateway container (exec transport)")
 	fs.StringVar(&f.gatewayConfig, "gateway-config", "", "YAML file mapping gateways to namespaces and external network settings (required for the local transport)")
-	fs.StringVar(&f.podNamespace, "pod-namespace", "kube-system", "namespace of the gateway pods (exec transport)")
+	fs.StringVar(&f.podNamespace, "pod-namespace", "kube-system", "namespace of the gateway pods (exec transport) of a VpcNatGateway without spec.namespace")
+	fs.Func("gateway-namespaces", "comma-separated other namespaces a VpcNatGateway's spec.namespace may name (--provision-gateways: the provisioner watches and writes StatefulSets there; natgw-controller's RBAC must grant them, see controller/docs/operations.md)", func(v string) error {
+		for _, ns := range strings.Split(v, ",") {
+			if ns = strings.TrimSpace(ns); ns != "" {
+				if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+					return fmt.Errorf("namespace %q: %s", ns, strings.Join(errs, "; "))
+				}
+				f.gatewayNS = append(f.gatewayNS, ns)
+			}
+		}
+		return nil
+	})
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	fs.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader so that only one replica programs gateways")
@@ -265,7 +283,7 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("clientset: %w", err)
 		}
-		tr = &transport.Exec{Config: restCfg, Client: cs, Namespace: f.podNamespace, Command: f.natgwBinary, Log: log.WithName("agent")}
+		tr = &transport.Exec{Config: restCfg, Client: cs, Namespace: f.podNamespace, NamespaceOf: gatewayNamespaceOf(mgr.GetCache(), f.podNamespace), Command: f.natgwBinary, Log: log.WithName("agent")}
 		cfg.Unlisted = true // any gateway's pod is found by its label
 	}
 
@@ -311,7 +329,7 @@ func run() error {
 			standbyLag = ex.StandbyLag
 		}
 		if _, err := provision.Setup(mgr, provision.Options{
-			Namespace: f.podNamespace, Image: f.gatewayImage, ServiceClusterIPRange: f.serviceCIDR,
+			Namespace: f.podNamespace, GatewayNamespaces: f.gatewayNS, Image: f.gatewayImage, ServiceClusterIPRange: f.serviceCIDR,
 			HA: f.haGateways, StandbyLag: standbyLag, Workers: f.workers, Log: log.WithName("provision"),
 		}); err != nil {
 			return err
@@ -319,6 +337,23 @@ func run() error {
 	}
 	log.Info("starting", "mode", f.mode, "provisionGateways", f.provision, "haGateways", f.haGateways, "networkSource", f.networkSource, "transport", f.transport, "dataplane", f.dataplane, "workers", f.workers, "leaderElection", f.leaderElect, "ruleLabels", f.ruleLabels, "webhookPort", f.webhookPort)
 	return mgr.Start(ctx)
+}
+
+// gatewayNamespaceOf is the exec transport's Exec.NamespaceOf: the
+// namespace of the VpcNatGateway's workload (provision.GatewayNamespace),
+// read from the manager's cache; a gateway that is gone is looked for in
+// the configured namespace.
+func gatewayNamespaceOf(r client.Reader, configured string) func(context.Context, string) (string, error) {
+	return func(ctx context.Context, name string) (string, error) {
+		g := &v1.VpcNatGateway{}
+		if err := r.Get(ctx, types.NamespacedName{Name: name}, g); err != nil {
+			if apierrors.IsNotFound(err) {
+				return configured, nil
+			}
+			return "", fmt.Errorf("get VpcNatGateway %s: %w", name, err)
+		}
+		return provision.GatewayNamespace(g, configured), nil
+	}
 }
 
 // restConfig loads --kubeconfig, or what ctrl.GetConfig finds (in-cluster
@@ -347,7 +382,7 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 func cacheOptions(f *flags) cache.Options {
 	o := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
 	if f.provision {
-		o.ByObject = provision.CacheByObject(f.podNamespace, f.haGateways)
+		o.ByObject = provision.CacheByObject(f.podNamespace, f.gatewayNS, f.haGateways)
 	}
 	return o
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"io"
 	"os"
@@ -9,7 +10,11 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 )
@@ -47,6 +52,10 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--provision-gateways"}, "--gateway-image", nil},
 		{[]string{"--provision-gateways", "--gateway-image=x", "--ha-gateways"}, "", func(f *flags) bool { return f.haGateways }},
 		{[]string{"--ha-gateways"}, "--ha-gateways needs --provision-gateways", nil},
+		{[]string{"--provision-gateways", "--gateway-image=x", "--gateway-namespaces=team-a, team-b"}, "", func(f *flags) bool {
+			return len(f.gatewayNS) == 2 && f.gatewayNS[0] == "team-a" && f.gatewayNS[1] == "team-b"
+		}},
+		{[]string{"--gateway-namespaces=team-a,Team_B"}, `flag -gateway-namespaces: namespace "Team_B"`, nil},
 		{[]string{"--webhook-port=9443", "--webhook-cert-dir=/certs"}, "", func(f *flags) bool { return f.webhookPort == 9443 && f.webhookCertDir == "/certs" }},
 		{[]string{"--mode=companion", "--webhook-port=9443"}, "--webhook-port needs --mode=replace", nil},
 		{[]string{"--webhook-port=70000"}, "--webhook-port: 70000", nil},
@@ -134,5 +143,40 @@ func TestCacheStripsManagedFields(t *testing.T) {
 		if got.Annotations["a"] != "b" || len(got.Finalizers) != 1 || got.Spec.V4ip != "172.31.0.10" || got.UID != "u1" {
 			t.Errorf("provision=%v: transform dropped more than managedFields: %+v", provision, got)
 		}
+	}
+}
+
+// TestGatewayNamespaceOf: the exec transport's namespace of a gateway is
+// provision.GatewayNamespace of the VpcNatGateway in the cache; a gone one
+// is looked for in --pod-namespace. The cache covers --gateway-namespaces.
+func TestGatewayNamespaceOf(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := v1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		&v1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: "own"}, Spec: v1.VpcNatGatewaySpec{Namespace: "team-a"}},
+		&v1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: "plain"}},
+	).Build()
+	of := gatewayNamespaceOf(c, "kube-system")
+	for gw, want := range map[string]string{"own": "team-a", "plain": "kube-system", "gone": "kube-system"} {
+		got, err := of(context.Background(), gw)
+		if err != nil || got != want {
+			t.Errorf("%s: %q, %v; want %q", gw, got, err, want)
+		}
+	}
+	o := cacheOptions(&flags{provision: true, podNamespace: "kube-system", gatewayNS: []string{"team-a"}, haGateways: true})
+	n := 0
+	for obj, bo := range o.ByObject {
+		switch obj.(type) {
+		case *appsv1.StatefulSet, *coordinationv1.Lease:
+			n++
+			if _, ok := bo.Namespaces["team-a"]; !ok || len(bo.Namespaces) != 2 {
+				t.Errorf("%T cached in %v, want kube-system and team-a", obj, bo.Namespaces)
+			}
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d of StatefulSet and Lease in the cache options, want 2", n)
 	}
 }

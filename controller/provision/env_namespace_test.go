@@ -1,0 +1,117 @@
+package provision
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/crdtest"
+	"github.com/natgw/natgw/internal/apitest"
+	"github.com/natgw/natgw/internal/testlog"
+)
+
+// TestEnvNamespace: on a real kube-apiserver with natgw's CRDs (which keep
+// Kube-OVN master's spec.namespace), a gateway with spec.namespace gets its
+// StatefulSet server-side applied in that namespace (none in the configured
+// one), and once the gateway is gone and the StatefulSet deleted (the
+// garbage collector's part, which envtest does not run), the provisioner
+// releases it there and the API server removes it.
+func TestEnvNamespace(t *testing.T) {
+	assets := apitest.RequireAssets(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// Kube-OVN v1.16.2's CRDs for its Vpcs and Subnets, natgw's for the
+	// NAT kinds (natgw's set has no Vpc or Subnet).
+	up, err := crdtest.LoadSet(ctx, crdtest.Upstream, apitest.CRDDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, err := crdtest.LoadSet(ctx, crdtest.Natgw, apitest.CRDDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, crd := range ours {
+		up[name] = crd
+	}
+	env := apitest.Environment(assets, "")
+	env.CRDDirectoryPaths, env.ErrorIfCRDPathMissing = nil, false
+	for _, crd := range up {
+		env.CRDs = append(env.CRDs, crd)
+	}
+	cfg := apitest.StartT(t, env)
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const gwNS = "team-a"
+	objs := []client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: gwNS}}, kubeovnObject("Vpc", "vpc1", map[string]any{})}
+	for _, s := range subnets() {
+		objs = append(objs, kubeovnObject("Subnet", s.Name, map[string]any{
+			"vpc": s.Vpc, "provider": s.Provider, "cidrBlock": s.CIDRBlock, "gateway": s.Gateway,
+		}))
+	}
+	g := gateway()
+	g.UID = ""
+	g.Spec.Namespace = gwNS
+	objs = append(objs, g)
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatalf("create %s: %v", o.GetName(), err)
+		}
+	}
+	if g.Spec.Namespace != gwNS {
+		t.Fatalf("the API server kept spec.namespace %q, want %q", g.Spec.Namespace, gwNS)
+	}
+	r := &Reconciler{client: c, reader: c, api: c, recorder: events.NewFakeRecorder(16),
+		opts: Options{Namespace: "kube-system", GatewayNamespaces: []string{gwNS}, Image: testImage, Log: testlog.New(t, 0)}}
+	reconcile := func() {
+		t.Helper()
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: g.Name}}); err != nil {
+			t.Fatalf("reconcile: %v", err)
+		}
+	}
+	key := types.NamespacedName{Namespace: gwNS, Name: StatefulSetName(g.Name)}
+	reconcile()
+	s := &appsv1.StatefulSet{}
+	if err := c.Get(ctx, key, s); err != nil {
+		t.Fatalf("StatefulSet in %s: %v", gwNS, err)
+	}
+	if !metav1.IsControlledBy(s, g) {
+		t.Errorf("StatefulSet %s/%s not controlled by the gateway: %v", s.Namespace, s.Name, s.OwnerReferences)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: StatefulSetName(g.Name)}, &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
+		t.Errorf("StatefulSet in kube-system: %v, want not found", err)
+	}
+
+	if err := c.Delete(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, key, s); err != nil || s.DeletionTimestamp.IsZero() {
+		t.Fatalf("StatefulSet after delete: %v (deletionTimestamp %v), want held by natgw's finalizer", err, s.DeletionTimestamp)
+	}
+	reconcile()
+	if err := c.Get(ctx, key, s); !apierrors.IsNotFound(err) {
+		t.Fatalf("StatefulSet %s after the gateway went: %v (finalizers %v), want deleted", key, err, s.Finalizers)
+	}
+}
