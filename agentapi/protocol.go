@@ -83,3 +83,12 @@ type Info struct {
 	BootID string           `json:"bootID"`
 	Counts map[nat.Kind]int `json:"counts"`
 }
+
+// RulesSyncedFile is where the agent of a two-replica gateway's pod (`natgw
+// serve --rules-only --synced-file`) leaves its mark after each successful
+// sync, and where the pod's `natgw ha` container looks for it
+// (--rules-synced-file) before its replica may lead: a directory both
+// containers mount (an emptyDir, gone with the pod), so a replica in a new
+// pod waits for the controller's first sync. The controller's exec
+// transport and its provisioned pod template both use this path.
+const RulesSyncedFile = "/run/natgw/rules-synced"

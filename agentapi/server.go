@@ -24,6 +24,7 @@ type serveOptions struct {
 	maxLine   int
 	releaseAt int
 	qos       func(context.Context, []gwqos.Rule) (bool, error)
+	onSync    func(ctx context.Context) error
 }
 
 // WithGatewayQoS makes Serve answer gwqos requests with set: it must make
@@ -34,6 +35,16 @@ type serveOptions struct {
 // gwqos request is refused (CodeBadRequest).
 func WithGatewayQoS(set func(ctx context.Context, rules []gwqos.Rule) (changed bool, err error)) Option {
 	return func(o *serveOptions) { o.qos = set }
+}
+
+// WithOnSync makes Serve call after every successful sync request (the
+// data plane now holds exactly the desired set): natgw serve --synced-file
+// leaves its mark there, the sign `natgw ha` waits for before its replica
+// may lead (RulesSyncedFile). An error from it fails the request (the
+// controller retries the sync), so a mark is never missing after a sync
+// reported done.
+func WithOnSync(f func(ctx context.Context) error) Option {
+	return func(o *serveOptions) { o.onSync = f }
 }
 
 // reloadBytesPerObject is what a re-read of the kernel counts per object
@@ -90,7 +101,7 @@ func Serve(ctx context.Context, dp nat.Dataplane, r io.Reader, w io.Writer, info
 		opt(&o)
 	}
 	log := logr.FromContextOrDiscard(ctx)
-	s := &server{dp: dp, w: w, info: info, log: log, qos: o.qos}
+	s := &server{dp: dp, w: w, info: info, log: log, qos: o.qos, onSync: o.onSync}
 	var releasing atomic.Bool
 	release := func() {
 		if releasing.CompareAndSwap(false, true) {
@@ -171,6 +182,7 @@ type server struct {
 	// the kernel (a fresh list or info), 0 when it read nothing.
 	reloaded int
 	qos      func(context.Context, []gwqos.Rule) (bool, error) // WithGatewayQoS
+	onSync   func(context.Context) error                       // WithOnSync
 }
 
 // handleLine turns one input line into its response; skip is true for blank
@@ -230,6 +242,11 @@ func (s *server) handle(ctx context.Context, req Request) (resp Response) {
 			objs = []nat.Object{}
 		}
 		err = s.dp.Sync(ctx, objs)
+		if err == nil && s.onSync != nil {
+			if err = s.onSync(ctx); err != nil {
+				err = fmt.Errorf("after sync: %w", err)
+			}
+		}
 	case OpList:
 		if req.Fresh {
 			if err = s.reload(ctx); err != nil {

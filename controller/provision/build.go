@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"path"
 	"strconv"
 	"strings"
 
@@ -26,6 +27,7 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
+	"github.com/natgw/natgw/agentapi"
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/kubeovn"
 	"github.com/natgw/natgw/controller/transport"
@@ -267,6 +269,9 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 		// always set, possibly empty).
 		WithEnv(envVar("GATEWAY_V4", ext4), envVar("GATEWAY_V6", ext6)).
 		WithSecurityContext(corev1ac.SecurityContext().WithPrivileged(true).WithAllowPrivilegeEscalation(true))
+	if replicas == 2 {
+		c.WithVolumeMounts(syncMarkMount())
+	}
 	pod := corev1ac.PodSpec().
 		WithTerminationGracePeriodSeconds(0).
 		WithContainers(c).
@@ -294,6 +299,7 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 		}
 		haPod(ann, providerOrOvn(sub.Provider), pod, g.Name)
 		pod.WithContainers(haContainer(in.Image, GatewayNamespace(g, in.Namespace), g.Name, lan))
+		pod.WithVolumes(corev1ac.Volume().WithName(SyncMarkVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
 	}
 
 	sts := appsv1ac.StatefulSet(name, GatewayNamespace(g, in.Namespace)).
@@ -404,9 +410,24 @@ func haContainer(image, namespace, gateway string, lan netip.Prefix) *corev1ac.C
 			"--peer-sibling", "$(POD_NAMESPACE)",
 			"--eips-from-dataplane",
 			"--lan-ip", lan.String(),
-			"--fence-lease", namespace+"/"+LeaseName(gateway)).
+			"--fence-lease", namespace+"/"+LeaseName(gateway),
+			"--rules-synced-file", agentapi.RulesSyncedFile).
+		WithVolumeMounts(syncMarkMount()).
 		WithEnv(field("POD_NAME", "metadata.name"), field("POD_NAMESPACE", "metadata.namespace"), field("POD_IP", "status.podIP")).
 		WithSecurityContext(corev1ac.SecurityContext().WithPrivileged(true).WithAllowPrivilegeEscalation(true))
+}
+
+// SyncMarkVolume is the emptyDir of a two-replica gateway's pod that both
+// containers mount at agentapi.RulesSyncedFile's directory: the agent the
+// controller runs in the gateway container (`serve --rules-only
+// --synced-file`) leaves its sync mark there, and the natgw-ha container
+// does not let its replica lead before the mark is there
+// (--rules-synced-file). Gone with the pod, so a new pod's replica waits
+// for the controller's first sync.
+const SyncMarkVolume = "natgw-run"
+
+func syncMarkMount() *corev1ac.VolumeMountApplyConfiguration {
+	return corev1ac.VolumeMount().WithName(SyncMarkVolume).WithMountPath(path.Dir(agentapi.RulesSyncedFile))
 }
 
 // envVar is name=value; an empty value is left out, as the typed

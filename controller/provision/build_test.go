@@ -433,13 +433,19 @@ func TestBuildReplicas(t *testing.T) {
 		fieldEnv := func(name, path string) corev1.EnvVar {
 			return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 		}
+		// Both containers share the sync mark's directory.
+		mark := []corev1.VolumeMount{{Name: "natgw-run", MountPath: "/run/natgw"}}
+		s.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "natgw-run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		s.Spec.Template.Spec.Containers[0].VolumeMounts = mark
 		s.Spec.Template.Spec.Containers = append(s.Spec.Template.Spec.Containers, corev1.Container{
 			Name:            HAContainer,
+			VolumeMounts:    mark,
 			Image:           testImage,
 			ImagePullPolicy: corev1.PullIfNotPresent,
 			Command: []string{"/natgw", "ha", "--id", "$(POD_NAME)", "--local", "$(POD_IP):7460",
 				"--peer-sibling", "$(POD_NAMESPACE)", "--eips-from-dataplane",
-				"--lan-ip", "10.0.1.254/24", "--fence-lease", testNS + "/vpc-nat-gw-gw1"},
+				"--lan-ip", "10.0.1.254/24", "--fence-lease", testNS + "/vpc-nat-gw-gw1",
+				"--rules-synced-file", "/run/natgw/rules-synced"},
 			Env:             []corev1.EnvVar{fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_NAMESPACE", "metadata.namespace"), fieldEnv("POD_IP", "status.podIP")},
 			SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true), AllowPrivilegeEscalation: ptr.To(true)},
 		})

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
+	"github.com/natgw/natgw/agentapi"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/internal/testlog"
 	"github.com/natgw/natgw/nat/netns"
@@ -41,6 +44,21 @@ type podExecServer struct {
 	cmds []*exec.Cmd
 	reqs []string // "<pod> <container> <command...>"
 	done chan error
+	// fsRoot holds each pod's files (podFile), made at the first use.
+	fsRoot string
+}
+
+// podFile is where the stand-in keeps the file a pod's command names as
+// path: under a directory of its own per pod, never the host's path (an
+// agent's sync mark, agentapi.RulesSyncedFile, would otherwise land in
+// this host's /run).
+func (p *podExecServer) podFile(pod, path string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.fsRoot == "" {
+		p.fsRoot = p.t.TempDir()
+	}
+	return filepath.Join(p.fsRoot, pod, path)
 }
 
 func (p *podExecServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -70,7 +88,13 @@ func (p *podExecServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(streams[3], errors.New("no command"))
 		return
 	}
-	cmd := exec.Command(p.bin, argv[1:]...)
+	args := slices.Clone(argv[1:])
+	for i, a := range args {
+		if a == agentapi.RulesSyncedFile {
+			args[i] = p.podFile(parts[5], a)
+		}
+	}
+	cmd := exec.Command(p.bin, args...)
 	cmd.Stdout, cmd.Stderr = streams[1], streams[2]
 	// Like a container runtime, end the exec when the process exits even
 	// though the client's stdin stays open: the stdin copy is not waited

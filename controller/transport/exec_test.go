@@ -91,8 +91,8 @@ func TestServeArgs(t *testing.T) {
 	if got := serveArgs(Endpoint{Dataplane: "nftables", NetNS: "ns"}, false, false); len(got) != 3 {
 		t.Errorf("exec args carry the namespace: %q", got)
 	}
-	if got := strings.Join(serveArgs(Endpoint{Dataplane: "nftables"}, false, true), " "); got != "serve --dataplane nftables --rules-only" {
-		t.Errorf("a replica of a two-replica gateway: %q, want serve --dataplane nftables --rules-only", got)
+	if got := strings.Join(serveArgs(Endpoint{Dataplane: "nftables"}, false, true), " "); got != "serve --dataplane nftables --rules-only --synced-file /run/natgw/rules-synced" {
+		t.Errorf("a replica of a two-replica gateway: %q, want it with --rules-only --synced-file", got)
 	}
 }
 

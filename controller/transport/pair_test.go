@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -210,9 +211,14 @@ func TestExecPair(t *testing.T) {
 	reqs := append([]string(nil), kubelet.reqs...)
 	kubelet.mu.Unlock()
 	for _, r := range reqs {
-		if !strings.HasSuffix(r, "vpc-nat-gw natgw serve --dataplane nftables --rules-only") {
-			t.Errorf("exec request %q, want serve --rules-only in the gateway container", r)
+		if !strings.HasSuffix(r, "vpc-nat-gw natgw serve --dataplane nftables --rules-only --synced-file "+agentapi.RulesSyncedFile) {
+			t.Errorf("exec request %q, want serve --rules-only --synced-file in the gateway container", r)
 		}
+	}
+	// Open caught the standby up with a sync: it left its mark for its
+	// natgw-ha (the active's comes with the controller's first sync).
+	if _, err := os.Stat(kubelet.podFile(pods[1], agentapi.RulesSyncedFile)); err != nil {
+		t.Errorf("standby %s: no sync mark after Open: %v", pods[1], err)
 	}
 	_, fip := infoAndFIP(ctx, t, s, DataplaneNftables, netlab.VMAddr(0))
 	inTable := func(i int) bool {

@@ -63,11 +63,12 @@ type Transport interface {
 
 // serveArgs is the agent's command line for gw (after the binary);
 // rulesOnly for a replica of a two-replica gateway (`natgw ha` floats its
-// addresses).
+// addresses, and waits for the agent's sync mark, agentapi.RulesSyncedFile,
+// before its replica may lead).
 func serveArgs(gw Endpoint, withNetNS, rulesOnly bool) []string {
 	args := []string{"serve", "--dataplane", gw.Dataplane}
 	if rulesOnly {
-		args = append(args, "--rules-only")
+		args = append(args, "--rules-only", "--synced-file", agentapi.RulesSyncedFile)
 	}
 	if withNetNS && gw.NetNS != "" {
 		args = append(args, "--netns", gw.NetNS)

@@ -558,3 +558,36 @@ func apiserverPID(t *testing.T, host string) int {
 	t.Fatalf("no kube-apiserver with --secure-port=%s", port)
 	return 0
 }
+
+// TestRulesGate: a standby whose rules are not synced yet (no sync mark,
+// ha.RulesSyncedFile) does not take over when the active's pod is gone:
+// nobody leads rather than a replica with an empty table. Its metrics say
+// why (rules_ready 0). Once the mark appears (the controller's first sync)
+// it takes over. (No flows: a gap of seconds is the point here, and
+// TestFailoverKill is where flows survive a takeover.)
+func TestRulesGate(t *testing.T) {
+	h := newHALab(t)
+	mark := filepath.Join(t.TempDir(), "rules-synced")
+	h.r[1].rulesFile = mark
+	h.start(0)
+	h.waitActive(0, 3*time.Second)
+	h.start(1)
+	h.waitSynced(1)
+	h.waitStatus(1, "rules not ready", func(s ha.Status) bool { return !s.RulesReady }, 3*time.Second)
+	h.podGone(0)()
+	// Without the gate the standby leads after one detection interval
+	// plus the lease's rest (TestFailoverKill); wait several times that.
+	hold := max(2*time.Second, 10*time.Duration(h.misses)*h.interval)
+	time.Sleep(hold)
+	if r := h.role(1); r != "standby" {
+		t.Fatalf("replica %s became %s within %v of the active's loss without a sync mark", h.r[1].name, r, hold)
+	}
+	if err := os.WriteFile(mark, []byte("synced\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	marked := time.Now()
+	h.waitActive(1, 3*time.Second)
+	h.waitStatus(1, "rules ready", func(s ha.Status) bool { return s.RulesReady && s.Role == ha.RoleActive }, 3*time.Second)
+	at, _ := h.activeAt(1, marked)
+	t.Logf("standby led %v after the sync mark appeared (held back %v)", at.Sub(marked).Round(time.Millisecond), hold)
+}

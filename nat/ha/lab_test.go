@@ -53,6 +53,17 @@ type agentSpec struct {
 	// the API server listens) with the gateway's namespace NetNS.
 	Kubeconfig, Lease, NetNS string
 	LeaseTTL                 time.Duration
+	// RulesFile, if set, gates leadership on that file
+	// (ha.RulesSyncedFile).
+	RulesFile string
+}
+
+// rulesReady is the lab agent's Config.RulesReady for a RulesFile.
+func rulesReady(path string) func() error {
+	if path == "" {
+		return nil
+	}
+	return ha.RulesSyncedFile(path)
 }
 
 func TestMain(m *testing.M) {
@@ -94,6 +105,7 @@ func runAgent(specJSON string) int {
 	r, err := ha.New(ha.Config{
 		ID: s.ID, Local: s.Local, Peer: s.Peer, EIPs: s.EIPs, LanIPs: s.LanIPs, NetNS: s.NetNS, LeaseTTL: s.LeaseTTL,
 		Interval: s.Interval, Misses: s.Misses, Fence: fence,
+		RulesReady: rulesReady(s.RulesFile),
 		Log: funcr.New(func(prefix, args string) {
 			say("LOG %s %s", prefix, args)
 		}, funcr.Options{Verbosity: 1}),
@@ -153,6 +165,8 @@ type replica struct {
 	events []roleEvent
 	stats  agentStats
 	logs   []string // the agent's last log lines
+	// rulesFile is the agent's RulesFile (see agentSpec); "" for none.
+	rulesFile string
 }
 
 type roleEvent struct {
@@ -355,6 +369,7 @@ func (h *haLab) start(i int) {
 		LanIPs:   []netip.Prefix{lanIP},
 		Interval: h.interval, Misses: h.misses, FencePath: h.fence,
 		Kubeconfig: h.kubeconfig, Lease: h.lease, LeaseTTL: h.leaseTTL, NetNS: agentNS,
+		RulesFile: r.rulesFile,
 	})
 	cmd := netlab.Command(context.Background(), r.ns, os.Args[0], "-test.run=^$")
 	if h.kubeconfig != "" {

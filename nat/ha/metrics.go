@@ -9,6 +9,9 @@ import (
 // Status is a replica's role and counters since it started.
 type Status struct {
 	Role Role
+	// RulesReady is the last answer of Config.RulesReady (true without
+	// one): false while the replica may not lead for want of rules.
+	RulesReady bool
 	// ToActive and ToStandby count role changes (a takeover, a step-down).
 	ToActive, ToStandby int64
 	// TakeoversPeerSilent counts takeovers after the peer fell silent
@@ -27,7 +30,7 @@ type Status struct {
 
 // Status returns the replica's role and counters.
 func (r *Replica) Status() Status {
-	st := Status{Role: r.Role(), ToActive: r.toActive.Load(), ToStandby: r.toStandby.Load(),
+	st := Status{Role: r.Role(), RulesReady: r.rulesOK.Load(), ToActive: r.toActive.Load(), ToStandby: r.toStandby.Load(),
 		TakeoversPeerSilent: r.takeovers[0].Load(), TakeoversPeerNotActive: r.takeovers[1].Load(),
 		FenceErrors: r.fenceErrors.Load(), Receiver: r.recv.Stats()}
 	r.mu.Lock()
@@ -44,8 +47,8 @@ func (r *Replica) Status() Status {
 type Collector struct {
 	status func() Status
 
-	active, roleChanges, takeovers, fenceErrors, lag *prometheus.Desc
-	sent, dumps, overruns, applied, failed           *prometheus.Desc
+	active, rulesReady, roleChanges, takeovers, fenceErrors, lag *prometheus.Desc
+	sent, dumps, overruns, applied, failed                       *prometheus.Desc
 }
 
 // NewCollector returns the collector of the replica whose Status status
@@ -56,6 +59,7 @@ func NewCollector(status func() Status) *Collector {
 	}
 	return &Collector{status: status,
 		active:      d("active", "1 while this replica is active (holds the floating addresses), 0 while standby."),
+		rulesReady:  d("rules_ready", "1 when this replica's rules are ready (synced since it started) or it has no such gate, 0 while it may not lead for want of them."),
 		roleChanges: d("role_changes_total", "Role changes of this replica, by the role it changed to.", "role"),
 		takeovers:   d("takeovers_total", "Takeovers by this replica, by the peer's state: silent (a failover) or alive but not active.", "peer"),
 		fenceErrors: d("fence_errors_total", "Fence (lease) calls that failed for a reason other than the lease being held by the peer (arbiter or API server unusable)."),
@@ -70,7 +74,7 @@ func NewCollector(status func() Status) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.active, c.roleChanges, c.takeovers, c.fenceErrors, c.lag, c.sent, c.dumps, c.overruns, c.applied, c.failed} {
+	for _, d := range []*prometheus.Desc{c.active, c.rulesReady, c.roleChanges, c.takeovers, c.fenceErrors, c.lag, c.sent, c.dumps, c.overruns, c.applied, c.failed} {
 		ch <- d
 	}
 }
@@ -89,6 +93,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	gauge(c.active, active)
+	ready := 0.0
+	if st.RulesReady {
+		ready = 1
+	}
+	gauge(c.rulesReady, ready)
 	counter(c.roleChanges, st.ToActive, "active")
 	counter(c.roleChanges, st.ToStandby, "standby")
 	counter(c.takeovers, st.TakeoversPeerSilent, "silent")

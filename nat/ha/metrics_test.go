@@ -19,16 +19,19 @@ func TestCollector(t *testing.T) {
 		Sender:   ctsync.SenderStats{Sent: 10000, Overruns: 1, LastLag: 25 * time.Millisecond},
 		Receiver: ctsync.ReceiverStats{Dumps: 5, Applied: 777, Failed: 2}}
 	for _, tc := range []struct {
-		name            string
-		role            Role
-		wantActive, lag string
+		name                   string
+		role                   Role
+		rulesReady             bool
+		wantActive, lag, ready string
 	}{
-		{"active", RoleActive, "1", "0.025"},
-		{"standby", RoleStandby, "0", "0"},
+		{"active", RoleActive, true, "1", "0.025", "1"},
+		{"standby", RoleStandby, true, "0", "0", "1"},
+		{"standby without rules", RoleStandby, false, "0", "0", "0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := base
 			st.Role = tc.role
+			st.RulesReady = tc.rulesReady
 			reg := prometheus.NewPedanticRegistry()
 			if err := reg.Register(NewCollector(func() Status { return st })); err != nil {
 				t.Fatal(err)
@@ -53,6 +56,7 @@ func TestCollector(t *testing.T) {
 			}
 			want := map[string]string{
 				"natgw_ha_active":                            tc.wantActive,
+				"natgw_ha_rules_ready":                       tc.ready,
 				"natgw_ha_replication_lag_seconds":           tc.lag,
 				"natgw_ha_fence_errors_total":                "4",
 				"natgw_ha_role_changes_total{role=active}":   "3",

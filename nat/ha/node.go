@@ -69,6 +69,14 @@ type Config struct {
 	LeaseTTL time.Duration
 	// Fence decides who may lead.
 	Fence Fence
+	// RulesReady, if set, gates leadership on the gateway's rules: while
+	// it returns an error this replica does not take the lead (its beats
+	// say it is not healthy, so the peer does not count on it). A replica
+	// that started or came back is then synced (by the controller, through
+	// its agent) before it may become active; an active replica is not
+	// made to step down by it. Nil: no gate. It is called every Interval
+	// and must be cheap (natgw ha: a file's existence).
+	RulesReady func() error
 	// OnRole, if set, is called (on the replica's loop) at every role
 	// change with the reason.
 	OnRole func(r Role, reason string)
@@ -157,6 +165,11 @@ type Replica struct {
 	// healthySince is when this standby's interfaces were last seen
 	// coming up (zero while they are down); loop goroutine only.
 	healthySince time.Time
+	// rulesErr is the last error of Config.RulesReady as logged (nil when
+	// ready); loop goroutine only.
+	rulesErr error
+	// rulesOK is the last answer of rulesReady (for Status).
+	rulesOK atomic.Bool
 	// counters for Collector
 	toActive, toStandby, fenceErrors atomic.Int64
 	takeovers                        [2]atomic.Int64 // peer silent, peer alive but not active
@@ -338,15 +351,16 @@ func (r *Replica) Run(ctx context.Context) error {
 	var seq uint64
 	for {
 		healthy := r.healthy()
+		rules := r.rulesReady()
 		// The beat goes out before the turn: a slow fence must not
 		// make this replica look silent.
 		seq++
-		b := beat{Role: r.Role(), Healthy: healthy, Synced: r.recv.Synced() || r.Role() == RoleActive, Seq: seq}
+		b := beat{Role: r.Role(), Healthy: healthy && rules, Synced: r.recv.Synced() || r.Role() == RoleActive, Seq: seq}
 		// A lost beat is what the peer's detector is for.
 		if p := r.Peer(); p.IsValid() {
 			_, _ = udp.WriteToUDP(b.marshal(), net.UDPAddrFromAddrPort(p))
 		}
-		r.step(ctx, healthy)
+		r.step(ctx, healthy, rules)
 		select {
 		case <-ctx.Done():
 			cancel()
@@ -400,8 +414,27 @@ func (r *Replica) healthy() bool {
 	return true
 }
 
-// step is one turn of the role state machine.
-func (r *Replica) step(ctx context.Context, healthy bool) {
+// rulesReady calls Config.RulesReady and logs each change of its answer.
+func (r *Replica) rulesReady() bool {
+	if r.cfg.RulesReady == nil {
+		r.rulesOK.Store(true)
+		return true
+	}
+	err := r.cfg.RulesReady()
+	r.rulesOK.Store(err == nil)
+	switch {
+	case err == nil && r.rulesErr != nil:
+		r.cfg.Log.Info("rules ready: this replica may lead")
+	case err != nil && (r.rulesErr == nil || err.Error() != r.rulesErr.Error()):
+		r.cfg.Log.Info("rules not ready: this replica does not lead until they are", "reason", err.Error())
+	}
+	r.rulesErr = err
+	return err == nil
+}
+
+// step is one turn of the role state machine; rules is what rulesReady
+// answered.
+func (r *Replica) step(ctx context.Context, healthy, rules bool) {
 	cfg := r.cfg
 	r.mu.Lock()
 	silent := time.Since(r.peer.seen) > r.detection()
@@ -424,6 +457,11 @@ func (r *Replica) step(ctx context.Context, healthy bool) {
 		}
 		if r.healthySince.IsZero() {
 			r.healthySince = time.Now()
+		}
+		if !rules {
+			// Not synced yet: leading now would carry traffic
+			// through an empty (or stale) table.
+			return
 		}
 		if time.Since(r.healthySince) <= r.detection() && (silent || pb.Seq == 0) {
 			// Interfaces just came up: listen for the peer for one

@@ -10,12 +10,14 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
 	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
@@ -32,9 +34,10 @@ import (
 // cmdServe runs the agent on stdin/stdout, or on a unix socket (one Serve per
 // connection, all on the same data plane).
 func cmdServe(ctx context.Context, e env, g *globals, args []string) int {
-	fs := subFlags("serve", e, g, "serve [--socket PATH] [--rules-only]")
+	fs := subFlags("serve", e, g, "serve [--socket PATH] [--rules-only] [--synced-file PATH]")
 	socket := fs.String("socket", "", "serve on this unix socket instead of stdin/stdout")
 	rulesOnly := fs.Bool("rules-only", false, "program rules only: EIP and Route objects are kept in the table and state, but no address or route is added or removed (a replica of a two-replica gateway, whose EIPs `natgw ha` moves)")
+	syncedFile := fs.String("synced-file", "", "after each successful sync, make sure this file exists (the mark `natgw ha --rules-synced-file` waits for before its replica may lead)")
 	if code, ok := noArgs(fs, args); !ok {
 		return code
 	}
@@ -82,10 +85,14 @@ func cmdServe(ctx context.Context, e env, g *globals, args []string) int {
 	go debug.FreeOSMemory()
 	info := agentapi.Info{Version: version.Version}
 	sctx := logr.NewContext(ctx, log)
+	opts := serveOptions(g)
+	if *syncedFile != "" {
+		opts = append(opts, agentapi.WithOnSync(func(context.Context) error { return markSynced(*syncedFile) }))
+	}
 	if *socket == "" {
-		err = agentapi.Serve(sctx, dp, e.stdin, e.stdout, info, serveOptions(g)...)
+		err = agentapi.Serve(sctx, dp, e.stdin, e.stdout, info, opts...)
 	} else {
-		err = serveSocket(sctx, dp, *socket, info, log, serveOptions(g))
+		err = serveSocket(sctx, dp, *socket, info, log, opts)
 	}
 	if cerr := dp.Close(); cerr != nil {
 		log.Error(cerr, "close data plane")
@@ -96,6 +103,26 @@ func cmdServe(ctx context.Context, e env, g *globals, args []string) int {
 	}
 	log.Info("stopped; kernel state stays")
 	return exitOK
+}
+
+// markSynced makes sure path exists (serve --synced-file): created with its
+// directory at the first sync, left alone after.
+func markSynced(path string) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("sync mark: %w", err)
+	}
+	body := fmt.Sprintf("synced %s\n", time.Now().UTC().Format(time.RFC3339))
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+		return fmt.Errorf("sync mark: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("sync mark: %w", err)
+	}
+	return nil
 }
 
 // serveOptions are the protocol options of natgw serve: the memory of a

@@ -68,6 +68,7 @@ type haFlags struct {
 	eipsFromDataplane      bool
 	eipsPoll               time.Duration
 	peerSibling            string
+	rulesSyncedFile        string
 }
 
 // siblingPod returns the name of the other pod of a two-replica
@@ -208,6 +209,9 @@ func (f *haFlags) leaseFence() (ha.Fence, error) {
 func (f *haFlags) haConfig(g *globals) (ha.Config, error) {
 	cfg := ha.Config{ID: f.id, NetNS: g.netns, ExternalInterface: g.extIface, InternalInterface: g.intIface,
 		EIPs: f.eips, LanIPs: f.lanIPs, Interval: f.interval, Misses: f.misses, LeaseTTL: f.lease}
+	if f.rulesSyncedFile != "" {
+		cfg.RulesReady = ha.RulesSyncedFile(f.rulesSyncedFile)
+	}
 	var err error
 	if cfg.Local, err = netip.ParseAddrPort(f.local); err != nil {
 		return cfg, fmt.Errorf("--local %q: want ip:port (this replica's own internal address)", f.local)
@@ -283,6 +287,7 @@ func cmdHA(ctx context.Context, e env, g *globals, args []string) int {
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --fence-lease (empty: in-cluster service account)")
 	fs.BoolVar(&f.eipsFromDataplane, "eips-from-dataplane", false, "the floating EIPs are the EIP objects of the gateway's data plane (--dataplane, as programmed by `natgw serve --rules-only`), read every --eips-poll")
 	fs.DurationVar(&f.eipsPoll, "eips-poll", time.Second, "how often --eips-from-dataplane reads the data plane")
+	fs.StringVar(&f.rulesSyncedFile, "rules-synced-file", "", "this replica may not lead until this file exists: the mark the gateway's agent leaves after its first sync (`natgw serve --synced-file`); empty: no gate")
 	if code, ok := noArgs(fs, args); !ok {
 		return code
 	}

@@ -197,3 +197,33 @@ func TestSiblingPeerFollow(t *testing.T) {
 	default:
 	}
 }
+
+// TestHARulesSyncedFlag: --rules-synced-file gates the replica on that
+// file (ha.Config.RulesReady); without it there is no gate.
+func TestHARulesSyncedFlag(t *testing.T) {
+	mark := filepath.Join(t.TempDir(), "rules-synced")
+	f := haFlags{id: "a", local: "10.0.0.2:7400", peer: "10.0.0.3:7400", fenceFile: "/x", eips: prefixList{netip.MustParsePrefix("192.0.2.10/24")}}
+	cfg, err := f.haConfig(&globals{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RulesReady != nil {
+		t.Fatal("a gate without --rules-synced-file")
+	}
+	f.rulesSyncedFile = mark
+	if cfg, err = f.haConfig(&globals{}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RulesReady == nil {
+		t.Fatal("no gate with --rules-synced-file")
+	}
+	if err := cfg.RulesReady(); err == nil || !strings.Contains(err.Error(), mark) {
+		t.Fatalf("before the mark: %v, want an error naming %s", err, mark)
+	}
+	if err := os.WriteFile(mark, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.RulesReady(); err != nil {
+		t.Fatalf("with the mark: %v", err)
+	}
+}

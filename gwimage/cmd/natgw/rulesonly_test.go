@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -115,4 +117,49 @@ func TestServeRulesOnly(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestServeSyncedFile: `serve --synced-file` leaves no mark for an apply,
+// leaves it (with its directory) at the first sync, even of an empty set,
+// and keeps it through later syncs; a sync that fails leaves none.
+func TestServeSyncedFile(t *testing.T) {
+	lab := netlab.ForTest(t)
+	gw, err := lab.Gateway(netlab.GatewayOptions{VMs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t, time.Minute)
+	mark := filepath.Join(t.TempDir(), "run", "rules-synced")
+	exists := func() bool {
+		_, err := os.Stat(mark)
+		return err == nil
+	}
+	a := startAgentArgs(t, gw.GW, []string{"--dataplane", "nftables"}, []string{"--rules-only", "--synced-file", mark})
+	eip := nat.Object{UID: "eip-1", Kind: nat.KindEIP, EIP: &nat.EIP{Address: netlab.EIP(0), PrefixLen: 24}}
+	if err := a.Apply(ctx, eip); err != nil {
+		t.Fatal(err)
+	}
+	if exists() {
+		t.Fatal("mark after an apply, before any sync")
+	}
+	bad := nat.Object{UID: "fip-bad", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: netlab.EIP(0), InternalIP: netip.MustParseAddr("127.0.0.1")}}
+	if err := a.Sync(ctx, []nat.Object{eip, bad}); err == nil {
+		t.Fatal("a sync with a FIP to 127.0.0.1 succeeded")
+	}
+	if exists() {
+		t.Fatal("mark after a failed sync")
+	}
+	if err := a.Sync(ctx, []nat.Object{}); err != nil {
+		t.Fatal(err)
+	}
+	if !exists() {
+		t.Fatal("no mark after a sync")
+	}
+	if err := a.Sync(ctx, []nat.Object{eip}); err != nil {
+		t.Fatal(err)
+	}
+	if !exists() {
+		t.Fatal("mark gone after a second sync")
+	}
+	a.stop(t)
 }
