@@ -13,7 +13,7 @@ import (
 
 // Scenario is one numbered benchmark.
 type Scenario struct {
-	ID  string // "1".."8"
+	ID  string // "1".."9"
 	Run func(ctx context.Context, e *Env) error
 }
 
@@ -28,6 +28,7 @@ func All() []Scenario {
 		{ID: "6", Run: RunS6},
 		{ID: "7", Run: RunS7},
 		{ID: "8", Run: RunS8},
+		{ID: "9", Run: RunS9},
 	}
 }
 

@@ -16,7 +16,7 @@
 // arrived) for traffic arriving on the rule's interface, which puts the
 // rule's class in bits 18-31 of the packet mark (the kernel
 // resets skb->priority when it forwards); it is shaped where it leaves the
-// gateway (ShapedOn: the other gateway interface; this kernel has no IFB).
+// gateway (ShapedOn: the other gateway interface; no IFB device).
 // Chain "egress" (filter, postrouting, priority 150: after source NAT,
 // before nat/shape's EIP chain at 200, so an EIP's own class wins over a
 // gateway-wide rule) holds the rules for traffic leaving the interface,
@@ -527,8 +527,8 @@ func write(c *nft.Conn, cfg nat.Config, exists bool, cur, entries []entry) error
 // ShapedOn is the interface a rule's traffic is shaped on: egress, its
 // interface; ingress (traffic arriving on it), the gateway interface it
 // leaves through: the internal one, or the external one for a rule on the
-// internal interface (upstream shapes at an IFB of the interface; this
-// kernel has none).
+// internal interface (upstream shapes at an IFB of the interface; natgw
+// uses no IFB device).
 func ShapedOn(cfg nat.Config, r Rule) string {
 	if r.Direction == Egress {
 		return r.Iface

@@ -13,6 +13,7 @@ import (
 
 	"github.com/natgw/natgw/bench/stats"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/internal/qoslab"
 	"github.com/natgw/natgw/nat"
 )
 
@@ -203,26 +204,26 @@ func TestQoSFigures(t *testing.T) {
 						if err != nil {
 							t.Fatalf("%v: %v", k, err)
 						}
-						c.g1 = append(c.g1, 100*r1.goodput()/rate)
-						c.r1 = append(c.r1, r1.retrans)
-						c.load = append(c.load, durMs(r1.pings))
+						c.g1 = append(c.g1, 100*r1.Goodput()/rate)
+						c.r1 = append(c.r1, r1.Retrans)
+						c.load = append(c.load, durMs(r1.Pings))
 						sent := int((dur - warm) / (100 * time.Millisecond))
-						c.pingLoss = append(c.pingLoss, 100*float64(sent-len(r1.pings))/float64(sent))
+						c.pingLoss = append(c.pingLoss, 100*float64(sent-len(r1.Pings))/float64(sent))
 						tp.configure(ctx, t, p, rate, 0)
 						r8, err := tp.runTCP(ctx, dir, 8, warm, dur, false)
 						if err != nil {
 							t.Fatalf("%v: %v", k, err)
 						}
-						c.g8 = append(c.g8, 100*r8.goodput()/rate)
-						c.j8 = append(c.j8, r8.jain())
-						c.r8 = append(c.r8, r8.retrans)
+						c.g8 = append(c.g8, 100*r8.Goodput()/rate)
+						c.j8 = append(c.j8, r8.Jain())
+						c.r8 = append(c.r8, r8.Retrans)
 						tp.configure(ctx, t, p, rate, 0)
-						u, err := tp.runUDP(ctx, dir, 2*rate, udpD)
+						u, err := tp.RunUDP(ctx, dir, 2*rate, udpD)
 						if err != nil {
 							t.Fatalf("%v: %v", k, err)
 						}
-						c.udpLoss = append(c.udpLoss, u.loss())
-						c.udpRx = append(c.udpRx, 100*u.rxMbps/rate)
+						c.udpLoss = append(c.udpLoss, u.Loss())
+						c.udpRx = append(c.udpRx, 100*u.RxMbps/rate)
 						tp.configure(ctx, t, p, rate, figBurstMB)
 						b, err := tp.runTCP(ctx, dir, 1, dur/2, dur, false)
 						if err != nil {
@@ -232,8 +233,8 @@ func TestQoSFigures(t *testing.T) {
 						c.excess = append(c.excess, ex/BytesPerMB)
 						c.firstMB = append(c.firstMB, first)
 						t.Logf("%v rep %d: 1 flow %.1f%% (retr %.2f%%, ping %.1f→%.1f ms), 8 flows %.1f%% J=%.3f (retr %.2f%%), UDP loss %.1f%% rx %.1f%%, burst %.2f MB first MiB %.0f ms (%s)",
-							k, rep, c.g1[len(c.g1)-1], r1.retrans, c.idle[len(c.idle)-1], c.load[len(c.load)-1], c.g8[len(c.g8)-1], r8.jain(), r8.retrans,
-							u.loss(), c.udpRx[len(c.udpRx)-1], ex/BytesPerMB, first, time.Since(start).Round(time.Second))
+							k, rep, c.g1[len(c.g1)-1], r1.Retrans, c.idle[len(c.idle)-1], c.load[len(c.load)-1], c.g8[len(c.g8)-1], r8.Jain(), r8.Retrans,
+							u.Loss(), c.udpRx[len(c.udpRx)-1], ex/BytesPerMB, first, time.Since(start).Round(time.Second))
 					}
 				}
 			}
@@ -257,8 +258,8 @@ func TestQoSFigures(t *testing.T) {
 // burstOf returns, from a single flow's timeline, the bytes delivered above
 // the steady rate (the slope of the last half) and the milliseconds until
 // the first MiB had arrived (NaN if it never did).
-func burstOf(r tcpRun) (excess, firstMs float64) {
-	tl := r.timeline
+func burstOf(r qoslab.TCPRun) (excess, firstMs float64) {
+	tl := r.Timeline
 	if len(tl) < 4 {
 		return math.NaN(), math.NaN()
 	}

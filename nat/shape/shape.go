@@ -4,8 +4,9 @@
 // burst = cburst = the burst in MB of 2^20 bytes, so that traffic above the
 // rate waits in the class's queue instead of being dropped.
 //
-// Both directions are shaped as egress, because this kernel has no IFB
-// (upstream redirects net1's ingress to an IFB device): traffic to the EIP
+// Both directions are shaped as egress, with no IFB device (upstream
+// redirects net1's ingress to an IFB device; nftables classifies after
+// DNAT and SNAT, so no redirect is needed): traffic to the EIP
 // (upstream's "ingress") leaves through the internal interface (eth0),
 // traffic from the EIP ("egress") through the external one (net1). No tc
 // filter picks the class: nftables does (`meta priority set`), in table

@@ -52,12 +52,12 @@ func TestShapeTCP(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := r.goodput()
-		t.Logf("%s shaped at 10 Mbit/s: %.2f Mbit/s, retransmits %.2f%%, %d pings answered", dir, g, r.retrans, len(r.pings))
+		g := r.Goodput()
+		t.Logf("%s shaped at 10 Mbit/s: %.2f Mbit/s, retransmits %.2f%%, %d pings answered", dir, g, r.Retrans, len(r.Pings))
 		if g < 8.5 || g > 10.5 {
 			t.Errorf("%s shaped at 10 Mbit/s: goodput %.2f Mbit/s, want 8.5–10.5", dir, g)
 		}
-		if len(r.pings) == 0 {
+		if len(r.Pings) == 0 {
 			t.Errorf("%s: no ping through the EIP answered under load", dir)
 		}
 	}
@@ -84,7 +84,7 @@ func TestShapeTCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := r.goodput(); g < 50 {
+	if g := r.Goodput(); g < 50 {
 		t.Errorf("download after Set(nil): %.1f Mbit/s, still shaped?", g)
 	}
 }
@@ -164,7 +164,7 @@ func TestWrapShapesEIPQoS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := r.goodput(); g < 17 || g > 21 {
+	if g := r.Goodput(); g < 17 || g > 21 {
 		t.Errorf("upload through Wrap's 20 Mbit/s: %.1f Mbit/s", g)
 	}
 
