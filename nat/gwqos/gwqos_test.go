@@ -16,6 +16,7 @@ import (
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/netns"
+	"github.com/natgw/natgw/nat/nftconn"
 	"github.com/natgw/natgw/nat/shape"
 )
 
@@ -145,6 +146,21 @@ func TestSetKernel(t *testing.T) {
 		if got, err := netlab.NftTable(ctx, ns, "ip", "other"); err != nil || got != otherBefore {
 			t.Fatalf("%s: table ip other changed (%v):\n%s\nwas:\n%s", when, err, got, otherBefore)
 		}
+	}
+
+	// The rootless golden's rules (TestLayoutGolden) first: the kernel
+	// lists each rule as its Text says.
+	if err := Set(nat.Config{NetNS: ns}, goldenRules()); err != nil {
+		t.Fatal(err)
+	}
+	listed, ok := nftTable(t, ns)
+	if !ok {
+		t.Fatal("no table after Set")
+	}
+	f := nftconn.NewFake()
+	fakeWrite(t, f, adds(goldenRules()), true)
+	if miss := f.NotListed(table, listed); miss != nil {
+		t.Errorf("the kernel does not list %q as the rootless golden has it:\n%s", miss, listed)
 	}
 
 	rules := []Rule{
