@@ -10,12 +10,11 @@
 // Users: gwimage/lbsvc (table ip natgw_lbsvc), gwimage/vpclb (tables ip
 // and ip6 natgw_vpclb), nat/planes (removal of the other plane's table
 // inet/ip natgw), nat/gwqos (table ip natgw_gwqos, chains IngressChain
-// and EgressChain; it finds its rules by their tags). The main table's
-// layout (nat/nftables) keeps its own transaction encoder, which batches
-// tens of thousands of set elements per transaction, but takes its table
-// name and its base chain rendering from here. nat/shape still talks to
-// google/nftables directly: it needs set and map operations that Tx does
-// not have yet.
+// and EgressChain; it finds its rules by their tags), nat/shape (table ip
+// natgw_shape: two maps of classids and a chain that looks them up). The
+// main table's layout (nat/nftables) keeps its own transaction encoder,
+// which batches tens of thousands of set elements per transaction, but
+// takes its table name and its base chain rendering from here.
 package nftconn
 
 // The tables natgw writes. natgw changes only these.
