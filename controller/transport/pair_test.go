@@ -196,7 +196,7 @@ func TestExecPair(t *testing.T) {
 	tr := &Exec{Config: &rest.Config{Host: srv.URL}, Client: cs, Namespace: "kube-system", Log: testlog.New(t, 0)}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	target := Endpoint{Name: "gw1", Dataplane: DataplaneNftables}
+	target := Endpoint{Name: "gw1", Dataplane: nat.DataplaneNftables}
 
 	s, err := tr.Open(ctx, target)
 	if err != nil {
@@ -214,7 +214,7 @@ func TestExecPair(t *testing.T) {
 			t.Errorf("exec request %q, want serve --rules-only in the gateway container", r)
 		}
 	}
-	_, fip := infoAndFIP(ctx, t, s, DataplaneNftables, netlab.VMAddr(0))
+	_, fip := infoAndFIP(ctx, t, s, nat.DataplaneNftables, netlab.VMAddr(0))
 	inTable := func(i int) bool {
 		rs, err := netlab.NftRuleset(ctx, nss[i])
 		if err != nil {

@@ -53,9 +53,6 @@ import (
 	"github.com/natgw/natgw/nat/shape"
 )
 
-// Table is the nftables table (family ip) of gateway-wide QoS.
-const Table = nftconn.GatewayQoSTable
-
 // BytesPerMB is upstream's burst unit: its script multiplies the burst by
 // 1,048,576 to get bytes.
 const BytesPerMB = 1 << 20
@@ -367,7 +364,7 @@ func withConn(ns string, fn func(ctx context.Context, c nftconn.Conn) error) err
 }
 
 // table is the gateway-wide QoS table.
-var table = nftconn.Table{Family: nft.TableFamilyIPv4, Name: Table}
+var table = nftconn.Table{Family: nft.TableFamilyIPv4, Name: nftconn.GatewayQoSTable}
 
 // chains are the table's two base chains, by the direction of the rules
 // they hold.
@@ -397,7 +394,7 @@ func readAll(ctx context.Context, c nftconn.Conn) ([]entry, int, error) {
 			}
 			var e entry
 			if err := json.Unmarshal([]byte(tag), &e); err != nil {
-				return nil, 0, fmt.Errorf("gateway QoS: %s %s: rule %d: %w", Table, dir, r.Handle, err)
+				return nil, 0, fmt.Errorf("gateway QoS: %s %s: rule %d: %w", table.Name, dir, r.Handle, err)
 			}
 			out = append(out, e)
 		}
@@ -510,7 +507,7 @@ func write(ctx context.Context, c nftconn.Conn, cfg nat.Config, exists bool, cur
 	commit := func() error {
 		if err := c.Apply(ctx, tx); err != nil {
 			if len(entries) == 0 {
-				return fmt.Errorf("gateway QoS: nftables: delete table %s: %w", Table, err)
+				return fmt.Errorf("gateway QoS: nftables: delete table %s: %w", table.Name, err)
 			}
 			return fmt.Errorf("gateway QoS: nftables: program %d rules: %w", len(entries), err)
 		}

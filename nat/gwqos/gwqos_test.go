@@ -107,7 +107,7 @@ func kernelNS(t *testing.T) (*netlab.Lab, string) {
 
 func nftTable(t *testing.T, ns string) (string, bool) {
 	t.Helper()
-	out, err := netlab.NftTable(context.Background(), ns, "ip", Table)
+	out, err := netlab.NftTable(context.Background(), ns, "ip", table.Name)
 	if err != nil {
 		if _, lerr := netlab.Exec(context.Background(), ns, "", "nft", "list", "tables"); lerr != nil {
 			t.Fatal(lerr)
@@ -403,7 +403,7 @@ func TestEnsureRepairsDrift(t *testing.T) {
 	}
 	wantClasses := classesOf()
 	handle := func(chain string) string {
-		out, err := netlab.Exec(ctx, ns, "", "nft", "-a", "list", "chain", "ip", Table, chain)
+		out, err := netlab.Exec(ctx, ns, "", "nft", "-a", "list", "chain", "ip", string(table.Name), chain)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -420,10 +420,10 @@ func TestEnsureRepairsDrift(t *testing.T) {
 		drift string // an nft script run by hand before Ensure ("" none)
 	}{
 		{"unchanged", ""},
-		{"rule added by hand", "add rule ip " + Table + " ingress ip saddr 10.0.0.0/8 drop\n"},
-		{"rule deleted by hand", "delete rule ip " + Table + " egress handle HANDLE\n"},
-		{"rate changed by hand", "flush chain ip " + Table + " ingress\nadd rule ip " + Table + " ingress iifname \"net1\" limit rate over 1 mbytes/second drop\n"},
-		{"table deleted", "delete table ip " + Table + "\n"},
+		{"rule added by hand", "add rule ip " + string(table.Name) + " ingress ip saddr 10.0.0.0/8 drop\n"},
+		{"rule deleted by hand", "delete rule ip " + string(table.Name) + " egress handle HANDLE\n"},
+		{"rate changed by hand", "flush chain ip " + string(table.Name) + " ingress\nadd rule ip " + string(table.Name) + " ingress iifname \"net1\" limit rate over 1 mbytes/second drop\n"},
+		{"table deleted", "delete table ip " + string(table.Name) + "\n"},
 		{"class deleted by hand", "tc class del dev eth0 classid 4e47:8001"},
 		{"class rate changed by hand", "tc class change dev net1 parent 4e47: classid 4e47:8000 htb rate 1mbit ceil 1mbit"},
 	} {

@@ -74,7 +74,7 @@ func (n *Netlink) Apply(ctx context.Context, tx *Tx) error {
 		return &nft.Set{Table: t, Name: name, IsMap: true}
 	}
 	for _, o := range tx.ops {
-		t := &nft.Table{Name: o.table.Name, Family: o.table.Family}
+		t := &nft.Table{Name: string(o.table.Name), Family: o.table.Family}
 		ch := &nft.Chain{Name: o.chain.Name, Table: t}
 		switch o.kind {
 		case opAddTable:
@@ -147,7 +147,7 @@ func (n *Netlink) Rules(ctx context.Context, t Table, chain string) ([]RuleRef, 
 	if err != nil {
 		return nil, err
 	}
-	tb := &nft.Table{Name: t.Name, Family: t.Family}
+	tb := &nft.Table{Name: string(t.Name), Family: t.Family}
 	rules, err := c.GetRules(tb, &nft.Chain{Name: chain, Table: tb})
 	if err != nil {
 		return nil, fmt.Errorf("nftables: list %s %s: %w", t, chain, err)
@@ -193,7 +193,7 @@ func (n *Netlink) MapElements(ctx context.Context, t Table, name string) ([]Elem
 	if err != nil {
 		return nil, err
 	}
-	s, err := c.GetSetByName(&nft.Table{Name: t.Name, Family: t.Family}, name)
+	s, err := c.GetSetByName(&nft.Table{Name: string(t.Name), Family: t.Family}, name)
 	if err != nil {
 		return nil, fmt.Errorf("nftables: map %s %s: %w", t, name, err)
 	}
@@ -249,7 +249,7 @@ func HasTable(ctx context.Context, c Conn, t Table) (bool, error) {
 		return false, err
 	}
 	for _, n := range names {
-		if n == t.Name {
+		if n == string(t.Name) {
 			return true, nil
 		}
 	}

@@ -210,7 +210,7 @@ func (f *Fake) Tables(ctx context.Context, fam nft.TableFamily) ([]string, error
 	var names []string
 	for t := range f.tables {
 		if t.Family == fam {
-			names = append(names, t.Name)
+			names = append(names, string(t.Name))
 		}
 	}
 	slices.Sort(names)

@@ -13,11 +13,11 @@ import (
 // Table names one nftables table: its family and name.
 type Table struct {
 	Family nft.TableFamily
-	Name   string
+	Name   TableName
 }
 
 // String is the table as nft commands name it: `ip natgw_lbsvc`.
-func (t Table) String() string { return FamilyName(t.Family) + " " + t.Name }
+func (t Table) String() string { return FamilyName(t.Family) + " " + string(t.Name) }
 
 // FamilyName is a table family as nft writes it (ip, ip6, inet, ...).
 func FamilyName(f nft.TableFamily) string {

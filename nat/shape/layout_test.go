@@ -120,7 +120,7 @@ func TestTableListed(t *testing.T) {
 			t.Fatalf("step %d: %v", i+1, err)
 		}
 		fakeSet(t, f, cfg.WithDefaults(), eips)
-		listing, err := netlab.NftTable(ctx, ns, "ip", Table)
+		listing, err := netlab.NftTable(ctx, ns, "ip", table.Name)
 		if len(eips) == 0 {
 			if err == nil {
 				t.Fatalf("step %d: table left:\n%s", i+1, listing)

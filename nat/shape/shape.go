@@ -86,9 +86,6 @@ import (
 	"github.com/natgw/natgw/nat/nftconn"
 )
 
-// Table is natgw's nftables table (family ip) of the class marks.
-const Table = nftconn.ShapeTable
-
 // Major is the handle of natgw's root HTB qdisc on both interfaces
 // (`tc` prints it as 4e47:).
 const Major = 0x4e47
@@ -446,7 +443,7 @@ func withKernel(cfg nat.Config, fn func(k *kernel) error) error {
 }
 
 // table is natgw's shaping table.
-var table = nftconn.Table{Family: nft.TableFamilyIPv4, Name: Table}
+var table = nftconn.Table{Family: nft.TableFamilyIPv4, Name: nftconn.ShapeTable}
 
 // mapOf is direction d's map (named for d): ingress is keyed by the
 // connection's ct mark (the EIP, conntrack.MarkOf), egress by the source
@@ -515,15 +512,15 @@ func readMaps(ctx context.Context, c nftconn.Conn) ([]class, error) {
 		for _, el := range els {
 			a, ok := keyAddr(d, el.Key)
 			if !ok || len(el.Val) != 4 {
-				return nil, fmt.Errorf("shape: %s map %s: bad element %x : %x", Table, d, el.Key, el.Val)
+				return nil, fmt.Errorf("shape: %s map %s: bad element %x : %x", table.Name, d, el.Key, el.Val)
 			}
 			id := binary.NativeEndian.Uint32(el.Val)
 			lim, err := parseComment(el.Comment)
 			if err != nil {
-				return nil, fmt.Errorf("shape: %s map %s element %s: %w", Table, d, a, err)
+				return nil, fmt.Errorf("shape: %s map %s element %s: %w", table.Name, d, a, err)
 			}
 			if id>>16 != Major {
-				return nil, fmt.Errorf("shape: %s map %s element %s: class %x:%x is not natgw's", Table, d, a, id>>16, id&0xffff)
+				return nil, fmt.Errorf("shape: %s map %s element %s: class %x:%x is not natgw's", table.Name, d, a, id>>16, id&0xffff)
 			}
 			out = append(out, class{dir: d, eip: a, minor: uint16(id), lim: lim})
 		}
@@ -786,9 +783,9 @@ func (k *kernel) tableExists() bool {
 func (k *kernel) writeTable(wanted, exists bool, want []class) error {
 	if err := k.conn.Apply(k.ctx, tableTx(k.cfg, wanted, exists, want)); err != nil {
 		if !wanted {
-			return fmt.Errorf("shape: nftables: delete table %s: %w", Table, err)
+			return fmt.Errorf("shape: nftables: delete table %s: %w", table.Name, err)
 		}
-		return fmt.Errorf("shape: nftables: program %d classes in %s: %w", len(want), Table, err)
+		return fmt.Errorf("shape: nftables: program %d classes in %s: %w", len(want), table.Name, err)
 	}
 	return nil
 }
