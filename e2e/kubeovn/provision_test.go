@@ -347,7 +347,7 @@ func (e *env) startReplace(configNet *gwconfig.Entry) {
 	mgr, cs, log := newManager(t, restCfg, "natgw", cache.Options{ByObject: provision.CacheByObject(ns, e.haGateways)})
 	if _, err := provision.Setup(mgr, provision.Options{
 		Namespace: ns, Image: e.image, ServiceClusterIPRange: kubeovn.ServiceClusterIPRange, HA: e.haGateways,
-		Log: log.WithName("provision"), SkipNameValidation: true,
+		Log: log.WithName("provision"), SkipNameValidationForTest: true,
 	}); err != nil {
 		t.Fatal(err)
 	}
