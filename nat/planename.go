@@ -10,6 +10,9 @@ import (
 // natgw-controller's --dataplane, the gateway config's `dataplane:`, the
 // VpcNatGateway annotation natgw.kubeovn.io/dataplane). The backends live in
 // nat/nftables and nat/iptables; nat/planes opens them by these names.
+// These consts are the one place the names are spelled: other packages
+// (the backends' Name methods, controller/transport's Endpoint.Dataplane,
+// the controller's flags) use them, none re-exports them.
 const (
 	DataplaneNftables = "nftables"
 	DataplaneIptables = "iptables"

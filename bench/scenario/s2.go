@@ -13,7 +13,7 @@ import (
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/netns"
-	"github.com/natgw/natgw/nat/nftables"
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // RunS2 measures bulk programming (N FIPs one request at a time vs one
@@ -179,7 +179,7 @@ func RunS2(ctx context.Context, e *Env) error {
 	sec.Targets = append(sec.Targets, st)
 
 	// Resync after the table was lost.
-	resync := report.Table{Caption: fmt.Sprintf("**resync after the table was lost** (`nft delete table ip %s` behind the agent's back), median of %d (min / max)", nftables.TableName, plan.S2Reps),
+	resync := report.Table{Caption: fmt.Sprintf("**resync after the table was lost** (`nft delete table ip %s` behind the agent's back), median of %d (min / max)", nftconn.MainTable, plan.S2Reps),
 		Header: []string{"N", "info with fresh=true (re-read the kernel, new boot id)", "sync of all N", "total"}}
 	for _, n := range plan.S2ResyncSizes {
 		var infos, syncs, totals []float64
@@ -204,7 +204,7 @@ func RunS2(ctx context.Context, e *Env) error {
 				if err != nil {
 					return a.wrap(err)
 				}
-				if _, err := run(ctx, ns, nil, nil, "nft", "delete", "table", "inet", nftables.TableName); err != nil {
+				if _, err := run(ctx, ns, nil, nil, "nft", "delete", "table", "inet", string(nftconn.MainTable)); err != nil {
 					return err
 				}
 				start := time.Now()

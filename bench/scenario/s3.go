@@ -22,14 +22,14 @@ import (
 	"github.com/natgw/natgw/bench/stats"
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/gwconfig"
-	"github.com/natgw/natgw/controller/transport"
 	"github.com/natgw/natgw/e2e/framework"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat"
 )
 
 // s3Dataplanes are measured in this order; the first is "ours" in the
 // metrics, the second the baseline.
-var s3Dataplanes = []string{transport.DataplaneNftables, transport.DataplaneIptables}
+var s3Dataplanes = []string{nat.DataplaneNftables, nat.DataplaneIptables}
 
 // s3Observe, when set (tests), gets every data plane's result.
 var s3Observe func(*s3Result)

@@ -22,11 +22,11 @@ import (
 	"github.com/natgw/natgw/bench/stats"
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/gwconfig"
-	"github.com/natgw/natgw/controller/transport"
 	"github.com/natgw/natgw/e2e/framework"
 	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/internal/procfs"
+	"github.com/natgw/natgw/nat"
 )
 
 // s6Plan is the size of scenario 6.
@@ -382,7 +382,7 @@ func s6Gateway(l *netlab.Lab, g int) (*netlab.Gateway, error) {
 }
 
 // s6Dataplane is the data plane scenario 6 runs (the controller's default).
-const s6Dataplane = transport.DataplaneNftables
+const s6Dataplane = nat.DataplaneNftables
 
 func s6Run(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab.Lab, tmp, kubeconfig string) error {
 	plan := r.plan

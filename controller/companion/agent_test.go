@@ -66,7 +66,7 @@ func TestRealAgent(t *testing.T) {
 	call(compat.OpEIPAdd, fmt.Sprintf("%s/%d", leakedEIP, netlab.ExtNet.Bits()))
 
 	tr := &transport.Local{Binary: bin, Log: testlog.New(t, 0)}
-	ep := transport.Endpoint{Name: "gw", Dataplane: transport.DataplaneNftables, NetNS: gw.GW}
+	ep := transport.Endpoint{Name: "gw", Dataplane: nat.DataplaneNftables, NetNS: gw.GW}
 	s, err := tr.Open(ctx, ep)
 	if err != nil {
 		t.Fatal(err)

@@ -241,7 +241,7 @@ func (s *Sweeper) sweepGateway(ctx context.Context, gw *v1.VpcNatGateway, claims
 		Name: gw.Name,
 		// The compat path programs the nftables data plane (the image
 		// holds no other); an agent on another data plane would empty it.
-		Dataplane:         transport.DataplaneNftables,
+		Dataplane:         nat.DataplaneNftables,
 		NetNS:             entry.NetNS,
 		ExternalInterface: entry.ExternalInterface,
 		InternalInterface: entry.InternalInterface,

@@ -294,9 +294,9 @@ func start(t *testing.T, src *source, nft *agent, drift time.Duration) *fixture 
 func startWith(t *testing.T, src *source, nft, ipt *agent, unreachable map[string]bool, drift time.Duration, mods ...func(*Options)) *fixture {
 	t.Helper()
 	f := &fixture{src: src, nft: nft, ipt: ipt}
-	f.tr = &fakeTransport{agents: map[string]*agent{transport.DataplaneNftables: nft, transport.DataplaneIptables: f.ipt}, unreachable: unreachable}
+	f.tr = &fakeTransport{agents: map[string]*agent{nat.DataplaneNftables: nft, nat.DataplaneIptables: f.ipt}, unreachable: unreachable}
 	opts := Options{
-		Transport: f.tr, Source: src, DefaultDataplane: transport.DataplaneNftables,
+		Transport: f.tr, Source: src, DefaultDataplane: nat.DataplaneNftables,
 		Config:      &gwconfig.Config{Gateways: []gwconfig.Entry{{Name: "gw1"}}},
 		DriftPeriod: drift, SweepPeriod: drift, ConnectWait: time.Second,
 		BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
@@ -378,7 +378,7 @@ func TestConnectWithNewBootID(t *testing.T) {
 	if got := nft.callLog(); len(got) != 1 || !strings.HasPrefix(got[0], "sync ") {
 		t.Errorf("calls %v, want exactly one sync", got)
 	}
-	if dp := f.gw.Dataplane(); dp != transport.DataplaneNftables {
+	if dp := f.gw.Dataplane(); dp != nat.DataplaneNftables {
 		t.Errorf("Dataplane() = %q", dp)
 	}
 }
@@ -493,16 +493,16 @@ func TestFailedDeleteForgets(t *testing.T) {
 // closed and the new one gets the desired set.
 func TestSwitchDataplane(t *testing.T) {
 	nft := newAgent()
-	src := &source{desired: []nat.Object{fip("a", 1)}, dataplane: transport.DataplaneNftables}
+	src := &source{desired: []nat.Object{fip("a", 1)}, dataplane: nat.DataplaneNftables}
 	f := start(t, src, nft, 0)
 	eventually(t, "first sync", holds(nft, "a"))
 	src.mu.Lock()
-	src.dataplane = transport.DataplaneIptables
+	src.dataplane = nat.DataplaneIptables
 	src.mu.Unlock()
 	f.reg.Kick("gw1")
 	eventually(t, "moved to iptables", holds(f.ipt, "a"))
 	eventually(t, "nftables emptied", holds(nft))
-	if dp := f.gw.Dataplane(); dp != transport.DataplaneIptables {
+	if dp := f.gw.Dataplane(); dp != nat.DataplaneIptables {
 		t.Errorf("Dataplane() = %q after the switch", dp)
 	}
 	if err := f.gw.Apply(context.Background(), fip("b", 2)); err != nil {
@@ -516,15 +516,15 @@ func TestSwitchDataplane(t *testing.T) {
 // there.
 func TestSwitchFailsStays(t *testing.T) {
 	nft, ipt := newAgent(), newAgent()
-	src := &source{desired: []nat.Object{fip("a", 1)}, dataplane: transport.DataplaneNftables}
-	f := startWith(t, src, nft, ipt, map[string]bool{transport.DataplaneIptables: true}, 0)
+	src := &source{desired: []nat.Object{fip("a", 1)}, dataplane: nat.DataplaneNftables}
+	f := startWith(t, src, nft, ipt, map[string]bool{nat.DataplaneIptables: true}, 0)
 	eventually(t, "first sync", holds(nft, "a"))
 	src.mu.Lock()
-	src.dataplane = transport.DataplaneIptables
+	src.dataplane = nat.DataplaneIptables
 	src.mu.Unlock()
 	f.reg.Kick("gw1")
 	time.Sleep(100 * time.Millisecond)
-	if dp := f.gw.Dataplane(); dp != transport.DataplaneNftables {
+	if dp := f.gw.Dataplane(); dp != nat.DataplaneNftables {
 		t.Errorf("Dataplane() = %q, want to stay on nftables", dp)
 	}
 	if err := f.gw.Apply(context.Background(), fip("b", 2)); err != nil {
@@ -580,7 +580,7 @@ func TestDataplaneChangedWhileAway(t *testing.T) {
 	if err := holds(ipt)(); err != nil {
 		t.Error(err)
 	}
-	if dp := f.gw.Dataplane(); dp != transport.DataplaneNftables {
+	if dp := f.gw.Dataplane(); dp != nat.DataplaneNftables {
 		t.Errorf("Dataplane() = %q", dp)
 	}
 }

@@ -146,8 +146,9 @@ type Options struct {
 	Workers int
 	// Log is the provisioner's logger.
 	Log logr.Logger
-	// SkipNameValidation allows several managers in one process (tests).
-	SkipNameValidation bool
+	// SkipNameValidationForTest lets several managers register the same
+	// controller in one process (tests; never set by natgw-controller).
+	SkipNameValidationForTest bool
 }
 
 // CacheByObject restricts the manager's caches of the kinds the
@@ -204,7 +205,7 @@ func Setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 	r := &Reconciler{client: mgr.GetClient(), reader: mgr.GetCache(), api: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder(FieldManager), opts: o}
 	subnet := kubeovn.NewSubnet()
 	copts := controller.Options{MaxConcurrentReconciles: o.Workers}
-	if o.SkipNameValidation {
+	if o.SkipNameValidationForTest {
 		t := true
 		copts.SkipNameValidation = &t
 	}

@@ -197,7 +197,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Fatal(err)
 	}
 	if o.dataplane == "" {
-		o.dataplane = transport.DataplaneNftables
+		o.dataplane = nat.DataplaneNftables
 	}
 	if o.workers == 0 {
 		o.workers = 4

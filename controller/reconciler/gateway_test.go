@@ -17,7 +17,6 @@ import (
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/crdtest"
 	"github.com/natgw/natgw/controller/metrics"
-	"github.com/natgw/natgw/controller/transport"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/planes"
@@ -150,13 +149,13 @@ func TestDriftRepair(t *testing.T) {
 // nftables to iptables (synced on the new agent, cleaned from the old), and
 // back; traffic flows after each switch.
 func TestDataplaneSwitch(t *testing.T) {
-	e := newEnv(t, envOptions{dataplane: transport.DataplaneNftables})
+	e := newEnv(t, envOptions{dataplane: nat.DataplaneNftables})
 	g := e.gatewayObj()
 	e.create(g)
 	f := e.readyFIP(netlab.EIP(11))
 
-	for _, to := range []string{transport.DataplaneIptables, transport.DataplaneNftables} {
-		from := map[string]string{transport.DataplaneIptables: transport.DataplaneNftables, transport.DataplaneNftables: transport.DataplaneIptables}[to]
+	for _, to := range []string{nat.DataplaneIptables, nat.DataplaneNftables} {
+		from := map[string]string{nat.DataplaneIptables: nat.DataplaneNftables, nat.DataplaneNftables: nat.DataplaneIptables}[to]
 		e.update(g, func() {
 			if g.Annotations == nil {
 				g.Annotations = map[string]string{}
@@ -228,7 +227,7 @@ func TestDataplaneChangedWhileAway(t *testing.T) {
 	for _, set := range crdtest.Sets {
 		for _, withGW := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/gateway-object=%v", set, withGW), func(t *testing.T) {
-				o := envOptions{dataplane: transport.DataplaneNftables, noManager: true, crds: set}
+				o := envOptions{dataplane: nat.DataplaneNftables, noManager: true, crds: set}
 				e := newEnv(t, o)
 				if withGW {
 					e.create(e.gatewayObj())
@@ -243,17 +242,17 @@ func TestDataplaneChangedWhileAway(t *testing.T) {
 					{UID: string(uuid.NewUUID()), Kind: nat.KindEIP, EIP: &nat.EIP{Address: netlab.EIP(13), PrefixLen: 24}},
 					{UID: string(uuid.NewUUID()), Kind: nat.KindFIP, FIP: &nat.FIP{EIP: netlab.EIP(13), InternalIP: e.gw.VMs[2].Addr}},
 				}
-				e.natgwCLI(transport.DataplaneIptables, "apply", left...)
+				e.natgwCLI(nat.DataplaneIptables, "apply", left...)
 				if got, err := e.probe(e.gw.VMs[2], netlab.EIP(13)); err != nil || !strings.Contains(got, e.gw.VMs[2].NS) {
 					t.Fatalf("before: the stale FIP does not forward (%q, %v): the test proves nothing", got, err)
 				}
 
 				e.startManager(e.cfg, o)
 				e.waitReady(f)
-				if e.holds(transport.DataplaneIptables) {
+				if e.holds(nat.DataplaneIptables) {
 					t.Error("iptables still holds natgw state")
 				}
-				if _, ok := hasUID(e.kernelObjects(transport.DataplaneNftables), f.UID); !ok {
+				if _, ok := hasUID(e.kernelObjects(nat.DataplaneNftables), f.UID); !ok {
 					t.Error("FIP not on nftables")
 				}
 				if got, err := e.probe(e.gw.VMs[0], netlab.EIP(12)); err != nil || !strings.Contains(got, e.gw.VMs[0].NS) {
@@ -272,7 +271,7 @@ func TestDataplaneChangedWhileAway(t *testing.T) {
 // forwards on iptables and the deleted FIP's EIP reaches nothing. On
 // upstream's CRDs.
 func TestSwitchKilled(t *testing.T) {
-	o := envOptions{dataplane: transport.DataplaneNftables, noManager: true, crds: crdtest.Upstream}
+	o := envOptions{dataplane: nat.DataplaneNftables, noManager: true, crds: crdtest.Upstream}
 	e := newEnv(t, o)
 	mctx, stop := context.WithCancel(e.ctx)
 	first := *e
@@ -309,7 +308,7 @@ func TestSwitchKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	o.dataplane = transport.DataplaneIptables
+	o.dataplane = nat.DataplaneIptables
 	e.startManager(e.cfg, o)
 	e.waitGone(gone, time.Minute)
 	live := &v1.IptablesFIPRule{}
@@ -317,12 +316,12 @@ func TestSwitchKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.eventually(time.Minute, "the live FIP on iptables", func() error {
-		if _, ok := hasUID(e.kernelObjects(transport.DataplaneIptables), live.UID); !ok {
+		if _, ok := hasUID(e.kernelObjects(nat.DataplaneIptables), live.UID); !ok {
 			return errors.New("not there")
 		}
 		return nil
 	})
-	if e.holds(transport.DataplaneNftables) {
+	if e.holds(nat.DataplaneNftables) {
 		t.Error("nftables still holds natgw state")
 	}
 	if got, err := e.probe(e.gw.VMs[0], netlab.EIP(20)); err != nil || !strings.Contains(got, e.gw.VMs[0].NS) {

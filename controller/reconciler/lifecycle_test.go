@@ -14,12 +14,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
-	"github.com/natgw/natgw/controller/transport"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
 )
 
-var dataplanes = []string{transport.DataplaneNftables, transport.DataplaneIptables}
+var dataplanes = []string{nat.DataplaneNftables, nat.DataplaneIptables}
 
 // probeFIP checks with a real TCP connection from the external host to
 // eip that the gateway forwards it to vm, and returns the address vm saw.

@@ -25,6 +25,7 @@ import (
 	"github.com/natgw/natgw/agentapi"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/internal/testlog"
+	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/netns"
 )
 
@@ -178,7 +179,7 @@ func TestExecStream(t *testing.T) {
 	tr := &Exec{Config: &rest.Config{Host: srv.URL}, Client: fake.NewClientset(pod), Namespace: "kube-system", Log: testlog.New(t, 0)}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	target := Endpoint{Name: "gw1", Dataplane: DataplaneNftables, NetNS: "ignored-by-exec"}
+	target := Endpoint{Name: "gw1", Dataplane: nat.DataplaneNftables, NetNS: "ignored-by-exec"}
 
 	s, err := tr.Open(ctx, target)
 	if err != nil {
@@ -187,7 +188,7 @@ func TestExecStream(t *testing.T) {
 	if got, want := kubelet.reqs[0], "vpc-nat-gw-gw1-0 vpc-nat-gw natgw serve --dataplane nftables"; got != want {
 		t.Errorf("exec request %q, want %q", got, want)
 	}
-	info, fip := infoAndFIP(ctx, t, s, DataplaneNftables, gw.VMs[0].Addr)
+	info, fip := infoAndFIP(ctx, t, s, nat.DataplaneNftables, gw.VMs[0].Addr)
 	if objs, err := s.List(ctx, true); err != nil || len(objs) != 1 || !objs[0].Equal(fip) {
 		t.Fatalf("list = %v, %v; want the FIP", objs, err)
 	}

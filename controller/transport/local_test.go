@@ -31,7 +31,7 @@ func buildNatgw(t *testing.T) string {
 func TestLocal(t *testing.T) {
 	lab := netlab.ForTest(t)
 	bin := buildNatgw(t)
-	for _, dp := range []string{DataplaneNftables, DataplaneIptables} {
+	for _, dp := range []string{nat.DataplaneNftables, nat.DataplaneIptables} {
 		t.Run(dp, func(t *testing.T) {
 			gw, err := lab.Gateway(netlab.GatewayOptions{Name: dp[:3]})
 			if err != nil {
@@ -87,13 +87,13 @@ func TestLocal(t *testing.T) {
 	}
 	t.Run("errors", func(t *testing.T) {
 		ctx := context.Background()
-		if _, err := (&Local{Binary: "/nonexistent/natgw"}).Open(ctx, Endpoint{Name: "x", Dataplane: DataplaneNftables, NetNS: "x"}); err == nil {
+		if _, err := (&Local{Binary: "/nonexistent/natgw"}).Open(ctx, Endpoint{Name: "x", Dataplane: nat.DataplaneNftables, NetNS: "x"}); err == nil {
 			t.Error("missing binary: no error")
 		}
 		if _, err := (&Local{Binary: bin}).Open(ctx, Endpoint{Name: "x", Dataplane: "ebpf", NetNS: "x"}); err == nil {
 			t.Error("bad data plane: no error")
 		}
-		if _, err := (&Local{Binary: bin}).Open(ctx, Endpoint{Name: "x", Dataplane: DataplaneNftables, NetNS: "ngw-does-not-exist"}); err == nil {
+		if _, err := (&Local{Binary: bin}).Open(ctx, Endpoint{Name: "x", Dataplane: nat.DataplaneNftables, NetNS: "ngw-does-not-exist"}); err == nil {
 			t.Error("missing namespace: no error")
 		}
 	})

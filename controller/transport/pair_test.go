@@ -197,7 +197,7 @@ func TestExecPair(t *testing.T) {
 	tr := &Exec{Config: &rest.Config{Host: srv.URL}, Client: cs, Namespace: "kube-system", Log: testlog.New(t, 0)}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	target := Endpoint{Name: "gw1", Dataplane: DataplaneNftables}
+	target := Endpoint{Name: "gw1", Dataplane: nat.DataplaneNftables}
 
 	s, err := tr.Open(ctx, target)
 	if err != nil {
@@ -220,7 +220,7 @@ func TestExecPair(t *testing.T) {
 	if _, err := os.Stat(kubelet.podFile(pods[1], agentapi.RulesSyncedFile)); err != nil {
 		t.Errorf("standby %s: no sync mark after Open: %v", pods[1], err)
 	}
-	_, fip := infoAndFIP(ctx, t, s, DataplaneNftables, netlab.VMAddr(0))
+	_, fip := infoAndFIP(ctx, t, s, nat.DataplaneNftables, netlab.VMAddr(0))
 	inTable := func(i int) bool {
 		rs, err := netlab.NftRuleset(ctx, nss[i])
 		if err != nil {

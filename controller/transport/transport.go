@@ -13,21 +13,14 @@ import (
 	"fmt"
 
 	"github.com/natgw/natgw/agentapi"
-	"github.com/natgw/natgw/nat"
-)
-
-// Data plane names accepted by `natgw serve --dataplane` (Endpoint.Dataplane),
-// the same as nat's: nat.CheckDataplaneName checks them.
-const (
-	DataplaneNftables = nat.DataplaneNftables
-	DataplaneIptables = nat.DataplaneIptables
 )
 
 // Endpoint says which gateway to reach and how its agent runs.
 type Endpoint struct {
 	// Name is the VpcNatGateway's name.
 	Name string
-	// Dataplane is passed to `natgw serve --dataplane`.
+	// Dataplane is passed to `natgw serve --dataplane`: one of
+	// nat.DataplaneNames (nat.CheckDataplaneName checks it).
 	Dataplane string
 	// NetNS is the network namespace of the gateway (Local only): a name
 	// under /run/netns or a path.

@@ -23,6 +23,7 @@ import (
 	"github.com/natgw/natgw/internal/kubeovn"
 	"github.com/natgw/natgw/internal/objdiff"
 	"github.com/natgw/natgw/internal/testsummary"
+	"github.com/natgw/natgw/nat"
 )
 
 // shapeManifest is one VpcNatGateway that sets every field the
@@ -346,7 +347,7 @@ func (e *env) startReplace(configNet *gwconfig.Entry) {
 	mgr, cs, log := newManager(t, restCfg, "natgw", cache.Options{ByObject: provision.CacheByObject(ns, nil, e.haGateways)})
 	if _, err := provision.Setup(mgr, provision.Options{
 		Namespace: ns, Image: e.image, ServiceClusterIPRange: kubeovn.ServiceClusterIPRange, HA: e.haGateways,
-		Log: log.WithName("provision"), SkipNameValidation: true,
+		Log: log.WithName("provision"), SkipNameValidationForTest: true,
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +358,7 @@ func (e *env) startReplace(configNet *gwconfig.Entry) {
 		Gateway: gateway.Options{
 			Transport:        &transport.Exec{Config: restCfg, Client: cs, Namespace: ns, Command: "/natgw", Log: log.WithName("agent")},
 			Config:           gwCfg,
-			DefaultDataplane: transport.DataplaneNftables,
+			DefaultDataplane: nat.DataplaneNftables,
 			Log:              log.WithName("gateway"),
 		},
 	}); err != nil {
@@ -380,7 +381,7 @@ func waitSyncs(ctx context.Context, n float64) error {
 	return eventually(ctx, 2*time.Minute, func() error {
 		got := metrics.CounterValue(metrics.Resyncs.WithLabelValues(gwName, "bootid"))
 		var g dto.Metric
-		if err := metrics.GatewayConnected.WithLabelValues(gwName, transport.DataplaneNftables).Write(&g); err != nil {
+		if err := metrics.GatewayConnected.WithLabelValues(gwName, nat.DataplaneNftables).Write(&g); err != nil {
 			return err
 		}
 		if got < n || g.GetGauge().GetValue() != 1 {

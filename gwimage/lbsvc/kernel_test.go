@@ -69,7 +69,7 @@ func TestCallsInANamespace(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `rule 2 "192.0.2.10,080`) {
 		t.Fatalf("dnat-add with a bad second rule: %v, want rule 2 named", err)
 	}
-	if out, err := netlab.NftRuleset(ctx, pod); err != nil || strings.Contains(out, Table) {
+	if out, err := netlab.NftRuleset(ctx, pod); err != nil || strings.Contains(out, string(table.Name)) {
 		t.Fatalf("a refused call programmed the table: %q, %v", out, err)
 	}
 	for i := 0; i < 2; i++ { // the second call finds the DNAT and ends with success
@@ -81,7 +81,7 @@ func TestCallsInANamespace(t *testing.T) {
 	if err != nil || r.Client.Addr() != netip.MustParseAddr("10.0.1.1") {
 		t.Fatalf("ext -> %s: %+v, %v (want the backend to see 10.0.1.1, the masquerade)", eip, r, err)
 	}
-	out, err := netlab.NftTable(ctx, pod, "ip", Table)
+	out, err := netlab.NftTable(ctx, pod, "ip", table.Name)
 	if err != nil || strings.Count(out, "dnat to 10.0.1.5:8080") != 1 || strings.Count(out, "masquerade") != 1 {
 		t.Fatalf("table after two dnat-add: %q, %v (want one DNAT and one masquerade)", out, err)
 	}

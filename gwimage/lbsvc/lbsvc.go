@@ -37,9 +37,6 @@ import (
 
 // The names the script's pod uses.
 const (
-	// Table is natgw's nftables table (ip family) of the DNAT and
-	// masquerade rules.
-	Table = nftconn.LBSvcTable
 	// RouteTable is the policy routing table of the Service's traffic.
 	RouteTable = 100
 	// ExternalInterface is the pod's attachment to the external network.
@@ -338,7 +335,7 @@ func parseDNATSpec(f []string) (dnatSpec, error) {
 }
 
 // table is natgw's lb-svc table.
-var table = nftconn.Table{Family: nft.TableFamilyIPv4, Name: Table}
+var table = nftconn.Table{Family: nft.TableFamilyIPv4, Name: nftconn.LBSvcTable}
 
 // chainsTx makes the table and its two NAT chains if missing.
 func chainsTx() *nftconn.Tx {
@@ -387,7 +384,7 @@ func masqRule(in netip.Addr) nftconn.Rule {
 // one is there (added false).
 func addDNAT(ctx context.Context, c nftconn.Conn, d dnatSpec) (added bool, err error) {
 	if err := c.Apply(ctx, chainsTx()); err != nil {
-		return false, fmt.Errorf("nftables: make table %s: %w", Table, err)
+		return false, fmt.Errorf("nftables: make table %s: %w", table.Name, err)
 	}
 	added, err = nftconn.AddRuleOnce(ctx, c, table, nftconn.PreroutingChain, dnatRule(d), false)
 	if err != nil {

@@ -3,7 +3,7 @@
 // SVC_CIDR via GW` and `iptables -t nat -I POSTROUTING -d SVC_CIDR -j
 // MASQUERADE` (and the -6 / ip6tables forms). natgw serves exactly these:
 // the route over netlink, the masquerade as a rule of its own nftables
-// table (Table, in the ip or ip6 family), inserted first like -I. Both act
+// table (nftconn.VPCLBTable, in the ip or ip6 family), inserted first like -I. Both act
 // in the calling thread's network namespace.
 package vpclb
 
@@ -21,9 +21,6 @@ import (
 
 	"github.com/natgw/natgw/nat/nftconn"
 )
-
-// Table names the table of the masquerade rules.
-const Table = nftconn.VPCLBTable
 
 // Route is `ip [-4|-6] route replace Dst via Via`.
 type Route struct {
@@ -129,9 +126,9 @@ func (m Masquerade) InsertInto(ctx context.Context, c nftconn.Conn) error {
 // natgw_vpclb), its postrouting chain, and the masquerade rule first.
 func (m Masquerade) Tx() *nftconn.Tx {
 	dst := m.Dst
-	t, off, word := nftconn.Table{Family: nft.TableFamilyIPv4, Name: Table}, uint32(16), "ip"
+	t, off, word := nftconn.Table{Family: nft.TableFamilyIPv4, Name: nftconn.VPCLBTable}, uint32(16), "ip"
 	if dst.Addr().Is6() {
-		t, off, word = nftconn.Table{Family: nft.TableFamilyIPv6, Name: Table}, 24, "ip6"
+		t, off, word = nftconn.Table{Family: nft.TableFamilyIPv6, Name: nftconn.VPCLBTable}, 24, "ip6"
 	}
 	n := uint32(dst.Addr().BitLen() / 8)
 	mask := net.CIDRMask(dst.Bits(), dst.Addr().BitLen())

@@ -67,7 +67,7 @@ func TestInsertAndReplace(t *testing.T) {
 			t.Fatalf("insert %s: %v", cidr, err)
 		}
 	}
-	out, err := netlab.NftTable(ctx, ns, "ip", Table)
+	out, err := netlab.NftTable(ctx, ns, "ip", nftconn.VPCLBTable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,14 +75,14 @@ func TestInsertAndReplace(t *testing.T) {
 	if first < 0 || second < 0 || second > first {
 		t.Fatalf("ip table:\n%s\nwant both masquerades, the later one first", out)
 	}
-	out6, err := netlab.NftTable(ctx, ns, "ip6", Table)
+	out6, err := netlab.NftTable(ctx, ns, "ip6", nftconn.VPCLBTable)
 	if err != nil || !strings.Contains(out6, "ip6 daddr fd00:10:96::/112 masquerade") {
 		t.Fatalf("ip6 table: %q, %v", out6, err)
 	}
 	// The golden layout (TestLayoutGolden) says what the kernel lists.
 	f := fakeTables(t)
 	for fam, listing := range map[nft.TableFamily]string{nft.TableFamilyIPv4: out, nft.TableFamilyIPv6: out6} {
-		if miss := f.NotListed(nftconn.Table{Family: fam, Name: Table}, listing); miss != nil {
+		if miss := f.NotListed(nftconn.Table{Family: fam, Name: nftconn.VPCLBTable}, listing); miss != nil {
 			t.Errorf("the kernel does not list %q as the golden layout has it:\n%s", miss, listing)
 		}
 	}

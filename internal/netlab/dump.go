@@ -77,9 +77,10 @@ func NftRuleset(ctx context.Context, ns string) (string, error) {
 	return Exec(ctx, ns, "", "nft", "list", "ruleset")
 }
 
-// NftTable returns `nft list table <family> <name>` of ns.
-func NftTable(ctx context.Context, ns, family, name string) (string, error) {
-	return Exec(ctx, ns, "", "nft", "list", "table", family, name)
+// NftTable returns `nft list table <family> <name>` of ns; name is any
+// table's name or one of natgw's (nftconn.TableName).
+func NftTable[N ~string](ctx context.Context, ns, family string, name N) (string, error) {
+	return Exec(ctx, ns, "", "nft", "list", "table", family, string(name))
 }
 
 // IptablesSave returns the rules of every table of ns as printed by

@@ -33,6 +33,7 @@
 package gwqos
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -48,11 +49,9 @@ import (
 
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/netns"
+	"github.com/natgw/natgw/nat/nftconn"
 	"github.com/natgw/natgw/nat/shape"
 )
-
-// Table is the nftables table (family ip) of gateway-wide QoS.
-const Table = "natgw_gwqos"
 
 // BytesPerMB is upstream's burst unit: its script multiplies the burst by
 // 1,048,576 to get bytes.
@@ -247,23 +246,23 @@ func Ensure(cfg nat.Config, rules []Rule) (changed bool, err error) {
 	for i, r := range rules {
 		changes[i] = Change{Add: true, Rule: r}
 	}
-	err = withConn(cfg.NetNS, func(c *nft.Conn) error {
-		exists, err := tableExists(c)
+	err = withConn(cfg.NetNS, func(ctx context.Context, c nftconn.Conn) error {
+		exists, err := nftconn.HasTable(ctx, c, table)
 		if err != nil {
-			return err
+			return fmt.Errorf("gateway QoS: %w", err)
 		}
 		var cur []entry
 		if exists {
 			// Unreadable: rewritten whole.
-			cur, _, _ = readAll(c)
+			cur, _, _ = readAll(ctx, c)
 		}
 		want := merge(cur, changes, true)
 		sortEntries(want)
-		if exists && holds(c, cfg, want) && classesHeld(cfg, want) || !exists && len(want) == 0 {
+		if exists && holds(ctx, c, want) && classesHeld(cfg, want) || !exists && len(want) == 0 {
 			return nil
 		}
 		changed = true
-		return write(c, cfg, exists, cur, want)
+		return write(ctx, c, cfg, exists, cur, want)
 	})
 	return changed, err
 }
@@ -271,8 +270,8 @@ func Ensure(cfg nat.Config, rules []Rule) (changed bool, err error) {
 // holds says whether the table holds exactly want (sorted): the same rules
 // with the same classes in the same order, and no nftables rule but those
 // write adds for them.
-func holds(c *nft.Conn, cfg nat.Config, want []entry) bool {
-	have, total, err := readAll(c)
+func holds(ctx context.Context, c nftconn.Conn, want []entry) bool {
+	have, total, err := readAll(ctx, c)
 	if err != nil || len(have) != len(want) {
 		return false
 	}
@@ -304,14 +303,14 @@ func Apply(cfg nat.Config, changes []Change) error {
 			return fmt.Errorf("rule %d (%s): %w", i, ch.Key(), err)
 		}
 	}
-	return withConn(cfg.NetNS, func(c *nft.Conn) error {
-		exists, err := tableExists(c)
+	return withConn(cfg.NetNS, func(ctx context.Context, c nftconn.Conn) error {
+		exists, err := nftconn.HasTable(ctx, c, table)
 		if err != nil {
-			return err
+			return fmt.Errorf("gateway QoS: %w", err)
 		}
 		var cur []entry
 		if exists {
-			if cur, err = read(c); err != nil {
+			if cur, _, err = readAll(ctx, c); err != nil {
 				return err
 			}
 		}
@@ -319,7 +318,7 @@ func Apply(cfg nat.Config, changes []Change) error {
 		if len(next) == 0 && !exists {
 			return nil
 		}
-		return write(c, cfg, exists, cur, next)
+		return write(ctx, c, cfg, exists, cur, next)
 	})
 }
 
@@ -328,12 +327,15 @@ func Apply(cfg nat.Config, changes []Change) error {
 // table.
 func List(cfg nat.Config) ([]Rule, error) {
 	var out []Rule
-	err := withConn(cfg.NetNS, func(c *nft.Conn) error {
-		exists, err := tableExists(c)
-		if err != nil || !exists {
-			return err
+	err := withConn(cfg.NetNS, func(ctx context.Context, c nftconn.Conn) error {
+		exists, err := nftconn.HasTable(ctx, c, table)
+		if err != nil {
+			return fmt.Errorf("gateway QoS: %w", err)
 		}
-		entries, err := read(c)
+		if !exists {
+			return nil
+		}
+		entries, _, err := readAll(ctx, c)
 		if err != nil {
 			return err
 		}
@@ -346,71 +348,53 @@ func List(cfg nat.Config) ([]Rule, error) {
 	return out, err
 }
 
-// withConn runs fn with an nftables connection in namespace ns.
-func withConn(ns string, fn func(c *nft.Conn) error) error {
-	var opts []nft.ConnOption
-	if ns != "" {
-		h, err := netns.Open(ns)
-		if err != nil {
-			return fmt.Errorf("gateway QoS: %w", err)
-		}
-		defer h.Close()
-		opts = append(opts, nft.WithNetNSFd(h.Fd()))
+// withConn runs fn with an nftables connection to namespace ns ("" the
+// calling thread's).
+func withConn(ns string, fn func(ctx context.Context, c nftconn.Conn) error) error {
+	ctx := context.Background()
+	if ns == "" {
+		return fn(ctx, nftconn.Current())
 	}
-	c, err := nft.New(opts...)
+	h, err := netns.Open(ns)
 	if err != nil {
-		return fmt.Errorf("gateway QoS: nftables: %w", err)
+		return fmt.Errorf("gateway QoS: %w", err)
 	}
-	return fn(c)
+	defer h.Close()
+	return fn(ctx, nftconn.Open(h))
 }
 
-func table() *nft.Table { return &nft.Table{Name: Table, Family: nft.TableFamilyIPv4} }
+// table is the gateway-wide QoS table.
+var table = nftconn.Table{Family: nft.TableFamilyIPv4, Name: nftconn.GatewayQoSTable}
 
-func chains(t *nft.Table) map[Direction]*nft.Chain {
-	return map[Direction]*nft.Chain{
-		// As packets arrive, before DNAT.
-		Ingress: {Name: string(Ingress), Table: t, Type: nft.ChainTypeFilter, Hooknum: nft.ChainHookPrerouting, Priority: nft.ChainPriorityMangle},
-		// After source NAT, as tc on the device sees the packets; before
-		// nat/shape's EIP classes (200), which win over it.
-		Egress: {Name: string(Egress), Table: t, Type: nft.ChainTypeFilter, Hooknum: nft.ChainHookPostrouting, Priority: nft.ChainPriorityRef(150)},
-	}
-}
-
-func tableExists(c *nft.Conn) (bool, error) {
-	tables, err := c.ListTablesOfFamily(nft.TableFamilyIPv4)
-	if err != nil {
-		return false, fmt.Errorf("gateway QoS: nftables: list tables: %w", err)
-	}
-	return slices.ContainsFunc(tables, func(x *nft.Table) bool { return x.Name == Table }), nil
-}
-
-// read returns the stored entries of both chains.
-func read(c *nft.Conn) ([]entry, error) {
-	out, _, err := readAll(c)
-	return out, err
+// chains are the table's two base chains, by the direction of the rules
+// they hold.
+var chains = map[Direction]nftconn.Chain{
+	// As packets arrive, before DNAT.
+	Ingress: {Name: nftconn.IngressChain, Type: nft.ChainTypeFilter, Hook: nft.ChainHookPrerouting, Priority: nft.ChainPriorityMangle},
+	// After source NAT, as tc on the device sees the packets; before
+	// nat/shape's EIP classes (200), which win over it.
+	Egress: {Name: nftconn.EgressChain, Type: nft.ChainTypeFilter, Hook: nft.ChainHookPostrouting, Priority: nft.ChainPriorityRef(150)},
 }
 
 // readAll returns the stored entries of both chains and how many rules the
-// chains hold in all (two per entry as write makes them).
-func readAll(c *nft.Conn) ([]entry, int, error) {
-	t := table()
-	chs := chains(t)
+// chains hold in all (one or two per entry as writeTx makes them).
+func readAll(ctx context.Context, c nftconn.Conn) ([]entry, int, error) {
 	var out []entry
 	total := 0
 	for _, dir := range []Direction{Ingress, Egress} {
-		rules, err := c.GetRules(t, chs[dir])
+		rules, err := c.Rules(ctx, table, chains[dir].Name)
 		if err != nil {
-			return nil, 0, fmt.Errorf("gateway QoS: nftables: read %s %s: %w", Table, dir, err)
+			return nil, 0, fmt.Errorf("gateway QoS: %w", err)
 		}
 		total += len(rules)
 		for _, r := range rules {
-			tag, ok := strings.CutPrefix(string(r.UserData), tagPrefix+"rule ")
+			tag, ok := strings.CutPrefix(r.Tag, tagPrefix+"rule ")
 			if !ok {
 				continue
 			}
 			var e entry
 			if err := json.Unmarshal([]byte(tag), &e); err != nil {
-				return nil, 0, fmt.Errorf("gateway QoS: %s %s: rule %d: %w", Table, dir, r.Handle, err)
+				return nil, 0, fmt.Errorf("gateway QoS: %s %s: rule %d: %w", table.Name, dir, r.Handle, err)
 			}
 			out = append(out, e)
 		}
@@ -468,52 +452,63 @@ func sortEntries(entries []entry) {
 	})
 }
 
-// write makes the gateway hold entries (cur: what its table holds now):
-// classes, one nftables transaction, unused classes deleted
-// (shape.SetGateway); no entry deletes the table and the classes.
-func write(c *nft.Conn, cfg nat.Config, exists bool, cur, entries []entry) error {
-	if len(entries) > maxMarked {
-		return fmt.Errorf("gateway QoS: %d rules, at most %d", len(entries), maxMarked)
+// writeTx is the transaction that makes the table hold entries (exists:
+// whether it is there now): none, the table deleted (an empty
+// transaction if it is not there); else the table and its chains made if
+// missing and emptied, then egress rules, then ingress rules (and their
+// class rules, which come after every egress rule of chain egress), each
+// direction in the order the rules apply.
+func writeTx(exists bool, entries []entry) (*nftconn.Tx, error) {
+	tx := &nftconn.Tx{}
+	if len(entries) == 0 {
+		if exists {
+			tx.DeleteTable(table)
+		}
+		return tx, nil
 	}
-	t := table()
+	if len(entries) > maxMarked {
+		return nil, fmt.Errorf("gateway QoS: %d rules, at most %d", len(entries), maxMarked)
+	}
+	sortEntries(entries)
+	tx.AddTable(table)
+	for _, dir := range []Direction{Ingress, Egress} {
+		tx.AddChain(table, chains[dir])
+		tx.FlushChain(table, chains[dir].Name)
+	}
+	for _, dir := range []Direction{Egress, Ingress} {
+		for _, e := range entries {
+			if e.Direction != dir {
+				continue
+			}
+			js, err := json.Marshal(e)
+			if err != nil {
+				return nil, fmt.Errorf("gateway QoS: encode rule %s: %w", e.Key(), err)
+			}
+			for i, r := range nftRules(e) {
+				r.Tag = tagPrefix + "rule " + string(js)
+				if i > 0 {
+					r.Tag = tagPrefix + "class " + e.Key()
+				}
+				tx.AppendRule(table, chains[r.chain].Name, r.Rule)
+			}
+		}
+	}
+	return tx, nil
+}
+
+// write makes the gateway hold entries (cur: what its table holds now):
+// classes, one nftables transaction (writeTx), unused classes deleted
+// (shape.SetGateway); no entry deletes the table and the classes.
+func write(ctx context.Context, c nftconn.Conn, cfg nat.Config, exists bool, cur, entries []entry) error {
+	tx, err := writeTx(exists, entries)
+	if err != nil {
+		return err
+	}
 	commit := func() error {
-		if len(entries) == 0 {
-			if !exists {
-				return nil
+		if err := c.Apply(ctx, tx); err != nil {
+			if len(entries) == 0 {
+				return fmt.Errorf("gateway QoS: nftables: delete table %s: %w", table.Name, err)
 			}
-			c.DelTable(t)
-			if err := c.Flush(); err != nil {
-				return fmt.Errorf("gateway QoS: nftables: delete table %s: %w", Table, err)
-			}
-			return nil
-		}
-		sortEntries(entries)
-		c.AddTable(t)
-		chs := chains(t)
-		for _, dir := range []Direction{Ingress, Egress} {
-			c.FlushChain(c.AddChain(chs[dir]))
-		}
-		// Egress rules, then ingress rules (and their class rules, which
-		// come after every egress rule of chain egress).
-		for _, dir := range []Direction{Egress, Ingress} {
-			for _, e := range entries {
-				if e.Direction != dir {
-					continue
-				}
-				js, err := json.Marshal(e)
-				if err != nil {
-					return fmt.Errorf("gateway QoS: encode rule %s: %w", e.Key(), err)
-				}
-				for i, r := range nftRules(e) {
-					tag := tagPrefix + "rule " + string(js)
-					if i > 0 {
-						tag = tagPrefix + "class " + e.Key()
-					}
-					c.AddRule(&nft.Rule{Table: t, Chain: chs[r.chain], UserData: []byte(tag), Exprs: r.exprs})
-				}
-			}
-		}
-		if err := c.Flush(); err != nil {
 			return fmt.Errorf("gateway QoS: nftables: program %d rules: %w", len(entries), err)
 		}
 		return nil
@@ -582,10 +577,11 @@ const (
 // markOf is the mark of class minor.
 func markOf(minor uint16) uint32 { return uint32(minor-shape.GatewayMinorBase+1) << MarkShift }
 
-// nftRule is one nftables rule of an entry and its chain.
+// nftRule is one nftables rule of an entry (its tag set by writeTx) and
+// its chain.
 type nftRule struct {
 	chain Direction
-	exprs []expr.Any
+	nftconn.Rule
 }
 
 // nftRules are the nftables rules of one entry: egress, in chain egress,
@@ -593,36 +589,84 @@ type nftRule struct {
 // accept`; ingress, in chain ingress, `iifname IFACE [ip saddr|daddr
 // CIDR] meta mark set meta mark & ^MarkMask ^ markOf(minor) accept`, and
 // in chain egress (after every egress rule) `meta mark & MarkMask ==
-// markOf(minor) meta priority set 4e47:<minor> accept`.
+// markOf(minor) meta priority set 4e47:<minor> accept`. Each rule's Text
+// is how nft lists it.
 func nftRules(e entry) []nftRule {
 	prio := []expr.Any{
 		&expr.Immediate{Register: 1, Data: binary.NativeEndian.AppendUint32(nil, uint32(shape.Major)<<16|uint32(e.Minor))},
 		&expr.Meta{Key: expr.MetaKeyPRIORITY, SourceRegister: true, Register: 1},
 		&expr.Verdict{Kind: expr.VerdictAccept},
 	}
+	prioText := fmt.Sprintf("meta priority set %x:%x accept", shape.Major, e.Minor)
+	match, matchText := Match(e.Rule), matchText(e.Rule)
+	rule := func(chain Direction, text string, exprs ...[]expr.Any) nftRule {
+		return nftRule{chain, nftconn.Rule{Exprs: slices.Concat(exprs...), Text: text}}
+	}
 	if e.Police {
 		return []nftRule{
-			{e.Direction, slices.Concat(Match(e.Rule), []expr.Any{limit(e.Rule), &expr.Verdict{Kind: expr.VerdictDrop}})},
-			{e.Direction, slices.Concat(Match(e.Rule), []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}})},
+			rule(e.Direction, matchText+" "+limitText(e.Rule)+" drop", match, []expr.Any{limit(e.Rule), &expr.Verdict{Kind: expr.VerdictDrop}}),
+			rule(e.Direction, matchText+" accept", match, []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}),
 		}
 	}
 	if e.Direction == Egress {
-		return []nftRule{{Egress, slices.Concat(Match(e.Rule), prio)}}
+		return []nftRule{rule(Egress, matchText+" "+prioText, match, prio)}
 	}
-	mark := binary.NativeEndian.AppendUint32(nil, markOf(e.Minor))
+	m := markOf(e.Minor)
+	mark := binary.NativeEndian.AppendUint32(nil, m)
 	return []nftRule{
-		{Ingress, slices.Concat(Match(e.Rule), []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
-			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binary.NativeEndian.AppendUint32(nil, ^uint32(MarkMask)), Xor: mark},
-			&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
-			&expr.Verdict{Kind: expr.VerdictAccept},
-		})},
-		{Egress, slices.Concat([]expr.Any{
+		// nft lists (mark & a) ^ b, b inside ^a, as mark & (a|b) | b.
+		rule(Ingress, fmt.Sprintf("%s meta mark set meta mark & 0x%08x | 0x%08x accept", matchText, ^uint32(MarkMask)|m, m),
+			match, []expr.Any{
+				&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+				&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binary.NativeEndian.AppendUint32(nil, ^uint32(MarkMask)), Xor: mark},
+				&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
+				&expr.Verdict{Kind: expr.VerdictAccept},
+			}),
+		rule(Egress, fmt.Sprintf("meta mark 0x%08x/%d %s", m, 32-MarkShift, prioText), []expr.Any{
 			&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
 			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binary.NativeEndian.AppendUint32(nil, MarkMask), Xor: make([]byte, 4)},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: mark},
-		}, prio)},
+		}, prio),
 	}
+}
+
+// limitText is limit(r) as nft lists it: each amount in the largest of
+// bytes, kbytes and mbytes that holds it whole; no burst when it is 0.
+func limitText(r Rule) string {
+	l := limit(r)
+	s := "limit rate over " + byteAmount(l.Rate) + "/second"
+	if l.Burst != 0 {
+		s += " burst " + byteAmount(uint64(l.Burst))
+	}
+	return s
+}
+
+func byteAmount(n uint64) string {
+	unit := 0
+	for ; unit < 2 && n != 0 && n%1024 == 0; unit++ {
+		n /= 1024
+	}
+	return fmt.Sprintf("%d %s", n, []string{"bytes", "kbytes", "mbytes"}[unit])
+}
+
+// matchText is Match(r) as nft lists it.
+func matchText(r Rule) string {
+	s := fmt.Sprintf("iifname %q", r.Iface)
+	if r.Direction == Egress {
+		s = fmt.Sprintf("oifname %q", r.Iface)
+	}
+	if r.Classifier == U32 {
+		addr := r.CIDR.String()
+		if r.CIDR.IsSingleIP() {
+			addr = r.CIDR.Addr().String()
+		}
+		field := "daddr"
+		if r.MatchDir == "src" {
+			field = "saddr"
+		}
+		s += " ip " + field + " " + addr
+	}
+	return s
 }
 
 func ifname(key expr.MetaKey, name string) []expr.Any {

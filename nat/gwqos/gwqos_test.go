@@ -16,6 +16,7 @@ import (
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/netns"
+	"github.com/natgw/natgw/nat/nftconn"
 	"github.com/natgw/natgw/nat/shape"
 )
 
@@ -106,7 +107,7 @@ func kernelNS(t *testing.T) (*netlab.Lab, string) {
 
 func nftTable(t *testing.T, ns string) (string, bool) {
 	t.Helper()
-	out, err := netlab.NftTable(context.Background(), ns, "ip", Table)
+	out, err := netlab.NftTable(context.Background(), ns, "ip", table.Name)
 	if err != nil {
 		if _, lerr := netlab.Exec(context.Background(), ns, "", "nft", "list", "tables"); lerr != nil {
 			t.Fatal(lerr)
@@ -145,6 +146,21 @@ func TestSetKernel(t *testing.T) {
 		if got, err := netlab.NftTable(ctx, ns, "ip", "other"); err != nil || got != otherBefore {
 			t.Fatalf("%s: table ip other changed (%v):\n%s\nwas:\n%s", when, err, got, otherBefore)
 		}
+	}
+
+	// The rootless golden's rules (TestLayoutGolden) first: the kernel
+	// lists each rule as its Text says.
+	if err := Set(nat.Config{NetNS: ns}, goldenRules()); err != nil {
+		t.Fatal(err)
+	}
+	listed, ok := nftTable(t, ns)
+	if !ok {
+		t.Fatal("no table after Set")
+	}
+	f := nftconn.NewFake()
+	fakeWrite(t, f, adds(goldenRules()), true)
+	if miss := f.NotListed(table, listed); miss != nil {
+		t.Errorf("the kernel does not list %q as the rootless golden has it:\n%s", miss, listed)
 	}
 
 	rules := []Rule{
@@ -387,7 +403,7 @@ func TestEnsureRepairsDrift(t *testing.T) {
 	}
 	wantClasses := classesOf()
 	handle := func(chain string) string {
-		out, err := netlab.Exec(ctx, ns, "", "nft", "-a", "list", "chain", "ip", Table, chain)
+		out, err := netlab.Exec(ctx, ns, "", "nft", "-a", "list", "chain", "ip", string(table.Name), chain)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -404,10 +420,10 @@ func TestEnsureRepairsDrift(t *testing.T) {
 		drift string // an nft script run by hand before Ensure ("" none)
 	}{
 		{"unchanged", ""},
-		{"rule added by hand", "add rule ip " + Table + " ingress ip saddr 10.0.0.0/8 drop\n"},
-		{"rule deleted by hand", "delete rule ip " + Table + " egress handle HANDLE\n"},
-		{"rate changed by hand", "flush chain ip " + Table + " ingress\nadd rule ip " + Table + " ingress iifname \"net1\" limit rate over 1 mbytes/second drop\n"},
-		{"table deleted", "delete table ip " + Table + "\n"},
+		{"rule added by hand", "add rule ip " + string(table.Name) + " ingress ip saddr 10.0.0.0/8 drop\n"},
+		{"rule deleted by hand", "delete rule ip " + string(table.Name) + " egress handle HANDLE\n"},
+		{"rate changed by hand", "flush chain ip " + string(table.Name) + " ingress\nadd rule ip " + string(table.Name) + " ingress iifname \"net1\" limit rate over 1 mbytes/second drop\n"},
+		{"table deleted", "delete table ip " + string(table.Name) + "\n"},
 		{"class deleted by hand", "tc class del dev eth0 classid 4e47:8001"},
 		{"class rate changed by hand", "tc class change dev net1 parent 4e47: classid 4e47:8000 htb rate 1mbit ceil 1mbit"},
 	} {

@@ -26,9 +26,6 @@ import (
 	"github.com/natgw/natgw/nat/netns"
 )
 
-// Name is the data plane's name.
-const Name = nat.DataplaneIptables
-
 // ExecTimeout bounds one iptables-legacy-save or -restore run (a restore of
 // a 100,000-object sync included); a shorter context deadline wins.
 const ExecTimeout = 2 * time.Minute
@@ -163,7 +160,7 @@ func LookPath(name string) (string, error) {
 }
 
 // Name implements engine.Backend.
-func (r *Backend) Name() string { return Name }
+func (r *Backend) Name() string { return nat.DataplaneIptables }
 
 // Close implements engine.Backend. Kernel state stays.
 func (r *Backend) Close() error {

@@ -121,7 +121,7 @@ func (t *txn) elements(del, excl bool, set string, es []nft.SetElement) {
 	}
 	for _, part := range chunks(es) {
 		start := t.header(unix.NFNL_SUBSYS_NFTABLES<<8|typ, flags, nfFamily, 0)
-		t.attrStr(unix.NFTA_SET_ELEM_LIST_TABLE, TableName)
+		t.attrStr(unix.NFTA_SET_ELEM_LIST_TABLE, tableName)
 		t.attrStr(unix.NFTA_SET_ELEM_LIST_SET, set)
 		list := t.nest(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
 		for _, e := range part {
@@ -138,12 +138,12 @@ func (t *txn) elements(del, excl bool, set string, es []nft.SetElement) {
 // that it works even if the element was deleted by hand.
 func (t *txn) stamp(comment string, gen uint32) {
 	start := t.header(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_DELSETELEM, unix.NLM_F_REQUEST|unix.NLM_F_ACK, nfFamily, 0)
-	t.attrStr(unix.NFTA_SET_ELEM_LIST_TABLE, TableName)
+	t.attrStr(unix.NFTA_SET_ELEM_LIST_TABLE, tableName)
 	t.attrStr(unix.NFTA_SET_ELEM_LIST_SET, setMeta)
 	t.finish(start)
 	t.acked(start, "flush "+setMeta)
 	start = t.header(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWSETELEM, unix.NLM_F_REQUEST|unix.NLM_F_ACK|unix.NLM_F_CREATE, nfFamily, 0)
-	t.attrStr(unix.NFTA_SET_ELEM_LIST_TABLE, TableName)
+	t.attrStr(unix.NFTA_SET_ELEM_LIST_TABLE, tableName)
 	t.attrStr(unix.NFTA_SET_ELEM_LIST_SET, setMeta)
 	list := t.nest(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
 	el := t.nest(unix.NFTA_LIST_ELEM)

@@ -216,7 +216,7 @@ func BenchmarkEncodeElements(b *testing.B) {
 func elemsWithEncoder(t *txn, set string, es []nft.SetElement) error {
 	for _, part := range chunks(es) {
 		err := t.msg(unix.NFT_MSG_NEWSETELEM, unix.NLM_F_CREATE, "add elements", func(ae *netlink.AttributeEncoder) {
-			ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, TableName)
+			ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, tableName)
 			ae.String(unix.NFTA_SET_ELEM_LIST_SET, set)
 			ae.Nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(list *netlink.AttributeEncoder) error {
 				for _, e := range part {

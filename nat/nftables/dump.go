@@ -25,7 +25,7 @@ import (
 // allocates ~190 MB, most of it garbage at once.
 func (r *Backend) dumpSet(ctx context.Context, set string, elem func(b []byte) error) error {
 	data, err := netlink.MarshalAttributes([]netlink.Attribute{
-		{Type: unix.NFTA_SET_TABLE, Data: []byte(TableName + "\x00")},
+		{Type: unix.NFTA_SET_TABLE, Data: []byte(tableName + "\x00")},
 		{Type: unix.NFTA_SET_NAME, Data: []byte(set + "\x00")},
 	})
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 func encodeElemList(t *testing.T, key, val []byte, verdictChain, comment string) []byte {
 	t.Helper()
 	ae := netlink.NewAttributeEncoder()
-	ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, TableName)
+	ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, tableName)
 	ae.String(unix.NFTA_SET_ELEM_LIST_SET, "x")
 	ae.Nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(l *netlink.AttributeEncoder) error {
 		l.Nested(unix.NFTA_LIST_ELEM, func(e *netlink.AttributeEncoder) error {

@@ -28,7 +28,7 @@ func (t *txn) encode(tx *Tx) error {
 		case opDeleteTable:
 			err = t.msg(unix.NFT_MSG_DELTABLE, 0, "delete table", tableAttrs)
 		case opDeleteLegacyTable:
-			err = t.msgOf(unix.AF_INET, unix.NFT_MSG_DELTABLE, 0, "delete table ip "+TableName, tableAttrs)
+			err = t.msgOf(unix.AF_INET, unix.NFT_MSG_DELTABLE, 0, "delete table ip "+tableName, tableAttrs)
 		case opAddSet:
 			err = t.msg(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, "add set "+o.name, func(ae *netlink.AttributeEncoder) { setAttrs(ae, o.set) })
 		case opAddChain:
@@ -36,7 +36,7 @@ func (t *txn) encode(tx *Tx) error {
 		case opFlushSet, opDeleteSet, opFlushChain, opDeleteChain:
 			n := byName[o.kind]
 			err = t.msg(n.typ, 0, n.what+" "+o.name, func(ae *netlink.AttributeEncoder) {
-				ae.String(n.tableAttr, TableName)
+				ae.String(n.tableAttr, tableName)
 				ae.String(n.nameAttr, o.name)
 			})
 		case opAddRule:
@@ -86,7 +86,7 @@ func (t *txn) msgOf(family uint8, typ, flags uint16, what string, attrs func(*ne
 }
 
 func tableAttrs(ae *netlink.AttributeEncoder) {
-	ae.String(unix.NFTA_TABLE_NAME, TableName)
+	ae.String(unix.NFTA_TABLE_NAME, tableName)
 	ae.Uint32(unix.NFTA_TABLE_FLAGS, 0)
 }
 
@@ -127,7 +127,7 @@ func setAttrs(ae *netlink.AttributeEncoder, s setSpec) {
 	if s.concat {
 		flags |= nftSetConcat
 	}
-	ae.String(unix.NFTA_SET_TABLE, TableName)
+	ae.String(unix.NFTA_SET_TABLE, tableName)
 	ae.String(unix.NFTA_SET_NAME, s.name)
 	ae.Uint32(unix.NFTA_SET_FLAGS, flags)
 	ae.Uint32(unix.NFTA_SET_KEY_TYPE, s.key.GetNFTMagic())
@@ -164,7 +164,7 @@ func setAttrs(ae *netlink.AttributeEncoder, s setSpec) {
 
 // chainAttrs encodes a chain; a base chain with its hook and type.
 func chainAttrs(ae *netlink.AttributeEncoder, c chainSpec) {
-	ae.String(unix.NFTA_CHAIN_TABLE, TableName)
+	ae.String(unix.NFTA_CHAIN_TABLE, tableName)
 	ae.String(unix.NFTA_CHAIN_NAME, c.name)
 	if c.hook == nil || c.prio == nil {
 		return
@@ -179,7 +179,7 @@ func chainAttrs(ae *netlink.AttributeEncoder, c chainSpec) {
 
 // ruleAttrs encodes a rule appended to chain, its comment in userdata.
 func ruleAttrs(ae *netlink.AttributeEncoder, chain string, r ruleSpec) {
-	ae.String(unix.NFTA_RULE_TABLE, TableName)
+	ae.String(unix.NFTA_RULE_TABLE, tableName)
 	ae.String(unix.NFTA_RULE_CHAIN, chain)
 	ae.Nested(unix.NFTA_RULE_EXPRESSIONS, func(list *netlink.AttributeEncoder) error {
 		for _, e := range r.exprs {
@@ -192,7 +192,7 @@ func ruleAttrs(ae *netlink.AttributeEncoder, chain string, r ruleSpec) {
 
 // limitAttrs encodes a named limit object; v nil for a delete.
 func limitAttrs(ae *netlink.AttributeEncoder, name string, v *qosVal) {
-	ae.String(unix.NFTA_OBJ_TABLE, TableName)
+	ae.String(unix.NFTA_OBJ_TABLE, tableName)
 	ae.String(unix.NFTA_OBJ_NAME, name)
 	ae.Uint32(unix.NFTA_OBJ_TYPE, uint32(nft.ObjTypeLimit))
 	if v == nil {

@@ -18,11 +18,11 @@ import (
 	"github.com/natgw/natgw/nat/nftconn"
 )
 
-// TableName is the name of natgw's table (family inet: IPv4 and IPv6 in
-// one table). natgw never writes any other table; Load deletes table ip
-// natgw, the table of layouts 1-3, in the transaction that creates the
-// inet one.
-const TableName = nftconn.MainTable
+// tableName is the name of natgw's table, nftconn.MainTable (family inet:
+// IPv4 and IPv6 in one table), as the netlink encoders take it. natgw
+// never writes any other table; Load deletes table ip natgw, the table of
+// layouts 1-3, in the transaction that creates the inet one.
+const tableName = string(nftconn.MainTable)
 
 // tableFamily is the family of natgw's table; nfFamily the same as the
 // nfgenmsg family of its messages.

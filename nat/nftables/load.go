@@ -68,7 +68,7 @@ func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
 		return nil, fmt.Errorf("list tables: %w", err)
 	}
 	for _, t := range tables {
-		k.exists = k.exists || t.Name == TableName
+		k.exists = k.exists || t.Name == tableName
 	}
 	// Layouts 1-3 kept table ip natgw (IPv4 only): Load replaces it in
 	// the transaction that creates or repairs the inet table.
@@ -77,7 +77,7 @@ func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
 		return nil, fmt.Errorf("list tables: %w", err)
 	}
 	for _, t := range legacy {
-		k.legacy = k.legacy || t.Name == TableName
+		k.legacy = k.legacy || t.Name == tableName
 	}
 	if !k.exists {
 		return k, nil
@@ -124,7 +124,7 @@ func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
 		fixed[cs.name] = cs
 	}
 	for _, c := range chains {
-		if c.Table == nil || c.Table.Name != TableName {
+		if c.Table == nil || c.Table.Name != tableName {
 			continue
 		}
 		if cs, ok := fixed[c.Name]; ok {
@@ -690,7 +690,7 @@ func (r *Backend) LoadState(ctx context.Context) (*nat.State, string, error) {
 			r.log.Info("table layout not usable, recreating it (state is lost, boot id changes)", "reason", k.broken)
 		}
 		if k.legacy {
-			r.log.Info("replacing table ip " + TableName + " (layouts 1-3, IPv4 only) with table inet " + TableName + " in one transaction (state is lost, boot id changes)")
+			r.log.Info("replacing table ip " + tableName + " (layouts 1-3, IPv4 only) with table inet " + tableName + " in one transaction (state is lost, boot id changes)")
 		}
 		boot, err := engine.NewBootID()
 		if err != nil {

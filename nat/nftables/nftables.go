@@ -23,9 +23,6 @@ import (
 	"github.com/natgw/natgw/nat/netns"
 )
 
-// Name is the data plane's name.
-const Name = "nftables"
-
 // Socket sizing (see nat/README.md, "Transaction sizing").
 const (
 	// sendBuffer bounds one transaction: the whole batch goes out in one
@@ -133,7 +130,7 @@ func NewBackend(cfg nat.Config, opts ...Option) (*Backend, error) {
 	cfg = cfg.WithDefaults()
 	r := &Backend{
 		cfg:   cfg,
-		table: &nft.Table{Name: TableName, Family: tableFamily},
+		table: &nft.Table{Name: tableName, Family: tableFamily},
 		opts:  options{timeout: DefaultTimeout},
 	}
 	for _, o := range opts {
@@ -156,7 +153,7 @@ func NewBackend(cfg nat.Config, opts ...Option) (*Backend, error) {
 }
 
 // Name implements engine.Backend.
-func (r *Backend) Name() string { return Name }
+func (r *Backend) Name() string { return nat.DataplaneNftables }
 
 // flushMarkMax is the number of EIPs up to which ForgetFlows flushes by ct
 // mark (one kernel walk of the conntrack table per EIP); beyond it, it dumps

@@ -61,7 +61,7 @@ func ctxT(t testing.TB) context.Context {
 
 func table(t testing.TB, ns string) string {
 	t.Helper()
-	out, err := netlab.NftTable(context.Background(), ns, "inet", TableName)
+	out, err := netlab.NftTable(context.Background(), ns, "inet", tableName)
 	if err != nil {
 		t.Fatal(err)
 	}

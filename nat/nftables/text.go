@@ -64,7 +64,7 @@ func (t *Tx) String() string {
 }
 
 // tablePrefix is the table as nft commands name it: `inet natgw`.
-var tablePrefix = nftconn.Table{Family: tableFamily, Name: TableName}.String()
+var tablePrefix = nftconn.Table{Family: tableFamily, Name: nftconn.MainTable}.String()
 
 func (o *op) text(b *strings.Builder) {
 	switch o.kind {
@@ -73,7 +73,7 @@ func (o *op) text(b *strings.Builder) {
 	case opDeleteTable:
 		fmt.Fprintf(b, "delete table %s\n", tablePrefix)
 	case opDeleteLegacyTable:
-		fmt.Fprintf(b, "delete table ip %s\n", TableName)
+		fmt.Fprintf(b, "delete table ip %s\n", tableName)
 	case opAddSet:
 		fmt.Fprintf(b, "add %s %s %s { type %s; }\n", setWord(o.set), tablePrefix, o.name, typeText(o.set))
 	case opFlushSet:

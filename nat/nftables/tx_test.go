@@ -169,7 +169,7 @@ func TestEncodeMatchesLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := &nft.Table{Name: TableName, Family: tableFamily}
+	table := &nft.Table{Name: tableName, Family: tableFamily}
 	libSet := func(s setSpec) *nft.Set {
 		ls := &nft.Set{Table: table, Name: s.name, KeyType: s.key, DataType: s.val, IsMap: s.isMap(),
 			Concatenation: s.concat, KeyByteOrder: binaryutil.BigEndian, ID: 1}
@@ -454,7 +454,7 @@ func (l *listing) String() string {
 		}
 		blocks = append(blocks, b+"\t}\n")
 	}
-	return "table inet " + TableName + " {\n" + strings.Join(blocks, "\n") + "}\n"
+	return "table inet " + tableName + " {\n" + strings.Join(blocks, "\n") + "}\n"
 }
 
 var elementsRE = regexp.MustCompile(`(?s)elements = \{ (.*?) \}\n`)

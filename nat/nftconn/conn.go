@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 
 	nft "github.com/google/nftables"
+	"github.com/google/nftables/expr"
 
 	"github.com/natgw/natgw/nat/netns"
 )
@@ -21,6 +23,9 @@ type Conn interface {
 	// Rules returns the rules of chain in t, in order; an error if the
 	// chain does not exist.
 	Rules(ctx context.Context, t Table, chain string) ([]RuleRef, error)
+	// MapElements returns the elements of map name in t (key, value and
+	// comment); an error if the map does not exist.
+	MapElements(ctx context.Context, t Table, name string) ([]Element, error)
 }
 
 // Netlink is a Conn over netlink (google/nftables, one socket per call).
@@ -59,8 +64,17 @@ func (n *Netlink) Apply(ctx context.Context, tx *Tx) error {
 	if err != nil {
 		return err
 	}
+	// The maps added in this transaction, by table and name: elements and
+	// lookups refer to them by the ID AddSet gives them.
+	sets := map[string]*nft.Set{}
+	setOf := func(t *nft.Table, tb Table, name string) *nft.Set {
+		if s := sets[tb.String()+" "+name]; s != nil {
+			return s
+		}
+		return &nft.Set{Table: t, Name: name, IsMap: true}
+	}
 	for _, o := range tx.ops {
-		t := &nft.Table{Name: o.table.Name, Family: o.table.Family}
+		t := &nft.Table{Name: string(o.table.Name), Family: o.table.Family}
 		ch := &nft.Chain{Name: o.chain.Name, Table: t}
 		switch o.kind {
 		case opAddTable:
@@ -73,12 +87,28 @@ func (n *Netlink) Apply(ctx context.Context, tx *Tx) error {
 		case opFlushChain:
 			c.FlushChain(ch)
 		case opAppendRule:
-			c.AddRule(&nft.Rule{Table: t, Chain: ch, Exprs: o.rule.Exprs, UserData: []byte(o.rule.Tag)})
+			c.AddRule(&nft.Rule{Table: t, Chain: ch, Exprs: withSetIDs(o.rule.Exprs, o.table, sets), UserData: []byte(o.rule.Tag)})
 		case opInsertRule:
-			c.InsertRule(&nft.Rule{Table: t, Chain: ch, Exprs: o.rule.Exprs, UserData: []byte(o.rule.Tag)})
+			c.InsertRule(&nft.Rule{Table: t, Chain: ch, Exprs: withSetIDs(o.rule.Exprs, o.table, sets), UserData: []byte(o.rule.Tag)})
 		case opDeleteRule:
 			if err := c.DelRule(&nft.Rule{Table: t, Chain: ch, Handle: o.handle}); err != nil {
 				return fmt.Errorf("nftables: delete rule %d of %s %s: %w", o.handle, t.Name, ch.Name, err)
+			}
+		case opAddMap:
+			s := &nft.Set{Table: t, Name: o.set.Name, IsMap: true, KeyType: o.set.KeyType, DataType: o.set.DataType}
+			if err := c.AddSet(s, nil); err != nil {
+				return fmt.Errorf("nftables: add map %s %s: %w", o.table, o.set.Name, err)
+			}
+			sets[o.table.String()+" "+o.set.Name] = s
+		case opFlushMap:
+			c.FlushSet(setOf(t, o.table, o.set.Name))
+		case opAddElements:
+			els := make([]nft.SetElement, len(o.elements))
+			for i, e := range o.elements {
+				els[i] = nft.SetElement{Key: e.Key, Val: e.Val, Comment: e.Comment}
+			}
+			if err := c.SetAddElements(setOf(t, o.table, o.set.Name), els); err != nil {
+				return fmt.Errorf("nftables: add elements to map %s %s: %w", o.table, o.set.Name, err)
 			}
 		}
 	}
@@ -117,7 +147,7 @@ func (n *Netlink) Rules(ctx context.Context, t Table, chain string) ([]RuleRef, 
 	if err != nil {
 		return nil, err
 	}
-	tb := &nft.Table{Name: t.Name, Family: t.Family}
+	tb := &nft.Table{Name: string(t.Name), Family: t.Family}
 	rules, err := c.GetRules(tb, &nft.Chain{Name: chain, Table: tb})
 	if err != nil {
 		return nil, fmt.Errorf("nftables: list %s %s: %w", t, chain, err)
@@ -127,6 +157,55 @@ func (n *Netlink) Rules(ctx context.Context, t Table, chain string) ([]RuleRef, 
 		refs = append(refs, RuleRef{Handle: r.Handle, Tag: string(r.UserData)})
 	}
 	return refs, nil
+}
+
+// withSetIDs returns exprs with each lookup of a map added in this
+// transaction (sets, by table and name) given the map's ID, as the kernel
+// wants a lookup of a map that does not exist yet; exprs itself is not
+// changed.
+func withSetIDs(exprs []expr.Any, t Table, sets map[string]*nft.Set) []expr.Any {
+	out, cloned := exprs, false
+	for i, e := range exprs {
+		l, ok := e.(*expr.Lookup)
+		if !ok {
+			continue
+		}
+		s := sets[t.String()+" "+l.SetName]
+		if s == nil || l.SetID == s.ID {
+			continue
+		}
+		if !cloned {
+			out, cloned = slices.Clone(exprs), true
+		}
+		c := *l
+		c.SetID = s.ID
+		out[i] = &c
+	}
+	return out
+}
+
+// MapElements implements Conn.
+func (n *Netlink) MapElements(ctx context.Context, t Table, name string) ([]Element, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c, err := n.conn()
+	if err != nil {
+		return nil, err
+	}
+	s, err := c.GetSetByName(&nft.Table{Name: string(t.Name), Family: t.Family}, name)
+	if err != nil {
+		return nil, fmt.Errorf("nftables: map %s %s: %w", t, name, err)
+	}
+	els, err := c.GetSetElements(s)
+	if err != nil {
+		return nil, fmt.Errorf("nftables: map %s %s elements: %w", t, name, err)
+	}
+	out := make([]Element, 0, len(els))
+	for _, e := range els {
+		out = append(out, Element{Key: e.Key, Val: e.Val, Comment: e.Comment})
+	}
+	return out, nil
 }
 
 // FindRule returns the handle of the first rule of chain tagged tag (ok
@@ -170,7 +249,7 @@ func HasTable(ctx context.Context, c Conn, t Table) (bool, error) {
 		return false, err
 	}
 	for _, n := range names {
-		if n == t.Name {
+		if n == string(t.Name) {
 			return true, nil
 		}
 	}

@@ -26,7 +26,13 @@ type Fake struct {
 }
 
 type fakeTable struct {
+	maps   []*fakeMap
 	chains []*fakeChain
+}
+
+type fakeMap struct {
+	spec     Map
+	elements []Element
 }
 
 type fakeChain struct {
@@ -51,10 +57,22 @@ func (t *fakeTable) chain(name string) *fakeChain {
 	return nil
 }
 
+func (t *fakeTable) set(name string) *fakeMap {
+	for _, m := range t.maps {
+		if m.spec.Name == name {
+			return m
+		}
+	}
+	return nil
+}
+
 func (f *Fake) clone() map[Table]*fakeTable {
 	out := make(map[Table]*fakeTable, len(f.tables))
 	for k, t := range f.tables {
 		nt := &fakeTable{}
+		for _, m := range t.maps {
+			nt.maps = append(nt.maps, &fakeMap{spec: m.spec, elements: slices.Clone(m.elements)})
+		}
 		for _, c := range t.chains {
 			nt.chains = append(nt.chains, &fakeChain{spec: c.spec, rules: slices.Clone(c.rules)})
 		}
@@ -93,6 +111,27 @@ func (f *Fake) Apply(ctx context.Context, tx *Tx) error {
 			case t.chain(o.chain.Name) == nil:
 				t.chains = append(t.chains, &fakeChain{spec: o.chain})
 			}
+		case opAddMap:
+			switch {
+			case t == nil:
+				err = missing("table " + o.table.String())
+			case t.set(o.set.Name) == nil:
+				t.maps = append(t.maps, &fakeMap{spec: o.set})
+			}
+		case opFlushMap, opAddElements:
+			var m *fakeMap
+			if t != nil {
+				m = t.set(o.set.Name)
+			}
+			if m == nil {
+				err = missing("map " + o.table.String() + " " + o.set.Name)
+				break
+			}
+			if o.kind == opFlushMap {
+				m.elements = nil
+				break
+			}
+			err = m.add(o.elements)
 		case opFlushChain, opAppendRule, opInsertRule, opDeleteRule:
 			var c *fakeChain
 			if t != nil {
@@ -129,6 +168,38 @@ func (f *Fake) Apply(ctx context.Context, tx *Tx) error {
 	return nil
 }
 
+// add adds els as the kernel does: a key that is there with the same
+// value is kept, with another value refused (EBUSY).
+func (m *fakeMap) add(els []Element) error {
+	for _, e := range els {
+		j := slices.IndexFunc(m.elements, func(x Element) bool { return slices.Equal(x.Key, e.Key) })
+		switch {
+		case j < 0:
+			m.elements = append(m.elements, e)
+		case !slices.Equal(m.elements[j].Val, e.Val):
+			return fmt.Errorf("map %s: element %q with another value: %w", m.spec.Name, e.Text, unix.EBUSY)
+		}
+	}
+	return nil
+}
+
+// MapElements implements Conn.
+func (f *Fake) MapElements(ctx context.Context, t Table, name string) ([]Element, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var m *fakeMap
+	if ft := f.tables[t]; ft != nil {
+		m = ft.set(name)
+	}
+	if m == nil {
+		return nil, fmt.Errorf("nftables (fake): map %s %s: %w", t, name, missing("map"))
+	}
+	return slices.Clone(m.elements), nil
+}
+
 // Tables implements Conn.
 func (f *Fake) Tables(ctx context.Context, fam nft.TableFamily) ([]string, error) {
 	if err := ctx.Err(); err != nil {
@@ -139,7 +210,7 @@ func (f *Fake) Tables(ctx context.Context, fam nft.TableFamily) ([]string, error
 	var names []string
 	for t := range f.tables {
 		if t.Family == fam {
-			names = append(names, t.Name)
+			names = append(names, string(t.Name))
 		}
 	}
 	slices.Sort(names)
@@ -168,8 +239,9 @@ func (f *Fake) Rules(ctx context.Context, t Table, chain string) ([]RuleRef, err
 }
 
 // Dump renders every table, ordered by family then name, as nft lists a
-// ruleset: chains in the order they were added, each rule by its Text
-// with its tag as a # comment.
+// ruleset: maps then chains, each in the order they were added, a map's
+// elements by their Text on one line, each rule by its Text with its tag
+// as a # comment.
 func (f *Fake) Dump() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -183,10 +255,18 @@ func (f *Fake) Dump() string {
 	var b strings.Builder
 	for _, k := range keys {
 		fmt.Fprintf(&b, "table %s {\n", k)
-		for i, c := range f.tables[k].chains {
-			if i > 0 {
-				b.WriteString("\n")
+		sep := ""
+		for _, m := range f.tables[k].maps {
+			fmt.Fprintf(&b, "%s\tmap %s {\n\t\ttype %s : %s\n", sep, m.spec.Name, m.spec.KeyType.Name, m.spec.DataType.Name)
+			if len(m.elements) > 0 {
+				fmt.Fprintf(&b, "\t\telements = { %s }\n", elementsText(m.elements))
 			}
+			b.WriteString("\t}\n")
+			sep = "\n"
+		}
+		for _, c := range f.tables[k].chains {
+			b.WriteString(sep)
+			sep = "\n"
 			fmt.Fprintf(&b, "\tchain %s {\n", c.spec.Name)
 			if h := c.spec.Header(); h != "" {
 				fmt.Fprintf(&b, "\t\t%s\n", h)
@@ -204,7 +284,9 @@ func (f *Fake) Dump() string {
 // NotListed compares the Fake's table t with listing, the kernel's `nft
 // list table` of it (for a kernel test: the layout's Text says what its
 // expressions do). It returns the Fake's rule texts that listing does not
-// hold in the same chain in the same order; nil when all are there.
+// hold in the same chain in the same order, and its element texts that
+// listing does not hold in the same map (nft orders a map's elements its
+// own way); nil when all are there.
 func (f *Fake) NotListed(t Table, listing string) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -213,23 +295,52 @@ func (f *Fake) NotListed(t Table, listing string) []string {
 		return []string{"table " + t.String() + " (not in the fake)"}
 	}
 	var out []string
-	for _, c := range ft.chains {
-		i := strings.Index(listing, "\tchain "+c.spec.Name+" {")
+	// block is the listing of "\tkind name {" up to its closing brace.
+	block := func(kind, name string) (string, bool) {
+		i := strings.Index(listing, "\t"+kind+" "+name+" {")
 		if i < 0 {
-			out = append(out, "chain "+c.spec.Name)
-			continue
+			out = append(out, kind+" "+name)
+			return "", false
 		}
 		rest := listing[i:]
 		if end := strings.Index(rest, "\n\t}"); end >= 0 {
 			rest = rest[:end]
 		}
-		for _, r := range c.rules {
-			j := strings.Index(rest, "\t"+r.rule.Text)
+		return rest, true
+	}
+	// find adds to out the texts that rest does not hold (in order: each
+	// after the one before it), each after prefix.
+	find := func(rest, name, prefix string, texts []string, inOrder bool) {
+		all := rest
+		for _, text := range texts {
+			j := strings.Index(rest, prefix+text)
 			if j < 0 {
-				out = append(out, c.spec.Name+": "+r.rule.Text)
+				out = append(out, name+": "+text)
 				continue
 			}
-			rest = rest[j+len(r.rule.Text):]
+			if inOrder {
+				rest = rest[j+len(prefix)+len(text):]
+			} else {
+				rest = all
+			}
+		}
+	}
+	for _, m := range ft.maps {
+		if rest, ok := block("map", m.spec.Name); ok {
+			texts := make([]string, len(m.elements))
+			for i, e := range m.elements {
+				texts[i] = e.Text
+			}
+			find(rest, m.spec.Name, "", texts, false)
+		}
+	}
+	for _, c := range ft.chains {
+		if rest, ok := block("chain", c.spec.Name); ok {
+			texts := make([]string, len(c.rules))
+			for i, r := range c.rules {
+				texts[i] = r.rule.Text
+			}
+			find(rest, c.spec.Name, "\t", texts, true)
 		}
 	}
 	return out

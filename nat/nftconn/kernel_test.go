@@ -3,8 +3,12 @@ package nftconn
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
+	nft "github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
@@ -92,5 +96,81 @@ func TestNetlink(t *testing.T) {
 	}
 	if err := k.Apply(ctx, flush); !errors.Is(err, unix.ENOENT) {
 		t.Fatalf("a flush of a deleted table's chain: %v, want ENOENT", err)
+	}
+}
+
+// TestNetlinkMaps runs the same map transactions on the kernel (root
+// needed) and on a Fake: a map added with its elements and a rule that
+// looks it up in one transaction, elements read back with their values
+// and comments, nft lists the Fake's element and rule texts, a key added
+// again with another value is refused by both, a flush empties the map.
+func TestNetlinkMaps(t *testing.T) {
+	lab := netlab.ForTest(t)
+	name, err := lab.NS("nftmaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := netns.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	ctx := context.Background()
+	k, f := Open(ns), NewFake()
+	tx := baseTx()
+	tx.AddMap(testTable, classMap)
+	tx.AddElements(testTable, "m", el(1, 1, "a"), el(2, 2, "b"))
+	prio := nft.ChainPriorityRef(200)
+	tx.AddChain(testTable, Chain{Name: "prio", Type: nft.ChainTypeFilter, Hook: nft.ChainHookPostrouting, Priority: prio})
+	tx.AppendRule(testTable, "prio", Rule{Text: "meta priority set ct mark map @m", Tag: "lookup", Exprs: []expr.Any{
+		&expr.Ct{Key: expr.CtKeyMARK, Register: 1},
+		&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: "m"},
+		&expr.Meta{Key: expr.MetaKeyPRIORITY, SourceRegister: true, Register: 1},
+	}})
+	for _, c := range []Conn{k, f} {
+		if err := c.Apply(ctx, tx); err != nil {
+			t.Fatalf("build on %T: %v", c, err)
+		}
+	}
+	ek, err := k.MapElements(ctx, testTable, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ef, _ := f.MapElements(ctx, testTable, "m")
+	strip := func(els []Element) string { // in key order: the kernel has its own
+		var lines []string
+		for _, e := range els {
+			lines = append(lines, fmt.Sprintf("%x:%x %q;", e.Key, e.Val, e.Comment))
+		}
+		slices.Sort(lines)
+		return strings.Join(lines, "")
+	}
+	if len(ek) != 2 || strip(ek) != strip(ef) {
+		t.Fatalf("kernel elements %s, fake's %s", strip(ek), strip(ef))
+	}
+	listing, err := netlab.NftTable(ctx, name, "ip", testTable.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if miss := f.NotListed(testTable, listing); miss != nil {
+		t.Fatalf("nft does not list %q:\n%s", miss, listing)
+	}
+	clash := &Tx{}
+	clash.AddElements(testTable, "m", el(2, 3, "b"))
+	for _, c := range []Conn{k, f} {
+		if err := c.Apply(ctx, clash); err == nil {
+			t.Errorf("%T: a key added again with another value: no error", c)
+		}
+	}
+	flush := &Tx{}
+	flush.FlushMap(testTable, "m")
+	if err := k.Apply(ctx, flush); err != nil {
+		t.Fatal(err)
+	}
+	if els, err := k.MapElements(ctx, testTable, "m"); err != nil || len(els) != 0 {
+		t.Fatalf("kernel elements after a flush: %+v, %v", els, err)
+	}
+	if _, err := k.MapElements(ctx, testTable, "nope"); err == nil {
+		t.Fatal("elements of a missing map: no error")
 	}
 }

@@ -9,33 +9,36 @@
 //
 // Users: gwimage/lbsvc (table ip natgw_lbsvc), gwimage/vpclb (tables ip
 // and ip6 natgw_vpclb), nat/planes (removal of the other plane's table
-// inet/ip natgw). The main table's layout (nat/nftables) keeps its own
-// transaction encoder, which batches tens of thousands of set elements
-// per transaction, but takes its table name and its base chain rendering
-// from here. nat/gwqos and nat/shape still talk to google/nftables
-// directly and define their table names themselves. nat/gwqos can adopt
-// Tx, Conn and Fake as they are (table GatewayQoSTable, chains
-// IngressChain and EgressChain; it finds its rules by their tags);
-// nat/shape (ShapeTable) needs set and map operations that Tx does not
-// have yet.
+// inet/ip natgw), nat/gwqos (table ip natgw_gwqos, chains IngressChain
+// and EgressChain; it finds its rules by their tags), nat/shape (table ip
+// natgw_shape: two maps of classids and a chain that looks them up). The
+// main table's layout (nat/nftables) keeps its own transaction encoder,
+// which batches tens of thousands of set elements per transaction, but
+// takes its table name and its base chain rendering from here.
 package nftconn
+
+// TableName is the name of a table natgw writes: one of the consts below,
+// the one place each is spelled. Packages refer to them here (no package
+// re-exports one), so a table name cannot be mistaken for a chain's or a
+// set's.
+type TableName string
 
 // The tables natgw writes. natgw changes only these.
 const (
 	// MainTable is the data plane's table, family inet (layouts 1-3: ip),
 	// laid out by nat/nftables (nat/README.md).
-	MainTable = "natgw"
+	MainTable TableName = "natgw"
 	// GatewayQoSTable is the gateway-wide QoS table, family ip
 	// (nat/gwqos).
-	GatewayQoSTable = "natgw_gwqos"
+	GatewayQoSTable TableName = "natgw_gwqos"
 	// ShapeTable holds the EIP shaping maps, family ip (nat/shape).
-	ShapeTable = "natgw_shape"
+	ShapeTable TableName = "natgw_shape"
 	// LBSvcTable holds lb-svc.sh's DNAT and masquerade rules, family ip
 	// (gwimage/lbsvc).
-	LBSvcTable = "natgw_lbsvc"
+	LBSvcTable TableName = "natgw_lbsvc"
 	// VPCLBTable holds the VPC LB init containers' masquerade rules,
 	// families ip and ip6 (gwimage/vpclb).
-	VPCLBTable = "natgw_vpclb"
+	VPCLBTable TableName = "natgw_vpclb"
 )
 
 // Sets of MainTable that other packages refer to (tests that break the

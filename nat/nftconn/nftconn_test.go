@@ -3,7 +3,9 @@ package nftconn
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	nft "github.com/google/nftables"
@@ -132,5 +134,77 @@ func TestTextAndNotListed(t *testing.T) {
 	}
 	if got := f.NotListed(Table{Family: nft.TableFamilyIPv6, Name: "t"}, listing); len(got) != 1 {
 		t.Errorf("a table the fake lacks: %q", got)
+	}
+}
+
+// classMap is a map of marks to classids, as nat/shape's.
+var classMap = Map{Name: "m", KeyType: nft.TypeMark, DataType: nft.TypeClassID}
+
+func el(key, val byte, comment string) Element {
+	return Element{Key: []byte{key, 0, 0, 0}, Val: []byte{val, 0, 0x47, 0x4e}, Comment: comment,
+		Text: fmt.Sprintf("0x%02x000000 comment %q : %x00:474e", key, comment, val)} // nft's byte order
+}
+
+// TestFakeMaps: a map's elements are added, read back and flushed; a key
+// added again with its value is kept, with another value refused (EBUSY),
+// a missing map refused (ENOENT), each changing nothing; the text and the
+// dump show the map and its elements.
+func TestFakeMaps(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake()
+	tx := baseTx()
+	tx.AddMap(testTable, classMap)
+	tx.AddElements(testTable, "m", el(1, 1, "a"), el(2, 2, "b"))
+	tx.AddElements(testTable, "m") // nothing: no operation
+	if err := f.Apply(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	wantText := "add map ip t m { type mark : classid; }\nadd element ip t m { 0x01000000 comment \"a\" : 100:474e, 0x02000000 comment \"b\" : 200:474e }\n"
+	if got := tx.String(); !strings.HasSuffix(got, wantText) || tx.Len() != 5 {
+		t.Fatalf("text (%d operations):\n%s\nwant it to end with:\n%s", tx.Len(), got, wantText)
+	}
+	if !strings.Contains(f.Dump(), "\tmap m {\n\t\ttype mark : classid\n\t\telements = { 0x01000000 comment \"a\" : 100:474e, 0x02000000 comment \"b\" : 200:474e }\n\t}\n\n\tchain post {") {
+		t.Fatalf("dump:\n%s", f.Dump())
+	}
+	again := &Tx{}
+	again.AddMap(testTable, classMap)
+	again.AddElements(testTable, "m", el(2, 2, "b"))
+	if err := f.Apply(ctx, again); err != nil {
+		t.Fatalf("an element added again with its value: %v", err)
+	}
+	before := f.Dump()
+	for name, tc := range map[string]struct {
+		bad  func(*Tx)
+		want error
+	}{
+		"key with another value":    {func(tx *Tx) { tx.AddElements(testTable, "m", el(2, 3, "b")) }, unix.EBUSY},
+		"elements of a missing map": {func(tx *Tx) { tx.AddElements(testTable, "nope", el(3, 3, "c")) }, unix.ENOENT},
+		"flush of a missing map":    {func(tx *Tx) { tx.FlushMap(testTable, "nope") }, unix.ENOENT},
+		"map in a missing table":    {func(tx *Tx) { tx.AddMap(Table{Family: nft.TableFamilyINet, Name: "t"}, classMap) }, unix.ENOENT},
+	} {
+		tx := &Tx{}
+		tx.AddElements(testTable, "m", el(9, 9, "z")) // valid, must not stay
+		tc.bad(tx)
+		if err := f.Apply(ctx, tx); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", name, err, tc.want)
+		}
+		if got := f.Dump(); got != before {
+			t.Errorf("%s: a refused transaction changed the table:\n%s", name, got)
+		}
+	}
+	els, err := f.MapElements(ctx, testTable, "m")
+	if err != nil || len(els) != 2 || els[1].Comment != "b" || !slices.Equal(els[0].Val, []byte{1, 0, 0x47, 0x4e}) {
+		t.Fatalf("elements: %+v, %v", els, err)
+	}
+	flush := &Tx{}
+	flush.FlushMap(testTable, "m")
+	if err := f.Apply(ctx, flush); err != nil {
+		t.Fatal(err)
+	}
+	if els, err := f.MapElements(ctx, testTable, "m"); err != nil || len(els) != 0 {
+		t.Fatalf("after a flush: %+v, %v", els, err)
+	}
+	if _, err := f.MapElements(ctx, testTable, "nope"); !errors.Is(err, unix.ENOENT) {
+		t.Fatalf("elements of a missing map: %v, want ENOENT", err)
 	}
 }

@@ -2,6 +2,7 @@ package nftconn
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -12,11 +13,11 @@ import (
 // Table names one nftables table: its family and name.
 type Table struct {
 	Family nft.TableFamily
-	Name   string
+	Name   TableName
 }
 
 // String is the table as nft commands name it: `ip natgw_lbsvc`.
-func (t Table) String() string { return FamilyName(t.Family) + " " + t.Name }
+func (t Table) String() string { return FamilyName(t.Family) + " " + string(t.Name) }
 
 // FamilyName is a table family as nft writes it (ip, ip6, inet, ...).
 func FamilyName(f nft.TableFamily) string {
@@ -92,6 +93,24 @@ func (r Rule) line() string {
 	return r.Text + " # " + strconv.Quote(r.Tag)
 }
 
+// Map is a map's spec: its name and the datatypes of its keys and values
+// (google/nftables' SetDatatype, whose Name is nft's type name).
+type Map struct {
+	Name     string
+	KeyType  nft.SetDatatype
+	DataType nft.SetDatatype
+}
+
+// Element is one element of a map: its key and value as the kernel gets
+// them, its comment, and Text, the element as nft lists it (`KEY comment
+// "C" : VALUE`; the layout that builds Key and Val writes it, for people
+// and golden files). Elements read back from the kernel have no Text.
+type Element struct {
+	Key, Val []byte
+	Comment  string
+	Text     string
+}
+
 // RuleRef is a rule found in a chain: its handle and its tag.
 type RuleRef struct {
 	Handle uint64
@@ -115,14 +134,19 @@ const (
 	opAppendRule
 	opInsertRule
 	opDeleteRule
+	opAddMap
+	opFlushMap
+	opAddElements
 )
 
 type op struct {
-	kind   opKind
-	table  Table
-	chain  Chain
-	rule   Rule
-	handle uint64
+	kind     opKind
+	table    Table
+	chain    Chain
+	rule     Rule
+	handle   uint64
+	set      Map
+	elements []Element
 }
 
 // AddTable adds t; a table that exists is kept as it is (nft's `add`).
@@ -159,6 +183,25 @@ func (tx *Tx) DeleteRule(t Table, chain string, h uint64, tag string) {
 	tx.ops = append(tx.ops, op{kind: opDeleteRule, table: t, chain: Chain{Name: chain}, handle: h, rule: Rule{Tag: tag}})
 }
 
+// AddMap adds map m to t; a map that exists keeps its elements.
+func (tx *Tx) AddMap(t Table, m Map) { tx.ops = append(tx.ops, op{kind: opAddMap, table: t, set: m}) }
+
+// FlushMap deletes every element of map name; the transaction fails if
+// the map does not exist.
+func (tx *Tx) FlushMap(t Table, name string) {
+	tx.ops = append(tx.ops, op{kind: opFlushMap, table: t, set: Map{Name: name}})
+}
+
+// AddElements adds els to map name (a map added earlier in the same
+// transaction, or one that exists); an element whose key is there with
+// the same value is kept, with another value it fails the transaction.
+func (tx *Tx) AddElements(t Table, name string, els ...Element) {
+	if len(els) == 0 {
+		return
+	}
+	tx.ops = append(tx.ops, op{kind: opAddElements, table: t, set: Map{Name: name}, elements: slices.Clone(els)})
+}
+
 // Len returns the number of operations.
 func (tx *Tx) Len() int { return len(tx.ops) }
 
@@ -190,7 +233,22 @@ func (tx *Tx) String() string {
 				fmt.Fprintf(&b, " # %q", o.rule.Tag)
 			}
 			b.WriteString("\n")
+		case opAddMap:
+			fmt.Fprintf(&b, "add map %s %s { type %s : %s; }\n", o.table, o.set.Name, o.set.KeyType.Name, o.set.DataType.Name)
+		case opFlushMap:
+			fmt.Fprintf(&b, "flush map %s %s\n", o.table, o.set.Name)
+		case opAddElements:
+			fmt.Fprintf(&b, "add element %s %s { %s }\n", o.table, o.set.Name, elementsText(o.elements))
 		}
 	}
 	return b.String()
+}
+
+// elementsText is els' Texts as nft lists them, comma-separated.
+func elementsText(els []Element) string {
+	texts := make([]string, len(els))
+	for i, e := range els {
+		texts[i] = e.Text
+	}
+	return strings.Join(texts, ", ")
 }

@@ -72,7 +72,7 @@ type plane struct {
 }
 
 var planesByName = map[string]plane{
-	nftables.Name: {
+	nat.DataplaneNftables: {
 		open: func(ctx context.Context, cfg nat.Config) (nat.Dataplane, error) {
 			return nftables.New(ctx, cfg)
 		},
@@ -82,7 +82,7 @@ var planesByName = map[string]plane{
 		present: nftPresent,
 		remove:  nftRemove,
 	},
-	iptables.Name: {open: func(ctx context.Context, cfg nat.Config) (nat.Dataplane, error) {
+	nat.DataplaneIptables: {open: func(ctx context.Context, cfg nat.Config) (nat.Dataplane, error) {
 		return iptables.New(ctx, cfg)
 	}, bare: func(ctx context.Context, cfg nat.Config) (nat.Dataplane, error) {
 		return iptables.New(ctx, cfg, iptables.WithoutPlumbing())

@@ -50,7 +50,7 @@ func TestTeardown(t *testing.T) {
 }
 
 // TestNames: every data plane name has a backend here, under the name the
-// backend itself gives (nftables.Name, iptables.Name).
+// backend itself gives (its Name method).
 func TestNames(t *testing.T) {
 	for _, n := range Names {
 		if _, err := lookup(n); err != nil {
@@ -60,8 +60,8 @@ func TestNames(t *testing.T) {
 	if len(planesByName) != len(Names) {
 		t.Errorf("%d backends for %d names", len(planesByName), len(Names))
 	}
-	if nftables.Name != nat.DataplaneNftables || iptables.Name != nat.DataplaneIptables {
-		t.Errorf("backend names %q, %q; want %q, %q", nftables.Name, iptables.Name, nat.DataplaneNftables, nat.DataplaneIptables)
+	if n, i := (&nftables.Backend{}).Name(), (&iptables.Backend{}).Name(); n != nat.DataplaneNftables || i != nat.DataplaneIptables {
+		t.Errorf("backend names %q, %q; want %q, %q", n, i, nat.DataplaneNftables, nat.DataplaneIptables)
 	}
 	if _, err := Open(context.Background(), "pf", nat.Config{}); err == nil || !strings.Contains(err.Error(), "unknown data plane") {
 		t.Errorf("Open(pf): %v, want an unknown data plane error", err)
@@ -149,7 +149,7 @@ func TestSwitch(t *testing.T) {
 		shared bool
 	}
 	var cases []tc
-	for _, pair := range [][2]string{{nftables.Name, iptables.Name}, {iptables.Name, nftables.Name}} {
+	for _, pair := range [][2]string{{nat.DataplaneNftables, nat.DataplaneIptables}, {nat.DataplaneIptables, nat.DataplaneNftables}} {
 		for _, v := range []tc{{}, {killed: true}, {shared: true}} {
 			v.from, v.to = pair[0], pair[1]
 			cases = append(cases, v)
@@ -249,14 +249,14 @@ func TestNothingToEmpty(t *testing.T) {
 			t.Fatalf("%s state created by EmptyOthers", name)
 		}
 	}
-	dp := open(t, nftables.Name, gw.Config())
+	dp := open(t, nat.DataplaneNftables, gw.Config())
 	apply(t, dp, eip0, fip0)
 	dp.Close()
-	e, err := EmptyOthers(ctx, nftables.Name, gw.Config())
+	e, err := EmptyOthers(ctx, nat.DataplaneNftables, gw.Config())
 	if err != nil || !e.Empty() {
 		t.Fatalf("keep nftables: %v, %v", e, err)
 	}
-	if !present(t, nftables.Name, gw) || present(t, iptables.Name, gw) {
+	if !present(t, nat.DataplaneNftables, gw) || present(t, nat.DataplaneIptables, gw) {
 		t.Fatal("kept data plane touched or the other created")
 	}
 }
@@ -266,7 +266,7 @@ func TestNothingToEmpty(t *testing.T) {
 // plane's rules and state but leaves the addresses and routes (nat/ha's)
 // where they are, and the new data plane adds none.
 func TestSwitchWithoutPlumbing(t *testing.T) {
-	for _, pair := range [][2]string{{nftables.Name, iptables.Name}, {iptables.Name, nftables.Name}} {
+	for _, pair := range [][2]string{{nat.DataplaneNftables, nat.DataplaneIptables}, {nat.DataplaneIptables, nat.DataplaneNftables}} {
 		from, to := pair[0], pair[1]
 		t.Run(from+"-to-"+to, func(t *testing.T) {
 			lab := netlab.ForTest(t)

@@ -62,6 +62,7 @@
 package shape
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -83,10 +84,8 @@ import (
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/conntrack"
 	"github.com/natgw/natgw/nat/netns"
+	"github.com/natgw/natgw/nat/nftconn"
 )
-
-// Table is natgw's nftables table (family ip) of the class marks.
-const Table = "natgw_shape"
 
 // Major is the handle of natgw's root HTB qdisc on both interfaces
 // (`tc` prints it as 4e47:).
@@ -411,16 +410,18 @@ func toEIPs(cs []class) []EIP {
 	return out
 }
 
-// kernel holds the netlink and nftables handles of one namespace.
+// kernel holds the netlink handle and the nftables connection of one
+// namespace.
 type kernel struct {
 	cfg  nat.Config
 	h    *netlink.Handle
-	conn *nft.Conn
+	ctx  context.Context
+	conn nftconn.Conn
 }
 
 func withKernel(cfg nat.Config, fn func(k *kernel) error) error {
 	var h *netlink.Handle
-	var opts []nft.ConnOption
+	var conn nftconn.Conn
 	if cfg.NetNS != "" {
 		ns, err := netns.Open(cfg.NetNS)
 		if err != nil {
@@ -430,39 +431,47 @@ func withKernel(cfg nat.Config, fn func(k *kernel) error) error {
 		if h, err = netlink.NewHandleAt(vnetns.NsHandle(ns.Fd())); err != nil {
 			return fmt.Errorf("shape: netlink in %s: %w", cfg.NetNS, err)
 		}
-		opts = append(opts, nft.WithNetNSFd(ns.Fd()))
+		conn = nftconn.Open(ns)
 	} else {
 		var err error
 		if h, err = netlink.NewHandle(); err != nil {
 			return fmt.Errorf("shape: netlink: %w", err)
 		}
+		conn = nftconn.Current()
 	}
 	defer h.Close()
-	c, err := nft.New(opts...)
-	if err != nil {
-		return fmt.Errorf("shape: nftables: %w", err)
-	}
-	return fn(&kernel{cfg: cfg, h: h, conn: c})
+	return fn(&kernel{cfg: cfg, h: h, ctx: context.Background(), conn: conn})
 }
 
-func table() *nft.Table { return &nft.Table{Name: Table, Family: nft.TableFamilyIPv4} }
+// table is natgw's shaping table.
+var table = nftconn.Table{Family: nft.TableFamilyIPv4, Name: nftconn.ShapeTable}
 
-// typeClassid is nft's classid datatype (tc's major:minor, 4 bytes in host
-// order), which google/nftables v0.3.0 does not name.
-var typeClassid = func() nft.SetDatatype {
-	t := nft.SetDatatype{Name: "classid", Bytes: 4}
-	t.SetNFTMagic(23) // TYPE_CLASSID of nftables' include/datatype.h
-	return t
-}()
-
-// mapOf is direction d's map: ingress is keyed by the connection's ct
-// mark (the EIP, conntrack.MarkOf), egress by the source address.
-func mapOf(t *nft.Table, d direction) *nft.Set {
+// mapOf is direction d's map (named for d): ingress is keyed by the
+// connection's ct mark (the EIP, conntrack.MarkOf), egress by the source
+// address; the values are classids (tc's major:minor, 4 bytes in host
+// order).
+func mapOf(d direction) nftconn.Map {
 	key := nft.TypeIPAddr
 	if d == ingress {
 		key = nft.TypeMark
 	}
-	return &nft.Set{Table: t, Name: d.String(), IsMap: true, KeyType: key, DataType: typeClassid}
+	return nftconn.Map{Name: d.String(), KeyType: key, DataType: nft.TypeClassID}
+}
+
+// element is class c's element of its direction's map; its Text is as nft
+// lists it, which shows the mark and the classid in the wrong byte order
+// (google/nftables does not record their host byte order for it).
+func element(c class) nftconn.Element {
+	key := mapKey(c.dir, c.eip)
+	val := binary.NativeEndian.AppendUint32(nil, c.id())
+	keyText := c.eip.String()
+	if c.dir == ingress {
+		keyText = fmt.Sprintf("0x%08x", binary.BigEndian.Uint32(key))
+	}
+	v := binary.BigEndian.Uint32(val)
+	comment := c.lim.comment()
+	return nftconn.Element{Key: key, Val: val, Comment: comment,
+		Text: fmt.Sprintf("%s comment %q : %x:%x", keyText, comment, v>>16, v&0xffff)}
 }
 
 // mapKey is eip's key in direction d's map.
@@ -485,36 +494,34 @@ func keyAddr(d direction, key []byte) (netip.Addr, bool) {
 }
 
 // readMaps returns the classes recorded in natgw's table.
-func (k *kernel) readMaps() ([]class, error) {
-	tables, err := k.conn.ListTablesOfFamily(nft.TableFamilyIPv4)
-	if err != nil {
-		return nil, fmt.Errorf("shape: nftables: list tables: %w", err)
-	}
-	if !slices.ContainsFunc(tables, func(t *nft.Table) bool { return t.Name == Table }) {
+func (k *kernel) readMaps() ([]class, error) { return readMaps(k.ctx, k.conn) }
+
+// readMaps returns the classes recorded in natgw's table, read through c.
+func readMaps(ctx context.Context, c nftconn.Conn) ([]class, error) {
+	if ok, err := nftconn.HasTable(ctx, c, table); err != nil || !ok {
+		if err != nil {
+			return nil, fmt.Errorf("shape: %w", err)
+		}
 		return nil, nil
 	}
 	var out []class
 	for _, d := range []direction{ingress, egress} {
-		set, err := k.conn.GetSetByName(table(), d.String())
+		els, err := c.MapElements(ctx, table, mapOf(d).Name)
 		if err != nil {
-			return nil, fmt.Errorf("shape: nftables: %s map %s: %w", Table, d, err)
-		}
-		els, err := k.conn.GetSetElements(set)
-		if err != nil {
-			return nil, fmt.Errorf("shape: nftables: %s map %s elements: %w", Table, d, err)
+			return nil, fmt.Errorf("shape: %w", err)
 		}
 		for _, el := range els {
 			a, ok := keyAddr(d, el.Key)
 			if !ok || len(el.Val) != 4 {
-				return nil, fmt.Errorf("shape: %s map %s: bad element %x : %x", Table, d, el.Key, el.Val)
+				return nil, fmt.Errorf("shape: %s map %s: bad element %x : %x", table.Name, d, el.Key, el.Val)
 			}
 			id := binary.NativeEndian.Uint32(el.Val)
 			lim, err := parseComment(el.Comment)
 			if err != nil {
-				return nil, fmt.Errorf("shape: %s map %s element %s: %w", Table, d, a, err)
+				return nil, fmt.Errorf("shape: %s map %s element %s: %w", table.Name, d, a, err)
 			}
 			if id>>16 != Major {
-				return nil, fmt.Errorf("shape: %s map %s element %s: class %x:%x is not natgw's", Table, d, a, id>>16, id&0xffff)
+				return nil, fmt.Errorf("shape: %s map %s element %s: class %x:%x is not natgw's", table.Name, d, a, id>>16, id&0xffff)
 			}
 			out = append(out, class{dir: d, eip: a, minor: uint16(id), lim: lim})
 		}
@@ -768,89 +775,60 @@ func (k *kernel) apply(cur, want []class) (err error) {
 }
 
 func (k *kernel) tableExists() bool {
-	tables, err := k.conn.ListTablesOfFamily(nft.TableFamilyIPv4)
-	return err == nil && slices.ContainsFunc(tables, func(t *nft.Table) bool { return t.Name == Table })
+	ok, err := nftconn.HasTable(k.ctx, k.conn, table)
+	return err == nil && ok
 }
 
 // writeTable makes natgw_shape hold want's maps (deletes it when want is
-// empty), in one transaction.
+// empty), in one transaction (tableTx).
 func (k *kernel) writeTable(wanted, exists bool, want []class) error {
-	t := table()
-	c := k.conn
+	if err := k.conn.Apply(k.ctx, tableTx(k.cfg, wanted, exists, want)); err != nil {
+		if !wanted {
+			return fmt.Errorf("shape: nftables: delete table %s: %w", table.Name, err)
+		}
+		return fmt.Errorf("shape: nftables: program %d classes in %s: %w", len(want), table.Name, err)
+	}
+	return nil
+}
+
+// postChain is the table's one chain.
+var postChain = nftconn.Chain{Name: "post", Type: nft.ChainTypeFilter, Hook: nft.ChainHookPostrouting, Priority: nft.ChainPriorityRef(200)}
+
+// tableTx is the transaction that makes the table hold want (exists:
+// whether it is there now): not wanted, the table deleted (nothing if it
+// is not there); else the table, the maps (flushed and refilled) and the
+// chain (flushed and refilled).
+func tableTx(cfg nat.Config, wanted, exists bool, want []class) *nftconn.Tx {
+	tx := &nftconn.Tx{}
 	if !wanted {
-		if !exists {
-			return nil
-		}
-		c.DelTable(t)
-		if err := c.Flush(); err != nil {
-			return fmt.Errorf("shape: nftables: delete table %s: %w", Table, err)
-		}
-		return nil
-	}
-	if err := buildTable(c, k.cfg, exists, want); err != nil {
-		return err
-	}
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("shape: nftables: program %d classes in %s: %w", len(want), Table, err)
-	}
-	return nil
-}
-
-// conn is the part of *nft.Conn buildTable uses (a recorder in tests).
-type conn interface {
-	AddTable(*nft.Table) *nft.Table
-	DelTable(*nft.Table)
-	AddChain(*nft.Chain) *nft.Chain
-	FlushChain(*nft.Chain)
-	AddSet(*nft.Set, []nft.SetElement) error
-	FlushSet(*nft.Set)
-	SetAddElements(*nft.Set, []nft.SetElement) error
-	AddRule(*nft.Rule) *nft.Rule
-}
-
-// buildTable queues the table's messages: table, maps (flushed and
-// refilled), chain (flushed and refilled).
-func buildTable(c conn, cfg nat.Config, exists bool, want []class) error {
-	t := table()
-	c.AddTable(t)
-	sets := map[direction]*nft.Set{}
-	for _, d := range []direction{ingress, egress} {
-		s := mapOf(t, d)
-		sets[d] = s
-		var els []nft.SetElement
-		for _, w := range want {
-			if w.dir != d {
-				continue
-			}
-			val := make([]byte, 4)
-			binary.NativeEndian.PutUint32(val, w.id())
-			els = append(els, nft.SetElement{Key: mapKey(d, w.eip), Val: val, Comment: w.lim.comment()})
-		}
-		if err := c.AddSet(s, nil); err != nil {
-			return fmt.Errorf("shape: nftables: map %s: %w", d, err)
-		}
 		if exists {
-			c.FlushSet(s)
+			tx.DeleteTable(table)
 		}
-		if len(els) > 0 {
-			if err := c.SetAddElements(s, els); err != nil {
-				return fmt.Errorf("shape: nftables: map %s elements: %w", d, err)
+		return tx
+	}
+	tx.AddTable(table)
+	for _, d := range []direction{ingress, egress} {
+		m := mapOf(d)
+		tx.AddMap(table, m)
+		if exists {
+			tx.FlushMap(table, m.Name)
+		}
+		var els []nftconn.Element
+		for _, w := range want {
+			if w.dir == d {
+				els = append(els, element(w))
 			}
 		}
+		tx.AddElements(table, m.Name, els...)
 	}
-	ch := c.AddChain(&nft.Chain{Name: "post", Table: t, Type: nft.ChainTypeFilter, Hooknum: nft.ChainHookPostrouting, Priority: nft.ChainPriorityRef(200)})
+	tx.AddChain(table, postChain)
 	if exists {
-		c.FlushChain(ch)
+		tx.FlushChain(table, postChain.Name)
 	}
-	for _, r := range rules(cfg, sets) {
-		c.AddRule(&nft.Rule{Table: t, Chain: ch, Exprs: r.exprs, UserData: []byte("natgw: " + r.comment)})
+	for _, r := range rules(cfg) {
+		tx.AppendRule(table, postChain.Name, r)
 	}
-	return nil
-}
-
-type rule struct {
-	comment string
-	exprs   []expr.Any
+	return tx
 }
 
 func ifname(name string) []byte {
@@ -859,8 +837,8 @@ func ifname(name string) []byte {
 	return b
 }
 
-// rules are the chain's three rules.
-func rules(cfg nat.Config, sets map[direction]*nft.Set) []rule {
+// rules are the chain's two rules, each tagged "natgw: " and what it does.
+func rules(cfg nat.Config) []nftconn.Rule {
 	oif := func(dev string) []expr.Any {
 		return []expr.Any{
 			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
@@ -869,18 +847,19 @@ func rules(cfg nat.Config, sets map[direction]*nft.Set) []rule {
 	}
 	setPrio := func(d direction) []expr.Any {
 		return []expr.Any{
-			&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: sets[d].Name, SetID: sets[d].ID},
+			&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: mapOf(d).Name},
 			&expr.Meta{Key: expr.MetaKeyPRIORITY, SourceRegister: true, Register: 1},
 		}
 	}
-	in, out := ingress, egress
-	return []rule{
-		{"ingress: class of the connection's EIP (its ct mark)",
-			slices.Concat(oif(cfg.InternalInterface), []expr.Any{&expr.Ct{Key: expr.CtKeyMARK, Register: 1}}, setPrio(in))},
-		{"egress: class of the source (the EIP after SNAT)",
-			slices.Concat(oif(cfg.ExternalInterface), []expr.Any{
+	return []nftconn.Rule{
+		{Tag: "natgw: ingress: class of the connection's EIP (its ct mark)",
+			Text:  fmt.Sprintf("oifname %q meta priority set ct mark map @%s", cfg.InternalInterface, mapOf(ingress).Name),
+			Exprs: slices.Concat(oif(cfg.InternalInterface), []expr.Any{&expr.Ct{Key: expr.CtKeyMARK, Register: 1}}, setPrio(ingress))},
+		{Tag: "natgw: egress: class of the source (the EIP after SNAT)",
+			Text: fmt.Sprintf("oifname %q meta priority set ip saddr map @%s", cfg.ExternalInterface, mapOf(egress).Name),
+			Exprs: slices.Concat(oif(cfg.ExternalInterface), []expr.Any{
 				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-			}, setPrio(out))},
+			}, setPrio(egress))},
 	}
 }
 

@@ -68,8 +68,8 @@ func TestShapeTCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(rs, Table) {
-		t.Errorf("table %s still there after Set(nil)", Table)
+	if strings.Contains(rs, string(table.Name)) {
+		t.Errorf("table %s still there after Set(nil)", table.Name)
 	}
 	for _, dev := range []string{"eth0", "net1"} {
 		out, err := netlab.Exec(ctx, tp.gw, "", "tc", "qdisc", "show", "dev", dev)
@@ -229,8 +229,8 @@ func TestWrapShapesEIPQoS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(rs, Table) {
-		t.Errorf("table %s left after the last shaped EIP went", Table)
+	if strings.Contains(rs, string(table.Name)) {
+		t.Errorf("table %s left after the last shaped EIP went", table.Name)
 	}
 }
 

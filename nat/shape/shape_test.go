@@ -10,48 +10,14 @@ import (
 	"testing"
 	"time"
 
-	nft "github.com/google/nftables"
-
 	"github.com/natgw/natgw/internal/golden"
 	"github.com/natgw/natgw/nat"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/plan.golden")
 
-// recorder is a conn that writes down what buildTable queues.
-type recorder struct{ b strings.Builder }
-
-func (r *recorder) AddTable(t *nft.Table) *nft.Table {
-	fmt.Fprintf(&r.b, "add table ip %s\n", t.Name)
-	return t
-}
-func (r *recorder) DelTable(t *nft.Table) { fmt.Fprintf(&r.b, "delete table ip %s\n", t.Name) }
-func (r *recorder) AddChain(c *nft.Chain) *nft.Chain {
-	fmt.Fprintf(&r.b, "add chain %s: type %s hook %d priority %d\n", c.Name, c.Type, *c.Hooknum, *c.Priority)
-	return c
-}
-func (r *recorder) FlushChain(c *nft.Chain) { fmt.Fprintf(&r.b, "flush chain %s\n", c.Name) }
-func (r *recorder) AddSet(s *nft.Set, _ []nft.SetElement) error {
-	fmt.Fprintf(&r.b, "add map %s: type %s : %s\n", s.Name, s.KeyType.Name, s.DataType.Name)
-	return nil
-}
-func (r *recorder) FlushSet(s *nft.Set) { fmt.Fprintf(&r.b, "flush map %s\n", s.Name) }
-func (r *recorder) SetAddElements(s *nft.Set, els []nft.SetElement) error {
-	for _, e := range els {
-		fmt.Fprintf(&r.b, "  element %s: key %x : %x comment %q\n", s.Name, e.Key, e.Val, e.Comment)
-	}
-	return nil
-}
-func (r *recorder) AddRule(ru *nft.Rule) *nft.Rule {
-	fmt.Fprintf(&r.b, "add rule %s # %s\n", ru.Chain.Name, ru.UserData)
-	for _, e := range ru.Exprs {
-		fmt.Fprintf(&r.b, "    %T %+v\n", e, e)
-	}
-	return ru
-}
-
 // plan renders what Set programs for eips on an empty gateway: the qdiscs,
-// classes and leaves (as `tc` would be told) and the nftables messages.
+// classes and leaves (as `tc` would be told) and the nftables transaction.
 func plan(t *testing.T, cfg nat.Config, eips []EIP) string {
 	t.Helper()
 	cfg = cfg.WithDefaults()
@@ -81,11 +47,7 @@ func plan(t *testing.T, cfg nat.Config, eips []EIP) string {
 			}
 		}
 	}
-	r := &recorder{}
-	if err := buildTable(r, cfg, false, want); err != nil {
-		t.Fatal(err)
-	}
-	b.WriteString(r.b.String())
+	b.WriteString(tableTx(cfg, true, false, want).String())
 	return b.String()
 }
 

@@ -92,7 +92,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	fs.IntVar(&f.workers, "workers", 4, "parallel reconciles per kind (per-gateway ordering comes from the agent)")
 	fs.DurationVar(&f.sweepPeriod, "sweep-period", 5*time.Minute, "period of the orphan sweep on every gateway (also runs on each (re)connect); 0 disables the periodic sweep")
 	fs.DurationVar(&f.driftPeriod, "drift-period", 10*time.Minute, "period of the drift check (fresh list compared to the desired set, repaired with sync); 0 disables it")
-	fs.StringVar(&f.dataplane, "dataplane", transport.DataplaneNftables, "data plane of every gateway's agent: nftables or iptables (per gateway: annotation "+reconciler.DataplaneAnnotation+" on the VpcNatGateway)")
+	fs.StringVar(&f.dataplane, "dataplane", nat.DataplaneNftables, "data plane of every gateway's agent: nftables or iptables (per gateway: annotation "+reconciler.DataplaneAnnotation+" on the VpcNatGateway)")
 	fs.StringVar(&f.transport, "transport", "exec", "how to reach gateways: exec (pod exec into the gateway pod) or local (natgw serve in a network namespace on this host)")
 	fs.StringVar(&f.natgwBinary, "natgw-binary", "natgw", "path of the natgw binary (local transport), or its name inside the gateway container (exec transport)")
 	fs.StringVar(&f.gatewayConfig, "gateway-config", "", "YAML file mapping gateways to namespaces and external network settings (required for the local transport)")
@@ -151,7 +151,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	switch f.mode {
 	case modeReplace:
 	case modeCompanion:
-		if f.dataplane != transport.DataplaneNftables {
+		if f.dataplane != nat.DataplaneNftables {
 			return nil, fmt.Errorf("--dataplane=%s: --mode=companion reads gateways on the nftables data plane, the one the image's nat-gateway.sh programs", f.dataplane)
 		}
 		if f.companionPeriod <= 0 || f.companionGrace <= 0 {

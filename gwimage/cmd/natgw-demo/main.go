@@ -369,7 +369,7 @@ func (d *demo) filterState(ctx context.Context) (string, error) {
 	if d.dataplane == "iptables" {
 		return netlab.Exec(ctx, d.gw.GW, "", "iptables-legacy-save", "-t", "nat")
 	}
-	return netlab.NftTable(ctx, d.gw.GW, "inet", nftconn.MainTable)
+	return netlab.NftTable(ctx, d.gw.GW, "inet", string(nftconn.MainTable))
 }
 
 // expectClean checks that nothing of the demo's objects is left: not in the

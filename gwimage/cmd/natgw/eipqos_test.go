@@ -7,7 +7,7 @@ import (
 
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
-	"github.com/natgw/natgw/nat/shape"
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // TestAgentEIPQoSModes: `natgw serve` shapes EIP QoS by default on nftables
@@ -38,8 +38,8 @@ func TestAgentEIPQoSModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs := ruleset()
-	if !strings.Contains(rs, "table ip "+shape.Table) || strings.Contains(rs, "qos_in_") {
-		t.Errorf("default mode: want table %s and no limit in the NAT table:\n%s", shape.Table, rs)
+	if !strings.Contains(rs, "table ip "+string(nftconn.ShapeTable)) || strings.Contains(rs, "qos_in_") {
+		t.Errorf("default mode: want table %s and no limit in the NAT table:\n%s", nftconn.ShapeTable, rs)
 	}
 	objs, err := a.List(ctx, true)
 	if err != nil {
@@ -58,8 +58,8 @@ func TestAgentEIPQoSModes(t *testing.T) {
 	if _, err := p.Info(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if rs := ruleset(); strings.Contains(rs, shape.Table) {
-		t.Errorf("--eip-qos=police: table %s still there after start:\n%s", shape.Table, rs)
+	if rs := ruleset(); strings.Contains(rs, string(nftconn.ShapeTable)) {
+		t.Errorf("--eip-qos=police: table %s still there after start:\n%s", nftconn.ShapeTable, rs)
 	}
 	if err := p.Sync(ctx, []nat.Object{eip}); err != nil {
 		t.Fatal(err)

@@ -47,7 +47,7 @@ func tableCensus(t *testing.T, ns string) (old, new int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := &nft.Table{Name: nftconn.MainTable, Family: nft.TableFamilyINet}
+	table := &nft.Table{Name: string(nftconn.MainTable), Family: nft.TableFamilyINet}
 	for _, name := range []string{nftconn.MainSetFIPDNAT, nftconn.MainSetFIPSNAT} {
 		set, err := c.GetSetByName(table, name)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/gwqos"
+	"github.com/natgw/natgw/nat/nftconn"
 	"github.com/natgw/natgw/nat/shape"
 )
 
@@ -250,8 +251,8 @@ func TestCompatGatewayQoS(t *testing.T) {
 	if rules, err := gwqos.List(nat.Config{NetNS: gw.GW}); err != nil || len(rules) > 0 {
 		t.Fatalf("after the deletes the gateway still holds %v (%v)", rules, err)
 	}
-	if table, err := netlab.NftTable(context.Background(), gw.GW, "ip", gwqos.Table); err == nil {
-		t.Fatalf("after the deletes table %s is still there:\n%s", gwqos.Table, table)
+	if table, err := netlab.NftTable(context.Background(), gw.GW, "ip", nftconn.GatewayQoSTable); err == nil {
+		t.Fatalf("after the deletes table %s is still there:\n%s", nftconn.GatewayQoSTable, table)
 	}
 	for _, dev := range []string{"eth0", "net1"} {
 		if out, err := netlab.Exec(ctx, gw.GW, "", "tc", "qdisc", "show", "dev", dev); err != nil || strings.Contains(out, "4e47:") {
@@ -303,7 +304,7 @@ func TestAgentGatewayQoS(t *testing.T) {
 	if changed, err := a.SetGatewayQoS(ctx, rules); err != nil || changed {
 		t.Fatalf("the same gwqos again = %v, %v; want nothing written", changed, err)
 	}
-	if _, err := netlab.Exec(ctx, gw.GW, "", "nft", "flush", "chain", "ip", gwqos.Table, "egress"); err != nil {
+	if _, err := netlab.Exec(ctx, gw.GW, "", "nft", "flush", "chain", "ip", string(nftconn.GatewayQoSTable), "egress"); err != nil {
 		t.Fatal(err)
 	}
 	if changed, err := a.SetGatewayQoS(ctx, rules); err != nil || !changed {
@@ -325,7 +326,7 @@ func TestAgentGatewayQoS(t *testing.T) {
 	if _, err := a.SetGatewayQoS(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := netlab.NftTable(ctx, gw.GW, "ip", gwqos.Table); err == nil {
+	if out, err := netlab.NftTable(ctx, gw.GW, "ip", nftconn.GatewayQoSTable); err == nil {
 		t.Fatalf("an empty gwqos left the table:\n%s", out)
 	}
 	if natAfter, err := netlab.NftTable(ctx, gw.GW, "inet", "natgw"); err != nil || natAfter != natBefore {

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/natgw/natgw/gwimage/vpclb"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat/netns"
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // TestVPCLBInitContainers runs the VPC LB pod's init containers (vpc_lb.go:
@@ -95,7 +95,7 @@ func TestVPCLBInitContainers(t *testing.T) {
 	if code, stderr := run("ip6tables", "-t", "nat", "-I", "POSTROUTING", "-d", "2001:db8:1::/64", "-j", "MASQUERADE"); code != 0 || stderr != "" {
 		t.Fatalf("ip6tables: exit %d stderr %q", code, stderr)
 	}
-	if out, err := netlab.NftTable(context.Background(), gw.GW, "ip6", vpclb.Table); err != nil || !strings.Contains(out, "ip6 daddr 2001:db8:1::/64 masquerade") {
+	if out, err := netlab.NftTable(context.Background(), gw.GW, "ip6", nftconn.VPCLBTable); err != nil || !strings.Contains(out, "ip6 daddr 2001:db8:1::/64 masquerade") {
 		t.Fatalf("ip6 table: %q, %v", out, err)
 	}
 }
