@@ -21,10 +21,12 @@ func openIptables(ctx context.Context, cfg nat.Config) (nat.Dataplane, error) {
 
 // natgwMethods lists natgw's own scenario 1 methods: (d) the nftables
 // backend in-process, (e) the same through `natgw serve` (when the binary
-// is given), (f) the iptables-legacy backend in-process.
+// is given), (f) the iptables-legacy backend in-process. (d) and (e) are
+// measured in IPv6 too; (f) is not: natgw's iptables-legacy data plane
+// refuses IPv6 (nat/iptables, doc.go "IPv6").
 func natgwMethods(e *Env) []Method {
 	ms := []Method{
-		{Key: "d", Label: "natgw nftables backend, in-process", Ours: true, CleansConntrack: true, Open: openDataplane(openNftables)},
+		{Key: "d", Label: "natgw nftables backend, in-process", Ours: true, CleansConntrack: true, IPv6: true, Open: openDataplane(openNftables)},
 	}
 	if agent := agentMethod(e); agent != nil {
 		ms = append(ms, *agent)
@@ -39,5 +41,5 @@ func agentMethod(e *Env) *Method {
 	if e.Natgw == "" {
 		return nil
 	}
-	return &Method{Key: "e", Label: "natgw serve (nftables) over its pipe protocol", Ours: true, CleansConntrack: true, Open: openAgent}
+	return &Method{Key: "e", Label: "natgw serve (nftables) over its pipe protocol", Ours: true, CleansConntrack: true, IPv6: true, Open: openAgent}
 }

@@ -62,6 +62,9 @@ type Plan struct {
 	// S4TCPWindow is the length of one established-TCP throughput run.
 	S4TCPWindow time.Duration
 	S4TCPReps   int
+	// S4Env is the value of NATGW_BENCH_S4 that set the sizes, windows
+	// and repetitions ("" when the mode's apply).
+	S4Env string
 
 	// S2OneByOne FIPs are added one request each through natgw serve,
 	// S2ScriptOneByOne one script exec each with (a) (its cost grows with

@@ -63,3 +63,47 @@ func Objects(fs []FIP) []nat.Object {
 	}
 	return out
 }
+
+// Filler6 is the IPv6 counterpart of Filler: the i-th IPv6 FIP that fills
+// a table, EIP 2001:db8:6400::1+i (a /40 of the documentation prefix that
+// the dual-stack topology does not use), internal fd00:a::1+i, and a
+// 36-character UID distinct from every Filler's. No traffic goes to them.
+func Filler6(i int) FIP {
+	if i < 0 || i >= MaxFillers-2 {
+		panic(fmt.Sprintf("filler index %d out of range", i)) // a bug in a scenario's sizes, not input
+	}
+	v := uint32(i + 1)
+	eip := [16]byte{0x20, 0x01, 0x0d, 0xb8, 0x64}
+	in := [16]byte{0xfd, 0x00, 0x00, 0x0a}
+	eip[13], eip[14], eip[15] = byte(v>>16), byte(v>>8), byte(v)
+	in[13], in[14], in[15] = byte(v>>16), byte(v>>8), byte(v)
+	return FIP{
+		UID:      fmt.Sprintf("%08x-f666-4000-8000-%012x", v, v),
+		EIP:      netip.AddrFrom16(eip),
+		Internal: netip.AddrFrom16(in),
+	}
+}
+
+// Fillers6 returns Filler6(0..n-1).
+func Fillers6(n int) []FIP {
+	out := make([]FIP, n)
+	for i := range out {
+		out[i] = Filler6(i)
+	}
+	return out
+}
+
+// Probe6 is Probe's IPv6 counterpart in a dual-stack topology
+// (netlab.GatewayOptions.IPv6): the first IPv6 EIP to the first VPC host's
+// IPv6 address.
+func Probe6() FIP {
+	return FIP{UID: "b0b0b0b0-0000-4000-8000-000000000006", EIP: netlab.EIP6(0), Internal: netlab.VMAddr6(0)}
+}
+
+// fillersOf returns n fillers of the family of probe.
+func fillersOf(probe FIP, n int) []FIP {
+	if probe.EIP.Is6() {
+		return Fillers6(n)
+	}
+	return Fillers(n)
+}

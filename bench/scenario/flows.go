@@ -11,6 +11,7 @@ import (
 	"github.com/ti-mo/conntrack"
 	"golang.org/x/sys/unix"
 
+	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/netns"
 )
 
@@ -18,6 +19,13 @@ import (
 // socket created in a namespace: each new (source port, destination port)
 // pair is a new conntrack flow on the gateway, whose NAT rules are evaluated
 // for its first packet.
+//
+// IPv4 datagrams are written whole (IPPROTO_RAW, the header included, UDP
+// checksum 0 = none). IPv6 has no checksum-less UDP (conntrack would count
+// such a datagram invalid and never translate it), so an IPv6 sender is a
+// raw IPPROTO_UDP socket bound to src that writes the UDP header and
+// payload, the kernel adding the IPv6 header and the UDP checksum
+// (IPV6_CHECKSUM at offset 6).
 type udpSender struct {
 	fd  int
 	src netip.Addr
@@ -25,10 +33,13 @@ type udpSender struct {
 }
 
 // newUDPSender opens a raw socket in the namespace ns; datagrams leave from
-// src.
+// src (IPv4 or IPv6: the sender sends to addresses of src's family).
 func newUDPSender(ns string, src netip.Addr) (*udpSender, error) {
 	s := &udpSender{fd: -1, src: src}
 	err := netns.Do(ns, func() error {
+		if src.Is6() {
+			return s.open6()
+		}
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
 		if err != nil {
 			return err
@@ -38,6 +49,12 @@ func newUDPSender(ns string, src netip.Addr) (*udpSender, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("raw socket in %s: %w", ns, err)
+	}
+	if src.Is6() {
+		u := s.pkt[20:]
+		binary.BigEndian.PutUint16(u[4:6], uint16(len(u))) // UDP length; the kernel fills in the checksum
+		copy(u[8:], "natgw-bench-flow..")
+		return s, nil
 	}
 	h := s.pkt[:]
 	h[0] = 0x45 // IPv4, 20-byte header
@@ -50,16 +67,47 @@ func newUDPSender(ns string, src netip.Addr) (*udpSender, error) {
 	return s, nil
 }
 
-// Send sends one datagram to dst:dport from s.src:sport. The kernel fills
-// in the IP total length, ID and checksum (IP_HDRINCL).
+// open6 opens the IPv6 sender's socket in the current namespace.
+func (s *udpSender) open6() error {
+	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return err
+	}
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_CHECKSUM, 6); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("IPV6_CHECKSUM: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet6{Addr: s.src.As16()}); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("bind %s: %w", s.src, err)
+	}
+	s.fd = fd
+	return nil
+}
+
+// Send sends one datagram to dst:dport from s.src:sport. For IPv4 the
+// kernel fills in the IP total length, ID and checksum (IP_HDRINCL); for
+// IPv6 the IPv6 header and the UDP checksum. dst must be of src's family.
 func (s *udpSender) Send(dst netip.Addr, sport, dport uint16) error {
+	if dst.Is6() != s.src.Is6() {
+		return fmt.Errorf("send udp to %s: the sender is %s (from %s)", dst, nat.Family(s.src), s.src)
+	}
 	h := s.pkt[:]
-	d := dst.As4()
-	copy(h[16:20], d[:])
-	binary.BigEndian.PutUint16(h[20:22], sport)
-	binary.BigEndian.PutUint16(h[22:24], dport)
+	var to unix.Sockaddr
+	if dst.Is6() {
+		h = s.pkt[20:]
+		binary.BigEndian.PutUint16(h[0:2], sport)
+		binary.BigEndian.PutUint16(h[2:4], dport)
+		to = &unix.SockaddrInet6{Addr: dst.As16()}
+	} else {
+		d := dst.As4()
+		copy(h[16:20], d[:])
+		binary.BigEndian.PutUint16(h[20:22], sport)
+		binary.BigEndian.PutUint16(h[22:24], dport)
+		to = &unix.SockaddrInet4{Addr: d}
+	}
 	for {
-		err := unix.Sendto(s.fd, h, 0, &unix.SockaddrInet4{Addr: d})
+		err := unix.Sendto(s.fd, h, 0, to)
 		switch err {
 		case nil:
 			return nil

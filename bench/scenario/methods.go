@@ -37,7 +37,18 @@ type Method struct {
 	// CleansConntrack: Delete also deletes the EIP's conntrack entries;
 	// scenario 1 then makes live flows before every delete.
 	CleansConntrack bool
-	Open            func(ctx context.Context, e *Env, gw *netlab.Gateway) (Programmer, error)
+	// IPv6 marks methods that program IPv6 FIPs too: scenario 1 measures
+	// them in both families in the same rounds (the IPv6 figures under
+	// the key Key+"6", see ipv6Method).
+	IPv6 bool
+	Open func(ctx context.Context, e *Env, gw *netlab.Gateway) (Programmer, error)
+}
+
+// ipv6Method is the report's row of m's IPv6 measurements: key "d6" for
+// (d), the label marked IPv6.
+func ipv6Method(m Method) Method {
+	m.Key, m.Label, m.IPv6 = m.Key+"6", m.Label+", IPv6", false
+	return m
 }
 
 // Name is "(a) label".

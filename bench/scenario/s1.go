@@ -70,30 +70,41 @@ func runS1(ctx context.Context, e *Env, plan Plan, methods []Method) error {
 	e.Progress.Scenario("scenario 1: programming latency of one FIP (add, delete) at N existing FIPs")
 	res := s1Results{}
 	var errs []error
+	var reported []Method // methods, each IPv6 method followed by its IPv6 row
 	for mi, m := range methods {
 		label := fmt.Sprintf("[%d/%d] %s", mi+1, len(methods), m.Name())
-		res[m.Key] = measureS1Method(ctx, e, plan, m, label)
+		var res6 map[int]*s1Cell
+		res[m.Key], res6 = measureS1Method(ctx, e, plan, m, label)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		for _, n := range plan.S1Sizes {
-			c := res[m.Key][n]
-			if c.err != nil {
-				c.err = sizeErr(m.Name(), n, c.err)
-				errs = append(errs, c.err)
-				e.Progress.Printf("%s N=%s: FAILED: %v", label, report.SizeLabel(n), c.err)
-				continue
+		fams := []Method{m}
+		if m.IPv6 {
+			res[ipv6Method(m).Key] = res6
+			fams = append(fams, ipv6Method(m))
+		}
+		reported = append(reported, fams...)
+		for _, fm := range fams {
+			for _, n := range plan.S1Sizes {
+				c := res[fm.Key][n]
+				if c.err != nil {
+					c.err = sizeErr(fm.Name(), n, c.err)
+					errs = append(errs, c.err)
+					e.Progress.Printf("[%d/%d] %s N=%s: FAILED: %v", mi+1, len(methods), fm.Name(), report.SizeLabel(n), c.err)
+					continue
+				}
+				e.Progress.Printf("[%d/%d] %s N=%s: add %s, delete %s (n=%d)", mi+1, len(methods), fm.Name(), report.SizeLabel(n), report.Seconds(c.add.Median), report.Seconds(c.del.Median), c.add.N)
 			}
-			e.Progress.Printf("%s N=%s: add %s, delete %s (n=%d)", label, report.SizeLabel(n), report.Seconds(c.add.Median), report.Seconds(c.del.Median), c.add.N)
 		}
 	}
-	reportS1(e, plan, methods, res)
+	reportS1(e, plan, reported, res)
 	return errors.Join(errs...)
 }
 
 // s1Slot is one size of one method: its own gateway topology, preloaded.
 type s1Slot struct {
 	n       int
+	v6      bool // the probe and fillers are IPv6 (dual-stack topology)
 	cell    *s1Cell
 	r       *s1Runner
 	closers []io.Closer
@@ -105,19 +116,35 @@ type s1Slot struct {
 
 func (s *s1Slot) live() bool { return s.cell.err == nil && s.r != nil }
 
-// measureS1Method builds one gateway per size for method m, preloads each,
-// warms each up (checked), and then measures in rounds: every round does
-// one add/delete pair on every size still short of its repetitions. So the
-// sizes of a method are measured interleaved, under the same machine
-// conditions, which is what the "add at 100k within 1.5× of add at 0"
-// comparison needs on a shared machine.
-func measureS1Method(ctx context.Context, e *Env, plan Plan, m Method, label string) map[int]*s1Cell {
-	out := map[int]*s1Cell{}
+// measureS1Method builds one gateway per size for method m (and, for an
+// IPv6 method, one dual-stack gateway per size holding IPv6 FIPs), preloads
+// each, warms each up (checked), and then measures in rounds: every round
+// does one add/delete pair on every size (and family) still short of its
+// repetitions. So the sizes and families of a method are measured
+// interleaved, under the same machine conditions, which is what the "add at
+// 100k within 1.5× of add at 0" and "IPv6 within 1.2× of IPv4" comparisons
+// need on a shared machine. out6 is nil unless m.IPv6.
+func measureS1Method(ctx context.Context, e *Env, plan Plan, m Method, label string) (out, out6 map[int]*s1Cell) {
+	out = map[int]*s1Cell{}
 	var slots []*s1Slot
 	for _, n := range plan.S1Sizes {
 		s := &s1Slot{n: n, cell: &s1Cell{}}
 		out[n] = s.cell
 		slots = append(slots, s)
+	}
+	if m.IPv6 {
+		out6 = map[int]*s1Cell{}
+		for _, n := range plan.S1Sizes {
+			s := &s1Slot{n: n, v6: true, cell: &s1Cell{}}
+			out6[n] = s.cell
+			slots = append(slots, s)
+		}
+	}
+	fam := func(s *s1Slot) string {
+		if s.v6 {
+			return "IPv6 "
+		}
+		return ""
 	}
 	err := withLab(ctx, func(l *netlab.Lab) error {
 		defer func() {
@@ -128,7 +155,7 @@ func measureS1Method(ctx context.Context, e *Env, plan Plan, m Method, label str
 			}
 		}()
 		for i, s := range slots {
-			e.Progress.Step(i+1, len(slots), "%s: set-up, preloading %d FIPs", label, s.n)
+			e.Progress.Step(i+1, len(slots), "%s: set-up, preloading %d %sFIPs", label, s.n, fam(s))
 			s.cell.err = setupS1(ctx, e, l, m, fmt.Sprintf("n%d", i), s, plan.S1Flows)
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -145,7 +172,7 @@ func measureS1Method(ctx context.Context, e *Env, plan Plan, m Method, label str
 			}
 			var last time.Duration
 			for i := 0; i < plan.S1Warmup; i++ {
-				e.Progress.Step(i+1, plan.S1Warmup, "%s N=%s: warm-up (checked)", label, report.SizeLabel(s.n))
+				e.Progress.Step(i+1, plan.S1Warmup, "%s N=%s: %swarm-up (checked)", label, report.SizeLabel(s.n), fam(s))
 				t0 := time.Now()
 				a, d, err := s.r.pair(true)
 				if err != nil {
@@ -205,7 +232,7 @@ func measureS1Method(ctx context.Context, e *Env, plan Plan, m Method, label str
 				}
 				wakes = append(wakes, d.Seconds())
 			}
-			e.Progress.Step(r+1, rounds, "%s: add+delete rounds over every N", label)
+			e.Progress.Step(r+1, rounds, "%s: add+delete rounds over every N (and family)", label)
 			for _, s := range slots {
 				if !s.live() || r >= s.reps {
 					continue
@@ -242,19 +269,23 @@ func measureS1Method(ctx context.Context, e *Env, plan Plan, m Method, label str
 			s.cell.err = err
 		}
 	}
-	return out
+	return out, out6
 }
 
-// setupS1 builds one gateway topology (namespaces named after name), opens
-// the method on it and preloads s.n FIPs.
+// setupS1 builds one gateway topology (namespaces named after name;
+// dual-stack for an IPv6 slot), opens the method on it and preloads s.n
+// FIPs of the slot's family.
 func setupS1(ctx context.Context, e *Env, l *netlab.Lab, m Method, name string, s *s1Slot, flows int) error {
-	gw, err := l.Gateway(netlab.GatewayOptions{Name: name, VMs: 1})
+	gw, err := l.Gateway(netlab.GatewayOptions{Name: name, VMs: 1, IPv6: s.v6})
 	if err != nil {
 		return err
 	}
-	probe := Probe()
+	probe, bits, src := Probe(), netlab.ExtNet.Bits(), gw.Ext.Addr
+	if s.v6 {
+		probe, bits, src = Probe6(), netlab.ExtNet6.Bits(), gw.Ext.Addr6
+	}
 	// The EIP's address on net1, as upstream's EIP add puts it there.
-	if err := netlab.AddAddr(gw.GW, gw.ExternalInterface, netip.PrefixFrom(probe.EIP, netlab.ExtNet.Bits())); err != nil {
+	if err := netlab.AddAddr(gw.GW, gw.ExternalInterface, netip.PrefixFrom(probe.EIP, bits)); err != nil {
 		return err
 	}
 	prog, err := m.Open(ctx, e, gw)
@@ -262,7 +293,7 @@ func setupS1(ctx context.Context, e *Env, l *netlab.Lab, m Method, name string, 
 		return fmt.Errorf("open: %w", err)
 	}
 	s.closers = append(s.closers, prog)
-	if err := prog.Preload(ctx, Fillers(s.n)); err != nil {
+	if err := prog.Preload(ctx, fillersOf(probe, s.n)); err != nil {
 		return err
 	}
 	ct, err := openCT(gw.GW)
@@ -270,7 +301,7 @@ func setupS1(ctx context.Context, e *Env, l *netlab.Lab, m Method, name string, 
 		return err
 	}
 	s.closers = append(s.closers, ct)
-	snd, err := newUDPSender(gw.Ext.NS, gw.Ext.Addr)
+	snd, err := newUDPSender(gw.Ext.NS, src)
 	if err != nil {
 		return err
 	}
@@ -393,7 +424,12 @@ func reportS1(e *Env, plan Plan, methods []Method, res s1Results) {
 			"(b) the shaped script on `iptables-nft`/`iptables-nft-save`. (c) one `nft -f` exec per operation adding or deleting one element pair "+
 			"in two maps (`dnat to ip daddr map`, `snat to ip saddr map`), UID comments included, no conntrack cleanup. "+
 			"(d) natgw's nftables backend in-process. (e) natgw through `natgw serve` over its pipe protocol (the binary runs in the gateway namespace). "+
-			"(f) natgw's iptables-legacy backend in-process. Processes are forked from a thread inside the namespace (no `ip netns exec` wrapper).")
+			"(f) natgw's iptables-legacy backend in-process. Processes are forked from a thread inside the namespace (no `ip netns exec` wrapper).",
+		"IPv6 (issue 27): (d6) and (e6) are (d) and (e) on IPv6 FIPs, measured in the same rounds as their IPv4 sizes: a dual-stack topology per size, "+
+			"N IPv6 FIPs preloaded (EIPs from 2001:db8:6400::/40, internal addresses from fd00:a::/64), the probe FIP "+Probe6().EIP.String()+" → "+Probe6().Internal.String()+
+			" (its /64 on net1), the same live flows before each delete (UDP from ext's IPv6 address) and the same checks. "+
+			"natgw's iptables-legacy data plane (f) refuses IPv6 (it does not drive ip6tables-legacy: nat/iptables, doc.go \"IPv6\"), so it has no IPv6 row; "+
+			"upstream's script (a) has no ip6tables at all.")
 	keys := map[string]bool{}
 	for _, m := range methods {
 		keys[m.Key] = true
@@ -471,6 +507,9 @@ func reportS1(e *Env, plan Plan, methods []Method, res s1Results) {
 	if len(rtt.Rows) > 0 {
 		sec.Tables = append(sec.Tables, rtt)
 	}
+	if t, ok := s1IPv6Table(plan, methods, res); ok {
+		sec.Tables = append(sec.Tables, t)
+	}
 	for _, m := range methods {
 		for _, n := range plan.S1Sizes {
 			if c := res[m.Key][n]; c != nil && c.err == nil && c.firstPairOnly {
@@ -489,6 +528,7 @@ func reportS1(e *Env, plan Plan, methods []Method, res s1Results) {
 			"with fewer than 100 repetitions p99 is close to the maximum.", plan.S1Warmup, plan.S1Budget, plan.S1MinReps, plan.S1MaxReps, plan.S1MaxExecReps),
 		"Exec methods run the real CLIs; iptables-legacy takes the host-wide /run/xtables.lock (`-w`), so other iptables users on the machine can add waiting time.")
 	s1Targets(e, plan, sec, res)
+	s1IPv6Targets(plan, methods, sec, res)
 	s1Metrics(e, plan, methods, res)
 	s1Plot(e, plan, methods, res, sec)
 }
@@ -581,6 +621,19 @@ func hasSize(sizes []int, n int) bool {
 }
 
 func s1Metrics(e *Env, plan Plan, methods []Method, res s1Results) {
+	for _, p := range s1IPv6Pairs(methods) {
+		for _, n := range plan.S1Sizes {
+			for _, del := range []bool{false, true} {
+				op := "add"
+				if del {
+					op = "delete"
+				}
+				e.Report.AddMetric(report.NewMetric(
+					fmt.Sprintf("s1.%s.%s.ipv6_vs_ipv4.N=%s", op, p[0].Key, report.SizeLabel(n)), "s", report.LowerIsBetter,
+					res.median(p[1].Key, n, del), res.median(p[0].Key, n, del), p[0].Name()+", IPv4"))
+			}
+		}
+	}
 	base := "(a) Kube-OVN v1.16.2 nat-gateway.sh, iptables-legacy"
 	for _, m := range methods {
 		if !m.Ours {
@@ -596,6 +649,84 @@ func s1Metrics(e *Env, plan Plan, methods []Method, res s1Results) {
 					fmt.Sprintf("s1.%s.%s.N=%s", op, m.Key, report.SizeLabel(n)), "s", report.LowerIsBetter,
 					res.median(m.Key, n, del), res.median(s1Baseline, n, del), base))
 			}
+		}
+	}
+}
+
+// s1IPv6Pairs returns the IPv4 methods among methods that have an IPv6 row
+// (ipv6Method), with it.
+func s1IPv6Pairs(methods []Method) [][2]Method {
+	keys := map[string]Method{}
+	for _, m := range methods {
+		keys[m.Key] = m
+	}
+	var out [][2]Method
+	for _, m := range methods {
+		if m6, ok := keys[ipv6Method(m).Key]; ok && !strings.HasSuffix(m.Key, "6") {
+			out = append(out, [2]Method{m, m6})
+		}
+	}
+	return out
+}
+
+// s1IPv6Ratio is the median of m6 over the median of m at n (NaN when
+// either is missing).
+func s1IPv6Ratio(res s1Results, m, m6 Method, n int, del bool) float64 {
+	return stats.Ratio(res.median(m6.Key, n, del), res.median(m.Key, n, del))
+}
+
+// s1IPv6Table is the IPv6 ÷ IPv4 table of the methods measured in both
+// families; false when there are none.
+func s1IPv6Table(plan Plan, methods []Method, res s1Results) (report.Table, bool) {
+	pairs := s1IPv6Pairs(methods)
+	t := report.Table{Caption: "**IPv6 ÷ IPv4**: median of the IPv6 row over the median of the same method's IPv4 row, same rounds (target at 10k: ≤ 1.2×)", Header: []string{"method", "op"}}
+	for _, n := range plan.S1Sizes {
+		t.Header = append(t.Header, "N="+report.SizeLabel(n))
+	}
+	for _, p := range pairs {
+		for _, del := range []bool{false, true} {
+			op := "add"
+			if del {
+				op = "delete"
+			}
+			row := []string{p[0].Name(), op}
+			for _, n := range plan.S1Sizes {
+				row = append(row, report.Times(s1IPv6Ratio(res, p[0], p[1], n, del)))
+			}
+			t.Rows = append(t.Rows, row)
+		}
+	}
+	return t, len(t.Rows) > 0
+}
+
+// s1IPv6Targets: per method measured in both families, its IPv6 add and
+// delete at N=10k (the largest size in a run without 10k) within 1.2× of
+// its IPv4 add and delete (issue 27).
+func s1IPv6Targets(plan Plan, methods []Method, sec *report.Section, res s1Results) {
+	at, note := 10000, ""
+	if !hasSize(plan.S1Sizes, at) {
+		at = plan.S1Sizes[len(plan.S1Sizes)-1]
+		note = " (10k not in this run's sizes: largest size run instead)"
+	}
+	for _, p := range s1IPv6Pairs(methods) {
+		for _, del := range []bool{false, true} {
+			op := "add"
+			if del {
+				op = "delete"
+			}
+			r := s1IPv6Ratio(res, p[0], p[1], at, del)
+			t := report.Target{
+				Name: fmt.Sprintf("S1 IPv6 ÷ IPv4, (%s) %s at N=%s%s", p[0].Key, op, report.SizeLabel(at), note),
+				Want: "≤ 1.2×", Got: report.Times(r), Pass: !math.IsNaN(r) && r <= 1.2,
+				Reason: fmt.Sprintf("IPv6 %s, IPv4 %s (medians, same rounds)", report.Seconds(res.median(p[1].Key, at, del)), report.Seconds(res.median(p[0].Key, at, del))),
+			}
+			if math.IsNaN(r) {
+				t.Got, t.Reason = "not measured", fmt.Sprintf("(%s) or (%s) did not run at %s", p[0].Key, p[1].Key, report.SizeLabel(at))
+			} else if del && !t.Pass {
+				t.Reason += "; the delete includes conntrack cleanup, which differs by family in nat/conntrack: IPv4 flushes the EIP's ct mark in one kernel request, " +
+					"IPv6 dumps the IPv6 conntrack table and deletes the matching flows one by one (DeleteByAddr)"
+			}
+			sec.Targets = append(sec.Targets, t)
 		}
 	}
 }

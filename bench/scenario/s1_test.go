@@ -45,21 +45,56 @@ func TestS1Tiny(t *testing.T) {
 		t.Fatalf("scenario 1: %v", err)
 	}
 	sec := e.Report.Section("s1", "")
-	if len(sec.Tables) != 7 {
-		t.Fatalf("%d tables, want 7 (median, tail, speed-up for add and delete; request floor)", len(sec.Tables))
+	if len(sec.Tables) != 8 {
+		t.Fatalf("%d tables, want 8 (median, tail, speed-up for add and delete; request floor; IPv6 ÷ IPv4)", len(sec.Tables))
 	}
-	if floor := sec.Tables[6]; len(floor.Rows) != 2 || !strings.HasPrefix(floor.Rows[0][0], "(e)") || !strings.Contains(floor.Rows[1][0], "idle `cat`") {
-		t.Errorf("request floor table %+v, want a row for (e) and one for the idle-cat wake-up floor", floor)
+	if floor := sec.Tables[6]; len(floor.Rows) != 3 || !strings.HasPrefix(floor.Rows[0][0], "(e)") || !strings.HasPrefix(floor.Rows[1][0], "(e6)") || !strings.Contains(floor.Rows[2][0], "idle `cat`") {
+		t.Errorf("request floor table %+v, want rows for (e), (e6) and the idle-cat wake-up floor", floor)
 	} else {
-		for _, c := range floor.Rows[1][1:] {
+		for _, c := range floor.Rows[2][1:] {
 			if c == "—" || strings.HasPrefix(c, "0 ") {
 				t.Errorf("wake-up floor cell %q, want a measured latency", c)
 			}
 		}
 	}
+	// (d) and (e) are measured in IPv6 too, (f) is not (its backend
+	// refuses IPv6): two more rows in every per-method table.
+	reported := len(methods) + 2
+	for _, key := range []string{"d6", "e6"} {
+		found := false
+		for _, r := range sec.Tables[0].Rows {
+			found = found || strings.HasPrefix(r[0], "("+key+")")
+		}
+		if !found {
+			t.Errorf("no row for (%s) in %q", key, sec.Tables[0].Caption)
+		}
+	}
+	if v6 := sec.Tables[7]; len(v6.Rows) != 4 {
+		t.Errorf("IPv6 ÷ IPv4 table has %d rows, want 4 ((d) and (e), add and delete): %+v", len(v6.Rows), v6)
+	} else {
+		for _, r := range v6.Rows {
+			for _, c := range r[2:] {
+				if c == "—" || c == "" {
+					t.Errorf("IPv6 ÷ IPv4 row %v: cell %q, want a ratio", r[:2], c)
+				}
+			}
+		}
+	}
+	v6Targets := 0
+	for _, tg := range sec.Targets {
+		if strings.HasPrefix(tg.Name, "S1 IPv6 ÷ IPv4") {
+			v6Targets++
+			if tg.Got == "not measured" {
+				t.Errorf("target %q not measured: %s", tg.Name, tg.Reason)
+			}
+		}
+	}
+	if v6Targets != 4 {
+		t.Errorf("%d IPv6 ÷ IPv4 targets, want 4", v6Targets)
+	}
 	for _, tb := range sec.Tables[:6] {
-		if len(tb.Rows) != len(methods) {
-			t.Errorf("table %q has %d rows, want %d", tb.Caption, len(tb.Rows), len(methods))
+		if len(tb.Rows) != reported {
+			t.Errorf("table %q has %d rows, want %d", tb.Caption, len(tb.Rows), reported)
 		}
 		for _, r := range tb.Rows {
 			for _, c := range r[1:] {
@@ -79,8 +114,9 @@ func TestS1Tiny(t *testing.T) {
 	}
 	checkPlot(t, e.OutDir, sec, "s1"+report.PlotExt)
 	// Every natgw method yields one add and one delete metric per size,
-	// with (a) as baseline.
-	ours := 0
+	// with (a) as baseline, and so does each IPv6 row ((d6), (e6));
+	// each of (d) and (e) also one IPv6-vs-IPv4 pair per size.
+	ours := 2 + 2
 	for _, m := range methods {
 		if m.Ours {
 			ours++

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,9 @@ import (
 type s4Variant struct {
 	Key, Label string
 	Ours       bool
+	// IPv6: the FIPs are IPv6 (a dual-stack topology, Probe6, Filler6)
+	// and the new flows are IPv6 datagrams.
+	IPv6 bool
 	// Program installs fillers and then probe (the last-installed FIP).
 	Program func(ctx context.Context, e *Env, gw *netlab.Gateway, fillers []FIP, probe FIP) (io.Closer, error)
 }
@@ -33,6 +37,7 @@ func s4Variants() []s4Variant {
 	return []s4Variant{
 		{Key: "ipt", Label: "iptables-legacy, linear chains (upstream layout)", Program: programScriptChains},
 		{Key: "natgw", Label: "natgw nftables backend (maps)", Ours: true, Program: programDataplane(openNftables)},
+		{Key: "natgw6", Label: "natgw nftables backend (maps), IPv6", Ours: true, IPv6: true, Program: programDataplane(openNftables)},
 	}
 }
 
@@ -80,7 +85,47 @@ type s4Cell struct {
 // RunS4 measures the packet path through a gateway holding N FIPs: new UDP
 // flows per second to the last-installed FIP and established TCP throughput.
 func RunS4(ctx context.Context, e *Env) error {
-	return runS4(ctx, e, e.plan(), s4Variants())
+	plan, err := s4Size(e.plan())
+	if err != nil {
+		return err
+	}
+	return runS4(ctx, e, plan, s4Variants())
+}
+
+// s4SizeEnv names the variable that sets scenario 4's size for
+// development: SIZE[+SIZE...],REPS,WINDOW (e.g. "1+50000,5,300ms"): the FIP
+// counts (each ≥ 1, at most MaxFillers−2), the measured windows per cell and
+// the length of one window.
+const s4SizeEnv = "NATGW_BENCH_S4"
+
+// s4Size returns p with the size s4SizeEnv sets, or p when it is unset.
+func s4Size(p Plan) (Plan, error) {
+	v := os.Getenv(s4SizeEnv)
+	if v == "" {
+		return p, nil
+	}
+	f := strings.Split(v, ",")
+	if len(f) != 3 {
+		return p, fmt.Errorf("%s %q: want SIZE[+SIZE...],REPS,WINDOW", s4SizeEnv, v)
+	}
+	var sizes []int
+	for _, x := range strings.Split(f[0], "+") {
+		n, err := strconv.Atoi(x)
+		if err != nil || n < 1 || n > MaxFillers-2 {
+			return p, fmt.Errorf("%s %q: SIZE %q: want 1..%d", s4SizeEnv, v, x, MaxFillers-2)
+		}
+		sizes = append(sizes, n)
+	}
+	reps, err := strconv.Atoi(f[1])
+	if err != nil || reps < 1 {
+		return p, fmt.Errorf("%s %q: REPS %q: want a count ≥ 1", s4SizeEnv, v, f[1])
+	}
+	w, err := time.ParseDuration(f[2])
+	if err != nil || w < 10*time.Millisecond {
+		return p, fmt.Errorf("%s %q: WINDOW %q: want a duration ≥ 10ms", s4SizeEnv, v, f[2])
+	}
+	p.S4Sizes, p.S4Reps, p.S4Window, p.S4Env = sizes, reps, w, v
+	return p, nil
 }
 
 func runS4(ctx context.Context, e *Env, plan Plan, variants []s4Variant) error {
@@ -217,13 +262,16 @@ func measureS4(ctx context.Context, e *Env, plan Plan, l *netlab.Lab, cells []*s
 // setupS4 builds one cell's topology (namespaces named after name), installs
 // its N FIPs and opens its meter.
 func setupS4(ctx context.Context, e *Env, l *netlab.Lab, name string, g *s4Gateway) error {
-	gw, err := l.Gateway(netlab.GatewayOptions{Name: name, VMs: 1})
+	gw, err := l.Gateway(netlab.GatewayOptions{Name: name, VMs: 1, IPv6: g.v.IPv6})
 	if err != nil {
 		return err
 	}
-	probe := Probe()
+	probe, bits, src, family := Probe(), netlab.ExtNet.Bits(), gw.Ext.Addr, "ip"
+	if g.v.IPv6 {
+		probe, bits, src, family = Probe6(), netlab.ExtNet6.Bits(), gw.Ext.Addr6, "ip6"
+	}
 	vm := gw.VMs[0]
-	if err := netlab.AddAddr(gw.GW, gw.ExternalInterface, netip.PrefixFrom(probe.EIP, netlab.ExtNet.Bits())); err != nil {
+	if err := netlab.AddAddr(gw.GW, gw.ExternalInterface, netip.PrefixFrom(probe.EIP, bits)); err != nil {
 		return err
 	}
 	// vm1 drops the datagrams silently (no ICMP back through the
@@ -232,15 +280,15 @@ func setupS4(ctx context.Context, e *Env, l *netlab.Lab, name string, g *s4Gatew
 	if err != nil {
 		return err
 	}
-	_, err = run(ctx, vmNS, strings.NewReader("table ip sink {\n\tchain sink { type filter hook input priority 0; policy accept; meta l4proto udp drop; }\n}\n"), nil, "nft", "-f", "-")
+	_, err = run(ctx, vmNS, strings.NewReader("table "+family+" sink {\n\tchain sink { type filter hook input priority 0; policy accept; meta l4proto udp drop; }\n}\n"), nil, "nft", "-f", "-")
 	vmNS.Close()
 	if err != nil {
 		return err
 	}
-	if g.prog, err = g.v.Program(ctx, e, gw, Fillers(g.n-1), probe); err != nil {
+	if g.prog, err = g.v.Program(ctx, e, gw, fillersOf(probe, g.n-1), probe); err != nil {
 		return err
 	}
-	g.m, err = newS4Meter(gw, vm, probe)
+	g.m, err = newS4Meter(gw, vm, src, probe)
 	return err
 }
 
@@ -264,14 +312,17 @@ type tcpResult struct {
 	err         error
 }
 
-func newS4Meter(gw *netlab.Gateway, vm netlab.Host, probe FIP) (m *s4Meter, err error) {
+// newS4Meter opens the meter of one topology: datagrams and the TCP
+// stream from src (ext's address of the probe's family) to probe.EIP, the
+// TCP server on vm at probe.Internal.
+func newS4Meter(gw *netlab.Gateway, vm netlab.Host, src netip.Addr, probe FIP) (m *s4Meter, err error) {
 	m = &s4Meter{probe: probe, extNS: gw.Ext.NS, results: make(chan tcpResult, 1), sport: 1024, dport: 1}
 	defer func() {
 		if err != nil {
 			m.Close()
 		}
 	}()
-	if m.snd, err = newUDPSender(gw.Ext.NS, gw.Ext.Addr); err != nil {
+	if m.snd, err = newUDPSender(gw.Ext.NS, src); err != nil {
 		return nil, err
 	}
 	if m.ct, err = openCT(gw.GW); err != nil {
@@ -285,7 +336,7 @@ func newS4Meter(gw *netlab.Gateway, vm netlab.Host, probe FIP) (m *s4Meter, err 
 	}
 	err = m.vmNS.Do(func() error {
 		var lerr error
-		m.ln, lerr = net.Listen("tcp", netip.AddrPortFrom(vm.Addr, s4TCPPort).String())
+		m.ln, lerr = net.Listen("tcp", netip.AddrPortFrom(probe.Internal, s4TCPPort).String())
 		return lerr
 	})
 	if err != nil {
@@ -493,10 +544,15 @@ func reportS4(e *Env, plan Plan, variants []s4Variant, res map[string]map[int]*s
 			"Each (variant, N) gets a fresh topology; a short warm-up window resolves neighbours and checks that the flows are translated to vm1.",
 		"Variants: iptables-legacy with upstream-shaped chains (PREROUTING → EXCLUSIVE_DNAT, POSTROUTING → EXCLUSIVE_SNAT, one rule per FIP each, loaded with iptables-legacy-restore), "+
 			"where every new flow walks the DNAT chain to the probe's rule and the whole SNAT chain (its source matches no FIP); "+
-			"versus natgw's nftables backend, whose maps look a FIP up in O(1).")
+			"versus natgw's nftables backend, whose maps look a FIP up in O(1).",
+		"IPv6 (issue 27): the same natgw backend on IPv6 FIPs, its cells measured in the same rounds as the IPv4 ones: a dual-stack topology, "+
+			"the probe FIP "+Probe6().EIP.String()+" → "+Probe6().Internal.String()+" installed last after N−1 IPv6 FIPs (EIPs from 2001:db8:6400::/40), "+
+			"datagrams from ext's IPv6 address through a raw IPv6 UDP socket (the kernel adds the IPv6 header and the UDP checksum, which IPv6 requires; "+
+			"the IPv4 sender writes whole datagrams), vm1 dropping them in an ip6 input hook, TCP to [EIP6]:5201. "+
+			"The IPv4 baseline (iptables-legacy) has no IPv6 counterpart: upstream's gateway never translated IPv6.")
 	flows := report.Table{Caption: "**new UDP flows per second** to the last-installed FIP, median (min / max, windows)", Header: []string{"variant"}}
 	tcp := report.Table{Caption: "**established TCP throughput**, median (min / max, runs)", Header: []string{"variant"}}
-	adv := report.Table{Caption: "**natgw vs iptables-legacy**, new flows per second (natgw median / iptables-legacy median, same run)", Header: []string{""}}
+	adv := report.Table{Caption: "**natgw vs iptables-legacy**, new flows per second (natgw median / iptables-legacy median, same run; the last row: natgw IPv6 median / natgw IPv4 median)", Header: []string{""}}
 	for _, n := range plan.S4Sizes {
 		h := "N=" + report.SizeLabel(n)
 		flows.Header, tcp.Header, adv.Header = append(flows.Header, h), append(tcp.Header, h), append(adv.Header, h)
@@ -509,7 +565,7 @@ func reportS4(e *Env, plan Plan, variants []s4Variant, res map[string]map[int]*s
 	}
 	flowMed := func(c *s4Cell) float64 { return c.flows.Median }
 	tcpMed := func(c *s4Cell) float64 { return c.tcp.Median }
-	var base, ours *s4Variant
+	var base, ours, ours6 *s4Variant
 	for i, v := range variants {
 		fr, tr := []string{v.Label}, []string{v.Label}
 		for _, n := range plan.S4Sizes {
@@ -532,9 +588,12 @@ func reportS4(e *Env, plan Plan, variants []s4Variant, res map[string]map[int]*s
 			}
 		}
 		flows.Rows, tcp.Rows = append(flows.Rows, fr), append(tcp.Rows, tr)
-		if v.Ours {
+		switch {
+		case v.Ours && !v.IPv6 && ours == nil:
 			ours = &variants[i]
-		} else {
+		case v.Ours && v.IPv6 && ours6 == nil:
+			ours6 = &variants[i]
+		case !v.Ours:
 			base = &variants[i]
 		}
 	}
@@ -564,11 +623,64 @@ func reportS4(e *Env, plan Plan, variants []s4Variant, res map[string]map[int]*s
 		}
 		sec.Targets = append(sec.Targets, t)
 	}
+	if ours != nil && ours6 != nil {
+		s4IPv6(e, plan, sec, &adv, res, *ours, *ours6)
+	}
 	sec.Tables = append(sec.Tables, flows, adv, tcp)
+	if plan.S4Env != "" {
+		sec.Notes = append(sec.Notes, fmt.Sprintf("Size set by %s=%s (development size, not the mode's).", s4SizeEnv, plan.S4Env))
+	}
 	sec.Notes = append(sec.Notes,
 		fmt.Sprintf("%d measured windows per cell after one warm-up window; %d TCP runs after one warm-up run.", plan.S4Reps, plan.S4TCPReps),
 		"Sender, gateway and receiver share the machine's CPUs (the veth path runs the gateway's netfilter hooks in the sender's softirq), so the rate is the single-path packet rate of this machine, not a NIC figure.")
 	s4Plot(e, plan, variants, res, sec)
+}
+
+// s4IPv6 adds the IPv6 rows: natgw IPv6 ÷ natgw IPv4 new-flow rate per
+// size (a row of adv, a metric each), and the targets (issue 27): at the
+// largest size IPv6 ÷ IPv4 ≥ 0.9, and IPv6's own rate at the largest size
+// ≥ 0.9× its rate at the smallest.
+func s4IPv6(e *Env, plan Plan, sec *report.Section, adv *report.Table, res map[string]map[int]*s4Cell, v4, v6 s4Variant) {
+	med := func(key string, n int) float64 {
+		if c := res[key][n]; c != nil && c.err == nil {
+			return c.flows.Median
+		}
+		return math.NaN()
+	}
+	row := []string{"natgw IPv6 / natgw IPv4"}
+	for _, n := range plan.S4Sizes {
+		row = append(row, report.Times(stats.Ratio(med(v6.Key, n), med(v4.Key, n))))
+		e.Report.AddMetric(report.NewMetric("s4.new_udp_flows.ipv6_vs_ipv4.N="+report.SizeLabel(n), "flows/s", report.HigherIsBetter,
+			med(v6.Key, n), med(v4.Key, n), v4.Label+", IPv4"))
+	}
+	adv.Rows = append(adv.Rows, row)
+	first, last := plan.S4Sizes[0], plan.S4Sizes[len(plan.S4Sizes)-1]
+	target := func(name string, num, den *s4Cell, numAt, denAt string) {
+		n, d := math.NaN(), math.NaN()
+		if num != nil && num.err == nil {
+			n = num.flows.Median
+		}
+		if den != nil && den.err == nil {
+			d = den.flows.Median
+		}
+		r := stats.Ratio(n, d)
+		t := report.Target{Name: name, Want: "≥ 0.9×", Got: report.Times(r), Pass: !math.IsNaN(r) && r >= 0.9,
+			Reason: fmt.Sprintf("%s/s (%s), %s/s (%s)", report.Count(n), numAt, report.Count(d), denAt)}
+		switch {
+		case math.IsNaN(r):
+			t.Got, t.Reason = "not measured", "a cell did not run (see the notes)"
+		case !t.Pass && num.flows.Max >= den.flows.Min:
+			t.Reason += fmt.Sprintf("; the window ranges overlap (%s–%s vs %s–%s): the difference is within this run's noise (shared machine, load average in the header)",
+				report.Count(num.flows.Min), report.Count(num.flows.Max), report.Count(den.flows.Min), report.Count(den.flows.Max))
+		case !t.Pass:
+			t.Reason += fmt.Sprintf("; every %s window (max %s) was slower than every %s window (min %s)", numAt, report.Count(num.flows.Max), denAt, report.Count(den.flows.Min))
+		}
+		sec.Targets = append(sec.Targets, t)
+	}
+	target(fmt.Sprintf("S4 natgw new-flow rate at N=%s: IPv6 ÷ IPv4", report.SizeLabel(last)),
+		res[v6.Key][last], res[v4.Key][last], "IPv6", "IPv4")
+	target(fmt.Sprintf("S4 natgw IPv6 new-flow rate at N=%s vs at N=%s", report.SizeLabel(last), report.SizeLabel(first)),
+		res[v6.Key][last], res[v6.Key][first], report.SizeLabel(last), report.SizeLabel(first))
 }
 
 // s4MissReason explains a missed flat-rate target from the spread of the

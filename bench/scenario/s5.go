@@ -154,11 +154,19 @@ type benchResult struct {
 	AllocsPerOp int64
 }
 
-// parseBench extracts the -benchmem lines of `go test -bench` output:
-// "BenchmarkName-P  N  v unit  v unit ...", where the units include ns/op,
-// B/op and allocs/op and possibly custom metrics (ignored).
-func parseBench(out string) []benchResult {
-	var rs []benchResult
+// benchLine is one result line of `go test -bench` output: the benchmark's
+// name (without "Benchmark" and the GOMAXPROCS suffix), its iterations and
+// every "value unit" pair, custom metrics included.
+type benchLine struct {
+	Name    string
+	N       int
+	Metrics map[string]float64
+}
+
+// parseBenchLines extracts the result lines of `go test -bench` output:
+// "BenchmarkName-P  N  v unit  v unit ...".
+func parseBenchLines(out string) []benchLine {
+	var ls []benchLine
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
 		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") || len(f)%2 != 0 {
@@ -168,24 +176,27 @@ func parseBench(out string) []benchResult {
 		if err != nil {
 			continue
 		}
-		r := benchResult{Name: benchSuffix.ReplaceAllString(strings.TrimPrefix(f[0], "Benchmark"), ""), N: n}
-		var have int
+		l := benchLine{Name: benchSuffix.ReplaceAllString(strings.TrimPrefix(f[0], "Benchmark"), ""), N: n, Metrics: map[string]float64{}}
 		for i := 2; i+1 < len(f); i += 2 {
-			v, err := strconv.ParseFloat(f[i], 64)
-			if err != nil {
-				continue
-			}
-			switch f[i+1] {
-			case "ns/op":
-				r.NsPerOp, have = v, have|1
-			case "B/op":
-				r.BytesPerOp, have = int64(v), have|2
-			case "allocs/op":
-				r.AllocsPerOp, have = int64(v), have|4
+			if v, err := strconv.ParseFloat(f[i], 64); err == nil {
+				l.Metrics[f[i+1]] = v
 			}
 		}
-		if have == 7 {
-			rs = append(rs, r)
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+// parseBench extracts the -benchmem lines of `go test -bench` output:
+// those with ns/op, B/op and allocs/op (custom metrics ignored).
+func parseBench(out string) []benchResult {
+	var rs []benchResult
+	for _, l := range parseBenchLines(out) {
+		ns, ok1 := l.Metrics["ns/op"]
+		b, ok2 := l.Metrics["B/op"]
+		a, ok3 := l.Metrics["allocs/op"]
+		if ok1 && ok2 && ok3 {
+			rs = append(rs, benchResult{Name: l.Name, N: l.N, NsPerOp: ns, BytesPerOp: int64(b), AllocsPerOp: int64(a)})
 		}
 	}
 	return rs

@@ -13,7 +13,7 @@ import (
 
 // Scenario is one numbered benchmark.
 type Scenario struct {
-	ID  string // "1".."9"
+	ID  string // "1".."10"
 	Run func(ctx context.Context, e *Env) error
 }
 
@@ -29,6 +29,7 @@ func All() []Scenario {
 		{ID: "7", Run: RunS7},
 		{ID: "8", Run: RunS8},
 		{ID: "9", Run: RunS9},
+		{ID: "10", Run: RunS10},
 	}
 }
 
