@@ -40,6 +40,7 @@ type repLab struct {
 	sender   *Sender
 	stopSend context.CancelFunc
 	sendDone chan struct{}
+	refresh  time.Duration // the Sender's Refresh (0: its default)
 }
 
 // newRepLab makes an active and a standby namespace joined by a veth
@@ -87,7 +88,7 @@ func newRepLab(t *testing.T, ctx context.Context) *repLab {
 }
 
 func (r *repLab) startSender(ctx context.Context) {
-	r.sender = &Sender{Peer: "10.9.0.2:7400", NS: r.act, Log: logr.Discard()}
+	r.sender = &Sender{Peer: "10.9.0.2:7400", NS: r.act, Refresh: r.refresh, Log: logr.Discard()}
 	sctx, cancel := context.WithCancel(ctx)
 	r.stopSend, r.sendDone = cancel, make(chan struct{})
 	go func() { defer close(r.sendDone); _ = r.sender.Run(sctx) }()
