@@ -2,19 +2,13 @@ package ctsync
 
 import (
 	"context"
-	"net"
 	"net/netip"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/mdlayher/netlink"
-	ct "github.com/ti-mo/conntrack"
-
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/nattest"
-	"github.com/natgw/natgw/nat/netns"
 	"github.com/natgw/natgw/nat/nftables"
 )
 
@@ -74,43 +68,12 @@ func testReplicateConnections(t *testing.T, v6 bool) {
 	}
 
 	// The standby: a namespace joined to the gateway's by a veth (the
-	// replication link, untranslated), a Receiver in it.
-	sbName, err := lab.NS("sb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := netlab.Veth(netlab.End{NS: gw.GW, Name: "ha0", Addrs: []netip.Prefix{netip.MustParsePrefix("10.9.0.1/24")}},
-		netlab.End{NS: sbName, Name: "eth0", Addrs: []netip.Prefix{netip.MustParsePrefix("10.9.0.2/24")}}); err != nil {
-		t.Fatal(err)
-	}
-	act, err := netns.Open(gw.GW)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer act.Close()
-	sb, err := netns.Open(sbName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
-	recv, err := NewReceiver(sb, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ln net.Listener
-	if err := sb.Do(func() error {
-		var err error
-		ln, err = net.Listen("tcp4", "10.9.0.2:7400")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	go recv.Serve(ctx, ln)
-	sender := &Sender{Peer: "10.9.0.2:7400", NS: act, Log: logr.Discard()}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sender.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	waitFor(t, "first sync", 5*time.Second, recv.Synced)
+	// replication link, untranslated), a Receiver in it; the Sender in
+	// the gateway's namespace.
+	r := newRepLabOn(t, ctx, lab, gw.GW, "ha0")
+	r.startSender(ctx)
+	defer r.stopSender()
+	waitFor(t, "first sync", 5*time.Second, r.recv.Synced)
 
 	// Two live connections: DNAT in, SNAT out.
 	for _, c := range []struct{ ns, dst string }{
@@ -126,15 +89,7 @@ func testReplicateConnections(t *testing.T, v6 bool) {
 
 	// The active's entries of the two connections, as the kernel made
 	// them, recreated on the standby.
-	c, err := ct.Dial(&netlink.Config{NetNS: act.Fd()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	flows, err := c.Dump(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	flows := dumpFlows(t, r.act)
 	var nated []Entry
 	dnat, snat := 0, 0
 	for i := range flows {
@@ -155,6 +110,6 @@ func testReplicateConnections(t *testing.T, v6 bool) {
 	if dnat == 0 || snat == 0 {
 		t.Fatalf("active: %d DNATed and %d SNATed entries through %s, want both (entries: %v)", dnat, snat, eip, flows)
 	}
-	waitNATed(t, sb, "standby", nated, nil)
+	waitNATed(t, r.sb, "standby", nated, nil)
 	t.Logf("%d entries (%d DNAT, %d SNAT) of %s recreated on the standby with their bindings", len(nated), dnat, snat, eip)
 }

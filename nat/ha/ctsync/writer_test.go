@@ -150,15 +150,7 @@ func wantNATed(t *testing.T, ns *netns.NS, entries, gone []Entry) {
 // natProblems returns what wantNATed finds wrong.
 func natProblems(t *testing.T, ns *netns.NS, entries, gone []Entry) []string {
 	t.Helper()
-	c, err := ct.Dial(&netlink.Config{NetNS: ns.Fd()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	dumped, err := c.Dump(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dumped := dumpFlows(t, ns)
 	var bad []string
 	have := map[Key]Entry{}
 	wanted := map[Key]bool{}
@@ -199,6 +191,22 @@ func natProblems(t *testing.T, ns *netns.NS, entries, gone []Entry) []string {
 		}
 	}
 	return bad
+}
+
+// dumpFlows returns the conntrack entries of ns, both families.
+func dumpFlows(t *testing.T, ns *netns.NS) []ct.Flow {
+	t.Helper()
+	c, err := ct.Dial(&netlink.Config{NetNS: ns.Fd()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetReadBuffer(64 << 20)
+	flows, err := c.Dump(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return flows
 }
 
 // TestReplicateBothFamilies: the NATed entries of both families (SNAT,
