@@ -134,6 +134,7 @@ func TestPlanApplyConflicts(t *testing.T) {
 		{UID: "e6", Kind: KindEIP, EIP: &EIP{Address: a("192.0.2.11"), PrefixLen: 24, V6Address: a("2001:db8::11"), V6PrefixLen: 64}},
 		fip("f6", "2001:db8::10", "fd00::5"),
 		snat("s6", "2001:db8::30", "fd00:1::/64"),
+		share("h6", "2001:db8::21", TCP, 443, "fd00::6", 443),
 	}
 	for _, tc := range []struct {
 		name  string
@@ -144,6 +145,10 @@ func TestPlanApplyConflicts(t *testing.T) {
 		{"second v6 fip on eip", []Object{fip("f7", "2001:db8::10", "fd00::9")}, "fip.eip", "f6"},
 		{"second v6 fip on internal", []Object{fip("f7", "2001:db8::12", "fd00::5")}, "fip.internalIP", "f6"},
 		{"v6 dnat on fip eip", []Object{dnat("d7", "2001:db8::10", TCP, 80, "fd00::9", 80)}, "dnat.eip", "f6"},
+		{"second v6 share backend", []Object{share("h7", "2001:db8::21", TCP, 443, "fd00::9", 443)}, "", ""},
+		{"same v6 backend twice on one identity", []Object{share("h7", "2001:db8::21", TCP, 443, "fd00::6", 443)}, "dnat.internalIP", "h6"},
+		{"exclusive on a shared v6 identity", []Object{dnat("d7", "2001:db8::21", TCP, 443, "fd00::9", 443)}, "dnat.type", "h6"},
+		{"v6 fip on a shared eip", []Object{fip("f7", "2001:db8::21", "fd00::9")}, "fip.eip", "h6"},
 		{"v6 snat same cidr", []Object{snat("s7", "2001:db8::31", "fd00:1::/64")}, "snat.internalCIDR", "s6"},
 		{"v6 snat other cidr", []Object{snat("s7", "2001:db8::31", "fd00:2::/64")}, "", ""},
 		{"eip v6 address taken", []Object{{UID: "e7", Kind: KindEIP, EIP: &EIP{V6Address: a("2001:db8::11"), V6PrefixLen: 64}}}, "eip.v6Address", "e6"},

@@ -34,12 +34,15 @@ func (w *warningCounter) HandleWarningHeader(_ int, _ string, text string) {
 const holdFinalizer = "natgw.test/hold"
 
 // ownedStatus are the status fields natgw writes, per kind; every other
-// field of an object must come out of the lifecycle as it went in.
+// field of an object must come out of the lifecycle as it went in. A
+// rule's v4ip and v6ip are its EIP's addresses, both written at every
+// reconcile (upstream writes v6ip from the EIP's spec.v6ip too,
+// vpc_nat_gw_nat.go:266 at 1533681d7).
 var ownedStatus = map[string][]string{
 	"IptablesEIP":      {"ready", "ip", "nat", "qosPolicy", "conditions"},
-	"IptablesFIPRule":  {"ready", "v4ip", "natGwDp", "internalIp", "conditions"},
-	"IptablesDnatRule": {"ready", "v4ip", "natGwDp", "protocol", "internalIp", "internalPort", "externalPort", "conditions"},
-	"IptablesSnatRule": {"ready", "v4ip", "natGwDp", "internalCIDR", "conditions"},
+	"IptablesFIPRule":  {"ready", "v4ip", "v6ip", "natGwDp", "internalIp", "conditions"},
+	"IptablesDnatRule": {"ready", "v4ip", "v6ip", "natGwDp", "protocol", "internalIp", "internalPort", "externalPort", "conditions"},
+	"IptablesSnatRule": {"ready", "v4ip", "v6ip", "natGwDp", "internalCIDR", "conditions"},
 	"VpcNatGateway":    {"qosPolicy"},
 	"QoSPolicy":        {"shared", "bindingType", "bandwidthLimitRules", "conditions"}, // written from the spec (qos.go)
 }

@@ -11,8 +11,8 @@ import (
 // ruleStatus is what a rule's status says after a reconcile.
 type ruleStatus struct {
 	ready   bool
-	v4ip    string
-	v6ip    string // the IPv6 EIP address of an IPv6 rule
+	v4ip    string // the EIP's IPv4 address ("" without one)
+	v6ip    string // the EIP's IPv6 address ("" without one)
 	gateway string
 	cond    v1.Condition
 }
@@ -46,8 +46,7 @@ var fipKind = ruleKind[*v1.IptablesFIPRule]{
 	build:   fipObject,
 	setStatus: func(o *v1.IptablesFIPRule, st ruleStatus) {
 		s := &o.Status
-		s.Ready, s.V4ip, s.NatGwDp = st.ready, st.v4ip, st.gateway
-		setV6ip(&s.V6ip, st)
+		s.Ready, s.V4ip, s.V6ip, s.NatGwDp = st.ready, st.v4ip, st.v6ip, st.gateway
 		s.InternalIP = ""
 		if st.ready {
 			s.InternalIP = o.Spec.InternalIP
@@ -67,8 +66,7 @@ var dnatKind = ruleKind[*v1.IptablesDnatRule]{
 	build:   dnatObject,
 	setStatus: func(o *v1.IptablesDnatRule, st ruleStatus) {
 		s := &o.Status
-		s.Ready, s.V4ip, s.NatGwDp = st.ready, st.v4ip, st.gateway
-		setV6ip(&s.V6ip, st)
+		s.Ready, s.V4ip, s.V6ip, s.NatGwDp = st.ready, st.v4ip, st.v6ip, st.gateway
 		s.Protocol, s.InternalIP, s.InternalPort, s.ExternalPort = "", "", "", ""
 		if st.ready {
 			s.Protocol, s.InternalIP, s.InternalPort, s.ExternalPort = o.Spec.Protocol, o.Spec.InternalIP, o.Spec.InternalPort, o.Spec.ExternalPort
@@ -91,8 +89,7 @@ var snatKind = ruleKind[*v1.IptablesSnatRule]{
 	build:   snatObject,
 	setStatus: func(o *v1.IptablesSnatRule, st ruleStatus) {
 		s := &o.Status
-		s.Ready, s.V4ip, s.NatGwDp = st.ready, st.v4ip, st.gateway
-		setV6ip(&s.V6ip, st)
+		s.Ready, s.V4ip, s.V6ip, s.NatGwDp = st.ready, st.v4ip, st.v6ip, st.gateway
 		s.InternalCIDR = ""
 		if st.ready {
 			s.InternalCIDR = o.Spec.InternalCIDR
@@ -101,15 +98,6 @@ var snatKind = ruleKind[*v1.IptablesSnatRule]{
 	},
 	ready:   func(o *v1.IptablesSnatRule) bool { return o.Status.Ready },
 	gateway: func(o *v1.IptablesSnatRule) string { return o.Status.NatGwDp },
-}
-
-// setV6ip writes status.v6ip for an IPv6 rule (the EIP address it uses);
-// otherwise the field is left as it is (natgw writes only what it owns: an
-// IPv4 rule's status.v6ip may hold a value another writer set).
-func setV6ip(v6ip *string, st ruleStatus) {
-	if st.v6ip != "" {
-		*v6ip = st.v6ip
-	}
 }
 
 func ptrs[T any](items []T) []*T {

@@ -136,14 +136,25 @@ func (r *ruleReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	r.tracked().set(r.k.kind, obj.GetName(), uid, ref.gateway)
 	log.V(1).Info("programmed", "gateway", ref.gateway, "object", natObj.String())
 	before := obj.DeepCopyObject().(T)
-	st := ruleStatus{ready: true, v4ip: ref.addr.String(), gateway: ref.gateway, cond: readyCondition(ref.gateway)}
-	if a := ruleEIPAddr(natObj); a.Is6() {
-		// An IPv6 rule: status.v6ip is the EIP address it uses (v4ip
-		// stays the EIP's primary address, as the label).
-		st.v6ip = a.String()
-	}
-	r.k.setStatus(obj, st)
+	r.k.setStatus(obj, programmedStatus(ref.addrs, ref.gateway))
 	return ctrl.Result{}, r.patchStatus(ctx, obj, before)
+}
+
+// programmedStatus is the status of a rule programmed on gateway gw, on
+// an EIP with the addresses addrs: status.v4ip and status.v6ip are the
+// EIP's IPv4 and IPv6 addresses (as the CRD describes them; an IPv6 rule
+// uses the latter), each empty when the EIP has none of that family. Both
+// are written every time (a failure writes neither), so neither keeps an
+// address the EIP no longer has after it changed family or lost one.
+func programmedStatus(addrs nat.EIP, gw string) ruleStatus {
+	st := ruleStatus{ready: true, gateway: gw, cond: readyCondition(gw)}
+	if addrs.Address.IsValid() {
+		st.v4ip = addrs.Address.String()
+	}
+	if addrs.V6Address.IsValid() {
+		st.v6ip = addrs.V6Address.String()
+	}
+	return st
 }
 
 // finish records a failure: nothing stays programmed for the rule (except

@@ -257,19 +257,6 @@ func snatObject(s *v1.IptablesSnatRule, eip nat.EIP) (nat.Object, error) {
 	return validated(nat.Object{UID: string(s.UID), Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: ext, InternalCIDR: cidr.Masked()}})
 }
 
-// ruleEIPAddr is the EIP address a rule's gateway object uses.
-func ruleEIPAddr(o nat.Object) netip.Addr {
-	switch {
-	case o.FIP != nil:
-		return o.FIP.EIP
-	case o.DNAT != nil:
-		return o.DNAT.EIP
-	case o.SNAT != nil:
-		return o.SNAT.EIP
-	}
-	return netip.Addr{}
-}
-
 // routeSep separates a gateway's UID from a route's destination in the
 // UIDs of route objects: "<gateway uid>:rt:<a.b.c.d>-<len>". Deriving the
 // UID from the destination keeps it stable when routes are reordered, and a

@@ -219,7 +219,7 @@ func addrs(ns, dev string, family int) ([]netip.Prefix, error) {
 
 // Route is an IPv4 route of the main table as Routes reports it.
 type Route struct {
-	Dst    netip.Prefix // 0.0.0.0/0 for the default route
+	Dst    netip.Prefix // 0.0.0.0/0 (::/0) for the default route
 	Via    netip.Addr   // invalid when directly connected
 	Dev    string
 	OnLink bool
@@ -263,16 +263,26 @@ func AddRoute(ns string, dst netip.Prefix, via netip.Addr, dev string) error {
 }
 
 // Routes returns the IPv4 routes of ns's main table.
-func Routes(ns string) ([]Route, error) {
+func Routes(ns string) ([]Route, error) { return routes(ns, netlink.FAMILY_V4) }
+
+// Routes6 returns the IPv6 routes of ns's main table (::/0 for the
+// default route).
+func Routes6(ns string) ([]Route, error) { return routes(ns, netlink.FAMILY_V6) }
+
+func routes(ns string, family int) ([]Route, error) {
+	unspecified := netip.IPv4Unspecified()
+	if family == netlink.FAMILY_V6 {
+		unspecified = netip.IPv6Unspecified()
+	}
 	var out []Route
 	err := withHandle(ns, func(h *handle) error {
-		rs, err := h.h.RouteList(nil, netlink.FAMILY_V4)
+		rs, err := h.h.RouteList(nil, family)
 		if err != nil {
 			return fmt.Errorf("list routes in %s: %w", ns, err)
 		}
 		names := map[int]string{}
 		for _, r := range rs {
-			rt := Route{Dst: netip.PrefixFrom(netip.IPv4Unspecified(), 0), OnLink: r.Flags&int(netlink.FLAG_ONLINK) != 0}
+			rt := Route{Dst: netip.PrefixFrom(unspecified, 0), OnLink: r.Flags&int(netlink.FLAG_ONLINK) != 0}
 			if r.Dst != nil {
 				ip, _ := netip.AddrFromSlice(r.Dst.IP)
 				ones, _ := r.Dst.Mask.Size()

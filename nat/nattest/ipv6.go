@@ -49,6 +49,7 @@ func (s *suite) testIPv6Refused(t *testing.T) {
 		DualEIP("eip46", netlab.EIP(7), netlab.EIP6(1)),
 		FIP("fip6", v6, netlab.VMAddr6(0)),
 		DNAT("dnat6", v6, nat.TCP, 2222, netlab.VMAddr6(1), vmTCP),
+		ShareDNAT("share6", v6, nat.TCP, 2223, netlab.VMAddr6(1), vmTCP),
 		SNAT("snat6", v6, netlab.VPCNet6, false),
 		Route("route6", netip.MustParsePrefix("::/0"), netlab.ExtAddr6, nat.DeviceExternal),
 	} {

@@ -22,36 +22,56 @@ const (
 	extUDP = 9091 // UDP probe on ext
 )
 
-// testLink checks the addresses and routes the data plane programs: an
-// EIP's address on the external interface, routes in the main table.
+// testLink checks the addresses and routes the data plane programs, in
+// IPv4 and under Link/IPv6 in IPv6 (a backend of Options.NoIPv6 refuses
+// those: testIPv6Refused): an EIP's address on the external interface
+// (updated, deleted), an internal route via a VPC host and the default
+// route via the external gateway (onlink) in the main table, a next-hop
+// update, and their deletion.
 func (s *suite) testLink(t *testing.T) {
-	e := s.newEnv(t, false)
-	eip := EIP(UID(nat.KindEIP, 0), netlab.EIP(0))
-	eipPfx := netip.PrefixFrom(netlab.EIP(0), 24)
+	s.testLinkFamily(t, ipv4)
+	if !s.opts.NoIPv6 {
+		t.Run("IPv6", func(t *testing.T) { s.testLinkFamily(t, ipv6) })
+	}
+}
+
+func (s *suite) testLinkFamily(t *testing.T, f family) {
+	var e *env
+	dst, def, vmA, vmB, extGW := prefix("203.0.113.0/24"), prefix("0.0.0.0/0"), vm1, vm2, netlab.ExtAddr
+	if f.v6 {
+		// The dual-stack topology: eth0 and net1 have IPv6 addresses,
+		// so the next hops are on link.
+		e = s.newEnvWith(t, true, netlab.GatewayOptions{IPv6: true})
+		dst, def, vmA, vmB, extGW = prefix("2001:db8:300::/48"), prefix("::/0"), netlab.VMAddr6(0), netlab.VMAddr6(1), netlab.ExtAddr6
+	} else {
+		e = s.newEnv(t, false)
+	}
+	eip := f.eipObject(UID(nat.KindEIP, 0), f.eip(0))
+	eipPfx := f.eipPrefix(f.eip(0))
 	e.apply(eip)
 	if !e.hasAddr(eipPfx) {
 		t.Errorf("EIP %s: address not on %s after apply", eipPfx, e.cfg.ExternalInterface)
 	}
-	e.apply(EIP(eip.UID, netlab.EIP(1)))
-	if e.hasAddr(eipPfx) || !e.hasAddr(netip.PrefixFrom(netlab.EIP(1), 24)) {
-		t.Errorf("EIP update %s -> %s: addresses of %s are %v", netlab.EIP(0), netlab.EIP(1), e.cfg.ExternalInterface, e.addrs())
+	e.apply(f.eipObject(eip.UID, f.eip(1)))
+	if e.hasAddr(eipPfx) || !e.hasAddr(f.eipPrefix(f.eip(1))) {
+		t.Errorf("EIP update %s -> %s: addresses of %s are %v", f.eip(0), f.eip(1), e.cfg.ExternalInterface, e.addrsOf(f.v6))
 	}
 	e.del(eip.UID)
-	if e.hasAddr(eipPfx) || e.hasAddr(netip.PrefixFrom(netlab.EIP(1), 24)) {
-		t.Errorf("EIP deleted: addresses of %s still %v", e.cfg.ExternalInterface, e.addrs())
+	if e.hasAddr(eipPfx) || e.hasAddr(f.eipPrefix(f.eip(1))) {
+		t.Errorf("EIP deleted: addresses of %s still %v", e.cfg.ExternalInterface, e.addrsOf(f.v6))
 	}
 
-	in := Route(UID(nat.KindRoute, 0), prefix("203.0.113.0/24"), vm1, nat.DeviceInternal)
-	def := Route(UID(nat.KindRoute, 1), prefix("0.0.0.0/0"), netlab.ExtAddr, nat.DeviceExternal)
-	wantIn := netlab.Route{Dst: in.Route.Destination, Via: vm1, Dev: e.cfg.InternalInterface}
-	wantDef := netlab.Route{Dst: def.Route.Destination, Via: netlab.ExtAddr, Dev: e.cfg.ExternalInterface, OnLink: true}
-	e.apply(in, def)
+	in := Route(UID(nat.KindRoute, 0), dst, vmA, nat.DeviceInternal)
+	dr := Route(UID(nat.KindRoute, 1), def, extGW, nat.DeviceExternal)
+	wantIn := netlab.Route{Dst: dst, Via: vmA, Dev: e.cfg.InternalInterface}
+	wantDef := netlab.Route{Dst: def, Via: extGW, Dev: e.cfg.ExternalInterface, OnLink: true}
+	e.apply(in, dr)
 	e.wantRoutes("after applying routes", []netlab.Route{wantIn, wantDef}, nil)
-	e.apply(Route(in.UID, in.Route.Destination, vm2, nat.DeviceInternal))
+	e.apply(Route(in.UID, dst, vmB, nat.DeviceInternal))
 	wantIn2 := wantIn
-	wantIn2.Via = vm2
+	wantIn2.Via = vmB
 	e.wantRoutes("after updating the next hop", []netlab.Route{wantIn2, wantDef}, []netlab.Route{wantIn})
-	e.del(in.UID, def.UID)
+	e.del(in.UID, dr.UID)
 	e.wantRoutes("after deleting routes", nil, []netlab.Route{wantIn, wantIn2, wantDef})
 	e.wantEquiv("after deleting everything", e.empty)
 }
@@ -86,10 +106,15 @@ func (e *env) hasAddr(p netip.Prefix) bool {
 
 // wantRoutes checks that the routes in want are present and those in
 // gone are not (routes are compared by destination, next hop, device and
-// the onlink flag).
+// the onlink flag), in the main table of the family of want and gone (all
+// of one family).
 func (e *env) wantRoutes(what string, want, gone []netlab.Route) {
 	e.t.Helper()
-	rs, err := netlab.Routes(e.ns)
+	list := netlab.Routes
+	if rs := append(slices.Clone(want), gone...); len(rs) > 0 && rs[0].Dst.Addr().Is6() {
+		list = netlab.Routes6
+	}
+	rs, err := list(e.ns)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -56,35 +56,42 @@ func shareTolerance(conns, n int) float64 {
 	return math.Max(0.10*even, 5*math.Sqrt(float64(conns)*p*(1-p)))
 }
 
-// shareBackend is backend i of a share identity in the test topology:
-// VPC host i%len(VMs), port 10000+i.
-func (e *env) shareBackend(i int) netip.AddrPort {
-	vm := e.gw.VMs[i%len(e.gw.VMs)]
+// shareBackend is backend i of a share identity of family f in the test
+// topology: VPC host i%len(VMs) (its address of f), port 10000+i.
+func (e *env) shareBackend(f family, i int) netip.AddrPort {
+	vm := f.host(e.gw.VMs[i%len(e.gw.VMs)])
 	return netip.AddrPortFrom(vm.Addr, uint16(10000+i))
 }
 
-// serveShareBackends starts a TCP probe server for backends 0..n-1.
-func (e *env) serveShareBackends(n int) {
+// serveShareBackends starts a TCP probe server for backends 0..n-1 of
+// family f (IPv4: on the wildcard; IPv6: on the host's IPv6 address).
+func (e *env) serveShareBackends(f family, n int) {
 	e.t.Helper()
 	for i := range n {
-		b := e.shareBackend(i)
-		vm := e.gw.VMs[i%len(e.gw.VMs)]
-		if _, err := e.lab.ServeTCP(e.ctx, vm.NS, fmt.Sprintf("0.0.0.0:%d", b.Port())); err != nil {
+		b := e.shareBackend(f, i)
+		listen := b
+		if !f.v6 {
+			listen = netip.AddrPortFrom(netip.IPv4Unspecified(), b.Port())
+		}
+		if _, err := e.lab.ServeTCP(e.ctx, e.gw.VMs[i%len(e.gw.VMs)].NS, listen.String()); err != nil {
 			e.t.Fatal(err)
 		}
 	}
 }
 
 // backendOf returns the backend a probe reply came from: the server's
-// namespace and listening port, as "ns:port".
+// namespace and listening port, as "ns:port" (the server is named
+// "ns/address:port", the address of either family).
 func backendOf(r netlab.Reply) string {
 	ns, addr, _ := strings.Cut(r.Server, "/")
-	_, port, _ := strings.Cut(addr, ":")
-	return ns + ":" + port
+	if ap, err := netip.ParseAddrPort(addr); err == nil {
+		return fmt.Sprintf("%s:%d", ns, ap.Port())
+	}
+	return r.Server // not a probe server's name: matches no backend
 }
 
 func (e *env) backendName(i int) string {
-	return fmt.Sprintf("%s:%d", e.gw.VMs[i%len(e.gw.VMs)].NS, e.shareBackend(i).Port())
+	return fmt.Sprintf("%s:%d", e.gw.VMs[i%len(e.gw.VMs)].NS, 10000+i)
 }
 
 // dialMany makes conns new TCP connections from ext to dst, at most 8 at
@@ -133,31 +140,40 @@ func (e *env) dialMany(dst netip.AddrPort, conns int) map[string]int {
 	return counts
 }
 
-// testShare: share DNAT, several backends on one EIP, protocol and port.
+// testShare: share DNAT, several backends on one EIP, protocol and port,
+// in IPv4 and under IPv6 with the same bodies in IPv6 (a backend of
+// Options.NoIPv6 refuses an IPv6 share DNAT instead: testIPv6Refused).
 func (s *suite) testShare(t *testing.T) {
-	for _, tc := range []test{
+	cases := []familyCase{
 		{"Spread", s.testShareSpread},
 		{"Pinned", s.testSharePinned},
-	} {
-		t.Run(tc.name, tc.run)
+	}
+	run := func(t *testing.T, f family) {
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) { c.run(t, f) })
+		}
+	}
+	run(t, ipv4)
+	if !s.opts.NoIPv6 {
+		t.Run("IPv6", func(t *testing.T) { run(t, ipv6) })
 	}
 }
 
 // testShareSpread: with 1, 2, 8 and 64 backends (each set applied in one
-// call), new TCP connections from outside reach every backend, spread
-// evenly within shareTolerance, and none fails.
-func (s *suite) testShareSpread(t *testing.T) {
-	e := s.topoEnv(t, ipv4)
-	eip := netlab.EIP(0)
-	e.applyEIPs(EIP(UID(nat.KindEIP, 0), eip))
-	e.serveShareBackends(slices.Max(shareBackendCounts))
+// call), new TCP connections from outside to an EIP of family f reach
+// every backend, spread evenly within shareTolerance, and none fails.
+func (s *suite) testShareSpread(t *testing.T, f family) {
+	e := s.topoEnv(t, f)
+	eip := f.eip(0)
+	e.applyEIPs(f.eipObject(UID(nat.KindEIP, 0), eip))
+	e.serveShareBackends(f, slices.Max(shareBackendCounts))
 	conns := shareConns(t)
 	uid := 0
 	for _, n := range shareBackendCounts {
 		port := uint16(3000 + n) // one identity per count
 		var objs []nat.Object
 		for i := range n {
-			b := e.shareBackend(i)
+			b := e.shareBackend(f, i)
 			objs = append(objs, ShareDNAT(UID(nat.KindDNAT, uid), eip, nat.TCP, port, b.Addr(), b.Port()))
 			uid++
 		}
@@ -178,7 +194,7 @@ func (s *suite) testShareSpread(t *testing.T) {
 			t.Errorf("%d backends: connections answered by servers that are not backends of %s:%d: %v", n, eip, port, counts)
 		}
 		within := math.Abs(float64(lo)-even) <= 0.1*even && math.Abs(float64(hi)-even) <= 0.1*even
-		t.Logf("SHARE-SPREAD %s backends=%d conns=%d even=%.1f min=%d max=%d tolerance=±%.1f within-10%%=%v", e.name, n, conns, even, lo, hi, tol, within)
+		t.Logf("SHARE-SPREAD %s %s backends=%d conns=%d even=%.1f min=%d max=%d tolerance=±%.1f within-10%%=%v", e.name, f, n, conns, even, lo, hi, tol, within)
 		e.del(nat.UIDs(objs)...)
 	}
 }
@@ -208,19 +224,21 @@ func (h heldConn) echo(msg string) error {
 	return nil
 }
 
-// testSharePinned: established connections stay on their backend when
-// another backend is added or removed (the echo of a line after the change
-// comes back on the same connection); removing a backend deletes its
-// conntrack entries only; a removed backend gets no new connections.
-func (s *suite) testSharePinned(t *testing.T) {
-	e := s.topoEnv(t, ipv4)
-	eip := netlab.EIP(0)
+// testSharePinned: established connections (to an EIP of family f) stay
+// on their backend when another backend is added or removed (the echo of a
+// line after the change comes back on the same connection); removing a
+// backend deletes its conntrack entries only; a removed backend gets no
+// new connections.
+func (s *suite) testSharePinned(t *testing.T, f family) {
+	e := s.topoEnv(t, f)
+	eip := f.eip(0)
 	const port = 4000
-	e.applyEIPs(EIP(UID(nat.KindEIP, 0), eip))
-	e.serveShareBackends(3) // backends 0, 1, 2: one per VPC host
+	eipObj := f.eipObject(UID(nat.KindEIP, 0), eip)
+	e.applyEIPs(eipObj)
+	e.serveShareBackends(f, 3) // backends 0, 1, 2: one per VPC host
 	dst := netip.AddrPortFrom(eip, port)
 	backend := func(i int) nat.Object {
-		b := e.shareBackend(i)
+		b := e.shareBackend(f, i)
 		return ShareDNAT(UID(nat.KindDNAT, i), eip, nat.TCP, port, b.Addr(), b.Port())
 	}
 	e.apply(backend(0), backend(1))
@@ -266,10 +284,10 @@ func (s *suite) testSharePinned(t *testing.T) {
 	}
 
 	// Remove backend 0: its flows go, the others' stay and keep flowing.
-	e.wantFlows("before removing backend 0", e.shareBackend(0).Addr())
+	e.wantFlows("before removing backend 0", e.shareBackend(f, 0).Addr())
 	e.del(backend(0).UID)
-	e.wantNoFlows("after removing backend 0", e.shareBackend(0).Addr())
-	e.wantFlows("after removing backend 0, backend 1's connections", e.shareBackend(1).Addr())
+	e.wantNoFlows("after removing backend 0", e.shareBackend(f, 0).Addr())
+	e.wantFlows("after removing backend 0, backend 1's connections", e.shareBackend(f, 1).Addr())
 	echoAll("after removing backend 0", e.backendName(0))
 	counts = e.dialMany(dst, 300)
 	if n := counts[e.backendName(0)]; n > 0 {
@@ -280,5 +298,48 @@ func (s *suite) testSharePinned(t *testing.T) {
 			t.Errorf("after removing backend 0, 300 new connections: none to backend %d (%v)", i, counts)
 		}
 	}
-	e.wantList("share backends 1 and 2", EIP(UID(nat.KindEIP, 0), eip), backend(1), backend(2))
+	e.wantList("share backends 1 and 2", eipObj, backend(1), backend(2))
+	// Last: deleting the exclusive DNAT it adds forgets the EIP's flows.
+	e.wantShareMark(f, dst)
+}
+
+// wantShareMark checks that the conntrack entries of the connections to
+// the share identity dst carry the ct mark a connection through an
+// exclusive DNAT on the same EIP gets (one is made on port dst+1, and
+// deleted at the end, which forgets every flow of the EIP): a backend that
+// uses the ct mark to pick a slot must not leave its scratch value there
+// (the nftables data plane: the EIP in IPv4, none in IPv6).
+func (e *env) wantShareMark(f family, dst netip.AddrPort) {
+	e.t.Helper()
+	excl := netip.AddrPortFrom(dst.Addr(), dst.Port()+1)
+	vm := f.host(e.gw.VMs[0])
+	o := DNAT(UID(nat.KindDNAT, 999), dst.Addr(), nat.TCP, excl.Port(), vm.Addr, vmTCP)
+	e.apply(o)
+	defer e.del(o.UID)
+	if _, err := netlab.Dial(e.ctx, e.gw.Ext.NS, excl.String(), netlab.DialTimeout); err != nil {
+		e.t.Fatalf("through the exclusive DNAT %s: %v", excl, err)
+	}
+	flows, err := netlab.ConntrackEntries(e.ctx, e.ns)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var want []uint32
+	shared := 0
+	for _, fl := range flows {
+		switch fl.OrigDst {
+		case excl:
+			want = append(want, fl.Mark)
+		case dst:
+			shared++
+		}
+	}
+	if len(want) != 1 || shared == 0 {
+		e.t.Fatalf("conntrack: %d entries through the exclusive DNAT %s, %d through the share identity %s; want 1 and some (%v)", len(want), excl, shared, dst, flows)
+	}
+	for _, fl := range flows {
+		if fl.OrigDst == dst && fl.Mark != want[0] {
+			e.t.Errorf("%s connection %s -> %s: ct mark %#x, want %#x (the mark of a connection through an exclusive DNAT of the EIP)", f, fl.OrigSrc, dst, fl.Mark, want[0])
+		}
+	}
+	e.t.Logf("%s share identity %s: %d connections, ct mark %#x", f, dst, shared, want[0])
 }

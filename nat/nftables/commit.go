@@ -206,12 +206,13 @@ func planShare(tx *Tx, ch *change) {
 	for _, k := range sortedKeys(keys, cmpShareKey) {
 		diffElems(shareRender(k, ch.shareBefore[k]), shareRender(k, ch.shareAfter[k]), del, add)
 	}
-	for _, set := range []string{setShareMod, setShareBk} {
+	shareSets := []string{setShareMod, setShareBk, setShareMod6, setShareBk6}
+	for _, set := range shareSets {
 		if len(del[set]) > 0 {
 			tx.deleteElements(set, del[set])
 		}
 	}
-	for _, set := range []string{setShareMod, setShareBk} {
+	for _, set := range shareSets {
 		if len(add[set]) > 0 {
 			tx.addElements(set, add[set], false)
 		}
@@ -225,9 +226,9 @@ func shareRender(k shareKey, backends []nat.Object) setElems {
 	if len(backends) == 0 {
 		return out
 	}
-	out.add(setShareMod, shareMod(k, len(backends)))
+	out.add(k.modSet(), shareMod(k, len(backends)))
 	for _, e := range shareElems(k, backends) {
-		out.add(setShareBk, e)
+		out.add(k.bkSet(), e)
 	}
 	return out
 }

@@ -92,6 +92,14 @@ func policerAddr(e *nat.EIP) netip.Addr {
 
 func a16(a netip.Addr) []byte { b := a.As16(); return b[:] }
 
+// addrBytes is a in its family's width: a4 or a16.
+func addrBytes(a netip.Addr) []byte {
+	if a.Is6() {
+		return a16(a)
+	}
+	return a4(a)
+}
+
 func port4(p uint16) []byte { return []byte{byte(p >> 8), byte(p), 0, 0} }
 
 // eipComment is the comment of an EIP's eips element (its IPv4 address):
@@ -187,23 +195,19 @@ func render(o nat.Object, out setElems) error {
 		return add(setFIPSNAT, nft.SetElement{Key: a4(o.FIP.InternalIP), Val: a4(o.FIP.EIP), Comment: o.UID})
 	case nat.KindDNAT:
 		d := o.DNAT
-		if d.Shared() && d.EIP.Is6() {
-			return &nat.FieldError{UID: o.UID, Field: "dnat.type", Value: string(d.Type),
-				Reason: "share DNAT of an IPv6 EIP is not supported by the nftables data plane yet"}
+		if d.Shared() {
+			// A backend of a shared identity (of either family): its
+			// elements are in the identity's map, at slots that
+			// depend on the other backends (shareElems).
+			if len(o.UID) > maxComment {
+				return &nat.FieldError{UID: o.UID, Field: "uid", Value: o.UID, Reason: "element comment too long for the kernel"}
+			}
+			return nil
 		}
 		if d.EIP.Is6() {
 			key := append(a16(d.EIP), d.Protocol.Number(), 0, 0, 0)
 			key = append(key, port4(d.ExternalPort)...)
 			return add(setPortDNAT6, nft.SetElement{Key: key, Val: append(a16(d.InternalIP), port4(d.InternalPort)...), Comment: o.UID})
-		}
-		if d.Shared() {
-			// A backend of a shared identity: its element is in the
-			// identity's map, at an index that depends on the other
-			// backends (shareElems).
-			if len(o.UID) > maxComment {
-				return &nat.FieldError{UID: o.UID, Field: "uid", Value: o.UID, Reason: "element comment too long for the kernel"}
-			}
-			return nil
 		}
 		key := append(a4(d.EIP), d.Protocol.Number(), 0, 0, 0)
 		key = append(key, port4(d.ExternalPort)...)
@@ -235,22 +239,22 @@ func shareOf(o nat.Object) (shareKey, bool) {
 }
 
 // shareElems renders the backends of identity k (ordered by UID) to its
-// elements of share_backends: slot i (0..shareSlots(n)-1) : the internal
-// address . internal port of backend i mod n, that backend's UID as
-// comment.
+// elements of share_backends (share_backends6 for an IPv6 EIP): slot i
+// (0..shareSlots(n)-1) : the internal address . internal port of backend
+// i mod n, that backend's UID as comment.
 func shareElems(k shareKey, backends []nat.Object) []nft.SetElement {
 	n := len(backends)
 	es := make([]nft.SetElement, shareSlots(n))
 	for i := range es {
 		o := backends[i%n]
 		d := o.DNAT
-		es[i] = nft.SetElement{Key: k.slotKey(i), Val: append(a4(d.InternalIP), port4(d.InternalPort)...), Comment: o.UID}
+		es[i] = nft.SetElement{Key: k.slotKey(i), Val: append(addrBytes(d.InternalIP), port4(d.InternalPort)...), Comment: o.UID}
 	}
 	return es
 }
 
-// shareMod is the identity's element of share_mod: its slot count for n
-// backends.
+// shareMod is the identity's element of share_mod (share_mod6): its slot
+// count for n backends.
 func shareMod(k shareKey, n int) nft.SetElement {
 	return nft.SetElement{Key: k.modKey(), Val: binary.NativeEndian.AppendUint32(nil, uint32(shareSlots(n))), Comment: shareComment}
 }
@@ -352,7 +356,7 @@ func addr6Of(b []byte) (netip.Addr, error) {
 // isV6Set says whether the elements of set are keyed by an IPv6 address.
 func isV6Set(set string) bool {
 	switch set {
-	case setEIPs6, setFIPDNAT6, setFIPSNAT6, setPortDNAT6, setRoutes6, setQoSIn6, setQoSOut6:
+	case setEIPs6, setFIPDNAT6, setFIPSNAT6, setPortDNAT6, setRoutes6, setQoSIn6, setQoSOut6, setShareMod6, setShareBk6:
 		return true
 	}
 	c, ok := parseSNATSet(set)
@@ -367,21 +371,13 @@ func parseElem(set string, e nft.SetElement) (uid string, obj nat.Object, err er
 	if err != nil {
 		return "", nat.Object{}, err
 	}
-	if set == setShareMod {
+	switch set {
+	case setShareMod, setShareMod6:
 		return uid, nat.Object{}, nil // the identity's slot count, checked with its backends
-	}
-	if set == setShareBk {
-		if len(e.Key) != 16 || len(e.Val) != 8 {
-			return uid, nat.Object{}, fmt.Errorf("share dnat: bad key/value length %d/%d", len(e.Key), len(e.Val))
-		}
-		eip, _ := addrOf(e.Key[:4])
-		in, _ := addrOf(e.Val[:4])
-		proto, ok := protocolOf(e.Key[4])
-		if !ok {
-			return uid, nat.Object{}, fmt.Errorf("share dnat %s: unknown protocol %d", eip, e.Key[4])
-		}
-		return uid, nat.Object{UID: uid, Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: eip, Protocol: proto, ExternalPort: binary.BigEndian.Uint16(e.Key[8:10]),
-			InternalIP: in, InternalPort: binary.BigEndian.Uint16(e.Val[4:6]), Type: nat.DNATShare}}, nil
+	case setShareBk:
+		return elems4.shareSlot(uid, e)
+	case setShareBk6:
+		return elems6.shareSlot(uid, e)
 	}
 	if isV6Set(set) {
 		return parseElem6(set, e, uid, kv)
@@ -538,6 +534,24 @@ func (f elemFamily) portDNAT(uid string, k0 netip.Addr, e nft.SetElement) (strin
 		EIP: k0, Protocol: proto, ExternalPort: binary.BigEndian.Uint16(e.Key[n+4 : n+6]),
 		InternalIP: in, InternalPort: binary.BigEndian.Uint16(e.Val[n : n+2]),
 	}}, nil
+}
+
+// shareSlot is the share DNAT backend of a share_backends element: key
+// EIP . protocol . external port . slot, value internal IP . internal port
+// (protocol, ports and slot each 4 bytes).
+func (f elemFamily) shareSlot(uid string, e nft.SetElement) (string, nat.Object, error) {
+	n := f.width
+	if len(e.Key) != n+12 || len(e.Val) != n+4 {
+		return uid, nat.Object{}, fmt.Errorf("share dnat%s: bad key/value length %d/%d", f.suffix, len(e.Key), len(e.Val))
+	}
+	eip, _ := f.addrOf(e.Key)
+	in, _ := f.addrOf(e.Val)
+	proto, ok := protocolOf(e.Key[n])
+	if !ok {
+		return uid, nat.Object{}, fmt.Errorf("share dnat%s %s: unknown protocol %d", f.suffix, eip, e.Key[n])
+	}
+	return uid, nat.Object{UID: uid, Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: eip, Protocol: proto, ExternalPort: binary.BigEndian.Uint16(e.Key[n+4 : n+6]),
+		InternalIP: in, InternalPort: binary.BigEndian.Uint16(e.Val[n : n+2]), Type: nat.DNATShare}}, nil
 }
 
 // snat is the SNAT object of an element of an SNAT map set (key the

@@ -33,7 +33,7 @@ const (
 
 // LayoutVersion is stored in the kernel with the boot id. A table holding
 // another version is dropped and recreated (with a new boot id).
-const LayoutVersion = 4
+const LayoutVersion = 5
 
 // HairpinMark is the packet mark bit given to packets that enter from the
 // internal interface; the hairpin rule matches it.
@@ -59,6 +59,8 @@ const (
 	setRoutes6   = "routes6"
 	setQoSIn6    = "qos_in6"
 	setQoSOut6   = "qos_out6"
+	setShareMod6 = "share_mod6"
+	setShareBk6  = "share_backends6"
 )
 
 // Names of the chains.
@@ -69,6 +71,7 @@ const (
 	chainQoSIn    = "qos_ingress"
 	chainQoSOut   = "qos_egress"
 	chainShare    = "share"
+	chainShare6   = "share6"
 )
 
 // Chain priorities (see nat/README.md for why).
@@ -110,6 +113,7 @@ var (
 	typePortKey6  = nft.MustConcatSetType(nft.TypeIP6Addr, nft.TypeInetProto, nft.TypeInetService)
 	typePortVal6  = nft.MustConcatSetType(nft.TypeIP6Addr, nft.TypeInetService)
 	typeRouteKey6 = nft.MustConcatSetType(nft.TypeIP6Addr, nft.TypeIP6Addr)
+	typeSlotKey6  = nft.MustConcatSetType(nft.TypeIP6Addr, nft.TypeInetProto, nft.TypeInetService, nft.TypeMark)
 )
 
 // setSpec describes one set or map of the table.
@@ -141,6 +145,8 @@ var fixedSets = []setSpec{
 	{name: setRoutes6, key: typeRouteKey6, val: nft.TypeIP6Addr, concat: true},
 	{name: setQoSIn6, key: nft.TypeIP6Addr, val: nft.TypeVerdict},
 	{name: setQoSOut6, key: nft.TypeIP6Addr, val: nft.TypeVerdict},
+	{name: setShareMod6, key: typePortKey6, val: nft.TypeMark, concat: true},
+	{name: setShareBk6, key: typeSlotKey6, val: typePortVal6, concat: true},
 }
 
 // isFIPMap says whether set is one of the FIP maps, whose two halves
@@ -222,7 +228,8 @@ func sortSNATClasses(cs []snatClass) {
 
 // shareKey is one share DNAT identity: EIP, protocol, external port. It
 // has an element in share_mod (its slot count S) and S elements in
-// share_backends (identity . slot : backend).
+// share_backends (identity . slot : backend); an identity of an IPv6 EIP
+// in share_mod6 and share_backends6.
 type shareKey struct {
 	eip   netip.Addr
 	proto nat.Protocol
@@ -236,9 +243,25 @@ func (k shareKey) String() string {
 	return k.eip.String() + "/" + string(k.proto) + "/" + strconv.Itoa(int(k.port))
 }
 
-// modKey is the identity's key in share_mod.
+// modSet and bkSet are the identity's family's share_mod and
+// share_backends.
+func (k shareKey) modSet() string {
+	if k.eip.Is6() {
+		return setShareMod6
+	}
+	return setShareMod
+}
+
+func (k shareKey) bkSet() string {
+	if k.eip.Is6() {
+		return setShareBk6
+	}
+	return setShareBk
+}
+
+// modKey is the identity's key in share_mod (share_mod6).
 func (k shareKey) modKey() []byte {
-	key := append(a4(k.eip), k.proto.Number(), 0, 0, 0)
+	key := append(addrBytes(k.eip), k.proto.Number(), 0, 0, 0)
 	return append(key, port4(k.port)...)
 }
 
@@ -294,32 +317,88 @@ func shareSlots(n int) int {
 // mark: one rule per slot count, which sets the ct mark to the EIP and
 // DNATs to the backend of a random slot; a last rule puts the EIP back in
 // the ct mark should no rule have matched (a slot element missing).
-func shareChain() chainSpec {
+//
+// With v6 it is chain share6, where dstnat rule 8 sends the identities of
+// IPv6 EIPs: the same rules over share_backends6, except that the ct mark
+// is set back to 0 (IPv6 connections carry no ct mark: see Conntrack in
+// nat/README.md).
+func shareChain(v6 bool) chainSpec {
 	c := chainSpec{name: chainShare}
+	set, ip, fam, what := setShareBk, "ip", uint32(unix.NFPROTO_IPV4), "share DNAT"
+	markText, markExprs := "ct mark set ip daddr", func() []expr.Any {
+		return cat([]expr.Any{loadIP(offDaddr, reg0)}, markFrom(reg0, reg4))
+	}
+	// Registers: the address, then protocol, port and slot.
+	addr, pr, port, slot := uint32(reg0), uint32(reg1), uint32(reg2), uint32(reg3)
+	if v6 {
+		c.name, set, ip, fam, what = chainShare6, setShareBk6, "ip6", unix.NFPROTO_IPV6, "IPv6 share DNAT"
+		markText, markExprs = "ct mark set 0x00000000", func() []expr.Any {
+			return []expr.Any{
+				&expr.Immediate{Register: 1, Data: []byte{0, 0, 0, 0}},
+				&expr.Ct{Key: expr.CtKeyMARK, Register: 1, SourceRegister: true},
+			}
+		}
+		addr, pr, port, slot = r6a, r6p, r6d, r6d+1
+	}
 	for _, s := range shareModuli {
+		var body []expr.Any
+		if v6 {
+			body = cat(markExprs(), nfproto(true), []expr.Any{loadIP6(offDaddr6, r6a)})
+		} else {
+			body = cat(nfproto(false), markExprs())
+		}
 		c.rules = append(c.rules, ruleSpec{
-			text:    fmt.Sprintf("ct mark 0x%08x ct mark set ip daddr dnat ip to ip daddr . meta l4proto . th dport . numgen random mod %d map @%s", s, s, setShareBk),
-			comment: fmt.Sprintf("natgw: share DNAT, %d slots", s),
+			text:    fmt.Sprintf("ct mark 0x%08x %s dnat %s to %s daddr . meta l4proto . th dport . numgen random mod %d map @%s", s, markText, ip, ip, s, set),
+			comment: fmt.Sprintf("natgw: %s, %d slots", what, s),
 			exprs: cat([]expr.Any{
 				&expr.Ct{Key: expr.CtKeyMARK, Register: 1},
 				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(uint32(s))},
-			}, nfproto(false), []expr.Any{
-				loadIP(offDaddr, reg0),
-			}, markFrom(reg0, reg4), []expr.Any{
-				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
-				&expr.Payload{DestRegister: reg2, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-				&expr.Numgen{Register: reg3, Modulus: uint32(s), Type: unix.NFT_NG_RANDOM},
-				lookup(setShareBk, reg0, reg0),
-				&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg0, RegProtoMin: reg1},
+			}, body, []expr.Any{
+				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: pr},
+				&expr.Payload{DestRegister: port, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+				&expr.Numgen{Register: slot, Modulus: uint32(s), Type: unix.NFT_NG_RANDOM},
+				lookup(set, addr, addr),
+				&expr.NAT{Type: expr.NATTypeDestNAT, Family: fam, RegAddrMin: addr, RegProtoMin: pr},
 			}),
 		})
 	}
-	c.rules = append(c.rules, ruleSpec{
-		text:    "ct mark set ip daddr",
+	last := ruleSpec{
+		text:    markText,
 		comment: "natgw: share DNAT: no slot, the EIP back in the ct mark",
-		exprs:   cat(nfproto(false), []expr.Any{loadIP(offDaddr, reg0)}, markFrom(reg0, reg4)),
-	})
+		exprs:   cat(nfproto(false), markExprs()),
+	}
+	if v6 {
+		last.comment, last.exprs = "natgw: IPv6 share DNAT: no slot, the ct mark back to 0", markExprs()
+	}
+	c.rules = append(c.rules, last)
 	return c
+}
+
+// shareModRule is dstnat's share DNAT rule of one family (rule 5, with
+// v6 rule 8): a new connection to a share identity gets the identity's
+// slot count S from share_mod (share_mod6) in its ct mark and goes to
+// chain share (share6), which picks a slot.
+func shareModRule(v6 bool) ruleSpec {
+	ip, set, chain, what := "ip", setShareMod, chainShare, "share DNAT"
+	addr, pr, port := uint32(reg0), uint32(reg1), uint32(reg2)
+	load := loadIP(offDaddr, reg0)
+	if v6 {
+		ip, set, chain, what = "ip6", setShareMod6, chainShare6, "IPv6 share DNAT"
+		addr, pr, port = r6a, r6p, r6d
+		load = loadIP6(offDaddr6, r6a)
+	}
+	return ruleSpec{
+		text:    "ct mark set " + ip + " daddr . meta l4proto . th dport map @" + set + " goto " + chain,
+		comment: "natgw: " + what + ": slot count to the ct mark, to chain " + chain,
+		exprs: cat(nfproto(v6), []expr.Any{
+			load,
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: pr},
+			&expr.Payload{DestRegister: port, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			lookup(set, addr, addr),
+			&expr.Ct{Key: expr.CtKeyMARK, Register: addr, SourceRegister: true},
+			&expr.Verdict{Kind: expr.VerdictGoto, Chain: chain},
+		}),
+	}
 }
 
 // qosDir is a QoS direction.
@@ -512,18 +591,7 @@ func fixedChains(cfg nat.Config) []chainSpec {
 						&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg0, RegProtoMin: reg1},
 					}),
 				},
-				{
-					text:    "ct mark set ip daddr . meta l4proto . th dport map @share_mod goto share",
-					comment: "natgw: share DNAT: slot count to the ct mark, to chain share",
-					exprs: cat(nfproto(false), []expr.Any{
-						loadIP(offDaddr, reg0),
-						&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
-						&expr.Payload{DestRegister: reg2, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-						lookup(setShareMod, reg0, reg0),
-						&expr.Ct{Key: expr.CtKeyMARK, Register: reg0, SourceRegister: true},
-						&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainShare},
-					}),
-				},
+				shareModRule(false),
 				{
 					text:    "dnat ip6 to ip6 daddr map @fip_dnat6",
 					comment: "natgw: IPv6 floating IP DNAT",
@@ -544,6 +612,7 @@ func fixedChains(cfg nat.Config) []chainSpec {
 						&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV6, RegAddrMin: r6a, RegProtoMin: r6p},
 					}),
 				},
+				shareModRule(true),
 			},
 		},
 		{
@@ -580,7 +649,8 @@ func fixedChains(cfg nat.Config) []chainSpec {
 			},
 		},
 		{name: chainSNATCIDR}, // rules: snatRules
-		shareChain(),
+		shareChain(false),
+		shareChain(true),
 		qosBaseChain(qosOut, ext),
 	}
 }

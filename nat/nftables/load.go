@@ -454,11 +454,11 @@ func (b *rebuild) add(set string, e nft.SetElement) {
 		b.owner[ref] = uid
 	}
 	switch set {
-	case setShareMod:
+	case setShareMod, setShareMod6:
 		if len(e.Val) == 4 {
 			b.shareMod[string(e.Key)] = binary.NativeEndian.Uint32(e.Val)
 		}
-	case setShareBk:
+	case setShareBk, setShareBk6:
 		if prev, ok := b.shareSeen[uid]; ok {
 			if !prev.Equal(o) {
 				b.bad = append(b.bad, fmt.Sprintf("uid %s: %s and %s", uid, prev, o))
@@ -562,19 +562,19 @@ func (b *rebuild) finish(log logr.Logger) (*nat.State, []nat.Object, bool) {
 	// slot count.
 	for k, bs := range shareWanted(slices.Values(kept)) {
 		for i, e := range shareElems(k, bs) {
-			if b.owner[refOf(setShareBk, e.Key)] == e.Comment {
+			if b.owner[refOf(k.bkSet(), e.Key)] == e.Comment {
 				matched++
 			} else {
 				bad = append(bad, fmt.Sprintf("uid %s: slot %d of share DNAT %s missing or owned by another UID", e.Comment, i, k))
 			}
 		}
-		if b.owner[refOf(setShareMod, k.modKey())] == shareComment {
+		if b.owner[refOf(k.modSet(), k.modKey())] == shareComment {
 			matched++
 		} else {
-			bad = append(bad, fmt.Sprintf("share DNAT %s: element of %s missing", k, setShareMod))
+			bad = append(bad, fmt.Sprintf("share DNAT %s: element of %s missing", k, k.modSet()))
 		}
 		if got, want := b.shareMod[string(k.modKey())], shareSlots(len(bs)); got != uint32(want) {
-			bad = append(bad, fmt.Sprintf("share DNAT %s: %d slots in %s, want %d", k, got, setShareMod, want))
+			bad = append(bad, fmt.Sprintf("share DNAT %s: %d slots in %s, want %d", k, got, k.modSet(), want))
 		}
 	}
 	if matched != len(b.owner) {

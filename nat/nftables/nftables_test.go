@@ -85,13 +85,17 @@ func goldenObjects() []nat.Object {
 		nattest.SNAT(u(nat.KindSNAT, 3), addr("192.0.2.12"), prefix("10.0.0.0/8"), false),
 		nattest.Route(u(nat.KindRoute, 1), prefix("10.0.0.0/8"), addr("198.51.100.254"), nat.DeviceInternal),
 		nattest.Route(u(nat.KindRoute, 2), prefix("0.0.0.0/0"), addr("192.0.2.1"), nat.DeviceExternal),
-		// IPv6: a dual-stack EIP, an IPv6-only one, a FIP, port DNATs
-		// and overlapping CIDR SNATs with and without random-fully.
+		// IPv6: a dual-stack EIP, an IPv6-only one, a FIP, port DNATs,
+		// share DNATs and overlapping CIDR SNATs with and without
+		// random-fully.
 		{UID: u(nat.KindEIP, 4), Kind: nat.KindEIP, EIP: &nat.EIP{Address: addr("192.0.2.13"), PrefixLen: 24, V6Address: addr("2001:db8::13"), V6PrefixLen: 64, QoS: &nat.QoS{IngressRateMbps: 30}}},
 		{UID: u(nat.KindEIP, 5), Kind: nat.KindEIP, EIP: &nat.EIP{V6Address: addr("2001:db8::10"), V6PrefixLen: 64, QoS: &nat.QoS{IngressRateMbps: 40, IngressBurstMbit: 4, EgressRateMbps: 10}}},
 		nattest.FIP(u(nat.KindFIP, 2), addr("2001:db8::10"), addr("fd00::10")),
 		nattest.DNAT(u(nat.KindDNAT, 5), addr("2001:db8::13"), nat.TCP, 8080, addr("fd00::11"), 80),
 		nattest.DNAT(u(nat.KindDNAT, 6), addr("2001:db8::13"), nat.UDP, 5353, addr("fd00::12"), 53),
+		nattest.ShareDNAT(u(nat.KindDNAT, 7), addr("2001:db8::13"), nat.TCP, 443, addr("fd00::13"), 8443),
+		nattest.ShareDNAT(u(nat.KindDNAT, 8), addr("2001:db8::13"), nat.TCP, 443, addr("fd00::14"), 8443),
+		nattest.ShareDNAT(u(nat.KindDNAT, 9), addr("2001:db8::13"), nat.TCP, 443, addr("fd00::15"), 8443),
 		nattest.SNAT(u(nat.KindSNAT, 4), addr("2001:db8::13"), prefix("fd00::/64"), false),
 		nattest.SNAT(u(nat.KindSNAT, 5), addr("2001:db8::13"), prefix("fd00::/48"), true),
 		nattest.SNAT(u(nat.KindSNAT, 6), addr("2001:db8::13"), prefix("fd00::20/128"), false),

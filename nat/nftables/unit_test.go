@@ -3,6 +3,7 @@ package nftables
 import (
 	"encoding/binary"
 	"errors"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -32,7 +33,7 @@ func TestRenderParse(t *testing.T) {
 					if err != nil {
 						t.Fatalf("%s: %v", set, err)
 					}
-					if set == setShareMod {
+					if set == setShareMod || set == setShareMod6 {
 						if uid != shareComment {
 							t.Errorf("%s: comment %q, want %q", set, uid, shareComment)
 						}
@@ -271,6 +272,14 @@ func TestObjectsCheck(t *testing.T) {
 			m[setShareBk] = append(m[setShareBk], e)
 		}), false, false},
 		{"share backend missing", false, with(func(m map[string][]nft.SetElement) { m[shareMap] = m[shareMap][1:] }), false, false},
+		{"IPv6 share slot count wrong", false, with(func(m map[string][]nft.SetElement) {
+			e := m[setShareMod6][0]
+			e.Val = binary.NativeEndian.AppendUint32(nil, 2)
+			m[setShareMod6] = []nft.SetElement{e}
+		}), false, false},
+		{"IPv6 share slot count element missing", false, with(func(m map[string][]nft.SetElement) { delete(m, setShareMod6) }), false, false},
+		{"IPv6 share backend missing", false, with(func(m map[string][]nft.SetElement) { m[setShareBk6] = m[setShareBk6][1:] }), false, false},
+		{"IPv6 share slot twice", false, with(dupFirst(setShareBk6)), true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			blocks := map[string][][]nft.SetElement{}
@@ -377,9 +386,20 @@ func TestShareSlots(t *testing.T) {
 // revalidate the ruleset), and the result is the rendering of the new
 // backends.
 func TestShareChangeElementsOnly(t *testing.T) {
-	k := shareKey{addr("192.0.2.1"), nat.TCP, 80}
+	for _, fam := range []struct {
+		name    string
+		eip, in netip.Addr
+	}{{"IPv4", addr("192.0.2.1"), addr("10.0.0.1")}, {"IPv6", addr("2001:db8::1"), addr("fd00::1")}} {
+		t.Run(fam.name, func(t *testing.T) { testShareChangeElementsOnly(t, fam.eip, fam.in) })
+	}
+}
+
+// testShareChangeElementsOnly is TestShareChangeElementsOnly for an
+// identity of EIP eip with backends at address in.
+func testShareChangeElementsOnly(t *testing.T, eip, in netip.Addr) {
+	k := shareKey{eip, nat.TCP, 80}
 	backend := func(i int) nat.Object {
-		return nattest.ShareDNAT(nattest.UID(nat.KindDNAT, i), k.eip, nat.TCP, 80, addr("10.0.0.1"), uint16(1000+i))
+		return nattest.ShareDNAT(nattest.UID(nat.KindDNAT, i), k.eip, nat.TCP, 80, in, uint16(1000+i))
 	}
 	for _, tc := range []struct {
 		name     string
@@ -406,7 +426,7 @@ func TestShareChangeElementsOnly(t *testing.T) {
 			tx := r.plan(ch)
 			var l listing
 			l.exists, l.set = true, map[string]*listedSet{}
-			for _, s := range []string{setShareMod, setShareBk} {
+			for _, s := range []string{k.modSet(), k.bkSet()} {
 				l.set[s] = &listedSet{spec: specOf(s), elems: map[string]string{}}
 			}
 			for set, es := range shareRender(k, before) {
@@ -432,7 +452,7 @@ func TestShareChangeElementsOnly(t *testing.T) {
 					}
 				}
 			}
-			if got := len(l.set[setShareMod].elems) + len(l.set[setShareBk].elems); got != want || len(r.share[k]) != tc.to {
+			if got := len(l.set[k.modSet()].elems) + len(l.set[k.bkSet()].elems); got != want || len(r.share[k]) != tc.to {
 				t.Errorf("%d elements and %d backends after the change, want %d and %d", got, len(r.share[k]), want, tc.to)
 			}
 		})

@@ -6,8 +6,11 @@
 // chose included), so that after a takeover established connections find
 // their entry and keep their translation.
 //
-// The wire format is natgw's own (fixed-size records, see Entry.append);
-// both ends run the same binary.
+// Both families are replicated: IPv4 and IPv6 entries (TCP, UDP, ICMP and
+// ICMPv6), each with its NAT bindings.
+//
+// The wire format is natgw's own (records of a fixed size per family, see
+// Entry.append); both ends run the same binary.
 package ctsync
 
 import (
@@ -34,9 +37,10 @@ const (
 // carries the NAT bindings), status, timeout, ct mark and TCP state.
 type Entry struct {
 	Op    Op
-	Proto uint8 // 6 tcp, 17 udp, 1 icmp
-	// Orig and Reply are the tuples' addresses and ports. For ICMP the
-	// source port holds the echo id and the destination port type<<8|code.
+	Proto uint8 // 6 tcp, 17 udp, 1 icmp, 58 icmpv6
+	// Orig and Reply are the tuples' addresses and ports, all four of one
+	// family (IPv4 or IPv6). For ICMP and ICMPv6 the source port holds the
+	// echo id and the destination port type<<8|code.
 	OrigSrc, OrigDst   netip.AddrPort
 	ReplySrc, ReplyDst netip.AddrPort
 	Status             uint32
@@ -49,27 +53,62 @@ type Entry struct {
 	FlagsReply         uint16
 }
 
-// entrySize is the encoded size of one Entry.
-const entrySize = 5 + 4*6 + 4*3 + 2*2
+// entrySize is the encoded size of an IPv4 Entry, entrySize6 of an IPv6
+// one: op, protocol and TCP state bytes, four addresses with their ports,
+// status, timeout, mark and TCP flags.
+const (
+	entrySize  = 5 + 4*(4+2) + 4*3 + 2*2
+	entrySize6 = 5 + 4*(16+2) + 4*3 + 2*2
+)
 
-// Replicated reports whether a flow is one the standby needs: an IPv4
-// TCP, UDP or ICMP entry the gateway translated (source or destination
-// NAT). Untranslated flows (the replicas' own heartbeats, routed traffic)
-// are picked up mid-stream by the kernel and need no copy.
-func Replicated(f *ct.Flow) bool {
-	if f == nil || f.Status&ct.StatusNATMask == 0 || !f.TupleOrig.IP.SourceAddress.Is4() {
-		return false
-	}
-	switch f.TupleOrig.Proto.Protocol {
-	case 6, 17, 1:
+// opIPv6 is set in the op byte of an IPv6 record (its addresses are 16
+// bytes).
+const opIPv6 = 0x80
+
+// Protocol numbers the replication carries.
+const (
+	protoICMP   = 1
+	protoTCP    = 6
+	protoUDP    = 17
+	protoICMPv6 = 58
+)
+
+// isICMP says whether proto is ICMP or ICMPv6 (ports hold id and
+// type<<8|code).
+func isICMP(proto uint8) bool { return proto == protoICMP || proto == protoICMPv6 }
+
+// replicatedProto says whether entries of protocol proto in family v6 are
+// replicated: TCP and UDP, and ICMP in IPv4, ICMPv6 in IPv6.
+func replicatedProto(proto uint8, v6 bool) bool {
+	switch proto {
+	case protoTCP, protoUDP:
 		return true
+	case protoICMP:
+		return !v6
+	case protoICMPv6:
+		return v6
 	}
 	return false
 }
 
+// Replicated reports whether a flow is one the standby needs: an IPv4 or
+// IPv6 TCP, UDP or ICMP(v6) entry the gateway translated (source or
+// destination NAT). Untranslated flows (the replicas' own heartbeats,
+// routed traffic) are picked up mid-stream by the kernel and need no copy.
+func Replicated(f *ct.Flow) bool {
+	if f == nil || f.Status&ct.StatusNATMask == 0 {
+		return false
+	}
+	a := f.TupleOrig.IP.SourceAddress
+	if !a.Is4() && (!a.Is6() || a.Is4In6()) {
+		return false
+	}
+	return replicatedProto(f.TupleOrig.Proto.Protocol, a.Is6())
+}
+
 func tupleAP(t ct.Tuple) (src, dst netip.AddrPort) {
 	sp, dp := t.Proto.SourcePort, t.Proto.DestinationPort
-	if t.Proto.Protocol == 1 {
+	if isICMP(t.Proto.Protocol) {
 		sp, dp = t.Proto.ICMPID, uint16(t.Proto.ICMPType)<<8|uint16(t.Proto.ICMPCode)
 	}
 	return netip.AddrPortFrom(t.IP.SourceAddress, sp), netip.AddrPortFrom(t.IP.DestinationAddress, dp)
@@ -99,22 +138,38 @@ func (e Entry) String() string {
 	return fmt.Sprintf("op=%d proto=%d %s->%s reply %s->%s status=%#x timeout=%d mark=%#x", e.Op, e.Proto, e.OrigSrc, e.OrigDst, e.ReplySrc, e.ReplyDst, e.Status, e.Timeout, e.Mark)
 }
 
-// appendAP appends an IPv4 address and port; anything but IPv4 is sent as
-// 0.0.0.0.
-func appendAP(b []byte, ap netip.AddrPort) []byte {
-	var a [4]byte
-	if ap.Addr().Is4() {
-		a = ap.Addr().As4()
+// v6 says whether e is an IPv6 entry (by its original source).
+func (e Entry) v6() bool { return e.OrigSrc.Addr().Is6() }
+
+// appendAP appends an address of the record's family and a port: with v6
+// 16 bytes (an IPv4 address as ::), else 4 (an IPv6 address as 0.0.0.0).
+func appendAP(b []byte, ap netip.AddrPort, v6 bool) []byte {
+	a := ap.Addr()
+	switch {
+	case v6 && a.Is6():
+		x := a.As16()
+		b = append(b, x[:]...)
+	case v6:
+		b = append(b, make([]byte, 16)...)
+	case a.Is4():
+		x := a.As4()
+		b = append(b, x[:]...)
+	default:
+		b = append(b, 0, 0, 0, 0)
 	}
-	b = append(b, a[:]...)
 	return binary.BigEndian.AppendUint16(b, ap.Port())
 }
 
-// append encodes e (entrySize bytes).
+// append encodes e: entrySize bytes for an IPv4 entry, entrySize6 for an
+// IPv6 one (opIPv6 set in its op byte).
 func (e Entry) append(b []byte) []byte {
-	b = append(b, byte(e.Op), e.Proto, e.TCPState, e.WScaleOrig, e.WScaleReply)
+	v6, op := e.v6(), byte(e.Op)
+	if v6 {
+		op |= opIPv6
+	}
+	b = append(b, op, e.Proto, e.TCPState, e.WScaleOrig, e.WScaleReply)
 	for _, ap := range []netip.AddrPort{e.OrigSrc, e.OrigDst, e.ReplySrc, e.ReplyDst} {
-		b = appendAP(b, ap)
+		b = appendAP(b, ap, v6)
 	}
 	b = binary.BigEndian.AppendUint32(b, e.Status)
 	b = binary.BigEndian.AppendUint32(b, e.Timeout)
@@ -125,20 +180,33 @@ func (e Entry) append(b []byte) []byte {
 
 var errShort = errors.New("ctsync: short entry")
 
-// decodeEntry decodes one entry from b (at least entrySize bytes).
-func decodeEntry(b []byte) (Entry, error) {
-	if len(b) < entrySize {
-		return Entry{}, errShort
+// decodeEntry decodes the entry at the start of b and returns it and its
+// encoded size.
+func decodeEntry(b []byte) (Entry, int, error) {
+	if len(b) < 1 {
+		return Entry{}, 0, errShort
 	}
-	e := Entry{Op: Op(b[0]), Proto: b[1], TCPState: b[2], WScaleOrig: b[3], WScaleReply: b[4]}
+	v6, size, width := b[0]&opIPv6 != 0, entrySize, 4
+	if v6 {
+		size, width = entrySize6, 16
+	}
+	if len(b) < size {
+		return Entry{}, 0, errShort
+	}
+	e := Entry{Op: Op(b[0] &^ opIPv6), Proto: b[1], TCPState: b[2], WScaleOrig: b[3], WScaleReply: b[4]}
 	if e.Op != OpUpsert && e.Op != OpDelete {
-		return Entry{}, fmt.Errorf("ctsync: entry op %d: want 1 (upsert) or 2 (delete)", e.Op)
+		return Entry{}, 0, fmt.Errorf("ctsync: entry op %d: want 1 (upsert) or 2 (delete), with 0x80 for IPv6", b[0])
 	}
 	b = b[5:]
 	ap := func() netip.AddrPort {
-		a := netip.AddrFrom4([4]byte(b[:4]))
-		p := binary.BigEndian.Uint16(b[4:6])
-		b = b[6:]
+		var a netip.Addr
+		if v6 {
+			a = netip.AddrFrom16([16]byte(b[:16]))
+		} else {
+			a = netip.AddrFrom4([4]byte(b[:4]))
+		}
+		p := binary.BigEndian.Uint16(b[width : width+2])
+		b = b[width+2:]
 		return netip.AddrPortFrom(a, p)
 	}
 	e.OrigSrc, e.OrigDst, e.ReplySrc, e.ReplyDst = ap(), ap(), ap(), ap()
@@ -147,5 +215,5 @@ func decodeEntry(b []byte) (Entry, error) {
 	e.Mark = binary.BigEndian.Uint32(b[8:])
 	e.FlagsOrig = binary.BigEndian.Uint16(b[12:])
 	e.FlagsReply = binary.BigEndian.Uint16(b[14:])
-	return e, nil
+	return e, size, nil
 }

@@ -71,16 +71,11 @@ func (r *eventReader) read(ctx context.Context, out []Entry) ([]Entry, error) {
 		default:
 			continue
 		}
-		if len(m) < 4 || m[0] != unix.AF_INET {
+		if len(m) < 4 || (m[0] != unix.AF_INET && m[0] != unix.AF_INET6) {
 			continue
 		}
 		e, ok := decodeEvent(m[4:])
-		if !ok || e.Status&(1<<4|1<<5) == 0 {
-			continue
-		}
-		switch e.Proto {
-		case 6, 17, 1:
-		default:
+		if !ok || e.Status&(1<<4|1<<5) == 0 || e.v6() != (m[0] == unix.AF_INET6) || !replicatedProto(e.Proto, e.v6()) {
 			continue
 		}
 		e.Op = op
@@ -115,14 +110,15 @@ func decodeTuple(b []byte) (proto uint8, src, dst netip.AddrPort, ok bool) {
 		switch typ {
 		case ctaTupleIP:
 			attrs(p, func(typ uint16, p []byte) {
-				if len(p) != 4 {
-					return
-				}
-				switch typ {
-				case ctaIPv4Src:
+				switch {
+				case typ == ctaIPv4Src && len(p) == 4:
 					sa = netip.AddrFrom4([4]byte(p))
-				case ctaIPv4Dst:
+				case typ == ctaIPv4Dst && len(p) == 4:
 					da = netip.AddrFrom4([4]byte(p))
+				case typ == ctaIPv6Src && len(p) == 16:
+					sa = netip.AddrFrom16([16]byte(p))
+				case typ == ctaIPv6Dst && len(p) == 16:
+					da = netip.AddrFrom16([16]byte(p))
 				}
 			})
 		case ctaTupleProto:
@@ -134,17 +130,17 @@ func decodeTuple(b []byte) (proto uint8, src, dst netip.AddrPort, ok bool) {
 					sp = binary.BigEndian.Uint16(p)
 				case typ == ctaProtoDstPort && len(p) >= 2:
 					dp = binary.BigEndian.Uint16(p)
-				case typ == ctaProtoICMPID && len(p) >= 2:
+				case (typ == ctaProtoICMPID || typ == ctaProtoICMPv6ID) && len(p) >= 2:
 					id = binary.BigEndian.Uint16(p)
-				case typ == ctaProtoICMPType && len(p) >= 1:
+				case (typ == ctaProtoICMPType || typ == ctaProtoICMPv6Type) && len(p) >= 1:
 					it = p[0]
-				case typ == ctaProtoICMPCode && len(p) >= 1:
+				case (typ == ctaProtoICMPCode || typ == ctaProtoICMPv6Code) && len(p) >= 1:
 					ic = p[0]
 				}
 			})
 		}
 	})
-	if proto == 1 {
+	if isICMP(proto) {
 		sp, dp = id, uint16(it)<<8|uint16(ic)
 	}
 	return proto, netip.AddrPortFrom(sa, sp), netip.AddrPortFrom(da, dp), ok && sa.IsValid() && da.IsValid()

@@ -40,6 +40,7 @@ type repLab struct {
 	sender   *Sender
 	stopSend context.CancelFunc
 	sendDone chan struct{}
+	refresh  time.Duration // the Sender's Refresh (0: its default)
 }
 
 // newRepLab makes an active and a standby namespace joined by a veth
@@ -50,11 +51,17 @@ func newRepLab(t *testing.T, ctx context.Context) *repLab {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newRepLabOn(t, ctx, lab, act, "eth0")
+}
+
+// newRepLabOn is newRepLab with the active namespace act given (a
+// gateway's, say), its end of the veth named dev.
+func newRepLabOn(t *testing.T, ctx context.Context, lab *netlab.Lab, act, dev string) *repLab {
 	sb, err := lab.NS("sb")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := netlab.Veth(netlab.End{NS: act, Name: "eth0", Addrs: []netip.Prefix{netip.MustParsePrefix("10.9.0.1/24")}},
+	if err := netlab.Veth(netlab.End{NS: act, Name: dev, Addrs: []netip.Prefix{netip.MustParsePrefix("10.9.0.1/24")}},
 		netlab.End{NS: sb, Name: "eth0", Addrs: []netip.Prefix{netip.MustParsePrefix("10.9.0.2/24")}}); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +94,7 @@ func newRepLab(t *testing.T, ctx context.Context) *repLab {
 }
 
 func (r *repLab) startSender(ctx context.Context) {
-	r.sender = &Sender{Peer: "10.9.0.2:7400", NS: r.act, Log: logr.Discard()}
+	r.sender = &Sender{Peer: "10.9.0.2:7400", NS: r.act, Refresh: r.refresh, Log: logr.Discard()}
 	sctx, cancel := context.WithCancel(ctx)
 	r.stopSend, r.sendDone = cancel, make(chan struct{})
 	go func() { defer close(r.sendDone); _ = r.sender.Run(sctx) }()
@@ -346,16 +353,7 @@ func TestConntrackdFigures(t *testing.T) {
 // natKept counts the standby's entries that carry their DNAT binding (the
 // translated reply tuple) and the kernel's NAT status.
 func natKept(t *testing.T, sb *netns.NS) (ok, all int) {
-	c, err := ct.Dial(&netlink.Config{NetNS: sb.Fd()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetReadBuffer(64 << 20)
-	flows, err := c.Dump(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	flows := dumpFlows(t, sb)
 	for i := range flows {
 		e := FromFlow(OpUpsert, &flows[i])
 		if e.Proto != 6 {

@@ -24,7 +24,8 @@ import (
 
 // Frame types of the replication stream. A frame is a 4-byte big-endian
 // length (of what follows), a type byte, an 8-byte sequence number and,
-// for entry frames, whole entries.
+// for entry frames, whole entries (of either family, each of its family's
+// size).
 const (
 	frameEvents  = 1 // entries from ctnetlink events
 	frameDump    = 2 // entries of a full dump
@@ -36,7 +37,7 @@ const (
 	frameHeader = 9
 	// maxFrameEntries bounds one frame (and one kernel write batch).
 	maxFrameEntries = 1024
-	maxFrame        = frameHeader + maxFrameEntries*entrySize
+	maxFrame        = frameHeader + maxFrameEntries*entrySize6
 )
 
 func writeFrame(w io.Writer, buf []byte, typ byte, seq uint64, entries []Entry) ([]byte, error) {
@@ -58,8 +59,8 @@ func readFrame(r io.Reader, buf []byte, entries []Entry) (byte, uint64, []Entry,
 		return 0, 0, nil, err
 	}
 	n := int(binary.BigEndian.Uint32(buf))
-	if n < frameHeader || n > maxFrame || (n-frameHeader)%entrySize != 0 {
-		return 0, 0, nil, fmt.Errorf("ctsync: frame length %d: want %d + k*%d, at most %d", n, frameHeader, entrySize, maxFrame)
+	if n < frameHeader || n > maxFrame {
+		return 0, 0, nil, fmt.Errorf("ctsync: frame length %d: want %d to %d", n, frameHeader, maxFrame)
 	}
 	b := buf[:n]
 	if _, err := io.ReadFull(r, b); err != nil {
@@ -67,12 +68,13 @@ func readFrame(r io.Reader, buf []byte, entries []Entry) (byte, uint64, []Entry,
 	}
 	typ, seq := b[0], binary.BigEndian.Uint64(b[1:9])
 	entries = entries[:0]
-	for b = b[frameHeader:]; len(b) > 0; b = b[entrySize:] {
-		e, err := decodeEntry(b)
+	for b = b[frameHeader:]; len(b) > 0; {
+		e, size, err := decodeEntry(b)
 		if err != nil {
 			return 0, 0, nil, err
 		}
 		entries = append(entries, e)
+		b = b[size:]
 	}
 	return typ, seq, entries, nil
 }
@@ -307,9 +309,13 @@ func (s *Sender) session(ctx context.Context, dumper *ct.Conn, events chan stamp
 	}
 	dump := func() error {
 		drain(overrun)
-		flows, err := dumper.DumpFilter(ct.NewFilter().Family(netfilter.ProtoIPv4), nil)
-		if err != nil {
-			return fmt.Errorf("ctsync: dump: %w", err)
+		var flows []ct.Flow
+		for _, fam := range []netfilter.ProtoFamily{netfilter.ProtoIPv4, netfilter.ProtoIPv6} {
+			f, err := dumper.DumpFilter(ct.NewFilter().Family(fam), nil)
+			if err != nil {
+				return fmt.Errorf("ctsync: dump (family %d): %w", fam, err)
+			}
+			flows = append(flows, f...)
 		}
 		batch := make([]Entry, 0, maxFrameEntries)
 		n := 0

@@ -32,6 +32,8 @@ const (
 	ctaTupleProto = 2
 	ctaIPv4Src    = 1
 	ctaIPv4Dst    = 2
+	ctaIPv6Src    = 3
+	ctaIPv6Dst    = 4
 
 	ctaProtoNum      = 1
 	ctaProtoSrcPort  = 2
@@ -39,6 +41,10 @@ const (
 	ctaProtoICMPID   = 4
 	ctaProtoICMPType = 5
 	ctaProtoICMPCode = 6
+
+	ctaProtoICMPv6ID   = 7
+	ctaProtoICMPv6Type = 8
+	ctaProtoICMPv6Code = 9
 
 	ctaProtoinfoTCP       = 1
 	ctaProtoinfoTCPState  = 1
@@ -50,6 +56,8 @@ const (
 	ctaNATV4MinIP      = 1
 	ctaNATV4MaxIP      = 2
 	ctaNATProto        = 3
+	ctaNATV6MinIP      = 4
+	ctaNATV6MaxIP      = 5
 	ctaProtoNATPortMin = 1
 	ctaProtoNATPortMax = 2
 
@@ -127,18 +135,32 @@ func ip4(a netip.Addr) []byte {
 	return x[:]
 }
 
+// ipAttr is an address attribute of a's family: the IPv4 attribute v4
+// with 4 bytes, or with v6 the IPv6 attribute v6attr with 16.
+func ipAttr(b []byte, v6 bool, v4attr, v6attr uint16, a netip.Addr) []byte {
+	if v6 {
+		return attr(b, v6attr, a.AsSlice())
+	}
+	return attr(b, v4attr, ip4(a))
+}
+
 func tuple(b []byte, typ uint16, proto uint8, src, dst netip.AddrPort) []byte {
+	v6 := src.Addr().Is6()
 	return nest(b, typ, func(b []byte) []byte {
 		b = nest(b, ctaTupleIP, func(b []byte) []byte {
-			b = attr(b, ctaIPv4Src, ip4(src.Addr()))
-			return attr(b, ctaIPv4Dst, ip4(dst.Addr()))
+			b = ipAttr(b, v6, ctaIPv4Src, ctaIPv6Src, src.Addr())
+			return ipAttr(b, v6, ctaIPv4Dst, ctaIPv6Dst, dst.Addr())
 		})
 		return nest(b, ctaTupleProto, func(b []byte) []byte {
 			b = attr(b, ctaProtoNum, []byte{proto})
-			if proto == 1 {
-				b = attr(b, ctaProtoICMPID, be16(src.Port()))
-				b = attr(b, ctaProtoICMPType, []byte{byte(dst.Port() >> 8)})
-				return attr(b, ctaProtoICMPCode, []byte{byte(dst.Port())})
+			if isICMP(proto) {
+				id, ty, code := uint16(ctaProtoICMPID), uint16(ctaProtoICMPType), uint16(ctaProtoICMPCode)
+				if proto == protoICMPv6 {
+					id, ty, code = ctaProtoICMPv6ID, ctaProtoICMPv6Type, ctaProtoICMPv6Code
+				}
+				b = attr(b, id, be16(src.Port()))
+				b = attr(b, ty, []byte{byte(dst.Port() >> 8)})
+				return attr(b, code, []byte{byte(dst.Port())})
 			}
 			b = attr(b, ctaProtoSrcPort, be16(src.Port()))
 			return attr(b, ctaProtoDstPort, be16(dst.Port()))
@@ -148,9 +170,10 @@ func tuple(b []byte, typ uint16, proto uint8, src, dst netip.AddrPort) []byte {
 
 func natAttr(b []byte, typ uint16, proto uint8, to netip.AddrPort) []byte {
 	return nest(b, typ, func(b []byte) []byte {
-		b = attr(b, ctaNATV4MinIP, ip4(to.Addr()))
-		b = attr(b, ctaNATV4MaxIP, ip4(to.Addr()))
-		if proto == 1 {
+		v6 := to.Addr().Is6()
+		b = ipAttr(b, v6, ctaNATV4MinIP, ctaNATV6MinIP, to.Addr())
+		b = ipAttr(b, v6, ctaNATV4MaxIP, ctaNATV6MaxIP, to.Addr())
+		if isICMP(proto) {
 			return b
 		}
 		return nest(b, ctaNATProto, func(b []byte) []byte {
@@ -177,7 +200,11 @@ func (w *Writer) message(b []byte, e Entry, create bool) ([]byte, uint32) {
 	b = binary.NativeEndian.AppendUint16(b, flags)
 	b = binary.NativeEndian.AppendUint32(b, w.seq)
 	b = binary.NativeEndian.AppendUint32(b, 0)
-	b = append(b, unix.AF_INET, 0, 0, 0)
+	fam := byte(unix.AF_INET)
+	if e.v6() {
+		fam = unix.AF_INET6
+	}
+	b = append(b, fam, 0, 0, 0)
 	b = tuple(b, ctaTupleOrig, e.Proto, e.OrigSrc, e.OrigDst)
 	if e.Op == OpUpsert {
 		status := e.Status
@@ -330,16 +357,19 @@ func (w *Writer) exchange(ctx context.Context, entries []Entry, create bool) ([]
 // untranslatedReply returns the reply tuple of e as if nothing were
 // translated: the original one reversed. For ICMP (source port = echo id,
 // destination port = type<<8|code) the id stays and the type is the
-// reply's (echo 8 → 0, timestamp 13 → 14, info 15 → 16, mask 17 → 18).
+// reply's (echo 8 → 0, timestamp 13 → 14, info 15 → 16, mask 17 → 18;
+// ICMPv6: echo 128 → 129, node information 139 → 140).
 func untranslatedReply(e Entry) (src, dst netip.AddrPort) {
-	if e.Proto != 1 {
+	if !isICMP(e.Proto) {
 		return e.OrigDst, e.OrigSrc
 	}
 	typ, code := uint8(e.OrigDst.Port()>>8), uint8(e.OrigDst.Port())
-	switch typ {
-	case 8:
+	switch {
+	case e.Proto == protoICMP && typ == 8:
 		typ = 0
-	case 13, 15, 17:
+	case e.Proto == protoICMP && (typ == 13 || typ == 15 || typ == 17):
+		typ++
+	case e.Proto == protoICMPv6 && (typ == 128 || typ == 139):
 		typ++
 	}
 	return netip.AddrPortFrom(e.OrigDst.Addr(), e.OrigSrc.Port()), netip.AddrPortFrom(e.OrigSrc.Addr(), uint16(typ)<<8|uint16(code))
