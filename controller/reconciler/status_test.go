@@ -9,7 +9,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
-	"github.com/natgw/natgw/controller/transport"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
 )
@@ -115,7 +114,7 @@ func reconcileStatus[T client.Object](t *testing.T, k ruleKind[T], obj T, eip na
 // IPv6 days) and status.v4ip is the new EIP's; a rule refused for its
 // family keeps neither.
 func TestRuleStatusFollowsEIP(t *testing.T) {
-	e := newEnv(t, envOptions{dataplane: transport.DataplaneNftables})
+	e := newEnv(t, envOptions{dataplane: nat.DataplaneNftables})
 	g := e.gatewayObj()
 	e.create(g)
 	e.waitReady(g)
