@@ -63,26 +63,31 @@ const (
 	s9Upstream s9Plane = "upstream" // Kube-OVN v1.16.2's nat-gateway.sh eip-*-qos-add
 )
 
-// s9Plan is a run's size. The UDP run and the burst run last side().
+// s9UDPDur is the length of the UDP run: the policer's bucket (one
+// second of rate) empties after 1 s at twice the rate, so the second half
+// (what "delivered" counts) starts after it.
+const s9UDPDur = 3 * time.Second
+
+// s9Plan is a run's size. The burst run lasts side().
 type s9Plan struct {
 	RTTs      []time.Duration
 	Rates     []int // Mbit/s
+	Dirs      []qoslab.Dir
 	Runs      int
 	Warm, Dur time.Duration
 }
 
-// side is the length of the UDP run and of the burst run: the TCP
-// window, at least 1.5 s.
-func (p s9Plan) side() time.Duration { return max(p.Dur-p.Warm, 1500*time.Millisecond) }
+// side is the length of the burst run: the TCP window, at least 1 s.
+func (p s9Plan) side() time.Duration { return max(p.Dur-p.Warm, time.Second) }
 
 // s9PlanFor returns the plan of a full or quick run, or the one
 // NATGW_BENCH_S9=RTT[+RTT...],RATE[+RATE...],RUNS,DURATION sets (e.g.
 // "20ms,10,1,3s"; development: the report states the size).
 func s9PlanFor(quick bool) (s9Plan, error) {
-	rates := []int{1, 10, 100}
-	p := s9Plan{RTTs: []time.Duration{0, 20 * time.Millisecond}, Rates: rates, Runs: 2, Warm: 1500 * time.Millisecond, Dur: 3500 * time.Millisecond}
+	rates, dirs := []int{1, 10, 100}, []qoslab.Dir{qoslab.Download, qoslab.Upload}
+	p := s9Plan{RTTs: []time.Duration{0, 20 * time.Millisecond}, Rates: rates, Dirs: dirs, Runs: 2, Warm: 1500 * time.Millisecond, Dur: 3 * time.Second}
 	if quick {
-		p = s9Plan{RTTs: []time.Duration{20 * time.Millisecond}, Rates: rates, Runs: 1, Warm: 1500 * time.Millisecond, Dur: 3 * time.Second}
+		p = s9Plan{RTTs: []time.Duration{20 * time.Millisecond}, Rates: rates, Dirs: dirs, Runs: 1, Warm: 1500 * time.Millisecond, Dur: 3 * time.Second}
 	}
 	v := os.Getenv("NATGW_BENCH_S9")
 	if v == "" {
@@ -234,6 +239,31 @@ func s9Configure(ctx context.Context, tp *qoslab.Topo, ns *netns.NS, up *s9Scrip
 	return fmt.Errorf("plane %q: unknown", p)
 }
 
+// s9Refresh limits the EIP again with plane p for the next part of a
+// measurement in direction dir (queues empty, buckets full, burst
+// burstMB in dir). natgw's planes are cheap to set, so they are
+// configured afresh both ways (s9Configure); upstream's script costs
+// about a second per call here, so only dir is redone: the root qdisc
+// that shapes dir (download: the IFB of net1; upload: net1) is deleted
+// and dir's eip-*-qos-add run again, which makes the root, its default
+// class and the EIP's class anew; the other direction keeps its limit.
+func s9Refresh(ctx context.Context, tp *qoslab.Topo, ns *netns.NS, up *s9Script, p s9Plane, dir qoslab.Dir, rate int, burstMB float64) error {
+	if p != s9Upstream {
+		return s9Configure(ctx, tp, ns, up, p, rate, burstMB)
+	}
+	dev, op := "ifb-net1", "eip-ingress-qos-add"
+	if dir == qoslab.Upload {
+		dev, op = "net1", "eip-egress-qos-add"
+	}
+	if _, err := netlab.Exec(ctx, tp.GW, "", "tc", "qdisc", "del", "dev", dev, "root"); err != nil {
+		return fmt.Errorf("upstream plane: delete the root qdisc of %s: %w", dev, err)
+	}
+	if err := up.call(ctx, ns, true, op, s9Rule(rate, burstMB)); err != nil {
+		return fmt.Errorf("upstream %w", err)
+	}
+	return nil
+}
+
 // s9Unmodified runs upstream's two calls (rate Mbit/s, burst 0) without
 // the shim, as the script runs on this kernel, and says what each did.
 func s9Unmodified(ctx context.Context, tp *qoslab.Topo, ns *netns.NS, up *s9Script, rate int) (string, error) {
@@ -252,7 +282,8 @@ func s9Unmodified(ctx context.Context, tp *qoslab.Topo, ns *netns.NS, up *s9Scri
 }
 
 // s9Measure adds one run of plane p at k.rate in direction k.dir to c,
-// the plane configured afresh before each part: idle pings and one bulk
+// the plane configured afresh before the first part and refreshed
+// (s9Refresh) before each other: idle pings and one bulk
 // flow with pings under load; s9Flows flows sharing the limit; UDP at
 // s9Overload× the rate; one flow with a burst of s9BurstMB.
 func s9Measure(ctx context.Context, tp *qoslab.Topo, ns *netns.NS, up *s9Script, k s9Key, plan s9Plan, c *s9Cell) error {
@@ -276,7 +307,7 @@ func s9Measure(ctx context.Context, tp *qoslab.Topo, ns *netns.NS, up *s9Script,
 	c.r1 = append(c.r1, r1.Retrans)
 	c.loaded = append(c.loaded, msOf(r1.Pings)...)
 	c.pingsSent += r1.PingsSent
-	if err := s9Configure(ctx, tp, ns, up, p, rate, 0); err != nil {
+	if err := s9Refresh(ctx, tp, ns, up, p, dir, rate, 0); err != nil {
 		return err
 	}
 	rn, err := tp.RunTCP(ctx, qoslab.TCPOptions{Dir: dir, Flows: s9Flows, Warm: plan.Warm, Dur: plan.Dur})
@@ -286,17 +317,17 @@ func s9Measure(ctx context.Context, tp *qoslab.Topo, ns *netns.NS, up *s9Script,
 	c.g8 = append(c.g8, 100*rn.Goodput()/float64(rate))
 	c.r8 = append(c.r8, rn.Retrans)
 	c.j8 = append(c.j8, rn.Jain())
-	if err := s9Configure(ctx, tp, ns, up, p, rate, 0); err != nil {
+	if err := s9Refresh(ctx, tp, ns, up, p, dir, rate, 0); err != nil {
 		return err
 	}
-	u, err := tp.RunUDP(ctx, dir, s9Overload*float64(rate), plan.side())
+	u, err := tp.RunUDP(ctx, dir, s9Overload*float64(rate), s9UDPDur)
 	if err != nil {
 		return fmt.Errorf("UDP at %d×: %w", s9Overload, err)
 	}
 	c.udpRx = append(c.udpRx, 100*u.RxMbps/float64(rate))
 	c.udpLoss = append(c.udpLoss, u.Loss())
 	b := s9BurstMB(rate)
-	if err := s9Configure(ctx, tp, ns, up, p, rate, b); err != nil {
+	if err := s9Refresh(ctx, tp, ns, up, p, dir, rate, b); err != nil {
 		return err
 	}
 	rb, err := tp.RunTCP(ctx, qoslab.TCPOptions{Dir: dir, Flows: 1, Warm: plan.side() / 2, Dur: plan.side()})
@@ -335,6 +366,11 @@ func RunS9(ctx context.Context, e *Env) error {
 		sec.NotRun = err.Error()
 		return err
 	}
+	return runS9(ctx, e, sec, plan)
+}
+
+// runS9 runs plan into sec (TestS9Tiny runs a plan of its own).
+func runS9(ctx context.Context, e *Env, sec *report.Section, plan s9Plan) error {
 	planes := []s9Plane{s9Shape, s9Police, s9Upstream}
 	up, cleanup, why := s9OpenUpstream(ctx)
 	defer cleanup()
@@ -342,7 +378,6 @@ func RunS9(ctx context.Context, e *Env) error {
 		planes = planes[:2]
 		sec.Notes = append(sec.Notes, "upstream's script not measured: "+why)
 	}
-	dirs := []qoslab.Dir{qoslab.Download, qoslab.Upload}
 	cells := map[s9Key]*s9Cell{}
 	var unmodified string
 	var errs []error
@@ -366,7 +401,7 @@ func RunS9(ctx context.Context, e *Env) error {
 			}
 			for run := range plan.Runs {
 				for _, rate := range plan.Rates {
-					for _, dir := range dirs {
+					for _, dir := range plan.Dirs {
 						for i := range planes {
 							p := planes[(i+run)%len(planes)] // rotate which plane goes first
 							k := s9Key{rtt, rate, dir, p}
@@ -479,22 +514,22 @@ func reportS9(r *report.Report, sec *report.Section, plan s9Plan, planes []s9Pla
 			"**upstream** (Kube-OVN v1.16.2's `nat-gateway.sh eip-ingress-qos-add` / `eip-egress-qos-add EIP,1,RATE,BURST`, exec'd as kube-ovn-controller does: "+
 			"its HTB class on net1 for upload and on an IFB of net1 for download, u32 filters). Burst 0 (tc's default for the HTB classes; "+
 			"the policer's bucket is then one second of rate) except in the burst run.", strings.Join(rates, ", ")),
-		fmt.Sprintf("Per cell, over %d run(s), each part with the plane configured afresh (planes interleaved, the first one rotated per run): "+
+		fmt.Sprintf("Per cell, over %d run(s), each part from empty queues and full buckets (the plane configured afresh, or for upstream's script only the measured direction's class made anew; planes interleaved, the first one rotated per run): "+
 			"goodput of 1 flow and of %d flows sharing the limit (%v each, measured from %v; median, %% of the rate: payload bytes delivered, so HTB's framing costs ~4%%), "+
 			"Jain's index of the %d, the sender's retransmitted segments (%% of new segments, `/proc/net/snmp` of its namespace), "+
 			"ping ext → EIP idle (median) and every %v while the 1-flow run fills the limit (median and p99 of every answered ping, pooled over the runs; lost %%); "+
-			"UDP (1,200-byte datagrams) sent at %d× the rate for %v: delivered in its second half (%% of the rate) and datagrams lost (%% of those sent); "+
+			"UDP (1,200-byte datagrams) sent at %d× the rate for %v (the policer's bucket, one second of rate, is empty after 1 s): delivered in its second half (%% of the rate) and datagrams lost (%% of those sent); "+
 			"the burst run: the limit with a burst of B MB (2^20 bytes; %s Mbit/s; the policer's burst in whole Mbit rounded up, as natgw-controller converts it), "+
 			"one flow for %v: the bytes it got through above the steady rate (the slope of the run's last half extended back to its start: "+
 			"what passed before the limit held, less what the limit alone passes in that time; MB) and when its first B MB had arrived "+
 			"(ms; at the rate alone B MB take B×8.39/rate s). RTTs: %s.",
-			plan.Runs, s9Flows, plan.Dur, plan.Warm, s9Flows, s9PingEvery, s9Overload, plan.side(), strings.Join(bursts, ", "), plan.side(), strings.Join(rtts, ", ")))
+			plan.Runs, s9Flows, plan.Dur, plan.Warm, s9Flows, s9PingEvery, s9Overload, s9UDPDur, strings.Join(bursts, ", "), plan.side(), strings.Join(rtts, ", ")))
 	t := report.Table{
 		Caption: "**EIP QoS at 1, 10 and 100 Mbit/s** (goodput and UDP delivered in % of the rate)",
 		Header: []string{"RTT", "limit", "dir", "plane", "1 flow", fmt.Sprintf("%d flows", s9Flows), "Jain", "retr 1 flow", fmt.Sprintf("retr %d flows", s9Flows),
 			"ping idle (ms)", "loaded p50 (ms)", "loaded p99 (ms)", "lost", "UDP 2× rx", "UDP 2× loss", "burst (MB)", "passed (MB)", "burst in (ms)"},
 	}
-	dirs := []qoslab.Dir{qoslab.Download, qoslab.Upload}
+	dirs := plan.Dirs
 	for _, rtt := range plan.RTTs {
 		for _, rate := range plan.Rates {
 			for _, dir := range dirs {
@@ -553,7 +588,7 @@ func reportS9(r *report.Report, sec *report.Section, plan s9Plan, planes []s9Pla
 			"So the upstream plane runs the script with a `tc` first on its PATH that skips that one command (the class keeps HTB's default leaf, "+
 			"pfifo at the device's txqueuelen, as natgw's shaper on this kernel): upstream's shape without fq_codel. fq_codel itself is not measured here.")
 	}
-	sec.Notes = append(sec.Notes, fmt.Sprintf("%d RTT(s) × %d rate(s) × %d directions × %d planes × %d run(s) in %v.",
+	sec.Notes = append(sec.Notes, fmt.Sprintf("%d RTT(s) × %d rate(s) × %d direction(s) × %d planes × %d run(s) in %v.",
 		len(plan.RTTs), len(plan.Rates), len(dirs), len(planes), plan.Runs, took.Round(time.Second)))
 }
 
