@@ -22,8 +22,8 @@ func TestS9Plan(t *testing.T) {
 		want    s9Plan
 		wantErr string
 	}{
-		{env: "", want: s9Plan{RTTs: []time.Duration{0, 20 * time.Millisecond}, Rates: []int{1, 10, 100}, Runs: 2, Warm: 1500 * time.Millisecond, Dur: 3 * time.Second}},
-		{env: "20ms,10,1,4s", want: s9Plan{RTTs: []time.Duration{20 * time.Millisecond}, Rates: []int{10}, Runs: 1, Warm: 1500 * time.Millisecond, Dur: 4 * time.Second}},
+		{env: "", want: s9Plan{RTTs: []time.Duration{0, 20 * time.Millisecond}, Rates: []int{1, 10, 100}, Runs: 2, Warm: time.Second, Dur: 2500 * time.Millisecond}},
+		{env: "20ms,10,1,4s", want: s9Plan{RTTs: []time.Duration{20 * time.Millisecond}, Rates: []int{10}, Runs: 1, Warm: time.Second, Dur: 4 * time.Second}},
 		{env: "0s+80ms,1+100,2,2s", want: s9Plan{RTTs: []time.Duration{0, 80 * time.Millisecond}, Rates: []int{1, 100}, Runs: 2, Warm: time.Second, Dur: 2 * time.Second}},
 		{env: "20ms,1,4s", wantErr: "want RTT"},
 		{env: "20xs,10,1,4s", wantErr: `RTT "20xs"`},
