@@ -132,8 +132,34 @@ func TestReportS9(t *testing.T) {
 	}
 }
 
+// TestS9EIPClass: the EIP's class is the one HTB class besides
+// upstream's default 1:9999; none or two are errors naming what was seen.
+func TestS9EIPClass(t *testing.T) {
+	const def = "class htb 1:9999 root prio 0 rate 10Gbit ceil 10Gbit burst 0b cburst 0b \n"
+	for _, tc := range []struct {
+		name, show, want, wantErr string
+	}{
+		{"one", def + "class htb 1:473b root leaf 8001: prio 0 rate 10Mbit ceil 10Mbit burst 1600b cburst 1600b \n", "1:473b", ""},
+		{"none", def, "", "want one class besides 1:9999"},
+		{"two", def + "class htb 1:473b root prio 0 rate 10Mbit\nclass htb 1:11 root prio 0 rate 1Mbit\n", "", `["1:473b" "1:11"]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := s9EIPClass(tc.show)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("s9EIPClass = %q, %v; want an error containing %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("s9EIPClass = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
 // TestS9Tiny runs the scenario at one RTT (0), one rate (10 Mbit/s), one
-// run of 2 s, download only (as root; both directions double its ≈45 s):
+// run of 2 s, download only (as root; ≈45 s here; both directions, 77 s):
 // every plane, upstream's script included, must hold the rate for TCP
 // (1 and 8 flows) and for UDP at twice it (an unlimited veth carries
 // Gbit/s), and let most of the 1 MB burst through.
