@@ -159,7 +159,7 @@ func TestS9EIPClass(t *testing.T) {
 }
 
 // TestS9Tiny runs the scenario at one RTT (0), one rate (10 Mbit/s), one
-// run of 2 s, download only (as root; ≈45 s here; both directions, 77 s):
+// run of 2 s, download only (as root; 35–45 s here; both directions, 77 s):
 // every plane, upstream's script included, must hold the rate for TCP
 // (1 and 8 flows) and for UDP at twice it (an unlimited veth carries
 // Gbit/s), and let most of the 1 MB burst through.
