@@ -3,6 +3,8 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,13 +22,16 @@ func TestS9Plan(t *testing.T) {
 		want    s9Plan
 		wantErr string
 	}{
-		{env: "", want: s9Plan{RTTs: []time.Duration{0, 20 * time.Millisecond, 80 * time.Millisecond}, Runs: 3, Warm: 2 * time.Second, Dur: 6 * time.Second}},
-		{env: "20ms,1,4s", want: s9Plan{RTTs: []time.Duration{20 * time.Millisecond}, Runs: 1, Warm: 2 * time.Second, Dur: 4 * time.Second}},
-		{env: "0s+80ms,2,3s", want: s9Plan{RTTs: []time.Duration{0, 80 * time.Millisecond}, Runs: 2, Warm: 1500 * time.Millisecond, Dur: 3 * time.Second}},
-		{env: "20ms,1", wantErr: "want RTT"},
-		{env: "20xs,1,4s", wantErr: `RTT "20xs"`},
-		{env: "20ms,0,4s", wantErr: `RUNS "0"`},
-		{env: "20ms,1,1s", wantErr: `DURATION "1s"`},
+		{env: "", want: s9Plan{RTTs: []time.Duration{0, 20 * time.Millisecond}, Rates: []int{1, 10, 100}, Runs: 2, Warm: time.Second, Dur: 2500 * time.Millisecond}},
+		{env: "20ms,10,1,4s", want: s9Plan{RTTs: []time.Duration{20 * time.Millisecond}, Rates: []int{10}, Runs: 1, Warm: time.Second, Dur: 4 * time.Second}},
+		{env: "0s+80ms,1+100,2,2s", want: s9Plan{RTTs: []time.Duration{0, 80 * time.Millisecond}, Rates: []int{1, 100}, Runs: 2, Warm: time.Second, Dur: 2 * time.Second}},
+		{env: "20ms,1,4s", wantErr: "want RTT"},
+		{env: "20xs,10,1,4s", wantErr: `RTT "20xs"`},
+		{env: "20ms,0,1,4s", wantErr: `RATE "0"`},
+		{env: "20ms,10+x,1,4s", wantErr: `RATE "x"`},
+		{env: "20ms,1001,1,4s", wantErr: `RATE "1001"`},
+		{env: "20ms,10,0,4s", wantErr: `RUNS "0"`},
+		{env: "20ms,10,1,1s", wantErr: `DURATION "1s"`},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			t.Setenv("NATGW_BENCH_S9", tc.env)
@@ -40,13 +45,11 @@ func TestS9Plan(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(got.RTTs) != len(tc.want.RTTs) || got.Runs != tc.want.Runs || got.Warm != tc.want.Warm || got.Dur != tc.want.Dur {
-				t.Fatalf("plan %+v, want %+v", got, tc.want)
+			if len(got.Dirs) != 2 {
+				t.Errorf("directions %v, want both", got.Dirs)
 			}
-			for i := range got.RTTs {
-				if got.RTTs[i] != tc.want.RTTs[i] {
-					t.Errorf("RTT %d: %v, want %v", i, got.RTTs[i], tc.want.RTTs[i])
-				}
+			if !slices.Equal(got.RTTs, tc.want.RTTs) || !slices.Equal(got.Rates, tc.want.Rates) || got.Runs != tc.want.Runs || got.Warm != tc.want.Warm || got.Dur != tc.want.Dur {
+				t.Fatalf("plan %+v, want %+v", got, tc.want)
 			}
 		})
 	}
@@ -55,18 +58,31 @@ func TestS9Plan(t *testing.T) {
 // TestReportS9: made-up figures give the table's rows, PASS/MISS against
 // the targets and metrics with upstream's script as the baseline.
 func TestReportS9(t *testing.T) {
-	plan := s9Plan{RTTs: []time.Duration{20 * time.Millisecond}, Runs: 2, Warm: time.Second, Dur: 3 * time.Second}
+	const ms20 = 20 * time.Millisecond
+	plan := s9Plan{RTTs: []time.Duration{ms20}, Rates: []int{10}, Dirs: []qoslab.Dir{qoslab.Download, qoslab.Upload}, Runs: 2, Warm: time.Second, Dur: 3 * time.Second}
 	planes := []s9Plane{s9Shape, s9Police, s9Upstream}
+	good := func() *s9Cell {
+		return &s9Cell{g1: []float64{95, 96}, g8: []float64{94, 95}, r1: []float64{0, 0}, r8: []float64{0, 0.5}, j8: []float64{0.9, 0.95},
+			idle: []float64{21, 21}, loaded: []float64{60, 70, 80}, pingsSent: 4,
+			udpRx: []float64{96, 97}, udpLoss: []float64{51, 52}, burst: []float64{0.95, 1.05}, burstMs: []float64{150, 170}}
+	}
+	// upload: each target misses once the figure it checks is off
+	bad := good()
+	bad.loaded, bad.pingsSent = []float64{60, 300}, 2
+	bad.j8 = []float64{0.5}
+	bad.udpLoss = []float64{60, math.NaN()} // NaN: not counted in the median
+	bad.burst = []float64{2.2}
+	bad.g8 = []float64{80, 85}
+	bad.r8 = []float64{3}
+	police := good()
+	police.g1, police.r1 = []float64{99}, []float64{30}
+	upstream := good()
+	upstream.g1 = []float64{90}
 	cells := map[s9Key]*s9Cell{
-		{20 * time.Millisecond, qoslab.Download, s9Shape}: {g1: []float64{95, 96}, g4: []float64{94, 95}, r1: []float64{0, 0}, r4: []float64{0, 0.5}, j4: []float64{0.9, 0.95},
-			idle: []float64{21, 21}, loaded: []float64{60, 70, 80}, pingsSent: 4},
-		// upload: the shaper's latency misses
-		{20 * time.Millisecond, qoslab.Upload, s9Shape}: {g1: []float64{95}, g4: []float64{95}, r1: []float64{0}, r4: []float64{0}, j4: []float64{0.9},
-			idle: []float64{21}, loaded: []float64{60, 300}, pingsSent: 2},
-		{20 * time.Millisecond, qoslab.Download, s9Police}: {g1: []float64{99}, g4: []float64{98}, r1: []float64{30}, r4: []float64{40}, j4: []float64{0.5},
-			idle: []float64{21}, loaded: []float64{21}, pingsSent: 1},
-		{20 * time.Millisecond, qoslab.Download, s9Upstream}: {g1: []float64{90}, g4: []float64{95}, r1: []float64{0}, r4: []float64{0}, j4: []float64{0.9},
-			idle: []float64{21}, loaded: []float64{100}, pingsSent: 1},
+		{ms20, 10, qoslab.Download, s9Shape}:    good(),
+		{ms20, 10, qoslab.Upload, s9Shape}:      bad,
+		{ms20, 10, qoslab.Download, s9Police}:   police,
+		{ms20, 10, qoslab.Download, s9Upstream}: upstream,
 	}
 	r := &report.Report{}
 	sec := r.Section("s9", "Scenario 9")
@@ -74,20 +90,22 @@ func TestReportS9(t *testing.T) {
 	if len(sec.Tables) != 1 || len(sec.Tables[0].Rows) != 4 {
 		t.Fatalf("tables %+v, want one with 4 rows", sec.Tables)
 	}
-	if row := sec.Tables[0].Rows[0]; strings.Join(row[:5], " ") != "20ms download shape 95.5 94.5" || row[11] != "25.0%" {
-		t.Errorf("first row %v: want 20ms download shape 95.5 94.5 ... 25.0%% lost (3 of 4 answered)", row)
+	row := sec.Tables[0].Rows[0]
+	if got, want := strings.Join(row, " "), "20ms 10 Mbit/s download shape 95.5 94.5 0.925 0.00 0.25 21.0 70.0 79.8 25.0% 96.5 51.5% 1 1.00 160"; got != want {
+		t.Errorf("first row\n%s\nwant\n%s", got, want)
 	}
 	pass := map[string]bool{}
 	for _, tg := range sec.Targets {
 		pass[tg.Name] = tg.Pass
 	}
-	want := map[string]bool{
-		"S9 shape, RTT 20ms, download: goodput of 1 / 4 flows":     true,
-		"S9 shape, RTT 20ms, download: ping p99 under load − idle": true,
-		"S9 shape, RTT 20ms, download: retransmits, 1 / 4 flows":   true,
-		"S9 shape, RTT 20ms, upload: goodput of 1 / 4 flows":       true,
-		"S9 shape, RTT 20ms, upload: ping p99 under load − idle":   false,
-		"S9 shape, RTT 20ms, upload: retransmits, 1 / 4 flows":     true,
+	want := map[string]bool{}
+	for _, d := range []string{"download", "upload"} {
+		ok := d == "download"
+		pre := "S9 shape, RTT 20ms, 10 Mbit/s, " + d + ": "
+		for _, n := range []string{"goodput of 1 / 8 flows", "fairness of 8 flows (Jain)", "ping p99 under load − idle",
+			"retransmits, 1 / 8 flows", "UDP at 2×: delivered / loss", "burst of 1 MB passed above the rate"} {
+			want[pre+n] = ok
+		}
 	}
 	if len(pass) != len(want) {
 		t.Errorf("targets %v, want %v", pass, want)
@@ -99,7 +117,7 @@ func TestReportS9(t *testing.T) {
 	}
 	var found bool
 	for _, m := range r.Metrics {
-		if m.Name == "s9.shape.download.rtt=20ms.goodput_1flow" {
+		if m.Name == "s9.shape.download.rate=10.rtt=20ms.goodput_1flow" {
 			found = true
 			if m.Ours == nil || *m.Ours != 95.5 || m.Baseline == nil || *m.Baseline != 90 {
 				t.Errorf("metric %+v: want ours 95.5, baseline 90 (upstream)", m)
@@ -110,38 +128,72 @@ func TestReportS9(t *testing.T) {
 		}
 	}
 	if !found {
-		t.Error("no s9.shape.download.rtt=20ms.goodput_1flow metric")
+		t.Error("no s9.shape.download.rate=10.rtt=20ms.goodput_1flow metric")
 	}
 }
 
-// TestS9Tiny runs the scenario at one RTT (0), one run of 2 s (as root):
-// every plane, upstream's script included, must hold both directions near
-// the rate (an unlimited veth carries Gbit/s).
+// TestS9EIPClass: the EIP's class is the one HTB class besides
+// upstream's default 1:9999; none or two are errors naming what was seen.
+func TestS9EIPClass(t *testing.T) {
+	const def = "class htb 1:9999 root prio 0 rate 10Gbit ceil 10Gbit burst 0b cburst 0b \n"
+	for _, tc := range []struct {
+		name, show, want, wantErr string
+	}{
+		{"one", def + "class htb 1:473b root leaf 8001: prio 0 rate 10Mbit ceil 10Mbit burst 1600b cburst 1600b \n", "1:473b", ""},
+		{"none", def, "", "want one class besides 1:9999"},
+		{"two", def + "class htb 1:473b root prio 0 rate 10Mbit\nclass htb 1:11 root prio 0 rate 1Mbit\n", "", `["1:473b" "1:11"]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := s9EIPClass(tc.show)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("s9EIPClass = %q, %v; want an error containing %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("s9EIPClass = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestS9Tiny runs the scenario at one RTT (0), one rate (10 Mbit/s), one
+// run of 2 s, download only (as root; 35–45 s here; both directions, 77 s):
+// every plane, upstream's script included, must hold the rate for TCP
+// (1 and 8 flows) and for UDP at twice it (an unlimited veth carries
+// Gbit/s), and let most of the 1 MB burst through.
 func TestS9Tiny(t *testing.T) {
 	if reason := netlab.Unavailable(); reason != "" {
 		t.Skip(reason)
 	}
-	t.Setenv("NATGW_BENCH_S9", "0s,1,2s")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	e := &Env{Quick: true, OutDir: t.TempDir(), Report: &report.Report{Title: "test"}}
-	if err := RunS9(ctx, e); err != nil {
+	sec := e.Report.Section("s9", "Scenario 9")
+	plan := s9Plan{RTTs: []time.Duration{0}, Rates: []int{10}, Dirs: []qoslab.Dir{qoslab.Download}, Runs: 1, Warm: time.Second, Dur: 2 * time.Second}
+	if err := runS9(ctx, e, sec, plan); err != nil {
 		t.Fatalf("scenario 9: %v", err)
 	}
-	sec := e.Report.Section("s9", "")
-	if sec.NotRun != "" {
-		t.Fatalf("not run: %s", sec.NotRun)
-	}
 	rows := sec.Tables[0].Rows
-	if len(rows) != 6 {
-		t.Fatalf("%d rows, want 6 (2 directions × 3 planes): %v", len(rows), rows)
+	if len(rows) != 3 {
+		t.Fatalf("%d rows, want 3 (download × 3 planes): %v", len(rows), rows)
+	}
+	num := func(row []string, col int) float64 {
+		var x float64
+		if _, err := fmt.Sscan(strings.TrimSuffix(row[col], "%"), &x); err != nil {
+			t.Errorf("row %v: column %d %q: %v", row, col, row[col], err)
+		}
+		return x
 	}
 	for _, row := range rows {
-		for _, col := range []int{3, 4} { // 1 flow, 4 flows (% of the rate)
-			var g float64
-			if _, err := fmt.Sscan(row[col], &g); err != nil || g < 50 || g > 150 {
-				t.Errorf("row %v: goodput %q not within 50–150%% of the rate: not limited (or starved)", row, row[col])
+		for _, col := range []int{4, 5, 13} { // 1 flow, 8 flows, UDP at 2× delivered (% of the rate)
+			if g := num(row, col); g < 50 || g > 150 {
+				t.Errorf("row %v: column %d %q not within 50–150%% of the rate: not limited (or starved)", row, col, row[col])
 			}
+		}
+		if b := num(row, 16); b < 0.5 { // the burst is 1 MB at 10 Mbit/s
+			t.Errorf("row %v: %q MB passed above the rate, want ≥ 0.5 of the 1 MB burst", row, row[16])
 		}
 	}
 	var note bool

@@ -216,6 +216,30 @@ func (r TCPRun) Jain() float64 {
 	return s * s / (float64(len(r.Window)) * s2)
 }
 
+// AboveRate reads a single flow's Timeline after a limit with a burst: the
+// bytes it got through above the steady rate (the slope of the
+// timeline's last half, extended back to the start: what passed before
+// the limit held, less what the limit alone would have passed by then)
+// and when the first mark bytes had arrived (seconds since the start; NaN
+// if they never did). Both are NaN with fewer than 4 samples.
+func (r TCPRun) AboveRate(mark float64) (excess, markAt float64) {
+	tl := r.Timeline
+	if len(tl) < 4 {
+		return math.NaN(), math.NaN()
+	}
+	end, mid := tl[len(tl)-1], tl[len(tl)/2]
+	slope := (end[1] - mid[1]) / (end[0] - mid[0])
+	excess = end[1] - slope*end[0]
+	markAt = math.NaN()
+	for _, p := range tl {
+		if p[1] >= mark {
+			markAt = p[0]
+			break
+		}
+	}
+	return excess, markAt
+}
+
 // TCPOptions of one RunTCP.
 type TCPOptions struct {
 	Dir   Dir

@@ -1,6 +1,7 @@
 package qoslab
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -45,5 +46,43 @@ func TestRunTCPOptions(t *testing.T) {
 		if _, err := tp.RunTCP(t.Context(), o); err == nil || !strings.Contains(err.Error(), "want flows") {
 			t.Errorf("RunTCP(%+v): %v, want the options refused", o, err)
 		}
+	}
+}
+
+// TestAboveRate: a timeline that passes a burst at once and then holds a
+// steady rate gives the burst back as the bytes above the rate, and when
+// a mark was first reached; too short a timeline or a mark never reached
+// gives NaN.
+func TestAboveRate(t *testing.T) {
+	// 1 MB within the first 10 ms, then 1 MB/s, sampled every 10 ms for 2 s.
+	var steady TCPRun
+	for i := 1; i <= 200; i++ {
+		s := float64(i) / 100
+		b := 1e6 + 1e6*s
+		if i == 1 {
+			b = 0.5e6
+		}
+		steady.Timeline = append(steady.Timeline, [2]float64{s, b})
+	}
+	for _, tc := range []struct {
+		name           string
+		r              TCPRun
+		mark           float64
+		wantEx, wantAt float64
+		exNaN, atNaN   bool
+	}{
+		{name: "burst then rate", r: steady, mark: 1e6, wantEx: 1e6, wantAt: 0.02},
+		{name: "mark never reached", r: steady, mark: 1e9, wantEx: 1e6, atNaN: true},
+		{name: "too short", r: TCPRun{Timeline: steady.Timeline[:3]}, mark: 1, exNaN: true, atNaN: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ex, at := tc.r.AboveRate(tc.mark)
+			if tc.exNaN != math.IsNaN(ex) || (!tc.exNaN && math.Abs(ex-tc.wantEx) > 1) {
+				t.Errorf("excess %v, want %v (NaN %v)", ex, tc.wantEx, tc.exNaN)
+			}
+			if tc.atNaN != math.IsNaN(at) || (!tc.atNaN && math.Abs(at-tc.wantAt) > 1e-9) {
+				t.Errorf("mark at %v, want %v (NaN %v)", at, tc.wantAt, tc.atNaN)
+			}
+		})
 	}
 }

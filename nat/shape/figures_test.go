@@ -256,23 +256,9 @@ func TestQoSFigures(t *testing.T) {
 }
 
 // burstOf returns, from a single flow's timeline, the bytes delivered above
-// the steady rate (the slope of the last half) and the milliseconds until
-// the first MiB had arrived (NaN if it never did).
+// the steady rate and the milliseconds until the first MiB had arrived
+// (NaN if it never did): qoslab.TCPRun.AboveRate.
 func burstOf(r qoslab.TCPRun) (excess, firstMs float64) {
-	tl := r.Timeline
-	if len(tl) < 4 {
-		return math.NaN(), math.NaN()
-	}
-	end := tl[len(tl)-1]
-	mid := tl[len(tl)/2]
-	slope := (end[1] - mid[1]) / (end[0] - mid[0])
-	excess = end[1] - slope*end[0]
-	firstMs = math.NaN()
-	for _, p := range tl {
-		if p[1] >= BytesPerMB {
-			firstMs = p[0] * 1000
-			break
-		}
-	}
-	return excess, firstMs
+	excess, at := r.AboveRate(BytesPerMB)
+	return excess, at * 1000
 }
