@@ -43,10 +43,11 @@ type Backend interface {
 }
 
 // DNATFlowForgetter is implemented by Backends that can delete the
-// conntrack entries of single DNATs. The engine calls it for removed share
-// DNATs (one backend of a shared identity), so that the other backends'
-// connections to the same EIP stay; a Backend without it gets the
-// removed share DNAT's EIP in ForgetFlows instead.
+// conntrack entries of single DNATs. The engine calls it for every removed
+// or changed DNAT, exclusive or one backend of a share identity, so that
+// the EIP's other connections (other ports, other backends, a FIP's) stay,
+// as upstream's dnat-del deletes only `-d EIP -p PROTO --dport PORT`; a
+// Backend without it gets the removed DNAT's EIP in ForgetFlows instead.
 type DNATFlowForgetter interface {
 	// ForgetDNATFlows deletes the conntrack entries DNATed through each
 	// of dnats (its EIP and external port to its internal address and
@@ -315,9 +316,9 @@ func (e *Engine) run(ctx context.Context, op string, c *nat.Change, full bool) e
 // of removed FIP/DNAT/SNAT objects, unless the same UID was re-added with the
 // same addresses. now looks an object up in the state after the change
 // (which holds every added object), so no index of the added ones is built.
-// With narrow, a removed share DNAT is returned in backends instead (only
-// its own flows go; see DNATFlowForgetter), unless it was re-added the
-// same.
+// With narrow, a removed DNAT (exclusive or share) is returned in backends
+// instead (only its own flows go; see DNATFlowForgetter), unless it was
+// re-added the same.
 func flowsToForget(c *nat.Change, now func(uid string) (nat.Object, bool), narrow bool) (eips []netip.Addr, backends []nat.DNAT) {
 	var seen map[netip.Addr]bool
 	for _, o := range c.Removed {
@@ -325,7 +326,7 @@ func flowsToForget(c *nat.Change, now func(uid string) (nat.Object, bool), narro
 			continue // no NAT mapping of their own
 		}
 		a, b := o.Addresses()
-		if o.Kind == nat.KindDNAT && o.DNAT != nil && o.DNAT.Shared() && narrow {
+		if o.Kind == nat.KindDNAT && o.DNAT != nil && narrow {
 			if n, ok := now(o.UID); ok && n.DNAT != nil && *n.DNAT == *o.DNAT {
 				continue
 			}

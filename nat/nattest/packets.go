@@ -436,7 +436,8 @@ func (s *suite) testFIPPackets(t *testing.T, f family) {
 }
 
 // testDNATPackets: TCP and UDP DNATs forward only their port and protocol,
-// and their deletion removes their conntrack entries and connectivity.
+// and the deletion of each removes its own conntrack entries (not the
+// other's) and its connectivity.
 func (s *suite) testDNATPackets(t *testing.T, f family) {
 	e := s.topoEnv(t, f)
 	eip := f.eip(1)
@@ -453,10 +454,44 @@ func (s *suite) testDNATPackets(t *testing.T, f family) {
 		probe{nat.TCP, ext, eip, vmTCP})
 
 	e.wantFlows(fmt.Sprintf("after %s DNAT traffic", f), eip)
-	e.del(tcp.UID, udp.UID)
-	e.wantNoFlows(fmt.Sprintf("after deleting the %s DNATs", f), eip)
+	// Deleting one DNAT forgets its own connections only, as upstream's
+	// dnat-del (`conntrack -D -d EIP -p PROTO --dport PORT`): the other
+	// DNAT's entry on the same EIP stays.
+	tcpTo, udpTo := netip.AddrPortFrom(eip, 2222), netip.AddrPortFrom(eip, 2223)
+	if e.flowsTo(nat.TCP, tcpTo) == 0 || e.flowsTo(nat.UDP, udpTo) == 0 {
+		t.Fatalf("%s: want conntrack entries to %s/tcp and %s/udp before the deletes", f, tcpTo, udpTo)
+	}
+	e.del(tcp.UID)
+	if n := e.flowsTo(nat.TCP, tcpTo); n != 0 {
+		t.Errorf("%s: %d conntrack entries to %s/tcp left after deleting its DNAT", f, n, tcpTo)
+	}
+	if e.flowsTo(nat.UDP, udpTo) == 0 {
+		t.Errorf("%s: deleting the TCP DNAT %s also deleted the UDP DNAT's connection to %s", f, tcpTo, udpTo)
+	}
+	e.del(udp.UID)
+	// No translated connection is left (an untranslated probe to the EIP
+	// itself, answered by the gateway, is no DNAT's: it stays until the
+	// EIP goes, as upstream's narrow delete leaves it).
+	e.wantNoFlows(fmt.Sprintf("after deleting the %s DNATs", f), v2.Addr)
 	e.wantNoReach(probe{nat.TCP, ext, eip, 2222},
 		probe{nat.UDP, ext, eip, 2223})
+}
+
+// flowsTo counts the conntrack entries whose original destination is dst
+// over proto.
+func (e *env) flowsTo(proto nat.Protocol, dst netip.AddrPort) int {
+	e.t.Helper()
+	flows, err := netlab.ConntrackEntries(e.ctx, e.ns)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n := 0
+	for _, f := range flows {
+		if f.Proto == proto.Number() && f.OrigDst == dst {
+			n++
+		}
+	}
+	return n
 }
 
 // testSNATPackets: of overlapping CIDR SNATs the longest prefix wins

@@ -299,14 +299,14 @@ func (s *suite) testSharePinned(t *testing.T, f family) {
 		}
 	}
 	e.wantList("share backends 1 and 2", eipObj, backend(1), backend(2))
-	// Last: deleting the exclusive DNAT it adds forgets the EIP's flows.
+	// Last: an exclusive DNAT on the EIP beside the share identity.
 	e.wantShareMark(f, dst)
 }
 
 // wantShareMark checks that the conntrack entries of the connections to
 // the share identity dst carry the ct mark a connection through an
 // exclusive DNAT on the same EIP gets (one is made on port dst+1, and
-// deleted at the end, which forgets every flow of the EIP): a backend that
+// deleted at the end, which forgets its own flows only): a backend that
 // uses the ct mark to pick a slot must not leave its scratch value there
 // (the nftables data plane: the EIP in IPv4, none in IPv6).
 func (e *env) wantShareMark(f family, dst netip.AddrPort) {
