@@ -136,8 +136,7 @@ func TestTransactions(t *testing.T) {
 }
 
 // TestShareForget: deleting one backend of a shared identity forgets that
-// backend's flows only, not its EIP's; an exclusive DNAT still forgets the
-// EIP's.
+// backend's flows only, not its EIP's; so does deleting an exclusive DNAT.
 func TestShareForget(t *testing.T) {
 	ctx := context.Background()
 	d, err := New("nftables")
@@ -161,11 +160,18 @@ func TestShareForget(t *testing.T) {
 	if err := d.Apply(ctx, h2); err != nil || len(d.Backend.ForgottenDNATs()) != 1 {
 		t.Fatalf("no-op apply: %v, forgotten %v", err, d.Backend.ForgottenDNATs())
 	}
+	// An exclusive DNAT's deletion forgets its own flows too, not its
+	// EIP's (the share identity's connections on it stay), as upstream's
+	// dnat-del deletes only -d EIP -p PROTO --dport PORT.
+	d1 := nattest.DNAT("d1", eip2, nat.UDP, 53, in2, 53)
 	if err := d.Delete(ctx, "d1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := d.Backend.Forgotten(); fmt.Sprint(got) != "[192.0.2.11]" {
-		t.Fatalf("deleting an exclusive DNAT forgot %v, want its EIP", got)
+	if got := d.Backend.ForgottenDNATs(); len(got) != 2 || got[1] != *d1.DNAT {
+		t.Fatalf("deleting an exclusive DNAT: forgotten DNATs %v, want [%v %v]", got, *h1.DNAT, *d1.DNAT)
+	}
+	if got := d.Backend.Forgotten(); len(got) != 0 {
+		t.Fatalf("deleting an exclusive DNAT forgot whole EIPs %v", got)
 	}
 }
 
