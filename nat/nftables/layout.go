@@ -322,9 +322,10 @@ func shareSlots(n int) int {
 // DNATs to the backend of a random slot; a last rule puts the EIP back in
 // the ct mark should no rule have matched (a slot element missing).
 //
-// With v6 it is chain share6, where dstnat rule 8 sends the identities of
+// With v6 it is chain share6, where dstnat rule 9 sends the identities of
 // IPv6 EIPs: the same rules over share_backends6, except that the ct mark
-// is set back to 0 (IPv6 connections carry no ct mark: see Conntrack in
+// is set to the EIP's mark id (eip_marks6), and a second set of rules,
+// for an EIP without a mark id, sets it back to 0 (see Conntrack in
 // nat/README.md).
 func shareChain(v6 bool) chainSpec {
 	c := chainSpec{name: chainShare}
@@ -402,7 +403,7 @@ func shareChain(v6 bool) chainSpec {
 }
 
 // shareModRule is dstnat's share DNAT rule of one family (rule 5, with
-// v6 rule 8): a new connection to a share identity gets the identity's
+// v6 rule 9): a new connection to a share identity gets the identity's
 // slot count S from share_mod (share_mod6) in its ct mark and goes to
 // chain share (share6), which picks a slot.
 func shareModRule(v6 bool) ruleSpec {
@@ -824,8 +825,8 @@ func snatRule(c snatClass) ruleSpec {
 	}
 }
 
-// snatRule6 is snatRule for an IPv6 class (no ct mark: IPv6 flows are
-// cleaned by address, see Backend.ForgetFlows).
+// snatRule6 is snatRule for an IPv6 class (the ct mark is set after it,
+// by chain mark6: see mark6Chain).
 func snatRule6(c snatClass) ruleSpec {
 	ex := cat(nfproto(true), []expr.Any{loadIP6(offSaddr6, r6a)})
 	src := "ip6 saddr"
