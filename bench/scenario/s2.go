@@ -104,7 +104,7 @@ func RunS2(ctx context.Context, e *Env) error {
 				return err
 			}
 			defer a.Close()
-			objs := Objects(Fillers(n))
+			objs := Objects(Fillers(false, n))
 			for r := 0; r < plan.S2Reps+1; r++ {
 				e.Progress.Step(r+1, plan.S2Reps+1, "natgw serve: one sync of %s FIPs (first is warm-up)", report.SizeLabel(n))
 				if err := a.Sync(ctx, []nat.Object{}); err != nil {
@@ -126,7 +126,7 @@ func RunS2(ctx context.Context, e *Env) error {
 				return err
 			}
 			defer dp.Close()
-			objs := Objects(Fillers(n))
+			objs := Objects(Fillers(false, n))
 			for r := 0; r < plan.S2Reps+1; r++ {
 				e.Progress.Step(r+1, plan.S2Reps+1, "nftables backend in-process: one Sync of %s FIPs (first is warm-up)", report.SizeLabel(n))
 				if err := dp.Sync(ctx, []nat.Object{}); err != nil {
@@ -148,7 +148,7 @@ func RunS2(ctx context.Context, e *Env) error {
 				return err
 			}
 			defer p.Close()
-			fips := Fillers(n)
+			fips := Fillers(false, n)
 			for r := 0; r < plan.S2Reps+1; r++ {
 				e.Progress.Step(r+1, plan.S2Reps+1, "iptables-legacy-restore of %s FIPs (first is warm-up)", report.SizeLabel(n))
 				if err := p.Preload(ctx, nil); err != nil {
@@ -194,7 +194,7 @@ func RunS2(ctx context.Context, e *Env) error {
 				return err
 			}
 			defer ns.Close()
-			objs := Objects(Fillers(n))
+			objs := Objects(Fillers(false, n))
 			for r := 0; r < plan.S2Reps; r++ {
 				e.Progress.Step(r+1, plan.S2Reps, "resync of %s FIPs after the table was lost", report.SizeLabel(n))
 				if err := a.Sync(ctx, objs); err != nil {
@@ -249,7 +249,7 @@ func RunS2(ctx context.Context, e *Env) error {
 			if err != nil {
 				return err
 			}
-			if err := a.Sync(ctx, Objects(Fillers(size))); err != nil {
+			if err := a.Sync(ctx, Objects(Fillers(false, size))); err != nil {
 				a.Close()
 				return a.wrap(err)
 			}

@@ -58,10 +58,12 @@ func Open(ns *netns.NS) (*Cleaner, error) {
 	return &Cleaner{ns: ns, conn: c, nl: nl, buf: make([]byte, 4096)}, nil
 }
 
-// MarkOf returns the ct mark natgw's nftables rules give the connections
-// NATed through eip: the IPv4 address as a big-endian 32-bit number.
-// IPv6 connections carry no such mark (an address does not fit): they are
-// deleted by address (DeleteByAddr). eip must be an IPv4 address.
+// MarkOf returns the ct mark natgw's nftables rules give the IPv4
+// connections NATed through eip: the IPv4 address as a big-endian 32-bit
+// number. An IPv6 address does not fit a mark: IPv6 connections carry
+// their EIP's mark id instead, which the nftables data plane allocates
+// (0x00010001..0x00ffffff, disjoint from every IPv4 EIP's mark because
+// 0.0.0.0/8 is never an EIP). eip must be an IPv4 address.
 func MarkOf(eip netip.Addr) uint32 {
 	b := eip.As4()
 	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
@@ -74,12 +76,16 @@ const (
 	ctaMarkMask       = 21
 )
 
-// FlushMark deletes, inside the kernel, every IPv4 entry whose ct mark
-// matches mark under mask. This is the cheap path: no dump. It is one
-// ctnetlink delete without a tuple, filtered by family (nfgenmsg version 1:
-// the family is honoured) and mark, exchanged on a socket the Go runtime's
-// poller does not watch (see package nlsock).
-func (c *Cleaner) FlushMark(ctx context.Context, mark, mask uint32) error {
+// FlushMark deletes, inside the kernel, every entry of family (unix.AF_INET
+// or unix.AF_INET6) whose ct mark matches mark under mask. This is the
+// cheap path: no dump. It is one ctnetlink delete without a tuple,
+// filtered by family (nfgenmsg version 1: the family is honoured) and
+// mark, exchanged on a socket the Go runtime's poller does not watch (see
+// package nlsock).
+func (c *Cleaner) FlushMark(ctx context.Context, family uint8, mark, mask uint32) error {
+	if family != unix.AF_INET && family != unix.AF_INET6 {
+		return fmt.Errorf("conntrack: flush mark %#x/%#x: family %d is neither AF_INET nor AF_INET6", mark, mask, family)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seq++
@@ -88,7 +94,7 @@ func (c *Cleaner) FlushMark(ctx context.Context, mark, mask uint32) error {
 	req = binary.NativeEndian.AppendUint16(req, unix.NLM_F_REQUEST|unix.NLM_F_ACK)
 	req = binary.NativeEndian.AppendUint32(req, c.seq)
 	req = binary.NativeEndian.AppendUint32(req, 0)
-	req = append(req, unix.AF_INET, 1, 0, 0)
+	req = append(req, family, 1, 0, 0)
 	for _, a := range [][2]uint32{{ctaMark, mark}, {ctaMarkMask, mask}} {
 		req = binary.NativeEndian.AppendUint16(req, 8)
 		req = binary.NativeEndian.AppendUint16(req, uint16(a[0]))
@@ -96,7 +102,7 @@ func (c *Cleaner) FlushMark(ctx context.Context, mark, mask uint32) error {
 	}
 	binary.NativeEndian.PutUint32(req, uint32(len(req)))
 	if err := c.answer(ctx, req, c.seq); err != nil {
-		return fmt.Errorf("conntrack: flush mark %#x/%#x: %w", mark, mask, err)
+		return fmt.Errorf("conntrack: flush family %d mark %#x/%#x: %w", family, mark, mask, err)
 	}
 	return nil
 }

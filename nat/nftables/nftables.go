@@ -118,6 +118,14 @@ type Backend struct {
 	// UID (the order of their map's indexes).
 	share map[shareKey][]nat.Object
 	boot  string
+	// marks6 holds the mark id of every IPv6 EIP object's address (its
+	// eip_marks6 element, see marks.go), marksUsed the same by id,
+	// markNext an id at or below the lowest free one; forgotten6 the ids
+	// the last commit freed, for the ForgetFlows that follows it.
+	marks6     map[netip.Addr]markID
+	marksUsed  map[uint32]netip.Addr
+	markNext   uint32
+	forgotten6 map[netip.Addr]uint32
 
 	cleaner *conntrack.Cleaner // opened on first use
 }
@@ -191,10 +199,13 @@ func (r *Backend) ForgetDNATFlows(ctx context.Context, dnats []nat.DNAT) error {
 }
 
 // ForgetFlows implements engine.Backend: every IPv4 connection to an EIP
-// or NATed through one carries the EIP as its ct mark, so the kernel
-// flushes them by mark. If that fails, or for many EIPs at once, it dumps
-// the table and deletes by address. IPv6 EIPs are always deleted by
-// address (from one dump of the IPv6 entries).
+// or NATed through one carries the EIP as its ct mark, and every IPv6 one
+// its IPv6 EIP's mark id (eip_marks6), so the kernel flushes them by mark,
+// one request per EIP. If that fails, or for many EIPs of a family at
+// once, it dumps that family's entries once and deletes by address; an
+// IPv6 address without a mark id (used by FIPs, DNATs or SNATs without an
+// IPv6 EIP object, whose connections carry no mark) is deleted by
+// address too.
 func (r *Backend) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
 	if len(eips) == 0 {
 		return nil
@@ -205,50 +216,59 @@ func (r *Backend) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
 	if err := r.openCleaner(); err != nil {
 		return err
 	}
-	// IPv6 connections carry no ct mark (an IPv6 EIP does not fit one):
-	// one dump of the IPv6 entries, deleted by address.
-	v4 := make([]netip.Addr, 0, len(eips))
-	var v6 []netip.Addr
+	var v4, v6 []flushTarget
+	var byAddr []netip.Addr // no mark known
 	for _, a := range eips {
-		if a.Is6() {
-			v6 = append(v6, a)
-		} else {
-			v4 = append(v4, a)
+		if a.Is4() {
+			v4 = append(v4, flushTarget{a, conntrack.MarkOf(a)})
+			continue
+		}
+		id, ok := r.markOf6(a)
+		if !ok {
+			byAddr = append(byAddr, a)
+			continue
+		}
+		v6 = append(v6, flushTarget{a, id})
+	}
+	for _, fam := range []struct {
+		family  uint8
+		targets []flushTarget
+	}{{unix.AF_INET, v4}, {unix.AF_INET6, v6}} {
+		if len(fam.targets) > flushMarkMax {
+			// Every flush by mark walks the whole conntrack hash
+			// table in the kernel; past a few dozen EIPs one dump
+			// is cheaper.
+			for _, t := range fam.targets {
+				byAddr = append(byAddr, t.eip)
+			}
+			continue
+		}
+		var failed []netip.Addr
+		var errs []error
+		for _, t := range fam.targets {
+			if err := r.cleaner.FlushMark(ctx, fam.family, t.mark, 0xffffffff); err != nil {
+				errs = append(errs, err)
+				failed = append(failed, t.eip)
+			}
+		}
+		if len(failed) > 0 {
+			r.log.Error(errors.Join(errs...), "flush by ct mark failed, deleting by address", "eips", failed)
+			byAddr = append(byAddr, failed...)
 		}
 	}
-	if len(v6) > 0 {
-		if _, err := r.cleaner.DeleteByAddr(v6); err != nil {
-			return fmt.Errorf("nftables: forget flows of %d IPv6 EIPs: %w", len(v6), err)
-		}
-	}
-	eips = v4
-	if len(eips) == 0 {
+	if len(byAddr) == 0 {
 		return nil
 	}
-	if len(eips) > flushMarkMax {
-		// Every flush by mark walks the whole conntrack hash table in
-		// the kernel; past a few dozen EIPs one dump is cheaper.
-		if _, err := r.cleaner.DeleteByAddr(eips); err != nil {
-			return fmt.Errorf("nftables: forget flows of %d EIPs: %w", len(eips), err)
-		}
-		return nil
-	}
-	var failed []netip.Addr
-	var errs []error
-	for _, a := range eips {
-		if err := r.cleaner.FlushMark(ctx, conntrack.MarkOf(a), 0xffffffff); err != nil {
-			errs = append(errs, err)
-			failed = append(failed, a)
-		}
-	}
-	if len(failed) == 0 {
-		return nil
-	}
-	r.log.Error(errors.Join(errs...), "flush by ct mark failed, deleting by address", "eips", failed)
-	if _, err := r.cleaner.DeleteByAddr(failed); err != nil {
-		return fmt.Errorf("nftables: forget flows of %v: %w", failed, err)
+	if _, err := r.cleaner.DeleteByAddr(byAddr); err != nil {
+		return fmt.Errorf("nftables: forget flows of %d EIPs by address: %w", len(byAddr), err)
 	}
 	return nil
+}
+
+// flushTarget is an EIP and the ct mark of its connections.
+type flushTarget struct {
+	eip  netip.Addr
+	mark uint32
 }
 
 // Close implements engine.Backend: it settles (see Settle), sockets

@@ -45,6 +45,9 @@ func Plan(cfg nat.Config, objs []nat.Object, boot string) (*Tx, error) {
 	if err := checkShare(ch.shareAfter); err != nil {
 		return nil, fmt.Errorf("plan: %w", err)
 	}
+	if _, err := (&Backend{}).markFull(ch, objs); err != nil {
+		return nil, fmt.Errorf("plan: %w", err)
+	}
 	r := &Backend{cfg: cfg}
 	return r.plan(ch), nil
 }
