@@ -117,6 +117,12 @@ func TestConfig(t *testing.T) {
 		t.Fatalf("defaults: interval %s misses %d lease %s", c.Interval, c.Misses, c.LeaseTTL)
 	}
 	c = ok()
+	c.EIPs = []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24"), netip.MustParsePrefix("2001:db8:2::10/64")}
+	c.LanIPs = []netip.Prefix{netip.MustParsePrefix("198.51.100.1/24"), netip.MustParsePrefix("2001:db8:100::1/64")}
+	if err := c.defaults(); err != nil {
+		t.Fatalf("dual-stack floating addresses: %v", err)
+	}
+	c = ok()
 	c.Peer = netip.AddrPort{} // not known yet (SetPeer)
 	if err := c.defaults(); err != nil {
 		t.Fatalf("config without a peer: %v", err)
@@ -133,7 +139,8 @@ func TestConfig(t *testing.T) {
 		{"misses", func(c *Config) { c.Misses = -1 }, "misses -1"},
 		{"lease", func(c *Config) { c.Interval = 100 * time.Millisecond; c.LeaseTTL = 50 * time.Millisecond }, "leaseTTL 50ms"},
 		{"fence", func(c *Config) { c.Fence = nil }, "fence"},
-		{"v6 eip", func(c *Config) { c.EIPs = []netip.Prefix{netip.MustParsePrefix("2001:db8::1/64")} }, "2001:db8::1/64"},
+		{"v4-mapped eip", func(c *Config) { c.EIPs = []netip.Prefix{netip.MustParsePrefix("::ffff:192.0.2.1/120")} }, "::ffff:192.0.2.1/120"},
+		{"zero lanIp", func(c *Config) { c.LanIPs = []netip.Prefix{{}} }, "floating address"},
 	} {
 		c := ok()
 		tc.mod(&c)
