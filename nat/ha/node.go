@@ -78,7 +78,8 @@ type Config struct {
 	// that started or came back is then synced (by the controller, through
 	// its agent) before it may become active; an active replica is not
 	// made to step down by it. Nil: no gate. It is called every Interval
-	// and must be cheap (natgw ha: a file's existence).
+	// and must be cheap (natgw ha: RulesSyncedFile, a file's existence,
+	// not looked at again once seen).
 	RulesReady func() error
 	// OnRole, if set, is called (on the replica's loop) at every role
 	// change with the reason.

@@ -149,3 +149,39 @@ func TestConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestRulesSyncedFile: not ready (naming the path) until the mark exists,
+// ready once it does, and still ready after the mark is gone: once seen
+// it is not looked at again (it never goes away within a pod's life, and
+// RulesReady runs every heartbeat). A second gate on the same path has
+// its own memory.
+func TestRulesSyncedFile(t *testing.T) {
+	mark := filepath.Join(t.TempDir(), "rules-synced")
+	ready := RulesSyncedFile(mark)
+	for _, step := range []struct {
+		what    string
+		do      func() error
+		wantErr string // "" ready
+	}{
+		{"no mark yet", nil, "no sync yet: " + mark},
+		{"still none", nil, "does not exist"},
+		{"mark written", func() error { return os.WriteFile(mark, []byte("synced\n"), 0o644) }, ""},
+		{"mark removed: not looked at again", func() error { return os.Remove(mark) }, ""},
+	} {
+		if step.do != nil {
+			if err := step.do(); err != nil {
+				t.Fatalf("%s: %v", step.what, err)
+			}
+		}
+		err := ready()
+		switch {
+		case step.wantErr == "" && err != nil:
+			t.Errorf("%s: %v, want ready", step.what, err)
+		case step.wantErr != "" && (err == nil || !strings.Contains(err.Error(), step.wantErr)):
+			t.Errorf("%s: %v, want an error holding %q", step.what, err, step.wantErr)
+		}
+	}
+	if err := RulesSyncedFile(mark)(); err == nil {
+		t.Error("a new gate on the removed mark is ready, want not ready")
+	}
+}
