@@ -270,7 +270,7 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 		WithEnv(envVar("GATEWAY_V4", ext4), envVar("GATEWAY_V6", ext6)).
 		WithSecurityContext(corev1ac.SecurityContext().WithPrivileged(true).WithAllowPrivilegeEscalation(true))
 	if replicas == 2 {
-		c.WithVolumeMounts(syncMarkMount())
+		c.WithVolumeMounts(syncMarkMount()).WithReadinessProbe(syncedProbe())
 	}
 	pod := corev1ac.PodSpec().
 		WithTerminationGracePeriodSeconds(0).
@@ -428,6 +428,27 @@ const SyncMarkVolume = "natgw-run"
 
 func syncMarkMount() *corev1ac.VolumeMountApplyConfiguration {
 	return corev1ac.VolumeMount().WithName(SyncMarkVolume).WithMountPath(path.Dir(agentapi.RulesSyncedFile))
+}
+
+// SyncedProbePeriod is how often (seconds) the readiness probe of a
+// two-replica gateway's gateway container looks for the sync mark.
+const SyncedProbePeriod = 2
+
+// syncedProbe is the gateway container's readiness probe of a two-replica
+// gateway: `/natgw synced` (the image has no shell), ready once the agent
+// left its sync mark, i.e. once the controller synced the pod (the mark
+// stays for the pod's life). With the StatefulSet's OrderedReady start,
+// pod -1 is created once pod -0 was synced, and a rolling update deletes
+// the next pod only once the new one was synced, so the active is not
+// taken down while its peer could not lead. No deadlock: the exec
+// transport reaches a gateway container that runs without being Ready
+// (transport.Exec), so the controller syncs a pod before it is Ready. All
+// fields are set (the API server's defaults would otherwise differ from
+// what is applied).
+func syncedProbe() *corev1ac.ProbeApplyConfiguration {
+	return corev1ac.Probe().
+		WithExec(corev1ac.ExecAction().WithCommand("/natgw", "synced", "--file", agentapi.RulesSyncedFile)).
+		WithPeriodSeconds(SyncedProbePeriod).WithTimeoutSeconds(1).WithSuccessThreshold(1).WithFailureThreshold(3)
 }
 
 // envVar is name=value; an empty value is left out, as the typed

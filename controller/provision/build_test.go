@@ -437,6 +437,11 @@ func TestBuildReplicas(t *testing.T) {
 		mark := []corev1.VolumeMount{{Name: "natgw-run", MountPath: "/run/natgw"}}
 		s.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "natgw-run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 		s.Spec.Template.Spec.Containers[0].VolumeMounts = mark
+		// Ready once the controller synced the pod (the agent's mark).
+		s.Spec.Template.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"/natgw", "synced", "--file", "/run/natgw/rules-synced"}}},
+			PeriodSeconds: 2, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 3,
+		}
 		s.Spec.Template.Spec.Containers = append(s.Spec.Template.Spec.Containers, corev1.Container{
 			Name:            HAContainer,
 			VolumeMounts:    mark,

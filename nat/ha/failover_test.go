@@ -58,8 +58,8 @@ func (h *haLab) waitSynced(i int) {
 		strings.Join(h.r[0].logs, "\n"), strings.Join(h.r[1].logs, "\n"))
 }
 
-// translated returns the NATed flows (through an EIP) of replica i's
-// conntrack table.
+// translated returns the NATed flows (through an EIP of the lab's family)
+// of replica i's conntrack table.
 func (h *haLab) translated(i int) map[string]bool {
 	h.t.Helper()
 	flows, err := netlab.ConntrackEntries(context.Background(), h.r[i].ns)
@@ -68,7 +68,7 @@ func (h *haLab) translated(i int) map[string]bool {
 	}
 	out := map[string]bool{}
 	for _, f := range flows {
-		if f.Translated() && (f.Has(eipFIP) || f.Has(eipDN) || f.Has(eipSN)) {
+		if f.Translated() && (f.Has(h.a.fip) || f.Has(h.a.dn) || f.Has(h.a.sn)) {
 			out[f.String()] = true
 		}
 	}
@@ -158,19 +158,28 @@ func (h *haLab) checkGaps(what string, g gaps) {
 // TCP streams through the FIP, the DNAT and the SNAT and the UDP flow keep
 // going without a reset, and new connections to every EIP succeed. Then
 // the failed replica comes back (as standby, synced) and the same fault on
-// the new active fails back. On both data planes: the replicas' rules
-// programmed by nftables, then by iptables-legacy.
+// the new active fails back. On both data planes (the replicas' rules
+// programmed by nftables, then by iptables-legacy) in IPv4, and on
+// nftables in IPv6 (dual-stack EIPs whose IPv6 addresses float, IPv6
+// flows and probes; iptables-legacy refuses IPv6 objects).
 func TestFailoverKill(t *testing.T) {
-	for _, plane := range nat.DataplaneNames {
-		t.Run(plane, func(t *testing.T) {
-			t.Setenv(labPlaneEnv, plane)
-			failoverKill(t)
+	for _, tc := range []struct {
+		plane string
+		fam   labFamily
+	}{
+		{nat.DataplaneNftables, labIPv4},
+		{nat.DataplaneIptables, labIPv4},
+		{nat.DataplaneNftables, labIPv6},
+	} {
+		t.Run(tc.plane+"/"+tc.fam.String(), func(t *testing.T) {
+			t.Setenv(labPlaneEnv, tc.plane)
+			failoverKill(t, tc.fam)
 		})
 	}
 }
 
-func failoverKill(t *testing.T) {
-	h := newHALab(t)
+func failoverKill(t *testing.T, fam labFamily) {
+	h := newHALab(t, fam)
 	fs := h.up()
 	g := h.failover(fs, 0, h.podGone(0))
 	h.waitActive(1, time.Second)
@@ -191,7 +200,7 @@ func failoverKill(t *testing.T) {
 // steps down (removes its addresses, releases the lease) and the standby
 // takes over at once.
 func TestFailoverLinkDown(t *testing.T) {
-	h := newHALab(t)
+	h := newHALab(t, labIPv4)
 	fs := h.up()
 	g := h.failover(fs, 0, func() {
 		if err := netlab.SetLink(h.r[0].ns, "net1", false); err != nil {
@@ -217,7 +226,7 @@ func TestFailoverLinkDown(t *testing.T) {
 // out; when the stopped agent resumes it finds the lease taken and steps
 // down within one heartbeat interval or two.
 func TestFailoverStop(t *testing.T) {
-	h := newHALab(t)
+	h := newHALab(t, labIPv4)
 	fs := h.up()
 	g := h.failover(fs, 0, func() {
 		if err := h.r[0].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
@@ -252,7 +261,7 @@ func TestFailoverStop(t *testing.T) {
 // handover, not split brain; the property checked is the time with two
 // actives, from both agents' own reports.)
 func TestPartition(t *testing.T) {
-	h := newHALab(t)
+	h := newHALab(t, labIPv4)
 	fs := h.up()
 	from := time.Now()
 	for i, r := range h.r {
@@ -297,12 +306,21 @@ func TestPartition(t *testing.T) {
 
 // TestFailoverFigures measures failovers for the figures of the README:
 // NATGW_HA_FIGURES=N runs N failovers per fault and prints p50/p99 of the
-// gaps and the replication lag. It is a measurement, not a check: it is
-// skipped unless asked for.
+// gaps and the replication lag; NATGW_HA_FAMILY=ipv6 measures the IPv6
+// lab's flows and probes (default ipv4). It is a measurement, not a
+// check: it is skipped unless asked for.
 func TestFailoverFigures(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("NATGW_HA_FIGURES"))
 	if n <= 0 {
 		t.Skip("measurement: set NATGW_HA_FIGURES=N (failovers per fault)")
+	}
+	fam := labIPv4
+	switch v := os.Getenv("NATGW_HA_FAMILY"); v {
+	case "", "ipv4":
+	case "ipv6":
+		fam = labIPv6
+	default:
+		t.Fatalf("NATGW_HA_FAMILY=%q: want ipv4 or ipv6", v)
 	}
 	if os.Getenv(labIntervalEnv) == "" {
 		t.Setenv(labIntervalEnv, "50ms") // the product's default
@@ -339,7 +357,7 @@ func TestFailoverFigures(t *testing.T) {
 		}},
 	}
 	for _, f := range faults {
-		h := newHALab(t)
+		h := newHALab(t, fam)
 		fs := h.up()
 		var newConn, stream, takeover []time.Duration
 		a := 0
@@ -358,8 +376,12 @@ func TestFailoverFigures(t *testing.T) {
 			a = 1 - a
 		}
 		closeFlows(t, fs)
+		label := f.name
+		if fam == labIPv6 {
+			label += " (ipv6)" // the IPv4 names stay what bench/scenario parses
+		}
 		fmt.Printf("HA %-20s n=%d takeover p50=%s p99=%s | new conn to every EIP p50=%s p99=%s | established flows move again p50=%s p99=%s (of %d)\n",
-			f.name, n, pct(takeover, 50), pct(takeover, 99), pct(newConn, 50), pct(newConn, 99), pct(stream, 50), pct(stream, 99), len(stream))
+			label, n, pct(takeover, 50), pct(takeover, 99), pct(newConn, 50), pct(newConn, 99), pct(stream, 50), pct(stream, 99), len(stream))
 	}
 }
 
@@ -380,7 +402,7 @@ func pct(d []time.Duration, p int) time.Duration {
 // leads (fencing over availability). When the arbiter is back, exactly one
 // replica leads again.
 func TestFenceLost(t *testing.T) {
-	h := newHALab(t)
+	h := newHALab(t, labIPv4)
 	h.start(0)
 	h.waitActive(0, 3*time.Second)
 	h.start(1)
@@ -427,7 +449,7 @@ func TestFenceLost(t *testing.T) {
 // active's stream reconnects and a full dump gives it every entry back,
 // so a failover right after keeps every flow.
 func TestStandbyRestart(t *testing.T) {
-	h := newHALab(t)
+	h := newHALab(t, labIPv4)
 	fs := h.up()
 	h.kill(1)
 	if _, err := netlab.Exec(context.Background(), h.r[1].ns, "", "conntrack", "-F"); err != nil {
@@ -457,7 +479,7 @@ func TestStandbyRestart(t *testing.T) {
 // nobody leads without it.
 func TestLeaseFenceFailover(t *testing.T) {
 	assets := apitest.RequireAssets(t)
-	h := newHALab(t)
+	h := newHALab(t, labIPv4)
 	env := apitest.Environment(assets, apitest.CRDDir())
 	cfg, err := apitest.Start(env)
 	if err != nil {
@@ -566,7 +588,7 @@ func apiserverPID(t *testing.T, host string) int {
 // it takes over. (No flows: a gap of seconds is the point here, and
 // TestFailoverKill is where flows survive a takeover.)
 func TestRulesGate(t *testing.T) {
-	h := newHALab(t)
+	h := newHALab(t, labIPv4)
 	mark := filepath.Join(t.TempDir(), "rules-synced")
 	h.r[1].rulesFile = mark
 	h.start(0)

@@ -57,7 +57,10 @@ type Config struct {
 	Local, Peer netip.AddrPort
 	// EIPs go on the external interface, LanIPs on the internal one,
 	// while this replica is active. EIPs is the initial set: SetEIPs
-	// changes it at run time.
+	// changes it at run time. Both families: an IPv4 address is added
+	// and announced with a gratuitous ARP, an IPv6 one without duplicate
+	// address detection and announced with an unsolicited neighbour
+	// advertisement (link.Claim); a dual-stack EIP is its two prefixes.
 	EIPs, LanIPs []netip.Prefix
 	// Interval is the heartbeat period (default 50 ms, at most 1 s);
 	// Misses is how many missing beats mean the peer is gone (default 3).
@@ -75,7 +78,8 @@ type Config struct {
 	// that started or came back is then synced (by the controller, through
 	// its agent) before it may become active; an active replica is not
 	// made to step down by it. Nil: no gate. It is called every Interval
-	// and must be cheap (natgw ha: a file's existence).
+	// and must be cheap (natgw ha: RulesSyncedFile, a file's existence,
+	// not looked at again once seen).
 	RulesReady func() error
 	// OnRole, if set, is called (on the replica's loop) at every role
 	// change with the reason.
@@ -124,8 +128,8 @@ func (c *Config) defaults() error {
 }
 
 func checkFloating(p netip.Prefix) error {
-	if !p.IsValid() || !p.Addr().Is4() {
-		return fmt.Errorf("floating address %q: want IPv4 address/length", p)
+	if !p.IsValid() || p.Addr().Is4In6() || p.Addr().Zone() != "" {
+		return fmt.Errorf("floating address %q: want an IPv4 or IPv6 address/length", p)
 	}
 	return nil
 }
@@ -204,8 +208,8 @@ func (r *Replica) Peer() netip.AddrPort {
 // interface). An active replica applies the change on its next turn: it
 // removes the EIPs no longer in the set and adds the new ones with a
 // gratuitous ARP, as at a takeover; a standby only records it and claims
-// the new set when it takes over. Every prefix must be IPv4; on error
-// nothing changes. Safe for concurrent use.
+// the new set when it takes over. Every prefix must be a valid IPv4 or
+// IPv6 address/length; on error nothing changes. Safe for concurrent use.
 func (r *Replica) SetEIPs(eips []netip.Prefix) error {
 	for _, p := range eips {
 		if err := checkFloating(p); err != nil {

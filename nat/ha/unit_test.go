@@ -117,6 +117,12 @@ func TestConfig(t *testing.T) {
 		t.Fatalf("defaults: interval %s misses %d lease %s", c.Interval, c.Misses, c.LeaseTTL)
 	}
 	c = ok()
+	c.EIPs = []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24"), netip.MustParsePrefix("2001:db8:2::10/64")}
+	c.LanIPs = []netip.Prefix{netip.MustParsePrefix("198.51.100.1/24"), netip.MustParsePrefix("2001:db8:100::1/64")}
+	if err := c.defaults(); err != nil {
+		t.Fatalf("dual-stack floating addresses: %v", err)
+	}
+	c = ok()
 	c.Peer = netip.AddrPort{} // not known yet (SetPeer)
 	if err := c.defaults(); err != nil {
 		t.Fatalf("config without a peer: %v", err)
@@ -133,12 +139,49 @@ func TestConfig(t *testing.T) {
 		{"misses", func(c *Config) { c.Misses = -1 }, "misses -1"},
 		{"lease", func(c *Config) { c.Interval = 100 * time.Millisecond; c.LeaseTTL = 50 * time.Millisecond }, "leaseTTL 50ms"},
 		{"fence", func(c *Config) { c.Fence = nil }, "fence"},
-		{"v6 eip", func(c *Config) { c.EIPs = []netip.Prefix{netip.MustParsePrefix("2001:db8::1/64")} }, "2001:db8::1/64"},
+		{"v4-mapped eip", func(c *Config) { c.EIPs = []netip.Prefix{netip.MustParsePrefix("::ffff:192.0.2.1/120")} }, "::ffff:192.0.2.1/120"},
+		{"zero lanIp", func(c *Config) { c.LanIPs = []netip.Prefix{{}} }, "floating address"},
 	} {
 		c := ok()
 		tc.mod(&c)
 		if err := c.defaults(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error with %q", tc.what, err, tc.want)
 		}
+	}
+}
+
+// TestRulesSyncedFile: not ready (naming the path) until the mark exists,
+// ready once it does, and still ready after the mark is gone: once seen
+// it is not looked at again (it never goes away within a pod's life, and
+// RulesReady runs every heartbeat). A second gate on the same path has
+// its own memory.
+func TestRulesSyncedFile(t *testing.T) {
+	mark := filepath.Join(t.TempDir(), "rules-synced")
+	ready := RulesSyncedFile(mark)
+	for _, step := range []struct {
+		what    string
+		do      func() error
+		wantErr string // "" ready
+	}{
+		{"no mark yet", nil, "no sync yet: " + mark},
+		{"still none", nil, "does not exist"},
+		{"mark written", func() error { return os.WriteFile(mark, []byte("synced\n"), 0o644) }, ""},
+		{"mark removed: not looked at again", func() error { return os.Remove(mark) }, ""},
+	} {
+		if step.do != nil {
+			if err := step.do(); err != nil {
+				t.Fatalf("%s: %v", step.what, err)
+			}
+		}
+		err := ready()
+		switch {
+		case step.wantErr == "" && err != nil:
+			t.Errorf("%s: %v, want ready", step.what, err)
+		case step.wantErr != "" && (err == nil || !strings.Contains(err.Error(), step.wantErr)):
+			t.Errorf("%s: %v, want an error holding %q", step.what, err, step.wantErr)
+		}
+	}
+	if err := RulesSyncedFile(mark)(); err == nil {
+		t.Error("a new gate on the removed mark is ready, want not ready")
 	}
 }

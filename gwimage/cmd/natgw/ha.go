@@ -49,7 +49,7 @@ func (p *prefixList) Set(v string) error {
 	for _, f := range strings.Split(v, ",") {
 		x, err := netip.ParsePrefix(strings.TrimSpace(f))
 		if err != nil {
-			return fmt.Errorf("%q: want IPv4 address/length", f)
+			return fmt.Errorf("%q: want an IPv4 or IPv6 address/length", f)
 		}
 		*p = append(*p, x)
 	}
@@ -418,7 +418,7 @@ type dataplaneEIPs struct {
 	log logr.Logger
 }
 
-// read returns the (IPv4) EIPs of the data plane's EIP objects, sorted: of
+// read returns the EIP prefixes (IPv4 and IPv6) of the data plane's EIP objects, sorted: of
 // --dataplane when it holds natgw's state, else of the other data plane. A
 // data plane that holds no state yet (the agent has not started) holds
 // none; it is then not created. The data plane is opened without plumbing and only
@@ -455,9 +455,9 @@ func (d *dataplaneEIPs) read(ctx context.Context) ([]netip.Prefix, error) {
 	}
 	var out []netip.Prefix
 	for _, o := range objs {
-		// nat/ha floats IPv4 addresses only: an IPv6 EIP stays put.
-		if o.Kind == nat.KindEIP && o.EIP != nil && o.EIP.Address.Is4() {
-			out = append(out, netip.PrefixFrom(o.EIP.Address, o.EIP.PrefixLen))
+		// Both families float: a dual-stack EIP is its two prefixes.
+		if o.Kind == nat.KindEIP && o.EIP != nil {
+			out = append(out, o.EIP.Prefixes()...)
 		}
 	}
 	slices.SortFunc(out, netip.Prefix.Compare)

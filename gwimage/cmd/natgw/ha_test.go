@@ -48,6 +48,7 @@ func TestHAFlags(t *testing.T) {
 		{"sibling of ordinal 2", []string{"--local", "10.0.0.2:7400", "--peer-sibling", "kube-system", "--id", "vpc-nat-gw-g-2", "--eip", "192.0.2.10/24", "--fence-file", "/x"}, `--id "vpc-nat-gw-g-2"`},
 		{"sibling namespace with a slash", []string{"--local", "10.0.0.2:7400", "--peer-sibling", "kube-system/x", "--id", "vpc-nat-gw-g-1", "--eip", "192.0.2.10/24", "--fence-file", "/x"}, `--peer-sibling "kube-system/x"`},
 		{"sibling with a missing kubeconfig", []string{"--local", "10.0.0.2:7400", "--peer-sibling", "kube-system", "--id", "vpc-nat-gw-g-1", "--eip", "192.0.2.10/24", "--fence-file", "/x", "--kubeconfig", "/nonexistent/kubeconfig"}, `--kubeconfig "/nonexistent/kubeconfig"`},
+		{"IPv4-mapped eip", append(append([]string{}, base...), "--eip", "::ffff:192.0.2.1/120"), `"::ffff:192.0.2.1/120"`},
 		{"bad eips-poll", []string{"--local", "10.0.0.2:7400", "--peer", "10.0.0.3:7400", "--eips-from-dataplane", "--eips-poll", "2m", "--fence-file", "/x"}, "--eips-poll 2m0s"},
 	} {
 		var out, errb bytes.Buffer

@@ -112,12 +112,13 @@ func init() {
 		"pause":   {"sleep until SIGTERM/SIGINT (container entrypoint)", cmdPause},
 		"compat":  {"run a Kube-OVN nat-gateway.sh subcommand: compat OP RULE...", cmdCompat},
 		"ha":      {"run one replica of an active/standby gateway (nat/ha)", cmdHA},
+		"synced":  {"exit 0 when the agent's sync mark exists (a two-replica pod's readiness probe)", cmdSynced},
 	}
 }
 
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "usage: natgw [global flags] COMMAND [flags] [args]\n\ncommands:\n")
-	for _, name := range []string{"serve", "apply", "sync", "delete", "list", "info", "version", "pause", "compat", "ha"} {
+	for _, name := range []string{"serve", "apply", "sync", "delete", "list", "info", "version", "pause", "compat", "ha", "synced"} {
 		fmt.Fprintf(w, "  %-8s %s\n", name, commands[name].summary)
 	}
 	fmt.Fprintf(w, "\nglobal flags:\n")
