@@ -25,7 +25,8 @@ type Source interface {
 	// conflicts the older object wins).
 	Desired(ctx context.Context, gateway string) ([]nat.Object, error)
 	// Absent returns the UIDs among objs whose Kubernetes object is
-	// confirmed gone by a live read of the API server (not a cache).
+	// confirmed gone by a live read of the API server (a cache may only
+	// say that an object exists, never that it is gone).
 	Absent(ctx context.Context, objs []nat.Object) ([]string, error)
 	// Dataplane returns the data plane the gateway should run.
 	Dataplane(ctx context.Context, gateway string) (string, error)
