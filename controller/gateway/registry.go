@@ -155,6 +155,7 @@ func (r *Registry) Start(ctx context.Context) error {
 		if err != nil {
 			r.opts.Log.Error(err, "listing the gateways to start; each starts when a reconcile first asks for it")
 		}
+		r.opts.Log.Info("starting every gateway's manager", "gateways", len(names), "syncParallel", r.opts.SyncParallel)
 		for _, n := range names {
 			// Get starts the manager (the Registry runs); an unknown
 			// gateway is left to its VpcNatGateway's reconcile to report.
