@@ -81,7 +81,7 @@ func TestS6Tiny(t *testing.T) {
 			t.Errorf("phase %q: sampled peak %v", pk.phase, pk.rss)
 		}
 	}
-	if got := sec.Tables[4].Rows[0][8]; !strings.HasPrefix(got, "2 of 2 ") {
+	if got := sec.Tables[4].Rows[0][9]; !strings.HasPrefix(got, "2 of 2 ") {
 		t.Errorf("cold start table: kernel cell %q", got)
 	}
 	if len(sec.Targets) != 4 {
