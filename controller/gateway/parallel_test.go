@@ -101,20 +101,7 @@ func startGated(t *testing.T, n, bound int, callTimeout time.Duration, tr *gated
 		},
 		Log: testlog.New(t, 0),
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		_ = reg.Start(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-stopped:
-		case <-time.After(10 * time.Second):
-			t.Error("Registry did not stop within 10s")
-		}
-	})
+	runRegistry(t, reg)
 	return reg
 }
 
