@@ -62,6 +62,8 @@ type Manager struct {
 	qosKnown bool
 
 	kick chan struct{}
+	// slots bounds the connects of all gateways (Registry; nil: unbounded).
+	slots chan struct{}
 }
 
 func newManager(cfg gwconfig.Entry, opts *Options) *Manager {

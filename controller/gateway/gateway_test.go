@@ -310,11 +310,18 @@ func startWith(t *testing.T, src *source, nft, ipt *agent, unreachable map[strin
 	if f.gw, err = f.reg.Get("gw1"); err != nil {
 		t.Fatal(err)
 	}
+	runRegistry(t, f.reg)
+	return f
+}
+
+// runRegistry runs reg until the test ends.
+func runRegistry(t *testing.T, reg *Registry) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
-		_ = f.reg.Start(ctx)
+		_ = reg.Start(ctx)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -324,7 +331,6 @@ func startWith(t *testing.T, src *source, nft, ipt *agent, unreachable map[strin
 			t.Error("Registry did not stop within 10s")
 		}
 	})
-	return f
 }
 
 // eventually polls cond for up to 5 s.

@@ -69,8 +69,12 @@ func (g *Manager) run(ctx context.Context) {
 			metrics.Reconnects.WithLabelValues(g.cfg.Name).Inc()
 		}
 		first = false
+		if !g.acquire(ctx) {
+			break
+		}
 		dp := g.wantDataplane(ctx)
 		s, err := g.connect(ctx, dp)
+		g.release()
 		if err != nil {
 			g.log.Error(err, "connecting to the gateway agent failed; retrying", "dataplane", dp, "backoff", backoff)
 			if !sleep(ctx, backoff) {
@@ -88,6 +92,27 @@ func (g *Manager) run(ctx context.Context) {
 		g.publish(nil, "")
 	}
 	g.mu.Unlock()
+}
+
+// acquire waits for a connect slot (Options.SyncParallel); false when
+// ctx ended first.
+func (g *Manager) acquire(ctx context.Context) bool {
+	if g.slots == nil {
+		return ctx.Err() == nil
+	}
+	select {
+	case g.slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// release returns the slot acquire took.
+func (g *Manager) release() {
+	if g.slots != nil {
+		<-g.slots
+	}
 }
 
 // connect opens a session and converges the gateway before publishing it.

@@ -83,6 +83,21 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 	}
 	gopts := cfg.Gateway
 	gopts.Source = NewSource(deps)
+	if gopts.Initial == nil {
+		// Every VpcNatGateway in the cache: the Registry starts after the
+		// caches synced, and connects them SyncParallel at a time.
+		gopts.Initial = func(ctx context.Context) ([]string, error) {
+			list := &v1.VpcNatGatewayList{}
+			if err := deps.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+				return nil, fmt.Errorf("list VpcNatGateways: %w", err)
+			}
+			names := make([]string, len(list.Items))
+			for i := range list.Items {
+				names[i] = list.Items[i].Name
+			}
+			return names, nil
+		}
+	}
 	gev := &gatewayEvents{}
 	gopts.OnConnection = gev.send
 	reg := gateway.NewRegistry(gopts)

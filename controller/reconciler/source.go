@@ -144,38 +144,39 @@ func (s *Source) Desired(ctx context.Context, gw string) ([]nat.Object, error) {
 	return out, nil
 }
 
-// ownerKinds maps gateway object kinds to the API kind that owns them.
-var ownerKinds = map[nat.Kind]string{
-	nat.KindEIP:   "IptablesEIP",
-	nat.KindFIP:   "IptablesFIPRule",
-	nat.KindDNAT:  "IptablesDnatRule",
-	nat.KindSNAT:  "IptablesSnatRule",
-	nat.KindRoute: "VpcNatGateway",
+// ownerKind is the API kind that owns gateway objects of one kind.
+type ownerKind struct {
+	name    string
+	newObj  func() client.Object
+	newList func() client.ObjectList
 }
 
-// Absent returns the UIDs among objs whose owner is confirmed gone: one
-// live metadata-only list per owner kind, straight from the API server.
-// Objects of unknown kinds are never reported absent.
+// ownerKinds maps gateway object kinds to the API kind that owns them.
+var ownerKinds = map[nat.Kind]ownerKind{
+	nat.KindEIP:   {"IptablesEIP", func() client.Object { return &v1.IptablesEIP{} }, func() client.ObjectList { return &v1.IptablesEIPList{} }},
+	nat.KindFIP:   {"IptablesFIPRule", func() client.Object { return &v1.IptablesFIPRule{} }, func() client.ObjectList { return &v1.IptablesFIPRuleList{} }},
+	nat.KindDNAT:  {"IptablesDnatRule", func() client.Object { return &v1.IptablesDnatRule{} }, func() client.ObjectList { return &v1.IptablesDnatRuleList{} }},
+	nat.KindSNAT:  {"IptablesSnatRule", func() client.Object { return &v1.IptablesSnatRule{} }, func() client.ObjectList { return &v1.IptablesSnatRuleList{} }},
+	nat.KindRoute: {"VpcNatGateway", func() client.Object { return &v1.VpcNatGateway{} }, func() client.ObjectList { return &v1.VpcNatGatewayList{} }},
+}
+
+// absentPage is the page size of Absent's live metadata lists.
+var absentPage int64 = 500
+
+// Absent returns the UIDs among objs whose owner is confirmed gone.
+// Objects of unknown kinds are never reported absent. The cache is read
+// first: an owner it holds is not gone (or went a moment ago: the next
+// sweep finds it), with no API request. Only the owners the cache lacks,
+// which may be gone or may be new objects the cache has not seen yet, are
+// confirmed by a live metadata-only list of their kind from the API
+// server, page by page, stopping once every one of them was seen; those
+// it does not list are gone (a UID never comes back).
 func (s *Source) Absent(ctx context.Context, objs []nat.Object) ([]string, error) {
-	live := map[string]map[string]bool{} // owner kind → UIDs
-	var out []string
-	for _, o := range objs {
-		kind, ok := ownerKinds[o.Kind]
-		if !ok {
+	owners := map[nat.Kind]map[string]bool{} // owner kind → owner UIDs not seen yet
+	ownerOf := make([]string, len(objs))
+	for i, o := range objs {
+		if _, ok := ownerKinds[o.Kind]; !ok {
 			continue
-		}
-		uids, ok := live[kind]
-		if !ok {
-			list := &metav1.PartialObjectMetadataList{}
-			list.SetGroupVersionKind(v1.GroupVersion.WithKind(kind + "List"))
-			if err := s.deps.APIReader.List(ctx, list); err != nil {
-				return nil, fmt.Errorf("live list of %s: %w", kind, err)
-			}
-			uids = map[string]bool{}
-			for _, m := range list.Items {
-				uids[string(m.UID)] = true
-			}
-			live[kind] = uids
 		}
 		owner := o.UID
 		if o.Kind == nat.KindRoute {
@@ -184,11 +185,50 @@ func (s *Source) Absent(ctx context.Context, objs []nat.Object) ([]string, error
 				continue
 			}
 		}
-		if !uids[owner] {
+		if owners[o.Kind] == nil {
+			owners[o.Kind] = map[string]bool{}
+		}
+		owners[o.Kind][owner] = true
+		ownerOf[i] = owner
+	}
+	for k, uids := range owners {
+		if err := s.confirmAbsent(ctx, ownerKinds[k], uids); err != nil {
+			return nil, err
+		}
+	}
+	var out []string
+	for i, o := range objs {
+		if ownerOf[i] != "" && owners[o.Kind][ownerOf[i]] {
 			out = append(out, o.UID)
 		}
 	}
 	return out, nil
+}
+
+// confirmAbsent removes from uids the owners of kind k that exist: those
+// in the cache, then those a live list shows.
+func (s *Source) confirmAbsent(ctx context.Context, k ownerKind, uids map[string]bool) error {
+	// Read-only: UIDs of the cache's own objects.
+	if err := s.deps.eachCached(ctx, k.newObj(), k.newList(), func(o client.Object) {
+		delete(uids, string(o.GetUID()))
+	}); err != nil {
+		return fmt.Errorf("cached %s: %w", k.name, err)
+	}
+	cont := ""
+	for len(uids) > 0 {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(v1.GroupVersion.WithKind(k.name + "List"))
+		if err := s.deps.APIReader.List(ctx, list, client.Limit(absentPage), client.Continue(cont)); err != nil {
+			return fmt.Errorf("live list of %s: %w", k.name, err)
+		}
+		for _, m := range list.Items {
+			delete(uids, string(m.UID))
+		}
+		if cont = list.Continue; cont == "" {
+			break
+		}
+	}
+	return nil
 }
 
 // Dataplane returns the VpcNatGateway's annotated data plane ("" when the

@@ -81,6 +81,7 @@ type flags struct {
 	webhookPort      int
 	webhookCertDir   string
 	pprof            bool
+	syncParallel     int
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
@@ -90,6 +91,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	fs.DurationVar(&f.companionGrace, "companion-grace", companion.DefaultGrace, "companion mode: an unclaimed compat object is removed only once seen unclaimed and unchanged in two sweeps at least this far apart")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)")
 	fs.IntVar(&f.workers, "workers", 4, "parallel reconciles per kind (per-gateway ordering comes from the agent)")
+	fs.IntVar(&f.syncParallel, "gateway-sync-parallel", gateway.DefaultSyncParallel(), "gateways that connect (open their agent session and sync their desired set) at once; the others wait their turn, as at a cold start where every gateway syncs")
 	fs.DurationVar(&f.sweepPeriod, "sweep-period", 5*time.Minute, "period of the orphan sweep on every gateway (also runs on each (re)connect); 0 disables the periodic sweep")
 	fs.DurationVar(&f.driftPeriod, "drift-period", 10*time.Minute, "period of the drift check (fresh list compared to the desired set, repaired with sync); 0 disables it")
 	fs.StringVar(&f.dataplane, "dataplane", nat.DataplaneNftables, "data plane of every gateway's agent: nftables or iptables (per gateway: annotation "+reconciler.DataplaneAnnotation+" on the VpcNatGateway)")
@@ -186,6 +188,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	}
 	if f.webhookPort < 0 || f.webhookPort > 65535 {
 		return nil, fmt.Errorf("--webhook-port: %d is not a port", f.webhookPort)
+	}
+	if f.syncParallel < 1 {
+		return nil, fmt.Errorf("--gateway-sync-parallel: %d, want at least 1", f.syncParallel)
 	}
 	if f.workers < 1 {
 		return nil, fmt.Errorf("--workers: %d, want at least 1", f.workers)
@@ -308,6 +313,7 @@ func run() error {
 			Config:           cfg,
 			DefaultDataplane: f.dataplane,
 			SweepPeriod:      f.sweepPeriod,
+			SyncParallel:     f.syncParallel,
 			DriftPeriod:      f.driftPeriod,
 			Log:              log.WithName("gateway"),
 		},

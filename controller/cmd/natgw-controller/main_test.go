@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/gateway"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -42,6 +43,9 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--transport=ssh"}, "--transport", nil},
 		{[]string{"--dataplane=ebpf"}, "--dataplane", nil},
 		{[]string{"--workers=0"}, "--workers", nil},
+		{[]string{"--gateway-sync-parallel=3"}, "", func(f *flags) bool { return f.syncParallel == 3 }},
+		{nil, "", func(f *flags) bool { return f.syncParallel == gateway.DefaultSyncParallel() && f.syncParallel >= 1 }},
+		{[]string{"--gateway-sync-parallel=0"}, "--gateway-sync-parallel: 0", nil},
 		{[]string{"--provision-gateways", "--gateway-image=natgw:1", "--service-cluster-ip-range=10.96.0.0/24"}, "", func(f *flags) bool {
 			return f.provision && f.gatewayImage == "natgw:1" && f.serviceCIDR == "10.96.0.0/24" && f.networkSource == networkKubeOVN
 		}},
