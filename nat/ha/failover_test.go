@@ -162,8 +162,8 @@ func (h *haLab) checkGaps(what string, g gaps) {
 // programmed by nftables, then by iptables-legacy.
 func TestFailoverKill(t *testing.T) {
 	for _, plane := range nat.DataplaneNames {
-		t.Run(plane, func(t *testing.T) {
-			t.Setenv(labPlaneEnv, plane)
+		t.Run(string(plane), func(t *testing.T) {
+			t.Setenv(labPlaneEnv, string(plane))
 			failoverKill(t)
 		})
 	}

@@ -42,7 +42,7 @@ func Wrap(inner nat.Dataplane, cfg nat.Config) *Dataplane {
 }
 
 // Name is the wrapped data plane's.
-func (d *Dataplane) Name() string { return d.inner.Name() }
+func (d *Dataplane) Name() nat.DataplaneName { return d.inner.Name() }
 
 // BootID is the wrapped data plane's.
 func (d *Dataplane) BootID() string { return d.inner.BootID() }
