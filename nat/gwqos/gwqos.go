@@ -370,10 +370,10 @@ var table = nftconn.Table{Family: nft.TableFamilyIPv4, Name: nftconn.GatewayQoST
 // they hold.
 var chains = map[Direction]nftconn.Chain{
 	// As packets arrive, before DNAT.
-	Ingress: {Name: nftconn.IngressChain, Type: nft.ChainTypeFilter, Hook: nft.ChainHookPrerouting, Priority: nft.ChainPriorityMangle},
+	Ingress: {Name: nftconn.GatewayQoSIngressChain, Type: nft.ChainTypeFilter, Hook: nft.ChainHookPrerouting, Priority: nft.ChainPriorityMangle},
 	// After source NAT, as tc on the device sees the packets; before
 	// nat/shape's EIP classes (200), which win over it.
-	Egress: {Name: nftconn.EgressChain, Type: nft.ChainTypeFilter, Hook: nft.ChainHookPostrouting, Priority: nft.ChainPriorityRef(150)},
+	Egress: {Name: nftconn.GatewayQoSEgressChain, Type: nft.ChainTypeFilter, Hook: nft.ChainHookPostrouting, Priority: nft.ChainPriorityRef(150)},
 }
 
 // readAll returns the stored entries of both chains and how many rules the

@@ -402,8 +402,11 @@ func TestEnsureRepairsDrift(t *testing.T) {
 		return b.String()
 	}
 	wantClasses := classesOf()
-	handle := func(chain string) string {
-		out, err := netlab.Exec(ctx, ns, "", "nft", "-a", "list", "chain", "ip", string(table.Name), chain)
+	// in and eg are the table's chains as nft names them: "TABLE CHAIN".
+	in := string(table.Name) + " " + string(nftconn.GatewayQoSIngressChain)
+	eg := string(table.Name) + " " + string(nftconn.GatewayQoSEgressChain)
+	handle := func(chain nftconn.ChainName) string {
+		out, err := netlab.Exec(ctx, ns, "", "nft", "-a", "list", "chain", "ip", string(table.Name), string(chain))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -420,9 +423,9 @@ func TestEnsureRepairsDrift(t *testing.T) {
 		drift string // an nft script run by hand before Ensure ("" none)
 	}{
 		{"unchanged", ""},
-		{"rule added by hand", "add rule ip " + string(table.Name) + " ingress ip saddr 10.0.0.0/8 drop\n"},
-		{"rule deleted by hand", "delete rule ip " + string(table.Name) + " egress handle HANDLE\n"},
-		{"rate changed by hand", "flush chain ip " + string(table.Name) + " ingress\nadd rule ip " + string(table.Name) + " ingress iifname \"net1\" limit rate over 1 mbytes/second drop\n"},
+		{"rule added by hand", "add rule ip " + in + " ip saddr 10.0.0.0/8 drop\n"},
+		{"rule deleted by hand", "delete rule ip " + eg + " handle HANDLE\n"},
+		{"rate changed by hand", "flush chain ip " + in + "\nadd rule ip " + in + " iifname \"net1\" limit rate over 1 mbytes/second drop\n"},
 		{"table deleted", "delete table ip " + string(table.Name) + "\n"},
 		{"class deleted by hand", "tc class del dev eth0 classid 4e47:8001"},
 		{"class rate changed by hand", "tc class change dev net1 parent 4e47: classid 4e47:8000 htb rate 1mbit ceil 1mbit"},
@@ -435,7 +438,7 @@ func TestEnsureRepairsDrift(t *testing.T) {
 				t.Fatalf("%s: the hand edit changed nothing", tc.name)
 			}
 		} else if tc.drift != "" {
-			script := strings.ReplaceAll(tc.drift, "HANDLE", handle("egress"))
+			script := strings.ReplaceAll(tc.drift, "HANDLE", handle(nftconn.GatewayQoSEgressChain))
 			if _, err := netlab.Exec(ctx, ns, script, "nft", "-f", "-"); err != nil {
 				t.Fatalf("%s: %v", tc.name, err)
 			}

@@ -446,16 +446,15 @@ func withKernel(cfg nat.Config, fn func(k *kernel) error) error {
 // table is natgw's shaping table.
 var table = nftconn.Table{Family: nft.TableFamilyIPv4, Name: nftconn.ShapeTable}
 
-// mapOf is direction d's map (named for d): ingress is keyed by the
-// connection's ct mark (the EIP, conntrack.MarkOf), egress by the source
-// address; the values are classids (tc's major:minor, 4 bytes in host
-// order).
+// mapOf is direction d's map (nftconn.ShapeIngressMap or ShapeEgressMap):
+// ingress is keyed by the connection's ct mark (the EIP, conntrack.MarkOf),
+// egress by the source address; the values are classids (tc's
+// major:minor, 4 bytes in host order).
 func mapOf(d direction) nftconn.Map {
-	key := nft.TypeIPAddr
 	if d == ingress {
-		key = nft.TypeMark
+		return nftconn.Map{Name: nftconn.ShapeIngressMap, KeyType: nft.TypeMark, DataType: nft.TypeClassID}
 	}
-	return nftconn.Map{Name: d.String(), KeyType: key, DataType: nft.TypeClassID}
+	return nftconn.Map{Name: nftconn.ShapeEgressMap, KeyType: nft.TypeIPAddr, DataType: nft.TypeClassID}
 }
 
 // element is class c's element of its direction's map; its Text is as nft
@@ -792,7 +791,7 @@ func (k *kernel) writeTable(wanted, exists bool, want []class) error {
 }
 
 // postChain is the table's one chain.
-var postChain = nftconn.Chain{Name: "post", Type: nft.ChainTypeFilter, Hook: nft.ChainHookPostrouting, Priority: nft.ChainPriorityRef(200)}
+var postChain = nftconn.Chain{Name: nftconn.ShapePostChain, Type: nft.ChainTypeFilter, Hook: nft.ChainHookPostrouting, Priority: nft.ChainPriorityRef(200)}
 
 // tableTx is the transaction that makes the table hold want (exists:
 // whether it is there now): not wanted, the table deleted (nothing if it
@@ -847,7 +846,7 @@ func rules(cfg nat.Config) []nftconn.Rule {
 	}
 	setPrio := func(d direction) []expr.Any {
 		return []expr.Any{
-			&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: mapOf(d).Name},
+			&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: string(mapOf(d).Name)},
 			&expr.Meta{Key: expr.MetaKeyPRIORITY, SourceRegister: true, Register: 1},
 		}
 	}
