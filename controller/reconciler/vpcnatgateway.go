@@ -18,7 +18,7 @@ import (
 
 // natGatewayReconciler programs a VpcNatGateway's routes (spec.routes via
 // the VPC interface, and the default route via the configured external
-// gateway) and its gateway-wide QoS (spec.qosPolicy, gwqos.go; recorded in
+// gateway) and its gateway-wide QoS (spec.qosPolicy, vpcnatgateway_qos.go; recorded in
 // status.qosPolicy as upstream does), and hands data plane changes (the
 // natgw.kubeovn.io/dataplane annotation) to the gateway's manager.
 type natGatewayReconciler struct {
