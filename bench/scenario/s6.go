@@ -383,7 +383,7 @@ func s6Gateway(l *netlab.Lab, g int) (*netlab.Gateway, error) {
 }
 
 // s6Dataplane is the data plane scenario 6 runs (the controller's default).
-const s6Dataplane = nat.DataplaneNftables
+const s6Dataplane = string(nat.DataplaneNftables)
 
 func s6Run(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab.Lab, tmp, kubeconfig string) error {
 	plan := r.plan

@@ -153,7 +153,8 @@ func RunS8(ctx context.Context, e *Env) error {
 	t := report.Table{Caption: "**failover gap** (ms), per fault and data plane",
 		Header: []string{"data plane", "fault", "failovers", "takeover p50 / p99", "new conn to every EIP p50 / p99", "established flows move again p50 / p99", "flows kept"}}
 	var errs []error
-	for _, plane := range nat.DataplaneNames {
+	for _, p := range nat.DataplaneNames {
+		plane := string(p)
 		e.Progress.Step(0, 0, "failover lab on %s, %d failovers per fault", plane, n)
 		out, err := runLab(ctx, e.HALab, "nat/ha", "TestFailoverFigures", 40*time.Minute,
 			"NATGW_HA_FIGURES="+strconv.Itoa(n), "NATGW_HA_PLANE="+plane)

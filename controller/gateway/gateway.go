@@ -40,7 +40,7 @@ type Manager struct {
 	// hold it exclusively. It guards sess and dataplane.
 	mu        sync.RWMutex
 	sess      transport.Session
-	dataplane string
+	dataplane nat.DataplaneName
 	bootID    string
 
 	readyMu sync.Mutex
@@ -93,7 +93,7 @@ func (g *Manager) Kick() {
 }
 
 // Dataplane returns the data plane of the current session ("" when none).
-func (g *Manager) Dataplane() string {
+func (g *Manager) Dataplane() nat.DataplaneName {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	return g.dataplane

@@ -187,10 +187,10 @@ func (s *session) Close() error {
 // fakeTransport opens sessions to one agent per data plane.
 type fakeTransport struct {
 	mu          sync.Mutex
-	agents      map[string]*agent
+	agents      map[nat.DataplaneName]*agent
 	open        []*session
 	refuse      bool
-	unreachable map[string]bool // data planes whose agent cannot start
+	unreachable map[nat.DataplaneName]bool // data planes whose agent cannot start
 }
 
 func (t *fakeTransport) Open(_ context.Context, gw transport.Endpoint) (transport.Session, error) {
@@ -232,7 +232,7 @@ type source struct {
 	mu        sync.Mutex
 	desired   []nat.Object
 	absent    map[string]bool
-	dataplane string
+	dataplane nat.DataplaneName
 	qos       []gwqos.Rule
 	qosErr    error
 }
@@ -267,7 +267,7 @@ func (s *source) Absent(_ context.Context, objs []nat.Object) ([]string, error) 
 	return out, nil
 }
 
-func (s *source) Dataplane(context.Context, string) (string, error) {
+func (s *source) Dataplane(context.Context, string) (nat.DataplaneName, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.dataplane, nil
@@ -291,10 +291,10 @@ func start(t *testing.T, src *source, nft *agent, drift time.Duration) *fixture 
 
 // startWith is start with a given iptables agent, data planes whose
 // agents cannot be reached, and changes to the Options.
-func startWith(t *testing.T, src *source, nft, ipt *agent, unreachable map[string]bool, drift time.Duration, mods ...func(*Options)) *fixture {
+func startWith(t *testing.T, src *source, nft, ipt *agent, unreachable map[nat.DataplaneName]bool, drift time.Duration, mods ...func(*Options)) *fixture {
 	t.Helper()
 	f := &fixture{src: src, nft: nft, ipt: ipt}
-	f.tr = &fakeTransport{agents: map[string]*agent{nat.DataplaneNftables: nft, nat.DataplaneIptables: f.ipt}, unreachable: unreachable}
+	f.tr = &fakeTransport{agents: map[nat.DataplaneName]*agent{nat.DataplaneNftables: nft, nat.DataplaneIptables: f.ipt}, unreachable: unreachable}
 	opts := Options{
 		Transport: f.tr, Source: src, DefaultDataplane: nat.DataplaneNftables,
 		Config:      &gwconfig.Config{Gateways: []gwconfig.Entry{{Name: "gw1"}}},
@@ -523,7 +523,7 @@ func TestSwitchDataplane(t *testing.T) {
 func TestSwitchFailsStays(t *testing.T) {
 	nft, ipt := newAgent(), newAgent()
 	src := &source{desired: []nat.Object{fip("a", 1)}, dataplane: nat.DataplaneNftables}
-	f := startWith(t, src, nft, ipt, map[string]bool{nat.DataplaneIptables: true}, 0)
+	f := startWith(t, src, nft, ipt, map[nat.DataplaneName]bool{nat.DataplaneIptables: true}, 0)
 	eventually(t, "first sync", holds(nft, "a"))
 	src.mu.Lock()
 	src.dataplane = nat.DataplaneIptables

@@ -29,7 +29,7 @@ type Source interface {
 	// say that an object exists, never that it is gone).
 	Absent(ctx context.Context, objs []nat.Object) ([]string, error)
 	// Dataplane returns the data plane the gateway should run.
-	Dataplane(ctx context.Context, gateway string) (string, error)
+	Dataplane(ctx context.Context, gateway string) (nat.DataplaneName, error)
 	// GatewayQoS returns the gateway-wide QoS rules the gateway should
 	// hold (its VpcNatGateway's spec.qosPolicy; none when unset or not
 	// programmable). An error is a failed read, not a refused policy.
@@ -42,7 +42,7 @@ type Options struct {
 	Source    Source
 	Config    *gwconfig.Config
 	// DefaultDataplane is the controller's --dataplane.
-	DefaultDataplane string
+	DefaultDataplane nat.DataplaneName
 	// SweepPeriod is how often orphans are swept (besides every connect).
 	SweepPeriod time.Duration
 	// Resweep is how long after each connect a second sweep runs (default

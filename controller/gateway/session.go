@@ -7,12 +7,13 @@ import (
 
 	"github.com/natgw/natgw/controller/metrics"
 	"github.com/natgw/natgw/controller/transport"
+	"github.com/natgw/natgw/nat"
 )
 
 // publish makes s the current session (nil: none). Caller holds mu.
-func (g *Manager) publish(s transport.Session, dp string) {
+func (g *Manager) publish(s transport.Session, dp nat.DataplaneName) {
 	if g.dataplane != "" {
-		metrics.GatewayConnected.WithLabelValues(g.cfg.Name, g.dataplane).Set(0)
+		metrics.GatewayConnected.WithLabelValues(g.cfg.Name, string(g.dataplane)).Set(0)
 	}
 	was := g.sess != nil
 	g.sess, g.dataplane = s, dp
@@ -29,7 +30,7 @@ func (g *Manager) publish(s transport.Session, dp string) {
 		}
 		return
 	}
-	metrics.GatewayConnected.WithLabelValues(g.cfg.Name, dp).Set(1)
+	metrics.GatewayConnected.WithLabelValues(g.cfg.Name, string(dp)).Set(1)
 	select {
 	case <-g.ready:
 	default:
@@ -39,7 +40,7 @@ func (g *Manager) publish(s transport.Session, dp string) {
 
 // wantDataplane asks the Source, falling back to the configuration and
 // the controller's default.
-func (g *Manager) wantDataplane(ctx context.Context) string {
+func (g *Manager) wantDataplane(ctx context.Context) nat.DataplaneName {
 	dp, err := g.opts.Source.Dataplane(ctx, g.cfg.Name)
 	if err != nil {
 		g.log.Error(err, "reading the gateway's data plane; using the configured one")
@@ -53,7 +54,7 @@ func (g *Manager) wantDataplane(ctx context.Context) string {
 	return dp
 }
 
-func (g *Manager) target(dp string) transport.Endpoint {
+func (g *Manager) target(dp nat.DataplaneName) transport.Endpoint {
 	return transport.Endpoint{
 		Name: g.cfg.Name, Dataplane: dp, NetNS: g.cfg.NetNS,
 		ExternalInterface: g.cfg.ExternalInterface, InternalInterface: g.cfg.InternalInterface,
@@ -116,7 +117,7 @@ func (g *Manager) release() {
 }
 
 // connect opens a session and converges the gateway before publishing it.
-func (g *Manager) connect(ctx context.Context, dp string) (transport.Session, error) {
+func (g *Manager) connect(ctx context.Context, dp nat.DataplaneName) (transport.Session, error) {
 	octx, cancel := context.WithTimeout(ctx, g.opts.CallTimeout)
 	defer cancel()
 	s, err := g.opts.Transport.Open(octx, g.target(dp))

@@ -155,14 +155,14 @@ type env struct {
 	gw        *netlab.Gateway
 	gwName    string
 	case_     string
-	dataplane string
+	dataplane nat.DataplaneName
 	reg       *gateway.Registry
 	tr        *recordingTransport
 	cancel    context.CancelFunc
 }
 
 type envOptions struct {
-	dataplane   string
+	dataplane   nat.DataplaneName
 	sweepPeriod time.Duration
 	driftPeriod time.Duration
 	workers     int
@@ -497,9 +497,9 @@ func (e *env) waitGone(obj client.Object, timeout time.Duration) {
 // kernelObjects lists the gateway's objects as a fresh agent reads them
 // from the kernel (`natgw list -o json`), independent of the controller's
 // session.
-func (e *env) kernelObjects(dataplane string) []nat.Object {
+func (e *env) kernelObjects(dataplane nat.DataplaneName) []nat.Object {
 	e.t.Helper()
-	out, err := exec.Command(natgwBin, "--netns", e.gw.GW, "--dataplane", dataplane, "list", "-o", "json").Output()
+	out, err := exec.Command(natgwBin, "--netns", e.gw.GW, "--dataplane", string(dataplane), "list", "-o", "json").Output()
 	if err != nil {
 		var stderr string
 		if ee, ok := err.(*exec.ExitError); ok {

@@ -145,7 +145,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 	if deps.Subnets != nil {
 		gwCtl = gwCtl.Watches(kubeovn.NewSubnet(), handler.EnqueueRequestsFromMapFunc(kubeovn.GatewaysOfSubnet(deps.Client, deps.Log)), builder.WithPredicates(subnetChanged))
 	}
-	// QoSPolicy: its own finalizer, status and deletion hold (qos.go).
+	// QoSPolicy: its own finalizer, status and deletion hold (qospolicy.go).
 	if err := setupQoSPolicy(ctx, mgr, deps, opts); err != nil {
 		return nil, err
 	}

@@ -233,7 +233,7 @@ func (s *Source) confirmAbsent(ctx context.Context, k ownerKind, uids map[string
 
 // Dataplane returns the VpcNatGateway's annotated data plane ("" when the
 // gateway object or the annotation is absent).
-func (s *Source) Dataplane(ctx context.Context, gw string) (string, error) {
+func (s *Source) Dataplane(ctx context.Context, gw string) (nat.DataplaneName, error) {
 	g := &v1.VpcNatGateway{}
 	if err := s.deps.Client.Get(ctx, types.NamespacedName{Name: gw}, g); err != nil {
 		if apierrors.IsNotFound(err) {

@@ -381,7 +381,7 @@ func waitSyncs(ctx context.Context, n float64) error {
 	return eventually(ctx, 2*time.Minute, func() error {
 		got := metrics.CounterValue(metrics.Resyncs.WithLabelValues(gwName, "bootid"))
 		var g dto.Metric
-		if err := metrics.GatewayConnected.WithLabelValues(gwName, nat.DataplaneNftables).Write(&g); err != nil {
+		if err := metrics.GatewayConnected.WithLabelValues(gwName, string(nat.DataplaneNftables)).Write(&g); err != nil {
 			return err
 		}
 		if got < n || g.GetGauge().GetValue() != 1 {

@@ -164,15 +164,15 @@ func (h *haLab) checkGaps(what string, g gaps) {
 // flows and probes; iptables-legacy refuses IPv6 objects).
 func TestFailoverKill(t *testing.T) {
 	for _, tc := range []struct {
-		plane string
+		plane nat.DataplaneName
 		fam   labFamily
 	}{
 		{nat.DataplaneNftables, labIPv4},
 		{nat.DataplaneIptables, labIPv4},
 		{nat.DataplaneNftables, labIPv6},
 	} {
-		t.Run(tc.plane+"/"+tc.fam.String(), func(t *testing.T) {
-			t.Setenv(labPlaneEnv, tc.plane)
+		t.Run(string(tc.plane)+"/"+tc.fam.String(), func(t *testing.T) {
+			t.Setenv(labPlaneEnv, string(tc.plane))
 			failoverKill(t, tc.fam)
 		})
 	}

@@ -274,7 +274,7 @@ const labPlaneEnv = "NATGW_HA_PLANE"
 // namespace ns, without plumbing: the EIPs and the lanIp float, nat/ha adds
 // them where it is active.
 func labPlane(ctx context.Context, ns string) (nat.Dataplane, error) {
-	switch p := os.Getenv(labPlaneEnv); p {
+	switch p := nat.DataplaneName(os.Getenv(labPlaneEnv)); p {
 	case "", nat.DataplaneNftables:
 		return nftables.New(ctx, nat.Config{NetNS: ns}, nftables.WithoutPlumbing())
 	case nat.DataplaneIptables:

@@ -133,7 +133,7 @@ type env struct {
 	ns   string
 	cfg  nat.Config
 	dp   nat.Dataplane
-	name string // dp.Name()
+	name nat.DataplaneName // dp.Name()
 	base foreignState
 	// empty is the kernel state right after the backend was opened.
 	empty string

@@ -161,7 +161,7 @@ func NewBackend(cfg nat.Config, opts ...Option) (*Backend, error) {
 }
 
 // Name implements engine.Backend.
-func (r *Backend) Name() string { return nat.DataplaneNftables }
+func (r *Backend) Name() nat.DataplaneName { return nat.DataplaneNftables }
 
 // flushMarkMax is the number of EIPs up to which ForgetFlows flushes by ct
 // mark (one kernel walk of the conntrack table per EIP); beyond it, it dumps

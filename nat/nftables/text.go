@@ -148,7 +148,7 @@ func fieldsText(t nft.SetDatatype) string {
 // accept;` as nft lists it (nftconn's rendering, shared by every natgw
 // table); "" for a regular chain.
 func chainHeader(c chainSpec) string {
-	return nftconn.Chain{Name: c.name, Type: c.typ, Hook: c.hook, Priority: c.prio}.Header()
+	return nftconn.Chain{Name: nftconn.ChainName(c.name), Type: c.typ, Hook: c.hook, Priority: c.prio}.Header()
 }
 
 // ruleText is a rule as nft lists it, with its comment.

@@ -22,10 +22,10 @@ type Conn interface {
 	Tables(ctx context.Context, f nft.TableFamily) ([]string, error)
 	// Rules returns the rules of chain in t, in order; an error if the
 	// chain does not exist.
-	Rules(ctx context.Context, t Table, chain string) ([]RuleRef, error)
+	Rules(ctx context.Context, t Table, chain ChainName) ([]RuleRef, error)
 	// MapElements returns the elements of map name in t (key, value and
 	// comment); an error if the map does not exist.
-	MapElements(ctx context.Context, t Table, name string) ([]Element, error)
+	MapElements(ctx context.Context, t Table, name MapName) ([]Element, error)
 }
 
 // Netlink is a Conn over netlink (google/nftables, one socket per call).
@@ -67,15 +67,15 @@ func (n *Netlink) Apply(ctx context.Context, tx *Tx) error {
 	// The maps added in this transaction, by table and name: elements and
 	// lookups refer to them by the ID AddSet gives them.
 	sets := map[string]*nft.Set{}
-	setOf := func(t *nft.Table, tb Table, name string) *nft.Set {
-		if s := sets[tb.String()+" "+name]; s != nil {
+	setOf := func(t *nft.Table, tb Table, name MapName) *nft.Set {
+		if s := sets[tb.String()+" "+string(name)]; s != nil {
 			return s
 		}
-		return &nft.Set{Table: t, Name: name, IsMap: true}
+		return &nft.Set{Table: t, Name: string(name), IsMap: true}
 	}
 	for _, o := range tx.ops {
 		t := &nft.Table{Name: string(o.table.Name), Family: o.table.Family}
-		ch := &nft.Chain{Name: o.chain.Name, Table: t}
+		ch := &nft.Chain{Name: string(o.chain.Name), Table: t}
 		switch o.kind {
 		case opAddTable:
 			c.AddTable(t)
@@ -95,11 +95,11 @@ func (n *Netlink) Apply(ctx context.Context, tx *Tx) error {
 				return fmt.Errorf("nftables: delete rule %d of %s %s: %w", o.handle, t.Name, ch.Name, err)
 			}
 		case opAddMap:
-			s := &nft.Set{Table: t, Name: o.set.Name, IsMap: true, KeyType: o.set.KeyType, DataType: o.set.DataType}
+			s := &nft.Set{Table: t, Name: string(o.set.Name), IsMap: true, KeyType: o.set.KeyType, DataType: o.set.DataType}
 			if err := c.AddSet(s, nil); err != nil {
 				return fmt.Errorf("nftables: add map %s %s: %w", o.table, o.set.Name, err)
 			}
-			sets[o.table.String()+" "+o.set.Name] = s
+			sets[o.table.String()+" "+string(o.set.Name)] = s
 		case opFlushMap:
 			c.FlushSet(setOf(t, o.table, o.set.Name))
 		case opAddElements:
@@ -139,7 +139,7 @@ func (n *Netlink) Tables(ctx context.Context, f nft.TableFamily) ([]string, erro
 }
 
 // Rules implements Conn.
-func (n *Netlink) Rules(ctx context.Context, t Table, chain string) ([]RuleRef, error) {
+func (n *Netlink) Rules(ctx context.Context, t Table, chain ChainName) ([]RuleRef, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -148,7 +148,7 @@ func (n *Netlink) Rules(ctx context.Context, t Table, chain string) ([]RuleRef, 
 		return nil, err
 	}
 	tb := &nft.Table{Name: string(t.Name), Family: t.Family}
-	rules, err := c.GetRules(tb, &nft.Chain{Name: chain, Table: tb})
+	rules, err := c.GetRules(tb, &nft.Chain{Name: string(chain), Table: tb})
 	if err != nil {
 		return nil, fmt.Errorf("nftables: list %s %s: %w", t, chain, err)
 	}
@@ -185,7 +185,7 @@ func withSetIDs(exprs []expr.Any, t Table, sets map[string]*nft.Set) []expr.Any 
 }
 
 // MapElements implements Conn.
-func (n *Netlink) MapElements(ctx context.Context, t Table, name string) ([]Element, error) {
+func (n *Netlink) MapElements(ctx context.Context, t Table, name MapName) ([]Element, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -193,7 +193,7 @@ func (n *Netlink) MapElements(ctx context.Context, t Table, name string) ([]Elem
 	if err != nil {
 		return nil, err
 	}
-	s, err := c.GetSetByName(&nft.Table{Name: string(t.Name), Family: t.Family}, name)
+	s, err := c.GetSetByName(&nft.Table{Name: string(t.Name), Family: t.Family}, string(name))
 	if err != nil {
 		return nil, fmt.Errorf("nftables: map %s %s: %w", t, name, err)
 	}
@@ -210,7 +210,7 @@ func (n *Netlink) MapElements(ctx context.Context, t Table, name string) ([]Elem
 
 // FindRule returns the handle of the first rule of chain tagged tag (ok
 // false if none).
-func FindRule(ctx context.Context, c Conn, t Table, chain, tag string) (handle uint64, ok bool, err error) {
+func FindRule(ctx context.Context, c Conn, t Table, chain ChainName, tag string) (handle uint64, ok bool, err error) {
 	rules, err := c.Rules(ctx, t, chain)
 	if err != nil {
 		return 0, false, err
@@ -226,7 +226,7 @@ func FindRule(ctx context.Context, c Conn, t Table, chain, tag string) (handle u
 // AddRuleOnce adds r to chain (first with insert, else last) in one
 // transaction unless a rule tagged r.Tag is there; added says whether it
 // added it.
-func AddRuleOnce(ctx context.Context, c Conn, t Table, chain string, r Rule, insert bool) (added bool, err error) {
+func AddRuleOnce(ctx context.Context, c Conn, t Table, chain ChainName, r Rule, insert bool) (added bool, err error) {
 	if _, found, err := FindRule(ctx, c, t, chain, r.Tag); err != nil || found {
 		return false, err
 	}

@@ -59,7 +59,8 @@ type flags struct {
 	workers          int
 	sweepPeriod      time.Duration
 	driftPeriod      time.Duration
-	dataplane        string
+	dataplane        nat.DataplaneName
+	dataplaneArg     string // --dataplane as given; parsed into dataplane
 	transport        string
 	natgwBinary      string
 	gatewayConfig    string
@@ -94,7 +95,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	fs.IntVar(&f.syncParallel, "gateway-sync-parallel", gateway.DefaultSyncParallel(), "gateways that connect (open their agent session and sync their desired set) at once; the others wait their turn, as at a cold start where every gateway syncs")
 	fs.DurationVar(&f.sweepPeriod, "sweep-period", 5*time.Minute, "period of the orphan sweep on every gateway (also runs on each (re)connect); 0 disables the periodic sweep")
 	fs.DurationVar(&f.driftPeriod, "drift-period", 10*time.Minute, "period of the drift check (fresh list compared to the desired set, repaired with sync); 0 disables it")
-	fs.StringVar(&f.dataplane, "dataplane", nat.DataplaneNftables, "data plane of every gateway's agent: nftables or iptables (per gateway: annotation "+reconciler.DataplaneAnnotation+" on the VpcNatGateway)")
+	fs.StringVar(&f.dataplaneArg, "dataplane", string(nat.DataplaneNftables), "data plane of every gateway's agent: nftables or iptables (per gateway: annotation "+reconciler.DataplaneAnnotation+" on the VpcNatGateway)")
 	fs.StringVar(&f.transport, "transport", "exec", "how to reach gateways: exec (pod exec into the gateway pod) or local (natgw serve in a network namespace on this host)")
 	fs.StringVar(&f.natgwBinary, "natgw-binary", "natgw", "path of the natgw binary (local transport), or its name inside the gateway container (exec transport)")
 	fs.StringVar(&f.gatewayConfig, "gateway-config", "", "YAML file mapping gateways to namespaces and external network settings (required for the local transport)")
@@ -147,9 +148,11 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	default:
 		return nil, fmt.Errorf("--network-source: %q is not %s or %s", f.networkSource, networkKubeOVN, networkConfig)
 	}
-	if err := nat.CheckDataplaneName(f.dataplane); err != nil {
-		return nil, fmt.Errorf("--dataplane: %w", err)
+	dp, err := nat.ParseDataplaneName("--dataplane", f.dataplaneArg)
+	if err != nil {
+		return nil, err
 	}
+	f.dataplane = dp
 	switch f.mode {
 	case modeReplace:
 	case modeCompanion:

@@ -430,8 +430,8 @@ func (d *dataplaneEIPs) read(ctx context.Context) ([]netip.Prefix, error) {
 	// --dataplane first, then the other one: the agent's data plane may
 	// be switched by the controller (serve empties the other one), and a
 	// pod's `natgw ha` is started before anyone knows which it will be.
-	name := ""
-	for _, n := range []string{d.g.dataplane, otherDataplane(d.g.dataplane)} {
+	var name nat.DataplaneName
+	for _, n := range []nat.DataplaneName{d.g.dataplane, otherDataplane(d.g.dataplane)} {
 		holds, err := planes.Holds(ctx, n, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("data plane %s in netns %q: %w", n, d.g.netns, err)
@@ -465,7 +465,7 @@ func (d *dataplaneEIPs) read(ctx context.Context) ([]netip.Prefix, error) {
 }
 
 // otherDataplane is the data plane that is not name.
-func otherDataplane(name string) string {
+func otherDataplane(name nat.DataplaneName) nat.DataplaneName {
 	if name == nat.DataplaneIptables {
 		return nat.DataplaneNftables
 	}
