@@ -148,7 +148,7 @@ func TestHAEIPsFromDataplane(t *testing.T) {
 				t.Fatalf("delete: %v", err)
 			}
 			waitNet1("EIP deleted through the agent", eip(1))
-			if plane == nat.DataplaneNftables { // iptables-legacy refuses IPv6 objects
+			if plane == string(nat.DataplaneNftables) { // iptables-legacy refuses IPv6 objects
 				// A dual-stack EIP floats as its two prefixes.
 				v6 := netip.PrefixFrom(netlab.EIP6(2), 64)
 				dual := nat.Object{UID: "eip-dual", Kind: nat.KindEIP, EIP: &nat.EIP{Address: eip(2).Addr(), PrefixLen: 24, V6Address: v6.Addr(), V6PrefixLen: 64}}
