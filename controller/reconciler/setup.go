@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -229,9 +230,15 @@ func setupRule[T client.Object](ctx context.Context, mgr ctrl.Manager, deps *Dep
 	rulesOfEIP := func(onlyWaiting bool) handler.MapFunc {
 		return func(ctx context.Context, o client.Object) []reconcile.Request {
 			var eip string
-			if e, ok := o.(*v1.IptablesEIP); ok {
-				eip = e.Name
-			} else {
+			switch x := o.(type) {
+			case *v1.IptablesEIP:
+				eip = x.Name
+			case *unstructured.Unstructured:
+				// natgw's Vip of an EIP (--network-source=kube-ovn).
+				for _, req := range eipalloc.EIPOfVip(ctx, x) {
+					eip = req.Name
+				}
+			default:
 				eip = RuleEIP(o)
 			}
 			if eip == "" {
@@ -253,13 +260,21 @@ func setupRule[T client.Object](ctx context.Context, mgr ctrl.Manager, deps *Dep
 		}
 	}
 	waiting := handler.EnqueueRequestsFromMapFunc(rulesOfEIP(true))
-	err := ctrl.NewControllerManagedBy(mgr).Named(name).WithOptions(opts).
+	b := ctrl.NewControllerManagedBy(mgr).Named(name).WithOptions(opts).
 		For(k.newObj(), builder.WithPredicates(specOrMetaChanged)).
 		Watches(&v1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(rulesOfEIP(false)), builder.WithPredicates(eipChangedForRules)).
 		Watches(&v1.IptablesFIPRule{}, waiting, builder.WithPredicates(specOrMetaChanged)).
 		Watches(&v1.IptablesDnatRule{}, waiting, builder.WithPredicates(specOrMetaChanged)).
-		Watches(&v1.IptablesSnatRule{}, waiting, builder.WithPredicates(specOrMetaChanged)).
-		Complete(r)
+		Watches(&v1.IptablesSnatRule{}, waiting, builder.WithPredicates(specOrMetaChanged))
+	if deps.Alloc != nil {
+		// A rule reads its EIP's IPv6 address from the EIP's Vip
+		// (Deps.eipAddrs): when Kube-OVN writes or changes status.v6ip
+		// the EIP's own object does not change (status.ip stays the
+		// IPv4 address), so the EIP watch above would not bring the
+		// rules back.
+		b = b.Watches(eipalloc.NewVipObject(), handler.EnqueueRequestsFromMapFunc(rulesOfEIP(false)), builder.WithPredicates(vipAddrsChanged))
+	}
+	err := b.Complete(r)
 	if err != nil {
 		return fmt.Errorf("%s controller: %w", name, err)
 	}
