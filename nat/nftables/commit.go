@@ -540,7 +540,7 @@ func (r *Backend) qosPresent() map[qosKey]qosState {
 // that follows it.
 // The share DNAT maps are flushed with the other element sets, so every
 // identity of want is added whole; so is eip_marks6, refilled with the ids
-// the IPv6 EIPs of want hold (a new one gets the lowest free id).
+// the IPv6 EIPs of want hold (a new one gets its home id, or the next free one after it).
 func (r *Backend) fullChange(want []nat.Object, snatBefore map[snatClass]bool, qosBefore map[qosKey]qosState, force bool) (*change, map[snatClass]int, map[qosKey]qosVal, markDelta, error) {
 	ch := &change{full: true, stamp: true, add: presized(want), qosBefore: qosBefore, qosAfter: map[qosKey]qosVal{}, qosForce: force,
 		snatBefore: snatBefore, shareBefore: map[shareKey][]nat.Object{}, shareAfter: shareWanted(slices.Values(want))}

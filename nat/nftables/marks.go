@@ -3,6 +3,7 @@ package nftables
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"net/netip"
 	"slices"
@@ -48,27 +49,53 @@ func markElem(a netip.Addr, m markID) nft.SetElement {
 	return nft.SetElement{Key: a16(a), Val: binary.NativeEndian.AppendUint32(nil, m.id), Comment: m.uid}
 }
 
-// markAlloc hands out the lowest ids that are neither in use (held, the
-// Backend's marksUsed) nor taken by the change being planned: the
-// allocation follows from the table's state alone (the ids held in
-// eip_marks6), so an agent that restarts reads the same ids back at Load.
+// markAlloc hands out ids that are neither in use (held, the Backend's
+// marksUsed) nor taken by the change being planned. An EIP's id is its
+// home (markHome: a hash of its address) unless that is taken, then the
+// next free one after it: the id follows from the address and the table's
+// state (the ids held in eip_marks6), so an agent that restarts reads the
+// same ids back at Load, and two tables holding the same EIPs (the
+// replicas of a two-replica gateway, whose conntrack entries ctsync copies
+// with their marks) give each EIP the same id unless two of its EIPs' homes
+// are equal or adjacent (about n²/16.7 million for n IPv6 EIPs).
 type markAlloc struct {
 	used  map[uint32]netip.Addr
-	next  uint32
 	taken map[uint32]bool
 }
 
-// take returns the next free id, or an error naming the EIP when every id
-// is in use.
+// markSpan is the number of mark ids.
+const markSpan = markID6Max - markID6Min + 1
+
+// markHome is the id IPv6 address a takes when it is free: FNV-1a of its
+// 16 bytes, folded into the id range.
+func markHome(a netip.Addr) uint32 {
+	h := fnv.New32a()
+	b := a.As16()
+	h.Write(b[:])
+	return markID6Min + h.Sum32()%markSpan
+}
+
+// take returns o's id, or an error naming the EIP when every id is in use.
 func (a *markAlloc) take(o nat.Object) (uint32, error) {
-	for ; a.next <= markID6Max; a.next++ {
-		if _, used := a.used[a.next]; !used && !a.taken[a.next] {
-			a.taken[a.next] = true
-			return a.next, nil
+	id, ok := a.firstFree(markHome(o.EIP.V6Address))
+	if !ok {
+		return 0, &nat.FieldError{UID: o.UID, Field: "eip.v6Address", Value: o.EIP.V6Address.String(),
+			Reason: fmt.Sprintf("no free IPv6 conntrack mark id (all %d in use)", markSpan)}
+	}
+	a.taken[id] = true
+	return id, nil
+}
+
+// firstFree is the first id at or after home (wrapping from the range's
+// last id to its first) that is neither used nor taken.
+func (a *markAlloc) firstFree(home uint32) (uint32, bool) {
+	for i := uint32(0); i < markSpan; i++ {
+		id := markID6Min + (home-markID6Min+i)%markSpan
+		if _, used := a.used[id]; !used && !a.taken[id] {
+			return id, true
 		}
 	}
-	return 0, &nat.FieldError{UID: o.UID, Field: "eip.v6Address", Value: o.EIP.V6Address.String(),
-		Reason: fmt.Sprintf("no free IPv6 conntrack mark id (all %d in use)", markID6Max-markID6Min+1)}
+	return 0, false
 }
 
 // markDelta is what a change does to the held mark ids: ids set (added,
@@ -82,9 +109,9 @@ type markDelta struct {
 // markChange puts in ch the eip_marks6 element operations of a change that
 // removes removed and adds added. An EIP that keeps its IPv6 address (an
 // update) keeps its id, so its connections stay found; a new one gets the
-// lowest id free before and after the change (an id freed by this change
-// is not given out again until the ForgetFlows that follows it has
-// flushed it). Its cost follows the change, not the number of EIPs.
+// first id from its home on that is free before and after the change (an
+// id freed by this change is not given out again until the ForgetFlows
+// that follows it has flushed it). Its cost follows the change, not the number of EIPs.
 func (r *Backend) markChange(ch *change, removed, added []nat.Object) (markDelta, error) {
 	d := markDelta{}
 	var touched []netip.Addr
@@ -110,10 +137,7 @@ func (r *Backend) markChange(ch *change, removed, added []nat.Object) (markDelta
 	if len(touched) == 0 {
 		return d, nil
 	}
-	alloc := &markAlloc{used: r.marksUsed, next: r.markNext, taken: map[uint32]bool{}}
-	if alloc.next < markID6Min {
-		alloc.next = markID6Min
-	}
+	alloc := &markAlloc{used: r.marksUsed, taken: map[uint32]bool{}}
 	for _, m := range after {
 		alloc.taken[m.id] = true
 	}
@@ -155,7 +179,7 @@ func (r *Backend) markChange(ch *change, removed, added []nat.Object) (markDelta
 func (r *Backend) markFull(ch *change, want []nat.Object) (markDelta, error) {
 	d := markDelta{full: true, set: map[netip.Addr]markID{}}
 	var fresh []nat.Object
-	alloc := &markAlloc{used: r.marksUsed, next: markID6Min, taken: map[uint32]bool{}}
+	alloc := &markAlloc{used: r.marksUsed, taken: map[uint32]bool{}}
 	for _, o := range want {
 		a, ok := eip6Of(o)
 		if !ok {
@@ -192,7 +216,6 @@ func (r *Backend) commitMarks(d markDelta) {
 		}
 		r.forgotten6[a] = id
 		delete(r.marksUsed, id)
-		r.markNext = min(r.markNext, id)
 	}
 	if d.full {
 		for a, m := range r.marks6 {
@@ -215,17 +238,11 @@ func (r *Backend) commitMarks(d markDelta) {
 		r.marks6[a] = m
 		r.marksUsed[m.id] = a
 	}
-	if r.markNext < markID6Min {
-		r.markNext = markID6Min
-	}
-	for _, used := r.marksUsed[r.markNext]; used; _, used = r.marksUsed[r.markNext] {
-		r.markNext++
-	}
 }
 
 // setMarks replaces the held ids (Load).
 func (r *Backend) setMarks(held map[netip.Addr]markID) {
-	r.marks6, r.marksUsed, r.markNext, r.forgotten6 = map[netip.Addr]markID{}, map[uint32]netip.Addr{}, markID6Min, nil
+	r.marks6, r.marksUsed, r.forgotten6 = map[netip.Addr]markID{}, map[uint32]netip.Addr{}, nil
 	r.commitMarks(markDelta{set: held})
 }
 

@@ -119,12 +119,11 @@ type Backend struct {
 	share map[shareKey][]nat.Object
 	boot  string
 	// marks6 holds the mark id of every IPv6 EIP object's address (its
-	// eip_marks6 element, see marks.go), marksUsed the same by id,
-	// markNext an id at or below the lowest free one; forgotten6 the ids
-	// the last commit freed, for the ForgetFlows that follows it.
+	// eip_marks6 element, see marks.go), marksUsed the same by id;
+	// forgotten6 the ids the last commit freed, for the ForgetFlows that
+	// follows it.
 	marks6     map[netip.Addr]markID
 	marksUsed  map[uint32]netip.Addr
-	markNext   uint32
 	forgotten6 map[netip.Addr]uint32
 
 	cleaner *conntrack.Cleaner // opened on first use
