@@ -135,4 +135,3 @@ func uids(objs []nat.Object) []string {
 	}
 	return out
 }
-
