@@ -349,7 +349,7 @@ func (e *env) startReplace(configNet *gwconfig.Entry) (stop func()) {
 	}
 	mgr, cs, log := newManager(t, restCfg, "natgw", cache.Options{ByObject: provision.CacheByObject(ns, nil, e.haGateways)})
 	if _, err := provision.Setup(mgr, provision.Options{
-		Namespace: ns, Image: e.image, ServiceClusterIPRange: kubeovn.ServiceClusterIPRange, HA: e.haGateways,
+		Namespace: ns, Image: e.image, ServiceClusterIPRange: kubeovn.ServiceClusterIPRange, HA: e.haGateways, HALease: e.haLease,
 		Log: log.WithName("provision"), SkipNameValidationForTest: true,
 	}); err != nil {
 		t.Fatal(err)
