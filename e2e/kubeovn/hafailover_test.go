@@ -250,8 +250,14 @@ func (f *echoFlow) close() error {
 // counted; renewals past their deadline: "lease not renewed ... context
 // deadline exceeded", heartbeats late enough for "peer silent"), and in
 // the last one both streams were reset afterwards (the standby never got
-// the inbound stream's entry back; not root-caused). With 1 s: no holder
-// change in the runs since.
+// the inbound stream's entry back; not root-caused). Single runs of this
+// test per lease (NATGW_HA_CLUSTER_LEASE), load average 6–22:
+//
+//	lease   needless holder changes        kill -9 -> Lease   kill -9 + net1 down -> streams move
+//	250 ms  every 0.5-2 s from the start   405 ms             425 ms
+//	500 ms  1 (a step-down, nobody active  678 ms             862 ms
+//	        200 ms, while a new pod began)
+//	1 s     none (4 runs)                  1.02-1.97 s        1.67-1.69 s
 const haClusterLease = time.Second
 
 // haLeaseEnv overrides haClusterLease (a duration; 0 is natgw ha's
@@ -298,7 +304,8 @@ const haLeaseEnv = "NATGW_HA_CLUSTER_LEASE"
 //     natgw-controller is started again, syncs it (both containers Ready),
 //     the annotation names the new holder and the new pod is a standby.
 //
-// The gaps (fault -> Lease holder changed, -> new connection, -> each
+// The gaps (fault -> Lease holder changed, -> new connections through
+// the FIP both ways succeeded, probed from the takeover on, -> each
 // stream's first echo after the takeover, longest pause of each stream)
 // are printed and bounded loosely (10 s): figures come from make bench.
 // Read them knowing what each fault leaves running: kill -9 of natgw-ha
