@@ -79,6 +79,8 @@ type env struct {
 
 	// haGateways is startReplace's --ha-gateways.
 	haGateways bool
+	// haLease is startReplace's --ha-lease (provision.Options.HALease).
+	haLease time.Duration
 
 	// What setup learnt and measured.
 	repo, image, podCIDR      string

@@ -76,6 +76,7 @@ type flags struct {
 	logJSON          bool
 	provision        bool
 	haGateways       bool
+	haLease          time.Duration
 	gatewayImage     string
 	serviceCIDR      string
 	networkSource    string
@@ -121,6 +122,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	fs.BoolVar(&f.logJSON, "log-json", true, "structured JSON logs (false: text)")
 	fs.BoolVar(&f.provision, "provision-gateways", false, "replace mode: create each VpcNatGateway's gateway StatefulSet in Kube-OVN's shape (vpc-nat-gw-<name> in --pod-namespace) with --gateway-image, keep it in step with the spec and write the gateway's status as Kube-OVN does (controller/provision); Kube-OVN's VPC NAT gateway feature must be off")
 	fs.BoolVar(&f.haGateways, "ha-gateways", false, "with --provision-gateways: provision a VpcNatGateway that asks for 2 replicas (spec.replicas, or annotation "+provision.ReplicasAnnotation+") as two pods with pod anti-affinity and the ServiceAccount "+provision.GatewayServiceAccount+" (apply controller/config/ha for its Lease); each pod runs `natgw ha` (container natgw-ha) and the exec transport programs both (`serve --rules-only`); experimental: the lanIp's Kube-OVN Vip/aaps is not made yet. Off: such a gateway gets one pod and a Warning event")
+	fs.DurationVar(&f.haLease, "ha-lease", 0, "with --ha-gateways: the fence lease of two-replica gateways (natgw ha --lease; 0: its default, 250 ms). The active steps down when its Lease renewals keep failing for the lease minus two heartbeats, the standby takes over after a kill once it ran out: a slow API server needs more (1s in the cluster lab under load), at the cost of a gap that long after a kill")
 	fs.StringVar(&f.gatewayImage, "gateway-image", "", "with --provision-gateways: natgw's gateway image (Kube-OVN's vpcNatImage)")
 	fs.StringVar(&f.serviceCIDR, "service-cluster-ip-range", "10.96.0.0/12", "with --provision-gateways: the cluster's service CIDR, routed via the VPC subnet's gateway as Kube-OVN does (kube-ovn-controller's flag of the same name)")
 	fs.StringVar(&f.networkSource, "network-source", "", "replace mode: where gateways' networks come from: "+networkKubeOVN+" (Kube-OVN's Subnets: each EIP's prefix length from its external subnet, each gateway's default route via its external subnet's gateway and routes to its VPC's other subnets, as Kube-OVN does) or "+networkConfig+" (--gateway-config's externalPrefixLen and externalGateway, no VPC routes); default "+networkKubeOVN+" with --provision-gateways, else "+networkConfig)
@@ -182,6 +184,12 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 		case f.gatewayImage == "":
 			return nil, errors.New("--provision-gateways needs --gateway-image")
 		}
+	}
+	if f.haLease != 0 && !f.haGateways {
+		return nil, errors.New("--ha-lease needs --ha-gateways")
+	}
+	if f.haLease < 0 || (f.haLease > 0 && f.haLease <= provision.MinHALease) {
+		return nil, fmt.Errorf("--ha-lease %s: want 0 (natgw ha's default, 250 ms) or more than %s", f.haLease, provision.MinHALease)
 	}
 	if f.haGateways && !f.provision {
 		return nil, errors.New("--ha-gateways needs --provision-gateways (it says how gateways are provisioned)")
@@ -339,7 +347,7 @@ func run() error {
 		}
 		if _, err := provision.Setup(mgr, provision.Options{
 			Namespace: f.podNamespace, GatewayNamespaces: f.gatewayNS, Image: f.gatewayImage, ServiceClusterIPRange: f.serviceCIDR,
-			HA: f.haGateways, StandbyLag: standbyLag, Workers: f.workers, Log: log.WithName("provision"),
+			HA: f.haGateways, HALease: f.haLease, StandbyLag: standbyLag, Workers: f.workers, Log: log.WithName("provision"),
 		}); err != nil {
 			return err
 		}

@@ -56,6 +56,10 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--provision-gateways"}, "--gateway-image", nil},
 		{[]string{"--provision-gateways", "--gateway-image=x", "--ha-gateways"}, "", func(f *flags) bool { return f.haGateways }},
 		{[]string{"--ha-gateways"}, "--ha-gateways needs --provision-gateways", nil},
+		{[]string{"--provision-gateways", "--gateway-image=x", "--ha-gateways", "--ha-lease=1s"}, "", func(f *flags) bool { return f.haLease == time.Second }},
+		{[]string{"--provision-gateways", "--gateway-image=x", "--ha-lease=1s"}, "--ha-lease needs --ha-gateways", nil},
+		{[]string{"--provision-gateways", "--gateway-image=x", "--ha-gateways", "--ha-lease=50ms"}, "--ha-lease 50ms: want 0", nil},
+		{[]string{"--provision-gateways", "--gateway-image=x", "--ha-gateways", "--ha-lease=-1s"}, "--ha-lease -1s: want 0", nil},
 		{[]string{"--provision-gateways", "--gateway-image=x", "--gateway-namespaces=team-a, team-b"}, "", func(f *flags) bool {
 			return len(f.gatewayNS) == 2 && f.gatewayNS[0] == "team-a" && f.gatewayNS[1] == "team-b"
 		}},
