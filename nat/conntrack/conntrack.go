@@ -142,16 +142,33 @@ func (c *Cleaner) answer(ctx context.Context, req []byte, seq uint32) error {
 // `conntrack -D -d ADDR` plus the reply side of SNATed flows. It returns how
 // many entries it deleted. Entries that vanish meanwhile are not errors.
 func (c *Cleaner) DeleteByAddr(addrs []netip.Addr) (int, error) {
+	return c.DeleteByAddrVisit(addrs, nil)
+}
+
+// DeleteByAddrVisit is DeleteByAddr that also shows visit every entry of
+// the dump it leaves (its original destination, its reply destination and
+// its ct mark), from the same one dump: the caller learns what else the
+// table holds without a second walk.
+func (c *Cleaner) DeleteByAddrVisit(addrs []netip.Addr, visit func(origDst, replyDst netip.Addr, mark uint32)) (int, error) {
 	if len(addrs) == 0 {
 		return 0, nil
 	}
+	want := addrSet(addrs)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	flows, err := c.matching(addrs)
+	flows, err := c.dump(slices.Values(addrs))
 	if err != nil {
 		return 0, err
 	}
-	return c.deleteFlows(flows, nil)
+	return c.deleteFlows(flows, func(f ct.Flow) bool {
+		if carries(f, want) {
+			return true
+		}
+		if visit != nil {
+			visit(f.TupleOrig.IP.DestinationAddress, f.TupleReply.IP.DestinationAddress, f.Mark)
+		}
+		return false
+	})
 }
 
 // deleteFlows deletes the flows that keep selects (every flow when keep is
@@ -263,22 +280,34 @@ func (c *Cleaner) Count(addrs []netip.Addr) (int, error) {
 
 // matching dumps the entries that carry one of addrs. Called with c.mu held.
 func (c *Cleaner) matching(addrs []netip.Addr) ([]ct.Flow, error) {
-	want := make(map[netip.Addr]bool, len(addrs))
-	for _, a := range addrs {
-		want[a] = true
-	}
+	want := addrSet(addrs)
 	flows, err := c.dump(slices.Values(addrs))
 	if err != nil {
 		return nil, err
 	}
 	out := flows[:0]
 	for _, f := range flows {
-		o, r := f.TupleOrig.IP, f.TupleReply.IP
-		if want[o.SourceAddress] || want[o.DestinationAddress] || want[r.SourceAddress] || want[r.DestinationAddress] {
+		if carries(f, want) {
 			out = append(out, f)
 		}
 	}
 	return out, nil
+}
+
+// addrSet is addrs as a set.
+func addrSet(addrs []netip.Addr) map[netip.Addr]bool {
+	want := make(map[netip.Addr]bool, len(addrs))
+	for _, a := range addrs {
+		want[a] = true
+	}
+	return want
+}
+
+// carries reports whether f has one of want as source or destination of
+// its original or reply tuple.
+func carries(f ct.Flow, want map[netip.Addr]bool) bool {
+	o, r := f.TupleOrig.IP, f.TupleReply.IP
+	return want[o.SourceAddress] || want[o.DestinationAddress] || want[r.SourceAddress] || want[r.DestinationAddress]
 }
 
 // Close closes the socket. The namespace handle given to Open stays open.

@@ -209,6 +209,7 @@ func (r *Backend) markFull(ch *change, want []nat.Object) (markDelta, error) {
 // commitMarks records d after its change committed, and the ids it freed
 // (for the ForgetFlows that follows).
 func (r *Backend) commitMarks(d markDelta) {
+	prev := r.marks6
 	r.forgotten6 = nil
 	forget := func(a netip.Addr, id uint32) {
 		if r.forgotten6 == nil {
@@ -235,6 +236,9 @@ func (r *Backend) commitMarks(d markDelta) {
 		}
 	}
 	for a, m := range d.set {
+		if old, ok := prev[a]; !ok || old.id != m.id {
+			r.unmarked6 = true // connections of a may predate the id
+		}
 		r.marks6[a] = m
 		r.marksUsed[m.id] = a
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -125,6 +126,13 @@ type Backend struct {
 	marks6     map[netip.Addr]markID
 	marksUsed  map[uint32]netip.Addr
 	forgotten6 map[netip.Addr]uint32
+	// unmarked6: the IPv6 conntrack table may hold connections of an
+	// address that holds a mark id whose ct mark is not that id (they
+	// predate it: made before the id was given, by an older layout or
+	// by a FIP used before its EIP object came). Set when an id is given
+	// (and at Load); while set, ForgetFlows deletes IPv6 flows by
+	// address, and its dump clears it once no such connection is left.
+	unmarked6 bool
 
 	cleaner *conntrack.Cleaner // opened on first use
 }
@@ -233,10 +241,12 @@ func (r *Backend) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
 		family  uint8
 		targets []flushTarget
 	}{{unix.AF_INET, v4}, {unix.AF_INET6, v6}} {
-		if len(fam.targets) > flushMarkMax {
+		if len(fam.targets) > flushMarkMax || fam.family == unix.AF_INET6 && r.unmarked6 {
 			// Every flush by mark walks the whole conntrack hash
 			// table in the kernel; past a few dozen EIPs one dump
-			// is cheaper.
+			// is cheaper. IPv6 connections that predate their
+			// EIP's mark id carry another mark: only the address
+			// finds them.
 			for _, t := range fam.targets {
 				byAddr = append(byAddr, t.eip)
 			}
@@ -258,10 +268,28 @@ func (r *Backend) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
 	if len(byAddr) == 0 {
 		return nil
 	}
-	if _, err := r.cleaner.DeleteByAddr(byAddr); err != nil {
+	dumped6 := slices.ContainsFunc(byAddr, netip.Addr.Is6)
+	stale := 0
+	if _, err := r.cleaner.DeleteByAddrVisit(byAddr, func(origDst, replyDst netip.Addr, mark uint32) {
+		if r.predatesMark(origDst, mark) || r.predatesMark(replyDst, mark) {
+			stale++
+		}
+	}); err != nil {
 		return fmt.Errorf("nftables: forget flows of %d EIPs by address: %w", len(byAddr), err)
 	}
+	if dumped6 {
+		// The dump saw every IPv6 connection left.
+		r.unmarked6 = stale > 0
+	}
 	return nil
+}
+
+// predatesMark reports whether a connection with destination a (original
+// or reply) and ct mark predates a's mark id: a holds an id, the mark is
+// not it.
+func (r *Backend) predatesMark(a netip.Addr, mark uint32) bool {
+	m, ok := r.marks6[a]
+	return ok && a.Is6() && m.id != mark
 }
 
 // flushTarget is an EIP and the ct mark of its connections.
