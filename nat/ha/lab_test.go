@@ -595,6 +595,25 @@ func (h *haLab) waitActive(i int, within time.Duration) {
 	h.t.Fatalf("replica %s not the single active after %s (roles %s/%s)", h.r[i].name, within, h.role(0), h.role(1))
 }
 
+// soleActive waits until exactly one replica reports active and returns
+// it.
+func (h *haLab) soleActive(within time.Duration) int {
+	h.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		switch a, b := h.role(0) == "active", h.role(1) == "active"; {
+		case a && !b:
+			return 0
+		case b && !a:
+			return 1
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("not exactly one active after %s (roles %s/%s)", within, h.role(0), h.role(1))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // overlap returns how long both replicas reported active at the same time
 // between from and to.
 func (h *haLab) overlap(from, to time.Time) time.Duration {

@@ -132,14 +132,14 @@ func (c *Config) defaults() error {
 // MinLeaseIntervals is the shortest lease in heartbeat intervals: the
 // active renews it every interval and, when a renewal fails, keeps
 // answering only while the lease still runs for one more turn plus the
-// step-down margin (half an interval); a lease of three intervals
-// survives one failed renewal.
+// step-down margin (half an interval for such a lease); a lease of three
+// intervals survives one quick failed renewal.
 const MinLeaseIntervals = 3
 
 // DefaultLeaseTTL is the lease duration Config uses when LeaseTTL is
 // zero: the detection interval (misses × interval, at least
-// MinLeaseIntervals intervals) plus the step-down margin (half an
-// interval). An active that cannot renew keeps answering until its lease
+// MinLeaseIntervals intervals) plus half an interval (the step-down
+// margin of such a lease). An active that cannot renew keeps answering until its lease
 // has only the margin left, so until about one detection interval after
 // its last renewal, when its standby finds it silent; a dead active's
 // lease runs out half an interval after its silence is detected (with 50
@@ -483,10 +483,11 @@ func (r *Replica) nextWake() (time.Duration, bool) {
 }
 
 // margin is how long before its lease runs out (by its own clock) an
-// active that could not renew stops answering: half an interval, for the
-// time the step-down takes, a clock that differs from the fence's and a
-// late turn (see README "Roles and the fence").
-func (r *Replica) margin() time.Duration { return r.cfg.Interval / 2 }
+// active that could not renew stops answering: half an interval, or a
+// tenth of the lease when that is more (a longer lease is for a slower
+// arbiter), for the time the step-down takes, a clock that differs from
+// the fence's and a late wake-up (see README "Timing").
+func (r *Replica) margin() time.Duration { return max(r.cfg.Interval/2, r.cfg.LeaseTTL/10) }
 
 func (r *Replica) readBeats(ctx context.Context, udp *net.UDPConn) {
 	buf := make([]byte, 64)
@@ -622,12 +623,14 @@ func (r *Replica) step(ctx context.Context, healthy, rules bool) {
 			return
 		}
 		// Renew within what the lease leaves before the margin: a
-		// call that fails or hangs still ends while the lease runs. A
-		// turn that came late (a starved node) still asks, briefly: the
-		// fence's answer decides (held: the peer has it, step down;
-		// granted: nobody took it, so nobody else answered), and a
-		// call that hangs keeps this replica answering at most a fifth
-		// of an interval past the margin.
+		// call that fails or hangs (an API server that stopped
+		// answering) still ends while the lease runs, and the
+		// step-down that follows comes before the lease can run out.
+		// A turn that came late (a starved node) still asks, briefly:
+		// the fence's answer decides (held: the peer has it, step
+		// down; granted: nobody took it, so nobody else answered), and
+		// a call that hangs keeps this replica answering at most a
+		// fifth of an interval longer.
 		budget := max(time.Until(time.Unix(0, r.leaseUntil.Load()))-r.margin(), cfg.Interval/5)
 		fctx, cancel := context.WithTimeout(ctx, budget)
 		defer cancel()
