@@ -145,7 +145,7 @@ func RunS8(ctx context.Context, e *Env) error {
 	if e.Quick {
 		n = 3
 	}
-	sec.Text = append(sec.Text, fmt.Sprintf("Failovers: %d per fault and data plane in nat/ha's lab (two replicas on shared bridges, heartbeat every 50 ms, 3 misses, lease 250 ms; "+
+	sec.Text = append(sec.Text, fmt.Sprintf("Failovers: %d per fault and data plane in nat/ha's lab (two replicas on shared bridges, heartbeat every 50 ms, 3 misses, lease 175 ms; "+
 		"a FIP, a TCP and a UDP DNAT and a SNAT; a TCP stream through each of FIP, DNAT and SNAT and a UDP flow through the DNAT, each echoing every 5 ms; "+
 		"alternating directions, the failed replica restored and resynced between runs). \"New conn\" is fault → a new TCP connection to every EIP and out through the SNAT "+
 		"succeeded; \"established\" is fault → each long-running flow moved data again (p50/p99 over flows × runs). A flow that breaks (reset, 10 s silent) fails the lab. "+

@@ -360,20 +360,39 @@ func TestFailoverFigures(t *testing.T) {
 		h := newHALab(t, fam)
 		fs := h.up()
 		var newConn, stream, takeover []time.Duration
+		// The new active's own timeline of each takeover, from the
+		// fault: the peer's last beat it heard, detection, lease,
+		// addresses added and announced.
+		var lastBeat, detected, acquired, claimed []time.Duration
 		a := 0
 		for range n {
 			g := h.failover(fs, a, func() { f.do(h, a) })
+			t0 := g.at
 			newConn = append(newConn, g.newConn)
 			takeover = append(takeover, g.takeover)
 			for _, d := range g.streams {
 				stream = append(stream, d)
 			}
+			h.waitStatus(1-a, "the takeover's timeline", func(st ha.Status) bool { return st.LastTakeover.Claimed.After(t0) }, 2*time.Second)
+			h.mu.Lock()
+			tl := h.r[1-a].stats.Status.LastTakeover
+			h.mu.Unlock()
+			lastBeat = append(lastBeat, tl.PeerLastSeen.Sub(t0))
+			if !tl.Detected.IsZero() {
+				detected = append(detected, tl.Detected.Sub(t0))
+			}
+			acquired = append(acquired, tl.Acquired.Sub(t0))
+			claimed = append(claimed, tl.Claimed.Sub(t0))
 			f.restore(h, a)
 			h.mu.Lock()
 			h.r[a].stats.Recv.Dumps = 0
 			h.mu.Unlock()
-			h.waitReplicated(1-a, a)
-			a = 1 - a
+			// Usually the other replica, but a needless failover
+			// on a loaded machine (an active whose turns came too
+			// late lost its lease) may have swapped them back:
+			// fail whichever leads now.
+			a = h.soleActive(3 * time.Second)
+			h.waitReplicated(a, 1-a)
 		}
 		closeFlows(t, fs)
 		label := f.name
@@ -382,6 +401,8 @@ func TestFailoverFigures(t *testing.T) {
 		}
 		fmt.Printf("HA %-20s n=%d takeover p50=%s p99=%s | new conn to every EIP p50=%s p99=%s | established flows move again p50=%s p99=%s (of %d)\n",
 			label, n, pct(takeover, 50), pct(takeover, 99), pct(newConn, 50), pct(newConn, 99), pct(stream, 50), pct(stream, 99), len(stream))
+		fmt.Printf("   %-20s from the fault, p50/p99: peer's last beat heard %s/%s, peer silent %s/%s (%d of %d takeovers), lease acquired %s/%s, addresses added and announced %s/%s\n",
+			label, pct(lastBeat, 50), pct(lastBeat, 99), pct(detected, 50), pct(detected, 99), len(detected), n, pct(acquired, 50), pct(acquired, 99), pct(claimed, 50), pct(claimed, 99))
 	}
 }
 
@@ -407,7 +428,7 @@ func TestFenceLost(t *testing.T) {
 	h.waitActive(0, 3*time.Second)
 	h.start(1)
 	h.waitSynced(1)
-	ttl := time.Duration(h.misses+2) * h.interval // the default lease
+	ttl := ha.DefaultLeaseTTL(h.interval, h.misses)
 	lost := time.Now()
 	h.arbStop()
 	down := h.waitLeft(0, lost, "the arbiter went away")

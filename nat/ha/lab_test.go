@@ -303,6 +303,22 @@ func labInterval(t testing.TB) time.Duration {
 	return 100 * time.Millisecond
 }
 
+// labLeaseEnv sets the lab replicas' lease (a Go duration; default
+// ha.DefaultLeaseTTL of the lab's interval), to measure other timings.
+const labLeaseEnv = "NATGW_HA_LEASE"
+
+func labLease(t testing.TB) time.Duration {
+	v := os.Getenv(labLeaseEnv)
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", labLeaseEnv, v, err)
+	}
+	return d
+}
+
 // newHALab builds:
 //
 //	ext ─┐                         ┌─ vm1 (198.51.100.10)
@@ -320,7 +336,7 @@ func newHALab(t testing.TB, fam labFamily) *haLab {
 	lab := netlab.ForTest(t)
 	ctx := context.Background()
 	h := &haLab{t: t, lab: lab, fence: filepath.Join(t.TempDir(), "arbiter.sock"), arbiter: &ha.Arbiter{}, interval: labInterval(t), misses: 3,
-		fam: fam, a: fam.addrs()}
+		fam: fam, a: fam.addrs(), leaseTTL: labLease(t)}
 	v6 := fam == labIPv6
 	h.serveArbiter()
 	t.Cleanup(func() { h.arbStop() })
@@ -577,6 +593,25 @@ func (h *haLab) waitActive(i int, within time.Duration) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	h.t.Fatalf("replica %s not the single active after %s (roles %s/%s)", h.r[i].name, within, h.role(0), h.role(1))
+}
+
+// soleActive waits until exactly one replica reports active and returns
+// it.
+func (h *haLab) soleActive(within time.Duration) int {
+	h.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		switch a, b := h.role(0) == "active", h.role(1) == "active"; {
+		case a && !b:
+			return 0
+		case b && !a:
+			return 1
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("not exactly one active after %s (roles %s/%s)", within, h.role(0), h.role(1))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // overlap returns how long both replicas reported active at the same time
@@ -847,6 +882,7 @@ type gaps struct {
 	newConn  time.Duration            // fault → a new connection to every EIP succeeded
 	streams  map[string]time.Duration // fault → the flow moved data again
 	takeover time.Duration            // fault → the new active reported
+	at       time.Time                // the fault
 }
 
 // failover applies fault to the active replica a and measures until the
@@ -866,7 +902,7 @@ func (h *haLab) failover(fs []*flow, a int, fault func()) gaps {
 	fault()
 	// Measure through b: wait for its takeover (a stopped agent's kernel
 	// may still forward for a while), then probe.
-	g := gaps{streams: map[string]time.Duration{}}
+	g := gaps{streams: map[string]time.Duration{}, at: t0}
 	for {
 		if at, ok := h.activeAt(b, t0); ok {
 			g.takeover = at.Sub(t0)

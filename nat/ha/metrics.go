@@ -1,6 +1,9 @@
 package ha
 
 import (
+	"fmt"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/natgw/natgw/nat/ha/ctsync"
@@ -26,6 +29,35 @@ type Status struct {
 	// without lag samples; Receiver the standby side's.
 	Sender   ctsync.SenderStats
 	Receiver ctsync.ReceiverStats
+	// LastTakeover is the timeline of this replica's last takeover (zero
+	// before the first).
+	LastTakeover Takeover
+}
+
+// Takeover is the timeline of one takeover, for measuring where its time
+// goes: the peer's last beat arrived (PeerLastSeen), this standby found
+// the peer silent (Detected: one detection interval later; zero when it
+// took over from a live peer that was not active), the fence granted the
+// lease (Acquired: when the peer's lease ran out) and the floating
+// addresses were on the interfaces and announced, gratuitous ARPs and
+// neighbour advertisements sent (Claimed, just before the role change is
+// reported).
+type Takeover struct {
+	PeerLastSeen, Detected, Acquired, Claimed time.Time
+}
+
+// String gives each phase's time from the peer's last beat.
+func (t Takeover) String() string {
+	if t.Claimed.IsZero() {
+		return "none"
+	}
+	ms := func(at time.Time) string {
+		if at.IsZero() {
+			return "-"
+		}
+		return at.Sub(t.PeerLastSeen).Round(100 * time.Microsecond).String()
+	}
+	return fmt.Sprintf("from the last beat: detected +%s, lease +%s, claimed and announced +%s", ms(t.Detected), ms(t.Acquired), ms(t.Claimed))
 }
 
 // Status returns the replica's role and counters.
@@ -39,6 +71,9 @@ func (r *Replica) Status() Status {
 	if s != nil {
 		st.Sender = s.Counters()
 	}
+	r.mu.Lock()
+	st.LastTakeover = r.takeover
+	r.mu.Unlock()
 	return st
 }
 

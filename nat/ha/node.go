@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,9 +67,13 @@ type Config struct {
 	// Misses is how many missing beats mean the peer is gone (default 3).
 	Interval time.Duration
 	Misses   int
-	// LeaseTTL is the fence lease's duration (default Interval*Misses +
-	// 2*Interval). A standby takes over only when the active's lease has
-	// run out, so LeaseTTL bounds the failover gap from below.
+	// LeaseTTL is the fence lease's duration (default DefaultLeaseTTL:
+	// the detection interval plus the step-down margin; at least
+	// MinLeaseIntervals × Interval). A standby takes over only when the
+	// active's lease has run out, so LeaseTTL bounds the failover gap
+	// from below; the active renews it every Interval and stops
+	// answering (removes its addresses) when it could not renew it before
+	// the last half interval of the lease (see step).
 	LeaseTTL time.Duration
 	// Fence decides who may lead.
 	Fence Fence
@@ -101,7 +106,10 @@ func (c *Config) defaults() error {
 		c.Misses = 3
 	}
 	if c.LeaseTTL == 0 {
-		c.LeaseTTL = time.Duration(c.Misses+2) * c.Interval
+		c.LeaseTTL = DefaultLeaseTTL(c.Interval, c.Misses)
+	}
+	if err := CheckTiming(c.Interval, c.Misses, c.LeaseTTL); err != nil {
+		return fmt.Errorf("ha: config: %w", err)
 	}
 	switch {
 	case c.ID == "":
@@ -110,12 +118,6 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("ha: config: local %q: want an IPv4 address and a port", c.Local)
 	case c.Peer.IsValid() && (!c.Peer.Addr().Is4() || c.Peer.Port() == 0):
 		return fmt.Errorf("ha: config: peer %q: want an IPv4 address and a port", c.Peer)
-	case c.Interval < time.Millisecond || c.Interval > time.Second:
-		return fmt.Errorf("ha: config: interval %s: want 1ms..1s", c.Interval)
-	case c.Misses < 1 || c.Misses > 100:
-		return fmt.Errorf("ha: config: misses %d: want 1..100", c.Misses)
-	case c.LeaseTTL <= c.Interval:
-		return fmt.Errorf("ha: config: leaseTTL %s: want more than the interval %s", c.LeaseTTL, c.Interval)
 	case c.Fence == nil:
 		return errors.New("ha: config: no fence")
 	}
@@ -123,6 +125,55 @@ func (c *Config) defaults() error {
 		if err := checkFloating(p); err != nil {
 			return fmt.Errorf("ha: config: %w", err)
 		}
+	}
+	return nil
+}
+
+// MinLeaseIntervals is the shortest lease in heartbeat intervals: the
+// active renews it every interval and, when a renewal fails, keeps
+// answering only while the lease still runs for one more turn plus the
+// step-down margin (half an interval for such a lease); a lease of three
+// intervals survives one quick failed renewal.
+const MinLeaseIntervals = 3
+
+// DefaultLeaseTTL is the lease duration Config uses when LeaseTTL is
+// zero: the detection interval (misses × interval, at least
+// MinLeaseIntervals intervals) plus half an interval (the step-down
+// margin of such a lease). An active that cannot renew keeps answering until its lease
+// has only the margin left, so until about one detection interval after
+// its last renewal, when its standby finds it silent; a dead active's
+// lease runs out half an interval after its silence is detected (with 50
+// ms × 3: 175 ms after its last renewal, before a TCP flow's first
+// retransmission, ≥ 200 ms after the fault).
+func DefaultLeaseTTL(interval time.Duration, misses int) time.Duration {
+	return time.Duration(max(misses, MinLeaseIntervals))*interval + interval/2
+}
+
+// TimingError is a timing setting out of its range: Field is "interval",
+// "misses" or "leaseTTL" (Config's Interval, Misses, LeaseTTL; natgw ha's
+// --interval, --misses, --lease).
+type TimingError struct {
+	Field, Value, Want string
+}
+
+func (e *TimingError) Error() string { return fmt.Sprintf("%s %s: want %s", e.Field, e.Value, e.Want) }
+
+// CheckTiming checks the heartbeat interval, the misses that mean the peer
+// is gone and the lease duration against each other (a *TimingError).
+// The lease must be at least MinLeaseIntervals intervals: shorter, an
+// active could not survive one failed renewal, and below 1.5 intervals it
+// could not renew at all without risking to answer after its lease ran
+// out. The lease may be shorter than the detection interval (the standby
+// waits for both) but that gains nothing.
+func CheckTiming(interval time.Duration, misses int, lease time.Duration) error {
+	switch {
+	case interval < time.Millisecond || interval > time.Second:
+		return &TimingError{"interval", interval.String(), "1ms..1s"}
+	case misses < 1 || misses > 100:
+		return &TimingError{"misses", strconv.Itoa(misses), "1..100"}
+	case lease < MinLeaseIntervals*interval:
+		return &TimingError{"leaseTTL", lease.String(), fmt.Sprintf("at least %d × the interval %s (%s): one renewal may fail, and the active stops answering half an interval before its lease runs out",
+			MinLeaseIntervals, interval, MinLeaseIntervals*interval)}
 	}
 	return nil
 }
@@ -174,6 +225,13 @@ type Replica struct {
 	rulesErr error
 	// rulesOK is the last answer of rulesReady (for Status).
 	rulesOK atomic.Bool
+	// heldUntil is when the peer's lease runs out, as the fence said when
+	// it refused this standby (zero: not known); silentSince is when this
+	// standby first found the peer silent (zero while it is not). Loop
+	// goroutine only.
+	heldUntil, silentSince time.Time
+	// takeover is the timeline of the last takeover (Status); under mu.
+	takeover Takeover
 	// counters for Collector
 	toActive, toStandby, fenceErrors atomic.Int64
 	takeovers                        [2]atomic.Int64 // peer silent, peer alive but not active
@@ -352,19 +410,34 @@ func (r *Replica) Run(ctx context.Context) error {
 
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()
+	// A standby also turns between ticks, at the moment the peer falls
+	// silent and at the moment the peer's lease runs out (nextWake): a
+	// takeover that waited for the next tick would come up to an interval
+	// late, after the first retransmission of the flows it carries.
+	wake := time.NewTimer(time.Hour)
+	wake.Stop()
+	defer wake.Stop()
 	var seq uint64
+	beatDue := true
 	for {
 		healthy := r.healthy()
 		rules := r.rulesReady()
 		// The beat goes out before the turn: a slow fence must not
-		// make this replica look silent.
-		seq++
-		b := beat{Role: r.Role(), Healthy: healthy && rules, Synced: r.recv.Synced() || r.Role() == RoleActive, Seq: seq}
-		// A lost beat is what the peer's detector is for.
-		if p := r.Peer(); p.IsValid() {
-			_, _ = udp.WriteToUDP(b.marshal(), net.UDPAddrFromAddrPort(p))
+		// make this replica look silent. One beat per tick.
+		if beatDue {
+			seq++
+			b := beat{Role: r.Role(), Healthy: healthy && rules, Synced: r.recv.Synced() || r.Role() == RoleActive, Seq: seq}
+			// A lost beat is what the peer's detector is for.
+			if p := r.Peer(); p.IsValid() {
+				_, _ = udp.WriteToUDP(b.marshal(), net.UDPAddrFromAddrPort(p))
+			}
 		}
 		r.step(ctx, healthy, rules)
+		if d, ok := r.nextWake(); ok {
+			wake.Reset(d)
+		} else {
+			wake.Stop()
+		}
 		select {
 		case <-ctx.Done():
 			cancel()
@@ -374,9 +447,47 @@ func (r *Replica) Run(ctx context.Context) error {
 			}
 			return nil
 		case <-tick.C:
+			beatDue = true
+		case <-wake.C:
+			beatDue = false
 		}
 	}
 }
+
+// nextWake returns when a standby should turn before its next tick: just
+// after the peer would become silent, after the peer's lease runs out (as
+// the fence said) and after its own listening period ends; false for an
+// active replica or when none of these is ahead.
+func (r *Replica) nextWake() (time.Duration, bool) {
+	if r.Role() != RoleStandby {
+		return 0, false
+	}
+	const after = time.Millisecond // past the instant, not at it
+	now := time.Now()
+	r.mu.Lock()
+	seen := r.peer.seen
+	r.mu.Unlock()
+	var next time.Time
+	for _, t := range []time.Time{seen.Add(r.detection()), r.heldUntil, r.healthySince.Add(r.detection())} {
+		if t.IsZero() || !t.After(now.Add(-after)) {
+			continue
+		}
+		if t = t.Add(after); next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	if next.IsZero() {
+		return 0, false
+	}
+	return next.Sub(now), true
+}
+
+// margin is how long before its lease runs out (by its own clock) an
+// active that could not renew stops answering: half an interval, or a
+// tenth of the lease when that is more (a longer lease is for a slower
+// arbiter), for the time the step-down takes, a clock that differs from
+// the fence's and a late wake-up (see README "Timing").
+func (r *Replica) margin() time.Duration { return max(r.cfg.Interval/2, r.cfg.LeaseTTL/10) }
 
 func (r *Replica) readBeats(ctx context.Context, udp *net.UDPConn) {
 	buf := make([]byte, 64)
@@ -441,20 +552,18 @@ func (r *Replica) rulesReady() bool {
 func (r *Replica) step(ctx context.Context, healthy, rules bool) {
 	cfg := r.cfg
 	r.mu.Lock()
-	silent := time.Since(r.peer.seen) > r.detection()
+	seen := r.peer.seen
+	silent := time.Since(seen) > r.detection()
 	pb := r.peer.beat
 	r.mu.Unlock()
-	// A fence call may take one interval, or as an active as long as its
-	// lease leaves before the step-down margin (an arbiter that answers
-	// late is not yet an arbiter that is gone).
-	budget := cfg.Interval
-	if r.Role() == RoleActive {
-		budget = max(budget, time.Until(time.Unix(0, r.leaseUntil.Load()))-2*cfg.Interval)
-	}
-	fctx, cancel := context.WithTimeout(ctx, budget)
-	defer cancel()
 	switch r.Role() {
 	case RoleStandby:
+		switch {
+		case !silent:
+			r.silentSince = time.Time{}
+		case r.silentSince.IsZero():
+			r.silentSince = time.Now()
+		}
 		if !healthy {
 			r.healthySince = time.Time{}
 			return
@@ -482,20 +591,30 @@ func (r *Replica) step(ctx context.Context, healthy, rules bool) {
 		if !silent && pb.Healthy && pb.Synced && !r.recv.Synced() {
 			return // the peer is the better leader; let it take the lease
 		}
+		// A fence call may take one interval.
+		fctx, cancel := context.WithTimeout(ctx, cfg.Interval)
+		defer cancel()
 		start := time.Now()
 		if err := cfg.Fence.Acquire(fctx, cfg.ID, cfg.LeaseTTL); err != nil {
+			// Held: ask again when the peer's lease runs out
+			// (nextWake), not at the next tick.
+			r.heldUntil = heldUntil(err)
 			if !errors.Is(err, ErrHeld) {
 				r.fenceErrors.Add(1)
 				cfg.Log.Info("fence not reachable; staying standby", "err", err)
 			}
 			return
 		}
+		acquired := time.Now()
+		r.heldUntil = time.Time{}
 		r.leaseUntil.Store(start.Add(cfg.LeaseTTL).UnixNano())
 		reason, kind := "peer silent", 0
+		tl := Takeover{PeerLastSeen: seen, Detected: r.silentSince, Acquired: acquired}
 		if !silent {
 			reason, kind = fmt.Sprintf("peer %s (healthy=%t)", pb.Role, pb.Healthy), 1
+			tl.Detected = time.Time{}
 		}
-		if r.becomeActive(ctx, reason) {
+		if r.becomeActive(ctx, reason, tl) {
 			r.takeovers[kind].Add(1)
 		}
 	case RoleActive:
@@ -503,6 +622,18 @@ func (r *Replica) step(ctx context.Context, healthy, rules bool) {
 			r.stepDown("own interface down")
 			return
 		}
+		// Renew within what the lease leaves before the margin: a
+		// call that fails or hangs (an API server that stopped
+		// answering) still ends while the lease runs, and the
+		// step-down that follows comes before the lease can run out.
+		// A turn that came late (a starved node) still asks, briefly:
+		// the fence's answer decides (held: the peer has it, step
+		// down; granted: nobody took it, so nobody else answered), and
+		// a call that hangs keeps this replica answering at most a
+		// fifth of an interval longer.
+		budget := max(time.Until(time.Unix(0, r.leaseUntil.Load()))-r.margin(), cfg.Interval/5)
+		fctx, cancel := context.WithTimeout(ctx, budget)
+		defer cancel()
 		start := time.Now()
 		err := cfg.Fence.Acquire(fctx, cfg.ID, cfg.LeaseTTL)
 		switch {
@@ -514,12 +645,12 @@ func (r *Replica) step(ctx context.Context, healthy, rules bool) {
 			r.stepDown("lease taken by the peer")
 		default:
 			r.fenceErrors.Add(1)
-			if r.leaseValid(2 * cfg.Interval) {
-				return
+			if r.leaseValid(cfg.Interval + r.margin()) {
+				return // the next turn may try again
 			}
-			// The lease could run out before the next turn (a turn
-			// may come late on a busy node): stop answering now,
-			// before the peer may take it.
+			// The lease could run out (less the margin) before the
+			// next turn: stop answering now, before the peer may
+			// take it.
 			r.stepDown(fmt.Sprintf("lease not renewed: %v", err))
 		}
 	}
@@ -533,7 +664,7 @@ func (r *Replica) leaseValid(margin time.Duration) bool {
 
 // becomeActive takes the floating addresses and starts streaming; false
 // when the takeover failed (the replica stays standby).
-func (r *Replica) becomeActive(ctx context.Context, reason string) bool {
+func (r *Replica) becomeActive(ctx context.Context, reason string, tl Takeover) bool {
 	cfg := r.cfg
 	r.recv.Pause(true)
 	if err := r.claim(); err != nil {
@@ -543,8 +674,12 @@ func (r *Replica) becomeActive(ctx context.Context, reason string) bool {
 		r.recv.Pause(false)
 		return false
 	}
+	tl.Claimed = time.Now()
 	r.role.Store(uint32(RoleActive))
 	r.toActive.Add(1)
+	r.mu.Lock()
+	r.takeover = tl
+	r.mu.Unlock()
 	// The announcements below end with the role (sctx), whether or not
 	// a sender runs.
 	sctx, stopAnn := context.WithCancel(ctx)
@@ -565,14 +700,14 @@ func (r *Replica) becomeActive(ctx context.Context, reason string) bool {
 			// Not on a lease that may have run out: a replica that was
 			// stopped and resumes would pull the addresses back from
 			// the new active before its loop notices.
-			if sctx.Err() != nil || !r.leaseValid(2*cfg.Interval) {
+			if sctx.Err() != nil || !r.leaseValid(r.margin()) {
 				return
 			}
 			_ = r.plumb.Announce(cfg.ExternalInterface, r.heldEIPs())
 			_ = r.plumb.Announce(cfg.InternalInterface, cfg.LanIPs)
 		}
 	}()
-	cfg.Log.Info("role change", "role", "active", "reason", reason)
+	cfg.Log.Info("role change", "role", "active", "reason", reason, "timeline", tl.String())
 	if cfg.OnRole != nil {
 		cfg.OnRole(RoleActive, reason)
 	}

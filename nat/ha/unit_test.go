@@ -75,6 +75,17 @@ func fenceSteps(t *testing.T, f Fence) {
 			t.Fatalf("%s: %v, want %v", s.what, err, s.wantErr)
 		}
 	}
+	// A refusal says until when the lease runs (a *HeldError), so that
+	// a standby asks again exactly then: a's lease from the last step.
+	before := time.Now()
+	err := f.Acquire(ctx, "b", ttl)
+	var held *HeldError
+	if !errors.As(err, &held) || held.Holder != "a" || !held.Until.After(before) || held.Until.After(before.Add(ttl)) {
+		t.Fatalf("refusal %v: want a HeldError of a until within %s of %s", err, ttl, before.Format(time.RFC3339Nano))
+	}
+	if !errors.Is(err, ErrHeld) {
+		t.Fatalf("refusal %v is not ErrHeld", err)
+	}
 }
 
 var errAny = errors.New("any error")
@@ -113,8 +124,26 @@ func TestConfig(t *testing.T) {
 	if err := c.defaults(); err != nil {
 		t.Fatalf("good config: %v", err)
 	}
-	if c.Interval != 50*time.Millisecond || c.Misses != 3 || c.LeaseTTL != 250*time.Millisecond {
+	if c.Interval != 50*time.Millisecond || c.Misses != 3 || c.LeaseTTL != 175*time.Millisecond {
 		t.Fatalf("defaults: interval %s misses %d lease %s", c.Interval, c.Misses, c.LeaseTTL)
+	}
+	// The default lease is the detection interval (never under three
+	// intervals) plus the half-interval step-down margin.
+	for _, tc := range []struct {
+		interval time.Duration
+		misses   int
+		want     time.Duration
+	}{
+		{50 * time.Millisecond, 3, 175 * time.Millisecond},
+		{100 * time.Millisecond, 5, 550 * time.Millisecond},
+		{50 * time.Millisecond, 1, 175 * time.Millisecond},
+		{50 * time.Millisecond, 2, 175 * time.Millisecond},
+	} {
+		c := ok()
+		c.Interval, c.Misses = tc.interval, tc.misses
+		if err := c.defaults(); err != nil || c.LeaseTTL != tc.want {
+			t.Errorf("interval %s misses %d: lease %s (%v), want %s", tc.interval, tc.misses, c.LeaseTTL, err, tc.want)
+		}
 	}
 	c = ok()
 	c.EIPs = []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24"), netip.MustParsePrefix("2001:db8:2::10/64")}
@@ -138,6 +167,7 @@ func TestConfig(t *testing.T) {
 		{"interval", func(c *Config) { c.Interval = 2 * time.Second }, "interval 2s"},
 		{"misses", func(c *Config) { c.Misses = -1 }, "misses -1"},
 		{"lease", func(c *Config) { c.Interval = 100 * time.Millisecond; c.LeaseTTL = 50 * time.Millisecond }, "leaseTTL 50ms"},
+		{"lease of 2.9 intervals", func(c *Config) { c.LeaseTTL = 145 * time.Millisecond }, "leaseTTL 145ms: want at least 3 × the interval 50ms (150ms)"},
 		{"fence", func(c *Config) { c.Fence = nil }, "fence"},
 		{"v4-mapped eip", func(c *Config) { c.EIPs = []netip.Prefix{netip.MustParsePrefix("::ffff:192.0.2.1/120")} }, "::ffff:192.0.2.1/120"},
 		{"zero lanIp", func(c *Config) { c.LanIPs = []netip.Prefix{{}} }, "floating address"},

@@ -212,6 +212,18 @@ func (f *haFlags) haConfig(g *globals) (ha.Config, error) {
 	if f.rulesSyncedFile != "" {
 		cfg.RulesReady = ha.RulesSyncedFile(f.rulesSyncedFile)
 	}
+	lease := f.lease
+	if lease == 0 {
+		lease = ha.DefaultLeaseTTL(f.interval, f.misses)
+	}
+	if err := ha.CheckTiming(f.interval, f.misses, lease); err != nil {
+		var te *ha.TimingError
+		if errors.As(err, &te) {
+			flag := map[string]string{"interval": "--interval", "misses": "--misses", "leaseTTL": "--lease"}[te.Field]
+			return cfg, fmt.Errorf("%s %s: want %s", flag, te.Value, te.Want)
+		}
+		return cfg, err
+	}
 	var err error
 	if cfg.Local, err = netip.ParseAddrPort(f.local); err != nil {
 		return cfg, fmt.Errorf("--local %q: want ip:port (this replica's own internal address)", f.local)
@@ -279,7 +291,7 @@ func cmdHA(ctx context.Context, e env, g *globals, args []string) int {
 	fs.Var(&f.lanIPs, "lan-ip", "floating lanIp address/length on the internal interface (repeatable)")
 	fs.DurationVar(&f.interval, "interval", 50*time.Millisecond, "heartbeat period")
 	fs.IntVar(&f.misses, "misses", 3, "missing heartbeats that mean the peer is gone")
-	fs.DurationVar(&f.lease, "lease", 0, "lease duration (0: (misses+2) × interval)")
+	fs.DurationVar(&f.lease, "lease", 0, "lease duration (0: max(misses, 3) × interval + interval/2, the detection interval and the step-down margin; at least 3 × interval)")
 	fs.StringVar(&f.fenceSocket, "fence-socket", "", "unix socket of a lease arbiter (ha.Arbiter)")
 	fs.StringVar(&f.fenceFile, "fence-file", "", "lease file shared by both replicas (one host)")
 	fs.StringVar(&f.fenceLease, "fence-lease", "", "Kubernetes Lease NAMESPACE/NAME shared by both replicas (coordination.k8s.io/v1)")
