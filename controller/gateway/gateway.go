@@ -61,7 +61,9 @@ type Manager struct {
 	qosSent  []gwqos.Rule
 	qosKnown bool
 
-	kick chan struct{}
+	// kick asks for a data plane check (Kick); check for a drift
+	// check now (checkNow), as the drift ticker does.
+	kick, check chan struct{}
 	// slots bounds the connects of all gateways (Registry; nil: unbounded).
 	slots chan struct{}
 }
@@ -75,6 +77,7 @@ func newManager(cfg gwconfig.Entry, opts *Options) *Manager {
 		known: map[string]nat.Object{},
 		held:  map[string]struct{}{},
 		kick:  make(chan struct{}, 1),
+		check: make(chan struct{}, 1),
 	}
 }
 
@@ -84,10 +87,23 @@ func (g *Manager) Name() string { return g.cfg.Name }
 // Config returns the gateway's configuration.
 func (g *Manager) Config() gwconfig.Entry { return g.cfg }
 
-// Kick asks the manager to re-check the data plane and drift soon.
-func (g *Manager) Kick() {
+// Kick asks the manager to compare the data plane the Source wants with
+// the running one soon, and to switch when they differ. It is cheap (one
+// Source.Dataplane read) and checks nothing else: drift and orphans are
+// the periodic checks' job (Options.DriftPeriod, SweepPeriod, Resweep).
+// Kicks while one is pending coalesce.
+func (g *Manager) Kick() { signal(g.kick) }
+
+// checkNow asks for a drift check (fresh list compared with the desired
+// set, orphan sweep, gateway QoS check) soon, as DriftPeriod's ticker
+// does.
+func (g *Manager) checkNow() { signal(g.check) }
+
+// signal sends on a buffered channel of one without blocking: a signal
+// already pending covers this one.
+func signal(c chan struct{}) {
 	select {
-	case g.kick <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }

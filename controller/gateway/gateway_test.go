@@ -235,6 +235,8 @@ type source struct {
 	dataplane nat.DataplaneName
 	qos       []gwqos.Rule
 	qosErr    error
+	// desiredCalls and dataplaneCalls count Desired and Dataplane reads.
+	desiredCalls, dataplaneCalls int
 }
 
 func (s *source) GatewayQoS(context.Context, string) ([]gwqos.Rule, error) {
@@ -252,6 +254,7 @@ func (s *source) setQoS(rules []gwqos.Rule) {
 func (s *source) Desired(context.Context, string) ([]nat.Object, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.desiredCalls++
 	return slices.Clone(s.desired), nil
 }
 
@@ -270,6 +273,7 @@ func (s *source) Absent(_ context.Context, objs []nat.Object) ([]string, error) 
 func (s *source) Dataplane(context.Context, string) (nat.DataplaneName, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.dataplaneCalls++
 	return s.dataplane, nil
 }
 
@@ -447,6 +451,83 @@ func TestDriftRepaired(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "applied", holds(nft, "a", "b", "pending"))
+}
+
+// calls returns the Source's Desired and Dataplane read counts.
+func (s *source) calls() (desired, dataplane int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.desiredCalls, s.dataplaneCalls
+}
+
+// TestKickChecksOnlyTheDataplane: a kick (every reconcile of the
+// gateway's VpcNatGateway sends one) reads the wanted data plane and
+// nothing else: no desired set, no fresh list, so drift made behind the
+// controller's back stays until a periodic check (off here); the drift
+// check that follows repairs it. A kick still switches the data plane
+// when the wanted one changed (TestSwitchDataplane).
+func TestKickChecksOnlyTheDataplane(t *testing.T) {
+	nft := newAgent()
+	src := &source{desired: []nat.Object{fip("a", 1), fip("b", 2)}}
+	f := startWith(t, src, nft, newAgent(), nil, 0, func(o *Options) { o.Resweep = time.Hour })
+	eventually(t, "first sync", holds(nft, "a", "b"))
+	nft.mu.Lock()
+	delete(nft.objs, "b")
+	nft.mu.Unlock()
+	desired0, dp0 := src.calls()
+	for i := 0; i < 20; i++ {
+		f.reg.Kick("gw1")
+		// Each kick is taken before the next is sent, so none coalesce.
+		eventually(t, "kick taken", func() error {
+			if _, dp := src.calls(); dp < dp0+i+1 {
+				return fmt.Errorf("%d data plane reads after %d kicks", dp-dp0, i+1)
+			}
+			return nil
+		})
+	}
+	if desired, _ := src.calls(); desired != desired0 {
+		t.Errorf("20 kicks computed the desired set %d times, want 0", desired-desired0)
+	}
+	if err := holds(nft, "a")(); err != nil {
+		t.Errorf("a kick ran a drift check: %v", err)
+	}
+	f.gw.checkNow()
+	eventually(t, "drift repaired by the drift check", holds(nft, "a", "b"))
+}
+
+// TestDriftRepairedUnderKicks: with kicks arriving all the time (a
+// VpcNatGateway reconciled over and over), drift made behind the
+// controller's back is still repaired by the next periodic drift check,
+// counted as a drift resync.
+func TestDriftRepairedUnderKicks(t *testing.T) {
+	nft := newAgent()
+	src := &source{desired: []nat.Object{fip("a", 1), fip("b", 2)}}
+	const period = 200 * time.Millisecond
+	f := startWith(t, src, nft, newAgent(), nil, period, func(o *Options) { o.SweepPeriod, o.Resweep = 0, time.Hour })
+	eventually(t, "first sync", holds(nft, "a", "b"))
+	stop := make(chan struct{})
+	kicked := make(chan struct{})
+	go func() {
+		defer close(kicked)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				f.reg.Kick("gw1")
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}()
+	defer func() { close(stop); <-kicked }()
+	drifts := metrics.CounterValue(metrics.Resyncs.WithLabelValues("gw1", "drift"))
+	nft.mu.Lock()
+	delete(nft.objs, "b")
+	nft.mu.Unlock()
+	eventually(t, "drift repaired", holds(nft, "a", "b"))
+	if n := metrics.CounterValue(metrics.Resyncs.WithLabelValues("gw1", "drift")) - drifts; n < 1 {
+		t.Errorf("drift resyncs grew by %v, want ≥1", n)
+	}
 }
 
 // TestDeleteForgets: a confirmed delete leaves the desired set of the
@@ -655,7 +736,7 @@ func TestUnlistedButLiveKept(t *testing.T) {
 	f := startWith(t, src, nft, newAgent(), nil, 0, func(o *Options) { o.Resweep = 100 * time.Millisecond })
 	f.applyConnected(t, fip("new", 3))
 	time.Sleep(300 * time.Millisecond)
-	f.gw.Kick()
+	f.gw.checkNow()
 	time.Sleep(200 * time.Millisecond)
 	if err := holds(nft, "new")(); err != nil {
 		t.Error(err)
@@ -746,7 +827,7 @@ func TestGatewayQoS(t *testing.T) {
 // periodicNow runs a drift check of the fixture's gateway now.
 func (f *fixture) periodicNow(t *testing.T) {
 	t.Helper()
-	f.gw.Kick()
+	f.gw.checkNow()
 }
 
 // TestGatewayQoSDrift: every drift check sends the Source's rules and the

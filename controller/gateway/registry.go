@@ -201,8 +201,10 @@ func (r *Registry) Lookup(name string) (gwconfig.Entry, bool) {
 	return r.opts.Config.Lookup(name)
 }
 
-// Kick asks gateway name's manager to re-check its data plane and the
-// drift of its objects soon. Unknown gateways are ignored.
+// Kick asks gateway name's manager to re-check its data plane soon
+// (Manager.Kick: cheap, no drift check). Unknown gateways and gateways
+// whose manager has not been created yet (it reads the data plane when it
+// connects) are ignored.
 func (r *Registry) Kick(name string) {
 	r.mu.Lock()
 	g := r.gateways[name]

@@ -178,11 +178,16 @@ func (g *Manager) serve(ctx context.Context, s transport.Session) {
 			g.periodic(ctx, "sweep", true)
 		case <-drift.C:
 			g.periodic(ctx, "drift", true)
+		case <-g.check:
+			g.periodic(ctx, "drift", true)
 		case <-g.kick:
+			// Only the data plane: a switch converges the new agent
+			// itself, and a kick comes with every reconcile of the
+			// gateway's VpcNatGateway (a drift check here made each one
+			// a fresh list and a desired set of the whole gateway).
 			if next := g.maybeSwitch(ctx); next != nil {
 				s = next
 			}
-			g.periodic(ctx, "drift", true)
 		}
 	}
 }

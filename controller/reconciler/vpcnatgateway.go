@@ -42,7 +42,11 @@ func (r *natGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	uid := string(g.UID)
 	log := logr.FromContextOrDiscard(ctx).WithValues("uid", uid)
 	ctx = logr.NewContext(ctx, log)
-	// The manager re-reads the data plane annotation.
+	// The manager re-reads the data plane annotation and switches when it
+	// changed; nothing else of the object is the manager's (routes and
+	// QoS are programmed below), so the kick is only that check (one
+	// cache read), not a drift check of the gateway's objects: drift and
+	// orphans are found by the manager's periodic checks.
 	r.Registry.Kick(g.Name)
 
 	if !g.DeletionTimestamp.IsZero() {
