@@ -335,10 +335,7 @@ func (e *env) programmedEIP(name string, addr netip.Addr) *v1.IptablesEIP {
 	eip := e.eip(name, addr)
 	eip.Finalizers = []string{Finalizer}
 	e.create(eip)
-	eip.Status = v1.IptablesEIPStatus{Ready: true, IP: addr.String()}
-	if err := e.c.Status().Update(e.ctx, eip); err != nil {
-		e.t.Fatal(err)
-	}
+	e.updateStatus(eip, func() { eip.Status = v1.IptablesEIPStatus{Ready: true, IP: addr.String()} })
 	return eip
 }
 
@@ -420,6 +417,22 @@ func (e *env) update(obj client.Object, mutate func()) {
 		return e.c.Update(e.ctx, obj)
 	}); err != nil {
 		e.t.Fatalf("update %s: %v", obj.GetName(), err)
+	}
+}
+
+// updateStatus is update through the status subresource: what Kube-OVN's
+// controller (played by the test) writes into an object the controller
+// may have written to already.
+func (e *env) updateStatus(obj client.Object, mutate func()) {
+	e.t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		mutate()
+		return e.c.Status().Update(e.ctx, obj)
+	}); err != nil {
+		e.t.Fatalf("update status of %s: %v", obj.GetName(), err)
 	}
 }
 

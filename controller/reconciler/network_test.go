@@ -282,10 +282,7 @@ func TestKubeOVNAllocatedEIP(t *testing.T) {
 	mig.Spec.ExternalSubnet = e.case_ + "-ext"
 	mig.Finalizers = []string{v1.Finalizer}
 	e.create(mig)
-	mig.Status.IP, mig.Status.Ready = "192.0.2.30", true
-	if err := e.c.Status().Update(e.ctx, mig); err != nil {
-		t.Fatal(err)
-	}
+	e.updateStatus(mig, func() { mig.Status.IP, mig.Status.Ready = "192.0.2.30", true })
 	fip := e.fip("migrated", "migrated", netip.MustParseAddr("10.0.0.30"))
 	fip.Finalizers = []string{v1.Finalizer}
 	e.create(fip)
