@@ -232,9 +232,21 @@ type Replica struct {
 	heldUntil, silentSince time.Time
 	// takeover is the timeline of the last takeover (Status); under mu.
 	takeover Takeover
+	// lastBeat is when this replica last sent a beat, irregularAt when
+	// two of its beats were last further apart than beatGap (a starved or
+	// stopped process), unix ns (sendBeats writes them).
+	lastBeat, irregularAt atomic.Int64
+	// beatHealthy is what the beats say of this replica's health: the
+	// loop's last healthy and rulesReady.
+	beatHealthy atomic.Bool
+	// keptLog is when a kept turn was last logged; loop goroutine only.
+	keptLog time.Time
+	// nudge wakes an active's loop when a beat says the peer is active
+	// too (readBeats): it steps down at once if its lease is not valid.
+	nudge chan struct{}
 	// counters for Collector
-	toActive, toStandby, fenceErrors atomic.Int64
-	takeovers                        [2]atomic.Int64 // peer silent, peer alive but not active
+	toActive, toStandby, fenceErrors, keptTurns atomic.Int64
+	takeovers                                   [2]atomic.Int64 // peer silent, peer alive but not active
 }
 
 // SetPeer sets the peer's address (its IPv4 address and port), for a peer
@@ -340,7 +352,7 @@ func New(cfg Config) (*Replica, error) {
 		ns.Close()
 		return nil, fmt.Errorf("ha: %w", err)
 	}
-	r := &Replica{cfg: cfg, plumb: plumb, ns: ns, recv: recv, eips: slices.Clone(cfg.EIPs)}
+	r := &Replica{cfg: cfg, plumb: plumb, ns: ns, recv: recv, eips: slices.Clone(cfg.EIPs), nudge: make(chan struct{}, 1)}
 	r.peer.addr = cfg.Peer
 	r.role.Store(uint32(RoleStandby))
 	return r, nil
@@ -391,7 +403,12 @@ func (r *Replica) Run(ctx context.Context) error {
 	defer wg.Wait()
 	loopCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wg.Add(2)
+	r.beatHealthy.Store(r.healthy() && r.rulesReady())
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		r.sendBeats(loopCtx, udp)
+	}()
 	go func() {
 		defer wg.Done()
 		if err := r.recv.Serve(loopCtx, ln); err != nil {
@@ -417,21 +434,10 @@ func (r *Replica) Run(ctx context.Context) error {
 	wake := time.NewTimer(time.Hour)
 	wake.Stop()
 	defer wake.Stop()
-	var seq uint64
-	beatDue := true
 	for {
 		healthy := r.healthy()
 		rules := r.rulesReady()
-		// The beat goes out before the turn: a slow fence must not
-		// make this replica look silent. One beat per tick.
-		if beatDue {
-			seq++
-			b := beat{Role: r.Role(), Healthy: healthy && rules, Synced: r.recv.Synced() || r.Role() == RoleActive, Seq: seq}
-			// A lost beat is what the peer's detector is for.
-			if p := r.Peer(); p.IsValid() {
-				_, _ = udp.WriteToUDP(b.marshal(), net.UDPAddrFromAddrPort(p))
-			}
-		}
+		r.beatHealthy.Store(healthy && rules)
 		r.step(ctx, healthy, rules)
 		if d, ok := r.nextWake(); ok {
 			wake.Reset(d)
@@ -447,28 +453,61 @@ func (r *Replica) Run(ctx context.Context) error {
 			}
 			return nil
 		case <-tick.C:
-			beatDue = true
 		case <-wake.C:
-			beatDue = false
+		case <-r.nudge:
 		}
 	}
 }
 
-// nextWake returns when a standby should turn before its next tick: just
-// after the peer would become silent, after the peer's lease runs out (as
-// the fence said) and after its own listening period ends; false for an
-// active replica or when none of these is ahead.
-func (r *Replica) nextWake() (time.Duration, bool) {
-	if r.Role() != RoleStandby {
-		return 0, false
+// sendBeats sends a beat to the peer every interval, from its own
+// goroutine: a fence call that takes long (up to what the lease leaves)
+// must not make this replica look silent, and the beats' regularity is
+// what keptByPeer relies on.
+func (r *Replica) sendBeats(ctx context.Context, udp *net.UDPConn) {
+	tick := time.NewTicker(r.cfg.Interval)
+	defer tick.Stop()
+	var seq uint64
+	for {
+		now := time.Now()
+		if last := r.lastBeat.Load(); last != 0 && now.UnixNano()-last > int64(r.beatGap()) {
+			r.irregularAt.Store(now.UnixNano())
+		}
+		r.lastBeat.Store(now.UnixNano())
+		seq++
+		role := r.Role()
+		b := beat{Role: role, Healthy: r.beatHealthy.Load(), Synced: r.recv.Synced() || role == RoleActive, Seq: seq}
+		// A lost beat is what the peer's detector is for.
+		if p := r.Peer(); p.IsValid() {
+			_, _ = udp.WriteToUDP(b.marshal(), net.UDPAddrFromAddrPort(p))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
 	}
+}
+
+// nextWake returns when a replica should turn before its next tick: a
+// standby just after the peer would become silent, after the peer's lease
+// runs out (as the fence said) and after its own listening period ends; an
+// active whose lease is not valid just after its peer's last beat stops
+// counting as fresh (keepWindow); false when none of these is ahead.
+func (r *Replica) nextWake() (time.Duration, bool) {
 	const after = time.Millisecond // past the instant, not at it
 	now := time.Now()
 	r.mu.Lock()
 	seen := r.peer.seen
 	r.mu.Unlock()
+	instants := []time.Time{seen.Add(r.detection()), r.heldUntil, r.healthySince.Add(r.detection())}
+	if r.Role() == RoleActive {
+		instants = nil
+		if !r.leaseValid(r.cfg.Interval + r.margin()) {
+			instants = []time.Time{seen.Add(r.keepWindow())}
+		}
+	}
 	var next time.Time
-	for _, t := range []time.Time{seen.Add(r.detection()), r.heldUntil, r.healthySince.Add(r.detection())} {
+	for _, t := range instants {
 		if t.IsZero() || !t.After(now.Add(-after)) {
 			continue
 		}
@@ -508,10 +547,17 @@ func (r *Replica) readBeats(ctx context.Context, udp *net.UDPConn) {
 			continue
 		}
 		r.mu.Lock()
-		if b.Seq > r.peer.beat.Seq || b.Seq == 1 || time.Since(r.peer.seen) > r.detection() {
+		fresh := b.Seq > r.peer.beat.Seq || b.Seq == 1 || time.Since(r.peer.seen) > r.detection()
+		if fresh {
 			r.peer.seen, r.peer.beat = time.Now(), b
 		}
 		r.mu.Unlock()
+		if fresh && b.Role == RoleActive && r.Role() == RoleActive {
+			select {
+			case r.nudge <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 
@@ -649,11 +695,67 @@ func (r *Replica) step(ctx context.Context, healthy, rules bool) {
 				return // the next turn may try again
 			}
 			// The lease could run out (less the margin) before the
-			// next turn: stop answering now, before the peer may
-			// take it.
-			r.stepDown(fmt.Sprintf("lease not renewed: %v", err))
+			// next turn. A standby heard fresh cannot take over
+			// before it finds this replica silent and acquires the
+			// lease (README "Timing"): keep answering while that
+			// holds.
+			// The peer's beat as of now (the call took time).
+			r.mu.Lock()
+			seen, pb = r.peer.seen, r.peer.beat
+			r.mu.Unlock()
+			if r.keptByPeer(time.Now(), seen, pb) {
+				r.keptTurns.Add(1)
+				if time.Since(r.keptLog) >= keptLogEvery {
+					r.keptLog = time.Now()
+					cfg.Log.Info("lease not renewed; still answering: the peer is heard and standby", "err", err.Error(), "keptTurns", r.keptTurns.Load())
+				}
+				return
+			}
+			// Otherwise stop answering now, before the peer may take
+			// it.
+			r.stepDown(fmt.Sprintf("lease not renewed (peer %s, last heard %s ago): %v", pb.Role, time.Since(seen).Round(time.Millisecond), err))
 		}
 	}
+}
+
+// keptLogEvery rate-limits the log line of kept turns (the counter
+// KeptByPeer has them all).
+const keptLogEvery = 5 * time.Second
+
+// beatGap is the longest gap between two of its own beats after which an
+// active no longer counts on its beats having kept the standby from
+// finding it silent: an interval and a quarter.
+func (r *Replica) beatGap() time.Duration { return r.cfg.Interval + r.cfg.Interval/4 }
+
+// keepWindow is how fresh (by the time it was received) the peer's last
+// beat must be for an active whose lease is not valid to keep answering:
+// the detection interval less beatGap, the next turn's fence call (a
+// fifth of an interval) and a twentieth of an interval to spare, so that
+// after a cut of the heartbeat path both ways the active has stopped
+// answering before the standby (which needs the active silent for the
+// detection interval, counted from the active's last beat, at most
+// beatGap before the cut) may acquire the lease: 1.3 intervals at 3
+// misses. Below one interval (Misses < 3) it would not survive one late
+// beat: keeping is then off (keptByPeer).
+func (r *Replica) keepWindow() time.Duration {
+	i := r.cfg.Interval
+	return r.detection() - r.beatGap() - i/5 - i/20
+}
+
+// keptByPeer reports whether an active whose lease renewal failed and whose
+// lease is about to run out may keep answering at now: the peer's last
+// beat (received at seen) said standby and is fresh (keepWindow), and this
+// replica's own beats went out regularly (no gap over beatGap) for the
+// last detection interval and until now, so the standby has been hearing
+// it unless the path to it is cut one way (then the standby takes over and
+// its next beat, saying active, makes this replica step down: readBeats
+// nudges the loop). A stalled process (SIGSTOP, starved) gives no such
+// assurance, nor do beats read late from the socket's buffer after one:
+// it steps down as before.
+func (r *Replica) keptByPeer(now, seen time.Time, pb beat) bool {
+	w := r.keepWindow()
+	return w >= r.cfg.Interval && pb.Seq != 0 && pb.Role == RoleStandby &&
+		now.Sub(seen) <= w && now.UnixNano()-r.lastBeat.Load() <= int64(r.beatGap()) && now.UnixNano()-r.irregularAt.Load() > int64(r.detection())
 }
 
 // leaseValid reports whether this replica's lease still runs for more than
