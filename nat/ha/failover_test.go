@@ -268,7 +268,7 @@ func TestPartition(t *testing.T) {
 	h := newHALab(t, labIPv4)
 	fs := h.up()
 	from := time.Now()
-	heal := h.cutHeartbeats()
+	heal := h.cutHeartbeats(-1)
 	time.Sleep(40 * h.interval)
 	if h.role(0) != "active" || h.role(1) != "standby" {
 		t.Logf("roles changed during the partition: %s/%s (a late renewal on a busy machine)", h.role(0), h.role(1))
@@ -412,12 +412,19 @@ func pct(d []time.Duration, p int) time.Duration {
 
 // cutHeartbeats drops everything between the replicas' own internal
 // addresses (heartbeats and the conntrack stream) in both directions, in
-// both namespaces; heal undoes it.
-func (h *haLab) cutHeartbeats() (heal func()) {
+// both namespaces, or, with to >= 0, only what replica to receives from the
+// other (a one-way loss); heal undoes it.
+func (h *haLab) cutHeartbeats(to int) (heal func()) {
 	h.t.Helper()
 	for i, r := range h.r {
 		peer := h.r[1-i].in
 		rules := fmt.Sprintf("add table ip halab\nadd chain ip halab in { type filter hook input priority 0; }\nadd rule ip halab in ip saddr %s drop\nadd chain ip halab out { type filter hook output priority 0; }\nadd rule ip halab out ip daddr %s drop\n", peer, peer)
+		switch {
+		case to == 1-i:
+			rules = "add table ip halab\n" // an empty table: heal deletes it
+		case to == i:
+			rules = fmt.Sprintf("add table ip halab\nadd chain ip halab in { type filter hook input priority 0; }\nadd rule ip halab in ip saddr %s drop\n", peer)
+		}
 		if _, err := netlab.Exec(context.Background(), r.ns, rules, "nft", "-f", "-"); err != nil {
 			h.t.Fatal(err)
 		}
@@ -508,11 +515,13 @@ func (p *stallProxy) serve(c net.Conn, arbiter string) {
 // and the fence are back, exactly one replica leads.
 func TestFenceLost(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		stall bool // stalled renewals (else: arbiter gone)
+		name   string
+		stall  bool // stalled renewals (else: arbiter gone)
+		oneWay bool // only gwa → gwb cut (else both ways)
 	}{
-		{"renewals stall", true},
-		{"arbiter gone", false},
+		{"renewals stall", true, false},
+		{"arbiter gone", false, false},
+		{"renewals stall, one-way loss", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHALab(t, labIPv4)
@@ -542,8 +551,11 @@ func TestFenceLost(t *testing.T) {
 			changed := [2]int{len(h.r[0].events) - nev[0], len(h.r[1].events) - nev[1]}
 			h.mu.Unlock()
 			if changed != [2]int{} {
-				t.Fatalf("role changes while both replicas hear each other and the fence is out: gwa %d, gwb %d (roles %s/%s)",
-					changed[0], changed[1], h.role(0), h.role(1))
+				h.mu.Lock()
+				evs := fmt.Sprintf("gwa %v\ngwb %v", h.r[0].events[nev[0]:], h.r[1].events[nev[1]:])
+				h.mu.Unlock()
+				t.Fatalf("role changes while both replicas hear each other and the fence is out: gwa %d, gwb %d (roles %s/%s):\n%s",
+					changed[0], changed[1], h.role(0), h.role(1), evs)
 			}
 			if holder, exp := h.arbiter.Lease(); holder != "gwa" || !exp.Before(lost.Add(ttl)) {
 				t.Fatalf("arbiter lease %s until %s; want gwa's, run out before %s", holder, exp, lost.Add(ttl))
@@ -564,7 +576,11 @@ func TestFenceLost(t *testing.T) {
 			h.mu.Unlock()
 
 			cut := time.Now()
-			heal := h.cutHeartbeats()
+			to := -1
+			if tc.oneWay {
+				to = 1 // gwb no longer hears gwa; gwa still hears gwb
+			}
+			heal := h.cutHeartbeats(to)
 			down := h.waitLeft(0, cut, "the heartbeat path was cut")
 			t.Logf("gwa stepped down %s after the cut: %s", down.at.Sub(cut).Round(time.Millisecond), down.reason)
 			if fl := h.floating(0); len(fl) != 0 {
@@ -576,6 +592,11 @@ func TestFenceLost(t *testing.T) {
 				ov := h.overlap(cut, time.Now())
 				t.Logf("gwb active %s after the cut; gwa down %s before it; two actives for %s", up.Sub(cut).Round(time.Millisecond),
 					up.Sub(down.at).Round(time.Millisecond), ov)
+				// Both ways: gwa stops before gwb may acquire (0 on
+				// a timely loop; one interval allowed for a late
+				// wake-up). One way: gwa steps down on gwb's first
+				// beat as active, at most an interval after gwb
+				// claimed (and the report's latency).
 				if ov > h.interval {
 					t.Errorf("two actives for %s after the cut, more than one interval (%s)", ov, h.interval)
 				}

@@ -244,6 +244,9 @@ type Replica struct {
 	// nudge wakes an active's loop when a beat says the peer is active
 	// too (readBeats): it steps down at once if its lease is not valid.
 	nudge chan struct{}
+	// beatNow makes sendBeats send at once (a role change: the peer
+	// learns it without waiting for the next tick).
+	beatNow chan struct{}
 	// counters for Collector
 	toActive, toStandby, fenceErrors, keptTurns atomic.Int64
 	takeovers                                   [2]atomic.Int64 // peer silent, peer alive but not active
@@ -352,7 +355,7 @@ func New(cfg Config) (*Replica, error) {
 		ns.Close()
 		return nil, fmt.Errorf("ha: %w", err)
 	}
-	r := &Replica{cfg: cfg, plumb: plumb, ns: ns, recv: recv, eips: slices.Clone(cfg.EIPs), nudge: make(chan struct{}, 1)}
+	r := &Replica{cfg: cfg, plumb: plumb, ns: ns, recv: recv, eips: slices.Clone(cfg.EIPs), nudge: make(chan struct{}, 1), beatNow: make(chan struct{}, 1)}
 	r.peer.addr = cfg.Peer
 	r.role.Store(uint32(RoleStandby))
 	return r, nil
@@ -484,7 +487,16 @@ func (r *Replica) sendBeats(ctx context.Context, udp *net.UDPConn) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-r.beatNow:
 		}
+	}
+}
+
+// beatSoon asks sendBeats for a beat now.
+func (r *Replica) beatSoon() {
+	select {
+	case r.beatNow <- struct{}{}:
+	default:
 	}
 }
 
@@ -677,6 +689,12 @@ func (r *Replica) step(ctx context.Context, healthy, rules bool) {
 		// down; granted: nobody took it, so nobody else answered), and
 		// a call that hangs keeps this replica answering at most a
 		// fifth of an interval longer.
+		if !silent && pb.Role == RoleActive && !r.leaseValid(r.margin()) {
+			// The peer leads: it acquired the lease this replica
+			// could not renew (its beat woke this turn, readBeats).
+			r.stepDown("lease not renewed; the peer is active")
+			return
+		}
 		budget := max(time.Until(time.Unix(0, r.leaseUntil.Load()))-r.margin(), cfg.Interval/5)
 		fctx, cancel := context.WithTimeout(ctx, budget)
 		defer cancel()
@@ -730,7 +748,8 @@ func (r *Replica) beatGap() time.Duration { return r.cfg.Interval + r.cfg.Interv
 // keepWindow is how fresh (by the time it was received) the peer's last
 // beat must be for an active whose lease is not valid to keep answering:
 // the detection interval less beatGap, the next turn's fence call (a
-// fifth of an interval) and a twentieth of an interval to spare, so that
+// fifth of an interval) and a quarter of an interval to spare (the wake-up,
+// the deadline's overshoot, removing the addresses), so that
 // after a cut of the heartbeat path both ways the active has stopped
 // answering before the standby (which needs the active silent for the
 // detection interval, counted from the active's last beat, at most
@@ -739,7 +758,7 @@ func (r *Replica) beatGap() time.Duration { return r.cfg.Interval + r.cfg.Interv
 // beat: keeping is then off (keptByPeer).
 func (r *Replica) keepWindow() time.Duration {
 	i := r.cfg.Interval
-	return r.detection() - r.beatGap() - i/5 - i/20
+	return r.detection() - r.beatGap() - i/5 - i/4
 }
 
 // keptByPeer reports whether an active whose lease renewal failed and whose
@@ -778,6 +797,7 @@ func (r *Replica) becomeActive(ctx context.Context, reason string, tl Takeover) 
 	}
 	tl.Claimed = time.Now()
 	r.role.Store(uint32(RoleActive))
+	r.beatSoon()
 	r.toActive.Add(1)
 	r.mu.Lock()
 	r.takeover = tl
@@ -823,6 +843,7 @@ func (r *Replica) stepDown(reason string) {
 		cfg.Log.Error(err, "removing floating addresses")
 	}
 	r.role.Store(uint32(RoleStandby))
+	r.beatSoon()
 	r.toStandby.Add(1)
 	r.stopSender()
 	r.mu.Lock()

@@ -215,3 +215,45 @@ func TestRulesSyncedFile(t *testing.T) {
 		t.Error("a new gate on the removed mark is ready, want not ready")
 	}
 }
+
+// TestKeptByPeer: an active whose lease is about to run out keeps
+// answering only while its peer's last beat, received within keepWindow,
+// says standby and its own beats have gone out regularly; not after a
+// stall of its own (SIGSTOP: buffered beats read late look fresh), not when
+// the peer says active or was never heard, not with fewer than 3 misses.
+func TestKeptByPeer(t *testing.T) {
+	const iv = 50 * time.Millisecond
+	now := time.Unix(1000, 0)
+	standby := beat{Role: RoleStandby, Seq: 7}
+	for _, tc := range []struct {
+		name        string
+		misses      int
+		heardAgo    time.Duration
+		pb          beat
+		lastBeatAgo time.Duration
+		stalledAgo  time.Duration // 0: never
+		want        bool
+	}{
+		{"peer standby, heard fresh", 3, iv, standby, iv / 2, 0, true},
+		{"heard just within the window", 3, 65 * time.Millisecond, standby, iv / 2, 0, true},
+		{"heard too long ago", 3, 66 * time.Millisecond, standby, iv / 2, 0, false},
+		{"peer says active", 3, iv / 2, beat{Role: RoleActive, Seq: 7}, iv / 2, 0, false},
+		{"peer never heard", 3, iv / 2, beat{}, iv / 2, 0, false},
+		{"own beat overdue", 3, iv / 2, standby, 2 * iv, 0, false},
+		{"own beats stalled within the detection interval", 3, iv / 2, standby, iv / 2, 100 * time.Millisecond, false},
+		{"own beats stalled before it", 3, iv / 2, standby, iv / 2, 200 * time.Millisecond, true},
+		{"2 misses: off", 2, 0, standby, 0, 0, false},
+		{"5 misses: longer window", 5, 160 * time.Millisecond, standby, iv / 2, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Replica{cfg: Config{Interval: iv, Misses: tc.misses}}
+			r.lastBeat.Store(now.Add(-tc.lastBeatAgo).UnixNano())
+			if tc.stalledAgo != 0 {
+				r.irregularAt.Store(now.Add(-tc.stalledAgo).UnixNano())
+			}
+			if got := r.keptByPeer(now, now.Add(-tc.heardAgo), tc.pb); got != tc.want {
+				t.Fatalf("keptByPeer = %t, want %t (keepWindow %s)", got, tc.want, r.keepWindow())
+			}
+		})
+	}
+}
