@@ -73,7 +73,8 @@ type Config struct {
 	// active's lease has run out, so LeaseTTL bounds the failover gap
 	// from below; the active renews it every Interval and stops
 	// answering (removes its addresses) when it could not renew it before
-	// the last half interval of the lease (see step).
+	// the lease's last margin, unless its standby is heard fresh saying
+	// standby (see step and keptByPeer).
 	LeaseTTL time.Duration
 	// Fence decides who may lead.
 	Fence Fence
