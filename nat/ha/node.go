@@ -234,9 +234,15 @@ type Replica struct {
 	// takeover is the timeline of the last takeover (Status); under mu.
 	takeover Takeover
 	// lastBeat is when this replica last sent a beat, irregularAt when
-	// two of its beats were last further apart than beatGap (a starved or
-	// stopped process), unix ns (sendBeats writes them).
+	// two of its beats were last further apart than stallGap (a starved or
+	// stopped process), unix ns; sent the send times of its last beats
+	// (recordBeat).
 	lastBeat, irregularAt atomic.Int64
+	sent                  struct {
+		sync.Mutex
+		at [16]int64
+		n  int
+	}
 	// beatHealthy is what the beats say of this replica's health: the
 	// loop's last healthy and rulesReady.
 	beatHealthy atomic.Bool
@@ -472,11 +478,7 @@ func (r *Replica) sendBeats(ctx context.Context, udp *net.UDPConn) {
 	defer tick.Stop()
 	var seq uint64
 	for {
-		now := time.Now()
-		if last := r.lastBeat.Load(); last != 0 && now.UnixNano()-last > int64(r.beatGap()) {
-			r.irregularAt.Store(now.UnixNano())
-		}
-		r.lastBeat.Store(now.UnixNano())
+		r.recordBeat(time.Now())
 		seq++
 		role := r.Role()
 		b := beat{Role: role, Healthy: r.beatHealthy.Load(), Synced: r.recv.Synced() || role == RoleActive, Seq: seq}
@@ -505,7 +507,7 @@ func (r *Replica) beatSoon() {
 // standby just after the peer would become silent, after the peer's lease
 // runs out (as the fence said) and after its own listening period ends; an
 // active whose lease is not valid just after its peer's last beat stops
-// counting as fresh (keepWindow); false when none of these is ahead.
+// counting (keepUntil); false when none of these is ahead.
 func (r *Replica) nextWake() (time.Duration, bool) {
 	const after = time.Millisecond // past the instant, not at it
 	now := time.Now()
@@ -516,7 +518,7 @@ func (r *Replica) nextWake() (time.Duration, bool) {
 	if r.Role() == RoleActive {
 		instants = nil
 		if !r.leaseValid(r.cfg.Interval + r.margin()) {
-			instants = []time.Time{seen.Add(r.keepWindow())}
+			instants = []time.Time{r.keepUntil(seen)}
 		}
 	}
 	var next time.Time
@@ -741,41 +743,82 @@ func (r *Replica) step(ctx context.Context, healthy, rules bool) {
 // KeptByPeer has them all).
 const keptLogEvery = 5 * time.Second
 
-// beatGap is the longest gap between two of its own beats after which an
-// active no longer counts on its beats having kept the standby from
-// finding it silent: an interval and a quarter.
-func (r *Replica) beatGap() time.Duration { return r.cfg.Interval + r.cfg.Interval/4 }
+// stallGap is the longest gap between two of its own beats that is not a
+// stall: the detection interval less an interval (2 intervals at 3
+// misses). After a longer one (SIGSTOP, a starved process) the standby
+// may have found this replica silent, and beats read late from the
+// socket's buffer look fresh: no keeping for a detection interval.
+func (r *Replica) stallGap() time.Duration { return r.detection() - r.cfg.Interval }
 
-// keepWindow is how fresh (by the time it was received) the peer's last
-// beat must be for an active whose lease is not valid to keep answering:
-// the detection interval less beatGap, the next turn's fence call (a
-// fifth of an interval) and a quarter of an interval to spare (the wake-up,
-// the deadline's overshoot, removing the addresses), so that
-// after a cut of the heartbeat path both ways the active has stopped
-// answering before the standby (which needs the active silent for the
-// detection interval, counted from the active's last beat, at most
-// beatGap before the cut) may acquire the lease: 1.3 intervals at 3
-// misses. Below one interval (Misses < 3) it would not survive one late
-// beat: keeping is then off (keptByPeer).
-func (r *Replica) keepWindow() time.Duration {
+// recordBeat notes that a beat went out at t (sendBeats).
+func (r *Replica) recordBeat(t time.Time) {
+	ns := t.UnixNano()
+	if last := r.lastBeat.Load(); last != 0 && ns-last > int64(r.stallGap()) {
+		r.irregularAt.Store(ns)
+	}
+	r.lastBeat.Store(ns)
+	r.sent.Lock()
+	r.sent.at[r.sent.n%len(r.sent.at)] = ns
+	r.sent.n++
+	r.sent.Unlock()
+}
+
+// beatBefore returns the send time of this replica's last beat at or
+// before t (zero when none is remembered).
+func (r *Replica) beatBefore(t time.Time) time.Time {
+	ns := t.UnixNano()
+	var best int64
+	r.sent.Lock()
+	for _, at := range r.sent.at {
+		if at != 0 && at <= ns && at > best {
+			best = at
+		}
+	}
+	r.sent.Unlock()
+	if best == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, best)
+}
+
+// keepUntil is until when an active whose lease is not valid may keep
+// answering on the strength of the peer's beat received at seen (zero:
+// not at all). That beat proves the path from the peer worked then; were
+// the heartbeat path then cut both ways, the standby has this replica's
+// beats up to b, its last one sent before seen, so it cannot find it
+// silent, and acquire, before b + the detection interval. keepUntil is
+// that instant less the next turn's fence call (a fifth of an interval)
+// and a quarter of an interval to spare (the wake-up, the deadline's
+// overshoot, removing the addresses), so the turn after it has stopped
+// answering before the standby may lead. At the defaults, with beats on
+// time, it is 1.55 intervals after b: the peer's next beat may come up to
+// ~27 ms late. Off below 3 misses (it would not survive one late beat).
+func (r *Replica) keepUntil(seen time.Time) time.Time {
 	i := r.cfg.Interval
-	return r.detection() - r.beatGap() - i/5 - i/4
+	if r.cfg.Misses < 3 {
+		return time.Time{}
+	}
+	b := r.beatBefore(seen)
+	if b.IsZero() {
+		return time.Time{}
+	}
+	return b.Add(r.detection() - i/5 - i/4)
 }
 
 // keptByPeer reports whether an active whose lease renewal failed and whose
 // lease is about to run out may keep answering at now: the peer's last
-// beat (received at seen) said standby and is fresh (keepWindow), and this
-// replica's own beats went out regularly (no gap over beatGap) for the
-// last detection interval and until now, so the standby has been hearing
-// it unless the path to it is cut one way (then the standby takes over and
-// its next beat, saying active, makes this replica step down: readBeats
-// nudges the loop). A stalled process (SIGSTOP, starved) gives no such
-// assurance, nor do beats read late from the socket's buffer after one:
-// it steps down as before.
+// beat (received at seen) said standby, now is before keepUntil(seen), and
+// this replica's own beats went out without a stall (stallGap) in the last
+// detection interval and until now. The standby takes over only from an
+// active it finds silent; unless the path to it is cut one way (then the
+// standby takes over and its next beat, saying active, makes this replica
+// step down: readBeats nudges the loop) or both ways (keepUntil), it
+// cannot have. A stalled process (SIGSTOP, starved) gives no such
+// assurance: it steps down as before.
 func (r *Replica) keptByPeer(now, seen time.Time, pb beat) bool {
-	w := r.keepWindow()
-	return w >= r.cfg.Interval && pb.Seq != 0 && pb.Role == RoleStandby &&
-		now.Sub(seen) <= w && now.UnixNano()-r.lastBeat.Load() <= int64(r.beatGap()) && now.UnixNano()-r.irregularAt.Load() > int64(r.detection())
+	until := r.keepUntil(seen)
+	return !until.IsZero() && pb.Seq != 0 && pb.Role == RoleStandby && now.Before(until) &&
+		now.UnixNano()-r.lastBeat.Load() <= int64(r.stallGap()) && now.UnixNano()-r.irregularAt.Load() > int64(r.detection())
 }
 
 // leaseValid reports whether this replica's lease still runs for more than
