@@ -1,13 +1,17 @@
 package ha_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -264,22 +268,12 @@ func TestPartition(t *testing.T) {
 	h := newHALab(t, labIPv4)
 	fs := h.up()
 	from := time.Now()
-	for i, r := range h.r {
-		peer := h.r[1-i].in
-		rules := fmt.Sprintf("add table ip halab\nadd chain ip halab in { type filter hook input priority 0; }\nadd rule ip halab in ip saddr %s drop\nadd chain ip halab out { type filter hook output priority 0; }\nadd rule ip halab out ip daddr %s drop\n", peer, peer)
-		if _, err := netlab.Exec(context.Background(), r.ns, rules, "nft", "-f", "-"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	heal := h.cutHeartbeats(-1)
 	time.Sleep(40 * h.interval)
 	if h.role(0) != "active" || h.role(1) != "standby" {
 		t.Logf("roles changed during the partition: %s/%s (a late renewal on a busy machine)", h.role(0), h.role(1))
 	}
-	for _, r := range h.r {
-		if _, err := netlab.Exec(context.Background(), r.ns, "", "nft", "delete", "table", "ip", "halab"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	heal()
 	time.Sleep(20 * h.interval)
 	if ov := h.overlap(from, time.Now()); ov > h.detection() {
 		t.Fatalf("two actives for %s, more than one detection interval (%s)", ov, h.detection())
@@ -416,52 +410,225 @@ func pct(d []time.Duration, p int) time.Duration {
 	return s[min(max(i-1, 0), len(s)-1)].Round(time.Millisecond)
 }
 
-// TestFenceLost makes the arbiter unreachable for both replicas (it stops
-// serving, as an API server that cannot be reached: every Acquire fails).
-// The active cannot renew, so it steps down and removes its addresses
-// before its lease could run out; the standby cannot acquire, so nobody
-// leads (fencing over availability). When the arbiter is back, exactly one
-// replica leads again.
-func TestFenceLost(t *testing.T) {
-	h := newHALab(t, labIPv4)
-	h.start(0)
-	h.waitActive(0, 3*time.Second)
-	h.start(1)
-	h.waitSynced(1)
-	ttl := ha.DefaultLeaseTTL(h.interval, h.misses)
-	lost := time.Now()
-	h.arbStop()
-	down := h.waitLeft(0, lost, "the arbiter went away")
-	t.Logf("gwa stepped down %s after the arbiter went away (lease %s): %s", down.at.Sub(lost).Round(time.Millisecond), ttl, down.reason)
-	// It must have removed its addresses (the role change is reported
-	// after that) before its last lease could expire.
-	holder, exp := h.arbiter.Lease()
-	if holder != "gwa" {
-		t.Fatalf("lease held by %q, want gwa", holder)
-	}
-	expiry := exp.UnixNano()
-	if margin := time.Unix(0, expiry).Sub(down.at); margin <= 0 {
-		t.Errorf("gwa stepped down %s after its lease expired", -margin)
-	} else {
-		t.Logf("gwa was down %s before its lease would have expired", margin.Round(time.Millisecond))
-	}
-	if fl := h.floating(0); len(fl) != 0 {
-		t.Errorf("gwa kept floating addresses: %v", fl)
-	}
-	h.waitStatus(0, "fence errors counted, stepped down once", func(st ha.Status) bool {
-		return st.Role == ha.RoleStandby && st.FenceErrors > 0 && st.ToStandby == 1
-	}, 2*time.Second)
-	time.Sleep(10 * h.interval)
-	if h.role(0) == "active" || h.role(1) == "active" {
-		t.Fatalf("a replica leads without the arbiter: %s/%s", h.role(0), h.role(1))
-	}
-	h.serveArbiter()
-	deadline := time.Now().Add(3 * time.Second)
-	for (h.role(0) == "active") == (h.role(1) == "active") {
-		if time.Now().After(deadline) {
-			t.Fatalf("roles %s/%s 3 s after the arbiter came back, want exactly one active", h.role(0), h.role(1))
+// cutHeartbeats drops everything between the replicas' own internal
+// addresses (heartbeats and the conntrack stream) in both directions, in
+// both namespaces, or, with to >= 0, only what replica to receives from the
+// other (a one-way loss); heal undoes it.
+func (h *haLab) cutHeartbeats(to int) (heal func()) {
+	h.t.Helper()
+	for i, r := range h.r {
+		peer := h.r[1-i].in
+		rules := fmt.Sprintf("add table ip halab\nadd chain ip halab in { type filter hook input priority 0; }\nadd rule ip halab in ip saddr %s drop\nadd chain ip halab out { type filter hook output priority 0; }\nadd rule ip halab out ip daddr %s drop\n", peer, peer)
+		switch {
+		case to == 1-i:
+			rules = "add table ip halab\n" // an empty table: heal deletes it
+		case to == i:
+			rules = fmt.Sprintf("add table ip halab\nadd chain ip halab in { type filter hook input priority 0; }\nadd rule ip halab in ip saddr %s drop\n", peer)
 		}
-		time.Sleep(5 * time.Millisecond)
+		if _, err := netlab.Exec(context.Background(), r.ns, rules, "nft", "-f", "-"); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	return func() {
+		h.t.Helper()
+		for _, r := range h.r {
+			if _, err := netlab.Exec(context.Background(), r.ns, "", "nft", "delete", "table", "ip", "halab"); err != nil {
+				h.t.Fatal(err)
+			}
+		}
+	}
+}
+
+// stallProxy stands between the agents and the lab's arbiter (one request
+// per connection, see ha.Arbiter): it forwards every request, except,
+// while stalled, holder's acquires (its renewals), which it holds without
+// an answer until the caller gives up: an arbiter that answers that
+// replica too late, while the other still gets its answers.
+type stallProxy struct {
+	path    string
+	holder  string
+	stalled atomic.Bool
+}
+
+func newStallProxy(t *testing.T, arbiter, holder string) *stallProxy {
+	t.Helper()
+	p := &stallProxy{path: filepath.Join(t.TempDir(), "stall.sock"), holder: holder}
+	ln, err := net.Listen("unix", p.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c, arbiter)
+		}
+	}()
+	return p
+}
+
+func (p *stallProxy) serve(c net.Conn, arbiter string) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	rd := bufio.NewReader(c)
+	line, err := rd.ReadString('\n')
+	if err != nil {
+		return
+	}
+	if f := strings.Fields(line); p.stalled.Load() && len(f) == 3 && f[0] == "acquire" && f[1] == p.holder {
+		// No answer: the caller's deadline ends the call.
+		_, _ = rd.ReadString('\n') // until the caller closes
+		return
+	}
+	u, err := net.DialTimeout("unix", arbiter, time.Second)
+	if err != nil {
+		return
+	}
+	defer u.Close()
+	_ = u.SetDeadline(time.Now().Add(time.Second))
+	if _, err := io.WriteString(u, line); err != nil {
+		return
+	}
+	reply, err := bufio.NewReader(u).ReadString('\n')
+	if err != nil {
+		return
+	}
+	_, _ = io.WriteString(c, reply)
+}
+
+// TestFenceLost takes the fence away from the active while both replicas
+// hear each other: its renewals stall (the arbiter holds them without an
+// answer until the caller's deadline; the standby's calls still get
+// answers) or fail (the arbiter stops serving: every call of both
+// replicas fails). For several leases the active keeps answering on a
+// lease that has run out, because its standby, heard fresh, says standby
+// and so cannot take over: no role change, every flow keeps moving, the
+// kept turns are counted. Then the heartbeat path is cut both ways while
+// the fence is still out: the active must stop answering before the
+// standby may acquire. With a stalled fence the standby then acquires the
+// lease (it has run out) and leads, and the two must not both report
+// active (bound: one interval, the one-way loss's, README "Timing");
+// with no fence nobody leads (fencing over availability). When the path
+// and the fence are back, exactly one replica leads.
+func TestFenceLost(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		stall  bool // stalled renewals (else: arbiter gone)
+		oneWay bool // only gwa → gwb cut (else both ways)
+	}{
+		{"renewals stall", true, false},
+		{"arbiter gone", false, false},
+		{"renewals stall, one-way loss", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHALab(t, labIPv4)
+			var px *stallProxy
+			if tc.stall {
+				px = newStallProxy(t, h.fence, "gwa")
+				h.fence = px.path // the agents ask the proxy
+			}
+			fs := h.up()
+			ttl := h.leaseTTL
+			if ttl == 0 {
+				ttl = ha.DefaultLeaseTTL(h.interval, h.misses)
+			}
+			h.mu.Lock()
+			nev := [2]int{len(h.r[0].events), len(h.r[1].events)}
+			h.mu.Unlock()
+			lost := time.Now()
+			if tc.stall {
+				px.stalled.Store(true)
+			} else {
+				h.arbStop()
+			}
+			// Several leases without a renewal.
+			hold := max(6*ttl, 30*h.interval)
+			time.Sleep(hold)
+			h.mu.Lock()
+			changed := [2]int{len(h.r[0].events) - nev[0], len(h.r[1].events) - nev[1]}
+			h.mu.Unlock()
+			if changed != [2]int{} {
+				h.mu.Lock()
+				evs := fmt.Sprintf("gwa %v\ngwb %v", h.r[0].events[nev[0]:], h.r[1].events[nev[1]:])
+				h.mu.Unlock()
+				t.Fatalf("role changes while both replicas hear each other and the fence is out: gwa %d, gwb %d (roles %s/%s):\n%s",
+					changed[0], changed[1], h.role(0), h.role(1), evs)
+			}
+			if holder, exp := h.arbiter.Lease(); holder != "gwa" || !exp.Before(lost.Add(ttl)) {
+				t.Fatalf("arbiter lease %s until %s; want gwa's, run out before %s", holder, exp, lost.Add(ttl))
+			}
+			if len(h.floating(0)) == 0 {
+				t.Fatal("gwa removed its floating addresses")
+			}
+			for _, f := range fs {
+				if _, ok := f.firstAfter(lost.Add(hold - 5*h.interval)); !ok {
+					t.Fatalf("flow %s stopped while gwa kept answering on a lease that ran out", f.name)
+				}
+			}
+			h.waitStatus(0, "kept turns and fence errors counted, no step-down", func(st ha.Status) bool {
+				return st.Role == ha.RoleActive && st.KeptByPeer > 0 && st.FenceErrors > 0 && st.ToStandby == 0
+			}, 2*time.Second)
+			h.mu.Lock()
+			t.Logf("%s for %s (lease %s): no role change; gwa kept answering %d turns", tc.name, hold, ttl, h.r[0].stats.Status.KeptByPeer)
+			h.mu.Unlock()
+
+			cut := time.Now()
+			to := -1
+			if tc.oneWay {
+				to = 1 // gwb no longer hears gwa; gwa still hears gwb
+			}
+			heal := h.cutHeartbeats(to)
+			down := h.waitLeft(0, cut, "the heartbeat path was cut")
+			t.Logf("gwa stepped down %s after the cut: %s", down.at.Sub(cut).Round(time.Millisecond), down.reason)
+			if fl := h.floating(0); len(fl) != 0 {
+				t.Errorf("gwa kept floating addresses: %v", fl)
+			}
+			if tc.stall {
+				h.waitActive(1, 5*time.Second)
+				up, _ := h.activeAt(1, cut)
+				ov := h.overlap(cut, time.Now())
+				t.Logf("gwb active %s after the cut; gwa down %s before it; two actives for %s", up.Sub(cut).Round(time.Millisecond),
+					up.Sub(down.at).Round(time.Millisecond), ov)
+				// Both ways: gwa stops before gwb may acquire (0 on
+				// a timely loop; one interval allowed for a late
+				// wake-up). One way: gwa steps down on gwb's first
+				// beat as active, at most an interval after gwb
+				// claimed (and the report's latency).
+				if ov > h.interval {
+					t.Errorf("two actives for %s after the cut, more than one interval (%s)", ov, h.interval)
+				}
+			} else {
+				time.Sleep(10 * h.interval)
+				if h.role(0) == "active" || h.role(1) == "active" {
+					t.Fatalf("a replica leads without the arbiter: %s/%s", h.role(0), h.role(1))
+				}
+			}
+			heal()
+			if tc.stall {
+				px.stalled.Store(false)
+			} else {
+				h.serveArbiter()
+			}
+			deadline := time.Now().Add(3 * time.Second)
+			for (h.role(0) == "active") == (h.role(1) == "active") {
+				if time.Now().After(deadline) {
+					t.Fatalf("roles %s/%s 3 s after the path and the fence came back, want exactly one active", h.role(0), h.role(1))
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if !tc.stall {
+				// Nobody led for a while: the flows may have broken.
+				for _, f := range fs {
+					_ = f.close()
+				}
+				return
+			}
+			time.Sleep(10 * h.interval)
+			closeFlows(t, fs)
+		})
 	}
 }
 

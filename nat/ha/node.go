@@ -73,7 +73,8 @@ type Config struct {
 	// active's lease has run out, so LeaseTTL bounds the failover gap
 	// from below; the active renews it every Interval and stops
 	// answering (removes its addresses) when it could not renew it before
-	// the last half interval of the lease (see step).
+	// the lease's last margin, unless its standby is heard fresh saying
+	// standby (see step and keptByPeer).
 	LeaseTTL time.Duration
 	// Fence decides who may lead.
 	Fence Fence
@@ -232,9 +233,30 @@ type Replica struct {
 	heldUntil, silentSince time.Time
 	// takeover is the timeline of the last takeover (Status); under mu.
 	takeover Takeover
+	// lastBeat is when this replica last sent a beat, irregularAt when
+	// two of its beats were last further apart than stallGap (a starved or
+	// stopped process), unix ns; sent the send times of its last beats
+	// (recordBeat).
+	lastBeat, irregularAt atomic.Int64
+	sent                  struct {
+		sync.Mutex
+		at [16]int64
+		n  int
+	}
+	// beatHealthy is what the beats say of this replica's health: the
+	// loop's last healthy and rulesReady.
+	beatHealthy atomic.Bool
+	// keptLog is when a kept turn was last logged; loop goroutine only.
+	keptLog time.Time
+	// nudge wakes an active's loop when a beat says the peer is active
+	// too (readBeats): it steps down at once if its lease is not valid.
+	nudge chan struct{}
+	// beatNow makes sendBeats send at once (a role change: the peer
+	// learns it without waiting for the next tick).
+	beatNow chan struct{}
 	// counters for Collector
-	toActive, toStandby, fenceErrors atomic.Int64
-	takeovers                        [2]atomic.Int64 // peer silent, peer alive but not active
+	toActive, toStandby, fenceErrors, keptTurns atomic.Int64
+	takeovers                                   [2]atomic.Int64 // peer silent, peer alive but not active
 }
 
 // SetPeer sets the peer's address (its IPv4 address and port), for a peer
@@ -340,7 +362,7 @@ func New(cfg Config) (*Replica, error) {
 		ns.Close()
 		return nil, fmt.Errorf("ha: %w", err)
 	}
-	r := &Replica{cfg: cfg, plumb: plumb, ns: ns, recv: recv, eips: slices.Clone(cfg.EIPs)}
+	r := &Replica{cfg: cfg, plumb: plumb, ns: ns, recv: recv, eips: slices.Clone(cfg.EIPs), nudge: make(chan struct{}, 1), beatNow: make(chan struct{}, 1)}
 	r.peer.addr = cfg.Peer
 	r.role.Store(uint32(RoleStandby))
 	return r, nil
@@ -391,7 +413,12 @@ func (r *Replica) Run(ctx context.Context) error {
 	defer wg.Wait()
 	loopCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wg.Add(2)
+	r.beatHealthy.Store(r.healthy() && r.rulesReady())
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		r.sendBeats(loopCtx, udp)
+	}()
 	go func() {
 		defer wg.Done()
 		if err := r.recv.Serve(loopCtx, ln); err != nil {
@@ -417,21 +444,10 @@ func (r *Replica) Run(ctx context.Context) error {
 	wake := time.NewTimer(time.Hour)
 	wake.Stop()
 	defer wake.Stop()
-	var seq uint64
-	beatDue := true
 	for {
 		healthy := r.healthy()
 		rules := r.rulesReady()
-		// The beat goes out before the turn: a slow fence must not
-		// make this replica look silent. One beat per tick.
-		if beatDue {
-			seq++
-			b := beat{Role: r.Role(), Healthy: healthy && rules, Synced: r.recv.Synced() || r.Role() == RoleActive, Seq: seq}
-			// A lost beat is what the peer's detector is for.
-			if p := r.Peer(); p.IsValid() {
-				_, _ = udp.WriteToUDP(b.marshal(), net.UDPAddrFromAddrPort(p))
-			}
-		}
+		r.beatHealthy.Store(healthy && rules)
 		r.step(ctx, healthy, rules)
 		if d, ok := r.nextWake(); ok {
 			wake.Reset(d)
@@ -447,28 +463,66 @@ func (r *Replica) Run(ctx context.Context) error {
 			}
 			return nil
 		case <-tick.C:
-			beatDue = true
 		case <-wake.C:
-			beatDue = false
+		case <-r.nudge:
 		}
 	}
 }
 
-// nextWake returns when a standby should turn before its next tick: just
-// after the peer would become silent, after the peer's lease runs out (as
-// the fence said) and after its own listening period ends; false for an
-// active replica or when none of these is ahead.
-func (r *Replica) nextWake() (time.Duration, bool) {
-	if r.Role() != RoleStandby {
-		return 0, false
+// sendBeats sends a beat to the peer every interval, from its own
+// goroutine: a fence call that takes long (up to what the lease leaves)
+// must not make this replica look silent, and the beats' regularity is
+// what keptByPeer relies on.
+func (r *Replica) sendBeats(ctx context.Context, udp *net.UDPConn) {
+	tick := time.NewTicker(r.cfg.Interval)
+	defer tick.Stop()
+	var seq uint64
+	for {
+		r.recordBeat(time.Now())
+		seq++
+		role := r.Role()
+		b := beat{Role: role, Healthy: r.beatHealthy.Load(), Synced: r.recv.Synced() || role == RoleActive, Seq: seq}
+		// A lost beat is what the peer's detector is for.
+		if p := r.Peer(); p.IsValid() {
+			_, _ = udp.WriteToUDP(b.marshal(), net.UDPAddrFromAddrPort(p))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-r.beatNow:
+		}
 	}
+}
+
+// beatSoon asks sendBeats for a beat now.
+func (r *Replica) beatSoon() {
+	select {
+	case r.beatNow <- struct{}{}:
+	default:
+	}
+}
+
+// nextWake returns when a replica should turn before its next tick: a
+// standby just after the peer would become silent, after the peer's lease
+// runs out (as the fence said) and after its own listening period ends; an
+// active whose lease is not valid just after its peer's last beat stops
+// counting (keepUntil); false when none of these is ahead.
+func (r *Replica) nextWake() (time.Duration, bool) {
 	const after = time.Millisecond // past the instant, not at it
 	now := time.Now()
 	r.mu.Lock()
 	seen := r.peer.seen
 	r.mu.Unlock()
+	instants := []time.Time{seen.Add(r.detection()), r.heldUntil, r.healthySince.Add(r.detection())}
+	if r.Role() == RoleActive {
+		instants = nil
+		if !r.leaseValid(r.cfg.Interval + r.margin()) {
+			instants = []time.Time{r.keepUntil(seen)}
+		}
+	}
 	var next time.Time
-	for _, t := range []time.Time{seen.Add(r.detection()), r.heldUntil, r.healthySince.Add(r.detection())} {
+	for _, t := range instants {
 		if t.IsZero() || !t.After(now.Add(-after)) {
 			continue
 		}
@@ -508,10 +562,17 @@ func (r *Replica) readBeats(ctx context.Context, udp *net.UDPConn) {
 			continue
 		}
 		r.mu.Lock()
-		if b.Seq > r.peer.beat.Seq || b.Seq == 1 || time.Since(r.peer.seen) > r.detection() {
+		fresh := b.Seq > r.peer.beat.Seq || b.Seq == 1 || time.Since(r.peer.seen) > r.detection()
+		if fresh {
 			r.peer.seen, r.peer.beat = time.Now(), b
 		}
 		r.mu.Unlock()
+		if fresh && b.Role == RoleActive && r.Role() == RoleActive {
+			select {
+			case r.nudge <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 
@@ -631,6 +692,12 @@ func (r *Replica) step(ctx context.Context, healthy, rules bool) {
 		// down; granted: nobody took it, so nobody else answered), and
 		// a call that hangs keeps this replica answering at most a
 		// fifth of an interval longer.
+		if !silent && pb.Role == RoleActive && !r.leaseValid(r.margin()) {
+			// The peer leads: it acquired the lease this replica
+			// could not renew (its beat woke this turn, readBeats).
+			r.stepDown("lease not renewed; the peer is active")
+			return
+		}
 		budget := max(time.Until(time.Unix(0, r.leaseUntil.Load()))-r.margin(), cfg.Interval/5)
 		fctx, cancel := context.WithTimeout(ctx, budget)
 		defer cancel()
@@ -649,11 +716,109 @@ func (r *Replica) step(ctx context.Context, healthy, rules bool) {
 				return // the next turn may try again
 			}
 			// The lease could run out (less the margin) before the
-			// next turn: stop answering now, before the peer may
-			// take it.
-			r.stepDown(fmt.Sprintf("lease not renewed: %v", err))
+			// next turn. A standby heard fresh cannot take over
+			// before it finds this replica silent and acquires the
+			// lease (README "Timing"): keep answering while that
+			// holds.
+			// The peer's beat as of now (the call took time).
+			r.mu.Lock()
+			seen, pb = r.peer.seen, r.peer.beat
+			r.mu.Unlock()
+			if r.keptByPeer(time.Now(), seen, pb) {
+				r.keptTurns.Add(1)
+				if time.Since(r.keptLog) >= keptLogEvery {
+					r.keptLog = time.Now()
+					cfg.Log.Info("lease not renewed; still answering: the peer is heard and standby", "err", err.Error(), "keptTurns", r.keptTurns.Load())
+				}
+				return
+			}
+			// Otherwise stop answering now, before the peer may take
+			// it.
+			r.stepDown(fmt.Sprintf("lease not renewed (peer %s, last heard %s ago): %v", pb.Role, time.Since(seen).Round(time.Millisecond), err))
 		}
 	}
+}
+
+// keptLogEvery rate-limits the log line of kept turns (the counter
+// KeptByPeer has them all).
+const keptLogEvery = 5 * time.Second
+
+// stallGap is the longest gap between two of its own beats that is not a
+// stall: the detection interval less an interval (2 intervals at 3
+// misses). After a longer one (SIGSTOP, a starved process) the standby
+// may have found this replica silent, and beats read late from the
+// socket's buffer look fresh: no keeping for a detection interval.
+func (r *Replica) stallGap() time.Duration { return r.detection() - r.cfg.Interval }
+
+// recordBeat notes that a beat went out at t (sendBeats).
+func (r *Replica) recordBeat(t time.Time) {
+	ns := t.UnixNano()
+	if last := r.lastBeat.Load(); last != 0 && ns-last > int64(r.stallGap()) {
+		r.irregularAt.Store(ns)
+	}
+	r.lastBeat.Store(ns)
+	r.sent.Lock()
+	r.sent.at[r.sent.n%len(r.sent.at)] = ns
+	r.sent.n++
+	r.sent.Unlock()
+}
+
+// beatBefore returns the send time of this replica's last beat at or
+// before t (zero when none is remembered).
+func (r *Replica) beatBefore(t time.Time) time.Time {
+	ns := t.UnixNano()
+	var best int64
+	r.sent.Lock()
+	for _, at := range r.sent.at {
+		if at != 0 && at <= ns && at > best {
+			best = at
+		}
+	}
+	r.sent.Unlock()
+	if best == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, best)
+}
+
+// keepUntil is until when an active whose lease is not valid may keep
+// answering on the strength of the peer's beat received at seen (zero:
+// not at all). That beat proves the path from the peer worked then; were
+// the heartbeat path then cut both ways, the standby has this replica's
+// beats up to b, its last one sent before seen, so it cannot find it
+// silent, and acquire, before b + the detection interval. keepUntil is
+// that instant less the next turn's fence call (a fifth of an interval)
+// and a quarter of an interval to spare (the wake-up, the deadline's
+// overshoot, removing the addresses), so the turn after it has stopped
+// answering before the standby may lead. At the defaults, with beats on
+// time, it is 1.55 intervals after b: the peer's next beat may come up to
+// ~27 ms late. Off below 3 misses (it would not survive one late beat).
+func (r *Replica) keepUntil(seen time.Time) time.Time {
+	i := r.cfg.Interval
+	if r.cfg.Misses < 3 {
+		return time.Time{}
+	}
+	b := r.beatBefore(seen)
+	if b.IsZero() {
+		return time.Time{}
+	}
+	return b.Add(r.detection() - i/5 - i/4)
+}
+
+// keptByPeer reports whether an active whose lease renewal failed and whose
+// lease is about to run out may keep answering at now: the peer's last
+// beat (received at seen) said standby, now is before keepUntil(seen), and
+// this replica's own beats went out without a stall (stallGap) in the last
+// detection interval and until now. The standby takes over only from an
+// active it finds silent; unless the path to it is cut one way (then the
+// standby takes over and its next beat, saying active, makes this replica
+// step down: readBeats nudges the loop) or both ways (keepUntil), it
+// cannot have. A stalled process (SIGSTOP, starved) gives no such
+// assurance: it steps down as before.
+func (r *Replica) keptByPeer(now, seen time.Time, pb beat) bool {
+	until := r.keepUntil(seen)
+	return !until.IsZero() && pb.Seq != 0 && pb.Role == RoleStandby && now.Before(until) &&
+		now.UnixNano()-r.lastBeat.Load() <= int64(r.stallGap()) && now.UnixNano()-r.irregularAt.Load() > int64(r.detection())
 }
 
 // leaseValid reports whether this replica's lease still runs for more than
@@ -676,6 +841,7 @@ func (r *Replica) becomeActive(ctx context.Context, reason string, tl Takeover) 
 	}
 	tl.Claimed = time.Now()
 	r.role.Store(uint32(RoleActive))
+	r.beatSoon()
 	r.toActive.Add(1)
 	r.mu.Lock()
 	r.takeover = tl
@@ -721,6 +887,7 @@ func (r *Replica) stepDown(reason string) {
 		cfg.Log.Error(err, "removing floating addresses")
 	}
 	r.role.Store(uint32(RoleStandby))
+	r.beatSoon()
 	r.toStandby.Add(1)
 	r.stopSender()
 	r.mu.Lock()

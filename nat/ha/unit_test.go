@@ -215,3 +215,52 @@ func TestRulesSyncedFile(t *testing.T) {
 		t.Error("a new gate on the removed mark is ready, want not ready")
 	}
 }
+
+// TestKeptByPeer: an active whose lease is about to run out keeps
+// answering only while its peer's last beat said standby and came late
+// enough (keepUntil: this replica's last beat before it + the detection
+// interval, less the next turn's call and a spare) and its own beats went
+// out without a stall; not after a stall of its own (SIGSTOP: buffered
+// beats read late look fresh), not when the peer says active or was never
+// heard, not with fewer than 3 misses. Own beats every 50 ms, the last
+// lastBeatAgo before now.
+func TestKeptByPeer(t *testing.T) {
+	const iv = 50 * time.Millisecond
+	now := time.Unix(1000, 0)
+	standby := beat{Role: RoleStandby, Seq: 7}
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	for _, tc := range []struct {
+		name        string
+		misses      int
+		heardAgo    time.Duration
+		pb          beat
+		lastBeatAgo time.Duration
+		stalledAgo  time.Duration // 0: never
+		want        bool
+	}{
+		{"peer standby, heard fresh", 3, ms(50), standby, ms(25), 0, true},
+		{"heard 100 ms ago: own beat before it 125 ms ago, until +2.5 ms", 3, ms(100), standby, ms(25), 0, true},
+		{"heard 130 ms ago: own beat before it 175 ms ago", 3, ms(130), standby, ms(25), 0, false},
+		{"peer says active", 3, ms(10), beat{Role: RoleActive, Seq: 7}, ms(25), 0, false},
+		{"peer never heard", 3, ms(10), beat{}, ms(25), 0, false},
+		{"own beat overdue past the stall gap", 3, ms(10), standby, ms(110), 0, false},
+		{"own beats stalled within the detection interval", 3, ms(10), standby, ms(25), ms(100), false},
+		{"own beats stalled before it", 3, ms(10), standby, ms(25), ms(200), true},
+		{"2 misses: off", 2, ms(10), standby, ms(25), 0, false},
+		{"5 misses: heard 200 ms ago", 5, ms(200), standby, ms(25), 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Replica{cfg: Config{Interval: iv, Misses: tc.misses}}
+			for k := 15; k >= 0; k-- {
+				r.recordBeat(now.Add(-tc.lastBeatAgo - time.Duration(k)*iv))
+			}
+			if tc.stalledAgo != 0 {
+				r.irregularAt.Store(now.Add(-tc.stalledAgo).UnixNano())
+			}
+			seen := now.Add(-tc.heardAgo)
+			if got := r.keptByPeer(now, seen, tc.pb); got != tc.want {
+				t.Fatalf("keptByPeer = %t, want %t (keepUntil now%+v)", got, tc.want, r.keepUntil(seen).Sub(now))
+			}
+		})
+	}
+}
