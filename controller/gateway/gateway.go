@@ -42,6 +42,10 @@ type Manager struct {
 	sess      transport.Session
 	dataplane nat.DataplaneName
 	bootID    string
+	// deletesAt is Options.Deletes as read before the last converge of
+	// the whole gateway (connect, data plane switch, periodic check).
+	// Guarded by mu.
+	deletesAt uint64
 
 	readyMu sync.Mutex
 	ready   chan struct{} // closed while a session is published

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -237,6 +238,9 @@ type source struct {
 	qosErr    error
 	// desiredCalls and dataplaneCalls count Desired and Dataplane reads.
 	desiredCalls, dataplaneCalls int
+	// afterDesired, when set, runs (under mu) after each Desired read
+	// took its copy: a change made there happens during that converge.
+	afterDesired func(s *source)
 }
 
 func (s *source) GatewayQoS(context.Context, string) ([]gwqos.Rule, error) {
@@ -255,7 +259,11 @@ func (s *source) Desired(context.Context, string) ([]nat.Object, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.desiredCalls++
-	return slices.Clone(s.desired), nil
+	out := slices.Clone(s.desired)
+	if s.afterDesired != nil {
+		s.afterDesired(s)
+	}
+	return out, nil
 }
 
 func (s *source) Absent(_ context.Context, objs []nat.Object) ([]string, error) {
@@ -726,6 +734,83 @@ func TestVanishedAfterSync(t *testing.T) {
 	src.absent["x"] = true
 	src.mu.Unlock()
 	eventually(t, "vanished object deleted", holds(nft, "a"))
+}
+
+// TestResweepNeedsADelete: with Options.Deletes set, the sweep after a
+// connect reads nothing (no second desired set) while no delete was
+// observed since the connect read the cache; without it, it runs as
+// before. The period checks are off, so any Desired read after the
+// connect's is the resweep's.
+func TestResweepNeedsADelete(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		deletes func() uint64
+		want    int // Desired reads after the connect's
+	}{
+		{"no delete observed", func() uint64 { return 7 }, 0},
+		{"no delete counter", nil, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nft := newAgent()
+			src := &source{desired: []nat.Object{fip("a", 1)}, absent: map[string]bool{}}
+			startWith(t, src, nft, newAgent(), nil, 0, func(o *Options) { o.Resweep, o.Deletes = 50*time.Millisecond, tc.deletes })
+			eventually(t, "synced", holds(nft, "a"))
+			time.Sleep(400 * time.Millisecond) // eight resweep periods
+			src.mu.Lock()
+			got := src.desiredCalls - 1
+			src.mu.Unlock()
+			if got != tc.want {
+				t.Errorf("%d desired-set reads after the connect's, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestResweepAfterDelete: with Options.Deletes set, an object deleted
+// during the connect's sync (after its desired set was read), or just
+// after it, and counted at once or only after the first resweep period
+// (a slow informer handler), still leaves the gateway by the resweep,
+// with the periodic sweep off.
+func TestResweepAfterDelete(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		duringSync   bool
+		countedAfter time.Duration
+	}{
+		{"during the connect's sync", true, 0},
+		{"just after the connect", false, 0},
+		{"just after the connect, counted late", false, 300 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nft := newAgent()
+			var deletes atomic.Uint64
+			src := &source{desired: []nat.Object{fip("a", 1), fip("x", 2)}, absent: map[string]bool{}}
+			vanish := func(s *source) {
+				s.desired = []nat.Object{fip("a", 1)}
+				s.absent["x"] = true
+				if tc.countedAfter == 0 {
+					deletes.Add(1)
+				} else {
+					time.AfterFunc(tc.countedAfter, func() { deletes.Add(1) })
+				}
+			}
+			if tc.duringSync {
+				src.afterDesired = func(s *source) {
+					if s.desiredCalls == 1 {
+						vanish(s)
+					}
+				}
+			}
+			startWith(t, src, nft, newAgent(), nil, 0, func(o *Options) { o.Resweep, o.Deletes = 100*time.Millisecond, deletes.Load })
+			if !tc.duringSync {
+				eventually(t, "synced", holds(nft, "a", "x"))
+				src.mu.Lock()
+				vanish(src)
+				src.mu.Unlock()
+			}
+			eventually(t, "deleted object removed from the gateway", holds(nft, "a"))
+		})
+	}
 }
 
 // TestUnlistedButLiveKept: an object this process programmed that the

@@ -49,6 +49,15 @@ type Options struct {
 	// 5s): the connect's sync took the desired set from the cache, which
 	// may not yet have seen objects vanish.
 	Resweep time.Duration
+	// Deletes, when set, returns how many deletes of the objects the
+	// desired sets are made of (the owners Source.Absent confirms) the
+	// controller's caches have observed so far. The sweep after a connect
+	// then runs only once the count differs from its value when the
+	// connect began (what it could find is an object that vanished from
+	// the cache after the connect read it, and that is a delete the cache
+	// observes); until then it is checked again every Resweep, until it
+	// ran or a periodic sweep did its work. nil: it always runs.
+	Deletes func() uint64
 	// DriftPeriod is how often a fresh list is compared to the desired set.
 	DriftPeriod time.Duration
 	// ConnectWait bounds how long a call waits for a session before

@@ -141,10 +141,12 @@ func (g *Manager) connect(ctx context.Context, dp nat.DataplaneName) (transport.
 		reason = "bootid"
 		g.log.Info("agent has a new boot id: syncing the desired set", "dataplane", dp, "bootID", info.BootID, "previousBootID", g.bootID)
 	}
+	mark := g.deletes()
 	if err := g.converge(octx, s, dp, reason, true, reason != "connect"); err != nil {
 		_ = s.Close()
 		return nil, err
 	}
+	g.deletesAt = mark
 	g.bootID = info.BootID
 	g.publish(s, dp)
 	g.log.Info("gateway connected", "dataplane", dp, "bootID", info.BootID, "version", info.Version)
@@ -164,7 +166,14 @@ func (g *Manager) serve(ctx context.Context, s transport.Session) {
 		case <-ctx.Done():
 			return
 		case <-resweep.C:
-			g.periodic(ctx, "sweep", true)
+			// Cheap when it cannot find anything: no delete observed
+			// since the connect (or the last periodic check) read the
+			// cache. Checked again later, until it ran once.
+			if g.deletedSince() {
+				g.periodic(ctx, "sweep", true)
+			} else {
+				resweep.Reset(g.opts.Resweep)
+			}
 		case <-s.Done():
 			g.log.Info("session to the gateway agent ended; reconnecting", "reason", fmt.Sprint(s.Err()))
 			g.mu.Lock()
@@ -175,6 +184,8 @@ func (g *Manager) serve(ctx context.Context, s transport.Session) {
 			_ = s.Close()
 			return
 		case <-sweep.C:
+			// Does all the sweep after the connect would.
+			resweep.Stop()
 			g.periodic(ctx, "sweep", true)
 		case <-drift.C:
 			g.periodic(ctx, "drift", true)
@@ -200,9 +211,37 @@ func (g *Manager) periodic(ctx context.Context, reason string, fresh bool) {
 	if g.sess == nil {
 		return
 	}
+	mark := g.deletes()
 	if err := g.converge(cctx, g.sess, g.dataplane, reason, fresh, false); err != nil {
 		g.log.Error(err, "converging the gateway failed", "reason", reason)
+		return
 	}
+	g.deletesAt = mark
+}
+
+// deletes reads Options.Deletes (0 when unset).
+func (g *Manager) deletes() uint64 {
+	if g.opts.Deletes == nil {
+		return 0
+	}
+	return g.opts.Deletes()
+}
+
+// deletedSince reports whether the sweep after a connect may find
+// something: Options.Deletes is unset, or its count moved since the last
+// converge of the whole gateway read the cache.
+func (g *Manager) deletedSince() bool {
+	if g.opts.Deletes == nil {
+		return true
+	}
+	g.mu.RLock()
+	at := g.deletesAt
+	g.mu.RUnlock()
+	if n := g.opts.Deletes(); n != at {
+		return true
+	}
+	g.log.V(1).Info("no delete observed since the gateway's last converge: the sweep after the connect waits")
+	return false
 }
 
 // maybeSwitch moves the gateway to another data plane when the wanted one

@@ -99,6 +99,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 			return names, nil
 		}
 	}
+	if gopts.Deletes == nil {
+		del, err := countDeletes(ctx, mgr.GetCache())
+		if err != nil {
+			return nil, err
+		}
+		gopts.Deletes = del
+	}
 	gev := &gatewayEvents{}
 	gopts.OnConnection = gev.send
 	reg := gateway.NewRegistry(gopts)

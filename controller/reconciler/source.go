@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -158,6 +161,32 @@ var ownerKinds = map[nat.Kind]ownerKind{
 	nat.KindDNAT:  {"IptablesDnatRule", func() client.Object { return &v1.IptablesDnatRule{} }, func() client.ObjectList { return &v1.IptablesDnatRuleList{} }},
 	nat.KindSNAT:  {"IptablesSnatRule", func() client.Object { return &v1.IptablesSnatRule{} }, func() client.ObjectList { return &v1.IptablesSnatRuleList{} }},
 	nat.KindRoute: {"VpcNatGateway", func() client.Object { return &v1.VpcNatGateway{} }, func() client.ObjectList { return &v1.VpcNatGatewayList{} }},
+}
+
+// countDeletes registers, on the informers of every owner kind Absent
+// confirms, a handler that counts their deletes (a relist's vanished
+// objects included), and returns the count (gateway.Options.Deletes).
+// The informer drops an object from its cache before its handlers hear
+// of the delete, so a count read before a read of the cache, and equal
+// after it, means the read saw every delete counted so far.
+func countDeletes(ctx context.Context, infs cache.Informers) (func() uint64, error) {
+	n := &atomic.Uint64{}
+	h := toolscache.ResourceEventHandlerFuncs{DeleteFunc: func(any) { n.Add(1) }}
+	kinds := make([]nat.Kind, 0, len(ownerKinds))
+	for k := range ownerKinds {
+		kinds = append(kinds, k)
+	}
+	sort.Slice(kinds, func(i, j int) bool { return kinds[i] < kinds[j] })
+	for _, k := range kinds {
+		inf, err := infs.GetInformer(ctx, ownerKinds[k].newObj())
+		if err != nil {
+			return nil, fmt.Errorf("informer of %s: %w", ownerKinds[k].name, err)
+		}
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return nil, fmt.Errorf("delete counter on %s: %w", ownerKinds[k].name, err)
+		}
+	}
+	return n.Load, nil
 }
 
 // absentPage is the page size of Absent's live metadata lists.
