@@ -79,7 +79,7 @@ current-context: x
 		t.Fatal(err)
 	}
 	f := haFlags{local: "10.0.0.2:7400", peer: "10.0.0.3:7400", eips: prefixList{netip.MustParsePrefix("192.0.2.10/24")},
-		fenceLease: "kube-system/gw1-ha", kubeconfig: kc}
+		fenceLease: "kube-system/gw1-ha", kubeconfig: kc, interval: 50 * time.Millisecond, misses: 3}
 	cfg, err := f.haConfig(&globals{})
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +205,8 @@ func TestSiblingPeerFollow(t *testing.T) {
 // file (ha.Config.RulesReady); without it there is no gate.
 func TestHARulesSyncedFlag(t *testing.T) {
 	mark := filepath.Join(t.TempDir(), "rules-synced")
-	f := haFlags{id: "a", local: "10.0.0.2:7400", peer: "10.0.0.3:7400", fenceFile: "/x", eips: prefixList{netip.MustParsePrefix("192.0.2.10/24")}}
+	f := haFlags{id: "a", local: "10.0.0.2:7400", peer: "10.0.0.3:7400", fenceFile: "/x", eips: prefixList{netip.MustParsePrefix("192.0.2.10/24")},
+		interval: 50 * time.Millisecond, misses: 3} // the flags' defaults: haConfig checks the timing
 	cfg, err := f.haConfig(&globals{})
 	if err != nil {
 		t.Fatal(err)
