@@ -34,6 +34,21 @@ func synth(i int) Entry {
 	}
 }
 
+// loadBurst writes total synthetic entries into the active namespace in one
+// Apply and returns how long that took.
+func loadBurst(t *testing.T, ctx context.Context, w *Writer, total int) time.Duration {
+	t.Helper()
+	batch := make([]Entry, 0, total)
+	for i := range total {
+		batch = append(batch, synth(i))
+	}
+	t0 := time.Now()
+	if failed, err := w.Apply(ctx, batch); err != nil || failed != 0 {
+		t.Fatalf("load: %d failed: %v", failed, err)
+	}
+	return time.Since(t0)
+}
+
 type repLab struct {
 	act, sb  *netns.NS
 	w        *Writer // writes the load into act (the kernel reports it as events)
@@ -238,15 +253,7 @@ func TestReplicationFigures(t *testing.T) {
 	r := newRepLab(t, ctx)
 	r.startSender(ctx)
 	waitFor(t, "first sync", 5*time.Second, r.recv.Synced)
-	batch := make([]Entry, 0, total)
-	for i := range total {
-		batch = append(batch, synth(i))
-	}
-	t0 := time.Now()
-	if failed, err := r.w.Apply(ctx, batch); err != nil || failed != 0 {
-		t.Fatalf("load: %d failed: %v", failed, err)
-	}
-	loaded := time.Since(t0)
+	loaded := loadBurst(t, ctx, r.w, total)
 	d := waitFor(t, "standby caught up", 60*time.Second, func() bool { return r.recv.Stats().Applied >= int64(total) })
 	st := r.sender.Stats()
 	rs := r.recv.Stats()
@@ -256,12 +263,10 @@ func TestReplicationFigures(t *testing.T) {
 	// A (re)connecting standby catches up through a full dump.
 	r.stopSender()
 	before := r.recv.Stats().Dumps
-	t0 = time.Now()
 	r.startSender(ctx)
 	d = waitFor(t, "full dump", 60*time.Second, func() bool { return r.recv.Stats().Dumps > before })
 	fmt.Printf("ctsync full dump of %d concurrent flows to a reconnecting standby: %s (%.0f entries/s)\n", total, d.Round(time.Millisecond), float64(total)/d.Seconds())
 	r.stopSender()
-	_ = t0
 }
 
 // conntrackdConf is a conntrackd configuration for one side of a pair:
@@ -336,15 +341,7 @@ func TestConntrackdFigures(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	count := entryCounter(t, r.sb)
 	base := count()
-	batch := make([]Entry, 0, total)
-	for i := range total {
-		batch = append(batch, synth(i))
-	}
-	t0 := time.Now()
-	if failed, err := r.w.Apply(ctx, batch); err != nil || failed != 0 {
-		t.Fatalf("load: %d failed: %v", failed, err)
-	}
-	loaded := time.Since(t0)
+	loaded := loadBurst(t, ctx, r.w, total)
 	if d, ok := waitCount(count, base+total, 60*time.Second); ok {
 		fmt.Printf("conntrackd burst of %d new flows (created in %s): standby has them all after %s: %.0f entries/s\n",
 			total, loaded.Round(time.Millisecond), (loaded + d).Round(time.Millisecond), float64(total)/(loaded+d).Seconds())
@@ -363,7 +360,7 @@ func TestConntrackdFigures(t *testing.T) {
 		t.Fatal(err)
 	}
 	base = count()
-	t0 = time.Now()
+	t0 := time.Now()
 	startConntrackd(t, ctx, bin, dir, "sb2", r.sb, "10.9.0.2", "10.9.0.1")
 	if out, err := netlab.Command(ctx, r.sb.Ref(), bin, "-C", filepath.Join(dir, "sb2.conf"), "-n").CombinedOutput(); err != nil {
 		t.Fatalf("conntrackd -n: %v: %s", err, out)

@@ -90,10 +90,12 @@ func TestWriterNAT(t *testing.T) {
 	}
 }
 
-func testWriterNAT(t *testing.T, fam natFamily) {
-	lab := netlab.ForTest(t)
-	ctx := context.Background()
-	ns, err := lab.NS("sb")
+// writerLab makes a namespace "sb" and a Writer into it, both closed at the
+// test's end: the namespace's name (for conntrack(8)), the open namespace
+// and the Writer.
+func writerLab(t *testing.T) (string, *netns.NS, *Writer) {
+	t.Helper()
+	ns, err := netlab.ForTest(t).NS("sb")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,12 +103,18 @@ func testWriterNAT(t *testing.T, fam natFamily) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer n.Close()
+	t.Cleanup(func() { n.Close() })
 	w, err := NewWriter(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close()
+	t.Cleanup(func() { w.Close() })
+	return ns, n, w
+}
+
+func testWriterNAT(t *testing.T, fam natFamily) {
+	ctx := context.Background()
+	ns, n, w := writerLab(t)
 	entries := fam.entries
 	// The DNAT entry exists already, made by someone else without
 	// liberal tracking (as the kernel makes entries for traffic): the
@@ -340,22 +348,8 @@ func TestWriterReplacesStale(t *testing.T) {
 			"--state", "ESTABLISHED", "-u", "ASSURED,SEEN_REPLY", "-t", "100", "--dst-nat", "[2001:db8:100::99]:7001"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			lab := netlab.ForTest(t)
 			ctx := context.Background()
-			ns, err := lab.NS("sb")
-			if err != nil {
-				t.Fatal(err)
-			}
-			n, err := netns.Open(ns)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer n.Close()
-			w, err := NewWriter(n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close()
+			ns, n, w := writerLab(t)
 			if _, err := netlab.Exec(ctx, ns, "", append([]string{"conntrack", "-I"}, tc.preset...)...); err != nil {
 				t.Fatal(err)
 			}
