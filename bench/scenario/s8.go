@@ -85,19 +85,17 @@ type lagLine struct {
 	Offered  int // new flows/s the generator reached
 	P50, P99 time.Duration
 	CaughtUp bool
-	// CPU is the percent of one core of the whole measurement: ctsync's
-	// one process (load generator, sender and receiver together: they
-	// share the test process, so the lab cannot split them); for
-	// conntrackd the load generator's plus both conntrackd processes'.
-	// CPUActive and CPUStandby are conntrackd's two processes; NaN for
-	// ctsync. All NaN when the line has no CPU figure.
-	CPU, CPUActive, CPUStandby float64
+	// CPULoad, CPUActive and CPUStandby are percents of one core over the
+	// measurement: the load generator (the lab's test process), the
+	// active side (ctsync's sender process, conntrackd on the active) and
+	// the standby side (ctsync's receiver process, which writes the
+	// entries; conntrackd on the standby). All NaN when the line has no
+	// CPU figure.
+	CPULoad, CPUActive, CPUStandby float64
 }
 
-var (
-	ctsyncCPURE     = regexp.MustCompile(`CPU of load\+sender\+receiver \(one process\) (\d+)% of one core`)
-	conntrackdCPURE = regexp.MustCompile(`CPU of the load generator (\d+)% of one core; CPU conntrackd active (\d+)% standby (\d+)% of one core`)
-)
+// lagCPURE is the CPU part of a paced line, the same for both replicators.
+var lagCPURE = regexp.MustCompile(`CPU of the load generator (\d+)% of one core; CPU (ctsync|conntrackd) active (\d+)% standby (\d+)% of one core`)
 
 var lagLineRE = regexp.MustCompile(`^(ctsync|conntrackd)\s+paced\s+(\d+) new flows/s \(offered (\d+)/s\): lag p50=(\S+) p99=(\S+) max=\S+ caught up=(true|false)`)
 
@@ -111,17 +109,12 @@ func parseLagLines(out []byte) ([]lagLine, error) {
 		if m == nil {
 			continue
 		}
-		l := lagLine{Who: m[1], CaughtUp: m[6] == "true", CPU: math.NaN(), CPUActive: math.NaN(), CPUStandby: math.NaN()}
+		l := lagLine{Who: m[1], CaughtUp: m[6] == "true", CPULoad: math.NaN(), CPUActive: math.NaN(), CPUStandby: math.NaN()}
 		var err error
-		line := strings.TrimSpace(sc.Text())
-		if c := ctsyncCPURE.FindStringSubmatch(line); c != nil && l.Who == "ctsync" {
-			l.CPU, _ = strconv.ParseFloat(c[1], 64) // \d+ parses
-		}
-		if c := conntrackdCPURE.FindStringSubmatch(line); c != nil && l.Who == "conntrackd" {
-			load, _ := strconv.ParseFloat(c[1], 64)
-			l.CPUActive, _ = strconv.ParseFloat(c[2], 64)
-			l.CPUStandby, _ = strconv.ParseFloat(c[3], 64)
-			l.CPU = load + l.CPUActive + l.CPUStandby
+		if c := lagCPURE.FindStringSubmatch(strings.TrimSpace(sc.Text())); c != nil && c[2] == l.Who {
+			l.CPULoad, _ = strconv.ParseFloat(c[1], 64) // \d+ parses
+			l.CPUActive, _ = strconv.ParseFloat(c[3], 64)
+			l.CPUStandby, _ = strconv.ParseFloat(c[4], 64)
 		}
 		if l.Rate, err = strconv.Atoi(m[2]); err != nil {
 			return nil, fmt.Errorf("line %q: %w", m[0], err)
@@ -320,7 +313,7 @@ func RunS8(ctx context.Context, e *Env) error {
 
 	e.Progress.Step(0, 0, "replication lag: ctsync and conntrackd")
 	lt := report.Table{Caption: "**replication lag** at paced new-flow rates (standby has the entry ← active created it), ctsync (ctnetlink, natgw's) and conntrackd (apt conntrack-tools) in the same run",
-		Header: []string{"replicator", "new flows/s (offered)", "lag p50", "lag p99", "caught up", "CPU, % of one core"}}
+		Header: []string{"replicator", "new flows/s (offered)", "lag p50", "lag p99", "caught up", "CPU active, % of one core", "CPU standby, % of one core", "CPU load generator, % of one core"}}
 	out, err := runLab(ctx, e.CtsyncLab, "nat/ha/ctsync", "TestReplicationFigures|TestConntrackdFigures", 30*time.Minute, "NATGW_CTSYNC_FIGURES=1")
 	lags, perr := parseLagLines(out)
 	if err == nil {
@@ -334,14 +327,11 @@ func RunS8(ctx context.Context, e *Env) error {
 	type rateFig struct{ ours, theirs *lagLine }
 	byRate := map[int]*rateFig{}
 	for i, l := range lags {
-		cpu := "—"
-		switch {
-		case l.Who == "ctsync" && !math.IsNaN(l.CPU):
-			cpu = fmt.Sprintf("%.0f (load generator, sender and receiver: one process)", l.CPU)
-		case l.Who == "conntrackd" && !math.IsNaN(l.CPU):
-			cpu = fmt.Sprintf("%.0f: load generator %.0f + conntrackd active %.0f + standby %.0f", l.CPU, l.CPU-l.CPUActive-l.CPUStandby, l.CPUActive, l.CPUStandby)
+		cpu := []string{"—", "—", "—"}
+		if !math.IsNaN(l.CPUActive) {
+			cpu = []string{fmt.Sprintf("%.0f", l.CPUActive), fmt.Sprintf("%.0f", l.CPUStandby), fmt.Sprintf("%.0f", l.CPULoad)}
 		}
-		lt.Rows = append(lt.Rows, []string{l.Who, fmt.Sprintf("%d (%d)", l.Rate, l.Offered), report.Seconds(l.P50.Seconds()), report.Seconds(l.P99.Seconds()), strconv.FormatBool(l.CaughtUp), cpu})
+		lt.Rows = append(lt.Rows, append([]string{l.Who, fmt.Sprintf("%d (%d)", l.Rate, l.Offered), report.Seconds(l.P50.Seconds()), report.Seconds(l.P99.Seconds()), strconv.FormatBool(l.CaughtUp)}, cpu...))
 		if l.Rate == s8LagRate {
 			if l.Who == "ctsync" {
 				ours = l.P99.Seconds()
@@ -361,22 +351,26 @@ func RunS8(ctx context.Context, e *Env) error {
 		}
 	}
 	sec.Tables = append(sec.Tables, lt)
-	// Per rate: CPU of the whole measurement (ctsync's one process against
-	// the load generator plus both conntrackd processes), and at rates
-	// other than the bounded one, whether the standby kept up.
+	// Per rate: CPU of the active side and of the standby side (ctsync's
+	// sender and receiver processes against the two conntrackd
+	// processes), and at rates other than the bounded one, whether the
+	// standby kept up.
 	for _, rate := range slices.Sorted(maps.Keys(byRate)) {
 		f := byRate[rate]
-		o, th := math.NaN(), math.NaN()
+		oAct, oSb, tAct, tSb := math.NaN(), math.NaN(), math.NaN(), math.NaN()
 		ol, tl := math.NaN(), math.NaN()
 		if f.ours != nil {
-			o, ol = f.ours.CPU, f.ours.P99.Seconds()
+			oAct, oSb, ol = f.ours.CPUActive, f.ours.CPUStandby, f.ours.P99.Seconds()
 		}
 		if f.theirs != nil {
-			th, tl = f.theirs.CPU, f.theirs.P99.Seconds()
+			tAct, tSb, tl = f.theirs.CPUActive, f.theirs.CPUStandby, f.theirs.P99.Seconds()
 		}
 		k := rateKey(rate)
-		e.Report.AddMetric(report.NewMetric("s8.replication_cpu_pct.rate="+k, "% of one core", report.LowerIsBetter, o, th,
-			"conntrackd: load generator + active + standby conntrackd (ctsync: load generator, sender and receiver in one process)"))
+		e.Report.AddMetric(
+			report.NewMetric("s8.replication_cpu_pct.active.rate="+k, "% of one core", report.LowerIsBetter, oAct, tAct,
+				"conntrackd on the active (ctsync: its sender process), same run"),
+			report.NewMetric("s8.replication_cpu_pct.standby.rate="+k, "% of one core", report.LowerIsBetter, oSb, tSb,
+				"conntrackd on the standby (ctsync: its receiver process, which writes the entries), same run"))
 		if rate == s8LagRate {
 			continue
 		}
@@ -454,7 +448,7 @@ func RunS8(ctx context.Context, e *Env) error {
 	sec.Targets = append(sec.Targets, lag)
 	e.Report.AddMetric(report.NewMetric(fmt.Sprintf("s8.replication_lag_p99.rate=%dk", s8LagRate/1000), "s", report.LowerIsBetter, ours, theirs, "conntrackd (conntrack-tools), same run"))
 	sec.Notes = append(sec.Notes,
-		"CPU: ctsync's sender, receiver and the load generator run in one test process, so the lab measures them together (one figure); conntrackd's active and standby are separate processes and are measured apart (/proc/PID/stat), the load generator beside them. "+
+		"CPU: each replicator's active side (ctsync's sender, conntrackd on the active) and standby side (ctsync's receiver, which writes the entries; conntrackd on the standby) are processes of their own, measured apart over the paced run (/proc/PID/stat, 10 ms ticks); the load generator is the lab's test process, measured beside them. "+
 			"The conntrackd catch-up is a restarted conntrackd on a flushed standby asking for a resync (`conntrackd -n`); ctsync's is a new session's full dump (until the receiver counts the dump).",
 		"Partition: nat/ha TestPartition cuts heartbeats and replication both ways for 40 intervals and heals; the time with two actives is from both agents' own role reports. "+
 			"\"Rules lost: 0\" is not checked by a rule count in these labs: after every failover the lab requires a new TCP connection to every EIP and out through the SNAT and every established flow through the FIP, DNAT and SNAT to move again (a lost rule fails the run).",
