@@ -19,22 +19,24 @@ import (
 // whose shape changed must not be read as zero.
 func TestS8ParseLabLines(t *testing.T) {
 	out := []byte(`=== RUN   TestFailoverFigures
-HA kill -9 + pod gone   n=2 takeover p50=251ms p99=339ms | new conn to every EIP p50=262ms p99=344ms | established flows move again p50=296ms p99=1.475s (of 8)
-HA net1 down            n=2 takeover p50=69ms p99=138ms | new conn to every EIP p50=75ms p99=143ms | established flows move again p50=207ms p99=209ms (of 8)
-HA SIGSTOP n=2 takeover p50=bogus p99=1s | new conn to every EIP p50=1s p99=1s | established flows move again p50=1s p99=1s (of 8)
+HA kill -9 + pod gone   n=3 takeover p50=148ms p99=175ms | new conn to every EIP p50=160ms p99=177ms | established flows move again p50=216ms p99=1.475s (of 12) | rules lost 0 of 21
+HA net1 down            n=3 takeover p50=22ms p99=69ms | new conn to every EIP p50=27ms p99=78ms | established flows move again p50=209ms p99=214ms (of 12) | rules lost 2 of 21
+HA old-shape            n=2 takeover p50=69ms p99=138ms | new conn to every EIP p50=75ms p99=143ms | established flows move again p50=207ms p99=209ms (of 8)
+HA SIGSTOP n=2 takeover p50=bogus p99=1s | new conn to every EIP p50=1s p99=1s | established flows move again p50=1s p99=1s (of 8) | rules lost 0 of 14
 --- PASS: TestFailoverFigures (10.88s)
 `)
 	if _, err := parseHALines(out); err == nil {
 		t.Fatal("a malformed duration was accepted")
 	}
-	out = out[:len(out)-len("HA SIGSTOP n=2 takeover p50=bogus p99=1s | new conn to every EIP p50=1s p99=1s | established flows move again p50=1s p99=1s (of 8)\n--- PASS: TestFailoverFigures (10.88s)\n")]
+	out = out[:len(out)-len("HA SIGSTOP n=2 takeover p50=bogus p99=1s | new conn to every EIP p50=1s p99=1s | established flows move again p50=1s p99=1s (of 8) | rules lost 0 of 14\n--- PASS: TestFailoverFigures (10.88s)\n")]
 	ls, err := parseHALines(out)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The line without "rules lost" (the old shape) is no figure line.
 	want := []haLine{
-		{Fault: "kill -9 + pod gone", N: 2, Flows: 8, TakeoverP50: 251 * time.Millisecond, TakeoverP99: 339 * time.Millisecond, NewConnP50: 262 * time.Millisecond, NewConnP99: 344 * time.Millisecond, EstablishedP50: 296 * time.Millisecond, EstabP99: 1475 * time.Millisecond},
-		{Fault: "net1 down", N: 2, Flows: 8, TakeoverP50: 69 * time.Millisecond, TakeoverP99: 138 * time.Millisecond, NewConnP50: 75 * time.Millisecond, NewConnP99: 143 * time.Millisecond, EstablishedP50: 207 * time.Millisecond, EstabP99: 209 * time.Millisecond},
+		{Fault: "kill -9 + pod gone", N: 3, Flows: 12, TakeoverP50: 148 * time.Millisecond, TakeoverP99: 175 * time.Millisecond, NewConnP50: 160 * time.Millisecond, NewConnP99: 177 * time.Millisecond, EstablishedP50: 216 * time.Millisecond, EstabP99: 1475 * time.Millisecond, RulesChecked: 21},
+		{Fault: "net1 down", N: 3, Flows: 12, TakeoverP50: 22 * time.Millisecond, TakeoverP99: 69 * time.Millisecond, NewConnP50: 27 * time.Millisecond, NewConnP99: 78 * time.Millisecond, EstablishedP50: 209 * time.Millisecond, EstabP99: 214 * time.Millisecond, RulesLost: 2, RulesChecked: 21},
 	}
 	if len(ls) != len(want) {
 		t.Fatalf("got %d lines, want %d: %+v", len(ls), len(want), ls)
@@ -45,10 +47,22 @@ HA SIGSTOP n=2 takeover p50=bogus p99=1s | new conn to every EIP p50=1s p99=1s |
 		}
 	}
 	if g := gapTarget("x", ls[0].NewConnP50, ls[0].NewConnP99); !g.Pass {
-		t.Errorf("262/344 ms missed p50 ≤ 300, p99 ≤ 1000: %+v", g)
+		t.Errorf("160/177 ms missed p50 ≤ 300, p99 ≤ 1000: %+v", g)
 	}
 	if g := gapTarget("x", ls[0].EstablishedP50, ls[0].EstabP99); g.Pass {
 		t.Errorf("p99 1475 ms passed p99 ≤ 1000: %+v", g)
+	}
+	for _, tc := range []struct {
+		l    haLine
+		pass bool
+	}{
+		{ls[0], true},
+		{ls[1], false},                         // 2 lost
+		{haLine{N: 3, RulesChecked: 0}, false}, // nothing checked is no 0
+	} {
+		if g := rulesLostTarget("x", tc.l); g.Pass != tc.pass {
+			t.Errorf("rules lost %d of %d: pass %t, want %t (%+v)", tc.l.RulesLost, tc.l.RulesChecked, g.Pass, tc.pass, g)
+		}
 	}
 
 	lags, err := parseLagLines([]byte(`ctsync standby entries with the DNAT binding and NAT status: 100 of 100
@@ -205,8 +219,28 @@ func TestS8LabOutput(t *testing.T) {
 		}
 	})
 
+	haLab := buildLab(t, ctx, root, dir, "nat/ha")
+	t.Run("failover", func(t *testing.T) {
+		out, err := runLab(ctx, haLab, "nat/ha", "TestFailoverFigures", 5*time.Minute, "NATGW_HA_FIGURES=1", "NATGW_HA_PLANE=nftables")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls, err := parseHALines(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ls) != 3 {
+			t.Fatalf("HA lines %+v, want one per fault:\n%s", ls, lastLines(string(out), 20))
+		}
+		for _, l := range ls {
+			if l.N != 1 || l.Flows == 0 || l.NewConnP50 <= 0 || l.RulesChecked == 0 || l.RulesLost != 0 {
+				t.Errorf("HA line %+v", l)
+			}
+		}
+	})
+
 	t.Run("partition", func(t *testing.T) {
-		e := &Env{HALab: buildLab(t, ctx, root, dir, "nat/ha"), Report: &report.Report{}}
+		e := &Env{HALab: haLab, Report: &report.Report{}}
 		tg, err := s8Partition(ctx, e, "nftables")
 		if err != nil {
 			t.Fatal(err)
