@@ -745,6 +745,49 @@ func TestStandbyRestart(t *testing.T) {
 	closeFlows(t, fs)
 }
 
+// TestSteppedDownActiveLeads: the active's pod is gone (gwa) and the
+// standby (gwb) takes over; then the fence stops answering while gwa is
+// still down, so gwb, with no standby heard that would keep it answering,
+// steps down by itself (the lab's stand-in for a lease renewal answered
+// too late on a starved node). gwa comes back with an empty conntrack
+// table while nobody leads. gwb's table is the live one: its beats say
+// synced, so gwa lets it lead and does not even ask the fence, and when
+// the fence answers again gwb leads and every flow survives. (Before,
+// gwb's beats said unsynced after its step-down, both asked, and gwa won
+// the lease about half the time, leading with an empty table: the
+// s8rows "replica gwa not synced after 10 s".)
+func TestSteppedDownActiveLeads(t *testing.T) {
+	h := newHALab(t, labIPv4)
+	fs := h.up()
+	g := h.failover(fs, 0, h.podGone(0))
+	h.checkGaps("kill gwa", g)
+	h.waitActive(1, time.Second)
+	cut := time.Now()
+	h.arbStop()
+	if ev := h.waitLeft(1, cut, "the fence stopped answering"); !strings.Contains(ev.reason, "lease not renewed") {
+		t.Fatalf("gwb left the active role for %q, want a lease not renewed", ev.reason)
+	}
+	h.podBack(0)
+	// gwb keeps asking the fence; gwa, unsynced, hears a synced healthy
+	// peer and leaves the lease to it.
+	h.waitStatus(1, "fence errors as standby", func(st ha.Status) bool { return st.Role == ha.RoleStandby && st.FenceErrors > 0 }, 3*time.Second)
+	time.Sleep(4 * h.detection())
+	h.mu.Lock()
+	st := h.r[0].stats.Status
+	h.mu.Unlock()
+	if st.FenceErrors != 0 || st.Role != ha.RoleStandby {
+		t.Fatalf("restarted gwa, with an empty table, asked the fence %d times (role %s) instead of leaving the lease to gwb, which holds the live table", st.FenceErrors, st.Role)
+	}
+	h.serveArbiter()
+	h.waitActive(1, 3*time.Second)
+	h.waitSynced(0, g.marks[0])
+	h.waitReplicated(1, 0)
+	if len(h.floating(0)) != 0 {
+		t.Errorf("standby gwa holds floating addresses: %v", h.floating(0))
+	}
+	closeFlows(t, fs)
+}
+
 // TestLeaseFenceFailover runs the replicas with the Kubernetes Lease fence
 // on a real kube-apiserver (envtest): the active's kill -9 is a failover
 // that moves the Lease to the standby and keeps every flow; the API server
