@@ -58,18 +58,29 @@ func (h *haLab) mark(i int) syncMark {
 	return syncMark{h.r[i].gen, h.r[i].stats.Recv.Dumps}
 }
 
-// waitSynced waits until replica i's receiver completed a full dump after
-// since: one more than since's, or any of an agent started after since
-// (the zero syncMark: any of a started agent).
+// syncedSince reports whether replica i's receiver completed a full dump
+// after since: one more than since's, or any of an agent started after
+// since (the zero syncMark: any of a started agent).
+func (h *haLab) syncedSince(i int, since syncMark) bool {
+	m := h.mark(i)
+	return m.gen != since.gen && m.dumps > 0 || m.dumps > since.dumps
+}
+
+// waitSynced waits until replica i is syncedSince since.
 func (h *haLab) waitSynced(i int, since syncMark) {
 	h.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := h.mark(i); m.gen != since.gen && m.dumps > 0 || m.dumps > since.dumps {
-			return
+	for !h.syncedSince(i, since) {
+		if time.Now().After(deadline) {
+			h.notSynced(i)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// notSynced fails the test: replica i was not synced after 10 s.
+func (h *haLab) notSynced(i int) {
+	h.t.Helper()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.t.Fatalf("replica %s not synced after 10 s (stats %+v; roles %s); last logs:\n%s\n%s", h.r[i].name, h.r[i].stats.Recv,
@@ -91,30 +102,42 @@ func (h *haLab) timeline() string {
 
 // settle waits, after the fault g on replica i was undone, until one
 // replica leads and the other is synced from it (a dump after the fault's
-// marks), and returns the active. Usually the active is i's peer,
-// which took over at the fault. On a loaded machine the peer may have
-// stepped down by itself meanwhile (a lease renewal answered too late
-// while i was down: with no standby heard it cannot keep answering) and
-// i, restored, take the free lease: then i leads and the peer is the one
-// to sync. Taking the lead from a live active is a failure: the peer must
-// have left the active role before i reported active.
+// marks), and returns the active. Usually the active is i's peer, which
+// took over at the fault. On a loaded machine the roles may swap while or
+// after i is restored: the peer steps down by itself (a lease renewal
+// answered too late while i was down: with no standby heard it cannot
+// keep answering), or its late renewal meets i, just back, not hearing it
+// within a detection interval; then i leads and the peer is the one to
+// sync, so settle waits on whichever is standby until the pair is stable.
+// Taking the lead from a live active is a failure: the peer must have
+// left the active role before i reported active.
 func (h *haLab) settle(i int, g gaps) int {
 	h.t.Helper()
-	a := h.soleActive(3 * time.Second)
-	if a == i {
-		at, _ := h.activeAt(i, g.at)
-		h.mu.Lock()
-		peer := h.r[1-i].events
-		left := peer[len(peer)-1]
-		tl := h.timeline()
-		h.mu.Unlock()
-		if left.at.After(at) {
-			h.t.Fatalf("restored replica %s took the lead from a live active %s (%s)", h.r[i].name, h.r[1-i].name, tl)
+	deadline := time.Now().Add(10 * time.Second)
+	logged := false
+	for {
+		a := h.soleActive(3 * time.Second)
+		if a == i && !logged {
+			at, _ := h.activeAt(i, g.at)
+			h.mu.Lock()
+			peer := h.r[1-i].events
+			left := peer[len(peer)-1]
+			tl := h.timeline()
+			h.mu.Unlock()
+			if left.at.After(at) {
+				h.t.Fatalf("restored replica %s took the lead from a live active %s (%s)", h.r[i].name, h.r[1-i].name, tl)
+			}
+			h.t.Logf("restored replica %s leads: %s left the active role first (%s)", h.r[i].name, h.r[1-i].name, left.reason)
+			logged = true
 		}
-		h.t.Logf("restored replica %s leads: %s had stepped down by itself (%s)", h.r[i].name, h.r[1-i].name, left.reason)
+		if h.syncedSince(1-a, g.marks[1-a]) && h.role(a) == "active" && h.role(1-a) != "active" {
+			return a
+		}
+		if time.Now().After(deadline) {
+			h.notSynced(1 - a)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	h.waitSynced(1-a, g.marks[1-a])
-	return a
 }
 
 // translated returns the NATed flows (through an EIP of the lab's family)
