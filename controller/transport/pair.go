@@ -335,6 +335,9 @@ func (p *Pair) runStandby(ctx context.Context, j standbyJob) {
 		wg.Go(func() { errs[i] = j.call(cctx, m.Session) })
 	}
 	wg.Wait()
+	if ctx.Err() != nil {
+		return // closed: the failures are the close's
+	}
 	failed := false
 	for i, m := range j.members {
 		if errs[i] == nil {
