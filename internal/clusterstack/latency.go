@@ -109,23 +109,8 @@ func Measure(ctx context.Context, tg Target, sz Sizes) (*Result, error) {
 	}
 	defer rw.w.Stop()
 	defer func() { _ = deleteFIPs(context.WithoutCancel(ctx), tg.Client) }()
-	fip := func(tag string, i int) *v1.IptablesFIPRule {
-		f := &v1.IptablesFIPRule{Spec: v1.IptablesFIPRuleSpec{EIP: tg.EIPs[i], InternalIP: tg.InternalIP(i)}}
-		f.Name = fmt.Sprintf("%s-%s%d", tg.Gateway, tag, i)
-		return f
-	}
-
-	for i := 0; i < sz.Paced; i++ {
-		f := fip("p", i)
-		start := time.Now()
-		if err := tg.Client.Create(ctx, f); err != nil {
-			return nil, fmt.Errorf("create %s: %w", f.Name, err)
-		}
-		at, err := rw.wait(ctx, f.Name, 30*time.Second)
-		if err != nil {
-			return nil, err
-		}
-		r.Paced = append(r.Paced, at.Sub(start))
+	if r.Paced, err = paced(ctx, tg, rw, sz.Paced); err != nil {
+		return nil, err
 	}
 	if err := deleteFIPs(ctx, tg.Client); err != nil {
 		return nil, err
@@ -141,7 +126,7 @@ func Measure(ctx context.Context, tg Target, sz Sizes) (*Result, error) {
 		go func(w int) {
 			defer wg.Done()
 			for i := w; i < sz.Burst; i += 8 {
-				f := fip("b", i)
+				f := tg.fip("b", i)
 				starts[i] = time.Now()
 				if err := tg.Client.Create(ctx, f); err != nil {
 					errs <- fmt.Errorf("create %s: %w", f.Name, err)
@@ -156,7 +141,7 @@ func Measure(ctx context.Context, tg Target, sz Sizes) (*Result, error) {
 	}
 	var last time.Time
 	for i := 0; i < sz.Burst; i++ {
-		at, err := rw.wait(ctx, fip("b", i).Name, 2*time.Minute)
+		at, err := rw.wait(ctx, tg.fip("b", i).Name, 2*time.Minute)
 		if err != nil {
 			return nil, err
 		}
@@ -194,6 +179,53 @@ func Measure(ctx context.Context, tg Target, sz Sizes) (*Result, error) {
 		r.KubectlReq = append(r.KubectlReq, time.Since(st))
 	}
 	return r, deleteFIPs(ctx, tg.Client)
+}
+
+// fip is FIP i of the measurement part tag: on EIP i, internal address
+// InternalIP(i).
+func (tg Target) fip(tag string, i int) *v1.IptablesFIPRule {
+	f := &v1.IptablesFIPRule{Spec: v1.IptablesFIPRuleSpec{EIP: tg.EIPs[i], InternalIP: tg.InternalIP(i)}}
+	f.Name = fmt.Sprintf("%s-%s%d", tg.Gateway, tag, i)
+	return f
+}
+
+// paced creates n FIPs one at a time, each waited for until Ready (30 s),
+// and returns each one's create→Ready.
+func paced(ctx context.Context, tg Target, rw *readyWatch, n int) ([]time.Duration, error) {
+	var ds []time.Duration
+	for i := 0; i < n; i++ {
+		f := tg.fip("p", i)
+		start := time.Now()
+		if err := tg.Client.Create(ctx, f); err != nil {
+			return nil, fmt.Errorf("create %s: %w", f.Name, err)
+		}
+		at, err := rw.wait(ctx, f.Name, 30*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		ds = append(ds, at.Sub(start))
+	}
+	return ds, nil
+}
+
+// MeasurePaced is Measure's paced part alone (the same FIPs, client and
+// Ready watch): n FIPs on tg created one at a time, each waited for until
+// Ready; it returns each one's create→Ready and deletes its FIPs before it
+// returns. tg needs Gateway, EIPs (≥ n), InternalIP and Client.
+func MeasurePaced(ctx context.Context, tg Target, n int) ([]time.Duration, error) {
+	if len(tg.EIPs) < n {
+		return nil, fmt.Errorf("latency: %d EIPs for %d paced FIPs", len(tg.EIPs), n)
+	}
+	rw, err := startReadyWatch(ctx, tg.Client)
+	if err != nil {
+		return nil, err
+	}
+	defer rw.w.Stop()
+	ds, err := paced(ctx, tg, rw, n)
+	if derr := deleteFIPs(context.WithoutCancel(ctx), tg.Client); err == nil && derr != nil {
+		return nil, derr
+	}
+	return ds, err
 }
 
 // deleteFIPs deletes every FIP and waits (1 min) until they are gone.
