@@ -40,7 +40,9 @@ type s7Result struct {
 // gateway pod per data plane, and clusterstack.Measure (what e2e/cluster's
 // TestLatency measures): FIP create→Ready paced and as a burst through pod
 // exec, and a long-lived exec session's request against one `kubectl exec`
-// per request (upstream's way).
+// per request (upstream's way). Last, s7RunHA: the paced create→Ready on a
+// provisioned nftables gateway of one replica against one of two (issue
+// 23's ratio, target ≤ 1.5).
 func RunS7(ctx context.Context, e *Env) error {
 	e.Progress.Scenario("scenario 7: the exec path in a real cluster (kubelet, containerd, natgw-controller pods, gateway pods)")
 	sec := e.Report.Section("s7", "Scenario 7: the exec path in a real cluster")
