@@ -2,6 +2,7 @@ package clusterstack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -139,29 +140,44 @@ func (s KubeOVNSetup) KubeOVNConfig(c *cluster.Cluster) kubeovn.Config {
 	return kc
 }
 
-// StartKubeOVN installs Kube-OVN's CRDs (those of kinds the cluster does
-// not define yet: natgw's own CRDs of the NAT kinds stay as
-// controller/config installed them), the NAD CRD and s.Network's objects,
-// starts kube-ovn-controller, waits for the VPC to be handled (its
-// status.standby), and turns Kube-OVN's own VPC NAT gateway feature off
-// (natgw-controller --provision-gateways provisions the gateways). The
-// caller stops the returned controller.
+// StartKubeOVN is InstallKubeOVN, RunKubeOVN and KubeOVNFeatureOff: Kube-OVN's
+// controller running for natgw-controller --provision-gateways. The caller
+// stops the returned controller; on error nothing is left running.
 func StartKubeOVN(ctx context.Context, c *cluster.Cluster, s KubeOVNSetup) (*kubeovn.KubeOVN, error) {
-	kc := s.KubeOVNConfig(c)
-	if why := kubeovn.Missing(kc); why != "" {
-		return nil, fmt.Errorf("%s (`make kubeovn-assets` builds it)", why)
+	if err := InstallKubeOVN(ctx, c, s); err != nil {
+		return nil, err
+	}
+	k, err := RunKubeOVN(ctx, c, s)
+	if err == nil {
+		err = KubeOVNFeatureOff(ctx, c)
+	}
+	if err != nil && k != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		return nil, errors.Join(err, k.Stop(sctx))
+	}
+	return k, err
+}
+
+// InstallKubeOVN installs what kube-ovn-controller needs before it starts:
+// Kube-OVN's CRDs (those of kinds the cluster does not define yet: natgw's
+// own CRDs of the NAT kinds, when controller/config installed them, stay),
+// the NAD CRD, and s.Network's objects for gateways of s.Image.
+func InstallKubeOVN(ctx context.Context, c *cluster.Cluster, s KubeOVNSetup) error {
+	if why := kubeovn.Missing(s.KubeOVNConfig(c)); why != "" {
+		return fmt.Errorf("%s (`make kubeovn-assets` builds it)", why)
 	}
 	crds, err := kubeovn.CRDs(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	have, err := c.Kubectl(ctx, nil, "get", "crd", "-o", "name")
 	if err != nil {
-		return nil, fmt.Errorf("list CRDs: %w\n%s", err, have)
+		return fmt.Errorf("list CRDs: %w\n%s", err, have)
 	}
 	crds, err = withoutCRDs(crds, strings.Fields(have))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	apply := func(what, y string) error {
 		if out, err := c.Kubectl(ctx, strings.NewReader(y), "apply", "--server-side", "-f", "-"); err != nil {
@@ -170,50 +186,55 @@ func StartKubeOVN(ctx context.Context, c *cluster.Cluster, s KubeOVNSetup) (*kub
 		return nil
 	}
 	if err := apply("Kube-OVN's CRDs", crds); err != nil {
-		return nil, err
+		return err
 	}
 	if err := apply("the NAD CRD", kubeovn.Prerequisites()); err != nil {
-		return nil, err
+		return err
 	}
 	if out, err := c.Kubectl(ctx, nil, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"); err != nil {
-		return nil, fmt.Errorf("CRDs not Established: %w\n%s", err, out)
+		return fmt.Errorf("CRDs not Established: %w\n%s", err, out)
 	}
-	if err := apply("Kube-OVN's objects", kubeovn.Objects(s.Image, s.Network)); err != nil {
-		return nil, err
-	}
-	k, err := kubeovn.Start(ctx, kc)
+	return apply("Kube-OVN's objects", kubeovn.Objects(s.Image, s.Network))
+}
+
+// RunKubeOVN starts kube-ovn-controller (InstallKubeOVN done) and waits
+// (2 min) until it handles the VPC (its status.standby). Once the
+// controller started it is returned, also with a wait's error, so that
+// the caller can read its output (OutputPath) before it stops it.
+func RunKubeOVN(ctx context.Context, c *cluster.Cluster, s KubeOVNSetup) (*kubeovn.KubeOVN, error) {
+	k, err := kubeovn.Start(ctx, s.KubeOVNConfig(c))
 	if err != nil {
-		return nil, err
-	}
-	fail := func(err error) (*kubeovn.KubeOVN, error) {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		_ = k.Stop(sctx)
 		return nil, err
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		if err := k.Alive(); err != nil {
-			return fail(err)
+			return k, err
 		}
 		out, err := c.Kubectl(ctx, nil, "get", "vpc", s.Network.VPC, "-o", "jsonpath={.status.standby}")
 		if err == nil && out == "true" {
-			break
+			return k, nil
 		}
 		if time.Now().After(deadline) {
-			return fail(fmt.Errorf("kube-ovn-controller: vpc %s status.standby=%q after 2m (%v)", s.Network.VPC, out, err))
+			return k, fmt.Errorf("kube-ovn-controller: vpc %s status.standby=%q after 2m (%v)", s.Network.VPC, out, err)
 		}
 		select {
 		case <-ctx.Done():
-			return fail(ctx.Err())
+			return k, ctx.Err()
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// KubeOVNFeatureOff turns Kube-OVN's own VPC NAT gateway feature off
+// (natgw-controller --provision-gateways provisions the gateways), as
+// controller/docs/operations.md tells users to.
+func KubeOVNFeatureOff(ctx context.Context, c *cluster.Cluster) error {
 	if out, err := c.Kubectl(ctx, nil, "-n", GatewayNamespace, "patch", "configmap", "ovn-vpc-nat-gw-config", "--type=merge",
 		"-p", `{"data":{"enable-vpc-nat-gw":"false"}}`); err != nil {
-		return fail(fmt.Errorf("turn Kube-OVN's VPC NAT gateway off: %w\n%s", err, out))
+		return fmt.Errorf("turn Kube-OVN's VPC NAT gateway off: %w\n%s", err, out)
 	}
-	return k, nil
+	return nil
 }
 
 // withoutCRDs drops from the YAML stream y the CRDs named in have
