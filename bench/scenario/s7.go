@@ -92,7 +92,7 @@ func RunS7(ctx context.Context, e *Env) error {
 	}
 	reportS7(e.Report, sec, results, upIn)
 	// Last: it turns the deployed controller into the provisioner.
-	e.Progress.Printf("two-replica comparison (nftables): Kube-OVN's controller, natgw-controller --provision-gateways --ha-gateways, %d paced FIPs on one replica, then on two", sz.Paced)
+	e.Progress.Printf("two-replica comparison (nftables): Kube-OVN's controller, natgw-controller --provision-gateways --ha-gateways, %d paced FIPs on a gateway of one replica and one of two, alternating", sz.Paced)
 	ha, notRun, err := s7RunHA(ctx, c, cfg, repo, sz.Paced, e.Progress.Printf)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("scenario 7, two replicas: %w", err))

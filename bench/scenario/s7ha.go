@@ -63,9 +63,14 @@ const (
 // --provision-gateways --ha-gateways (controller/config/ha applied) with
 // Kube-OVN's controller giving the pods their addresses; the test plays
 // Multus (both replicas' net1 ports of one bridge in an external
-// namespace, as TestHAFailoverCluster does). It turns the deployed
-// controller into the provisioner: run it after the other measurements.
+// namespace, as TestHAFailoverCluster does). Both gateways run at once and
+// their FIPs alternate (clusterstack.MeasurePaced with both targets), so
+// the two see the same load. It turns the deployed controller into the
+// provisioner: run it after the other measurements.
 func s7HA(ctx context.Context, c *cluster.Cluster, cfg cluster.Config, repo string, n int, cl client.WithWatch, logf func(string, ...any)) (_ *s7HAResult, err error) {
+	if 2*n > 200 {
+		return nil, fmt.Errorf("%d paced FIPs per gateway: want at most 100 (netlab.EIP has 200 addresses)", n)
+	}
 	image, err := clusterstack.GatewayImage(repo, "nftables")
 	if err != nil {
 		return nil, err
@@ -106,90 +111,86 @@ func s7HA(ctx context.Context, c *cluster.Cluster, cfg cluster.Config, repo stri
 	if err := netlab.AddAddr(ext, "br0", netip.PrefixFrom(netlab.ExtAddr, netlab.ExtNet.Bits())); err != nil {
 		return nil, err
 	}
-	res := &s7HAResult{}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
+		defer cancel()
+		err = errors.Join(err, s7Cleanup(cctx, cl), s7WaitPodsGone(cctx, c, s7HAName(1)), s7WaitPodsGone(cctx, c, s7HAName(2)))
+	}()
+	var tgs []clusterstack.Target
 	for _, replicas := range []int{1, 2} {
-		logf("two-replica comparison: a provisioned gateway with %d replica(s), %d paced FIPs", replicas, n)
-		ds, lag, scrapes, err := s7HAGateway(ctx, c, cl, ext, replicas, n)
+		logf("two-replica comparison: a provisioned gateway with %d replica(s), net1 attached, %d EIPs", replicas, n)
+		eips, err := s7HAGateway(ctx, c, cl, ext, replicas, (replicas-1)*n, n)
 		if err != nil {
 			return nil, fmt.Errorf("%d replica(s): %w", replicas, err)
 		}
-		if replicas == 1 {
-			res.One = ds
-		} else {
-			res.Two, res.Lag, res.LagScrapes = ds, lag, scrapes
-		}
+		tgs = append(tgs, clusterstack.Target{
+			Gateway: s7HAName(replicas), Dataplane: nat.DataplaneNftables, EIPs: eips, Client: cl,
+			InternalIP: func(i int) string { return fmt.Sprintf("10.25%d.%d.%d", replicas, i/250, i%250+1) },
+		})
 	}
+	logf("two-replica comparison: %d paced FIPs on each gateway, alternating", n)
+	sctx, stop := context.WithCancel(ctx)
+	res := &s7HAResult{}
+	var wg sync.WaitGroup
+	wg.Go(func() { res.Lag, res.LagScrapes = s7ScrapeLag(sctx, c, s7HAName(2)) })
+	ds, err := clusterstack.MeasurePaced(ctx, n, tgs...)
+	stop()
+	wg.Wait()
+	if err != nil {
+		return nil, err
+	}
+	res.One, res.Two = ds[0], ds[1]
 	return res, nil
 }
 
-// s7HAGateway provisions gateway s7ha<replicas>, attaches its pods' net1 to
-// ext's br0, gives it n Ready EIPs, measures n paced FIPs on it (scraping
-// the standby lag meanwhile) and removes it all.
-func s7HAGateway(ctx context.Context, c *cluster.Cluster, cl client.WithWatch, ext string, replicas, n int) (_ []time.Duration, lag time.Duration, scrapes int, err error) {
-	name := fmt.Sprintf("s7ha%d", replicas)
+// s7HAName is the comparison's gateway of replicas replicas.
+func s7HAName(replicas int) string { return fmt.Sprintf("s7ha%d", replicas) }
+
+// s7HAGateway provisions gateway s7HAName(replicas), attaches its pods'
+// net1 to ext's br0 and gives it n Ready EIPs (netlab.EIP(first) on); it
+// returns their names. s7HA removes it all.
+func s7HAGateway(ctx context.Context, c *cluster.Cluster, cl client.WithWatch, ext string, replicas, first, n int) ([]string, error) {
+	name := s7HAName(replicas)
 	lan := s7HALanOne
 	if replicas == 2 {
 		lan = s7HALanTwo
 	}
 	gw := &v1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1.VpcNatGatewaySpec{Vpc: s7HAVPC, Subnet: s7HASubnet, LanIP: lan, Replicas: ptr.To(int32(replicas))}}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
-		defer cancel()
-		err = errors.Join(err, s7Cleanup(cctx, cl), s7WaitPodsGone(cctx, c, name))
-	}()
 	if err := cl.Create(ctx, gw); err != nil {
-		return nil, 0, 0, fmt.Errorf("create VpcNatGateway %s: %w", name, err)
+		return nil, fmt.Errorf("create VpcNatGateway %s: %w", name, err)
 	}
-	containers := 1
-	if replicas == 2 {
-		containers = 2
-	}
-	pods, err := clusterstack.WaitReplicaPods(ctx, c, clusterstack.GatewayNamespace, name, replicas, containers, false, 4*time.Minute)
+	pods, err := clusterstack.WaitReplicaPods(ctx, c, clusterstack.GatewayNamespace, name, replicas, replicas, false, 4*time.Minute)
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, err
 	}
 	for i, p := range pods {
 		if err := clusterstack.AttachBridge(p, netlab.ExtNet.Bits(), ext, fmt.Sprintf("g%d%d", replicas, i), "br0"); err != nil {
-			return nil, 0, 0, err
+			return nil, err
 		}
 	}
 	if replicas == 2 {
 		// Both containers Ready: natgw-ha is Ready once the rules are
 		// synced (--rules-synced-file), so the pair is formed.
-		if _, err := clusterstack.WaitReplicaPods(ctx, c, clusterstack.GatewayNamespace, name, replicas, containers, true, 2*time.Minute); err != nil {
-			return nil, 0, 0, err
+		if _, err := clusterstack.WaitReplicaPods(ctx, c, clusterstack.GatewayNamespace, name, replicas, replicas, true, 2*time.Minute); err != nil {
+			return nil, err
 		}
 	}
 	var eips []string
-	for i := 0; i < n; i++ {
+	for i := first; i < first+n; i++ {
 		e := &v1.IptablesEIP{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-e%d", name, i)},
 			Spec: v1.IptablesEIPSpec{V4ip: netlab.EIP(i).String(), NatGwDp: name}}
 		if err := cl.Create(ctx, e); err != nil {
-			return nil, 0, 0, fmt.Errorf("create %s: %w", e.Name, err)
+			return nil, fmt.Errorf("create %s: %w", e.Name, err)
 		}
 		eips = append(eips, e.Name)
 	}
-	if err := s7WaitEIPsReady(ctx, cl, len(eips)); err != nil {
-		return nil, 0, 0, err
+	// Every EIP of the comparison so far Ready (those of the gateway set
+	// up before this one included).
+	if err := s7WaitEIPsReady(ctx, cl, first+n); err != nil {
+		return nil, err
 	}
-	sctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	if replicas == 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			lag, scrapes = s7ScrapeLag(sctx, c, name)
-		}()
-	}
-	ds, err := clusterstack.MeasurePaced(ctx, clusterstack.Target{
-		Gateway: name, Dataplane: nat.DataplaneNftables, EIPs: eips,
-		InternalIP: func(i int) string { return fmt.Sprintf("10.250.%d.%d", i/250, i%250+1) },
-		Client:     cl,
-	}, n)
-	stop()
-	wg.Wait()
-	return ds, lag, scrapes, err
+	return eips, nil
 }
 
 // s7WaitPodsGone waits until gateway gw has no pods.
@@ -289,7 +290,7 @@ func reportS7HA(r *report.Report, sec *report.Section, res *s7HAResult, notRun s
 	}
 	t := report.Table{
 		Caption: "**Create→Ready with two replicas** (nftables; issue 23): the same paced cycle (FIPs one at a time, each on its own EIP, each waited for " +
-			"until Ready, `clusterstack.MeasurePaced`) on a gateway of one replica and one of two, both provisioned by natgw-controller " +
+			"until Ready, `clusterstack.MeasurePaced`) on a gateway of one replica and one of two, running at once, their FIPs alternating, both provisioned by natgw-controller " +
 			"`--provision-gateways --ha-gateways` (`controller/config/ha`), Kube-OVN's controller addressing the pods, both replicas' net1 on one " +
 			"external bridge. A two-replica FIP is Ready when the active holds it (the exec transport's Pair programs active and standby); " +
 			"the standby's lag is natgw-controller's `natgw_gateway_standby_lag_seconds` scraped every 100 ms during the cycle.",

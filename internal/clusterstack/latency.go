@@ -194,38 +194,71 @@ func (tg Target) fip(tag string, i int) *v1.IptablesFIPRule {
 func paced(ctx context.Context, tg Target, rw *readyWatch, n int) ([]time.Duration, error) {
 	var ds []time.Duration
 	for i := 0; i < n; i++ {
-		f := tg.fip("p", i)
-		start := time.Now()
-		if err := tg.Client.Create(ctx, f); err != nil {
-			return nil, fmt.Errorf("create %s: %w", f.Name, err)
-		}
-		at, err := rw.wait(ctx, f.Name, 30*time.Second)
+		d, err := pacedOne(ctx, tg, rw, i)
 		if err != nil {
 			return nil, err
 		}
-		ds = append(ds, at.Sub(start))
+		ds = append(ds, d)
 	}
 	return ds, nil
 }
 
-// MeasurePaced is Measure's paced part alone (the same FIPs, client and
-// Ready watch): n FIPs on tg created one at a time, each waited for until
-// Ready; it returns each one's create→Ready and deletes its FIPs before it
-// returns. tg needs Gateway, EIPs (≥ n), InternalIP and Client.
-func MeasurePaced(ctx context.Context, tg Target, n int) ([]time.Duration, error) {
-	if len(tg.EIPs) < n {
-		return nil, fmt.Errorf("latency: %d EIPs for %d paced FIPs", len(tg.EIPs), n)
+// pacedOne creates paced FIP i of tg and returns its create→Ready (seen
+// by rw, at most 30 s).
+func pacedOne(ctx context.Context, tg Target, rw *readyWatch, i int) (time.Duration, error) {
+	f := tg.fip("p", i)
+	start := time.Now()
+	if err := tg.Client.Create(ctx, f); err != nil {
+		return 0, fmt.Errorf("create %s: %w", f.Name, err)
 	}
-	rw, err := startReadyWatch(ctx, tg.Client)
+	at, err := rw.wait(ctx, f.Name, 30*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	return at.Sub(start), nil
+}
+
+// MeasurePaced is Measure's paced part (the same FIPs, client and Ready
+// watch) on one or more targets in turn: FIP i of every target (in the
+// order given), one at a time, each waited for until Ready, then FIP i+1;
+// so targets compared in one call see the same moments of a shared
+// machine's load. It returns each target's n create→Ready durations and
+// deletes every FIP before it returns. Each target needs Gateway, EIPs
+// (≥ n), InternalIP and Client; the first one's Client creates and
+// watches.
+func MeasurePaced(ctx context.Context, n int, tgs ...Target) ([][]time.Duration, error) {
+	if len(tgs) == 0 {
+		return nil, fmt.Errorf("latency: no target")
+	}
+	for _, tg := range tgs {
+		if len(tg.EIPs) < n {
+			return nil, fmt.Errorf("latency: gateway %s: %d EIPs for %d paced FIPs", tg.Gateway, len(tg.EIPs), n)
+		}
+	}
+	cl := tgs[0].Client
+	rw, err := startReadyWatch(ctx, cl)
 	if err != nil {
 		return nil, err
 	}
 	defer rw.w.Stop()
-	ds, err := paced(ctx, tg, rw, n)
-	if derr := deleteFIPs(context.WithoutCancel(ctx), tg.Client); err == nil && derr != nil {
+	out := make([][]time.Duration, len(tgs))
+	for i := 0; i < n && err == nil; i++ {
+		for j, tg := range tgs {
+			tg.Client = cl
+			var d time.Duration
+			if d, err = pacedOne(ctx, tg, rw, i); err != nil {
+				break
+			}
+			out[j] = append(out[j], d)
+		}
+	}
+	if derr := deleteFIPs(context.WithoutCancel(ctx), cl); err == nil && derr != nil {
 		return nil, derr
 	}
-	return ds, err
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // deleteFIPs deletes every FIP and waits (1 min) until they are gone.
