@@ -79,3 +79,24 @@ func TestTaskPid(t *testing.T) {
 		}
 	}
 }
+
+// TestMeasurePacedArgs: MeasurePaced refuses, before it creates anything,
+// a call without targets and a target with fewer EIPs than paced FIPs
+// (naming the gateway).
+func TestMeasurePacedArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tgs  []Target
+		want string
+	}{
+		{"no target", nil, "no target"},
+		{"too few EIPs", []Target{{Gateway: "a", EIPs: []string{"e0", "e1", "e2"}}, {Gateway: "b", EIPs: []string{"e0"}}}, "gateway b: 1 EIPs for 3 paced FIPs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := MeasurePaced(t.Context(), 3, tc.tgs...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want one saying %q", err, tc.want)
+			}
+		})
+	}
+}
