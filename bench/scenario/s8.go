@@ -461,7 +461,7 @@ func RunS8(ctx context.Context, e *Env) error {
 			"The conntrackd catch-up is a restarted conntrackd on a flushed standby asking for a resync (`conntrackd -n`); ctsync's is a new session's full dump (until the receiver counts the dump).",
 		"Partition: nat/ha TestPartition cuts heartbeats and replication both ways for 40 intervals and heals; the time with two actives is from both agents' own role reports.",
 		"Rules lost: after every takeover the lab opens the new active's data plane, reads its objects back from the kernel and compares them by UID and spec with the objects programmed on both replicas (a missing or changed one counts); \"N of M\" sums over the takeovers (M = objects × takeovers).",
-		"Not measured here: the Create→Ready ratio with two replicas. The cluster failover of two gateway pods exists as a test (e2e/kubeovn TestHAFailoverCluster; its figures are in controller/docs/operations.md) and is not part of make bench.")
+		"The Create→Ready ratio with two replicas is scenario 7's (the real cluster). The cluster failover of two gateway pods exists as a test (e2e/kubeovn TestHAFailoverCluster; its figures are in controller/docs/operations.md) and is not part of make bench.")
 	return errors.Join(errs...)
 }
 
