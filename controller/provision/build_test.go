@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
@@ -102,6 +103,26 @@ func want() *appsv1.StatefulSet {
 				},
 			},
 		},
+	}
+}
+
+// checkBuilt reports each field where what Build sent (the apply
+// configuration's JSON), field by field, differs from exp.
+func checkBuilt(t *testing.T, ac *appsv1ac.StatefulSetApplyConfiguration, exp *appsv1.StatefulSet) {
+	t.Helper()
+	got, err := objdiff.Flatten(ac)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf, err := objdiff.Flatten(exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The typed object's zero values that an apply sends nothing for.
+	objdiff.Drop(wf, "metadata.creationTimestamp", "spec.template.metadata.creationTimestamp", "status",
+		"spec.template.spec.containers[0].resources", "spec.template.spec.containers[1].resources", "spec.serviceName")
+	for _, d := range objdiff.Diff(wf, got) {
+		t.Errorf("%s (want != built)", d)
 	}
 }
 
@@ -231,21 +252,7 @@ func TestBuild(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// What is sent (the apply configuration's JSON), field by field.
-			got, err := objdiff.Flatten(ac)
-			if err != nil {
-				t.Fatal(err)
-			}
-			wf, err := objdiff.Flatten(exp)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// The typed object's zero values that an apply sends nothing for.
-			objdiff.Drop(wf, "metadata.creationTimestamp", "spec.template.metadata.creationTimestamp", "status",
-				"spec.template.spec.containers[0].resources", "spec.template.spec.containers[1].resources", "spec.serviceName")
-			for _, d := range objdiff.Diff(wf, got) {
-				t.Errorf("%s (want != built)", d)
-			}
+			checkBuilt(t, ac, exp)
 			if BGPUnsupported(g) != (tc.name == "bgp speaker") {
 				t.Errorf("BGPUnsupported = %v", BGPUnsupported(g))
 			}
@@ -520,19 +527,7 @@ func TestBuildReplicas(t *testing.T) {
 			if tc.want != nil {
 				tc.want(exp)
 			}
-			got, err := objdiff.Flatten(ac)
-			if err != nil {
-				t.Fatal(err)
-			}
-			wf, err := objdiff.Flatten(exp)
-			if err != nil {
-				t.Fatal(err)
-			}
-			objdiff.Drop(wf, "metadata.creationTimestamp", "spec.template.metadata.creationTimestamp", "status",
-				"spec.template.spec.containers[0].resources", "spec.template.spec.containers[1].resources", "spec.serviceName")
-			for _, d := range objdiff.Diff(wf, got) {
-				t.Errorf("%s (want != built)", d)
-			}
+			checkBuilt(t, ac, exp)
 			if p := ProvisionedReplicas(ac.Spec.Template.Annotations); p != max(tc.replicas, 1) {
 				t.Errorf("ProvisionedReplicas of the template = %d", p)
 			}

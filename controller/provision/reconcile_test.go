@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -100,6 +101,20 @@ func newFakeEnv(t *testing.T, g *v1.VpcNatGateway, extra ...client.Object) *fake
 	e.r = &Reconciler{client: e.c, reader: e.c, api: e.c, recorder: events.NewFakeRecorder(16),
 		opts: Options{Namespace: testNS, Image: testImage, Log: testlog.New(t, 0)}}
 	return e
+}
+
+// newHAFakeEnv is a fake env holding gateway() with spec.replicas and
+// spec.namespace as given, its reconciler with --ha-gateways as ha and
+// team-a in --gateway-namespaces.
+func newHAFakeEnv(t *testing.T, replicas int32, namespace string, ha bool) (*v1.VpcNatGateway, *fakeEnv) {
+	t.Helper()
+	g := gateway()
+	g.Spec.Replicas = ptr.To(replicas)
+	g.Spec.Namespace = namespace
+	e := newFakeEnv(t, g)
+	e.r.opts.HA = ha
+	e.r.opts.GatewayNamespaces = []string{"team-a"}
+	return g, e
 }
 
 func (e *fakeEnv) reconcile(t *testing.T) error {
