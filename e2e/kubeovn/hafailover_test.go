@@ -2,7 +2,6 @@ package kubeovn_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -37,57 +37,21 @@ type haPod struct {
 // haPods lists the gateway's pods that run (not being deleted) with both
 // containers started, each with its namespace and natgw-ha pid.
 func (e *env) haPods() ([]haPod, error) {
-	out, err := e.kubectl("", "-n", ns, "get", "pods", "-l", "app="+stsName, "-o", "json")
+	pods, err := e.listPods("app=" + stsName)
 	if err != nil {
-		return nil, err
-	}
-	var l struct {
-		Items []struct {
-			Metadata struct {
-				Name              string            `json:"name"`
-				UID               string            `json:"uid"`
-				Annotations       map[string]string `json:"annotations"`
-				DeletionTimestamp *string           `json:"deletionTimestamp"`
-			} `json:"metadata"`
-			Status struct {
-				Phase string `json:"phase"`
-				PodIP string `json:"podIP"`
-				Cs    []struct {
-					Name         string `json:"name"`
-					Ready        bool   `json:"ready"`
-					RestartCount int    `json:"restartCount"`
-					ContainerID  string `json:"containerID"`
-					State        struct {
-						Running *struct{} `json:"running"`
-					} `json:"state"`
-				} `json:"containerStatuses"`
-			} `json:"status"`
-		} `json:"items"`
-	}
-	if err := json.Unmarshal([]byte(out), &l); err != nil {
 		return nil, err
 	}
 	tasks, err := e.c.Ctr(e.ctx, "tasks", "ls")
 	if err != nil {
 		return nil, err
 	}
-	pidOf := func(id string) int {
-		id = strings.TrimPrefix(id, "containerd://")
-		for _, line := range strings.Split(tasks, "\n") {
-			if f := strings.Fields(line); len(f) >= 3 && f[0] == id && f[2] == "RUNNING" {
-				pid, _ := strconv.Atoi(f[1])
-				return pid
-			}
-		}
-		return 0
-	}
 	var ps []haPod
-	for _, it := range l.Items {
-		if it.Metadata.DeletionTimestamp != nil || it.Status.Phase != "Running" || len(it.Status.Cs) != 2 {
+	for _, it := range pods {
+		if it.DeletionTimestamp != nil || it.Status.Phase != corev1.PodRunning || len(it.Status.ContainerStatuses) != 2 {
 			continue
 		}
-		p := haPod{name: it.Metadata.Name, uid: it.Metadata.UID, ip: it.Status.PodIP, extIP: it.Metadata.Annotations[kubeovn.ExternalIPAnnotation], ready: true}
-		for _, c := range it.Status.Cs {
+		p := haPod{name: it.Name, uid: string(it.UID), ip: it.Status.PodIP, extIP: it.Annotations[kubeovn.ExternalIPAnnotation], ready: true}
+		for _, c := range it.Status.ContainerStatuses {
 			p.ready = p.ready && c.Ready
 			if c.State.Running == nil {
 				p.ready = false
@@ -95,9 +59,9 @@ func (e *env) haPods() ([]haPod, error) {
 			}
 			switch c.Name {
 			case provision.HAContainer:
-				p.haPID, p.haRestarts = pidOf(c.ContainerID), c.RestartCount
+				p.haPID, p.haRestarts = taskPID(tasks, c.ContainerID, true), int(c.RestartCount)
 			default:
-				if pid := pidOf(c.ContainerID); pid != 0 {
+				if pid := taskPID(tasks, c.ContainerID, true); pid != 0 {
 					p.netns = fmt.Sprintf("/proc/%d/ns/net", pid)
 				}
 			}

@@ -1,6 +1,8 @@
 package kubeovn_test
 
 import (
+	"context"
+	"sync"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -49,4 +51,24 @@ func newManager(t *testing.T, restCfg *rest.Config, name string, c cache.Options
 		t.Fatal(err)
 	}
 	return mgr, cs, log
+}
+
+// runManager starts mgr until cancel and returns stop: it cancels and
+// waits for the manager to return, reporting its error as what's (once,
+// however often it is called; the test's cleanup calls it too).
+func runManager(t *testing.T, ctx context.Context, cancel context.CancelFunc, mgr ctrl.Manager, what string) (stop func()) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("%s: %v", what, err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }

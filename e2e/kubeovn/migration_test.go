@@ -3,7 +3,6 @@ package kubeovn_test
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
@@ -309,34 +308,16 @@ type podState struct {
 }
 
 func (e *env) gatewayPodState() (podState, error) {
-	out, err := e.kubectl("", "-n", ns, "get", "pod", podName, "-o", "json")
+	p, err := e.getPod(podName)
 	if err != nil {
 		return podState{}, err
 	}
-	var p struct {
-		Metadata struct {
-			UID             string            `json:"uid"`
-			Labels          map[string]string `json:"labels"`
-			OwnerReferences []struct {
-				UID string `json:"uid"`
-			} `json:"ownerReferences"`
-		} `json:"metadata"`
-		Status struct {
-			Phase             string `json:"phase"`
-			ContainerStatuses []struct {
-				RestartCount int `json:"restartCount"`
-			} `json:"containerStatuses"`
-		} `json:"status"`
-	}
-	if err := json.Unmarshal([]byte(out), &p); err != nil {
-		return podState{}, err
-	}
-	s := podState{UID: p.Metadata.UID, Phase: p.Status.Phase, Revision: p.Metadata.Labels["controller-revision-hash"]}
-	if len(p.Metadata.OwnerReferences) > 0 {
-		s.Owner = p.Metadata.OwnerReferences[0].UID
+	s := podState{UID: string(p.UID), Phase: string(p.Status.Phase), Revision: p.Labels["controller-revision-hash"]}
+	if len(p.OwnerReferences) > 0 {
+		s.Owner = string(p.OwnerReferences[0].UID)
 	}
 	for _, c := range p.Status.ContainerStatuses {
-		s.Restarts += c.RestartCount
+		s.Restarts += int(c.RestartCount)
 	}
 	return s, nil
 }

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -368,19 +367,7 @@ func (e *env) startReplace(configNet *gwconfig.Entry) (stop func()) {
 		cancel()
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("natgw-controller manager: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return runManager(t, ctx, cancel, mgr, "natgw-controller manager")
 }
 
 // waitSyncs waits until the gateway's boot-id syncs reach n and its

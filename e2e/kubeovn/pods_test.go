@@ -1,0 +1,52 @@
+package kubeovn_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// listPods lists the pods in the gateway namespace with label selector
+// selector, as kubectl gets them.
+func (e *env) listPods(selector string) ([]corev1.Pod, error) {
+	out, err := e.kubectl("", "-n", ns, "get", "pods", "-l", selector, "-o", "json")
+	if err != nil {
+		return nil, err
+	}
+	var l corev1.PodList
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		return nil, fmt.Errorf("pods -l %s: %w", selector, err)
+	}
+	return l.Items, nil
+}
+
+// getPod reads the pod name in the gateway namespace, as kubectl gets it.
+func (e *env) getPod(name string) (*corev1.Pod, error) {
+	out, err := e.kubectl("", "-n", ns, "get", "pod", name, "-o", "json")
+	if err != nil {
+		return nil, err
+	}
+	p := &corev1.Pod{}
+	if err := json.Unmarshal([]byte(out), p); err != nil {
+		return nil, fmt.Errorf("pod %s: %w", name, err)
+	}
+	return p, nil
+}
+
+// taskPID returns the host pid of the task of the container containerID
+// (a container status's, "containerd://" prefixed or not) in tasks (the
+// output of `ctr tasks ls`), 0 when there is none; with running, only a
+// task in state RUNNING counts.
+func taskPID(tasks, containerID string, running bool) int {
+	id := strings.TrimPrefix(containerID, "containerd://")
+	for _, line := range strings.Split(tasks, "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == id && (!running || f[2] == "RUNNING") {
+			pid, _ := strconv.Atoi(f[1])
+			return pid
+		}
+	}
+	return 0
+}
