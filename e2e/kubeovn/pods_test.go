@@ -1,10 +1,12 @@
 package kubeovn_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -49,4 +51,20 @@ func taskPID(tasks, containerID string, running bool) int {
 		}
 	}
 	return 0
+}
+
+// waitWorkloadGone waits (2 minutes at most) until the gateway's
+// StatefulSet and pods are gone; after says what should have removed
+// them, for the error.
+func (e *env) waitWorkloadGone(ctx context.Context, after string) error {
+	return eventually(ctx, 2*time.Minute, func() error {
+		out, err := e.kubectl("", "-n", ns, "get", "sts,pods", "-l", "app="+stsName, "-o", "name")
+		if err != nil {
+			return err
+		}
+		if s := strings.TrimSpace(out); s != "" {
+			return fmt.Errorf("still there after %s: %s", after, strings.ReplaceAll(s, "\n", " "))
+		}
+		return nil
+	})
 }
