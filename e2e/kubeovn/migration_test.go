@@ -301,6 +301,26 @@ const (
 	setFinalizer    = `[{"op":"add","path":"/metadata/finalizers","value":["` + natgwFinalizer + `"]}]`
 )
 
+// countReady counts the items named with prefix that are ready (as
+// nameReady says), recording the names of the others in notReady (which
+// it empties first).
+func countReady[T any](items []T, prefix string, nameReady func(*T) (string, bool), notReady *[]string) int {
+	k := 0
+	*notReady = (*notReady)[:0]
+	for i := range items {
+		name, ready := nameReady(&items[i])
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		if ready {
+			k++
+		} else {
+			*notReady = append(*notReady, name)
+		}
+	}
+	return k
+}
+
 // podState is the gateway pod's identity and its StatefulSet owner.
 type podState struct {
 	UID, Phase, Owner, Revision string
@@ -417,38 +437,14 @@ func TestMigration(t *testing.T) {
 		if err := cl.List(ctx, &l); err != nil {
 			return 0, err
 		}
-		k := 0
-		notReady = notReady[:0]
-		for _, x := range l.Items {
-			if !strings.HasPrefix(x.Name, "mig-eip-") {
-				continue
-			}
-			if x.Status.Ready && x.Status.IP != "" {
-				k++
-			} else {
-				notReady = append(notReady, x.Name)
-			}
-		}
-		return k, nil
+		return countReady(l.Items, "mig-eip-", func(x *v1.IptablesEIP) (string, bool) { return x.Name, x.Status.Ready && x.Status.IP != "" }, &notReady), nil
 	}
 	countFIPs := func(ctx context.Context) (int, error) {
 		var l v1.IptablesFIPRuleList
 		if err := cl.List(ctx, &l); err != nil {
 			return 0, err
 		}
-		k := 0
-		notReady = notReady[:0]
-		for _, x := range l.Items {
-			if !strings.HasPrefix(x.Name, "mig-fip-") {
-				continue
-			}
-			if x.Status.Ready {
-				k++
-			} else {
-				notReady = append(notReady, x.Name)
-			}
-		}
-		return k, nil
+		return countReady(l.Items, "mig-fip-", func(x *v1.IptablesFIPRule) (string, bool) { return x.Name, x.Status.Ready }, &notReady), nil
 	}
 	stalled := e.kubeOVNStall(func() []string { return slices.Clone(notReady) })
 	t0 := time.Now()
