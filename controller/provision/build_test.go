@@ -106,6 +106,19 @@ func want() *appsv1.StatefulSet {
 	}
 }
 
+// changedInputs are gateway() and subnets() changed by gw and subs (nil:
+// unchanged).
+func changedInputs(gw func(*v1.VpcNatGateway), subs func(map[string]kubeovn.Subnet)) (*v1.VpcNatGateway, map[string]kubeovn.Subnet) {
+	g, m := gateway(), subnets()
+	if gw != nil {
+		gw(g)
+	}
+	if subs != nil {
+		subs(m)
+	}
+	return g, m
+}
+
 // checkBuilt reports each field where what Build sent (the apply
 // configuration's JSON), field by field, differs from exp.
 func checkBuilt(t *testing.T, ac *appsv1ac.StatefulSetApplyConfiguration, exp *appsv1.StatefulSet) {
@@ -237,13 +250,7 @@ func TestBuild(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			g, subs := gateway(), subnets()
-			if tc.gw != nil {
-				tc.gw(g)
-			}
-			if tc.subnets != nil {
-				tc.subnets(subs)
-			}
+			g, subs := changedInputs(tc.gw, tc.subnets)
 			exp := want()
 			if tc.want != nil {
 				tc.want(exp)
@@ -278,13 +285,7 @@ func TestBuildRefuses(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			g, subs := gateway(), subnets()
-			if tc.gw != nil {
-				tc.gw(g)
-			}
-			if tc.subnets != nil {
-				tc.subnets(subs)
-			}
+			g, subs := changedInputs(tc.gw, tc.subnets)
 			_, err := Build(Inputs{Gateway: g, Subnets: subs, Namespace: testNS, Image: testImage})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Build: %v, want an error containing %q", err, tc.want)

@@ -11,9 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,13 +28,7 @@ import (
 func envClient(t *testing.T, env *envtest.Environment) client.Client {
 	t.Helper()
 	cfg := apitest.StartT(t, env)
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := client.New(cfg, client.Options{Scheme: newScheme(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,13 +39,7 @@ func envClient(t *testing.T, env *envtest.Environment) client.Client {
 // subnets(), then objs in their order.
 func createWithNetwork(ctx context.Context, t *testing.T, c client.Client, objs ...client.Object) {
 	t.Helper()
-	all := []client.Object{kubeovnObject("Vpc", "vpc1", map[string]any{})}
-	for _, s := range subnets() {
-		all = append(all, kubeovnObject("Subnet", s.Name, map[string]any{
-			"vpc": s.Vpc, "provider": s.Provider, "cidrBlock": s.CIDRBlock, "gateway": s.Gateway,
-		}))
-	}
-	for _, o := range append(all, objs...) {
+	for _, o := range append(networkObjects(), objs...) {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatalf("create %s: %v", o.GetName(), err)
 		}

@@ -50,15 +50,32 @@ type fakeEnv struct {
 	noKubeOVN bool
 }
 
-func newFakeEnv(t *testing.T, g *v1.VpcNatGateway, extra ...client.Object) *fakeEnv {
+// newScheme is a scheme of the core kinds and natgw's.
+func newScheme(t *testing.T) *runtime.Scheme {
 	t.Helper()
 	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := v1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
+	return scheme
+}
+
+// networkObjects are Kube-OVN's Vpc vpc1 and the Subnets of subnets().
+func networkObjects() []client.Object {
+	objs := []client.Object{kubeovnObject("Vpc", "vpc1", map[string]any{})}
+	for _, s := range subnets() {
+		objs = append(objs, kubeovnObject("Subnet", s.Name, map[string]any{
+			"vpc": s.Vpc, "provider": s.Provider, "cidrBlock": s.CIDRBlock, "gateway": s.Gateway,
+		}))
 	}
+	return objs
+}
+
+func newFakeEnv(t *testing.T, g *v1.VpcNatGateway, extra ...client.Object) *fakeEnv {
+	t.Helper()
+	scheme := newScheme(t)
 	mapper := meta.NewDefaultRESTMapper(nil)
 	for _, gvk := range []struct {
 		kind string
@@ -72,12 +89,7 @@ func newFakeEnv(t *testing.T, g *v1.VpcNatGateway, extra ...client.Object) *fake
 	mapper.Add(appsv1.SchemeGroupVersion.WithKind("StatefulSet"), meta.RESTScopeNamespace)
 	mapper.Add(appsv1.SchemeGroupVersion.WithKind("ControllerRevision"), meta.RESTScopeNamespace)
 	mapper.Add(corev1.SchemeGroupVersion.WithKind("Pod"), meta.RESTScopeNamespace)
-	objs := append([]client.Object{g, kubeovnObject("Vpc", "vpc1", map[string]any{})}, extra...)
-	for _, s := range subnets() {
-		objs = append(objs, kubeovnObject("Subnet", s.Name, map[string]any{
-			"vpc": s.Vpc, "provider": s.Provider, "cidrBlock": s.CIDRBlock, "gateway": s.Gateway,
-		}))
-	}
+	objs := append(append([]client.Object{g}, networkObjects()...), extra...)
 	e := &fakeEnv{}
 	e.c = fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).
 		WithObjects(objs...).WithStatusSubresource(&v1.VpcNatGateway{}).

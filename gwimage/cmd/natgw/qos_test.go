@@ -211,6 +211,20 @@ func TestCompatGatewayQoS(t *testing.T) {
 			t.Errorf("%s: %v: %s", what, d, why)
 		}
 	}
+	// eipClassWins: with the dir matchall in place, the EIP's own
+	// 1000 Mbit/s class (eip-<dir>-qos-add) takes precedence over it, and
+	// the matchall holds again once the class is deleted.
+	eipClassWins := func(dir string, upload bool) {
+		t.Helper()
+		way := "download"
+		if upload {
+			way = "upload"
+		}
+		sh("eip-"+dir+"-qos-add", eip+",1,1000,10")
+		notHeld(way+", EIP class 1000 Mbit/s and the "+dir+" matchall", upload, "the gateway-wide "+dir+" matchall applied although the EIP has its own class")
+		sh("eip-"+dir+"-qos-del", eip)
+		heldAt(way+", EIP class deleted: the "+dir+" matchall again", upload)
+	}
 	free := measure("download, no QoS", false)
 	if free > floor/2 {
 		t.Logf("unpoliced download is slow on this machine (%v); the checks below still hold", free)
@@ -224,10 +238,7 @@ func TestCompatGatewayQoS(t *testing.T) {
 	sh("qos-del", "egress,net1,1,u32,ip,dst,"+netlab.ExtAddr.String()+"/32")
 	heldAt("download, u32 deleted: the matchall again", false)
 	// The EIP's own class wins over the gateway-wide matchall.
-	sh("eip-egress-qos-add", eip+",1,1000,10")
-	notHeld("download, EIP class 1000 Mbit/s and the matchall", false, "the gateway-wide matchall applied although the EIP has its own class")
-	sh("eip-egress-qos-del", eip)
-	heldAt("download, EIP class deleted: the matchall again", false)
+	eipClassWins("egress", false)
 	sh("qos-del", "egress,net1,3,matchall,,,")
 	// Egress sees addresses after source NAT: the FIP's EIP.
 	sh("qos-add", "egress,net1,2,u32,ip,src,"+eip+"/32,16,1")
@@ -242,10 +253,7 @@ func TestCompatGatewayQoS(t *testing.T) {
 	// dst EIP/32, as upstream's script deletes the filter of that match.)
 	sh("qos-add", "ingress,net1,3,matchall,,,,16,1")
 	heldAt("upload, ingress matchall 16 Mbit/s", true)
-	sh("eip-ingress-qos-add", eip+",1,1000,10")
-	notHeld("upload, EIP class 1000 Mbit/s and the ingress matchall", true, "the gateway-wide ingress rule applied although the EIP has its own class")
-	sh("eip-ingress-qos-del", eip)
-	heldAt("upload, EIP class deleted: the ingress matchall again", true)
+	eipClassWins("ingress", true)
 	sh("qos-del", "ingress,net1,3,matchall,,,")
 	notHeld("upload, ingress rule deleted", true, "still held after qos-del")
 	// No rule left: no table.
