@@ -28,7 +28,7 @@ import (
 func envClient(t *testing.T, env *envtest.Environment) client.Client {
 	t.Helper()
 	cfg := apitest.StartT(t, env)
-	c, err := client.New(cfg, client.Options{Scheme: newScheme(t)})
+	c, err := client.New(cfg, client.Options{Scheme: apitest.Scheme(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -24,6 +23,7 @@ import (
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/kubeovn"
+	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/testlog"
 )
 
@@ -50,18 +50,6 @@ type fakeEnv struct {
 	noKubeOVN bool
 }
 
-// newScheme is a scheme of the core kinds and natgw's.
-func newScheme(t *testing.T) *runtime.Scheme {
-	t.Helper()
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return scheme
-}
-
 // networkObjects are Kube-OVN's Vpc vpc1 and the Subnets of subnets().
 func networkObjects() []client.Object {
 	objs := []client.Object{kubeovnObject("Vpc", "vpc1", map[string]any{})}
@@ -75,7 +63,7 @@ func networkObjects() []client.Object {
 
 func newFakeEnv(t *testing.T, g *v1.VpcNatGateway, extra ...client.Object) *fakeEnv {
 	t.Helper()
-	scheme := newScheme(t)
+	scheme := apitest.Scheme(t)
 	mapper := meta.NewDefaultRESTMapper(nil)
 	for _, gvk := range []struct {
 		kind string

@@ -23,6 +23,7 @@ import (
 	"github.com/natgw/natgw/controller/eipalloc"
 	"github.com/natgw/natgw/controller/gwconfig"
 	"github.com/natgw/natgw/controller/metrics"
+	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/cluster"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/internal/testsummary"
@@ -189,7 +190,7 @@ func (e *env) migrationClient() client.Client {
 		t.Fatal(err)
 	}
 	cfg.QPS = -1
-	scheme := newScheme(t)
+	scheme := apitest.Scheme(t)
 	cl, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
