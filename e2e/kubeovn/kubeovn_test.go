@@ -8,7 +8,6 @@ package kubeovn_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +21,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/natgw/natgw/gwimage/imagebuild"
@@ -140,55 +140,30 @@ type gwPod struct {
 func (e *env) waitPod(oldUID string) (gwPod, error) {
 	var p gwPod
 	err := eventually(e.ctx, 3*time.Minute, func() error {
-		out, err := e.kubectl("", "-n", ns, "get", "pod", podName, "-o", "json")
+		pod, err := e.getPod(podName)
 		if err != nil {
 			return err
 		}
-		var pod struct {
-			Metadata struct {
-				UID               string            `json:"uid"`
-				Annotations       map[string]string `json:"annotations"`
-				DeletionTimestamp *string           `json:"deletionTimestamp"`
-			} `json:"metadata"`
-			Status struct {
-				Phase             string `json:"phase"`
-				PodIP             string `json:"podIP"`
-				ContainerStatuses []struct {
-					ContainerID string `json:"containerID"`
-					State       struct {
-						Running *struct{} `json:"running"`
-					} `json:"state"`
-				} `json:"containerStatuses"`
-			} `json:"status"`
-		}
-		if err := json.Unmarshal([]byte(out), &pod); err != nil {
-			return err
-		}
-		if pod.Metadata.UID == oldUID || pod.Metadata.DeletionTimestamp != nil {
+		if string(pod.UID) == oldUID || pod.DeletionTimestamp != nil {
 			return fmt.Errorf("pod %s still the old one", podName)
 		}
-		if pod.Status.Phase != "Running" || pod.Status.PodIP == "" || len(pod.Status.ContainerStatuses) != 1 || pod.Status.ContainerStatuses[0].State.Running == nil {
+		if pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" || len(pod.Status.ContainerStatuses) != 1 || pod.Status.ContainerStatuses[0].State.Running == nil {
 			return fmt.Errorf("pod %s not running: phase %s", podName, pod.Status.Phase)
 		}
-		ext := pod.Metadata.Annotations[kubeovn.ExternalIPAnnotation]
+		ext := pod.Annotations[kubeovn.ExternalIPAnnotation]
 		if ext == "" {
 			return fmt.Errorf("pod %s has no %s annotation", podName, kubeovn.ExternalIPAnnotation)
 		}
-		id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
+		id := pod.Status.ContainerStatuses[0].ContainerID
 		tasks, err := e.c.Ctr(e.ctx, "tasks", "ls")
 		if err != nil {
 			return err
 		}
-		pid := 0
-		for _, l := range strings.Split(tasks, "\n") {
-			if f := strings.Fields(l); len(f) >= 3 && f[0] == id {
-				pid, _ = strconv.Atoi(f[1])
-			}
-		}
+		pid := clusterstack.TaskPID(tasks, id, false)
 		if pid == 0 {
-			return fmt.Errorf("container %s has no task", id)
+			return fmt.Errorf("container %s has no task", strings.TrimPrefix(id, "containerd://"))
 		}
-		p = gwPod{uid: pod.Metadata.UID, ip: pod.Status.PodIP, netns: fmt.Sprintf("/proc/%d/ns/net", pid), extIP: ext}
+		p = gwPod{uid: string(pod.UID), ip: pod.Status.PodIP, netns: fmt.Sprintf("/proc/%d/ns/net", pid), extIP: ext}
 		return nil
 	})
 	return p, err

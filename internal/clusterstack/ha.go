@@ -65,7 +65,7 @@ func ReplicaPods(ctx context.Context, c *cluster.Cluster, namespace, gw string, 
 				p.Ready = false
 				continue
 			}
-			pid := taskPid(tasks, st.ContainerID)
+			pid := TaskPID(tasks, st.ContainerID, true)
 			switch st.Name {
 			case provision.HAContainer:
 				p.HAPID, p.HARestarts = pid, int(st.RestartCount)
@@ -84,12 +84,14 @@ func ReplicaPods(ctx context.Context, c *cluster.Cluster, namespace, gw string, 
 	return ps, nil
 }
 
-// taskPid is the pid of container id's running task in `ctr tasks ls`
-// output (0 when it has none).
-func taskPid(tasks, id string) int {
-	id = strings.TrimPrefix(id, "containerd://")
+// TaskPID returns the host pid of the task of the container containerID
+// (a container status's, "containerd://" prefixed or not) in tasks (the
+// output of `ctr tasks ls`), 0 when there is none; with running, only a
+// task in state RUNNING counts.
+func TaskPID(tasks, containerID string, running bool) int {
+	id := strings.TrimPrefix(containerID, "containerd://")
 	for _, line := range strings.Split(tasks, "\n") {
-		if f := strings.Fields(line); len(f) >= 3 && f[0] == id && f[2] == "RUNNING" {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == id && (!running || f[2] == "RUNNING") {
 			var pid int
 			if _, err := fmt.Sscan(f[1], &pid); err == nil {
 				return pid

@@ -74,8 +74,8 @@ func TestTaskPid(t *testing.T) {
 		{"containerd://xyz", 0},
 		{"", 0},
 	} {
-		if got := taskPid(tasks, tc.id); got != tc.want {
-			t.Errorf("taskPid(%q) = %d, want %d", tc.id, got, tc.want)
+		if got := TaskPID(tasks, tc.id, true); got != tc.want {
+			t.Errorf("TaskPID(%q) = %d, want %d", tc.id, got, tc.want)
 		}
 	}
 }
