@@ -62,27 +62,16 @@ func (t *txn) encode(tx *Tx) error {
 	return nil
 }
 
-// msg appends one acknowledged nf_tables message of type typ (flags beyond
-// request and ack as given) whose attributes attrs encodes.
+// msg appends one acknowledged nf_tables message of natgw's table's
+// family (see nftconn.Batch.Msg).
 func (t *txn) msg(typ, flags uint16, what string, attrs func(*netlink.AttributeEncoder)) error {
-	return t.msgOf(nfFamily, typ, flags, what, attrs)
+	return t.Msg(nfFamily, typ, flags, what, attrs)
 }
 
 // msgOf is msg for a message of another family than the table's (the
 // delete of the legacy table ip natgw).
 func (t *txn) msgOf(family uint8, typ, flags uint16, what string, attrs func(*netlink.AttributeEncoder)) error {
-	ae := netlink.NewAttributeEncoder()
-	ae.ByteOrder = binary.BigEndian
-	attrs(ae)
-	b, err := ae.Encode()
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", what, err)
-	}
-	start := t.header(unix.NFNL_SUBSYS_NFTABLES<<8|typ, unix.NLM_F_REQUEST|unix.NLM_F_ACK|flags, family, 0)
-	t.buf = append(t.buf, b...)
-	t.finish(start)
-	t.acked(start, what)
-	return nil
+	return t.Msg(family, typ, flags, what, attrs)
 }
 
 func tableAttrs(ae *netlink.AttributeEncoder) {

@@ -211,17 +211,17 @@ func TestEncodeMatchesLibrary(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	got := messagesOf(t, ours.buf)
+	got := messagesOf(t, ours.Bytes())
 	if len(got) != len(theirs) {
 		t.Fatalf("%d messages, the library sent %d", len(got), len(theirs))
 	}
 	for i, m := range got {
 		want := theirs[i]
 		if m.Header.Type != want.Header.Type || m.Header.Flags != want.Header.Flags {
-			t.Errorf("message %d (%s): type/flags %#x/%#x, library %#x/%#x", i, ours.what[i], m.Header.Type, m.Header.Flags, want.Header.Type, want.Header.Flags)
+			t.Errorf("message %d (%s): type/flags %#x/%#x, library %#x/%#x", i, ours.What(i), m.Header.Type, m.Header.Flags, want.Header.Type, want.Header.Flags)
 		}
 		if g, w := withoutSetID(t, m), withoutSetID(t, want); g != w {
-			t.Errorf("message %d (%s):\n ours    %s\n library %s", i, ours.what[i], g, w)
+			t.Errorf("message %d (%s):\n ours    %s\n library %s", i, ours.What(i), g, w)
 		}
 	}
 }
