@@ -4,12 +4,11 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"slices"
 
 	nft "github.com/google/nftables"
-	"github.com/google/nftables/expr"
 
 	"github.com/natgw/natgw/nat/netns"
+	"github.com/natgw/natgw/nat/nlsock"
 )
 
 // Conn is a connection to one network namespace's nftables: it applies a
@@ -28,7 +27,8 @@ type Conn interface {
 	MapElements(ctx context.Context, t Table, name string) ([]Element, error)
 }
 
-// Netlink is a Conn over netlink (google/nftables, one socket per call).
+// Netlink is a Conn over netlink, one socket per call: Apply sends its own
+// encoding (Encode, Socket), reads go through google/nftables.
 type Netlink struct {
 	ns   *netns.NS // nil: the calling thread's namespace
 	opts []nft.ConnOption
@@ -52,7 +52,10 @@ func (n *Netlink) conn() (*nft.Conn, error) {
 	return c, nil
 }
 
-// Apply implements Conn.
+// Apply implements Conn: tx is encoded into one Batch (Tx.Encode) and
+// committed over a Socket dialed for the call (buffers as the system
+// sets them, the send buffer raised for a batch beyond them; raising it
+// needs CAP_NET_ADMIN).
 func (n *Netlink) Apply(ctx context.Context, tx *Tx) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -60,63 +63,29 @@ func (n *Netlink) Apply(ctx context.Context, tx *Tx) error {
 	if tx.Len() == 0 {
 		return nil
 	}
-	c, err := n.conn()
-	if err != nil {
+	b := NewBatch(0, 4096, nil)
+	if err := tx.Encode(b); err != nil {
 		return err
 	}
-	// The maps added in this transaction, by table and name: elements and
-	// lookups refer to them by the ID AddSet gives them.
-	sets := map[string]*nft.Set{}
-	setOf := func(t *nft.Table, tb Table, name string) *nft.Set {
-		if s := sets[tb.String()+" "+name]; s != nil {
-			return s
-		}
-		return &nft.Set{Table: t, Name: name, IsMap: true}
+	send := 0
+	if l := len(b.Bytes()); l > smallBatch {
+		send = 2 * l
 	}
-	for _, o := range tx.ops {
-		t := &nft.Table{Name: string(o.table.Name), Family: o.table.Family}
-		ch := &nft.Chain{Name: o.chain.Name, Table: t}
-		switch o.kind {
-		case opAddTable:
-			c.AddTable(t)
-		case opDeleteTable:
-			c.DelTable(t)
-		case opAddChain:
-			ch.Type, ch.Hooknum, ch.Priority = o.chain.Type, o.chain.Hook, o.chain.Priority
-			c.AddChain(ch)
-		case opFlushChain:
-			c.FlushChain(ch)
-		case opAppendRule:
-			c.AddRule(&nft.Rule{Table: t, Chain: ch, Exprs: withSetIDs(o.rule.Exprs, o.table, sets), UserData: []byte(o.rule.Tag)})
-		case opInsertRule:
-			c.InsertRule(&nft.Rule{Table: t, Chain: ch, Exprs: withSetIDs(o.rule.Exprs, o.table, sets), UserData: []byte(o.rule.Tag)})
-		case opDeleteRule:
-			if err := c.DelRule(&nft.Rule{Table: t, Chain: ch, Handle: o.handle}); err != nil {
-				return fmt.Errorf("nftables: delete rule %d of %s %s: %w", o.handle, t.Name, ch.Name, err)
-			}
-		case opAddMap:
-			s := &nft.Set{Table: t, Name: o.set.Name, IsMap: true, KeyType: o.set.KeyType, DataType: o.set.DataType}
-			if err := c.AddSet(s, nil); err != nil {
-				return fmt.Errorf("nftables: add map %s %s: %w", o.table, o.set.Name, err)
-			}
-			sets[o.table.String()+" "+o.set.Name] = s
-		case opFlushMap:
-			c.FlushSet(setOf(t, o.table, o.set.Name))
-		case opAddElements:
-			els := make([]nft.SetElement, len(o.elements))
-			for i, e := range o.elements {
-				els[i] = nft.SetElement{Key: e.Key, Val: e.Val, Comment: e.Comment}
-			}
-			if err := c.SetAddElements(setOf(t, o.table, o.set.Name), els); err != nil {
-				return fmt.Errorf("nftables: add elements to map %s %s: %w", o.table, o.set.Name, err)
-			}
-		}
+	s, err := DialSocket(n.ns, nlsock.DefaultTimeout, send, 0)
+	runtime.KeepAlive(n.ns)
+	if err != nil {
+		return fmt.Errorf("nftables netlink: %w", err)
 	}
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("nftables transaction: %w", err)
+	defer s.Close()
+	if _, err := s.Commit(ctx, b); err != nil {
+		return err
 	}
 	return nil
 }
+
+// smallBatch is a batch that fits any netlink socket's default send
+// buffer (net.core.wmem_default is 208 KiB or more).
+const smallBatch = 128 << 10
 
 // Tables implements Conn.
 func (n *Netlink) Tables(ctx context.Context, f nft.TableFamily) ([]string, error) {
@@ -157,31 +126,6 @@ func (n *Netlink) Rules(ctx context.Context, t Table, chain string) ([]RuleRef, 
 		refs = append(refs, RuleRef{Handle: r.Handle, Tag: string(r.UserData)})
 	}
 	return refs, nil
-}
-
-// withSetIDs returns exprs with each lookup of a map added in this
-// transaction (sets, by table and name) given the map's ID, as the kernel
-// wants a lookup of a map that does not exist yet; exprs itself is not
-// changed.
-func withSetIDs(exprs []expr.Any, t Table, sets map[string]*nft.Set) []expr.Any {
-	out, cloned := exprs, false
-	for i, e := range exprs {
-		l, ok := e.(*expr.Lookup)
-		if !ok {
-			continue
-		}
-		s := sets[t.String()+" "+l.SetName]
-		if s == nil || l.SetID == s.ID {
-			continue
-		}
-		if !cloned {
-			out, cloned = slices.Clone(exprs), true
-		}
-		c := *l
-		c.SetID = s.ID
-		out[i] = &c
-	}
-	return out
 }
 
 // MapElements implements Conn.

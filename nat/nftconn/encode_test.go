@@ -1,0 +1,153 @@
+package nftconn
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"testing"
+
+	nft "github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// TestEncodeMatchesLibrary: every operation of a Tx encodes to the
+// message google/nftables' Conn sends for it (type, flags, attributes),
+// set IDs aside (each side numbers its own; the lookup of a map added in
+// the same transaction carries the map's ID on both). No kernel needed.
+func TestEncodeMatchesLibrary(t *testing.T) {
+	m := Map{Name: "m", KeyType: nft.TypeIPAddr, DataType: nft.TypeVerdict}
+	lookup := Rule{
+		Exprs: []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+			&expr.Lookup{SourceRegister: 1, DestRegister: 0, IsDestRegSet: true, SetName: m.Name},
+		},
+		Tag: "look",
+	}
+	masq := Rule{Exprs: []expr.Any{&expr.Masq{}}}
+	els := []Element{
+		{Key: []byte{10, 0, 0, 1}, Val: []byte{0, 0, 0, 1}, Comment: "one"},
+		{Key: []byte{10, 0, 0, 2}, Val: []byte{0, 0, 0, 1}},
+	}
+	tx := baseTx()
+	tx.AddMap(testTable, m)
+	tx.AppendRule(testTable, "post", lookup)
+	tx.InsertRule(testTable, "post", masq)
+	tx.DeleteRule(testTable, "post", 7, "x")
+	tx.FlushChain(testTable, "post")
+	tx.FlushMap(testTable, m.Name)
+	tx.DeleteTable(testTable)
+	ours := NewBatch(1, 0, nil)
+	if err := tx.Encode(ours); err != nil {
+		t.Fatal(err)
+	}
+
+	var theirs []netlink.Message
+	lib, err := nft.New(nft.WithTestDial(func(req []netlink.Message) ([]netlink.Message, error) {
+		for _, m := range req {
+			if typ := uint16(m.Header.Type); typ != unix.NFNL_MSG_BATCH_BEGIN && typ != unix.NFNL_MSG_BATCH_END {
+				theirs = append(theirs, m)
+			}
+		}
+		return []netlink.Message{{Header: netlink.Header{Type: netlink.Error}, Data: make([]byte, 4)}}, nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := &nft.Table{Name: string(testTable.Name), Family: testTable.Family}
+	post := &nft.Chain{Name: "post", Table: tb}
+	lib.AddTable(tb)
+	lib.AddChain(&nft.Chain{Name: "post", Table: tb, Type: nft.ChainTypeNAT, Hooknum: nft.ChainHookPostrouting, Priority: nft.ChainPriorityNATSource})
+	lib.AddChain(&nft.Chain{Name: "plain", Table: tb})
+	set := &nft.Set{Table: tb, Name: m.Name, IsMap: true, KeyType: m.KeyType, DataType: m.DataType, ID: 0xabcdef}
+	if err := lib.AddSet(set, nil); err != nil {
+		t.Fatal(err)
+	}
+	le := *lookup.Exprs[1].(*expr.Lookup)
+	le.SetID = set.ID
+	lib.AddRule(&nft.Rule{Table: tb, Chain: post, Exprs: []expr.Any{lookup.Exprs[0], &le}, UserData: []byte(lookup.Tag)})
+	lib.InsertRule(&nft.Rule{Table: tb, Chain: post, Exprs: masq.Exprs})
+	if err := lib.DelRule(&nft.Rule{Table: tb, Chain: post, Handle: 7}); err != nil {
+		t.Fatal(err)
+	}
+	lib.FlushChain(post)
+	lib.FlushSet(set)
+	lib.DelTable(tb)
+	if err := lib.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	got := batchMessages(t, ours.Bytes())
+	if len(got) != len(theirs) {
+		t.Fatalf("%d messages, the library sent %d", len(got), len(theirs))
+	}
+	ourID, theirID := setID(t, got), setID(t, theirs)
+	for i, m := range got {
+		want := theirs[i]
+		if m.Header.Type != want.Header.Type || m.Header.Flags != want.Header.Flags {
+			t.Errorf("message %d (%s): type/flags %#x/%#x, library %#x/%#x", i, ours.What(i), m.Header.Type, m.Header.Flags, want.Header.Type, want.Header.Flags)
+		}
+		if g, w := sameID(m.Data, ourID), sameID(want.Data, theirID); g != w {
+			t.Errorf("message %d (%s):\n ours    %s\n library %s", i, ours.What(i), g, w)
+		}
+	}
+	if testing.Verbose() {
+		t.Logf("%d messages match", len(got))
+	}
+
+	// Elements (Batch.Elements, the fast path) are checked in the kernel
+	// (TestNetlinkMaps): the library adds attributes natgw does not send.
+	b := NewBatch(1, 0, nil)
+	tx = &Tx{}
+	tx.AddElements(testTable, m.Name, els...)
+	if err := tx.Encode(b); err != nil || b.Len() != 1 {
+		t.Fatalf("elements: %d messages (%v), want 1", b.Len(), err)
+	}
+}
+
+// batchMessages splits a batch into its messages, begin and end left out.
+func batchMessages(t *testing.T, b []byte) []netlink.Message {
+	t.Helper()
+	var out []netlink.Message
+	for len(b) > 0 {
+		var m netlink.Message
+		l := int(binary.NativeEndian.Uint32(b))
+		if err := m.UnmarshalBinary(b[:l]); err != nil {
+			t.Fatal(err)
+		}
+		b = b[min((l+3)&^3, len(b)):]
+		if typ := uint16(m.Header.Type); typ == unix.NFNL_MSG_BATCH_BEGIN || typ == unix.NFNL_MSG_BATCH_END {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// setID returns the NFTA_SET_ID of the one NEWSET message among ms.
+func setID(t *testing.T, ms []netlink.Message) []byte {
+	t.Helper()
+	for _, m := range ms {
+		if uint16(m.Header.Type)&0xff != unix.NFT_MSG_NEWSET {
+			continue
+		}
+		attrs, err := netlink.UnmarshalAttributes(m.Data[4:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range attrs {
+			if a.Type == unix.NFTA_SET_ID {
+				return a.Data
+			}
+		}
+	}
+	t.Fatal("no NEWSET message with a set id")
+	return nil
+}
+
+// sameID is data in hex with id replaced by a marker, so that two
+// encodings that number their sets differently compare.
+func sameID(data, id []byte) string {
+	return strings.ReplaceAll(fmt.Sprintf("%x", data), fmt.Sprintf("%x", id), "<id....>")
+}
