@@ -9,6 +9,8 @@ import (
 	"github.com/google/nftables/userdata"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // encode appends the netlink messages of tx to the batch. Structural
@@ -121,7 +123,7 @@ func setAttrs(ae *netlink.AttributeEncoder, s setSpec) {
 	ae.Uint32(unix.NFTA_SET_FLAGS, flags)
 	ae.Uint32(unix.NFTA_SET_KEY_TYPE, s.key.GetNFTMagic())
 	ae.Uint32(unix.NFTA_SET_KEY_LEN, s.key.Bytes)
-	ae.Uint32(unix.NFTA_SET_ID, setIDs.Add(1)+1<<20)
+	ae.Uint32(unix.NFTA_SET_ID, nftconn.SetIDs.Add(1)+1<<20)
 	if s.isMap() {
 		dt := s.val.GetNFTMagic()
 		if s.val.Name == nft.TypeVerdict.Name {
@@ -151,19 +153,9 @@ func setAttrs(ae *netlink.AttributeEncoder, s setSpec) {
 	ae.Bytes(unix.NFTA_SET_USERDATA, userdata.AppendUint32(nil, userdata.NFTNL_UDATA_SET_KEYBYTEORDER, order))
 }
 
-// chainAttrs encodes a chain; a base chain with its hook and type.
+// chainAttrs encodes a chain of the table (see nftconn.ChainAttrs).
 func chainAttrs(ae *netlink.AttributeEncoder, c chainSpec) {
-	ae.String(unix.NFTA_CHAIN_TABLE, tableName)
-	ae.String(unix.NFTA_CHAIN_NAME, c.name)
-	if c.hook == nil || c.prio == nil {
-		return
-	}
-	ae.Nested(unix.NFTA_CHAIN_HOOK, func(h *netlink.AttributeEncoder) error {
-		h.Uint32(unix.NFTA_HOOK_HOOKNUM, uint32(*c.hook))
-		h.Uint32(unix.NFTA_HOOK_PRIORITY, uint32(*c.prio))
-		return nil
-	})
-	ae.String(unix.NFTA_CHAIN_TYPE, string(c.typ))
+	nftconn.ChainAttrs(ae, tableName, nftconn.Chain{Name: c.name, Type: c.typ, Hook: c.hook, Priority: c.prio})
 }
 
 // ruleAttrs encodes a rule appended to chain, its comment in userdata.
