@@ -2,6 +2,7 @@ package nftconn
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -172,5 +173,45 @@ func TestNetlinkMaps(t *testing.T) {
 	}
 	if _, err := k.MapElements(ctx, testTable, "nope"); err == nil {
 		t.Fatal("elements of a missing map: no error")
+	}
+}
+
+// TestNetlinkLargeBatch: a transaction larger than a socket's default send
+// buffer (Netlink.Apply raises it for the batch; the kernel refuses a
+// message beyond it with EMSGSIZE) commits, all its elements read back.
+func TestNetlinkLargeBatch(t *testing.T) {
+	lab := netlab.ForTest(t)
+	name, err := lab.NS("nftlarge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := netns.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	ctx := context.Background()
+	const n = 20_000
+	els := make([]Element, n)
+	for i := range els {
+		els[i] = Element{Key: binary.NativeEndian.AppendUint32(nil, uint32(i+1)), Val: []byte{1, 0, 0x47, 0x4e}, Comment: fmt.Sprintf("element %05d", i)}
+	}
+	tx := baseTx()
+	tx.AddMap(testTable, classMap)
+	tx.AddElements(testTable, classMap.Name, els...)
+	b := NewBatch(0, 0, nil)
+	if err := tx.Encode(b); err != nil {
+		t.Fatal(err)
+	}
+	if l := len(b.Bytes()); l <= 256<<10 {
+		t.Fatalf("batch of %d bytes: not beyond a default send buffer; make the test larger", l)
+	}
+	k := Open(ns)
+	if err := k.Apply(ctx, tx); err != nil {
+		t.Fatalf("apply a %d-byte batch: %v", len(b.Bytes()), err)
+	}
+	got, err := k.MapElements(ctx, testTable, classMap.Name)
+	if err != nil || len(got) != n {
+		t.Fatalf("%d elements read back (%v), want %d", len(got), err, n)
 	}
 }
