@@ -2,14 +2,10 @@ package nftables
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"runtime"
 	"time"
 
 	"github.com/go-logr/logr"
 	nft "github.com/google/nftables"
-	"github.com/mdlayher/netlink"
 
 	"github.com/natgw/natgw/nat/netns"
 	"github.com/natgw/natgw/nat/nftconn"
@@ -17,22 +13,21 @@ import (
 )
 
 // transport carries transactions to the kernel and reads the table back,
-// over two lasting sockets in the gateway's namespace: google/nftables'
-// connection, which reads the table's structure at Load, and an
-// nftconn.Socket (natgw's own, over nlsock) for batches, set dumps and the
-// ruleset generation. Both are nil after a failure until redialed. It
-// knows nothing of the layout: it sends what a Tx says (send) and answers
-// reads.
+// over an nftconn.Lasting in the gateway's namespace: google/nftables'
+// lasting connection (conn), which reads the table's structure at Load,
+// and an nftconn.Socket (natgw's own, over nlsock: nl) for batches, set
+// dumps and the ruleset generation. conn and nl are nil after a failure
+// until redialed. It knows nothing of the layout: it sends what a Tx says
+// (send) and answers reads.
 type transport struct {
 	ns      *netns.NS // kept open for the sockets' life
 	nsName  string    // for errors
 	timeout time.Duration
 	log     logr.Logger
 
-	conn *nft.Conn
-	sock *netlink.Conn // conn's socket, for deadlines
-	fast *nftconn.Socket
-	nl   *nlsock.Socket // fast's socket, for dumps
+	lasting *nftconn.Lasting
+	conn    *nft.Conn      // lasting's library connection
+	nl      *nlsock.Socket // lasting's Socket's, for dumps
 }
 
 // send encodes tx into one netlink batch and commits it: one kernel
@@ -43,11 +38,12 @@ type transport struct {
 // (nat.ErrUnknownState). Either way the sockets are replaced, since
 // answers may be left on them. An encoding error sends nothing.
 func (tr *transport) send(ctx context.Context, tx *Tx) (sent, stamped bool, err error) {
-	t := &txn{Batch: tr.fast.NewBatch(tx.elemBytes())}
+	fast := tr.lasting.Socket()
+	t := &txn{Batch: fast.NewBatch(tx.elemBytes())}
 	if err := t.encode(tx); err != nil {
 		return false, false, err
 	}
-	sent, err = tr.fast.Commit(ctx, t.Batch)
+	sent, err = fast.Commit(ctx, t.Batch)
 	if err == nil {
 		return sent, t.stamped, nil
 	}
@@ -58,41 +54,32 @@ func (tr *transport) send(ctx context.Context, tx *Tx) (sent, stamped bool, err 
 }
 
 // dial opens the library's lasting connection and natgw's own socket in
-// the namespace. The own socket gets buffers sized for large transactions
-// (see nftconn.DialSocket) and short error answers.
+// the namespace (nftconn.Lasting). The own socket gets buffers sized for
+// large transactions (see nftconn.DialSocket) and short error answers.
 func (tr *transport) dial() error {
-	var sock *netlink.Conn
-	c, err := nft.New(nft.AsLasting(), nft.WithNetNSFd(tr.ns.Fd()), nft.WithSockOptions(func(nc *netlink.Conn) error {
-		sock = nc
-		return nil
-	}))
-	runtime.KeepAlive(tr.ns)
-	if err != nil {
-		if sock != nil {
-			sock.Close() // the library does not close it when an option fails
+	if tr.lasting == nil {
+		l, err := nftconn.DialLasting(tr.ns, tr.nsName, tr.timeout, sendBuffer, recvBuffer)
+		if err != nil {
+			return err
 		}
-		return fmt.Errorf("nftables: dial netlink in netns %q: %w", tr.nsName, err)
+		tr.lasting = l
 	}
-	fast, err := nftconn.DialSocket(tr.ns, tr.timeout, sendBuffer, recvBuffer)
-	if err != nil {
-		_ = c.CloseLasting()
-		return fmt.Errorf("nftables: netns %q: %w", tr.nsName, err)
+	err := tr.lasting.Ready()
+	tr.conn, tr.nl = tr.lasting.NFT(), nil
+	if s := tr.lasting.Socket(); s != nil {
+		tr.nl = s.NL()
 	}
-	tr.conn, tr.sock, tr.fast, tr.nl = c, sock, fast, fast.NL()
-	return nil
+	return err
 }
 
 // closeSockets closes both sockets (kernel state stays).
 func (tr *transport) closeSockets() error {
-	var errs []error
-	if tr.conn != nil {
-		errs = append(errs, tr.conn.CloseLasting())
+	if tr.lasting == nil {
+		return nil
 	}
-	if tr.fast != nil {
-		errs = append(errs, tr.fast.Close())
-	}
-	tr.conn, tr.sock, tr.fast, tr.nl = nil, nil, nil, nil
-	return errors.Join(errs...)
+	err := tr.lasting.Close()
+	tr.conn, tr.nl = nil, nil
+	return err
 }
 
 // redial drops the connection (queued messages, a sticky queueing error or
@@ -110,28 +97,10 @@ func (tr *transport) ready() error {
 	return tr.dial()
 }
 
-// deadline bounds the next kernel operations by ctx's deadline (or the
-// default timeout) and interrupts them when ctx is cancelled. The returned
+// deadline bounds the next reads on conn by ctx's deadline (or the default
+// timeout) and interrupts them when ctx is cancelled. The returned
 // function lifts the bound.
-func (tr *transport) deadline(ctx context.Context) func() {
-	d, ok := ctx.Deadline()
-	if !ok {
-		d = time.Now().Add(tr.timeout)
-	}
-	sock := tr.sock
-	_ = sock.SetDeadline(d)
-	fired := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(fired)
-		_ = sock.SetDeadline(time.Now())
-	})
-	return func() {
-		if !stop() {
-			<-fired // the cancellation ran: let it finish before lifting
-		}
-		_ = sock.SetDeadline(time.Time{})
-	}
-}
+func (tr *transport) deadline(ctx context.Context) func() { return tr.lasting.Deadline(ctx) }
 
 // classify wraps a failed commit (see nftconn.Classify).
 func classify(err error) error { return nftconn.Classify(err) }
@@ -139,8 +108,8 @@ func classify(err error) error { return nftconn.Classify(err) }
 // request encodes one nf_tables request with the socket's next sequence
 // number, which it returns (see nftconn.Socket.Request).
 func (tr *transport) request(typ, flags uint16, family uint8, attrs []byte) ([]byte, uint32) {
-	return tr.fast.Request(typ, flags, family, attrs)
+	return tr.lasting.Socket().Request(typ, flags, family, attrs)
 }
 
 // buffer returns the socket's receive buffer for answers.
-func (tr *transport) buffer() []byte { return tr.fast.Buffer() }
+func (tr *transport) buffer() []byte { return tr.lasting.Socket().Buffer() }

@@ -96,15 +96,7 @@ func (n *Netlink) Tables(ctx context.Context, f nft.TableFamily) ([]string, erro
 	if err != nil {
 		return nil, err
 	}
-	tables, err := c.ListTablesOfFamily(f)
-	if err != nil {
-		return nil, fmt.Errorf("nftables: list %s tables: %w", FamilyName(f), err)
-	}
-	names := make([]string, 0, len(tables))
-	for _, t := range tables {
-		names = append(names, t.Name)
-	}
-	return names, nil
+	return listTables(c, f)
 }
 
 // Rules implements Conn.
@@ -116,6 +108,36 @@ func (n *Netlink) Rules(ctx context.Context, t Table, chain string) ([]RuleRef, 
 	if err != nil {
 		return nil, err
 	}
+	return listRules(c, t, chain)
+}
+
+// MapElements implements Conn.
+func (n *Netlink) MapElements(ctx context.Context, t Table, name string) ([]Element, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c, err := n.conn()
+	if err != nil {
+		return nil, err
+	}
+	return listMapElements(c, t, name)
+}
+
+// listTables returns the names of the tables of family f, read over c.
+func listTables(c *nft.Conn, f nft.TableFamily) ([]string, error) {
+	tables, err := c.ListTablesOfFamily(f)
+	if err != nil {
+		return nil, fmt.Errorf("nftables: list %s tables: %w", FamilyName(f), err)
+	}
+	names := make([]string, 0, len(tables))
+	for _, t := range tables {
+		names = append(names, t.Name)
+	}
+	return names, nil
+}
+
+// listRules returns the rules of chain in t, read over c.
+func listRules(c *nft.Conn, t Table, chain string) ([]RuleRef, error) {
 	tb := &nft.Table{Name: string(t.Name), Family: t.Family}
 	rules, err := c.GetRules(tb, &nft.Chain{Name: chain, Table: tb})
 	if err != nil {
@@ -128,15 +150,8 @@ func (n *Netlink) Rules(ctx context.Context, t Table, chain string) ([]RuleRef, 
 	return refs, nil
 }
 
-// MapElements implements Conn.
-func (n *Netlink) MapElements(ctx context.Context, t Table, name string) ([]Element, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	c, err := n.conn()
-	if err != nil {
-		return nil, err
-	}
+// listMapElements returns the elements of map name in t, read over c.
+func listMapElements(c *nft.Conn, t Table, name string) ([]Element, error) {
 	s, err := c.GetSetByName(&nft.Table{Name: string(t.Name), Family: t.Family}, name)
 	if err != nil {
 		return nil, fmt.Errorf("nftables: map %s %s: %w", t, name, err)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	nft "github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -213,5 +214,65 @@ func TestNetlinkLargeBatch(t *testing.T) {
 	got, err := k.MapElements(ctx, testTable, classMap.Name)
 	if err != nil || len(got) != n {
 		t.Fatalf("%d elements read back (%v), want %d", len(got), err, n)
+	}
+}
+
+// TestLasting: a Lasting applies transactions and reads back over the
+// sockets it keeps; a refused transaction changes nothing and the next
+// one works (the sockets were redialed); after Close the next call dials
+// again.
+func TestLasting(t *testing.T) {
+	lab := netlab.ForTest(t)
+	name, err := lab.NS("nftlasting")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := netns.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	ctx := context.Background()
+	l, err := DialLasting(ns, name, time.Minute, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	masq := Rule{Exprs: []expr.Any{&expr.Masq{}}, Text: "masquerade", Tag: "m"}
+	tx := baseTx()
+	tx.AddMap(testTable, classMap)
+	tx.AddElements(testTable, classMap.Name, el(1, 1, "a"))
+	tx.AppendRule(testTable, "post", masq)
+	if err := l.Apply(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	sock := l.Socket()
+	bad := &Tx{}
+	bad.AppendRule(testTable, "post", masq)
+	bad.DeleteRule(testTable, "post", 1<<40, "")
+	if err := l.Apply(ctx, bad); !errors.Is(err, unix.ENOENT) {
+		t.Fatalf("a delete of a missing rule: %v, want ENOENT", err)
+	}
+	if l.Socket() == sock {
+		t.Error("the socket was kept after a refused transaction, want a new one")
+	}
+	more := &Tx{}
+	more.AddElements(testTable, classMap.Name, el(2, 2, "b"))
+	if err := l.Apply(ctx, more); err != nil {
+		t.Fatalf("after a refused transaction: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rules, err := l.Rules(ctx, testTable, "post")
+	if err != nil || len(rules) != 1 || rules[0].Tag != "m" {
+		t.Fatalf("rules after Close and a new dial: %+v (%v), want one tagged m", rules, err)
+	}
+	els, err := l.MapElements(ctx, testTable, classMap.Name)
+	if err != nil || len(els) != 2 {
+		t.Fatalf("elements: %+v (%v), want 2", els, err)
+	}
+	if ok, err := HasTable(ctx, l, testTable); err != nil || !ok {
+		t.Fatalf("HasTable: %v (%v), want true", ok, err)
 	}
 }
