@@ -66,7 +66,7 @@ func NewDataplane(ctx context.Context, c *Client) (*Dataplane, error) {
 func (d *Dataplane) Client() *Client { return d.c }
 
 // Name returns the agent's data plane, as of the last info.
-func (d *Dataplane) Name() string {
+func (d *Dataplane) Name() nat.DataplaneName {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.info.Dataplane

@@ -75,8 +75,8 @@ type Response struct {
 
 // Info describes a running agent.
 type Info struct {
-	Version   string `json:"version"`
-	Dataplane string `json:"dataplane"`
+	Version   string            `json:"version"`
+	Dataplane nat.DataplaneName `json:"dataplane"`
 	// BootID changes whenever the agent's kernel state may have been lost
 	// (a new agent on an empty table, a table recreated); the controller
 	// answers a new BootID with a full sync.

@@ -11,6 +11,7 @@ import (
 	"github.com/natgw/natgw/controller/crdtest"
 	fw "github.com/natgw/natgw/e2e/framework"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/planes"
 )
 
@@ -121,7 +122,7 @@ func TestDataplaneSwitchKilled(t *testing.T) {
 			took := s.WaitGone(time.Minute, fipB, eipB)
 			s.WaitReady(fipA)
 			pathIn := s.CheckPaths(30*time.Second, g.ExtTo(fw.TCP, live, fw.VMPort, 0))
-			held, err := planes.Holds(s.Ctx, from, g.Config())
+			held, err := planes.Holds(s.Ctx, nat.DataplaneName(from), g.Config())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,8 +13,8 @@ import (
 // concurrent use; calls are applied one at a time in the order they take the
 // backend's lock.
 type Dataplane interface {
-	// Name is the data plane's name: "nftables" or "iptables".
-	Name() string
+	// Name is the data plane's name: DataplaneNftables or DataplaneIptables.
+	Name() DataplaneName
 	// Apply adds or updates objects. An object already present with the
 	// same spec is a no-op; one present with another spec is replaced in the
 	// same transaction. Conflicts (*ConflictError) and invalid objects

@@ -2,6 +2,7 @@ package nat
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -40,16 +41,34 @@ func TestParseIPv4Prefix(t *testing.T) {
 	}
 }
 
-func TestCheckDataplaneName(t *testing.T) {
+// TestParseDataplaneName: the known names parse to their consts; a bad one
+// is refused naming the field and the value, and a flag.Value Set keeps the
+// old value.
+func TestParseDataplaneName(t *testing.T) {
 	for _, n := range DataplaneNames {
-		if err := CheckDataplaneName(n); err != nil {
-			t.Errorf("CheckDataplaneName(%q): %v", n, err)
+		got, err := ParseDataplaneName("--dataplane", string(n))
+		if err != nil || got != n {
+			t.Errorf("ParseDataplaneName(%q) = %q, %v", n, got, err)
+		}
+		var f DataplaneName
+		if err := f.Set(string(n)); err != nil || f != n || f.String() != string(n) {
+			t.Errorf("Set(%q): %q, %v", n, f, err)
 		}
 	}
-	for _, n := range []string{"", "pf", "NFTABLES", "nftables "} {
-		err := CheckDataplaneName(n)
-		if err == nil || !strings.Contains(err.Error(), "unknown data plane") || !strings.Contains(err.Error(), "nftables or iptables") {
-			t.Errorf("CheckDataplaneName(%q) = %v", n, err)
+	for _, v := range []string{"", "pf", "NFTABLES", "nftables "} {
+		got, err := ParseDataplaneName("dataplane", v)
+		if err == nil || got != "" {
+			t.Errorf("ParseDataplaneName(%q) = %q, %v; want an error", v, got, err)
+			continue
+		}
+		for _, want := range []string{"dataplane: ", fmt.Sprintf("%q", v), "unknown data plane", "nftables or iptables"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("ParseDataplaneName(%q): %v; want it to contain %s", v, err, want)
+			}
+		}
+		f := DataplaneIptables
+		if err := f.Set(v); err == nil || f != DataplaneIptables {
+			t.Errorf("Set(%q) = %v, left %q", v, err, f)
 		}
 	}
 }

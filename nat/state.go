@@ -434,17 +434,24 @@ func (s *State) PlanSync(desired []Object) (*Change, error) {
 	}
 	c := &Change{s: s, replaced: &State{}}
 	*c.replaced = *s
-	for uid, old := range s.byUID {
-		if n, ok := next.byUID[uid]; !ok || !n.Equal(old) {
-			c.Removed = append(c.Removed, old)
+	switch {
+	case len(s.byUID) == 0:
+		// From nothing (a resync into a new table): everything is added.
+		c.Added = append(make([]Object, 0, len(desired)), desired...)
+	case len(desired) == 0:
+		// To nothing: everything is removed, in one allocation (appending
+		// 100,000 objects one by one reallocated ~40 MB).
+		c.Removed = s.Unordered()
+	default:
+		for uid, old := range s.byUID {
+			if n, ok := next.byUID[uid]; !ok || !n.Equal(old) {
+				c.Removed = append(c.Removed, old)
+			}
 		}
-	}
-	if len(s.byUID) == 0 {
-		c.Added = make([]Object, 0, len(desired))
-	}
-	for _, n := range desired { // UIDs are unique in desired (Insert checked)
-		if old, ok := s.byUID[n.UID]; !ok || !n.Equal(old) {
-			c.Added = append(c.Added, n)
+		for _, n := range desired { // UIDs are unique in desired (Insert checked)
+			if old, ok := s.byUID[n.UID]; !ok || !n.Equal(old) {
+				c.Added = append(c.Added, n)
+			}
 		}
 	}
 	*s = *next

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -296,6 +297,52 @@ func TestPlanDeleteAndSync(t *testing.T) {
 	}
 	if got := UIDs(s.Objects()); !reflect.DeepEqual(got, []string{"f1", "f2", "s1"}) {
 		t.Fatalf("refused sync changed the state: %v", got)
+	}
+}
+
+// TestPlanSyncFromAndToNothing: a Sync into an empty State adds every
+// desired object (in the order given) and removes none; a Sync to nothing
+// removes every object and adds none; each rolls back to the State before.
+func TestPlanSyncFromAndToNothing(t *testing.T) {
+	objs := []Object{fip("f2", "192.0.2.11", "10.0.0.6"), fip("f1", "192.0.2.10", "10.0.0.5"), snat("s1", "192.0.2.30", "10.0.0.0/24")}
+	for _, tc := range []struct {
+		name                 string
+		before, desired      []Object
+		removed, added, left []string
+	}{
+		{"from nothing", nil, objs, nil, []string{"f2", "f1", "s1"}, []string{"f1", "f2", "s1"}},
+		{"to nothing", objs, nil, []string{"f1", "f2", "s1"}, nil, nil},
+		{"to nothing (empty, not nil)", objs, []Object{}, []string{"f1", "f2", "s1"}, nil, nil},
+		{"nothing to nothing", nil, nil, nil, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewState()
+			for _, o := range tc.before {
+				if err := s.Insert(o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c, err := s.PlanSync(tc.desired)
+			if err != nil {
+				t.Fatal(err)
+			}
+			SortObjects(c.Removed)
+			if got := UIDs(c.Removed); !slices.Equal(got, tc.removed) {
+				t.Errorf("removed %v, want %v", got, tc.removed)
+			}
+			if got := UIDs(c.Added); !slices.Equal(got, tc.added) {
+				t.Errorf("added %v, want %v (the order of desired)", got, tc.added)
+			}
+			if got := UIDs(s.Objects()); !slices.Equal(got, tc.left) {
+				t.Errorf("state after sync %v, want %v", got, tc.left)
+			}
+			c.Rollback()
+			want := append([]Object(nil), tc.before...)
+			SortObjects(want)
+			if got := UIDs(s.Objects()); !slices.Equal(got, UIDs(want)) {
+				t.Errorf("state after rollback %v, want %v", got, UIDs(want))
+			}
+		})
 	}
 }
 

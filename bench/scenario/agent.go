@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os/exec"
 	"time"
 
@@ -110,6 +111,11 @@ func openAgent(ctx context.Context, e *Env, gw *netlab.Gateway) (Programmer, err
 		return nil, a.wrap(fmt.Errorf("agent info: %w", err))
 	}
 	return &agentProgrammer{a: a}, nil
+}
+
+// HoldEIP implements EIPHolder.
+func (p *agentProgrammer) HoldEIP(ctx context.Context, uid string, eip netip.Prefix) error {
+	return p.a.wrap(p.a.Apply(ctx, eipObject(uid, eip)))
 }
 
 func (p *agentProgrammer) Preload(ctx context.Context, fips []FIP) error {

@@ -26,6 +26,7 @@ import (
 	"github.com/natgw/natgw/e2e/framework"
 	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/procfs"
+	"github.com/natgw/natgw/nat"
 )
 
 // controlPlane is a kube-apiserver + etcd pair (controller-runtime envtest)
@@ -174,7 +175,7 @@ type controllerOptions struct {
 	// Natgw is the natgw binary the local transport runs as `natgw serve`.
 	Natgw string
 	// Dataplane is the controller's --dataplane.
-	Dataplane string
+	Dataplane nat.DataplaneName
 	// Workers is --workers.
 	Workers int
 	// Gateways maps gateway names to namespaces.

@@ -76,6 +76,9 @@ type Plan struct {
 	S2SyncSizes, S2ResyncSizes   []int
 	S2StartupSize                int
 	S2Reps                       int
+	// S2Env is the value of NATGW_BENCH_S2 that set the size and
+	// repetitions ("" when the mode's apply).
+	S2Env string
 
 	// S5Sizes are the object counts of the agent's RSS; S5BenchTime is
 	// `go test -benchtime` per backend package (a backend without an

@@ -39,21 +39,34 @@ func Filler(i int) FIP {
 	}
 }
 
-// Fillers returns Filler(0..n-1).
-func Fillers(n int) []FIP {
+// Fillers returns n filler FIPs of a family: Filler(0..n-1), or with v6
+// Filler6(0..n-1).
+func Fillers(v6 bool, n int) []FIP {
+	fill := Filler
+	if v6 {
+		fill = Filler6
+	}
 	out := make([]FIP, n)
 	for i := range out {
-		out[i] = Filler(i)
+		out[i] = fill(i)
 	}
 	return out
 }
 
 // Probe is the FIP the scenarios add, delete and send traffic to: the
-// standard topology's first EIP to its first VPC host, so its flows are
-// real (ext → gw → vm1).
-func Probe() FIP {
+// topology's first EIP to its first VPC host, so its flows are real (ext
+// → gw → vm1); with v6 their IPv6 addresses in a dual-stack topology
+// (netlab.GatewayOptions.IPv6).
+func Probe(v6 bool) FIP {
+	if v6 {
+		return FIP{UID: "b0b0b0b0-0000-4000-8000-000000000006", EIP: netlab.EIP6(0), Internal: netlab.VMAddr6(0)}
+	}
 	return FIP{UID: "b0b0b0b0-0000-4000-8000-000000000001", EIP: netlab.EIP(0), Internal: netlab.VMAddr(0)}
 }
+
+// ProbeEIPUID is the UID of the probe's EIP object, for the methods that
+// take one (EIPHolder).
+const ProbeEIPUID = "b0b0b0b0-0000-4000-8000-0000000000e1"
 
 // Objects converts FIPs to natgw objects.
 func Objects(fs []FIP) []nat.Object {
@@ -82,28 +95,4 @@ func Filler6(i int) FIP {
 		EIP:      netip.AddrFrom16(eip),
 		Internal: netip.AddrFrom16(in),
 	}
-}
-
-// Fillers6 returns Filler6(0..n-1).
-func Fillers6(n int) []FIP {
-	out := make([]FIP, n)
-	for i := range out {
-		out[i] = Filler6(i)
-	}
-	return out
-}
-
-// Probe6 is Probe's IPv6 counterpart in a dual-stack topology
-// (netlab.GatewayOptions.IPv6): the first IPv6 EIP to the first VPC host's
-// IPv6 address.
-func Probe6() FIP {
-	return FIP{UID: "b0b0b0b0-0000-4000-8000-000000000006", EIP: netlab.EIP6(0), Internal: netlab.VMAddr6(0)}
-}
-
-// fillersOf returns n fillers of the family of probe.
-func fillersOf(probe FIP, n int) []FIP {
-	if probe.EIP.Is6() {
-		return Fillers6(n)
-	}
-	return Fillers(n)
 }

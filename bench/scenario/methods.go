@@ -5,6 +5,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +24,24 @@ type Programmer interface {
 	Add(ctx context.Context, f FIP) error
 	Delete(ctx context.Context, f FIP) error
 	Close() error
+}
+
+// EIPHolder is a Programmer that also takes EIP objects: natgw's data
+// planes, to which natgw-controller sends an EIP object for every EIP a
+// FIP uses (the nftables data plane gives an IPv6 EIP object a conntrack
+// mark id, nat/README.md "Conntrack"). The other methods have no EIP
+// object.
+type EIPHolder interface {
+	HoldEIP(ctx context.Context, uid string, eip netip.Prefix) error
+}
+
+// eipObject is the EIP object of address eip (either family).
+func eipObject(uid string, eip netip.Prefix) nat.Object {
+	e := &nat.EIP{Address: eip.Addr(), PrefixLen: eip.Bits()}
+	if eip.Addr().Is6() {
+		e = &nat.EIP{V6Address: eip.Addr(), V6PrefixLen: eip.Bits()}
+	}
+	return nat.Object{UID: uid, Kind: nat.KindEIP, EIP: e}
 }
 
 // Method names a Programmer for the report and opens it on a gateway.
@@ -250,6 +269,14 @@ func openDataplane(open Opener) func(context.Context, *Env, *netlab.Gateway) (Pr
 		}
 		return &dataplaneProgrammer{dp: dp}, nil
 	}
+}
+
+// HoldEIP implements EIPHolder.
+func (p *dataplaneProgrammer) HoldEIP(ctx context.Context, uid string, eip netip.Prefix) error {
+	if err := p.dp.Apply(ctx, eipObject(uid, eip)); err != nil {
+		return fmt.Errorf("eip %s: %w", eip, err)
+	}
+	return nil
 }
 
 func (p *dataplaneProgrammer) Preload(ctx context.Context, fips []FIP) error {

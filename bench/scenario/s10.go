@@ -211,7 +211,9 @@ type shareSpreadLine struct {
 	Min, Max        int
 }
 
-var shareSpreadRE = regexp.MustCompile(`SHARE-SPREAD \S+ backends=(\d+) conns=(\d+) even=([0-9.]+) min=(\d+) max=(\d+)`)
+// The line is nattest's testShareSpread Logf: "SHARE-SPREAD <backend> <family>
+// backends=...".
+var shareSpreadRE = regexp.MustCompile(`SHARE-SPREAD \S+ IPv[46] backends=(\d+) conns=(\d+) even=([0-9.]+) min=(\d+) max=(\d+)`)
 
 // parseShareSpread extracts the SHARE-SPREAD lines of the spread test's
 // verbose output.

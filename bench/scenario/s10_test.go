@@ -1,9 +1,12 @@
 package scenario
 
 import (
+	"context"
 	"math"
+	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestS10Plan: the size NATGW_BENCH_S10 sets, and bad values refused with
@@ -63,8 +66,8 @@ func TestParseShareDNATBench(t *testing.T) {
 
 func TestParseShareSpread(t *testing.T) {
 	out := `=== RUN   TestConformance/ShareDNAT/Spread
-    share.go:190: SHARE-SPREAD nftables backends=1 conns=10000 even=10000.0 min=10000 max=10000 tolerance=±1000.0 within-10%=true
-    share.go:190: SHARE-SPREAD nftables backends=64 conns=10000 even=156.2 min=120 max=190 tolerance=±62.0 within-10%=false
+    share.go:197: SHARE-SPREAD nftables IPv4 backends=1 conns=10000 even=10000.0 min=10000 max=10000 tolerance=±1000.0 within-10%=true
+    share.go:197: SHARE-SPREAD nftables IPv4 backends=64 conns=10000 even=156.2 min=120 max=190 tolerance=±62.0 within-10%=false
 --- PASS: TestConformance/ShareDNAT/Spread (12.00s)
 `
 	ls := parseShareSpread(out)
@@ -87,5 +90,36 @@ func TestParseShareSpread(t *testing.T) {
 	}
 	if ls := parseShareSpread("PASS\n"); len(ls) != 0 {
 		t.Errorf("parsed %d lines from output without any", len(ls))
+	}
+}
+
+// TestShareSpreadOutput runs the spread case scenario 10 reads (a few
+// hundred connections per backend count) and parses its real output, so
+// the SHARE-SPREAD line nattest writes and the parser here cannot drift
+// apart unseen (they did once: the family token added to the line made
+// every full-size spread row "failed").
+func TestShareSpreadOutput(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the spread case builds network namespaces")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	root, err := moduleRoot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := goTest(ctx, root, 10*time.Minute, []string{shareConnsEnv + "=1000"},
+		"-count", "1", "-v", "-run", "^TestConformance$/^ShareDNAT$/^Spread$", s10Packages["nftables"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := parseShareSpread(out)
+	if len(ls) != 4 { // backend counts 1, 2, 8, 64
+		t.Fatalf("parsed %d SHARE-SPREAD lines, want 4: %s", len(ls), lastLines(out, 8))
+	}
+	for _, l := range ls {
+		if l.Conns != 1000 || l.Backends < 1 || l.Min > l.Max {
+			t.Errorf("line %+v", l)
+		}
 	}
 }

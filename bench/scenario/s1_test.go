@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -169,5 +170,39 @@ func checkPlot(t *testing.T, dir string, sec *report.Section, want string) {
 	}
 	if root != "svg" {
 		t.Errorf("plot %s: root element %q, want svg", sec.Plot, root)
+	}
+}
+
+// TestS1Budget: the budget NATGW_BENCH_S1 sets, and bad values refused
+// with the variable and the value named.
+func TestS1Budget(t *testing.T) {
+	for _, tc := range []struct {
+		env     string
+		budget  time.Duration
+		wantErr bool
+	}{
+		{env: "", budget: QuickPlan().S1Budget},
+		{env: "20s", budget: 20 * time.Second},
+		{env: "1ms", budget: time.Millisecond},
+		{env: "soon", wantErr: true},
+		{env: "0s", wantErr: true},
+		{env: "2h", wantErr: true},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			t.Setenv(s1BudgetEnv, tc.env)
+			p, err := s1Budget(QuickPlan())
+			if tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), s1BudgetEnv) || !strings.Contains(err.Error(), strconv.Quote(tc.env)) {
+					t.Fatalf("error %v, want one naming %s and %q", err, s1BudgetEnv, tc.env)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.S1Budget != tc.budget || p.S1MaxReps != QuickPlan().S1MaxReps {
+				t.Errorf("budget %v, max reps %d; want %v, %d", p.S1Budget, p.S1MaxReps, tc.budget, QuickPlan().S1MaxReps)
+			}
+		})
 	}
 }

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/natgw/natgw/agentapi"
@@ -16,13 +19,47 @@ import (
 	"github.com/natgw/natgw/nat/nftconn"
 )
 
+// s2SizeEnv names the variable that sets scenario 2's bulk size for
+// development: SIZE,REPS (e.g. "100000,3"): the one size of the bulk load,
+// the resync and the agent's start-up (1..MaxFillers), and the
+// repetitions of each. The one-at-a-time part keeps the mode's counts.
+const s2SizeEnv = "NATGW_BENCH_S2"
+
+// s2Size returns p with the size s2SizeEnv sets, or p when it is unset.
+func s2Size(p Plan) (Plan, error) {
+	v := os.Getenv(s2SizeEnv)
+	if v == "" {
+		return p, nil
+	}
+	f := strings.Split(v, ",")
+	if len(f) != 2 {
+		return p, fmt.Errorf("%s %q: want SIZE,REPS", s2SizeEnv, v)
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil || n < 1 || n > MaxFillers {
+		return p, fmt.Errorf("%s %q: SIZE %q: want 1..%d", s2SizeEnv, v, f[0], MaxFillers)
+	}
+	reps, err := strconv.Atoi(f[1])
+	if err != nil || reps < 1 {
+		return p, fmt.Errorf("%s %q: REPS %q: want a count ≥ 1", s2SizeEnv, v, f[1])
+	}
+	p.S2SyncSizes, p.S2ResyncSizes, p.S2StartupSize, p.S2Reps, p.S2Env = []int{n}, []int{n}, n, reps, v
+	return p, nil
+}
+
 // RunS2 measures bulk programming (N FIPs one request at a time vs one
 // Sync), the resync of a gateway whose table was lost, and the agent's
 // start-up on a big table (rebuilding its UID index from the kernel).
 func RunS2(ctx context.Context, e *Env) error {
-	plan := e.plan()
+	plan, err := s2Size(e.plan())
+	if err != nil {
+		return err
+	}
 	e.Progress.Scenario("scenario 2: bulk programming and restart")
 	sec := e.Report.Section("s2", "Scenario 2: bulk programming and restart")
+	if plan.S2Env != "" {
+		sec.Notes = append(sec.Notes, fmt.Sprintf("Size set by %s=%s (development size, not the mode's).", s2SizeEnv, plan.S2Env))
+	}
 	if e.Natgw == "" {
 		sec.NotRun = "the natgw binary was not given (-natgw), and this scenario measures `natgw serve`"
 		return nil
@@ -104,7 +141,7 @@ func RunS2(ctx context.Context, e *Env) error {
 				return err
 			}
 			defer a.Close()
-			objs := Objects(Fillers(n))
+			objs := Objects(Fillers(false, n))
 			for r := 0; r < plan.S2Reps+1; r++ {
 				e.Progress.Step(r+1, plan.S2Reps+1, "natgw serve: one sync of %s FIPs (first is warm-up)", report.SizeLabel(n))
 				if err := a.Sync(ctx, []nat.Object{}); err != nil {
@@ -126,7 +163,7 @@ func RunS2(ctx context.Context, e *Env) error {
 				return err
 			}
 			defer dp.Close()
-			objs := Objects(Fillers(n))
+			objs := Objects(Fillers(false, n))
 			for r := 0; r < plan.S2Reps+1; r++ {
 				e.Progress.Step(r+1, plan.S2Reps+1, "nftables backend in-process: one Sync of %s FIPs (first is warm-up)", report.SizeLabel(n))
 				if err := dp.Sync(ctx, []nat.Object{}); err != nil {
@@ -148,7 +185,7 @@ func RunS2(ctx context.Context, e *Env) error {
 				return err
 			}
 			defer p.Close()
-			fips := Fillers(n)
+			fips := Fillers(false, n)
 			for r := 0; r < plan.S2Reps+1; r++ {
 				e.Progress.Step(r+1, plan.S2Reps+1, "iptables-legacy-restore of %s FIPs (first is warm-up)", report.SizeLabel(n))
 				if err := p.Preload(ctx, nil); err != nil {
@@ -194,7 +231,7 @@ func RunS2(ctx context.Context, e *Env) error {
 				return err
 			}
 			defer ns.Close()
-			objs := Objects(Fillers(n))
+			objs := Objects(Fillers(false, n))
 			for r := 0; r < plan.S2Reps; r++ {
 				e.Progress.Step(r+1, plan.S2Reps, "resync of %s FIPs after the table was lost", report.SizeLabel(n))
 				if err := a.Sync(ctx, objs); err != nil {
@@ -249,7 +286,7 @@ func RunS2(ctx context.Context, e *Env) error {
 			if err != nil {
 				return err
 			}
-			if err := a.Sync(ctx, Objects(Fillers(size))); err != nil {
+			if err := a.Sync(ctx, Objects(Fillers(false, size))); err != nil {
 				a.Close()
 				return a.wrap(err)
 			}

@@ -29,7 +29,7 @@ import (
 
 // s3Dataplanes are measured in this order; the first is "ours" in the
 // metrics, the second the baseline.
-var s3Dataplanes = []string{nat.DataplaneNftables, nat.DataplaneIptables}
+var s3Dataplanes = []string{string(nat.DataplaneNftables), string(nat.DataplaneIptables)}
 
 // s3Observe, when set (tests), gets every data plane's result.
 var s3Observe func(*s3Result)
@@ -224,7 +224,7 @@ func measureS3(ctx context.Context, e *Env, plan Plan, cp *controlPlane, l *netl
 	}
 	logPath := filepath.Join(os.TempDir(), fmt.Sprintf("natgw-bench-s3-%s-%s.log", r.dp, l.ID()))
 	rc, err := startController(ctx, cp, controllerOptions{
-		Natgw: e.Natgw, Dataplane: r.dp, Workers: plan.S3Workers, LogPath: logPath,
+		Natgw: e.Natgw, Dataplane: nat.DataplaneName(r.dp), Workers: plan.S3Workers, LogPath: logPath,
 		Gateways: gwconfig.Config{
 			Defaults: gwconfig.Entry{ExternalPrefixLen: s3EIPPrefixLen},
 			Gateways: []gwconfig.Entry{{Name: gwName, NetNS: gw.GW, ExternalGateway: netlab.ExtAddr.String(),

@@ -266,9 +266,9 @@ func setupS4(ctx context.Context, e *Env, l *netlab.Lab, name string, g *s4Gatew
 	if err != nil {
 		return err
 	}
-	probe, bits, src, family := Probe(), netlab.ExtNet.Bits(), gw.Ext.Addr, "ip"
+	probe, bits, src, family := Probe(false), netlab.ExtNet.Bits(), gw.Ext.Addr, "ip"
 	if g.v.IPv6 {
-		probe, bits, src, family = Probe6(), netlab.ExtNet6.Bits(), gw.Ext.Addr6, "ip6"
+		probe, bits, src, family = Probe(true), netlab.ExtNet6.Bits(), gw.Ext.Addr6, "ip6"
 	}
 	vm := gw.VMs[0]
 	if err := netlab.AddAddr(gw.GW, gw.ExternalInterface, netip.PrefixFrom(probe.EIP, bits)); err != nil {
@@ -285,7 +285,7 @@ func setupS4(ctx context.Context, e *Env, l *netlab.Lab, name string, g *s4Gatew
 	if err != nil {
 		return err
 	}
-	if g.prog, err = g.v.Program(ctx, e, gw, fillersOf(probe, g.n-1), probe); err != nil {
+	if g.prog, err = g.v.Program(ctx, e, gw, Fillers(probe.EIP.Is6(), g.n-1), probe); err != nil {
 		return err
 	}
 	g.m, err = newS4Meter(gw, vm, src, probe)
@@ -535,7 +535,7 @@ func reportS4(e *Env, plan Plan, variants []s4Variant, res map[string]map[int]*s
 		"**New flows are where NAT rules are evaluated**: netfilter consults the nat chains only for the first packet of a connection; "+
 			"later packets follow the conntrack entry. So the cost of N FIPs shows in new connections per second, not in established throughput.",
 		"Topology: ext (192.0.2.1) ── veth ── gw (net1 / eth0) ── veth ── bridge ── vm1 (198.51.100.10). The gateway holds N FIPs; "+
-			"the probe FIP ("+Probe().EIP.String()+" → "+Probe().Internal.String()+") is installed last, the other N−1 map unused EIPs from 100.64.0.0/10. "+
+			"the probe FIP ("+Probe(false).EIP.String()+" → "+Probe(false).Internal.String()+") is installed last, the other N−1 map unused EIPs from 100.64.0.0/10. "+
 			"A Go sender in ext writes single UDP datagrams through a raw socket to the probe EIP, each from a (source port, destination port) pair "+
 			"not used before, so every datagram is a new conntrack flow; vm1 drops them in its input hook and the rx counter of its interface counts them. "+
 			fmt.Sprintf("A window lasts %s or %s datagrams, whichever ends first; the gateway's conntrack table is flushed before each. ", plan.S4Window, report.Count(float64(plan.S4MaxFlows)))+
@@ -546,7 +546,7 @@ func reportS4(e *Env, plan Plan, variants []s4Variant, res map[string]map[int]*s
 			"where every new flow walks the DNAT chain to the probe's rule and the whole SNAT chain (its source matches no FIP); "+
 			"versus natgw's nftables backend, whose maps look a FIP up in O(1).",
 		"IPv6 (issue 27): the same natgw backend on IPv6 FIPs, its cells measured in the same rounds as the IPv4 ones: a dual-stack topology, "+
-			"the probe FIP "+Probe6().EIP.String()+" → "+Probe6().Internal.String()+" installed last after N−1 IPv6 FIPs (EIPs from 2001:db8:6400::/40), "+
+			"the probe FIP "+Probe(true).EIP.String()+" → "+Probe(true).Internal.String()+" installed last after N−1 IPv6 FIPs (EIPs from 2001:db8:6400::/40), "+
 			"datagrams from ext's IPv6 address through a raw IPv6 UDP socket (the kernel adds the IPv6 header and the UDP checksum, which IPv6 requires; "+
 			"the IPv4 sender writes whole datagrams), vm1 dropping them in an ip6 input hook, TCP to [EIP6]:5201. "+
 			"The IPv4 baseline (iptables-legacy) has no IPv6 counterpart: upstream's gateway never translated IPv6.")

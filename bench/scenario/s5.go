@@ -86,7 +86,7 @@ func s5RSS(ctx context.Context, e *Env, plan Plan, sec *report.Section) error {
 			if err != nil {
 				return err
 			}
-			if err := a.Sync(ctx, Objects(Fillers(n))); err != nil {
+			if err := a.Sync(ctx, Objects(Fillers(false, n))); err != nil {
 				a.Close()
 				return a.wrap(err)
 			}

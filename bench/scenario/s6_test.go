@@ -50,8 +50,8 @@ func TestS6Tiny(t *testing.T) {
 	// What the gateways hold: 2 VpcNatGateway routes, 4 paced EIPs, the load.
 	const onGateways = 2 + 4 + objects
 	switch {
-	case c.stop <= 0 || c.firstSynced <= 0 || c.firstSynced > c.synced || c.synced > c.drained:
-		t.Errorf("cold start times out of order: stop %v, first synced %v, all synced %v, drained %v", c.stop, c.firstSynced, c.synced, c.drained)
+	case c.stop <= 0 || c.workers <= 0 || c.firstSynced <= 0 || c.firstSynced > c.synced || c.synced > c.drained || c.workers > c.drained:
+		t.Errorf("cold start times out of order: stop %v, workers started %v, first synced %v, all synced %v, drained %v", c.stop, c.workers, c.firstSynced, c.synced, c.drained)
 	case c.synced > time.Minute:
 		t.Errorf("cold start of 2 gateways with %d objects took %v", objects, c.synced)
 	case c.kernelTotal != 2 || c.kernelOK != 2 || c.kernelObjects != onGateways:
@@ -81,7 +81,7 @@ func TestS6Tiny(t *testing.T) {
 			t.Errorf("phase %q: sampled peak %v", pk.phase, pk.rss)
 		}
 	}
-	if got := sec.Tables[4].Rows[0][8]; !strings.HasPrefix(got, "2 of 2 ") {
+	if got := sec.Tables[4].Rows[0][9]; !strings.HasPrefix(got, "2 of 2 ") {
 		t.Errorf("cold start table: kernel cell %q", got)
 	}
 	if len(sec.Targets) != 4 {

@@ -24,6 +24,7 @@ import (
 	"github.com/natgw/natgw/internal/cluster"
 	"github.com/natgw/natgw/internal/clusterstack"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/nat"
 )
 
 // s7Result is one data plane's measurement.
@@ -185,7 +186,7 @@ func s7Dataplane(ctx context.Context, c *cluster.Cluster, repo, dp string, sz cl
 		return nil, err
 	}
 	return clusterstack.Measure(ctx, clusterstack.Target{
-		Gateway: name, Dataplane: dp, Pod: pod.Name, EIPs: eips,
+		Gateway: name, Dataplane: nat.DataplaneName(dp), Pod: pod.Name, EIPs: eips,
 		InternalIP: func(i int) string { return fmt.Sprintf("10.250.%d.%d", i/250, i%250+1) },
 		Config:     rc, Client: cl, Clientset: cs, Kubectl: c.Kubectl,
 	}, sz)

@@ -188,7 +188,7 @@ func s9Reset(ctx context.Context, tp *qoslab.Topo) error {
 	if err := tp.Police(ctx, nil); err != nil {
 		return err
 	}
-	if err := shape.Set(tp.Cfg, nil); err != nil {
+	if err := shape.Set(ctx, tp.Cfg, nil); err != nil {
 		return fmt.Errorf("shape.Set(nil): %w", err)
 	}
 	// Upstream's state (and any root qdisc natgw's shaper left): absent is
@@ -227,7 +227,7 @@ func s9Configure(ctx context.Context, tp *qoslab.Topo, ns *netns.NS, up *s9Scrip
 		return tp.Police(ctx, &nat.QoS{IngressRateMbps: uint32(rate), IngressBurstMbit: b, EgressRateMbps: uint32(rate), EgressBurstMbit: b})
 	case s9Shape:
 		l := shape.Limit{RateMbps: float64(rate), BurstMB: burstMB}
-		return shape.Set(tp.Cfg, []shape.EIP{{Address: qoslab.EIP, Ingress: l, Egress: l}})
+		return shape.Set(ctx, tp.Cfg, []shape.EIP{{Address: qoslab.EIP, Ingress: l, Egress: l}})
 	case s9Upstream:
 		for _, op := range []string{"eip-ingress-qos-add", "eip-egress-qos-add"} {
 			if err := up.call(ctx, ns, true, op, s9Rule(rate, burstMB)); err != nil {

@@ -210,55 +210,44 @@ func BuildClaims(eips []v1.IptablesEIP, fips []v1.IptablesFIPRule, dnats []v1.Ip
 			gateways: nonEmpty(append(append([]string{}, ref.gateways...), statusGW, labels[v1.LabelVpcNatGwName])...),
 		}
 	}
-	for i := range fips {
-		f := &fips[i]
-		owner := "IptablesFIPRule/" + f.Name
-		ref := rule(f.Spec.EIP, f.Status.V4ip, f.Status.NatGwDp, f.Labels)
+	// claimRule claims one rule's compat objects on each address of its
+	// EIP (ref): the EIP's own and the rule's (delOp with the address and
+	// fields); claimed gets each of the rule's UIDs with its address. A rule
+	// whose EIP has no address is unresolved.
+	claimRule := func(kind nat.Kind, owner string, ref eipRef, delOp string, fields []string, claimed func(uid, a string)) {
 		if len(ref.addrs) == 0 {
-			c.unresolve(nat.KindFIP, owner, "its EIP has no address")
-			continue
+			c.unresolve(kind, owner, "its EIP has no address")
+			return
 		}
 		for _, a := range ref.addrs {
 			c.claimEIPOf(owner, ref.gateways, a)
-			if uid, ok := c.claimDel(nat.KindFIP, owner, ref.gateways, compat.OpFIPDel, a); ok {
-				c.setWant(uid, compat.OpFIPAdd, a, f.Spec.InternalIP)
+			if uid, ok := c.claimDel(kind, owner, ref.gateways, delOp, append([]string{a}, fields...)...); ok {
+				claimed(uid, a)
 			}
 		}
 	}
+	for i := range fips {
+		f := &fips[i]
+		claimRule(nat.KindFIP, "IptablesFIPRule/"+f.Name, rule(f.Spec.EIP, f.Status.V4ip, f.Status.NatGwDp, f.Labels), compat.OpFIPDel, nil, func(uid, a string) {
+			c.setWant(uid, compat.OpFIPAdd, a, f.Spec.InternalIP)
+		})
+	}
 	for i := range dnats {
 		d := &dnats[i]
-		owner := "IptablesDnatRule/" + d.Name
-		ref := rule(d.Spec.EIP, d.Status.V4ip, d.Status.NatGwDp, d.Labels)
-		if len(ref.addrs) == 0 {
-			c.unresolve(nat.KindDNAT, owner, "its EIP has no address")
-			continue
-		}
-		for _, a := range ref.addrs {
-			c.claimEIPOf(owner, ref.gateways, a)
-			if uid, ok := c.claimDel(nat.KindDNAT, owner, ref.gateways, compat.OpDNATDel, a, d.Spec.ExternalPort, d.Spec.Protocol); ok {
-				c.setWant(uid, compat.OpDNATAdd, a, d.Spec.ExternalPort, d.Spec.Protocol, d.Spec.InternalIP, d.Spec.InternalPort)
-			}
-		}
+		claimRule(nat.KindDNAT, "IptablesDnatRule/"+d.Name, rule(d.Spec.EIP, d.Status.V4ip, d.Status.NatGwDp, d.Labels), compat.OpDNATDel, []string{d.Spec.ExternalPort, d.Spec.Protocol}, func(uid, a string) {
+			c.setWant(uid, compat.OpDNATAdd, a, d.Spec.ExternalPort, d.Spec.Protocol, d.Spec.InternalIP, d.Spec.InternalPort)
+		})
 	}
 	for i := range snats {
 		s := &snats[i]
 		owner := "IptablesSnatRule/" + s.Name
 		ref := rule(s.Spec.EIP, s.Status.V4ip, s.Status.NatGwDp, s.Labels)
-		if len(ref.addrs) == 0 {
-			c.unresolve(nat.KindSNAT, owner, "its EIP has no address")
-			continue
-		}
-		for _, a := range ref.addrs {
-			c.claimEIPOf(owner, ref.gateways, a)
-			uid, ok := c.claimDel(nat.KindSNAT, owner, ref.gateways, compat.OpSNATDel, a, s.Spec.InternalCIDR)
-			if !ok {
-				continue
-			}
+		claimRule(nat.KindSNAT, owner, ref, compat.OpSNATDel, []string{s.Spec.InternalCIDR}, func(uid, a string) {
 			if p, err := parseRule(compat.OpSNATAdd, a, s.Spec.InternalCIDR); err == nil && len(p.Apply) == 1 && p.Apply[0].SNAT != nil {
 				cidr := p.Apply[0].SNAT.InternalCIDR
 				c.snats[cidr] = append(c.snats[cidr], snatClaim{uid: uid, owner: owner, gateways: ref.gateways})
 			}
-		}
+		})
 	}
 	for k := range c.unresolved {
 		sort.Strings(c.unresolved[k])

@@ -17,7 +17,7 @@ import (
 // orphans; anything else that differs is repaired with one sync (which also
 // removes the orphans); orphans alone are deleted by UID. force syncs even
 // when nothing differs (a new boot id). Caller holds mu exclusively.
-func (g *Manager) converge(ctx context.Context, s transport.Session, dp, reason string, fresh, force bool) error {
+func (g *Manager) converge(ctx context.Context, s transport.Session, dp nat.DataplaneName, reason string, fresh, force bool) error {
 	have, err := s.List(ctx, fresh)
 	if err != nil {
 		return fmt.Errorf("list: %w", err)
@@ -164,7 +164,7 @@ func (g *Manager) converge(ctx context.Context, s transport.Session, dp, reason 
 // logged and leaves the state unknown, so the next converge sends it
 // again; it does not fail the NAT objects' converge. Caller holds mu
 // exclusively.
-func (g *Manager) convergeQoS(ctx context.Context, s transport.Session, dp, reason string, force, check bool) {
+func (g *Manager) convergeQoS(ctx context.Context, s transport.Session, dp nat.DataplaneName, reason string, force, check bool) {
 	rules, err := g.opts.Source.GatewayQoS(ctx, g.cfg.Name)
 	if err != nil {
 		g.log.Error(err, "reading the gateway's QoS failed; not sent", "reason", reason)

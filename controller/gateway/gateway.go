@@ -40,8 +40,12 @@ type Manager struct {
 	// hold it exclusively. It guards sess and dataplane.
 	mu        sync.RWMutex
 	sess      transport.Session
-	dataplane string
+	dataplane nat.DataplaneName
 	bootID    string
+	// deletesAt is Options.Deletes as read before the last converge of
+	// the whole gateway (connect, data plane switch, periodic check).
+	// Guarded by mu.
+	deletesAt uint64
 
 	readyMu sync.Mutex
 	ready   chan struct{} // closed while a session is published
@@ -61,7 +65,11 @@ type Manager struct {
 	qosSent  []gwqos.Rule
 	qosKnown bool
 
-	kick chan struct{}
+	// kick asks for a data plane check (Kick); check for a drift
+	// check now (checkNow), as the drift ticker does.
+	kick, check chan struct{}
+	// slots bounds the connects of all gateways (Registry; nil: unbounded).
+	slots chan struct{}
 }
 
 func newManager(cfg gwconfig.Entry, opts *Options) *Manager {
@@ -73,6 +81,7 @@ func newManager(cfg gwconfig.Entry, opts *Options) *Manager {
 		known: map[string]nat.Object{},
 		held:  map[string]struct{}{},
 		kick:  make(chan struct{}, 1),
+		check: make(chan struct{}, 1),
 	}
 }
 
@@ -82,16 +91,29 @@ func (g *Manager) Name() string { return g.cfg.Name }
 // Config returns the gateway's configuration.
 func (g *Manager) Config() gwconfig.Entry { return g.cfg }
 
-// Kick asks the manager to re-check the data plane and drift soon.
-func (g *Manager) Kick() {
+// Kick asks the manager to compare the data plane the Source wants with
+// the running one soon, and to switch when they differ. It is cheap (one
+// Source.Dataplane read) and checks nothing else: drift and orphans are
+// the periodic checks' job (Options.DriftPeriod, SweepPeriod, Resweep).
+// Kicks while one is pending coalesce.
+func (g *Manager) Kick() { signal(g.kick) }
+
+// checkNow asks for a drift check (fresh list compared with the desired
+// set, orphan sweep, gateway QoS check) soon, as DriftPeriod's ticker
+// does.
+func (g *Manager) checkNow() { signal(g.check) }
+
+// signal sends on a buffered channel of one without blocking: a signal
+// already pending covers this one.
+func signal(c chan struct{}) {
 	select {
-	case g.kick <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }
 
 // Dataplane returns the data plane of the current session ("" when none).
-func (g *Manager) Dataplane() string {
+func (g *Manager) Dataplane() nat.DataplaneName {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	return g.dataplane

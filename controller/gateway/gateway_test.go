@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,10 +188,10 @@ func (s *session) Close() error {
 // fakeTransport opens sessions to one agent per data plane.
 type fakeTransport struct {
 	mu          sync.Mutex
-	agents      map[string]*agent
+	agents      map[nat.DataplaneName]*agent
 	open        []*session
 	refuse      bool
-	unreachable map[string]bool // data planes whose agent cannot start
+	unreachable map[nat.DataplaneName]bool // data planes whose agent cannot start
 }
 
 func (t *fakeTransport) Open(_ context.Context, gw transport.Endpoint) (transport.Session, error) {
@@ -232,9 +233,14 @@ type source struct {
 	mu        sync.Mutex
 	desired   []nat.Object
 	absent    map[string]bool
-	dataplane string
+	dataplane nat.DataplaneName
 	qos       []gwqos.Rule
 	qosErr    error
+	// desiredCalls and dataplaneCalls count Desired and Dataplane reads.
+	desiredCalls, dataplaneCalls int
+	// afterDesired, when set, runs (under mu) after each Desired read
+	// took its copy: a change made there happens during that converge.
+	afterDesired func(s *source)
 }
 
 func (s *source) GatewayQoS(context.Context, string) ([]gwqos.Rule, error) {
@@ -252,7 +258,12 @@ func (s *source) setQoS(rules []gwqos.Rule) {
 func (s *source) Desired(context.Context, string) ([]nat.Object, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.desired), nil
+	s.desiredCalls++
+	out := slices.Clone(s.desired)
+	if s.afterDesired != nil {
+		s.afterDesired(s)
+	}
+	return out, nil
 }
 
 func (s *source) Absent(_ context.Context, objs []nat.Object) ([]string, error) {
@@ -267,9 +278,10 @@ func (s *source) Absent(_ context.Context, objs []nat.Object) ([]string, error) 
 	return out, nil
 }
 
-func (s *source) Dataplane(context.Context, string) (string, error) {
+func (s *source) Dataplane(context.Context, string) (nat.DataplaneName, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.dataplaneCalls++
 	return s.dataplane, nil
 }
 
@@ -291,10 +303,10 @@ func start(t *testing.T, src *source, nft *agent, drift time.Duration) *fixture 
 
 // startWith is start with a given iptables agent, data planes whose
 // agents cannot be reached, and changes to the Options.
-func startWith(t *testing.T, src *source, nft, ipt *agent, unreachable map[string]bool, drift time.Duration, mods ...func(*Options)) *fixture {
+func startWith(t *testing.T, src *source, nft, ipt *agent, unreachable map[nat.DataplaneName]bool, drift time.Duration, mods ...func(*Options)) *fixture {
 	t.Helper()
 	f := &fixture{src: src, nft: nft, ipt: ipt}
-	f.tr = &fakeTransport{agents: map[string]*agent{nat.DataplaneNftables: nft, nat.DataplaneIptables: f.ipt}, unreachable: unreachable}
+	f.tr = &fakeTransport{agents: map[nat.DataplaneName]*agent{nat.DataplaneNftables: nft, nat.DataplaneIptables: f.ipt}, unreachable: unreachable}
 	opts := Options{
 		Transport: f.tr, Source: src, DefaultDataplane: nat.DataplaneNftables,
 		Config:      &gwconfig.Config{Gateways: []gwconfig.Entry{{Name: "gw1"}}},
@@ -310,11 +322,18 @@ func startWith(t *testing.T, src *source, nft, ipt *agent, unreachable map[strin
 	if f.gw, err = f.reg.Get("gw1"); err != nil {
 		t.Fatal(err)
 	}
+	runRegistry(t, f.reg)
+	return f
+}
+
+// runRegistry runs reg until the test ends.
+func runRegistry(t *testing.T, reg *Registry) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
-		_ = f.reg.Start(ctx)
+		_ = reg.Start(ctx)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -324,7 +343,6 @@ func startWith(t *testing.T, src *source, nft, ipt *agent, unreachable map[strin
 			t.Error("Registry did not stop within 10s")
 		}
 	})
-	return f
 }
 
 // eventually polls cond for up to 5 s.
@@ -443,6 +461,83 @@ func TestDriftRepaired(t *testing.T) {
 	eventually(t, "applied", holds(nft, "a", "b", "pending"))
 }
 
+// calls returns the Source's Desired and Dataplane read counts.
+func (s *source) calls() (desired, dataplane int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.desiredCalls, s.dataplaneCalls
+}
+
+// TestKickChecksOnlyTheDataplane: a kick (every reconcile of the
+// gateway's VpcNatGateway sends one) reads the wanted data plane and
+// nothing else: no desired set, no fresh list, so drift made behind the
+// controller's back stays until a periodic check (off here); the drift
+// check that follows repairs it. A kick still switches the data plane
+// when the wanted one changed (TestSwitchDataplane).
+func TestKickChecksOnlyTheDataplane(t *testing.T) {
+	nft := newAgent()
+	src := &source{desired: []nat.Object{fip("a", 1), fip("b", 2)}}
+	f := startWith(t, src, nft, newAgent(), nil, 0, func(o *Options) { o.Resweep = time.Hour })
+	eventually(t, "first sync", holds(nft, "a", "b"))
+	nft.mu.Lock()
+	delete(nft.objs, "b")
+	nft.mu.Unlock()
+	desired0, dp0 := src.calls()
+	for i := 0; i < 20; i++ {
+		f.reg.Kick("gw1")
+		// Each kick is taken before the next is sent, so none coalesce.
+		eventually(t, "kick taken", func() error {
+			if _, dp := src.calls(); dp < dp0+i+1 {
+				return fmt.Errorf("%d data plane reads after %d kicks", dp-dp0, i+1)
+			}
+			return nil
+		})
+	}
+	if desired, _ := src.calls(); desired != desired0 {
+		t.Errorf("20 kicks computed the desired set %d times, want 0", desired-desired0)
+	}
+	if err := holds(nft, "a")(); err != nil {
+		t.Errorf("a kick ran a drift check: %v", err)
+	}
+	f.gw.checkNow()
+	eventually(t, "drift repaired by the drift check", holds(nft, "a", "b"))
+}
+
+// TestDriftRepairedUnderKicks: with kicks arriving all the time (a
+// VpcNatGateway reconciled over and over), drift made behind the
+// controller's back is still repaired by the next periodic drift check,
+// counted as a drift resync.
+func TestDriftRepairedUnderKicks(t *testing.T) {
+	nft := newAgent()
+	src := &source{desired: []nat.Object{fip("a", 1), fip("b", 2)}}
+	const period = 200 * time.Millisecond
+	f := startWith(t, src, nft, newAgent(), nil, period, func(o *Options) { o.SweepPeriod, o.Resweep = 0, time.Hour })
+	eventually(t, "first sync", holds(nft, "a", "b"))
+	stop := make(chan struct{})
+	kicked := make(chan struct{})
+	go func() {
+		defer close(kicked)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				f.reg.Kick("gw1")
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}()
+	defer func() { close(stop); <-kicked }()
+	drifts := metrics.CounterValue(metrics.Resyncs.WithLabelValues("gw1", "drift"))
+	nft.mu.Lock()
+	delete(nft.objs, "b")
+	nft.mu.Unlock()
+	eventually(t, "drift repaired", holds(nft, "a", "b"))
+	if n := metrics.CounterValue(metrics.Resyncs.WithLabelValues("gw1", "drift")) - drifts; n < 1 {
+		t.Errorf("drift resyncs grew by %v, want ≥1", n)
+	}
+}
+
 // TestDeleteForgets: a confirmed delete leaves the desired set of the
 // process, so a later resync does not bring the object back while the
 // (lagging) API still lists it without a confirmation that it is gone.
@@ -517,7 +612,7 @@ func TestSwitchDataplane(t *testing.T) {
 func TestSwitchFailsStays(t *testing.T) {
 	nft, ipt := newAgent(), newAgent()
 	src := &source{desired: []nat.Object{fip("a", 1)}, dataplane: nat.DataplaneNftables}
-	f := startWith(t, src, nft, ipt, map[string]bool{nat.DataplaneIptables: true}, 0)
+	f := startWith(t, src, nft, ipt, map[nat.DataplaneName]bool{nat.DataplaneIptables: true}, 0)
 	eventually(t, "first sync", holds(nft, "a"))
 	src.mu.Lock()
 	src.dataplane = nat.DataplaneIptables
@@ -641,6 +736,83 @@ func TestVanishedAfterSync(t *testing.T) {
 	eventually(t, "vanished object deleted", holds(nft, "a"))
 }
 
+// TestResweepNeedsADelete: with Options.Deletes set, the sweep after a
+// connect reads nothing (no second desired set) while no delete was
+// observed since the connect read the cache; without it, it runs as
+// before. The period checks are off, so any Desired read after the
+// connect's is the resweep's.
+func TestResweepNeedsADelete(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		deletes func() uint64
+		want    int // Desired reads after the connect's
+	}{
+		{"no delete observed", func() uint64 { return 7 }, 0},
+		{"no delete counter", nil, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nft := newAgent()
+			src := &source{desired: []nat.Object{fip("a", 1)}, absent: map[string]bool{}}
+			startWith(t, src, nft, newAgent(), nil, 0, func(o *Options) { o.Resweep, o.Deletes = 50*time.Millisecond, tc.deletes })
+			eventually(t, "synced", holds(nft, "a"))
+			time.Sleep(400 * time.Millisecond) // eight resweep periods
+			src.mu.Lock()
+			got := src.desiredCalls - 1
+			src.mu.Unlock()
+			if got != tc.want {
+				t.Errorf("%d desired-set reads after the connect's, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestResweepAfterDelete: with Options.Deletes set, an object deleted
+// during the connect's sync (after its desired set was read), or just
+// after it, and counted at once or only after the first resweep period
+// (a slow informer handler), still leaves the gateway by the resweep,
+// with the periodic sweep off.
+func TestResweepAfterDelete(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		duringSync   bool
+		countedAfter time.Duration
+	}{
+		{"during the connect's sync", true, 0},
+		{"just after the connect", false, 0},
+		{"just after the connect, counted late", false, 300 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nft := newAgent()
+			var deletes atomic.Uint64
+			src := &source{desired: []nat.Object{fip("a", 1), fip("x", 2)}, absent: map[string]bool{}}
+			vanish := func(s *source) {
+				s.desired = []nat.Object{fip("a", 1)}
+				s.absent["x"] = true
+				if tc.countedAfter == 0 {
+					deletes.Add(1)
+				} else {
+					time.AfterFunc(tc.countedAfter, func() { deletes.Add(1) })
+				}
+			}
+			if tc.duringSync {
+				src.afterDesired = func(s *source) {
+					if s.desiredCalls == 1 {
+						vanish(s)
+					}
+				}
+			}
+			startWith(t, src, nft, newAgent(), nil, 0, func(o *Options) { o.Resweep, o.Deletes = 100*time.Millisecond, deletes.Load })
+			if !tc.duringSync {
+				eventually(t, "synced", holds(nft, "a", "x"))
+				src.mu.Lock()
+				vanish(src)
+				src.mu.Unlock()
+			}
+			eventually(t, "deleted object removed from the gateway", holds(nft, "a"))
+		})
+	}
+}
+
 // TestUnlistedButLiveKept: an object this process programmed that the
 // cache does not list yet (or any more) but that still exists stays.
 func TestUnlistedButLiveKept(t *testing.T) {
@@ -649,7 +821,7 @@ func TestUnlistedButLiveKept(t *testing.T) {
 	f := startWith(t, src, nft, newAgent(), nil, 0, func(o *Options) { o.Resweep = 100 * time.Millisecond })
 	f.applyConnected(t, fip("new", 3))
 	time.Sleep(300 * time.Millisecond)
-	f.gw.Kick()
+	f.gw.checkNow()
 	time.Sleep(200 * time.Millisecond)
 	if err := holds(nft, "new")(); err != nil {
 		t.Error(err)
@@ -740,7 +912,7 @@ func TestGatewayQoS(t *testing.T) {
 // periodicNow runs a drift check of the fixture's gateway now.
 func (f *fixture) periodicNow(t *testing.T) {
 	t.Helper()
-	f.gw.Kick()
+	f.gw.checkNow()
 }
 
 // TestGatewayQoSDrift: every drift check sends the Source's rules and the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"sync"
 	"time"
@@ -24,10 +25,11 @@ type Source interface {
 	// conflicts the older object wins).
 	Desired(ctx context.Context, gateway string) ([]nat.Object, error)
 	// Absent returns the UIDs among objs whose Kubernetes object is
-	// confirmed gone by a live read of the API server (not a cache).
+	// confirmed gone by a live read of the API server (a cache may only
+	// say that an object exists, never that it is gone).
 	Absent(ctx context.Context, objs []nat.Object) ([]string, error)
 	// Dataplane returns the data plane the gateway should run.
-	Dataplane(ctx context.Context, gateway string) (string, error)
+	Dataplane(ctx context.Context, gateway string) (nat.DataplaneName, error)
 	// GatewayQoS returns the gateway-wide QoS rules the gateway should
 	// hold (its VpcNatGateway's spec.qosPolicy; none when unset or not
 	// programmable). An error is a failed read, not a refused policy.
@@ -40,13 +42,22 @@ type Options struct {
 	Source    Source
 	Config    *gwconfig.Config
 	// DefaultDataplane is the controller's --dataplane.
-	DefaultDataplane string
+	DefaultDataplane nat.DataplaneName
 	// SweepPeriod is how often orphans are swept (besides every connect).
 	SweepPeriod time.Duration
 	// Resweep is how long after each connect a second sweep runs (default
 	// 5s): the connect's sync took the desired set from the cache, which
 	// may not yet have seen objects vanish.
 	Resweep time.Duration
+	// Deletes, when set, returns how many deletes of the objects the
+	// desired sets are made of (the owners Source.Absent confirms) the
+	// controller's caches have observed so far. The sweep after a connect
+	// then runs only once the count differs from its value when the
+	// connect began (what it could find is an object that vanished from
+	// the cache after the connect read it, and that is a delete the cache
+	// observes); until then it is checked again every Resweep, until it
+	// ran or a periodic sweep did its work. nil: it always runs.
+	Deletes func() uint64
 	// DriftPeriod is how often a fresh list is compared to the desired set.
 	DriftPeriod time.Duration
 	// ConnectWait bounds how long a call waits for a session before
@@ -56,6 +67,18 @@ type Options struct {
 	BackoffMin, BackoffMax time.Duration
 	// CallTimeout bounds sync, list and sweep calls of the manager (1m).
 	CallTimeout time.Duration
+	// SyncParallel bounds how many gateways connect at once: open their
+	// agent session and converge it (a full sync on a new boot id, as at a
+	// cold start). The others wait for a slot before their own CallTimeout
+	// starts. 0: DefaultSyncParallel.
+	SyncParallel int
+	// Initial, when set, names the gateways whose managers start with the
+	// Registry (besides those a Get created before), so that a cold start
+	// syncs every gateway at once instead of one by one as reconciles
+	// first reach each gateway. Names that are not configured are
+	// skipped; an error is logged and only delays those gateways until a
+	// reconcile asks for them.
+	Initial func(ctx context.Context) ([]string, error)
 	// OnConnection, when set, is called with the gateway's name each time
 	// its session is published (connected) or withdrawn (the session
 	// broke, the pod went away, a data plane switch began), so that the
@@ -65,6 +88,13 @@ type Options struct {
 	OnConnection func(gateway string, connected bool)
 	Log          logr.Logger
 }
+
+// DefaultSyncParallel is Options.SyncParallel's default: min(8, 4 ×
+// GOMAXPROCS). A sync is mostly the agent's work and the desired set's
+// computation, so a few at a time keep the CPU busy while each finishes
+// early (one at a time would leave it idle on round trips; all at once
+// finish together, last).
+func DefaultSyncParallel() int { return min(8, 4*runtime.GOMAXPROCS(0)) }
 
 // ErrNotReady is matched when a gateway has no working session.
 var ErrNotReady = errors.New("gateway not connected")
@@ -82,6 +112,8 @@ type Registry struct {
 	ctx      context.Context // set by Start
 	started  chan struct{}
 	wg       sync.WaitGroup
+	// slots holds a token per gateway connecting (Options.SyncParallel).
+	slots chan struct{}
 }
 
 // NewRegistry returns a Registry; call Start to run it.
@@ -104,7 +136,13 @@ func NewRegistry(opts Options) *Registry {
 	if opts.Config == nil {
 		opts.Config = &gwconfig.Config{}
 	}
-	return &Registry{opts: opts, gateways: map[string]*Manager{}, started: make(chan struct{})}
+	if opts.SyncParallel <= 0 {
+		opts.SyncParallel = DefaultSyncParallel()
+	}
+	return &Registry{
+		opts: opts, gateways: map[string]*Manager{}, started: make(chan struct{}),
+		slots: make(chan struct{}, opts.SyncParallel),
+	}
 }
 
 // NeedLeaderElection makes the Registry run only on the leader.
@@ -121,6 +159,18 @@ func (r *Registry) Start(ctx context.Context) error {
 		r.run(g)
 	}
 	r.mu.Unlock()
+	if r.opts.Initial != nil {
+		names, err := r.opts.Initial(ctx)
+		if err != nil {
+			r.opts.Log.Error(err, "listing the gateways to start; each starts when a reconcile first asks for it")
+		}
+		r.opts.Log.Info("starting every gateway's manager", "gateways", len(names), "syncParallel", r.opts.SyncParallel)
+		for _, n := range names {
+			// Get starts the manager (the Registry runs); an unknown
+			// gateway is left to its VpcNatGateway's reconcile to report.
+			_, _ = r.Get(n)
+		}
+	}
 	<-ctx.Done()
 	r.wg.Wait()
 	return nil
@@ -147,6 +197,7 @@ func (r *Registry) Get(name string) (*Manager, error) {
 		return g, nil
 	}
 	g := newManager(cfg, &r.opts)
+	g.slots = r.slots
 	r.gateways[name] = g
 	if r.ctx != nil {
 		r.run(g)
@@ -159,8 +210,10 @@ func (r *Registry) Lookup(name string) (gwconfig.Entry, bool) {
 	return r.opts.Config.Lookup(name)
 }
 
-// Kick asks gateway name's manager to re-check its data plane and the
-// drift of its objects soon. Unknown gateways are ignored.
+// Kick asks gateway name's manager to re-check its data plane soon
+// (Manager.Kick: cheap, no drift check). Unknown gateways and gateways
+// whose manager has not been created yet (it reads the data plane when it
+// connects) are ignored.
 func (r *Registry) Kick(name string) {
 	r.mu.Lock()
 	g := r.gateways[name]

@@ -7,12 +7,13 @@ import (
 
 	"github.com/natgw/natgw/controller/metrics"
 	"github.com/natgw/natgw/controller/transport"
+	"github.com/natgw/natgw/nat"
 )
 
 // publish makes s the current session (nil: none). Caller holds mu.
-func (g *Manager) publish(s transport.Session, dp string) {
+func (g *Manager) publish(s transport.Session, dp nat.DataplaneName) {
 	if g.dataplane != "" {
-		metrics.GatewayConnected.WithLabelValues(g.cfg.Name, g.dataplane).Set(0)
+		metrics.GatewayConnected.WithLabelValues(g.cfg.Name, string(g.dataplane)).Set(0)
 	}
 	was := g.sess != nil
 	g.sess, g.dataplane = s, dp
@@ -29,7 +30,7 @@ func (g *Manager) publish(s transport.Session, dp string) {
 		}
 		return
 	}
-	metrics.GatewayConnected.WithLabelValues(g.cfg.Name, dp).Set(1)
+	metrics.GatewayConnected.WithLabelValues(g.cfg.Name, string(dp)).Set(1)
 	select {
 	case <-g.ready:
 	default:
@@ -39,7 +40,7 @@ func (g *Manager) publish(s transport.Session, dp string) {
 
 // wantDataplane asks the Source, falling back to the configuration and
 // the controller's default.
-func (g *Manager) wantDataplane(ctx context.Context) string {
+func (g *Manager) wantDataplane(ctx context.Context) nat.DataplaneName {
 	dp, err := g.opts.Source.Dataplane(ctx, g.cfg.Name)
 	if err != nil {
 		g.log.Error(err, "reading the gateway's data plane; using the configured one")
@@ -53,7 +54,7 @@ func (g *Manager) wantDataplane(ctx context.Context) string {
 	return dp
 }
 
-func (g *Manager) target(dp string) transport.Endpoint {
+func (g *Manager) target(dp nat.DataplaneName) transport.Endpoint {
 	return transport.Endpoint{
 		Name: g.cfg.Name, Dataplane: dp, NetNS: g.cfg.NetNS,
 		ExternalInterface: g.cfg.ExternalInterface, InternalInterface: g.cfg.InternalInterface,
@@ -69,8 +70,12 @@ func (g *Manager) run(ctx context.Context) {
 			metrics.Reconnects.WithLabelValues(g.cfg.Name).Inc()
 		}
 		first = false
+		if !g.acquire(ctx) {
+			break
+		}
 		dp := g.wantDataplane(ctx)
 		s, err := g.connect(ctx, dp)
+		g.release()
 		if err != nil {
 			g.log.Error(err, "connecting to the gateway agent failed; retrying", "dataplane", dp, "backoff", backoff)
 			if !sleep(ctx, backoff) {
@@ -90,8 +95,29 @@ func (g *Manager) run(ctx context.Context) {
 	g.mu.Unlock()
 }
 
+// acquire waits for a connect slot (Options.SyncParallel); false when
+// ctx ended first.
+func (g *Manager) acquire(ctx context.Context) bool {
+	if g.slots == nil {
+		return ctx.Err() == nil
+	}
+	select {
+	case g.slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// release returns the slot acquire took.
+func (g *Manager) release() {
+	if g.slots != nil {
+		<-g.slots
+	}
+}
+
 // connect opens a session and converges the gateway before publishing it.
-func (g *Manager) connect(ctx context.Context, dp string) (transport.Session, error) {
+func (g *Manager) connect(ctx context.Context, dp nat.DataplaneName) (transport.Session, error) {
 	octx, cancel := context.WithTimeout(ctx, g.opts.CallTimeout)
 	defer cancel()
 	s, err := g.opts.Transport.Open(octx, g.target(dp))
@@ -115,10 +141,12 @@ func (g *Manager) connect(ctx context.Context, dp string) (transport.Session, er
 		reason = "bootid"
 		g.log.Info("agent has a new boot id: syncing the desired set", "dataplane", dp, "bootID", info.BootID, "previousBootID", g.bootID)
 	}
+	mark := g.deletes()
 	if err := g.converge(octx, s, dp, reason, true, reason != "connect"); err != nil {
 		_ = s.Close()
 		return nil, err
 	}
+	g.deletesAt = mark
 	g.bootID = info.BootID
 	g.publish(s, dp)
 	g.log.Info("gateway connected", "dataplane", dp, "bootID", info.BootID, "version", info.Version)
@@ -138,7 +166,14 @@ func (g *Manager) serve(ctx context.Context, s transport.Session) {
 		case <-ctx.Done():
 			return
 		case <-resweep.C:
-			g.periodic(ctx, "sweep", true)
+			// Cheap when it cannot find anything: no delete observed
+			// since the connect (or the last periodic check) read the
+			// cache. Checked again later, until it ran once.
+			if g.deletedSince() {
+				g.periodic(ctx, "sweep", true)
+			} else {
+				resweep.Reset(g.opts.Resweep)
+			}
 		case <-s.Done():
 			g.log.Info("session to the gateway agent ended; reconnecting", "reason", fmt.Sprint(s.Err()))
 			g.mu.Lock()
@@ -149,14 +184,21 @@ func (g *Manager) serve(ctx context.Context, s transport.Session) {
 			_ = s.Close()
 			return
 		case <-sweep.C:
+			// Does all the sweep after the connect would.
+			resweep.Stop()
 			g.periodic(ctx, "sweep", true)
 		case <-drift.C:
 			g.periodic(ctx, "drift", true)
+		case <-g.check:
+			g.periodic(ctx, "drift", true)
 		case <-g.kick:
+			// Only the data plane: a switch converges the new agent
+			// itself, and a kick comes with every reconcile of the
+			// gateway's VpcNatGateway (a drift check here made each one
+			// a fresh list and a desired set of the whole gateway).
 			if next := g.maybeSwitch(ctx); next != nil {
 				s = next
 			}
-			g.periodic(ctx, "drift", true)
 		}
 	}
 }
@@ -169,9 +211,37 @@ func (g *Manager) periodic(ctx context.Context, reason string, fresh bool) {
 	if g.sess == nil {
 		return
 	}
+	mark := g.deletes()
 	if err := g.converge(cctx, g.sess, g.dataplane, reason, fresh, false); err != nil {
 		g.log.Error(err, "converging the gateway failed", "reason", reason)
+		return
 	}
+	g.deletesAt = mark
+}
+
+// deletes reads Options.Deletes (0 when unset).
+func (g *Manager) deletes() uint64 {
+	if g.opts.Deletes == nil {
+		return 0
+	}
+	return g.opts.Deletes()
+}
+
+// deletedSince reports whether the sweep after a connect may find
+// something: Options.Deletes is unset, or its count moved since the last
+// converge of the whole gateway read the cache.
+func (g *Manager) deletedSince() bool {
+	if g.opts.Deletes == nil {
+		return true
+	}
+	g.mu.RLock()
+	at := g.deletesAt
+	g.mu.RUnlock()
+	if n := g.opts.Deletes(); n != at {
+		return true
+	}
+	g.log.V(1).Info("no delete observed since the gateway's last converge: the sweep after the connect waits")
+	return false
 }
 
 // maybeSwitch moves the gateway to another data plane when the wanted one

@@ -36,7 +36,7 @@ type Entry struct {
 	NetNS string `json:"netns,omitempty"`
 	// Dataplane overrides the controller's --dataplane for this gateway.
 	// The VpcNatGateway annotation natgw.kubeovn.io/dataplane overrides both.
-	Dataplane string `json:"dataplane,omitempty"`
+	Dataplane nat.DataplaneName `json:"dataplane,omitempty"`
 	// ExternalPrefixLen is the prefix length of EIP addresses on the
 	// external interface (upstream: the external subnet's mask).
 	ExternalPrefixLen int `json:"externalPrefixLen,omitempty"`
@@ -115,8 +115,8 @@ func (c *Config) Validate() error {
 
 func (g Entry) validate(where string) error {
 	if g.Dataplane != "" {
-		if err := nat.CheckDataplaneName(g.Dataplane); err != nil {
-			return fmt.Errorf("%s.dataplane: %w", where, err)
+		if _, err := nat.ParseDataplaneName(where+".dataplane", string(g.Dataplane)); err != nil {
+			return err
 		}
 	}
 	if g.ExternalPrefixLen < 0 || g.ExternalPrefixLen > 32 {
@@ -161,7 +161,9 @@ func (c *Config) Lookup(name string) (Entry, bool) {
 			*v = def
 		}
 	}
-	fill(&g.Dataplane, d.Dataplane)
+	if g.Dataplane == "" {
+		g.Dataplane = d.Dataplane
+	}
 	fill(&g.ExternalGateway, d.ExternalGateway)
 	fill(&g.ExternalGatewayV6, d.ExternalGatewayV6)
 	fill(&g.ExternalInterface, d.ExternalInterface)

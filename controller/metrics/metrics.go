@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/natgw/natgw/nat"
 )
 
 var (
@@ -66,8 +68,8 @@ func init() {
 }
 
 // ObserveProgram records one call's latency since start.
-func ObserveProgram(op, kind, dataplane string, start time.Time) {
-	ProgramDuration.WithLabelValues(op, kind, dataplane).Observe(time.Since(start).Seconds())
+func ObserveProgram(op, kind string, dataplane nat.DataplaneName, start time.Time) {
+	ProgramDuration.WithLabelValues(op, kind, string(dataplane)).Observe(time.Since(start).Seconds())
 }
 
 // CounterValue reads a counter's current value (-1 when it cannot be

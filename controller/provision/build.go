@@ -21,6 +21,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
@@ -94,6 +95,10 @@ type Inputs struct {
 	// single gateway, or 2, an active/standby pair (see haPod). The
 	// caller decides it (Replicas, ReplicasChange).
 	Replicas int32
+	// HALease, when positive, is a two-replica gateway's fence lease
+	// (`natgw ha --lease`); 0 leaves natgw ha's default ((misses+2) ×
+	// interval, 250 ms), which is also the failover gap after a kill.
+	HALease time.Duration
 }
 
 // route is upstream's pod route annotation entry (pkg/request/cniserver.go:17-20).
@@ -270,7 +275,7 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 		WithEnv(envVar("GATEWAY_V4", ext4), envVar("GATEWAY_V6", ext6)).
 		WithSecurityContext(corev1ac.SecurityContext().WithPrivileged(true).WithAllowPrivilegeEscalation(true))
 	if replicas == 2 {
-		c.WithVolumeMounts(syncMarkMount())
+		c.WithVolumeMounts(syncMarkMount()).WithReadinessProbe(syncedProbe())
 	}
 	pod := corev1ac.PodSpec().
 		WithTerminationGracePeriodSeconds(0).
@@ -298,7 +303,7 @@ func Build(in Inputs) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 			return nil, err
 		}
 		haPod(ann, providerOrOvn(sub.Provider), pod, g.Name)
-		pod.WithContainers(haContainer(in.Image, GatewayNamespace(g, in.Namespace), g.Name, lan))
+		pod.WithContainers(haContainer(in.Image, GatewayNamespace(g, in.Namespace), g.Name, lan, in.HALease))
 		pod.WithVolumes(corev1ac.Volume().WithName(SyncMarkVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
 	}
 
@@ -395,23 +400,27 @@ func lanPrefix(lanIP string, sub kubeovn.Subnet) (netip.Prefix, error) {
 // controller that is restarted or gone stops neither the heartbeats nor
 // the fence. Privileged like the gateway container: it adds and removes
 // addresses and writes the namespace's conntrack sysctl.
-func haContainer(image, namespace, gateway string, lan netip.Prefix) *corev1ac.ContainerApplyConfiguration {
+func haContainer(image, namespace, gateway string, lan netip.Prefix, lease time.Duration) *corev1ac.ContainerApplyConfiguration {
 	field := func(name, path string) *corev1ac.EnvVarApplyConfiguration {
 		return corev1ac.EnvVar().WithName(name).WithValueFrom(corev1ac.EnvVarSource().
 			WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath(path)))
+	}
+	cmd := []string{"/natgw", "ha",
+		"--id", "$(POD_NAME)",
+		"--local", "$(POD_IP):" + strconv.Itoa(HAPort),
+		"--peer-sibling", "$(POD_NAMESPACE)",
+		"--eips-from-dataplane",
+		"--lan-ip", lan.String(),
+		"--fence-lease", namespace + "/" + LeaseName(gateway),
+		"--rules-synced-file", agentapi.RulesSyncedFile}
+	if lease > 0 {
+		cmd = append(cmd, "--lease", lease.String())
 	}
 	return corev1ac.Container().
 		WithName(HAContainer).
 		WithImage(image).
 		WithImagePullPolicy(corev1.PullIfNotPresent).
-		WithCommand("/natgw", "ha",
-			"--id", "$(POD_NAME)",
-			"--local", "$(POD_IP):"+strconv.Itoa(HAPort),
-			"--peer-sibling", "$(POD_NAMESPACE)",
-			"--eips-from-dataplane",
-			"--lan-ip", lan.String(),
-			"--fence-lease", namespace+"/"+LeaseName(gateway),
-			"--rules-synced-file", agentapi.RulesSyncedFile).
+		WithCommand(cmd...).
 		WithVolumeMounts(syncMarkMount()).
 		WithEnv(field("POD_NAME", "metadata.name"), field("POD_NAMESPACE", "metadata.namespace"), field("POD_IP", "status.podIP")).
 		WithSecurityContext(corev1ac.SecurityContext().WithPrivileged(true).WithAllowPrivilegeEscalation(true))
@@ -428,6 +437,27 @@ const SyncMarkVolume = "natgw-run"
 
 func syncMarkMount() *corev1ac.VolumeMountApplyConfiguration {
 	return corev1ac.VolumeMount().WithName(SyncMarkVolume).WithMountPath(path.Dir(agentapi.RulesSyncedFile))
+}
+
+// SyncedProbePeriod is how often (seconds) the readiness probe of a
+// two-replica gateway's gateway container looks for the sync mark.
+const SyncedProbePeriod = 2
+
+// syncedProbe is the gateway container's readiness probe of a two-replica
+// gateway: `/natgw synced` (the image has no shell), ready once the agent
+// left its sync mark, i.e. once the controller synced the pod (the mark
+// stays for the pod's life). With the StatefulSet's OrderedReady start,
+// pod -1 is created once pod -0 was synced, and a rolling update deletes
+// the next pod only once the new one was synced, so the active is not
+// taken down while its peer could not lead. No deadlock: the exec
+// transport reaches a gateway container that runs without being Ready
+// (transport.Exec), so the controller syncs a pod before it is Ready. All
+// fields are set (the API server's defaults would otherwise differ from
+// what is applied).
+func syncedProbe() *corev1ac.ProbeApplyConfiguration {
+	return corev1ac.Probe().
+		WithExec(corev1ac.ExecAction().WithCommand("/natgw", "synced", "--file", agentapi.RulesSyncedFile)).
+		WithPeriodSeconds(SyncedProbePeriod).WithTimeoutSeconds(1).WithSuccessThreshold(1).WithFailureThreshold(3)
 }
 
 // envVar is name=value; an empty value is left out, as the typed

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -437,6 +438,11 @@ func TestBuildReplicas(t *testing.T) {
 		mark := []corev1.VolumeMount{{Name: "natgw-run", MountPath: "/run/natgw"}}
 		s.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "natgw-run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 		s.Spec.Template.Spec.Containers[0].VolumeMounts = mark
+		// Ready once the controller synced the pod (the agent's mark).
+		s.Spec.Template.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"/natgw", "synced", "--file", "/run/natgw/rules-synced"}}},
+			PeriodSeconds: 2, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 3,
+		}
 		s.Spec.Template.Spec.Containers = append(s.Spec.Template.Spec.Containers, corev1.Container{
 			Name:            HAContainer,
 			VolumeMounts:    mark,
@@ -454,6 +460,7 @@ func TestBuildReplicas(t *testing.T) {
 	tests := []struct {
 		name     string
 		replicas int32
+		lease    time.Duration
 		gw       func(*v1.VpcNatGateway)
 		want     func(*appsv1.StatefulSet)
 		err      string
@@ -480,6 +487,14 @@ func TestBuildReplicas(t *testing.T) {
 				s.Spec.Template.Spec.Affinity.PodAntiAffinity = userAnti
 			},
 		},
+		{
+			name: "2, HALease 1s: natgw ha --lease", replicas: 2, lease: time.Second,
+			want: func(s *appsv1.StatefulSet) {
+				two(s)
+				c := &s.Spec.Template.Spec.Containers[1]
+				c.Command = append(c.Command, "--lease", "1s")
+			},
+		},
 		{name: "2, IPv6 lanIp", replicas: 2, gw: func(g *v1.VpcNatGateway) { g.Spec.LanIP = "fd00::5" }, err: `spec.lanIp "fd00::5": a two-replica gateway needs an IPv4 lanIp`},
 		{name: "2, lanIp outside the subnet", replicas: 2, gw: func(g *v1.VpcNatGateway) { g.Spec.LanIP = "10.9.0.5" }, err: `spec.lanIp "10.9.0.5": not in subnet "net1"`},
 		{name: "3", replicas: 3, err: "replicas 3: want 1"},
@@ -491,7 +506,7 @@ func TestBuildReplicas(t *testing.T) {
 			if tc.gw != nil {
 				tc.gw(g)
 			}
-			ac, err := Build(Inputs{Gateway: g, Subnets: subnets(), Namespace: testNS, Image: testImage, Replicas: tc.replicas})
+			ac, err := Build(Inputs{Gateway: g, Subnets: subnets(), Namespace: testNS, Image: testImage, Replicas: tc.replicas, HALease: tc.lease})
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("Build: %v, want an error holding %q", err, tc.err)

@@ -137,6 +137,11 @@ type Options struct {
 	// two-replica gateway's Lease holder (ActiveAnnotation, Events); pass
 	// the same value to CacheByObject.
 	HA bool
+	// HALease is Inputs.HALease for every two-replica gateway (0: natgw
+	// ha's default, 250 ms). A fence kept in a slow API server needs more:
+	// an active steps down when its renewals keep failing for the lease
+	// minus two heartbeats (TestHAFailoverCluster's report).
+	HALease time.Duration
 	// StandbyLag, when set (with HA), says how long a two-replica
 	// gateway's standby has been missing changes its active holds
 	// (transport.Exec.StandbyLag); the provisioner shows it as the
@@ -202,6 +207,9 @@ func Setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 	if o.Workers <= 0 {
 		o.Workers = 1
 	}
+	if o.HALease < 0 || (o.HALease > 0 && o.HALease <= MinHALease) {
+		return nil, fmt.Errorf("provision: HALease %s: want 0 (natgw ha's default) or more than %s", o.HALease, MinHALease)
+	}
 	r := &Reconciler{client: mgr.GetClient(), reader: mgr.GetCache(), api: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder(FieldManager), opts: o}
 	subnet := kubeovn.NewSubnet()
 	copts := controller.Options{MaxConcurrentReconciles: o.Workers}
@@ -224,6 +232,10 @@ func Setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 	}
 	return r, nil
 }
+
+// MinHALease is the shortest HALease minus one: the lease must outlast
+// more than natgw ha's default 50 ms heartbeat (its --interval).
+const MinHALease = 50 * time.Millisecond
 
 // replicasAnnotationChanged passes updates that change a VpcNatGateway's
 // ReplicasAnnotation (an annotation does not change the generation).
@@ -363,7 +375,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			replicas = have
 		}
 	}
-	want, berr := Build(Inputs{Gateway: g, Subnets: subnets, Namespace: r.opts.Namespace, Image: r.opts.Image, ServiceClusterIPRange: r.opts.ServiceClusterIPRange, Replicas: replicas})
+	want, berr := Build(Inputs{Gateway: g, Subnets: subnets, Namespace: r.opts.Namespace, Image: r.opts.Image, ServiceClusterIPRange: r.opts.ServiceClusterIPRange, Replicas: replicas, HALease: r.opts.HALease})
 	if berr != nil {
 		return r.failed(ctx, log, g, berr)
 	}

@@ -155,14 +155,14 @@ type env struct {
 	gw        *netlab.Gateway
 	gwName    string
 	case_     string
-	dataplane string
+	dataplane nat.DataplaneName
 	reg       *gateway.Registry
 	tr        *recordingTransport
 	cancel    context.CancelFunc
 }
 
 type envOptions struct {
-	dataplane   string
+	dataplane   nat.DataplaneName
 	sweepPeriod time.Duration
 	driftPeriod time.Duration
 	workers     int
@@ -335,10 +335,7 @@ func (e *env) programmedEIP(name string, addr netip.Addr) *v1.IptablesEIP {
 	eip := e.eip(name, addr)
 	eip.Finalizers = []string{Finalizer}
 	e.create(eip)
-	eip.Status = v1.IptablesEIPStatus{Ready: true, IP: addr.String()}
-	if err := e.c.Status().Update(e.ctx, eip); err != nil {
-		e.t.Fatal(err)
-	}
+	e.updateStatus(eip, func() { eip.Status = v1.IptablesEIPStatus{Ready: true, IP: addr.String()} })
 	return eip
 }
 
@@ -423,6 +420,22 @@ func (e *env) update(obj client.Object, mutate func()) {
 	}
 }
 
+// updateStatus is update through the status subresource: what Kube-OVN's
+// controller (played by the test) writes into an object the controller
+// may have written to already.
+func (e *env) updateStatus(obj client.Object, mutate func()) {
+	e.t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		mutate()
+		return e.c.Status().Update(e.ctx, obj)
+	}); err != nil {
+		e.t.Fatalf("update status of %s: %v", obj.GetName(), err)
+	}
+}
+
 // eventually polls cond until it returns nil or the timeout passes.
 func (e *env) eventually(timeout time.Duration, what string, cond func() error) {
 	e.t.Helper()
@@ -497,9 +510,9 @@ func (e *env) waitGone(obj client.Object, timeout time.Duration) {
 // kernelObjects lists the gateway's objects as a fresh agent reads them
 // from the kernel (`natgw list -o json`), independent of the controller's
 // session.
-func (e *env) kernelObjects(dataplane string) []nat.Object {
+func (e *env) kernelObjects(dataplane nat.DataplaneName) []nat.Object {
 	e.t.Helper()
-	out, err := exec.Command(natgwBin, "--netns", e.gw.GW, "--dataplane", dataplane, "list", "-o", "json").Output()
+	out, err := exec.Command(natgwBin, "--netns", e.gw.GW, "--dataplane", string(dataplane), "list", "-o", "json").Output()
 	if err != nil {
 		var stderr string
 		if ee, ok := err.(*exec.ExitError); ok {

@@ -44,7 +44,7 @@ var ownedStatus = map[string][]string{
 	"IptablesDnatRule": {"ready", "v4ip", "v6ip", "natGwDp", "protocol", "internalIp", "internalPort", "externalPort", "conditions"},
 	"IptablesSnatRule": {"ready", "v4ip", "v6ip", "natGwDp", "internalCIDR", "conditions"},
 	"VpcNatGateway":    {"qosPolicy"},
-	"QoSPolicy":        {"shared", "bindingType", "bandwidthLimitRules", "conditions"}, // written from the spec (qos.go)
+	"QoSPolicy":        {"shared", "bindingType", "bandwidthLimitRules", "conditions"}, // written from the spec (qospolicy.go)
 }
 
 // TestEveryFieldKept creates one object of every kind with every field of
@@ -76,7 +76,7 @@ func testEveryFieldKept(t *testing.T, set crdtest.Set) {
 		vals       map[string]any
 	}{
 		{"QoSPolicy", name("qos"), map[string]any{".spec.bandwidthLimitRules[].matchValue": ""}},
-		// The gateway's: shared, NATGW, a rule with a match (gwqos.go).
+		// The gateway's: shared, NATGW, a rule with a match (vpcnatgateway_qos.go).
 		{"QoSPolicy", name("gwqos"), map[string]any{".spec.shared": true, ".spec.bindingType": "NATGW",
 			".spec.bandwidthLimitRules[].matchType": "ip", ".spec.bandwidthLimitRules[].matchValue": "dst 10.9.0.0/16"}},
 		{"VpcNatGateway", e.gwName, map[string]any{

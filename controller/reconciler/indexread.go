@@ -49,7 +49,13 @@ func (d *Deps) eachIndexed(ctx context.Context, obj client.Object, list client.O
 		}
 	}
 	// Read-only: the cache's objects, not deep copies.
-	if err := d.Client.List(ctx, list, client.MatchingFields{index: value}, client.UnsafeDisableDeepCopy); err != nil {
+	return d.eachListed(ctx, list, f, client.MatchingFields{index: value})
+}
+
+// eachListed lists list's kind through Client without deep copies and
+// calls f with each item.
+func (d *Deps) eachListed(ctx context.Context, list client.ObjectList, f func(client.Object), opts ...client.ListOption) error {
+	if err := d.Client.List(ctx, list, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
 		return err
 	}
 	return meta.EachListItem(list, func(it runtime.Object) error {
@@ -58,4 +64,26 @@ func (d *Deps) eachIndexed(ctx context.Context, obj client.Object, list client.O
 		}
 		return nil
 	})
+}
+
+// eachCached calls f with every cached object of obj's kind, as
+// eachIndexed does for one index value: from the informer's store itself
+// with Deps.Informers (no list slice, no copies), else through Client's
+// list of list's kind. f must only read what it is given.
+func (d *Deps) eachCached(ctx context.Context, obj client.Object, list client.ObjectList, f func(client.Object)) error {
+	if d.Informers != nil {
+		inf, err := d.Informers.GetInformer(ctx, obj)
+		if err != nil {
+			return fmt.Errorf("informer of %T: %w", obj, err)
+		}
+		if ix, ok := inf.(interface{ GetIndexer() toolscache.Indexer }); ok {
+			for _, it := range ix.GetIndexer().List() {
+				if o, ok := it.(client.Object); ok {
+					f(o)
+				}
+			}
+			return nil
+		}
+	}
+	return d.eachListed(ctx, list, f)
 }

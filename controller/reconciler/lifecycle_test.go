@@ -18,7 +18,7 @@ import (
 	"github.com/natgw/natgw/nat"
 )
 
-var dataplanes = []string{nat.DataplaneNftables, nat.DataplaneIptables}
+var dataplanes = nat.DataplaneNames
 
 // probeFIP checks with a real TCP connection from the external host to
 // eip that the gateway forwards it to vm, and returns the address vm saw.
@@ -42,7 +42,7 @@ func (e *env) probe(vm netlab.Host, eip netip.Addr) (string, error) {
 // and the finalizer removed. On both data planes.
 func TestFIPLifecycle(t *testing.T) {
 	for _, dp := range dataplanes {
-		t.Run(dp, func(t *testing.T) {
+		t.Run(string(dp), func(t *testing.T) {
 			e := newEnv(t, envOptions{dataplane: dp})
 			g := e.gatewayObj()
 			e.create(g)

@@ -27,7 +27,11 @@ func (e *env) subnet(name, vpc, provider, cidr, gw string) *unstructured.Unstruc
 	u := kubeovn.NewSubnet()
 	u.SetName(e.case_ + "-" + name)
 	u.SetLabels(map[string]string{testLabel: e.case_})
-	spec := map[string]any{"cidrBlock": cidr, "gateway": gw, "protocol": "IPv4"}
+	protocol := "IPv4"
+	if strings.Contains(cidr, ",") {
+		protocol = "Dual" // "v4cidr,v6cidr", as Kube-OVN formats a dual-stack subnet
+	}
+	spec := map[string]any{"cidrBlock": cidr, "gateway": gw, "protocol": protocol}
 	if vpc != "" {
 		spec["vpc"] = vpc
 	}
@@ -135,10 +139,11 @@ func TestKubeOVNNetwork(t *testing.T) {
 }
 
 // kubeOVNReserves plays Kube-OVN's vip controller for the Vip of EIP eip
-// once it exists: writes addr to its status (and spec, as Kube-OVN does)
-// and holds it with Kube-OVN's finalizer. Logic only: the proof with
-// Kube-OVN's own controller is e2e/kubeovn's replace-mode test.
-func (e *env) kubeOVNReserves(eip string, addr netip.Addr) *unstructured.Unstructured {
+// once it exists: writes each of addrs to its status (and spec, as
+// Kube-OVN does), v4ip or v6ip by family, and holds it with Kube-OVN's
+// finalizer. Logic only: the proof with Kube-OVN's own controller is
+// e2e/kubeovn's replace-mode tests.
+func (e *env) kubeOVNReserves(eip string, addrs ...netip.Addr) *unstructured.Unstructured {
 	e.t.Helper()
 	vip := eipalloc.NewVipObject()
 	vip.SetName(eipalloc.VipName(eip))
@@ -146,18 +151,29 @@ func (e *env) kubeOVNReserves(eip string, addr netip.Addr) *unstructured.Unstruc
 		return e.c.Get(e.ctx, client.ObjectKeyFromObject(vip), vip)
 	})
 	e.update(vip, func() {
-		_ = unstructured.SetNestedField(vip.Object, addr.String(), "spec", "v4ip")
-		_ = unstructured.SetNestedField(vip.Object, addr.String(), "status", "v4ip")
+		for _, a := range addrs {
+			field := "v4ip"
+			if a.Is6() {
+				field = "v6ip"
+			}
+			_ = unstructured.SetNestedField(vip.Object, a.String(), "spec", field)
+			_ = unstructured.SetNestedField(vip.Object, a.String(), "status", field)
+		}
 		_ = unstructured.SetNestedField(vip.Object, "00:00:00:aa:bb:cc", "status", "mac")
 		vip.SetFinalizers([]string{v1.Finalizer})
 	})
 	return vip
 }
 
-// netHas says whether the gateway's external interface holds p.
+// netHas says whether the gateway's external interface holds p (of
+// either family).
 func (e *env) netHas(p netip.Prefix) bool {
 	e.t.Helper()
-	addrs, err := netlab.Addrs(e.gw.GW, e.gw.ExternalInterface)
+	list := netlab.Addrs
+	if p.Addr().Is6() {
+		list = netlab.Addrs6
+	}
+	addrs, err := list(e.gw.GW, e.gw.ExternalInterface)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -266,10 +282,7 @@ func TestKubeOVNAllocatedEIP(t *testing.T) {
 	mig.Spec.ExternalSubnet = e.case_ + "-ext"
 	mig.Finalizers = []string{v1.Finalizer}
 	e.create(mig)
-	mig.Status.IP, mig.Status.Ready = "192.0.2.30", true
-	if err := e.c.Status().Update(e.ctx, mig); err != nil {
-		t.Fatal(err)
-	}
+	e.updateStatus(mig, func() { mig.Status.IP, mig.Status.Ready = "192.0.2.30", true })
 	fip := e.fip("migrated", "migrated", netip.MustParseAddr("10.0.0.30"))
 	fip.Finalizers = []string{v1.Finalizer}
 	e.create(fip)
@@ -314,4 +327,51 @@ func TestKubeOVNAllocatedEIP(t *testing.T) {
 	}
 	e.update(mig, func() { mig.SetFinalizers(nil) }) // Kube-OVN's deletion path
 	e.waitGone(mig, 30*time.Second)
+}
+
+// TestKubeOVNVipV6Follows: with --network-source=kube-ovn on a dual-stack
+// external subnet, an EIP without addresses takes both of its Vip's
+// (status.v4ip, status.v6ip), and a rule follows the Vip's IPv6 address
+// when only that changes. Here Kube-OVN's part (played by the test)
+// first reserves the IPv4 address alone: the EIP is programmed IPv4-only
+// and an IPv6 FIP on it is refused (Invalid, the EIP has no IPv6
+// address). Then status.v6ip appears on the Vip: the EIP's object does not
+// change (status.ip stays the IPv4 address), yet the EIP gets the IPv6
+// address on net1 and the FIP becomes Ready with it (before the rules
+// watched the Vip, the FIP stayed refused).
+func TestKubeOVNVipV6Follows(t *testing.T) {
+	e := newEnv(t, envOptions{crds: crdtest.Upstream, kubeOVNNetwork: true})
+	e.subnet("ext", "", "ext.kube-system", "192.0.2.0/26,"+netlab.ExtNet6.String(), "192.0.2.1,"+netlab.ExtAddr6.String())
+	g := e.gatewayObj()
+	g.Spec.ExternalSubnets = []string{e.case_ + "-ext"}
+	e.create(g)
+
+	v4, v6 := netip.MustParseAddr("192.0.2.20"), netlab.EIP6(20)
+	dyn := e.eip("dyn", netip.Addr{})
+	dyn.Spec.V4ip, dyn.Spec.ExternalSubnet = "", e.case_+"-ext"
+	e.create(dyn)
+	e.kubeOVNReserves(dyn.Name, v4)
+	e.waitReady(dyn)
+	fip6 := e.fip("fip6", "dyn", netlab.VMAddr6(0))
+	e.create(fip6)
+	e.waitReason(fip6, v1.ReasonInvalid, 30*time.Second)
+	if _, c, _ := readyOf(fip6); c == nil || !strings.Contains(c.Message, "no IPv6 address") {
+		t.Fatalf("IPv6 FIP on an IPv4-only EIP: condition %+v, want the missing IPv6 address named", c)
+	}
+
+	e.kubeOVNReserves(dyn.Name, v4, v6)
+	e.waitNetHas(netip.PrefixFrom(v6, netlab.ExtNet6.Bits()))
+	e.waitReady(fip6)
+	if fip6.Status.V4ip != v4.String() || fip6.Status.V6ip != v6.String() {
+		t.Errorf("FIP status.v4ip %q, status.v6ip %q; want the Vip's %s, %s", fip6.Status.V4ip, fip6.Status.V6ip, v4, v6)
+	}
+	if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(dyn), dyn); err != nil {
+		t.Fatal(err)
+	}
+	if dyn.Status.IP != v4.String() {
+		t.Errorf("EIP status.ip %q, want the IPv4 address %s", dyn.Status.IP, v4)
+	}
+	if !e.netHas(netip.PrefixFrom(v4, 26)) {
+		t.Errorf("the IPv4 address left net1")
+	}
 }

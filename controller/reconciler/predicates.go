@@ -64,3 +64,25 @@ var subnetChanged = predicate.Funcs{
 		return kubeovn.SubnetFrom(o) != kubeovn.SubnetFrom(n)
 	},
 }
+
+// vipAddrsChanged passes updates of natgw's Vip that change what a rule
+// reads of it (eipalloc.Allocator.ReservedV6: status.v4ip, status.v6ip,
+// the owner, deletion); Kube-OVN's label and finalizer writes pass only
+// with such a change.
+var vipAddrsChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*unstructured.Unstructured)
+		n, ok2 := e.ObjectNew.(*unstructured.Unstructured)
+		if !ok1 || !ok2 {
+			return true
+		}
+		str := func(u *unstructured.Unstructured, path ...string) string {
+			s, _, _ := unstructured.NestedString(u.Object, path...)
+			return s
+		}
+		return str(o, "status", "v4ip") != str(n, "status", "v4ip") ||
+			str(o, "status", "v6ip") != str(n, "status", "v6ip") ||
+			!equality.Semantic.DeepEqual(o.GetDeletionTimestamp(), n.GetDeletionTimestamp()) ||
+			!equality.Semantic.DeepEqual(o.GetOwnerReferences(), n.GetOwnerReferences())
+	},
+}

@@ -30,14 +30,16 @@ import (
 // nftables with upstream's (no "unknown field" warning allowed).
 func TestCreateDeleteRace(t *testing.T) {
 	type run struct {
-		name, dp  string
+		name      string
+		dp        nat.DataplaneName
 		crds      crdtest.Set
 		admission bool
 	}
-	runs := []run{{dataplanes[0], dataplanes[0], crdtest.Natgw, false}, {dataplanes[1], dataplanes[1], crdtest.Natgw, false},
-		{"upstream-crds/" + dataplanes[0], dataplanes[0], crdtest.Upstream, false},
-		{"admission/" + dataplanes[0], dataplanes[0], crdtest.Natgw, true}, {"admission/" + dataplanes[1], dataplanes[1], crdtest.Natgw, true},
-		{"upstream-crds/admission/" + dataplanes[0], dataplanes[0], crdtest.Upstream, true}}
+	d0, d1 := string(dataplanes[0]), string(dataplanes[1])
+	runs := []run{{d0, dataplanes[0], crdtest.Natgw, false}, {d1, dataplanes[1], crdtest.Natgw, false},
+		{"upstream-crds/" + d0, dataplanes[0], crdtest.Upstream, false},
+		{"admission/" + d0, dataplanes[0], crdtest.Natgw, true}, {"admission/" + d1, dataplanes[1], crdtest.Natgw, true},
+		{"upstream-crds/admission/" + d0, dataplanes[0], crdtest.Upstream, true}}
 	for _, r := range runs {
 		dp := r.dp
 		t.Run(r.name, func(t *testing.T) {
@@ -258,7 +260,7 @@ func TestLatency200FIPs(t *testing.T) {
 		t.Skip("latency measurement skipped in -short mode")
 	}
 	for _, dp := range dataplanes {
-		t.Run(dp, func(t *testing.T) {
+		t.Run(string(dp), func(t *testing.T) {
 			e := newEnv(t, envOptions{dataplane: dp, workers: 4})
 			const n = 200
 			for i := range n {

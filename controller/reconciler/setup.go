@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -83,6 +84,28 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 	}
 	gopts := cfg.Gateway
 	gopts.Source = NewSource(deps)
+	if gopts.Initial == nil {
+		// Every VpcNatGateway in the cache: the Registry starts after the
+		// caches synced, and connects them SyncParallel at a time.
+		gopts.Initial = func(ctx context.Context) ([]string, error) {
+			list := &v1.VpcNatGatewayList{}
+			if err := deps.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+				return nil, fmt.Errorf("list VpcNatGateways: %w", err)
+			}
+			names := make([]string, len(list.Items))
+			for i := range list.Items {
+				names[i] = list.Items[i].Name
+			}
+			return names, nil
+		}
+	}
+	if gopts.Deletes == nil {
+		del, err := countDeletes(ctx, mgr.GetCache())
+		if err != nil {
+			return nil, err
+		}
+		gopts.Deletes = del
+	}
 	gev := &gatewayEvents{}
 	gopts.OnConnection = gev.send
 	reg := gateway.NewRegistry(gopts)
@@ -130,7 +153,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 	if deps.Subnets != nil {
 		gwCtl = gwCtl.Watches(kubeovn.NewSubnet(), handler.EnqueueRequestsFromMapFunc(kubeovn.GatewaysOfSubnet(deps.Client, deps.Log)), builder.WithPredicates(subnetChanged))
 	}
-	// QoSPolicy: its own finalizer, status and deletion hold (qos.go).
+	// QoSPolicy: its own finalizer, status and deletion hold (qospolicy.go).
 	if err := setupQoSPolicy(ctx, mgr, deps, opts); err != nil {
 		return nil, err
 	}
@@ -214,9 +237,15 @@ func setupRule[T client.Object](ctx context.Context, mgr ctrl.Manager, deps *Dep
 	rulesOfEIP := func(onlyWaiting bool) handler.MapFunc {
 		return func(ctx context.Context, o client.Object) []reconcile.Request {
 			var eip string
-			if e, ok := o.(*v1.IptablesEIP); ok {
-				eip = e.Name
-			} else {
+			switch x := o.(type) {
+			case *v1.IptablesEIP:
+				eip = x.Name
+			case *unstructured.Unstructured:
+				// natgw's Vip of an EIP (--network-source=kube-ovn).
+				for _, req := range eipalloc.EIPOfVip(ctx, x) {
+					eip = req.Name
+				}
+			default:
 				eip = RuleEIP(o)
 			}
 			if eip == "" {
@@ -238,13 +267,21 @@ func setupRule[T client.Object](ctx context.Context, mgr ctrl.Manager, deps *Dep
 		}
 	}
 	waiting := handler.EnqueueRequestsFromMapFunc(rulesOfEIP(true))
-	err := ctrl.NewControllerManagedBy(mgr).Named(name).WithOptions(opts).
+	b := ctrl.NewControllerManagedBy(mgr).Named(name).WithOptions(opts).
 		For(k.newObj(), builder.WithPredicates(specOrMetaChanged)).
 		Watches(&v1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(rulesOfEIP(false)), builder.WithPredicates(eipChangedForRules)).
 		Watches(&v1.IptablesFIPRule{}, waiting, builder.WithPredicates(specOrMetaChanged)).
 		Watches(&v1.IptablesDnatRule{}, waiting, builder.WithPredicates(specOrMetaChanged)).
-		Watches(&v1.IptablesSnatRule{}, waiting, builder.WithPredicates(specOrMetaChanged)).
-		Complete(r)
+		Watches(&v1.IptablesSnatRule{}, waiting, builder.WithPredicates(specOrMetaChanged))
+	if deps.Alloc != nil {
+		// A rule reads its EIP's IPv6 address from the EIP's Vip
+		// (Deps.eipAddrs): when Kube-OVN writes or changes status.v6ip
+		// the EIP's own object does not change (status.ip stays the
+		// IPv4 address), so the EIP watch above would not bring the
+		// rules back.
+		b = b.Watches(eipalloc.NewVipObject(), handler.EnqueueRequestsFromMapFunc(rulesOfEIP(false)), builder.WithPredicates(vipAddrsChanged))
+	}
+	err := b.Complete(r)
 	if err != nil {
 		return fmt.Errorf("%s controller: %w", name, err)
 	}

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -144,38 +147,65 @@ func (s *Source) Desired(ctx context.Context, gw string) ([]nat.Object, error) {
 	return out, nil
 }
 
-// ownerKinds maps gateway object kinds to the API kind that owns them.
-var ownerKinds = map[nat.Kind]string{
-	nat.KindEIP:   "IptablesEIP",
-	nat.KindFIP:   "IptablesFIPRule",
-	nat.KindDNAT:  "IptablesDnatRule",
-	nat.KindSNAT:  "IptablesSnatRule",
-	nat.KindRoute: "VpcNatGateway",
+// ownerKind is the API kind that owns gateway objects of one kind.
+type ownerKind struct {
+	name    string
+	newObj  func() client.Object
+	newList func() client.ObjectList
 }
 
-// Absent returns the UIDs among objs whose owner is confirmed gone: one
-// live metadata-only list per owner kind, straight from the API server.
-// Objects of unknown kinds are never reported absent.
-func (s *Source) Absent(ctx context.Context, objs []nat.Object) ([]string, error) {
-	live := map[string]map[string]bool{} // owner kind → UIDs
-	var out []string
-	for _, o := range objs {
-		kind, ok := ownerKinds[o.Kind]
-		if !ok {
-			continue
+// ownerKinds maps gateway object kinds to the API kind that owns them.
+var ownerKinds = map[nat.Kind]ownerKind{
+	nat.KindEIP:   {"IptablesEIP", func() client.Object { return &v1.IptablesEIP{} }, func() client.ObjectList { return &v1.IptablesEIPList{} }},
+	nat.KindFIP:   {"IptablesFIPRule", func() client.Object { return &v1.IptablesFIPRule{} }, func() client.ObjectList { return &v1.IptablesFIPRuleList{} }},
+	nat.KindDNAT:  {"IptablesDnatRule", func() client.Object { return &v1.IptablesDnatRule{} }, func() client.ObjectList { return &v1.IptablesDnatRuleList{} }},
+	nat.KindSNAT:  {"IptablesSnatRule", func() client.Object { return &v1.IptablesSnatRule{} }, func() client.ObjectList { return &v1.IptablesSnatRuleList{} }},
+	nat.KindRoute: {"VpcNatGateway", func() client.Object { return &v1.VpcNatGateway{} }, func() client.ObjectList { return &v1.VpcNatGatewayList{} }},
+}
+
+// countDeletes registers, on the informers of every owner kind Absent
+// confirms, a handler that counts their deletes (a relist's vanished
+// objects included), and returns the count (gateway.Options.Deletes).
+// The informer drops an object from its cache before its handlers hear
+// of the delete, so a count read before a read of the cache, and equal
+// after it, means the read saw every delete counted so far.
+func countDeletes(ctx context.Context, infs cache.Informers) (func() uint64, error) {
+	n := &atomic.Uint64{}
+	h := toolscache.ResourceEventHandlerFuncs{DeleteFunc: func(any) { n.Add(1) }}
+	kinds := make([]nat.Kind, 0, len(ownerKinds))
+	for k := range ownerKinds {
+		kinds = append(kinds, k)
+	}
+	sort.Slice(kinds, func(i, j int) bool { return kinds[i] < kinds[j] })
+	for _, k := range kinds {
+		inf, err := infs.GetInformer(ctx, ownerKinds[k].newObj())
+		if err != nil {
+			return nil, fmt.Errorf("informer of %s: %w", ownerKinds[k].name, err)
 		}
-		uids, ok := live[kind]
-		if !ok {
-			list := &metav1.PartialObjectMetadataList{}
-			list.SetGroupVersionKind(v1.GroupVersion.WithKind(kind + "List"))
-			if err := s.deps.APIReader.List(ctx, list); err != nil {
-				return nil, fmt.Errorf("live list of %s: %w", kind, err)
-			}
-			uids = map[string]bool{}
-			for _, m := range list.Items {
-				uids[string(m.UID)] = true
-			}
-			live[kind] = uids
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return nil, fmt.Errorf("delete counter on %s: %w", ownerKinds[k].name, err)
+		}
+	}
+	return n.Load, nil
+}
+
+// absentPage is the page size of Absent's live metadata lists.
+var absentPage int64 = 500
+
+// Absent returns the UIDs among objs whose owner is confirmed gone.
+// Objects of unknown kinds are never reported absent. The cache is read
+// first: an owner it holds is not gone (or went a moment ago: the next
+// sweep finds it), with no API request. Only the owners the cache lacks,
+// which may be gone or may be new objects the cache has not seen yet, are
+// confirmed by a live metadata-only list of their kind from the API
+// server, page by page, stopping once every one of them was seen; those
+// it does not list are gone (a UID never comes back).
+func (s *Source) Absent(ctx context.Context, objs []nat.Object) ([]string, error) {
+	owners := map[nat.Kind]map[string]bool{} // owner kind → owner UIDs not seen yet
+	ownerOf := make([]string, len(objs))
+	for i, o := range objs {
+		if _, ok := ownerKinds[o.Kind]; !ok {
+			continue
 		}
 		owner := o.UID
 		if o.Kind == nat.KindRoute {
@@ -184,16 +214,55 @@ func (s *Source) Absent(ctx context.Context, objs []nat.Object) ([]string, error
 				continue
 			}
 		}
-		if !uids[owner] {
+		if owners[o.Kind] == nil {
+			owners[o.Kind] = map[string]bool{}
+		}
+		owners[o.Kind][owner] = true
+		ownerOf[i] = owner
+	}
+	for k, uids := range owners {
+		if err := s.confirmAbsent(ctx, ownerKinds[k], uids); err != nil {
+			return nil, err
+		}
+	}
+	var out []string
+	for i, o := range objs {
+		if ownerOf[i] != "" && owners[o.Kind][ownerOf[i]] {
 			out = append(out, o.UID)
 		}
 	}
 	return out, nil
 }
 
+// confirmAbsent removes from uids the owners of kind k that exist: those
+// in the cache, then those a live list shows.
+func (s *Source) confirmAbsent(ctx context.Context, k ownerKind, uids map[string]bool) error {
+	// Read-only: UIDs of the cache's own objects.
+	if err := s.deps.eachCached(ctx, k.newObj(), k.newList(), func(o client.Object) {
+		delete(uids, string(o.GetUID()))
+	}); err != nil {
+		return fmt.Errorf("cached %s: %w", k.name, err)
+	}
+	cont := ""
+	for len(uids) > 0 {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(v1.GroupVersion.WithKind(k.name + "List"))
+		if err := s.deps.APIReader.List(ctx, list, client.Limit(absentPage), client.Continue(cont)); err != nil {
+			return fmt.Errorf("live list of %s: %w", k.name, err)
+		}
+		for _, m := range list.Items {
+			delete(uids, string(m.UID))
+		}
+		if cont = list.Continue; cont == "" {
+			break
+		}
+	}
+	return nil
+}
+
 // Dataplane returns the VpcNatGateway's annotated data plane ("" when the
 // gateway object or the annotation is absent).
-func (s *Source) Dataplane(ctx context.Context, gw string) (string, error) {
+func (s *Source) Dataplane(ctx context.Context, gw string) (nat.DataplaneName, error) {
 	g := &v1.VpcNatGateway{}
 	if err := s.deps.Client.Get(ctx, types.NamespacedName{Name: gw}, g); err != nil {
 		if apierrors.IsNotFound(err) {

@@ -102,14 +102,14 @@ func TestDeleteAfterCrashBeforeStatus(t *testing.T) {
 			{"deleted-after-restart", false},
 			{"deleted-while-down", true},
 		} {
-			t.Run(dp+"/"+tc.name, func(t *testing.T) {
+			t.Run(string(dp)+"/"+tc.name, func(t *testing.T) {
 				testDeleteAfterCrash(t, dp, tc.deleteWhileDown)
 			})
 		}
 	}
 }
 
-func testDeleteAfterCrash(t *testing.T, dp string, deleteWhileDown bool) {
+func testDeleteAfterCrash(t *testing.T, dp nat.DataplaneName, deleteWhileDown bool) {
 	e := newEnv(t, envOptions{noManager: true, dataplane: dp})
 	cached := e.indexedClient()
 	deps := &Deps{Client: cached, APIReader: e.c, Log: testLog(t)}

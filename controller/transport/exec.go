@@ -23,7 +23,6 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/natgw/natgw/agentapi"
-	"github.com/natgw/natgw/nat"
 )
 
 // Upstream Kube-OVN's names for the gateway pod.
@@ -112,7 +111,7 @@ func (e *Exec) noteLag(gateway string, lag time.Duration) {
 // pods changes (a pod that starts or comes back is then caught up by the
 // next Open).
 func (e *Exec) Open(ctx context.Context, gw Endpoint) (Session, error) {
-	if err := nat.CheckDataplaneName(gw.Dataplane); err != nil {
+	if err := gw.Dataplane.Valid(); err != nil {
 		return nil, fmt.Errorf("exec transport: gateway %s: %w", gw.Name, err)
 	}
 	running, err := e.runningPods(ctx, gw.Name)

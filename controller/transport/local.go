@@ -14,7 +14,6 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/natgw/natgw/agentapi"
-	"github.com/natgw/natgw/nat"
 )
 
 // Local runs `natgw serve --netns NS --dataplane DP` as a child process per
@@ -39,7 +38,7 @@ func (l *Local) Open(ctx context.Context, gw Endpoint) (Session, error) {
 	if gw.NetNS == "" {
 		return nil, fmt.Errorf("local transport: gateway %s has no network namespace configured", gw.Name)
 	}
-	if err := nat.CheckDataplaneName(gw.Dataplane); err != nil {
+	if err := gw.Dataplane.Valid(); err != nil {
 		return nil, fmt.Errorf("local transport: gateway %s: %w", gw.Name, err)
 	}
 	cmd := exec.Command(l.Binary, serveArgs(gw, true, false)...)

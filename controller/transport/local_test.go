@@ -31,9 +31,9 @@ func buildNatgw(t *testing.T) string {
 func TestLocal(t *testing.T) {
 	lab := netlab.ForTest(t)
 	bin := buildNatgw(t)
-	for _, dp := range []string{nat.DataplaneNftables, nat.DataplaneIptables} {
-		t.Run(dp, func(t *testing.T) {
-			gw, err := lab.Gateway(netlab.GatewayOptions{Name: dp[:3]})
+	for _, dp := range nat.DataplaneNames {
+		t.Run(string(dp), func(t *testing.T) {
+			gw, err := lab.Gateway(netlab.GatewayOptions{Name: string(dp[:3])})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -102,7 +102,7 @@ func TestLocal(t *testing.T) {
 // infoAndFIP checks a fresh session's info (data plane dp, a boot id) and
 // applies a FIP from EIP 0 to vm through it; it returns the info and the
 // FIP.
-func infoAndFIP(ctx context.Context, t *testing.T, s Session, dp string, vm netip.Addr) (*agentapi.Info, nat.Object) {
+func infoAndFIP(ctx context.Context, t *testing.T, s Session, dp nat.DataplaneName, vm netip.Addr) (*agentapi.Info, nat.Object) {
 	t.Helper()
 	info, err := s.Info(ctx)
 	if err != nil || info.Dataplane != dp || info.BootID == "" {

@@ -274,15 +274,25 @@ func (p *Pair) Info(ctx context.Context) (*agentapi.Info, error) {
 	return &cp, nil
 }
 
-// CatchUp makes every replica but the primary hold exactly what the
-// primary holds (its fresh list, one Sync each): a replica that started
-// or came back is in step before the Pair is used.
+// CatchUp makes every replica but the active hold exactly what the
+// active holds (its fresh list, one Sync each): a replica that started or
+// came back is in step before the Pair is used. While no replica holds the
+// Lease it does nothing: no replica's table is then known to be the
+// gateway's (both pods may be new, their tables empty), and a Sync from
+// one of them would give the other its sync mark (natgw ha's rules gate)
+// for an empty list; the caller's own sync of the desired set, which
+// every replica must carry out while none is active, brings them in step
+// instead (controller/gateway: new pods are new boot ids, a full sync).
 func (p *Pair) CatchUp(ctx context.Context) error {
-	prim, _, ok := p.primary()
+	prim, known, ok := p.primary()
 	if !ok {
 		return fmt.Errorf("gateway %s: catch-up: the active replica %s is not reached", p.gw.Name, p.Active())
 	}
 	if len(p.members) == 1 {
+		return nil
+	}
+	if !known {
+		p.log.V(1).Info("no replica holds the Lease: no catch-up; the desired set is synced to every replica", "replicas", p.Members())
 		return nil
 	}
 	objs, err := prim.List(ctx, true)

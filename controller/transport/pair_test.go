@@ -161,6 +161,53 @@ func TestPairChange(t *testing.T) {
 	})
 }
 
+// TestPairCatchUp: with a replica holding the Lease, the standby is synced
+// from the active's fresh list; with none holding it, nothing is read or
+// synced (both pods may be new: a sync from pod -0's empty table would
+// give the standby its sync mark for nothing); a single replica needs no
+// catch-up; an active that is not a member fails naming it.
+func TestPairCatchUp(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		active       string
+		single       bool
+		wantA, wantB string // the calls of vpc-nat-gw-g-0 and -1
+		wantErr      string
+	}{
+		{name: "-0 active", active: "vpc-nat-gw-g-0", wantA: "list", wantB: "sync"},
+		{name: "-1 active", active: "vpc-nat-gw-g-1", wantA: "sync", wantB: "list"},
+		{name: "no Lease holder", active: ""},
+		{name: "single replica", active: "vpc-nat-gw-g-0", single: true},
+		{name: "active not reached", active: "vpc-nat-gw-g-7", wantErr: "the active replica vpc-nat-gw-g-7 is not reached"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := newFakeAgent("ba"), newFakeAgent("bb")
+			ms := []Member{{Pod: "vpc-nat-gw-g-1", Session: b}, {Pod: "vpc-nat-gw-g-0", Session: a}}
+			if tc.single {
+				ms = ms[1:]
+			}
+			p, err := NewPair(Endpoint{Name: "g"}, ms, tc.active, testlog.New(t, 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			err = p.CatchUp(context.Background())
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("catch-up: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("catch-up: %v, want an error holding %q", err, tc.wantErr)
+			}
+			if got := strings.Join(a.calls, " "); got != tc.wantA {
+				t.Errorf("vpc-nat-gw-g-0 calls %q, want %q", got, tc.wantA)
+			}
+			if got := strings.Join(b.calls, " "); got != tc.wantB {
+				t.Errorf("vpc-nat-gw-g-1 calls %q, want %q", got, tc.wantB)
+			}
+		})
+	}
+}
+
 // TestExecPair drives two real agents, one per "pod" (a network
 // namespace each, behind the pod-exec stand-in), through the exec
 // transport's two-replica path: pods carrying ReplicasAnnotation "2" get

@@ -13,6 +13,7 @@ import (
 	"fmt"
 
 	"github.com/natgw/natgw/agentapi"
+	"github.com/natgw/natgw/nat"
 )
 
 // Endpoint says which gateway to reach and how its agent runs.
@@ -20,8 +21,8 @@ type Endpoint struct {
 	// Name is the VpcNatGateway's name.
 	Name string
 	// Dataplane is passed to `natgw serve --dataplane`: one of
-	// nat.DataplaneNames (nat.CheckDataplaneName checks it).
-	Dataplane string
+	// nat.DataplaneNames (Open checks it).
+	Dataplane nat.DataplaneName
 	// NetNS is the network namespace of the gateway (Local only): a name
 	// under /run/netns or a path.
 	NetNS string
@@ -59,7 +60,7 @@ type Transport interface {
 // addresses, and waits for the agent's sync mark, agentapi.RulesSyncedFile,
 // before its replica may lead).
 func serveArgs(gw Endpoint, withNetNS, rulesOnly bool) []string {
-	args := []string{"serve", "--dataplane", gw.Dataplane}
+	args := []string{"serve", "--dataplane", string(gw.Dataplane)}
 	if rulesOnly {
 		args = append(args, "--rules-only", "--synced-file", agentapi.RulesSyncedFile)
 	}

@@ -9,6 +9,7 @@ import (
 
 	fw "github.com/natgw/natgw/e2e/framework"
 	"github.com/natgw/natgw/internal/clusterstack"
+	"github.com/natgw/natgw/nat"
 )
 
 // TestLatency measures the real path (clusterstack.Measure, which bench
@@ -43,7 +44,7 @@ func TestLatency(t *testing.T) {
 			t.Fatal(err)
 		}
 		r, err := clusterstack.Measure(s.Ctx, clusterstack.Target{
-			Gateway: name, Dataplane: dp, Pod: g.Pod.Name, EIPs: eips,
+			Gateway: name, Dataplane: nat.DataplaneName(dp), Pod: g.Pod.Name, EIPs: eips,
 			InternalIP: func(i int) string { return fmt.Sprintf("10.250.%d.%d", i/250, i%250+1) },
 			Config:     cfg, Client: wc, Clientset: cs, Kubectl: env.c.Kubectl,
 		}, sz)

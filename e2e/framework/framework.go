@@ -151,8 +151,15 @@ func Summary(t testing.TB, scenario, dataplane string, kv ...any) {
 	testsummary.Scenario(t, "E2E-SUMMARY", scenario, dataplane, kv...)
 }
 
-// Dataplanes are the data planes every scenario runs on.
-var Dataplanes = nat.DataplaneNames
+// Dataplanes are the data planes every scenario runs on (the scenarios
+// take their names as text: they pass them on as flags and subtest names).
+var Dataplanes = func() []string {
+	out := make([]string, len(nat.DataplaneNames))
+	for i, n := range nat.DataplaneNames {
+		out[i] = string(n)
+	}
+	return out
+}()
 
 // ForEachDataplaneOn runs fn as one subtest per data plane, on the API
 // server's CRD set set (named in the subtest when it is not natgw's).

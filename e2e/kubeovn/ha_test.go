@@ -43,7 +43,10 @@ spec:
 // Kube-OVN's own controller gives it the lanIp in its status and makes it
 // an OVN virtual port (checkLanVip). What it does not check: the lanIp
 // reachable through the active (the lab has no OVN data path), which
-// replica holds the Lease (natgw-ha's log tail is printed, not checked).
+// replica holds the Lease (natgw-ha's log tail is printed, not checked;
+// neither pod has net1 here, so neither is healthy enough to lead):
+// TestHAFailoverCluster does both, with its own external bridge and the
+// lanIp on the pods' bridge network.
 func TestHAGatewayPods(t *testing.T) {
 	e := start(t)
 	// Kube-OVN's own feature off (no gateway exists yet: nothing deleted).

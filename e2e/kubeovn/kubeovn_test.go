@@ -54,6 +54,9 @@ var (
 	eipNAT  = netip.MustParseAddr("192.0.2.11")
 	lanIP   = "10.244.77.253"
 	extHost = netlab.ExtAddr // 192.0.2.1: the external subnet's gateway
+	// extHost6 is the external host's IPv6 address, the dual-stack
+	// external subnet's IPv6 gateway.
+	extHost6 = netlab.ExtAddr6
 )
 
 type env struct {
@@ -67,9 +70,17 @@ type env struct {
 	// extNet is the external subnet (netlab.ExtNet unless the scenario
 	// needs more addresses); its gateway is extHost.
 	extNet netip.Prefix
+	// extNet6, when valid, makes the lab dual-stack: the external subnet
+	// gets this IPv6 CIDR (gateway extHost6), the external host, net1,
+	// the gateway pod's eth0 (netlab.GWVPCAddr6) and the VPC hosts
+	// (netlab.VMAddr6) IPv6 addresses, and the servers listen in both
+	// families.
+	extNet6 netip.Prefix
 
 	// haGateways is startReplace's --ha-gateways.
 	haGateways bool
+	// haLease is startReplace's --ha-lease (provision.Options.HALease).
+	haLease time.Duration
 
 	// What setup learnt and measured.
 	repo, image, podCIDR      string
@@ -183,12 +194,29 @@ func (e *env) waitPod(oldUID string) (gwPod, error) {
 }
 
 // attach does Multus's part for the pod: a veth whose pod end is net1 with
-// the address Kube-OVN's annotation names, its peer the external host; and
-// points the VPC hosts' default route at the pod's eth0.
+// the addresses Kube-OVN's annotation names ("v4" or, dual-stack,
+// "v4,v6"), its peer the external host; and points the VPC hosts' default
+// route at the pod's eth0 (dual-stack: the IPv6 one at the pod's
+// netlab.GWVPCAddr6, put on its eth0 here as the VPC subnet's CNI would).
 func (e *env) attach(p gwPod) error {
-	a, err := netip.ParseAddr(p.extIP)
-	if err != nil {
-		return fmt.Errorf("annotation %s=%q: %w", kubeovn.ExternalIPAnnotation, p.extIP, err)
+	var podAddrs []netip.Prefix
+	for _, s := range strings.Split(p.extIP, ",") {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return fmt.Errorf("annotation %s=%q: %w", kubeovn.ExternalIPAnnotation, p.extIP, err)
+		}
+		bits := e.extNet.Bits()
+		if a.Is6() {
+			bits = e.extNet6.Bits()
+		}
+		podAddrs = append(podAddrs, netip.PrefixFrom(a, bits))
+	}
+	hostAddrs := []netip.Prefix{netip.PrefixFrom(extHost, e.extNet.Bits())}
+	if e.extNet6.IsValid() {
+		if len(podAddrs) != 2 || !podAddrs[1].Addr().Is6() {
+			return fmt.Errorf("annotation %s=%q: want an IPv4 and an IPv6 address on the dual-stack external subnet", kubeovn.ExternalIPAnnotation, p.extIP)
+		}
+		hostAddrs = append(hostAddrs, netip.PrefixFrom(extHost6, e.extNet6.Bits()))
 	}
 	if ok, err := netlab.LinkExists(e.ext, "eth0"); err != nil {
 		return err
@@ -198,15 +226,83 @@ func (e *env) attach(p gwPod) error {
 		}
 	}
 	if err := netlab.Veth(
-		netlab.End{NS: p.netns, Name: "net1", Addrs: []netip.Prefix{netip.PrefixFrom(a, e.extNet.Bits())}},
-		netlab.End{NS: e.ext, Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(extHost, e.extNet.Bits())}},
+		netlab.End{NS: p.netns, Name: "net1", Addrs: podAddrs},
+		netlab.End{NS: e.ext, Name: "eth0", Addrs: hostAddrs},
 	); err != nil {
 		return err
+	}
+	if e.extNet6.IsValid() {
+		if err := netlab.AddAddr(p.netns, "eth0", netip.PrefixFrom(netlab.GWVPCAddr6, netlab.VPCNet6.Bits())); err != nil {
+			return err
+		}
 	}
 	for _, vm := range e.vms {
 		if _, err := netlab.Exec(e.ctx, vm.NS, "", "ip", "route", "replace", "default", "via", p.ip, "dev", "eth0"); err != nil {
 			return err
 		}
+		if e.extNet6.IsValid() {
+			if _, err := netlab.Exec(e.ctx, vm.NS, "", "ip", "-6", "route", "replace", "default", "via", netlab.GWVPCAddr6.String(), "dev", "eth0"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// serveTCP starts a TCP probe server on port in namespace ns: on IPv4,
+// and on IPv6 too when the lab is dual-stack.
+func (e *env) serveTCP(ns string, port int) error {
+	hosts := []string{"0.0.0.0"}
+	if e.extNet6.IsValid() {
+		hosts = append(hosts, "::")
+	}
+	for _, h := range hosts {
+		if _, err := e.lab.ServeTCP(e.ctx, ns, net.JoinHostPort(h, strconv.Itoa(port))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addExtHost creates the external namespace (its addresses come with
+// attach) with a TCP server on extPort.
+func (e *env) addExtHost() error {
+	var err error
+	if e.ext, err = e.lab.NS("ext"); err != nil {
+		return err
+	}
+	return e.serveTCP(e.ext, extPort)
+}
+
+// addVMs creates n VPC hosts on the pod bridge (it exists once a pod
+// runs), namespaces <name>0.. with host-side veths <host>0.., each with a
+// TCP server on vmPort (dual-stack: netlab.VMAddr6 too), and appends
+// them to e.vms.
+func (e *env) addVMs(name, host string, n int) error {
+	for i := 0; i < n; i++ {
+		addr, err := e.c.HostAddr(cluster.PodRangeEnd + 1 + i)
+		if err != nil {
+			return err
+		}
+		vns, err := e.lab.NS(fmt.Sprintf("%s%d", name, i))
+		if err != nil {
+			return err
+		}
+		addrs := []netip.Prefix{netip.PrefixFrom(addr, 24)}
+		if e.extNet6.IsValid() {
+			addrs = append(addrs, netip.PrefixFrom(netlab.VMAddr6(i), netlab.VPCNet6.Bits()))
+		}
+		h := fmt.Sprintf("%s%d", host, i)
+		if err := netlab.Veth(netlab.End{NS: vns, Name: "eth0", Addrs: addrs}, netlab.End{NS: "", Name: h}); err != nil {
+			return err
+		}
+		if err := netlab.Enslave("", h, cluster.BridgeName); err != nil {
+			return err
+		}
+		if err := e.serveTCP(vns, vmPort); err != nil {
+			return err
+		}
+		e.vms = append(e.vms, netlab.Host{NS: vns, Addr: addr})
 	}
 	return nil
 }
@@ -236,6 +332,26 @@ type probe struct {
 
 func (e *env) check(p probe) error { return e.checkWithin(p, 2*time.Second) }
 
+// fipProbes are the two paths of a FIP from eip to the VPC host vm (named
+// vmName), in eip's family: inbound from the external host to eip (the
+// host sees the external host's address of that family) and outbound to
+// the external host (it sees eip).
+func (e *env) fipProbes(vmName string, vm string, eip netip.Addr) []probe {
+	ext, family := extHost, ""
+	if eip.Is6() {
+		ext, family = extHost6, " IPv6"
+	}
+	return []probe{
+		{"ext->FIP" + family, e.ext, net.JoinHostPort(eip.String(), strconv.Itoa(vmPort)), vm, ext},
+		{"FIP " + vmName + "->ext" + family, vm, net.JoinHostPort(ext.String(), strconv.Itoa(extPort)), e.ext, eip},
+	}
+}
+
+// fipManifest is an IptablesFIPRule from eip to internal.
+func fipManifest(name, eip string, internal netip.Addr) string {
+	return fmt.Sprintf("kind: IptablesFIPRule\napiVersion: kubeovn.io/v1\nmetadata:\n  name: %s\nspec:\n  eip: %s\n  internalIp: %s\n", name, eip, internal)
+}
+
 // checkWithin is check with the dial bounded by timeout.
 func (e *env) checkWithin(p probe, timeout time.Duration) error {
 	r, err := netlab.Dial(e.ctx, p.from, p.addr, timeout)
@@ -263,11 +379,12 @@ func (e *env) blocked(p probe) error {
 // vpcNatImage, netlab.ExtNet the external subnet) and its unmodified
 // controller. Missing assets skip (fail with NATGW_KUBEOVN_REQUIRED=1).
 // Everything is torn down when the test ends.
-func start(t *testing.T) *env { return startWith(t, netlab.ExtNet) }
+func start(t *testing.T) *env { return startWith(t, netlab.ExtNet, netip.Prefix{}) }
 
 // startWith is start with extNet as the external subnet (it must hold
-// extHost, its gateway).
-func startWith(t *testing.T, extNet netip.Prefix) *env {
+// extHost, its gateway) and, when extNet6 is valid, extNet6 as its IPv6
+// CIDR (a dual-stack external subnet; it must hold extHost6).
+func startWith(t *testing.T, extNet, extNet6 netip.Prefix) *env {
 	required := os.Getenv(RequireEnv) == "1"
 	skip := func(why string) {
 		if required {
@@ -320,7 +437,7 @@ func startWith(t *testing.T, extNet netip.Prefix) *env {
 	})
 	upIn := c.Startup() // not the wait for another run's cluster
 	lab := netlab.ForTest(t)
-	e := &env{t: t, ctx: ctx, c: c, lab: lab, repo: repo, image: image, podCIDR: ccfg.PodCIDR, upIn: upIn, extNet: extNet}
+	e := &env{t: t, ctx: ctx, c: c, lab: lab, repo: repo, image: image, podCIDR: ccfg.PodCIDR, upIn: upIn, extNet: extNet, extNet6: extNet6}
 	kcfg.Kubeconfig = c.Kubeconfig()
 
 	// Kube-OVN's CRDs, the NAD CRD, then the objects the controller needs.
@@ -331,7 +448,7 @@ func startWith(t *testing.T, extNet netip.Prefix) *env {
 	e.mustKubectl(crds, "apply", "--server-side", "-f", "-")
 	e.mustKubectl(kubeovn.Prerequisites(), "apply", "--server-side", "-f", "-")
 	e.mustKubectl("", "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-	e.mustKubectl(kubeovn.Objects(image, kubeovn.Network{
+	extNetwork := kubeovn.Network{
 		ExternalCIDR: extNet.String(), ExternalGateway: extHost.String(),
 		ExternalExclude: []string{extHost.String()},
 		VPC:             "vpc-" + gwName, VPCSubnet: "subnet-" + gwName,
@@ -342,7 +459,12 @@ func startWith(t *testing.T, extNet netip.Prefix) *env {
 		// (TestHAGatewayPods; with .253-.254 only, its second pod got
 		// NoAvailableAddress once the lanIp was reserved in the Vip).
 		VPCExclude: []string{"10.244.77.1..10.244.77.251"},
-	}), "apply", "--server-side", "-f", "-")
+	}
+	if extNet6.IsValid() {
+		extNetwork.ExternalCIDR6, extNetwork.ExternalGateway6 = extNet6.String(), extHost6.String()
+		extNetwork.ExternalExclude = append(extNetwork.ExternalExclude, extHost6.String())
+	}
+	e.mustKubectl(kubeovn.Objects(image, extNetwork), "apply", "--server-side", "-f", "-")
 
 	t0 := time.Now()
 	k, err := kubeovn.Start(ctx, kcfg)
@@ -396,8 +518,8 @@ func setup(t *testing.T) *env { return setupWith(t, netlab.ExtNet) }
 
 // setupWith is setup with extNet as the external subnet.
 func setupWith(t *testing.T, extNet netip.Prefix) *env {
-	e := startWith(t, extNet)
-	ctx, c, lab, image := e.ctx, e.c, e.lab, e.image
+	e := startWith(t, extNet, netip.Prefix{})
+	image := e.image
 
 	// The VpcNatGateway: Kube-OVN creates the StatefulSet with the natgw image.
 	t0 := time.Now()
@@ -419,34 +541,13 @@ spec:
 	if img != image {
 		t.Fatalf("gateway pod runs image %q, want natgw's %q", img, image)
 	}
-	// External host and VPC hosts (the pod bridge exists once a pod runs).
-	e.ext, err = lab.NS("ext")
-	if err != nil {
+	// External host and VPC hosts (the pod bridge exists once a pod
+	// runs); vm2: TestCompanion's leaked FIP (vm0 and vm1 have FIPs).
+	if err := e.addExtHost(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lab.ServeTCP(ctx, e.ext, net.JoinHostPort("0.0.0.0", strconv.Itoa(extPort))); err != nil {
+	if err := e.addVMs("vm", "ngwkovm", 3); err != nil {
 		t.Fatal(err)
-	}
-	for i := 0; i < 3; i++ { // vm2: TestCompanion's leaked FIP (vm0 and vm1 have FIPs)
-		addr, err := c.HostAddr(cluster.PodRangeEnd + 1 + i)
-		if err != nil {
-			t.Fatal(err)
-		}
-		vns, err := lab.NS(fmt.Sprintf("vm%d", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		host := fmt.Sprintf("ngwkovm%d", i)
-		if err := netlab.Veth(netlab.End{NS: vns, Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(addr, 24)}}, netlab.End{NS: "", Name: host}); err != nil {
-			t.Fatal(err)
-		}
-		if err := netlab.Enslave("", host, cluster.BridgeName); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := lab.ServeTCP(ctx, vns, net.JoinHostPort("0.0.0.0", strconv.Itoa(vmPort))); err != nil {
-			t.Fatal(err)
-		}
-		e.vms = append(e.vms, netlab.Host{NS: vns, Addr: addr})
 	}
 
 	if err := e.attach(pod); err != nil {
@@ -515,12 +616,10 @@ spec:
 	}
 	readyIn := time.Since(t0)
 
-	probes := []probe{
-		{"ext->FIP", e.ext, net.JoinHostPort(eipFIP.String(), strconv.Itoa(vmPort)), vm0.NS, extHost},
-		{"FIP vm0->ext", vm0.NS, net.JoinHostPort(extHost.String(), strconv.Itoa(extPort)), e.ext, eipFIP},
+	probes := append(e.fipProbes("vm0", vm0.NS, eipFIP), []probe{
 		{"ext->DNAT", e.ext, net.JoinHostPort(eipNAT.String(), strconv.Itoa(dnatPort)), vm1.NS, extHost},
 		{"SNAT vm1->ext", vm1.NS, net.JoinHostPort(extHost.String(), strconv.Itoa(extPort)), e.ext, eipNAT},
-	}
+	}...)
 	if err := e.checkAll(probes, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}

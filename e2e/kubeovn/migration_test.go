@@ -664,7 +664,7 @@ func TestMigration(t *testing.T) {
 	// the StatefulSet in upstream's shape (which adopts the running pod)
 	// and syncs the gateway once.
 	bootSyncs := metrics.CounterValue(metrics.Resyncs.WithLabelValues(gwName, "bootid"))
-	syncHist := metrics.ProgramDuration.WithLabelValues("sync", "all", nat.DataplaneNftables).(interface{ Write(*dto.Metric) error })
+	syncHist := metrics.ProgramDuration.WithLabelValues("sync", "all", string(nat.DataplaneNftables)).(interface{ Write(*dto.Metric) error })
 	syncN0, syncSum0 := histogram(syncHist)
 	var syncAt time.Time // when the first boot-id sync was counted
 	syncSeen := make(chan struct{})

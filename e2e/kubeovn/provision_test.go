@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -331,8 +332,10 @@ func (e *env) gatewayShape(check func(map[string]any) error) (sts, status map[st
 // reconcilers with the pod-exec transport, no client-side rate limit),
 // against the cluster. configNet nil is --network-source=kube-ovn (the
 // default with --provision-gateways); else --network-source=config with
-// configNet as the gateway config's defaults.
-func (e *env) startReplace(configNet *gwconfig.Entry) {
+// configNet as the gateway config's defaults. stop stops that controller
+// (as a killed natgw-controller: nothing cleaned up) and waits for it; the
+// test's cleanup calls it too.
+func (e *env) startReplace(configNet *gwconfig.Entry) (stop func()) {
 	t := e.t
 	t.Helper()
 	restCfg, err := e.c.RESTConfig()
@@ -346,7 +349,7 @@ func (e *env) startReplace(configNet *gwconfig.Entry) {
 	}
 	mgr, cs, log := newManager(t, restCfg, "natgw", cache.Options{ByObject: provision.CacheByObject(ns, nil, e.haGateways)})
 	if _, err := provision.Setup(mgr, provision.Options{
-		Namespace: ns, Image: e.image, ServiceClusterIPRange: kubeovn.ServiceClusterIPRange, HA: e.haGateways,
+		Namespace: ns, Image: e.image, ServiceClusterIPRange: kubeovn.ServiceClusterIPRange, HA: e.haGateways, HALease: e.haLease,
 		Log: log.WithName("provision"), SkipNameValidationForTest: true,
 	}); err != nil {
 		t.Fatal(err)
@@ -367,12 +370,17 @@ func (e *env) startReplace(configNet *gwconfig.Entry) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("natgw-controller manager: %v", err)
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("natgw-controller manager: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // waitSyncs waits until the gateway's boot-id syncs reach n and its
@@ -381,7 +389,7 @@ func waitSyncs(ctx context.Context, n float64) error {
 	return eventually(ctx, 2*time.Minute, func() error {
 		got := metrics.CounterValue(metrics.Resyncs.WithLabelValues(gwName, "bootid"))
 		var g dto.Metric
-		if err := metrics.GatewayConnected.WithLabelValues(gwName, nat.DataplaneNftables).Write(&g); err != nil {
+		if err := metrics.GatewayConnected.WithLabelValues(gwName, string(nat.DataplaneNftables)).Write(&g); err != nil {
 			return err
 		}
 		if got < n || g.GetGauge().GetValue() != 1 {

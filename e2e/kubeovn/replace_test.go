@@ -13,7 +13,6 @@ import (
 
 	"github.com/natgw/natgw/controller/eipalloc"
 	"github.com/natgw/natgw/controller/metrics"
-	"github.com/natgw/natgw/internal/cluster"
 	"github.com/natgw/natgw/internal/kubeovn"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/internal/testsummary"
@@ -137,6 +136,65 @@ func (e *env) natgwVips() ([]string, error) {
 	return vips, nil
 }
 
+// kubeOVNFeatureOff switches Kube-OVN's VPC NAT gateway feature off and
+// waits until its controller logged the end of its cleanup (before any
+// gateway exists); it returns how long that took.
+func (e *env) kubeOVNFeatureOff() time.Duration {
+	e.t.Helper()
+	t0 := time.Now()
+	cleaned := e.kubeOVNLogCount("finish clean up vpc nat gateway")
+	e.mustKubectl("", "-n", ns, "patch", "configmap", "ovn-vpc-nat-gw-config", "--type=merge", "-p", `{"data":{"enable-vpc-nat-gw":"false"}}`)
+	if err := eventually(e.ctx, 2*time.Minute, func() error {
+		if n := e.kubeOVNLogCount("finish clean up vpc nat gateway"); n <= cleaned {
+			return fmt.Errorf("kube-ovn-controller has not switched its VPC NAT gateway feature off (%d cleanups logged)", n)
+		}
+		return nil
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+	return time.Since(t0)
+}
+
+// replaceDocGateway runs natgw-controller in replace mode
+// (--network-source=kube-ovn) and the documentation-shaped VpcNatGateway
+// (docGateway): the external host, n VPC hosts (addVMs with vmName and
+// hostName), the gateway pod natgw made with net1 attached, one sync. It
+// returns the pod, when it ran and when natgw-controller had synced it
+// (both from the manifest's apply).
+func (e *env) replaceDocGateway(vmName, hostName string, n int) (gp gwPod, podIn, syncedIn time.Duration) {
+	t := e.t
+	t.Helper()
+	if err := e.addExtHost(); err != nil {
+		t.Fatal(err)
+	}
+	bootSyncs := metrics.CounterValue(metrics.Resyncs.WithLabelValues(gwName, "bootid"))
+	e.startReplace(nil)
+	t0 := time.Now()
+	e.mustKubectl(docGateway, "apply", "-f", "-")
+	gp, err := e.waitPod("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img := e.mustKubectl("", "-n", ns, "get", "pod", podName, "-o", "jsonpath={.spec.containers[0].image}"); img != e.image {
+		t.Fatalf("gateway pod runs image %q, want natgw's %q", img, e.image)
+	}
+	if owner := e.mustKubectl("", "-n", ns, "get", "sts", stsName, "-o", "jsonpath={.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}"); owner != "VpcNatGateway/"+gwName {
+		t.Fatalf("StatefulSet %s owned by %q, want natgw's VpcNatGateway/%s", stsName, owner, gwName)
+	}
+	podIn = time.Since(t0)
+	if err := e.addVMs(vmName, hostName, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.attach(gp); err != nil {
+		t.Fatal(err)
+	}
+	e.pod = gp
+	if err := waitSyncs(e.ctx, bootSyncs+1); err != nil {
+		t.Fatal(err)
+	}
+	return gp, podIn, time.Since(t0)
+}
+
 // TestReplaceDocNAT is replace mode's acceptance test. In the
 // single-node cluster, with Kube-OVN v1.16.2's own controller running and
 // its VPC NAT gateway feature off, natgw-controller in replace mode
@@ -166,78 +224,10 @@ func TestReplaceDocNAT(t *testing.T) {
 	e := start(t)
 	ctx := e.ctx
 
-	// Kube-OVN's feature off, and seen off by its controller (it logs the
-	// end of its cleanup) before any gateway exists.
-	t0 := time.Now()
-	cleaned := e.kubeOVNLogCount("finish clean up vpc nat gateway")
-	e.mustKubectl("", "-n", ns, "patch", "configmap", "ovn-vpc-nat-gw-config", "--type=merge", "-p", `{"data":{"enable-vpc-nat-gw":"false"}}`)
-	if err := eventually(ctx, 2*time.Minute, func() error {
-		if n := e.kubeOVNLogCount("finish clean up vpc nat gateway"); n <= cleaned {
-			return fmt.Errorf("kube-ovn-controller has not switched its VPC NAT gateway feature off (%d cleanups logged)", n)
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	featureOffIn := time.Since(t0)
-
-	// The external host with a TCP server.
-	var err error
-	if e.ext, err = e.lab.NS("ext"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.lab.ServeTCP(ctx, e.ext, net.JoinHostPort("0.0.0.0", strconv.Itoa(extPort))); err != nil {
-		t.Fatal(err)
-	}
-
-	// 1. natgw-controller in replace mode; the gateway from the manifest.
-	bootSyncs := metrics.CounterValue(metrics.Resyncs.WithLabelValues(gwName, "bootid"))
-	e.startReplace(nil)
-	t0 = time.Now()
-	e.mustKubectl(docGateway, "apply", "-f", "-")
-	gp, err := e.waitPod("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if img := e.mustKubectl("", "-n", ns, "get", "pod", podName, "-o", "jsonpath={.spec.containers[0].image}"); img != e.image {
-		t.Fatalf("gateway pod runs image %q, want natgw's %q", img, e.image)
-	}
-	if owner := e.mustKubectl("", "-n", ns, "get", "sts", stsName, "-o", "jsonpath={.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}"); owner != "VpcNatGateway/"+gwName {
-		t.Fatalf("StatefulSet %s owned by %q, want natgw's VpcNatGateway/%s", stsName, owner, gwName)
-	}
-	podIn := time.Since(t0)
-	// Two VPC hosts with TCP servers on the pod bridge (it exists once a
-	// pod runs).
-	for i := 0; i < 2; i++ {
-		addr, err := e.c.HostAddr(cluster.PodRangeEnd + 1 + i)
-		if err != nil {
-			t.Fatal(err)
-		}
-		vns, err := e.lab.NS(fmt.Sprintf("docvm%d", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		host := fmt.Sprintf("ngwdocvm%d", i)
-		if err := netlab.Veth(netlab.End{NS: vns, Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(addr, 24)}}, netlab.End{NS: "", Name: host}); err != nil {
-			t.Fatal(err)
-		}
-		if err := netlab.Enslave("", host, cluster.BridgeName); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := e.lab.ServeTCP(ctx, vns, net.JoinHostPort("0.0.0.0", strconv.Itoa(vmPort))); err != nil {
-			t.Fatal(err)
-		}
-		e.vms = append(e.vms, netlab.Host{NS: vns, Addr: addr})
-	}
+	featureOffIn := e.kubeOVNFeatureOff()
+	gp, podIn, gatewayIn := e.replaceDocGateway("docvm", "ngwdocvm", 2)
 	vm0, vm1 := e.vms[0], e.vms[1]
-	if err := e.attach(gp); err != nil {
-		t.Fatal(err)
-	}
-	e.pod = gp
-	if err := waitSyncs(ctx, bootSyncs+1); err != nil {
-		t.Fatal(err)
-	}
-	gatewayIn := time.Since(t0)
+	t0 := time.Now()
 
 	// 2. The EIPs.
 	t0 = time.Now()
@@ -289,12 +279,10 @@ func TestReplaceDocNAT(t *testing.T) {
 	eipReadyIn := time.Since(t0)
 
 	fip, dnat, snat := eipAddr[docEIPFIP], eipAddr[docEIPDNAT], eipAddr[docEIPSNAT]
-	probes := []probe{
-		{"ext->FIP", e.ext, net.JoinHostPort(fip.String(), strconv.Itoa(vmPort)), vm0.NS, extHost},
-		{"FIP vm0->ext", vm0.NS, net.JoinHostPort(extHost.String(), strconv.Itoa(extPort)), e.ext, fip},
+	probes := append(e.fipProbes("vm0", vm0.NS, fip), []probe{
 		{"ext->DNAT", e.ext, net.JoinHostPort(dnat.String(), strconv.Itoa(dnatPort)), vm1.NS, extHost},
 		{"SNAT vm1->ext", vm1.NS, net.JoinHostPort(extHost.String(), strconv.Itoa(extPort)), e.ext, snat},
-	}
+	}...)
 	// Before the rules nothing answers at the EIPs' ports, and the VPC hosts
 	// do not reach the external host.
 	for _, p := range probes {

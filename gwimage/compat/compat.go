@@ -214,7 +214,7 @@ func (e *ArgError) Error() string {
 // 1.6.2, matched by `v([0-9]+(\.[0-9]+)+)`); the nftables data plane
 // supports fully random port allocation, so the line claims a version that
 // allows it and names what really runs.
-func VersionLine(natgwVersion, dataplane string) string {
+func VersionLine(natgwVersion string, dataplane nat.DataplaneName) string {
 	return fmt.Sprintf("iptables v1.8.9 (natgw %s, %s data plane; compatibility answer)", natgwVersion, dataplane)
 }
 

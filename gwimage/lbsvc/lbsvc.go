@@ -341,8 +341,8 @@ var table = nftconn.Table{Family: nft.TableFamilyIPv4, Name: nftconn.LBSvcTable}
 func chainsTx() *nftconn.Tx {
 	tx := &nftconn.Tx{}
 	tx.AddTable(table)
-	tx.AddChain(table, nftconn.Chain{Name: nftconn.PreroutingChain, Type: nft.ChainTypeNAT, Hook: nft.ChainHookPrerouting, Priority: nft.ChainPriorityNATDest})
-	tx.AddChain(table, nftconn.Chain{Name: nftconn.PostroutingChain, Type: nft.ChainTypeNAT, Hook: nft.ChainHookPostrouting, Priority: nft.ChainPriorityNATSource})
+	tx.AddChain(table, nftconn.Chain{Name: nftconn.LBSvcPreroutingChain, Type: nft.ChainTypeNAT, Hook: nft.ChainHookPrerouting, Priority: nft.ChainPriorityNATDest})
+	tx.AddChain(table, nftconn.Chain{Name: nftconn.LBSvcPostroutingChain, Type: nft.ChainTypeNAT, Hook: nft.ChainHookPostrouting, Priority: nft.ChainPriorityNATSource})
 	return tx
 }
 
@@ -386,7 +386,7 @@ func addDNAT(ctx context.Context, c nftconn.Conn, d dnatSpec) (added bool, err e
 	if err := c.Apply(ctx, chainsTx()); err != nil {
 		return false, fmt.Errorf("nftables: make table %s: %w", table.Name, err)
 	}
-	added, err = nftconn.AddRuleOnce(ctx, c, table, nftconn.PreroutingChain, dnatRule(d), false)
+	added, err = nftconn.AddRuleOnce(ctx, c, table, nftconn.LBSvcPreroutingChain, dnatRule(d), false)
 	if err != nil {
 		return false, fmt.Errorf("nftables: add DNAT %s: %w", d.tag(), err)
 	}
@@ -396,7 +396,7 @@ func addDNAT(ctx context.Context, c nftconn.Conn, d dnatSpec) (added bool, err e
 // addMasq inserts the masquerade of traffic to in first in the
 // postrouting chain (made by addDNAT), unless one is there (added false).
 func addMasq(ctx context.Context, c nftconn.Conn, in netip.Addr) (added bool, err error) {
-	added, err = nftconn.AddRuleOnce(ctx, c, table, nftconn.PostroutingChain, masqRule(in), true)
+	added, err = nftconn.AddRuleOnce(ctx, c, table, nftconn.LBSvcPostroutingChain, masqRule(in), true)
 	if err != nil {
 		return false, fmt.Errorf("nftables: add masquerade to %s: %w", in, err)
 	}
@@ -409,12 +409,12 @@ func delDNAT(ctx context.Context, c nftconn.Conn, d dnatSpec) error {
 	if ok, err := nftconn.HasTable(ctx, c, table); err != nil || !ok {
 		return err
 	}
-	h, found, err := nftconn.FindRule(ctx, c, table, nftconn.PreroutingChain, d.tag())
+	h, found, err := nftconn.FindRule(ctx, c, table, nftconn.LBSvcPreroutingChain, d.tag())
 	if err != nil || !found {
 		return err
 	}
 	tx := &nftconn.Tx{}
-	tx.DeleteRule(table, nftconn.PreroutingChain, h, d.tag())
+	tx.DeleteRule(table, nftconn.LBSvcPreroutingChain, h, d.tag())
 	if err := c.Apply(ctx, tx); err != nil {
 		return fmt.Errorf("nftables: delete DNAT %s: %w", d.tag(), err)
 	}

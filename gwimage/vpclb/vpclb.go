@@ -138,8 +138,8 @@ func (m Masquerade) Tx() *nftconn.Tx {
 	}
 	tx := &nftconn.Tx{}
 	tx.AddTable(t)
-	tx.AddChain(t, nftconn.Chain{Name: nftconn.PostroutingChain, Type: nft.ChainTypeNAT, Hook: nft.ChainHookPostrouting, Priority: nft.ChainPriorityNATSource})
-	tx.InsertRule(t, nftconn.PostroutingChain, nftconn.Rule{
+	tx.AddChain(t, nftconn.Chain{Name: nftconn.VPCLBPostroutingChain, Type: nft.ChainTypeNAT, Hook: nft.ChainHookPostrouting, Priority: nft.ChainPriorityNATSource})
+	tx.InsertRule(t, nftconn.VPCLBPostroutingChain, nftconn.Rule{
 		Exprs: []expr.Any{
 			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
 			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: n, Mask: mask, Xor: make([]byte, n)},

@@ -17,6 +17,7 @@ import (
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/transport"
+	"github.com/natgw/natgw/nat"
 )
 
 // Sizes of a latency measurement: paced FIPs (one at a time, each waited
@@ -35,9 +36,10 @@ var DefaultSizes = Sizes{Paced: 30, Burst: 200, SessionReqs: 200, KubectlReqs: 2
 // plane and running pod, at least Sizes.Burst Ready EIPs on it, and the
 // clients to reach the cluster.
 type Target struct {
-	Gateway, Dataplane string
-	Pod                string
-	EIPs               []string
+	Gateway   string
+	Dataplane nat.DataplaneName
+	Pod       string
+	EIPs      []string
 	// InternalIP is the internal address of FIP i (distinct per i).
 	InternalIP func(i int) string
 	Config     *rest.Config

@@ -26,6 +26,10 @@ const (
 // and the VPC subnet behind the gateway (eth0's).
 type Network struct {
 	ExternalCIDR, ExternalGateway string
+	// ExternalCIDR6 and ExternalGateway6, when set, make the external
+	// subnet dual-stack (protocol Dual, cidrBlock "v4cidr,v6cidr",
+	// gateway "v4gw,v6gw", as Kube-OVN writes a dual-stack subnet).
+	ExternalCIDR6, ExternalGateway6 string
 	// ExternalExclude are external addresses kube-ovn must not hand out.
 	ExternalExclude                     []string
 	VPC, VPCSubnet, VPCCIDR, VPCGateway string
@@ -82,6 +86,10 @@ func list(ips []string) string {
 // gateway with image: its two ConfigMaps, the external NAD and subnet, the
 // VPC and its subnet.
 func Objects(image string, n Network) string {
+	protocol, cidr, gw := "IPv4", n.ExternalCIDR, n.ExternalGateway
+	if n.ExternalCIDR6 != "" {
+		protocol, cidr, gw = "Dual", cidr+","+n.ExternalCIDR6, gw+","+n.ExternalGateway6
+	}
 	return fmt.Sprintf(`apiVersion: v1
 kind: ConfigMap
 metadata:
@@ -111,7 +119,7 @@ kind: Subnet
 metadata:
   name: %[2]s
 spec:
-  protocol: IPv4
+  protocol: %[12]s
   provider: %[3]s
   cidrBlock: %[4]s
   gateway: %[5]s
@@ -133,6 +141,6 @@ spec:
   cidrBlock: %[9]s
   gateway: %[10]s
   excludeIps: %[11]s
-`, image, ExternalNetwork, ExternalProvider, n.ExternalCIDR, n.ExternalGateway, list(n.ExternalExclude),
-		n.VPC, n.VPCSubnet, n.VPCCIDR, n.VPCGateway, list(n.VPCExclude))
+`, image, ExternalNetwork, ExternalProvider, cidr, gw, list(n.ExternalExclude),
+		n.VPC, n.VPCSubnet, n.VPCCIDR, n.VPCGateway, list(n.VPCExclude), protocol)
 }

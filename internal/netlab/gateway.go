@@ -112,11 +112,11 @@ type Gateway struct {
 	ipv6 bool   // GatewayOptions.IPv6
 }
 
-// ipv6Sysctls prepares namespace ns of a dual-stack topology before its
+// IPv6Sysctls prepares namespace ns of a dual-stack topology before its
 // interfaces exist: no router advertisements (nothing but the test's own
 // addresses and routes), no DAD on new interfaces; forward is set in the
 // gateway.
-func ipv6Sysctls(ns string, forward bool) error {
+func IPv6Sysctls(ns string, forward bool) error {
 	kv := [][2]string{
 		{"net.ipv6.conf.all.accept_ra", "0"}, {"net.ipv6.conf.default.accept_ra", "0"},
 		{"net.ipv6.conf.all.accept_dad", "0"}, {"net.ipv6.conf.default.accept_dad", "0"},
@@ -140,7 +140,7 @@ func ipv6Sysctls(ns string, forward bool) error {
 func (g *Gateway) wireGW() error {
 	gwExt, ext, gwVPC := []netip.Prefix{netip.PrefixFrom(GWExtAddr, ExtNet.Bits())}, []netip.Prefix{netip.PrefixFrom(ExtAddr, ExtNet.Bits())}, []netip.Prefix{netip.PrefixFrom(GWVPCAddr, VPCNet.Bits())}
 	if g.ipv6 {
-		if err := ipv6Sysctls(g.GW, true); err != nil {
+		if err := IPv6Sysctls(g.GW, true); err != nil {
 			return err
 		}
 		gwExt = append(gwExt, netip.PrefixFrom(GWExtAddr6, ExtNet6.Bits()))
@@ -263,7 +263,7 @@ func (l *Lab) Gateway(opts GatewayOptions) (*Gateway, error) {
 			g.VMs[i].Addr6 = VMAddr6(i)
 		}
 		for _, ns := range append([]string{g.Ext.NS, g.Switch}, hostNS(g.VMs)...) {
-			steps = append(steps, func() error { return ipv6Sysctls(ns, false) })
+			steps = append(steps, func() error { return IPv6Sysctls(ns, false) })
 		}
 	}
 	steps = append(steps,

@@ -58,10 +58,12 @@ func Open(ns *netns.NS) (*Cleaner, error) {
 	return &Cleaner{ns: ns, conn: c, nl: nl, buf: make([]byte, 4096)}, nil
 }
 
-// MarkOf returns the ct mark natgw's nftables rules give the connections
-// NATed through eip: the IPv4 address as a big-endian 32-bit number.
-// IPv6 connections carry no such mark (an address does not fit): they are
-// deleted by address (DeleteByAddr). eip must be an IPv4 address.
+// MarkOf returns the ct mark natgw's nftables rules give the IPv4
+// connections NATed through eip: the IPv4 address as a big-endian 32-bit
+// number. An IPv6 address does not fit a mark: IPv6 connections carry
+// their EIP's mark id instead, which the nftables data plane allocates
+// (0x00010001..0x00ffffff, disjoint from every IPv4 EIP's mark because
+// 0.0.0.0/8 is never an EIP). eip must be an IPv4 address.
 func MarkOf(eip netip.Addr) uint32 {
 	b := eip.As4()
 	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
@@ -74,12 +76,16 @@ const (
 	ctaMarkMask       = 21
 )
 
-// FlushMark deletes, inside the kernel, every IPv4 entry whose ct mark
-// matches mark under mask. This is the cheap path: no dump. It is one
-// ctnetlink delete without a tuple, filtered by family (nfgenmsg version 1:
-// the family is honoured) and mark, exchanged on a socket the Go runtime's
-// poller does not watch (see package nlsock).
-func (c *Cleaner) FlushMark(ctx context.Context, mark, mask uint32) error {
+// FlushMark deletes, inside the kernel, every entry of family (unix.AF_INET
+// or unix.AF_INET6) whose ct mark matches mark under mask. This is the
+// cheap path: no dump. It is one ctnetlink delete without a tuple,
+// filtered by family (nfgenmsg version 1: the family is honoured) and
+// mark, exchanged on a socket the Go runtime's poller does not watch (see
+// package nlsock).
+func (c *Cleaner) FlushMark(ctx context.Context, family uint8, mark, mask uint32) error {
+	if family != unix.AF_INET && family != unix.AF_INET6 {
+		return fmt.Errorf("conntrack: flush mark %#x/%#x: family %d is neither AF_INET nor AF_INET6", mark, mask, family)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seq++
@@ -88,7 +94,7 @@ func (c *Cleaner) FlushMark(ctx context.Context, mark, mask uint32) error {
 	req = binary.NativeEndian.AppendUint16(req, unix.NLM_F_REQUEST|unix.NLM_F_ACK)
 	req = binary.NativeEndian.AppendUint32(req, c.seq)
 	req = binary.NativeEndian.AppendUint32(req, 0)
-	req = append(req, unix.AF_INET, 1, 0, 0)
+	req = append(req, family, 1, 0, 0)
 	for _, a := range [][2]uint32{{ctaMark, mark}, {ctaMarkMask, mask}} {
 		req = binary.NativeEndian.AppendUint16(req, 8)
 		req = binary.NativeEndian.AppendUint16(req, uint16(a[0]))
@@ -96,7 +102,7 @@ func (c *Cleaner) FlushMark(ctx context.Context, mark, mask uint32) error {
 	}
 	binary.NativeEndian.PutUint32(req, uint32(len(req)))
 	if err := c.answer(ctx, req, c.seq); err != nil {
-		return fmt.Errorf("conntrack: flush mark %#x/%#x: %w", mark, mask, err)
+		return fmt.Errorf("conntrack: flush family %d mark %#x/%#x: %w", family, mark, mask, err)
 	}
 	return nil
 }
@@ -136,16 +142,33 @@ func (c *Cleaner) answer(ctx context.Context, req []byte, seq uint32) error {
 // `conntrack -D -d ADDR` plus the reply side of SNATed flows. It returns how
 // many entries it deleted. Entries that vanish meanwhile are not errors.
 func (c *Cleaner) DeleteByAddr(addrs []netip.Addr) (int, error) {
+	return c.DeleteByAddrVisit(addrs, nil)
+}
+
+// DeleteByAddrVisit is DeleteByAddr that also shows visit every entry of
+// the dump it leaves (its original destination, its reply destination and
+// its ct mark), from the same one dump: the caller learns what else the
+// table holds without a second walk.
+func (c *Cleaner) DeleteByAddrVisit(addrs []netip.Addr, visit func(origDst, replyDst netip.Addr, mark uint32)) (int, error) {
 	if len(addrs) == 0 {
 		return 0, nil
 	}
+	want := addrSet(addrs)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	flows, err := c.matching(addrs)
+	flows, err := c.dump(slices.Values(addrs))
 	if err != nil {
 		return 0, err
 	}
-	return c.deleteFlows(flows, nil)
+	return c.deleteFlows(flows, func(f ct.Flow) bool {
+		if carries(f, want) {
+			return true
+		}
+		if visit != nil {
+			visit(f.TupleOrig.IP.DestinationAddress, f.TupleReply.IP.DestinationAddress, f.Mark)
+		}
+		return false
+	})
 }
 
 // deleteFlows deletes the flows that keep selects (every flow when keep is
@@ -257,22 +280,34 @@ func (c *Cleaner) Count(addrs []netip.Addr) (int, error) {
 
 // matching dumps the entries that carry one of addrs. Called with c.mu held.
 func (c *Cleaner) matching(addrs []netip.Addr) ([]ct.Flow, error) {
-	want := make(map[netip.Addr]bool, len(addrs))
-	for _, a := range addrs {
-		want[a] = true
-	}
+	want := addrSet(addrs)
 	flows, err := c.dump(slices.Values(addrs))
 	if err != nil {
 		return nil, err
 	}
 	out := flows[:0]
 	for _, f := range flows {
-		o, r := f.TupleOrig.IP, f.TupleReply.IP
-		if want[o.SourceAddress] || want[o.DestinationAddress] || want[r.SourceAddress] || want[r.DestinationAddress] {
+		if carries(f, want) {
 			out = append(out, f)
 		}
 	}
 	return out, nil
+}
+
+// addrSet is addrs as a set.
+func addrSet(addrs []netip.Addr) map[netip.Addr]bool {
+	want := make(map[netip.Addr]bool, len(addrs))
+	for _, a := range addrs {
+		want[a] = true
+	}
+	return want
+}
+
+// carries reports whether f has one of want as source or destination of
+// its original or reply tuple.
+func carries(f ct.Flow, want map[netip.Addr]bool) bool {
+	o, r := f.TupleOrig.IP, f.TupleReply.IP
+	return want[o.SourceAddress] || want[o.DestinationAddress] || want[r.SourceAddress] || want[r.DestinationAddress]
 }
 
 // Close closes the socket. The namespace handle given to Open stays open.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	ct "github.com/ti-mo/conntrack"
+	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/nat/netns"
 )
@@ -40,6 +41,9 @@ func addFlow(t *testing.T, c *Cleaner, src, dst string, sport uint16, mark uint3
 	}
 }
 
+// TestFlushMarkAndDeleteByAddr: in each family, FlushMark deletes the
+// entries of its mark and family only (an entry of the other family with
+// the same mark stays), and DeleteByAddr the entries of its addresses.
 func TestFlushMarkAndDeleteByAddr(t *testing.T) {
 	ns := testNS(t)
 	c, err := Open(ns)
@@ -47,38 +51,61 @@ func TestFlushMarkAndDeleteByAddr(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	eipA, eipB := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("192.0.2.11")
-	addFlow(t, c, "192.0.2.1", "192.0.2.10", 1000, MarkOf(eipA))
-	addFlow(t, c, "192.0.2.1", "192.0.2.10", 1001, MarkOf(eipA))
-	addFlow(t, c, "192.0.2.1", "192.0.2.11", 1000, MarkOf(eipB))
-	addFlow(t, c, "198.51.100.10", "192.0.2.1", 1000, 0)
-
-	count := func(a ...netip.Addr) int {
-		t.Helper()
-		n, err := c.Count(a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
+	const id6a, id6b = 0x00010001, 0x00010002 // IPv6 EIPs' mark ids
+	for _, tc := range []struct {
+		name                     string
+		family, other            uint8
+		client, eipA, eipB, peer string
+		markA, markB             uint32
+		otherClient, otherDst    string // an entry of the other family carrying markA
+	}{
+		{"IPv4", unix.AF_INET, unix.AF_INET6, "192.0.2.1", "192.0.2.10", "192.0.2.11", "198.51.100.10",
+			MarkOf(netip.MustParseAddr("192.0.2.10")), MarkOf(netip.MustParseAddr("192.0.2.11")), "2001:db8::1", "2001:db8::99"},
+		{"IPv6", unix.AF_INET6, unix.AF_INET, "2001:db8::1", "2001:db8::10", "2001:db8::11", "2001:db8:100::10",
+			id6a, id6b, "192.0.2.1", "192.0.2.99"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eipA, eipB, peer := netip.MustParseAddr(tc.eipA), netip.MustParseAddr(tc.eipB), netip.MustParseAddr(tc.peer)
+			other := netip.MustParseAddr(tc.otherDst)
+			addFlow(t, c, tc.client, tc.eipA, 1000, tc.markA)
+			addFlow(t, c, tc.client, tc.eipA, 1001, tc.markA)
+			addFlow(t, c, tc.client, tc.eipB, 1000, tc.markB)
+			addFlow(t, c, tc.peer, tc.client, 1000, 0)
+			addFlow(t, c, tc.otherClient, tc.otherDst, 1000, tc.markA)
+			count := func(a ...netip.Addr) int {
+				t.Helper()
+				n, err := c.Count(a)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			if n := count(eipA); n != 2 {
+				t.Fatalf("flows of %s before flush = %d, want 2", eipA, n)
+			}
+			if err := c.FlushMark(context.Background(), tc.family, tc.markA, 0xffffffff); err != nil {
+				t.Fatal(err)
+			}
+			if n := count(eipA); n != 0 {
+				t.Fatalf("flows of %s after FlushMark = %d, want 0", eipA, n)
+			}
+			if n := count(eipB); n != 1 {
+				t.Fatalf("flows of %s after flushing another mark = %d, want 1", eipB, n)
+			}
+			if n := count(other); n != 1 {
+				t.Fatalf("flows of %s (family %d, the same mark) after FlushMark of family %d = %d, want 1", other, tc.other, tc.family, n)
+			}
+			n, err := c.DeleteByAddr([]netip.Addr{eipB, peer, other})
+			if err != nil || n != 3 {
+				t.Fatalf("DeleteByAddr = %d, %v; want 3, nil", n, err)
+			}
+			if n := count(eipB, peer, other); n != 0 {
+				t.Fatalf("flows left after DeleteByAddr = %d", n)
+			}
+		})
 	}
-	if n := count(eipA); n != 2 {
-		t.Fatalf("flows of %s before flush = %d, want 2", eipA, n)
-	}
-	if err := c.FlushMark(context.Background(), MarkOf(eipA), 0xffffffff); err != nil {
-		t.Fatal(err)
-	}
-	if n := count(eipA); n != 0 {
-		t.Fatalf("flows of %s after FlushMark = %d, want 0", eipA, n)
-	}
-	if n := count(eipB); n != 1 {
-		t.Fatalf("flows of %s after flushing another mark = %d, want 1", eipB, n)
-	}
-	n, err := c.DeleteByAddr([]netip.Addr{eipB, netip.MustParseAddr("198.51.100.10")})
-	if err != nil || n != 2 {
-		t.Fatalf("DeleteByAddr = %d, %v; want 2, nil", n, err)
-	}
-	if n := count(eipB, netip.MustParseAddr("198.51.100.10")); n != 0 {
-		t.Fatalf("flows left after DeleteByAddr = %d", n)
+	if err := c.FlushMark(context.Background(), unix.AF_UNSPEC, 1, 0xffffffff); err == nil {
+		t.Error("FlushMark(AF_UNSPEC): no error, want one naming the family")
 	}
 }
 

@@ -22,8 +22,8 @@ import (
 // Backend is what a backend (nftables, iptables-legacy) implements: the
 // kernel side of one gateway's NAT rules.
 type Backend interface {
-	// Name is the data plane's name ("nftables", "iptables").
-	Name() string
+	// Name is the data plane's name (nat.DataplaneNftables, nat.DataplaneIptables).
+	Name() nat.DataplaneName
 	// Load makes sure the backend's table/chains exist (creating them,
 	// and a new boot id, when they do not) and reads back every object
 	// stored in the kernel with the boot id.
@@ -150,7 +150,7 @@ func (e *Engine) reload(ctx context.Context) error {
 }
 
 // Name implements nat.Dataplane.
-func (e *Engine) Name() string { return e.r.Name() }
+func (e *Engine) Name() nat.DataplaneName { return e.r.Name() }
 
 // BootID implements nat.Dataplane.
 func (e *Engine) BootID() string {

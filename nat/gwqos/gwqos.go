@@ -227,8 +227,8 @@ const tagPrefix = "natgw gwqos "
 // one; its interfaces, Kube-OVN's when empty, say where ingress is
 // shaped). Rules are taken in order, a later rule of the same Key
 // replacing an earlier one. No rule removes the table and the classes.
-func Set(cfg nat.Config, rules []Rule) error {
-	_, err := Ensure(cfg, rules)
+func Set(ctx context.Context, cfg nat.Config, rules []Rule) error {
+	_, err := Ensure(ctx, cfg, rules)
 	return err
 }
 
@@ -237,7 +237,7 @@ func Set(cfg nat.Config, rules []Rule) error {
 // wrote. The table differs when its rules, in the order they apply, are not
 // rules' (after Set's replacement of same-Key rules), or when its chains
 // hold anything else (a rule added or removed by hand), or cannot be read.
-func Ensure(cfg nat.Config, rules []Rule) (changed bool, err error) {
+func Ensure(ctx context.Context, cfg nat.Config, rules []Rule) (changed bool, err error) {
 	cfg = cfg.WithDefaults()
 	if err := ValidateAll(rules); err != nil {
 		return false, err
@@ -246,7 +246,7 @@ func Ensure(cfg nat.Config, rules []Rule) (changed bool, err error) {
 	for i, r := range rules {
 		changes[i] = Change{Add: true, Rule: r}
 	}
-	err = withConn(cfg.NetNS, func(ctx context.Context, c nftconn.Conn) error {
+	err = withConn(ctx, cfg.NetNS, func(c nftconn.Conn) error {
 		exists, err := nftconn.HasTable(ctx, c, table)
 		if err != nil {
 			return fmt.Errorf("gateway QoS: %w", err)
@@ -258,7 +258,7 @@ func Ensure(cfg nat.Config, rules []Rule) (changed bool, err error) {
 		}
 		want := merge(cur, changes, true)
 		sortEntries(want)
-		if exists && holds(ctx, c, want) && classesHeld(cfg, want) || !exists && len(want) == 0 {
+		if exists && holds(ctx, c, want) && classesHeld(ctx, cfg, want) || !exists && len(want) == 0 {
 			return nil
 		}
 		changed = true
@@ -293,7 +293,7 @@ func holds(ctx context.Context, c nftconn.Conn, want []entry) bool {
 
 // Apply carries out changes (qos-add / qos-del) on the rules the gateway
 // holds, in one transaction (cfg as for Set).
-func Apply(cfg nat.Config, changes []Change) error {
+func Apply(ctx context.Context, cfg nat.Config, changes []Change) error {
 	cfg = cfg.WithDefaults()
 	for i, ch := range changes {
 		if !ch.Add {
@@ -303,7 +303,7 @@ func Apply(cfg nat.Config, changes []Change) error {
 			return fmt.Errorf("rule %d (%s): %w", i, ch.Key(), err)
 		}
 	}
-	return withConn(cfg.NetNS, func(ctx context.Context, c nftconn.Conn) error {
+	return withConn(ctx, cfg.NetNS, func(c nftconn.Conn) error {
 		exists, err := nftconn.HasTable(ctx, c, table)
 		if err != nil {
 			return fmt.Errorf("gateway QoS: %w", err)
@@ -325,9 +325,9 @@ func Apply(cfg nat.Config, changes []Change) error {
 // List returns the rules the gateway holds, in the order they apply
 // (priority, then the order they were added in); none when there is no
 // table.
-func List(cfg nat.Config) ([]Rule, error) {
+func List(ctx context.Context, cfg nat.Config) ([]Rule, error) {
 	var out []Rule
-	err := withConn(cfg.NetNS, func(ctx context.Context, c nftconn.Conn) error {
+	err := withConn(ctx, cfg.NetNS, func(c nftconn.Conn) error {
 		exists, err := nftconn.HasTable(ctx, c, table)
 		if err != nil {
 			return fmt.Errorf("gateway QoS: %w", err)
@@ -349,18 +349,20 @@ func List(cfg nat.Config) ([]Rule, error) {
 }
 
 // withConn runs fn with an nftables connection to namespace ns ("" the
-// calling thread's).
-func withConn(ns string, fn func(ctx context.Context, c nftconn.Conn) error) error {
-	ctx := context.Background()
+// calling thread's); fn's calls take ctx.
+func withConn(ctx context.Context, ns string, fn func(c nftconn.Conn) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("gateway QoS: %w", err)
+	}
 	if ns == "" {
-		return fn(ctx, nftconn.Current())
+		return fn(nftconn.Current())
 	}
 	h, err := netns.Open(ns)
 	if err != nil {
 		return fmt.Errorf("gateway QoS: %w", err)
 	}
 	defer h.Close()
-	return fn(ctx, nftconn.Open(h))
+	return fn(nftconn.Open(h))
 }
 
 // table is the gateway-wide QoS table.
@@ -370,10 +372,10 @@ var table = nftconn.Table{Family: nft.TableFamilyIPv4, Name: nftconn.GatewayQoST
 // they hold.
 var chains = map[Direction]nftconn.Chain{
 	// As packets arrive, before DNAT.
-	Ingress: {Name: nftconn.IngressChain, Type: nft.ChainTypeFilter, Hook: nft.ChainHookPrerouting, Priority: nft.ChainPriorityMangle},
+	Ingress: {Name: nftconn.GatewayQoSIngressChain, Type: nft.ChainTypeFilter, Hook: nft.ChainHookPrerouting, Priority: nft.ChainPriorityMangle},
 	// After source NAT, as tc on the device sees the packets; before
 	// nat/shape's EIP classes (200), which win over it.
-	Egress: {Name: nftconn.EgressChain, Type: nft.ChainTypeFilter, Hook: nft.ChainHookPostrouting, Priority: nft.ChainPriorityRef(150)},
+	Egress: {Name: nftconn.GatewayQoSEgressChain, Type: nft.ChainTypeFilter, Hook: nft.ChainHookPostrouting, Priority: nft.ChainPriorityRef(150)},
 }
 
 // readAll returns the stored entries of both chains and how many rules the
@@ -513,7 +515,7 @@ func write(ctx context.Context, c nftconn.Conn, cfg nat.Config, exists bool, cur
 		}
 		return nil
 	}
-	if err := shape.SetGateway(cfg, classes(cfg, cur), classes(cfg, entries), commit); err != nil {
+	if err := shape.SetGateway(ctx, cfg, classes(cfg, cur), classes(cfg, entries), commit); err != nil {
 		return fmt.Errorf("gateway QoS: %w", err)
 	}
 	return nil
@@ -548,8 +550,8 @@ func classes(cfg nat.Config, entries []entry) []shape.GatewayClass {
 
 // classesHeld says whether every class of entries is in the kernel with
 // its limit.
-func classesHeld(cfg nat.Config, entries []entry) bool {
-	ok, err := shape.HoldsGateway(cfg, classes(cfg, entries))
+func classesHeld(ctx context.Context, cfg nat.Config, entries []entry) bool {
+	ok, err := shape.HoldsGateway(ctx, cfg, classes(cfg, entries))
 	return err == nil && ok
 }
 

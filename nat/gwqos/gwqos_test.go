@@ -150,7 +150,7 @@ func TestSetKernel(t *testing.T) {
 
 	// The rootless golden's rules (TestLayoutGolden) first: the kernel
 	// lists each rule as its Text says.
-	if err := Set(nat.Config{NetNS: ns}, goldenRules()); err != nil {
+	if err := Set(t.Context(), nat.Config{NetNS: ns}, goldenRules()); err != nil {
 		t.Fatal(err)
 	}
 	listed, ok := nftTable(t, ns)
@@ -172,7 +172,7 @@ func TestSetKernel(t *testing.T) {
 		// Policed (compat's EIP QoS with --eip-qos=police): no class.
 		{Direction: Egress, Iface: "net1", Priority: 2, Classifier: U32, MatchDir: "src", CIDR: pfx("192.0.2.10/32"), RateMbps: 10, BurstMB: 1, Police: true},
 	}
-	if err := Set(nat.Config{NetNS: ns}, rules); err != nil {
+	if err := Set(t.Context(), nat.Config{NetNS: ns}, rules); err != nil {
 		t.Fatal(err)
 	}
 	got, ok := nftTable(t, ns)
@@ -181,17 +181,17 @@ func TestSetKernel(t *testing.T) {
 	}
 	golden.Check(t, "testdata/table.nft", got, *update)                   // go test -update rewrites it
 	wantOrder := []Rule{rules[1], rules[2], rules[3], rules[4], rules[0]} // by priority, ties in list order
-	if l, err := List(nat.Config{NetNS: ns}); err != nil || !reflect.DeepEqual(l, wantOrder) {
+	if l, err := List(t.Context(), nat.Config{NetNS: ns}); err != nil || !reflect.DeepEqual(l, wantOrder) {
 		t.Fatalf("List = %+v, %v; want %+v", l, err, wantOrder)
 	}
 	checkOther("after Set")
 
 	// The compat path adds by key on top...
 	extra := Rule{Direction: Ingress, Iface: "net1", Priority: 9, Classifier: MatchAll, RateMbps: 1, BurstMB: 1}
-	if err := Apply(nat.Config{NetNS: ns}, []Change{{Add: true, Rule: extra}, {Rule: rules[1]}}); err != nil {
+	if err := Apply(t.Context(), nat.Config{NetNS: ns}, []Change{{Add: true, Rule: extra}, {Rule: rules[1]}}); err != nil {
 		t.Fatal(err)
 	}
-	if l, _ := List(nat.Config{NetNS: ns}); !reflect.DeepEqual(l, []Rule{rules[2], rules[3], rules[4], rules[0], extra}) {
+	if l, _ := List(t.Context(), nat.Config{NetNS: ns}); !reflect.DeepEqual(l, []Rule{rules[2], rules[3], rules[4], rules[0], extra}) {
 		t.Fatalf("after Apply: %+v", l)
 	}
 	// ...and Set replaces all of it; a later rule of one key replaces an
@@ -199,10 +199,10 @@ func TestSetKernel(t *testing.T) {
 	repl := Rule{Direction: Egress, Iface: "net1", Priority: 5, Classifier: U32, MatchDir: "src", CIDR: pfx("192.0.2.10/32"), RateMbps: 2, BurstMB: 2}
 	repl2 := repl
 	repl2.RateMbps = 3
-	if err := Set(nat.Config{NetNS: ns}, []Rule{repl, repl2}); err != nil {
+	if err := Set(t.Context(), nat.Config{NetNS: ns}, []Rule{repl, repl2}); err != nil {
 		t.Fatal(err)
 	}
-	if l, err := List(nat.Config{NetNS: ns}); err != nil || !reflect.DeepEqual(l, []Rule{repl2}) {
+	if l, err := List(t.Context(), nat.Config{NetNS: ns}); err != nil || !reflect.DeepEqual(l, []Rule{repl2}) {
 		t.Fatalf("after the second Set: %+v, %v; want only %+v", l, err, repl2)
 	}
 	got, _ = nftTable(t, ns)
@@ -225,10 +225,10 @@ func TestSetKernel(t *testing.T) {
 	// A refused list changes nothing.
 	bad := repl
 	bad.Iface = ""
-	if err := Set(nat.Config{NetNS: ns}, []Rule{repl, bad}); err == nil || !strings.Contains(err.Error(), "qos[1].interface") {
+	if err := Set(t.Context(), nat.Config{NetNS: ns}, []Rule{repl, bad}); err == nil || !strings.Contains(err.Error(), "qos[1].interface") {
 		t.Fatalf("Set with an empty interface = %v, want an error naming qos[1].interface", err)
 	}
-	if l, _ := List(nat.Config{NetNS: ns}); !reflect.DeepEqual(l, []Rule{repl2}) {
+	if l, _ := List(t.Context(), nat.Config{NetNS: ns}); !reflect.DeepEqual(l, []Rule{repl2}) {
 		t.Fatalf("a refused Set changed the rules: %+v", l)
 	}
 	// So does a rule the kernel cannot take (no such interface): the
@@ -237,7 +237,7 @@ func TestSetKernel(t *testing.T) {
 	classesBefore, _ := netlab.Exec(ctx, ns, "", "tc", "class", "show", "dev", "net1")
 	gone := Rule{Direction: Egress, Iface: "net9", Priority: 1, Classifier: MatchAll, RateMbps: 5}
 	newOne := Rule{Direction: Egress, Iface: "net1", Priority: 1, Classifier: MatchAll, RateMbps: 7}
-	if err := Set(nat.Config{NetNS: ns}, []Rule{newOne, gone}); err == nil || !strings.Contains(err.Error(), "net9") {
+	if err := Set(t.Context(), nat.Config{NetNS: ns}, []Rule{newOne, gone}); err == nil || !strings.Contains(err.Error(), "net9") {
 		t.Fatalf("Set with a rule on a missing interface = %v, want an error naming net9", err)
 	}
 	if got, _ := nftTable(t, ns); got != tableBefore {
@@ -249,14 +249,14 @@ func TestSetKernel(t *testing.T) {
 
 	// Nothing left: no table; Set of nothing on no table is a no-op.
 	for i := range 2 {
-		if err := Set(nat.Config{NetNS: ns}, nil); err != nil {
+		if err := Set(t.Context(), nat.Config{NetNS: ns}, nil); err != nil {
 			t.Fatalf("Set(nil) #%d: %v", i+1, err)
 		}
 		if out, ok := nftTable(t, ns); ok {
 			t.Fatalf("Set(nil) #%d left the table:\n%s", i+1, out)
 		}
 	}
-	if l, err := List(nat.Config{NetNS: ns}); err != nil || len(l) != 0 {
+	if l, err := List(t.Context(), nat.Config{NetNS: ns}); err != nil || len(l) != 0 {
 		t.Fatalf("List without a table = %v, %v", l, err)
 	}
 	checkOther("after Set(nil)")
@@ -282,7 +282,7 @@ func TestLimitPackets(t *testing.T) {
 	const rateMbps, burstMB = 8.0, 0.25
 	limited := Rule{Direction: Ingress, Iface: gw.ExternalInterface, Priority: 1, Classifier: U32, MatchDir: "dst",
 		CIDR: netip.PrefixFrom(gw.VMs[0].Addr, 32), RateMbps: rateMbps, BurstMB: burstMB}
-	if err := Set(gw.Config(), []Rule{limited}); err != nil {
+	if err := Set(t.Context(), gw.Config(), []Rule{limited}); err != nil {
 		t.Fatal(err)
 	}
 	const flood = 1500 * time.Millisecond
@@ -303,7 +303,7 @@ func TestLimitPackets(t *testing.T) {
 	if float64(got2) < 3*allowed(d2) {
 		t.Errorf("host %s outside the rule's CIDR received %d bytes in %v, not well above the limit (%.0f): the rule matched it", gw.VMs[1].Addr, got2, d2, allowed(d2))
 	}
-	if err := Set(gw.Config(), nil); err != nil {
+	if err := Set(t.Context(), gw.Config(), nil); err != nil {
 		t.Fatal(err)
 	}
 	got3, d3 := udpFlood(t, gw.Ext.NS, gw.VMs[0], flood)
@@ -383,7 +383,7 @@ func TestEnsureRepairsDrift(t *testing.T) {
 		{Direction: Egress, Iface: "net1", Priority: 1, Classifier: U32, MatchDir: "dst", CIDR: pfx("192.0.2.1/32"), RateMbps: 100, BurstMB: 1},
 		{Direction: Ingress, Iface: "net1", Priority: 2, Classifier: MatchAll, RateMbps: 10, BurstMB: 1},
 	}
-	if changed, err := Ensure(nat.Config{NetNS: ns}, rules); err != nil || !changed {
+	if changed, err := Ensure(t.Context(), nat.Config{NetNS: ns}, rules); err != nil || !changed {
 		t.Fatalf("first Ensure = %v, %v; want written", changed, err)
 	}
 	want, ok := nftTable(t, ns)
@@ -402,8 +402,11 @@ func TestEnsureRepairsDrift(t *testing.T) {
 		return b.String()
 	}
 	wantClasses := classesOf()
-	handle := func(chain string) string {
-		out, err := netlab.Exec(ctx, ns, "", "nft", "-a", "list", "chain", "ip", string(table.Name), chain)
+	// in and eg are the table's chains as nft names them: "TABLE CHAIN".
+	in := string(table.Name) + " " + string(nftconn.GatewayQoSIngressChain)
+	eg := string(table.Name) + " " + string(nftconn.GatewayQoSEgressChain)
+	handle := func(chain nftconn.ChainName) string {
+		out, err := netlab.Exec(ctx, ns, "", "nft", "-a", "list", "chain", "ip", string(table.Name), string(chain))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -420,9 +423,9 @@ func TestEnsureRepairsDrift(t *testing.T) {
 		drift string // an nft script run by hand before Ensure ("" none)
 	}{
 		{"unchanged", ""},
-		{"rule added by hand", "add rule ip " + string(table.Name) + " ingress ip saddr 10.0.0.0/8 drop\n"},
-		{"rule deleted by hand", "delete rule ip " + string(table.Name) + " egress handle HANDLE\n"},
-		{"rate changed by hand", "flush chain ip " + string(table.Name) + " ingress\nadd rule ip " + string(table.Name) + " ingress iifname \"net1\" limit rate over 1 mbytes/second drop\n"},
+		{"rule added by hand", "add rule ip " + in + " ip saddr 10.0.0.0/8 drop\n"},
+		{"rule deleted by hand", "delete rule ip " + eg + " handle HANDLE\n"},
+		{"rate changed by hand", "flush chain ip " + in + "\nadd rule ip " + in + " iifname \"net1\" limit rate over 1 mbytes/second drop\n"},
 		{"table deleted", "delete table ip " + string(table.Name) + "\n"},
 		{"class deleted by hand", "tc class del dev eth0 classid 4e47:8001"},
 		{"class rate changed by hand", "tc class change dev net1 parent 4e47: classid 4e47:8000 htb rate 1mbit ceil 1mbit"},
@@ -435,7 +438,7 @@ func TestEnsureRepairsDrift(t *testing.T) {
 				t.Fatalf("%s: the hand edit changed nothing", tc.name)
 			}
 		} else if tc.drift != "" {
-			script := strings.ReplaceAll(tc.drift, "HANDLE", handle("egress"))
+			script := strings.ReplaceAll(tc.drift, "HANDLE", handle(nftconn.GatewayQoSEgressChain))
 			if _, err := netlab.Exec(ctx, ns, script, "nft", "-f", "-"); err != nil {
 				t.Fatalf("%s: %v", tc.name, err)
 			}
@@ -443,7 +446,7 @@ func TestEnsureRepairsDrift(t *testing.T) {
 				t.Fatalf("%s: the hand edit changed nothing", tc.name)
 			}
 		}
-		changed, err := Ensure(nat.Config{NetNS: ns}, rules)
+		changed, err := Ensure(t.Context(), nat.Config{NetNS: ns}, rules)
 		if err != nil || changed != (tc.drift != "") {
 			t.Errorf("%s: Ensure = %v, %v; want changed=%v", tc.name, changed, err, tc.drift != "")
 		}
@@ -454,10 +457,10 @@ func TestEnsureRepairsDrift(t *testing.T) {
 			t.Errorf("%s: classes after Ensure:\n%s\nwant:\n%s", tc.name, got, wantClasses)
 		}
 	}
-	if changed, err := Ensure(nat.Config{NetNS: ns}, nil); err != nil || !changed {
+	if changed, err := Ensure(t.Context(), nat.Config{NetNS: ns}, nil); err != nil || !changed {
 		t.Fatalf("Ensure(nil) = %v, %v; want the table deleted", changed, err)
 	}
-	if changed, err := Ensure(nat.Config{NetNS: ns}, nil); err != nil || changed {
+	if changed, err := Ensure(t.Context(), nat.Config{NetNS: ns}, nil); err != nil || changed {
 		t.Fatalf("Ensure(nil) without a table = %v, %v; want nothing written", changed, err)
 	}
 }
@@ -473,5 +476,24 @@ func TestMarkOf(t *testing.T) {
 			t.Fatalf("markOf(%#x) = %#x: zero, outside %#x, on a hairpin bit or repeated", shape.GatewayMinorBase+i, m, uint32(MarkMask))
 		}
 		seen[m] = true
+	}
+}
+
+// TestCanceledContext: every call that reaches netlink takes the caller's
+// context, and an ended one is refused before any socket is opened (no
+// root needed).
+func TestCanceledContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	cfg := nat.Config{NetNS: "/nonexistent/natgw-test-ns"}
+	for name, call := range map[string]func() error{
+		"Set":    func() error { return Set(ctx, cfg, nil) },
+		"Ensure": func() error { _, err := Ensure(ctx, cfg, nil); return err },
+		"Apply":  func() error { return Apply(ctx, cfg, nil) },
+		"List":   func() error { _, err := List(ctx, cfg); return err },
+	} {
+		if err := call(); !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with a canceled context: %v, want context.Canceled", name, err)
+		}
 	}
 }

@@ -79,7 +79,7 @@ func (l *loneReplica) waitRole(want ha.Role) {
 }
 
 // waitEIPs waits until net1 holds exactly the replica's own address and
-// want.
+// want (IPv4 and IPv6, link-local addresses left out).
 func (l *loneReplica) waitEIPs(what string, want ...netip.Prefix) {
 	l.t.Helper()
 	want = append([]netip.Prefix{netip.MustParsePrefix("192.0.2.251/24")}, want...)
@@ -91,6 +91,11 @@ func (l *loneReplica) waitEIPs(what string, want ...netip.Prefix) {
 		if got, err = netlab.Addrs(l.ns, "net1"); err != nil {
 			l.t.Fatal(err)
 		}
+		got6, err := netlab.Addrs6(l.ns, "net1")
+		if err != nil {
+			l.t.Fatal(err)
+		}
+		got = append(got, got6...)
 		slices.SortFunc(got, netip.Prefix.Compare)
 		if slices.Equal(got, want) {
 			return
@@ -107,6 +112,7 @@ func (l *loneReplica) waitEIPs(what string, want ...netip.Prefix) {
 // and claims the one current at its takeover; bad input changes nothing.
 func TestSetEIPs(t *testing.T) {
 	a, b, c := netip.MustParsePrefix("192.0.2.10/24"), netip.MustParsePrefix("192.0.2.11/24"), netip.MustParsePrefix("192.0.2.12/32")
+	d6, e6 := netip.MustParsePrefix("2001:db8:2::10/64"), netip.MustParsePrefix("2001:db8:2::11/128")
 	t.Run("active", func(t *testing.T) {
 		l := newLoneReplica(t, []netip.Prefix{a})
 		l.run()
@@ -120,6 +126,8 @@ func TestSetEIPs(t *testing.T) {
 			{"drop", []netip.Prefix{b}},
 			{"add a /32", []netip.Prefix{b, c}},
 			{"same address, other length", []netip.Prefix{b, netip.PrefixFrom(c.Addr(), 24)}},
+			{"add IPv6 EIPs", []netip.Prefix{b, d6, e6}},
+			{"drop one IPv6 EIP", []netip.Prefix{b, e6}},
 			{"none", nil},
 			{"back", []netip.Prefix{a}},
 		}
@@ -129,9 +137,9 @@ func TestSetEIPs(t *testing.T) {
 			}
 			l.waitEIPs(s.what, s.set...)
 		}
-		bad := []netip.Prefix{b, netip.MustParsePrefix("2001:db8::1/64")}
-		if err := l.r.SetEIPs(bad); err == nil || !strings.Contains(err.Error(), "2001:db8::1/64") {
-			t.Fatalf("SetEIPs(%v): %v, want an error naming the IPv6 prefix", bad, err)
+		bad := []netip.Prefix{b, netip.MustParsePrefix("::ffff:192.0.2.13/120")}
+		if err := l.r.SetEIPs(bad); err == nil || !strings.Contains(err.Error(), "::ffff:192.0.2.13/120") {
+			t.Fatalf("SetEIPs(%v): %v, want an error naming the IPv4-mapped prefix", bad, err)
 		}
 		if got := l.r.EIPs(); !slices.Equal(got, []netip.Prefix{a}) {
 			t.Fatalf("after a refused set: EIPs %v, want %v", got, []netip.Prefix{a})

@@ -20,6 +20,34 @@ import (
 // not expired.
 var ErrHeld = errors.New("ha: lease held by the other replica")
 
+// HeldError is the ErrHeld of a fence that knows until when the other
+// holder's lease runs (errors.Is(err, ErrHeld) holds for it): a standby
+// asks again at Until instead of at its next turn. Until is read on the
+// clock that decides the lease for the caller (the arbiter's on one host;
+// for a Kubernetes Lease renewTime + duration, which the reader compares
+// with its own clock).
+type HeldError struct {
+	Holder string
+	Until  time.Time
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("%v: %s until %s", ErrHeld, e.Holder, e.Until.UTC().Format(time.RFC3339Nano))
+}
+
+// Is makes a HeldError an ErrHeld.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// heldUntil returns until when err says the lease is held (zero when err
+// is not a HeldError).
+func heldUntil(err error) time.Time {
+	var h *HeldError
+	if errors.As(err, &h) {
+		return h.Until
+	}
+	return time.Time{}
+}
+
 // Fence is the tie-breaker that decides which replica may lead: a lease
 // that one holder at a time has for a bounded time. The active renews it
 // every heartbeat; a standby becomes active only when its peer is silent
@@ -28,9 +56,10 @@ var ErrHeld = errors.New("ha: lease held by the other replica")
 // is the fence, not the detector: failures are detected by heartbeats.
 type Fence interface {
 	// Acquire takes the lease for holder, or renews it when holder has
-	// it, for ttl from now. It returns ErrHeld (wrapped) when another
-	// holder's lease has not expired, and other errors when the arbiter
-	// cannot be reached or read.
+	// it, for ttl from now. It returns ErrHeld (wrapped; a *HeldError
+	// when the fence knows the lease's end, so that the caller can ask
+	// again exactly then) when another holder's lease has not expired,
+	// and other errors when the arbiter cannot be reached or read.
 	Acquire(ctx context.Context, holder string, ttl time.Duration) error
 	// Release ends holder's lease now; nothing when holder does not
 	// hold it.
@@ -109,7 +138,7 @@ func (f FileFence) Acquire(ctx context.Context, holder string, ttl time.Duration
 	return f.locked(ctx, func(cur string, expiry time.Time, write func(string, time.Time) error) error {
 		now := time.Now()
 		if cur != "" && cur != holder && now.Before(expiry) {
-			return fmt.Errorf("%w: %s until %s", ErrHeld, cur, expiry.Format(time.RFC3339Nano))
+			return fmt.Errorf("ha: fence %s: %w", f.Path, &HeldError{Holder: cur, Until: expiry})
 		}
 		return write(holder, now.Add(ttl))
 	})
@@ -213,6 +242,12 @@ func (f SocketFence) ask(ctx context.Context, req string) error {
 	case line == "ok":
 		return nil
 	case strings.HasPrefix(line, "held "):
+		// "held <holder> <expiry ns>": the arbiter's clock, this host's.
+		if fl := strings.Fields(line); len(fl) == 3 {
+			if ns, err := strconv.ParseInt(fl[2], 10, 64); err == nil {
+				return fmt.Errorf("ha: fence %s: %w", f.Path, &HeldError{Holder: fl[1], Until: time.Unix(0, ns)})
+			}
+		}
 		return fmt.Errorf("%w: %s", ErrHeld, strings.TrimPrefix(line, "held "))
 	}
 	return fmt.Errorf("ha: fence %s: %s", f.Path, line)

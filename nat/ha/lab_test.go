@@ -147,7 +147,48 @@ var (
 	eipSN  = netlab.EIP(2)                          // 192.0.2.12 SNAT 198.51.100.0/24
 	vm1    = netlab.VMAddr(0)
 	vm2    = netlab.VMAddr(1)
+	// The IPv6 lab (labIPv6) adds netlab's dual-stack addresses: the
+	// EIPs become dual-stack (their IPv6 addresses float beside the
+	// IPv4 ones) and the lanIp gets its IPv6 address, the VMs' IPv6
+	// default route.
+	lanIP6 = netip.PrefixFrom(netlab.GWVPCAddr6, netlab.VPCNet6.Bits()) // 2001:db8:100::1/64
 )
+
+// labFamily is the address family of the lab's flows and probes.
+type labFamily int
+
+const (
+	// labIPv4: the IPv4 topology, IPv4 objects, flows and probes.
+	labIPv4 labFamily = 4
+	// labIPv6: the same, dual-stack: the EIPs carry an IPv6 address
+	// too, the same FIP, DNATs and SNAT exist in IPv6, and the flows and
+	// probes are IPv6. (The replicas' own addresses, heartbeats and the
+	// replication stream stay IPv4: the pods' internal network.)
+	labIPv6 labFamily = 6
+)
+
+func (f labFamily) String() string {
+	if f == labIPv6 {
+		return "ipv6"
+	}
+	return "ipv4"
+}
+
+// famAddrs are the addresses of one family the flows and probes use.
+type famAddrs struct {
+	fip, dn, sn netip.Addr // the EIPs of the FIP, the DNATs and the SNAT
+	vm1, vm2    netip.Addr
+	ext         netip.Addr // the external host
+	vpc         netip.Prefix
+}
+
+func (f labFamily) addrs() famAddrs {
+	if f == labIPv6 {
+		return famAddrs{fip: netlab.EIP6(0), dn: netlab.EIP6(1), sn: netlab.EIP6(2),
+			vm1: netlab.VMAddr6(0), vm2: netlab.VMAddr6(1), ext: netlab.ExtAddr6, vpc: netlab.VPCNet6}
+	}
+	return famAddrs{fip: eipFIP, dn: eipDN, sn: eipSN, vm1: vm1, vm2: vm2, ext: netlab.ExtAddr, vpc: netlab.VPCNet}
+}
 
 const (
 	haPort   = 7400
@@ -156,15 +197,18 @@ const (
 )
 
 type replica struct {
-	name   string
-	ns     string
-	ext    netip.Addr // own address on net1
-	in     netip.Addr // own address on eth0
-	cmd    *exec.Cmd
-	done   chan struct{}
-	events []roleEvent
-	stats  agentStats
-	logs   []string // the agent's last log lines
+	name string
+	ns   string
+	ext  netip.Addr // own address on net1
+	in   netip.Addr // own address on eth0
+	// ext6 and in6: the own IPv6 addresses of the IPv6 lab (invalid in
+	// the IPv4 one).
+	ext6, in6 netip.Addr
+	cmd       *exec.Cmd
+	done      chan struct{}
+	events    []roleEvent
+	stats     agentStats
+	logs      []string // the agent's last log lines
 	// rulesFile is the agent's RulesFile (see agentSpec); "" for none.
 	rulesFile string
 }
@@ -209,13 +253,17 @@ type haLab struct {
 	lab               *netlab.Lab
 	ext, vm1          string
 	vm2               string
-	r                 [2]*replica
-	fence             string // the arbiter's socket
-	arbiter           *ha.Arbiter
-	arbStop           context.CancelFunc
-	interval          time.Duration
-	misses            int
-	mu                sync.Mutex
+	// fam is the family of the flows and probes; a the addresses they
+	// use.
+	fam      labFamily
+	a        famAddrs
+	r        [2]*replica
+	fence    string // the arbiter's socket
+	arbiter  *ha.Arbiter
+	arbStop  context.CancelFunc
+	interval time.Duration
+	misses   int
+	mu       sync.Mutex
 }
 
 // labPlaneEnv picks the data plane the lab programs in both replicas:
@@ -226,7 +274,7 @@ const labPlaneEnv = "NATGW_HA_PLANE"
 // namespace ns, without plumbing: the EIPs and the lanIp float, nat/ha adds
 // them where it is active.
 func labPlane(ctx context.Context, ns string) (nat.Dataplane, error) {
-	switch p := os.Getenv(labPlaneEnv); p {
+	switch p := nat.DataplaneName(os.Getenv(labPlaneEnv)); p {
 	case "", nat.DataplaneNftables:
 		return nftables.New(ctx, nat.Config{NetNS: ns}, nftables.WithoutPlumbing())
 	case nat.DataplaneIptables:
@@ -255,6 +303,22 @@ func labInterval(t testing.TB) time.Duration {
 	return 100 * time.Millisecond
 }
 
+// labLeaseEnv sets the lab replicas' lease (a Go duration; default
+// ha.DefaultLeaseTTL of the lab's interval), to measure other timings.
+const labLeaseEnv = "NATGW_HA_LEASE"
+
+func labLease(t testing.TB) time.Duration {
+	v := os.Getenv(labLeaseEnv)
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", labLeaseEnv, v, err)
+	}
+	return d
+}
+
 // newHALab builds:
 //
 //	ext ─┐                         ┌─ vm1 (198.51.100.10)
@@ -262,12 +326,18 @@ func labInterval(t testing.TB) time.Duration {
 //	             ─ net1 gwb eth0 ─        └─ vm2 (198.51.100.11)
 //
 // and programs the same FIP, DNAT (tcp, udp) and SNAT on both gateways
-// through the nftables data plane (no addresses: the replicas own them).
-func newHALab(t testing.TB) *haLab {
+// through the data plane of labPlane (no addresses: the replicas own
+// them). With labIPv6 every namespace also has its IPv6 address of
+// netlab's dual-stack topology (the VMs an IPv6 default route via the
+// lanIp's IPv6 address), the EIPs are dual-stack and the FIP, DNATs and
+// SNAT are programmed in IPv6 as well.
+func newHALab(t testing.TB, fam labFamily) *haLab {
 	t.Helper()
 	lab := netlab.ForTest(t)
 	ctx := context.Background()
-	h := &haLab{t: t, lab: lab, fence: filepath.Join(t.TempDir(), "arbiter.sock"), arbiter: &ha.Arbiter{}, interval: labInterval(t), misses: 3}
+	h := &haLab{t: t, lab: lab, fence: filepath.Join(t.TempDir(), "arbiter.sock"), arbiter: &ha.Arbiter{}, interval: labInterval(t), misses: 3,
+		fam: fam, a: fam.addrs(), leaseTTL: labLease(t)}
+	v6 := fam == labIPv6
 	h.serveArbiter()
 	t.Cleanup(func() { h.arbStop() })
 	must := func(err error) {
@@ -289,12 +359,28 @@ func newHALab(t testing.TB) *haLab {
 		must(netlab.Veth(e, netlab.End{NS: sw, Name: name}))
 		must(netlab.Enslave(sw, name, "br0"))
 	}
-	pfx := func(a netip.Addr) []netip.Prefix { return []netip.Prefix{netip.PrefixFrom(a, 24)} }
-	port(xsw, "ext", netlab.End{NS: h.ext, Name: "eth0", Addrs: pfx(netlab.ExtAddr)})
-	port(isw, "vm1", netlab.End{NS: h.vm1, Name: "eth0", Addrs: pfx(vm1)})
-	port(isw, "vm2", netlab.End{NS: h.vm2, Name: "eth0", Addrs: pfx(vm2)})
+	// pfx gives an interface its IPv4 address and, in the IPv6 lab, its
+	// IPv6 one (a6; invalid: none).
+	pfx := func(a, a6 netip.Addr) []netip.Prefix {
+		out := []netip.Prefix{netip.PrefixFrom(a, 24)}
+		if v6 && a6.IsValid() {
+			out = append(out, netip.PrefixFrom(a6, 64))
+		}
+		return out
+	}
+	if v6 {
+		for _, n := range []string{h.ext, h.vm1, h.vm2} {
+			must(netlab.IPv6Sysctls(n, false))
+		}
+	}
+	port(xsw, "ext", netlab.End{NS: h.ext, Name: "eth0", Addrs: pfx(netlab.ExtAddr, netlab.ExtAddr6)})
+	port(isw, "vm1", netlab.End{NS: h.vm1, Name: "eth0", Addrs: pfx(vm1, netlab.VMAddr6(0))})
+	port(isw, "vm2", netlab.End{NS: h.vm2, Name: "eth0", Addrs: pfx(vm2, netlab.VMAddr6(1))})
 	for _, vm := range []string{h.vm1, h.vm2} {
 		must(netlab.AddRoute(vm, netip.MustParsePrefix("0.0.0.0/0"), netlab.GWVPCAddr, "eth0"))
+		if v6 {
+			must(netlab.AddRoute(vm, netip.MustParsePrefix("::/0"), netlab.GWVPCAddr6, "eth0"))
+		}
 	}
 	objs := []nat.Object{
 		nattest.EIP(nattest.UID(nat.KindEIP, 0), eipFIP),
@@ -305,12 +391,29 @@ func newHALab(t testing.TB) *haLab {
 		nattest.DNAT(nattest.UID(nat.KindDNAT, 1), eipDN, nat.UDP, 5353, vm2, udpPort),
 		nattest.SNAT(nattest.UID(nat.KindSNAT, 0), eipSN, netlab.VPCNet, false),
 	}
+	if v6 {
+		a := h.a
+		for i, e := range []netip.Addr{eipFIP, eipDN, eipSN} {
+			objs[i] = nattest.DualEIP(nattest.UID(nat.KindEIP, i), e, netlab.EIP6(i))
+		}
+		objs = append(objs,
+			nattest.FIP(nattest.UID(nat.KindFIP, 1), a.fip, a.vm1),
+			nattest.DNAT(nattest.UID(nat.KindDNAT, 2), a.dn, nat.TCP, 8080, a.vm2, echoPort),
+			nattest.DNAT(nattest.UID(nat.KindDNAT, 3), a.dn, nat.UDP, 5353, a.vm2, udpPort),
+			nattest.SNAT(nattest.UID(nat.KindSNAT, 1), a.sn, a.vpc, false),
+		)
+	}
 	for i, name := range []string{"gwa", "gwb"} {
 		r := &replica{name: name, ns: ns(name),
 			ext: netip.AddrFrom4([4]byte{192, 0, 2, byte(251 + i)}),
 			in:  netip.AddrFrom4([4]byte{198, 51, 100, byte(2 + i)})}
-		port(xsw, name, netlab.End{NS: r.ns, Name: "net1", Addrs: pfx(r.ext)})
-		port(isw, name, netlab.End{NS: r.ns, Name: "eth0", Addrs: pfx(r.in)})
+		if v6 {
+			r.ext6 = netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0, 2, 15: byte(0xfb + i)})      // 2001:db8:2::fb, ::fc
+			r.in6 = netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0, 0x01, 0, 0, 15: byte(2 + i)}) // 2001:db8:100::2, ::3
+			must(netlab.IPv6Sysctls(r.ns, true))
+		}
+		port(xsw, name, netlab.End{NS: r.ns, Name: "net1", Addrs: pfx(r.ext, r.ext6)})
+		port(isw, name, netlab.End{NS: r.ns, Name: "eth0", Addrs: pfx(r.in, r.in6)})
 		must(netlab.Sysctl(r.ns, "net.ipv4.ip_forward", "1"))
 		dp, err := labPlane(ctx, r.ns)
 		must(err)
@@ -318,15 +421,26 @@ func newHALab(t testing.TB) *haLab {
 		must(dp.Close())
 		h.r[i] = r
 	}
+	// The probe servers listen on the IPv4 wildcard and, in the IPv6
+	// lab, on the host's IPv6 address.
 	for _, s := range []struct {
-		ns   string
-		addr string
-	}{{h.vm1, "0.0.0.0:7001"}, {h.vm2, "0.0.0.0:7001"}, {h.ext, "0.0.0.0:7001"}} {
-		_, err := lab.ServeTCP(ctx, s.ns, s.addr)
-		must(err)
+		ns    string
+		v6    netip.Addr
+		uPort uint16 // a UDP echo server's port too (0: none)
+	}{{h.vm1, netlab.VMAddr6(0), 0}, {h.vm2, netlab.VMAddr6(1), udpPort}, {h.ext, netlab.ExtAddr6, 0}} {
+		addrs := []netip.Addr{netip.IPv4Unspecified()}
+		if v6 {
+			addrs = append(addrs, s.v6)
+		}
+		for _, a := range addrs {
+			_, err := lab.ServeTCP(ctx, s.ns, netip.AddrPortFrom(a, echoPort).String())
+			must(err)
+			if s.uPort != 0 {
+				_, err = lab.ServeUDP(ctx, s.ns, netip.AddrPortFrom(a, s.uPort).String())
+				must(err)
+			}
+		}
 	}
-	_, err := lab.ServeUDP(ctx, h.vm2, "0.0.0.0:7002")
-	must(err)
 	t.Cleanup(func() {
 		for _, r := range h.r {
 			if r.cmd != nil && r.cmd.Process != nil {
@@ -363,10 +477,19 @@ func (h *haLab) start(i int) {
 	if h.kubeconfig != "" {
 		agentNS = r.ns // the agent runs in the host's, the API server's
 	}
+	eips := []netip.Prefix{netip.PrefixFrom(eipFIP, 24), netip.PrefixFrom(eipDN, 24), netip.PrefixFrom(eipSN, 24)}
+	lanIPs := []netip.Prefix{lanIP}
+	if h.fam == labIPv6 {
+		// A dual-stack EIP floats as its two prefixes.
+		for _, a := range []netip.Addr{h.a.fip, h.a.dn, h.a.sn} {
+			eips = append(eips, netip.PrefixFrom(a, 64))
+		}
+		lanIPs = append(lanIPs, lanIP6)
+	}
 	spec, _ := json.Marshal(agentSpec{
 		ID: r.name, Local: netip.AddrPortFrom(r.in, haPort), Peer: netip.AddrPortFrom(peer.in, haPort),
-		EIPs:     []netip.Prefix{netip.PrefixFrom(eipFIP, 24), netip.PrefixFrom(eipDN, 24), netip.PrefixFrom(eipSN, 24)},
-		LanIPs:   []netip.Prefix{lanIP},
+		EIPs:     eips,
+		LanIPs:   lanIPs,
 		Interval: h.interval, Misses: h.misses, FencePath: h.fence,
 		Kubeconfig: h.kubeconfig, Lease: h.lease, LeaseTTL: h.leaseTTL, NetNS: agentNS,
 		RulesFile: r.rulesFile,
@@ -470,6 +593,25 @@ func (h *haLab) waitActive(i int, within time.Duration) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	h.t.Fatalf("replica %s not the single active after %s (roles %s/%s)", h.r[i].name, within, h.role(0), h.role(1))
+}
+
+// soleActive waits until exactly one replica reports active and returns
+// it.
+func (h *haLab) soleActive(within time.Duration) int {
+	h.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		switch a, b := h.role(0) == "active", h.role(1) == "active"; {
+		case a && !b:
+			return 0
+		case b && !a:
+			return 1
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("not exactly one active after %s (roles %s/%s)", within, h.role(0), h.role(1))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // overlap returns how long both replicas reported active at the same time
@@ -614,14 +756,18 @@ func tcpStream(t testing.TB, name, ns, addr string) *flow {
 	return f
 }
 
-// udpFlow sends a datagram from ns to addr every 5 ms over one socket (one
-// conntrack entry) and records each answer.
+// udpFlow sends a datagram from ns to addr (IPv4 or IPv6) every 5 ms over
+// one socket (one conntrack entry) and records each answer.
 func udpFlow(t testing.TB, name, ns, addr string) *flow {
 	t.Helper()
 	var c net.Conn
+	network := "udp4"
+	if ap, err := netip.ParseAddrPort(addr); err == nil && ap.Addr().Is6() {
+		network = "udp6"
+	}
 	err := netns.Do(ns, func() error {
 		var err error
-		c, err = net.Dial("udp4", addr)
+		c, err = net.Dial(network, addr)
 		return err
 	})
 	if err != nil {
@@ -665,14 +811,16 @@ func udpFlow(t testing.TB, name, ns, addr string) *flow {
 }
 
 // flows starts a TCP stream through the FIP, the DNAT and the SNAT and a
-// UDP flow through the DNAT, and waits until each moved data.
+// UDP flow through the DNAT, in the lab's family, and waits until each
+// moved data.
 func (h *haLab) flows() []*flow {
 	h.t.Helper()
+	a := h.a
 	fs := []*flow{
-		tcpStream(h.t, "fip", h.ext, netip.AddrPortFrom(eipFIP, echoPort).String()),
-		tcpStream(h.t, "dnat", h.ext, netip.AddrPortFrom(eipDN, 8080).String()),
-		tcpStream(h.t, "snat", h.vm2, netip.AddrPortFrom(netlab.ExtAddr, echoPort).String()),
-		udpFlow(h.t, "udp-dnat", h.ext, netip.AddrPortFrom(eipDN, 5353).String()),
+		tcpStream(h.t, "fip", h.ext, netip.AddrPortFrom(a.fip, echoPort).String()),
+		tcpStream(h.t, "dnat", h.ext, netip.AddrPortFrom(a.dn, 8080).String()),
+		tcpStream(h.t, "snat", h.vm2, netip.AddrPortFrom(a.ext, echoPort).String()),
+		udpFlow(h.t, "udp-dnat", h.ext, netip.AddrPortFrom(a.dn, 5353).String()),
 	}
 	start := time.Now()
 	for _, f := range fs {
@@ -689,13 +837,14 @@ func (h *haLab) flows() []*flow {
 	return fs
 }
 
-// probeNew dials every EIP (and out through the SNAT) with short attempts
-// until each answers and returns when the last one first did.
+// probeNew dials every EIP (and out through the SNAT), in the lab's
+// family, with short attempts until each answers and returns when the
+// last one first did.
 func (h *haLab) probeNew(within time.Duration) (time.Time, error) {
 	targets := []struct{ ns, addr string }{
-		{h.ext, netip.AddrPortFrom(eipFIP, echoPort).String()},
-		{h.ext, netip.AddrPortFrom(eipDN, 8080).String()},
-		{h.vm2, netip.AddrPortFrom(netlab.ExtAddr, echoPort).String()},
+		{h.ext, netip.AddrPortFrom(h.a.fip, echoPort).String()},
+		{h.ext, netip.AddrPortFrom(h.a.dn, 8080).String()},
+		{h.vm2, netip.AddrPortFrom(h.a.ext, echoPort).String()},
 	}
 	var mu sync.Mutex
 	var last time.Time
@@ -733,6 +882,7 @@ type gaps struct {
 	newConn  time.Duration            // fault → a new connection to every EIP succeeded
 	streams  map[string]time.Duration // fault → the flow moved data again
 	takeover time.Duration            // fault → the new active reported
+	at       time.Time                // the fault
 }
 
 // failover applies fault to the active replica a and measures until the
@@ -752,7 +902,7 @@ func (h *haLab) failover(fs []*flow, a int, fault func()) gaps {
 	fault()
 	// Measure through b: wait for its takeover (a stopped agent's kernel
 	// may still forward for a while), then probe.
-	g := gaps{streams: map[string]time.Duration{}}
+	g := gaps{streams: map[string]time.Duration{}, at: t0}
 	for {
 		if at, ok := h.activeAt(b, t0); ok {
 			g.takeover = at.Sub(t0)
@@ -826,18 +976,22 @@ func (h *haLab) kill(i int) {
 	h.mu.Unlock()
 }
 
-// floating returns the floating addresses replica i's namespace holds.
+// floating returns the floating addresses (IPv4 and IPv6) replica i's
+// namespace holds.
 func (h *haLab) floating(i int) []netip.Prefix {
 	h.t.Helper()
+	r := h.r[i]
 	var out []netip.Prefix
 	for _, dev := range []string{"net1", "eth0"} {
-		as, err := netlab.Addrs(h.r[i].ns, dev)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		for _, a := range as {
-			if a.Addr() != h.r[i].ext && a.Addr() != h.r[i].in {
-				out = append(out, a)
+		for _, list := range []func(ns, dev string) ([]netip.Prefix, error){netlab.Addrs, netlab.Addrs6} {
+			as, err := list(r.ns, dev)
+			if err != nil {
+				h.t.Fatal(err)
+			}
+			for _, a := range as {
+				if own := []netip.Addr{r.ext, r.in, r.ext6, r.in6}; !slices.Contains(own, a.Addr()) {
+					out = append(out, a)
+				}
 			}
 		}
 	}

@@ -1,6 +1,9 @@
 package ha
 
 import (
+	"fmt"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/natgw/natgw/nat/ha/ctsync"
@@ -22,23 +25,60 @@ type Status struct {
 	// FenceErrors counts Acquire calls that failed with an error other
 	// than ErrHeld (the arbiter or API server could not be used).
 	FenceErrors int64
+	// KeptByPeer counts an active's turns that found its lease unrenewed
+	// and about to run out but kept answering because its peer, heard
+	// fresh, said it is standby (see README "Timing"): renew failures
+	// that did not become role changes.
+	KeptByPeer int64
 	// Sender are the counters of the current (or last) term as active,
 	// without lag samples; Receiver the standby side's.
 	Sender   ctsync.SenderStats
 	Receiver ctsync.ReceiverStats
+	// LastTakeover is the timeline of this replica's last takeover (zero
+	// before the first).
+	LastTakeover Takeover
+}
+
+// Takeover is the timeline of one takeover, for measuring where its time
+// goes: the peer's last beat arrived (PeerLastSeen), this standby found
+// the peer silent (Detected: one detection interval later; zero when it
+// took over from a live peer that was not active), the fence granted the
+// lease (Acquired: when the peer's lease ran out) and the floating
+// addresses were on the interfaces and announced, gratuitous ARPs and
+// neighbour advertisements sent (Claimed, just before the role change is
+// reported).
+type Takeover struct {
+	PeerLastSeen, Detected, Acquired, Claimed time.Time
+}
+
+// String gives each phase's time from the peer's last beat.
+func (t Takeover) String() string {
+	if t.Claimed.IsZero() {
+		return "none"
+	}
+	ms := func(at time.Time) string {
+		if at.IsZero() {
+			return "-"
+		}
+		return at.Sub(t.PeerLastSeen).Round(100 * time.Microsecond).String()
+	}
+	return fmt.Sprintf("from the last beat: detected +%s, lease +%s, claimed and announced +%s", ms(t.Detected), ms(t.Acquired), ms(t.Claimed))
 }
 
 // Status returns the replica's role and counters.
 func (r *Replica) Status() Status {
 	st := Status{Role: r.Role(), RulesReady: r.rulesOK.Load(), ToActive: r.toActive.Load(), ToStandby: r.toStandby.Load(),
 		TakeoversPeerSilent: r.takeovers[0].Load(), TakeoversPeerNotActive: r.takeovers[1].Load(),
-		FenceErrors: r.fenceErrors.Load(), Receiver: r.recv.Stats()}
+		FenceErrors: r.fenceErrors.Load(), KeptByPeer: r.keptTurns.Load(), Receiver: r.recv.Stats()}
 	r.mu.Lock()
 	s := r.sender
 	r.mu.Unlock()
 	if s != nil {
 		st.Sender = s.Counters()
 	}
+	r.mu.Lock()
+	st.LastTakeover = r.takeover
+	r.mu.Unlock()
 	return st
 }
 
@@ -47,8 +87,8 @@ func (r *Replica) Status() Status {
 type Collector struct {
 	status func() Status
 
-	active, rulesReady, roleChanges, takeovers, fenceErrors, lag *prometheus.Desc
-	sent, dumps, overruns, applied, failed                       *prometheus.Desc
+	active, rulesReady, roleChanges, takeovers, fenceErrors, kept, lag *prometheus.Desc
+	sent, dumps, overruns, applied, failed                             *prometheus.Desc
 }
 
 // NewCollector returns the collector of the replica whose Status status
@@ -62,6 +102,7 @@ func NewCollector(status func() Status) *Collector {
 		rulesReady:  d("rules_ready", "1 when this replica's rules are ready (synced since it started) or it has no such gate, 0 while it may not lead for want of them."),
 		roleChanges: d("role_changes_total", "Role changes of this replica, by the role it changed to.", "role"),
 		takeovers:   d("takeovers_total", "Takeovers by this replica, by the peer's state: silent (a failover) or alive but not active.", "peer"),
+		kept:        d("lease_kept_by_peer_total", "Turns of the active whose lease renewal failed with the lease about to run out, kept answering because its standby peer, heard fresh, cannot take over (no role change)."),
 		fenceErrors: d("fence_errors_total", "Fence (lease) calls that failed for a reason other than the lease being held by the peer (arbiter or API server unusable)."),
 		lag:         d("replication_lag_seconds", "Active only: time from the kernel's conntrack event to the standby's acknowledged write, of the last acknowledged frame (0 before the first)."),
 		sent:        d("replication_sent_entries_total", "Conntrack entries sent to the standby in this replica's current or last term as active."),
@@ -74,7 +115,7 @@ func NewCollector(status func() Status) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.active, c.rulesReady, c.roleChanges, c.takeovers, c.fenceErrors, c.lag, c.sent, c.dumps, c.overruns, c.applied, c.failed} {
+	for _, d := range []*prometheus.Desc{c.active, c.rulesReady, c.roleChanges, c.takeovers, c.fenceErrors, c.kept, c.lag, c.sent, c.dumps, c.overruns, c.applied, c.failed} {
 		ch <- d
 	}
 }
@@ -103,6 +144,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.takeovers, st.TakeoversPeerSilent, "silent")
 	counter(c.takeovers, st.TakeoversPeerNotActive, "not_active")
 	counter(c.fenceErrors, st.FenceErrors)
+	counter(c.kept, st.KeptByPeer)
 	lag := 0.0
 	if st.Role == RoleActive {
 		lag = st.Sender.LastLag.Seconds()

@@ -15,7 +15,7 @@ import (
 // TestCollector: the exported metrics follow the Status; the lag gauge is
 // the last frame's lag while active and 0 while standby.
 func TestCollector(t *testing.T) {
-	base := Status{ToActive: 3, ToStandby: 2, TakeoversPeerSilent: 2, TakeoversPeerNotActive: 1, FenceErrors: 4,
+	base := Status{ToActive: 3, ToStandby: 2, TakeoversPeerSilent: 2, TakeoversPeerNotActive: 1, FenceErrors: 4, KeptByPeer: 6,
 		Sender:   ctsync.SenderStats{Sent: 10000, Overruns: 1, LastLag: 25 * time.Millisecond},
 		Receiver: ctsync.ReceiverStats{Dumps: 5, Applied: 777, Failed: 2}}
 	for _, tc := range []struct {
@@ -59,6 +59,7 @@ func TestCollector(t *testing.T) {
 				"natgw_ha_rules_ready":                       tc.ready,
 				"natgw_ha_replication_lag_seconds":           tc.lag,
 				"natgw_ha_fence_errors_total":                "4",
+				"natgw_ha_lease_kept_by_peer_total":          "6",
 				"natgw_ha_role_changes_total{role=active}":   "3",
 				"natgw_ha_role_changes_total{role=standby}":  "2",
 				"natgw_ha_takeovers_total{peer=silent}":      "2",

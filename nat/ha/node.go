@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,15 +58,23 @@ type Config struct {
 	Local, Peer netip.AddrPort
 	// EIPs go on the external interface, LanIPs on the internal one,
 	// while this replica is active. EIPs is the initial set: SetEIPs
-	// changes it at run time.
+	// changes it at run time. Both families: an IPv4 address is added
+	// and announced with a gratuitous ARP, an IPv6 one without duplicate
+	// address detection and announced with an unsolicited neighbour
+	// advertisement (link.Claim); a dual-stack EIP is its two prefixes.
 	EIPs, LanIPs []netip.Prefix
 	// Interval is the heartbeat period (default 50 ms, at most 1 s);
 	// Misses is how many missing beats mean the peer is gone (default 3).
 	Interval time.Duration
 	Misses   int
-	// LeaseTTL is the fence lease's duration (default Interval*Misses +
-	// 2*Interval). A standby takes over only when the active's lease has
-	// run out, so LeaseTTL bounds the failover gap from below.
+	// LeaseTTL is the fence lease's duration (default DefaultLeaseTTL:
+	// the detection interval plus the step-down margin; at least
+	// MinLeaseIntervals × Interval). A standby takes over only when the
+	// active's lease has run out, so LeaseTTL bounds the failover gap
+	// from below; the active renews it every Interval and stops
+	// answering (removes its addresses) when it could not renew it before
+	// the lease's last margin, unless its standby is heard fresh saying
+	// standby (see step and keptByPeer).
 	LeaseTTL time.Duration
 	// Fence decides who may lead.
 	Fence Fence
@@ -75,7 +84,8 @@ type Config struct {
 	// that started or came back is then synced (by the controller, through
 	// its agent) before it may become active; an active replica is not
 	// made to step down by it. Nil: no gate. It is called every Interval
-	// and must be cheap (natgw ha: a file's existence).
+	// and must be cheap (natgw ha: RulesSyncedFile, a file's existence,
+	// not looked at again once seen).
 	RulesReady func() error
 	// OnRole, if set, is called (on the replica's loop) at every role
 	// change with the reason.
@@ -97,7 +107,10 @@ func (c *Config) defaults() error {
 		c.Misses = 3
 	}
 	if c.LeaseTTL == 0 {
-		c.LeaseTTL = time.Duration(c.Misses+2) * c.Interval
+		c.LeaseTTL = DefaultLeaseTTL(c.Interval, c.Misses)
+	}
+	if err := CheckTiming(c.Interval, c.Misses, c.LeaseTTL); err != nil {
+		return fmt.Errorf("ha: config: %w", err)
 	}
 	switch {
 	case c.ID == "":
@@ -106,12 +119,6 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("ha: config: local %q: want an IPv4 address and a port", c.Local)
 	case c.Peer.IsValid() && (!c.Peer.Addr().Is4() || c.Peer.Port() == 0):
 		return fmt.Errorf("ha: config: peer %q: want an IPv4 address and a port", c.Peer)
-	case c.Interval < time.Millisecond || c.Interval > time.Second:
-		return fmt.Errorf("ha: config: interval %s: want 1ms..1s", c.Interval)
-	case c.Misses < 1 || c.Misses > 100:
-		return fmt.Errorf("ha: config: misses %d: want 1..100", c.Misses)
-	case c.LeaseTTL <= c.Interval:
-		return fmt.Errorf("ha: config: leaseTTL %s: want more than the interval %s", c.LeaseTTL, c.Interval)
 	case c.Fence == nil:
 		return errors.New("ha: config: no fence")
 	}
@@ -123,9 +130,58 @@ func (c *Config) defaults() error {
 	return nil
 }
 
+// MinLeaseIntervals is the shortest lease in heartbeat intervals: the
+// active renews it every interval and, when a renewal fails, keeps
+// answering only while the lease still runs for one more turn plus the
+// step-down margin (half an interval for such a lease); a lease of three
+// intervals survives one quick failed renewal.
+const MinLeaseIntervals = 3
+
+// DefaultLeaseTTL is the lease duration Config uses when LeaseTTL is
+// zero: the detection interval (misses × interval, at least
+// MinLeaseIntervals intervals) plus half an interval (the step-down
+// margin of such a lease). An active that cannot renew keeps answering until its lease
+// has only the margin left, so until about one detection interval after
+// its last renewal, when its standby finds it silent; a dead active's
+// lease runs out half an interval after its silence is detected (with 50
+// ms × 3: 175 ms after its last renewal, before a TCP flow's first
+// retransmission, ≥ 200 ms after the fault).
+func DefaultLeaseTTL(interval time.Duration, misses int) time.Duration {
+	return time.Duration(max(misses, MinLeaseIntervals))*interval + interval/2
+}
+
+// TimingError is a timing setting out of its range: Field is "interval",
+// "misses" or "leaseTTL" (Config's Interval, Misses, LeaseTTL; natgw ha's
+// --interval, --misses, --lease).
+type TimingError struct {
+	Field, Value, Want string
+}
+
+func (e *TimingError) Error() string { return fmt.Sprintf("%s %s: want %s", e.Field, e.Value, e.Want) }
+
+// CheckTiming checks the heartbeat interval, the misses that mean the peer
+// is gone and the lease duration against each other (a *TimingError).
+// The lease must be at least MinLeaseIntervals intervals: shorter, an
+// active could not survive one failed renewal, and below 1.5 intervals it
+// could not renew at all without risking to answer after its lease ran
+// out. The lease may be shorter than the detection interval (the standby
+// waits for both) but that gains nothing.
+func CheckTiming(interval time.Duration, misses int, lease time.Duration) error {
+	switch {
+	case interval < time.Millisecond || interval > time.Second:
+		return &TimingError{"interval", interval.String(), "1ms..1s"}
+	case misses < 1 || misses > 100:
+		return &TimingError{"misses", strconv.Itoa(misses), "1..100"}
+	case lease < MinLeaseIntervals*interval:
+		return &TimingError{"leaseTTL", lease.String(), fmt.Sprintf("at least %d × the interval %s (%s): one renewal may fail, and the active stops answering half an interval before its lease runs out",
+			MinLeaseIntervals, interval, MinLeaseIntervals*interval)}
+	}
+	return nil
+}
+
 func checkFloating(p netip.Prefix) error {
-	if !p.IsValid() || !p.Addr().Is4() {
-		return fmt.Errorf("floating address %q: want IPv4 address/length", p)
+	if !p.IsValid() || p.Addr().Is4In6() || p.Addr().Zone() != "" {
+		return fmt.Errorf("floating address %q: want an IPv4 or IPv6 address/length", p)
 	}
 	return nil
 }
@@ -170,9 +226,37 @@ type Replica struct {
 	rulesErr error
 	// rulesOK is the last answer of rulesReady (for Status).
 	rulesOK atomic.Bool
+	// heldUntil is when the peer's lease runs out, as the fence said when
+	// it refused this standby (zero: not known); silentSince is when this
+	// standby first found the peer silent (zero while it is not). Loop
+	// goroutine only.
+	heldUntil, silentSince time.Time
+	// takeover is the timeline of the last takeover (Status); under mu.
+	takeover Takeover
+	// lastBeat is when this replica last sent a beat, irregularAt when
+	// two of its beats were last further apart than stallGap (a starved or
+	// stopped process), unix ns; sent the send times of its last beats
+	// (recordBeat).
+	lastBeat, irregularAt atomic.Int64
+	sent                  struct {
+		sync.Mutex
+		at [16]int64
+		n  int
+	}
+	// beatHealthy is what the beats say of this replica's health: the
+	// loop's last healthy and rulesReady.
+	beatHealthy atomic.Bool
+	// keptLog is when a kept turn was last logged; loop goroutine only.
+	keptLog time.Time
+	// nudge wakes an active's loop when a beat says the peer is active
+	// too (readBeats): it steps down at once if its lease is not valid.
+	nudge chan struct{}
+	// beatNow makes sendBeats send at once (a role change: the peer
+	// learns it without waiting for the next tick).
+	beatNow chan struct{}
 	// counters for Collector
-	toActive, toStandby, fenceErrors atomic.Int64
-	takeovers                        [2]atomic.Int64 // peer silent, peer alive but not active
+	toActive, toStandby, fenceErrors, keptTurns atomic.Int64
+	takeovers                                   [2]atomic.Int64 // peer silent, peer alive but not active
 }
 
 // SetPeer sets the peer's address (its IPv4 address and port), for a peer
@@ -204,8 +288,8 @@ func (r *Replica) Peer() netip.AddrPort {
 // interface). An active replica applies the change on its next turn: it
 // removes the EIPs no longer in the set and adds the new ones with a
 // gratuitous ARP, as at a takeover; a standby only records it and claims
-// the new set when it takes over. Every prefix must be IPv4; on error
-// nothing changes. Safe for concurrent use.
+// the new set when it takes over. Every prefix must be a valid IPv4 or
+// IPv6 address/length; on error nothing changes. Safe for concurrent use.
 func (r *Replica) SetEIPs(eips []netip.Prefix) error {
 	for _, p := range eips {
 		if err := checkFloating(p); err != nil {
@@ -278,7 +362,7 @@ func New(cfg Config) (*Replica, error) {
 		ns.Close()
 		return nil, fmt.Errorf("ha: %w", err)
 	}
-	r := &Replica{cfg: cfg, plumb: plumb, ns: ns, recv: recv, eips: slices.Clone(cfg.EIPs)}
+	r := &Replica{cfg: cfg, plumb: plumb, ns: ns, recv: recv, eips: slices.Clone(cfg.EIPs), nudge: make(chan struct{}, 1), beatNow: make(chan struct{}, 1)}
 	r.peer.addr = cfg.Peer
 	r.role.Store(uint32(RoleStandby))
 	return r, nil
@@ -329,7 +413,12 @@ func (r *Replica) Run(ctx context.Context) error {
 	defer wg.Wait()
 	loopCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wg.Add(2)
+	r.beatHealthy.Store(r.healthy() && r.rulesReady())
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		r.sendBeats(loopCtx, udp)
+	}()
 	go func() {
 		defer wg.Done()
 		if err := r.recv.Serve(loopCtx, ln); err != nil {
@@ -348,19 +437,23 @@ func (r *Replica) Run(ctx context.Context) error {
 
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()
-	var seq uint64
+	// A standby also turns between ticks, at the moment the peer falls
+	// silent and at the moment the peer's lease runs out (nextWake): a
+	// takeover that waited for the next tick would come up to an interval
+	// late, after the first retransmission of the flows it carries.
+	wake := time.NewTimer(time.Hour)
+	wake.Stop()
+	defer wake.Stop()
 	for {
 		healthy := r.healthy()
 		rules := r.rulesReady()
-		// The beat goes out before the turn: a slow fence must not
-		// make this replica look silent.
-		seq++
-		b := beat{Role: r.Role(), Healthy: healthy && rules, Synced: r.recv.Synced() || r.Role() == RoleActive, Seq: seq}
-		// A lost beat is what the peer's detector is for.
-		if p := r.Peer(); p.IsValid() {
-			_, _ = udp.WriteToUDP(b.marshal(), net.UDPAddrFromAddrPort(p))
-		}
+		r.beatHealthy.Store(healthy && rules)
 		r.step(ctx, healthy, rules)
+		if d, ok := r.nextWake(); ok {
+			wake.Reset(d)
+		} else {
+			wake.Stop()
+		}
 		select {
 		case <-ctx.Done():
 			cancel()
@@ -370,9 +463,85 @@ func (r *Replica) Run(ctx context.Context) error {
 			}
 			return nil
 		case <-tick.C:
+		case <-wake.C:
+		case <-r.nudge:
 		}
 	}
 }
+
+// sendBeats sends a beat to the peer every interval, from its own
+// goroutine: a fence call that takes long (up to what the lease leaves)
+// must not make this replica look silent, and the beats' regularity is
+// what keptByPeer relies on.
+func (r *Replica) sendBeats(ctx context.Context, udp *net.UDPConn) {
+	tick := time.NewTicker(r.cfg.Interval)
+	defer tick.Stop()
+	var seq uint64
+	for {
+		r.recordBeat(time.Now())
+		seq++
+		role := r.Role()
+		b := beat{Role: role, Healthy: r.beatHealthy.Load(), Synced: r.recv.Synced() || role == RoleActive, Seq: seq}
+		// A lost beat is what the peer's detector is for.
+		if p := r.Peer(); p.IsValid() {
+			_, _ = udp.WriteToUDP(b.marshal(), net.UDPAddrFromAddrPort(p))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-r.beatNow:
+		}
+	}
+}
+
+// beatSoon asks sendBeats for a beat now.
+func (r *Replica) beatSoon() {
+	select {
+	case r.beatNow <- struct{}{}:
+	default:
+	}
+}
+
+// nextWake returns when a replica should turn before its next tick: a
+// standby just after the peer would become silent, after the peer's lease
+// runs out (as the fence said) and after its own listening period ends; an
+// active whose lease is not valid just after its peer's last beat stops
+// counting (keepUntil); false when none of these is ahead.
+func (r *Replica) nextWake() (time.Duration, bool) {
+	const after = time.Millisecond // past the instant, not at it
+	now := time.Now()
+	r.mu.Lock()
+	seen := r.peer.seen
+	r.mu.Unlock()
+	instants := []time.Time{seen.Add(r.detection()), r.heldUntil, r.healthySince.Add(r.detection())}
+	if r.Role() == RoleActive {
+		instants = nil
+		if !r.leaseValid(r.cfg.Interval + r.margin()) {
+			instants = []time.Time{r.keepUntil(seen)}
+		}
+	}
+	var next time.Time
+	for _, t := range instants {
+		if t.IsZero() || !t.After(now.Add(-after)) {
+			continue
+		}
+		if t = t.Add(after); next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	if next.IsZero() {
+		return 0, false
+	}
+	return next.Sub(now), true
+}
+
+// margin is how long before its lease runs out (by its own clock) an
+// active that could not renew stops answering: half an interval, or a
+// tenth of the lease when that is more (a longer lease is for a slower
+// arbiter), for the time the step-down takes, a clock that differs from
+// the fence's and a late wake-up (see README "Timing").
+func (r *Replica) margin() time.Duration { return max(r.cfg.Interval/2, r.cfg.LeaseTTL/10) }
 
 func (r *Replica) readBeats(ctx context.Context, udp *net.UDPConn) {
 	buf := make([]byte, 64)
@@ -393,10 +562,17 @@ func (r *Replica) readBeats(ctx context.Context, udp *net.UDPConn) {
 			continue
 		}
 		r.mu.Lock()
-		if b.Seq > r.peer.beat.Seq || b.Seq == 1 || time.Since(r.peer.seen) > r.detection() {
+		fresh := b.Seq > r.peer.beat.Seq || b.Seq == 1 || time.Since(r.peer.seen) > r.detection()
+		if fresh {
 			r.peer.seen, r.peer.beat = time.Now(), b
 		}
 		r.mu.Unlock()
+		if fresh && b.Role == RoleActive && r.Role() == RoleActive {
+			select {
+			case r.nudge <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 
@@ -437,20 +613,18 @@ func (r *Replica) rulesReady() bool {
 func (r *Replica) step(ctx context.Context, healthy, rules bool) {
 	cfg := r.cfg
 	r.mu.Lock()
-	silent := time.Since(r.peer.seen) > r.detection()
+	seen := r.peer.seen
+	silent := time.Since(seen) > r.detection()
 	pb := r.peer.beat
 	r.mu.Unlock()
-	// A fence call may take one interval, or as an active as long as its
-	// lease leaves before the step-down margin (an arbiter that answers
-	// late is not yet an arbiter that is gone).
-	budget := cfg.Interval
-	if r.Role() == RoleActive {
-		budget = max(budget, time.Until(time.Unix(0, r.leaseUntil.Load()))-2*cfg.Interval)
-	}
-	fctx, cancel := context.WithTimeout(ctx, budget)
-	defer cancel()
 	switch r.Role() {
 	case RoleStandby:
+		switch {
+		case !silent:
+			r.silentSince = time.Time{}
+		case r.silentSince.IsZero():
+			r.silentSince = time.Now()
+		}
 		if !healthy {
 			r.healthySince = time.Time{}
 			return
@@ -478,20 +652,30 @@ func (r *Replica) step(ctx context.Context, healthy, rules bool) {
 		if !silent && pb.Healthy && pb.Synced && !r.recv.Synced() {
 			return // the peer is the better leader; let it take the lease
 		}
+		// A fence call may take one interval.
+		fctx, cancel := context.WithTimeout(ctx, cfg.Interval)
+		defer cancel()
 		start := time.Now()
 		if err := cfg.Fence.Acquire(fctx, cfg.ID, cfg.LeaseTTL); err != nil {
+			// Held: ask again when the peer's lease runs out
+			// (nextWake), not at the next tick.
+			r.heldUntil = heldUntil(err)
 			if !errors.Is(err, ErrHeld) {
 				r.fenceErrors.Add(1)
 				cfg.Log.Info("fence not reachable; staying standby", "err", err)
 			}
 			return
 		}
+		acquired := time.Now()
+		r.heldUntil = time.Time{}
 		r.leaseUntil.Store(start.Add(cfg.LeaseTTL).UnixNano())
 		reason, kind := "peer silent", 0
+		tl := Takeover{PeerLastSeen: seen, Detected: r.silentSince, Acquired: acquired}
 		if !silent {
 			reason, kind = fmt.Sprintf("peer %s (healthy=%t)", pb.Role, pb.Healthy), 1
+			tl.Detected = time.Time{}
 		}
-		if r.becomeActive(ctx, reason) {
+		if r.becomeActive(ctx, reason, tl) {
 			r.takeovers[kind].Add(1)
 		}
 	case RoleActive:
@@ -499,6 +683,24 @@ func (r *Replica) step(ctx context.Context, healthy, rules bool) {
 			r.stepDown("own interface down")
 			return
 		}
+		// Renew within what the lease leaves before the margin: a
+		// call that fails or hangs (an API server that stopped
+		// answering) still ends while the lease runs, and the
+		// step-down that follows comes before the lease can run out.
+		// A turn that came late (a starved node) still asks, briefly:
+		// the fence's answer decides (held: the peer has it, step
+		// down; granted: nobody took it, so nobody else answered), and
+		// a call that hangs keeps this replica answering at most a
+		// fifth of an interval longer.
+		if !silent && pb.Role == RoleActive && !r.leaseValid(r.margin()) {
+			// The peer leads: it acquired the lease this replica
+			// could not renew (its beat woke this turn, readBeats).
+			r.stepDown("lease not renewed; the peer is active")
+			return
+		}
+		budget := max(time.Until(time.Unix(0, r.leaseUntil.Load()))-r.margin(), cfg.Interval/5)
+		fctx, cancel := context.WithTimeout(ctx, budget)
+		defer cancel()
 		start := time.Now()
 		err := cfg.Fence.Acquire(fctx, cfg.ID, cfg.LeaseTTL)
 		switch {
@@ -510,15 +712,113 @@ func (r *Replica) step(ctx context.Context, healthy, rules bool) {
 			r.stepDown("lease taken by the peer")
 		default:
 			r.fenceErrors.Add(1)
-			if r.leaseValid(2 * cfg.Interval) {
+			if r.leaseValid(cfg.Interval + r.margin()) {
+				return // the next turn may try again
+			}
+			// The lease could run out (less the margin) before the
+			// next turn. A standby heard fresh cannot take over
+			// before it finds this replica silent and acquires the
+			// lease (README "Timing"): keep answering while that
+			// holds.
+			// The peer's beat as of now (the call took time).
+			r.mu.Lock()
+			seen, pb = r.peer.seen, r.peer.beat
+			r.mu.Unlock()
+			if r.keptByPeer(time.Now(), seen, pb) {
+				r.keptTurns.Add(1)
+				if time.Since(r.keptLog) >= keptLogEvery {
+					r.keptLog = time.Now()
+					cfg.Log.Info("lease not renewed; still answering: the peer is heard and standby", "err", err.Error(), "keptTurns", r.keptTurns.Load())
+				}
 				return
 			}
-			// The lease could run out before the next turn (a turn
-			// may come late on a busy node): stop answering now,
-			// before the peer may take it.
-			r.stepDown(fmt.Sprintf("lease not renewed: %v", err))
+			// Otherwise stop answering now, before the peer may take
+			// it.
+			r.stepDown(fmt.Sprintf("lease not renewed (peer %s, last heard %s ago): %v", pb.Role, time.Since(seen).Round(time.Millisecond), err))
 		}
 	}
+}
+
+// keptLogEvery rate-limits the log line of kept turns (the counter
+// KeptByPeer has them all).
+const keptLogEvery = 5 * time.Second
+
+// stallGap is the longest gap between two of its own beats that is not a
+// stall: the detection interval less an interval (2 intervals at 3
+// misses). After a longer one (SIGSTOP, a starved process) the standby
+// may have found this replica silent, and beats read late from the
+// socket's buffer look fresh: no keeping for a detection interval.
+func (r *Replica) stallGap() time.Duration { return r.detection() - r.cfg.Interval }
+
+// recordBeat notes that a beat went out at t (sendBeats).
+func (r *Replica) recordBeat(t time.Time) {
+	ns := t.UnixNano()
+	if last := r.lastBeat.Load(); last != 0 && ns-last > int64(r.stallGap()) {
+		r.irregularAt.Store(ns)
+	}
+	r.lastBeat.Store(ns)
+	r.sent.Lock()
+	r.sent.at[r.sent.n%len(r.sent.at)] = ns
+	r.sent.n++
+	r.sent.Unlock()
+}
+
+// beatBefore returns the send time of this replica's last beat at or
+// before t (zero when none is remembered).
+func (r *Replica) beatBefore(t time.Time) time.Time {
+	ns := t.UnixNano()
+	var best int64
+	r.sent.Lock()
+	for _, at := range r.sent.at {
+		if at != 0 && at <= ns && at > best {
+			best = at
+		}
+	}
+	r.sent.Unlock()
+	if best == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, best)
+}
+
+// keepUntil is until when an active whose lease is not valid may keep
+// answering on the strength of the peer's beat received at seen (zero:
+// not at all). That beat proves the path from the peer worked then; were
+// the heartbeat path then cut both ways, the standby has this replica's
+// beats up to b, its last one sent before seen, so it cannot find it
+// silent, and acquire, before b + the detection interval. keepUntil is
+// that instant less the next turn's fence call (a fifth of an interval)
+// and a quarter of an interval to spare (the wake-up, the deadline's
+// overshoot, removing the addresses), so the turn after it has stopped
+// answering before the standby may lead. At the defaults, with beats on
+// time, it is 1.55 intervals after b: the peer's next beat may come up to
+// ~27 ms late. Off below 3 misses (it would not survive one late beat).
+func (r *Replica) keepUntil(seen time.Time) time.Time {
+	i := r.cfg.Interval
+	if r.cfg.Misses < 3 {
+		return time.Time{}
+	}
+	b := r.beatBefore(seen)
+	if b.IsZero() {
+		return time.Time{}
+	}
+	return b.Add(r.detection() - i/5 - i/4)
+}
+
+// keptByPeer reports whether an active whose lease renewal failed and whose
+// lease is about to run out may keep answering at now: the peer's last
+// beat (received at seen) said standby, now is before keepUntil(seen), and
+// this replica's own beats went out without a stall (stallGap) in the last
+// detection interval and until now. The standby takes over only from an
+// active it finds silent; unless the path to it is cut one way (then the
+// standby takes over and its next beat, saying active, makes this replica
+// step down: readBeats nudges the loop) or both ways (keepUntil), it
+// cannot have. A stalled process (SIGSTOP, starved) gives no such
+// assurance: it steps down as before.
+func (r *Replica) keptByPeer(now, seen time.Time, pb beat) bool {
+	until := r.keepUntil(seen)
+	return !until.IsZero() && pb.Seq != 0 && pb.Role == RoleStandby && now.Before(until) &&
+		now.UnixNano()-r.lastBeat.Load() <= int64(r.stallGap()) && now.UnixNano()-r.irregularAt.Load() > int64(r.detection())
 }
 
 // leaseValid reports whether this replica's lease still runs for more than
@@ -529,7 +829,7 @@ func (r *Replica) leaseValid(margin time.Duration) bool {
 
 // becomeActive takes the floating addresses and starts streaming; false
 // when the takeover failed (the replica stays standby).
-func (r *Replica) becomeActive(ctx context.Context, reason string) bool {
+func (r *Replica) becomeActive(ctx context.Context, reason string, tl Takeover) bool {
 	cfg := r.cfg
 	r.recv.Pause(true)
 	if err := r.claim(); err != nil {
@@ -539,8 +839,13 @@ func (r *Replica) becomeActive(ctx context.Context, reason string) bool {
 		r.recv.Pause(false)
 		return false
 	}
+	tl.Claimed = time.Now()
 	r.role.Store(uint32(RoleActive))
+	r.beatSoon()
 	r.toActive.Add(1)
+	r.mu.Lock()
+	r.takeover = tl
+	r.mu.Unlock()
 	// The announcements below end with the role (sctx), whether or not
 	// a sender runs.
 	sctx, stopAnn := context.WithCancel(ctx)
@@ -561,14 +866,14 @@ func (r *Replica) becomeActive(ctx context.Context, reason string) bool {
 			// Not on a lease that may have run out: a replica that was
 			// stopped and resumes would pull the addresses back from
 			// the new active before its loop notices.
-			if sctx.Err() != nil || !r.leaseValid(2*cfg.Interval) {
+			if sctx.Err() != nil || !r.leaseValid(r.margin()) {
 				return
 			}
 			_ = r.plumb.Announce(cfg.ExternalInterface, r.heldEIPs())
 			_ = r.plumb.Announce(cfg.InternalInterface, cfg.LanIPs)
 		}
 	}()
-	cfg.Log.Info("role change", "role", "active", "reason", reason)
+	cfg.Log.Info("role change", "role", "active", "reason", reason, "timeline", tl.String())
 	if cfg.OnRole != nil {
 		cfg.OnRole(RoleActive, reason)
 	}
@@ -582,6 +887,7 @@ func (r *Replica) stepDown(reason string) {
 		cfg.Log.Error(err, "removing floating addresses")
 	}
 	r.role.Store(uint32(RoleStandby))
+	r.beatSoon()
 	r.toStandby.Add(1)
 	r.stopSender()
 	r.mu.Lock()

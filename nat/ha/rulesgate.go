@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 )
 
 // RulesSyncedFile returns a Config.RulesReady that is ready once the file
@@ -11,11 +12,19 @@ import (
 // successful sync (`natgw serve --synced-file`, written where both of the
 // pod's containers see it and gone with the pod). A replica that starts in
 // a new pod therefore waits for the controller's sync before it may lead.
+// The mark is never removed within the pod's life, so once it has been
+// seen the file is not looked at again: the replica calls RulesReady every
+// heartbeat interval, and after the first sync that costs nothing.
 func RulesSyncedFile(path string) func() error {
+	var seen atomic.Bool
 	return func() error {
+		if seen.Load() {
+			return nil
+		}
 		_, err := os.Stat(path)
 		switch {
 		case err == nil:
+			seen.Store(true)
 			return nil
 		case errors.Is(err, os.ErrNotExist):
 			return fmt.Errorf("no sync yet: %s does not exist", path)

@@ -75,6 +75,17 @@ func fenceSteps(t *testing.T, f Fence) {
 			t.Fatalf("%s: %v, want %v", s.what, err, s.wantErr)
 		}
 	}
+	// A refusal says until when the lease runs (a *HeldError), so that
+	// a standby asks again exactly then: a's lease from the last step.
+	before := time.Now()
+	err := f.Acquire(ctx, "b", ttl)
+	var held *HeldError
+	if !errors.As(err, &held) || held.Holder != "a" || !held.Until.After(before) || held.Until.After(before.Add(ttl)) {
+		t.Fatalf("refusal %v: want a HeldError of a until within %s of %s", err, ttl, before.Format(time.RFC3339Nano))
+	}
+	if !errors.Is(err, ErrHeld) {
+		t.Fatalf("refusal %v is not ErrHeld", err)
+	}
 }
 
 var errAny = errors.New("any error")
@@ -113,8 +124,32 @@ func TestConfig(t *testing.T) {
 	if err := c.defaults(); err != nil {
 		t.Fatalf("good config: %v", err)
 	}
-	if c.Interval != 50*time.Millisecond || c.Misses != 3 || c.LeaseTTL != 250*time.Millisecond {
+	if c.Interval != 50*time.Millisecond || c.Misses != 3 || c.LeaseTTL != 175*time.Millisecond {
 		t.Fatalf("defaults: interval %s misses %d lease %s", c.Interval, c.Misses, c.LeaseTTL)
+	}
+	// The default lease is the detection interval (never under three
+	// intervals) plus the half-interval step-down margin.
+	for _, tc := range []struct {
+		interval time.Duration
+		misses   int
+		want     time.Duration
+	}{
+		{50 * time.Millisecond, 3, 175 * time.Millisecond},
+		{100 * time.Millisecond, 5, 550 * time.Millisecond},
+		{50 * time.Millisecond, 1, 175 * time.Millisecond},
+		{50 * time.Millisecond, 2, 175 * time.Millisecond},
+	} {
+		c := ok()
+		c.Interval, c.Misses = tc.interval, tc.misses
+		if err := c.defaults(); err != nil || c.LeaseTTL != tc.want {
+			t.Errorf("interval %s misses %d: lease %s (%v), want %s", tc.interval, tc.misses, c.LeaseTTL, err, tc.want)
+		}
+	}
+	c = ok()
+	c.EIPs = []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24"), netip.MustParsePrefix("2001:db8:2::10/64")}
+	c.LanIPs = []netip.Prefix{netip.MustParsePrefix("198.51.100.1/24"), netip.MustParsePrefix("2001:db8:100::1/64")}
+	if err := c.defaults(); err != nil {
+		t.Fatalf("dual-stack floating addresses: %v", err)
 	}
 	c = ok()
 	c.Peer = netip.AddrPort{} // not known yet (SetPeer)
@@ -132,13 +167,100 @@ func TestConfig(t *testing.T) {
 		{"interval", func(c *Config) { c.Interval = 2 * time.Second }, "interval 2s"},
 		{"misses", func(c *Config) { c.Misses = -1 }, "misses -1"},
 		{"lease", func(c *Config) { c.Interval = 100 * time.Millisecond; c.LeaseTTL = 50 * time.Millisecond }, "leaseTTL 50ms"},
+		{"lease of 2.9 intervals", func(c *Config) { c.LeaseTTL = 145 * time.Millisecond }, "leaseTTL 145ms: want at least 3 × the interval 50ms (150ms)"},
 		{"fence", func(c *Config) { c.Fence = nil }, "fence"},
-		{"v6 eip", func(c *Config) { c.EIPs = []netip.Prefix{netip.MustParsePrefix("2001:db8::1/64")} }, "2001:db8::1/64"},
+		{"v4-mapped eip", func(c *Config) { c.EIPs = []netip.Prefix{netip.MustParsePrefix("::ffff:192.0.2.1/120")} }, "::ffff:192.0.2.1/120"},
+		{"zero lanIp", func(c *Config) { c.LanIPs = []netip.Prefix{{}} }, "floating address"},
 	} {
 		c := ok()
 		tc.mod(&c)
 		if err := c.defaults(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error with %q", tc.what, err, tc.want)
 		}
+	}
+}
+
+// TestRulesSyncedFile: not ready (naming the path) until the mark exists,
+// ready once it does, and still ready after the mark is gone: once seen
+// it is not looked at again (it never goes away within a pod's life, and
+// RulesReady runs every heartbeat). A second gate on the same path has
+// its own memory.
+func TestRulesSyncedFile(t *testing.T) {
+	mark := filepath.Join(t.TempDir(), "rules-synced")
+	ready := RulesSyncedFile(mark)
+	for _, step := range []struct {
+		what    string
+		do      func() error
+		wantErr string // "" ready
+	}{
+		{"no mark yet", nil, "no sync yet: " + mark},
+		{"still none", nil, "does not exist"},
+		{"mark written", func() error { return os.WriteFile(mark, []byte("synced\n"), 0o644) }, ""},
+		{"mark removed: not looked at again", func() error { return os.Remove(mark) }, ""},
+	} {
+		if step.do != nil {
+			if err := step.do(); err != nil {
+				t.Fatalf("%s: %v", step.what, err)
+			}
+		}
+		err := ready()
+		switch {
+		case step.wantErr == "" && err != nil:
+			t.Errorf("%s: %v, want ready", step.what, err)
+		case step.wantErr != "" && (err == nil || !strings.Contains(err.Error(), step.wantErr)):
+			t.Errorf("%s: %v, want an error holding %q", step.what, err, step.wantErr)
+		}
+	}
+	if err := RulesSyncedFile(mark)(); err == nil {
+		t.Error("a new gate on the removed mark is ready, want not ready")
+	}
+}
+
+// TestKeptByPeer: an active whose lease is about to run out keeps
+// answering only while its peer's last beat said standby and came late
+// enough (keepUntil: this replica's last beat before it + the detection
+// interval, less the next turn's call and a spare) and its own beats went
+// out without a stall; not after a stall of its own (SIGSTOP: buffered
+// beats read late look fresh), not when the peer says active or was never
+// heard, not with fewer than 3 misses. Own beats every 50 ms, the last
+// lastBeatAgo before now.
+func TestKeptByPeer(t *testing.T) {
+	const iv = 50 * time.Millisecond
+	now := time.Unix(1000, 0)
+	standby := beat{Role: RoleStandby, Seq: 7}
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	for _, tc := range []struct {
+		name        string
+		misses      int
+		heardAgo    time.Duration
+		pb          beat
+		lastBeatAgo time.Duration
+		stalledAgo  time.Duration // 0: never
+		want        bool
+	}{
+		{"peer standby, heard fresh", 3, ms(50), standby, ms(25), 0, true},
+		{"heard 100 ms ago: own beat before it 125 ms ago, until +2.5 ms", 3, ms(100), standby, ms(25), 0, true},
+		{"heard 130 ms ago: own beat before it 175 ms ago", 3, ms(130), standby, ms(25), 0, false},
+		{"peer says active", 3, ms(10), beat{Role: RoleActive, Seq: 7}, ms(25), 0, false},
+		{"peer never heard", 3, ms(10), beat{}, ms(25), 0, false},
+		{"own beat overdue past the stall gap", 3, ms(10), standby, ms(110), 0, false},
+		{"own beats stalled within the detection interval", 3, ms(10), standby, ms(25), ms(100), false},
+		{"own beats stalled before it", 3, ms(10), standby, ms(25), ms(200), true},
+		{"2 misses: off", 2, ms(10), standby, ms(25), 0, false},
+		{"5 misses: heard 200 ms ago", 5, ms(200), standby, ms(25), 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Replica{cfg: Config{Interval: iv, Misses: tc.misses}}
+			for k := 15; k >= 0; k-- {
+				r.recordBeat(now.Add(-tc.lastBeatAgo - time.Duration(k)*iv))
+			}
+			if tc.stalledAgo != 0 {
+				r.irregularAt.Store(now.Add(-tc.stalledAgo).UnixNano())
+			}
+			seen := now.Add(-tc.heardAgo)
+			if got := r.keptByPeer(now, seen, tc.pb); got != tc.want {
+				t.Fatalf("keptByPeer = %t, want %t (keepUntil now%+v)", got, tc.want, r.keepUntil(seen).Sub(now))
+			}
+		})
 	}
 }

@@ -160,7 +160,7 @@ func LookPath(name string) (string, error) {
 }
 
 // Name implements engine.Backend.
-func (r *Backend) Name() string { return nat.DataplaneIptables }
+func (r *Backend) Name() nat.DataplaneName { return nat.DataplaneIptables }
 
 // Close implements engine.Backend. Kernel state stays.
 func (r *Backend) Close() error {

@@ -13,8 +13,10 @@ import (
 // one): only the active replica holds them.
 
 // Claim puts each prefix on dev (replacing it if present) and announces
-// its address with a gratuitous ARP, so that neighbours and bridges send
-// its traffic here from now on.
+// its address (announceAddr: IPv4 with a gratuitous ARP, IPv6 without DAD
+// and with an unsolicited neighbour advertisement, as an EIP's addresses
+// are plumbed), so that neighbours and bridges send its traffic here from
+// now on.
 func (p *Plumber) Claim(dev string, addrs []netip.Prefix) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -23,15 +25,16 @@ func (p *Plumber) Claim(dev string, addrs []netip.Prefix) error {
 		return fmt.Errorf("link: claim on %q: %w", dev, err)
 	}
 	for _, a := range addrs {
-		if err := p.h.AddrReplace(l, addrOf(a)); err != nil {
+		if err := p.h.AddrReplace(l, eipAddr(a)); err != nil {
 			return fmt.Errorf("link: add %s on %s: %w", a, dev, err)
 		}
 	}
 	return p.announce(l, addrs)
 }
 
-// Announce sends a gratuitous ARP for each address on dev again (e.g. to
-// repair a neighbour that missed the first one).
+// Announce announces each address on dev again (a gratuitous ARP, an
+// unsolicited neighbour advertisement for IPv6), e.g. to repair a
+// neighbour that missed the first one. Every address must be on dev.
 func (p *Plumber) Announce(dev string, addrs []netip.Prefix) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -44,8 +47,8 @@ func (p *Plumber) Announce(dev string, addrs []netip.Prefix) error {
 
 func (p *Plumber) announce(l netlink.Link, addrs []netip.Prefix) error {
 	for _, a := range addrs {
-		if err := p.gratuitousARP(l, a.Addr()); err != nil {
-			return fmt.Errorf("link: gratuitous ARP for %s on %s: %w", a.Addr(), l.Attrs().Name, err)
+		if err := p.announceAddr(l, a.Addr()); err != nil {
+			return fmt.Errorf("link: announce on %s: %w", l.Attrs().Name, err)
 		}
 	}
 	return nil
@@ -64,7 +67,7 @@ func (p *Plumber) Unclaim(dev string, addrs []netip.Prefix) error {
 		return fmt.Errorf("link: unclaim on %q: %w", dev, err)
 	}
 	for _, a := range addrs {
-		if err := p.h.AddrDel(l, addrOf(a)); err != nil && !isGone(err) {
+		if err := p.h.AddrDel(l, eipAddr(a)); err != nil && !isGone(err) {
 			return fmt.Errorf("link: delete %s from %s: %w", a, dev, err)
 		}
 	}
@@ -85,8 +88,4 @@ func (p *Plumber) Up(dev string) (bool, error) {
 	}
 	a := l.Attrs()
 	return a.Flags&net.FlagUp != 0 && (a.OperState == netlink.OperUp || a.OperState == netlink.OperUnknown), nil
-}
-
-func addrOf(a netip.Prefix) *netlink.Addr {
-	return &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(a.Addr().AsSlice()), Mask: net.CIDRMask(a.Bits(), a.Addr().BitLen())}}
 }

@@ -237,17 +237,8 @@ func (p *Plumber) add(o nat.Object, it item) error {
 		if err := p.h.AddrReplace(l, eipAddr(it.addr)); err != nil {
 			return fmt.Errorf("%s: add address %s on %s: %w", o, it.addr, p.cfg.ExternalInterface, err)
 		}
-		if it.addr.Addr().Is6() {
-			if err := p.waitUsable(l, it.addr.Addr()); err != nil {
-				return fmt.Errorf("%s: address %s on %s: %w", o, it.addr, p.cfg.ExternalInterface, err)
-			}
-			if err := p.unsolicitedNA(l, it.addr.Addr()); err != nil && !naNotYet(err) {
-				return fmt.Errorf("%s: unsolicited neighbour advertisement of %s: %w", o, it.addr.Addr(), err)
-			}
-			return nil
-		}
-		if err := p.gratuitousARP(l, it.addr.Addr()); err != nil {
-			return fmt.Errorf("%s: gratuitous ARP: %w", o, err)
+		if err := p.announceAddr(l, it.addr.Addr()); err != nil {
+			return fmt.Errorf("%s: on %s: %w", o, p.cfg.ExternalInterface, err)
 		}
 	case nat.KindRoute:
 		rt, err := p.route(o)
@@ -289,6 +280,27 @@ func (p *Plumber) remove(o nat.Object, it item) error {
 	return nil
 }
 
+// announceAddr tells l's neighbours that addr, on l, is here now: a
+// gratuitous ARP for an IPv4 address; for an IPv6 one, once it is usable
+// (waitUsable), an unsolicited neighbour advertisement (skipped while the
+// link cannot send multicast yet, naNotYet). The one announcement of both
+// an EIP's plumbing (Apply) and a floating address's (Claim, Announce).
+func (p *Plumber) announceAddr(l netlink.Link, addr netip.Addr) error {
+	if addr.Is6() {
+		if err := p.waitUsable(l, addr); err != nil {
+			return fmt.Errorf("address %s: %w", addr, err)
+		}
+		if err := p.unsolicitedNA(l, addr); err != nil && !naNotYet(err) {
+			return fmt.Errorf("unsolicited neighbour advertisement of %s: %w", addr, err)
+		}
+		return nil
+	}
+	if err := p.gratuitousARP(l, addr); err != nil {
+		return fmt.Errorf("gratuitous ARP for %s: %w", addr, err)
+	}
+	return nil
+}
+
 // tentativeWait bounds waitUsable.
 const tentativeWait = 5 * time.Second
 
@@ -305,11 +317,14 @@ func (p *Plumber) waitUsable(l netlink.Link, addr netip.Addr) error {
 		if err != nil {
 			return fmt.Errorf("list addresses: %w", err)
 		}
-		tentative := true
+		tentative, found := true, false
 		for _, a := range as {
 			if ip, ok := netip.AddrFromSlice(a.IP); ok && ip == addr {
-				tentative = a.Flags&unix.IFA_F_TENTATIVE != 0
+				tentative, found = a.Flags&unix.IFA_F_TENTATIVE != 0, true
 			}
+		}
+		if !found {
+			return errors.New("not on the interface")
 		}
 		if !tentative {
 			return nil

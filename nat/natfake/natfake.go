@@ -26,7 +26,7 @@ import (
 // Backend is an in-memory engine.Backend: the map it commits to stands
 // for the kernel's table. Its methods are safe for concurrent use.
 type Backend struct {
-	name string
+	name nat.DataplaneName
 
 	mu             sync.Mutex
 	kernel         map[string]nat.Object
@@ -42,7 +42,7 @@ var _ engine.Backend = (*Backend)(nil)
 // NewBackend returns a Backend named name ("" means "fake") whose kernel
 // holds objs under boot id boot ("" makes one on the first Load, as a real
 // backend does when it creates its table).
-func NewBackend(name, boot string, objs ...nat.Object) *Backend {
+func NewBackend(name nat.DataplaneName, boot string, objs ...nat.Object) *Backend {
 	if name == "" {
 		name = "fake"
 	}
@@ -54,7 +54,7 @@ func NewBackend(name, boot string, objs ...nat.Object) *Backend {
 }
 
 // Name implements engine.Backend.
-func (r *Backend) Name() string { return r.name }
+func (r *Backend) Name() nat.DataplaneName { return r.name }
 
 // Load implements engine.Backend.
 func (r *Backend) Load(context.Context) ([]nat.Object, string, error) {
@@ -226,7 +226,7 @@ var _ nat.Dataplane = (*Dataplane)(nil)
 
 // New returns a Dataplane named name ("" means "fake") over an empty
 // kernel.
-func New(name string) (*Dataplane, error) {
+func New(name nat.DataplaneName) (*Dataplane, error) {
 	return Over(NewBackend(name, ""))
 }
 

@@ -81,6 +81,12 @@ type Options struct {
 	// is refused with a *nat.FieldError and nothing changes, instead of
 	// sending IPv6 packets.
 	NoIPv6 bool
+	// CtMark says the backend gives every connection NATed through an
+	// EIP a ct mark of that EIP's own, in both families (the nftables
+	// data plane: nat/README.md, "Conntrack"): the FIP packet case then
+	// checks that the connections of two EIPs carry distinct non-zero
+	// marks.
+	CtMark bool
 }
 
 // opTimeout bounds every Dataplane call the suite makes.
@@ -127,7 +133,7 @@ type env struct {
 	ns   string
 	cfg  nat.Config
 	dp   nat.Dataplane
-	name string // dp.Name()
+	name nat.DataplaneName // dp.Name()
 	base foreignState
 	// empty is the kernel state right after the backend was opened.
 	empty string

@@ -249,6 +249,45 @@ func (e *env) wantNoFlows(what string, addrs ...netip.Addr) {
 	}
 }
 
+// wantDistinctMarks checks, where the backend marks connections (Options.CtMark),
+// that the conntrack entries of the connections to each of eips carry
+// one non-zero ct mark per EIP, distinct from the others' (the nftables
+// data plane: the IPv4 EIP, or the IPv6 EIP's mark id), so that a flush
+// by mark forgets one EIP's connections only.
+func (e *env) wantDistinctMarks(f family, eips ...netip.Addr) {
+	e.t.Helper()
+	if !e.s.opts.CtMark {
+		return
+	}
+	flows, err := netlab.ConntrackEntries(e.ctx, e.ns)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	seen := map[uint32]netip.Addr{}
+	for _, a := range eips {
+		var marks []uint32
+		for _, fl := range flows {
+			if fl.OrigDst.Addr() == a {
+				marks = append(marks, fl.Mark)
+			}
+		}
+		if len(marks) == 0 {
+			e.t.Errorf("%s: no conntrack entry to %s", f, a)
+			continue
+		}
+		for _, m := range marks {
+			if m == 0 || m != marks[0] {
+				e.t.Errorf("%s: connections to %s carry ct marks %#x, want one non-zero mark", f, a, marks)
+				break
+			}
+		}
+		if b, dup := seen[marks[0]]; dup {
+			e.t.Errorf("%s: connections to %s and to %s carry the same ct mark %#x", f, a, b, marks[0])
+		}
+		seen[marks[0]] = a
+	}
+}
+
 // wantFlows checks that conntrack has an entry with a (so that a later
 // "no entries" check means something).
 func (e *env) wantFlows(what string, a netip.Addr) {
@@ -406,15 +445,30 @@ func (s *suite) testFIPPackets(t *testing.T, f family) {
 	e.wantReach(probe{nat.TCP, v2, ext.Addr, extTCP}, ext.NS, eip)
 	e.wantNoReach(probe{nat.TCP, v1, ext.Addr, extTCP})
 
-	// A live connection through the FIP, then delete.
+	// A live connection through the FIP and one through another EIP's
+	// FIP (vm1's), then delete the first: its entries go, the other
+	// EIP's stay.
+	other := f.eip(1)
+	otherEIP, otherFIP := f.eipObject(UID(nat.KindEIP, 1), other), FIP(UID(nat.KindFIP, 2), other, v1.Addr)
+	e.applyEIPs(otherEIP)
+	e.apply(otherFIP)
 	conn, _, err := netlab.Connect(e.ctx, ext.NS, netip.AddrPortFrom(eip, vmTCP).String(), netlab.DialTimeout)
 	if err != nil {
 		t.Fatalf("open a connection through the %s FIP: %v", f, err)
 	}
 	defer conn.Close()
+	conn2, _, err := netlab.Connect(e.ctx, ext.NS, netip.AddrPortFrom(other, vmTCP).String(), netlab.DialTimeout)
+	if err != nil {
+		t.Fatalf("open a connection through the other %s FIP: %v", f, err)
+	}
+	defer conn2.Close()
 	e.wantFlows(fmt.Sprintf("with a live connection through the %s FIP", f), eip)
+	e.wantFlows(fmt.Sprintf("with a live connection through the other %s FIP", f), other)
+	e.wantDistinctMarks(f, eip, other)
 	e.del(fip.UID)
 	e.wantNoFlows(fmt.Sprintf("after deleting the %s FIP", f), eip)
+	e.wantFlows(fmt.Sprintf("after deleting the %s FIP, the other EIP's connection", f), other)
+	e.del(otherFIP.UID, otherEIP.UID)
 	e.wantNoReach(probe{nat.TCP, ext, eip, vmTCP},
 		probe{nat.UDP, ext, eip, vmUDP},
 		probe{nat.TCP, v1, ext.Addr, extTCP},

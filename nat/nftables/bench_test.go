@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/netip"
 	"runtime"
@@ -13,7 +14,10 @@ import (
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/conntrack"
+	"github.com/natgw/natgw/nat/nattest"
 	"github.com/natgw/natgw/nat/nftconn"
 )
 
@@ -242,4 +246,103 @@ func elemsWithEncoder(t *txn, set string, es []nft.SetElement) error {
 		}
 	}
 	return nil
+}
+
+// BenchmarkFIPAddDelete times what scenario 1's (d) and (d6) rows time, in
+// each family: on a table of 10,000 FIPs of that family plus the probe's
+// EIP object, adding the probe FIP and deleting it again, the delete
+// including the conntrack cleanup of 8 entries of the probe's EIP (created
+// with the ct mark its rules give: the IPv4 EIP, or the IPv6 EIP's mark
+// id). It reports the median add and delete (µs) per family and fails if a
+// delete leaves one of the entries. Run the two families in one sitting
+// and compare them: `go test -run '^$' -bench FIPAddDelete ./nat/nftables`.
+func BenchmarkFIPAddDelete(b *testing.B) {
+	const n, flows = 10_000, 8
+	for _, fam := range []struct {
+		name          string
+		eip, internal netip.Addr
+		fillers       func(i int) (eip, internal netip.Addr)
+		eipObject     func(uid string, a netip.Addr) nat.Object
+	}{
+		{"IPv4", addr("192.0.2.10"), addr("198.51.100.10"), func(i int) (netip.Addr, netip.Addr) {
+			v := uint32(i + 1)
+			return netip.AddrFrom4([4]byte{100, byte(64 + v>>16), byte(v >> 8), byte(v)}), netip.AddrFrom4([4]byte{10, byte(v >> 16), byte(v >> 8), byte(v)})
+		}, nattest.EIP},
+		{"IPv6", addr("2001:db8:2::100"), addr("2001:db8:100::a"), func(i int) (netip.Addr, netip.Addr) {
+			v := uint32(i + 1)
+			e := [16]byte{0x20, 0x01, 0x0d, 0xb8, 0x64, 12: byte(v >> 24), 13: byte(v >> 16), 14: byte(v >> 8), 15: byte(v)}
+			in := [16]byte{0xfd, 0x00, 0x00, 0x0a, 12: byte(v >> 24), 13: byte(v >> 16), 14: byte(v >> 8), 15: byte(v)}
+			return netip.AddrFrom16(e), netip.AddrFrom16(in)
+		}, nattest.EIP6},
+	} {
+		b.Run(fmt.Sprintf("%s/N=%d", fam.name, n), func(b *testing.B) {
+			ctx := context.Background()
+			cfg := gateway(b)
+			r, dp := openEngine(b, cfg)
+			objs := make([]nat.Object, 0, n+1)
+			for i := range n {
+				e, in := fam.fillers(i)
+				objs = append(objs, nattest.FIP(nattest.UID(nat.KindFIP, i), e, in))
+			}
+			objs = append(objs, fam.eipObject("probe-eip", fam.eip))
+			if err := dp.Sync(ctx, objs); err != nil {
+				b.Fatal(err)
+			}
+			var mark uint32
+			if fam.eip.Is4() {
+				mark = conntrack.MarkOf(fam.eip)
+			} else if m, ok := r.marks6[fam.eip]; ok {
+				mark = m.id
+			} else {
+				b.Fatalf("no mark id for %s", fam.eip)
+			}
+			ext := addr("203.0.113.7")
+			if fam.eip.Is6() {
+				ext = addr("2001:db8:ffff::7")
+			}
+			probe := nattest.FIP("probe-fip", fam.eip, fam.internal)
+			var adds, dels []time.Duration
+			sport := uint16(20000)
+			b.ResetTimer()
+			for range b.N {
+				start := time.Now()
+				if err := dp.Apply(ctx, probe); err != nil {
+					b.Fatal(err)
+				}
+				adds = append(adds, time.Since(start))
+				b.StopTimer()
+				for range flows {
+					sport++
+					if sport < 20000 {
+						sport = 20000
+					}
+					if err := insertFlow(ctx, cfg.NetNS, ext, fam.eip, sport, mark); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StartTimer()
+				start = time.Now()
+				if err := dp.Delete(ctx, probe.UID); err != nil {
+					b.Fatal(err)
+				}
+				dels = append(dels, time.Since(start))
+				b.StopTimer()
+				all, err := netlab.ConntrackEntries(ctx, cfg.NetNS)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if left := netlab.FlowsWith(all, fam.eip); len(left) != 0 {
+					b.Fatalf("%d conntrack entries of %s left after the delete: %v", len(left), fam.eip, left)
+				}
+				b.StartTimer()
+			}
+			b.StopTimer()
+			med := func(d []time.Duration) float64 {
+				slices.Sort(d)
+				return float64(d[len(d)/2].Nanoseconds()) / 1e3
+			}
+			b.ReportMetric(med(adds), "µs-add-median")
+			b.ReportMetric(med(dels), "µs-delete-median")
+		})
+	}
 }

@@ -480,10 +480,15 @@ func (r *Backend) commitDiff(ctx context.Context, removed, added []nat.Object, e
 	if err := checkShare(ch.shareAfter); err != nil {
 		return err
 	}
+	marks, err := r.markChange(ch, removed, added)
+	if err != nil {
+		return err
+	}
 	if err := r.run(ctx, ch); err != nil {
 		return err
 	}
 	r.commitShare(ch)
+	r.commitMarks(marks)
 	for cl, d := range snatCount {
 		if r.snat[cl] += d; r.snat[cl] <= 0 {
 			delete(r.snat, cl)
@@ -500,13 +505,14 @@ func (r *Backend) commitDiff(ctx context.Context, removed, added []nat.Object, e
 // flushed and refilled in the same transaction, and the policers and CIDR
 // SNAT maps are brought to what want needs.
 func (r *Backend) commitFull(ctx context.Context, want []nat.Object) error {
-	ch, snat, qos, err := r.fullChange(want, r.snatPresent(), r.qosPresent(), false)
+	ch, snat, qos, marks, err := r.fullChange(want, r.snatPresent(), r.qosPresent(), false)
 	if err != nil {
 		return err
 	}
 	if err := r.run(ctx, ch); err != nil {
 		return err
 	}
+	r.commitMarks(marks)
 	r.snat, r.qos = snat, qos
 	r.share = map[shareKey][]nat.Object{}
 	r.commitShare(ch)
@@ -533,17 +539,22 @@ func (r *Backend) qosPresent() map[qosKey]qosState {
 // (present SNAT maps and policers as given) with want, and the bookkeeping
 // that follows it.
 // The share DNAT maps are flushed with the other element sets, so every
-// identity of want is added whole.
-func (r *Backend) fullChange(want []nat.Object, snatBefore map[snatClass]bool, qosBefore map[qosKey]qosState, force bool) (*change, map[snatClass]int, map[qosKey]qosVal, error) {
+// identity of want is added whole; so is eip_marks6, refilled with the ids
+// the IPv6 EIPs of want hold (a new one gets its home id, or the next free one after it).
+func (r *Backend) fullChange(want []nat.Object, snatBefore map[snatClass]bool, qosBefore map[qosKey]qosState, force bool) (*change, map[snatClass]int, map[qosKey]qosVal, markDelta, error) {
 	ch := &change{full: true, stamp: true, add: presized(want), qosBefore: qosBefore, qosAfter: map[qosKey]qosVal{}, qosForce: force,
 		snatBefore: snatBefore, shareBefore: map[shareKey][]nat.Object{}, shareAfter: shareWanted(slices.Values(want))}
 	if err := checkShare(ch.shareAfter); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, markDelta{}, err
 	}
 	for _, o := range want {
 		if err := render(o, ch.add); err != nil {
-			return nil, nil, nil, fmt.Errorf("nftables: %w", err)
+			return nil, nil, nil, markDelta{}, fmt.Errorf("nftables: %w", err)
 		}
+	}
+	marks, err := r.markFull(ch, want)
+	if err != nil {
+		return nil, nil, nil, markDelta{}, err
 	}
 	for _, s := range elementSets {
 		ch.flush = append(ch.flush, s.name)
@@ -552,7 +563,7 @@ func (r *Backend) fullChange(want []nat.Object, snatBefore map[snatClass]bool, q
 		ch.flush = append(ch.flush, cl.setName())
 	}
 	snat := structureOf(slices.Values(want), ch)
-	return ch, snat, maps.Clone(ch.qosAfter), nil
+	return ch, snat, maps.Clone(ch.qosAfter), marks, nil
 }
 
 // presized returns a setElems with room for the fixed sets' elements of objs.

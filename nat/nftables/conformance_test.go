@@ -11,7 +11,9 @@ import (
 func opener(ctx context.Context, cfg nat.Config) (nat.Dataplane, error) { return New(ctx, cfg) }
 
 // TestConformance runs the suite every backend passes.
-func TestConformance(t *testing.T) { nattest.Run(t, opener) }
+// Every connection it NATs carries its EIP's ct mark (IPv4: the address,
+// IPv6: the EIP's mark id).
+func TestConformance(t *testing.T) { nattest.RunWith(t, opener, nattest.Options{CtMark: true}) }
 
 // BenchmarkFIP measures Apply and Delete of one FIP at 0 and 10,000
 // existing FIPs.

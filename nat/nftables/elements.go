@@ -311,7 +311,7 @@ func addr6Of(b []byte) (netip.Addr, error) {
 // isV6Set says whether the elements of set are keyed by an IPv6 address.
 func isV6Set(set string) bool {
 	switch set {
-	case setEIPs6, setFIPDNAT6, setFIPSNAT6, setPortDNAT6, setRoutes6, setQoSIn6, setQoSOut6, setShareMod6, setShareBk6:
+	case setEIPs6, setFIPDNAT6, setFIPSNAT6, setPortDNAT6, setRoutes6, setQoSIn6, setQoSOut6, setShareMod6, setShareBk6, setMarks6:
 		return true
 	}
 	c, ok := parseSNATSet(set)
@@ -404,7 +404,9 @@ func parseElem6(set string, e nft.SetElement, uid string, kv map[string]string) 
 		return uid, nat.Object{}, err
 	}
 	switch set {
-	case setQoSIn6, setQoSOut6:
+	case setQoSIn6, setQoSOut6, setMarks6:
+		// Policer and mark id elements only name their owner (the
+		// mark ids are checked with the EIPs, see rebuild.finish).
 		return uid, nat.Object{}, nil
 	case setEIPs6:
 		plen, err := plenOf(k0, kv)

@@ -155,7 +155,7 @@ func setAttrs(ae *netlink.AttributeEncoder, s setSpec) {
 
 // chainAttrs encodes a chain of the table (see nftconn.ChainAttrs).
 func chainAttrs(ae *netlink.AttributeEncoder, c chainSpec) {
-	nftconn.ChainAttrs(ae, tableName, nftconn.Chain{Name: c.name, Type: c.typ, Hook: c.hook, Priority: c.prio})
+	nftconn.ChainAttrs(ae, tableName, c.conn())
 }
 
 // ruleAttrs encodes a rule appended to chain, its comment in userdata.

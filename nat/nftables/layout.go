@@ -32,7 +32,7 @@ const (
 
 // LayoutVersion is stored in the kernel with the boot id. A table holding
 // another version is dropped and recreated (with a new boot id).
-const LayoutVersion = 5
+const LayoutVersion = 6
 
 // HairpinMark is the packet mark bit given to packets that enter from the
 // internal interface; the hairpin rule matches it.
@@ -60,6 +60,7 @@ const (
 	setQoSOut6   = "qos_out6"
 	setShareMod6 = "share_mod6"
 	setShareBk6  = "share_backends6"
+	setMarks6    = "eip_marks6"
 )
 
 // Names of the chains.
@@ -71,6 +72,7 @@ const (
 	chainQoSOut   = "qos_egress"
 	chainShare    = "share"
 	chainShare6   = "share6"
+	chainMark6    = "mark6"
 )
 
 // Chain priorities (see nat/README.md for why).
@@ -79,6 +81,7 @@ const (
 	prioSNAT   = nft.ChainPriority(100)  // srcnat
 	prioQoSIn  = nft.ChainPriority(-150) // mangle: before DNAT, the EIP is still the destination
 	prioQoSOut = nft.ChainPriority(150)  // after SNAT, the EIP is already the source
+	prioMark6  = nft.ChainPriority(120)  // after srcnat (100): the packet carries its SNAT
 )
 
 // 32-bit registers (NFT_REG32_00...). Concatenations are laid out on them.
@@ -146,6 +149,7 @@ var fixedSets = []setSpec{
 	{name: setQoSOut6, key: nft.TypeIP6Addr, val: nft.TypeVerdict},
 	{name: setShareMod6, key: typePortKey6, val: nft.TypeMark, concat: true},
 	{name: setShareBk6, key: typeSlotKey6, val: typePortVal6, concat: true},
+	{name: setMarks6, key: nft.TypeIP6Addr, val: nft.TypeMark},
 }
 
 // isFIPMap says whether set is one of the FIP maps, whose two halves
@@ -313,9 +317,10 @@ func shareSlots(n int) int {
 // DNATs to the backend of a random slot; a last rule puts the EIP back in
 // the ct mark should no rule have matched (a slot element missing).
 //
-// With v6 it is chain share6, where dstnat rule 8 sends the identities of
+// With v6 it is chain share6, where dstnat rule 9 sends the identities of
 // IPv6 EIPs: the same rules over share_backends6, except that the ct mark
-// is set back to 0 (IPv6 connections carry no ct mark: see Conntrack in
+// is set to the EIP's mark id (eip_marks6), and a second set of rules,
+// for an EIP without a mark id, sets it back to 0 (see Conntrack in
 // nat/README.md).
 func shareChain(v6 bool) chainSpec {
 	c := chainSpec{name: chainShare}
@@ -335,16 +340,16 @@ func shareChain(v6 bool) chainSpec {
 		}
 		addr, pr, port, slot = r6a, r6p, r6d, r6d+1
 	}
-	for _, s := range shareModuli {
+	slotRule := func(s int, markText string, markExprs []expr.Any, comment string) ruleSpec {
 		var body []expr.Any
 		if v6 {
-			body = cat(markExprs(), nfproto(true), []expr.Any{loadIP6(offDaddr6, r6a)})
+			body = cat(markExprs, nfproto(true), []expr.Any{loadIP6(offDaddr6, r6a)})
 		} else {
-			body = cat(nfproto(false), markExprs())
+			body = cat(nfproto(false), markExprs)
 		}
-		c.rules = append(c.rules, ruleSpec{
+		return ruleSpec{
 			text:    fmt.Sprintf("ct mark 0x%08x %s dnat %s to %s daddr . meta l4proto . th dport . numgen random mod %d map @%s", s, markText, ip, ip, s, set),
-			comment: fmt.Sprintf("natgw: %s, %d slots", what, s),
+			comment: comment,
 			exprs: cat([]expr.Any{
 				&expr.Ct{Key: expr.CtKeyMARK, Register: 1},
 				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(uint32(s))},
@@ -355,7 +360,30 @@ func shareChain(v6 bool) chainSpec {
 				lookup(set, addr, addr),
 				&expr.NAT{Type: expr.NATTypeDestNAT, Family: fam, RegAddrMin: addr, RegProtoMin: pr},
 			}),
-		})
+		}
+	}
+	if v6 {
+		// The EIP's mark id first; an EIP without one (no IPv6 EIP
+		// object) misses it and goes on to the rules below, which set
+		// the ct mark back to 0.
+		id := []expr.Any{
+			nfproto(true)[0], nfproto(true)[1],
+			loadIP6(offDaddr6, r6a),
+			lookup(setMarks6, r6a, r6b),
+			&expr.Ct{Key: expr.CtKeyMARK, Register: r6b, SourceRegister: true},
+		}
+		for _, s := range shareModuli {
+			c.rules = append(c.rules, slotRule(s, "ct mark set ip6 daddr map @"+setMarks6, id,
+				fmt.Sprintf("natgw: IPv6 share DNAT, %d slots", s)))
+		}
+		for _, s := range shareModuli {
+			c.rules = append(c.rules, slotRule(s, markText, markExprs(),
+				fmt.Sprintf("natgw: IPv6 share DNAT, %d slots, EIP without a mark id", s)))
+		}
+	} else {
+		for _, s := range shareModuli {
+			c.rules = append(c.rules, slotRule(s, markText, markExprs(), fmt.Sprintf("natgw: %s, %d slots", what, s)))
+		}
 	}
 	last := ruleSpec{
 		text:    markText,
@@ -370,7 +398,7 @@ func shareChain(v6 bool) chainSpec {
 }
 
 // shareModRule is dstnat's share DNAT rule of one family (rule 5, with
-// v6 rule 8): a new connection to a share identity gets the identity's
+// v6 rule 9): a new connection to a share identity gets the identity's
 // slot count S from share_mod (share_mod6) in its ct mark and goes to
 // chain share (share6), which picks a slot.
 func shareModRule(v6 bool) ruleSpec {
@@ -588,6 +616,15 @@ func fixedChains(cfg nat.Config) []chainSpec {
 				},
 				shareModRule(false),
 				{
+					text:    "ct mark set ip6 daddr map @eip_marks6",
+					comment: "natgw: ct mark = the IPv6 EIP's mark id on every connection to an IPv6 EIP",
+					exprs: cat(nfproto(true), []expr.Any{
+						loadIP6(offDaddr6, r6a),
+						lookup(setMarks6, r6a, r6b),
+						&expr.Ct{Key: expr.CtKeyMARK, Register: r6b, SourceRegister: true},
+					}),
+				},
+				{
 					text:    "dnat ip6 to ip6 daddr map @fip_dnat6",
 					comment: "natgw: IPv6 floating IP DNAT",
 					exprs: cat(nfproto(true), []expr.Any{
@@ -647,8 +684,45 @@ func fixedChains(cfg nat.Config) []chainSpec {
 		shareChain(false),
 		shareChain(true),
 		qosBaseChain(qosOut, ext),
+		mark6Chain(),
 	}
 }
+
+// mark6Chain is the base chain that gives a new IPv6 connection SNATed
+// to an IPv6 EIP (FIP and CIDR SNAT, hairpin) that EIP's mark id
+// (eip_marks6) after srcnat (postrouting, priority 120), where the
+// packet's source is the EIP the SNAT map gave. (DNATed ones were marked
+// in dstnat, where their destination is still the EIP.) A miss (no IPv6
+// EIP object for the address) leaves the mark as it is.
+func mark6Chain() chainSpec {
+	zero4 := []byte{0, 0, 0, 0}
+	return chainSpec{
+		name: chainMark6, hook: nft.ChainHookPostrouting, prio: ptr(prioMark6), typ: nft.ChainTypeFilter,
+		rules: []ruleSpec{{
+			text:    "ct state new ct status snat ct mark set ip6 saddr map @eip_marks6",
+			comment: "natgw: ct mark = the IPv6 EIP's mark id on new connections SNATed to it",
+			exprs: cat([]expr.Any{
+				&expr.Ct{Key: expr.CtKeySTATE, Register: 1},
+				&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(ctStateNew), Xor: zero4},
+				&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: zero4},
+				&expr.Ct{Key: expr.CtKeySTATUS, Register: 1},
+				&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(ipsSrcNAT), Xor: zero4},
+				&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: zero4},
+			}, nfproto(true), []expr.Any{
+				loadIP6(offSaddr6, r6a),
+				lookup(setMarks6, r6a, r6b),
+				&expr.Ct{Key: expr.CtKeyMARK, Register: r6b, SourceRegister: true},
+			}),
+		}},
+	}
+}
+
+// ctStateNew is the ct state bit of a new connection (NF_CT_STATE_BIT of
+// IP_CT_NEW); ipsSrcNAT is IPS_SRC_NAT of enum ip_conntrack_status.
+const (
+	ctStateNew = 1 << 3
+	ipsSrcNAT  = 1 << 4
+)
 
 // hairpinRule is srcnat's hairpin SNAT of one family: a new connection
 // from the VPC (hairpin mark) that was DNATed and leaves through the
@@ -746,8 +820,8 @@ func snatRule(c snatClass) ruleSpec {
 	}
 }
 
-// snatRule6 is snatRule for an IPv6 class (no ct mark: IPv6 flows are
-// cleaned by address, see Backend.ForgetFlows).
+// snatRule6 is snatRule for an IPv6 class (the ct mark is set after it,
+// by chain mark6: see mark6Chain).
 func snatRule6(c snatClass) ruleSpec {
 	ex := cat(nfproto(true), []expr.Any{loadIP6(offSaddr6, r6a)})
 	src := "ip6 saddr"

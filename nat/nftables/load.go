@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"iter"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -52,6 +53,9 @@ type kernelState struct {
 	// background after many adds) can repeat some elements and skip
 	// others. Such a read must be repeated, never repaired from.
 	torn bool
+
+	// marks6 holds the valid mark ids of the IPv6 EIPs (set by objects).
+	marks6 map[netip.Addr]markID
 }
 
 // readKernel reads natgw's table: sets and their elements, chains, limit
@@ -358,6 +362,7 @@ func (k *kernelState) objects(log logr.Logger) (*nat.State, []nat.Object, bool) 
 	}
 	st, others, consistent := b.finish(log)
 	k.torn = b.torn
+	k.marks6 = b.marksOK
 	return st, others, consistent
 }
 
@@ -411,6 +416,11 @@ type rebuild struct {
 	// element of each UID (a backend has one element per slot it holds).
 	shareMod  map[string]uint32
 	shareSeen map[string]nat.Object
+
+	// marks6 holds eip_marks6's elements (checked against the IPv6 EIPs
+	// by finish); marksOK the ones finish found valid.
+	marks6  map[netip.Addr]markID
+	marksOK map[netip.Addr]markID
 }
 
 // sourced is an object and the set of the first element it was rebuilt
@@ -423,7 +433,8 @@ type sourced struct {
 // newRebuild returns an empty rebuild; hint is the number of elements
 // expected, if known.
 func newRebuild(mirror bool, hint int) *rebuild {
-	b := &rebuild{mirror: mirror, owner: map[elemRef]string{}, shareMod: map[string]uint32{}, shareSeen: map[string]nat.Object{}}
+	b := &rebuild{mirror: mirror, owner: map[elemRef]string{}, shareMod: map[string]uint32{}, shareSeen: map[string]nat.Object{},
+		marks6: map[netip.Addr]markID{}}
 	if mirror {
 		b.st = nat.NewStateSize(hint)
 	} else {
@@ -454,6 +465,10 @@ func (b *rebuild) add(set string, e nft.SetElement) {
 		b.owner[ref] = uid
 	}
 	switch set {
+	case setMarks6:
+		if len(e.Val) == 4 && len(e.Key) == 16 {
+			b.marks6[netip.AddrFrom16([16]byte(e.Key))] = markID{uid, binary.NativeEndian.Uint32(e.Val)}
+		}
 	case setShareMod, setShareMod6:
 		if len(e.Val) == 4 {
 			b.shareMod[string(e.Key)] = binary.NativeEndian.Uint32(e.Val)
@@ -576,6 +591,30 @@ func (b *rebuild) finish(log logr.Logger) (*nat.State, []nat.Object, bool) {
 		if got, want := b.shareMod[string(k.modKey())], shareSlots(len(bs)); got != uint32(want) {
 			bad = append(bad, fmt.Sprintf("share DNAT %s: %d slots in %s, want %d", k, got, k.modSet(), want))
 		}
+	}
+	// Every IPv6 EIP holds its mark id in eip_marks6: an id of the
+	// range, no other EIP's.
+	b.marksOK = map[netip.Addr]markID{}
+	ids := map[uint32]netip.Addr{}
+	for _, o := range kept {
+		a, ok := eip6Of(o)
+		if !ok {
+			continue
+		}
+		m, ok := b.marks6[a]
+		switch {
+		case !ok || b.owner[refOf(setMarks6, a16(a))] != o.UID:
+			bad = append(bad, fmt.Sprintf("uid %s: element %s of set %s missing or owned by another UID", o.UID, a, setMarks6))
+			continue
+		case m.id < markID6Min || m.id > markID6Max:
+			bad = append(bad, fmt.Sprintf("uid %s: mark id %#x of %s outside %#x..%#x", o.UID, m.id, a, markID6Min, markID6Max))
+		case ids[m.id].IsValid():
+			bad = append(bad, fmt.Sprintf("uid %s: mark id %#x of %s is also %s's", o.UID, m.id, a, ids[m.id]))
+		default:
+			ids[m.id] = a
+			b.marksOK[a] = m
+		}
+		matched++
 	}
 	if matched != len(b.owner) {
 		bad = append(bad, fmt.Sprintf("%d elements without a valid object", len(b.owner)-matched))
@@ -701,6 +740,7 @@ func (r *Backend) LoadState(ctx context.Context) (*nat.State, string, error) {
 		err = r.run(ctx, ch)
 		if err == nil {
 			r.snat, r.qos, r.boot, r.share = map[snatClass]int{}, map[qosKey]qosVal{}, boot, map[shareKey][]nat.Object{}
+			r.setMarks(nil)
 			return nat.NewState(), boot, nil
 		}
 		// Something that does not take the namespace lock (nft by hand, an
@@ -714,9 +754,10 @@ func (r *Backend) LoadState(ctx context.Context) (*nat.State, string, error) {
 		return nil, "", fmt.Errorf("nftables: create table: %w", err)
 	}
 	var (
-		ch   *change
-		snat map[snatClass]int
-		qos  map[qosKey]qosVal
+		ch    *change
+		snat  map[snatClass]int
+		qos   map[qosKey]qosVal
+		marks = markDelta{full: true, set: k.marks6}
 	)
 	if consistent {
 		// Keep the elements; rewrite every rule and policer and bring the
@@ -729,7 +770,10 @@ func (r *Backend) LoadState(ctx context.Context) (*nat.State, string, error) {
 		ch.shareBefore = ch.shareAfter
 	} else {
 		r.log.Info("kernel elements inconsistent with their objects, rewriting the table's elements", "objects", st.Len())
-		if ch, snat, qos, err = r.fullChange(st.Unordered(), k.snat, k.qos, true); err != nil {
+		// The IPv6 EIPs keep the valid ids the kernel holds (their
+		// connections carry them).
+		r.setMarks(k.marks6)
+		if ch, snat, qos, marks, err = r.fullChange(st.Unordered(), k.snat, k.qos, true); err != nil {
 			return nil, "", err
 		}
 		ch.fixedChains = true
@@ -744,6 +788,7 @@ func (r *Backend) LoadState(ctx context.Context) (*nat.State, string, error) {
 	r.snat, r.qos = snat, qos
 	r.share = map[shareKey][]nat.Object{}
 	r.commitShare(ch)
+	r.setMarks(marks.set)
 	return st, k.boot, nil
 }
 

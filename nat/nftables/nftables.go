@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -118,6 +119,20 @@ type Backend struct {
 	// UID (the order of their map's indexes).
 	share map[shareKey][]nat.Object
 	boot  string
+	// marks6 holds the mark id of every IPv6 EIP object's address (its
+	// eip_marks6 element, see marks.go), marksUsed the same by id;
+	// forgotten6 the ids the last commit freed, for the ForgetFlows that
+	// follows it.
+	marks6     map[netip.Addr]markID
+	marksUsed  map[uint32]netip.Addr
+	forgotten6 map[netip.Addr]uint32
+	// unmarked6: the IPv6 conntrack table may hold connections of an
+	// address that holds a mark id whose ct mark is not that id (they
+	// predate it: made before the id was given, by an older layout or
+	// by a FIP used before its EIP object came). Set when an id is given
+	// (and at Load); while set, ForgetFlows deletes IPv6 flows by
+	// address, and its dump clears it once no such connection is left.
+	unmarked6 bool
 
 	cleaner *conntrack.Cleaner // opened on first use
 }
@@ -153,7 +168,7 @@ func NewBackend(cfg nat.Config, opts ...Option) (*Backend, error) {
 }
 
 // Name implements engine.Backend.
-func (r *Backend) Name() string { return nat.DataplaneNftables }
+func (r *Backend) Name() nat.DataplaneName { return nat.DataplaneNftables }
 
 // flushMarkMax is the number of EIPs up to which ForgetFlows flushes by ct
 // mark (one kernel walk of the conntrack table per EIP); beyond it, it dumps
@@ -191,10 +206,13 @@ func (r *Backend) ForgetDNATFlows(ctx context.Context, dnats []nat.DNAT) error {
 }
 
 // ForgetFlows implements engine.Backend: every IPv4 connection to an EIP
-// or NATed through one carries the EIP as its ct mark, so the kernel
-// flushes them by mark. If that fails, or for many EIPs at once, it dumps
-// the table and deletes by address. IPv6 EIPs are always deleted by
-// address (from one dump of the IPv6 entries).
+// or NATed through one carries the EIP as its ct mark, and every IPv6 one
+// its IPv6 EIP's mark id (eip_marks6), so the kernel flushes them by mark,
+// one request per EIP. If that fails, or for many EIPs of a family at
+// once, it dumps that family's entries once and deletes by address; an
+// IPv6 address without a mark id (used by FIPs, DNATs or SNATs without an
+// IPv6 EIP object, whose connections carry no mark) is deleted by
+// address too.
 func (r *Backend) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
 	if len(eips) == 0 {
 		return nil
@@ -205,50 +223,79 @@ func (r *Backend) ForgetFlows(ctx context.Context, eips []netip.Addr) error {
 	if err := r.openCleaner(); err != nil {
 		return err
 	}
-	// IPv6 connections carry no ct mark (an IPv6 EIP does not fit one):
-	// one dump of the IPv6 entries, deleted by address.
-	v4 := make([]netip.Addr, 0, len(eips))
-	var v6 []netip.Addr
+	var v4, v6 []flushTarget
+	var byAddr []netip.Addr // no mark known
 	for _, a := range eips {
-		if a.Is6() {
-			v6 = append(v6, a)
-		} else {
-			v4 = append(v4, a)
+		if a.Is4() {
+			v4 = append(v4, flushTarget{a, conntrack.MarkOf(a)})
+			continue
+		}
+		id, ok := r.markOf6(a)
+		if !ok {
+			byAddr = append(byAddr, a)
+			continue
+		}
+		v6 = append(v6, flushTarget{a, id})
+	}
+	for _, fam := range []struct {
+		family  uint8
+		targets []flushTarget
+	}{{unix.AF_INET, v4}, {unix.AF_INET6, v6}} {
+		if len(fam.targets) > flushMarkMax || fam.family == unix.AF_INET6 && r.unmarked6 {
+			// Every flush by mark walks the whole conntrack hash
+			// table in the kernel; past a few dozen EIPs one dump
+			// is cheaper. IPv6 connections that predate their
+			// EIP's mark id carry another mark: only the address
+			// finds them.
+			for _, t := range fam.targets {
+				byAddr = append(byAddr, t.eip)
+			}
+			continue
+		}
+		var failed []netip.Addr
+		var errs []error
+		for _, t := range fam.targets {
+			if err := r.cleaner.FlushMark(ctx, fam.family, t.mark, 0xffffffff); err != nil {
+				errs = append(errs, err)
+				failed = append(failed, t.eip)
+			}
+		}
+		if len(failed) > 0 {
+			r.log.Error(errors.Join(errs...), "flush by ct mark failed, deleting by address", "eips", failed)
+			byAddr = append(byAddr, failed...)
 		}
 	}
-	if len(v6) > 0 {
-		if _, err := r.cleaner.DeleteByAddr(v6); err != nil {
-			return fmt.Errorf("nftables: forget flows of %d IPv6 EIPs: %w", len(v6), err)
-		}
-	}
-	eips = v4
-	if len(eips) == 0 {
+	if len(byAddr) == 0 {
 		return nil
 	}
-	if len(eips) > flushMarkMax {
-		// Every flush by mark walks the whole conntrack hash table in
-		// the kernel; past a few dozen EIPs one dump is cheaper.
-		if _, err := r.cleaner.DeleteByAddr(eips); err != nil {
-			return fmt.Errorf("nftables: forget flows of %d EIPs: %w", len(eips), err)
+	dumped6 := slices.ContainsFunc(byAddr, netip.Addr.Is6)
+	stale := 0
+	if _, err := r.cleaner.DeleteByAddrVisit(byAddr, func(origDst, replyDst netip.Addr, mark uint32) {
+		if r.predatesMark(origDst, mark) || r.predatesMark(replyDst, mark) {
+			stale++
 		}
-		return nil
+	}); err != nil {
+		return fmt.Errorf("nftables: forget flows of %d EIPs by address: %w", len(byAddr), err)
 	}
-	var failed []netip.Addr
-	var errs []error
-	for _, a := range eips {
-		if err := r.cleaner.FlushMark(ctx, conntrack.MarkOf(a), 0xffffffff); err != nil {
-			errs = append(errs, err)
-			failed = append(failed, a)
-		}
-	}
-	if len(failed) == 0 {
-		return nil
-	}
-	r.log.Error(errors.Join(errs...), "flush by ct mark failed, deleting by address", "eips", failed)
-	if _, err := r.cleaner.DeleteByAddr(failed); err != nil {
-		return fmt.Errorf("nftables: forget flows of %v: %w", failed, err)
+	if dumped6 {
+		// The dump saw every IPv6 connection left.
+		r.unmarked6 = stale > 0
 	}
 	return nil
+}
+
+// predatesMark reports whether a connection with destination a (original
+// or reply) and ct mark predates a's mark id: a holds an id, the mark is
+// not it.
+func (r *Backend) predatesMark(a netip.Addr, mark uint32) bool {
+	m, ok := r.marks6[a]
+	return ok && a.Is6() && m.id != mark
+}
+
+// flushTarget is an EIP and the ct mark of its connections.
+type flushTarget struct {
+	eip  netip.Addr
+	mark uint32
 }
 
 // Close implements engine.Backend: it settles (see Settle), sockets

@@ -72,6 +72,12 @@ func renderAll(objs []nat.Object, out setElems) error {
 			out[set] = append(out[set], es...)
 		}
 	}
+	// The IPv6 EIPs' mark ids, as a table made for objs holds them.
+	ch := &change{add: setElems{}}
+	if _, err := (&Backend{}).markFull(ch, objs); err != nil {
+		return err
+	}
+	out[setMarks6] = append(out[setMarks6], ch.add[setMarks6]...)
 	return nil
 }
 
@@ -281,6 +287,23 @@ func TestObjectsCheck(t *testing.T) {
 		{"IPv6 share slot count element missing", false, with(func(m map[string][]nft.SetElement) { delete(m, setShareMod6) }), false, false},
 		{"IPv6 share backend missing", false, with(func(m map[string][]nft.SetElement) { m[setShareBk6] = m[setShareBk6][1:] }), false, false},
 		{"IPv6 share slot twice", false, with(dupFirst(setShareBk6)), true, true},
+		{"IPv6 mark id missing", false, with(func(m map[string][]nft.SetElement) { m[setMarks6] = m[setMarks6][1:] }), false, false},
+		{"IPv6 mark id of another UID", false, with(func(m map[string][]nft.SetElement) {
+			m[setMarks6] = slices.Clone(m[setMarks6])
+			m[setMarks6][0].Comment = m[setMarks6][1].Comment
+		}), false, false},
+		{"IPv6 mark id used twice", false, with(func(m map[string][]nft.SetElement) {
+			m[setMarks6] = slices.Clone(m[setMarks6])
+			m[setMarks6][0].Val = m[setMarks6][1].Val
+		}), false, false},
+		{"IPv6 mark id out of range", false, with(func(m map[string][]nft.SetElement) {
+			m[setMarks6] = slices.Clone(m[setMarks6])
+			m[setMarks6][0].Val = binary.NativeEndian.AppendUint32(nil, 7) // a share slot count
+		}), false, false},
+		{"IPv6 mark id of no EIP", false, with(func(m map[string][]nft.SetElement) {
+			m[setMarks6] = append(m[setMarks6], markElem(addr("2001:db8::99"), markID{m[setMarks6][0].Comment, 0x00020000}))
+		}), false, false},
+		{"IPv6 mark id element twice", false, with(dupFirst(setMarks6)), true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			blocks := map[string][][]nft.SetElement{}

@@ -21,10 +21,10 @@ type Conn interface {
 	Tables(ctx context.Context, f nft.TableFamily) ([]string, error)
 	// Rules returns the rules of chain in t, in order; an error if the
 	// chain does not exist.
-	Rules(ctx context.Context, t Table, chain string) ([]RuleRef, error)
+	Rules(ctx context.Context, t Table, chain ChainName) ([]RuleRef, error)
 	// MapElements returns the elements of map name in t (key, value and
 	// comment); an error if the map does not exist.
-	MapElements(ctx context.Context, t Table, name string) ([]Element, error)
+	MapElements(ctx context.Context, t Table, name MapName) ([]Element, error)
 }
 
 // Netlink is a Conn over netlink, one socket per call: Apply sends its own
@@ -100,7 +100,7 @@ func (n *Netlink) Tables(ctx context.Context, f nft.TableFamily) ([]string, erro
 }
 
 // Rules implements Conn.
-func (n *Netlink) Rules(ctx context.Context, t Table, chain string) ([]RuleRef, error) {
+func (n *Netlink) Rules(ctx context.Context, t Table, chain ChainName) ([]RuleRef, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -112,7 +112,7 @@ func (n *Netlink) Rules(ctx context.Context, t Table, chain string) ([]RuleRef, 
 }
 
 // MapElements implements Conn.
-func (n *Netlink) MapElements(ctx context.Context, t Table, name string) ([]Element, error) {
+func (n *Netlink) MapElements(ctx context.Context, t Table, name MapName) ([]Element, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -137,9 +137,9 @@ func listTables(c *nft.Conn, f nft.TableFamily) ([]string, error) {
 }
 
 // listRules returns the rules of chain in t, read over c.
-func listRules(c *nft.Conn, t Table, chain string) ([]RuleRef, error) {
+func listRules(c *nft.Conn, t Table, chain ChainName) ([]RuleRef, error) {
 	tb := &nft.Table{Name: string(t.Name), Family: t.Family}
-	rules, err := c.GetRules(tb, &nft.Chain{Name: chain, Table: tb})
+	rules, err := c.GetRules(tb, &nft.Chain{Name: string(chain), Table: tb})
 	if err != nil {
 		return nil, fmt.Errorf("nftables: list %s %s: %w", t, chain, err)
 	}
@@ -151,8 +151,8 @@ func listRules(c *nft.Conn, t Table, chain string) ([]RuleRef, error) {
 }
 
 // listMapElements returns the elements of map name in t, read over c.
-func listMapElements(c *nft.Conn, t Table, name string) ([]Element, error) {
-	s, err := c.GetSetByName(&nft.Table{Name: string(t.Name), Family: t.Family}, name)
+func listMapElements(c *nft.Conn, t Table, name MapName) ([]Element, error) {
+	s, err := c.GetSetByName(&nft.Table{Name: string(t.Name), Family: t.Family}, string(name))
 	if err != nil {
 		return nil, fmt.Errorf("nftables: map %s %s: %w", t, name, err)
 	}
@@ -169,7 +169,7 @@ func listMapElements(c *nft.Conn, t Table, name string) ([]Element, error) {
 
 // FindRule returns the handle of the first rule of chain tagged tag (ok
 // false if none).
-func FindRule(ctx context.Context, c Conn, t Table, chain, tag string) (handle uint64, ok bool, err error) {
+func FindRule(ctx context.Context, c Conn, t Table, chain ChainName, tag string) (handle uint64, ok bool, err error) {
 	rules, err := c.Rules(ctx, t, chain)
 	if err != nil {
 		return 0, false, err
@@ -185,7 +185,7 @@ func FindRule(ctx context.Context, c Conn, t Table, chain, tag string) (handle u
 // AddRuleOnce adds r to chain (first with insert, else last) in one
 // transaction unless a rule tagged r.Tag is there; added says whether it
 // added it.
-func AddRuleOnce(ctx context.Context, c Conn, t Table, chain string, r Rule, insert bool) (added bool, err error) {
+func AddRuleOnce(ctx context.Context, c Conn, t Table, chain ChainName, r Rule, insert bool) (added bool, err error) {
 	if _, found, err := FindRule(ctx, c, t, chain, r.Tag); err != nil || found {
 		return false, err
 	}

@@ -34,22 +34,22 @@ func (tx *Tx) Encode(b *Batch) error {
 				ae.Uint32(unix.NFTA_TABLE_FLAGS, 0)
 			})
 		case opAddChain:
-			err = b.Msg(fam, unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, "add chain "+o.chain.Name, func(ae *netlink.AttributeEncoder) {
+			err = b.Msg(fam, unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, "add chain "+string(o.chain.Name), func(ae *netlink.AttributeEncoder) {
 				ChainAttrs(ae, tn, o.chain)
 			})
 		case opFlushChain:
-			err = b.Msg(fam, unix.NFT_MSG_DELRULE, 0, "flush chain "+o.chain.Name, func(ae *netlink.AttributeEncoder) {
+			err = b.Msg(fam, unix.NFT_MSG_DELRULE, 0, "flush chain "+string(o.chain.Name), func(ae *netlink.AttributeEncoder) {
 				ae.String(unix.NFTA_RULE_TABLE, tn)
-				ae.String(unix.NFTA_RULE_CHAIN, o.chain.Name)
+				ae.String(unix.NFTA_RULE_CHAIN, string(o.chain.Name))
 			})
 		case opAppendRule, opInsertRule:
 			flags := uint16(unix.NLM_F_CREATE | unix.NLM_F_ECHO)
 			if o.kind == opAppendRule {
 				flags |= unix.NLM_F_APPEND
 			}
-			err = b.Msg(fam, unix.NFT_MSG_NEWRULE, flags, "add rule to "+o.chain.Name, func(ae *netlink.AttributeEncoder) {
+			err = b.Msg(fam, unix.NFT_MSG_NEWRULE, flags, "add rule to "+string(o.chain.Name), func(ae *netlink.AttributeEncoder) {
 				ae.String(unix.NFTA_RULE_TABLE, tn)
-				ae.String(unix.NFTA_RULE_CHAIN, o.chain.Name)
+				ae.String(unix.NFTA_RULE_CHAIN, string(o.chain.Name))
 				ae.Nested(unix.NFTA_RULE_EXPRESSIONS, func(list *netlink.AttributeEncoder) error {
 					for _, e := range o.rule.Exprs {
 						e := withSetID(e, tn, ids)
@@ -62,17 +62,17 @@ func (tx *Tx) Encode(b *Batch) error {
 				}
 			})
 		case opDeleteRule:
-			err = b.Msg(fam, unix.NFT_MSG_DELRULE, 0, "delete rule of "+o.chain.Name, func(ae *netlink.AttributeEncoder) {
+			err = b.Msg(fam, unix.NFT_MSG_DELRULE, 0, "delete rule of "+string(o.chain.Name), func(ae *netlink.AttributeEncoder) {
 				ae.String(unix.NFTA_RULE_TABLE, tn)
-				ae.String(unix.NFTA_RULE_CHAIN, o.chain.Name)
+				ae.String(unix.NFTA_RULE_CHAIN, string(o.chain.Name))
 				ae.Uint64(unix.NFTA_RULE_HANDLE, o.handle)
 			})
 		case opAddMap:
 			id := SetIDs.Add(1) + 1<<20
-			ids[tn+" "+o.set.Name] = id
-			err = b.Msg(fam, unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, "add map "+o.set.Name, func(ae *netlink.AttributeEncoder) {
+			ids[tn+" "+string(o.set.Name)] = id
+			err = b.Msg(fam, unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, "add map "+string(o.set.Name), func(ae *netlink.AttributeEncoder) {
 				ae.String(unix.NFTA_SET_TABLE, tn)
-				ae.String(unix.NFTA_SET_NAME, o.set.Name)
+				ae.String(unix.NFTA_SET_NAME, string(o.set.Name))
 				ae.Uint32(unix.NFTA_SET_FLAGS, unix.NFT_SET_MAP)
 				ae.Uint32(unix.NFTA_SET_KEY_TYPE, o.set.KeyType.GetNFTMagic())
 				ae.Uint32(unix.NFTA_SET_KEY_LEN, o.set.KeyType.Bytes)
@@ -81,16 +81,16 @@ func (tx *Tx) Encode(b *Batch) error {
 				ae.Uint32(unix.NFTA_SET_DATA_LEN, o.set.DataType.Bytes)
 			})
 		case opFlushMap:
-			err = b.Msg(fam, unix.NFT_MSG_DELSETELEM, 0, "flush map "+o.set.Name, func(ae *netlink.AttributeEncoder) {
+			err = b.Msg(fam, unix.NFT_MSG_DELSETELEM, 0, "flush map "+string(o.set.Name), func(ae *netlink.AttributeEncoder) {
 				ae.String(unix.NFTA_SET_TABLE, tn)
-				ae.String(unix.NFTA_SET_NAME, o.set.Name)
+				ae.String(unix.NFTA_SET_NAME, string(o.set.Name))
 			})
 		case opAddElements:
 			els := make([]nft.SetElement, len(o.elements))
 			for i, e := range o.elements {
 				els[i] = nft.SetElement{Key: e.Key, Val: e.Val, Comment: e.Comment}
 			}
-			b.Elements(fam, tn, o.set.Name, false, false, els)
+			b.Elements(fam, tn, string(o.set.Name), false, false, els)
 		default:
 			err = fmt.Errorf("unknown operation %d on %s", o.kind, o.table)
 		}
@@ -118,7 +118,7 @@ func dataType(t nft.SetDatatype) uint32 {
 // type.
 func ChainAttrs(ae *netlink.AttributeEncoder, table string, c Chain) {
 	ae.String(unix.NFTA_CHAIN_TABLE, table)
-	ae.String(unix.NFTA_CHAIN_NAME, c.Name)
+	ae.String(unix.NFTA_CHAIN_NAME, string(c.Name))
 	if c.Hook == nil || c.Priority == nil {
 		return
 	}

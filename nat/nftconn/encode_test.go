@@ -21,7 +21,7 @@ func TestEncodeMatchesLibrary(t *testing.T) {
 	lookup := Rule{
 		Exprs: []expr.Any{
 			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-			&expr.Lookup{SourceRegister: 1, DestRegister: 0, IsDestRegSet: true, SetName: m.Name},
+			&expr.Lookup{SourceRegister: 1, DestRegister: 0, IsDestRegSet: true, SetName: string(m.Name)},
 		},
 		Tag: "look",
 	}
@@ -32,10 +32,10 @@ func TestEncodeMatchesLibrary(t *testing.T) {
 	}
 	tx := baseTx()
 	tx.AddMap(testTable, m)
-	tx.AppendRule(testTable, "post", lookup)
-	tx.InsertRule(testTable, "post", masq)
-	tx.DeleteRule(testTable, "post", 7, "x")
-	tx.FlushChain(testTable, "post")
+	tx.AppendRule(testTable, testChain, lookup)
+	tx.InsertRule(testTable, testChain, masq)
+	tx.DeleteRule(testTable, testChain, 7, "x")
+	tx.FlushChain(testTable, testChain)
 	tx.FlushMap(testTable, m.Name)
 	tx.DeleteTable(testTable)
 	ours := NewBatch(1, 0, nil)
@@ -56,11 +56,11 @@ func TestEncodeMatchesLibrary(t *testing.T) {
 		t.Fatal(err)
 	}
 	tb := &nft.Table{Name: string(testTable.Name), Family: testTable.Family}
-	post := &nft.Chain{Name: "post", Table: tb}
+	post := &nft.Chain{Name: string(testChain), Table: tb}
 	lib.AddTable(tb)
-	lib.AddChain(&nft.Chain{Name: "post", Table: tb, Type: nft.ChainTypeNAT, Hooknum: nft.ChainHookPostrouting, Priority: nft.ChainPriorityNATSource})
+	lib.AddChain(&nft.Chain{Name: string(testChain), Table: tb, Type: nft.ChainTypeNAT, Hooknum: nft.ChainHookPostrouting, Priority: nft.ChainPriorityNATSource})
 	lib.AddChain(&nft.Chain{Name: "plain", Table: tb})
-	set := &nft.Set{Table: tb, Name: m.Name, IsMap: true, KeyType: m.KeyType, DataType: m.DataType, ID: 0xabcdef}
+	set := &nft.Set{Table: tb, Name: string(m.Name), IsMap: true, KeyType: m.KeyType, DataType: m.DataType, ID: 0xabcdef}
 	if err := lib.AddSet(set, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ type fakeRule struct {
 // NewFake returns a Fake without tables.
 func NewFake() *Fake { return &Fake{tables: map[Table]*fakeTable{}} }
 
-func (t *fakeTable) chain(name string) *fakeChain {
+func (t *fakeTable) chain(name ChainName) *fakeChain {
 	for _, c := range t.chains {
 		if c.spec.Name == name {
 			return c
@@ -57,7 +57,7 @@ func (t *fakeTable) chain(name string) *fakeChain {
 	return nil
 }
 
-func (t *fakeTable) set(name string) *fakeMap {
+func (t *fakeTable) set(name MapName) *fakeMap {
 	for _, m := range t.maps {
 		if m.spec.Name == name {
 			return m
@@ -124,7 +124,7 @@ func (f *Fake) Apply(ctx context.Context, tx *Tx) error {
 				m = t.set(o.set.Name)
 			}
 			if m == nil {
-				err = missing("map " + o.table.String() + " " + o.set.Name)
+				err = missing("map " + o.table.String() + " " + string(o.set.Name))
 				break
 			}
 			if o.kind == opFlushMap {
@@ -138,7 +138,7 @@ func (f *Fake) Apply(ctx context.Context, tx *Tx) error {
 				c = t.chain(o.chain.Name)
 			}
 			if c == nil {
-				err = missing("chain " + o.table.String() + " " + o.chain.Name)
+				err = missing("chain " + o.table.String() + " " + string(o.chain.Name))
 				break
 			}
 			switch o.kind {
@@ -184,7 +184,7 @@ func (m *fakeMap) add(els []Element) error {
 }
 
 // MapElements implements Conn.
-func (f *Fake) MapElements(ctx context.Context, t Table, name string) ([]Element, error) {
+func (f *Fake) MapElements(ctx context.Context, t Table, name MapName) ([]Element, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -218,7 +218,7 @@ func (f *Fake) Tables(ctx context.Context, fam nft.TableFamily) ([]string, error
 }
 
 // Rules implements Conn.
-func (f *Fake) Rules(ctx context.Context, t Table, chain string) ([]RuleRef, error) {
+func (f *Fake) Rules(ctx context.Context, t Table, chain ChainName) ([]RuleRef, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -326,21 +326,21 @@ func (f *Fake) NotListed(t Table, listing string) []string {
 		}
 	}
 	for _, m := range ft.maps {
-		if rest, ok := block("map", m.spec.Name); ok {
+		if rest, ok := block("map", string(m.spec.Name)); ok {
 			texts := make([]string, len(m.elements))
 			for i, e := range m.elements {
 				texts[i] = e.Text
 			}
-			find(rest, m.spec.Name, "", texts, false)
+			find(rest, string(m.spec.Name), "", texts, false)
 		}
 	}
 	for _, c := range ft.chains {
-		if rest, ok := block("chain", c.spec.Name); ok {
+		if rest, ok := block("chain", string(c.spec.Name)); ok {
 			texts := make([]string, len(c.rules))
 			for i, r := range c.rules {
 				texts[i] = r.rule.Text
 			}
-			find(rest, c.spec.Name, "\t", texts, true)
+			find(rest, string(c.spec.Name), "\t", texts, true)
 		}
 	}
 	return out

@@ -47,9 +47,9 @@ func TestNetlink(t *testing.T) {
 		}
 	}
 	tx := baseTx()
-	tx.AppendRule(testTable, "post", masq(2))
-	tx.InsertRule(testTable, "post", masq(1))
-	tx.AppendRule(testTable, "post", masq(3))
+	tx.AppendRule(testTable, testChain, masq(2))
+	tx.InsertRule(testTable, testChain, masq(1))
+	tx.AppendRule(testTable, testChain, masq(3))
 	both := func(what string, tx *Tx) {
 		t.Helper()
 		for _, c := range []Conn{k, f} {
@@ -59,7 +59,7 @@ func TestNetlink(t *testing.T) {
 		}
 	}
 	both("build", tx)
-	rk, err := k.Rules(ctx, testTable, "post")
+	rk, err := k.Rules(ctx, testTable, testChain)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,21 +74,21 @@ func TestNetlink(t *testing.T) {
 		t.Fatalf("nft does not list %q:\n%s", miss, listing)
 	}
 	bad := &Tx{}
-	bad.AppendRule(testTable, "post", masq(4))
-	bad.DeleteRule(testTable, "post", rk[2].Handle+1000, "")
+	bad.AppendRule(testTable, testChain, masq(4))
+	bad.DeleteRule(testTable, testChain, rk[2].Handle+1000, "")
 	if err := k.Apply(ctx, bad); err == nil || !errors.Is(err, unix.ENOENT) {
 		t.Fatalf("a delete of a missing rule: %v, want ENOENT", err)
 	}
 	del := &Tx{}
-	del.DeleteRule(testTable, "post", rk[1].Handle, "m2")
+	del.DeleteRule(testTable, testChain, rk[1].Handle, "m2")
 	if err := k.Apply(ctx, del); err != nil {
 		t.Fatal(err)
 	}
-	if rk, err := k.Rules(ctx, testTable, "post"); err != nil || len(rk) != 2 || rk[0].Tag != "m1" || rk[1].Tag != "m3" {
+	if rk, err := k.Rules(ctx, testTable, testChain); err != nil || len(rk) != 2 || rk[0].Tag != "m1" || rk[1].Tag != "m3" {
 		t.Fatalf("after the refused transaction and the delete of m2: %+v, %v", rk, err)
 	}
 	flush := &Tx{}
-	flush.FlushChain(testTable, "post")
+	flush.FlushChain(testTable, testChain)
 	flush.DeleteTable(testTable)
 	if err := k.Apply(ctx, flush); err != nil {
 		t.Fatal(err)
@@ -242,14 +242,14 @@ func TestLasting(t *testing.T) {
 	tx := baseTx()
 	tx.AddMap(testTable, classMap)
 	tx.AddElements(testTable, classMap.Name, el(1, 1, "a"))
-	tx.AppendRule(testTable, "post", masq)
+	tx.AppendRule(testTable, testChain, masq)
 	if err := l.Apply(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
 	sock := l.Socket()
 	bad := &Tx{}
-	bad.AppendRule(testTable, "post", masq)
-	bad.DeleteRule(testTable, "post", 1<<40, "")
+	bad.AppendRule(testTable, testChain, masq)
+	bad.DeleteRule(testTable, testChain, 1<<40, "")
 	if err := l.Apply(ctx, bad); !errors.Is(err, unix.ENOENT) {
 		t.Fatalf("a delete of a missing rule: %v, want ENOENT", err)
 	}
@@ -264,7 +264,7 @@ func TestLasting(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	rules, err := l.Rules(ctx, testTable, "post")
+	rules, err := l.Rules(ctx, testTable, testChain)
 	if err != nil || len(rules) != 1 || rules[0].Tag != "m" {
 		t.Fatalf("rules after Close and a new dial: %+v (%v), want one tagged m", rules, err)
 	}

@@ -163,13 +163,13 @@ func (l *Lasting) Tables(ctx context.Context, f nft.TableFamily) (names []string
 }
 
 // Rules implements Conn.
-func (l *Lasting) Rules(ctx context.Context, t Table, chain string) (refs []RuleRef, err error) {
+func (l *Lasting) Rules(ctx context.Context, t Table, chain ChainName) (refs []RuleRef, err error) {
 	err = l.read(ctx, func(c *nft.Conn) error { refs, err = listRules(c, t, chain); return err })
 	return refs, err
 }
 
 // MapElements implements Conn.
-func (l *Lasting) MapElements(ctx context.Context, t Table, name string) (els []Element, err error) {
+func (l *Lasting) MapElements(ctx context.Context, t Table, name MapName) (els []Element, err error) {
 	err = l.read(ctx, func(c *nft.Conn) error { els, err = listMapElements(c, t, name); return err })
 	return els, err
 }

@@ -1,10 +1,11 @@
 // Package nftconn is natgw's one way to talk to nftables: every table
-// name natgw owns (and the chain names other packages refer to) as a
-// const, a transaction as a value (Tx) that renders as nft text without a
-// kernel, a connection (Conn) that sends a Tx as one netlink batch in a
-// namespace, and a Fake connection that keeps the table in memory and
-// dumps it as `nft list table` would (knftables' Fake and Dump shape), for
-// golden tests that run without root.
+// name natgw owns (and the chain and map names of the tables laid out
+// over it, typed ChainName and MapName) as a const, a transaction as a
+// value (Tx) that renders as nft text without a kernel, a connection
+// (Conn) that sends a Tx as one netlink batch in a namespace, and a Fake
+// connection that keeps the table in memory and dumps it as `nft list
+// table` would (knftables' Fake and Dump shape), for golden tests that
+// run without root.
 //
 // # Layers
 //
@@ -34,10 +35,9 @@
 //
 // gwimage/lbsvc (table ip natgw_lbsvc), gwimage/vpclb (tables ip and ip6
 // natgw_vpclb), nat/planes (removal of the other plane's table inet/ip
-// natgw), nat/gwqos (table ip natgw_gwqos, chains IngressChain and
-// EgressChain; it finds its rules by their tags), nat/shape (table ip
-// natgw_shape: two maps of classids and a chain that looks them up) write
-// through Conn (Netlink). The main table (nat/nftables) keeps a Lasting
+// natgw), nat/gwqos (table ip natgw_gwqos, two chains; it finds its
+// rules by their tags), nat/shape (table ip natgw_shape: two maps of
+// classids and a chain that looks them up) write through Conn (Netlink). The main table (nat/nftables) keeps a Lasting
 // for its life (a small transaction costs ~11 µs: no dial per call),
 // commits its own Batches on the Lasting's Socket (its txn wraps a Batch,
 // its structural messages use Batch.Msg and ChainAttrs, its elements
@@ -95,14 +95,37 @@ const (
 	MainSetFIPSNAT = "fip_snat"
 )
 
-// Chain names that more than one package refers to.
-const (
-	// PreroutingChain is the NAT prerouting base chain of LBSvcTable.
-	PreroutingChain = "prerouting"
-	// PostroutingChain is the NAT postrouting base chain of LBSvcTable
-	// and VPCLBTable.
-	PostroutingChain = "postrouting"
-	// IngressChain and EgressChain are GatewayQoSTable's chains.
-	IngressChain = "ingress"
-	EgressChain  = "egress"
+// ChainName is the name of a chain of one of natgw's tables; MapName a
+// map's. Each table's layout names its chains and maps in its block below,
+// the one place each is spelled.
+type (
+	ChainName string
+	MapName   string
 )
+
+// GatewayQoSTable's chains (nat/gwqos): ingress classifies before DNAT,
+// egress after SNAT.
+const (
+	GatewayQoSIngressChain ChainName = "ingress"
+	GatewayQoSEgressChain  ChainName = "egress"
+)
+
+// ShapeTable's chain and maps (nat/shape): one chain that looks a packet's
+// classid up in the map of its direction.
+const (
+	ShapePostChain ChainName = "post"
+	// ShapeIngressMap is keyed by the connection's ct mark (the EIP).
+	ShapeIngressMap MapName = "ingress"
+	// ShapeEgressMap is keyed by the source address.
+	ShapeEgressMap MapName = "egress"
+)
+
+// LBSvcTable's chains (gwimage/lbsvc): NAT prerouting (the DNATs) and NAT
+// postrouting (the masquerades).
+const (
+	LBSvcPreroutingChain  ChainName = "prerouting"
+	LBSvcPostroutingChain ChainName = "postrouting"
+)
+
+// VPCLBTable's chain (gwimage/vpclb): NAT postrouting (the masquerades).
+const VPCLBPostroutingChain ChainName = "postrouting"

@@ -14,10 +14,13 @@ import (
 
 var testTable = Table{Family: nft.TableFamilyIPv4, Name: "t"}
 
+// testChain is testTable's NAT postrouting base chain.
+const testChain ChainName = "post"
+
 func baseTx() *Tx {
 	tx := &Tx{}
 	tx.AddTable(testTable)
-	tx.AddChain(testTable, Chain{Name: "post", Type: nft.ChainTypeNAT, Hook: nft.ChainHookPostrouting, Priority: nft.ChainPriorityNATSource})
+	tx.AddChain(testTable, Chain{Name: testChain, Type: nft.ChainTypeNAT, Hook: nft.ChainHookPostrouting, Priority: nft.ChainPriorityNATSource})
 	tx.AddChain(testTable, Chain{Name: "plain"})
 	return tx
 }
@@ -32,20 +35,20 @@ func TestFakeApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	tx := &Tx{}
-	tx.AppendRule(testTable, "post", Rule{Text: "b", Tag: "tb"})
-	tx.InsertRule(testTable, "post", Rule{Text: "a", Tag: "ta"})
+	tx.AppendRule(testTable, testChain, Rule{Text: "b", Tag: "tb"})
+	tx.InsertRule(testTable, testChain, Rule{Text: "a", Tag: "ta"})
 	if err := f.Apply(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
 	before := f.Dump()
 	for name, bad := range map[string]func(*Tx){
 		"rule in a missing chain":  func(tx *Tx) { tx.AppendRule(testTable, "nope", Rule{Text: "x"}) },
-		"missing rule handle":      func(tx *Tx) { tx.DeleteRule(testTable, "post", 99, "") },
+		"missing rule handle":      func(tx *Tx) { tx.DeleteRule(testTable, testChain, 99, "") },
 		"delete a missing table":   func(tx *Tx) { tx.DeleteTable(Table{Family: nft.TableFamilyIPv6, Name: "t"}) },
 		"chain in a missing table": func(tx *Tx) { tx.AddChain(Table{Family: nft.TableFamilyINet, Name: "t"}, Chain{Name: "c"}) },
 	} {
 		tx := &Tx{}
-		tx.AppendRule(testTable, "post", Rule{Text: "c"}) // valid, must not stay
+		tx.AppendRule(testTable, testChain, Rule{Text: "c"}) // valid, must not stay
 		bad(tx)
 		if err := f.Apply(ctx, tx); !errors.Is(err, unix.ENOENT) {
 			t.Errorf("%s: %v, want ENOENT", name, err)
@@ -54,40 +57,40 @@ func TestFakeApply(t *testing.T) {
 			t.Errorf("%s: a refused transaction changed the table:\n%s", name, got)
 		}
 	}
-	refs, err := f.Rules(ctx, testTable, "post")
+	refs, err := f.Rules(ctx, testTable, testChain)
 	if err != nil || len(refs) != 2 || refs[0].Tag != "ta" || refs[1].Tag != "tb" {
 		t.Fatalf("rules: %+v, %v; want ta then tb", refs, err)
 	}
-	h, ok, err := FindRule(ctx, f, testTable, "post", "tb")
+	h, ok, err := FindRule(ctx, f, testTable, testChain, "tb")
 	if err != nil || !ok || h != refs[1].Handle {
 		t.Fatalf("FindRule tb: %d %v %v", h, ok, err)
 	}
 	del := &Tx{}
-	del.DeleteRule(testTable, "post", h, "tb")
+	del.DeleteRule(testTable, testChain, h, "tb")
 	if err := f.Apply(ctx, del); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, _ := FindRule(ctx, f, testTable, "post", "tb"); ok {
+	if _, ok, _ := FindRule(ctx, f, testTable, testChain, "tb"); ok {
 		t.Fatal("tb still there after its delete")
 	}
 	for i, want := range []bool{true, false} {
-		added, err := AddRuleOnce(ctx, f, testTable, "post", Rule{Text: "once", Tag: "once"}, true)
+		added, err := AddRuleOnce(ctx, f, testTable, testChain, Rule{Text: "once", Tag: "once"}, true)
 		if err != nil || added != want {
 			t.Fatalf("AddRuleOnce %d: added %v, %v; want %v", i+1, added, err, want)
 		}
 	}
-	if refs, _ := f.Rules(ctx, testTable, "post"); len(refs) != 2 || refs[0].Tag != "once" {
+	if refs, _ := f.Rules(ctx, testTable, testChain); len(refs) != 2 || refs[0].Tag != "once" {
 		t.Fatalf("after AddRuleOnce (insert) twice: %+v, want once first, one copy", refs)
 	}
 	if _, err := AddRuleOnce(ctx, f, testTable, "nope", Rule{Tag: "x"}, false); !errors.Is(err, unix.ENOENT) {
 		t.Fatalf("AddRuleOnce on a missing chain: %v", err)
 	}
 	flush := &Tx{}
-	flush.FlushChain(testTable, "post")
+	flush.FlushChain(testTable, testChain)
 	if err := f.Apply(ctx, flush); err != nil {
 		t.Fatal(err)
 	}
-	if refs, err := f.Rules(ctx, testTable, "post"); err != nil || len(refs) != 0 {
+	if refs, err := f.Rules(ctx, testTable, testChain); err != nil || len(refs) != 0 {
 		t.Fatalf("after a flush: %+v, %v", refs, err)
 	}
 	if names, _ := f.Tables(ctx, nft.TableFamilyIPv4); !slices.Equal(names, []string{"t"}) {
@@ -103,8 +106,8 @@ func TestFakeApply(t *testing.T) {
 // order.
 func TestTextAndNotListed(t *testing.T) {
 	tx := baseTx()
-	tx.AppendRule(testTable, "post", Rule{Text: "ip daddr 10.0.0.1 masquerade", Tag: "m1"})
-	tx.AppendRule(testTable, "post", Rule{Text: "ip daddr 10.0.0.2 masquerade"})
+	tx.AppendRule(testTable, testChain, Rule{Text: "ip daddr 10.0.0.1 masquerade", Tag: "m1"})
+	tx.AppendRule(testTable, testChain, Rule{Text: "ip daddr 10.0.0.2 masquerade"})
 	want := "add table ip t\n" +
 		"add chain ip t post { type nat hook postrouting priority srcnat; policy accept; }\n" +
 		"add chain ip t plain\n" +

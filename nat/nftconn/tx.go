@@ -41,7 +41,7 @@ func FamilyName(f nft.TableFamily) string {
 // Chain is a chain's spec: a base chain has Hook and Priority (and Type),
 // a regular chain neither.
 type Chain struct {
-	Name     string
+	Name     ChainName
 	Type     nft.ChainType
 	Hook     *nft.ChainHook
 	Priority *nft.ChainPriority
@@ -96,7 +96,7 @@ func (r Rule) line() string {
 // Map is a map's spec: its name and the datatypes of its keys and values
 // (google/nftables' SetDatatype, whose Name is nft's type name).
 type Map struct {
-	Name     string
+	Name     MapName
 	KeyType  nft.SetDatatype
 	DataType nft.SetDatatype
 }
@@ -163,23 +163,23 @@ func (tx *Tx) AddChain(t Table, c Chain) {
 
 // FlushChain deletes every rule of chain; the transaction fails if the
 // chain does not exist.
-func (tx *Tx) FlushChain(t Table, chain string) {
+func (tx *Tx) FlushChain(t Table, chain ChainName) {
 	tx.ops = append(tx.ops, op{kind: opFlushChain, table: t, chain: Chain{Name: chain}})
 }
 
 // AppendRule adds r at the end of chain.
-func (tx *Tx) AppendRule(t Table, chain string, r Rule) {
+func (tx *Tx) AppendRule(t Table, chain ChainName, r Rule) {
 	tx.ops = append(tx.ops, op{kind: opAppendRule, table: t, chain: Chain{Name: chain}, rule: r})
 }
 
 // InsertRule adds r at the start of chain (iptables' -I).
-func (tx *Tx) InsertRule(t Table, chain string, r Rule) {
+func (tx *Tx) InsertRule(t Table, chain ChainName, r Rule) {
 	tx.ops = append(tx.ops, op{kind: opInsertRule, table: t, chain: Chain{Name: chain}, rule: r})
 }
 
 // DeleteRule deletes the rule of chain with handle h (tag is for the
 // text only); the transaction fails if there is none.
-func (tx *Tx) DeleteRule(t Table, chain string, h uint64, tag string) {
+func (tx *Tx) DeleteRule(t Table, chain ChainName, h uint64, tag string) {
 	tx.ops = append(tx.ops, op{kind: opDeleteRule, table: t, chain: Chain{Name: chain}, handle: h, rule: Rule{Tag: tag}})
 }
 
@@ -188,14 +188,14 @@ func (tx *Tx) AddMap(t Table, m Map) { tx.ops = append(tx.ops, op{kind: opAddMap
 
 // FlushMap deletes every element of map name; the transaction fails if
 // the map does not exist.
-func (tx *Tx) FlushMap(t Table, name string) {
+func (tx *Tx) FlushMap(t Table, name MapName) {
 	tx.ops = append(tx.ops, op{kind: opFlushMap, table: t, set: Map{Name: name}})
 }
 
 // AddElements adds els to map name (a map added earlier in the same
 // transaction, or one that exists); an element whose key is there with
 // the same value is kept, with another value it fails the transaction.
-func (tx *Tx) AddElements(t Table, name string, els ...Element) {
+func (tx *Tx) AddElements(t Table, name MapName, els ...Element) {
 	if len(els) == 0 {
 		return
 	}

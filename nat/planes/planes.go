@@ -71,7 +71,7 @@ type plane struct {
 	remove func(ctx context.Context, ns *netns.NS) error
 }
 
-var planesByName = map[string]plane{
+var planesByName = map[nat.DataplaneName]plane{
 	nat.DataplaneNftables: {
 		open: func(ctx context.Context, cfg nat.Config) (nat.Dataplane, error) {
 			return nftables.New(ctx, cfg)
@@ -89,10 +89,9 @@ var planesByName = map[string]plane{
 	}, present: iptablesPresent, remove: iptablesRemove},
 }
 
-// lookup returns the data plane called name, or nat.CheckDataplaneName's
-// error.
-func lookup(name string) (plane, error) {
-	if err := nat.CheckDataplaneName(name); err != nil {
+// lookup returns the data plane called name, or its validity error.
+func lookup(name nat.DataplaneName) (plane, error) {
+	if err := name.Valid(); err != nil {
 		return plane{}, fmt.Errorf("planes: %w", err)
 	}
 	pl, ok := planesByName[name]
@@ -104,7 +103,7 @@ func lookup(name string) (plane, error) {
 
 // Open opens the backend of data plane name (one of Names) on cfg's
 // gateway.
-func Open(ctx context.Context, name string, cfg nat.Config) (nat.Dataplane, error) {
+func Open(ctx context.Context, name nat.DataplaneName, cfg nat.Config) (nat.Dataplane, error) {
 	pl, err := lookup(name)
 	if err != nil {
 		return nil, err
@@ -117,7 +116,7 @@ func Open(ctx context.Context, name string, cfg nat.Config) (nat.Dataplane, erro
 // rules and state (nftables.WithoutPlumbing, iptables.WithoutPlumbing). For
 // a replica of a highly available gateway, whose EIP addresses nat/ha
 // moves between the replicas.
-func OpenWithoutPlumbing(ctx context.Context, name string, cfg nat.Config) (nat.Dataplane, error) {
+func OpenWithoutPlumbing(ctx context.Context, name nat.DataplaneName, cfg nat.Config) (nat.Dataplane, error) {
 	pl, err := lookup(name)
 	if err != nil {
 		return nil, err
@@ -128,7 +127,7 @@ func OpenWithoutPlumbing(ctx context.Context, name string, cfg nat.Config) (nat.
 // Emptied is what EmptyOthers removed.
 type Emptied struct {
 	// Planes are the data planes that held natgw state and were emptied.
-	Planes []string
+	Planes []nat.DataplaneName
 	// Objects are the objects they held (EIPs and routes among them, whose
 	// addresses and routes were removed from the namespace).
 	Objects []nat.Object
@@ -141,7 +140,7 @@ func (e Emptied) Empty() bool { return len(e.Planes) == 0 }
 // state in cfg's namespace. It returns what it removed; on error the
 // namespace may still hold some of the other data plane's state (never
 // less consistent than before: call it again).
-func EmptyOthers(ctx context.Context, keep string, cfg nat.Config) (Emptied, error) {
+func EmptyOthers(ctx context.Context, keep nat.DataplaneName, cfg nat.Config) (Emptied, error) {
 	return emptyOthers(ctx, keep, cfg, true)
 }
 
@@ -149,11 +148,11 @@ func EmptyOthers(ctx context.Context, keep string, cfg nat.Config) (Emptied, err
 // with OpenWithoutPlumbing: the other data planes' rules and state go, but
 // no address or route is removed (nat/ha owns them; they were never the
 // other data plane's to remove).
-func EmptyOthersWithoutPlumbing(ctx context.Context, keep string, cfg nat.Config) (Emptied, error) {
+func EmptyOthersWithoutPlumbing(ctx context.Context, keep nat.DataplaneName, cfg nat.Config) (Emptied, error) {
 	return emptyOthers(ctx, keep, cfg, false)
 }
 
-func emptyOthers(ctx context.Context, keep string, cfg nat.Config, unplumb bool) (Emptied, error) {
+func emptyOthers(ctx context.Context, keep nat.DataplaneName, cfg nat.Config, unplumb bool) (Emptied, error) {
 	if _, err := lookup(keep); err != nil {
 		return Emptied{}, err
 	}
@@ -195,7 +194,7 @@ func emptyOthers(ctx context.Context, keep string, cfg nat.Config, unplumb bool)
 
 // Holds reports whether data plane name holds natgw state (its table or
 // chains) in cfg's namespace. It creates nothing.
-func Holds(ctx context.Context, name string, cfg nat.Config) (bool, error) {
+func Holds(ctx context.Context, name nat.DataplaneName, cfg nat.Config) (bool, error) {
 	pl, err := lookup(name)
 	if err != nil {
 		return false, err

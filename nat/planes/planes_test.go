@@ -84,7 +84,7 @@ var (
 	route = nattest.Route(nattest.UID(nat.KindRoute, 0), netip.MustParsePrefix("10.9.0.0/16"), netlab.VMAddr(2), nat.DeviceInternal)
 )
 
-func open(t *testing.T, name string, cfg nat.Config) nat.Dataplane {
+func open(t *testing.T, name nat.DataplaneName, cfg nat.Config) nat.Dataplane {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -106,7 +106,7 @@ func apply(t *testing.T, dp nat.Dataplane, objs ...nat.Object) {
 
 // present reports whether data plane name holds natgw state in gw's
 // namespace.
-func present(t *testing.T, name string, gw *netlab.Gateway) bool {
+func present(t *testing.T, name nat.DataplaneName, gw *netlab.Gateway) bool {
 	t.Helper()
 	ns, err := netns.Open(gw.GW)
 	if err != nil {
@@ -141,7 +141,7 @@ func reaches(t *testing.T, gw *netlab.Gateway, addr netip.Addr) string {
 // address is put back by Restore).
 func TestSwitch(t *testing.T) {
 	type tc struct {
-		from, to string
+		from, to nat.DataplaneName
 		// killed: the previous cleanup stopped after removing the old
 		// data plane's addresses and routes.
 		killed bool
@@ -149,14 +149,14 @@ func TestSwitch(t *testing.T) {
 		shared bool
 	}
 	var cases []tc
-	for _, pair := range [][2]string{{nat.DataplaneNftables, nat.DataplaneIptables}, {nat.DataplaneIptables, nat.DataplaneNftables}} {
+	for _, pair := range [][2]nat.DataplaneName{{nat.DataplaneNftables, nat.DataplaneIptables}, {nat.DataplaneIptables, nat.DataplaneNftables}} {
 		for _, v := range []tc{{}, {killed: true}, {shared: true}} {
 			v.from, v.to = pair[0], pair[1]
 			cases = append(cases, v)
 		}
 	}
 	for _, c := range cases {
-		name := c.from + "-to-" + c.to
+		name := string(c.from) + "-to-" + string(c.to)
 		if c.killed {
 			name += "/killed"
 		}
@@ -266,9 +266,9 @@ func TestNothingToEmpty(t *testing.T) {
 // plane's rules and state but leaves the addresses and routes (nat/ha's)
 // where they are, and the new data plane adds none.
 func TestSwitchWithoutPlumbing(t *testing.T) {
-	for _, pair := range [][2]string{{nat.DataplaneNftables, nat.DataplaneIptables}, {nat.DataplaneIptables, nat.DataplaneNftables}} {
+	for _, pair := range [][2]nat.DataplaneName{{nat.DataplaneNftables, nat.DataplaneIptables}, {nat.DataplaneIptables, nat.DataplaneNftables}} {
 		from, to := pair[0], pair[1]
-		t.Run(from+"-to-"+to, func(t *testing.T) {
+		t.Run(string(from)+"-to-"+string(to), func(t *testing.T) {
 			lab := netlab.ForTest(t)
 			gw, err := lab.Gateway(netlab.GatewayOptions{})
 			if err != nil {

@@ -42,7 +42,7 @@ func Wrap(inner nat.Dataplane, cfg nat.Config) *Dataplane {
 }
 
 // Name is the wrapped data plane's.
-func (d *Dataplane) Name() string { return d.inner.Name() }
+func (d *Dataplane) Name() nat.DataplaneName { return d.inner.Name() }
 
 // BootID is the wrapped data plane's.
 func (d *Dataplane) BootID() string { return d.inner.BootID() }
@@ -158,7 +158,7 @@ func (d *Dataplane) load(ctx context.Context) error {
 	if d.shaped != nil {
 		return nil
 	}
-	have, err := Get(d.cfg)
+	have, err := Get(ctx, d.cfg)
 	if err != nil {
 		return err
 	}
@@ -186,8 +186,9 @@ func (d *Dataplane) load(ctx context.Context) error {
 
 // change sets the shaping to next, runs fn and sets it back if fn fails
 // (unless the failure leaves the kernel state unknown: then the shaping is
-// read again at the next call).
-func (d *Dataplane) change(next shaping, force bool, fn func() error) error {
+// read again at the next call). The setting back runs even when ctx ended
+// during fn (context.WithoutCancel): the shaping must not stay half-changed.
+func (d *Dataplane) change(ctx context.Context, next shaping, force bool, fn func() error) error {
 	if err := ValidateAll(next.list()); err != nil {
 		return fmt.Errorf("shape: %w", err)
 	}
@@ -202,7 +203,7 @@ func (d *Dataplane) change(next shaping, force bool, fn func() error) error {
 		}
 		return err
 	}
-	if err := Set(d.cfg, next.list()); err != nil {
+	if err := Set(ctx, d.cfg, next.list()); err != nil {
 		d.shaped = nil
 		return err
 	}
@@ -213,7 +214,7 @@ func (d *Dataplane) change(next shaping, force bool, fn func() error) error {
 	case errors.Is(err, nat.ErrUnknownState):
 		d.shaped = nil
 	default:
-		if rerr := Set(d.cfg, prev.list()); rerr != nil {
+		if rerr := Set(context.WithoutCancel(ctx), d.cfg, prev.list()); rerr != nil {
 			d.shaped = nil
 			return errors.Join(err, fmt.Errorf("shape: restoring the shaping after the failed change: %w", rerr))
 		}
@@ -270,7 +271,7 @@ func (d *Dataplane) Apply(ctx context.Context, objs ...nat.Object) error {
 		return err
 	}
 	next := d.next(nil, objs)
-	return d.change(next, false, func() error { return d.inner.Apply(ctx, stripped...) })
+	return d.change(ctx, next, false, func() error { return d.inner.Apply(ctx, stripped...) })
 }
 
 // Delete deletes uids and the shaping of those that are shaped EIPs.
@@ -284,7 +285,7 @@ func (d *Dataplane) Delete(ctx context.Context, uids ...string) error {
 	if len(next) == len(d.shaped) {
 		return d.inner.Delete(ctx, uids...)
 	}
-	return d.change(next, false, func() error { return d.inner.Delete(ctx, uids...) })
+	return d.change(ctx, next, false, func() error { return d.inner.Delete(ctx, uids...) })
 }
 
 // Change deletes uids and applies objs in one transaction of the wrapped
@@ -307,7 +308,7 @@ func (d *Dataplane) Change(ctx context.Context, objs []nat.Object, uids []string
 		return err
 	}
 	next := d.next(uids, objs)
-	return d.change(next, false, func() error { return ch.Change(ctx, stripped, uids) })
+	return d.change(ctx, next, false, func() error { return ch.Change(ctx, stripped, uids) })
 }
 
 // next is the shaping after deleting uids and applying objs: the current
@@ -352,7 +353,7 @@ func (d *Dataplane) Sync(ctx context.Context, desired []nat.Object) error {
 	if err := d.load(ctx); err != nil {
 		return err
 	}
-	return d.change(shapingOf(desired), true, func() error { return d.inner.Sync(ctx, stripped) })
+	return d.change(ctx, shapingOf(desired), true, func() error { return d.inner.Sync(ctx, stripped) })
 }
 
 // List returns the wrapped data plane's objects with their EIPs' QoS as

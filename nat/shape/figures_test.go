@@ -63,7 +63,7 @@ const figBurstMB = 1
 func (tp *topo) configure(ctx context.Context, t *testing.T, p plane, rateMbps, burstMB float64) {
 	t.Helper()
 	tp.police(ctx, t, nil)
-	if err := Set(tp.cfg, nil); err != nil {
+	if err := Set(t.Context(), tp.cfg, nil); err != nil {
 		t.Fatal(err)
 	}
 	switch p {
@@ -77,7 +77,7 @@ func (tp *topo) configure(ctx context.Context, t *testing.T, p plane, rateMbps, 
 			LeafDelay = 100 * time.Millisecond
 		}
 		l := Limit{RateMbps: rateMbps, BurstMB: burstMB}
-		if err := Set(tp.cfg, []EIP{{Address: labEIP, Ingress: l, Egress: l}}); err != nil {
+		if err := Set(t.Context(), tp.cfg, []EIP{{Address: labEIP, Ingress: l, Egress: l}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -249,7 +249,7 @@ func TestQoSFigures(t *testing.T) {
 	}
 	for _, tp := range topos {
 		tp.police(ctx, t, nil)
-		if err := Set(tp.cfg, nil); err != nil {
+		if err := Set(t.Context(), tp.cfg, nil); err != nil {
 			t.Error(err)
 		}
 	}

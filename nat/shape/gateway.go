@@ -1,6 +1,7 @@
 package shape
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -35,7 +36,7 @@ type GatewayClass struct {
 // and natgw's root qdisc of an interface left without classes. Everything
 // is validated first; an interface whose root qdisc is someone else's is
 // refused before anything is touched.
-func SetGateway(cfg nat.Config, prev, want []GatewayClass, commit func() error) error {
+func SetGateway(ctx context.Context, cfg nat.Config, prev, want []GatewayClass, commit func() error) error {
 	cfg = cfg.WithDefaults()
 	for i, c := range want {
 		if c.Minor < GatewayMinorBase || c.Minor == 0xffff {
@@ -48,7 +49,7 @@ func SetGateway(cfg nat.Config, prev, want []GatewayClass, commit func() error) 
 			return err
 		}
 	}
-	return withKernel(cfg, func(k *kernel) error { return k.setGateway(prev, want, commit) })
+	return withKernel(ctx, cfg, func(k *kernel) error { return k.setGateway(prev, want, commit) })
 }
 
 func (k *kernel) setGateway(prev, want []GatewayClass, commit func() error) (err error) {
@@ -172,10 +173,10 @@ const MaxGatewayClasses = 0xffff - GatewayMinorBase
 // HoldsGateway says whether every class of want is in cfg's kernel, under
 // natgw's root qdisc, with its rate (what a class deleted or changed by
 // hand lacks).
-func HoldsGateway(cfg nat.Config, want []GatewayClass) (bool, error) {
+func HoldsGateway(ctx context.Context, cfg nat.Config, want []GatewayClass) (bool, error) {
 	cfg = cfg.WithDefaults()
 	held := true
-	err := withKernel(cfg, func(k *kernel) error {
+	err := withKernel(ctx, cfg, func(k *kernel) error {
 		var err error
 		held, err = k.holds(want)
 		return err

@@ -116,7 +116,7 @@ func TestTableListed(t *testing.T) {
 	cfg := nat.Config{NetNS: ns}
 	f := nftconn.NewFake()
 	for i, eips := range layoutSteps() {
-		if err := Set(cfg, eips); err != nil {
+		if err := Set(t.Context(), cfg, eips); err != nil {
 			t.Fatalf("step %d: %v", i+1, err)
 		}
 		fakeSet(t, f, cfg.WithDefaults(), eips)
@@ -133,7 +133,7 @@ func TestTableListed(t *testing.T) {
 		if miss := f.NotListed(table, listing); miss != nil {
 			t.Errorf("step %d: the kernel does not list %q as the golden layout has it:\n%s", i+1, miss, listing)
 		}
-		got, err := Get(cfg)
+		got, err := Get(t.Context(), cfg)
 		if err != nil || len(got) != len(eips) {
 			t.Fatalf("step %d: Get = %+v, %v; want %+v", i+1, got, err, eips)
 		}

@@ -324,12 +324,12 @@ func stillUsed(cur []class, d direction, minor uint16, want []class) bool {
 // Set makes the gateway's EIP shaping exactly eips (cfg names the
 // namespace and interfaces; empty interface names are Kube-OVN's). No EIP
 // with a rate removes natgw's qdiscs and table.
-func Set(cfg nat.Config, eips []EIP) error {
+func Set(ctx context.Context, cfg nat.Config, eips []EIP) error {
 	cfg = cfg.WithDefaults()
 	if err := ValidateAll(eips); err != nil {
 		return err
 	}
-	return withKernel(cfg, func(k *kernel) error {
+	return withKernel(ctx, cfg, func(k *kernel) error {
 		cur, err := k.readMaps()
 		if err != nil {
 			return err
@@ -348,10 +348,10 @@ func Set(cfg nat.Config, eips []EIP) error {
 // shaped, so a drift check that compares it with what it wants sees the
 // difference and repairs it (Set and Dataplane.Sync write missing classes
 // again).
-func Get(cfg nat.Config) ([]EIP, error) {
+func Get(ctx context.Context, cfg nat.Config) ([]EIP, error) {
 	cfg = cfg.WithDefaults()
 	var out []EIP
-	err := withKernel(cfg, func(k *kernel) error {
+	err := withKernel(ctx, cfg, func(k *kernel) error {
 		cur, err := k.readMaps()
 		if err != nil {
 			return err
@@ -419,7 +419,10 @@ type kernel struct {
 	conn nftconn.Conn
 }
 
-func withKernel(cfg nat.Config, fn func(k *kernel) error) error {
+func withKernel(ctx context.Context, cfg nat.Config, fn func(k *kernel) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("shape: %w", err)
+	}
 	var h *netlink.Handle
 	var conn nftconn.Conn
 	if cfg.NetNS != "" {
@@ -440,22 +443,21 @@ func withKernel(cfg nat.Config, fn func(k *kernel) error) error {
 		conn = nftconn.Current()
 	}
 	defer h.Close()
-	return fn(&kernel{cfg: cfg, h: h, ctx: context.Background(), conn: conn})
+	return fn(&kernel{cfg: cfg, h: h, ctx: ctx, conn: conn})
 }
 
 // table is natgw's shaping table.
 var table = nftconn.Table{Family: nft.TableFamilyIPv4, Name: nftconn.ShapeTable}
 
-// mapOf is direction d's map (named for d): ingress is keyed by the
-// connection's ct mark (the EIP, conntrack.MarkOf), egress by the source
-// address; the values are classids (tc's major:minor, 4 bytes in host
-// order).
+// mapOf is direction d's map (nftconn.ShapeIngressMap or ShapeEgressMap):
+// ingress is keyed by the connection's ct mark (the EIP, conntrack.MarkOf),
+// egress by the source address; the values are classids (tc's
+// major:minor, 4 bytes in host order).
 func mapOf(d direction) nftconn.Map {
-	key := nft.TypeIPAddr
 	if d == ingress {
-		key = nft.TypeMark
+		return nftconn.Map{Name: nftconn.ShapeIngressMap, KeyType: nft.TypeMark, DataType: nft.TypeClassID}
 	}
-	return nftconn.Map{Name: d.String(), KeyType: key, DataType: nft.TypeClassID}
+	return nftconn.Map{Name: nftconn.ShapeEgressMap, KeyType: nft.TypeIPAddr, DataType: nft.TypeClassID}
 }
 
 // element is class c's element of its direction's map; its Text is as nft
@@ -792,7 +794,7 @@ func (k *kernel) writeTable(wanted, exists bool, want []class) error {
 }
 
 // postChain is the table's one chain.
-var postChain = nftconn.Chain{Name: "post", Type: nft.ChainTypeFilter, Hook: nft.ChainHookPostrouting, Priority: nft.ChainPriorityRef(200)}
+var postChain = nftconn.Chain{Name: nftconn.ShapePostChain, Type: nft.ChainTypeFilter, Hook: nft.ChainHookPostrouting, Priority: nft.ChainPriorityRef(200)}
 
 // tableTx is the transaction that makes the table hold want (exists:
 // whether it is there now): not wanted, the table deleted (nothing if it
@@ -847,7 +849,7 @@ func rules(cfg nat.Config) []nftconn.Rule {
 	}
 	setPrio := func(d direction) []expr.Any {
 		return []expr.Any{
-			&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: mapOf(d).Name},
+			&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: string(mapOf(d).Name)},
 			&expr.Meta{Key: expr.MetaKeyPRIORITY, SourceRegister: true, Register: 1},
 		}
 	}
@@ -875,7 +877,7 @@ type Update struct {
 // Change changes the shaping the gateway holds (read back from its kernel)
 // by updates, in order, and programs the result as Set does: validated
 // first, all or nothing. The other EIPs' classes are untouched.
-func Change(cfg nat.Config, updates []Update) error {
+func Change(ctx context.Context, cfg nat.Config, updates []Update) error {
 	cfg = cfg.WithDefaults()
 	for i, u := range updates {
 		f := fmt.Sprintf("updates[%d]", i)
@@ -886,7 +888,7 @@ func Change(cfg nat.Config, updates []Update) error {
 			return err
 		}
 	}
-	return withKernel(cfg, func(k *kernel) error {
+	return withKernel(ctx, cfg, func(k *kernel) error {
 		cur, err := k.readMaps()
 		if err != nil {
 			return err

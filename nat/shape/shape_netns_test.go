@@ -24,10 +24,10 @@ func TestShapeTCP(t *testing.T) {
 	defer cancel()
 	tp := newTopo(t, ctx, 0)
 	want := []EIP{{Address: labEIP, Ingress: Limit{RateMbps: 10, BurstMB: 0.1}, Egress: Limit{RateMbps: 10, BurstMB: 0.1}}}
-	if err := Set(tp.cfg, want); err != nil {
+	if err := Set(t.Context(), tp.cfg, want); err != nil {
 		t.Fatal(err)
 	}
-	got, err := Get(tp.cfg)
+	got, err := Get(t.Context(), tp.cfg)
 	if err != nil || len(got) != 1 || got[0] != want[0] {
 		t.Fatalf("Get = %+v, %v; want %+v", got, err, want)
 	}
@@ -61,7 +61,7 @@ func TestShapeTCP(t *testing.T) {
 			t.Errorf("%s: no ping through the EIP answered under load", dir)
 		}
 	}
-	if err := Set(tp.cfg, nil); err != nil {
+	if err := Set(t.Context(), tp.cfg, nil); err != nil {
 		t.Fatal(err)
 	}
 	rs, err := netlab.NftRuleset(ctx, tp.gw)
@@ -115,7 +115,7 @@ func TestWrapShapesEIPQoS(t *testing.T) {
 	wantShape := []EIP{{Address: labEIP, Ingress: Limit{RateMbps: 10, BurstMB: 125_000.0 / BytesPerMB}, Egress: Limit{RateMbps: 20}}}
 	checkShape := func(when string, want []EIP) {
 		t.Helper()
-		got, err := Get(tp.cfg)
+		got, err := Get(t.Context(), tp.cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,13 +189,13 @@ func TestWrapShapesEIPQoS(t *testing.T) {
 	checkShape("after a refused burst", wantShape)
 
 	// Someone else's root qdisc on net1: refused, eth0 untouched.
-	if err := Set(tp.cfg, nil); err != nil {
+	if err := Set(t.Context(), tp.cfg, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := netlab.Exec(ctx, tp.gw, "", "tc", "qdisc", "add", "dev", "net1", "root", "handle", "1:", "tbf", "rate", "1mbit", "burst", "10k", "latency", "50ms"); err != nil {
 		t.Fatal(err)
 	}
-	err = Set(tp.cfg, wantShape)
+	err = Set(t.Context(), tp.cfg, wantShape)
 	if err == nil || !strings.Contains(err.Error(), "net1") || !strings.Contains(err.Error(), "did not make") {
 		t.Fatalf("Set with a foreign root qdisc on net1: %v, want a refusal naming net1", err)
 	}
@@ -247,7 +247,7 @@ func TestLeafQueue(t *testing.T) {
 		rate float64
 		want string
 	}{{10, "limit 125000b"}, {1, "limit 24224b"}} {
-		if err := Set(tp.cfg, []EIP{{Address: labEIP, Egress: Limit{RateMbps: tc.rate}}}); err != nil {
+		if err := Set(t.Context(), tp.cfg, []EIP{{Address: labEIP, Egress: Limit{RateMbps: tc.rate}}}); err != nil {
 			t.Fatal(err)
 		}
 		q, err := netlab.Exec(ctx, tp.gw, "", "tc", "qdisc", "show", "dev", "net1")
@@ -258,7 +258,7 @@ func TestLeafQueue(t *testing.T) {
 			t.Errorf("%g Mbit/s: want a bfifo %s under 4e47:1:\n%s", tc.rate, tc.want, q)
 		}
 	}
-	if err := Set(tp.cfg, nil); err != nil {
+	if err := Set(t.Context(), tp.cfg, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -290,7 +290,7 @@ func TestLeafProbe(t *testing.T) {
 		{Address: netip.MustParseAddr("192.0.2.10"), Ingress: Limit{RateMbps: 10}, Egress: Limit{RateMbps: 10}},
 		{Address: netip.MustParseAddr("192.0.2.11"), Egress: Limit{RateMbps: 5}},
 	}
-	if err := Set(cfg, eips); err != nil {
+	if err := Set(t.Context(), cfg, eips); err != nil {
 		t.Fatal(err)
 	}
 	have, known := FqCodel()
@@ -298,7 +298,7 @@ func TestLeafProbe(t *testing.T) {
 		t.Fatalf("FqCodel() = %v, %v after the first classes; the kernel has it: %v", have, known, kernelHas)
 	}
 	eips[1].Egress.RateMbps = 6
-	if err := Set(cfg, eips); err != nil {
+	if err := Set(t.Context(), cfg, eips); err != nil {
 		t.Fatal(err)
 	}
 	if n := fqCodelProbes.Load(); n != 1 {
@@ -316,7 +316,7 @@ func TestLeafProbe(t *testing.T) {
 			t.Errorf("dev %s: no natgw root qdisc:\n%s", dev, out)
 		}
 	}
-	if err := Set(cfg, nil); err != nil {
+	if err := Set(t.Context(), cfg, nil); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,6 +1,7 @@
 package shape
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -213,7 +214,7 @@ func TestChangeRefusesBadInput(t *testing.T) {
 		{Update{Address: netip.MustParseAddr("192.0.2.1"), Limit: Limit{BurstMB: 1}}, "updates[0].limit.burstMB"},
 	} {
 		var fe *nat.FieldError
-		if err := Change(cfg, []Update{c.u}); !errors.As(err, &fe) || fe.Field != c.field {
+		if err := Change(t.Context(), cfg, []Update{c.u}); !errors.As(err, &fe) || fe.Field != c.field {
 			t.Errorf("Change(%+v) = %v, want a field error on %s", c.u, err, c.field)
 		}
 	}
@@ -236,6 +237,26 @@ func TestLeafKind(t *testing.T) {
 	} {
 		if got := leafKind(c.delay, c.state); got != c.want {
 			t.Errorf("leafKind(%v, %d) = %q, want %q", c.delay, c.state, got, c.want)
+		}
+	}
+}
+
+// TestCanceledContext: every call that reaches netlink takes the caller's
+// context, and an ended one is refused before any socket is opened (no
+// root needed).
+func TestCanceledContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	cfg := nat.Config{NetNS: "/nonexistent/natgw-test-ns"}
+	for name, call := range map[string]func() error{
+		"Set":          func() error { return Set(ctx, cfg, nil) },
+		"Get":          func() error { _, err := Get(ctx, cfg); return err },
+		"Change":       func() error { return Change(ctx, cfg, nil) },
+		"SetGateway":   func() error { return SetGateway(ctx, cfg, nil, nil, func() error { return nil }) },
+		"HoldsGateway": func() error { _, err := HoldsGateway(ctx, cfg, nil); return err },
+	} {
+		if err := call(); !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with a canceled context: %v, want context.Canceled", name, err)
 		}
 	}
 }

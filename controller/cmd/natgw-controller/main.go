@@ -59,7 +59,8 @@ type flags struct {
 	workers          int
 	sweepPeriod      time.Duration
 	driftPeriod      time.Duration
-	dataplane        string
+	dataplane        nat.DataplaneName
+	dataplaneArg     string // --dataplane as given; parsed into dataplane
 	transport        string
 	natgwBinary      string
 	gatewayConfig    string
@@ -75,12 +76,14 @@ type flags struct {
 	logJSON          bool
 	provision        bool
 	haGateways       bool
+	haLease          time.Duration
 	gatewayImage     string
 	serviceCIDR      string
 	networkSource    string
 	webhookPort      int
 	webhookCertDir   string
 	pprof            bool
+	syncParallel     int
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
@@ -90,9 +93,10 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	fs.DurationVar(&f.companionGrace, "companion-grace", companion.DefaultGrace, "companion mode: an unclaimed compat object is removed only once seen unclaimed and unchanged in two sweeps at least this far apart")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)")
 	fs.IntVar(&f.workers, "workers", 4, "parallel reconciles per kind (per-gateway ordering comes from the agent)")
+	fs.IntVar(&f.syncParallel, "gateway-sync-parallel", gateway.DefaultSyncParallel(), "gateways that connect (open their agent session and sync their desired set) at once; the others wait their turn, as at a cold start where every gateway syncs")
 	fs.DurationVar(&f.sweepPeriod, "sweep-period", 5*time.Minute, "period of the orphan sweep on every gateway (also runs on each (re)connect); 0 disables the periodic sweep")
 	fs.DurationVar(&f.driftPeriod, "drift-period", 10*time.Minute, "period of the drift check (fresh list compared to the desired set, repaired with sync); 0 disables it")
-	fs.StringVar(&f.dataplane, "dataplane", nat.DataplaneNftables, "data plane of every gateway's agent: nftables or iptables (per gateway: annotation "+reconciler.DataplaneAnnotation+" on the VpcNatGateway)")
+	fs.StringVar(&f.dataplaneArg, "dataplane", string(nat.DataplaneNftables), "data plane of every gateway's agent: nftables or iptables (per gateway: annotation "+reconciler.DataplaneAnnotation+" on the VpcNatGateway)")
 	fs.StringVar(&f.transport, "transport", "exec", "how to reach gateways: exec (pod exec into the gateway pod) or local (natgw serve in a network namespace on this host)")
 	fs.StringVar(&f.natgwBinary, "natgw-binary", "natgw", "path of the natgw binary (local transport), or its name inside the gateway container (exec transport)")
 	fs.StringVar(&f.gatewayConfig, "gateway-config", "", "YAML file mapping gateways to namespaces and external network settings (required for the local transport)")
@@ -118,6 +122,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	fs.BoolVar(&f.logJSON, "log-json", true, "structured JSON logs (false: text)")
 	fs.BoolVar(&f.provision, "provision-gateways", false, "replace mode: create each VpcNatGateway's gateway StatefulSet in Kube-OVN's shape (vpc-nat-gw-<name> in --pod-namespace) with --gateway-image, keep it in step with the spec and write the gateway's status as Kube-OVN does (controller/provision); Kube-OVN's VPC NAT gateway feature must be off")
 	fs.BoolVar(&f.haGateways, "ha-gateways", false, "with --provision-gateways: provision a VpcNatGateway that asks for 2 replicas (spec.replicas, or annotation "+provision.ReplicasAnnotation+") as two pods with pod anti-affinity and the ServiceAccount "+provision.GatewayServiceAccount+" (apply controller/config/ha for its Lease); each pod runs `natgw ha` (container natgw-ha) and the exec transport programs both (`serve --rules-only`); experimental: the lanIp's Kube-OVN Vip/aaps is not made yet. Off: such a gateway gets one pod and a Warning event")
+	fs.DurationVar(&f.haLease, "ha-lease", 0, "with --ha-gateways: the fence lease of two-replica gateways (natgw ha --lease; 0: its default, 250 ms). The active steps down when its Lease renewals keep failing for the lease minus two heartbeats, the standby takes over after a kill once it ran out: a slow API server needs more (1s in the cluster lab under load), at the cost of a gap that long after a kill")
 	fs.StringVar(&f.gatewayImage, "gateway-image", "", "with --provision-gateways: natgw's gateway image (Kube-OVN's vpcNatImage)")
 	fs.StringVar(&f.serviceCIDR, "service-cluster-ip-range", "10.96.0.0/12", "with --provision-gateways: the cluster's service CIDR, routed via the VPC subnet's gateway as Kube-OVN does (kube-ovn-controller's flag of the same name)")
 	fs.StringVar(&f.networkSource, "network-source", "", "replace mode: where gateways' networks come from: "+networkKubeOVN+" (Kube-OVN's Subnets: each EIP's prefix length from its external subnet, each gateway's default route via its external subnet's gateway and routes to its VPC's other subnets, as Kube-OVN does) or "+networkConfig+" (--gateway-config's externalPrefixLen and externalGateway, no VPC routes); default "+networkKubeOVN+" with --provision-gateways, else "+networkConfig)
@@ -145,9 +150,11 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	default:
 		return nil, fmt.Errorf("--network-source: %q is not %s or %s", f.networkSource, networkKubeOVN, networkConfig)
 	}
-	if err := nat.CheckDataplaneName(f.dataplane); err != nil {
-		return nil, fmt.Errorf("--dataplane: %w", err)
+	dp, err := nat.ParseDataplaneName("--dataplane", f.dataplaneArg)
+	if err != nil {
+		return nil, err
 	}
+	f.dataplane = dp
 	switch f.mode {
 	case modeReplace:
 	case modeCompanion:
@@ -178,6 +185,12 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 			return nil, errors.New("--provision-gateways needs --gateway-image")
 		}
 	}
+	if f.haLease != 0 && !f.haGateways {
+		return nil, errors.New("--ha-lease needs --ha-gateways")
+	}
+	if f.haLease < 0 || (f.haLease > 0 && f.haLease <= provision.MinHALease) {
+		return nil, fmt.Errorf("--ha-lease %s: want 0 (natgw ha's default, 250 ms) or more than %s", f.haLease, provision.MinHALease)
+	}
 	if f.haGateways && !f.provision {
 		return nil, errors.New("--ha-gateways needs --provision-gateways (it says how gateways are provisioned)")
 	}
@@ -186,6 +199,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	}
 	if f.webhookPort < 0 || f.webhookPort > 65535 {
 		return nil, fmt.Errorf("--webhook-port: %d is not a port", f.webhookPort)
+	}
+	if f.syncParallel < 1 {
+		return nil, fmt.Errorf("--gateway-sync-parallel: %d, want at least 1", f.syncParallel)
 	}
 	if f.workers < 1 {
 		return nil, fmt.Errorf("--workers: %d, want at least 1", f.workers)
@@ -308,6 +324,7 @@ func run() error {
 			Config:           cfg,
 			DefaultDataplane: f.dataplane,
 			SweepPeriod:      f.sweepPeriod,
+			SyncParallel:     f.syncParallel,
 			DriftPeriod:      f.driftPeriod,
 			Log:              log.WithName("gateway"),
 		},
@@ -330,7 +347,7 @@ func run() error {
 		}
 		if _, err := provision.Setup(mgr, provision.Options{
 			Namespace: f.podNamespace, GatewayNamespaces: f.gatewayNS, Image: f.gatewayImage, ServiceClusterIPRange: f.serviceCIDR,
-			HA: f.haGateways, StandbyLag: standbyLag, Workers: f.workers, Log: log.WithName("provision"),
+			HA: f.haGateways, HALease: f.haLease, StandbyLag: standbyLag, Workers: f.workers, Log: log.WithName("provision"),
 		}); err != nil {
 			return err
 		}

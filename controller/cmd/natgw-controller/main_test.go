@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/gateway"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -42,6 +43,9 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--transport=ssh"}, "--transport", nil},
 		{[]string{"--dataplane=ebpf"}, "--dataplane", nil},
 		{[]string{"--workers=0"}, "--workers", nil},
+		{[]string{"--gateway-sync-parallel=3"}, "", func(f *flags) bool { return f.syncParallel == 3 }},
+		{nil, "", func(f *flags) bool { return f.syncParallel == gateway.DefaultSyncParallel() && f.syncParallel >= 1 }},
+		{[]string{"--gateway-sync-parallel=0"}, "--gateway-sync-parallel: 0", nil},
 		{[]string{"--provision-gateways", "--gateway-image=natgw:1", "--service-cluster-ip-range=10.96.0.0/24"}, "", func(f *flags) bool {
 			return f.provision && f.gatewayImage == "natgw:1" && f.serviceCIDR == "10.96.0.0/24" && f.networkSource == networkKubeOVN
 		}},
@@ -52,6 +56,10 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--provision-gateways"}, "--gateway-image", nil},
 		{[]string{"--provision-gateways", "--gateway-image=x", "--ha-gateways"}, "", func(f *flags) bool { return f.haGateways }},
 		{[]string{"--ha-gateways"}, "--ha-gateways needs --provision-gateways", nil},
+		{[]string{"--provision-gateways", "--gateway-image=x", "--ha-gateways", "--ha-lease=1s"}, "", func(f *flags) bool { return f.haLease == time.Second }},
+		{[]string{"--provision-gateways", "--gateway-image=x", "--ha-lease=1s"}, "--ha-lease needs --ha-gateways", nil},
+		{[]string{"--provision-gateways", "--gateway-image=x", "--ha-gateways", "--ha-lease=50ms"}, "--ha-lease 50ms: want 0", nil},
+		{[]string{"--provision-gateways", "--gateway-image=x", "--ha-gateways", "--ha-lease=-1s"}, "--ha-lease -1s: want 0", nil},
 		{[]string{"--provision-gateways", "--gateway-image=x", "--gateway-namespaces=team-a, team-b"}, "", func(f *flags) bool {
 			return len(f.gatewayNS) == 2 && f.gatewayNS[0] == "team-a" && f.gatewayNS[1] == "team-b"
 		}},

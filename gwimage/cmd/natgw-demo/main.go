@@ -36,9 +36,10 @@ import (
 
 func main() {
 	natgw := flag.String("natgw", "gwimage/out/natgw", "the natgw binary")
-	dataplane := flag.String("dataplane", "nftables", "data plane: nftables or iptables")
+	dataplane := nat.DataplaneNftables
+	flag.Var(&dataplane, "dataplane", "data plane: nftables or iptables (default nftables)")
 	flag.Parse()
-	os.Exit(run(*natgw, *dataplane))
+	os.Exit(run(*natgw, dataplane))
 }
 
 // Addresses of the demo (the standard topology's).
@@ -66,19 +67,20 @@ func objects() []nat.Object {
 
 // demo holds the running demo.
 type demo struct {
-	natgw, dataplane string
-	out              io.Writer
-	start            time.Time
-	lab              *netlab.Lab
-	gw               *netlab.Gateway
-	agent            *exec.Cmd
-	agentDone        chan error
-	agentLog         *syncbuf.Buffer
-	client           *agentapi.Client
-	checks           int
+	natgw     string
+	dataplane nat.DataplaneName
+	out       io.Writer
+	start     time.Time
+	lab       *netlab.Lab
+	gw        *netlab.Gateway
+	agent     *exec.Cmd
+	agentDone chan error
+	agentLog  *syncbuf.Buffer
+	client    *agentapi.Client
+	checks    int
 }
 
-func run(natgw, dataplane string) int {
+func run(natgw string, dataplane nat.DataplaneName) int {
 	d := &demo{natgw: natgw, dataplane: dataplane, out: os.Stdout, start: time.Now()}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -200,7 +202,7 @@ func (d *demo) run(ctx context.Context) error {
 	d.ok("a lasting connection ext → %s:80 → vm1 is open and echoes", fipEIP)
 
 	d.section("state on the gateway")
-	list, err := exec.CommandContext(ctx, d.natgw, "--netns", d.gw.GW, "--dataplane", d.dataplane, "list").CombinedOutput()
+	list, err := exec.CommandContext(ctx, d.natgw, "--netns", d.gw.GW, "--dataplane", string(d.dataplane), "list").CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("natgw list: %w\n%s", err, list)
 	}
@@ -289,7 +291,7 @@ func translated(flows []netlab.Flow) []netlab.Flow {
 // startAgent starts `natgw serve` in the gateway namespace with a Client on
 // its pipes.
 func (d *demo) startAgent() error {
-	cmd := exec.Command(d.natgw, "--netns", d.gw.GW, "--dataplane", d.dataplane, "serve")
+	cmd := exec.Command(d.natgw, "--netns", d.gw.GW, "--dataplane", string(d.dataplane), "serve")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return err
@@ -359,14 +361,14 @@ func echo(c net.Conn, word string) error {
 }
 
 func (d *demo) filterCommand() string {
-	if d.dataplane == "iptables" {
+	if d.dataplane == nat.DataplaneIptables {
 		return "iptables-legacy-save -t nat"
 	}
 	return "nft list table inet natgw"
 }
 
 func (d *demo) filterState(ctx context.Context) (string, error) {
-	if d.dataplane == "iptables" {
+	if d.dataplane == nat.DataplaneIptables {
 		return netlab.Exec(ctx, d.gw.GW, "", "iptables-legacy-save", "-t", "nat")
 	}
 	return netlab.NftTable(ctx, d.gw.GW, "inet", string(nftconn.MainTable))

@@ -256,7 +256,7 @@ func TestProtocolRoundTrips(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if in.Dataplane != dpName || in.BootID == "" || in.Version == "" {
+			if string(in.Dataplane) != dpName || in.BootID == "" || in.Version == "" {
 				t.Fatalf("info of an empty gateway = %+v", in)
 			}
 			for k, c := range in.Counts {

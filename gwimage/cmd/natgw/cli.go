@@ -73,7 +73,7 @@ func cmdServe(ctx context.Context, e env, g *globals, args []string) int {
 	}
 	if _, wrapped := dp.(*shape.Dataplane); !wrapped {
 		// Policing: no shaping of an earlier --eip-qos=shape stays.
-		if err := shape.Set(g.config(log), nil); err != nil {
+		if err := shape.Set(ctx, g.config(log), nil); err != nil {
 			log.Error(err, "remove EIP shaping")
 			_ = dp.Close()
 			return exitFail
@@ -133,8 +133,8 @@ func markSynced(path string) error {
 func serveOptions(g *globals) []agentapi.Option {
 	return []agentapi.Option{
 		agentapi.WithReleaseMemory(1 << 20),
-		agentapi.WithGatewayQoS(func(_ context.Context, rules []gwqos.Rule) (bool, error) {
-			return gwqos.Ensure(g.config(logr.Discard()), withInterface(rules, g.extIface))
+		agentapi.WithGatewayQoS(func(ctx context.Context, rules []gwqos.Rule) (bool, error) {
+			return gwqos.Ensure(ctx, g.config(logr.Discard()), withInterface(rules, g.extIface))
 		}),
 	}
 }

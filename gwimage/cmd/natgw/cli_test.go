@@ -151,13 +151,19 @@ func TestCLI(t *testing.T) {
 		{[]string{"frobnicate"}, 2, "unknown command"},
 		{append(ns, "apply"), 2, "usage"},
 		{append(ns, "delete", "bad uid"), 2, "uid"},
-		{append(ns, "--dataplane", "pf", "list"), 1, "unknown data plane"},
+		{append(ns, "--dataplane", "pf", "list"), 2, `invalid value "pf" for flag -dataplane: unknown data plane "pf"`},
 		{[]string{"--netns", "/nonexistent/ns", "list"}, 1, "netns"},
 	} {
 		_, errOut, code := cli(t, "natgw", tc.args...)
 		if code != tc.code || !strings.Contains(errOut, tc.msg) {
 			t.Errorf("natgw %q: exit %d, stderr %q; want %d with %q", tc.args, code, errOut, tc.code, tc.msg)
 		}
+	}
+	// $NATGW_DATAPLANE is the flag's default: a bad one is refused too.
+	cmd := exec.Command(filepath.Join(binDir, "natgw"), append(ns, "list")...)
+	cmd.Env = append(os.Environ(), "NATGW_DATAPLANE=pf")
+	if _, errOut, code := runCmd(t, cmd); code != 1 || !strings.Contains(errOut, `unknown data plane "pf"`) {
+		t.Errorf("NATGW_DATAPLANE=pf natgw list: exit %d, stderr %q", code, errOut)
 	}
 	if v := mustCLI(t, "natgw", "version"); !strings.HasPrefix(v, "natgw ") {
 		t.Errorf("version %q", v)

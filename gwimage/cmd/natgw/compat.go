@@ -158,7 +158,7 @@ func runCompat(ctx context.Context, e env, g *globals, args []string) int {
 		return exitUsage
 	}
 	if plan.EIPQoS && g.eipQoS == eipQoSShape && g.dataplane == nat.DataplaneNftables {
-		if err := shapeEIPQoS(g, plan.GatewayQoS); err != nil {
+		if err := shapeEIPQoS(ctx, g, plan.GatewayQoS); err != nil {
 			fmt.Fprintf(e.stderr, "natgw: %s: %v\n", op, err)
 			return exitFail
 		}
@@ -167,7 +167,7 @@ func runCompat(ctx context.Context, e env, g *globals, args []string) int {
 	if len(plan.GatewayQoS) > 0 {
 		if plan.EIPQoS {
 			// Policed: no class of an earlier --eip-qos=shape stays.
-			if err := shape.Change(g.config(logr.Discard()), shapeUpdates(plan.GatewayQoS, true)); err != nil {
+			if err := shape.Change(ctx, g.config(logr.Discard()), shapeUpdates(plan.GatewayQoS, true)); err != nil {
 				fmt.Fprintf(e.stderr, "natgw: %s: %v\n", op, err)
 				return exitFail
 			}
@@ -180,7 +180,7 @@ func runCompat(ctx context.Context, e env, g *globals, args []string) int {
 			// above rate + burst, among the gateway-wide rules.
 			plan.GatewayQoS[i].Police = plan.EIPQoS
 		}
-		if err := gwqos.Apply(g.config(logr.Discard()), plan.GatewayQoS); err != nil {
+		if err := gwqos.Apply(ctx, g.config(logr.Discard()), plan.GatewayQoS); err != nil {
 			fmt.Fprintf(e.stderr, "natgw: %s: %v\n", op, err)
 			return exitFail
 		}
@@ -321,8 +321,8 @@ func resolvePresence(ctx context.Context, dp nat.Dataplane, plan compat.Plan) ([
 // without a class is no error). A rule of the same EIP and direction that
 // an earlier --eip-qos=police call left in natgw_gwqos goes too, so the
 // EIP is not limited twice.
-func shapeEIPQoS(g *globals, rules []compat.GatewayQoS) error {
-	if err := shape.Change(g.config(logr.Discard()), shapeUpdates(rules, false)); err != nil {
+func shapeEIPQoS(ctx context.Context, g *globals, rules []compat.GatewayQoS) error {
+	if err := shape.Change(ctx, g.config(logr.Discard()), shapeUpdates(rules, false)); err != nil {
 		return err
 	}
 	dels := make([]gwqos.Change, len(rules))
@@ -330,7 +330,7 @@ func shapeEIPQoS(g *globals, rules []compat.GatewayQoS) error {
 		dels[i] = gwqos.Change{Rule: r.Rule}
 		dels[i].Iface = g.extIface
 	}
-	return gwqos.Apply(g.config(logr.Discard()), dels)
+	return gwqos.Apply(ctx, g.config(logr.Discard()), dels)
 }
 
 // shapeUpdates are the nat/shape updates of EIP QoS rules (u32 on EIP/32:

@@ -184,11 +184,11 @@ func compatWantListed(dp string) []nat.Object {
 // given), rules of natgw_gwqos on iptables (policed).
 func checkCompatEIPQoS(t *testing.T, ns, dp string) {
 	t.Helper()
-	shaped, err := shape.Get(nat.Config{NetNS: ns})
+	shaped, err := shape.Get(t.Context(), nat.Config{NetNS: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
-	policed, err := gwqos.List(nat.Config{NetNS: ns})
+	policed, err := gwqos.List(t.Context(), nat.Config{NetNS: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,10 +274,10 @@ func TestCompatMatchesKeyed(t *testing.T) {
 			}
 			left := want[3:4] // the default route stays, as upstream
 			sameObjects(t, "after compat deletes", listJSON(t, ga.GW, "--dataplane", dp), left)
-			if eips, err := shape.Get(nat.Config{NetNS: ga.GW}); err != nil || len(eips) > 0 {
+			if eips, err := shape.Get(t.Context(), nat.Config{NetNS: ga.GW}); err != nil || len(eips) > 0 {
 				t.Fatalf("after the QoS deletes the gateway still shapes %v (%v)", eips, err)
 			}
-			if rules, err := gwqos.List(nat.Config{NetNS: ga.GW}); err != nil || len(rules) > 0 {
+			if rules, err := gwqos.List(t.Context(), nat.Config{NetNS: ga.GW}); err != nil || len(rules) > 0 {
 				t.Fatalf("after the QoS deletes the gateway still polices %v (%v)", rules, err)
 			}
 			var uids []string

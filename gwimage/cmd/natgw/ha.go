@@ -49,7 +49,7 @@ func (p *prefixList) Set(v string) error {
 	for _, f := range strings.Split(v, ",") {
 		x, err := netip.ParsePrefix(strings.TrimSpace(f))
 		if err != nil {
-			return fmt.Errorf("%q: want IPv4 address/length", f)
+			return fmt.Errorf("%q: want an IPv4 or IPv6 address/length", f)
 		}
 		*p = append(*p, x)
 	}
@@ -212,6 +212,18 @@ func (f *haFlags) haConfig(g *globals) (ha.Config, error) {
 	if f.rulesSyncedFile != "" {
 		cfg.RulesReady = ha.RulesSyncedFile(f.rulesSyncedFile)
 	}
+	lease := f.lease
+	if lease == 0 {
+		lease = ha.DefaultLeaseTTL(f.interval, f.misses)
+	}
+	if err := ha.CheckTiming(f.interval, f.misses, lease); err != nil {
+		var te *ha.TimingError
+		if errors.As(err, &te) {
+			flag := map[string]string{"interval": "--interval", "misses": "--misses", "leaseTTL": "--lease"}[te.Field]
+			return cfg, fmt.Errorf("%s %s: want %s", flag, te.Value, te.Want)
+		}
+		return cfg, err
+	}
 	var err error
 	if cfg.Local, err = netip.ParseAddrPort(f.local); err != nil {
 		return cfg, fmt.Errorf("--local %q: want ip:port (this replica's own internal address)", f.local)
@@ -279,7 +291,7 @@ func cmdHA(ctx context.Context, e env, g *globals, args []string) int {
 	fs.Var(&f.lanIPs, "lan-ip", "floating lanIp address/length on the internal interface (repeatable)")
 	fs.DurationVar(&f.interval, "interval", 50*time.Millisecond, "heartbeat period")
 	fs.IntVar(&f.misses, "misses", 3, "missing heartbeats that mean the peer is gone")
-	fs.DurationVar(&f.lease, "lease", 0, "lease duration (0: (misses+2) × interval)")
+	fs.DurationVar(&f.lease, "lease", 0, "lease duration (0: max(misses, 3) × interval + interval/2, the detection interval and the step-down margin; at least 3 × interval)")
 	fs.StringVar(&f.fenceSocket, "fence-socket", "", "unix socket of a lease arbiter (ha.Arbiter)")
 	fs.StringVar(&f.fenceFile, "fence-file", "", "lease file shared by both replicas (one host)")
 	fs.StringVar(&f.fenceLease, "fence-lease", "", "Kubernetes Lease NAMESPACE/NAME shared by both replicas (coordination.k8s.io/v1)")
@@ -418,7 +430,7 @@ type dataplaneEIPs struct {
 	log logr.Logger
 }
 
-// read returns the (IPv4) EIPs of the data plane's EIP objects, sorted: of
+// read returns the EIP prefixes (IPv4 and IPv6) of the data plane's EIP objects, sorted: of
 // --dataplane when it holds natgw's state, else of the other data plane. A
 // data plane that holds no state yet (the agent has not started) holds
 // none; it is then not created. The data plane is opened without plumbing and only
@@ -430,8 +442,8 @@ func (d *dataplaneEIPs) read(ctx context.Context) ([]netip.Prefix, error) {
 	// --dataplane first, then the other one: the agent's data plane may
 	// be switched by the controller (serve empties the other one), and a
 	// pod's `natgw ha` is started before anyone knows which it will be.
-	name := ""
-	for _, n := range []string{d.g.dataplane, otherDataplane(d.g.dataplane)} {
+	var name nat.DataplaneName
+	for _, n := range []nat.DataplaneName{d.g.dataplane, otherDataplane(d.g.dataplane)} {
 		holds, err := planes.Holds(ctx, n, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("data plane %s in netns %q: %w", n, d.g.netns, err)
@@ -455,9 +467,9 @@ func (d *dataplaneEIPs) read(ctx context.Context) ([]netip.Prefix, error) {
 	}
 	var out []netip.Prefix
 	for _, o := range objs {
-		// nat/ha floats IPv4 addresses only: an IPv6 EIP stays put.
-		if o.Kind == nat.KindEIP && o.EIP != nil && o.EIP.Address.Is4() {
-			out = append(out, netip.PrefixFrom(o.EIP.Address, o.EIP.PrefixLen))
+		// Both families float: a dual-stack EIP is its two prefixes.
+		if o.Kind == nat.KindEIP && o.EIP != nil {
+			out = append(out, o.EIP.Prefixes()...)
 		}
 	}
 	slices.SortFunc(out, netip.Prefix.Compare)
@@ -465,7 +477,7 @@ func (d *dataplaneEIPs) read(ctx context.Context) ([]netip.Prefix, error) {
 }
 
 // otherDataplane is the data plane that is not name.
-func otherDataplane(name string) string {
+func otherDataplane(name nat.DataplaneName) nat.DataplaneName {
 	if name == nat.DataplaneIptables {
 		return nat.DataplaneNftables
 	}

@@ -40,14 +40,17 @@ func TestHAFlags(t *testing.T) {
 		{"kubeconfig without lease", append(append([]string{}, base...), "--kubeconfig", "/k"), "only with --fence-lease"},
 		{"no fence", []string{"--local", "10.0.0.2:7400", "--peer", "10.0.0.3:7400", "--eip", "192.0.2.10/24"}, "no fence"},
 		{"no address", []string{"--local", "10.0.0.2:7400", "--peer", "10.0.0.3:7400", "--fence-file", "/x"}, "no floating address"},
-		{"bad misses", append(append([]string{}, base...), "--misses", "-1"), "misses -1"},
-		{"bad interval", append(append([]string{}, base...), "--interval", "5s"), "interval 5s"},
+		{"bad misses", append(append([]string{}, base...), "--misses", "-1"), "--misses -1: want 1..100"},
+		{"bad interval", append(append([]string{}, base...), "--interval", "5s"), "--interval 5s: want 1ms..1s"},
+		{"lease under 3 intervals", append(append([]string{}, base...), "--lease", "140ms"), "--lease 140ms: want at least 3 × the interval 50ms (150ms)"},
+		{"lease under 3 of a longer interval", append(append([]string{}, base...), "--interval", "100ms", "--lease", "250ms"), "--lease 250ms: want at least 3 × the interval 100ms (300ms)"},
 		{"eip and from-dataplane", append(append([]string{}, base...), "--eips-from-dataplane"), "--eip 192.0.2.10/24 and --eips-from-dataplane"},
 		{"peer and sibling", append(append([]string{}, base...), "--peer-sibling", "kube-system", "--id", "vpc-nat-gw-g-0"), `--peer "10.0.0.3:7400" and --peer-sibling "kube-system"`},
 		{"sibling of a non-StatefulSet id", []string{"--local", "10.0.0.2:7400", "--peer-sibling", "kube-system", "--id", "gw", "--eip", "192.0.2.10/24", "--fence-file", "/x"}, `--id "gw"`},
 		{"sibling of ordinal 2", []string{"--local", "10.0.0.2:7400", "--peer-sibling", "kube-system", "--id", "vpc-nat-gw-g-2", "--eip", "192.0.2.10/24", "--fence-file", "/x"}, `--id "vpc-nat-gw-g-2"`},
 		{"sibling namespace with a slash", []string{"--local", "10.0.0.2:7400", "--peer-sibling", "kube-system/x", "--id", "vpc-nat-gw-g-1", "--eip", "192.0.2.10/24", "--fence-file", "/x"}, `--peer-sibling "kube-system/x"`},
 		{"sibling with a missing kubeconfig", []string{"--local", "10.0.0.2:7400", "--peer-sibling", "kube-system", "--id", "vpc-nat-gw-g-1", "--eip", "192.0.2.10/24", "--fence-file", "/x", "--kubeconfig", "/nonexistent/kubeconfig"}, `--kubeconfig "/nonexistent/kubeconfig"`},
+		{"IPv4-mapped eip", append(append([]string{}, base...), "--eip", "::ffff:192.0.2.1/120"), `"::ffff:192.0.2.1/120"`},
 		{"bad eips-poll", []string{"--local", "10.0.0.2:7400", "--peer", "10.0.0.3:7400", "--eips-from-dataplane", "--eips-poll", "2m", "--fence-file", "/x"}, "--eips-poll 2m0s"},
 	} {
 		var out, errb bytes.Buffer
@@ -76,7 +79,7 @@ current-context: x
 		t.Fatal(err)
 	}
 	f := haFlags{local: "10.0.0.2:7400", peer: "10.0.0.3:7400", eips: prefixList{netip.MustParsePrefix("192.0.2.10/24")},
-		fenceLease: "kube-system/gw1-ha", kubeconfig: kc}
+		fenceLease: "kube-system/gw1-ha", kubeconfig: kc, interval: 50 * time.Millisecond, misses: 3}
 	cfg, err := f.haConfig(&globals{})
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +205,8 @@ func TestSiblingPeerFollow(t *testing.T) {
 // file (ha.Config.RulesReady); without it there is no gate.
 func TestHARulesSyncedFlag(t *testing.T) {
 	mark := filepath.Join(t.TempDir(), "rules-synced")
-	f := haFlags{id: "a", local: "10.0.0.2:7400", peer: "10.0.0.3:7400", fenceFile: "/x", eips: prefixList{netip.MustParsePrefix("192.0.2.10/24")}}
+	f := haFlags{id: "a", local: "10.0.0.2:7400", peer: "10.0.0.3:7400", fenceFile: "/x", eips: prefixList{netip.MustParsePrefix("192.0.2.10/24")},
+		interval: 50 * time.Millisecond, misses: 3} // the flags' defaults: haConfig checks the timing
 	cfg, err := f.haConfig(&globals{})
 	if err != nil {
 		t.Fatal(err)

@@ -114,6 +114,25 @@ func TestHAEIPsFromDataplane(t *testing.T) {
 					time.Sleep(20 * time.Millisecond)
 				}
 			}
+			// waitNet16 is waitNet1 for the IPv6 addresses (link-local
+			// ones left out).
+			waitNet16 := func(what string, want ...netip.Prefix) {
+				t.Helper()
+				deadline := time.Now().Add(5 * time.Second)
+				for {
+					got, err := netlab.Addrs6(gw.GW, gw.ExternalInterface)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if sameSet(got, want) {
+						return
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("%s: %s holds the IPv6 addresses %v, want %v", what, gw.ExternalInterface, got, want)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
 			waitNet1("active with the EIP applied before the start", eip(0))
 			if err := probe(0); err != nil {
 				t.Fatalf("FIP %s through the active replica: %v", eip(0), err)
@@ -129,6 +148,16 @@ func TestHAEIPsFromDataplane(t *testing.T) {
 				t.Fatalf("delete: %v", err)
 			}
 			waitNet1("EIP deleted through the agent", eip(1))
+			if plane == string(nat.DataplaneNftables) { // iptables-legacy refuses IPv6 objects
+				// A dual-stack EIP floats as its two prefixes.
+				v6 := netip.PrefixFrom(netlab.EIP6(2), 64)
+				dual := nat.Object{UID: "eip-dual", Kind: nat.KindEIP, EIP: &nat.EIP{Address: eip(2).Addr(), PrefixLen: 24, V6Address: v6.Addr(), V6PrefixLen: 64}}
+				if err := a.Apply(ctx, dual); err != nil {
+					t.Fatalf("apply: %v", err)
+				}
+				waitNet1("dual-stack EIP added through the agent", eip(1), eip(2))
+				waitNet16("dual-stack EIP added through the agent", v6)
+			}
 			if err := ha.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
@@ -142,6 +171,7 @@ func TestHAEIPsFromDataplane(t *testing.T) {
 				t.Fatal("natgw ha did not stop within 10 s of SIGTERM")
 			}
 			waitNet1("replica stopped")
+			waitNet16("replica stopped")
 			if !strings.Contains(stderr.String(), "floating EIPs follow the data plane") {
 				t.Errorf("no log of the followed set:\n%s", stderr.String())
 			}

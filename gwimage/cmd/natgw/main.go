@@ -112,12 +112,13 @@ func init() {
 		"pause":   {"sleep until SIGTERM/SIGINT (container entrypoint)", cmdPause},
 		"compat":  {"run a Kube-OVN nat-gateway.sh subcommand: compat OP RULE...", cmdCompat},
 		"ha":      {"run one replica of an active/standby gateway (nat/ha)", cmdHA},
+		"synced":  {"exit 0 when the agent's sync mark exists (a two-replica pod's readiness probe)", cmdSynced},
 	}
 }
 
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "usage: natgw [global flags] COMMAND [flags] [args]\n\ncommands:\n")
-	for _, name := range []string{"serve", "apply", "sync", "delete", "list", "info", "version", "pause", "compat", "ha"} {
+	for _, name := range []string{"serve", "apply", "sync", "delete", "list", "info", "version", "pause", "compat", "ha", "synced"} {
 		fmt.Fprintf(w, "  %-8s %s\n", name, commands[name].summary)
 	}
 	fmt.Fprintf(w, "\nglobal flags:\n")
@@ -131,7 +132,7 @@ func usage(w io.Writer) {
 // globals are the flags every command takes.
 type globals struct {
 	netns     string
-	dataplane string
+	dataplane nat.DataplaneName
 	extIface  string
 	intIface  string
 	verbosity int
@@ -148,7 +149,7 @@ const (
 func defaultGlobals() globals {
 	g := globals{
 		netns:     os.Getenv("NATGW_NETNS"),
-		dataplane: envOr("NATGW_DATAPLANE", nat.DataplaneNftables),
+		dataplane: nat.DataplaneName(envOr("NATGW_DATAPLANE", string(nat.DataplaneNftables))),
 		extIface:  envOr("NATGW_EXTERNAL_IFACE", nat.DefaultExternalInterface),
 		intIface:  envOr("NATGW_INTERNAL_IFACE", nat.DefaultInternalInterface),
 		timeout:   2 * time.Minute,
@@ -169,7 +170,7 @@ func envOr(key, def string) string {
 
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.netns, "netns", g.netns, "network namespace of the gateway: a name under /run/netns or a path (default: the current one)")
-	fs.StringVar(&g.dataplane, "dataplane", g.dataplane, "data plane: nftables or iptables")
+	fs.Var(&g.dataplane, "dataplane", "data plane: nftables or iptables (default $NATGW_DATAPLANE, else nftables)")
 	fs.StringVar(&g.extIface, "external-iface", g.extIface, "the gateway's external interface")
 	fs.StringVar(&g.intIface, "internal-iface", g.intIface, "the gateway's VPC interface")
 	fs.IntVar(&g.verbosity, "v", g.verbosity, "log verbosity (0: changes and errors, 1: every request, 2+: debug)")
@@ -204,7 +205,7 @@ func (g *globals) open(ctx context.Context, log logr.Logger) (nat.Dataplane, err
 
 // openWith is open with the data plane opened by open (planes.Open, or
 // planes.OpenWithoutPlumbing for `serve --rules-only`).
-func (g *globals) openWith(ctx context.Context, log logr.Logger, open func(context.Context, string, nat.Config) (nat.Dataplane, error)) (nat.Dataplane, error) {
+func (g *globals) openWith(ctx context.Context, log logr.Logger, open func(context.Context, nat.DataplaneName, nat.Config) (nat.Dataplane, error)) (nat.Dataplane, error) {
 	if g.eipQoS != eipQoSShape && g.eipQoS != eipQoSPolice {
 		return nil, fmt.Errorf("--eip-qos %q: want %s or %s", g.eipQoS, eipQoSShape, eipQoSPolice)
 	}

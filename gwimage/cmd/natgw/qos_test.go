@@ -58,11 +58,11 @@ func TestCompatQoSUnits(t *testing.T) {
 			t.Setenv("NATGW_EIP_QOS", mode.name)
 			where := func(want int) {
 				t.Helper()
-				shaped, err := shape.Get(nat.Config{NetNS: gw.GW})
+				shaped, err := shape.Get(t.Context(), nat.Config{NetNS: gw.GW})
 				if err != nil {
 					t.Fatal(err)
 				}
-				policed, err := gwqos.List(nat.Config{NetNS: gw.GW})
+				policed, err := gwqos.List(t.Context(), nat.Config{NetNS: gw.GW})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -110,12 +110,12 @@ func TestCompatQoSUnits(t *testing.T) {
 	compatCLI(t, gw.GW, "nftables", true, "eip-egress-qos-add", eip+",1,10,1")
 	t.Setenv("NATGW_EIP_QOS", "shape")
 	compatCLI(t, gw.GW, "nftables", true, "eip-egress-qos-add", eip+",1,10,1")
-	if p, err := gwqos.List(nat.Config{NetNS: gw.GW}); err != nil || len(p) > 0 {
+	if p, err := gwqos.List(t.Context(), nat.Config{NetNS: gw.GW}); err != nil || len(p) > 0 {
 		t.Fatalf("shaped after policed: natgw_gwqos still holds %v (%v)", p, err)
 	}
 	t.Setenv("NATGW_EIP_QOS", "police")
 	compatCLI(t, gw.GW, "nftables", true, "eip-egress-qos-add", eip+",1,10,1")
-	if s, err := shape.Get(nat.Config{NetNS: gw.GW}); err != nil || len(s) > 0 {
+	if s, err := shape.Get(t.Context(), nat.Config{NetNS: gw.GW}); err != nil || len(s) > 0 {
 		t.Fatalf("policed after shaped: natgw_shape still holds %v (%v)", s, err)
 	}
 	compatCLI(t, gw.GW, "nftables", true, "eip-egress-qos-del", eip)
@@ -124,12 +124,12 @@ func TestCompatQoSUnits(t *testing.T) {
 	compatCLI(t, gw.GW, "nftables", true, "eip-egress-qos-add", eip+",1,10,1")
 	compatCLI(t, gw.GW, "nftables", true, "floating-ip-del", eip)
 	compatCLI(t, gw.GW, "nftables", true, "eip-del", eip+"/24")
-	if s, err := shape.Get(nat.Config{NetNS: gw.GW}); err != nil || len(s) != 1 {
+	if s, err := shape.Get(t.Context(), nat.Config{NetNS: gw.GW}); err != nil || len(s) != 1 {
 		t.Fatalf("eip-del took the EIP's class (upstream's leaves its tc class to the -qos-del): %v (%v)", s, err)
 	}
 	compatCLI(t, gw.GW, "nftables", true, "eip-ingress-qos-del", eip)
 	compatCLI(t, gw.GW, "nftables", true, "eip-egress-qos-del", eip)
-	if s, err := shape.Get(nat.Config{NetNS: gw.GW}); err != nil || len(s) > 0 {
+	if s, err := shape.Get(t.Context(), nat.Config{NetNS: gw.GW}); err != nil || len(s) > 0 {
 		t.Fatalf("after the -qos-del calls: %v (%v)", s, err)
 	}
 }
@@ -248,7 +248,7 @@ func TestCompatGatewayQoS(t *testing.T) {
 		t.Errorf("upload %v: still held after qos-del", d)
 	}
 	// No rule left: no table.
-	if rules, err := gwqos.List(nat.Config{NetNS: gw.GW}); err != nil || len(rules) > 0 {
+	if rules, err := gwqos.List(t.Context(), nat.Config{NetNS: gw.GW}); err != nil || len(rules) > 0 {
 		t.Fatalf("after the deletes the gateway still holds %v (%v)", rules, err)
 	}
 	if table, err := netlab.NftTable(context.Background(), gw.GW, "ip", nftconn.GatewayQoSTable); err == nil {
@@ -296,7 +296,7 @@ func TestAgentGatewayQoS(t *testing.T) {
 	}
 	want := []gwqos.Rule{rules[1], rules[0]}
 	want[1].Iface = gw.ExternalInterface
-	if got, err := gwqos.List(nat.Config{NetNS: gw.GW}); err != nil || !reflect.DeepEqual(got, want) {
+	if got, err := gwqos.List(t.Context(), nat.Config{NetNS: gw.GW}); err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("after gwqos: %+v, %v; want %+v (compat's rule gone, the default interface filled in)", got, err, want)
 	}
 	// The same rules again (a drift check): nothing written; after a rule
@@ -310,7 +310,7 @@ func TestAgentGatewayQoS(t *testing.T) {
 	if changed, err := a.SetGatewayQoS(ctx, rules); err != nil || !changed {
 		t.Fatalf("gwqos after a hand edit = %v, %v; want written", changed, err)
 	}
-	if got, err := gwqos.List(nat.Config{NetNS: gw.GW}); err != nil || !reflect.DeepEqual(got, want) {
+	if got, err := gwqos.List(t.Context(), nat.Config{NetNS: gw.GW}); err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("after the repair: %+v, %v; want %+v", got, err, want)
 	}
 	bad := rules[0]
@@ -320,7 +320,7 @@ func TestAgentGatewayQoS(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Code != agentapi.CodeInvalid || pe.Field != "qos[1].rateMbps" || pe.Value != "0" {
 		t.Fatalf("gwqos with a zero rate = %v, want Invalid naming qos[1].rateMbps = 0", err)
 	}
-	if got, _ := gwqos.List(nat.Config{NetNS: gw.GW}); !reflect.DeepEqual(got, want) {
+	if got, _ := gwqos.List(t.Context(), nat.Config{NetNS: gw.GW}); !reflect.DeepEqual(got, want) {
 		t.Fatalf("a refused gwqos changed the rules: %+v", got)
 	}
 	if _, err := a.SetGatewayQoS(ctx, nil); err != nil {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -31,6 +32,21 @@ func synth(i int) Entry {
 		ReplySrc: netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 51, 100, byte(10 + i%200)}), 7001), ReplyDst: src,
 		Status: 1<<1 | 1<<2 | 1<<3 | 1<<5, Timeout: 600, Mark: 0xc000020b, TCPState: 3,
 	}
+}
+
+// loadBurst writes total synthetic entries into the active namespace in one
+// Apply and returns how long that took.
+func loadBurst(t *testing.T, ctx context.Context, w *Writer, total int) time.Duration {
+	t.Helper()
+	batch := make([]Entry, 0, total)
+	for i := range total {
+		batch = append(batch, synth(i))
+	}
+	t0 := time.Now()
+	if failed, err := w.Apply(ctx, batch); err != nil || failed != 0 {
+		t.Fatalf("load: %d failed: %v", failed, err)
+	}
+	return time.Since(t0)
 }
 
 type repLab struct {
@@ -211,28 +227,25 @@ func TestReplicationFigures(t *testing.T) {
 	if os.Getenv("NATGW_CTSYNC_FIGURES") == "" {
 		t.Skip("measurement: set NATGW_CTSYNC_FIGURES=1")
 	}
-	total := 100000
-	if n, _ := strconv.Atoi(os.Getenv("NATGW_CTSYNC_FLOWS")); n > 0 {
-		total = n
-	}
+	total := figureFlows()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
 	// Paced new flows: lag from creation on the active to the entry in
 	// the standby's table.
-	for _, rate := range []int{10000, 50000} {
+	for _, rate := range figureRates(t) {
 		r := newRepLab(t, ctx)
 		r.startSender(ctx)
 		waitFor(t, "first sync", 5*time.Second, r.recv.Synced)
 		cpu0, t0 := cpuTime(), time.Now()
 		lags, offered, ok := pacedLag(t, ctx, r.w, r.sb, 0, rate, 2)
-		cpu := cpuTime() - cpu0
+		cpu, wall := cpuTime()-cpu0, time.Since(t0) // both over pacedLag alone, as conntrackd's
 		st := r.sender.Stats()
 		natOK, all := natKept(t, r.sb)
 		fmt.Printf("ctsync standby entries with the DNAT binding and NAT status: %d of %d\n", natOK, all)
 		fmt.Printf("ctsync     paced %5d new flows/s (offered %.0f/s): lag p50=%s p99=%s max=%s caught up=%t; sender-measured (event→ack) p50=%s p99=%s; overruns=%d; CPU of load+sender+receiver (one process) %.0f%% of one core\n",
 			rate, offered, pctl(lags, 50).Round(100*time.Microsecond), pctl(lags, 99).Round(100*time.Microsecond), pctl(lags, 100).Round(100*time.Microsecond), ok,
-			pctl(st.LagSamples, 50).Round(100*time.Microsecond), pctl(st.LagSamples, 99).Round(100*time.Microsecond), st.Overruns, 100*cpu.Seconds()/time.Since(t0).Seconds())
+			pctl(st.LagSamples, 50).Round(100*time.Microsecond), pctl(st.LagSamples, 99).Round(100*time.Microsecond), st.Overruns, 100*cpu.Seconds()/wall.Seconds())
 		r.stopSender()
 	}
 
@@ -240,15 +253,7 @@ func TestReplicationFigures(t *testing.T) {
 	r := newRepLab(t, ctx)
 	r.startSender(ctx)
 	waitFor(t, "first sync", 5*time.Second, r.recv.Synced)
-	batch := make([]Entry, 0, total)
-	for i := range total {
-		batch = append(batch, synth(i))
-	}
-	t0 := time.Now()
-	if failed, err := r.w.Apply(ctx, batch); err != nil || failed != 0 {
-		t.Fatalf("load: %d failed: %v", failed, err)
-	}
-	loaded := time.Since(t0)
+	loaded := loadBurst(t, ctx, r.w, total)
 	d := waitFor(t, "standby caught up", 60*time.Second, func() bool { return r.recv.Stats().Applied >= int64(total) })
 	st := r.sender.Stats()
 	rs := r.recv.Stats()
@@ -258,12 +263,10 @@ func TestReplicationFigures(t *testing.T) {
 	// A (re)connecting standby catches up through a full dump.
 	r.stopSender()
 	before := r.recv.Stats().Dumps
-	t0 = time.Now()
 	r.startSender(ctx)
 	d = waitFor(t, "full dump", 60*time.Second, func() bool { return r.recv.Stats().Dumps > before })
 	fmt.Printf("ctsync full dump of %d concurrent flows to a reconnecting standby: %s (%.0f entries/s)\n", total, d.Round(time.Millisecond), float64(total)/d.Seconds())
 	r.stopSender()
-	_ = t0
 }
 
 // conntrackdConf is a conntrackd configuration for one side of a pair:
@@ -311,43 +314,178 @@ func TestConntrackdFigures(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	for _, rate := range []int{10000, 50000} {
+	for _, rate := range figureRates(t) {
 		r := newRepLab(t, ctx) // its Receiver stays idle: no Sender runs
 		dir := t.TempDir()
-		for _, side := range []struct {
-			name      string
-			ns        *netns.NS
-			own, peer string
-		}{{"act", r.act, "10.9.0.1", "10.9.0.2"}, {"sb", r.sb, "10.9.0.2", "10.9.0.1"}} {
-			conf := filepath.Join(dir, side.name+".conf")
-			body := fmt.Sprintf(conntrackdConf, side.own, side.peer, filepath.Join(dir, side.name+".log"), filepath.Join(dir, side.name+".lock"), filepath.Join(dir, side.name+".sock"))
-			if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			cmd := netlab.Command(ctx, side.ns.Ref(), bin, "-C", conf)
-			if err := cmd.Start(); err != nil {
-				t.Fatalf("conntrackd in %s: %v", side.name, err)
-			}
-			t.Cleanup(func() {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-				if b, _ := os.ReadFile(filepath.Join(dir, side.name+".log")); testing.Verbose() {
-					t.Logf("conntrackd %s log:\n%s", side.name, b)
-				}
-			})
-			sock := filepath.Join(dir, side.name+".sock")
-			waitFor(t, "conntrackd socket "+sock, 5*time.Second, func() bool { _, err := os.Stat(sock); return err == nil })
-		}
+		act := startConntrackd(t, ctx, bin, dir, "act", r.act, "10.9.0.1", "10.9.0.2")
+		sb := startConntrackd(t, ctx, bin, dir, "sb", r.sb, "10.9.0.2", "10.9.0.1")
 		time.Sleep(200 * time.Millisecond)
-		cpu0 := cpuTime()
+		cpu0, actCPU0, sbCPU0 := cpuTime(), procCPU(t, act.Process.Pid), procCPU(t, sb.Process.Pid)
 		t0 := time.Now()
 		lags, offered, ok := pacedLag(t, ctx, r.w, r.sb, 0, rate, 2)
 		wall := time.Since(t0)
+		pct := func(d time.Duration) float64 { return 100 * d.Seconds() / wall.Seconds() }
+		actCPU, sbCPU := pct(procCPU(t, act.Process.Pid)-actCPU0), pct(procCPU(t, sb.Process.Pid)-sbCPU0)
 		natOK, all := natKept(t, r.sb)
 		fmt.Printf("conntrackd standby entries with the DNAT binding and NAT status: %d of %d\n", natOK, all)
-		fmt.Printf("conntrackd paced %5d new flows/s (offered %.0f/s): lag p50=%s p99=%s max=%s caught up=%t (%d of %d steps); CPU of the load generator %.0f%% of one core (conntrackd's own not counted)\n",
-			rate, offered, pctl(lags, 50).Round(100*time.Microsecond), pctl(lags, 99).Round(100*time.Microsecond), pctl(lags, 100).Round(100*time.Microsecond), ok, len(lags), rate*2/(rate/100), 100*(cpuTime()-cpu0).Seconds()/wall.Seconds())
+		fmt.Printf("conntrackd paced %5d new flows/s (offered %.0f/s): lag p50=%s p99=%s max=%s caught up=%t (%d of %d steps); CPU of the load generator %.0f%% of one core; CPU conntrackd active %.0f%% standby %.0f%% of one core\n",
+			rate, offered, pctl(lags, 50).Round(100*time.Microsecond), pctl(lags, 99).Round(100*time.Microsecond), pctl(lags, 100).Round(100*time.Microsecond), ok, len(lags), rate*2/(rate/100), pct(cpuTime()-cpu0), actCPU, sbCPU)
 	}
+
+	// Burst and catch-up with total concurrent flows, as ctsync's.
+	total := figureFlows()
+	r := newRepLab(t, ctx)
+	dir := t.TempDir()
+	startConntrackd(t, ctx, bin, dir, "act", r.act, "10.9.0.1", "10.9.0.2")
+	sb := startConntrackd(t, ctx, bin, dir, "sb", r.sb, "10.9.0.2", "10.9.0.1")
+	time.Sleep(200 * time.Millisecond)
+	count := entryCounter(t, r.sb)
+	base := count()
+	loaded := loadBurst(t, ctx, r.w, total)
+	if d, ok := waitCount(count, base+total, 60*time.Second); ok {
+		fmt.Printf("conntrackd burst of %d new flows (created in %s): standby has them all after %s: %.0f entries/s\n",
+			total, loaded.Round(time.Millisecond), (loaded + d).Round(time.Millisecond), float64(total)/(loaded+d).Seconds())
+	} else {
+		fmt.Printf("conntrackd burst of %d new flows (created in %s): standby has %d of them after %s: not caught up\n",
+			total, loaded.Round(time.Millisecond), count()-base, (loaded + d).Round(time.Millisecond))
+	}
+
+	// A restarted standby catches up: its conntrackd stopped, its table
+	// flushed (no conntrackd runs there, so the flush is not replicated),
+	// a new conntrackd started and a resync requested (conntrackd -n), the
+	// way a keepalived notify script brings a backup up to date.
+	_ = sb.Process.Kill()
+	_ = sb.Wait()
+	if err := flushTable(r.sb); err != nil {
+		t.Fatal(err)
+	}
+	base = count()
+	t0 := time.Now()
+	startConntrackd(t, ctx, bin, dir, "sb2", r.sb, "10.9.0.2", "10.9.0.1")
+	if out, err := netlab.Command(ctx, r.sb.Ref(), bin, "-C", filepath.Join(dir, "sb2.conf"), "-n").CombinedOutput(); err != nil {
+		t.Fatalf("conntrackd -n: %v: %s", err, out)
+	}
+	if d, ok := waitCount(count, base+total, 60*time.Second); ok {
+		d = time.Since(t0)
+		fmt.Printf("conntrackd full dump of %d concurrent flows to a reconnecting standby: %s (%.0f entries/s; conntrackd restarted on a flushed standby, resync requested with -n)\n", total, d.Round(time.Millisecond), float64(total)/d.Seconds())
+	} else {
+		fmt.Printf("conntrackd full dump of %d concurrent flows to a reconnecting standby: has %d of them after %s: not caught up\n", total, count()-base, time.Since(t0).Round(time.Millisecond))
+	}
+}
+
+// figureRates are the paced rates of the figure tests: 10k and 50k new
+// flows/s, or NATGW_CTSYNC_RATES (comma-separated, for a quick run).
+func figureRates(t *testing.T) []int {
+	v := os.Getenv("NATGW_CTSYNC_RATES")
+	if v == "" {
+		return []int{10000, 50000}
+	}
+	var rates []int
+	for f := range strings.SplitSeq(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 100 {
+			t.Fatalf("NATGW_CTSYNC_RATES=%q: %q is not a rate ≥ 100 new flows/s", v, f)
+		}
+		rates = append(rates, n)
+	}
+	return rates
+}
+
+// figureFlows is the burst's number of concurrent flows: 100k, or
+// NATGW_CTSYNC_FLOWS.
+func figureFlows() int {
+	if n, _ := strconv.Atoi(os.Getenv("NATGW_CTSYNC_FLOWS")); n > 0 {
+		return n
+	}
+	return 100000
+}
+
+// startConntrackd starts conntrackd in ns with the configuration
+// conntrackdConf (files in dir named after name) and waits for its socket.
+func startConntrackd(t *testing.T, ctx context.Context, bin, dir, name string, ns *netns.NS, own, peer string) *exec.Cmd {
+	t.Helper()
+	conf := filepath.Join(dir, name+".conf")
+	body := fmt.Sprintf(conntrackdConf, own, peer, filepath.Join(dir, name+".log"), filepath.Join(dir, name+".lock"), filepath.Join(dir, name+".sock"))
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := netlab.Command(ctx, ns.Ref(), bin, "-C", conf)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("conntrackd in %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if b, _ := os.ReadFile(filepath.Join(dir, name+".log")); testing.Verbose() {
+			t.Logf("conntrackd %s log:\n%s", name, b)
+		}
+	})
+	sock := filepath.Join(dir, name+".sock")
+	waitFor(t, "conntrackd socket "+sock, 5*time.Second, func() bool { _, err := os.Stat(sock); return err == nil })
+	return cmd
+}
+
+// procCPU is the user+system CPU time process pid has used (/proc/PID/stat,
+// clock ticks of 10 ms).
+func procCPU(t *testing.T, pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatalf("CPU of process %d: %v", pid, err)
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // f[0] is field 3 (state)
+	if len(f) < 13 {
+		t.Fatalf("/proc/%d/stat: %d fields after the name, want ≥ 13", pid, len(f))
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	k, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
+	}
+	return time.Duration(u+k) * 10 * time.Millisecond
+}
+
+// entryCounter returns a function counting the entries of ns's conntrack
+// table.
+func entryCounter(t *testing.T, ns *netns.NS) func() int {
+	c, err := ct.Dial(&netlink.Config{NetNS: ns.Fd()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return func() int {
+		st, err := c.StatsGlobal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(st.Entries)
+	}
+}
+
+// waitCount polls count every millisecond until it reaches want or within
+// has passed.
+func waitCount(count func() int, want int, within time.Duration) (time.Duration, bool) {
+	start := time.Now()
+	for count() < want {
+		if time.Since(start) > within {
+			return time.Since(start), false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return time.Since(start), true
+}
+
+// flushTable empties ns's conntrack table.
+func flushTable(ns *netns.NS) error {
+	c, err := ct.Dial(&netlink.Config{NetNS: ns.Fd()})
+	if err != nil {
+		return fmt.Errorf("conntrack in %s: %w", ns.Ref(), err)
+	}
+	defer c.Close()
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("flush conntrack in %s: %w", ns.Ref(), err)
+	}
+	return nil
 }
 
 // natKept counts the standby's entries that carry their DNAT binding (the

@@ -261,7 +261,10 @@ func (w *Writer) message(b []byte, e Entry, create bool) ([]byte, uint32) {
 const maxBatch = 256
 
 // Apply writes entries: upserts create the entry with its NAT bindings
-// or, when it exists, update its status, timeout, mark and TCP state;
+// or, when it exists, update its status, timeout, mark and TCP state (an
+// existing entry the kernel will not update in place, with another NAT
+// binding or status bits an update may not clear, is deleted and created
+// again as the active has it);
 // deletes remove it (a missing entry is no error). It returns how many
 // entries failed and the first error.
 func (w *Writer) Apply(ctx context.Context, entries []Entry) (failed int, err error) {
@@ -305,12 +308,63 @@ func (w *Writer) apply(ctx context.Context, entries []Entry) (int, error) {
 	if err != nil {
 		return failed + len(again), err
 	}
+	var replace []Entry
 	for i, code := range codes {
-		// ENOENT: the entry went away between the two messages.
-		if code != 0 && code != unix.ENOENT {
+		switch code {
+		case 0, unix.ENOENT: // ENOENT: the entry went away between the two messages.
+		case unix.EBUSY:
+			replace = append(replace, again[i])
+		default:
 			failed++
 			if first == nil {
 				first = fmt.Errorf("ctsync: update %s: %w", again[i], code)
+			}
+		}
+	}
+	f, err := w.replace(ctx, replace)
+	if first == nil {
+		first = err
+	}
+	return failed + f, first
+}
+
+// replace deletes and creates again entries whose update the kernel
+// refused with EBUSY: the entry this kernel holds under the same original
+// tuple cannot take the active's version in place (its status has bits an
+// update may not clear, such as SEEN_REPLY or ASSURED, and its NAT binding
+// can only be set at creation). That is a leftover of this replica's own
+// past (a connection it carried as the active, or one that reused the
+// tuple since), and the active's entry is the one that must be here when
+// this replica takes over.
+func (w *Writer) replace(ctx context.Context, entries []Entry) (int, error) {
+	if len(entries) == 0 {
+		return 0, nil
+	}
+	del := make([]Entry, len(entries))
+	for i, e := range entries {
+		del[i] = e
+		del[i].Op = OpDelete
+	}
+	codes, err := w.exchange(ctx, del, false)
+	if err != nil {
+		return len(entries), err
+	}
+	for i, code := range codes {
+		if code != 0 && code != unix.ENOENT {
+			return len(entries), fmt.Errorf("ctsync: replace %s: delete: %w", entries[i], code)
+		}
+	}
+	codes, err = w.exchange(ctx, entries, true)
+	if err != nil {
+		return len(entries), err
+	}
+	failed := 0
+	var first error
+	for i, code := range codes {
+		if code != 0 {
+			failed++
+			if first == nil {
+				first = fmt.Errorf("ctsync: replace %s: create: %w", entries[i], code)
 			}
 		}
 	}

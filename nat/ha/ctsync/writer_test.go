@@ -90,10 +90,12 @@ func TestWriterNAT(t *testing.T) {
 	}
 }
 
-func testWriterNAT(t *testing.T, fam natFamily) {
-	lab := netlab.ForTest(t)
-	ctx := context.Background()
-	ns, err := lab.NS("sb")
+// writerLab makes a namespace "sb" and a Writer into it, both closed at the
+// test's end: the namespace's name (for conntrack(8)), the open namespace
+// and the Writer.
+func writerLab(t *testing.T) (string, *netns.NS, *Writer) {
+	t.Helper()
+	ns, err := netlab.ForTest(t).NS("sb")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,12 +103,18 @@ func testWriterNAT(t *testing.T, fam natFamily) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer n.Close()
+	t.Cleanup(func() { n.Close() })
 	w, err := NewWriter(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close()
+	t.Cleanup(func() { w.Close() })
+	return ns, n, w
+}
+
+func testWriterNAT(t *testing.T, fam natFamily) {
+	ctx := context.Background()
+	ns, n, w := writerLab(t)
 	entries := fam.entries
 	// The DNAT entry exists already, made by someone else without
 	// liberal tracking (as the kernel makes entries for traffic): the
@@ -309,5 +317,46 @@ func TestEntryCodec(t *testing.T) {
 	}
 	if _, _, err := decodeEntry(b[:10]); err == nil {
 		t.Fatal("short entry decoded without error")
+	}
+}
+
+// TestWriterReplacesStale: the standby's kernel holds an entry under the
+// replicated entry's original tuple with another NAT binding and status bits
+// (ASSURED, SEEN_REPLY) the replicated version lacks — a leftover of this
+// replica's own time as the active, or a tuple reused since. The kernel
+// refuses the update (EBUSY: those bits cannot be cleared, and NAT is set
+// only at creation); the writer deletes the entry and creates the active's
+// version, binding included. Before, the write failed and the standby kept
+// the stale binding (the HA lab's "standby lacks N of M NATed entries").
+func TestWriterReplacesStale(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		entry  Entry
+		preset []string
+	}{
+		{"IPv4", Entry{
+			Op: OpUpsert, Proto: 6, OrigSrc: ap("192.0.2.1:50000"), OrigDst: ap("192.0.2.11:8080"),
+			ReplySrc: ap("198.51.100.11:7001"), ReplyDst: ap("192.0.2.1:50000"),
+			Status: 1<<3 | 1<<5, Timeout: 120, Mark: 0xc000020b, TCPState: 1,
+		}, []string{"-p", "tcp", "-s", "192.0.2.1", "-d", "192.0.2.11", "--sport", "50000", "--dport", "8080",
+			"--state", "ESTABLISHED", "-u", "ASSURED,SEEN_REPLY", "-t", "100", "--dst-nat", "198.51.100.99:7001"}},
+		{"IPv6", Entry{
+			Op: OpUpsert, Proto: 6, OrigSrc: ap("[2001:db8:2::1]:50000"), OrigDst: ap("[2001:db8:2::11]:8080"),
+			ReplySrc: ap("[2001:db8:100::11]:7001"), ReplyDst: ap("[2001:db8:2::1]:50000"),
+			Status: 1<<3 | 1<<5, Timeout: 120, TCPState: 1,
+		}, []string{"-p", "tcp", "-s", "2001:db8:2::1", "-d", "2001:db8:2::11", "--sport", "50000", "--dport", "8080",
+			"--state", "ESTABLISHED", "-u", "ASSURED,SEEN_REPLY", "-t", "100", "--dst-nat", "[2001:db8:100::99]:7001"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			ns, n, w := writerLab(t)
+			if _, err := netlab.Exec(ctx, ns, "", append([]string{"conntrack", "-I"}, tc.preset...)...); err != nil {
+				t.Fatal(err)
+			}
+			if failed, err := w.Apply(ctx, []Entry{tc.entry}); err != nil || failed != 0 {
+				t.Fatalf("Apply over a stale entry: %d failed: %v", failed, err)
+			}
+			wantNATed(t, n, []Entry{tc.entry}, nil)
+		})
 	}
 }

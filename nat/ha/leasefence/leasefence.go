@@ -7,7 +7,7 @@
 // conflict. A Lease is free when it has no holder or its holder's
 // renewTime + duration has passed by the observer's clock.
 //
-// Lease durations in natgw are sub-second (250 ms by default) and
+// Lease durations in natgw are sub-second (175 ms by default) and
 // spec.leaseDurationSeconds counts whole seconds, so the exact duration is
 // also written to the annotation DurationAnnotation (milliseconds), which
 // natgw replicas read; leaseDurationSeconds holds the duration rounded up
@@ -191,8 +191,9 @@ func (f *Fence) Acquire(ctx context.Context, holder string, ttl time.Duration) e
 	}
 	f.last = l
 	if h := holderOf(l); h != holder && !expired(l, f.now()) {
-		return fmt.Errorf("leasefence: %s held by %q until %s: %w", f, h,
-			l.Spec.RenewTime.Add(duration(l)).UTC().Format(time.RFC3339Nano), ha.ErrHeld)
+		// Until by this reader's clock, the one that decides when it
+		// may take the Lease.
+		return fmt.Errorf("leasefence: %s: %w", f, &ha.HeldError{Holder: h, Until: l.Spec.RenewTime.Add(duration(l))})
 	}
 	l = l.DeepCopy()
 	stamp(l, holder, ttl, f.now())

@@ -94,9 +94,17 @@ func TestLeaseFence(t *testing.T) {
 	for _, s := range steps {
 		switch s.op {
 		case "acquire":
+			before := time.Now()
 			err := s.f.Acquire(ctx, s.id, ttl)
 			if s.held != errors.Is(err, ha.ErrHeld) || (!s.held && err != nil) {
 				t.Fatalf("%s: Acquire(%s) = %v, want held=%t", s.name, s.id, err, s.held)
+			}
+			// A refusal read from the Lease says until when it runs
+			// (renewTime + duration), for the standby to ask again
+			// then; a conflict on a stale version does not know.
+			var he *ha.HeldError
+			if s.held && s.f == b && (!errors.As(err, &he) || he.Holder != "a" || he.Until.After(before.Add(ttl)) || he.Until.Before(before.Add(-time.Second))) {
+				t.Fatalf("%s: Acquire(%s) = %v, want a HeldError of a until at most %s after the call", s.name, s.id, err, ttl)
 			}
 		case "release":
 			if err := s.f.Release(ctx, s.id); err != nil {

@@ -5,7 +5,7 @@ package reconciler
 // (status.bandwidthLimitRules, as upstream's execNatGwQoS reads them; Kube-OVN
 // v1.16.2 pkg/controller/vpc_nat_gateway.go) become the gateway's
 // gateway-wide QoS (package nat/gwqos, the agent's gwqos request). The
-// gateway reconciler (natgw.go) sends the list on every change of the
+// gateway reconciler (vpcnatgateway.go) sends the list on every change of the
 // gateway or its policy and records status.qosPolicy; the Source sends it
 // with every sync of the gateway (a new boot id, a reconnect, a data plane
 // switch) and a drift check sends it when it differs.

@@ -66,13 +66,13 @@ func TestOrphanSweep(t *testing.T) {
 }
 
 // natgwCLI applies objects on the gateway behind the controller's back.
-func (e *env) natgwCLI(dataplane, op string, objs ...nat.Object) {
+func (e *env) natgwCLI(dataplane nat.DataplaneName, op string, objs ...nat.Object) {
 	e.t.Helper()
 	j, err := jsonMarshal(objs)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	cmd := exec.Command(natgwBin, "--netns", e.gw.GW, "--dataplane", dataplane, op, "-f", "-")
+	cmd := exec.Command(natgwBin, "--netns", e.gw.GW, "--dataplane", string(dataplane), op, "-f", "-")
 	cmd.Stdin = strings.NewReader(string(j))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		e.t.Fatalf("natgw %s: %v\n%s", op, err, out)
@@ -120,7 +120,7 @@ func TestDriftRepair(t *testing.T) {
 	f := e.readyFIP(netlab.EIP(10))
 	drift := metrics.CounterValue(metrics.Resyncs.WithLabelValues(e.gwName, "drift"))
 	// Another agent removes the FIP (as if someone flushed it).
-	cmd := exec.Command(natgwBin, "--netns", e.gw.GW, "--dataplane", e.dataplane, "delete", string(f.UID))
+	cmd := exec.Command(natgwBin, "--netns", e.gw.GW, "--dataplane", string(e.dataplane), "delete", string(f.UID))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("natgw delete: %v\n%s", err, out)
 	}
@@ -154,15 +154,15 @@ func TestDataplaneSwitch(t *testing.T) {
 	e.create(g)
 	f := e.readyFIP(netlab.EIP(11))
 
-	for _, to := range []string{nat.DataplaneIptables, nat.DataplaneNftables} {
-		from := map[string]string{nat.DataplaneIptables: nat.DataplaneNftables, nat.DataplaneNftables: nat.DataplaneIptables}[to]
+	for _, to := range []nat.DataplaneName{nat.DataplaneIptables, nat.DataplaneNftables} {
+		from := map[nat.DataplaneName]nat.DataplaneName{nat.DataplaneIptables: nat.DataplaneNftables, nat.DataplaneNftables: nat.DataplaneIptables}[to]
 		e.update(g, func() {
 			if g.Annotations == nil {
 				g.Annotations = map[string]string{}
 			}
-			g.Annotations[DataplaneAnnotation] = to
+			g.Annotations[DataplaneAnnotation] = string(to)
 		})
-		e.eventually(30*time.Second, "rules on "+to, func() error {
+		e.eventually(30*time.Second, "rules on "+string(to), func() error {
 			gw, err := e.reg.Get(e.gwName)
 			if err != nil {
 				return err
@@ -187,7 +187,7 @@ func TestDataplaneSwitch(t *testing.T) {
 
 // holds reports whether data plane dp holds natgw state (table or chains)
 // in the gateway's namespace (read without creating anything).
-func (e *env) holds(dp string) bool {
+func (e *env) holds(dp nat.DataplaneName) bool {
 	e.t.Helper()
 	ok, err := planes.Holds(e.ctx, dp, e.gw.Config())
 	if err != nil {

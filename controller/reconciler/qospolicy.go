@@ -3,10 +3,10 @@ package reconciler
 // The QoSPolicy reconciler: natgw-controller's counterpart, in replace
 // mode, of kube-ovn-controller's QoSPolicy handlers (Kube-OVN v1.16.2
 // pkg/controller/qos_policy.go). The limits themselves are programmed by
-// the EIP reconciler (eip.go build → translate.go qosObject), which reads
+// the EIP reconciler (iptableseip.go build → translate.go qosObject), which reads
 // the policy named by each IptablesEIP's spec.qosPolicy, and, for
 // gateway-wide QoS (bindingType NATGW), by the VpcNatGateway reconciler
-// (natgw.go, gwqos.go), which reads the status of the policy named by its
+// (vpcnatgateway.go, vpcnatgateway_qos.go), which reads the status of the policy named by its
 // spec.qosPolicy as upstream does; this reconciler owns the policy object:
 //
 //   - natgw's finalizer;
@@ -304,7 +304,7 @@ func validateQoSPolicy(p *v1.QoSPolicy) []string {
 
 // unsupportedQoS returns what of a valid policy natgw's data plane does
 // not program, each naming the field and value: for bindingType NATGW,
-// rules the gateway path (gwqos.go natgwRules) refuses; for EIPs, rules the
+// rules the gateway path (vpcnatgateway_qos.go natgwRules) refuses; for EIPs, rules the
 // EIP path (translate.go qosObject) refuses or cannot represent; and a
 // VpcNatGateway naming a policy of another binding type (upstream refuses
 // it too).

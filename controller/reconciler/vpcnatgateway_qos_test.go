@@ -81,7 +81,7 @@ func TestGatewayQoSRules(t *testing.T) {
 func (e *env) gatewayQoSIs(what string, want ...gwqos.Rule) {
 	e.t.Helper()
 	e.eventually(30*time.Second, what, func() error {
-		got, err := gwqos.List(nat.Config{NetNS: e.gw.GW})
+		got, err := gwqos.List(e.ctx, nat.Config{NetNS: e.gw.GW})
 		if err != nil {
 			return err
 		}

@@ -18,7 +18,7 @@ import (
 
 // natGatewayReconciler programs a VpcNatGateway's routes (spec.routes via
 // the VPC interface, and the default route via the configured external
-// gateway) and its gateway-wide QoS (spec.qosPolicy, gwqos.go; recorded in
+// gateway) and its gateway-wide QoS (spec.qosPolicy, vpcnatgateway_qos.go; recorded in
 // status.qosPolicy as upstream does), and hands data plane changes (the
 // natgw.kubeovn.io/dataplane annotation) to the gateway's manager.
 type natGatewayReconciler struct {
@@ -42,7 +42,11 @@ func (r *natGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	uid := string(g.UID)
 	log := logr.FromContextOrDiscard(ctx).WithValues("uid", uid)
 	ctx = logr.NewContext(ctx, log)
-	// The manager re-reads the data plane annotation.
+	// The manager re-reads the data plane annotation and switches when it
+	// changed; nothing else of the object is the manager's (routes and
+	// QoS are programmed below), so the kick is only that check (one
+	// cache read), not a drift check of the gateway's objects: drift and
+	// orphans are found by the manager's periodic checks.
 	r.Registry.Kick(g.Name)
 
 	if !g.DeletionTimestamp.IsZero() {
@@ -213,13 +217,14 @@ func (r *natGatewayReconciler) setReady(ctx context.Context, g *v1.VpcNatGateway
 
 // dataplaneOf returns the data plane a VpcNatGateway's annotation asks for
 // ("" when none).
-func dataplaneOf(g *v1.VpcNatGateway) (string, error) {
-	dp := g.Annotations[DataplaneAnnotation]
-	if dp == "" {
+func dataplaneOf(g *v1.VpcNatGateway) (nat.DataplaneName, error) {
+	v := g.Annotations[DataplaneAnnotation]
+	if v == "" {
 		return "", nil
 	}
-	if err := nat.CheckDataplaneName(dp); err != nil {
-		return "", fmt.Errorf("VpcNatGateway %s: annotation %s: %w", g.Name, DataplaneAnnotation, err)
+	dp, err := nat.ParseDataplaneName("annotation "+DataplaneAnnotation, v)
+	if err != nil {
+		return "", fmt.Errorf("VpcNatGateway %s: %w", g.Name, err)
 	}
 	return dp, nil
 }

@@ -1,0 +1,53 @@
+package reconciler
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/natgw/natgw/controller/eipalloc"
+)
+
+// TestVipAddrsChanged: the rules' Vip watch passes the changes of what a
+// rule reads of its EIP's Vip (the reserved addresses, the owner, the
+// deletion) and drops Kube-OVN's other writes.
+func TestVipAddrsChanged(t *testing.T) {
+	vip := func(v4, v6 string, mutate ...func(*unstructured.Unstructured)) *unstructured.Unstructured {
+		u := eipalloc.NewVipObject()
+		u.SetName("natgw-eip-a")
+		u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "kubeovn.io/v1", Kind: "IptablesEIP", Name: "a", UID: "u1"}})
+		_ = unstructured.SetNestedField(u.Object, map[string]any{"v4ip": v4, "v6ip": v6, "mac": "00:00:00:aa:bb:cc"}, "status")
+		for _, m := range mutate {
+			m(u)
+		}
+		return u
+	}
+	now := metav1.Now()
+	for _, tc := range []struct {
+		name     string
+		old, new *unstructured.Unstructured
+		want     bool
+	}{
+		{"nothing", vip("192.0.2.20", ""), vip("192.0.2.20", ""), false},
+		{"v6ip appears", vip("192.0.2.20", ""), vip("192.0.2.20", "2001:db8:2::20"), true},
+		{"v6ip changes", vip("192.0.2.20", "2001:db8:2::20"), vip("192.0.2.20", "2001:db8:2::21"), true},
+		{"v6ip goes", vip("192.0.2.20", "2001:db8:2::20"), vip("192.0.2.20", ""), true},
+		{"v4ip appears", vip("", ""), vip("192.0.2.20", "2001:db8:2::20"), true},
+		{"deleted", vip("192.0.2.20", "2001:db8:2::20"), vip("192.0.2.20", "2001:db8:2::20", func(u *unstructured.Unstructured) { u.SetDeletionTimestamp(&now) }), true},
+		{"owner changes", vip("192.0.2.20", ""), vip("192.0.2.20", "", func(u *unstructured.Unstructured) {
+			u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "kubeovn.io/v1", Kind: "IptablesEIP", Name: "a", UID: "u2"}})
+		}), true},
+		{"Kube-OVN's labels and finalizer", vip("192.0.2.20", "2001:db8:2::20"), vip("192.0.2.20", "2001:db8:2::20", func(u *unstructured.Unstructured) {
+			u.SetLabels(map[string]string{"ovn.kubernetes.io/subnet": "ext", "ovn.kubernetes.io/ip_reserved": ""})
+			u.SetFinalizers([]string{"kubeovn.io/kube-ovn-controller"})
+		}), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := vipAddrsChanged.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {
+				t.Errorf("vipAddrsChanged = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
