@@ -87,12 +87,17 @@ func (n *Netlink) Apply(ctx context.Context, tx *Tx) error {
 // buffer (net.core.wmem_default is 208 KiB or more).
 const smallBatch = 128 << 10
 
-// Tables implements Conn.
-func (n *Netlink) Tables(ctx context.Context, f nft.TableFamily) ([]string, error) {
+// reader returns a library connection for one read, unless ctx is done.
+func (n *Netlink) reader(ctx context.Context) (*nft.Conn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	c, err := n.conn()
+	return n.conn()
+}
+
+// Tables implements Conn.
+func (n *Netlink) Tables(ctx context.Context, f nft.TableFamily) ([]string, error) {
+	c, err := n.reader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -101,10 +106,7 @@ func (n *Netlink) Tables(ctx context.Context, f nft.TableFamily) ([]string, erro
 
 // Rules implements Conn.
 func (n *Netlink) Rules(ctx context.Context, t Table, chain ChainName) ([]RuleRef, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	c, err := n.conn()
+	c, err := n.reader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -113,10 +115,7 @@ func (n *Netlink) Rules(ctx context.Context, t Table, chain ChainName) ([]RuleRe
 
 // MapElements implements Conn.
 func (n *Netlink) MapElements(ctx context.Context, t Table, name MapName) ([]Element, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	c, err := n.conn()
+	c, err := n.reader(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,6 @@
 package nftconn
 
 import (
-	"encoding/binary"
 	"fmt"
 	"strings"
 	"testing"
@@ -43,56 +42,49 @@ func TestEncodeMatchesLibrary(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var theirs []netlink.Message
-	lib, err := nft.New(nft.WithTestDial(func(req []netlink.Message) ([]netlink.Message, error) {
-		for _, m := range req {
-			if typ := uint16(m.Header.Type); typ != unix.NFNL_MSG_BATCH_BEGIN && typ != unix.NFNL_MSG_BATCH_END {
-				theirs = append(theirs, m)
-			}
+	theirs, err := LibraryMessages(func(lib *nft.Conn) error {
+		tb := &nft.Table{Name: string(testTable.Name), Family: testTable.Family}
+		post := &nft.Chain{Name: string(testChain), Table: tb}
+		lib.AddTable(tb)
+		lib.AddChain(&nft.Chain{Name: string(testChain), Table: tb, Type: nft.ChainTypeNAT, Hooknum: nft.ChainHookPostrouting, Priority: nft.ChainPriorityNATSource})
+		lib.AddChain(&nft.Chain{Name: "plain", Table: tb})
+		set := &nft.Set{Table: tb, Name: string(m.Name), IsMap: true, KeyType: m.KeyType, DataType: m.DataType, ID: 0xabcdef}
+		if err := lib.AddSet(set, nil); err != nil {
+			return err
 		}
-		return []netlink.Message{{Header: netlink.Header{Type: netlink.Error}, Data: make([]byte, 4)}}, nil
-	}))
+		le := *lookup.Exprs[1].(*expr.Lookup)
+		le.SetID = set.ID
+		lib.AddRule(&nft.Rule{Table: tb, Chain: post, Exprs: []expr.Any{lookup.Exprs[0], &le}, UserData: []byte(lookup.Tag)})
+		lib.InsertRule(&nft.Rule{Table: tb, Chain: post, Exprs: masq.Exprs})
+		if err := lib.DelRule(&nft.Rule{Table: tb, Chain: post, Handle: 7}); err != nil {
+			return err
+		}
+		lib.FlushChain(post)
+		lib.FlushSet(set)
+		lib.DelTable(tb)
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb := &nft.Table{Name: string(testTable.Name), Family: testTable.Family}
-	post := &nft.Chain{Name: string(testChain), Table: tb}
-	lib.AddTable(tb)
-	lib.AddChain(&nft.Chain{Name: string(testChain), Table: tb, Type: nft.ChainTypeNAT, Hooknum: nft.ChainHookPostrouting, Priority: nft.ChainPriorityNATSource})
-	lib.AddChain(&nft.Chain{Name: "plain", Table: tb})
-	set := &nft.Set{Table: tb, Name: string(m.Name), IsMap: true, KeyType: m.KeyType, DataType: m.DataType, ID: 0xabcdef}
-	if err := lib.AddSet(set, nil); err != nil {
+	got, err := ours.Messages()
+	if err != nil {
 		t.Fatal(err)
-	}
-	le := *lookup.Exprs[1].(*expr.Lookup)
-	le.SetID = set.ID
-	lib.AddRule(&nft.Rule{Table: tb, Chain: post, Exprs: []expr.Any{lookup.Exprs[0], &le}, UserData: []byte(lookup.Tag)})
-	lib.InsertRule(&nft.Rule{Table: tb, Chain: post, Exprs: masq.Exprs})
-	if err := lib.DelRule(&nft.Rule{Table: tb, Chain: post, Handle: 7}); err != nil {
-		t.Fatal(err)
-	}
-	lib.FlushChain(post)
-	lib.FlushSet(set)
-	lib.DelTable(tb)
-	if err := lib.Flush(); err != nil {
-		t.Fatal(err)
-	}
-
-	got := batchMessages(t, ours.Bytes())
-	if len(got) != len(theirs) {
-		t.Fatalf("%d messages, the library sent %d", len(got), len(theirs))
 	}
 	ourID, theirID := setID(t, got), setID(t, theirs)
-	for i, m := range got {
-		want := theirs[i]
-		if m.Header.Type != want.Header.Type || m.Header.Flags != want.Header.Flags {
-			t.Errorf("message %d (%s): type/flags %#x/%#x, library %#x/%#x", i, ours.What(i), m.Header.Type, m.Header.Flags, want.Header.Type, want.Header.Flags)
+	diffs, err := ours.DiffLibrary(theirs, func(m netlink.Message, o bool) string {
+		if o {
+			return sameID(m.Data, ourID)
 		}
-		if g, w := sameID(m.Data, ourID), sameID(want.Data, theirID); g != w {
-			t.Errorf("message %d (%s):\n ours    %s\n library %s", i, ours.What(i), g, w)
-		}
+		return sameID(m.Data, theirID)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if testing.Verbose() {
+	for _, d := range diffs {
+		t.Error(d)
+	}
+	if testing.Verbose() && len(diffs) == 0 {
 		t.Logf("%d messages match", len(got))
 	}
 
@@ -104,25 +96,6 @@ func TestEncodeMatchesLibrary(t *testing.T) {
 	if err := tx.Encode(b); err != nil || b.Len() != 1 {
 		t.Fatalf("elements: %d messages (%v), want 1", b.Len(), err)
 	}
-}
-
-// batchMessages splits a batch into its messages, begin and end left out.
-func batchMessages(t *testing.T, b []byte) []netlink.Message {
-	t.Helper()
-	var out []netlink.Message
-	for len(b) > 0 {
-		var m netlink.Message
-		l := int(binary.NativeEndian.Uint32(b))
-		if err := m.UnmarshalBinary(b[:l]); err != nil {
-			t.Fatal(err)
-		}
-		b = b[min((l+3)&^3, len(b)):]
-		if typ := uint16(m.Header.Type); typ == unix.NFNL_MSG_BATCH_BEGIN || typ == unix.NFNL_MSG_BATCH_END {
-			continue
-		}
-		out = append(out, m)
-	}
-	return out
 }
 
 // setID returns the NFTA_SET_ID of the one NEWSET message among ms.

@@ -23,16 +23,7 @@ import (
 // order with their tags, nft lists the Fake's texts, a flush, a delete by
 // handle, a refused transaction changes nothing, and the table goes.
 func TestNetlink(t *testing.T) {
-	lab := netlab.ForTest(t)
-	name, err := lab.NS("nftconn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := netns.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
+	ns, name := labNS(t, "nftconn")
 	ctx := context.Background()
 	k, f := Open(ns), NewFake()
 	masq := func(last byte) Rule {
@@ -107,16 +98,7 @@ func TestNetlink(t *testing.T) {
 // and comments, nft lists the Fake's element and rule texts, a key added
 // again with another value is refused by both, a flush empties the map.
 func TestNetlinkMaps(t *testing.T) {
-	lab := netlab.ForTest(t)
-	name, err := lab.NS("nftmaps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := netns.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
+	ns, name := labNS(t, "nftmaps")
 	ctx := context.Background()
 	k, f := Open(ns), NewFake()
 	tx := baseTx()
@@ -181,16 +163,7 @@ func TestNetlinkMaps(t *testing.T) {
 // buffer (Netlink.Apply raises it for the batch; the kernel refuses a
 // message beyond it with EMSGSIZE) commits, all its elements read back.
 func TestNetlinkLargeBatch(t *testing.T) {
-	lab := netlab.ForTest(t)
-	name, err := lab.NS("nftlarge")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := netns.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
+	ns, _ := labNS(t, "nftlarge")
 	ctx := context.Background()
 	const n = 20_000
 	els := make([]Element, n)
@@ -222,16 +195,7 @@ func TestNetlinkLargeBatch(t *testing.T) {
 // one works (the sockets were redialed); after Close the next call dials
 // again.
 func TestLasting(t *testing.T) {
-	lab := netlab.ForTest(t)
-	name, err := lab.NS("nftlasting")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := netns.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
+	ns, name := labNS(t, "nftlasting")
 	ctx := context.Background()
 	l, err := DialLasting(ns, name, time.Minute, 0, 0)
 	if err != nil {
@@ -275,4 +239,20 @@ func TestLasting(t *testing.T) {
 	if ok, err := HasTable(ctx, l, testTable); err != nil || !ok {
 		t.Fatalf("HasTable: %v (%v), want true", ok, err)
 	}
+}
+
+// labNS makes a namespace for the test (root needed; netlab skips without)
+// and opens it until the test ends; it returns the handle and the name.
+func labNS(t *testing.T, prefix string) (*netns.NS, string) {
+	t.Helper()
+	name, err := netlab.ForTest(t).NS(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := netns.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	return ns, name
 }
