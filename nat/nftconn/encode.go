@@ -23,13 +23,9 @@ func (tx *Tx) Encode(b *Batch) error {
 		tn := string(o.table.Name)
 		var err error
 		switch o.kind {
-		case opAddTable:
-			err = b.Msg(fam, unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, "add table "+o.table.String(), func(ae *netlink.AttributeEncoder) {
-				ae.String(unix.NFTA_TABLE_NAME, tn)
-				ae.Uint32(unix.NFTA_TABLE_FLAGS, 0)
-			})
-		case opDeleteTable:
-			err = b.Msg(fam, unix.NFT_MSG_DELTABLE, 0, "delete table "+o.table.String(), func(ae *netlink.AttributeEncoder) {
+		case opAddTable, opCreateTable, opDeleteTable:
+			m := tableMsgs[o.kind]
+			err = b.Msg(fam, m.typ, m.flags, m.what+" "+o.table.String(), func(ae *netlink.AttributeEncoder) {
 				ae.String(unix.NFTA_TABLE_NAME, tn)
 				ae.Uint32(unix.NFTA_TABLE_FLAGS, 0)
 			})
@@ -41,6 +37,11 @@ func (tx *Tx) Encode(b *Batch) error {
 			err = b.Msg(fam, unix.NFT_MSG_DELRULE, 0, "flush chain "+string(o.chain.Name), func(ae *netlink.AttributeEncoder) {
 				ae.String(unix.NFTA_RULE_TABLE, tn)
 				ae.String(unix.NFTA_RULE_CHAIN, string(o.chain.Name))
+			})
+		case opDeleteChain:
+			err = b.Msg(fam, unix.NFT_MSG_DELCHAIN, 0, "delete chain "+string(o.chain.Name), func(ae *netlink.AttributeEncoder) {
+				ae.String(unix.NFTA_CHAIN_TABLE, tn)
+				ae.String(unix.NFTA_CHAIN_NAME, string(o.chain.Name))
 			})
 		case opAppendRule, opInsertRule:
 			flags := uint16(unix.NLM_F_CREATE | unix.NLM_F_ECHO)
@@ -99,6 +100,16 @@ func (tx *Tx) Encode(b *Batch) error {
 		}
 	}
 	return nil
+}
+
+// tableMsgs are the message type, flags and text of each table operation.
+var tableMsgs = map[opKind]struct {
+	typ, flags uint16
+	what       string
+}{
+	opAddTable:    {unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, "add table"},
+	opCreateTable: {unix.NFT_MSG_NEWTABLE, unix.NLM_F_EXCL, "create table"},
+	opDeleteTable: {unix.NFT_MSG_DELTABLE, 0, "delete table"},
 }
 
 // SetIDs numbers the sets this process creates in a Batch (one counter for

@@ -36,7 +36,9 @@ func TestEncodeMatchesLibrary(t *testing.T) {
 	tx.DeleteRule(testTable, testChain, 7, "x")
 	tx.FlushChain(testTable, testChain)
 	tx.FlushMap(testTable, m.Name)
+	tx.DeleteChain(testTable, "plain")
 	tx.DeleteTable(testTable)
+	tx.CreateTable(testTable)
 	ours := NewBatch(1, 0, nil)
 	if err := tx.Encode(ours); err != nil {
 		t.Fatal(err)
@@ -61,7 +63,9 @@ func TestEncodeMatchesLibrary(t *testing.T) {
 		}
 		lib.FlushChain(post)
 		lib.FlushSet(set)
+		lib.DelChain(&nft.Chain{Name: "plain", Table: tb})
 		lib.DelTable(tb)
+		lib.CreateTable(tb)
 		return nil
 	})
 	if err != nil {

@@ -78,6 +78,21 @@ func TestNetlink(t *testing.T) {
 	if rk, err := k.Rules(ctx, testTable, testChain); err != nil || len(rk) != 2 || rk[0].Tag != "m1" || rk[1].Tag != "m3" {
 		t.Fatalf("after the refused transaction and the delete of m2: %+v, %v", rk, err)
 	}
+	create := &Tx{}
+	create.CreateTable(testTable)
+	for _, c := range []Conn{k, f} {
+		if err := c.Apply(ctx, create); !errors.Is(err, unix.EEXIST) {
+			t.Fatalf("create of an existing table on %T: %v, want EEXIST", c, err)
+		}
+	}
+	dropPlain := &Tx{}
+	dropPlain.DeleteChain(testTable, "plain")
+	both("delete chain plain", dropPlain)
+	for _, c := range []Conn{k, f} {
+		if err := c.Apply(ctx, dropPlain); !errors.Is(err, unix.ENOENT) {
+			t.Fatalf("delete of a deleted chain on %T: %v, want ENOENT", c, err)
+		}
+	}
 	flush := &Tx{}
 	flush.FlushChain(testTable, testChain)
 	flush.DeleteTable(testTable)
@@ -89,6 +104,12 @@ func TestNetlink(t *testing.T) {
 	}
 	if err := k.Apply(ctx, flush); !errors.Is(err, unix.ENOENT) {
 		t.Fatalf("a flush of a deleted table's chain: %v, want ENOENT", err)
+	}
+	recreate := &Tx{}
+	recreate.CreateTable(testTable)
+	recreate.DeleteTable(testTable)
+	if err := k.Apply(ctx, recreate); err != nil {
+		t.Fatalf("create of a table that does not exist: %v", err)
 	}
 }
 

@@ -56,13 +56,12 @@
 //
 // Left: the main table still plans into its own transaction type
 // (nat/nftables/tx.go: Tx, its ops and their encoding in encode.go),
-// whose operations this Tx lacks:
-//   - create-table (NLM_F_EXCL) and the delete of the legacy table of
-//     family ip (DeleteTable of that family);
+// whose operations this Tx lacks (it has CreateTable and DeleteChain; the
+// legacy table's delete is DeleteTable of family ip):
 //   - plain sets (no data type; Map is always a map), concatenated keys
 //     (NFTA_SET_DESC) and the key byte order in the set's user data
 //     (nft's listing of a mark key), set flush and set delete;
-//   - chain delete; named limit objects (add, delete);
+//   - named limit objects (add, delete);
 //   - element adds that must not find their key (create: NLM_F_EXCL) and
 //     element deletes by key; the generation stamp on natgw_meta (an
 //     element whose user data holds the generation);
