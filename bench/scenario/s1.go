@@ -654,7 +654,9 @@ func hasSize(sizes []int, n int) bool {
 }
 
 func s1Metrics(e *Env, plan Plan, methods []Method, res s1Results) {
-	for _, p := range s1IPv6Pairs(methods) {
+	// metric reports, at each size and for add and delete, key's median
+	// against baseKey's (named baseName) as s1.<op>.<label>.N=<size>.
+	metric := func(label, key, baseKey, baseName string) {
 		for _, n := range plan.S1Sizes {
 			for _, del := range []bool{false, true} {
 				op := "add"
@@ -662,26 +664,18 @@ func s1Metrics(e *Env, plan Plan, methods []Method, res s1Results) {
 					op = "delete"
 				}
 				e.Report.AddMetric(report.NewMetric(
-					fmt.Sprintf("s1.%s.%s.ipv6_vs_ipv4.N=%s", op, p[0].Key, report.SizeLabel(n)), "s", report.LowerIsBetter,
-					res.median(p[1].Key, n, del), res.median(p[0].Key, n, del), p[0].Name()+", IPv4"))
+					fmt.Sprintf("s1.%s.%s.N=%s", op, label, report.SizeLabel(n)), "s", report.LowerIsBetter,
+					res.median(key, n, del), res.median(baseKey, n, del), baseName))
 			}
 		}
 	}
+	for _, p := range s1IPv6Pairs(methods) {
+		metric(p[0].Key+".ipv6_vs_ipv4", p[1].Key, p[0].Key, p[0].Name()+", IPv4")
+	}
 	base := "(a) Kube-OVN v1.16.2 nat-gateway.sh, iptables-legacy"
 	for _, m := range methods {
-		if !m.Ours {
-			continue
-		}
-		for _, n := range plan.S1Sizes {
-			for _, del := range []bool{false, true} {
-				op := "add"
-				if del {
-					op = "delete"
-				}
-				e.Report.AddMetric(report.NewMetric(
-					fmt.Sprintf("s1.%s.%s.N=%s", op, m.Key, report.SizeLabel(n)), "s", report.LowerIsBetter,
-					res.median(m.Key, n, del), res.median(s1Baseline, n, del), base))
-			}
+		if m.Ours {
+			metric(m.Key, m.Key, s1Baseline, base)
 		}
 	}
 }

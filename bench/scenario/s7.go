@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -39,7 +40,9 @@ type s7Result struct {
 // gateway pod per data plane, and clusterstack.Measure (what e2e/cluster's
 // TestLatency measures): FIP create→Ready paced and as a burst through pod
 // exec, and a long-lived exec session's request against one `kubectl exec`
-// per request (upstream's way).
+// per request (upstream's way). Last, s7RunHA: the paced create→Ready on a
+// provisioned nftables gateway of one replica against one of two (issue
+// 23's ratio, target ≤ 1.5).
 func RunS7(ctx context.Context, e *Env) error {
 	e.Progress.Scenario("scenario 7: the exec path in a real cluster (kubelet, containerd, natgw-controller pods, gateway pods)")
 	sec := e.Report.Section("s7", "Scenario 7: the exec path in a real cluster")
@@ -88,6 +91,14 @@ func RunS7(ctx context.Context, e *Env) error {
 		results = append(results, s7Result{dp: dp, r: r})
 	}
 	reportS7(e.Report, sec, results, upIn)
+	// Last: it turns the deployed controller into the provisioner.
+	e.Progress.Printf("two-replica comparison (nftables): Kube-OVN's controller, natgw-controller --provision-gateways --ha-gateways, %d paced FIPs on a gateway of one replica and one of two, alternating", sz.Paced)
+	ha, notRun, err := s7RunHA(ctx, c, cfg, repo, sz.Paced, e.Progress.Printf)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("scenario 7, two replicas: %w", err))
+		notRun = err.Error()
+	}
+	reportS7HA(e.Report, sec, ha, notRun)
 	return errors.Join(errs...)
 }
 
@@ -117,19 +128,7 @@ func s7Dataplane(ctx context.Context, c *cluster.Cluster, repo, dp string, sz cl
 	if err != nil {
 		return nil, err
 	}
-	rc, err := c.RESTConfig()
-	if err != nil {
-		return nil, err
-	}
-	rc.QPS, rc.Burst = 500, 1000 // the controller, not client-go's 5/s, sets the pace
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	if err := v1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	cl, err := client.NewWithWatch(rc, client.Options{Scheme: scheme})
+	rc, cl, err := s7Client(c)
 	if err != nil {
 		return nil, err
 	}
@@ -190,6 +189,29 @@ func s7Dataplane(ctx context.Context, c *cluster.Cluster, repo, dp string, sz cl
 		InternalIP: func(i int) string { return fmt.Sprintf("10.250.%d.%d", i/250, i%250+1) },
 		Config:     rc, Client: cl, Clientset: cs, Kubectl: c.Kubectl,
 	}, sz)
+}
+
+// s7Client is the measurement's client of c: natgw's kinds, no
+// client-side rate limit to speak of (the controller, not client-go's 5/s,
+// sets the pace).
+func s7Client(c *cluster.Cluster) (*rest.Config, client.WithWatch, error) {
+	rc, err := c.RESTConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	rc.QPS, rc.Burst = 500, 1000
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, nil, err
+	}
+	if err := v1.AddToScheme(scheme); err != nil {
+		return nil, nil, err
+	}
+	cl, err := client.NewWithWatch(rc, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, nil, err
+	}
+	return rc, cl, nil
 }
 
 func s7WaitEIPsReady(ctx context.Context, cl client.Client, n int) error {

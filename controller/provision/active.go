@@ -95,15 +95,8 @@ func (r *Reconciler) active(ctx context.Context, log logr.Logger, g *v1.VpcNatGa
 	if holder != "" {
 		val = holder
 	}
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{ActiveAnnotation: val}}})
-	if err != nil {
-		return fmt.Errorf("encode the %s annotation: %w", ActiveAnnotation, err)
-	}
-	if err := r.client.Patch(ctx, g, client.RawPatch(types.MergePatchType, body)); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("write the %s annotation of VpcNatGateway %s: %w", ActiveAnnotation, g.Name, err)
+	if gone, err := r.patchAnnotation(ctx, g, ActiveAnnotation, val); gone || err != nil {
+		return err
 	}
 	was := prev
 	if was == "" {
@@ -161,15 +154,8 @@ func (r *Reconciler) standby(ctx context.Context, log logr.Logger, g *v1.VpcNatG
 	if prev == want || (lag > 0 && strings.HasPrefix(prev, "Behind since ")) {
 		return nil
 	}
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{StandbyAnnotation: want}}})
-	if err != nil {
-		return fmt.Errorf("encode the %s annotation: %w", StandbyAnnotation, err)
-	}
-	if err := r.client.Patch(ctx, g, client.RawPatch(types.MergePatchType, body)); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("write the %s annotation of VpcNatGateway %s: %w", StandbyAnnotation, g.Name, err)
+	if gone, err := r.patchAnnotation(ctx, g, StandbyAnnotation, want); gone || err != nil {
+		return err
 	}
 	log.Info("standby replica", "condition", want, "was", prev)
 	if lag > 0 {
@@ -180,4 +166,20 @@ func (r *Reconciler) standby(ctx context.Context, log logr.Logger, g *v1.VpcNatG
 		r.recorder.Eventf(g, nil, corev1.EventTypeNormal, ReasonStandbyInStep, "HA", "every running replica holds what the active holds (was: %s)", prev)
 	}
 	return nil
+}
+
+// patchAnnotation merge-patches annotation key of g to val (nil removes
+// it); gone: g no longer exists (not an error).
+func (r *Reconciler) patchAnnotation(ctx context.Context, g *v1.VpcNatGateway, key string, val any) (gone bool, err error) {
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: val}}})
+	if err != nil {
+		return false, fmt.Errorf("encode the %s annotation: %w", key, err)
+	}
+	if err := r.client.Patch(ctx, g, client.RawPatch(types.MergePatchType, body)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, fmt.Errorf("write the %s annotation of VpcNatGateway %s: %w", key, g.Name, err)
+	}
+	return false, nil
 }

@@ -20,6 +20,7 @@ import (
 // when nobody holds it) and no write when nothing changed; a single
 // gateway, or provisioning without HA, reads no Lease; a gateway with
 // spec.namespace reads its Lease there, not in the configured namespace.
+
 func TestReconcileActive(t *testing.T) {
 	lease := func(ns string, holder *string) *coordinationv1.Lease {
 		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: LeaseName("gw1")}, Spec: coordinationv1.LeaseSpec{HolderIdentity: holder}}
@@ -59,12 +60,7 @@ func TestReconcileActive(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			g := gateway()
-			g.Spec.Replicas = ptr.To(tc.replicas)
-			g.Spec.Namespace = tc.namespace
-			e := newFakeEnv(t, g)
-			e.r.opts.HA = tc.ha
-			e.r.opts.GatewayNamespaces = []string{"team-a"}
+			_, e := newHAFakeEnv(t, tc.replicas, tc.namespace, tc.ha)
 			leaseNS := tc.leaseNS
 			if leaseNS == "" {
 				leaseNS = testNS

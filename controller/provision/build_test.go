@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
@@ -102,6 +103,39 @@ func want() *appsv1.StatefulSet {
 				},
 			},
 		},
+	}
+}
+
+// changedInputs are gateway() and subnets() changed by gw and subs (nil:
+// unchanged).
+func changedInputs(gw func(*v1.VpcNatGateway), subs func(map[string]kubeovn.Subnet)) (*v1.VpcNatGateway, map[string]kubeovn.Subnet) {
+	g, m := gateway(), subnets()
+	if gw != nil {
+		gw(g)
+	}
+	if subs != nil {
+		subs(m)
+	}
+	return g, m
+}
+
+// checkBuilt reports each field where what Build sent (the apply
+// configuration's JSON), field by field, differs from exp.
+func checkBuilt(t *testing.T, ac *appsv1ac.StatefulSetApplyConfiguration, exp *appsv1.StatefulSet) {
+	t.Helper()
+	got, err := objdiff.Flatten(ac)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf, err := objdiff.Flatten(exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The typed object's zero values that an apply sends nothing for.
+	objdiff.Drop(wf, "metadata.creationTimestamp", "spec.template.metadata.creationTimestamp", "status",
+		"spec.template.spec.containers[0].resources", "spec.template.spec.containers[1].resources", "spec.serviceName")
+	for _, d := range objdiff.Diff(wf, got) {
+		t.Errorf("%s (want != built)", d)
 	}
 }
 
@@ -216,13 +250,7 @@ func TestBuild(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			g, subs := gateway(), subnets()
-			if tc.gw != nil {
-				tc.gw(g)
-			}
-			if tc.subnets != nil {
-				tc.subnets(subs)
-			}
+			g, subs := changedInputs(tc.gw, tc.subnets)
 			exp := want()
 			if tc.want != nil {
 				tc.want(exp)
@@ -231,21 +259,7 @@ func TestBuild(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// What is sent (the apply configuration's JSON), field by field.
-			got, err := objdiff.Flatten(ac)
-			if err != nil {
-				t.Fatal(err)
-			}
-			wf, err := objdiff.Flatten(exp)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// The typed object's zero values that an apply sends nothing for.
-			objdiff.Drop(wf, "metadata.creationTimestamp", "spec.template.metadata.creationTimestamp", "status",
-				"spec.template.spec.containers[0].resources", "spec.template.spec.containers[1].resources", "spec.serviceName")
-			for _, d := range objdiff.Diff(wf, got) {
-				t.Errorf("%s (want != built)", d)
-			}
+			checkBuilt(t, ac, exp)
 			if BGPUnsupported(g) != (tc.name == "bgp speaker") {
 				t.Errorf("BGPUnsupported = %v", BGPUnsupported(g))
 			}
@@ -271,13 +285,7 @@ func TestBuildRefuses(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			g, subs := gateway(), subnets()
-			if tc.gw != nil {
-				tc.gw(g)
-			}
-			if tc.subnets != nil {
-				tc.subnets(subs)
-			}
+			g, subs := changedInputs(tc.gw, tc.subnets)
 			_, err := Build(Inputs{Gateway: g, Subnets: subs, Namespace: testNS, Image: testImage})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Build: %v, want an error containing %q", err, tc.want)
@@ -520,19 +528,7 @@ func TestBuildReplicas(t *testing.T) {
 			if tc.want != nil {
 				tc.want(exp)
 			}
-			got, err := objdiff.Flatten(ac)
-			if err != nil {
-				t.Fatal(err)
-			}
-			wf, err := objdiff.Flatten(exp)
-			if err != nil {
-				t.Fatal(err)
-			}
-			objdiff.Drop(wf, "metadata.creationTimestamp", "spec.template.metadata.creationTimestamp", "status",
-				"spec.template.spec.containers[0].resources", "spec.template.spec.containers[1].resources", "spec.serviceName")
-			for _, d := range objdiff.Diff(wf, got) {
-				t.Errorf("%s (want != built)", d)
-			}
+			checkBuilt(t, ac, exp)
 			if p := ProvisionedReplicas(ac.Spec.Template.Annotations); p != max(tc.replicas, 1) {
 				t.Errorf("ProvisionedReplicas of the template = %d", p)
 			}

@@ -9,14 +9,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/crdtest"
 	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/testlog"
@@ -50,33 +46,12 @@ func TestEnvNamespace(t *testing.T) {
 	for _, crd := range up {
 		env.CRDs = append(env.CRDs, crd)
 	}
-	cfg := apitest.StartT(t, env)
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := envClient(t, env)
 	const gwNS = "team-a"
-	objs := []client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: gwNS}}, kubeovnObject("Vpc", "vpc1", map[string]any{})}
-	for _, s := range subnets() {
-		objs = append(objs, kubeovnObject("Subnet", s.Name, map[string]any{
-			"vpc": s.Vpc, "provider": s.Provider, "cidrBlock": s.CIDRBlock, "gateway": s.Gateway,
-		}))
-	}
 	g := gateway()
 	g.UID = ""
 	g.Spec.Namespace = gwNS
-	objs = append(objs, g)
-	for _, o := range objs {
-		if err := c.Create(ctx, o); err != nil {
-			t.Fatalf("create %s: %v", o.GetName(), err)
-		}
-	}
+	createWithNetwork(ctx, t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: gwNS}}, g)
 	if g.Spec.Namespace != gwNS {
 		t.Fatalf("the API server kept spec.namespace %q, want %q", g.Spec.Namespace, gwNS)
 	}

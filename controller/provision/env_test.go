@@ -11,18 +11,40 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/crdtest"
 	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/testlog"
 )
+
+// envClient starts env (stopped when the test ends) and returns a client
+// of it that knows the core kinds and natgw's.
+func envClient(t *testing.T, env *envtest.Environment) client.Client {
+	t.Helper()
+	cfg := apitest.StartT(t, env)
+	c, err := client.New(cfg, client.Options{Scheme: apitest.Scheme(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// createWithNetwork creates Kube-OVN's Vpc vpc1 and the Subnets of
+// subnets(), then objs in their order.
+func createWithNetwork(ctx context.Context, t *testing.T, c client.Client, objs ...client.Object) {
+	t.Helper()
+	for _, o := range append(networkObjects(), objs...) {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatalf("create %s: %v", o.GetName(), err)
+		}
+	}
+}
 
 // TestEnvTwoReplicas: on a real kube-apiserver with Kube-OVN v1.16.2's
 // CRDs (which prune spec.replicas: the annotation asks), the provisioner
@@ -39,33 +61,12 @@ func TestEnvTwoReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := apitest.StartT(t, apitest.Environment(assets, dir))
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs := []client.Object{kubeovnObject("Vpc", "vpc1", map[string]any{})}
-	for _, s := range subnets() {
-		objs = append(objs, kubeovnObject("Subnet", s.Name, map[string]any{
-			"vpc": s.Vpc, "provider": s.Provider, "cidrBlock": s.CIDRBlock, "gateway": s.Gateway,
-		}))
-	}
+	c := envClient(t, apitest.Environment(assets, dir))
 	ha, single := gateway(), gateway()
 	ha.Annotations = map[string]string{ReplicasAnnotation: "2"}
 	single.Name, single.UID = "gw2", ""
 	ha.UID = ""
-	objs = append(objs, ha, single)
-	for _, o := range objs {
-		if err := c.Create(ctx, o); err != nil {
-			t.Fatalf("create %s: %v", o.GetName(), err)
-		}
-	}
+	createWithNetwork(ctx, t, c, ha, single)
 	rec := events.NewFakeRecorder(16)
 	r := &Reconciler{client: c, reader: c, api: c, recorder: rec,
 		opts: Options{Namespace: "kube-system", Image: testImage, HA: true, Log: testlog.New(t, 0)}}

@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/natgw/natgw/controller/eipalloc"
@@ -64,12 +63,7 @@ func TestReconcileLanVip(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			g := gateway()
-			g.Spec.Replicas = ptr.To(tc.replicas)
-			g.Spec.Namespace = tc.ns
-			e := newFakeEnv(t, g)
-			e.r.opts.HA = tc.ha
-			e.r.opts.GatewayNamespaces = []string{"team-a"}
+			g, e := newHAFakeEnv(t, tc.replicas, tc.ns, tc.ha)
 			e.noKubeOVN = tc.noSts
 			ctx := context.Background()
 			if tc.live != nil {

@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -23,6 +23,7 @@ import (
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/kubeovn"
+	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/testlog"
 )
 
@@ -49,15 +50,20 @@ type fakeEnv struct {
 	noKubeOVN bool
 }
 
+// networkObjects are Kube-OVN's Vpc vpc1 and the Subnets of subnets().
+func networkObjects() []client.Object {
+	objs := []client.Object{kubeovnObject("Vpc", "vpc1", map[string]any{})}
+	for _, s := range subnets() {
+		objs = append(objs, kubeovnObject("Subnet", s.Name, map[string]any{
+			"vpc": s.Vpc, "provider": s.Provider, "cidrBlock": s.CIDRBlock, "gateway": s.Gateway,
+		}))
+	}
+	return objs
+}
+
 func newFakeEnv(t *testing.T, g *v1.VpcNatGateway, extra ...client.Object) *fakeEnv {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := apitest.Scheme(t)
 	mapper := meta.NewDefaultRESTMapper(nil)
 	for _, gvk := range []struct {
 		kind string
@@ -71,12 +77,7 @@ func newFakeEnv(t *testing.T, g *v1.VpcNatGateway, extra ...client.Object) *fake
 	mapper.Add(appsv1.SchemeGroupVersion.WithKind("StatefulSet"), meta.RESTScopeNamespace)
 	mapper.Add(appsv1.SchemeGroupVersion.WithKind("ControllerRevision"), meta.RESTScopeNamespace)
 	mapper.Add(corev1.SchemeGroupVersion.WithKind("Pod"), meta.RESTScopeNamespace)
-	objs := append([]client.Object{g, kubeovnObject("Vpc", "vpc1", map[string]any{})}, extra...)
-	for _, s := range subnets() {
-		objs = append(objs, kubeovnObject("Subnet", s.Name, map[string]any{
-			"vpc": s.Vpc, "provider": s.Provider, "cidrBlock": s.CIDRBlock, "gateway": s.Gateway,
-		}))
-	}
+	objs := append(append([]client.Object{g}, networkObjects()...), extra...)
 	e := &fakeEnv{}
 	e.c = fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).
 		WithObjects(objs...).WithStatusSubresource(&v1.VpcNatGateway{}).
@@ -100,6 +101,20 @@ func newFakeEnv(t *testing.T, g *v1.VpcNatGateway, extra ...client.Object) *fake
 	e.r = &Reconciler{client: e.c, reader: e.c, api: e.c, recorder: events.NewFakeRecorder(16),
 		opts: Options{Namespace: testNS, Image: testImage, Log: testlog.New(t, 0)}}
 	return e
+}
+
+// newHAFakeEnv is a fake env holding gateway() with spec.replicas and
+// spec.namespace as given, its reconciler with --ha-gateways as ha and
+// team-a in --gateway-namespaces.
+func newHAFakeEnv(t *testing.T, replicas int32, namespace string, ha bool) (*v1.VpcNatGateway, *fakeEnv) {
+	t.Helper()
+	g := gateway()
+	g.Spec.Replicas = ptr.To(replicas)
+	g.Spec.Namespace = namespace
+	e := newFakeEnv(t, g)
+	e.r.opts.HA = ha
+	e.r.opts.GatewayNamespaces = []string{"team-a"}
+	return g, e
 }
 
 func (e *fakeEnv) reconcile(t *testing.T) error {

@@ -409,15 +409,21 @@ func (e *env) fip(name, eip string, internal netip.Addr) *v1.IptablesFIPRule {
 // status) whenever it reconciles them, so the test's copy may be stale.
 func (e *env) update(obj client.Object, mutate func()) {
 	e.t.Helper()
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	if err := e.retryWrite(obj, mutate, func(obj client.Object) error { return e.c.Update(e.ctx, obj) }); err != nil {
+		e.t.Fatalf("update %s: %v", obj.GetName(), err)
+	}
+}
+
+// retryWrite reads obj again, applies mutate and writes it with write,
+// again while the write conflicts.
+func (e *env) retryWrite(obj client.Object, mutate func(), write func(client.Object) error) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 			return err
 		}
 		mutate()
-		return e.c.Update(e.ctx, obj)
-	}); err != nil {
-		e.t.Fatalf("update %s: %v", obj.GetName(), err)
-	}
+		return write(obj)
+	})
 }
 
 // updateStatus is update through the status subresource: what Kube-OVN's
@@ -425,13 +431,7 @@ func (e *env) update(obj client.Object, mutate func()) {
 // may have written to already.
 func (e *env) updateStatus(obj client.Object, mutate func()) {
 	e.t.Helper()
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
-			return err
-		}
-		mutate()
-		return e.c.Status().Update(e.ctx, obj)
-	}); err != nil {
+	if err := e.retryWrite(obj, mutate, func(obj client.Object) error { return e.c.Status().Update(e.ctx, obj) }); err != nil {
 		e.t.Fatalf("update status of %s: %v", obj.GetName(), err)
 	}
 }

@@ -5,12 +5,28 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/kubeovn"
 )
+
+// updateChanged passes the updates of T for which changed says the old
+// and the new object differ, and any update of another type.
+func updateChanged[T client.Object](changed func(o, n T) bool) predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(T)
+			n, ok2 := e.ObjectNew.(T)
+			if !ok1 || !ok2 {
+				return true
+			}
+			return changed(o, n)
+		},
+	}
+}
 
 // specOrMetaChanged drops update events that change nothing a reconcile
 // reads from the object itself: status-only updates (our own status
@@ -28,19 +44,12 @@ var specOrMetaChanged = predicate.Funcs{
 
 // eipChangedForRules passes EIP updates that matter to its rules: spec,
 // deletion, readiness or address (not status.nat, which the rules change).
-var eipChangedForRules = predicate.Funcs{
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, ok1 := e.ObjectOld.(*v1.IptablesEIP)
-		n, ok2 := e.ObjectNew.(*v1.IptablesEIP)
-		if !ok1 || !ok2 {
-			return true
-		}
-		return o.Generation != n.Generation ||
-			!equality.Semantic.DeepEqual(o.DeletionTimestamp, n.DeletionTimestamp) ||
-			o.Status.Ready != n.Status.Ready || o.Status.IP != n.Status.IP ||
-			readyReason(o.Status.Conditions) != readyReason(n.Status.Conditions)
-	},
-}
+var eipChangedForRules = updateChanged(func(o, n *v1.IptablesEIP) bool {
+	return o.Generation != n.Generation ||
+		!equality.Semantic.DeepEqual(o.DeletionTimestamp, n.DeletionTimestamp) ||
+		o.Status.Ready != n.Status.Ready || o.Status.IP != n.Status.IP ||
+		readyReason(o.Status.Conditions) != readyReason(n.Status.Conditions)
+})
 
 // readyReason is the reason of the Ready condition ("" when none): a rule
 // reports GatewayNotReady while its EIP does, EIPNotReady otherwise.
@@ -54,35 +63,21 @@ func readyReason(conds []v1.Condition) string {
 // subnetChanged passes Subnet updates that change what natgw reads of it
 // (kubeovn.SubnetFrom): Kube-OVN rewrites a Subnet's status on every
 // address it hands out, which must not reconcile every EIP of the subnet.
-var subnetChanged = predicate.Funcs{
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, ok1 := e.ObjectOld.(*unstructured.Unstructured)
-		n, ok2 := e.ObjectNew.(*unstructured.Unstructured)
-		if !ok1 || !ok2 {
-			return true
-		}
-		return kubeovn.SubnetFrom(o) != kubeovn.SubnetFrom(n)
-	},
-}
+var subnetChanged = updateChanged(func(o, n *unstructured.Unstructured) bool {
+	return kubeovn.SubnetFrom(o) != kubeovn.SubnetFrom(n)
+})
 
 // vipAddrsChanged passes updates of natgw's Vip that change what a rule
 // reads of it (eipalloc.Allocator.ReservedV6: status.v4ip, status.v6ip,
 // the owner, deletion); Kube-OVN's label and finalizer writes pass only
 // with such a change.
-var vipAddrsChanged = predicate.Funcs{
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, ok1 := e.ObjectOld.(*unstructured.Unstructured)
-		n, ok2 := e.ObjectNew.(*unstructured.Unstructured)
-		if !ok1 || !ok2 {
-			return true
-		}
-		str := func(u *unstructured.Unstructured, path ...string) string {
-			s, _, _ := unstructured.NestedString(u.Object, path...)
-			return s
-		}
-		return str(o, "status", "v4ip") != str(n, "status", "v4ip") ||
-			str(o, "status", "v6ip") != str(n, "status", "v6ip") ||
-			!equality.Semantic.DeepEqual(o.GetDeletionTimestamp(), n.GetDeletionTimestamp()) ||
-			!equality.Semantic.DeepEqual(o.GetOwnerReferences(), n.GetOwnerReferences())
-	},
-}
+var vipAddrsChanged = updateChanged(func(o, n *unstructured.Unstructured) bool {
+	str := func(u *unstructured.Unstructured, path ...string) string {
+		s, _, _ := unstructured.NestedString(u.Object, path...)
+		return s
+	}
+	return str(o, "status", "v4ip") != str(n, "status", "v4ip") ||
+		str(o, "status", "v6ip") != str(n, "status", "v6ip") ||
+		!equality.Semantic.DeepEqual(o.GetDeletionTimestamp(), n.GetDeletionTimestamp()) ||
+		!equality.Semantic.DeepEqual(o.GetOwnerReferences(), n.GetOwnerReferences())
+})

@@ -20,8 +20,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
@@ -187,14 +185,7 @@ func (d *Deps) gatewaysOfPolicy(ctx context.Context, o client.Object) []reconcil
 
 // policyStatusChanged passes the QoSPolicy updates a gateway's QoS reads:
 // the status upstream's gateway path reads (shared, bindingType, rules).
-var policyStatusChanged = predicate.Funcs{
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, ok1 := e.ObjectOld.(*v1.QoSPolicy)
-		n, ok2 := e.ObjectNew.(*v1.QoSPolicy)
-		if !ok1 || !ok2 {
-			return true
-		}
-		return o.Status.Shared != n.Status.Shared || o.Status.BindingType != n.Status.BindingType ||
-			!equality.Semantic.DeepEqual(o.Status.BandwidthLimitRules, n.Status.BandwidthLimitRules)
-	},
-}
+var policyStatusChanged = updateChanged(func(o, n *v1.QoSPolicy) bool {
+	return o.Status.Shared != n.Status.Shared || o.Status.BindingType != n.Status.BindingType ||
+		!equality.Semantic.DeepEqual(o.Status.BandwidthLimitRules, n.Status.BandwidthLimitRules)
+})

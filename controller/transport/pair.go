@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -34,15 +35,21 @@ type Member struct {
 }
 
 // Pair is the session of a two-replica gateway: one agent session per
-// running replica, every change sent to each of them. A call succeeds when
+// running replica, every change sent to each of them. A call returns when
 // the active replica (Active) carried it out: that is when the object is
-// programmed where the traffic goes; a standby that failed a call is
-// behind, which StandbyLag reports, and the Pair ends (Done, Err says
+// programmed where the traffic goes, so a two-replica object is Ready as
+// soon as a one-replica one would be. The standbys get the same change
+// from the Pair's own worker, in the order the calls were made (a later
+// change of an object never overtakes an earlier one on a standby), at
+// most StandbyQueue changes behind the active (a call waits for room
+// beyond that); how long each took to reach them is the histogram
+// natgw_gateway_standby_apply_delay_seconds. A standby that failed a call
+// is behind, which StandbyLag reports, and the Pair ends (Done, Err says
 // which replica) so that the caller reconnects: the transport's Open
 // brings every standby in step with the active (Sync of the active's
 // fresh list) before it returns the new Pair. While no replica is known to
 // be active (none holds the Lease yet), every replica must carry a call
-// out for it to succeed. Reads (List, Info's data plane, version and
+// out for it to return success. Reads (List, Info's data plane, version and
 // counts) come from the active, or from the first replica by pod name
 // when none is known; Info's boot id joins every replica's, so that a
 // replica that restarted (a new boot id) makes the caller sync the whole
@@ -58,6 +65,35 @@ type Pair struct {
 	err    error
 	done   chan struct{}
 	stop   context.CancelFunc
+
+	// queue holds the changes the standbys are still to get, in call
+	// order; queued the enqueue times of the changes not yet carried out
+	// on them, oldest first (under mu).
+	queue  chan standbyJob
+	queued []time.Time
+}
+
+// StandbyQueue is how many changes a two-replica gateway's standbys may be
+// behind the active before a call waits for them.
+const StandbyQueue = 1024
+
+// StandbyCallTimeout bounds one change's call on a standby (the caller's
+// context is not the standby's: the call returned with the active's
+// result).
+const StandbyCallTimeout = 30 * time.Second
+
+// StandbyBehindAfter is how long a change may wait for the standbys in
+// the Pair's queue before StandbyLag counts them behind: under a burst of
+// changes the standbys trail the active by design, which is not a
+// failure to report.
+const StandbyBehindAfter = time.Second
+
+// standbyJob is one change for the standbys.
+type standbyJob struct {
+	op      string
+	call    func(context.Context, Session) error
+	members []Member
+	at      time.Time
 }
 
 // NewPair returns the Pair of members (at least one). active is the pod
@@ -71,7 +107,8 @@ func NewPair(gw Endpoint, members []Member, active string, log logr.Logger) (*Pa
 	ms := append([]Member(nil), members...)
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Pod < ms[j].Pod })
 	ctx, stop := context.WithCancel(context.Background())
-	p := &Pair{gw: gw, members: ms, log: log, active: active, done: make(chan struct{}), stop: stop}
+	p := &Pair{gw: gw, members: ms, log: log, active: active, done: make(chan struct{}), stop: stop, queue: make(chan standbyJob, StandbyQueue)}
+	go p.standbyWorker(ctx)
 	for _, m := range ms {
 		go func() {
 			select {
@@ -115,14 +152,20 @@ func (p *Pair) Active() string {
 }
 
 // StandbyLag is how long a standby has been missing a change (0: every
-// replica the Pair reaches holds every change the active holds).
+// replica the Pair reaches holds every change the active holds, or got
+// the changes it has still to get less than StandbyBehindAfter ago).
 func (p *Pair) StandbyLag() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.behind.IsZero() {
-		return 0
+	if !p.behind.IsZero() {
+		return time.Since(p.behind)
 	}
-	return time.Since(p.behind)
+	if len(p.queued) > 0 {
+		if lag := time.Since(p.queued[0]); lag >= StandbyBehindAfter {
+			return lag
+		}
+	}
+	return 0
 }
 
 // markBehind records that a standby misses changes from now on (unless it
@@ -187,11 +230,27 @@ func (p *Pair) primary() (m Member, known, ok bool) {
 	return Member{}, true, false
 }
 
-// change runs call on every member at once and returns the active's
-// result (every member's while none is active); a standby's failure
-// marks it behind and ends the Pair.
+// change runs call on the active and returns its result, the standbys
+// getting it from the Pair's worker (standbyWorker); while none is active
+// (or the active is not a member), on every member at once, returning
+// every member's result.
 func (p *Pair) change(ctx context.Context, op string, call func(context.Context, Session) error) error {
 	prim, known, ok := p.primary()
+	if known && ok {
+		var standbys []Member
+		for _, m := range p.members {
+			if m.Pod != prim.Pod {
+				standbys = append(standbys, m)
+			}
+		}
+		if err := p.enqueue(ctx, standbyJob{op: op, call: call, members: standbys}); err != nil {
+			return fmt.Errorf("gateway %s: %s: wait for the standbys' queue: %w", p.gw.Name, op, err)
+		}
+		if err := call(ctx, prim.Session); err != nil {
+			return fmt.Errorf("replica %s: %w", prim.Pod, err)
+		}
+		return nil
+	}
 	errs := make([]error, len(p.members))
 	var wg sync.WaitGroup
 	for i, m := range p.members {
@@ -203,37 +262,140 @@ func (p *Pair) change(ctx context.Context, op string, call func(context.Context,
 	}
 	var out []error
 	for i, m := range p.members {
-		err := errs[i]
-		if err == nil {
-			continue
+		if errs[i] != nil {
+			out = append(out, fmt.Errorf("replica %s: %w", m.Pod, errs[i]))
 		}
-		err = fmt.Errorf("replica %s: %w", m.Pod, err)
-		if !known || m.Pod == prim.Pod {
-			out = append(out, err)
-			continue
-		}
-		// A standby that missed a change: the active has it (the
-		// object is programmed where the traffic goes); the standby
-		// is brought in step by the next Open.
-		p.markBehind()
-		p.log.Info("standby replica missed a change; reconnecting to bring it in step", "pod", m.Pod, "op", op, "err", err.Error())
-		p.end(fmt.Errorf("standby %w", err))
 	}
 	return errors.Join(out...)
 }
 
+// enqueue adds j to the standbys' queue (nothing when there are none or
+// the Pair ended: the reopened Pair catches them up), waiting for room.
+// Calls made one after the other reach the standbys in that order (the
+// first is queued before it returns); concurrent calls in either.
+func (p *Pair) enqueue(ctx context.Context, j standbyJob) error {
+	if len(j.members) == 0 {
+		return nil
+	}
+	p.mu.Lock()
+	if p.err != nil {
+		p.mu.Unlock()
+		return nil
+	}
+	j.at = time.Now()
+	p.queued = append(p.queued, j.at)
+	p.mu.Unlock()
+	select {
+	case p.queue <- j:
+		return nil
+	case <-p.done:
+		p.unqueue(j.at)
+		return nil
+	case <-ctx.Done():
+		p.unqueue(j.at)
+		return ctx.Err()
+	}
+}
+
+// unqueue removes a job's enqueue time from queued (which stays oldest
+// first: times are appended in order).
+func (p *Pair) unqueue(at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i := slices.Index(p.queued, at); i >= 0 {
+		p.queued = slices.Delete(p.queued, i, i+1)
+	}
+}
+
+// standbyWorker gives the standbys the queued changes, one at a time in
+// order, until the Pair is closed. A standby's failure marks it behind
+// and ends the Pair; after the end the rest of the queue is dropped (the
+// reopened Pair syncs the standbys from the active).
+func (p *Pair) standbyWorker(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case j := <-p.queue:
+			p.runStandby(ctx, j)
+			p.unqueue(j.at)
+		}
+	}
+}
+
+func (p *Pair) runStandby(ctx context.Context, j standbyJob) {
+	if p.Err() != nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, StandbyCallTimeout)
+	defer cancel()
+	errs := make([]error, len(j.members))
+	var wg sync.WaitGroup
+	for i, m := range j.members {
+		wg.Go(func() { errs[i] = j.call(cctx, m.Session) })
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return // closed: the failures are the close's
+	}
+	failed := false
+	for i, m := range j.members {
+		if errs[i] == nil {
+			continue
+		}
+		failed = true
+		// A standby that missed a change: the active has it (the
+		// object is programmed where the traffic goes); the standby
+		// is brought in step by the next Open.
+		err := fmt.Errorf("replica %s: %w", m.Pod, errs[i])
+		p.markBehind()
+		p.log.Info("standby replica missed a change; reconnecting to bring it in step", "pod", m.Pod, "op", j.op, "err", err.Error())
+		p.end(fmt.Errorf("standby %w", err))
+	}
+	if !failed {
+		standbyApplyDelay.WithLabelValues(p.gw.Name).Observe(time.Since(j.at).Seconds())
+	}
+}
+
+// Flush waits until the standbys got every change made before it (or
+// the Pair ended: Err says why).
+func (p *Pair) Flush(ctx context.Context) error {
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for {
+		p.mu.Lock()
+		n, err := len(p.queued), p.err
+		p.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("gateway %s: %d changes still to reach the standbys: %w", p.gw.Name, n, ctx.Err())
+		case <-p.done:
+		case <-t.C:
+		}
+	}
+}
+
 // Apply implements agentapi.Agent on every replica.
 func (p *Pair) Apply(ctx context.Context, objs ...nat.Object) error {
+	objs = slices.Clone(objs) // the standbys use it after Apply returned
 	return p.change(ctx, "apply", func(ctx context.Context, s Session) error { return s.Apply(ctx, objs...) })
 }
 
 // Delete implements agentapi.Agent on every replica.
 func (p *Pair) Delete(ctx context.Context, uids ...string) error {
+	uids = slices.Clone(uids)
 	return p.change(ctx, "delete", func(ctx context.Context, s Session) error { return s.Delete(ctx, uids...) })
 }
 
 // Sync implements agentapi.Agent on every replica.
 func (p *Pair) Sync(ctx context.Context, desired []nat.Object) error {
+	desired = slices.Clone(desired)
 	return p.change(ctx, "sync", func(ctx context.Context, s Session) error { return s.Sync(ctx, desired) })
 }
 
@@ -344,4 +506,13 @@ var pairStandbyLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Help: "How long a two-replica gateway's standby has been missing a change that its active replica holds (0: in step).",
 }, []string{"gateway"})
 
-func init() { crmetrics.Registry.MustRegister(pairStandbyLag) }
+// standbyApplyDelay is natgw_gateway_standby_apply_delay_seconds: per
+// change of a two-replica gateway, from the call (when the active got it)
+// until every standby carried it out.
+var standbyApplyDelay = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	Name:    "natgw_gateway_standby_apply_delay_seconds",
+	Help:    "Per change of a two-replica gateway: from the call until every standby replica carried it out (the active's result returns first).",
+	Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+}, []string{"gateway"})
+
+func init() { crmetrics.Registry.MustRegister(pairStandbyLag, standbyApplyDelay) }

@@ -32,6 +32,8 @@ type fakeAgent struct {
 	err   error
 	boot  string
 	done  chan struct{}
+	// gate, when set, holds every change until it is closed.
+	gate chan struct{}
 }
 
 func newFakeAgent(boot string) *fakeAgent { return &fakeAgent{boot: boot, done: make(chan struct{})} }
@@ -42,9 +44,28 @@ func (f *fakeAgent) rec(op string) error {
 	f.calls = append(f.calls, op)
 	return f.err
 }
-func (f *fakeAgent) Apply(_ context.Context, objs ...nat.Object) error { return f.rec("apply") }
-func (f *fakeAgent) Delete(_ context.Context, uids ...string) error    { return f.rec("delete") }
-func (f *fakeAgent) Sync(_ context.Context, d []nat.Object) error      { return f.rec("sync") }
+func (f *fakeAgent) change(op string) error {
+	if f.gate != nil {
+		<-f.gate
+	}
+	return f.rec(op)
+}
+func (f *fakeAgent) Apply(_ context.Context, objs ...nat.Object) error {
+	op := "apply"
+	for _, o := range objs {
+		op += " " + o.UID
+	}
+	return f.change(op)
+}
+func (f *fakeAgent) Delete(_ context.Context, uids ...string) error {
+	return f.change("delete " + strings.Join(uids, " "))
+}
+func (f *fakeAgent) Sync(_ context.Context, d []nat.Object) error { return f.change("sync") }
+func (f *fakeAgent) recorded() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
 func (f *fakeAgent) List(_ context.Context, fresh bool) ([]nat.Object, error) {
 	return nil, f.rec("list")
 }
@@ -106,9 +127,11 @@ func TestPairChange(t *testing.T) {
 			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 				t.Fatalf("apply: %v, want an error holding %q", err, tc.wantErr)
 			}
+			// The standby's call may come after Apply returned.
+			_ = p.Flush(context.Background())
 			for name, f := range map[string]*fakeAgent{"a": a, "b": b} {
-				if len(f.calls) != 1 || f.calls[0] != "apply" {
-					t.Errorf("replica %s calls %v, want one apply", name, f.calls)
+				if calls := f.recorded(); len(calls) != 1 || calls[0] != "apply x" {
+					t.Errorf("replica %s calls %v, want one apply", name, calls)
 				}
 			}
 			select {
@@ -159,6 +182,95 @@ func TestPairChange(t *testing.T) {
 			t.Fatal("pair not ended after a replica's session ended")
 		}
 	})
+}
+
+// TestPairStandbyAfterActive: with an active known, a change returns
+// when the active carried it out, not waiting for a standby held up
+// (Ready is the active's, as for one replica); the standby gets the
+// changes afterwards in the order they were made, counts as behind only
+// once a change waited StandbyBehindAfter, and Flush waits for it. With
+// none active, a call waits for every replica.
+func TestPairStandbyAfterActive(t *testing.T) {
+	ctx := context.Background()
+	a, b := newFakeAgent("ba"), newFakeAgent("bb")
+	b.gate = make(chan struct{})
+	p, err := NewPair(Endpoint{Name: "g"}, []Member{{Pod: "vpc-nat-gw-g-0", Session: a}, {Pod: "vpc-nat-gw-g-1", Session: b}}, "vpc-nat-gw-g-0", testlog.New(t, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	steps := []func() error{
+		func() error { return p.Apply(ctx, nat.Object{UID: "x"}) },
+		func() error { return p.Delete(ctx, "x") },
+		func() error { return p.Apply(ctx, nat.Object{UID: "x"}, nat.Object{UID: "y"}) },
+		func() error { return p.Sync(ctx, nil) },
+	}
+	want := []string{"apply x", "delete x", "apply x y", "sync"}
+	for i, step := range steps {
+		done := make(chan error, 1)
+		go func() { done <- step() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("step %d (%s) waited for the held standby", i, want[i])
+		}
+	}
+	if got := a.recorded(); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("active calls %q, want %q", got, want)
+	}
+	if got := b.recorded(); len(got) != 0 {
+		t.Fatalf("held standby carried out %q", got)
+	}
+	if lag := p.StandbyLag(); lag != 0 {
+		t.Errorf("standby lag %s with changes queued under %s, want 0", lag, StandbyBehindAfter)
+	}
+	fctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	if err := p.Flush(fctx); err == nil || !strings.Contains(err.Error(), "4 changes still to reach the standbys") {
+		t.Errorf("flush with the standby held: %v, want 4 changes pending", err)
+	}
+	cancel()
+	time.Sleep(StandbyBehindAfter + 50*time.Millisecond)
+	if lag := p.StandbyLag(); lag < StandbyBehindAfter {
+		t.Errorf("standby lag %s with a change queued for over %s, want behind", lag, StandbyBehindAfter)
+	}
+	close(b.gate)
+	if err := p.Flush(ctx); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	if got := b.recorded(); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("standby calls %q, want %q in the order they were made", got, want)
+	}
+	if lag := p.StandbyLag(); lag != 0 {
+		t.Errorf("standby lag %s after it caught up, want 0", lag)
+	}
+	select {
+	case <-p.Done():
+		t.Fatalf("pair ended: %v", p.Err())
+	default:
+	}
+
+	// None active: the call waits for every replica.
+	c, d := newFakeAgent("bc"), newFakeAgent("bd")
+	d.gate = make(chan struct{})
+	q, err := NewPair(Endpoint{Name: "g"}, []Member{{Pod: "vpc-nat-gw-g-0", Session: c}, {Pod: "vpc-nat-gw-g-1", Session: d}}, "", testlog.New(t, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	done := make(chan error, 1)
+	go func() { done <- q.Apply(ctx, nat.Object{UID: "z"}) }()
+	select {
+	case err := <-done:
+		t.Fatalf("apply returned (%v) before a replica carried it out with none active", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(d.gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestPairCatchUp: with a replica holding the Lease, the standby is synced

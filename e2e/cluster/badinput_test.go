@@ -68,14 +68,7 @@ func TestGatewayNotRunning(t *testing.T) {
 		if err := s.Get(del); err != nil || del.DeletionTimestamp == nil {
 			t.Errorf("FIP %s deleted while its gateway is down: want it terminating with its finalizer, got err %v", del.Name, err)
 		}
-		for _, o := range []client.Object{gwObj, keep, added, eips[0], eips[1], eips[2]} {
-			if err := s.Get(o); err != nil {
-				t.Fatal(err)
-			}
-			if r := fw.ReadyOf(o); r.Status == metav1.ConditionTrue {
-				t.Errorf("%T %s Ready while its gateway has no pod: %s", o, o.GetName(), r)
-			}
-		}
+		noneReady(t, s, "its gateway has no pod", gwObj, keep, added, eips[0], eips[1], eips[2])
 		warnings := warningEvents(t, s.Ctx, cs, v1.ReasonGatewayNotReady, name, added.Name)
 
 		// The pod comes back under the same name.
@@ -129,14 +122,7 @@ func TestExecStartFails(t *testing.T) {
 		// The FIP waits for its EIP, which waits for the gateway.
 		s.WaitReason(fip, v1.ReasonGatewayNotReady, time.Minute)
 		time.Sleep(3 * time.Second) // retries keep failing
-		for _, o := range []client.Object{gwObj, eip, fip} {
-			if err := s.Get(o); err != nil {
-				t.Fatal(err)
-			}
-			if r := fw.ReadyOf(o); r.Status == metav1.ConditionTrue {
-				t.Errorf("%T %s Ready while the agent cannot start: %s", o, o.GetName(), r)
-			}
-		}
+		noneReady(t, s, "the agent cannot start", gwObj, eip, fip)
 		warnings := warningEvents(t, s.Ctx, cs, v1.ReasonGatewayNotReady, name, eip.Name)
 
 		// The pod replaced under the same name, now with natgw.
@@ -185,6 +171,20 @@ func scaleGateway(t *testing.T, ctx context.Context, cs kubernetes.Interface, na
 		}
 		return nil
 	})
+}
+
+// noneReady reads objs afresh and reports each that is Ready while it
+// should not be (while says why).
+func noneReady(t *testing.T, s *fw.Stack, while string, objs ...client.Object) {
+	t.Helper()
+	for _, o := range objs {
+		if err := s.Get(o); err != nil {
+			t.Fatal(err)
+		}
+		if r := fw.ReadyOf(o); r.Status == metav1.ConditionTrue {
+			t.Errorf("%T %s Ready while %s: %s", o, o.GetName(), while, r)
+		}
+	}
 }
 
 // warningEvents waits until every named object has a Warning Event with

@@ -100,19 +100,7 @@ func (e *env) startCompanion(s *sweeps, period time.Duration) (cl client.Client,
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("companion manager: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return mgr.GetClient(), stop
+	return mgr.GetClient(), runManager(t, ctx, cancel, mgr, "companion manager")
 }
 
 // compatCall execs one nat-gateway.sh call in the gateway pod exactly as

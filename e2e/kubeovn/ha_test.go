@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/natgw/natgw/controller/provision"
 )
 
@@ -56,48 +58,8 @@ func TestHAGatewayPods(t *testing.T) {
 	e.startReplace(nil)
 	e.mustKubectl(haManifest, "apply", "-f", "-")
 
-	type podInfo struct {
-		Metadata struct {
-			Name        string            `json:"name"`
-			UID         string            `json:"uid"`
-			Annotations map[string]string `json:"annotations"`
-		} `json:"metadata"`
-		Spec struct {
-			ServiceAccountName string `json:"serviceAccountName"`
-			Affinity           struct {
-				PodAntiAffinity *struct {
-					Preferred []struct {
-						Weight int `json:"weight"`
-						Term   struct {
-							TopologyKey string `json:"topologyKey"`
-						} `json:"podAffinityTerm"`
-					} `json:"preferredDuringSchedulingIgnoredDuringExecution"`
-				} `json:"podAntiAffinity"`
-			} `json:"affinity"`
-		} `json:"spec"`
-		Status struct {
-			Phase        string `json:"phase"`
-			ContainerSts []struct {
-				Name         string `json:"name"`
-				Ready        bool   `json:"ready"`
-				RestartCount int    `json:"restartCount"`
-			} `json:"containerStatuses"`
-		} `json:"status"`
-	}
-	pods := func() ([]podInfo, error) {
-		out, err := e.kubectl("", "-n", ns, "get", "pods", "-l", "app="+stsName, "-o", "json")
-		if err != nil {
-			return nil, err
-		}
-		var l struct {
-			Items []podInfo `json:"items"`
-		}
-		if err := json.Unmarshal([]byte(out), &l); err != nil {
-			return nil, err
-		}
-		return l.Items, nil
-	}
-	var running []podInfo
+	pods := func() ([]corev1.Pod, error) { return e.listPods("app=" + stsName) }
+	var running []corev1.Pod
 	t0 := time.Now()
 	if err := eventually(e.ctx, 4*time.Minute, func() error {
 		ps, err := pods()
@@ -106,8 +68,8 @@ func TestHAGatewayPods(t *testing.T) {
 		}
 		running = running[:0]
 		for _, p := range ps {
-			ready := p.Status.Phase == "Running" && len(p.Status.ContainerSts) == 2
-			for _, c := range p.Status.ContainerSts {
+			ready := p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 2
+			for _, c := range p.Status.ContainerStatuses {
 				ready = ready && c.Ready
 			}
 			if ready {
@@ -117,7 +79,7 @@ func TestHAGatewayPods(t *testing.T) {
 		if len(running) != 2 {
 			var st []string
 			for _, p := range ps {
-				st = append(st, fmt.Sprintf("%s %s %+v", p.Metadata.Name, p.Status.Phase, p.Status.ContainerSts))
+				st = append(st, fmt.Sprintf("%s %s %+v", p.Name, p.Status.Phase, p.Status.ContainerStatuses))
 			}
 			return fmt.Errorf("%d of %d gateway pods Running with both containers (vpc-nat-gw, %s) Ready, want 2: %v", len(running), len(ps), provision.HAContainer, st)
 		}
@@ -128,21 +90,26 @@ func TestHAGatewayPods(t *testing.T) {
 	t.Logf("two gateway pods Running and Ready %v after the VpcNatGateway", time.Since(t0).Round(time.Millisecond))
 	uids := map[string]string{}
 	for _, p := range running {
-		name := p.Metadata.Name
-		uids[name] = p.Metadata.UID
+		name := p.Name
+		uids[name] = string(p.UID)
 		if p.Spec.ServiceAccountName != provision.GatewayServiceAccount {
 			t.Errorf("%s: serviceAccountName %q, want %s", name, p.Spec.ServiceAccountName, provision.GatewayServiceAccount)
 		}
-		anti := p.Spec.Affinity.PodAntiAffinity
-		if anti == nil || len(anti.Preferred) != 1 || anti.Preferred[0].Weight != 100 || anti.Preferred[0].Term.TopologyKey != "kubernetes.io/hostname" {
+		var anti *corev1.PodAntiAffinity
+		var pref []corev1.WeightedPodAffinityTerm
+		if p.Spec.Affinity != nil && p.Spec.Affinity.PodAntiAffinity != nil {
+			anti = p.Spec.Affinity.PodAntiAffinity
+			pref = anti.PreferredDuringSchedulingIgnoredDuringExecution
+		}
+		if anti == nil || len(pref) != 1 || pref[0].Weight != 100 || pref[0].PodAffinityTerm.TopologyKey != "kubernetes.io/hostname" {
 			t.Errorf("%s: pod anti-affinity %+v", name, anti)
 		}
-		for _, c := range p.Status.ContainerSts {
+		for _, c := range p.Status.ContainerStatuses {
 			if c.RestartCount != 0 {
 				t.Errorf("%s: container %s restarted %d times", name, c.Name, c.RestartCount)
 			}
 		}
-		if a := p.Metadata.Annotations[provision.AAPsAnnotation]; a != provision.LanVipName(gwName) {
+		if a := p.Annotations[provision.AAPsAnnotation]; a != provision.LanVipName(gwName) {
 			t.Errorf("%s: %s %q, want %s", name, provision.AAPsAnnotation, a, provision.LanVipName(gwName))
 		}
 	}
@@ -157,14 +124,14 @@ func TestHAGatewayPods(t *testing.T) {
 			return err
 		}
 		for _, p := range ps {
-			a, ok := p.Metadata.Annotations["ovn.kubernetes.io/ip_address"]
+			a, ok := p.Annotations["ovn.kubernetes.io/ip_address"]
 			if !ok {
-				return fmt.Errorf("%s: Kube-OVN gave no eth0 address (no ovn.kubernetes.io/ip_address)", p.Metadata.Name)
+				return fmt.Errorf("%s: Kube-OVN gave no eth0 address (no ovn.kubernetes.io/ip_address)", p.Name)
 			}
 			if a == lanIP {
-				return fmt.Errorf("%s: eth0 address is the lanIp %s (it must float, not be a pod's own)", p.Metadata.Name, lanIP)
+				return fmt.Errorf("%s: eth0 address is the lanIp %s (it must float, not be a pod's own)", p.Name, lanIP)
 			}
-			t.Logf("%s: eth0 address %s from Kube-OVN's IPAM", p.Metadata.Name, a)
+			t.Logf("%s: eth0 address %s from Kube-OVN's IPAM", p.Name, a)
 		}
 		return nil
 	}); err != nil {
@@ -174,8 +141,8 @@ func TestHAGatewayPods(t *testing.T) {
 	// What natgw-ha says in this lab (not asserted: whether a pod reaches
 	// the API server for its Lease depends on the lab's pod network).
 	for _, p := range running {
-		out, _ := e.kubectl("", "-n", ns, "logs", p.Metadata.Name, "-c", provision.HAContainer, "--tail", "3")
-		t.Logf("%s %s log tail:\n%s", p.Metadata.Name, provision.HAContainer, out)
+		out, _ := e.kubectl("", "-n", ns, "logs", p.Name, "-c", provision.HAContainer, "--tail", "3")
+		t.Logf("%s %s log tail:\n%s", p.Name, provision.HAContainer, out)
 	}
 	active, _ := e.kubectl("", "get", "vpc-nat-gw", gwName, "-o", "jsonpath={.metadata.annotations}")
 	t.Logf("VpcNatGateway annotations: %s", active)
@@ -202,8 +169,8 @@ func TestHAGatewayPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range ps {
-		if uids[p.Metadata.Name] != p.Metadata.UID {
-			t.Errorf("pod %s replaced after the refused change", p.Metadata.Name)
+		if uids[p.Name] != string(p.UID) {
+			t.Errorf("pod %s replaced after the refused change", p.Name)
 		}
 	}
 

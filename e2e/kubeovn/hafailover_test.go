@@ -2,7 +2,6 @@ package kubeovn_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -20,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/natgw/natgw/controller/provision"
-	"github.com/natgw/natgw/internal/kubeovn"
+	"github.com/natgw/natgw/internal/clusterstack"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/internal/testsummary"
 )
@@ -35,79 +34,17 @@ type haPod struct {
 }
 
 // haPods lists the gateway's pods that run (not being deleted) with both
-// containers started, each with its namespace and natgw-ha pid.
+// containers started, each with its namespace and natgw-ha pid
+// (clusterstack.ReplicaPods, which bench scenario 7 shares).
 func (e *env) haPods() ([]haPod, error) {
-	out, err := e.kubectl("", "-n", ns, "get", "pods", "-l", "app="+stsName, "-o", "json")
+	rs, err := clusterstack.ReplicaPods(e.ctx, e.c, ns, gwName, 2)
 	if err != nil {
 		return nil, err
 	}
-	var l struct {
-		Items []struct {
-			Metadata struct {
-				Name              string            `json:"name"`
-				UID               string            `json:"uid"`
-				Annotations       map[string]string `json:"annotations"`
-				DeletionTimestamp *string           `json:"deletionTimestamp"`
-			} `json:"metadata"`
-			Status struct {
-				Phase string `json:"phase"`
-				PodIP string `json:"podIP"`
-				Cs    []struct {
-					Name         string `json:"name"`
-					Ready        bool   `json:"ready"`
-					RestartCount int    `json:"restartCount"`
-					ContainerID  string `json:"containerID"`
-					State        struct {
-						Running *struct{} `json:"running"`
-					} `json:"state"`
-				} `json:"containerStatuses"`
-			} `json:"status"`
-		} `json:"items"`
+	ps := make([]haPod, 0, len(rs))
+	for _, r := range rs {
+		ps = append(ps, haPod{name: r.Name, uid: r.UID, ip: r.IP, extIP: r.ExtIP, netns: r.NetNS, haPID: r.HAPID, haRestarts: r.HARestarts, ready: r.Ready})
 	}
-	if err := json.Unmarshal([]byte(out), &l); err != nil {
-		return nil, err
-	}
-	tasks, err := e.c.Ctr(e.ctx, "tasks", "ls")
-	if err != nil {
-		return nil, err
-	}
-	pidOf := func(id string) int {
-		id = strings.TrimPrefix(id, "containerd://")
-		for _, line := range strings.Split(tasks, "\n") {
-			if f := strings.Fields(line); len(f) >= 3 && f[0] == id && f[2] == "RUNNING" {
-				pid, _ := strconv.Atoi(f[1])
-				return pid
-			}
-		}
-		return 0
-	}
-	var ps []haPod
-	for _, it := range l.Items {
-		if it.Metadata.DeletionTimestamp != nil || it.Status.Phase != "Running" || len(it.Status.Cs) != 2 {
-			continue
-		}
-		p := haPod{name: it.Metadata.Name, uid: it.Metadata.UID, ip: it.Status.PodIP, extIP: it.Metadata.Annotations[kubeovn.ExternalIPAnnotation], ready: true}
-		for _, c := range it.Status.Cs {
-			p.ready = p.ready && c.Ready
-			if c.State.Running == nil {
-				p.ready = false
-				continue
-			}
-			switch c.Name {
-			case provision.HAContainer:
-				p.haPID, p.haRestarts = pidOf(c.ContainerID), c.RestartCount
-			default:
-				if pid := pidOf(c.ContainerID); pid != 0 {
-					p.netns = fmt.Sprintf("/proc/%d/ns/net", pid)
-				}
-			}
-		}
-		if p.netns == "" || p.haPID == 0 || p.ip == "" {
-			continue
-		}
-		ps = append(ps, p)
-	}
-	slices.SortFunc(ps, func(a, b haPod) int { return strings.Compare(a.name, b.name) })
 	return ps, nil
 }
 
@@ -131,20 +68,12 @@ func (e *env) waitHAPod(name, oldUID string, wantReady bool, limit time.Duration
 	return got, err
 }
 
-// attachHA does Multus's part for one replica: net1 in the pod with the
-// address Kube-OVN's annotation names, its peer port i on the external
-// host's bridge br0 (the shared external network both replicas sit on,
-// as OVN's external logical switch would be).
+// attachHA does Multus's part for one replica (clusterstack.AttachBridge):
+// net1 in the pod with the address Kube-OVN's annotation names, its peer
+// port i on the external host's bridge br0 (the shared external network
+// both replicas sit on, as OVN's external logical switch would be).
 func (e *env) attachHA(p haPod, i int) error {
-	a, err := netip.ParseAddr(p.extIP)
-	if err != nil {
-		return fmt.Errorf("pod %s: annotation %s=%q: %w", p.name, kubeovn.ExternalIPAnnotation, p.extIP, err)
-	}
-	port := fmt.Sprintf("gw%d", i)
-	if err := netlab.Veth(netlab.End{NS: p.netns, Name: "net1", Addrs: []netip.Prefix{netip.PrefixFrom(a, e.extNet.Bits())}}, netlab.End{NS: e.ext, Name: port}); err != nil {
-		return err
-	}
-	return netlab.Enslave(e.ext, port, "br0")
+	return clusterstack.AttachBridge(clusterstack.ReplicaPod{Name: p.name, ExtIP: p.extIP, NetNS: p.netns}, e.extNet.Bits(), e.ext, fmt.Sprintf("gw%d", i), "br0")
 }
 
 // echoFlow is a TCP stream through the gateway: a 32-byte message echoed

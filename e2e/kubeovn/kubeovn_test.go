@@ -8,7 +8,6 @@ package kubeovn_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,10 +21,12 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/natgw/natgw/gwimage/imagebuild"
 	"github.com/natgw/natgw/internal/cluster"
+	"github.com/natgw/natgw/internal/clusterstack"
 	"github.com/natgw/natgw/internal/kubeovn"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/internal/testsummary"
@@ -139,55 +140,30 @@ type gwPod struct {
 func (e *env) waitPod(oldUID string) (gwPod, error) {
 	var p gwPod
 	err := eventually(e.ctx, 3*time.Minute, func() error {
-		out, err := e.kubectl("", "-n", ns, "get", "pod", podName, "-o", "json")
+		pod, err := e.getPod(podName)
 		if err != nil {
 			return err
 		}
-		var pod struct {
-			Metadata struct {
-				UID               string            `json:"uid"`
-				Annotations       map[string]string `json:"annotations"`
-				DeletionTimestamp *string           `json:"deletionTimestamp"`
-			} `json:"metadata"`
-			Status struct {
-				Phase             string `json:"phase"`
-				PodIP             string `json:"podIP"`
-				ContainerStatuses []struct {
-					ContainerID string `json:"containerID"`
-					State       struct {
-						Running *struct{} `json:"running"`
-					} `json:"state"`
-				} `json:"containerStatuses"`
-			} `json:"status"`
-		}
-		if err := json.Unmarshal([]byte(out), &pod); err != nil {
-			return err
-		}
-		if pod.Metadata.UID == oldUID || pod.Metadata.DeletionTimestamp != nil {
+		if string(pod.UID) == oldUID || pod.DeletionTimestamp != nil {
 			return fmt.Errorf("pod %s still the old one", podName)
 		}
-		if pod.Status.Phase != "Running" || pod.Status.PodIP == "" || len(pod.Status.ContainerStatuses) != 1 || pod.Status.ContainerStatuses[0].State.Running == nil {
+		if pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" || len(pod.Status.ContainerStatuses) != 1 || pod.Status.ContainerStatuses[0].State.Running == nil {
 			return fmt.Errorf("pod %s not running: phase %s", podName, pod.Status.Phase)
 		}
-		ext := pod.Metadata.Annotations[kubeovn.ExternalIPAnnotation]
+		ext := pod.Annotations[kubeovn.ExternalIPAnnotation]
 		if ext == "" {
 			return fmt.Errorf("pod %s has no %s annotation", podName, kubeovn.ExternalIPAnnotation)
 		}
-		id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
+		id := pod.Status.ContainerStatuses[0].ContainerID
 		tasks, err := e.c.Ctr(e.ctx, "tasks", "ls")
 		if err != nil {
 			return err
 		}
-		pid := 0
-		for _, l := range strings.Split(tasks, "\n") {
-			if f := strings.Fields(l); len(f) >= 3 && f[0] == id {
-				pid, _ = strconv.Atoi(f[1])
-			}
-		}
+		pid := clusterstack.TaskPID(tasks, id, false)
 		if pid == 0 {
-			return fmt.Errorf("container %s has no task", id)
+			return fmt.Errorf("container %s has no task", strings.TrimPrefix(id, "containerd://"))
 		}
-		p = gwPod{uid: pod.Metadata.UID, ip: pod.Status.PodIP, netns: fmt.Sprintf("/proc/%d/ns/net", pid), extIP: ext}
+		p = gwPod{uid: string(pod.UID), ip: pod.Status.PodIP, netns: fmt.Sprintf("/proc/%d/ns/net", pid), extIP: ext}
 		return nil
 	})
 	return p, err
@@ -398,16 +374,11 @@ func startWith(t *testing.T, extNet, extNet6 netip.Prefix) *env {
 	}
 	archive := filepath.Join(repo, "gwimage/out/natgw-image.tar")
 	ccfg := cluster.Defaults(cluster.Config{Images: []string{archive}, Log: os.Stderr}, repo)
-	kcfg := kubeovn.Config{
-		Controller: filepath.Join(repo, ".cache/kubeovn/bin/kube-ovn-controller"),
-		NodeName:   ccfg.NodeName, NodeIP: ccfg.NodeIP,
-		Dir: filepath.Join(repo, ".cache/kubeovn/run"),
-		Log: os.Stderr,
-	}
+	kovn := clusterstack.KubeOVNSetup{Repo: repo, Cluster: ccfg}
 	if why := cluster.Missing(ccfg); why != "" {
 		skip(why)
 	}
-	if why := kubeovn.Missing(kcfg); why != "" {
+	if why := kubeovn.Missing(kovn.KubeOVNConfig(nil)); why != "" {
 		skip(why)
 	}
 	if why := netlab.Unavailable(); why != "" {
@@ -438,16 +409,8 @@ func startWith(t *testing.T, extNet, extNet6 netip.Prefix) *env {
 	upIn := c.Startup() // not the wait for another run's cluster
 	lab := netlab.ForTest(t)
 	e := &env{t: t, ctx: ctx, c: c, lab: lab, repo: repo, image: image, podCIDR: ccfg.PodCIDR, upIn: upIn, extNet: extNet, extNet6: extNet6}
-	kcfg.Kubeconfig = c.Kubeconfig()
 
 	// Kube-OVN's CRDs, the NAD CRD, then the objects the controller needs.
-	crds, err := kubeovn.CRDs(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.mustKubectl(crds, "apply", "--server-side", "-f", "-")
-	e.mustKubectl(kubeovn.Prerequisites(), "apply", "--server-side", "-f", "-")
-	e.mustKubectl("", "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
 	extNetwork := kubeovn.Network{
 		ExternalCIDR: extNet.String(), ExternalGateway: extHost.String(),
 		ExternalExclude: []string{extHost.String()},
@@ -464,47 +427,37 @@ func startWith(t *testing.T, extNet, extNet6 netip.Prefix) *env {
 		extNetwork.ExternalCIDR6, extNetwork.ExternalGateway6 = extNet6.String(), extHost6.String()
 		extNetwork.ExternalExclude = append(extNetwork.ExternalExclude, extHost6.String())
 	}
-	e.mustKubectl(kubeovn.Objects(image, extNetwork), "apply", "--server-side", "-f", "-")
-
-	t0 := time.Now()
-	k, err := kubeovn.Start(ctx, kcfg)
-	if err != nil {
+	kovn.Image, kovn.Network = image, extNetwork
+	if err := clusterstack.InstallKubeOVN(ctx, c, kovn); err != nil {
 		t.Fatal(err)
 	}
-	e.k = k
-	t.Cleanup(func() {
-		if t.Failed() {
-			if b, err := os.ReadFile(k.OutputPath()); err == nil {
-				s := string(b)
-				if len(s) > 20000 {
-					s = s[len(s)-20000:]
-				}
-				t.Logf("kube-ovn-controller output (tail):\n%s", s)
-			}
-			out, _ := e.kubectl("", "get", "pods,sts,vpc-nat-gw,iptables-eip,iptables-fip-rule,iptables-dnat-rule,iptables-snat-rule,subnet,vpc", "-A", "-o", "wide")
-			t.Logf("objects:\n%s", out)
-		}
-		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer scancel()
-		if err := k.Stop(sctx); err != nil {
-			t.Error(err)
-		}
-	})
+
 	// The controller runs (it validates the subnets on its own; the
 	// gateway's pod below is the proof that it works).
-	if err := eventually(ctx, 2*time.Minute, func() error {
-		if err := k.Alive(); err != nil {
-			return fmt.Errorf("%w: %w", errStop, err)
-		}
-		out, err := e.kubectl("", "get", "vpc", "vpc-"+gwName, "-o", "jsonpath={.status.standby}")
-		if err != nil {
-			return err
-		}
-		if out != "true" {
-			return fmt.Errorf("vpc vpc-%s: status.standby=%q", gwName, out)
-		}
-		return nil
-	}); err != nil {
+	t0 := time.Now()
+	k, err := clusterstack.RunKubeOVN(ctx, c, kovn)
+	if k != nil {
+		e.k = k
+		t.Cleanup(func() {
+			if t.Failed() {
+				if b, err := os.ReadFile(k.OutputPath()); err == nil {
+					s := string(b)
+					if len(s) > 20000 {
+						s = s[len(s)-20000:]
+					}
+					t.Logf("kube-ovn-controller output (tail):\n%s", s)
+				}
+				out, _ := e.kubectl("", "get", "pods,sts,vpc-nat-gw,iptables-eip,iptables-fip-rule,iptables-dnat-rule,iptables-snat-rule,subnet,vpc", "-A", "-o", "wide")
+				t.Logf("objects:\n%s", out)
+			}
+			sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer scancel()
+			if err := k.Stop(sctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	e.controllerIn = time.Since(t0)

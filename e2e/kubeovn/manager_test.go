@@ -1,32 +1,20 @@
 package kubeovn_test
 
 import (
+	"context"
+	"sync"
 	"testing"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/testlog"
 )
-
-// newScheme returns a scheme of the core and natgw kinds.
-func newScheme(t *testing.T) *runtime.Scheme {
-	t.Helper()
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return scheme
-}
 
 // newManager returns a manager of the core and natgw kinds on restCfg with
 // cache options c (no metrics or health endpoints, logging to t as name), a
@@ -35,7 +23,7 @@ func newManager(t *testing.T, restCfg *rest.Config, name string, c cache.Options
 	t.Helper()
 	log := testlog.New(t, 0).WithName(name)
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme:                 newScheme(t),
+		Scheme:                 apitest.Scheme(t),
 		Cache:                  c,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -49,4 +37,24 @@ func newManager(t *testing.T, restCfg *rest.Config, name string, c cache.Options
 		t.Fatal(err)
 	}
 	return mgr, cs, log
+}
+
+// runManager starts mgr until cancel and returns stop: it cancels and
+// waits for the manager to return, reporting its error as what's (once,
+// however often it is called; the test's cleanup calls it too).
+func runManager(t *testing.T, ctx context.Context, cancel context.CancelFunc, mgr ctrl.Manager, what string) (stop func()) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("%s: %v", what, err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }

@@ -3,7 +3,6 @@ package kubeovn_test
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
@@ -24,6 +23,7 @@ import (
 	"github.com/natgw/natgw/controller/eipalloc"
 	"github.com/natgw/natgw/controller/gwconfig"
 	"github.com/natgw/natgw/controller/metrics"
+	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/cluster"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/internal/testsummary"
@@ -190,7 +190,7 @@ func (e *env) migrationClient() client.Client {
 		t.Fatal(err)
 	}
 	cfg.QPS = -1
-	scheme := newScheme(t)
+	scheme := apitest.Scheme(t)
 	cl, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
@@ -302,6 +302,26 @@ const (
 	setFinalizer    = `[{"op":"add","path":"/metadata/finalizers","value":["` + natgwFinalizer + `"]}]`
 )
 
+// countReady counts the items named with prefix that are ready (as
+// nameReady says), recording the names of the others in notReady (which
+// it empties first).
+func countReady[T any](items []T, prefix string, nameReady func(*T) (string, bool), notReady *[]string) int {
+	k := 0
+	*notReady = (*notReady)[:0]
+	for i := range items {
+		name, ready := nameReady(&items[i])
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		if ready {
+			k++
+		} else {
+			*notReady = append(*notReady, name)
+		}
+	}
+	return k
+}
+
 // podState is the gateway pod's identity and its StatefulSet owner.
 type podState struct {
 	UID, Phase, Owner, Revision string
@@ -309,34 +329,16 @@ type podState struct {
 }
 
 func (e *env) gatewayPodState() (podState, error) {
-	out, err := e.kubectl("", "-n", ns, "get", "pod", podName, "-o", "json")
+	p, err := e.getPod(podName)
 	if err != nil {
 		return podState{}, err
 	}
-	var p struct {
-		Metadata struct {
-			UID             string            `json:"uid"`
-			Labels          map[string]string `json:"labels"`
-			OwnerReferences []struct {
-				UID string `json:"uid"`
-			} `json:"ownerReferences"`
-		} `json:"metadata"`
-		Status struct {
-			Phase             string `json:"phase"`
-			ContainerStatuses []struct {
-				RestartCount int `json:"restartCount"`
-			} `json:"containerStatuses"`
-		} `json:"status"`
-	}
-	if err := json.Unmarshal([]byte(out), &p); err != nil {
-		return podState{}, err
-	}
-	s := podState{UID: p.Metadata.UID, Phase: p.Status.Phase, Revision: p.Metadata.Labels["controller-revision-hash"]}
-	if len(p.Metadata.OwnerReferences) > 0 {
-		s.Owner = p.Metadata.OwnerReferences[0].UID
+	s := podState{UID: string(p.UID), Phase: string(p.Status.Phase), Revision: p.Labels["controller-revision-hash"]}
+	if len(p.OwnerReferences) > 0 {
+		s.Owner = string(p.OwnerReferences[0].UID)
 	}
 	for _, c := range p.Status.ContainerStatuses {
-		s.Restarts += c.RestartCount
+		s.Restarts += int(c.RestartCount)
 	}
 	return s, nil
 }
@@ -436,38 +438,14 @@ func TestMigration(t *testing.T) {
 		if err := cl.List(ctx, &l); err != nil {
 			return 0, err
 		}
-		k := 0
-		notReady = notReady[:0]
-		for _, x := range l.Items {
-			if !strings.HasPrefix(x.Name, "mig-eip-") {
-				continue
-			}
-			if x.Status.Ready && x.Status.IP != "" {
-				k++
-			} else {
-				notReady = append(notReady, x.Name)
-			}
-		}
-		return k, nil
+		return countReady(l.Items, "mig-eip-", func(x *v1.IptablesEIP) (string, bool) { return x.Name, x.Status.Ready && x.Status.IP != "" }, &notReady), nil
 	}
 	countFIPs := func(ctx context.Context) (int, error) {
 		var l v1.IptablesFIPRuleList
 		if err := cl.List(ctx, &l); err != nil {
 			return 0, err
 		}
-		k := 0
-		notReady = notReady[:0]
-		for _, x := range l.Items {
-			if !strings.HasPrefix(x.Name, "mig-fip-") {
-				continue
-			}
-			if x.Status.Ready {
-				k++
-			} else {
-				notReady = append(notReady, x.Name)
-			}
-		}
-		return k, nil
+		return countReady(l.Items, "mig-fip-", func(x *v1.IptablesFIPRule) (string, bool) { return x.Name, x.Status.Ready }, &notReady), nil
 	}
 	stalled := e.kubeOVNStall(func() []string { return slices.Clone(notReady) })
 	t0 := time.Now()

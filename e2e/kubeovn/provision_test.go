@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -122,16 +121,7 @@ func TestReplaceGatewayShape(t *testing.T) {
 	// (resyncVpcNatGwConfig → cleanUpVpcNatGw, vpc_nat_gateway.go:59-78).
 	t0 = time.Now()
 	e.mustKubectl("", "-n", ns, "patch", "configmap", "ovn-vpc-nat-gw-config", "--type=merge", "-p", `{"data":{"enable-vpc-nat-gw":"false"}}`)
-	if err := eventually(ctx, 2*time.Minute, func() error {
-		out, err := e.kubectl("", "-n", ns, "get", "sts,pods", "-l", "app="+stsName, "-o", "name")
-		if err != nil {
-			return err
-		}
-		if strings.TrimSpace(out) != "" {
-			return fmt.Errorf("still there after Kube-OVN's feature went off: %s", out)
-		}
-		return nil
-	}); err != nil {
+	if err := e.waitWorkloadGone(ctx, "Kube-OVN's feature went off"); err != nil {
 		t.Fatal(err)
 	}
 	cleanupIn := time.Since(t0)
@@ -253,16 +243,7 @@ func TestReplaceGatewayShape(t *testing.T) {
 	// 6. Deleting the VpcNatGateway deletes the StatefulSet (owner reference).
 	t0 = time.Now()
 	e.mustKubectl("", "delete", "vpc-nat-gw", gwName, "--timeout=2m")
-	if err := eventually(ctx, 2*time.Minute, func() error {
-		out, err := e.kubectl("", "-n", ns, "get", "sts,pods", "-l", "app="+stsName, "-o", "name")
-		if err != nil {
-			return err
-		}
-		if strings.TrimSpace(out) != "" {
-			return fmt.Errorf("still there after the VpcNatGateway was deleted: %s", out)
-		}
-		return nil
-	}); err != nil {
+	if err := e.waitWorkloadGone(ctx, "the VpcNatGateway was deleted"); err != nil {
 		t.Fatal(err)
 	}
 	gcIn := time.Since(t0)
@@ -368,19 +349,7 @@ func (e *env) startReplace(configNet *gwconfig.Entry) (stop func()) {
 		cancel()
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("natgw-controller manager: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return runManager(t, ctx, cancel, mgr, "natgw-controller manager")
 }
 
 // waitSyncs waits until the gateway's boot-id syncs reach n and its

@@ -523,16 +523,7 @@ spec:
 		t.Fatalf("natgw's Vips after its EIPs were deleted: %v (%v)", vips, err)
 	}
 	e.mustKubectl("", "delete", "vpc-nat-gw", gwName, "--timeout=2m")
-	if err := eventually(ctx, 2*time.Minute, func() error {
-		out, err := e.kubectl("", "-n", ns, "get", "sts,pods", "-l", "app="+stsName, "-o", "name")
-		if err != nil {
-			return err
-		}
-		if s := strings.TrimSpace(out); s != "" {
-			return fmt.Errorf("still there after the VpcNatGateway was deleted: %s", strings.ReplaceAll(s, "\n", " "))
-		}
-		return nil
-	}); err != nil {
+	if err := e.waitWorkloadGone(ctx, "the VpcNatGateway was deleted"); err != nil {
 		t.Fatal(err)
 	}
 	cleanupIn := time.Since(t0)

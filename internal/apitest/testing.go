@@ -4,8 +4,12 @@ import (
 	"os"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	v1 "github.com/natgw/natgw/controller/api/v1"
 )
 
 // RequireAssets returns the envtest assets directory (Assets). When it
@@ -37,4 +41,17 @@ func StartT(t testing.TB, env *envtest.Environment) *rest.Config {
 		}
 	})
 	return cfg
+}
+
+// Scheme returns a new scheme of the core kinds and natgw's (t fails if
+// one cannot be added).
+func Scheme(t testing.TB) *runtime.Scheme {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return scheme
 }

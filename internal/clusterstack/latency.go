@@ -109,23 +109,8 @@ func Measure(ctx context.Context, tg Target, sz Sizes) (*Result, error) {
 	}
 	defer rw.w.Stop()
 	defer func() { _ = deleteFIPs(context.WithoutCancel(ctx), tg.Client) }()
-	fip := func(tag string, i int) *v1.IptablesFIPRule {
-		f := &v1.IptablesFIPRule{Spec: v1.IptablesFIPRuleSpec{EIP: tg.EIPs[i], InternalIP: tg.InternalIP(i)}}
-		f.Name = fmt.Sprintf("%s-%s%d", tg.Gateway, tag, i)
-		return f
-	}
-
-	for i := 0; i < sz.Paced; i++ {
-		f := fip("p", i)
-		start := time.Now()
-		if err := tg.Client.Create(ctx, f); err != nil {
-			return nil, fmt.Errorf("create %s: %w", f.Name, err)
-		}
-		at, err := rw.wait(ctx, f.Name, 30*time.Second)
-		if err != nil {
-			return nil, err
-		}
-		r.Paced = append(r.Paced, at.Sub(start))
+	if r.Paced, err = paced(ctx, tg, rw, sz.Paced); err != nil {
+		return nil, err
 	}
 	if err := deleteFIPs(ctx, tg.Client); err != nil {
 		return nil, err
@@ -141,7 +126,7 @@ func Measure(ctx context.Context, tg Target, sz Sizes) (*Result, error) {
 		go func(w int) {
 			defer wg.Done()
 			for i := w; i < sz.Burst; i += 8 {
-				f := fip("b", i)
+				f := tg.fip("b", i)
 				starts[i] = time.Now()
 				if err := tg.Client.Create(ctx, f); err != nil {
 					errs <- fmt.Errorf("create %s: %w", f.Name, err)
@@ -156,7 +141,7 @@ func Measure(ctx context.Context, tg Target, sz Sizes) (*Result, error) {
 	}
 	var last time.Time
 	for i := 0; i < sz.Burst; i++ {
-		at, err := rw.wait(ctx, fip("b", i).Name, 2*time.Minute)
+		at, err := rw.wait(ctx, tg.fip("b", i).Name, 2*time.Minute)
 		if err != nil {
 			return nil, err
 		}
@@ -194,6 +179,86 @@ func Measure(ctx context.Context, tg Target, sz Sizes) (*Result, error) {
 		r.KubectlReq = append(r.KubectlReq, time.Since(st))
 	}
 	return r, deleteFIPs(ctx, tg.Client)
+}
+
+// fip is FIP i of the measurement part tag: on EIP i, internal address
+// InternalIP(i).
+func (tg Target) fip(tag string, i int) *v1.IptablesFIPRule {
+	f := &v1.IptablesFIPRule{Spec: v1.IptablesFIPRuleSpec{EIP: tg.EIPs[i], InternalIP: tg.InternalIP(i)}}
+	f.Name = fmt.Sprintf("%s-%s%d", tg.Gateway, tag, i)
+	return f
+}
+
+// paced creates n FIPs one at a time, each waited for until Ready (30 s),
+// and returns each one's create→Ready.
+func paced(ctx context.Context, tg Target, rw *readyWatch, n int) ([]time.Duration, error) {
+	var ds []time.Duration
+	for i := 0; i < n; i++ {
+		d, err := pacedOne(ctx, tg, rw, i)
+		if err != nil {
+			return nil, err
+		}
+		ds = append(ds, d)
+	}
+	return ds, nil
+}
+
+// pacedOne creates paced FIP i of tg and returns its create→Ready (seen
+// by rw, at most 30 s).
+func pacedOne(ctx context.Context, tg Target, rw *readyWatch, i int) (time.Duration, error) {
+	f := tg.fip("p", i)
+	start := time.Now()
+	if err := tg.Client.Create(ctx, f); err != nil {
+		return 0, fmt.Errorf("create %s: %w", f.Name, err)
+	}
+	at, err := rw.wait(ctx, f.Name, 30*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	return at.Sub(start), nil
+}
+
+// MeasurePaced is Measure's paced part (the same FIPs, client and Ready
+// watch) on one or more targets in turn: FIP i of every target (in the
+// order given), one at a time, each waited for until Ready, then FIP i+1;
+// so targets compared in one call see the same moments of a shared
+// machine's load. It returns each target's n create→Ready durations and
+// deletes every FIP before it returns. Each target needs Gateway, EIPs
+// (≥ n), InternalIP and Client; the first one's Client creates and
+// watches.
+func MeasurePaced(ctx context.Context, n int, tgs ...Target) ([][]time.Duration, error) {
+	if len(tgs) == 0 {
+		return nil, fmt.Errorf("latency: no target")
+	}
+	for _, tg := range tgs {
+		if len(tg.EIPs) < n {
+			return nil, fmt.Errorf("latency: gateway %s: %d EIPs for %d paced FIPs", tg.Gateway, len(tg.EIPs), n)
+		}
+	}
+	cl := tgs[0].Client
+	rw, err := startReadyWatch(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	defer rw.w.Stop()
+	out := make([][]time.Duration, len(tgs))
+	for i := 0; i < n && err == nil; i++ {
+		for j, tg := range tgs {
+			tg.Client = cl
+			var d time.Duration
+			if d, err = pacedOne(ctx, tg, rw, i); err != nil {
+				break
+			}
+			out[j] = append(out[j], d)
+		}
+	}
+	if derr := deleteFIPs(context.WithoutCancel(ctx), cl); err == nil && derr != nil {
+		return nil, derr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // deleteFIPs deletes every FIP and waits (1 min) until they are gone.

@@ -421,16 +421,9 @@ func Dial(ctx context.Context, ns, addr string, timeout time.Duration) (Reply, e
 func Connect(ctx context.Context, ns, addr string, timeout time.Duration) (net.Conn, Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var c net.Conn
-	err := inNS(ns, func() error {
-		var err error
-		// The socket is created on this thread, inside ns; it stays
-		// there when the thread switches back.
-		c, err = (&net.Dialer{}).DialContext(ctx, family("tcp", addr), addr)
-		return err
-	})
+	c, err := dialIn(ctx, ns, "tcp", addr)
 	if err != nil {
-		return nil, Reply{}, fmt.Errorf("netlab: dial tcp %s from %s: %w", addr, ns, err)
+		return nil, Reply{}, err
 	}
 	dl, _ := ctx.Deadline()
 	_ = c.SetDeadline(dl)
@@ -448,20 +441,32 @@ func Connect(ctx context.Context, ns, addr string, timeout time.Duration) (net.C
 	return c, r, nil
 }
 
+// dialIn dials network ("tcp" or "udp", of addr's family) to addr from
+// inside ns.
+func dialIn(ctx context.Context, ns, network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := inNS(ns, func() error {
+		var err error
+		// The socket is created on this thread, inside ns; it stays
+		// there when the thread switches back.
+		c, err = (&net.Dialer{}).DialContext(ctx, family(network, addr), addr)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("netlab: dial %s %s from %s: %w", network, addr, ns, err)
+	}
+	return c, nil
+}
+
 // DialUDP sends a probe datagram from inside ns to a UDP probe server at
 // addr and returns its reply. The datagram is resent every 200 ms until a
 // reply comes or timeout (or ctx) ends.
 func DialUDP(ctx context.Context, ns, addr string, timeout time.Duration) (Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var c net.Conn
-	err := inNS(ns, func() error {
-		var err error
-		c, err = (&net.Dialer{}).DialContext(ctx, family("udp", addr), addr)
-		return err
-	})
+	c, err := dialIn(ctx, ns, "udp", addr)
 	if err != nil {
-		return Reply{}, fmt.Errorf("netlab: dial udp %s from %s: %w", addr, ns, err)
+		return Reply{}, err
 	}
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })

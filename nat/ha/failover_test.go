@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,29 +38,106 @@ func (h *haLab) up() []*flow {
 	h.start(0)
 	h.waitActive(0, 3*time.Second)
 	h.start(1)
-	h.waitSynced(1)
+	h.waitSynced(1, syncMark{})
 	fs := h.flows()
 	h.waitReplicated(0, 1)
 	return fs
 }
 
-// waitSynced waits until replica i's receiver completed a full dump.
-func (h *haLab) waitSynced(i int) {
+// syncMark is where replica i's full dumps stood: its agent process (the
+// count of its starts) and the dumps that process's receiver completed.
+type syncMark struct {
+	gen   int
+	dumps int64
+}
+
+// mark returns replica i's syncMark now.
+func (h *haLab) mark(i int) syncMark {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return syncMark{h.r[i].gen, h.r[i].stats.Recv.Dumps}
+}
+
+// syncedSince reports whether replica i's receiver completed a full dump
+// after since: one more than since's, or any of an agent started after
+// since (the zero syncMark: any of a started agent).
+func (h *haLab) syncedSince(i int, since syncMark) bool {
+	m := h.mark(i)
+	return m.gen != since.gen && m.dumps > 0 || m.dumps > since.dumps
+}
+
+// waitSynced waits until replica i is syncedSince since.
+func (h *haLab) waitSynced(i int, since syncMark) {
 	h.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		h.mu.Lock()
-		d := h.r[i].stats.Recv.Dumps
-		h.mu.Unlock()
-		if d > 0 {
-			return
+	for !h.syncedSince(i, since) {
+		if time.Now().After(deadline) {
+			h.notSynced(i)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// notSynced fails the test: replica i was not synced after 10 s.
+func (h *haLab) notSynced(i int) {
+	h.t.Helper()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.t.Fatalf("replica %s not synced after 10 s (stats %+v); last logs:\n%s\n%s", h.r[i].name, h.r[i].stats.Recv,
-		strings.Join(h.r[0].logs, "\n"), strings.Join(h.r[1].logs, "\n"))
+	h.t.Fatalf("replica %s not synced after 10 s (stats %+v; roles %s); last logs:\n%s\n%s", h.r[i].name, h.r[i].stats.Recv,
+		h.timeline(), strings.Join(h.r[0].logs, "\n"), strings.Join(h.r[1].logs, "\n"))
+}
+
+// timeline is both replicas' role reports, for failure messages; under
+// h.mu.
+func (h *haLab) timeline() string {
+	var s []string
+	for _, r := range h.r {
+		for _, ev := range r.events {
+			s = append(s, fmt.Sprintf("%s %s %s %s", ev.at.Format("15:04:05.000"), r.name, ev.role, ev.reason))
+		}
+	}
+	slices.Sort(s)
+	return strings.Join(s, "; ")
+}
+
+// settle waits, after the fault g on replica i was undone, until one
+// replica leads and the other is synced from it (a dump after the fault's
+// marks), and returns the active. Usually the active is i's peer, which
+// took over at the fault. On a loaded machine the roles may swap while or
+// after i is restored: the peer steps down by itself (a lease renewal
+// answered too late while i was down: with no standby heard it cannot
+// keep answering), or its late renewal meets i, just back, not hearing it
+// within a detection interval; then i leads and the peer is the one to
+// sync, so settle waits on whichever is standby until the pair is stable.
+// Taking the lead from a live active is a failure: the peer must have
+// left the active role before i reported active.
+func (h *haLab) settle(i int, g gaps) int {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	logged := false
+	for {
+		a := h.soleActive(3 * time.Second)
+		if a == i && !logged {
+			at, _ := h.activeAt(i, g.at)
+			h.mu.Lock()
+			peer := h.r[1-i].events
+			left := peer[len(peer)-1]
+			tl := h.timeline()
+			h.mu.Unlock()
+			if left.at.After(at) {
+				h.t.Fatalf("restored replica %s took the lead from a live active %s (%s)", h.r[i].name, h.r[1-i].name, tl)
+			}
+			h.t.Logf("restored replica %s leads: %s left the active role first (%s)", h.r[i].name, h.r[1-i].name, left.reason)
+			logged = true
+		}
+		if h.syncedSince(1-a, g.marks[1-a]) && h.role(a) == "active" && h.role(1-a) != "active" {
+			return a
+		}
+		if time.Now().After(deadline) {
+			h.notSynced(1 - a)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // translated returns the NATed flows (through an EIP of the lab's family)
@@ -117,9 +195,9 @@ func (h *haLab) podGone(i int) func() {
 }
 
 // podBack undoes podGone: the agent restarts (as standby) and removes the
-// floating addresses the killed one left, then the interfaces come up and
-// it is synced from the active. (Interfaces up first would let the stale
-// addresses answer ARP and pull flows onto stale conntrack entries.)
+// floating addresses the killed one left, then the interfaces come up.
+// (Interfaces up first would let the stale addresses answer ARP and pull
+// flows onto stale conntrack entries.) Then settle says who leads.
 func (h *haLab) podBack(i int) {
 	h.t.Helper()
 	h.mu.Lock()
@@ -138,15 +216,14 @@ func (h *haLab) podBack(i int) {
 			h.t.Fatal(err)
 		}
 	}
-	h.waitSynced(i)
-	if h.role(i) == "active" {
-		h.t.Fatalf("restarted replica %s took the lead from a live active", h.r[i].name)
-	}
 }
 
 func (h *haLab) checkGaps(what string, g gaps) {
 	h.t.Helper()
 	h.t.Logf("%s: %s", what, g)
+	if g.rulesLost != 0 {
+		h.t.Errorf("%s: the new active lacks %d of the %d programmed objects", what, g.rulesLost, len(h.objs))
+	}
 	if g.newConn > gapBound {
 		h.t.Errorf("%s: new connections took %s", what, g.newConn)
 	}
@@ -193,10 +270,11 @@ func failoverKill(t *testing.T, fam labFamily) {
 	}, 2*time.Second)
 
 	h.podBack(0)
-	h.waitReplicated(1, 0)
-	g = h.failover(fs, 1, h.podGone(1))
-	h.waitActive(0, time.Second)
-	h.checkGaps("failback: kill gwb", g)
+	a := h.settle(0, g) // gwb, unless it stepped down by itself meanwhile
+	h.waitReplicated(a, 1-a)
+	g = h.failover(fs, a, h.podGone(a))
+	h.waitActive(1-a, time.Second)
+	h.checkGaps("failback: kill "+h.r[a].name, g)
 	closeFlows(t, fs)
 }
 
@@ -223,6 +301,30 @@ func TestFailoverLinkDown(t *testing.T) {
 	time.Sleep(10 * h.interval)
 	h.waitActive(1, time.Second)
 	closeFlows(t, fs)
+	// The count of lost rules after a failover (checkGaps, the figures'
+	// "rules lost") sees one: an object deleted on gwa, another's spec
+	// changed.
+	ctx := context.Background()
+	dp, err := labPlane(ctx, h.r[0].ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dp.Close()
+	changed := h.objs[len(h.objs)-1] // the SNAT
+	changed.SNAT = new(*changed.SNAT)
+	changed.SNAT.InternalCIDR = netip.MustParsePrefix("198.51.100.0/25")
+	if err := dp.Delete(ctx, h.objs[3].UID); err != nil { // the FIP
+		t.Fatal(err)
+	}
+	if err := dp.Apply(ctx, changed); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.rulesLost(0); n != 2 {
+		t.Errorf("gwa lacks a FIP and holds a changed SNAT: rulesLost %d, want 2", n)
+	}
+	if n := h.rulesLost(1); n != 0 {
+		t.Errorf("gwb: rulesLost %d, want 0", n)
+	}
 }
 
 // TestFailoverStop stops the active's agent (SIGSTOP: a hung process; its
@@ -306,9 +408,11 @@ func TestPartition(t *testing.T) {
 
 // TestFailoverFigures measures failovers for the figures of the README:
 // NATGW_HA_FIGURES=N runs N failovers per fault and prints p50/p99 of the
-// gaps and the replication lag; NATGW_HA_FAMILY=ipv6 measures the IPv6
-// lab's flows and probes (default ipv4). It is a measurement, not a
-// check: it is skipped unless asked for.
+// gaps, the replication lag and the rules lost (the programmed objects
+// the new active's data plane lacked after each takeover, summed);
+// NATGW_HA_FAMILY=ipv6 measures the IPv6 lab's flows and probes (default
+// ipv4). It is a measurement, not a check: it is skipped unless asked
+// for.
 func TestFailoverFigures(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("NATGW_HA_FIGURES"))
 	if n <= 0 {
@@ -353,13 +457,13 @@ func TestFailoverFigures(t *testing.T) {
 			for h.role(a) == "active" {
 				time.Sleep(5 * time.Millisecond)
 			}
-			h.waitSynced(a)
 		}},
 	}
 	for _, f := range faults {
 		h := newHALab(t, fam)
 		fs := h.up()
 		var newConn, stream, takeover []time.Duration
+		lost := 0 // programmed objects the new active lacked, summed over the takeovers
 		// The new active's own timeline of each takeover, from the
 		// fault: the peer's last beat it heard, detection, lease,
 		// addresses added and announced.
@@ -369,6 +473,7 @@ func TestFailoverFigures(t *testing.T) {
 			g := h.failover(fs, a, func() { f.do(h, a) })
 			t0 := g.at
 			newConn = append(newConn, g.newConn)
+			lost += g.rulesLost
 			takeover = append(takeover, g.takeover)
 			for _, d := range g.streams {
 				stream = append(stream, d)
@@ -384,14 +489,11 @@ func TestFailoverFigures(t *testing.T) {
 			acquired = append(acquired, tl.Acquired.Sub(t0))
 			claimed = append(claimed, tl.Claimed.Sub(t0))
 			f.restore(h, a)
-			h.mu.Lock()
-			h.r[a].stats.Recv.Dumps = 0
-			h.mu.Unlock()
 			// Usually the other replica, but a needless failover
 			// on a loaded machine (an active whose turns came too
 			// late lost its lease) may have swapped them back:
-			// fail whichever leads now.
-			a = h.soleActive(3 * time.Second)
+			// fail whichever leads now, once the other is synced.
+			a = h.settle(a, g)
 			h.waitReplicated(a, 1-a)
 		}
 		closeFlows(t, fs)
@@ -399,8 +501,8 @@ func TestFailoverFigures(t *testing.T) {
 		if fam == labIPv6 {
 			label += " (ipv6)" // the IPv4 names stay what bench/scenario parses
 		}
-		fmt.Printf("HA %-20s n=%d takeover p50=%s p99=%s | new conn to every EIP p50=%s p99=%s | established flows move again p50=%s p99=%s (of %d)\n",
-			label, n, pct(takeover, 50), pct(takeover, 99), pct(newConn, 50), pct(newConn, 99), pct(stream, 50), pct(stream, 99), len(stream))
+		fmt.Printf("HA %-20s n=%d takeover p50=%s p99=%s | new conn to every EIP p50=%s p99=%s | established flows move again p50=%s p99=%s (of %d) | rules lost %d of %d\n",
+			label, n, pct(takeover, 50), pct(takeover, 99), pct(newConn, 50), pct(newConn, 99), pct(stream, 50), pct(stream, 99), len(stream), lost, n*len(h.objs))
 		fmt.Printf("   %-20s from the fault, p50/p99: peer's last beat heard %s/%s, peer silent %s/%s (%d of %d takeovers), lease acquired %s/%s, addresses added and announced %s/%s\n",
 			label, pct(lastBeat, 50), pct(lastBeat, 99), pct(detected, 50), pct(detected, 99), len(detected), n, pct(acquired, 50), pct(acquired, 99), pct(claimed, 50), pct(claimed, 99))
 	}
@@ -657,12 +759,55 @@ func TestStandbyRestart(t *testing.T) {
 	h.mu.Unlock()
 	restarted := time.Now()
 	h.start(1)
-	h.waitSynced(1)
+	h.waitSynced(1, syncMark{})
 	h.waitReplicated(0, 1)
 	t.Logf("restarted standby synced %s after its start", time.Since(restarted).Round(time.Millisecond))
 	g := h.failover(fs, 0, h.podGone(0))
 	h.waitActive(1, time.Second)
 	h.checkGaps("kill gwa after the standby's restart", g)
+	closeFlows(t, fs)
+}
+
+// TestSteppedDownActiveLeads: the active's pod is gone (gwa) and the
+// standby (gwb) takes over; then the fence stops answering while gwa is
+// still down, so gwb, with no standby heard that would keep it answering,
+// steps down by itself (the lab's stand-in for a lease renewal answered
+// too late on a starved node). gwa comes back with an empty conntrack
+// table while nobody leads. gwb's table is the live one: its beats say
+// synced, so gwa lets it lead and does not even ask the fence, and when
+// the fence answers again gwb leads and every flow survives. (Before,
+// gwb's beats said unsynced after its step-down, both asked, and gwa won
+// the lease about half the time, leading with an empty table: the
+// s8rows "replica gwa not synced after 10 s".)
+func TestSteppedDownActiveLeads(t *testing.T) {
+	h := newHALab(t, labIPv4)
+	fs := h.up()
+	g := h.failover(fs, 0, h.podGone(0))
+	h.checkGaps("kill gwa", g)
+	h.waitActive(1, time.Second)
+	cut := time.Now()
+	h.arbStop()
+	if ev := h.waitLeft(1, cut, "the fence stopped answering"); !strings.Contains(ev.reason, "lease not renewed") {
+		t.Fatalf("gwb left the active role for %q, want a lease not renewed", ev.reason)
+	}
+	h.podBack(0)
+	// gwb keeps asking the fence; gwa, unsynced, hears a synced healthy
+	// peer and leaves the lease to it.
+	h.waitStatus(1, "fence errors as standby", func(st ha.Status) bool { return st.Role == ha.RoleStandby && st.FenceErrors > 0 }, 3*time.Second)
+	time.Sleep(4 * h.detection())
+	h.mu.Lock()
+	st := h.r[0].stats.Status
+	h.mu.Unlock()
+	if st.FenceErrors != 0 || st.Role != ha.RoleStandby {
+		t.Fatalf("restarted gwa, with an empty table, asked the fence %d times (role %s) instead of leaving the lease to gwb, which holds the live table", st.FenceErrors, st.Role)
+	}
+	h.serveArbiter()
+	h.waitActive(1, 3*time.Second)
+	h.waitSynced(0, g.marks[0])
+	h.waitReplicated(1, 0)
+	if len(h.floating(0)) != 0 {
+		t.Errorf("standby gwa holds floating addresses: %v", h.floating(0))
+	}
 	closeFlows(t, fs)
 }
 
@@ -788,7 +933,7 @@ func TestRulesGate(t *testing.T) {
 	h.start(0)
 	h.waitActive(0, 3*time.Second)
 	h.start(1)
-	h.waitSynced(1)
+	h.waitSynced(1, syncMark{})
 	h.waitStatus(1, "rules not ready", func(s ha.Status) bool { return !s.RulesReady }, 3*time.Second)
 	h.podGone(0)()
 	// Without the gate the standby leads after one detection interval

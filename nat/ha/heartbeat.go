@@ -13,7 +13,8 @@ import (
 //	4     version (1)
 //	5     role (RoleStandby 1, RoleActive 2)
 //	6     flags (flagHealthy: both interfaces up; flagSynced: its
-//	      conntrack copy is complete)
+//	      conntrack copy is complete, or it holds the live table:
+//	      Replica.synced)
 //	7     zero
 //	8..15 sequence number, big endian
 const (

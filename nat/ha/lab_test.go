@@ -211,6 +211,8 @@ type replica struct {
 	logs      []string // the agent's last log lines
 	// rulesFile is the agent's RulesFile (see agentSpec); "" for none.
 	rulesFile string
+	// gen counts the agent's starts (syncMark).
+	gen int
 }
 
 type roleEvent struct {
@@ -263,7 +265,9 @@ type haLab struct {
 	arbStop  context.CancelFunc
 	interval time.Duration
 	misses   int
-	mu       sync.Mutex
+	// objs are the NAT objects programmed on both replicas (newHALab).
+	objs []nat.Object
+	mu   sync.Mutex
 }
 
 // labPlaneEnv picks the data plane the lab programs in both replicas:
@@ -421,6 +425,7 @@ func newHALab(t testing.TB, fam labFamily) *haLab {
 		must(dp.Close())
 		h.r[i] = r
 	}
+	h.objs = objs
 	// The probe servers listen on the IPv4 wildcard and, in the IPv6
 	// lab, on the host's IPv6 address.
 	for _, s := range []struct {
@@ -508,6 +513,9 @@ func (h *haLab) start(i int) {
 		h.t.Fatalf("start agent %s: %v", r.name, err)
 	}
 	r.cmd, r.done = cmd, make(chan struct{})
+	h.mu.Lock()
+	r.gen++
+	h.mu.Unlock()
 	go func() {
 		defer close(r.done)
 		sc := bufio.NewScanner(out)
@@ -883,6 +891,12 @@ type gaps struct {
 	streams  map[string]time.Duration // fault → the flow moved data again
 	takeover time.Duration            // fault → the new active reported
 	at       time.Time                // the fault
+	// marks are both replicas' syncMarks before the fault (settle).
+	marks [2]syncMark
+	// rulesLost is how many of the programmed objects the new active's
+	// data plane did not hold as programmed once everything moved again
+	// (rulesLost).
+	rulesLost int
 }
 
 // failover applies fault to the active replica a and measures until the
@@ -898,11 +912,12 @@ func (h *haLab) failover(fs []*flow, a int, fault func()) gaps {
 			fmt.Fprintf(os.Stderr, "== %s\n%s", r.name, out)
 		}
 	}
+	marks := [2]syncMark{h.mark(0), h.mark(1)}
 	t0 := time.Now()
 	fault()
 	// Measure through b: wait for its takeover (a stopped agent's kernel
 	// may still forward for a while), then probe.
-	g := gaps{streams: map[string]time.Duration{}, at: t0}
+	g := gaps{streams: map[string]time.Duration{}, at: t0, marks: marks}
 	for {
 		if at, ok := h.activeAt(b, t0); ok {
 			g.takeover = at.Sub(t0)
@@ -944,6 +959,7 @@ func (h *haLab) failover(fs []*flow, a int, fault func()) gaps {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
+	g.rulesLost = h.rulesLost(b)
 	return g
 }
 
@@ -952,7 +968,7 @@ func (g gaps) String() string {
 	for _, k := range slices.Sorted(mapsKeys(g.streams)) {
 		s = append(s, fmt.Sprintf("%s=%s", k, g.streams[k].Round(time.Millisecond)))
 	}
-	return fmt.Sprintf("takeover=%s newconn=%s streams: %s", g.takeover.Round(time.Millisecond), g.newConn.Round(time.Millisecond), strings.Join(s, " "))
+	return fmt.Sprintf("takeover=%s newconn=%s rules lost=%d streams: %s", g.takeover.Round(time.Millisecond), g.newConn.Round(time.Millisecond), g.rulesLost, strings.Join(s, " "))
 }
 
 func mapsKeys[M ~map[K]V, K comparable, V any](m M) func(func(K) bool) {
@@ -996,6 +1012,36 @@ func (h *haLab) floating(i int) []netip.Prefix {
 		}
 	}
 	return out
+}
+
+// rulesLost counts the objects programmed on the replicas (h.objs) that
+// replica i's data plane no longer holds as programmed (missing, or with
+// another spec), read back from its kernel by a data plane opened for the
+// purpose (labPlane).
+func (h *haLab) rulesLost(i int) int {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dp, err := labPlane(ctx, h.r[i].ns)
+	if err != nil {
+		h.t.Fatalf("read %s's rules: %v", h.r[i].name, err)
+	}
+	defer dp.Close()
+	held, err := dp.List(ctx)
+	if err != nil {
+		h.t.Fatalf("list %s's rules: %v", h.r[i].name, err)
+	}
+	byUID := make(map[string]nat.Object, len(held))
+	for _, o := range held {
+		byUID[o.UID] = o
+	}
+	lost := 0
+	for _, o := range h.objs {
+		if got, ok := byUID[o.UID]; !ok || !got.Equal(o) {
+			lost++
+		}
+	}
+	return lost
 }
 
 func closeFlows(t testing.TB, fs []*flow) {

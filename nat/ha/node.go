@@ -246,6 +246,11 @@ type Replica struct {
 	// beatHealthy is what the beats say of this replica's health: the
 	// loop's last healthy and rulesReady.
 	beatHealthy atomic.Bool
+	// liveTable: this standby stepped down from active by itself (its
+	// lease lapsed, its interface went down) and no beat of the peer has
+	// said active since, so its conntrack table is the live one: as
+	// complete as a synced copy (synced).
+	liveTable atomic.Bool
 	// keptLog is when a kept turn was last logged; loop goroutine only.
 	keptLog time.Time
 	// nudge wakes an active's loop when a beat says the peer is active
@@ -459,7 +464,7 @@ func (r *Replica) Run(ctx context.Context) error {
 			cancel()
 			udp.Close()
 			if r.Role() == RoleActive {
-				r.stepDown("stopped")
+				r.stepDown("stopped", false)
 			}
 			return nil
 		case <-tick.C:
@@ -481,7 +486,7 @@ func (r *Replica) sendBeats(ctx context.Context, udp *net.UDPConn) {
 		r.recordBeat(time.Now())
 		seq++
 		role := r.Role()
-		b := beat{Role: role, Healthy: r.beatHealthy.Load(), Synced: r.recv.Synced() || role == RoleActive, Seq: seq}
+		b := beat{Role: role, Healthy: r.beatHealthy.Load(), Synced: r.synced() || role == RoleActive, Seq: seq}
 		// A lost beat is what the peer's detector is for.
 		if p := r.Peer(); p.IsValid() {
 			_, _ = udp.WriteToUDP(b.marshal(), net.UDPAddrFromAddrPort(p))
@@ -567,6 +572,9 @@ func (r *Replica) readBeats(ctx context.Context, udp *net.UDPConn) {
 			r.peer.seen, r.peer.beat = time.Now(), b
 		}
 		r.mu.Unlock()
+		if fresh && b.Role == RoleActive {
+			r.liveTable.Store(false) // the peer leads: new flows are its
+		}
 		if fresh && b.Role == RoleActive && r.Role() == RoleActive {
 			select {
 			case r.nudge <- struct{}{}:
@@ -649,7 +657,7 @@ func (r *Replica) step(ctx context.Context, healthy, rules bool) {
 			// active is a needless failover.
 			return
 		}
-		if !silent && pb.Healthy && pb.Synced && !r.recv.Synced() {
+		if !silent && pb.Healthy && pb.Synced && !r.synced() {
 			return // the peer is the better leader; let it take the lease
 		}
 		// A fence call may take one interval.
@@ -680,7 +688,7 @@ func (r *Replica) step(ctx context.Context, healthy, rules bool) {
 		}
 	case RoleActive:
 		if !healthy {
-			r.stepDown("own interface down")
+			r.stepDown("own interface down", true)
 			return
 		}
 		// Renew within what the lease leaves before the margin: a
@@ -695,7 +703,7 @@ func (r *Replica) step(ctx context.Context, healthy, rules bool) {
 		if !silent && pb.Role == RoleActive && !r.leaseValid(r.margin()) {
 			// The peer leads: it acquired the lease this replica
 			// could not renew (its beat woke this turn, readBeats).
-			r.stepDown("lease not renewed; the peer is active")
+			r.stepDown("lease not renewed; the peer is active", false)
 			return
 		}
 		budget := max(time.Until(time.Unix(0, r.leaseUntil.Load()))-r.margin(), cfg.Interval/5)
@@ -709,7 +717,7 @@ func (r *Replica) step(ctx context.Context, healthy, rules bool) {
 			r.followEIPs()
 			r.followPeer()
 		case errors.Is(err, ErrHeld):
-			r.stepDown("lease taken by the peer")
+			r.stepDown("lease taken by the peer", false)
 		default:
 			r.fenceErrors.Add(1)
 			if r.leaseValid(cfg.Interval + r.margin()) {
@@ -734,7 +742,7 @@ func (r *Replica) step(ctx context.Context, healthy, rules bool) {
 			}
 			// Otherwise stop answering now, before the peer may take
 			// it.
-			r.stepDown(fmt.Sprintf("lease not renewed (peer %s, last heard %s ago): %v", pb.Role, time.Since(seen).Round(time.Millisecond), err))
+			r.stepDown(fmt.Sprintf("lease not renewed (peer %s, last heard %s ago): %v", pb.Role, time.Since(seen).Round(time.Millisecond), err), true)
 		}
 	}
 }
@@ -880,8 +888,20 @@ func (r *Replica) becomeActive(ctx context.Context, reason string, tl Takeover) 
 	return true
 }
 
-func (r *Replica) stepDown(reason string) {
+// synced reports whether this replica's conntrack table is complete: its
+// receiver completed a full dump of the current session, or it holds the
+// live table (liveTable). A standby that is not lets a synced healthy peer
+// lead first (step): without liveTable, an active that stepped down by
+// itself while its peer was down (a lease renewal answered too late on a
+// starved node) would count as unsynced, and the peer, restarted with an
+// empty table, could take the lease from it.
+func (r *Replica) synced() bool { return r.recv.Synced() || r.liveTable.Load() }
+
+// stepDown makes this replica standby; live says its table stays the live
+// one (it steps down by itself, not because the peer leads: liveTable).
+func (r *Replica) stepDown(reason string, live bool) {
 	cfg := r.cfg
+	r.liveTable.Store(live)
 	// Addresses first: from here on this replica answers for nothing.
 	if err := r.release(); err != nil {
 		cfg.Log.Error(err, "removing floating addresses")

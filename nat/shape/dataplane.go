@@ -261,17 +261,7 @@ func (d *Dataplane) Apply(ctx context.Context, objs ...nat.Object) error {
 	if !hasEIP {
 		return d.inner.Apply(ctx, objs...)
 	}
-	stripped, err := strip(objs)
-	if err != nil {
-		return err
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.load(ctx); err != nil {
-		return err
-	}
-	next := d.next(nil, objs)
-	return d.change(ctx, next, false, func() error { return d.inner.Apply(ctx, stripped...) })
+	return d.applyShaped(ctx, objs, nil, func(stripped []nat.Object) error { return d.inner.Apply(ctx, stripped...) })
 }
 
 // Delete deletes uids and the shaping of those that are shaped EIPs.
@@ -298,6 +288,13 @@ func (d *Dataplane) Change(ctx context.Context, objs []nat.Object, uids []string
 	if !ok {
 		return fmt.Errorf("the %s data plane cannot delete and apply in one transaction", d.inner.Name())
 	}
+	return d.applyShaped(ctx, objs, uids, func(stripped []nat.Object) error { return ch.Change(ctx, stripped, uids) })
+}
+
+// applyShaped strips objs of their QoS and, with d.mu held and the
+// shaping loaded, runs run on the stripped objects as d.change's step
+// towards the shaping after deleting uids and applying objs.
+func (d *Dataplane) applyShaped(ctx context.Context, objs []nat.Object, uids []string, run func(stripped []nat.Object) error) error {
 	stripped, err := strip(objs)
 	if err != nil {
 		return err
@@ -308,7 +305,7 @@ func (d *Dataplane) Change(ctx context.Context, objs []nat.Object, uids []string
 		return err
 	}
 	next := d.next(uids, objs)
-	return d.change(ctx, next, false, func() error { return ch.Change(ctx, stripped, uids) })
+	return d.change(ctx, next, false, func() error { return run(stripped) })
 }
 
 // next is the shaping after deleting uids and applying objs: the current

@@ -96,12 +96,13 @@ func TestHAEIPsFromDataplane(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the lone replica did not become active within 10 s")
 			}
-			waitNet1 := func(what string, want ...netip.Prefix) {
+			// waitAddrs waits (5 s at most) until list gives exactly want
+			// on the external interface; kind names the addresses.
+			waitAddrs := func(what, kind string, list func(ns, dev string) ([]netip.Prefix, error), want []netip.Prefix) {
 				t.Helper()
-				want = append(want, netip.PrefixFrom(netlab.GWExtAddr, 24))
 				deadline := time.Now().Add(5 * time.Second)
 				for {
-					got, err := netlab.Addrs(gw.GW, gw.ExternalInterface)
+					got, err := list(gw.GW, gw.ExternalInterface)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -109,29 +110,20 @@ func TestHAEIPsFromDataplane(t *testing.T) {
 						return
 					}
 					if time.Now().After(deadline) {
-						t.Fatalf("%s: %s holds %v, want %v", what, gw.ExternalInterface, got, want)
+						t.Fatalf("%s: %s holds %s%v, want %v", what, gw.ExternalInterface, kind, got, want)
 					}
 					time.Sleep(20 * time.Millisecond)
 				}
+			}
+			waitNet1 := func(what string, want ...netip.Prefix) {
+				t.Helper()
+				waitAddrs(what, "", netlab.Addrs, append(want, netip.PrefixFrom(netlab.GWExtAddr, 24)))
 			}
 			// waitNet16 is waitNet1 for the IPv6 addresses (link-local
 			// ones left out).
 			waitNet16 := func(what string, want ...netip.Prefix) {
 				t.Helper()
-				deadline := time.Now().Add(5 * time.Second)
-				for {
-					got, err := netlab.Addrs6(gw.GW, gw.ExternalInterface)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if sameSet(got, want) {
-						return
-					}
-					if time.Now().After(deadline) {
-						t.Fatalf("%s: %s holds the IPv6 addresses %v, want %v", what, gw.ExternalInterface, got, want)
-					}
-					time.Sleep(20 * time.Millisecond)
-				}
+				waitAddrs(what, "the IPv6 addresses ", netlab.Addrs6, want)
 			}
 			waitNet1("active with the EIP applied before the start", eip(0))
 			if err := probe(0); err != nil {

@@ -198,55 +198,64 @@ func TestCompatGatewayQoS(t *testing.T) {
 		t.Logf("%s: %d bytes in %v (%.1f Mbit/s)", what, size, d, float64(size)*8/d.Seconds()/1e6)
 		return d
 	}
+	// heldAt measures what and checks that a 16 Mbit/s class held it.
+	heldAt := func(what string, upload bool) {
+		t.Helper()
+		held(what, measure(what, upload))
+	}
+	// notHeld measures what and checks that no 16 Mbit/s class held it
+	// (why: what holding it would mean).
+	notHeld := func(what string, upload bool, why string) {
+		t.Helper()
+		if d := measure(what, upload); d >= floor {
+			t.Errorf("%s: %v: %s", what, d, why)
+		}
+	}
+	// eipClassWins: with the dir matchall in place, the EIP's own
+	// 1000 Mbit/s class (eip-<dir>-qos-add) takes precedence over it, and
+	// the matchall holds again once the class is deleted.
+	eipClassWins := func(dir string, upload bool) {
+		t.Helper()
+		way := "download"
+		if upload {
+			way = "upload"
+		}
+		sh("eip-"+dir+"-qos-add", eip+",1,1000,10")
+		notHeld(way+", EIP class 1000 Mbit/s and the "+dir+" matchall", upload, "the gateway-wide "+dir+" matchall applied although the EIP has its own class")
+		sh("eip-"+dir+"-qos-del", eip)
+		heldAt(way+", EIP class deleted: the "+dir+" matchall again", upload)
+	}
 	free := measure("download, no QoS", false)
 	if free > floor/2 {
 		t.Logf("unpoliced download is slow on this machine (%v); the checks below still hold", free)
 	}
 	sh("qos-add", "egress,net1,3,matchall,,,,16,1")
-	held("download, egress matchall 16 Mbit/s", measure("download, egress matchall 16 Mbit/s", false))
-	if d := measure("upload, egress matchall only", true); d >= floor {
-		t.Errorf("upload %v: held by an egress rule", d)
-	}
+	heldAt("download, egress matchall 16 Mbit/s", false)
+	notHeld("upload, egress matchall only", true, "held by an egress rule")
 	// A u32 rule of lower priority matching ext's traffic takes precedence.
 	sh("qos-add", "egress,net1,1,u32,ip,dst,"+netlab.ExtAddr.String()+"/32,1000,10")
-	if d := measure("download, egress u32 1000 Mbit/s before the matchall", false); d >= floor {
-		t.Errorf("download %v: the matchall (priority 3) applied although the u32 rule (priority 1) matched first", d)
-	}
+	notHeld("download, egress u32 1000 Mbit/s before the matchall", false, "the matchall (priority 3) applied although the u32 rule (priority 1) matched first")
 	sh("qos-del", "egress,net1,1,u32,ip,dst,"+netlab.ExtAddr.String()+"/32")
-	held("download, u32 deleted: the matchall again", measure("download, u32 deleted: the matchall again", false))
+	heldAt("download, u32 deleted: the matchall again", false)
 	// The EIP's own class wins over the gateway-wide matchall.
-	sh("eip-egress-qos-add", eip+",1,1000,10")
-	if d := measure("download, EIP class 1000 Mbit/s and the matchall", false); d >= floor {
-		t.Errorf("download %v: the gateway-wide matchall applied although the EIP has its own class", d)
-	}
-	sh("eip-egress-qos-del", eip)
-	held("download, EIP class deleted: the matchall again", measure("download, EIP class deleted: the matchall again", false))
+	eipClassWins("egress", false)
 	sh("qos-del", "egress,net1,3,matchall,,,")
 	// Egress sees addresses after source NAT: the FIP's EIP.
 	sh("qos-add", "egress,net1,2,u32,ip,src,"+eip+"/32,16,1")
-	held("download, egress u32 src EIP 16 Mbit/s", measure("download, egress u32 src EIP 16 Mbit/s", false))
+	heldAt("download, egress u32 src EIP 16 Mbit/s", false)
 	sh("qos-del", "egress,net1,2,u32,ip,src,"+eip+"/32")
 	sh("qos-add", "ingress,net1,2,u32,ip,dst,"+eip+"/32,16,1")
-	held("upload, ingress u32 dst EIP 16 Mbit/s", measure("upload, ingress u32 dst EIP 16 Mbit/s", true))
+	heldAt("upload, ingress u32 dst EIP 16 Mbit/s", true)
 	sh("qos-del", "ingress,net1,2,u32,ip,dst,"+eip+"/32")
-	if d := measure("upload, ingress rule deleted", true); d >= floor {
-		t.Errorf("upload %v: still held after qos-del", d)
-	}
+	notHeld("upload, ingress rule deleted", true, "still held after qos-del")
 	// An ingress matchall, and the EIP's own class winning over it. (An
 	// eip-ingress-qos-add/-del replaces/deletes a gateway-wide u32 rule on
 	// dst EIP/32, as upstream's script deletes the filter of that match.)
 	sh("qos-add", "ingress,net1,3,matchall,,,,16,1")
-	held("upload, ingress matchall 16 Mbit/s", measure("upload, ingress matchall 16 Mbit/s", true))
-	sh("eip-ingress-qos-add", eip+",1,1000,10")
-	if d := measure("upload, EIP class 1000 Mbit/s and the ingress matchall", true); d >= floor {
-		t.Errorf("upload %v: the gateway-wide ingress rule applied although the EIP has its own class", d)
-	}
-	sh("eip-ingress-qos-del", eip)
-	held("upload, EIP class deleted: the ingress matchall again", measure("upload, EIP class deleted: the ingress matchall again", true))
+	heldAt("upload, ingress matchall 16 Mbit/s", true)
+	eipClassWins("ingress", true)
 	sh("qos-del", "ingress,net1,3,matchall,,,")
-	if d := measure("upload, ingress rule deleted", true); d >= floor {
-		t.Errorf("upload %v: still held after qos-del", d)
-	}
+	notHeld("upload, ingress rule deleted", true, "still held after qos-del")
 	// No rule left: no table.
 	if rules, err := gwqos.List(t.Context(), nat.Config{NetNS: gw.GW}); err != nil || len(rules) > 0 {
 		t.Fatalf("after the deletes the gateway still holds %v (%v)", rules, err)

@@ -73,6 +73,26 @@ func newRepLab(t *testing.T, ctx context.Context) *repLab {
 // newRepLabOn is newRepLab with the active namespace act given (a
 // gateway's, say), its end of the veth named dev.
 func newRepLabOn(t *testing.T, ctx context.Context, lab *netlab.Lab, act, dev string) *repLab {
+	r := newRepNS(t, lab, act, dev)
+	var err error
+	if r.recv, err = NewReceiver(r.sb, logr.Discard()); err != nil {
+		t.Fatal(err)
+	}
+	var ln net.Listener
+	if err := r.sb.Do(func() error {
+		var err error
+		ln, err = net.Listen("tcp4", "10.9.0.2:7400")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go r.recv.Serve(ctx, ln)
+	return r
+}
+
+// newRepNS is newRepLabOn without the Receiver: the namespaces, the veth
+// and the Writer of the load.
+func newRepNS(t *testing.T, lab *netlab.Lab, act, dev string) *repLab {
 	sb, err := lab.NS("sb")
 	if err != nil {
 		t.Fatal(err)
@@ -94,18 +114,6 @@ func newRepLabOn(t *testing.T, ctx context.Context, lab *netlab.Lab, act, dev st
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.w.Close() })
-	if r.recv, err = NewReceiver(r.sb, logr.Discard()); err != nil {
-		t.Fatal(err)
-	}
-	var ln net.Listener
-	if err := r.sb.Do(func() error {
-		var err error
-		ln, err = net.Listen("tcp4", "10.9.0.2:7400")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	go r.recv.Serve(ctx, ln)
 	return r
 }
 
@@ -232,21 +240,34 @@ func TestReplicationFigures(t *testing.T) {
 	defer cancel()
 
 	// Paced new flows: lag from creation on the active to the entry in
-	// the standby's table.
+	// the standby's table. The sender and the receiver are processes of
+	// their own in their namespaces (startRole), so that the CPU of the
+	// active side, of the standby side and of the load generator (this
+	// process) are measured apart, as conntrackd's.
 	for _, rate := range figureRates(t) {
-		r := newRepLab(t, ctx)
-		r.startSender(ctx)
-		waitFor(t, "first sync", 5*time.Second, r.recv.Synced)
-		cpu0, t0 := cpuTime(), time.Now()
+		lab := netlab.ForTest(t)
+		act, err := lab.NS("act")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := newRepNS(t, lab, act, "eth0")
+		recv := startRole(t, ctx, r.sb, "receiver", "10.9.0.2:7400")
+		send := startRole(t, ctx, r.act, "sender", "10.9.0.2:7400")
+		recv.waitSynced(t, 5*time.Second)
+		cpu0, actCPU0, sbCPU0, t0 := cpuTime(), procCPU(t, send.pid), procCPU(t, recv.pid), time.Now()
 		lags, offered, ok := pacedLag(t, ctx, r.w, r.sb, 0, rate, 2)
-		cpu, wall := cpuTime()-cpu0, time.Since(t0) // both over pacedLag alone, as conntrackd's
-		st := r.sender.Stats()
+		wall := time.Since(t0) // all three over pacedLag alone, as conntrackd's
+		pct := func(d time.Duration) float64 { return 100 * d.Seconds() / wall.Seconds() }
+		load, actCPU, sbCPU := pct(cpuTime()-cpu0), pct(procCPU(t, send.pid)-actCPU0), pct(procCPU(t, recv.pid)-sbCPU0)
+		var st SenderStats
+		send.stop(t, &st)
 		natOK, all := natKept(t, r.sb)
 		fmt.Printf("ctsync standby entries with the DNAT binding and NAT status: %d of %d\n", natOK, all)
-		fmt.Printf("ctsync     paced %5d new flows/s (offered %.0f/s): lag p50=%s p99=%s max=%s caught up=%t; sender-measured (event→ack) p50=%s p99=%s; overruns=%d; CPU of load+sender+receiver (one process) %.0f%% of one core\n",
+		fmt.Printf("ctsync     paced %5d new flows/s (offered %.0f/s): lag p50=%s p99=%s max=%s caught up=%t; sender-measured (event→ack) p50=%s p99=%s; overruns=%d; CPU of the load generator %.0f%% of one core; CPU ctsync active %.0f%% standby %.0f%% of one core\n",
 			rate, offered, pctl(lags, 50).Round(100*time.Microsecond), pctl(lags, 99).Round(100*time.Microsecond), pctl(lags, 100).Round(100*time.Microsecond), ok,
-			pctl(st.LagSamples, 50).Round(100*time.Microsecond), pctl(st.LagSamples, 99).Round(100*time.Microsecond), st.Overruns, 100*cpu.Seconds()/wall.Seconds())
-		r.stopSender()
+			pctl(st.LagSamples, 50).Round(100*time.Microsecond), pctl(st.LagSamples, 99).Round(100*time.Microsecond), st.Overruns, load, actCPU, sbCPU)
+		var rst ReceiverStats
+		recv.stop(t, &rst)
 	}
 
 	// Burst and catch-up with total concurrent flows.
