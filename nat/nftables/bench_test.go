@@ -18,6 +18,7 @@ import (
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/conntrack"
 	"github.com/natgw/natgw/nat/nattest"
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // timeOps runs op b.N times, timing each call, and reports the median in
@@ -218,7 +219,7 @@ func BenchmarkEncodeElements(b *testing.B) {
 // elemsWithEncoder is txn.elements (adds, with userdata comments) written
 // with mdlayher/netlink's attribute encoder, for BenchmarkEncodeElements.
 func elemsWithEncoder(t *txn, set string, es []nft.SetElement) error {
-	for _, part := range chunks(es) {
+	for _, part := range nftconn.Chunks(es) {
 		err := t.msg(unix.NFT_MSG_NEWSETELEM, unix.NLM_F_CREATE, "add elements", func(ae *netlink.AttributeEncoder) {
 			ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, tableName)
 			ae.String(unix.NFTA_SET_ELEM_LIST_SET, set)

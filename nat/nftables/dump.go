@@ -144,21 +144,6 @@ func decodeReply(b []byte, elem func(b []byte) error) error {
 	return bad
 }
 
-// request encodes one nf_tables request (header, nfgenmsg, attributes)
-// with the next sequence number, which it returns.
-func (r *Backend) request(typ, flags uint16, family uint8, attrs []byte) ([]byte, uint32) {
-	seq := r.seq
-	r.seq++
-	b := make([]byte, 0, nlHdrLen+len(attrs))
-	b = binary.NativeEndian.AppendUint32(b, uint32(nlHdrLen+len(attrs)))
-	b = binary.NativeEndian.AppendUint16(b, unix.NFNL_SUBSYS_NFTABLES<<8|typ)
-	b = binary.NativeEndian.AppendUint16(b, flags)
-	b = binary.NativeEndian.AppendUint32(b, seq)
-	b = binary.NativeEndian.AppendUint32(b, 0) // port id: the kernel's
-	b = append(b, family, unix.NFNETLINK_V0, 0, 0)
-	return append(b, attrs...), seq
-}
-
 // attrs walks the netlink attributes in b, calling fn with each type (flag
 // bits cleared) and payload.
 func attrs(b []byte, fn func(typ uint16, v []byte) error) error {

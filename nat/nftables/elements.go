@@ -271,51 +271,6 @@ func snatClassOf(o nat.Object) (snatClass, bool) {
 	return snatClass{o.SNAT.InternalCIDR.Bits(), o.SNAT.RandomFully, o.SNAT.EIP.Is6()}, true
 }
 
-// elemSize is an upper bound of the netlink encoding of one element, used to
-// keep one NEWSETELEM message's element list under the 16-bit attribute
-// length.
-func elemSize(e nft.SetElement) int {
-	al := func(n int) int { return (n + 3) &^ 3 }
-	n := 4 + 8 + al(len(e.Key)) + 8 // list entry + key + flags
-	if len(e.KeyEnd) > 0 {
-		n += 8 + al(len(e.KeyEnd))
-	}
-	if len(e.Val) > 0 {
-		n += 8 + al(len(e.Val))
-	}
-	if e.VerdictData != nil {
-		n += 4 + 4 + 8 + 4 + al(len(e.VerdictData.Chain)+1)
-	}
-	if e.Comment != "" {
-		n += 4 + al(2+len(e.Comment)+1)
-	}
-	return n
-}
-
-// Limits of one NEWSETELEM/DELSETELEM message.
-const (
-	maxMsgElemBytes = 60_000 // the nested element list has a uint16 length
-	maxMsgElems     = 800
-)
-
-// chunks splits elements into message-sized slices.
-func chunks(es []nft.SetElement) [][]nft.SetElement {
-	var out [][]nft.SetElement
-	start, size := 0, 0
-	for i, e := range es {
-		s := elemSize(e)
-		if i > start && (size+s > maxMsgElemBytes || i-start >= maxMsgElems) {
-			out = append(out, es[start:i])
-			start, size = i, 0
-		}
-		size += s
-	}
-	if start < len(es) {
-		out = append(out, es[start:])
-	}
-	return out
-}
-
 // splitComment returns the UID (first word) and the key=value attributes of
 // an element comment.
 func splitComment(c string) (string, map[string]string, error) {

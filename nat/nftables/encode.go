@@ -9,6 +9,8 @@ import (
 	"github.com/google/nftables/userdata"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // encode appends the netlink messages of tx to the batch. Structural
@@ -62,27 +64,16 @@ func (t *txn) encode(tx *Tx) error {
 	return nil
 }
 
-// msg appends one acknowledged nf_tables message of type typ (flags beyond
-// request and ack as given) whose attributes attrs encodes.
+// msg appends one acknowledged nf_tables message of natgw's table's
+// family (see nftconn.Batch.Msg).
 func (t *txn) msg(typ, flags uint16, what string, attrs func(*netlink.AttributeEncoder)) error {
-	return t.msgOf(nfFamily, typ, flags, what, attrs)
+	return t.Msg(nfFamily, typ, flags, what, attrs)
 }
 
 // msgOf is msg for a message of another family than the table's (the
 // delete of the legacy table ip natgw).
 func (t *txn) msgOf(family uint8, typ, flags uint16, what string, attrs func(*netlink.AttributeEncoder)) error {
-	ae := netlink.NewAttributeEncoder()
-	ae.ByteOrder = binary.BigEndian
-	attrs(ae)
-	b, err := ae.Encode()
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", what, err)
-	}
-	start := t.header(unix.NFNL_SUBSYS_NFTABLES<<8|typ, unix.NLM_F_REQUEST|unix.NLM_F_ACK|flags, family, 0)
-	t.buf = append(t.buf, b...)
-	t.finish(start)
-	t.acked(start, what)
-	return nil
+	return t.Msg(family, typ, flags, what, attrs)
 }
 
 func tableAttrs(ae *netlink.AttributeEncoder) {
@@ -132,7 +123,7 @@ func setAttrs(ae *netlink.AttributeEncoder, s setSpec) {
 	ae.Uint32(unix.NFTA_SET_FLAGS, flags)
 	ae.Uint32(unix.NFTA_SET_KEY_TYPE, s.key.GetNFTMagic())
 	ae.Uint32(unix.NFTA_SET_KEY_LEN, s.key.Bytes)
-	ae.Uint32(unix.NFTA_SET_ID, setIDs.Add(1)+1<<20)
+	ae.Uint32(unix.NFTA_SET_ID, nftconn.SetIDs.Add(1)+1<<20)
 	if s.isMap() {
 		dt := s.val.GetNFTMagic()
 		if s.val.Name == nft.TypeVerdict.Name {
@@ -162,19 +153,9 @@ func setAttrs(ae *netlink.AttributeEncoder, s setSpec) {
 	ae.Bytes(unix.NFTA_SET_USERDATA, userdata.AppendUint32(nil, userdata.NFTNL_UDATA_SET_KEYBYTEORDER, order))
 }
 
-// chainAttrs encodes a chain; a base chain with its hook and type.
+// chainAttrs encodes a chain of the table (see nftconn.ChainAttrs).
 func chainAttrs(ae *netlink.AttributeEncoder, c chainSpec) {
-	ae.String(unix.NFTA_CHAIN_TABLE, tableName)
-	ae.String(unix.NFTA_CHAIN_NAME, c.name)
-	if c.hook == nil || c.prio == nil {
-		return
-	}
-	ae.Nested(unix.NFTA_CHAIN_HOOK, func(h *netlink.AttributeEncoder) error {
-		h.Uint32(unix.NFTA_HOOK_HOOKNUM, uint32(*c.hook))
-		h.Uint32(unix.NFTA_HOOK_PRIORITY, uint32(*c.prio))
-		return nil
-	})
-	ae.String(unix.NFTA_CHAIN_TYPE, string(c.typ))
+	nftconn.ChainAttrs(ae, tableName, c.conn())
 }
 
 // ruleAttrs encodes a rule appended to chain, its comment in userdata.

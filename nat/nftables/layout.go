@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync/atomic"
 
 	nft "github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -164,10 +163,6 @@ func isFIPSNATMap(set string) bool { return set == setFIPSNAT || set == setFIPSN
 
 // elementSets are the fixed sets that hold objects' elements (all but meta).
 var elementSets = fixedSets[1:]
-
-// setIDs numbers the sets this process creates, instead of the library's
-// unsynchronized global counter.
-var setIDs atomic.Uint32
 
 // snatClass is one CIDR SNAT map: all SNATs of one family, one prefix
 // length and one random-fully setting.

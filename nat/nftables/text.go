@@ -147,8 +147,12 @@ func fieldsText(t nft.SetDatatype) string {
 // chainHeader is a base chain's `type ... hook ... priority ...; policy
 // accept;` as nft lists it (nftconn's rendering, shared by every natgw
 // table); "" for a regular chain.
-func chainHeader(c chainSpec) string {
-	return nftconn.Chain{Name: nftconn.ChainName(c.name), Type: c.typ, Hook: c.hook, Priority: c.prio}.Header()
+func chainHeader(c chainSpec) string { return c.conn().Header() }
+
+// conn is c as an nftconn.Chain: the one place the main table's chain
+// name becomes nftconn's (its header text and its netlink attributes).
+func (c chainSpec) conn() nftconn.Chain {
+	return nftconn.Chain{Name: nftconn.ChainName(c.name), Type: c.typ, Hook: c.hook, Priority: c.prio}
 }
 
 // ruleText is a rule as nft lists it, with its comment.

@@ -2,6 +2,8 @@ package nftables
 
 import (
 	nft "github.com/google/nftables"
+
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // Tx is one transaction on natgw's table as a value: the operations, in the
@@ -111,10 +113,7 @@ func (t *Tx) elemBytes() int {
 	n := 0
 	for _, o := range t.ops {
 		if o.kind == opAddElements || o.kind == opDeleteElements {
-			for _, e := range o.elems {
-				n += elemSize(e)
-			}
-			n += (len(o.elems)/maxMsgElems + 1) * 64
+			n += nftconn.ElemBytes(o.elems)
 		}
 	}
 	return n + 4096

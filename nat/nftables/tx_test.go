@@ -1,7 +1,6 @@
 package nftables
 
 import (
-	"encoding/binary"
 	"fmt"
 	"maps"
 	"os"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/nattest"
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // goldenBoot is the boot id of the planned golden table.
@@ -157,96 +157,61 @@ func TestEncodeMatchesLibrary(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var theirs []netlink.Message
-	lib, err := nft.New(nft.WithTestDial(func(req []netlink.Message) ([]netlink.Message, error) {
-		for _, m := range req {
-			if typ := uint16(m.Header.Type); typ != unix.NFNL_MSG_BATCH_BEGIN && typ != unix.NFNL_MSG_BATCH_END {
-				theirs = append(theirs, m)
+	theirs, err := nftconn.LibraryMessages(func(lib *nft.Conn) error {
+		table := &nft.Table{Name: tableName, Family: tableFamily}
+		libSet := func(s setSpec) *nft.Set {
+			ls := &nft.Set{Table: table, Name: s.name, KeyType: s.key, DataType: s.val, IsMap: s.isMap(),
+				Concatenation: s.concat, KeyByteOrder: binaryutil.BigEndian, ID: 1}
+			if s.key == nft.TypeMark {
+				ls.KeyByteOrder = binaryutil.NativeEndian
+			}
+			return ls
+		}
+		lib.DelTable(table)
+		lib.CreateTable(table)
+		for _, s := range append(slices.Clone(fixedSets), snat.spec()) {
+			if err := lib.AddSet(libSet(s), nil); err != nil {
+				return err
 			}
 		}
-		return []netlink.Message{{Header: netlink.Header{Type: netlink.Error}, Data: make([]byte, 4)}}, nil
-	}))
+		lib.FlushSet(&nft.Set{Table: table, Name: setEIPs})
+		lib.DelSet(&nft.Set{Table: table, Name: snat.setName()})
+		for _, c := range chains {
+			lib.AddChain(&nft.Chain{Name: c.name, Table: table, Hooknum: c.hook, Priority: c.prio, Type: c.typ})
+		}
+		lib.AddChain(&nft.Chain{Name: k.name(), Table: table})
+		lib.FlushChain(&nft.Chain{Name: chainDNAT, Table: table})
+		lib.DelChain(&nft.Chain{Name: k.name(), Table: table})
+		lib.AddObj(&nft.NamedObj{Table: table, Name: k.name(), Type: nft.ObjTypeLimit, Obj: limitExpr(v)})
+		lib.DeleteObject(&nft.NamedObj{Table: table, Name: k.name(), Type: nft.ObjTypeLimit})
+		addRule := func(chain string, r ruleSpec) {
+			lib.AddRule(&nft.Rule{Table: table, Chain: &nft.Chain{Name: chain, Table: table}, Exprs: r.exprs,
+				UserData: commentUserdata(r.comment)})
+		}
+		for _, c := range chains {
+			for _, r := range c.rules {
+				addRule(c.name, r)
+			}
+		}
+		addRule(chainSNATCIDR, snatRule(snat))
+		addRule(chainSNATCIDR, snatRule(snatClass{bits: 32}))
+		addRule(k.name(), qosRule(k))
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := &nft.Table{Name: tableName, Family: tableFamily}
-	libSet := func(s setSpec) *nft.Set {
-		ls := &nft.Set{Table: table, Name: s.name, KeyType: s.key, DataType: s.val, IsMap: s.isMap(),
-			Concatenation: s.concat, KeyByteOrder: binaryutil.BigEndian, ID: 1}
-		if s.key == nft.TypeMark {
-			ls.KeyByteOrder = binaryutil.NativeEndian
-		}
-		return ls
-	}
-	lib.DelTable(table)
-	lib.CreateTable(table)
-	for _, s := range append(slices.Clone(fixedSets), snat.spec()) {
-		if err := lib.AddSet(libSet(s), nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lib.FlushSet(&nft.Set{Table: table, Name: setEIPs})
-	lib.DelSet(&nft.Set{Table: table, Name: snat.setName()})
-	for _, c := range chains {
-		lib.AddChain(&nft.Chain{Name: c.name, Table: table, Hooknum: c.hook, Priority: c.prio, Type: c.typ})
-	}
-	lib.AddChain(&nft.Chain{Name: k.name(), Table: table})
-	lib.FlushChain(&nft.Chain{Name: chainDNAT, Table: table})
-	lib.DelChain(&nft.Chain{Name: k.name(), Table: table})
-	lib.AddObj(&nft.NamedObj{Table: table, Name: k.name(), Type: nft.ObjTypeLimit, Obj: limitExpr(v)})
-	lib.DeleteObject(&nft.NamedObj{Table: table, Name: k.name(), Type: nft.ObjTypeLimit})
-	addRule := func(chain string, r ruleSpec) {
-		lib.AddRule(&nft.Rule{Table: table, Chain: &nft.Chain{Name: chain, Table: table}, Exprs: r.exprs,
-			UserData: commentUserdata(r.comment)})
-	}
-	for _, c := range chains {
-		for _, r := range c.rules {
-			addRule(c.name, r)
-		}
-	}
-	addRule(chainSNATCIDR, snatRule(snat))
-	addRule(chainSNATCIDR, snatRule(snatClass{bits: 32}))
-	addRule(k.name(), qosRule(k))
-	if err := lib.Flush(); err != nil {
+	diffs, err := ours.DiffLibrary(theirs, func(m netlink.Message, _ bool) string { return withoutSetID(t, m) })
+	if err != nil {
 		t.Fatal(err)
 	}
-
-	got := messagesOf(t, ours.buf)
-	if len(got) != len(theirs) {
-		t.Fatalf("%d messages, the library sent %d", len(got), len(theirs))
-	}
-	for i, m := range got {
-		want := theirs[i]
-		if m.Header.Type != want.Header.Type || m.Header.Flags != want.Header.Flags {
-			t.Errorf("message %d (%s): type/flags %#x/%#x, library %#x/%#x", i, ours.what[i], m.Header.Type, m.Header.Flags, want.Header.Type, want.Header.Flags)
-		}
-		if g, w := withoutSetID(t, m), withoutSetID(t, want); g != w {
-			t.Errorf("message %d (%s):\n ours    %s\n library %s", i, ours.what[i], g, w)
-		}
+	for _, d := range diffs {
+		t.Error(d)
 	}
 }
 
 func commentUserdata(s string) []byte {
 	return append([]byte{0, byte(len(s) + 1)}, append([]byte(s), 0)...)
-}
-
-// messagesOf splits a batch into its messages without the batch begin/end.
-func messagesOf(t *testing.T, b []byte) []netlink.Message {
-	t.Helper()
-	var out []netlink.Message
-	for len(b) > 0 {
-		var m netlink.Message
-		l := int(binary.NativeEndian.Uint32(b))
-		if err := m.UnmarshalBinary(b[:l]); err != nil {
-			t.Fatal(err)
-		}
-		b = b[min((l+3)&^3, len(b)):]
-		if typ := uint16(m.Header.Type); typ == unix.NFNL_MSG_BATCH_BEGIN || typ == unix.NFNL_MSG_BATCH_END {
-			continue
-		}
-		out = append(out, m)
-	}
-	return out
 }
 
 // withoutSetID is a message's data in hex with a NEWSET's set id zeroed

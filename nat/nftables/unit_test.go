@@ -14,6 +14,7 @@ import (
 
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/nattest"
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // TestRenderParse renders every object of the golden set and parses its
@@ -167,12 +168,12 @@ func TestChunks(t *testing.T) {
 	}
 	l := es[setFIPDNAT]
 	total := 0
-	for _, part := range chunks(l) {
+	for _, part := range nftconn.Chunks(l) {
 		size := 0
 		for _, e := range part {
-			size += elemSize(e)
+			size += nftconn.ElemSize(e)
 		}
-		if size > maxMsgElemBytes || len(part) > maxMsgElems || len(part) == 0 {
+		if size > nftconn.MaxMsgElemBytes || len(part) > nftconn.MaxMsgElems || len(part) == 0 {
 			t.Errorf("chunk of %d elements, %d bytes", len(part), size)
 		}
 		total += len(part)
@@ -182,7 +183,7 @@ func TestChunks(t *testing.T) {
 	}
 	// The bound covers the real encoding: a 64-character-UID FIP element
 	// encodes to 4 (entry) + 12 (key) + 12 (value) + 4+68 (comment) bytes.
-	if got := elemSize(l[0]); got < 100 {
+	if got := nftconn.ElemSize(l[0]); got < 100 {
 		t.Errorf("elemSize = %d, below the real encoding (100 bytes)", got)
 	}
 }

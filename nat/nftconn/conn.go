@@ -4,12 +4,11 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"slices"
 
 	nft "github.com/google/nftables"
-	"github.com/google/nftables/expr"
 
 	"github.com/natgw/natgw/nat/netns"
+	"github.com/natgw/natgw/nat/nlsock"
 )
 
 // Conn is a connection to one network namespace's nftables: it applies a
@@ -28,7 +27,8 @@ type Conn interface {
 	MapElements(ctx context.Context, t Table, name MapName) ([]Element, error)
 }
 
-// Netlink is a Conn over netlink (google/nftables, one socket per call).
+// Netlink is a Conn over netlink, one socket per call: Apply sends its own
+// encoding (Encode, Socket), reads go through google/nftables.
 type Netlink struct {
 	ns   *netns.NS // nil: the calling thread's namespace
 	opts []nft.ConnOption
@@ -52,7 +52,10 @@ func (n *Netlink) conn() (*nft.Conn, error) {
 	return c, nil
 }
 
-// Apply implements Conn.
+// Apply implements Conn: tx is encoded into one Batch (Tx.Encode) and
+// committed over a Socket dialed for the call (buffers as the system
+// sets them, the send buffer raised for a batch beyond them; raising it
+// needs CAP_NET_ADMIN).
 func (n *Netlink) Apply(ctx context.Context, tx *Tx) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -60,73 +63,67 @@ func (n *Netlink) Apply(ctx context.Context, tx *Tx) error {
 	if tx.Len() == 0 {
 		return nil
 	}
-	c, err := n.conn()
-	if err != nil {
+	b := NewBatch(0, 4096, nil)
+	if err := tx.Encode(b); err != nil {
 		return err
 	}
-	// The maps added in this transaction, by table and name: elements and
-	// lookups refer to them by the ID AddSet gives them.
-	sets := map[string]*nft.Set{}
-	setOf := func(t *nft.Table, tb Table, name MapName) *nft.Set {
-		if s := sets[tb.String()+" "+string(name)]; s != nil {
-			return s
-		}
-		return &nft.Set{Table: t, Name: string(name), IsMap: true}
+	send := 0
+	if l := len(b.Bytes()); l > smallBatch {
+		send = 2 * l
 	}
-	for _, o := range tx.ops {
-		t := &nft.Table{Name: string(o.table.Name), Family: o.table.Family}
-		ch := &nft.Chain{Name: string(o.chain.Name), Table: t}
-		switch o.kind {
-		case opAddTable:
-			c.AddTable(t)
-		case opDeleteTable:
-			c.DelTable(t)
-		case opAddChain:
-			ch.Type, ch.Hooknum, ch.Priority = o.chain.Type, o.chain.Hook, o.chain.Priority
-			c.AddChain(ch)
-		case opFlushChain:
-			c.FlushChain(ch)
-		case opAppendRule:
-			c.AddRule(&nft.Rule{Table: t, Chain: ch, Exprs: withSetIDs(o.rule.Exprs, o.table, sets), UserData: []byte(o.rule.Tag)})
-		case opInsertRule:
-			c.InsertRule(&nft.Rule{Table: t, Chain: ch, Exprs: withSetIDs(o.rule.Exprs, o.table, sets), UserData: []byte(o.rule.Tag)})
-		case opDeleteRule:
-			if err := c.DelRule(&nft.Rule{Table: t, Chain: ch, Handle: o.handle}); err != nil {
-				return fmt.Errorf("nftables: delete rule %d of %s %s: %w", o.handle, t.Name, ch.Name, err)
-			}
-		case opAddMap:
-			s := &nft.Set{Table: t, Name: string(o.set.Name), IsMap: true, KeyType: o.set.KeyType, DataType: o.set.DataType}
-			if err := c.AddSet(s, nil); err != nil {
-				return fmt.Errorf("nftables: add map %s %s: %w", o.table, o.set.Name, err)
-			}
-			sets[o.table.String()+" "+string(o.set.Name)] = s
-		case opFlushMap:
-			c.FlushSet(setOf(t, o.table, o.set.Name))
-		case opAddElements:
-			els := make([]nft.SetElement, len(o.elements))
-			for i, e := range o.elements {
-				els[i] = nft.SetElement{Key: e.Key, Val: e.Val, Comment: e.Comment}
-			}
-			if err := c.SetAddElements(setOf(t, o.table, o.set.Name), els); err != nil {
-				return fmt.Errorf("nftables: add elements to map %s %s: %w", o.table, o.set.Name, err)
-			}
-		}
+	s, err := DialSocket(n.ns, nlsock.DefaultTimeout, send, 0)
+	runtime.KeepAlive(n.ns)
+	if err != nil {
+		return fmt.Errorf("nftables netlink: %w", err)
 	}
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("nftables transaction: %w", err)
+	defer s.Close()
+	if _, err := s.Commit(ctx, b); err != nil {
+		return err
 	}
 	return nil
 }
 
-// Tables implements Conn.
-func (n *Netlink) Tables(ctx context.Context, f nft.TableFamily) ([]string, error) {
+// smallBatch is a batch that fits any netlink socket's default send
+// buffer (net.core.wmem_default is 208 KiB or more).
+const smallBatch = 128 << 10
+
+// reader returns a library connection for one read, unless ctx is done.
+func (n *Netlink) reader(ctx context.Context) (*nft.Conn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	c, err := n.conn()
+	return n.conn()
+}
+
+// Tables implements Conn.
+func (n *Netlink) Tables(ctx context.Context, f nft.TableFamily) ([]string, error) {
+	c, err := n.reader(ctx)
 	if err != nil {
 		return nil, err
 	}
+	return listTables(c, f)
+}
+
+// Rules implements Conn.
+func (n *Netlink) Rules(ctx context.Context, t Table, chain ChainName) ([]RuleRef, error) {
+	c, err := n.reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return listRules(c, t, chain)
+}
+
+// MapElements implements Conn.
+func (n *Netlink) MapElements(ctx context.Context, t Table, name MapName) ([]Element, error) {
+	c, err := n.reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return listMapElements(c, t, name)
+}
+
+// listTables returns the names of the tables of family f, read over c.
+func listTables(c *nft.Conn, f nft.TableFamily) ([]string, error) {
 	tables, err := c.ListTablesOfFamily(f)
 	if err != nil {
 		return nil, fmt.Errorf("nftables: list %s tables: %w", FamilyName(f), err)
@@ -138,15 +135,8 @@ func (n *Netlink) Tables(ctx context.Context, f nft.TableFamily) ([]string, erro
 	return names, nil
 }
 
-// Rules implements Conn.
-func (n *Netlink) Rules(ctx context.Context, t Table, chain ChainName) ([]RuleRef, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	c, err := n.conn()
-	if err != nil {
-		return nil, err
-	}
+// listRules returns the rules of chain in t, read over c.
+func listRules(c *nft.Conn, t Table, chain ChainName) ([]RuleRef, error) {
 	tb := &nft.Table{Name: string(t.Name), Family: t.Family}
 	rules, err := c.GetRules(tb, &nft.Chain{Name: string(chain), Table: tb})
 	if err != nil {
@@ -159,40 +149,8 @@ func (n *Netlink) Rules(ctx context.Context, t Table, chain ChainName) ([]RuleRe
 	return refs, nil
 }
 
-// withSetIDs returns exprs with each lookup of a map added in this
-// transaction (sets, by table and name) given the map's ID, as the kernel
-// wants a lookup of a map that does not exist yet; exprs itself is not
-// changed.
-func withSetIDs(exprs []expr.Any, t Table, sets map[string]*nft.Set) []expr.Any {
-	out, cloned := exprs, false
-	for i, e := range exprs {
-		l, ok := e.(*expr.Lookup)
-		if !ok {
-			continue
-		}
-		s := sets[t.String()+" "+l.SetName]
-		if s == nil || l.SetID == s.ID {
-			continue
-		}
-		if !cloned {
-			out, cloned = slices.Clone(exprs), true
-		}
-		c := *l
-		c.SetID = s.ID
-		out[i] = &c
-	}
-	return out
-}
-
-// MapElements implements Conn.
-func (n *Netlink) MapElements(ctx context.Context, t Table, name MapName) ([]Element, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	c, err := n.conn()
-	if err != nil {
-		return nil, err
-	}
+// listMapElements returns the elements of map name in t, read over c.
+func listMapElements(c *nft.Conn, t Table, name MapName) ([]Element, error) {
 	s, err := c.GetSetByName(&nft.Table{Name: string(t.Name), Family: t.Family}, string(name))
 	if err != nil {
 		return nil, fmt.Errorf("nftables: map %s %s: %w", t, name, err)

@@ -14,8 +14,9 @@ import (
 
 // Fake is a Conn that keeps the tables in memory, for tests without a
 // kernel or root: Apply checks a transaction as the kernel would for the
-// operations Tx has (a missing table, chain or rule fails it and changes
-// nothing), and Dump renders the tables as `nft list ruleset` lists them,
+// operations Tx has (a missing table, chain or rule, or a created table
+// that exists, fails it and changes nothing; it does not model jumps, so
+// a delete of a chain another chain jumps to is not refused), and Dump renders the tables as `nft list ruleset` lists them,
 // each rule by its Text. It is safe for concurrent use.
 type Fake struct {
 	mu     sync.Mutex
@@ -104,6 +105,12 @@ func (f *Fake) Apply(ctx context.Context, tx *Tx) error {
 				err = missing("table " + o.table.String())
 			}
 			delete(tables, o.table)
+		case opCreateTable:
+			if t != nil {
+				err = fmt.Errorf("table %s: %w", o.table, unix.EEXIST)
+				break
+			}
+			tables[o.table] = &fakeTable{}
 		case opAddChain:
 			switch {
 			case t == nil:
@@ -132,7 +139,7 @@ func (f *Fake) Apply(ctx context.Context, tx *Tx) error {
 				break
 			}
 			err = m.add(o.elements)
-		case opFlushChain, opAppendRule, opInsertRule, opDeleteRule:
+		case opFlushChain, opDeleteChain, opAppendRule, opInsertRule, opDeleteRule:
 			var c *fakeChain
 			if t != nil {
 				c = t.chain(o.chain.Name)
@@ -144,6 +151,8 @@ func (f *Fake) Apply(ctx context.Context, tx *Tx) error {
 			switch o.kind {
 			case opFlushChain:
 				c.rules = nil
+			case opDeleteChain:
+				t.chains = slices.DeleteFunc(t.chains, func(x *fakeChain) bool { return x == c })
 			case opAppendRule:
 				handle++
 				c.rules = append(c.rules, fakeRule{handle, o.rule})

@@ -2,11 +2,13 @@ package nftconn
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	nft "github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -21,16 +23,7 @@ import (
 // order with their tags, nft lists the Fake's texts, a flush, a delete by
 // handle, a refused transaction changes nothing, and the table goes.
 func TestNetlink(t *testing.T) {
-	lab := netlab.ForTest(t)
-	name, err := lab.NS("nftconn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := netns.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
+	ns, name := labNS(t, "nftconn")
 	ctx := context.Background()
 	k, f := Open(ns), NewFake()
 	masq := func(last byte) Rule {
@@ -85,6 +78,21 @@ func TestNetlink(t *testing.T) {
 	if rk, err := k.Rules(ctx, testTable, testChain); err != nil || len(rk) != 2 || rk[0].Tag != "m1" || rk[1].Tag != "m3" {
 		t.Fatalf("after the refused transaction and the delete of m2: %+v, %v", rk, err)
 	}
+	create := &Tx{}
+	create.CreateTable(testTable)
+	for _, c := range []Conn{k, f} {
+		if err := c.Apply(ctx, create); !errors.Is(err, unix.EEXIST) {
+			t.Fatalf("create of an existing table on %T: %v, want EEXIST", c, err)
+		}
+	}
+	dropPlain := &Tx{}
+	dropPlain.DeleteChain(testTable, "plain")
+	both("delete chain plain", dropPlain)
+	for _, c := range []Conn{k, f} {
+		if err := c.Apply(ctx, dropPlain); !errors.Is(err, unix.ENOENT) {
+			t.Fatalf("delete of a deleted chain on %T: %v, want ENOENT", c, err)
+		}
+	}
 	flush := &Tx{}
 	flush.FlushChain(testTable, testChain)
 	flush.DeleteTable(testTable)
@@ -97,6 +105,12 @@ func TestNetlink(t *testing.T) {
 	if err := k.Apply(ctx, flush); !errors.Is(err, unix.ENOENT) {
 		t.Fatalf("a flush of a deleted table's chain: %v, want ENOENT", err)
 	}
+	recreate := &Tx{}
+	recreate.CreateTable(testTable)
+	recreate.DeleteTable(testTable)
+	if err := k.Apply(ctx, recreate); err != nil {
+		t.Fatalf("create of a table that does not exist: %v", err)
+	}
 }
 
 // TestNetlinkMaps runs the same map transactions on the kernel (root
@@ -105,16 +119,7 @@ func TestNetlink(t *testing.T) {
 // and comments, nft lists the Fake's element and rule texts, a key added
 // again with another value is refused by both, a flush empties the map.
 func TestNetlinkMaps(t *testing.T) {
-	lab := netlab.ForTest(t)
-	name, err := lab.NS("nftmaps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := netns.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
+	ns, name := labNS(t, "nftmaps")
 	ctx := context.Background()
 	k, f := Open(ns), NewFake()
 	tx := baseTx()
@@ -173,4 +178,102 @@ func TestNetlinkMaps(t *testing.T) {
 	if _, err := k.MapElements(ctx, testTable, "nope"); err == nil {
 		t.Fatal("elements of a missing map: no error")
 	}
+}
+
+// TestNetlinkLargeBatch: a transaction larger than a socket's default send
+// buffer (Netlink.Apply raises it for the batch; the kernel refuses a
+// message beyond it with EMSGSIZE) commits, all its elements read back.
+func TestNetlinkLargeBatch(t *testing.T) {
+	ns, _ := labNS(t, "nftlarge")
+	ctx := context.Background()
+	const n = 20_000
+	els := make([]Element, n)
+	for i := range els {
+		els[i] = Element{Key: binary.NativeEndian.AppendUint32(nil, uint32(i+1)), Val: []byte{1, 0, 0x47, 0x4e}, Comment: fmt.Sprintf("element %05d", i)}
+	}
+	tx := baseTx()
+	tx.AddMap(testTable, classMap)
+	tx.AddElements(testTable, classMap.Name, els...)
+	b := NewBatch(0, 0, nil)
+	if err := tx.Encode(b); err != nil {
+		t.Fatal(err)
+	}
+	if l := len(b.Bytes()); l <= 256<<10 {
+		t.Fatalf("batch of %d bytes: not beyond a default send buffer; make the test larger", l)
+	}
+	k := Open(ns)
+	if err := k.Apply(ctx, tx); err != nil {
+		t.Fatalf("apply a %d-byte batch: %v", len(b.Bytes()), err)
+	}
+	got, err := k.MapElements(ctx, testTable, classMap.Name)
+	if err != nil || len(got) != n {
+		t.Fatalf("%d elements read back (%v), want %d", len(got), err, n)
+	}
+}
+
+// TestLasting: a Lasting applies transactions and reads back over the
+// sockets it keeps; a refused transaction changes nothing and the next
+// one works (the sockets were redialed); after Close the next call dials
+// again.
+func TestLasting(t *testing.T) {
+	ns, name := labNS(t, "nftlasting")
+	ctx := context.Background()
+	l, err := DialLasting(ns, name, time.Minute, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	masq := Rule{Exprs: []expr.Any{&expr.Masq{}}, Text: "masquerade", Tag: "m"}
+	tx := baseTx()
+	tx.AddMap(testTable, classMap)
+	tx.AddElements(testTable, classMap.Name, el(1, 1, "a"))
+	tx.AppendRule(testTable, testChain, masq)
+	if err := l.Apply(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	sock := l.Socket()
+	bad := &Tx{}
+	bad.AppendRule(testTable, testChain, masq)
+	bad.DeleteRule(testTable, testChain, 1<<40, "")
+	if err := l.Apply(ctx, bad); !errors.Is(err, unix.ENOENT) {
+		t.Fatalf("a delete of a missing rule: %v, want ENOENT", err)
+	}
+	if l.Socket() == sock {
+		t.Error("the socket was kept after a refused transaction, want a new one")
+	}
+	more := &Tx{}
+	more.AddElements(testTable, classMap.Name, el(2, 2, "b"))
+	if err := l.Apply(ctx, more); err != nil {
+		t.Fatalf("after a refused transaction: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rules, err := l.Rules(ctx, testTable, testChain)
+	if err != nil || len(rules) != 1 || rules[0].Tag != "m" {
+		t.Fatalf("rules after Close and a new dial: %+v (%v), want one tagged m", rules, err)
+	}
+	els, err := l.MapElements(ctx, testTable, classMap.Name)
+	if err != nil || len(els) != 2 {
+		t.Fatalf("elements: %+v (%v), want 2", els, err)
+	}
+	if ok, err := HasTable(ctx, l, testTable); err != nil || !ok {
+		t.Fatalf("HasTable: %v (%v), want true", ok, err)
+	}
+}
+
+// labNS makes a namespace for the test (root needed; netlab skips without)
+// and opens it until the test ends; it returns the handle and the name.
+func labNS(t *testing.T, prefix string) (*netns.NS, string) {
+	t.Helper()
+	name, err := netlab.ForTest(t).NS(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := netns.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	return ns, name
 }

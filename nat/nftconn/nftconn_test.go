@@ -41,17 +41,23 @@ func TestFakeApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := f.Dump()
-	for name, bad := range map[string]func(*Tx){
-		"rule in a missing chain":  func(tx *Tx) { tx.AppendRule(testTable, "nope", Rule{Text: "x"}) },
-		"missing rule handle":      func(tx *Tx) { tx.DeleteRule(testTable, testChain, 99, "") },
-		"delete a missing table":   func(tx *Tx) { tx.DeleteTable(Table{Family: nft.TableFamilyIPv6, Name: "t"}) },
-		"chain in a missing table": func(tx *Tx) { tx.AddChain(Table{Family: nft.TableFamilyINet, Name: "t"}, Chain{Name: "c"}) },
+	for name, bad := range map[string]struct {
+		op   func(*Tx)
+		want error
+	}{
+		"rule in a missing chain":   {func(tx *Tx) { tx.AppendRule(testTable, "nope", Rule{Text: "x"}) }, unix.ENOENT},
+		"missing rule handle":       {func(tx *Tx) { tx.DeleteRule(testTable, testChain, 99, "") }, unix.ENOENT},
+		"delete a missing table":    {func(tx *Tx) { tx.DeleteTable(Table{Family: nft.TableFamilyIPv6, Name: "t"}) }, unix.ENOENT},
+		"chain in a missing table":  {func(tx *Tx) { tx.AddChain(Table{Family: nft.TableFamilyINet, Name: "t"}, Chain{Name: "c"}) }, unix.ENOENT},
+		"delete a missing chain":    {func(tx *Tx) { tx.DeleteChain(testTable, "nope") }, unix.ENOENT},
+		"create an existing table":  {func(tx *Tx) { tx.CreateTable(testTable) }, unix.EEXIST},
+		"delete, then use, a chain": {func(tx *Tx) { tx.DeleteChain(testTable, "plain"); tx.FlushChain(testTable, "plain") }, unix.ENOENT},
 	} {
 		tx := &Tx{}
 		tx.AppendRule(testTable, testChain, Rule{Text: "c"}) // valid, must not stay
-		bad(tx)
-		if err := f.Apply(ctx, tx); !errors.Is(err, unix.ENOENT) {
-			t.Errorf("%s: %v, want ENOENT", name, err)
+		bad.op(tx)
+		if err := f.Apply(ctx, tx); !errors.Is(err, bad.want) {
+			t.Errorf("%s: %v, want %v", name, err, bad.want)
 		}
 		if got := f.Dump(); got != before {
 			t.Errorf("%s: a refused transaction changed the table:\n%s", name, got)
@@ -114,6 +120,12 @@ func TestTextAndNotListed(t *testing.T) {
 		"add rule ip t post ip daddr 10.0.0.1 masquerade # \"m1\"\n" +
 		"add rule ip t post ip daddr 10.0.0.2 masquerade\n"
 	if got := tx.String(); got != want {
+		t.Fatalf("text:\n%s\nwant:\n%s", got, want)
+	}
+	drop := &Tx{}
+	drop.DeleteChain(testTable, "plain")
+	drop.CreateTable(testTable)
+	if got, want := drop.String(), "delete chain ip t plain\ncreate table ip t\n"; got != want {
 		t.Fatalf("text:\n%s\nwant:\n%s", got, want)
 	}
 	f := NewFake()

@@ -128,9 +128,11 @@ type opKind uint8
 
 const (
 	opAddTable opKind = iota + 1
+	opCreateTable
 	opDeleteTable
 	opAddChain
 	opFlushChain
+	opDeleteChain
 	opAppendRule
 	opInsertRule
 	opDeleteRule
@@ -152,6 +154,10 @@ type op struct {
 // AddTable adds t; a table that exists is kept as it is (nft's `add`).
 func (tx *Tx) AddTable(t Table) { tx.ops = append(tx.ops, op{kind: opAddTable, table: t}) }
 
+// CreateTable adds t; the transaction fails (EEXIST) if t exists (nft's
+// `create`).
+func (tx *Tx) CreateTable(t Table) { tx.ops = append(tx.ops, op{kind: opCreateTable, table: t}) }
+
 // DeleteTable deletes t and everything in it; the transaction fails if t
 // does not exist.
 func (tx *Tx) DeleteTable(t Table) { tx.ops = append(tx.ops, op{kind: opDeleteTable, table: t}) }
@@ -165,6 +171,12 @@ func (tx *Tx) AddChain(t Table, c Chain) {
 // chain does not exist.
 func (tx *Tx) FlushChain(t Table, chain ChainName) {
 	tx.ops = append(tx.ops, op{kind: opFlushChain, table: t, chain: Chain{Name: chain}})
+}
+
+// DeleteChain deletes chain and its rules; the transaction fails if the
+// chain does not exist or a rule of another chain jumps to it.
+func (tx *Tx) DeleteChain(t Table, chain ChainName) {
+	tx.ops = append(tx.ops, op{kind: opDeleteChain, table: t, chain: Chain{Name: chain}})
 }
 
 // AppendRule adds r at the end of chain.
@@ -213,6 +225,8 @@ func (tx *Tx) String() string {
 		switch o.kind {
 		case opAddTable:
 			fmt.Fprintf(&b, "add table %s\n", o.table)
+		case opCreateTable:
+			fmt.Fprintf(&b, "create table %s\n", o.table)
 		case opDeleteTable:
 			fmt.Fprintf(&b, "delete table %s\n", o.table)
 		case opAddChain:
@@ -223,6 +237,8 @@ func (tx *Tx) String() string {
 			}
 		case opFlushChain:
 			fmt.Fprintf(&b, "flush chain %s %s\n", o.table, o.chain.Name)
+		case opDeleteChain:
+			fmt.Fprintf(&b, "delete chain %s %s\n", o.table, o.chain.Name)
 		case opAppendRule:
 			fmt.Fprintf(&b, "add rule %s %s %s\n", o.table, o.chain.Name, o.rule.line())
 		case opInsertRule:
