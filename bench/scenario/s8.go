@@ -243,12 +243,28 @@ func runLab(ctx context.Context, bin, pkgDir, test string, timeout time.Duration
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return out, fmt.Errorf("%s -test.run %s: %w\n%s", filepath.Base(bin), test, err, lastLines(string(out), 30))
+		return out, fmt.Errorf("%s -test.run %s: %w\nwhat the tests said: %s\nthe end: %s", filepath.Base(bin), test, err, testLines(out), lastLines(string(out), 30))
 	}
 	if bytes.Contains(out, []byte("--- SKIP")) {
 		return out, fmt.Errorf("%s skipped:\n%s", test, lastLines(string(out), 10))
 	}
 	return out, nil
+}
+
+// testLineRE is a line a test wrote through t.Log/t.Fatal ("  x_test.go:12: ...").
+var testLineRE = regexp.MustCompile(`^\s+\w+_test\.go:\d+: `)
+
+// testLines joins what the tests of a lab's output wrote (their failures
+// among it) and their FAIL lines: a lab's last lines are often a daemon's
+// log and hide why it failed.
+func testLines(out []byte) string {
+	var keep []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if testLineRE.MatchString(l) || strings.HasPrefix(strings.TrimSpace(l), "--- FAIL") {
+			keep = append(keep, strings.TrimSpace(l))
+		}
+	}
+	return strings.Join(keep, " | ")
 }
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

@@ -250,3 +250,19 @@ func TestS8LabOutput(t *testing.T) {
 		}
 	})
 }
+
+// TestTestLines: a failed lab's error keeps what its tests wrote (the
+// failure) even when a daemon's log fills its last lines.
+func TestTestLines(t *testing.T) {
+	for _, tc := range []struct{ name, out, want string }{
+		{"fatal before a daemon log", "=== RUN   TestX\n    roles_test.go:174: the sender process ended without its counters: <nil>\n--- FAIL: TestX (1.00s)\n    figures_test.go:441: conntrackd sb log:\n        [Sat] (pid=1) [notice] started\nFAIL\n",
+			"roles_test.go:174: the sender process ended without its counters: <nil> | --- FAIL: TestX (1.00s) | figures_test.go:441: conntrackd sb log:"},
+		{"nothing written", "=== RUN   TestX\n--- PASS: TestX\nPASS\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := testLines([]byte(tc.out)); got != tc.want {
+				t.Errorf("testLines = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
