@@ -201,7 +201,7 @@ func (r *eipReconciler) setStatus(ctx context.Context, e *v1.IptablesEIP, obj na
 		s.Ready = false
 		setCondition(&s.Conditions, f.condition(), e.Generation)
 	}
-	return ctrl.Result{}, r.patchStatus(ctx, e, before)
+	return r.patchStatusFresh(ctx, e, before)
 }
 
 // natUsers is upstream's status.nat: which kinds of rules use the EIP, in

@@ -137,7 +137,7 @@ func (r *ruleReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	log.V(1).Info("programmed", "gateway", ref.gateway, "object", natObj.String())
 	before := obj.DeepCopyObject().(T)
 	r.k.setStatus(obj, programmedStatus(ref.addrs, ref.gateway))
-	return ctrl.Result{}, r.patchStatus(ctx, obj, before)
+	return r.patchStatusFresh(ctx, obj, before)
 }
 
 // programmedStatus is the status of a rule programmed on gateway gw, on
@@ -175,8 +175,12 @@ func (r *ruleReconciler[T]) finish(ctx context.Context, log logr.Logger, obj T, 
 	r.event(obj, f)
 	before := obj.DeepCopyObject().(T)
 	r.k.setStatus(obj, ruleStatus{cond: f.condition()})
-	if err := r.patchStatus(ctx, obj, before); err != nil {
+	res, err := r.patchStatusFresh(ctx, obj, before)
+	if err != nil {
 		return ctrl.Result{}, errors.Join(f.err, err)
+	}
+	if res.RequeueAfter > 0 {
+		return res, nil // stale: the next run decides again
 	}
 	return f.result()
 }
