@@ -20,6 +20,7 @@ import (
 
 	"github.com/natgw/natgw/bench/report"
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/transport"
 	"github.com/natgw/natgw/internal/cluster"
 	"github.com/natgw/natgw/internal/clusterstack"
 	"github.com/natgw/natgw/internal/kubeovn"
@@ -193,12 +194,16 @@ func s7HAGateway(ctx context.Context, c *cluster.Cluster, cl client.WithWatch, e
 	return eips, nil
 }
 
-// s7WaitPodsGone waits until gateway gw has no pods.
+// s7WaitPodsGone waits until gateway gw has no pods at all (terminating
+// ones included: clusterstack.ReplicaPods leaves those out).
 func s7WaitPodsGone(ctx context.Context, c *cluster.Cluster, gw string) error {
+	cs, err := c.Clientset()
+	if err != nil {
+		return err
+	}
 	for {
-		ps, err := clusterstack.ReplicaPods(ctx, c, clusterstack.GatewayNamespace, gw, 1)
-		ps2, err2 := clusterstack.ReplicaPods(ctx, c, clusterstack.GatewayNamespace, gw, 2)
-		if err == nil && err2 == nil && len(ps)+len(ps2) == 0 {
+		pods, err := cs.CoreV1().Pods(clusterstack.GatewayNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + transport.GatewayAppPrefix + gw})
+		if err == nil && len(pods.Items) == 0 {
 			return nil
 		}
 		select {
