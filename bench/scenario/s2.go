@@ -209,7 +209,7 @@ func RunS2(ctx context.Context, e *Env) error {
 	}
 	sec.Tables = append(sec.Tables, bulk)
 	big := plan.S2SyncSizes[len(plan.S2SyncSizes)-1]
-	st := maxTarget(fmt.Sprintf("S2 one Sync of %s FIPs through natgw serve%s", report.SizeLabel(big), quickNote(big, 100000)), time.Second, syncMed[big])
+	st := maxTarget(fmt.Sprintf("S2 one Sync of %s FIPs through natgw serve%s", report.SizeLabel(big), quickNote(big, 100000)), s2TargetSync, syncMed[big])
 	if !math.IsNaN(syncMed[big]) {
 		st.Reason = fmt.Sprintf("in-process Sync of the same N: %s, so the agent's pipe and JSON cost %s", report.Seconds(inprocMed[big]), report.Seconds(syncMed[big]-inprocMed[big]))
 	}
@@ -332,7 +332,7 @@ func RunS2(ctx context.Context, e *Env) error {
 		startup.Rows = append(startup.Rows, []string{report.SizeLabel(size), spread(st), spread(ld)})
 		if size == n {
 			e.Report.AddMetric(report.NewMetric("s2.agent_startup.N="+report.SizeLabel(n), "s", report.LowerIsBetter, st.Median, math.NaN(), ""))
-			t := maxTarget(fmt.Sprintf("S2 agent start-up (index rebuild) at %s%s", report.SizeLabel(n), quickNote(n, 100000)), 500*time.Millisecond, st.Median)
+			t := maxTarget(fmt.Sprintf("S2 agent start-up (index rebuild) at %s%s", report.SizeLabel(n), quickNote(n, 100000)), s2TargetStartup, st.Median)
 			if !math.IsNaN(st.Median) {
 				t.Reason = fmt.Sprintf("start-up on an empty table: %s (process exec, Go runtime, netlink sockets); index rebuild in-process: %s", report.Seconds(startMed[0]), report.Seconds(ld.Median))
 			}
@@ -396,6 +396,14 @@ func quickNote(n, full int) string {
 }
 
 // maxTarget checks a median duration against a bound.
+// Targets of scenario 2 at 100k FIPs (issue 25's, raised from 1 s and
+// 0.5 s): one Sync through `natgw serve`, and the agent's start-up (its
+// index rebuilt from the kernel).
+const (
+	s2TargetSync    = 700 * time.Millisecond
+	s2TargetStartup = 300 * time.Millisecond
+)
+
 func maxTarget(name string, bound time.Duration, got float64) report.Target {
 	t := report.Target{Name: name, Want: "≤ " + report.Seconds(bound.Seconds()), Got: report.Seconds(got), Pass: !math.IsNaN(got) && got <= bound.Seconds()}
 	if math.IsNaN(got) {

@@ -107,10 +107,17 @@ func TestS3Tiny(t *testing.T) {
 			t.Errorf("no note of the %s controller's reconciles per paced FIP: %v", dp, sec.Notes)
 		}
 	}
-	if len(e.Report.Metrics) != 10 {
-		t.Errorf("%d metrics, want 10 (4 latencies per variant, 2 burst rates)", len(e.Report.Metrics))
+	if len(e.Report.Metrics) != 12 {
+		t.Errorf("%d metrics, want 12 (4 latencies per variant, 2 burst rates, the burst's writes per FIP and ratio to the floor)", len(e.Report.Metrics))
 	}
 	for _, m := range e.Report.Metrics {
+		if m.Name == "s3.burst.controller_writes_per_fip" || m.Name == "s3.burst.last_ready_vs_api_floor" {
+			// No baseline: the figure is a count, or already a ratio.
+			if m.Ours == nil || *m.Ours <= 0 || m.Baseline != nil {
+				t.Errorf("metric %s: %+v", m.Name, m)
+			}
+			continue
+		}
 		if m.Ours == nil || m.Baseline == nil || m.Ratio == nil || *m.Ours <= 0 || math.IsNaN(*m.Ours) {
 			t.Errorf("metric %s incomplete: %+v", m.Name, m)
 		}

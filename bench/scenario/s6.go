@@ -927,13 +927,16 @@ func s6CheckKernel(ctx context.Context, e *Env, cs *s6Cold, plan s6Plan, kernel 
 	return nil
 }
 
-// Targets of scenario 6: the controller's RSS with every object Ready, the
-// cold start to every gateway synced, and one FIP's create→Ready with
-// everything in place over the same with ~0 objects.
+// Targets of scenario 6 (issue 25's, raised from 512 MiB and 30 s once the
+// controller had been measured): the controller's RSS with every object
+// Ready, its cold start included; the cold start to every gateway synced and
+// to its queues drained; and one FIP's create→Ready with everything in place
+// over the same with ~0 objects.
 const (
-	s6TargetRSS   = 512 << 20
-	s6TargetCold  = 30 * time.Second
-	s6TargetRatio = 2.0
+	s6TargetRSS     = 256 << 20
+	s6TargetCold    = 10 * time.Second
+	s6TargetDrained = 30 * time.Second
+	s6TargetRatio   = 2.0
 )
 
 func reportS6(e *Env, sec *report.Section, r *s6Result, runErr error) {
@@ -1052,9 +1055,9 @@ func s6TargetRows(sec *report.Section, r *s6Result) {
 	if p.Rules != s6FullRules || p.Gateways != s6FullGateways {
 		size += fmt.Sprintf(" (not the full size: %s over %d)", report.SizeLabel(s6FullRules), s6FullGateways)
 	}
-	rss := report.Target{Name: "S6 natgw-controller RSS with every object Ready (the larger of VmRSS and peak VmHWM), " + size, Want: "≤ " + report.Bytes(s6TargetRSS)}
+	rss := report.Target{Name: "S6 natgw-controller RSS with every object Ready (the largest of VmRSS and peak VmHWM, the cold start's process included), " + size, Want: "≤ " + report.Bytes(s6TargetRSS)}
 	if r.readyRSS > 0 {
-		worst := math.Max(r.readyRSS, r.readyHWM)
+		worst := s6WorstRSS(r)
 		rss.Got, rss.Pass = report.Bytes(worst), worst <= s6TargetRSS
 		rss.Reason = fmt.Sprintf("VmRSS %s, peak VmHWM %s (the load included); idle before the load %s", report.Bytes(r.readyRSS), report.Bytes(r.readyHWM), report.Bytes(r.idleRSS))
 		if c := r.cold; c != nil {
@@ -1085,6 +1088,17 @@ func s6TargetRows(sec *report.Section, r *s6Result) {
 	}
 	sec.Targets = append(sec.Targets, ct)
 
+	drained := math.NaN()
+	if r.cold != nil {
+		drained = r.cold.drained.Seconds()
+	}
+	dt := maxTarget("S6 cold start: exec → queues drained (every object reconciled once), "+size, s6TargetDrained, drained)
+	if c := r.cold; c != nil {
+		dt.Reason = fmt.Sprintf("all gateways synced after %s; the controller's CPU until drained %s; %s API writes to natgw's objects",
+			report.Seconds(c.synced.Seconds()), report.Seconds(c.ctlCPU.Seconds()), report.Count(c.writes.natgw))
+	}
+	sec.Targets = append(sec.Targets, dt)
+
 	for _, q := range []struct {
 		name string
 		get  func(stats.Summary) float64
@@ -1103,6 +1117,17 @@ func s6TargetRows(sec *report.Section, r *s6Result) {
 	}
 }
 
+// s6WorstRSS is the RSS figure the target checks: the largest of the
+// controller's VmRSS and peak VmHWM with every object Ready and of the
+// restarted process after its cold start (0 when nothing was measured).
+func s6WorstRSS(r *s6Result) float64 {
+	worst := math.Max(r.readyRSS, r.readyHWM)
+	if c := r.cold; c != nil {
+		worst = math.Max(worst, math.Max(c.rss, c.hwm))
+	}
+	return worst
+}
+
 func s6Metrics(e *Env, r *s6Result) {
 	nan := math.NaN()
 	add := func(name, unit, better string, v float64) {
@@ -1111,6 +1136,7 @@ func s6Metrics(e *Env, r *s6Result) {
 	if r.readyRSS > 0 {
 		add("controller_rss_ready", "bytes", report.LowerIsBetter, r.readyRSS)
 		add("controller_hwm_ready", "bytes", report.LowerIsBetter, r.readyHWM)
+		add("controller_rss_worst", "bytes", report.LowerIsBetter, s6WorstRSS(r))
 	}
 	if ld := r.load; ld != nil {
 		add("load.objects_ready_per_s", "objects/s", report.HigherIsBetter, float64(ld.eips+ld.rules)/ld.span.Seconds())

@@ -84,8 +84,8 @@ func TestS6Tiny(t *testing.T) {
 	if got := sec.Tables[4].Rows[0][9]; !strings.HasPrefix(got, "2 of 2 ") {
 		t.Errorf("cold start table: kernel cell %q", got)
 	}
-	if len(sec.Targets) != 4 {
-		t.Fatalf("%d targets, want RSS, cold start, p50 and p99 ratio", len(sec.Targets))
+	if len(sec.Targets) != 5 {
+		t.Fatalf("%d targets, want RSS, cold start to all synced and to drained, p50 and p99 ratio", len(sec.Targets))
 	}
 	for _, tg := range sec.Targets {
 		if tg.Got == "not measured" || tg.Reason == "" {
@@ -99,7 +99,7 @@ func TestS6Tiny(t *testing.T) {
 			t.Errorf("metric %s: %+v", m.Name, m)
 		}
 	}
-	for _, n := range []string{"s6.controller_rss_ready", "s6.cold_start.all_synced", "s6.cold_start.api_writes", "s6.paced_loaded.create_ready.p50"} {
+	for _, n := range []string{"s6.controller_rss_ready", "s6.controller_rss_worst", "s6.cold_start.all_synced", "s6.cold_start.drained", "s6.cold_start.api_writes", "s6.paced_loaded.create_ready.p50"} {
 		if !names[n] {
 			t.Errorf("no metric %s in %v", n, names)
 		}
