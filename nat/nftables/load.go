@@ -450,7 +450,7 @@ type rebuild struct {
 	// fromSnap: the FIPs came from the index snapshot (in st), the FIP
 	// maps are not read.
 	fromSnap bool
-	owner  map[elemRef]string // owner UID of every checked element
+	owner    map[elemRef]string // owner UID of every checked element
 
 	// Without mirror, a FIP is rebuilt from two elements (fip_dnat,
 	// fip_snat): objects are collected by UID (objs), and inserted into a
