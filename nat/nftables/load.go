@@ -253,6 +253,7 @@ func (r *Backend) readSnapshot(k *kernelState) (*rebuild, bool) {
 		return nil, false
 	}
 	b.fromSnap = true
+	r.log.V(1).Info("FIPs from the index snapshot", "file", path, "fips", b.st.Len())
 	return b, true
 }
 
