@@ -51,6 +51,12 @@ type Config struct {
 	InternalInterface string
 	// Log receives structured logs; the zero Logger discards them.
 	Log logr.Logger
+	// StateDir is a directory of the data plane's own where it may keep
+	// a verified snapshot of its index, to start without reading all of
+	// the kernel's table (the nftables data plane: nat/README.md, "The
+	// index snapshot"); "" keeps none. The kernel stays the source of
+	// truth: a snapshot is only used when the kernel proves it current.
+	StateDir string
 }
 
 // Defaults for Config.

@@ -30,9 +30,10 @@ func (t *txn) elements(del, excl bool, set string, es []nft.SetElement) {
 }
 
 // stamp flushes natgw_meta and adds its element again with comment and the
-// generation gen in userdata (see udataGen). A flush, not a delete, so
-// that it works even if the element was deleted by hand.
-func (t *txn) stamp(comment string, gen uint32) {
+// generation gen in userdata (see udataGen), and the index snapshot id
+// snap unless 0 (see udataSnap). A flush, not a delete, so that it works
+// even if the element was deleted by hand.
+func (t *txn) stamp(comment string, gen uint32, snap uint64) {
 	start := t.Header(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_DELSETELEM, unix.NLM_F_REQUEST|unix.NLM_F_ACK, nfFamily, 0)
 	t.AttrStr(unix.NFTA_SET_ELEM_LIST_TABLE, tableName)
 	t.AttrStr(unix.NFTA_SET_ELEM_LIST_SET, setMeta)
@@ -49,6 +50,10 @@ func (t *txn) stamp(comment string, gen uint32) {
 	ud := append([]byte{0 /* comment */, byte(len(comment) + 1)}, comment...)
 	ud = append(ud, 0, udataGen, 4)
 	ud = binary.BigEndian.AppendUint32(ud, gen)
+	if snap != 0 {
+		ud = append(ud, udataSnap, 8)
+		ud = binary.BigEndian.AppendUint64(ud, snap)
+	}
 	t.Attr(unix.NFTA_SET_ELEM_USERDATA, ud)
 	t.End(el)
 	t.End(list)

@@ -37,6 +37,10 @@ type change struct {
 	add   setElems
 	excl  bool // adds fail on an existing key (NLM_F_EXCL)
 	stamp bool // store the generation in natgw_meta (see Settle)
+	// snap is the index snapshot id a stamp stores (Settle's, written
+	// just before); 0: the Backend's snapID, unless the transaction
+	// touches the FIP maps.
+	snap uint64
 
 	qosBefore map[qosKey]qosState // affected policers as in the kernel
 	qosAfter  map[qosKey]qosVal   // affected policers as wanted (absent: none)
@@ -183,7 +187,11 @@ func (r *Backend) plan(ch *change) *Tx {
 		if ch.createTable {
 			boot = ch.bootID
 		}
-		tx.stamp(metaComment(boot), r.gen+1)
+		snap := ch.snap
+		if snap == 0 && !tx.touchesFIPs() {
+			snap = r.snapID
+		}
+		tx.stamp(metaComment(boot), r.gen+1, snap)
 	}
 	return tx
 }
@@ -364,6 +372,7 @@ func (r *Backend) exec(ctx context.Context, tx *Tx) error {
 	if r.traceForTest != nil {
 		r.traceForTest(tx)
 	}
+	touches, snap := tx.touchesFIPs(), tx.snap() // before the ops are cleared
 	sent, stamped, err := r.send(ctx, tx)
 	if cap(tx.ops) <= keepOps {
 		clear(tx.ops) // drop the elements they hold
@@ -375,6 +384,12 @@ func (r *Backend) exec(ctx context.Context, tx *Tx) error {
 	if sent {
 		r.gen++
 		r.stamped = stamped
+		switch {
+		case touches:
+			r.snapID = 0
+		case stamped:
+			r.snapID = snap
+		}
 	}
 	return nil
 }
@@ -386,11 +401,33 @@ func (r *Backend) exec(ctx context.Context, tx *Tx) error {
 // fip_snat, see Load), and it would cost the kernel two more messages in
 // every small transaction. Close settles. After a crash the stored
 // generation is stale and the next Load reads and checks everything.
+//
+// With a state directory (nat.Config.StateDir), Settle also writes the
+// index snapshot when the kernel's FIP maps equal none known (after a
+// full read or a change of FIPs), before the transaction that names it
+// (see nat/README.md, "The index snapshot"); a snapshot that cannot be
+// written is logged and the generation stored without one.
 func (r *Backend) Settle(ctx context.Context) error {
-	if r.stamped || r.boot == "" {
+	if r.boot == "" {
 		return nil
 	}
-	if err := r.run(ctx, &change{stamp: true}); err != nil {
+	snapshot := r.snapDir != "" && r.state != nil && r.snapID == 0
+	if r.stamped && !snapshot {
+		return nil
+	}
+	ch := &change{stamp: true}
+	if snapshot {
+		id, err := newSnapID()
+		if err == nil {
+			err = writeSnapshot(r.snapDir, r.boot, id, fipsOf(r.state))
+		}
+		if err != nil {
+			r.log.Error(err, "the next start reads the FIP maps from the kernel")
+		} else {
+			ch.snap = id
+		}
+	}
+	if err := r.run(ctx, ch); err != nil {
 		return fmt.Errorf("nftables: store generation: %w", err)
 	}
 	return nil

@@ -53,7 +53,7 @@ func (t *txn) encode(tx *Tx) error {
 		case opDeleteElements:
 			t.elements(true, false, o.name, o.elems)
 		case opStamp:
-			t.stamp(o.comment, o.gen)
+			t.stamp(o.comment, o.gen, o.snap)
 		default:
 			err = fmt.Errorf("unknown operation %d on %q", o.kind, o.name)
 		}

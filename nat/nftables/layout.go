@@ -102,6 +102,11 @@ var metaKey = binaryutil.NativeEndian.PutUint32(1)
 // (4 bytes, big endian). See nat/README.md, "Start".
 const udataGen = 0xf0
 
+// udataSnap is the userdata TLV type of natgw's own on the natgw_meta
+// element that names the index snapshot the FIP maps equal (8 bytes, big
+// endian; absent: none). See nat/README.md, "The index snapshot".
+const udataSnap = 0xf1
+
 // metaComment is the comment of the natgw_meta element.
 func metaComment(boot string) string {
 	return fmt.Sprintf("natgw layout=%d boot=%s", LayoutVersion, boot)

@@ -9,6 +9,8 @@ import (
 	"iter"
 	"maps"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -39,6 +41,12 @@ type kernelState struct {
 	// fip_snat, which mirrors fip_dnat, was not read.
 	gen    uint32
 	mirror bool
+	// snap is the index snapshot natgw_meta names when the mirror
+	// condition holds (0 otherwise: then no snapshot is known to equal
+	// the FIP maps); fromSnap says the FIPs came from its file, not from
+	// the FIP maps (see nat/README.md, "The index snapshot").
+	snap     uint64
+	fromSnap bool
 
 	// rebuilt holds the objects readKernel rebuilt from the elements
 	// while it read them (see rebuild); objects finishes it.
@@ -115,10 +123,14 @@ func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
 	}
 	var stored uint32
 	var hasGen bool
-	if k.boot, stored, hasGen, k.broken = parseMeta(meta); k.broken != "" {
+	var snap uint64
+	if k.boot, stored, hasGen, snap, k.broken = parseMeta(meta); k.broken != "" {
 		return k, nil
 	}
 	k.mirror = hasGen && stored == gen
+	if k.mirror {
+		k.snap = snap
+	}
 	chains, err := r.conn.ListChainsOfTableFamily(tableFamily)
 	if err != nil {
 		return nil, fmt.Errorf("list chains: %w", err)
@@ -163,7 +175,10 @@ func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
 		}
 	}
 	names := elementOrder(slices.Sorted(maps.Keys(byName)))
-	if k.rebuilt, err = r.readSets(ctx, names, k.mirror); err != nil {
+	if k.rebuilt, k.fromSnap = r.readSnapshot(k); !k.fromSnap {
+		k.rebuilt = newRebuild(k.mirror, 0)
+	}
+	if err = r.readSets(ctx, k.rebuilt, names); err != nil {
 		return nil, err
 	}
 	if k.mirror {
@@ -175,8 +190,9 @@ func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
 			return nil, err
 		}
 		if k.gen != gen {
-			k.mirror = false
-			if k.rebuilt, err = r.readSets(ctx, names, false); err != nil {
+			k.mirror, k.snap, k.fromSnap = false, 0, false
+			k.rebuilt = newRebuild(false, 0)
+			if err = r.readSets(ctx, k.rebuilt, names); err != nil {
 				return nil, err
 			}
 		}
@@ -184,15 +200,15 @@ func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
 	return k, nil
 }
 
-// readSets dumps the element sets names in order (without fip_snat in
-// mirror mode) and rebuilds their objects while they are read: the dump
-// goroutine decodes and rebuilds each reply while the kernel walks the set
-// for the next one, so at 100,000 elements the rebuild costs little more
-// than the kernel's walk. No element is kept.
-func (r *Backend) readSets(ctx context.Context, names []string, mirror bool) (*rebuild, error) {
-	b := newRebuild(mirror, 0)
+// readSets dumps the element sets names in order into b (without
+// fip_snat in mirror mode, without any FIP map when b holds the FIPs of
+// the index snapshot) and rebuilds their objects while they are read: the
+// dump goroutine decodes and rebuilds each reply while the kernel walks
+// the set for the next one, so at 100,000 elements the rebuild costs
+// little more than the kernel's walk. No element is kept.
+func (r *Backend) readSets(ctx context.Context, b *rebuild, names []string) error {
 	for _, name := range names {
-		if mirror && isFIPSNATMap(name) {
+		if (b.mirror && isFIPSNATMap(name)) || (b.fromSnap && isFIPMap(name)) {
 			continue
 		}
 		if err := r.dumpSet(ctx, name, func(v []byte) error {
@@ -203,10 +219,42 @@ func (r *Backend) readSets(ctx context.Context, names []string, mirror bool) (*r
 			b.add(name, e)
 			return nil
 		}); err != nil {
-			return nil, fmt.Errorf("read set %s: %w", name, err)
+			return fmt.Errorf("read set %s: %w", name, err)
 		}
 	}
-	return b, nil
+	return nil
+}
+
+// readSnapshot returns a rebuild holding the FIPs of the index snapshot
+// natgw_meta names (k.snap), and true, when the file in the state
+// directory is that snapshot, undamaged, and its FIPs go into a nat.State
+// without conflict; else false (the FIP maps are read from the kernel).
+func (r *Backend) readSnapshot(k *kernelState) (*rebuild, bool) {
+	if k.snap == 0 || r.snapDir == "" {
+		return nil, false
+	}
+	path := filepath.Join(r.snapDir, snapFile)
+	f, err := os.ReadFile(path)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			r.log.Error(err, "read index snapshot, reading the FIP maps instead")
+		}
+		return nil, false
+	}
+	var b *rebuild
+	err = decodeSnapshot(f, k.boot, k.snap, func(n int) { b = newRebuild(true, n) }, func(o nat.Object) error {
+		if err := b.st.Insert(o); err != nil {
+			return fmt.Errorf("%w: %w", errSnapshot, err)
+		}
+		return nil
+	})
+	if err != nil {
+		r.log.Info("index snapshot not used, reading the FIP maps", "file", path, "reason", err.Error())
+		return nil, false
+	}
+	b.fromSnap = true
+	r.log.V(1).Info("FIPs from the index snapshot", "file", path, "fips", b.st.Len())
+	return b, true
 }
 
 // generation reads the namespace's ruleset generation (the kernel bumps it
@@ -291,6 +339,7 @@ type metaElem struct {
 	comment string
 	gen     uint32
 	hasGen  bool
+	snap    uint64 // the index snapshot it names (0: none)
 }
 
 // decodeMeta decodes one NFTA_LIST_ELEM of natgw_meta. The result keeps
@@ -308,6 +357,9 @@ func decodeMeta(b []byte) (metaElem, error) {
 			if g := udataTLV(v, udataGen); len(g) == 4 {
 				m.gen, m.hasGen = binary.BigEndian.Uint32(g), true
 			}
+			if v := udataTLV(v, udataSnap); len(v) == 8 {
+				m.snap = binary.BigEndian.Uint64(v)
+			}
 		}
 		return nil
 	})
@@ -319,22 +371,22 @@ func decodeMeta(b []byte) (metaElem, error) {
 
 // parseMeta reads the boot id and the stored generation, and checks the
 // layout version.
-func parseMeta(es []metaElem) (boot string, gen uint32, hasGen bool, broken string) {
+func parseMeta(es []metaElem) (boot string, gen uint32, hasGen bool, snap uint64, broken string) {
 	for _, e := range es {
 		if !bytes.Equal(e.key, metaKey) {
 			continue
 		}
 		f := strings.Fields(e.comment)
 		if len(f) != 3 || f[0] != "natgw" || f[1] != fmt.Sprintf("layout=%d", LayoutVersion) {
-			return "", 0, false, fmt.Sprintf("meta element %q: not layout %d", e.comment, LayoutVersion)
+			return "", 0, false, 0, fmt.Sprintf("meta element %q: not layout %d", e.comment, LayoutVersion)
 		}
 		boot, ok := strings.CutPrefix(f[2], "boot=")
 		if !ok || boot == "" {
-			return "", 0, false, fmt.Sprintf("meta element %q: no boot id", e.comment)
+			return "", 0, false, 0, fmt.Sprintf("meta element %q: no boot id", e.comment)
 		}
-		return boot, e.gen, e.hasGen, ""
+		return boot, e.gen, e.hasGen, e.snap, ""
 	}
-	return "", 0, false, "no boot id"
+	return "", 0, false, 0, "no boot id"
 }
 
 // objects finishes the rebuild of the objects from the elements read (see
@@ -396,7 +448,10 @@ func elementOrder(sets []string) []string {
 // FIP is held once, in the nat.State, and nowhere else.
 type rebuild struct {
 	mirror bool
-	owner  map[elemRef]string // owner UID of every checked element
+	// fromSnap: the FIPs came from the index snapshot (in st), the FIP
+	// maps are not read.
+	fromSnap bool
+	owner    map[elemRef]string // owner UID of every checked element
 
 	// Without mirror, a FIP is rebuilt from two elements (fip_dnat,
 	// fip_snat): objects are collected by UID (objs), and inserted into a
@@ -721,7 +776,7 @@ func (r *Backend) LoadState(ctx context.Context) (*nat.State, string, error) {
 		if k, st, others, consistent, err = r.readObjects(ctx); err != nil {
 			return nil, "", err
 		}
-		r.gen = k.gen
+		r.gen, r.snapID = k.gen, 0
 		if k.exists && k.broken == "" {
 			break
 		}
@@ -741,7 +796,8 @@ func (r *Backend) LoadState(ctx context.Context) (*nat.State, string, error) {
 		if err == nil {
 			r.snat, r.qos, r.boot, r.share = map[snatClass]int{}, map[qosKey]qosVal{}, boot, map[shareKey][]nat.Object{}
 			r.setMarks(nil)
-			return nat.NewState(), boot, nil
+			r.state = nat.NewState()
+			return r.state, boot, nil
 		}
 		// Something that does not take the namespace lock (nft by hand, an
 		// older natgw) created the table between our read and our create:
@@ -759,6 +815,15 @@ func (r *Backend) LoadState(ctx context.Context) (*nat.State, string, error) {
 		qos   map[qosKey]qosVal
 		marks = markDelta{full: true, set: k.marks6}
 	)
+	// The FIP maps equal the snapshot natgw_meta names while the mirror
+	// condition holds: when its file served this Load, or when this
+	// process has no state directory (it cannot check the file, and
+	// keeps the name for the next process that has one: a repair
+	// transaction leaves the FIP maps alone). A snapshot whose file
+	// could not be used is forgotten, so that Settle writes a new one.
+	if k.fromSnap || r.snapDir == "" {
+		r.snapID = k.snap
+	}
 	if consistent {
 		// Keep the elements; rewrite every rule and policer and bring the
 		// CIDR SNAT maps to what the objects need.
@@ -789,6 +854,7 @@ func (r *Backend) LoadState(ctx context.Context) (*nat.State, string, error) {
 	r.share = map[shareKey][]nat.Object{}
 	r.commitShare(ch)
 	r.setMarks(marks.set)
+	r.state = st
 	return st, k.boot, nil
 }
 

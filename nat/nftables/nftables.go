@@ -104,8 +104,20 @@ type Backend struct {
 	// gen is the ruleset generation after natgw's last transaction as far
 	// as natgw knows (read at Load, +1 per commit); a transaction that
 	// stores it in natgw_meta stores gen+1, its own (see Load, Settle).
-	gen          uint32
-	stamped      bool      // natgw_meta holds gen (see Settle)
+	gen     uint32
+	stamped bool // natgw_meta holds gen (see Settle)
+
+	// snapID is the index snapshot the kernel's FIP maps are known to
+	// equal (0: none known): the one Load found valid, or Settle wrote;
+	// a transaction that touches the FIP maps clears it, and every
+	// stamping transaction stores it in natgw_meta. snapDir is where the
+	// snapshot file lives (nat.Config.StateDir; "": none is read or
+	// written). state is the engine's nat.State (LoadState's), which
+	// Settle writes the snapshot from. See nat/README.md, "The index
+	// snapshot".
+	snapID       uint64
+	snapDir      string
+	state        *nat.State
 	traceForTest func(*Tx) // set by tests only: sees every transaction before it is sent
 	ops          []op      // the last small transaction's operations, reused (see exec)
 
@@ -151,6 +163,7 @@ func NewBackend(cfg nat.Config, opts ...Option) (*Backend, error) {
 	for _, o := range opts {
 		o(&r.opts)
 	}
+	r.snapDir = cfg.StateDir
 	r.transport = transport{nsName: cfg.NetNS, timeout: r.opts.timeout, log: cfg.Log.WithName("nftables")}
 	if err := checkInterfaces(cfg); err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)

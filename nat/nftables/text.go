@@ -112,8 +112,12 @@ func (o *op) text(b *strings.Builder) {
 		}
 	case opStamp:
 		fmt.Fprintf(b, "flush set %s %s\n", tablePrefix, setMeta)
-		fmt.Fprintf(b, "add element %s %s { %s } # generation %d in userdata\n", tablePrefix, setMeta,
-			elemText(specOf(setMeta), nft.SetElement{Key: metaKey, Comment: o.comment}, false), o.gen)
+		snap := ""
+		if o.snap != 0 {
+			snap = fmt.Sprintf(", index snapshot %016x", o.snap)
+		}
+		fmt.Fprintf(b, "add element %s %s { %s } # generation %d%s in userdata\n", tablePrefix, setMeta,
+			elemText(specOf(setMeta), nft.SetElement{Key: metaKey, Comment: o.comment}, false), o.gen, snap)
 	default:
 		fmt.Fprintf(b, "# unknown operation %d on %s\n", o.kind, o.name)
 	}

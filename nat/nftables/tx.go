@@ -48,6 +48,7 @@ type op struct {
 	excl    bool
 	comment string
 	gen     uint32
+	snap    uint64 // opStamp: the index snapshot id (0: none)
 }
 
 // Len returns the number of operations.
@@ -89,9 +90,38 @@ func (t *Tx) deleteElements(set string, es []nft.SetElement) {
 	}
 }
 
-// stamp replaces the natgw_meta element: comment, and gen in userdata.
-func (t *Tx) stamp(comment string, gen uint32) {
-	t.add(op{kind: opStamp, name: setMeta, comment: comment, gen: gen})
+// stamp replaces the natgw_meta element: comment, and gen and the index
+// snapshot id snap (0: none) in userdata.
+func (t *Tx) stamp(comment string, gen uint32, snap uint64) {
+	t.add(op{kind: opStamp, name: setMeta, comment: comment, gen: gen, snap: snap})
+}
+
+// snap returns the index snapshot id t's stamp stores (0: none, or no
+// stamp).
+func (t *Tx) snap() uint64 {
+	for _, o := range t.ops {
+		if o.kind == opStamp {
+			return o.snap
+		}
+	}
+	return 0
+}
+
+// touchesFIPs says whether t changes the FIP maps' elements (or may:
+// a table created or deleted, a FIP map flushed), which ends the validity
+// of an index snapshot (see nat/README.md, "The index snapshot").
+func (t *Tx) touchesFIPs() bool {
+	for _, o := range t.ops {
+		switch o.kind {
+		case opCreateTable, opDeleteTable:
+			return true
+		case opFlushSet, opDeleteSet, opAddElements, opDeleteElements:
+			if isFIPMap(o.name) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // specOf returns the spec of a set of the table by name (fixed or CIDR SNAT).

@@ -138,6 +138,10 @@ type globals struct {
 	verbosity int
 	timeout   time.Duration
 	eipQoS    string
+	// stateDir is nat.Config.StateDir: set by serve (stateDir()), so that
+	// an agent exec'ed again on a controller reconnect starts from its
+	// index snapshot; "" for the one-shot commands.
+	stateDir string
 }
 
 // EIP QoS modes (--eip-qos).
@@ -194,7 +198,7 @@ func (g *globals) logger(w io.Writer) logr.Logger {
 }
 
 func (g *globals) config(log logr.Logger) nat.Config {
-	return nat.Config{NetNS: g.netns, ExternalInterface: g.extIface, InternalInterface: g.intIface, Log: log}
+	return nat.Config{NetNS: g.netns, ExternalInterface: g.extIface, InternalInterface: g.intIface, Log: log, StateDir: g.stateDir}
 }
 
 // open opens the chosen data plane; on nftables with --eip-qos=shape its
