@@ -84,6 +84,7 @@ type flags struct {
 	webhookCertDir   string
 	pprof            bool
 	syncParallel     int
+	memoryLimit      string
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
@@ -128,8 +129,12 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	fs.StringVar(&f.networkSource, "network-source", "", "replace mode: where gateways' networks come from: "+networkKubeOVN+" (Kube-OVN's Subnets: each EIP's prefix length from its external subnet, each gateway's default route via its external subnet's gateway and routes to its VPC's other subnets, as Kube-OVN does) or "+networkConfig+" (--gateway-config's externalPrefixLen and externalGateway, no VPC routes); default "+networkKubeOVN+" with --provision-gateways, else "+networkConfig)
 	fs.IntVar(&f.webhookPort, "webhook-port", 0, "replace mode: serve the validating admission webhook (controller/admission: Kube-OVN's webhook checks of the NAT CRs, which Kube-OVN stops making with its feature off) on this port; 0 disables it. Deploy controller/config/webhook with it")
 	fs.StringVar(&f.webhookCertDir, "webhook-cert-dir", "", "with --webhook-port: directory of the serving certificate (tls.crt, tls.key); default controller-runtime's, $TMPDIR/k8s-webhook-server/serving-certs")
+	fs.StringVar(&f.memoryLimit, "memory-limit", memoryLimitAuto, "the Go runtime's soft memory limit (debug.SetMemoryLimit): a quantity such as 400Mi; off (or 0) for none; auto: GOMEMLIMIT when set, else 90% of the container's cgroup memory limit when it has one. Under it the garbage collector runs more often instead of letting the heap grow to twice what is live (GOGC=100), which is most of the resident memory at a cold start")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's runtime profiles (net/http/pprof) under /debug/pprof/ on the metrics endpoint (needs --metrics-bind-address)")
 	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if _, _, err := memoryLimit(f.memoryLimit, func(string) string { return "" }); err != nil {
 		return nil, err
 	}
 	if f.pprof && f.metricsAddr == "0" {
@@ -240,6 +245,11 @@ func run() error {
 	}
 	ctrl.SetLogger(logr.FromSlogHandler(h))
 	log := ctrl.Log.WithName("natgw-controller")
+	memLimit, memSource, err := applyMemoryLimit(f.memoryLimit)
+	if err != nil {
+		return err
+	}
+	log.Info("memory limit", "bytes", memLimit, "from", memSource)
 
 	cfg := &gwconfig.Config{}
 	if f.gatewayConfig != "" {
