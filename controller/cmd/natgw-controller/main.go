@@ -18,7 +18,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -404,15 +406,39 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 }
 
 // cacheOptions is the informer cache's configuration. natgw never reads
-// managedFields (it writes by patch and server-side apply, which do not need
-// them in the cache), so every cached object is stored without them.
+// managedFields or kubectl's last-applied-configuration annotation (a
+// second copy of an object applied with `kubectl apply`), and never sends
+// a cached object back whole (it writes by merge patches computed from the
+// fields it changes and by server-side apply of objects it builds), so
+// every cached object is stored without them (stripCache).
 func cacheOptions(f *flags) cache.Options {
-	o := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	o := cache.Options{DefaultTransform: stripCache}
 	if f.provision {
 		o.ByObject = provision.CacheByObject(f.podNamespace, f.gatewayNS, f.haGateways)
 	}
 	return o
 }
+
+// stripCache is the cache's transform: managedFields and kubectl's
+// last-applied-configuration annotation dropped; objects that are not
+// metav1.Object (tombstones) pass unchanged.
+func stripCache(in any) (any, error) {
+	in, err := stripManagedFields(in)
+	if err != nil {
+		return in, err
+	}
+	if o, ok := in.(metav1.Object); ok {
+		if a := o.GetAnnotations(); a != nil {
+			if _, ok := a[corev1.LastAppliedConfigAnnotation]; ok {
+				delete(a, corev1.LastAppliedConfigAnnotation)
+				o.SetAnnotations(a)
+			}
+		}
+	}
+	return in, nil
+}
+
+var stripManagedFields = cache.TransformStripManagedFields()
 
 // metricsOptions is the metrics endpoint, with Go's runtime profiles under
 // /debug/pprof/ when --pprof is set (bench scenario 6 reads the heap there).
