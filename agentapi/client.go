@@ -95,6 +95,7 @@ func (c *Client) readLoop(r io.Reader) {
 			return
 		}
 		c.dispatch(l)
+		lr.release()
 	}
 }
 
@@ -163,6 +164,7 @@ func (c *Client) readUntil(ctx context.Context, ch chan Response) error {
 			return nil
 		}
 		c.dispatch(l)
+		c.lr.release()
 	}
 	return nil
 }

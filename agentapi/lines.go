@@ -15,6 +15,10 @@ const prefixKeep = 128
 // keepBuf is the largest line buffer kept between lines.
 const keepBuf = 1 << 20
 
+// keepIdle is the largest line buffer kept by release: a reader that may
+// wait long for its next line (a Client between two calls) keeps no more.
+const keepIdle = 64 << 10
+
 // lineReader reads newline-terminated lines of at most max bytes. A longer
 // line is not buffered: its bytes are discarded up to the next newline and
 // reported as an overflow, keeping only a short prefix.
@@ -90,6 +94,17 @@ func (lr *lineReader) next() (line, error) {
 		default:
 			return line{}, err
 		}
+	}
+}
+
+// release drops the line buffer when it grew past keepIdle, once the last
+// line was used: a Client holding one session per gateway would otherwise
+// keep the memory of each gateway's last List response (hundreds of KiB at
+// 1k objects) until its next call. A partly read line is kept.
+func (lr *lineReader) release() {
+	if !lr.resume && cap(lr.buf) > keepIdle {
+		lr.buf = nil
+		lr.cur = line{}
 	}
 }
 

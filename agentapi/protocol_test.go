@@ -751,3 +751,50 @@ func testGatewayQoSOp(t *testing.T, direct bool) {
 		t.Fatalf("data plane calls %v, want none", dp.calls)
 	}
 }
+
+// A direct-mode Client keeps no large line buffer after a big List: with one
+// session per gateway it would hold every gateway's last response.
+func TestDirectClientReleasesLargeBuffer(t *testing.T) {
+	dp := newFakeDP()
+	c, _ := pipeAgentMode(t, dp, true)
+	ctx := ctxT(t)
+	var objs []nat.Object
+	for i := range 2000 { // ~100 bytes a line each: well over keepIdle
+		objs = append(objs, fip(fmt.Sprintf("uid-%04d", i), fmt.Sprintf("192.0.%d.%d", 2+i/250, 1+i%250), fmt.Sprintf("198.51.%d.%d", i/250, 1+i%250)))
+	}
+	if err := c.Apply(ctx, objs...); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	got, err := c.List(ctx, false)
+	if err != nil || len(got) != len(objs) {
+		t.Fatalf("list = %d objects, %v; want %d", len(got), err, len(objs))
+	}
+	if n := cap(c.lr.buf); n > keepIdle {
+		t.Fatalf("client keeps a line buffer of %d bytes after the List, want at most %d", n, keepIdle)
+	}
+	if _, err := c.Info(ctx); err != nil { // the reader still works after the release
+		t.Fatalf("info after the release: %v", err)
+	}
+}
+
+// release keeps a line that a read deadline cut short.
+func TestLineReaderReleaseKeepsPartialLine(t *testing.T) {
+	long := strings.Repeat("z", 2*keepIdle)
+	var chunks [][]byte
+	for i := 0; i < len(long); i += 16 << 10 { // each fits bufio's buffer
+		chunks = append(chunks, []byte(long[i:min(len(long), i+16<<10)]))
+	}
+	lr := newLineReader(&chunkReader{chunks: append(chunks, nil, []byte("\n"))}, 4*keepIdle)
+	if _, err := lr.next(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("first read = %v, want the deadline", err)
+	}
+	lr.release()
+	l, err := lr.next()
+	if err != nil || string(l.data) != long {
+		t.Fatalf("line after release = %d bytes, %v; want the %d bytes read before the deadline", len(l.data), err, len(long))
+	}
+	lr.release()
+	if cap(lr.buf) > keepIdle {
+		t.Fatalf("buffer of %d bytes kept after release, want at most %d", cap(lr.buf), keepIdle)
+	}
+}

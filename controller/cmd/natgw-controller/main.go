@@ -18,7 +18,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -84,6 +86,7 @@ type flags struct {
 	webhookCertDir   string
 	pprof            bool
 	syncParallel     int
+	memoryLimit      string
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
@@ -128,8 +131,12 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	fs.StringVar(&f.networkSource, "network-source", "", "replace mode: where gateways' networks come from: "+networkKubeOVN+" (Kube-OVN's Subnets: each EIP's prefix length from its external subnet, each gateway's default route via its external subnet's gateway and routes to its VPC's other subnets, as Kube-OVN does) or "+networkConfig+" (--gateway-config's externalPrefixLen and externalGateway, no VPC routes); default "+networkKubeOVN+" with --provision-gateways, else "+networkConfig)
 	fs.IntVar(&f.webhookPort, "webhook-port", 0, "replace mode: serve the validating admission webhook (controller/admission: Kube-OVN's webhook checks of the NAT CRs, which Kube-OVN stops making with its feature off) on this port; 0 disables it. Deploy controller/config/webhook with it")
 	fs.StringVar(&f.webhookCertDir, "webhook-cert-dir", "", "with --webhook-port: directory of the serving certificate (tls.crt, tls.key); default controller-runtime's, $TMPDIR/k8s-webhook-server/serving-certs")
+	fs.StringVar(&f.memoryLimit, "memory-limit", memoryLimitAuto, "the Go runtime's soft memory limit (debug.SetMemoryLimit): a quantity such as 400Mi; off (or 0) for none; auto: GOMEMLIMIT when set, else 90% of the container's cgroup memory limit when it has one. Under it the garbage collector runs more often instead of letting the heap grow to twice what is live (GOGC=100), which is most of the resident memory at a cold start")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's runtime profiles (net/http/pprof) under /debug/pprof/ on the metrics endpoint (needs --metrics-bind-address)")
 	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if _, _, err := memoryLimit(f.memoryLimit, func(string) string { return "" }); err != nil {
 		return nil, err
 	}
 	if f.pprof && f.metricsAddr == "0" {
@@ -240,6 +247,11 @@ func run() error {
 	}
 	ctrl.SetLogger(logr.FromSlogHandler(h))
 	log := ctrl.Log.WithName("natgw-controller")
+	memLimit, memSource, err := applyMemoryLimit(f.memoryLimit)
+	if err != nil {
+		return err
+	}
+	log.Info("memory limit", "bytes", memLimit, "from", memSource)
 
 	cfg := &gwconfig.Config{}
 	if f.gatewayConfig != "" {
@@ -394,15 +406,39 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 }
 
 // cacheOptions is the informer cache's configuration. natgw never reads
-// managedFields (it writes by patch and server-side apply, which do not need
-// them in the cache), so every cached object is stored without them.
+// managedFields or kubectl's last-applied-configuration annotation (a
+// second copy of an object applied with `kubectl apply`), and never sends
+// a cached object back whole (it writes by merge patches computed from the
+// fields it changes and by server-side apply of objects it builds), so
+// every cached object is stored without them (stripCache).
 func cacheOptions(f *flags) cache.Options {
-	o := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	o := cache.Options{DefaultTransform: stripCache}
 	if f.provision {
 		o.ByObject = provision.CacheByObject(f.podNamespace, f.gatewayNS, f.haGateways)
 	}
 	return o
 }
+
+// stripCache is the cache's transform: managedFields and kubectl's
+// last-applied-configuration annotation dropped; objects that are not
+// metav1.Object (tombstones) pass unchanged.
+func stripCache(in any) (any, error) {
+	in, err := stripManagedFields(in)
+	if err != nil {
+		return in, err
+	}
+	if o, ok := in.(metav1.Object); ok {
+		if a := o.GetAnnotations(); a != nil {
+			if _, ok := a[corev1.LastAppliedConfigAnnotation]; ok {
+				delete(a, corev1.LastAppliedConfigAnnotation)
+				o.SetAnnotations(a)
+			}
+		}
+	}
+	return in, nil
+}
+
+var stripManagedFields = cache.TransformStripManagedFields()
 
 // metricsOptions is the metrics endpoint, with Go's runtime profiles under
 // /debug/pprof/ when --pprof is set (bench scenario 6 reads the heap there).

@@ -137,7 +137,7 @@ func TestCacheStripsManagedFields(t *testing.T) {
 			}
 		}
 		eip := &v1.IptablesEIP{ObjectMeta: metav1.ObjectMeta{
-			Name: "e", UID: "u1", Annotations: map[string]string{"a": "b"}, Finalizers: []string{"f"},
+			Name: "e", UID: "u1", Annotations: map[string]string{"a": "b", "kubectl.kubernetes.io/last-applied-configuration": `{"spec":{"v4ip":"172.31.0.10"}}`}, Finalizers: []string{"f"},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}},
 		}, Spec: v1.IptablesEIPSpec{V4ip: "172.31.0.10"}}
 		out, err := o.DefaultTransform(eip)
@@ -148,7 +148,10 @@ func TestCacheStripsManagedFields(t *testing.T) {
 		if len(got.ManagedFields) != 0 {
 			t.Errorf("provision=%v: managedFields kept: %v", provision, got.ManagedFields)
 		}
-		if got.Annotations["a"] != "b" || len(got.Finalizers) != 1 || got.Spec.V4ip != "172.31.0.10" || got.UID != "u1" {
+		if _, ok := got.Annotations["kubectl.kubernetes.io/last-applied-configuration"]; ok {
+			t.Errorf("provision=%v: kubectl's last-applied-configuration kept", provision)
+		}
+		if len(got.Annotations) != 1 || got.Annotations["a"] != "b" || len(got.Finalizers) != 1 || got.Spec.V4ip != "172.31.0.10" || got.UID != "u1" {
 			t.Errorf("provision=%v: transform dropped more than managedFields: %+v", provision, got)
 		}
 	}
