@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"os/exec"
 	"time"
 
@@ -29,13 +30,16 @@ type agent struct {
 
 // startAgent starts `natgw --dataplane DP serve` forked from a thread inside
 // the namespace nsName, so the agent programs the namespace it runs in.
-func startAgent(bin, nsName, dataplane string) (*agent, error) {
+func startAgent(bin, nsName, dataplane string, env ...string) (*agent, error) {
 	ns, err := netns.Open(nsName)
 	if err != nil {
 		return nil, err
 	}
 	defer ns.Close()
 	cmd := exec.Command(bin, "--dataplane", dataplane, "serve")
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	a := &agent{cmd: cmd, stderr: &syncbuf.Buffer{Max: 64 << 10}, done: make(chan error, 1)}
 	if a.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err

@@ -173,6 +173,12 @@ func Labels(version string) map[string]string {
 	}
 }
 
+// IndexDir is where `natgw serve` keeps its index snapshot in the image
+// (the environment variable NATGW_INDEX_DIR; nat/README.md, "The index
+// snapshot"): the container's filesystem, so every serve exec'ed into the
+// same container starts from the last one's.
+const IndexDir = "/etc/natgw"
+
 // Image assembles the image from the natgw binary.
 func Image(bin []byte, o Options) (v1.Image, error) {
 	raw, err := LayerTar(layerEntries(bin))
@@ -181,7 +187,7 @@ func Image(bin []byte, o Options) (v1.Image, error) {
 	}
 	return OneLayer(raw, "natgw imagebuild: /natgw, compatibility links", "natgw "+o.Version, o.Arch, v1.Config{
 		Entrypoint: []string{"/natgw", "pause"},
-		Env:        []string{"PATH=/usr/local/bin:/bin"},
+		Env:        []string{"PATH=/usr/local/bin:/bin", "NATGW_INDEX_DIR=" + IndexDir},
 		WorkingDir: "/",
 		Labels:     Labels(o.Version),
 		StopSignal: "SIGTERM",

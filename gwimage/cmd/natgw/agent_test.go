@@ -48,12 +48,6 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	// serve keeps its index snapshot in its state directory: the tests'
-	// agents keep theirs here, not in the host's /etc/natgw (tests that
-	// need their own set it again).
-	if os.Getenv("NATGW_STATE_DIR_FOR_TEST") == "" {
-		os.Setenv("NATGW_STATE_DIR_FOR_TEST", filepath.Join(dir, "state"))
-	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -381,7 +375,7 @@ func TestServeIndexSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	t.Setenv("NATGW_STATE_DIR_FOR_TEST", dir)
+	t.Setenv(indexDirEnv, dir)
 	t.Setenv("NATGW_V", "1")
 	ctx := testCtx(t, 2*time.Minute)
 	// No EIP QoS: shaping commits its own table (natgw_shape) after

@@ -58,7 +58,7 @@ func cmdServe(ctx context.Context, e env, g *globals, args []string) int {
 	if !emptied.Empty() {
 		log.Info("emptied another data plane's state", "dataplanes", emptied.Planes, "objects", len(emptied.Objects))
 	}
-	g.stateDir = stateDir() // its index snapshot (nat/README.md)
+	g.stateDir = os.Getenv(indexDirEnv) // its index snapshot (nat/README.md)
 	dp, err := g.openWith(ctx, log, open)
 	if err != nil {
 		log.Error(err, "open data plane", "dataplane", g.dataplane, "netns", g.netns)

@@ -32,6 +32,14 @@ func cmdCompat(ctx context.Context, e env, g *globals, args []string) int {
 // the binary without root's /etc set it; nothing in the product does.
 func stateDir() string { return envOr("NATGW_STATE_DIR_FOR_TEST", "/etc/natgw") }
 
+// indexDirEnv names the directory where `natgw serve` keeps its index
+// snapshot (nat/README.md, "The index snapshot"). The gateway image sets it
+// to /etc/natgw (imagebuild.IndexDir), so every serve exec'ed into the same
+// container finds the last one's. Unset, as for a serve started on a host
+// (the local transport, tests, the demo), serve keeps none and writes
+// nothing.
+const indexDirEnv = "NATGW_INDEX_DIR"
+
 // snatQueue is the queue of SNATs held back (gwimage/snatqueue), kept in
 // stateDir.
 func snatQueue() snatqueue.Queue { return snatqueue.Queue{Dir: stateDir()} }

@@ -138,9 +138,10 @@ type globals struct {
 	verbosity int
 	timeout   time.Duration
 	eipQoS    string
-	// stateDir is nat.Config.StateDir: set by serve (stateDir()), so that
-	// an agent exec'ed again on a controller reconnect starts from its
-	// index snapshot; "" for the one-shot commands.
+	// stateDir is nat.Config.StateDir: set by serve ($NATGW_INDEX_DIR,
+	// see indexDirEnv), so that an agent exec'ed again on a controller
+	// reconnect starts from its index snapshot; "" for the one-shot
+	// commands.
 	stateDir string
 }
 
