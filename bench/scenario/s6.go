@@ -482,10 +482,16 @@ func (rg *s6Rig) paced(ctx context.Context, label, prefix string) (*s6Paced, err
 	return s6RunPaced(ctx, rg.e, rg.c, rg.fw, kernel, rg.r.plan, label, prefix, s6PacedEIP)
 }
 
-// load creates the plan's objects (s6RunLoad), then reads the controller's
-// memory with every object Ready.
-func (rg *s6Rig) load(ctx context.Context) (eips, rules []s6Obj, err error) {
+// baseAndLoad runs the paced FIPs with ~0 objects, then creates the plan's
+// objects (s6RunLoad) and reads the controller's memory with every object
+// Ready; ready (optional) runs then, before that phase ends.
+func (rg *s6Rig) baseAndLoad(ctx context.Context, ready func()) (eips, rules []s6Obj, err error) {
 	r := rg.r
+	if r.base, err = rg.paced(ctx, "paced, ~0 objects", "fip-base"); err != nil {
+		return nil, nil, fmt.Errorf("paced FIPs before the load: %w", err)
+	}
+	rg.phase("paced, ~0 objects")
+	defer rg.phase("every object Ready, queues drained")
 	eips, rules = s6Objects(r.plan)
 	r.counts = s6Counts(eips, rules)
 	if r.load, err = s6RunLoad(ctx, rg.e, rg.cp, rg.c, rg.ctl, rg.tr, r.plan, eips, rules, rg.phase); err != nil {
@@ -497,6 +503,9 @@ func (rg *s6Rig) load(ctx context.Context) (eips, rules []s6Obj, err error) {
 	}
 	rg.e.Progress.Printf("controller with %s objects Ready: VmRSS %s, peak VmHWM %s (idle before the load: %s)",
 		report.SizeLabel(len(eips)+len(rules)), report.Bytes(r.readyRSS), report.Bytes(r.readyHWM), report.Bytes(r.idleRSS))
+	if ready != nil {
+		ready()
+	}
 	return eips, rules, nil
 }
 
@@ -627,15 +636,10 @@ func s6Run(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab
 	if err != nil {
 		return err
 	}
-	if r.base, err = rg.paced(ctx, "paced, ~0 objects", "fip-base"); err != nil {
-		return fmt.Errorf("paced FIPs before the load: %w", err)
-	}
-	rg.phase("paced, ~0 objects")
-	eips, rules, err := rg.load(ctx)
+	eips, rules, err := rg.baseAndLoad(ctx, nil)
 	if err != nil {
 		return err
 	}
-	rg.phase("every object Ready, queues drained")
 	s6SaveHeap(ctx, e, rg.ctl, "s6-heap-ready.pb.gz")
 	if r.loaded, err = rg.paced(ctx, "paced, all objects in place", "fip-load"); err != nil {
 		return fmt.Errorf("paced FIPs with the load in place: %w", err)
@@ -1082,6 +1086,25 @@ func reportS6(e *Env, sec *report.Section, r *s6Result, runErr error) {
 		"The controller, the agents, kube-apiserver, etcd and the benchmark's clients share the machine's CPUs (see CPUs and load average above).")
 }
 
+// s6RSSReason says what the controller's memory was: with every object
+// Ready, idle before the load, after the cold start, the largest sample.
+func s6RSSReason(r *s6Result) string {
+	reason := fmt.Sprintf("VmRSS %s, peak VmHWM %s (the load included); idle before the load %s", report.Bytes(r.readyRSS), report.Bytes(r.readyHWM), report.Bytes(r.idleRSS))
+	if c := r.cold; c != nil {
+		reason += fmt.Sprintf("; after the cold start %s, its peak %s", report.Bytes(c.rss), report.Bytes(c.hwm))
+	}
+	var top s6PhasePeak
+	for _, pk := range r.peaks {
+		if pk.rss > top.rss {
+			top = pk
+		}
+	}
+	if top.rss > 0 {
+		reason += fmt.Sprintf("; the largest sample (%s) in the phase \"%s\"", report.Bytes(top.rss), top.phase)
+	}
+	return reason
+}
+
 func s6TargetRows(sec *report.Section, r *s6Result) {
 	p := r.plan
 	size := fmt.Sprintf("%s rules over %d gateways", report.SizeLabel(p.Rules), p.Gateways)
@@ -1092,19 +1115,7 @@ func s6TargetRows(sec *report.Section, r *s6Result) {
 	if r.readyRSS > 0 {
 		worst := math.Max(r.readyRSS, r.readyHWM)
 		rss.Got, rss.Pass = report.Bytes(worst), worst <= s6TargetRSS
-		rss.Reason = fmt.Sprintf("VmRSS %s, peak VmHWM %s (the load included); idle before the load %s", report.Bytes(r.readyRSS), report.Bytes(r.readyHWM), report.Bytes(r.idleRSS))
-		if c := r.cold; c != nil {
-			rss.Reason += fmt.Sprintf("; after the cold start %s, its peak %s", report.Bytes(c.rss), report.Bytes(c.hwm))
-		}
-		var top s6PhasePeak
-		for _, pk := range r.peaks {
-			if pk.rss > top.rss {
-				top = pk
-			}
-		}
-		if top.rss > 0 {
-			rss.Reason += fmt.Sprintf("; the largest sample (%s) in the phase \"%s\"", report.Bytes(top.rss), top.phase)
-		}
+		rss.Reason = s6RSSReason(r)
 	} else {
 		rss.Got, rss.Reason = "not measured", "the run failed before every object was Ready (see the notes)"
 	}

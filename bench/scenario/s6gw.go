@@ -188,16 +188,10 @@ func s6GWRun(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netl
 		e.Progress.Printf("%d natgw serve agents: VmRSS %s in all (largest %s), Pss %s in all", a.n, report.Bytes(a.rss), report.Bytes(a.maxRSS), report.Bytes(a.pss))
 	}
 	agents(&x.agentsIdle)
-	if r.base, err = rg.paced(ctx, "paced, ~0 objects", "fip-base"); err != nil {
-		return fmt.Errorf("paced FIPs before the load: %w", err)
-	}
-	rg.phase("paced, ~0 objects")
-	eips, rules, err := rg.load(ctx)
+	eips, rules, err := rg.baseAndLoad(ctx, func() { agents(&x.agentsReady) })
 	if err != nil {
 		return err
 	}
-	agents(&x.agentsReady)
-	rg.phase("every object Ready, queues drained")
 	readyHeap := "s6gw-heap-ready.pb.gz"
 	s6SaveHeap(ctx, e, rg.ctl, readyHeap)
 	if x.idle, err = rg.paced(ctx, "paced, every object in place, idle", "fip-idle"); err != nil {

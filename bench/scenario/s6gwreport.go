@@ -115,19 +115,7 @@ func s6GWTargets(r *s6Result) []report.Target {
 		rss.Got, rss.Reason = "not measured", "the run failed before every object was Ready (see the notes)"
 	} else {
 		rss.Got, rss.Pass = report.Bytes(worst), worst <= s6GWTargetRSS
-		rss.Reason = fmt.Sprintf("every object Ready: VmRSS %s, peak VmHWM %s; idle before the load %s", report.Bytes(r.readyRSS), report.Bytes(r.readyHWM), report.Bytes(r.idleRSS))
-		if c := r.cold; c != nil {
-			rss.Reason += fmt.Sprintf("; after the cold start %s, its peak %s", report.Bytes(c.rss), report.Bytes(c.hwm))
-		}
-		var top s6PhasePeak
-		for _, pk := range r.peaks {
-			if pk.rss > top.rss {
-				top = pk
-			}
-		}
-		if top.rss > 0 {
-			rss.Reason += fmt.Sprintf("; the largest sample (%s) in the phase \"%s\"", report.Bytes(top.rss), top.phase)
-		}
+		rss.Reason = s6RSSReason(r)
 		if a := x.agentsReady; a != nil {
 			rss.Reason += fmt.Sprintf("; the %d agents besides: VmRSS %s in all, Pss %s", a.n, report.Bytes(a.rss), report.Bytes(a.pss))
 		}
