@@ -200,9 +200,10 @@ func s6GWRun(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netl
 	rg.phase("paced, every object in place, idle")
 
 	ch := newS6Churn(rg.c, x.plan, r.mix)
-	churnCtx, stopChurn := context.WithCancel(ctx)
+	stop := make(chan struct{})
+	stopChurn := sync.OnceFunc(func() { close(stop) })
 	churnDone := make(chan error, 1)
-	go func() { churnDone <- ch.run(churnCtx) }()
+	go func() { churnDone <- ch.run(ctx, stop) }()
 	warm := s6ChurnWarmup(x.plan)
 	e.Progress.Step(0, 0, "churn: %d creates/s over %d gateways, warm-up %s", x.plan.ChurnPerS, x.plan.Gateways, warm)
 	select {
@@ -272,12 +273,14 @@ type s6Churn struct {
 	plan s6GWPlan
 	host int // the internal host index the churn's DNATs forward to
 
-	mu    sync.Mutex
-	live  map[int]*v1.IptablesDnatRule
-	order []int // the gateway of every create, in order
-	st    s6ChurnStats
-	t0    time.Time
-	seen  map[int]bool
+	mu   sync.Mutex
+	live map[int]*v1.IptablesDnatRule
+	// leftover are DNATs replaced in live whose delete failed.
+	leftover []*v1.IptablesDnatRule
+	order    []int // the gateway of every create, in order
+	st       s6ChurnStats
+	t0       time.Time
+	seen     map[int]bool
 }
 
 func newS6Churn(c client.Client, plan s6GWPlan, m s6Mix) *s6Churn {
@@ -292,8 +295,10 @@ func (ch *s6Churn) dnat(n, g int) *v1.IptablesDnatRule {
 		port, s6Host(s6Net(g), ch.host), port)
 }
 
-// run creates and deletes until ctx ends (nil then) or a request fails.
-func (ch *s6Churn) run(ctx context.Context) error {
+// run creates and deletes until stop is closed (nil then), ctx ends or a
+// request fails. A create and the delete it comes with both complete (under
+// ctx, not stop): the churn leaves only the objects in live.
+func (ch *s6Churn) run(ctx context.Context, stop <-chan struct{}) error {
 	tick := time.NewTicker(time.Second / time.Duration(ch.plan.ChurnPerS))
 	defer tick.Stop()
 	ch.mu.Lock()
@@ -301,16 +306,15 @@ func (ch *s6Churn) run(ctx context.Context) error {
 	ch.mu.Unlock()
 	for n := 0; ; n++ {
 		select {
-		case <-ctx.Done():
+		case <-stop:
 			return nil
+		case <-ctx.Done():
+			return ctx.Err()
 		case <-tick.C:
 		}
 		g := n % ch.plan.Gateways
 		d := ch.dnat(n, g)
 		if err := ch.c.Create(ctx, d); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
 			return fmt.Errorf("create IptablesDnatRule %s: %w", d.Name, err)
 		}
 		ch.mu.Lock()
@@ -326,9 +330,9 @@ func (ch *s6Churn) run(ctx context.Context) error {
 			continue
 		}
 		if err := ch.c.Delete(ctx, prev); err != nil && !apierrors.IsNotFound(err) {
-			if ctx.Err() != nil {
-				return nil
-			}
+			ch.mu.Lock()
+			ch.leftover = append(ch.leftover, prev)
+			ch.mu.Unlock()
 			return fmt.Errorf("delete IptablesDnatRule %s: %w", prev.Name, err)
 		}
 		ch.mu.Lock()
@@ -358,13 +362,17 @@ func (ch *s6Churn) gatewaysSince(i int) int {
 func (ch *s6Churn) cleanup(ctx context.Context) error {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	for g, d := range ch.live {
+	all := ch.leftover
+	for _, d := range ch.live {
+		all = append(all, d)
+	}
+	for _, d := range all {
 		if err := ch.c.Delete(ctx, d); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete IptablesDnatRule %s: %w", d.Name, err)
 		}
-		delete(ch.live, g)
 		ch.st.deletes++
 	}
+	ch.live, ch.leftover = map[int]*v1.IptablesDnatRule{}, nil
 	return nil
 }
 
