@@ -86,8 +86,8 @@ func s6PlanFor(quick bool) (s6Plan, error) {
 
 func (p s6Plan) validate() error {
 	switch {
-	case p.Gateways < 1 || p.Gateways > 249:
-		return fmt.Errorf("scenario 6: %d gateways, want 1..249 (each gets 10.G.0.0/16 inside)", p.Gateways)
+	case p.Gateways < 1 || p.Gateways > s6MaxGateways:
+		return fmt.Errorf("scenario 6: %d gateways, want 1..%d", p.Gateways, s6MaxGateways)
 	case p.Rules < 3*p.Gateways:
 		return fmt.Errorf("scenario 6: %d rules over %d gateways, want at least 3 per gateway (one of each kind)", p.Rules, p.Gateways)
 	case p.Paced < 1 || p.Paced > 1000:
@@ -135,13 +135,22 @@ func s6MixOf(n int) s6Mix {
 // EIPs is the gateway's EIP count: one per FIP, the DNATs', the SNATs' one.
 func (m s6Mix) EIPs() int { return m.FIPs + m.DNATEIPs + 1 }
 
-// s6Host is internal host h of gateway g: 10.g.(h/250).(h%250+2). Gateway
-// 250's space holds the paced FIPs.
+// s6Host is internal host h of net g: 10.g.(h/250).(h%250+2). Net 250
+// holds the paced FIPs; gateway g's hosts are in net s6Net(g).
 func s6Host(g, h int) netip.Addr {
 	return netip.AddrFrom4([4]byte{10, byte(g), byte(h / 250), byte(h%250 + 2)})
 }
 
 const s6PacedNet = 250
+
+// s6Net is the /16 of gateway g's internal addresses, 10.s6Net(g).0.0/16:
+// gateways 250 apart share one, as VPCs may (each gateway is its own
+// namespace, and natgw checks conflicts per gateway).
+func s6Net(g int) int { return g % s6PacedNet }
+
+// s6MaxGateways bounds a plan's gateways (each is a namespace with its own
+// `natgw serve`).
+const s6MaxGateways = 1000
 
 func s6GatewayName(g int) string { return fmt.Sprintf("gw-%03d", g) }
 
@@ -171,7 +180,7 @@ func s6Objects(p s6Plan) (eips, rules []s6Obj) {
 		}
 		for k := 0; k < m.FIPs; k++ {
 			e := eip(g, fmt.Sprintf("eip-g%03d-fip%05d", g, k))
-			rule("fip", framework.FIP(fmt.Sprintf("fip-g%03d-%05d", g, k), e, s6Host(g, k)))
+			rule("fip", framework.FIP(fmt.Sprintf("fip-g%03d-%05d", g, k), e, s6Host(s6Net(g), k)))
 		}
 		var dnatEIP string
 		for k := 0; k < m.DNATs; k++ {
@@ -179,11 +188,11 @@ func s6Objects(p s6Plan) (eips, rules []s6Obj) {
 				dnatEIP = eip(g, fmt.Sprintf("eip-g%03d-dnat%03d", g, k/s6PortsPerEIP))
 			}
 			rule("dnat", framework.DNAT(fmt.Sprintf("dnat-g%03d-%05d", g, k), dnatEIP, "tcp",
-				10000+k%s6PortsPerEIP, s6Host(g, m.FIPs+k/s6PortsPerHost), 8000+k%s6PortsPerHost))
+				10000+k%s6PortsPerEIP, s6Host(s6Net(g), m.FIPs+k/s6PortsPerHost), 8000+k%s6PortsPerHost))
 		}
 		snatEIP := eip(g, fmt.Sprintf("eip-g%03d-snat", g))
 		for k := 0; k < m.SNATs; k++ {
-			cidr := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(g), byte(100 + k/4), byte(k % 4 * 64)}), 26)
+			cidr := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(s6Net(g)), byte(100 + k/4), byte(k % 4 * 64)}), 26)
 			rule("snat", framework.SNAT(fmt.Sprintf("snat-g%03d-%04d", g, k), snatEIP, cidr.String()))
 		}
 	}
@@ -275,28 +284,68 @@ type s6Result struct {
 	cold         *s6Cold
 	log          string // the controller's log, kept when the run failed
 	took         time.Duration
+	gw           *s6GW // the second part's figures (nil in the first part)
 }
 
 // RunS6 measures natgw-controller at scale: a natgw-controller process
 // (the binary, local transport) with many gateways and objects against a
 // real kube-apiserver + etcd: memory, cold start, one change under load.
+// Its two parts (s6PartEnv selects one): many rules over a few gateways
+// (s6Run), and many small gateways under churn (s6GWRun).
 func RunS6(ctx context.Context, e *Env) error {
-	plan, err := s6PlanFor(e.Quick)
+	rulesPart, gwPart, err := s6Parts()
 	if err != nil {
 		sec := e.Report.Section("s6", "Scenario 6: the controller at scale")
 		sec.NotRun = err.Error()
 		return err
 	}
-	_, err = runS6(ctx, e, plan)
-	return err
+	var errs []error
+	if rulesPart {
+		plan, err := s6PlanFor(e.Quick)
+		if err != nil {
+			sec := e.Report.Section("s6", "Scenario 6: the controller at scale")
+			sec.NotRun = err.Error()
+			return err
+		}
+		if _, err := runS6(ctx, e, plan); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if gwPart && ctx.Err() == nil {
+		plan, err := s6GWPlanFor(e.Quick)
+		if err != nil {
+			sec := e.Report.Section(s6GWSection, s6GWTitle)
+			sec.NotRun = err.Error()
+			return errors.Join(append(errs, err)...)
+		}
+		if _, err := runS6GW(ctx, e, plan); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
-// runS6 runs scenario 6 at plan's size and reports it; the result is nil
-// when the scenario did not run.
+// s6Part is one part of scenario 6: its report section, how it runs once
+// the control plane and the lab are up, and how it reports.
+type s6Part struct {
+	id, title string
+	run       func(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab.Lab, tmp, kubeconfig string) error
+	report    func(e *Env, sec *report.Section, r *s6Result, err error)
+}
+
+// runS6 runs the first part of scenario 6 at plan's size and reports it;
+// the result is nil when the scenario did not run.
 func runS6(ctx context.Context, e *Env, plan s6Plan) (*s6Result, error) {
 	e.Progress.Scenario("scenario 6: the controller at scale (%s rules over %d gateways; natgw-controller process, kube-apiserver + etcd, natgw serve)",
 		report.SizeLabel(plan.Rules), plan.Gateways)
-	sec := e.Report.Section("s6", "Scenario 6: the controller at scale")
+	return runS6Part(ctx, e, &s6Result{plan: plan, mix: s6MixOf(plan.rulesOn(0))},
+		s6Part{id: "s6", title: "Scenario 6: the controller at scale", run: s6Run, report: reportS6})
+}
+
+// runS6Part runs one part of scenario 6 on r's plan and reports it; the
+// result is nil when the part did not run.
+func runS6Part(ctx context.Context, e *Env, r *s6Result, part s6Part) (*s6Result, error) {
+	sec := e.Report.Section(part.id, part.title)
 	switch {
 	case e.Natgw == "":
 		sec.NotRun = "the natgw binary was not given (-natgw), and the controller drives `natgw serve`"
@@ -305,22 +354,21 @@ func runS6(ctx context.Context, e *Env, plan s6Plan) (*s6Result, error) {
 		sec.NotRun = envtestReady(e)
 		return nil, errors.New(sec.NotRun)
 	}
-	r := &s6Result{plan: plan, mix: s6MixOf(plan.rulesOn(0))}
 	t0 := time.Now()
-	err := measureS6(ctx, e, r)
+	err := measureS6(ctx, e, r, part.run)
 	r.took = time.Since(t0)
 	if ctx.Err() != nil {
 		return r, ctx.Err()
 	}
 	if err != nil {
-		err = fmt.Errorf("scenario 6: %w", err)
+		err = fmt.Errorf("%s: %w", part.title, err)
 		e.Progress.Printf("FAILED: %v", err)
 	}
-	reportS6(e, sec, r, err)
+	part.report(e, sec, r, err)
 	return r, err
 }
 
-func measureS6(ctx context.Context, e *Env, r *s6Result) (err error) {
+func measureS6(ctx context.Context, e *Env, r *s6Result, run func(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab.Lab, tmp, kubeconfig string) error) (err error) {
 	tmp, err := os.MkdirTemp("", "natgw-bench-s6-")
 	if err != nil {
 		return err
@@ -360,7 +408,7 @@ func measureS6(ctx context.Context, e *Env, r *s6Result) (err error) {
 		return err
 	}
 	return withLab(ctx, func(l *netlab.Lab) error {
-		return s6Run(ctx, e, r, cp, l, tmp, kubeconfig)
+		return run(ctx, e, r, cp, l, tmp, kubeconfig)
 	})
 }
 
@@ -385,34 +433,128 @@ func s6Gateway(l *netlab.Lab, g int) (*netlab.Gateway, error) {
 // s6Dataplane is the data plane scenario 6 runs (the controller's default).
 const s6Dataplane = string(nat.DataplaneNftables)
 
-func s6Run(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab.Lab, tmp, kubeconfig string) error {
+// s6Rig is what both parts of scenario 6 share once the controller runs:
+// the gateways, the controller process, the API client, the Ready and FIP
+// watches, every gateway's VpcNatGateway and the paced FIPs' EIPs.
+type s6Rig struct {
+	e         *Env
+	r         *s6Result
+	cp        *controlPlane
+	ctl       *ctlProcess
+	c         client.Client
+	tr        *readyTracker
+	fw        *fipWatch
+	gws       []*netlab.Gateway
+	gwObjs    []s6Obj
+	pacedEIPs []s6Obj
+	closers   []func()
+}
+
+// close ends what s6Prepare started, the controller last started first.
+func (rg *s6Rig) close() {
+	for i := len(rg.closers) - 1; i >= 0; i-- {
+		rg.closers[i]()
+	}
+}
+
+// phase records the controller's largest sampled VmRSS since the last
+// phase under name.
+func (rg *s6Rig) phase(name string) {
+	rg.r.peaks = append(rg.r.peaks, s6PhasePeak{name, rg.ctl.takePeak()})
+}
+
+// kernel reads gateway g's kernel state.
+func (rg *s6Rig) kernel(ctx context.Context, g int) (framework.Kernel, error) {
+	gw := rg.gws[g]
+	k, err := framework.ReadKernel(ctx, &framework.Topology{Gateway: gw, Name: gw.Name}, s6Dataplane)
+	if err != nil {
+		return k, fmt.Errorf("read gateway %s's kernel state: %w", gw.Name, err)
+	}
+	return k, nil
+}
+
+// s6PacedEIP names paced EIP k.
+func s6PacedEIP(k int) string { return fmt.Sprintf("eip-paced-%04d", k) }
+
+// paced runs one paced phase (s6RunPaced) on the paced EIPs.
+func (rg *s6Rig) paced(ctx context.Context, label, prefix string) (*s6Paced, error) {
+	kernel := func(g int) (framework.Kernel, error) { return rg.kernel(ctx, g) }
+	return s6RunPaced(ctx, rg.e, rg.c, rg.fw, kernel, rg.r.plan, label, prefix, s6PacedEIP)
+}
+
+// baseAndLoad runs the paced FIPs with ~0 objects, then creates the plan's
+// objects (s6RunLoad) and reads the controller's memory with every object
+// Ready; ready (optional) runs then, before that phase ends.
+func (rg *s6Rig) baseAndLoad(ctx context.Context, ready func()) (eips, rules []s6Obj, err error) {
+	r := rg.r
+	if r.base, err = rg.paced(ctx, "paced, ~0 objects", "fip-base"); err != nil {
+		return nil, nil, fmt.Errorf("paced FIPs before the load: %w", err)
+	}
+	rg.phase("paced, ~0 objects")
+	defer rg.phase("every object Ready, queues drained")
+	eips, rules = s6Objects(r.plan)
+	r.counts = s6Counts(eips, rules)
+	if r.load, err = s6RunLoad(ctx, rg.e, rg.cp, rg.c, rg.ctl, rg.tr, r.plan, eips, rules, rg.phase); err != nil {
+		return nil, nil, err
+	}
+	time.Sleep(2 * time.Second) // settle: what the memory is when nothing happens
+	if r.readyRSS, r.readyHWM, err = rg.ctl.memory(); err != nil {
+		return nil, nil, err
+	}
+	rg.e.Progress.Printf("controller with %s objects Ready: VmRSS %s, peak VmHWM %s (idle before the load: %s)",
+		report.SizeLabel(len(eips)+len(rules)), report.Bytes(r.readyRSS), report.Bytes(r.readyHWM), report.Bytes(r.idleRSS))
+	if ready != nil {
+		ready()
+	}
+	return eips, rules, nil
+}
+
+// coldStart restarts the controller (s6ColdStart) and then checks every
+// gateway's kernel state against objs (the load's EIPs and rules).
+func (rg *s6Rig) coldStart(ctx context.Context, heapName string, objs ...[]s6Obj) error {
+	r := rg.r
+	var err error
+	if r.cold, err = s6ColdStart(ctx, rg.e, rg.cp, rg.ctl, rg.tr, r.plan, r.counts, rg.phase, heapName); err != nil {
+		return err
+	}
+	kernel := func(g int) (framework.Kernel, error) { return rg.kernel(ctx, g) }
+	return s6CheckKernel(ctx, rg.e, r.cold, r.plan, kernel, append([][]s6Obj{rg.gwObjs, rg.pacedEIPs}, objs...)...)
+}
+
+// s6Prepare makes the gateways' namespaces and configuration, starts the
+// controller and the watches, creates every gateway's VpcNatGateway and
+// the paced FIPs' EIPs, and waits until every gateway is connected and the
+// queues are drained (the controller's idle memory). The caller closes the
+// rig, also after an error.
+func s6Prepare(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab.Lab, tmp, kubeconfig string) (*s6Rig, error) {
 	plan := r.plan
+	rg := &s6Rig{e: e, r: r, cp: cp}
 	t0 := time.Now()
-	gws := make([]*netlab.Gateway, plan.Gateways)
+	rg.gws = make([]*netlab.Gateway, plan.Gateways)
 	cfg := gwconfig.Config{Defaults: gwconfig.Entry{ExternalPrefixLen: s3EIPPrefixLen, ExternalGateway: netlab.ExtAddr.String()}}
-	for g := range gws {
+	for g := range rg.gws {
 		e.Progress.Step(g, plan.Gateways, "gateway namespaces")
 		var err error
-		if gws[g], err = s6Gateway(l, g); err != nil {
-			return err
+		if rg.gws[g], err = s6Gateway(l, g); err != nil {
+			return rg, err
 		}
-		cfg.Gateways = append(cfg.Gateways, gwconfig.Entry{Name: gws[g].Name, NetNS: gws[g].GW})
+		cfg.Gateways = append(cfg.Gateways, gwconfig.Entry{Name: rg.gws[g].Name, NetNS: rg.gws[g].GW})
 	}
 	r.gwSetup = time.Since(t0)
 	if err := cfg.Validate(); err != nil {
-		return err
+		return rg, err
 	}
 	b, err := yaml.Marshal(cfg)
 	if err != nil {
-		return err
+		return rg, err
 	}
 	cfgPath := filepath.Join(tmp, "gateways.yaml")
 	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
-		return err
+		return rg, err
 	}
 	metricsAddr, err := freeLocalAddr()
 	if err != nil {
-		return err
+		return rg, err
 	}
 	ctl := &ctlProcess{bin: r.ctlBin, logPath: filepath.Join(tmp, "controller.log"), metricsAddr: metricsAddr, memCap: s6MemCap(), args: []string{
 		"--kubeconfig", kubeconfig,
@@ -426,24 +568,24 @@ func s6Run(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab
 		"--health-probe-bind-address", "0",
 		"--pprof",
 	}}
-	defer ctl.kill()
+	rg.ctl = ctl
+	rg.closers = append(rg.closers, func() { _ = ctl.kill() })
 
 	c, err := cp.client()
 	if err != nil {
-		return err
+		return rg, err
 	}
-	tr, err := trackReady(ctx, cp)
-	if err != nil {
-		return err
+	rg.c = c
+	if rg.tr, err = trackReady(ctx, cp); err != nil {
+		return rg, err
 	}
-	defer tr.Stop()
-	fw, err := watchFIPs(ctx, c)
-	if err != nil {
-		return err
+	rg.closers = append(rg.closers, rg.tr.Stop)
+	if rg.fw, err = watchFIPs(ctx, c); err != nil {
+		return rg, err
 	}
-	defer fw.Stop()
+	rg.closers = append(rg.closers, rg.fw.Stop)
 	if err := ctl.start(); err != nil {
-		return err
+		return rg, err
 	}
 
 	// Every gateway's VpcNatGateway, and the EIPs of the paced FIPs
@@ -452,82 +594,61 @@ func s6Run(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab
 	e.Progress.Step(0, 0, "%d VpcNatGateways and %d EIPs for the paced FIPs", plan.Gateways, plan.Paced+1)
 	// A VpcNatGateway's default route (via the configured external
 	// gateway) is in its gateway's kernel state under its UID.
-	gwObjs := make([]s6Obj, plan.Gateways)
-	for g := range gwObjs {
-		gwObjs[g] = s6Obj{obj: &v1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: s6GatewayName(g)}, Spec: v1.VpcNatGatewaySpec{Vpc: "vpc1", Subnet: "subnet1"}}, kind: "gw", gw: g}
+	rg.gwObjs = make([]s6Obj, plan.Gateways)
+	for g := range rg.gwObjs {
+		rg.gwObjs[g] = s6Obj{obj: &v1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: s6GatewayName(g)}, Spec: v1.VpcNatGatewaySpec{Vpc: "vpc1", Subnet: "subnet1"}}, kind: "gw", gw: g}
 	}
 	if err := parallel(ctx, plan.Gateways, plan.Creators, func(g int) error {
-		return createObj(ctx, c, gwObjs[g].obj)
+		return createObj(ctx, c, rg.gwObjs[g].obj)
 	}); err != nil {
-		return err
+		return rg, err
 	}
-	pacedEIP := func(k int) string { return fmt.Sprintf("eip-paced-%04d", k) }
-	pacedEIPs := make([]s6Obj, plan.Paced+1)
-	for k := range pacedEIPs {
+	rg.pacedEIPs = make([]s6Obj, plan.Paced+1)
+	for k := range rg.pacedEIPs {
 		g := k % plan.Gateways
-		pacedEIPs[k] = s6Obj{obj: framework.EIP(pacedEIP(k), s6GatewayName(g), Filler(k).EIP), kind: "eip", gw: g}
+		rg.pacedEIPs[k] = s6Obj{obj: framework.EIP(s6PacedEIP(k), s6GatewayName(g), Filler(k).EIP), kind: "eip", gw: g}
 	}
-	if err := parallel(ctx, len(pacedEIPs), plan.Creators, func(k int) error {
-		return createObj(ctx, c, pacedEIPs[k].obj)
+	if err := parallel(ctx, len(rg.pacedEIPs), plan.Creators, func(k int) error {
+		return createObj(ctx, c, rg.pacedEIPs[k].obj)
 	}); err != nil {
-		return err
+		return rg, err
 	}
-	if _, err := tr.wait(ctx, map[string]int{"eip": plan.Paced + 1}, 2*time.Minute, ctl.alive, nil); err != nil {
-		return fmt.Errorf("paced EIPs: %w", err)
+	if _, err := rg.tr.wait(ctx, map[string]int{"eip": plan.Paced + 1}, 2*time.Minute, ctl.alive, nil); err != nil {
+		return rg, fmt.Errorf("paced EIPs: %w", err)
 	}
 	if err := s6WaitConnected(ctx, ctl, plan.Gateways); err != nil {
-		return err
+		return rg, err
 	}
 	if _, err := s6WaitDrained(ctx, ctl, nil, time.Minute); err != nil {
-		return err
+		return rg, err
 	}
 	if r.idleRSS, _, err = ctl.memory(); err != nil {
+		return rg, err
+	}
+	rg.phase("start, gateways connected")
+	return rg, nil
+}
+
+// s6Run is the first part of scenario 6: many rules over a few gateways.
+func s6Run(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab.Lab, tmp, kubeconfig string) error {
+	rg, err := s6Prepare(ctx, e, r, cp, l, tmp, kubeconfig)
+	defer rg.close()
+	if err != nil {
 		return err
 	}
-	phase := func(name string) { r.peaks = append(r.peaks, s6PhasePeak{name, ctl.takePeak()}) }
-	phase("start, gateways connected")
-
-	kernel := func(g int) (framework.Kernel, error) {
-		k, err := framework.ReadKernel(ctx, &framework.Topology{Gateway: gws[g], Name: gws[g].Name}, s6Dataplane)
-		if err != nil {
-			return k, fmt.Errorf("read gateway %s's kernel state: %w", gws[g].Name, err)
-		}
-		return k, nil
-	}
-	paced := func(label, prefix string) (*s6Paced, error) {
-		return s6RunPaced(ctx, e, c, fw, kernel, plan, label, prefix, pacedEIP)
-	}
-	if r.base, err = paced("paced, ~0 objects", "fip-base"); err != nil {
-		return fmt.Errorf("paced FIPs before the load: %w", err)
-	}
-	phase("paced, ~0 objects")
-
-	eips, rules := s6Objects(plan)
-	r.counts = s6Counts(eips, rules)
-	if r.load, err = s6RunLoad(ctx, e, cp, c, ctl, tr, plan, eips, rules, phase); err != nil {
+	eips, rules, err := rg.baseAndLoad(ctx, nil)
+	if err != nil {
 		return err
 	}
-	time.Sleep(2 * time.Second) // settle: what the memory is when nothing happens
-	if r.readyRSS, r.readyHWM, err = ctl.memory(); err != nil {
-		return err
-	}
-	e.Progress.Printf("controller with %s objects Ready: VmRSS %s, peak VmHWM %s (idle before the load: %s)",
-		report.SizeLabel(len(eips)+len(rules)), report.Bytes(r.readyRSS), report.Bytes(r.readyHWM), report.Bytes(r.idleRSS))
-
-	phase("every object Ready, queues drained")
-	s6SaveHeap(ctx, e, ctl, "s6-heap-ready.pb.gz")
-	if r.loaded, err = paced("paced, all objects in place", "fip-load"); err != nil {
+	s6SaveHeap(ctx, e, rg.ctl, "s6-heap-ready.pb.gz")
+	if r.loaded, err = rg.paced(ctx, "paced, all objects in place", "fip-load"); err != nil {
 		return fmt.Errorf("paced FIPs with the load in place: %w", err)
 	}
-	phase("paced, every object in place")
+	rg.phase("paced, every object in place")
 	e.Progress.Printf("one FIP at a time, create→Ready p50 %s p99 %s with ~0 objects, p50 %s p99 %s with %s in place",
 		report.Seconds(r.base.ready.Median), report.Seconds(r.base.ready.P99), report.Seconds(r.loaded.ready.Median),
 		report.Seconds(r.loaded.ready.P99), report.SizeLabel(len(eips)+len(rules)))
-
-	if r.cold, err = s6ColdStart(ctx, e, cp, ctl, tr, plan, r.counts, phase); err != nil {
-		return err
-	}
-	return s6CheckKernel(ctx, e, r.cold, plan, kernel, gwObjs, pacedEIPs, eips, rules)
+	return rg.coldStart(ctx, "s6-heap-cold.pb.gz", eips, rules)
 }
 
 // s6WaitConnected waits until the controller's natgw_gateway_connected
@@ -759,7 +880,7 @@ func s6RunLoad(ctx context.Context, e *Env, cp *controlPlane, c client.Client, c
 // (the controller's "gateway connected" log line, which follows the sync
 // of the gateway's desired set) and until its queues are drained, and the
 // API writes the restart made.
-func s6ColdStart(ctx context.Context, e *Env, cp *controlPlane, ctl *ctlProcess, tr *readyTracker, plan s6Plan, counts map[string]int, phase func(string)) (*s6Cold, error) {
+func s6ColdStart(ctx context.Context, e *Env, cp *controlPlane, ctl *ctlProcess, tr *readyTracker, plan s6Plan, counts map[string]int, phase func(string), heapName string) (*s6Cold, error) {
 	cs := &s6Cold{}
 	_, lost0 := tr.counts()
 	w0, err := s6APIWrites(ctx, cp)
@@ -832,7 +953,7 @@ func s6ColdStart(ctx context.Context, e *Env, cp *controlPlane, ctl *ctlProcess,
 	}
 	cs.drained = at.Sub(exec)
 	phase("cold start: until the queues drained")
-	s6SaveHeap(ctx, e, ctl, "s6-heap-cold.pb.gz")
+	s6SaveHeap(ctx, e, ctl, heapName)
 	if cs.ctlCPU, err = procfs.CPUTime(ctl.pid()); err != nil {
 		return nil, err
 	}
@@ -956,6 +1077,150 @@ func reportS6(e *Env, sec *report.Section, r *s6Result, runErr error) {
 				"and → its work queues drained (controller-runtime's workqueue_depth and active workers 0, every object reconciled once, from its /metrics), the API writes the restart made (kube-apiserver's apiserver_request_total), "+
 				"then every gateway's nft table read: it must hold exactly the UIDs of its objects, and net1 exactly their addresses. "+
 				"Ready is as a watch (informers) on the API server sees it: Ready=True for the object's generation.", p.Paced+1, p.Paced, p.Creators))
+	s6ReportCommon(sec, r, runErr)
+	total := 0
+	for _, n := range r.counts {
+		total += n
+	}
+	s6LatencyTable(sec, []s6PacedRow{{fmt.Sprintf("~0 (%d gateways, %d EIPs)", p.Gateways, p.Paced+1), r.base}, {report.SizeLabel(total), r.loaded}})
+	s6TargetRows(sec, r)
+	s6Metrics(e, r)
+	sec.Notes = append(sec.Notes,
+		"The controller, the agents, kube-apiserver, etcd and the benchmark's clients share the machine's CPUs (see CPUs and load average above).")
+}
+
+// s6RSSReason says what the controller's memory was: with every object
+// Ready, idle before the load, after the cold start, the largest sample.
+func s6RSSReason(r *s6Result) string {
+	reason := fmt.Sprintf("VmRSS %s, peak VmHWM %s (the load included); idle before the load %s", report.Bytes(r.readyRSS), report.Bytes(r.readyHWM), report.Bytes(r.idleRSS))
+	if c := r.cold; c != nil {
+		reason += fmt.Sprintf("; after the cold start %s, its peak %s", report.Bytes(c.rss), report.Bytes(c.hwm))
+	}
+	var top s6PhasePeak
+	for _, pk := range r.peaks {
+		if pk.rss > top.rss {
+			top = pk
+		}
+	}
+	if top.rss > 0 {
+		reason += fmt.Sprintf("; the largest sample (%s) in the phase \"%s\"", report.Bytes(top.rss), top.phase)
+	}
+	return reason
+}
+
+func s6TargetRows(sec *report.Section, r *s6Result) {
+	p := r.plan
+	size := fmt.Sprintf("%s rules over %d gateways", report.SizeLabel(p.Rules), p.Gateways)
+	if p.Rules != s6FullRules || p.Gateways != s6FullGateways {
+		size += fmt.Sprintf(" (not the full size: %s over %d)", report.SizeLabel(s6FullRules), s6FullGateways)
+	}
+	rss := report.Target{Name: "S6 natgw-controller RSS with every object Ready (the largest of VmRSS and peak VmHWM, the cold start's process included), " + size, Want: "≤ " + report.Bytes(s6TargetRSS)}
+	if r.readyRSS > 0 {
+		worst := s6WorstRSS(r)
+		rss.Got, rss.Pass = report.Bytes(worst), worst <= s6TargetRSS
+		rss.Reason = s6RSSReason(r)
+	} else {
+		rss.Got, rss.Reason = "not measured", "the run failed before every object was Ready (see the notes)"
+	}
+	sec.Targets = append(sec.Targets, rss)
+
+	cold := math.NaN()
+	if r.cold != nil {
+		cold = r.cold.synced.Seconds()
+	}
+	ct := maxTarget("S6 cold start: exec → every gateway synced, "+size, s6TargetCold, cold)
+	if c := r.cold; c != nil {
+		ct.Reason = fmt.Sprintf("first gateway synced after %s, queues drained after %s; the restart made %s API writes to natgw's objects, %d objects lost Ready; %d of %d gateways held exactly their objects",
+			report.Seconds(c.firstSynced.Seconds()), report.Seconds(c.drained.Seconds()), report.Count(c.writes.natgw), c.lostReady, c.kernelOK, c.kernelTotal)
+	}
+	sec.Targets = append(sec.Targets, ct)
+
+	drained := math.NaN()
+	if r.cold != nil {
+		drained = r.cold.drained.Seconds()
+	}
+	dt := maxTarget("S6 cold start: exec → queues drained (every object reconciled once), "+size, s6TargetDrained, drained)
+	if c := r.cold; c != nil {
+		dt.Reason = fmt.Sprintf("all gateways synced after %s; the controller's CPU until drained %s; %s API writes to natgw's objects",
+			report.Seconds(c.synced.Seconds()), report.Seconds(c.ctlCPU.Seconds()), report.Count(c.writes.natgw))
+	}
+	sec.Targets = append(sec.Targets, dt)
+
+	for _, q := range s6Quantiles {
+		t := report.Target{Name: fmt.Sprintf("S6 one FIP create→Ready %s with everything in place ÷ with ~0 objects (%d paced each), %s", q.name, p.Paced, size),
+			Want: fmt.Sprintf("≤ %.0f×", s6TargetRatio)}
+		if r.base == nil || r.loaded == nil {
+			t.Got, t.Reason = "not measured", "the run failed before both paced phases (see the notes)"
+		} else {
+			b, l := q.get(r.base.ready), q.get(r.loaded.ready)
+			ratio := l / b
+			t.Got, t.Pass = fmt.Sprintf("%.2f×", ratio), ratio <= s6TargetRatio
+			t.Reason = fmt.Sprintf("%s with everything in place, %s with ~0 objects", report.Seconds(l), report.Seconds(b))
+		}
+		sec.Targets = append(sec.Targets, t)
+	}
+}
+
+// s6WorstRSS is the RSS figure the target checks: the largest of the
+// controller's VmRSS and peak VmHWM with every object Ready and of the
+// restarted process after its cold start (0 when nothing was measured).
+func s6WorstRSS(r *s6Result) float64 {
+	worst := math.Max(r.readyRSS, r.readyHWM)
+	if c := r.cold; c != nil {
+		worst = math.Max(worst, math.Max(c.rss, c.hwm))
+	}
+	return worst
+}
+
+func s6Metrics(e *Env, r *s6Result) {
+	nan := math.NaN()
+	add := func(name, unit, better string, v float64) {
+		e.Report.AddMetric(report.NewMetric("s6."+name, unit, better, v, nan, ""))
+	}
+	if r.readyRSS > 0 {
+		add("controller_rss_ready", "bytes", report.LowerIsBetter, r.readyRSS)
+		add("controller_hwm_ready", "bytes", report.LowerIsBetter, r.readyHWM)
+		add("controller_rss_worst", "bytes", report.LowerIsBetter, s6WorstRSS(r))
+	}
+	if ld := r.load; ld != nil {
+		add("load.objects_ready_per_s", "objects/s", report.HigherIsBetter, float64(ld.eips+ld.rules)/ld.span.Seconds())
+		add("load.api_writes_per_object", "writes", report.LowerIsBetter, ld.writes.all/float64(ld.eips+ld.rules))
+	}
+	if c := r.cold; c != nil {
+		add("cold_start.all_synced", "s", report.LowerIsBetter, c.synced.Seconds())
+		add("cold_start.drained", "s", report.LowerIsBetter, c.drained.Seconds())
+		add("cold_start.api_writes", "writes", report.LowerIsBetter, c.writes.natgw)
+		add("cold_start.controller_hwm", "bytes", report.LowerIsBetter, c.hwm)
+	}
+	if r.base != nil && r.loaded != nil {
+		const baseName = "the same controller with ~0 objects"
+		e.Report.AddMetric(
+			report.NewMetric("s6.paced_loaded.create_ready.p50", "s", report.LowerIsBetter, r.loaded.ready.Median, r.base.ready.Median, baseName),
+			report.NewMetric("s6.paced_loaded.create_ready.p99", "s", report.LowerIsBetter, r.loaded.ready.P99, r.base.ready.P99, baseName))
+	}
+}
+
+// s6SaveHeap writes the controller's heap profile into the output
+// directory (`go tool pprof -top -sample_index=inuse_space FILE`); a failure
+// is reported as progress, not as the scenario's failure.
+func s6SaveHeap(ctx context.Context, e *Env, ctl *ctlProcess, name string) {
+	if e.OutDir == "" {
+		return
+	}
+	path := filepath.Join(e.OutDir, name)
+	if err := ctl.heapProfile(ctx, path); err != nil {
+		e.Progress.Printf("heap profile %s: %v", name, err)
+		return
+	}
+	e.Progress.Printf("heap profile of natgw-controller: %s", path)
+}
+
+// s6ReportCommon adds what both parts of scenario 6 report: the run's
+// notes, the objects, the first programming, the controller's memory (and
+// by phase), the cold start.
+func s6ReportCommon(sec *report.Section, r *s6Result, runErr error) {
+	p := r.plan
+	m := r.mix
 	if r.took > 0 {
 		sec.Notes = append(sec.Notes, fmt.Sprintf("The scenario took %s (kube-apiserver + etcd up in %s, %d gateway namespaces in %s).",
 			report.Seconds(r.took.Seconds()), report.Seconds(r.apiUp.Seconds()), p.Gateways, report.Seconds(r.gwSetup.Seconds())))
@@ -1030,12 +1295,20 @@ func reportS6(e *Env, sec *report.Section, r *s6Result, runErr error) {
 				fmt.Sprintf("%d of %d (%s)", c.kernelOK, c.kernelTotal, report.Count(float64(c.kernelObjects))),
 			}}})
 	}
+}
+
+// s6PacedRow is one row of the paced latency table: the conditions, the
+// phase (nil when it did not run).
+type s6PacedRow struct {
+	what string
+	ps   *s6Paced
+}
+
+// s6LatencyTable adds the paced phases' create→Ready and delete→gone.
+func s6LatencyTable(sec *report.Section, rows []s6PacedRow) {
 	lat := report.Table{Caption: "**one FIP at a time** on the same controller, create→Ready and delete→gone per FIP, p50 / p90 / p99",
 		Header: []string{"objects in place", "FIPs", "create→Ready p50 / p90 / p99", "delete→gone p50 / p90 / p99", "Create request p50"}}
-	for _, v := range []struct {
-		what string
-		ps   *s6Paced
-	}{{fmt.Sprintf("~0 (%d gateways, %d EIPs)", p.Gateways, p.Paced+1), r.base}, {report.SizeLabel(total), r.loaded}} {
+	for _, v := range rows {
 		if v.ps != nil {
 			lat.Rows = append(lat.Rows, []string{v.what, strconv.Itoa(v.ps.ready.N), pct(v.ps.ready), pct(v.ps.gone), report.Seconds(v.ps.createCall.Median)})
 		}
@@ -1043,130 +1316,4 @@ func reportS6(e *Env, sec *report.Section, r *s6Result, runErr error) {
 	if len(lat.Rows) > 0 {
 		sec.Tables = append(sec.Tables, lat)
 	}
-	s6TargetRows(sec, r)
-	s6Metrics(e, r)
-	sec.Notes = append(sec.Notes,
-		"The controller, the agents, kube-apiserver, etcd and the benchmark's clients share the machine's CPUs (see CPUs and load average above).")
-}
-
-func s6TargetRows(sec *report.Section, r *s6Result) {
-	p := r.plan
-	size := fmt.Sprintf("%s rules over %d gateways", report.SizeLabel(p.Rules), p.Gateways)
-	if p.Rules != s6FullRules || p.Gateways != s6FullGateways {
-		size += fmt.Sprintf(" (not the full size: %s over %d)", report.SizeLabel(s6FullRules), s6FullGateways)
-	}
-	rss := report.Target{Name: "S6 natgw-controller RSS with every object Ready (the largest of VmRSS and peak VmHWM, the cold start's process included), " + size, Want: "≤ " + report.Bytes(s6TargetRSS)}
-	if r.readyRSS > 0 {
-		worst := s6WorstRSS(r)
-		rss.Got, rss.Pass = report.Bytes(worst), worst <= s6TargetRSS
-		rss.Reason = fmt.Sprintf("VmRSS %s, peak VmHWM %s (the load included); idle before the load %s", report.Bytes(r.readyRSS), report.Bytes(r.readyHWM), report.Bytes(r.idleRSS))
-		if c := r.cold; c != nil {
-			rss.Reason += fmt.Sprintf("; after the cold start %s, its peak %s", report.Bytes(c.rss), report.Bytes(c.hwm))
-		}
-		var top s6PhasePeak
-		for _, pk := range r.peaks {
-			if pk.rss > top.rss {
-				top = pk
-			}
-		}
-		if top.rss > 0 {
-			rss.Reason += fmt.Sprintf("; the largest sample (%s) in the phase \"%s\"", report.Bytes(top.rss), top.phase)
-		}
-	} else {
-		rss.Got, rss.Reason = "not measured", "the run failed before every object was Ready (see the notes)"
-	}
-	sec.Targets = append(sec.Targets, rss)
-
-	cold := math.NaN()
-	if r.cold != nil {
-		cold = r.cold.synced.Seconds()
-	}
-	ct := maxTarget("S6 cold start: exec → every gateway synced, "+size, s6TargetCold, cold)
-	if c := r.cold; c != nil {
-		ct.Reason = fmt.Sprintf("first gateway synced after %s, queues drained after %s; the restart made %s API writes to natgw's objects, %d objects lost Ready; %d of %d gateways held exactly their objects",
-			report.Seconds(c.firstSynced.Seconds()), report.Seconds(c.drained.Seconds()), report.Count(c.writes.natgw), c.lostReady, c.kernelOK, c.kernelTotal)
-	}
-	sec.Targets = append(sec.Targets, ct)
-
-	drained := math.NaN()
-	if r.cold != nil {
-		drained = r.cold.drained.Seconds()
-	}
-	dt := maxTarget("S6 cold start: exec → queues drained (every object reconciled once), "+size, s6TargetDrained, drained)
-	if c := r.cold; c != nil {
-		dt.Reason = fmt.Sprintf("all gateways synced after %s; the controller's CPU until drained %s; %s API writes to natgw's objects",
-			report.Seconds(c.synced.Seconds()), report.Seconds(c.ctlCPU.Seconds()), report.Count(c.writes.natgw))
-	}
-	sec.Targets = append(sec.Targets, dt)
-
-	for _, q := range []struct {
-		name string
-		get  func(stats.Summary) float64
-	}{{"p50", func(s stats.Summary) float64 { return s.Median }}, {"p99", func(s stats.Summary) float64 { return s.P99 }}} {
-		t := report.Target{Name: fmt.Sprintf("S6 one FIP create→Ready %s with everything in place ÷ with ~0 objects (%d paced each), %s", q.name, p.Paced, size),
-			Want: fmt.Sprintf("≤ %.0f×", s6TargetRatio)}
-		if r.base == nil || r.loaded == nil {
-			t.Got, t.Reason = "not measured", "the run failed before both paced phases (see the notes)"
-		} else {
-			b, l := q.get(r.base.ready), q.get(r.loaded.ready)
-			ratio := l / b
-			t.Got, t.Pass = fmt.Sprintf("%.2f×", ratio), ratio <= s6TargetRatio
-			t.Reason = fmt.Sprintf("%s with everything in place, %s with ~0 objects", report.Seconds(l), report.Seconds(b))
-		}
-		sec.Targets = append(sec.Targets, t)
-	}
-}
-
-// s6WorstRSS is the RSS figure the target checks: the largest of the
-// controller's VmRSS and peak VmHWM with every object Ready and of the
-// restarted process after its cold start (0 when nothing was measured).
-func s6WorstRSS(r *s6Result) float64 {
-	worst := math.Max(r.readyRSS, r.readyHWM)
-	if c := r.cold; c != nil {
-		worst = math.Max(worst, math.Max(c.rss, c.hwm))
-	}
-	return worst
-}
-
-func s6Metrics(e *Env, r *s6Result) {
-	nan := math.NaN()
-	add := func(name, unit, better string, v float64) {
-		e.Report.AddMetric(report.NewMetric("s6."+name, unit, better, v, nan, ""))
-	}
-	if r.readyRSS > 0 {
-		add("controller_rss_ready", "bytes", report.LowerIsBetter, r.readyRSS)
-		add("controller_hwm_ready", "bytes", report.LowerIsBetter, r.readyHWM)
-		add("controller_rss_worst", "bytes", report.LowerIsBetter, s6WorstRSS(r))
-	}
-	if ld := r.load; ld != nil {
-		add("load.objects_ready_per_s", "objects/s", report.HigherIsBetter, float64(ld.eips+ld.rules)/ld.span.Seconds())
-		add("load.api_writes_per_object", "writes", report.LowerIsBetter, ld.writes.all/float64(ld.eips+ld.rules))
-	}
-	if c := r.cold; c != nil {
-		add("cold_start.all_synced", "s", report.LowerIsBetter, c.synced.Seconds())
-		add("cold_start.drained", "s", report.LowerIsBetter, c.drained.Seconds())
-		add("cold_start.api_writes", "writes", report.LowerIsBetter, c.writes.natgw)
-		add("cold_start.controller_hwm", "bytes", report.LowerIsBetter, c.hwm)
-	}
-	if r.base != nil && r.loaded != nil {
-		const baseName = "the same controller with ~0 objects"
-		e.Report.AddMetric(
-			report.NewMetric("s6.paced_loaded.create_ready.p50", "s", report.LowerIsBetter, r.loaded.ready.Median, r.base.ready.Median, baseName),
-			report.NewMetric("s6.paced_loaded.create_ready.p99", "s", report.LowerIsBetter, r.loaded.ready.P99, r.base.ready.P99, baseName))
-	}
-}
-
-// s6SaveHeap writes the controller's heap profile into the output
-// directory (`go tool pprof -top -sample_index=inuse_space FILE`); a failure
-// is reported as progress, not as the scenario's failure.
-func s6SaveHeap(ctx context.Context, e *Env, ctl *ctlProcess, name string) {
-	if e.OutDir == "" {
-		return
-	}
-	path := filepath.Join(e.OutDir, name)
-	if err := ctl.heapProfile(ctx, path); err != nil {
-		e.Progress.Printf("heap profile %s: %v", name, err)
-		return
-	}
-	e.Progress.Printf("heap profile of natgw-controller: %s", path)
 }

@@ -188,7 +188,7 @@ func TestS6PlanEnv(t *testing.T) {
 	if err != nil || p.Gateways != 4 || p.Rules != 400 || p.Paced != 7 {
 		t.Errorf("%s=4,400,7: %+v, %v", s6SizeEnv, p, err)
 	}
-	for _, bad := range []string{"4", "x,1", "1,2,3,4", "300,100000"} {
+	for _, bad := range []string{"4", "x,1", "1,2,3,4", "1001,100000"} {
 		t.Setenv(s6SizeEnv, bad)
 		if _, err := s6PlanFor(true); err == nil {
 			t.Errorf("%s=%q accepted", s6SizeEnv, bad)
