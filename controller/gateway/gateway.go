@@ -49,6 +49,11 @@ type Manager struct {
 
 	readyMu sync.Mutex
 	ready   chan struct{} // closed while a session is published
+	// tried is closed once the first connect attempt ended (a session,
+	// an error, or the manager stopping); until then a call that finds
+	// no session fails with ErrConnecting.
+	tried     chan struct{}
+	triedOnce sync.Once
 
 	knownMu sync.Mutex
 	known   map[string]nat.Object // what this process programmed and has not deleted
@@ -78,6 +83,7 @@ func newManager(cfg gwconfig.Entry, opts *Options) *Manager {
 		opts:  opts,
 		log:   opts.Log.WithValues("gateway", cfg.Name),
 		ready: make(chan struct{}),
+		tried: make(chan struct{}),
 		known: map[string]nat.Object{},
 		held:  map[string]struct{}{},
 		kick:  make(chan struct{}, 1),
@@ -269,6 +275,11 @@ func (g *Manager) call(ctx context.Context, op, kind string, fn func(transport.S
 	select {
 	case <-ready:
 	case <-wait.C:
+		select {
+		case <-g.tried:
+		default:
+			return fmt.Errorf("gateway %s: %w: %w (no session within %v)", g.cfg.Name, ErrNotReady, ErrConnecting, g.opts.ConnectWait)
+		}
 		return fmt.Errorf("gateway %s: %w (no session within %v)", g.cfg.Name, ErrNotReady, g.opts.ConnectWait)
 	case <-ctx.Done():
 		return fmt.Errorf("gateway %s: waiting for session: %w", g.cfg.Name, ctx.Err())

@@ -648,8 +648,8 @@ func TestNotReady(t *testing.T) {
 		}
 		return nil
 	})
-	if err := f.gw.Apply(context.Background(), fip("a", 1)); !errors.Is(err, ErrNotReady) {
-		t.Errorf("Apply without a session: %v, want ErrNotReady", err)
+	if err := f.gw.Apply(context.Background(), fip("a", 1)); !errors.Is(err, ErrNotReady) || errors.Is(err, ErrConnecting) {
+		t.Errorf("Apply without a session after the first connect: %v, want ErrNotReady and not ErrConnecting", err)
 	}
 	if _, err := f.reg.Get("nope"); !errors.Is(err, ErrUnknownGateway) {
 		t.Errorf("Get(unknown): %v, want ErrUnknownGateway", err)
@@ -659,6 +659,51 @@ func TestNotReady(t *testing.T) {
 	f.tr.mu.Unlock()
 	eventually(t, "reconnected", func() error {
 		return f.gw.Apply(context.Background(), fip("a", 1))
+	})
+}
+
+// heldOpenTransport holds every Open until gate is closed.
+type heldOpenTransport struct {
+	transport.Transport
+	gate chan struct{}
+}
+
+func (g *heldOpenTransport) Open(ctx context.Context, gw transport.Endpoint) (transport.Session, error) {
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return g.Transport.Open(ctx, gw)
+}
+
+// TestConnecting: until the first connect since the manager started has
+// ended, a call without a session fails with ErrConnecting (and
+// ErrNotReady): the gateway's state is unknown, not down. A first connect
+// that failed ends that: the calls then fail with ErrNotReady alone.
+func TestConnecting(t *testing.T) {
+	gate := make(chan struct{})
+	f := startWith(t, &source{}, newAgent(), newAgent(), nil, 0, func(o *Options) {
+		o.Transport = &heldOpenTransport{Transport: o.Transport, gate: gate}
+		o.ConnectWait = 20 * time.Millisecond
+	})
+	err := f.gw.Apply(context.Background(), fip("a", 1))
+	if !errors.Is(err, ErrConnecting) || !errors.Is(err, ErrNotReady) {
+		t.Fatalf("Apply while the first connect waits: %v, want ErrConnecting and ErrNotReady", err)
+	}
+	close(gate)
+	eventually(t, "connected", func() error { return f.gw.Apply(context.Background(), fip("a", 1)) })
+
+	// A first connect refused by the agent: not connecting any more.
+	f2 := startWith(t, &source{}, newAgent(), newAgent(), map[nat.DataplaneName]bool{nat.DataplaneNftables: true}, 0, func(o *Options) {
+		o.ConnectWait = 20 * time.Millisecond
+	})
+	eventually(t, "first connect failed", func() error {
+		err := f2.gw.Apply(context.Background(), fip("b", 2))
+		if !errors.Is(err, ErrNotReady) || errors.Is(err, ErrConnecting) {
+			return fmt.Errorf("Apply: %v, want ErrNotReady alone", err)
+		}
+		return nil
 	})
 }
 

@@ -99,6 +99,14 @@ func DefaultSyncParallel() int { return min(8, 4*runtime.GOMAXPROCS(0)) }
 // ErrNotReady is matched when a gateway has no working session.
 var ErrNotReady = errors.New("gateway not connected")
 
+// ErrConnecting is matched, with ErrNotReady, when a gateway has no session
+// yet because its first connect since this process started has not ended
+// (it waits for a connect slot, or is connecting and syncing): what the
+// gateway holds is unknown, not known to be gone, so callers should retry
+// without reporting the gateway down (a controller restart must not turn
+// every object of the gateways that connect last NotReady).
+var ErrConnecting = errors.New("first connect since the controller started not finished")
+
 // ErrUnknownGateway is matched for gateways that are not configured.
 var ErrUnknownGateway = errors.New("gateway not configured")
 

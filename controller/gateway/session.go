@@ -63,6 +63,7 @@ func (g *Manager) target(dp nat.DataplaneName) transport.Endpoint {
 
 // run keeps a session open until ctx ends.
 func (g *Manager) run(ctx context.Context) {
+	defer g.triedFirst()
 	backoff := g.opts.BackoffMin
 	first := true
 	for ctx.Err() == nil {
@@ -76,6 +77,7 @@ func (g *Manager) run(ctx context.Context) {
 		dp := g.wantDataplane(ctx)
 		s, err := g.connect(ctx, dp)
 		g.release()
+		g.triedFirst()
 		if err != nil {
 			g.log.Error(err, "connecting to the gateway agent failed; retrying", "dataplane", dp, "backoff", backoff)
 			if !sleep(ctx, backoff) {
@@ -94,6 +96,9 @@ func (g *Manager) run(ctx context.Context) {
 	}
 	g.mu.Unlock()
 }
+
+// triedFirst records that the first connect attempt ended.
+func (g *Manager) triedFirst() { g.triedOnce.Do(func() { close(g.tried) }) }
 
 // acquire waits for a connect slot (Options.SyncParallel); false when
 // ctx ended first.

@@ -149,6 +149,11 @@ type failure struct {
 	msg          string
 	requeueAfter time.Duration
 	err          error // returned to controller-runtime (backoff) when set
+	// quiet: the outcome says nothing about the object (its gateway's
+	// first connect since the controller started has not ended), so its
+	// status stays as it is, no Event is emitted, and it runs again after
+	// requeueAfter.
+	quiet bool
 }
 
 func (f *failure) Error() string { return f.reason + ": " + f.msg }
@@ -161,6 +166,10 @@ func fail(reason, format string, args ...any) *failure {
 func classify(gw string, err error) *failure {
 	var pe *agentapi.Error
 	switch {
+	case errors.Is(err, gateway.ErrConnecting):
+		f := fail(v1.ReasonGatewayNotReady, "%v", err)
+		f.requeueAfter, f.quiet = gatewayRetry, true
+		return f
 	case errors.Is(err, gateway.ErrUnknownGateway):
 		return fail(v1.ReasonGatewayNotFound, "gateway %s is not configured in natgw-controller's gateway config", gw)
 	case errors.Is(err, gateway.ErrNotReady):
@@ -177,6 +186,16 @@ func classify(gw string, err error) *failure {
 	f := fail(v1.ReasonProgramFailed, "gateway %s: %v", gw, err)
 	f.err = err
 	return f
+}
+
+// quietResult is the outcome of a quiet failure (see failure.quiet), ok
+// when f is one.
+func quietResult(log logr.Logger, f *failure) (ctrl.Result, bool) {
+	if !f.quiet {
+		return ctrl.Result{}, false
+	}
+	log.V(1).Info("gateway still connecting; status left as it is", "message", f.msg, "retry", f.requeueAfter)
+	return ctrl.Result{RequeueAfter: f.requeueAfter}, true
 }
 
 // result is what Reconcile returns for a failure.
@@ -360,7 +379,9 @@ func (d *Deps) finishDeleteThen(ctx context.Context, log logr.Logger, obj client
 	for _, uid := range uids {
 		if err := d.unprogram(ctx, log, kind, uid, gws, ""); err != nil {
 			f := classify(firstOr(gws), err)
-			d.event(obj, &failure{reason: "DeleteFailed", msg: f.msg})
+			if !f.quiet {
+				d.event(obj, &failure{reason: "DeleteFailed", msg: f.msg})
+			}
 			log.Error(err, "delete on gateway failed; keeping the finalizer")
 			if f.requeueAfter > 0 && f.err == nil {
 				return ctrl.Result{RequeueAfter: f.requeueAfter}, nil

@@ -166,6 +166,9 @@ func (r *eipReconciler) build(ctx context.Context, e *v1.IptablesEIP, reserved n
 }
 
 func (r *eipReconciler) finish(ctx context.Context, log logr.Logger, e *v1.IptablesEIP, f *failure) (ctrl.Result, error) {
+	if res, ok := quietResult(log, f); ok {
+		return res, nil
+	}
 	switch f.reason {
 	case v1.ReasonInvalid, v1.ReasonEIPInUse, v1.ReasonGatewayNotFound:
 		if err := r.unprogram(ctx, log, nat.KindEIP, string(e.UID), r.programmedOn(e, e.Spec.NatGwDp), ""); err != nil {

@@ -162,6 +162,9 @@ func programmedStatus(addrs nat.EIP, gw string) ruleStatus {
 // desired set, which leaves unresolvable rules out), the status says why and
 // an Event is emitted.
 func (r *ruleReconciler[T]) finish(ctx context.Context, log logr.Logger, obj T, f *failure) (ctrl.Result, error) {
+	if res, ok := quietResult(log, f); ok {
+		return res, nil
+	}
 	switch f.reason {
 	case v1.ReasonEIPNotFound, v1.ReasonEIPNotReady, v1.ReasonInvalid, v1.ReasonEIPInUse:
 		if err := r.unprogram(ctx, log, r.k.kind, string(obj.GetUID()), r.programmedOn(obj, r.k.gateway(obj)), ""); err != nil {

@@ -179,6 +179,9 @@ func (r *natGatewayReconciler) routesOn(ctx context.Context, gwName, uid string)
 }
 
 func (r *natGatewayReconciler) finish(ctx context.Context, log logr.Logger, g *v1.VpcNatGateway, f *failure) (ctrl.Result, error) {
+	if res, ok := quietResult(log, f); ok {
+		return res, nil
+	}
 	log.Info("gateway not programmed", "reason", f.reason, "message", f.msg)
 	r.event(g, f)
 	if err := r.setReady(ctx, g, f.condition()); err != nil {
