@@ -91,6 +91,18 @@ func RunS7(ctx context.Context, e *Env) error {
 		results = append(results, s7Result{dp: dp, r: r})
 	}
 	reportS7(e.Report, sec, results, upIn)
+	ssz := s7SessSizes{Pods: 0, FIPs: 2, Window: 30 * time.Second}
+	if e.Quick {
+		ssz = s7SessSizes{Pods: 10, FIPs: 2, Window: 10 * time.Second}
+	}
+	e.Progress.Printf("held sessions: gateway pods through the exec transport (%s), kube-apiserver and kubelet per session, a kube-apiserver restart", s7SessPodsText(ssz.Pods))
+	sess, err := s7RunSessions(ctx, c, repo, ssz, e.Progress.Printf)
+	sessNotRun := ""
+	if err != nil {
+		errs = append(errs, fmt.Errorf("scenario 7, held sessions: %w", err))
+		sess, sessNotRun = nil, err.Error()
+	}
+	reportS7Sessions(e.Report, sec, sess, sessNotRun)
 	// Last: it turns the deployed controller into the provisioner.
 	e.Progress.Printf("two-replica comparison (nftables): Kube-OVN's controller, natgw-controller --provision-gateways --ha-gateways, %d paced FIPs on a gateway of one replica and one of two, alternating", sz.Paced)
 	ha, notRun, err := s7RunHA(ctx, c, cfg, repo, sz.Paced, e.Progress.Printf)
