@@ -175,7 +175,8 @@ func TestReportS7Sessions(t *testing.T) {
 		{"not all", func() *s7SessResult { r := *ok; r.ReconnectErr = "3 of 50 gateways not connected"; return &r }(), false, "3 of 50"},
 		{"rule lost", func() *s7SessResult { r := *ok; r.Lost = 2; return &r }(), false, "2 rule lines lost"},
 		{"resync", func() *s7SessResult { r := *ok; r.Resyncs = 1; return &r }(), false, "1 resyncs"},
-		{"quick size", func() *s7SessResult { r := *ok; r.N = 10; return &r }(), false, "quick size"},
+		{"quick size", func() *s7SessResult { r := *ok; r.N = 10; return &r }(), true, "quick size"},
+		{"quick size and slow", func() *s7SessResult { r := *ok; r.N = 10; r.Reconnect = 11 * time.Second; return &r }(), false, "took 11.00 s"},
 		{"not measured", nil, false, "no cluster"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
