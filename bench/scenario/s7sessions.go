@@ -1,7 +1,6 @@
 package scenario
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -121,54 +120,27 @@ func cpuCores(before, after, wall time.Duration) float64 {
 	return float64(after-before) / float64(wall)
 }
 
-// gatewaySeries reads, from a Prometheus text exposition, every sample of
-// the metrics names that carries a gateway label, and returns per metric
-// the per-gateway sum of their values (a counter with a reason label
-// summed over its reasons).
-func gatewaySeries(r io.Reader, names ...string) (map[string]map[string]float64, error) {
+// gatewaySeries reads, from a Prometheus text exposition (parseProm),
+// every sample of the metrics names that carries a gateway label, and
+// returns per metric the per-gateway sum of their values (a counter with a
+// reason label summed over its reasons).
+func gatewaySeries(text string, names ...string) (map[string]map[string]float64, error) {
+	ps, err := parseProm(text)
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]map[string]float64{}
 	for _, n := range names {
 		out[n] = map[string]float64{}
 	}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		name, rest, ok := strings.Cut(line, "{")
-		if !ok || out[name] == nil {
+	for _, p := range ps {
+		gw, ok := p.labels["gateway"]
+		if out[p.name] == nil || !ok {
 			continue
 		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			return nil, fmt.Errorf("metric line %q: no closing brace", line)
-		}
-		gw, ok := labelValue(labels, "gateway")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(value)
-		if len(f) == 0 {
-			return nil, fmt.Errorf("metric line %q: no value", line)
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			return nil, fmt.Errorf("metric line %q: %w", line, err)
-		}
-		out[name][gw] += v
+		out[p.name][gw] += p.value
 	}
-	return out, sc.Err()
-}
-
-// labelValue finds label key's value in a Prometheus label list
-// (`a="x",b="y"`; natgw's gateway names hold no quotes or commas).
-func labelValue(labels, key string) (string, bool) {
-	for _, kv := range strings.Split(labels, ",") {
-		k, v, ok := strings.Cut(kv, "=")
-		if ok && k == key && len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
-			return v[1 : len(v)-1], true
-		}
-	}
-	return "", false
+	return out, nil
 }
 
 // linesLost counts the lines of before that after does not hold (as a
@@ -648,8 +620,13 @@ func (m *s7Metrics) scrape(ctx context.Context) (s7Snapshot, error) {
 			errs = append(errs, err)
 			continue
 		}
-		s, err := gatewaySeries(resp.Body, "natgw_gateway_connected", "natgw_resyncs_total", "natgw_transport_reconnects_total")
+		body, err := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s, err := gatewaySeries(string(body), "natgw_gateway_connected", "natgw_resyncs_total", "natgw_transport_reconnects_total")
 		if err != nil {
 			return snap, fmt.Errorf("natgw-controller %s: %w", ip, err)
 		}
