@@ -103,9 +103,9 @@ func RunS7(ctx context.Context, e *Env) error {
 	} else {
 		sec.Notes = append(sec.Notes, s7OnlyEnv+"="+only+": only the held-sessions part ran (development).")
 	}
-	ssz := s7SessSizes{Pods: 0, FIPs: 2, Window: 30 * time.Second}
+	ssz := s7SessSizes{Pods: 0, FIPs: 1, Window: 30 * time.Second}
 	if e.Quick {
-		ssz = s7SessSizes{Pods: 10, FIPs: 2, Window: 10 * time.Second}
+		ssz = s7SessSizes{Pods: 10, FIPs: 1, Window: 10 * time.Second}
 	}
 	e.Progress.Printf("held sessions: gateway pods through the exec transport (%s), kube-apiserver and kubelet per session, a kube-apiserver restart", s7SessPodsText(ssz.Pods))
 	sess, err := s7RunSessions(ctx, c, repo, ssz, e.Progress.Printf)

@@ -48,7 +48,8 @@ type s7SessSizes struct {
 	// Pods is the number of gateway pods; 0: as many as the node holds
 	// (its allocatable pods less those it runs), at least s7SessMinPods.
 	Pods int
-	// FIPs per gateway (each gateway has one EIP).
+	// FIPs per gateway (each gateway has one EIP, and an EIP holds one
+	// floating IP: more than 1 leaves the others refused, Conflict).
 	FIPs int
 	// Window is how long CPU time is measured in each state.
 	Window time.Duration
