@@ -79,9 +79,17 @@ func RunS7(ctx context.Context, e *Env) error {
 		return fmt.Errorf("scenario 7: %w", err)
 	}
 	e.Progress.Printf("cluster up in %v, controller deployed in %v", upIn.Round(time.Millisecond), (time.Since(start) - upIn).Round(time.Millisecond))
+	only, err := s7OnlyPart()
+	if err != nil {
+		sec.NotRun = err.Error()
+		return fmt.Errorf("scenario 7: %w", err)
+	}
 	var results []s7Result
 	var errs []error
 	for i, dp := range s3Dataplanes {
+		if only != "" {
+			break
+		}
 		e.Progress.Printf("[%d/%d] %s: gateway pod, %d EIPs, %d paced FIPs, a burst of %d", i+1, len(s3Dataplanes), dp, sz.Burst, sz.Paced, sz.Burst)
 		r, err := s7Dataplane(ctx, c, repo, dp, sz)
 		if err != nil {
@@ -90,7 +98,26 @@ func RunS7(ctx context.Context, e *Env) error {
 		}
 		results = append(results, s7Result{dp: dp, r: r})
 	}
-	reportS7(e.Report, sec, results, upIn)
+	if only == "" {
+		reportS7(e.Report, sec, results, upIn)
+	} else {
+		sec.Notes = append(sec.Notes, s7OnlyEnv+"="+only+": only the held-sessions part ran (development).")
+	}
+	ssz := s7SessSizes{Pods: 0, FIPs: 1, Window: 30 * time.Second}
+	if e.Quick {
+		ssz = s7SessSizes{Pods: 10, FIPs: 1, Window: 10 * time.Second}
+	}
+	e.Progress.Printf("held sessions: gateway pods through the exec transport (%s), kube-apiserver and kubelet per session, a kube-apiserver restart", s7SessPodsText(ssz.Pods))
+	sess, err := s7RunSessions(ctx, c, repo, ssz, e.Progress.Printf)
+	sessNotRun := ""
+	if err != nil {
+		errs = append(errs, fmt.Errorf("scenario 7, held sessions: %w", err))
+		sess, sessNotRun = nil, err.Error()
+	}
+	reportS7Sessions(e.Report, sec, sess, sessNotRun)
+	if only != "" {
+		return errors.Join(errs...)
+	}
 	// Last: it turns the deployed controller into the provisioner.
 	e.Progress.Printf("two-replica comparison (nftables): Kube-OVN's controller, natgw-controller --provision-gateways --ha-gateways, %d paced FIPs on a gateway of one replica and one of two, alternating", sz.Paced)
 	ha, notRun, err := s7RunHA(ctx, c, cfg, repo, sz.Paced, e.Progress.Printf)
@@ -341,5 +368,19 @@ func reportS7(r *report.Report, sec *report.Section, results []s7Result, upIn ti
 		x := results[0].r
 		sec.Notes = append(sec.Notes, fmt.Sprintf("%d paced FIPs, a burst of %d (8 creating goroutines), %d session requests, %d kubectl execs per data plane.",
 			x.Sizes.Paced, x.Sizes.Burst, x.Sizes.SessionReqs, x.Sizes.KubectlReqs))
+	}
+}
+
+// s7OnlyEnv names the variable that runs one part of scenario 7 alone
+// (development): "sessions" runs only the held-sessions part.
+const s7OnlyEnv = "NATGW_BENCH_S7"
+
+// s7OnlyPart returns the part s7OnlyEnv selects ("" when unset: all).
+func s7OnlyPart() (string, error) {
+	switch v := os.Getenv(s7OnlyEnv); v {
+	case "", "sessions":
+		return v, nil
+	default:
+		return "", fmt.Errorf("%s %q: want \"sessions\" or unset", s7OnlyEnv, v)
 	}
 }

@@ -75,6 +75,9 @@ type Manager struct {
 	kick, check chan struct{}
 	// slots bounds the connects of all gateways (Registry; nil: unbounded).
 	slots chan struct{}
+	// recovery wakes the reconnect backoff when the path to the agents
+	// answers again (Registry; nil: none).
+	recovery *recovery
 }
 
 func newManager(cfg gwconfig.Entry, opts *Options) *Manager {

@@ -192,11 +192,13 @@ type fakeTransport struct {
 	open        []*session
 	refuse      bool
 	unreachable map[nat.DataplaneName]bool // data planes whose agent cannot start
+	opens       int                        // Open calls
 }
 
 func (t *fakeTransport) Open(_ context.Context, gw transport.Endpoint) (transport.Session, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.opens++
 	if t.refuse {
 		return nil, errors.New("agent unreachable (test)")
 	}

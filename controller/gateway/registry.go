@@ -65,6 +65,15 @@ type Options struct {
 	ConnectWait time.Duration
 	// BackoffMin and BackoffMax bound the reconnect backoff (100ms, 30s).
 	BackoffMin, BackoffMax time.Duration
+	// Probe, when set, checks that the path to the agents answers (for
+	// the exec transport: the API server's /readyz). While any manager
+	// waits in its reconnect backoff, one probe runs every ProbeInterval
+	// (default 500ms); when it succeeds after failing, every waiting
+	// manager retries at once with its backoff reset to BackoffMin
+	// instead of waiting out a backoff that doubled while the API server
+	// was down. nil: the backoff alone.
+	Probe         func(ctx context.Context) error
+	ProbeInterval time.Duration
 	// CallTimeout bounds sync, list and sweep calls of the manager (1m).
 	CallTimeout time.Duration
 	// SyncParallel bounds how many gateways connect at once: open their
@@ -122,6 +131,8 @@ type Registry struct {
 	wg       sync.WaitGroup
 	// slots holds a token per gateway connecting (Options.SyncParallel).
 	slots chan struct{}
+	// recovery is nil without Options.Probe.
+	recovery *recovery
 }
 
 // NewRegistry returns a Registry; call Start to run it.
@@ -147,10 +158,17 @@ func NewRegistry(opts Options) *Registry {
 	if opts.SyncParallel <= 0 {
 		opts.SyncParallel = DefaultSyncParallel()
 	}
-	return &Registry{
+	if opts.ProbeInterval <= 0 {
+		opts.ProbeInterval = 500 * time.Millisecond
+	}
+	r := &Registry{
 		opts: opts, gateways: map[string]*Manager{}, started: make(chan struct{}),
 		slots: make(chan struct{}, opts.SyncParallel),
 	}
+	if opts.Probe != nil {
+		r.recovery = newRecovery(opts.Probe, opts.ProbeInterval)
+	}
+	return r
 }
 
 // NeedLeaderElection makes the Registry run only on the leader.
@@ -163,6 +181,13 @@ func (r *Registry) Start(ctx context.Context) error {
 	r.mu.Lock()
 	r.ctx = ctx
 	close(r.started)
+	if r.recovery != nil {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			r.recovery.run(ctx)
+		}()
+	}
 	for _, g := range r.gateways {
 		r.run(g)
 	}
@@ -205,7 +230,7 @@ func (r *Registry) Get(name string) (*Manager, error) {
 		return g, nil
 	}
 	g := newManager(cfg, &r.opts)
-	g.slots = r.slots
+	g.slots, g.recovery = r.slots, r.recovery
 	r.gateways[name] = g
 	if r.ctx != nil {
 		r.run(g)

@@ -80,10 +80,16 @@ func (g *Manager) run(ctx context.Context) {
 		g.triedFirst()
 		if err != nil {
 			g.log.Error(err, "connecting to the gateway agent failed; retrying", "dataplane", dp, "backoff", backoff)
-			if !sleep(ctx, backoff) {
+			ok, recovered := g.recovery.wait(ctx, backoff)
+			if !ok {
 				break
 			}
-			backoff = min(backoff*2, g.opts.BackoffMax)
+			if recovered {
+				g.log.Info("the path to the gateway agents answers again: reconnecting now")
+				backoff = g.opts.BackoffMin
+			} else {
+				backoff = min(backoff*2, g.opts.BackoffMax)
+			}
 			continue
 		}
 		backoff = g.opts.BackoffMin

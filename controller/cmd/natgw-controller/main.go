@@ -303,6 +303,8 @@ func run() error {
 	}
 
 	var tr transport.Transport
+	// apiReady probes the path of exec sessions (nil: local transport).
+	var apiReady func(context.Context) error
 	switch f.transport {
 	case "local":
 		tr = &transport.Local{Binary: f.natgwBinary, Log: log.WithName("agent")}
@@ -313,6 +315,14 @@ func run() error {
 		}
 		tr = &transport.Exec{Config: restCfg, Client: cs, Namespace: f.podNamespace, NamespaceOf: gatewayNamespaceOf(mgr.GetCache(), f.podNamespace), Command: f.natgwBinary, Log: log.WithName("agent")}
 		cfg.Unlisted = true // any gateway's pod is found by its label
+		// Every exec session breaks when kube-apiserver restarts: the
+		// managers reconnect as soon as it answers /readyz again.
+		apiReady = func(ctx context.Context) error {
+			if err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error(); err != nil {
+				return fmt.Errorf("kube-apiserver /readyz: %w", err)
+			}
+			return nil
+		}
 	}
 
 	ctx := ctrl.SetupSignalHandler()
@@ -338,6 +348,7 @@ func run() error {
 			SweepPeriod:      f.sweepPeriod,
 			SyncParallel:     f.syncParallel,
 			DriftPeriod:      f.driftPeriod,
+			Probe:            apiReady,
 			Log:              log.WithName("gateway"),
 		},
 	})

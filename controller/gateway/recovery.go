@@ -1,0 +1,93 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// recovery ends the reconnect backoff of every gateway when the path to
+// the agents answers again (Options.Probe): after an API server restart
+// every exec session breaks at once, and without it each manager would
+// wait out its doubled backoff (up to BackoffMax) after the API server is
+// back. One probe for all gateways, only while some manager waits in
+// backoff, at most every Options.ProbeInterval: it never adds load while
+// the API server is down beyond that one request.
+type recovery struct {
+	probe    func(context.Context) error
+	interval time.Duration
+
+	mu      sync.Mutex
+	waiters int
+	// back is closed when the probe answers after it failed while
+	// managers waited; then replaced.
+	back chan struct{}
+}
+
+func newRecovery(probe func(context.Context) error, interval time.Duration) *recovery {
+	return &recovery{probe: probe, interval: interval, back: make(chan struct{})}
+}
+
+// wait sleeps d, or until the probe answers again (then it returns
+// recovered true); ok is false when ctx ended first. A nil recovery (no
+// Options.Probe) only sleeps.
+func (r *recovery) wait(ctx context.Context, d time.Duration) (ok, recovered bool) {
+	if r == nil {
+		return sleep(ctx, d), false
+	}
+	r.mu.Lock()
+	r.waiters++
+	back := r.back
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.waiters--
+		r.mu.Unlock()
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false, false
+	case <-t.C:
+		return true, false
+	case <-back:
+		return true, true
+	}
+}
+
+// run probes every interval while a manager waits, and wakes the waiters
+// when a probe succeeds after one failed, until ctx ends.
+func (r *recovery) run(ctx context.Context) {
+	tick := time.NewTicker(r.interval)
+	defer tick.Stop()
+	failed := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		r.mu.Lock()
+		n := r.waiters
+		r.mu.Unlock()
+		if n == 0 {
+			failed = false
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, max(r.interval, 2*time.Second))
+		err := r.probe(pctx)
+		cancel()
+		if err != nil {
+			failed = true
+			continue
+		}
+		if failed {
+			failed = false
+			r.mu.Lock()
+			close(r.back)
+			r.back = make(chan struct{})
+			r.mu.Unlock()
+		}
+	}
+}
