@@ -9,6 +9,7 @@ import (
 
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/nattest"
 	"github.com/natgw/natgw/nat/nftables"
 )
 
@@ -22,14 +23,8 @@ import (
 func TestWrapPolicesIPv6EIPs(t *testing.T) {
 	const (
 		rateMbps = 16
-		size     = 6 << 20                  // bytes: about 3 s at the rate
-		rate     = rateMbps * 1_000_000 / 8 // bytes per second
-		timeout  = 30 * time.Second
 		port     = 8080
 	)
-	// As nattest's QoS case: 80% of the time the bytes beyond a 1.5 s
-	// burst need at the rate.
-	const floor = time.Duration((size - 3*rate/2) * int64(time.Second) / rate * 8 / 10)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	lab := netlab.ForTest(t)
@@ -87,46 +82,13 @@ func TestWrapPolicesIPv6EIPs(t *testing.T) {
 			t.Errorf("List: %s QoS %+v, want %+v", o.UID, o.EIP.QoS, q)
 		}
 	}
-	type xfer struct {
-		name string
-		run  func() (netlab.Reply, time.Duration, error)
-	}
-	var xfers []xfer
+	var targets []netip.AddrPort
 	for _, eip := range []netip.Addr{dual.Address, dual.V6Address, only6.V6Address} {
-		target := netip.AddrPortFrom(eip, port).String()
-		xfers = append(xfers,
-			xfer{"ingress to " + eip.String(), func() (netlab.Reply, time.Duration, error) {
-				return netlab.Upload(ctx, gw.Ext.NS, target, size, timeout)
-			}},
-			xfer{"egress from " + eip.String(), func() (netlab.Reply, time.Duration, error) {
-				return netlab.Download(ctx, gw.Ext.NS, target, size, timeout)
-			}})
+		targets = append(targets, netip.AddrPortFrom(eip, port))
 	}
-	took := make([]time.Duration, len(xfers))
-	for i, x := range xfers {
-		_, d, err := x.run()
-		if err != nil {
-			t.Errorf("%s with QoS %d Mbit/s: %v", x.name, rateMbps, err)
-			continue
+	nattest.WantPoliced(t, ctx, gw.Ext.NS, targets, rateMbps, nil, func() {
+		if err := dp.Apply(ctx, eips(nil)...); err != nil {
+			t.Fatal(err)
 		}
-		took[i] = d
-		t.Logf("%s, policed at %d Mbit/s: %d bytes in %v (%.1f Mbit/s)", x.name, rateMbps, size, d, float64(size)*8/d.Seconds()/1e6)
-		if d < floor {
-			t.Errorf("%s: %d bytes in %v, faster than %d Mbit/s allows (at least %v)", x.name, size, d, rateMbps, floor)
-		}
-	}
-	if err := dp.Apply(ctx, eips(nil)...); err != nil {
-		t.Fatal(err)
-	}
-	for i, x := range xfers {
-		_, d, err := x.run()
-		if err != nil {
-			t.Errorf("%s without QoS: %v", x.name, err)
-			continue
-		}
-		t.Logf("%s, QoS removed: %d bytes in %v (%.1f Mbit/s)", x.name, size, d, float64(size)*8/d.Seconds()/1e6)
-		if took[i] > 0 && d > took[i]/2 {
-			t.Errorf("%s: still slow after removing the QoS: %v (policed: %v)", x.name, d, took[i])
-		}
-	}
+	})
 }
