@@ -1048,7 +1048,7 @@ func s6CheckKernel(ctx context.Context, e *Env, cs *s6Cold, plan s6Plan, kernel 
 	return nil
 }
 
-// Targets of scenario 6 (issue 25's, raised from 512 MiB and 30 s once the
+// Targets of scenario 6 (raised from 512 MiB and 30 s once the
 // controller had been measured): the controller's RSS with every object
 // Ready, its cold start included; the cold start to every gateway synced and
 // to its queues drained; and one FIP's create→Ready with everything in place
