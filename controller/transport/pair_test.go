@@ -193,12 +193,7 @@ func TestPairChange(t *testing.T) {
 // none active, a call waits for every replica.
 func TestPairStandbyAfterActive(t *testing.T) {
 	ctx := context.Background()
-	a, b := newFakeAgent("ba"), newFakeAgent("bb")
-	b.gate = make(chan struct{})
-	p, err := NewPair(Endpoint{Name: "g"}, []Member{{Pod: "vpc-nat-gw-g-0", Session: a}, {Pod: "vpc-nat-gw-g-1", Session: b}}, "vpc-nat-gw-g-0", testlog.New(t, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, a, b := heldPair(t, "vpc-nat-gw-g-0")
 	defer p.Close()
 	steps := []func() error{
 		func() error { return p.Apply(ctx, nat.Object{UID: "x"}) },
@@ -254,12 +249,7 @@ func TestPairStandbyAfterActive(t *testing.T) {
 	}
 
 	// None active: the call waits for every replica.
-	c, d := newFakeAgent("bc"), newFakeAgent("bd")
-	d.gate = make(chan struct{})
-	q, err := NewPair(Endpoint{Name: "g"}, []Member{{Pod: "vpc-nat-gw-g-0", Session: c}, {Pod: "vpc-nat-gw-g-1", Session: d}}, "", testlog.New(t, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	q, _, d := heldPair(t, "")
 	defer q.Close()
 	done := make(chan error, 1)
 	go func() { done <- q.Apply(ctx, nat.Object{UID: "z"}) }()
@@ -458,12 +448,7 @@ func TestExecPair(t *testing.T) {
 // returns its error. Run with -race.
 func TestPairFlushWaits(t *testing.T) {
 	ctx := context.Background()
-	a, b := newFakeAgent("ba"), newFakeAgent("bb")
-	b.gate = make(chan struct{})
-	p, err := NewPair(Endpoint{Name: "g"}, []Member{{Pod: "vpc-nat-gw-g-0", Session: a}, {Pod: "vpc-nat-gw-g-1", Session: b}}, "vpc-nat-gw-g-0", testlog.New(t, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, _, b := heldPair(t, "vpc-nat-gw-g-0")
 	defer p.Close()
 	if err := p.Flush(ctx); err != nil {
 		t.Fatalf("flush with nothing queued: %v", err)
@@ -501,13 +486,8 @@ func TestPairFlushWaits(t *testing.T) {
 	}
 
 	// A Flush waiting when the Pair ends returns the end's error.
-	c, d := newFakeAgent("bc"), newFakeAgent("bd")
-	d.gate = make(chan struct{})
+	q, c, d := heldPair(t, "vpc-nat-gw-g-0")
 	defer close(d.gate)
-	q, err := NewPair(Endpoint{Name: "g"}, []Member{{Pod: "vpc-nat-gw-g-0", Session: c}, {Pod: "vpc-nat-gw-g-1", Session: d}}, "vpc-nat-gw-g-0", testlog.New(t, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := q.Apply(ctx, nat.Object{UID: "x"}); err != nil {
 		t.Fatal(err)
 	}
@@ -524,4 +504,18 @@ func TestPairFlushWaits(t *testing.T) {
 		t.Fatal("flush did not return after the Pair ended")
 	}
 	q.Close()
+}
+
+// heldPair returns a Pair of two fake replicas, vpc-nat-gw-g-0 (a) and
+// vpc-nat-gw-g-1 (b, its changes held until b.gate is closed), with active
+// holding the Lease ("" none).
+func heldPair(t *testing.T, active string) (p *Pair, a, b *fakeAgent) {
+	t.Helper()
+	a, b = newFakeAgent("ba"), newFakeAgent("bb")
+	b.gate = make(chan struct{})
+	p, err := NewPair(Endpoint{Name: "g"}, []Member{{Pod: "vpc-nat-gw-g-0", Session: a}, {Pod: "vpc-nat-gw-g-1", Session: b}}, active, testlog.New(t, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, a, b
 }
