@@ -101,7 +101,8 @@ const (
 	// GatewayQoSTable is the gateway-wide QoS table, family ip
 	// (nat/gwqos).
 	GatewayQoSTable TableName = "natgw_gwqos"
-	// ShapeTable holds the EIP shaping maps, family ip (nat/shape).
+	// ShapeTable holds the EIP shaping maps, family inet (before: ip; see
+	// nat/shape).
 	ShapeTable TableName = "natgw_shape"
 	// LBSvcTable holds lb-svc.sh's DNAT and masquerade rules, family ip
 	// (gwimage/lbsvc).
@@ -139,8 +140,10 @@ const (
 	ShapePostChain ChainName = "post"
 	// ShapeIngressMap is keyed by the connection's ct mark (the EIP).
 	ShapeIngressMap MapName = "ingress"
-	// ShapeEgressMap is keyed by the source address.
+	// ShapeEgressMap is keyed by the IPv4 source address.
 	ShapeEgressMap MapName = "egress"
+	// ShapeEgress6Map is keyed by the IPv6 source address.
+	ShapeEgress6Map MapName = "egress6"
 )
 
 // LBSvcTable's chains (gwimage/lbsvc): NAT prerouting (the DNATs) and NAT
