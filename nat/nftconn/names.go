@@ -36,7 +36,7 @@
 // gwimage/lbsvc (table ip natgw_lbsvc), gwimage/vpclb (tables ip and ip6
 // natgw_vpclb), nat/planes (removal of the other plane's table inet/ip
 // natgw), nat/gwqos (table ip natgw_gwqos, two chains; it finds its
-// rules by their tags), nat/shape (table ip natgw_shape: two maps of
+// rules by their tags), nat/shape (table inet natgw_shape: three maps of
 // classids and a chain that looks them up) write through Conn (Netlink). The main table (nat/nftables) keeps a Lasting
 // for its life (a small transaction costs ~11 µs: no dial per call),
 // commits its own Batches on the Lasting's Socket (its txn wraps a Batch,

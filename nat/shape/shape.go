@@ -12,14 +12,21 @@
 // filter picks the class: nftables does (`meta priority set`), in table
 // natgw_shape, which is natgw's own and separate from the NAT table:
 //
-//	table ip natgw_shape {
-//	  map ingress { type mark : classid }      # the EIP's ct mark : HTB class (major:minor)
-//	  map egress  { type ipv4_addr : classid } # EIP : HTB class
+//	table inet natgw_shape {
+//	  map ingress { type mark : classid }      # the EIP's ct mark (IPv4 and IPv6 mark id) : HTB class (major:minor)
+//	  map egress  { type ipv4_addr : classid } # EIP's IPv4 address : HTB class
+//	  map egress6 { type ipv6_addr : classid } # EIP's IPv6 address : HTB class
 //	  chain post { type filter hook postrouting priority 200
 //	    oifname eth0 meta priority set ct mark map @ingress
 //	    oifname net1 meta priority set ip saddr map @egress
+//	    oifname net1 meta priority set ip6 saddr map @egress6
 //	  }
 //	}
+//
+// A dual-stack EIP has one class per direction for both families; an IPv6
+// address's connections carry its EIP's mark id (EIP.Mark6) as ct mark.
+// Layouts before IPv6 shaping kept the IPv4 maps in table ip natgw_shape:
+// read while the inet table is missing, deleted when it is written.
 //
 // Traffic to an EIP is recognised by its connection's ct mark, which
 // natgw's nftables data plane sets to the EIP on every connection to an EIP
