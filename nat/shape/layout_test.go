@@ -111,16 +111,7 @@ func sorted(cs []class) []class {
 // chain's rules as the rootless golden (TestLayoutGolden) has them, and
 // Get reads the EIPs back; the last step leaves no table.
 func TestTableListed(t *testing.T) {
-	lab := netlab.ForTest(t)
-	ns, err := lab.NS("gw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, dev := range []string{"eth0", "net1"} {
-		if err := netlab.Stub(ns, dev); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ns := stubGateway(t)
 	ctx := context.Background()
 	cfg := nat.Config{NetNS: ns}
 	f := nftconn.NewFake()
@@ -149,11 +140,10 @@ func TestTableListed(t *testing.T) {
 	}
 }
 
-// TestUpgradeFromIPTable: a gateway whose shaping is in the family ip
-// natgw_shape of layouts before IPv6 shaping (root; stub interfaces) reads
-// back from it (Get), and the next Set leaves only the inet table, with
-// the classes intact: same minors, same rates, nothing re-made.
-func TestUpgradeFromIPTable(t *testing.T) {
+// stubGateway is a gateway namespace (root) with stub interfaces eth0
+// and net1.
+func stubGateway(t *testing.T) string {
+	t.Helper()
 	lab := netlab.ForTest(t)
 	ns, err := lab.NS("gw")
 	if err != nil {
@@ -164,6 +154,15 @@ func TestUpgradeFromIPTable(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return ns
+}
+
+// TestUpgradeFromIPTable: a gateway whose shaping is in the family ip
+// natgw_shape of layouts before IPv6 shaping (root; stub interfaces) reads
+// back from it (Get), and the next Set leaves only the inet table, with
+// the classes intact: same minors, same rates, nothing re-made.
+func TestUpgradeFromIPTable(t *testing.T) {
+	ns := stubGateway(t)
 	ctx := t.Context()
 	cfg := nat.Config{NetNS: ns}
 	eips := layoutSteps()[1][:2] // IPv4 EIPs: what an old table held
@@ -172,7 +171,8 @@ func TestUpgradeFromIPTable(t *testing.T) {
 	}
 	// Make the table the old one: the same maps' elements in table ip.
 	var cur []class
-	err = withKernel(ctx, cfg.WithDefaults(), func(k *kernel) error {
+	err := withKernel(ctx, cfg.WithDefaults(), func(k *kernel) error {
+		var err error
 		if cur, err = k.readMaps(); err != nil {
 			return err
 		}
