@@ -225,6 +225,20 @@ func (e *Engine) Counts() map[nat.Kind]int {
 	return e.state.Counts()
 }
 
+// MarkID6 is the backend's IPv6 EIP mark id of a (nftables.Backend's
+// MarkID6), read between changes; false when a has none or the backend
+// keeps no ids.
+func (e *Engine) MarkID6(a netip.Addr) (uint32, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if m, ok := e.r.(interface {
+		MarkID6(netip.Addr) (uint32, bool)
+	}); ok {
+		return m.MarkID6(a)
+	}
+	return 0, false
+}
+
 // Close implements nat.Dataplane.
 func (e *Engine) Close() error {
 	e.mu.Lock()

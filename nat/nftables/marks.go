@@ -261,3 +261,13 @@ func (r *Backend) markOf6(a netip.Addr) (uint32, bool) {
 	id, ok := r.forgotten6[a]
 	return id, ok
 }
+
+// MarkID6 returns the conntrack mark id natgw's rules give the
+// connections of IPv6 EIP address a (its eip_marks6 element; see
+// Conntrack in nat/README.md), and false when no EIP object holds a. It
+// reads the Backend's index: call it between changes, not during one
+// (nat/shape classifies an IPv6 EIP's ingress by it).
+func (r *Backend) MarkID6(a netip.Addr) (uint32, bool) {
+	m, ok := r.marks6[a]
+	return m.id, ok
+}

@@ -36,7 +36,7 @@
 // gwimage/lbsvc (table ip natgw_lbsvc), gwimage/vpclb (tables ip and ip6
 // natgw_vpclb), nat/planes (removal of the other plane's table inet/ip
 // natgw), nat/gwqos (table ip natgw_gwqos, two chains; it finds its
-// rules by their tags), nat/shape (table ip natgw_shape: two maps of
+// rules by their tags), nat/shape (table inet natgw_shape: three maps of
 // classids and a chain that looks them up) write through Conn (Netlink). The main table (nat/nftables) keeps a Lasting
 // for its life (a small transaction costs ~11 µs: no dial per call),
 // commits its own Batches on the Lasting's Socket (its txn wraps a Batch,
@@ -101,7 +101,8 @@ const (
 	// GatewayQoSTable is the gateway-wide QoS table, family ip
 	// (nat/gwqos).
 	GatewayQoSTable TableName = "natgw_gwqos"
-	// ShapeTable holds the EIP shaping maps, family ip (nat/shape).
+	// ShapeTable holds the EIP shaping maps, family inet (before: ip; see
+	// nat/shape).
 	ShapeTable TableName = "natgw_shape"
 	// LBSvcTable holds lb-svc.sh's DNAT and masquerade rules, family ip
 	// (gwimage/lbsvc).
@@ -139,8 +140,10 @@ const (
 	ShapePostChain ChainName = "post"
 	// ShapeIngressMap is keyed by the connection's ct mark (the EIP).
 	ShapeIngressMap MapName = "ingress"
-	// ShapeEgressMap is keyed by the source address.
+	// ShapeEgressMap is keyed by the IPv4 source address.
 	ShapeEgressMap MapName = "egress"
+	// ShapeEgress6Map is keyed by the IPv6 source address.
+	ShapeEgress6Map MapName = "egress6"
 )
 
 // LBSvcTable's chains (gwimage/lbsvc): NAT prerouting (the DNATs) and NAT

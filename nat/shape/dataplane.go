@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 
@@ -30,15 +31,30 @@ import (
 type Dataplane struct {
 	inner nat.Dataplane
 	cfg   nat.Config
+	ids   markIDs // nil: the inner data plane gives IPv6 EIPs no mark ids
 
 	mu     sync.Mutex
 	shaped shaping // by EIP UID; nil: not read yet (or unknown after an error)
 }
 
+// markIDs is the optional interface of a wrapped data plane whose rules
+// give an IPv6 EIP's connections a ct mark id (nftables.Backend.MarkID6,
+// forwarded by nat/engine's Engine).
+type markIDs interface {
+	MarkID6(a netip.Addr) (uint32, bool)
+}
+
 // Wrap returns inner with EIP QoS shaped in cfg's gateway. inner must be
 // the nftables data plane (the ingress classes are found by its ct mark).
+// The QoS of an EIP with an IPv6 address is shaped only when inner gives
+// IPv6 EIPs mark ids (markIDs, and inner is the nftables data plane: the
+// engine forwards MarkID6 for any backend); otherwise it stays with inner.
 func Wrap(inner nat.Dataplane, cfg nat.Config) *Dataplane {
-	return &Dataplane{inner: inner, cfg: cfg.WithDefaults()}
+	d := &Dataplane{inner: inner, cfg: cfg.WithDefaults()}
+	if m, ok := inner.(markIDs); ok && inner.Name() == nat.DataplaneNftables {
+		d.ids = m
+	}
+	return d
 }
 
 // Name is the wrapped data plane's.
@@ -82,22 +98,24 @@ func limitsToQoS(in, out Limit) *nat.QoS {
 	}
 }
 
-// shaped reports whether o's QoS is shaped: an EIP with QoS and no IPv6
-// address. Shaping classifies by the IPv4 ct mark (ingress) and the IPv4
-// source (egress), so an EIP with an IPv6 address keeps its QoS in the NAT
-// table, policed there for both families by one policer per direction.
-func shaped(o nat.Object) bool {
-	return o.Kind == nat.KindEIP && o.EIP != nil && o.EIP.QoS != nil && !o.EIP.V6Address.IsValid()
+// shaped reports whether o's QoS is shaped: an EIP with QoS, and with
+// ipv6 (the wrapped data plane gives IPv6 EIPs mark ids) also one with an
+// IPv6 address. Shaping classifies ingress by the connection's ct mark, so
+// without an IPv6 mark id an EIP with an IPv6 address keeps its QoS in the
+// NAT table, policed there for both families by one policer per direction.
+func shaped(o nat.Object, ipv6 bool) bool {
+	return o.Kind == nat.KindEIP && o.EIP != nil && o.EIP.QoS != nil && (ipv6 || !o.EIP.V6Address.IsValid())
 }
 
-// strip returns objs with EIP QoS removed (copies; objs is not changed)
-// and checks that every QoS can be shaped (a *nat.FieldError naming the
-// object and its field otherwise).
-func strip(objs []nat.Object) ([]nat.Object, error) {
+// strip returns objs with the QoS of shaped EIPs removed (copies; objs is
+// not changed) and checks that every such QoS can be shaped (a
+// *nat.FieldError naming the object and its field otherwise); ipv6 as for
+// shaped.
+func strip(objs []nat.Object, ipv6 bool) ([]nat.Object, error) {
 	out := make([]nat.Object, len(objs))
 	for i, o := range objs {
 		out[i] = o
-		if !shaped(o) {
+		if !shaped(o, ipv6) {
 			continue
 		}
 		q := o.EIP.QoS
@@ -127,20 +145,22 @@ func strip(objs []nat.Object) ([]nat.Object, error) {
 	return out, nil
 }
 
-// shaping is the shaping of objs' EIPs, by UID.
+// shaping is the shaping of objs' EIPs, by UID (Mark6 left 0: marked
+// fills it in).
 type shaping map[string]EIP
 
-func shapingOf(objs []nat.Object) shaping {
+func shapingOf(objs []nat.Object, ipv6 bool) shaping {
 	s := shaping{}
 	for _, o := range objs {
-		if shaped(o) {
+		if shaped(o, ipv6) {
 			in, eg := QoSToLimits(o.EIP.QoS)
-			s[o.UID] = EIP{Address: o.EIP.Address, Ingress: in, Egress: eg}
+			s[o.UID] = EIP{Address: o.EIP.Address, V6Address: o.EIP.V6Address, Ingress: in, Egress: eg}
 		}
 	}
 	return s
 }
 
+// list is s's EIPs with a limit, sorted by key.
 func (s shaping) list() []EIP {
 	out := make([]EIP, 0, len(s))
 	for _, e := range s {
@@ -148,7 +168,28 @@ func (s shaping) list() []EIP {
 			out = append(out, e)
 		}
 	}
+	slices.SortFunc(out, func(a, b EIP) int { return a.key().Compare(b.key()) })
 	return out
+}
+
+// ipv6 says whether EIPs with an IPv6 address are shaped.
+func (d *Dataplane) ipv6() bool { return d.ids != nil }
+
+// marked is s.list() with each IPv6 address's mark id as the wrapped data
+// plane holds it now (0 when it holds none yet).
+func (d *Dataplane) marked(s shaping) []EIP {
+	out := s.list()
+	for i, e := range out {
+		if d.ids != nil && e.V6Address.IsValid() {
+			out[i].Mark6, _ = d.ids.MarkID6(e.V6Address)
+		}
+	}
+	return out
+}
+
+// addrKey is the address an EIP object is known by in the shaping (EIP.key).
+func addrKey(e *nat.EIP) netip.Addr {
+	return EIP{Address: e.Address, V6Address: e.V6Address}.key()
 }
 
 // load reads the shaping of the wrapped data plane's EIPs once: natgw_shape
@@ -170,11 +211,12 @@ func (d *Dataplane) load(ctx context.Context) error {
 		}
 		by := map[netip.Addr]EIP{}
 		for _, e := range have {
-			by[e.Address] = e
+			e.Mark6 = 0
+			by[e.key()] = e
 		}
 		for _, o := range objs {
 			if o.Kind == nat.KindEIP && o.EIP != nil {
-				if e, ok := by[o.EIP.Address]; ok {
+				if e, ok := by[addrKey(o.EIP)]; ok {
 					s[o.UID] = e
 				}
 			}
@@ -203,7 +245,8 @@ func (d *Dataplane) change(ctx context.Context, next shaping, force bool, fn fun
 		}
 		return err
 	}
-	if err := Set(ctx, d.cfg, next.list()); err != nil {
+	set := d.marked(next)
+	if err := Set(ctx, d.cfg, set); err != nil {
 		d.shaped = nil
 		return err
 	}
@@ -211,6 +254,13 @@ func (d *Dataplane) change(ctx context.Context, next shaping, force bool, fn fun
 	switch {
 	case err == nil:
 		d.shaped = next
+		// A new IPv6 EIP got its mark id in fn: classify its ingress now.
+		if after := d.marked(next); !slices.Equal(after, set) {
+			if serr := Set(context.WithoutCancel(ctx), d.cfg, after); serr != nil {
+				d.shaped = nil
+				return fmt.Errorf("%w: shape: the IPv6 ingress of the applied change: %w", nat.ErrUnknownState, serr)
+			}
+		}
 	case errors.Is(err, nat.ErrUnknownState):
 		d.shaped = nil
 	default:
@@ -227,7 +277,7 @@ func sameShaping(a, b shaping) bool {
 	key := func(s shaping) map[netip.Addr]EIP {
 		m := map[netip.Addr]EIP{}
 		for _, e := range s.list() {
-			m[e.Address] = e
+			m[e.key()] = e
 		}
 		return m
 	}
@@ -295,7 +345,7 @@ func (d *Dataplane) Change(ctx context.Context, objs []nat.Object, uids []string
 // shaping loaded, runs run on the stripped objects as d.change's step
 // towards the shaping after deleting uids and applying objs.
 func (d *Dataplane) applyShaped(ctx context.Context, objs []nat.Object, uids []string, run func(stripped []nat.Object) error) error {
-	stripped, err := strip(objs)
+	stripped, err := strip(objs, d.ipv6())
 	if err != nil {
 		return err
 	}
@@ -320,7 +370,7 @@ func (d *Dataplane) next(uids []string, objs []nat.Object) shaping {
 			delete(next, o.UID)
 		}
 	}
-	for k, v := range shapingOf(objs) {
+	for k, v := range shapingOf(objs, d.ipv6()) {
 		next[k] = v
 	}
 	return next
@@ -339,7 +389,7 @@ func (d *Dataplane) Counts() map[nat.Kind]int {
 // shaping is read from the kernel again and written whole (what changed
 // behind the wrapper's back is repaired).
 func (d *Dataplane) Sync(ctx context.Context, desired []nat.Object) error {
-	stripped, err := strip(desired)
+	stripped, err := strip(desired, d.ipv6())
 	if err != nil {
 		return err
 	}
@@ -350,7 +400,7 @@ func (d *Dataplane) Sync(ctx context.Context, desired []nat.Object) error {
 	if err := d.load(ctx); err != nil {
 		return err
 	}
-	return d.change(ctx, shapingOf(desired), true, func() error { return d.inner.Sync(ctx, stripped) })
+	return d.change(ctx, shapingOf(desired, d.ipv6()), true, func() error { return d.inner.Sync(ctx, stripped) })
 }
 
 // List returns the wrapped data plane's objects with their EIPs' QoS as

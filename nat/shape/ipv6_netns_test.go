@@ -3,6 +3,7 @@ package shape
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,14 +14,17 @@ import (
 	"github.com/natgw/natgw/nat/nftables"
 )
 
-// TestWrapPolicesIPv6EIPs: through Wrap (the agent's default,
-// --eip-qos=shape) an EIP with an IPv6 address keeps its QoS in the NAT
-// table, where it is policed (nothing shaped: no natgw_shape table, no
-// natgw qdisc), and the policing holds real TCP to its rate in both
-// directions through an IPv6-only EIP and through both addresses of a
-// dual-stack EIP (the IPv4 one included); an update without the QoS lifts
-// it. It fails if Wrap strips an IPv6 EIP's QoS (then nothing limits it).
-func TestWrapPolicesIPv6EIPs(t *testing.T) {
+// TestWrapShapesIPv6EIPs: through Wrap (the agent's default,
+// --eip-qos=shape) over the nftables data plane, an IPv6-only EIP and a
+// dual-stack EIP with QoS are shaped like IPv4 ones: one HTB class per
+// direction with the rate (Get: the dual-stack EIP's classes shared by its
+// two addresses, ingress found by the IPv6 mark id the NAT table holds),
+// no policer in the NAT table (no qos_in/qos_out chain), and the shaping
+// holds real TCP to its rate in both directions through the IPv6-only EIP
+// and both addresses of the dual-stack one; an update without the QoS
+// lifts it and leaves nothing shaped. It fails if an IPv6 EIP's QoS stays
+// policed or is stripped without being shaped.
+func TestWrapShapesIPv6EIPs(t *testing.T) {
 	const (
 		rateMbps = 16
 		port     = 8080
@@ -62,16 +66,29 @@ func TestWrapPolicesIPv6EIPs(t *testing.T) {
 	if err := dp.Apply(ctx, append(eips(&q), fips...)...); err != nil {
 		t.Fatal(err)
 	}
-	// Policed in the NAT table, nothing shaped.
+	// Shaped, with the NAT table's mark ids; no policer in the NAT table.
 	rs, err := netlab.NftRuleset(ctx, gw.GW)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(rs, string(table.Name)) || !strings.Contains(rs, "qos_in_") || !strings.Contains(rs, "qos_out_") {
-		t.Errorf("want the EIPs policed in the NAT table and no %s:\n%s", table.Name, rs)
+	if !strings.Contains(rs, "table inet "+string(table.Name)) || strings.Contains(rs, "qos_in_") || strings.Contains(rs, "qos_out_") {
+		t.Errorf("want the EIPs shaped in inet %s and no policer in the NAT table:\n%s", table.Name, rs)
 	}
-	if got, err := Get(ctx, cfg); err != nil || len(got) != 0 {
-		t.Errorf("shaping = %+v, %v; want none", got, err)
+	in, eg := QoSToLimits(&q)
+	var want []EIP
+	ids, ok := inner.(markIDs)
+	if !ok {
+		t.Fatal("the nftables data plane gives no IPv6 mark ids")
+	}
+	for _, e := range []nat.EIP{dual, only6} {
+		id, ok := ids.MarkID6(e.V6Address)
+		if !ok {
+			t.Fatalf("the nftables data plane holds no mark id for %s", e.V6Address)
+		}
+		want = append(want, EIP{Address: e.Address, V6Address: e.V6Address, Mark6: id, Ingress: in, Egress: eg})
+	}
+	if got, err := Get(ctx, cfg); err != nil || !slices.Equal(got, want) {
+		t.Errorf("shaping = %+v, %v; want %+v", got, err, want)
 	}
 	objs, err := dp.List(ctx)
 	if err != nil {
@@ -89,6 +106,9 @@ func TestWrapPolicesIPv6EIPs(t *testing.T) {
 	nattest.WantPoliced(t, ctx, gw.Ext.NS, targets, rateMbps, nil, func() {
 		if err := dp.Apply(ctx, eips(nil)...); err != nil {
 			t.Fatal(err)
+		}
+		if got, err := Get(ctx, cfg); err != nil || len(got) != 0 {
+			t.Errorf("after the update without QoS: shaping = %+v, %v; want none", got, err)
 		}
 	})
 }

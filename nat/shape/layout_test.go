@@ -18,19 +18,21 @@ import (
 )
 
 // layoutSteps are the EIP sets TestLayoutGolden and TestTableListed
-// program in turn: two EIPs on an empty gateway, then one changed, one
-// gone and one new (the table exists: maps and chain flushed and
-// refilled), then none.
+// program in turn: two IPv4 EIPs and a dual-stack one on an empty gateway,
+// then one changed, two gone and two new, one IPv6-only (the table exists:
+// maps and chain flushed and refilled), then none.
 func layoutSteps() [][]EIP {
 	a := netip.MustParseAddr
 	return [][]EIP{
 		{
 			{Address: a("192.0.2.11"), Ingress: Limit{RateMbps: 10, BurstMB: 1}, Egress: Limit{RateMbps: 1.5, BurstMB: 0.5}},
 			{Address: a("192.0.2.10"), Ingress: Limit{RateMbps: 100}},
+			{Address: a("192.0.2.14"), V6Address: a("2001:db8::14"), Mark6: 0x10002, Ingress: Limit{RateMbps: 30}, Egress: Limit{RateMbps: 30}},
 		},
 		{
 			{Address: a("192.0.2.11"), Ingress: Limit{RateMbps: 20, BurstMB: 1}},
 			{Address: a("192.0.2.12"), Egress: Limit{RateMbps: 1, BurstMB: 25}},
+			{V6Address: a("2001:db8::15"), Mark6: 0x10003, Ingress: Limit{RateMbps: 40}, Egress: Limit{RateMbps: 50}},
 		},
 		nil,
 	}
@@ -49,11 +51,18 @@ func fakeSet(t *testing.T, c nftconn.Conn, cfg nat.Config, eips []EIP) []class {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exists, err := nftconn.HasTable(ctx, c, table)
-	if err != nil {
-		t.Fatal(err)
+	var there tablesThere
+	for _, x := range []struct {
+		t  nftconn.Table
+		ok *bool
+	}{{table, &there.inet}, {oldTable, &there.old}} {
+		ok, err := nftconn.HasTable(ctx, c, x.t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*x.ok = ok
 	}
-	if err := c.Apply(ctx, tableTx(cfg, len(want) > 0, len(cur) > 0 || exists, want)); err != nil {
+	if err := c.Apply(ctx, tableTx(cfg, len(want) > 0, there, want)); err != nil {
 		t.Fatal(err)
 	}
 	return want
@@ -102,16 +111,7 @@ func sorted(cs []class) []class {
 // chain's rules as the rootless golden (TestLayoutGolden) has them, and
 // Get reads the EIPs back; the last step leaves no table.
 func TestTableListed(t *testing.T) {
-	lab := netlab.ForTest(t)
-	ns, err := lab.NS("gw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, dev := range []string{"eth0", "net1"} {
-		if err := netlab.Stub(ns, dev); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ns := stubGateway(t)
 	ctx := context.Background()
 	cfg := nat.Config{NetNS: ns}
 	f := nftconn.NewFake()
@@ -120,7 +120,7 @@ func TestTableListed(t *testing.T) {
 			t.Fatalf("step %d: %v", i+1, err)
 		}
 		fakeSet(t, f, cfg.WithDefaults(), eips)
-		listing, err := netlab.NftTable(ctx, ns, "ip", table.Name)
+		listing, err := netlab.NftTable(ctx, ns, "inet", table.Name)
 		if len(eips) == 0 {
 			if err == nil {
 				t.Fatalf("step %d: table left:\n%s", i+1, listing)
@@ -137,5 +137,97 @@ func TestTableListed(t *testing.T) {
 		if err != nil || len(got) != len(eips) {
 			t.Fatalf("step %d: Get = %+v, %v; want %+v", i+1, got, err, eips)
 		}
+	}
+}
+
+// stubGateway is a gateway namespace (root) with stub interfaces eth0
+// and net1.
+func stubGateway(t *testing.T) string {
+	t.Helper()
+	lab := netlab.ForTest(t)
+	ns, err := lab.NS("gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dev := range []string{"eth0", "net1"} {
+		if err := netlab.Stub(ns, dev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ns
+}
+
+// TestUpgradeFromIPTable: a gateway whose shaping is in the family ip
+// natgw_shape of layouts before IPv6 shaping (root; stub interfaces) reads
+// back from it (Get), and the next Set leaves only the inet table, with
+// the classes intact: same minors, same rates, nothing re-made.
+func TestUpgradeFromIPTable(t *testing.T) {
+	ns := stubGateway(t)
+	ctx := t.Context()
+	cfg := nat.Config{NetNS: ns}
+	eips := layoutSteps()[1][:2] // IPv4 EIPs: what an old table held
+	if err := Set(ctx, cfg, eips); err != nil {
+		t.Fatal(err)
+	}
+	// Make the table the old one: the same maps' elements in table ip.
+	var cur []class
+	err := withKernel(ctx, cfg.WithDefaults(), func(k *kernel) error {
+		var err error
+		if cur, err = k.readMaps(); err != nil {
+			return err
+		}
+		tx := &nftconn.Tx{}
+		tx.DeleteTable(table)
+		tx.AddTable(oldTable)
+		for _, m := range []mapKind{mapIngress, mapEgress} {
+			tx.AddMap(oldTable, m.spec())
+			tx.AddElements(oldTable, m.spec().Name, elementsOf(m, cur)...)
+		}
+		tx.AddChain(oldTable, postChain)
+		// The old egress rule had no meta nfproto (table ip): drop it.
+		rs := rules(k.cfg)[:2]
+		rs[1].Exprs = slices.Concat(rs[1].Exprs[:2], rs[1].Exprs[4:])
+		for _, r := range rs {
+			tx.AppendRule(oldTable, postChain.Name, r)
+		}
+		return k.conn.Apply(ctx, tx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netlab.NftTable(ctx, ns, "ip", table.Name); err != nil {
+		t.Fatalf("no old table made: %v", err)
+	}
+	if got, err := Get(ctx, cfg); err != nil || !reflect.DeepEqual(got, toEIPs(cur)) {
+		t.Fatalf("Get from the old table = %+v, %v; want %+v", got, err, toEIPs(cur))
+	}
+	if err := Set(ctx, cfg, eips); err != nil {
+		t.Fatal(err)
+	}
+	if listing, err := netlab.NftTable(ctx, ns, "ip", table.Name); err == nil {
+		t.Errorf("the old table is left:\n%s", listing)
+	}
+	if _, err := netlab.NftTable(ctx, ns, "inet", table.Name); err != nil {
+		t.Errorf("no inet table: %v", err)
+	}
+	err = withKernel(ctx, cfg.WithDefaults(), func(k *kernel) error {
+		after, err := k.readMaps()
+		if err != nil {
+			return err
+		}
+		if !reflect.DeepEqual(sorted(after), sorted(cur)) {
+			t.Errorf("classes after the upgrade %+v, want %+v", after, cur)
+		}
+		held, err := k.heldClasses(after)
+		if err != nil {
+			return err
+		}
+		if len(held) != len(cur) {
+			t.Errorf("the kernel holds %d of the %d classes with their rates", len(held), len(cur))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

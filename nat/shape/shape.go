@@ -12,14 +12,21 @@
 // filter picks the class: nftables does (`meta priority set`), in table
 // natgw_shape, which is natgw's own and separate from the NAT table:
 //
-//	table ip natgw_shape {
-//	  map ingress { type mark : classid }      # the EIP's ct mark : HTB class (major:minor)
-//	  map egress  { type ipv4_addr : classid } # EIP : HTB class
+//	table inet natgw_shape {
+//	  map ingress { type mark : classid }      # the EIP's ct mark (IPv4 and IPv6 mark id) : HTB class (major:minor)
+//	  map egress  { type ipv4_addr : classid } # EIP's IPv4 address : HTB class
+//	  map egress6 { type ipv6_addr : classid } # EIP's IPv6 address : HTB class
 //	  chain post { type filter hook postrouting priority 200
 //	    oifname eth0 meta priority set ct mark map @ingress
 //	    oifname net1 meta priority set ip saddr map @egress
+//	    oifname net1 meta priority set ip6 saddr map @egress6
 //	  }
 //	}
+//
+// A dual-stack EIP has one class per direction for both families; an IPv6
+// address's connections carry its EIP's mark id (EIP.Mark6) as ct mark.
+// Layouts before IPv6 shaping kept the IPv4 maps in table ip natgw_shape:
+// read while the inet table is missing, deleted when it is written.
 //
 // Traffic to an EIP is recognised by its connection's ct mark, which
 // natgw's nftables data plane sets to the EIP on every connection to an EIP
@@ -131,11 +138,32 @@ type Limit struct {
 // (shaped leaving the internal interface), Egress traffic from it (shaped
 // leaving the external interface). A zero Limit leaves that direction
 // alone.
+//
+// An EIP with an IPv6 address (V6Address; Address is then its IPv4
+// address, or the zero Addr for an IPv6-only EIP) has one class per
+// direction shared by both families. Its IPv6 connections are found by
+// Mark6, the conntrack mark id natgw's nftables data plane gives its IPv6
+// address (eip_marks6, nat/README.md "Conntrack"); 0 (not known yet) leaves
+// its IPv6 ingress unclassified.
 type EIP struct {
-	Address netip.Addr `json:"address"`
-	Ingress Limit      `json:"ingress,omitzero"`
-	Egress  Limit      `json:"egress,omitzero"`
+	Address   netip.Addr `json:"address,omitzero"`
+	V6Address netip.Addr `json:"v6Address,omitzero"`
+	Mark6     uint32     `json:"mark6,omitzero"`
+	Ingress   Limit      `json:"ingress,omitzero"`
+	Egress    Limit      `json:"egress,omitzero"`
 }
+
+// key is the address e is known by: its IPv4 address, else its IPv6 one.
+func (e EIP) key() netip.Addr {
+	if e.Address.IsValid() {
+		return e.Address
+	}
+	return e.V6Address
+}
+
+// markIDMax is the highest IPv6 mark id (nat/nftables' markID6Max): an
+// IPv4 EIP's ct mark (its address, never in 0.0.0.0/8) is above it.
+const markIDMax = 0x00ffffff
 
 // direction names the two directions and their maps.
 type direction int
@@ -196,22 +224,38 @@ func (l Limit) quantum() uint32 {
 	return uint32(min(max(l.rate()/10, mtu), 200_000))
 }
 
-// comment is the element comment that records the limit.
-func (l Limit) comment() string {
-	return "natgw rate=" + strconv.FormatFloat(l.RateMbps, 'g', -1, 64) + " burst=" + strconv.FormatFloat(l.BurstMB, 'g', -1, 64)
+// comment is the element comment that records the class's limit and, for
+// an EIP with an IPv6 address, that address (v6=…), so that every element
+// of the class names its EIP.
+func (c class) comment() string {
+	s := "natgw rate=" + strconv.FormatFloat(c.lim.RateMbps, 'g', -1, 64) + " burst=" + strconv.FormatFloat(c.lim.BurstMB, 'g', -1, 64)
+	if c.v6.IsValid() {
+		s += " v6=" + c.v6.String()
+	}
+	return s
 }
 
-func parseComment(s string) (Limit, error) {
+// parseComment reads a comment written by class.comment.
+func parseComment(s string) (Limit, netip.Addr, error) {
 	var l Limit
+	var v6 netip.Addr
 	rest, ok := strings.CutPrefix(s, "natgw ")
 	if !ok {
-		return l, fmt.Errorf("comment %q: not natgw's", s)
+		return l, v6, fmt.Errorf("comment %q: not natgw's", s)
 	}
 	for _, f := range strings.Fields(rest) {
 		k, v, _ := strings.Cut(f, "=")
+		if k == "v6" {
+			a, err := netip.ParseAddr(v)
+			if err != nil || !a.Is6() {
+				return l, v6, fmt.Errorf("comment %q: v6: not an IPv6 address", s)
+			}
+			v6 = a
+			continue
+		}
 		x, err := strconv.ParseFloat(v, 64)
 		if err != nil {
-			return l, fmt.Errorf("comment %q: %s: %w", s, k, err)
+			return l, v6, fmt.Errorf("comment %q: %s: %w", s, k, err)
 		}
 		switch k {
 		case "rate":
@@ -220,22 +264,39 @@ func parseComment(s string) (Limit, error) {
 			l.BurstMB = x
 		}
 	}
-	return l, nil
+	return l, v6, nil
 }
 
-// ValidateAll checks eips: each address a unicast IPv4 address, at most
-// once, and valid limits. The error names the field (eips[i].…).
+// ValidateAll checks eips: each address a unicast IPv4 address, or with
+// V6Address a unicast IPv6 one and Address the zero Addr or a unicast IPv4
+// address, every address at most once, Mark6 a mark id (at most 0xffffff)
+// only with V6Address, and valid limits. The error names the field
+// (eips[i].…).
 func ValidateAll(eips []EIP) error {
 	seen := map[netip.Addr]int{}
 	for i, e := range eips {
 		f := fmt.Sprintf("eips[%d]", i)
-		if !e.Address.Is4() || !e.Address.IsValid() || e.Address.IsUnspecified() || e.Address.IsMulticast() {
+		if (e.Address.IsValid() || !e.V6Address.IsValid()) && (!e.Address.Is4() || e.Address.IsUnspecified() || e.Address.IsMulticast()) {
 			return &nat.FieldError{Field: f + ".address", Value: e.Address.String(), Reason: "want a unicast IPv4 address"}
 		}
-		if j, ok := seen[e.Address]; ok {
-			return &nat.FieldError{Field: f + ".address", Value: e.Address.String(), Reason: fmt.Sprintf("also eips[%d]", j)}
+		if e.V6Address.IsValid() && (!e.V6Address.Is6() || e.V6Address.Is4In6() || e.V6Address.IsUnspecified() || e.V6Address.IsMulticast()) {
+			return &nat.FieldError{Field: f + ".v6Address", Value: e.V6Address.String(), Reason: "want a unicast IPv6 address"}
 		}
-		seen[e.Address] = i
+		if e.Mark6 > markIDMax || e.Mark6 != 0 && !e.V6Address.IsValid() {
+			return &nat.FieldError{Field: f + ".mark6", Value: fmt.Sprint(e.Mark6), Reason: "want an IPv6 EIP's mark id (at most 0xffffff)"}
+		}
+		for _, a := range []struct {
+			field string
+			addr  netip.Addr
+		}{{".address", e.Address}, {".v6Address", e.V6Address}} {
+			if !a.addr.IsValid() {
+				continue
+			}
+			if j, ok := seen[a.addr]; ok {
+				return &nat.FieldError{Field: f + a.field, Value: a.addr.String(), Reason: fmt.Sprintf("also eips[%d]", j)}
+			}
+			seen[a.addr] = i
+		}
 		if err := e.Ingress.Validate(f + ".ingress"); err != nil {
 			return err
 		}
@@ -246,10 +307,13 @@ func ValidateAll(eips []EIP) error {
 	return nil
 }
 
-// class is one HTB class natgw wants or has.
+// class is one HTB class natgw wants or has: eip is its EIP's key
+// (EIP.key), v6 and mark6 its EIP's V6Address and Mark6.
 type class struct {
 	dir   direction
 	eip   netip.Addr
+	v6    netip.Addr
+	mark6 uint32
 	minor uint16
 	lim   Limit
 }
@@ -280,7 +344,11 @@ func assign(cur []class, eips []EIP) ([]class, error) {
 		var want []class
 		for _, e := range eips {
 			if l := e.limit(d); l.RateMbps != 0 {
-				want = append(want, class{dir: d, eip: e.Address, lim: l})
+				c := class{dir: d, eip: e.key(), v6: e.V6Address, lim: l}
+				if d == ingress {
+					c.mark6 = e.Mark6 // only ingress classifies by mark
+				}
+				want = append(want, c)
 			}
 		}
 		slices.SortFunc(want, func(a, b class) int { return a.eip.Compare(b.eip) })
@@ -394,8 +462,14 @@ func toEIPs(cs []class) []EIP {
 	for _, c := range cs {
 		e := by[c.eip]
 		if e == nil {
-			e = &EIP{Address: c.eip}
+			e = &EIP{V6Address: c.v6}
+			if c.eip.Is4() {
+				e.Address = c.eip
+			}
 			by[c.eip] = e
+		}
+		if c.dir == ingress {
+			e.Mark6 = c.mark6
 		}
 		if c.dir == ingress {
 			e.Ingress = c.lim
@@ -406,7 +480,7 @@ func toEIPs(cs []class) []EIP {
 	for _, e := range by {
 		out = append(out, *e)
 	}
-	slices.SortFunc(out, func(a, b EIP) int { return a.Address.Compare(b.Address) })
+	slices.SortFunc(out, func(a, b EIP) int { return a.key().Compare(b.key()) })
 	return out
 }
 
@@ -446,87 +520,167 @@ func withKernel(ctx context.Context, cfg nat.Config, fn func(k *kernel) error) e
 	return fn(&kernel{cfg: cfg, h: h, ctx: ctx, conn: conn})
 }
 
-// table is natgw's shaping table.
-var table = nftconn.Table{Family: nft.TableFamilyIPv4, Name: nftconn.ShapeTable}
+// table is natgw's shaping table, family inet: one chain classifies both
+// families. oldTable is where layouts before it kept the IPv4 maps (family
+// ip): read when the inet table is not there yet, deleted by the
+// transaction that writes the inet one.
+var (
+	table    = nftconn.Table{Family: nft.TableFamilyINet, Name: nftconn.ShapeTable}
+	oldTable = nftconn.Table{Family: nft.TableFamilyIPv4, Name: nftconn.ShapeTable}
+)
 
-// mapOf is direction d's map (nftconn.ShapeIngressMap or ShapeEgressMap):
-// ingress is keyed by the connection's ct mark (the EIP, conntrack.MarkOf),
-// egress by the source address; the values are classids (tc's
-// major:minor, 4 bytes in host order).
-func mapOf(d direction) nftconn.Map {
-	if d == ingress {
+// mapKind is one of the table's maps: ingress keyed by the connection's ct
+// mark (an IPv4 EIP's address, conntrack.MarkOf, or an IPv6 EIP's mark
+// id), egress by the IPv4 source address, egress6 by the IPv6 one; the
+// values are classids (tc's major:minor, 4 bytes in host order).
+type mapKind int
+
+const (
+	mapIngress mapKind = iota
+	mapEgress
+	mapEgress6
+)
+
+var mapKinds = []mapKind{mapIngress, mapEgress, mapEgress6}
+
+// dir is the direction whose classes m points at.
+func (m mapKind) dir() direction {
+	if m == mapIngress {
+		return ingress
+	}
+	return egress
+}
+
+// spec is the map's definition.
+func (m mapKind) spec() nftconn.Map {
+	switch m {
+	case mapIngress:
 		return nftconn.Map{Name: nftconn.ShapeIngressMap, KeyType: nft.TypeMark, DataType: nft.TypeClassID}
+	case mapEgress:
+		return nftconn.Map{Name: nftconn.ShapeEgressMap, KeyType: nft.TypeIPAddr, DataType: nft.TypeClassID}
 	}
-	return nftconn.Map{Name: nftconn.ShapeEgressMap, KeyType: nft.TypeIPAddr, DataType: nft.TypeClassID}
+	return nftconn.Map{Name: nftconn.ShapeEgress6Map, KeyType: nft.TypeIP6Addr, DataType: nft.TypeClassID}
 }
 
-// element is class c's element of its direction's map; its Text is as nft
-// lists it, which shows the mark and the classid in the wrong byte order
+// elementsOf are want's elements in map m, one per family of each class's
+// EIP: ingress its IPv4 mark (conntrack.MarkOf) and its IPv6 mark id (when
+// known), egress its IPv4 address, egress6 its IPv6 one. Their Text is as
+// nft lists them, which shows marks and classids in the wrong byte order
 // (google/nftables does not record their host byte order for it).
-func element(c class) nftconn.Element {
-	key := mapKey(c.dir, c.eip)
-	val := binary.NativeEndian.AppendUint32(nil, c.id())
-	keyText := c.eip.String()
-	if c.dir == ingress {
-		keyText = fmt.Sprintf("0x%08x", binary.BigEndian.Uint32(key))
+func elementsOf(m mapKind, want []class) []nftconn.Element {
+	var els []nftconn.Element
+	for _, c := range want {
+		if c.dir != m.dir() {
+			continue
+		}
+		val := binary.NativeEndian.AppendUint32(nil, c.id())
+		v := binary.BigEndian.Uint32(val)
+		comment := c.comment()
+		add := func(key []byte, keyText string) {
+			els = append(els, nftconn.Element{Key: key, Val: val, Comment: comment,
+				Text: fmt.Sprintf("%s comment %q : %x:%x", keyText, comment, v>>16, v&0xffff)})
+		}
+		mark := func(mk uint32) {
+			key := binary.NativeEndian.AppendUint32(nil, mk)
+			add(key, fmt.Sprintf("0x%08x", binary.BigEndian.Uint32(key)))
+		}
+		switch {
+		case m == mapIngress:
+			if c.eip.Is4() {
+				mark(conntrack.MarkOf(c.eip))
+			}
+			if c.v6.IsValid() && c.mark6 != 0 {
+				mark(c.mark6)
+			}
+		case m == mapEgress && c.eip.Is4():
+			add(c.eip.AsSlice(), c.eip.String())
+		case m == mapEgress6 && c.v6.IsValid():
+			add(c.v6.AsSlice(), c.v6.String())
+		}
 	}
-	v := binary.BigEndian.Uint32(val)
-	comment := c.lim.comment()
-	return nftconn.Element{Key: key, Val: val, Comment: comment,
-		Text: fmt.Sprintf("%s comment %q : %x:%x", keyText, comment, v>>16, v&0xffff)}
-}
-
-// mapKey is eip's key in direction d's map.
-func mapKey(d direction, eip netip.Addr) []byte {
-	if d == ingress {
-		return binary.NativeEndian.AppendUint32(nil, conntrack.MarkOf(eip))
-	}
-	return eip.AsSlice()
-}
-
-// keyAddr is the EIP of a map key of direction d.
-func keyAddr(d direction, key []byte) (netip.Addr, bool) {
-	if len(key) != 4 {
-		return netip.Addr{}, false
-	}
-	if d == ingress {
-		return netip.AddrFrom4([4]byte(binary.BigEndian.AppendUint32(nil, binary.NativeEndian.Uint32(key)))), true
-	}
-	return netip.AddrFrom4([4]byte(key)), true
+	return els
 }
 
 // readMaps returns the classes recorded in natgw's table.
 func (k *kernel) readMaps() ([]class, error) { return readMaps(k.ctx, k.conn) }
 
-// readMaps returns the classes recorded in natgw's table, read through c.
+// readMaps returns the classes recorded in natgw's table (the old family
+// ip one when the inet one is not there), read through c, by direction and
+// minor: a class's elements (one per family) make one class.
 func readMaps(ctx context.Context, c nftconn.Conn) ([]class, error) {
-	if ok, err := nftconn.HasTable(ctx, c, table); err != nil || !ok {
-		if err != nil {
-			return nil, fmt.Errorf("shape: %w", err)
+	t := table
+	if ok, err := nftconn.HasTable(ctx, c, table); err != nil {
+		return nil, fmt.Errorf("shape: %w", err)
+	} else if !ok {
+		t = oldTable
+		if ok, err := nftconn.HasTable(ctx, c, oldTable); err != nil || !ok {
+			if err != nil {
+				return nil, fmt.Errorf("shape: %w", err)
+			}
+			return nil, nil
 		}
-		return nil, nil
 	}
-	var out []class
-	for _, d := range []direction{ingress, egress} {
-		els, err := c.MapElements(ctx, table, mapOf(d).Name)
+	type ref struct {
+		dir   direction
+		minor uint16
+	}
+	by := map[ref]*class{}
+	var order []ref
+	for _, m := range mapKinds {
+		if m == mapEgress6 && t == oldTable {
+			continue
+		}
+		els, err := c.MapElements(ctx, t, m.spec().Name)
 		if err != nil {
 			return nil, fmt.Errorf("shape: %w", err)
 		}
+		d := m.dir()
 		for _, el := range els {
-			a, ok := keyAddr(d, el.Key)
-			if !ok || len(el.Val) != 4 {
-				return nil, fmt.Errorf("shape: %s map %s: bad element %x : %x", table.Name, d, el.Key, el.Val)
+			if len(el.Val) != 4 || len(el.Key) != map[bool]int{true: 16, false: 4}[m == mapEgress6] {
+				return nil, fmt.Errorf("shape: %s map %s: bad element %x : %x", t.Name, m.spec().Name, el.Key, el.Val)
 			}
 			id := binary.NativeEndian.Uint32(el.Val)
-			lim, err := parseComment(el.Comment)
+			lim, v6, err := parseComment(el.Comment)
 			if err != nil {
-				return nil, fmt.Errorf("shape: %s map %s element %s: %w", table.Name, d, a, err)
+				return nil, fmt.Errorf("shape: %s map %s element %x: %w", t.Name, m.spec().Name, el.Key, err)
 			}
 			if id>>16 != Major {
-				return nil, fmt.Errorf("shape: %s map %s element %s: class %x:%x is not natgw's", table.Name, d, a, id>>16, id&0xffff)
+				return nil, fmt.Errorf("shape: %s map %s element %x: class %x:%x is not natgw's", t.Name, m.spec().Name, el.Key, id>>16, id&0xffff)
 			}
-			out = append(out, class{dir: d, eip: a, minor: uint16(id), lim: lim})
+			r := ref{d, uint16(id)}
+			cl := by[r]
+			if cl == nil {
+				cl = &class{dir: d, minor: uint16(id), lim: lim, v6: v6}
+				by[r] = cl
+				order = append(order, r)
+			}
+			if cl.lim != lim || cl.v6 != v6 {
+				return nil, fmt.Errorf("shape: %s map %s element %x: class %x:%x is also %q's", t.Name, m.spec().Name, el.Key, Major, uint16(id), el.Comment)
+			}
+			switch m {
+			case mapIngress:
+				if mk := binary.NativeEndian.Uint32(el.Key); mk <= markIDMax {
+					cl.mark6 = mk
+				} else {
+					cl.eip = netip.AddrFrom4([4]byte(binary.BigEndian.AppendUint32(nil, mk)))
+				}
+			case mapEgress:
+				cl.eip = netip.AddrFrom4([4]byte(el.Key))
+			case mapEgress6:
+				cl.v6 = netip.AddrFrom16([16]byte(el.Key))
+			}
 		}
+	}
+	out := make([]class, 0, len(order))
+	for _, r := range order {
+		cl := *by[r]
+		if !cl.eip.IsValid() {
+			cl.eip = cl.v6 // IPv6-only EIP
+		}
+		if !cl.eip.IsValid() {
+			return nil, fmt.Errorf("shape: %s: class %x:%x has no EIP address", t.Name, Major, cl.minor)
+		}
+		out = append(out, cl)
 	}
 	return out, nil
 }
@@ -746,7 +900,7 @@ func (k *kernel) apply(cur, want []class) (err error) {
 		}
 	}
 	// 2. the table, in one transaction.
-	if err := k.writeTable(len(want) > 0, len(cur) > 0 || k.tableExists(), want); err != nil {
+	if err := k.writeTable(len(want) > 0, k.tables(), want); err != nil {
 		return err
 	}
 	undo = nil // the maps point at want now: no going back.
@@ -776,15 +930,24 @@ func (k *kernel) apply(cur, want []class) (err error) {
 	return errors.Join(errs...)
 }
 
-func (k *kernel) tableExists() bool {
-	ok, err := nftconn.HasTable(k.ctx, k.conn, table)
-	return err == nil && ok
+// tables says whether the inet table and the old family ip one are there
+// (an error reading counts as there: the transaction then deletes or
+// flushes it, and fails if it was not).
+func (k *kernel) tables() tablesThere {
+	has := func(t nftconn.Table) bool {
+		ok, err := nftconn.HasTable(k.ctx, k.conn, t)
+		return err != nil || ok
+	}
+	return tablesThere{inet: has(table), old: has(oldTable)}
 }
+
+// tablesThere says which of natgw's shaping tables a namespace holds.
+type tablesThere struct{ inet, old bool }
 
 // writeTable makes natgw_shape hold want's maps (deletes it when want is
 // empty), in one transaction (tableTx).
-func (k *kernel) writeTable(wanted, exists bool, want []class) error {
-	if err := k.conn.Apply(k.ctx, tableTx(k.cfg, wanted, exists, want)); err != nil {
+func (k *kernel) writeTable(wanted bool, there tablesThere, want []class) error {
+	if err := k.conn.Apply(k.ctx, tableTx(k.cfg, wanted, there, want)); err != nil {
 		if !wanted {
 			return fmt.Errorf("shape: nftables: delete table %s: %w", table.Name, err)
 		}
@@ -796,35 +959,33 @@ func (k *kernel) writeTable(wanted, exists bool, want []class) error {
 // postChain is the table's one chain.
 var postChain = nftconn.Chain{Name: nftconn.ShapePostChain, Type: nft.ChainTypeFilter, Hook: nft.ChainHookPostrouting, Priority: nft.ChainPriorityRef(200)}
 
-// tableTx is the transaction that makes the table hold want (exists:
-// whether it is there now): not wanted, the table deleted (nothing if it
-// is not there); else the table, the maps (flushed and refilled) and the
-// chain (flushed and refilled).
-func tableTx(cfg nat.Config, wanted, exists bool, want []class) *nftconn.Tx {
+// tableTx is the transaction that makes the table hold want (there: the
+// tables there now): the old family ip table deleted first if it is there
+// (its classes are want's: readMaps read them from it); not wanted, the
+// inet table deleted (nothing if it is not there); else the table, the
+// maps (flushed and refilled) and the chain (flushed and refilled).
+func tableTx(cfg nat.Config, wanted bool, there tablesThere, want []class) *nftconn.Tx {
 	tx := &nftconn.Tx{}
+	if there.old {
+		tx.DeleteTable(oldTable)
+	}
 	if !wanted {
-		if exists {
+		if there.inet {
 			tx.DeleteTable(table)
 		}
 		return tx
 	}
 	tx.AddTable(table)
-	for _, d := range []direction{ingress, egress} {
-		m := mapOf(d)
-		tx.AddMap(table, m)
-		if exists {
-			tx.FlushMap(table, m.Name)
+	for _, m := range mapKinds {
+		spec := m.spec()
+		tx.AddMap(table, spec)
+		if there.inet {
+			tx.FlushMap(table, spec.Name)
 		}
-		var els []nftconn.Element
-		for _, w := range want {
-			if w.dir == d {
-				els = append(els, element(w))
-			}
-		}
-		tx.AddElements(table, m.Name, els...)
+		tx.AddElements(table, spec.Name, elementsOf(m, want)...)
 	}
 	tx.AddChain(table, postChain)
-	if exists {
+	if there.inet {
 		tx.FlushChain(table, postChain.Name)
 	}
 	for _, r := range rules(cfg) {
@@ -839,7 +1000,9 @@ func ifname(name string) []byte {
 	return b
 }
 
-// rules are the chain's two rules, each tagged "natgw: " and what it does.
+// rules are the chain's rules, each tagged "natgw: " and what it does:
+// ingress by the connection's ct mark (both families), egress by the IPv4
+// and by the IPv6 source.
 func rules(cfg nat.Config) []nftconn.Rule {
 	oif := func(dev string) []expr.Any {
 		return []expr.Any{
@@ -847,21 +1010,32 @@ func rules(cfg nat.Config) []nftconn.Rule {
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(dev)},
 		}
 	}
-	setPrio := func(d direction) []expr.Any {
+	family := func(f byte) []expr.Any {
 		return []expr.Any{
-			&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: string(mapOf(d).Name)},
+			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{f}},
+		}
+	}
+	setPrio := func(m mapKind) []expr.Any {
+		return []expr.Any{
+			&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: string(m.spec().Name)},
 			&expr.Meta{Key: expr.MetaKeyPRIORITY, SourceRegister: true, Register: 1},
 		}
 	}
 	return []nftconn.Rule{
 		{Tag: "natgw: ingress: class of the connection's EIP (its ct mark)",
-			Text:  fmt.Sprintf("oifname %q meta priority set ct mark map @%s", cfg.InternalInterface, mapOf(ingress).Name),
-			Exprs: slices.Concat(oif(cfg.InternalInterface), []expr.Any{&expr.Ct{Key: expr.CtKeyMARK, Register: 1}}, setPrio(ingress))},
-		{Tag: "natgw: egress: class of the source (the EIP after SNAT)",
-			Text: fmt.Sprintf("oifname %q meta priority set ip saddr map @%s", cfg.ExternalInterface, mapOf(egress).Name),
-			Exprs: slices.Concat(oif(cfg.ExternalInterface), []expr.Any{
+			Text:  fmt.Sprintf("oifname %q meta priority set ct mark map @%s", cfg.InternalInterface, mapIngress.spec().Name),
+			Exprs: slices.Concat(oif(cfg.InternalInterface), []expr.Any{&expr.Ct{Key: expr.CtKeyMARK, Register: 1}}, setPrio(mapIngress))},
+		{Tag: "natgw: egress: class of the IPv4 source (the EIP after SNAT)",
+			Text: fmt.Sprintf("oifname %q meta priority set ip saddr map @%s", cfg.ExternalInterface, mapEgress.spec().Name),
+			Exprs: slices.Concat(oif(cfg.ExternalInterface), family(unix.NFPROTO_IPV4), []expr.Any{
 				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-			}, setPrio(egress))},
+			}, setPrio(mapEgress))},
+		{Tag: "natgw: egress: class of the IPv6 source (the EIP after SNAT)",
+			Text: fmt.Sprintf("oifname %q meta priority set ip6 saddr map @%s", cfg.ExternalInterface, mapEgress6.spec().Name),
+			Exprs: slices.Concat(oif(cfg.ExternalInterface), family(unix.NFPROTO_IPV6), []expr.Any{
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16},
+			}, setPrio(mapEgress6))},
 	}
 }
 
@@ -910,7 +1084,7 @@ func Change(ctx context.Context, cfg nat.Config, updates []Update) error {
 func applyUpdates(eips []EIP, updates []Update) []EIP {
 	by := map[netip.Addr]EIP{}
 	for _, e := range eips {
-		by[e.Address] = e
+		by[e.key()] = e
 	}
 	for _, u := range updates {
 		e := by[u.Address]
@@ -928,7 +1102,7 @@ func applyUpdates(eips []EIP, updates []Update) []EIP {
 			out = append(out, e)
 		}
 	}
-	slices.SortFunc(out, func(a, b EIP) int { return a.Address.Compare(b.Address) })
+	slices.SortFunc(out, func(a, b EIP) int { return a.key().Compare(b.key()) })
 	return out
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -48,7 +49,7 @@ func plan(t *testing.T, cfg nat.Config, eips []EIP) string {
 			}
 		}
 	}
-	b.WriteString(tableTx(cfg, true, false, want).String())
+	b.WriteString(tableTx(cfg, true, tablesThere{}, want).String())
 	return b.String()
 }
 
@@ -138,10 +139,13 @@ func TestQoSUnits(t *testing.T) {
 	}
 }
 
-// TestStripLeavesIPv6EIPs: an IPv4 EIP's QoS is taken out of the NAT
-// table's objects (it is shaped); an EIP with an IPv6 address keeps its
-// QoS there (policed for both families), and is not in the shaping.
-func TestStripLeavesIPv6EIPs(t *testing.T) {
+// TestStripIPv6EIPs: with mark ids from the wrapped data plane (ipv6),
+// every EIP's QoS is taken out of the NAT table's objects and shaped, the
+// IPv6-only and dual-stack ones included (one shaping entry each, with its
+// IPv6 address); without them (an inner data plane that gives IPv6 EIPs no
+// mark ids) an EIP with an IPv6 address keeps its QoS there (policed for
+// both families), and is not in the shaping.
+func TestStripIPv6EIPs(t *testing.T) {
 	q := &nat.QoS{IngressRateMbps: 10, EgressRateMbps: 5}
 	a := netip.MustParseAddr
 	objs := []nat.Object{
@@ -150,21 +154,33 @@ func TestStripLeavesIPv6EIPs(t *testing.T) {
 		{UID: "v6", Kind: nat.KindEIP, EIP: &nat.EIP{V6Address: a("2001:db8::12"), V6PrefixLen: 64, QoS: q}},
 		{UID: "noqos", Kind: nat.KindEIP, EIP: &nat.EIP{Address: a("192.0.2.13"), PrefixLen: 24}},
 	}
-	out, err := strip(objs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, want := range []bool{true, false, false, true} { // QoS stripped?
-		if got := out[i].EIP.QoS == nil; got != want {
-			t.Errorf("%s: QoS stripped %v, want %v", out[i].UID, got, want)
+	for _, tc := range []struct {
+		ipv6     bool
+		stripped []bool
+		shaped   []string
+	}{
+		{true, []bool{true, true, true, true}, []string{"dual", "v4", "v6"}},
+		{false, []bool{true, false, false, true}, []string{"v4"}},
+	} {
+		out, err := strip(objs, tc.ipv6)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if objs[0].EIP.QoS == nil {
-		t.Error("strip changed its input")
-	}
-	sh := shapingOf(objs)
-	if _, ok := sh["v4"]; !ok || len(sh) != 1 {
-		t.Errorf("shaping %v, want the IPv4 EIP alone", sh)
+		for i, want := range tc.stripped { // QoS stripped?
+			if got := out[i].EIP.QoS == nil; got != want {
+				t.Errorf("ipv6 %v: %s: QoS stripped %v, want %v", tc.ipv6, out[i].UID, got, want)
+			}
+		}
+		if objs[0].EIP.QoS == nil {
+			t.Error("strip changed its input")
+		}
+		sh := shapingOf(objs, tc.ipv6)
+		if got := slices.Sorted(maps.Keys(sh)); !slices.Equal(got, tc.shaped) {
+			t.Errorf("ipv6 %v: shaping %v, want %v", tc.ipv6, sh, tc.shaped)
+		}
+		if e, ok := sh["v6"]; tc.ipv6 && (!ok || e.V6Address != a("2001:db8::12") || e.Address.IsValid()) {
+			t.Errorf("shaping of the IPv6-only EIP %+v, want its IPv6 address alone", e)
+		}
 	}
 }
 

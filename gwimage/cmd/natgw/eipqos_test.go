@@ -38,7 +38,7 @@ func TestAgentEIPQoSModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs := ruleset()
-	if !strings.Contains(rs, "table ip "+string(nftconn.ShapeTable)) || strings.Contains(rs, "qos_in_") {
+	if !strings.Contains(rs, "table inet "+string(nftconn.ShapeTable)) || strings.Contains(rs, "qos_in_") {
 		t.Errorf("default mode: want table %s and no limit in the NAT table:\n%s", nftconn.ShapeTable, rs)
 	}
 	objs, err := a.List(ctx, true)
