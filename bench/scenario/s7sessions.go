@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/netip"
@@ -41,6 +42,9 @@ const (
 	// s7SessMaxPods bounds the node's capacity: netlab.EIP has 200
 	// addresses, one per gateway.
 	s7SessMaxPods = 190
+	// s7LeaseName is natgw-controller's leader election lease
+	// (controller/cmd/natgw-controller: LeaderElectionID).
+	s7LeaseName = "natgw-controller.kubeovn.io"
 )
 
 // s7SessSizes is the size of the held-sessions part.
@@ -96,6 +100,12 @@ type s7SessResult struct {
 	// Reconnects its natgw_transport_reconnects_total, both as deltas.
 	APIWrites           int
 	Resyncs, Reconnects float64
+	// ResyncReasons is Resyncs by natgw_resyncs_total's reason label
+	// ("bootid": a controller process's first connect to the agent).
+	ResyncReasons map[string]float64
+	// LeaderBefore and LeaderAfter are the leader election lease's holder
+	// (pod name and process id) before and after the restart.
+	LeaderBefore, LeaderAfter string
 	// ControllerRestarts is how many times the controller pods' containers
 	// restarted across the API server's restart (a leader that lost its
 	// lease exits).
@@ -119,29 +129,6 @@ func cpuCores(before, after, wall time.Duration) float64 {
 		return math.NaN()
 	}
 	return float64(after-before) / float64(wall)
-}
-
-// gatewaySeries reads, from a Prometheus text exposition (parseProm),
-// every sample of the metrics names that carries a gateway label, and
-// returns per metric the per-gateway sum of their values (a counter with a
-// reason label summed over its reasons).
-func gatewaySeries(text string, names ...string) (map[string]map[string]float64, error) {
-	ps, err := parseProm(text)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]map[string]float64{}
-	for _, n := range names {
-		out[n] = map[string]float64{}
-	}
-	for _, p := range ps {
-		gw, ok := p.labels["gateway"]
-		if out[p.name] == nil || !ok {
-			continue
-		}
-		out[p.name][gw] += p.value
-	}
-	return out, nil
 }
 
 // linesLost counts the lines of before that after does not hold (as a
@@ -311,6 +298,7 @@ func s7SessRestart(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interf
 	if err != nil {
 		return err
 	}
+	res.LeaderBefore = s7Leader(ctx, cs)
 	begin := time.Now()
 	if err := c.Restart(ctx, "kube-apiserver"); err != nil {
 		return err
@@ -348,10 +336,15 @@ func s7SessRestart(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interf
 	if err != nil {
 		return err
 	}
+	var gws []string
 	for _, p := range pods {
-		res.Resyncs += mAfter.resyncs[p.Gateway] - mBefore.resyncs[p.Gateway]
-		res.Reconnects += mAfter.reconnects[p.Gateway] - mBefore.reconnects[p.Gateway]
+		gws = append(gws, p.Gateway)
 	}
+	res.ResyncReasons, res.Reconnects = s7CounterDeltas(mBefore, mAfter, gws)
+	for _, v := range res.ResyncReasons {
+		res.Resyncs += v
+	}
+	res.LeaderAfter = s7Leader(ctx, cs)
 	restartsAfter, err := s7ControllerRestarts(ctx, cs)
 	if err != nil {
 		return err
@@ -589,10 +582,88 @@ type s7Metrics struct {
 	ips []string
 }
 
-// s7Snapshot is natgw-controller's per-gateway state summed over its pods
-// (only the leader runs gateways).
+// s7Snapshot is natgw-controller's per-gateway state: connected is the
+// largest over its pods (only the leader runs gateways); procs holds each
+// pod's (by IP) process counters, which a container restart resets.
 type s7Snapshot struct {
-	connected, resyncs, reconnects map[string]float64
+	connected map[string]float64
+	procs     map[string]s7Proc
+}
+
+// s7Proc is one natgw-controller process's counters.
+type s7Proc struct {
+	// start is process_start_time_seconds: a new value is a new process
+	// (the container restarted), whose counters began at 0.
+	start float64
+	// resyncs is natgw_resyncs_total by gateway and reason; reconnects
+	// natgw_transport_reconnects_total by gateway.
+	resyncs    map[[2]string]float64
+	reconnects map[string]float64
+}
+
+// s7ParseProc reads one natgw-controller's metrics exposition: the
+// per-gateway connected gauge and the process's counters.
+func s7ParseProc(text string) (map[string]float64, s7Proc, error) {
+	ps, err := parseProm(text)
+	if err != nil {
+		return nil, s7Proc{}, err
+	}
+	connected := map[string]float64{}
+	pr := s7Proc{resyncs: map[[2]string]float64{}, reconnects: map[string]float64{}}
+	for _, p := range ps {
+		gw := p.labels["gateway"]
+		switch p.name {
+		case "process_start_time_seconds":
+			pr.start = p.value
+		case "natgw_gateway_connected":
+			if gw != "" {
+				connected[gw] = max(connected[gw], p.value)
+			}
+		case "natgw_resyncs_total":
+			if gw != "" {
+				pr.resyncs[[2]string{gw, p.labels["reason"]}] += p.value
+			}
+		case "natgw_transport_reconnects_total":
+			if gw != "" {
+				pr.reconnects[gw] += p.value
+			}
+		}
+	}
+	return connected, pr, nil
+}
+
+// s7CounterDeltas is what natgw-controller counted between two snapshots
+// for gateways: full syncs by reason and transport reconnects, summed
+// over its pods. A pod whose process is new in after (another
+// process_start_time_seconds, or not scraped before) counts all of after:
+// its counters began at 0 (a leader that lost its lease exits and its
+// container restarts; subtracting the old process's counts would hide the
+// new one's syncs).
+func s7CounterDeltas(before, after s7Snapshot, gateways []string) (resyncs map[string]float64, reconnects float64) {
+	want := map[string]bool{}
+	for _, g := range gateways {
+		want[g] = true
+	}
+	resyncs = map[string]float64{}
+	for ip, a := range after.procs {
+		b, ok := before.procs[ip]
+		if !ok || b.start != a.start {
+			b = s7Proc{}
+		}
+		for k, v := range a.resyncs {
+			if want[k[0]] {
+				if d := v - b.resyncs[k]; d != 0 {
+					resyncs[k[1]] += d
+				}
+			}
+		}
+		for g, v := range a.reconnects {
+			if want[g] {
+				reconnects += v - b.reconnects[g]
+			}
+		}
+	}
+	return resyncs, reconnects
 }
 
 func (m *s7Metrics) scrape(ctx context.Context) (s7Snapshot, error) {
@@ -608,8 +679,7 @@ func (m *s7Metrics) scrape(ctx context.Context) (s7Snapshot, error) {
 		}
 		m.ips = ips
 	}
-	snap := s7Snapshot{connected: map[string]float64{}, resyncs: map[string]float64{}, reconnects: map[string]float64{}}
-	answered := 0
+	snap := s7Snapshot{connected: map[string]float64{}, procs: map[string]s7Proc{}}
 	var errs []error
 	for _, ip := range m.ips {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ip+":8080/metrics", nil)
@@ -627,25 +697,30 @@ func (m *s7Metrics) scrape(ctx context.Context) (s7Snapshot, error) {
 			errs = append(errs, err)
 			continue
 		}
-		s, err := gatewaySeries(string(body), "natgw_gateway_connected", "natgw_resyncs_total", "natgw_transport_reconnects_total")
+		connected, pr, err := s7ParseProc(string(body))
 		if err != nil {
 			return snap, fmt.Errorf("natgw-controller %s: %w", ip, err)
 		}
-		answered++
-		for gw, v := range s["natgw_gateway_connected"] {
+		snap.procs[ip] = pr
+		for gw, v := range connected {
 			snap.connected[gw] = max(snap.connected[gw], v)
 		}
-		for gw, v := range s["natgw_resyncs_total"] {
-			snap.resyncs[gw] += v
-		}
-		for gw, v := range s["natgw_transport_reconnects_total"] {
-			snap.reconnects[gw] += v
-		}
 	}
-	if answered == 0 {
+	if len(snap.procs) == 0 {
 		return snap, fmt.Errorf("no natgw-controller pod's metrics answered (%d pods): %w", len(m.ips), errors.Join(errs...))
 	}
 	return snap, nil
+}
+
+// s7Leader is the holder of natgw-controller's leader election lease
+// ("" when there is none or it cannot be read: a figure for the report,
+// not a condition of the run).
+func s7Leader(ctx context.Context, cs kubernetes.Interface) string {
+	l, err := cs.CoordinationV1().Leases(clusterstack.ControllerNS).Get(ctx, s7LeaseName, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
 }
 
 // s7Agents maps network namespaces (net:[inode]) to the `natgw serve`
@@ -840,9 +915,16 @@ func reportS7Sessions(r *report.Report, sec *report.Section, res *s7SessResult, 
 			"resyncs: full syncs natgw-controller sent (`natgw_resyncs_total`).",
 		Header: []string{"gateways", "connect all (first)", "API down", "reconnect all", "rules lost", "rulesets rewritten", "API writes", "resyncs", "reconnects counted", "controller restarts"},
 		Rows: [][]string{{strconv.Itoa(n), fmt.Sprintf("%.2f s", res.ConnectAll.Seconds()), fmt.Sprintf("%.2f s", res.APIDown.Seconds()), reconnect,
-			strconv.Itoa(res.Lost), strconv.Itoa(res.Rewritten), strconv.Itoa(res.APIWrites), fmt.Sprintf("%.0f", res.Resyncs), fmt.Sprintf("%.0f", res.Reconnects), strconv.Itoa(res.ControllerRestarts)}},
+			strconv.Itoa(res.Lost), strconv.Itoa(res.Rewritten), strconv.Itoa(res.APIWrites), s7ResyncsText(res.Resyncs, res.ResyncReasons), fmt.Sprintf("%.0f", res.Reconnects), strconv.Itoa(res.ControllerRestarts)}},
 	}
 	sec.Tables = append(sec.Tables, rt)
+	if res.LeaderBefore != res.LeaderAfter {
+		sec.Notes = append(sec.Notes, fmt.Sprintf("natgw-controller's leader changed across the kube-apiserver restart: lease holder %q before, %q after "+
+			"(a leader that cannot renew its lease exits; the next leader is a new process, and a process's first connect to each agent is a full sync, reason bootid).",
+			res.LeaderBefore, res.LeaderAfter))
+	} else {
+		sec.Notes = append(sec.Notes, fmt.Sprintf("natgw-controller's leader was the same process before and after the kube-apiserver restart (lease holder %q).", res.LeaderBefore))
+	}
 	tg := report.Target{Name: tgName, Want: want + ", no rule lost, no write", Got: reconnect}
 	var why []string
 	if res.ReconnectErr != "" {
@@ -851,9 +933,12 @@ func reportS7Sessions(r *report.Report, sec *report.Section, res *s7SessResult, 
 		why = append(why, fmt.Sprintf("took %.2f s", res.Reconnect.Seconds()))
 	}
 	if res.Lost > 0 || res.Rewritten > 0 || res.APIWrites > 0 || res.Resyncs > 0 {
-		why = append(why, fmt.Sprintf("%d rule lines lost, %d rulesets rewritten, %d API writes, %.0f resyncs", res.Lost, res.Rewritten, res.APIWrites, res.Resyncs))
+		why = append(why, fmt.Sprintf("%d rule lines lost, %d rulesets rewritten, %d API writes, %s resyncs", res.Lost, res.Rewritten, res.APIWrites, s7ResyncsText(res.Resyncs, res.ResyncReasons)))
 	}
 	tg.Pass = len(why) == 0
+	if res.LeaderBefore != res.LeaderAfter {
+		why = append(why, "natgw-controller's leader changed (a new process: its first connect to each agent is a full sync)")
+	}
 	if n < s7SessMinPods {
 		// A caveat, not a miss: -quick's size.
 		why = append(why, fmt.Sprintf("%d gateways (quick size; the row is for ≥ %d)", n, s7SessMinPods))
@@ -881,6 +966,19 @@ func reportS7Sessions(r *report.Report, sec *report.Section, res *s7SessResult, 
 	if res.ReconnectErr == "" {
 		r.AddMetric(report.NewMetric("s7_sessions_reconnect_all", "s", report.LowerIsBetter, res.Reconnect.Seconds(), math.NaN(), ""))
 	}
+}
+
+// s7ResyncsText is the full syncs' count with its reasons ("12 (bootid 10,
+// connect 2)").
+func s7ResyncsText(total float64, reasons map[string]float64) string {
+	if len(reasons) == 0 {
+		return fmt.Sprintf("%.0f", total)
+	}
+	var parts []string
+	for _, r := range slices.Sorted(maps.Keys(reasons)) {
+		parts = append(parts, fmt.Sprintf("%s %.0f", r, reasons[r]))
+	}
+	return fmt.Sprintf("%.0f (%s)", total, strings.Join(parts, ", "))
 }
 
 // s7SessPodsText says how many pods a size asks for.
