@@ -112,7 +112,7 @@ func faultStorm(t *testing.T, scenario string, n int, newFault func(s *fw.Stack)
 		fw.Summary(t, scenario, dp, kv...)
 	}
 	fw.ForEachDataplaneOn(t, crdtest.Upstream, func(t *testing.T, dp string, set crdtest.Set) { run(t, dp, set, fw.IPv4) })
-	// Issue 27: IPv6 EIPs and FIPs on a dual-stack topology.
+	// IPv6 EIPs and FIPs on a dual-stack topology.
 	t.Run("nftables-ipv6", func(t *testing.T) { run(t, "nftables", crdtest.Upstream, fw.IPv6) })
 }
 

@@ -126,7 +126,7 @@ func TestLifecycle(t *testing.T) {
 }
 
 // forEachRun runs a scenario on a Stack made from o for each data plane
-// with IPv4 objects, then (issue 27) on the nftables data plane with IPv6
+// with IPv4 objects, then on the nftables data plane with IPv6
 // objects on a dual-stack topology (subtest "nftables-ipv6"; the
 // iptables-legacy data plane refuses IPv6). label names the run in
 // summaries: the data plane, with "/ipv6" for the IPv6 run.

@@ -371,7 +371,7 @@ func TestRace(t *testing.T) {
 	t.Run("no-admission/"+fw.Dataplanes[0], func(t *testing.T) {
 		testRace(t, fw.Dataplanes[0], crdtest.Upstream, false, n, why, fw.IPv4)
 	})
-	// Issue 27: IPv6 EIPs and FIPs on a dual-stack topology.
+	// IPv6 EIPs and FIPs on a dual-stack topology.
 	t.Run("nftables-ipv6", func(t *testing.T) {
 		testRace(t, "nftables", crdtest.Upstream, true, n, why, fw.IPv6)
 	})

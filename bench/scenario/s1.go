@@ -458,7 +458,7 @@ func reportS1(e *Env, plan Plan, methods []Method, res s1Results) {
 			"in two maps (`dnat to ip daddr map`, `snat to ip saddr map`), UID comments included, no conntrack cleanup. "+
 			"(d) natgw's nftables backend in-process. (e) natgw through `natgw serve` over its pipe protocol (the binary runs in the gateway namespace). "+
 			"(f) natgw's iptables-legacy backend in-process. Processes are forked from a thread inside the namespace (no `ip netns exec` wrapper).",
-		"IPv6 (issue 27): (d6) and (e6) are (d) and (e) on IPv6 FIPs, measured in the same rounds as their IPv4 sizes: a dual-stack topology per size, "+
+		"IPv6: (d6) and (e6) are (d) and (e) on IPv6 FIPs, measured in the same rounds as their IPv4 sizes: a dual-stack topology per size, "+
 			"N IPv6 FIPs preloaded (EIPs from 2001:db8:6400::/40, internal addresses from fd00:a::/64), the probe FIP "+Probe(true).EIP.String()+" → "+Probe(true).Internal.String()+
 			" (its /64 on net1), the same live flows before each delete (UDP from ext's IPv6 address) and the same checks. "+
 			"natgw's iptables-legacy data plane (f) refuses IPv6 (it does not drive ip6tables-legacy: nat/iptables, doc.go \"IPv6\"), so it has no IPv6 row; "+
@@ -728,7 +728,7 @@ func s1IPv6Table(plan Plan, methods []Method, res s1Results) (report.Table, bool
 
 // s1IPv6Targets: per method measured in both families, its IPv6 add and
 // delete at N=10k (the largest size in a run without 10k) within 1.2× of
-// its IPv4 add and delete (issue 27).
+// its IPv4 add and delete.
 func s1IPv6Targets(plan Plan, methods []Method, sec *report.Section, res s1Results) {
 	at, note := 10000, ""
 	if !hasSize(plan.S1Sizes, at) {

@@ -15,7 +15,7 @@ import (
 	"github.com/natgw/natgw/bench/report"
 )
 
-// Scenario 10 (issue 24: share DNAT) runs what nat/nattest already measures
+// Scenario 10 (share DNAT) runs what nat/nattest already measures
 // and checks, through `go test` in the backends' packages, so that the
 // bench rows and the tests are the same code: BenchmarkShareDNAT
 // (nattest.BenchShareDNAT: one backend add at N share identities against
@@ -107,7 +107,7 @@ func RunS10(ctx context.Context, e *Env) error {
 	sec.Text = append(sec.Text,
 		"A share DNAT is several DNAT objects on one EIP, protocol and external port (one identity), each naming one backend; new connections are spread over the backends, "+
 			"an established one stays on its backend. Both figures come from nat/nattest, run with `go test` in each backend's package, "+
-			"so the bench rows are the code `make test` runs (the pinning and removal checks of issue 24 are the conformance case ShareDNAT/Pinned, not re-run here).",
+			"so the bench rows are the code `make test` runs (the pinning and removal checks are the conformance case ShareDNAT/Pinned, not re-run here).",
 		fmt.Sprintf("**Programming**: `BenchmarkShareDNAT` (nattest.BenchShareDNAT) preloads %s plain DNATs and %s share identities of two backends each in one Sync, "+
 			"then, interleaved, applies one plain DNAT (a new EIP) and one more backend to an existing identity, each deleted again untimed; "+
 			"figures are the medians of single Apply calls. Target: share ÷ plain ≤ 2×.", report.SizeLabel(shareN), report.SizeLabel(shareN)),

@@ -406,7 +406,7 @@ func quickNote(n, full int) string {
 }
 
 // maxTarget checks a median duration against a bound.
-// Targets of scenario 2 at 100k FIPs (issue 25's, raised from 1 s and
+// Targets of scenario 2 at 100k FIPs (raised from 1 s and
 // 0.5 s): one Sync through `natgw serve`, and the agent's start-up (its
 // index rebuilt from the kernel).
 const (

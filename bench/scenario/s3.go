@@ -651,7 +651,7 @@ func reconcileNote(p *s3Phase) string {
 
 // s3Targets are scenario 3's targets (nftables data plane): the paced
 // create→Ready, the controller writes per FIP and the burst ratio to the
-// API-bound floor (issue 25 raised the burst ratio's bound from 1.2).
+// API-bound floor (the burst ratio's bound was 1.2 before).
 const (
 	s3TargetP50          = 30 * time.Millisecond
 	s3TargetP99          = 150 * time.Millisecond

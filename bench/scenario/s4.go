@@ -545,7 +545,7 @@ func reportS4(e *Env, plan Plan, variants []s4Variant, res map[string]map[int]*s
 		"Variants: iptables-legacy with upstream-shaped chains (PREROUTING → EXCLUSIVE_DNAT, POSTROUTING → EXCLUSIVE_SNAT, one rule per FIP each, loaded with iptables-legacy-restore), "+
 			"where every new flow walks the DNAT chain to the probe's rule and the whole SNAT chain (its source matches no FIP); "+
 			"versus natgw's nftables backend, whose maps look a FIP up in O(1).",
-		"IPv6 (issue 27): the same natgw backend on IPv6 FIPs, its cells measured in the same rounds as the IPv4 ones: a dual-stack topology, "+
+		"IPv6: the same natgw backend on IPv6 FIPs, its cells measured in the same rounds as the IPv4 ones: a dual-stack topology, "+
 			"the probe FIP "+Probe(true).EIP.String()+" → "+Probe(true).Internal.String()+" installed last after N−1 IPv6 FIPs (EIPs from 2001:db8:6400::/40), "+
 			"datagrams from ext's IPv6 address through a raw IPv6 UDP socket (the kernel adds the IPv6 header and the UDP checksum, which IPv6 requires; "+
 			"the IPv4 sender writes whole datagrams), vm1 dropping them in an ip6 input hook, TCP to [EIP6]:5201. "+
@@ -637,7 +637,7 @@ func reportS4(e *Env, plan Plan, variants []s4Variant, res map[string]map[int]*s
 }
 
 // s4IPv6 adds the IPv6 rows: natgw IPv6 ÷ natgw IPv4 new-flow rate per
-// size (a row of adv, a metric each), and the targets (issue 27): at the
+// size (a row of adv, a metric each), and the targets: at the
 // largest size IPv6 ÷ IPv4 ≥ 0.9, and IPv6's own rate at the largest size
 // ≥ 0.9× its rate at the smallest.
 func s4IPv6(e *Env, plan Plan, sec *report.Section, adv *report.Table, res map[string]map[int]*s4Cell, v4, v6 s4Variant) {

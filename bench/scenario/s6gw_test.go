@@ -164,7 +164,7 @@ func TestS6GWTargets(t *testing.T) {
 					t.Errorf("no metric %s in %v", n, names)
 				}
 			}
-			if m, ok := names["s6.gateways.controller_rss"]; ok && (m.Ours == nil || math.Abs(*m.Ours-s6GWWorstRSS(c.r)) > 0) {
+			if m, ok := names["s6.gateways.controller_rss"]; ok && (m.Ours == nil || math.Abs(*m.Ours-s6WorstRSS(c.r)) > 0) {
 				t.Errorf("controller_rss metric %+v", m)
 			}
 		})

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/natgw/natgw/bench/report"
+	"github.com/natgw/natgw/bench/stats"
 )
 
 // reportS6GW reports the second part of scenario 6.
@@ -68,30 +69,6 @@ func reportS6GW(e *Env, sec *report.Section, r *s6Result, runErr error) {
 		"The controller, the agents, kube-apiserver, etcd and the benchmark's clients share the machine's CPUs (see CPUs and load average above).")
 }
 
-// s6GWWorstRSS is the controller's largest memory figure in the run: VmRSS
-// and peak VmHWM with every object Ready and after the cold start, and the
-// largest VmRSS sampled in any phase (NaN when none was measured).
-func s6GWWorstRSS(r *s6Result) float64 {
-	worst := math.NaN()
-	up := func(v float64) {
-		if v > 0 && (math.IsNaN(worst) || v > worst) {
-			worst = v
-		}
-	}
-	if r.readyRSS > 0 {
-		up(r.readyRSS)
-		up(r.readyHWM)
-	}
-	if c := r.cold; c != nil {
-		up(c.rss)
-		up(c.hwm)
-	}
-	for _, pk := range r.peaks {
-		up(pk.rss)
-	}
-	return worst
-}
-
 // s6GWSize names the part's size, and says when it is not the full one.
 func s6GWSize(p s6GWPlan) string {
 	s := fmt.Sprintf("%d gateways × %d rules", p.Gateways, p.rulesOn(0))
@@ -111,7 +88,7 @@ func s6GWTargets(r *s6Result) []report.Target {
 
 	rss := report.Target{Name: "S6 " + size + ": natgw-controller RSS, the largest of VmRSS and peak VmHWM with every object Ready, after the cold start (its peak included) and sampled in every phase",
 		Want: "≤ " + report.Bytes(s6GWTargetRSS)}
-	if worst := s6GWWorstRSS(r); math.IsNaN(worst) || r.readyRSS <= 0 {
+	if worst := s6WorstRSS(r); math.IsNaN(worst) || r.readyRSS <= 0 {
 		rss.Got, rss.Reason = "not measured", "the run failed before every object was Ready (see the notes)"
 	} else {
 		rss.Got, rss.Pass = report.Bytes(worst), worst <= s6GWTargetRSS
@@ -133,24 +110,19 @@ func s6GWTargets(r *s6Result) []report.Target {
 	}
 	out = append(out, ct)
 
-	for _, q := range s6Quantiles {
-		t := report.Target{Name: fmt.Sprintf("S6 %s: one change under load ÷ idle, %s: one FIP create→Ready (%d paced, one at a time, every object in place) while a churn creates %d DNATs/s and deletes as many, round-robin over every gateway ÷ the same with no other activity, same run",
-			size, q.name, p.Paced, p.ChurnPerS), Want: fmt.Sprintf("≤ %.0f×", s6GWTargetRatio)}
-		if x.idle == nil || x.churn == nil {
-			t.Got, t.Reason = "not measured", "the run failed before both paced phases (see the notes)"
-		} else {
-			b, l := q.get(x.idle.ready), q.get(x.churn.ready)
-			ratio := l / b
-			t.Got, t.Pass = fmt.Sprintf("%.2f×", ratio), ratio <= s6GWTargetRatio
-			t.Reason = fmt.Sprintf("%s under churn, %s idle", report.Seconds(l), report.Seconds(b))
+	return append(out, s6RatioRows(
+		func(q string) string {
+			return fmt.Sprintf("S6 %s: one change under load ÷ idle, %s: one FIP create→Ready (%d paced, one at a time, every object in place) while a churn creates %d DNATs/s and deletes as many, round-robin over every gateway ÷ the same with no other activity, same run",
+				size, q, p.Paced, p.ChurnPerS)
+		},
+		s6GWTargetRatio, x.churn, x.idle, "under churn", "idle",
+		func(get func(stats.Summary) float64) string {
+			var s string
 			if r.base != nil {
-				t.Reason += fmt.Sprintf(", %s with ~0 objects", report.Seconds(q.get(r.base.ready)))
+				s = fmt.Sprintf(", %s with ~0 objects", report.Seconds(get(r.base.ready)))
 			}
-			t.Reason += fmt.Sprintf("; the churn made %d creates on %d gateways during the paced FIPs", x.churnStats.pacedCreates, x.churnStats.pacedGateways)
-		}
-		out = append(out, t)
-	}
-	return out
+			return s + fmt.Sprintf("; the churn made %d creates on %d gateways during the paced FIPs", x.churnStats.pacedCreates, x.churnStats.pacedGateways)
+		})...)
 }
 
 // s6GWMetrics adds the second part's summary.json rows.
@@ -169,7 +141,7 @@ func s6GWMetricList(r *s6Result) []report.Metric {
 	add := func(name, unit, better string, v float64) {
 		out = append(out, report.NewMetric("s6.gateways."+name, unit, better, v, nan, ""))
 	}
-	if worst := s6GWWorstRSS(r); !math.IsNaN(worst) && r.readyRSS > 0 {
+	if worst := s6WorstRSS(r); !math.IsNaN(worst) && r.readyRSS > 0 {
 		add("controller_rss", "bytes", report.LowerIsBetter, worst)
 	}
 	if a := x.agentsReady; a != nil {

@@ -12,8 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -230,11 +228,8 @@ func s7Client(c *cluster.Cluster) (*rest.Config, client.WithWatch, error) {
 		return nil, nil, err
 	}
 	rc.QPS, rc.Burst = 500, 1000
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, nil, err
-	}
-	if err := v1.AddToScheme(scheme); err != nil {
+	scheme, err := v1.NewScheme()
+	if err != nil {
 		return nil, nil, err
 	}
 	cl, err := client.NewWithWatch(rc, client.Options{Scheme: scheme})

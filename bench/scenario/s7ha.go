@@ -28,7 +28,7 @@ import (
 	"github.com/natgw/natgw/nat"
 )
 
-// s7HAMaxRatio is issue 23's bound: Create→Ready paced p50 with two
+// s7HAMaxRatio is the HA bound: Create→Ready paced p50 with two
 // replicas ÷ with one.
 const s7HAMaxRatio = 1.5
 
@@ -294,7 +294,7 @@ func reportS7HA(r *report.Report, sec *report.Section, res *s7HAResult, notRun s
 		lag = fmt.Sprintf("%.1f ms max (%d scrapes)", ms(res.Lag), res.LagScrapes)
 	}
 	t := report.Table{
-		Caption: "**Create→Ready with two replicas** (nftables; issue 23): the same paced cycle (FIPs one at a time, each on its own EIP, each waited for " +
+		Caption: "**Create→Ready with two replicas** (nftables): the same paced cycle (FIPs one at a time, each on its own EIP, each waited for " +
 			"until Ready, `clusterstack.MeasurePaced`) on a gateway of one replica and one of two, running at once, their FIPs alternating, both provisioned by natgw-controller " +
 			"`--provision-gateways --ha-gateways` (`controller/config/ha`), Kube-OVN's controller addressing the pods, both replicas' net1 on one " +
 			"external bridge. A two-replica FIP is Ready when the active holds it (the exec transport's Pair programs active and standby); " +

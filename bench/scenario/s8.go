@@ -22,7 +22,7 @@ import (
 	"github.com/natgw/natgw/nat"
 )
 
-// Scenario 8 (issue 23): hot-standby failover and conntrack replication.
+// Scenario 8: hot-standby failover and conntrack replication.
 // The labs are the tests of nat/ha (two gateway replicas on shared bridges,
 // a FIP, a TCP and a UDP DNAT and a SNAT, long-running TCP streams and a
 // UDP flow, the faults) and nat/ha/ctsync (ctnetlink replication against
@@ -31,7 +31,7 @@ import (
 // lines they print into the report's rows. The labs stay in one place (the
 // correctness tests of make test run them too).
 
-// s8Targets are issue 23's bounds.
+// s8Targets are the HA failover bounds.
 const (
 	s8P50 = 300 * time.Millisecond
 	s8P99 = time.Second
@@ -273,7 +273,7 @@ func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10)
 // of ctsync against conntrackd.
 func RunS8(ctx context.Context, e *Env) error {
 	e.Progress.Scenario("scenario 8: hot-standby failover and conntrack replication")
-	sec := e.Report.Section("s8", "Scenario 8: hot-standby failover (issue 23)")
+	sec := e.Report.Section("s8", "Scenario 8: hot-standby failover")
 	if e.HALab == "" || e.CtsyncLab == "" {
 		sec.NotRun = "the HA labs were not built (-ha-lab and -ctsync-lab: the test binaries of nat/ha and nat/ha/ctsync, `make bench-build`)"
 		return nil
@@ -513,13 +513,13 @@ func s8Partition(ctx context.Context, e *Env, plane string) (report.Target, erro
 	return t, nil
 }
 
-// rulesLostTarget checks a fault's rules lost against issue 23's 0.
+// rulesLostTarget checks a fault's rules lost against its bound, 0.
 func rulesLostTarget(name string, l haLine) report.Target {
 	return report.Target{Name: name, Want: "0", Got: fmt.Sprintf("%d of %d objects (%d takeovers)", l.RulesLost, l.RulesChecked, l.N),
 		Pass: l.RulesLost == 0 && l.RulesChecked > 0}
 }
 
-// gapTarget checks a failover gap's p50 and p99 against issue 23's bounds.
+// gapTarget checks a failover gap's p50 and p99 against s8P50 and s8P99.
 func gapTarget(name string, p50, p99 time.Duration) report.Target {
 	return report.Target{Name: name, Want: "p50 ≤ " + ms(s8P50) + " ms, p99 ≤ " + ms(s8P99) + " ms",
 		Got: ms(p50) + " / " + ms(p99) + " ms", Pass: p50 <= s8P50 && p99 <= s8P99}

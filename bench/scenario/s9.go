@@ -23,7 +23,7 @@ import (
 	"github.com/natgw/natgw/nat/shape"
 )
 
-// Scenario 9 (issue 24): an EIP limited to 1, 10 and 100 Mbit/s through a
+// Scenario 9: an EIP limited to 1, 10 and 100 Mbit/s through a
 // FIP, the three ways side by side on the same lab (internal/qoslab) and
 // paths with added RTT.
 const (

@@ -150,8 +150,9 @@ type failure struct {
 	requeueAfter time.Duration
 	err          error // returned to controller-runtime (backoff) when set
 	// quiet: the outcome says nothing about the object (its gateway's
-	// first connect since the controller started has not ended), so its
-	// status stays as it is, no Event is emitted, and it runs again after
+	// first connect since the controller started has not ended, or its
+	// status write was refused as made from a stale read), so its status
+	// stays as it is, no Event is emitted, and it runs again after
 	// requeueAfter.
 	quiet bool
 }
@@ -194,7 +195,7 @@ func quietResult(log logr.Logger, f *failure) (ctrl.Result, bool) {
 	if !f.quiet {
 		return ctrl.Result{}, false
 	}
-	log.V(1).Info("gateway still connecting; status left as it is", "message", f.msg, "retry", f.requeueAfter)
+	log.V(1).Info("outcome says nothing about the object yet; status left as it is", "message", f.msg, "retry", f.requeueAfter)
 	return ctrl.Result{RequeueAfter: f.requeueAfter}, true
 }
 
@@ -221,19 +222,9 @@ func (d *Deps) event(obj client.Object, f *failure) {
 	}
 }
 
-// patchStatus writes obj's status if it differs from before's.
-func (d *Deps) patchStatus(ctx context.Context, obj, before client.Object) error {
-	if equality.Semantic.DeepEqual(before, obj) {
-		return nil
-	}
-	if err := d.Client.Status().Patch(ctx, obj, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("patch status: %w", err)
-	}
-	return nil
-}
-
 // patchStatusFresh writes obj's status if it differs from before's, as a
-// merge patch carrying before's resourceVersion: a status computed from a
+// merge patch carrying before's resourceVersion (every status writer of
+// the package: rules, EIPs, QoSPolicies, VpcNatGateways): a status computed from a
 // cached object older than the stored one (the cache had not yet seen this
 // controller's own last status write) is refused with a conflict instead of
 // replacing the stored conditions with fresh timestamps (a second status

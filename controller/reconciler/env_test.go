@@ -27,7 +27,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -50,7 +49,7 @@ import (
 
 var (
 	natgwBin   string
-	testScheme = runtime.NewScheme()
+	testScheme *runtime.Scheme
 )
 
 // apiEnv is one envtest API server, started on first use.
@@ -66,12 +65,11 @@ type apiEnv struct {
 var apiEnvs = map[crdtest.Set]*apiEnv{crdtest.Natgw: {}, crdtest.Upstream: {}}
 
 func init() {
-	if err := clientgoscheme.AddToScheme(testScheme); err != nil {
+	s, err := v1.NewScheme()
+	if err != nil {
 		panic(err)
 	}
-	if err := v1.AddToScheme(testScheme); err != nil {
-		panic(err)
-	}
+	testScheme = s
 }
 
 func TestMain(m *testing.M) {

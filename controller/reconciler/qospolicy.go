@@ -189,8 +189,10 @@ func (r *qosPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	readyChanged := v1.SetCondition(&p.Status.Conditions, ready, now)
 	v1.SetCondition(&p.Status.Conditions, inUseCondition(p, users, false), now)
-	if err := r.patchStatus(ctx, p, before); err != nil {
-		return ctrl.Result{}, err
+	if res, err := r.patchStatusFresh(ctx, p, before); err != nil || !res.IsZero() {
+		// A stale read (res: retry) says nothing about the stored policy:
+		// no Event until a fresh read decides.
+		return res, err
 	}
 	if readyChanged && ready.Status == metav1.ConditionFalse {
 		log.Info("QoSPolicy not accepted as a whole", "reason", ready.Reason, "message", ready.Message)
@@ -232,8 +234,8 @@ func (r *qosPolicyReconciler) finishPolicyDelete(ctx context.Context, log logr.L
 		before := p.DeepCopy()
 		c := inUseCondition(p, users, true)
 		changed := v1.SetCondition(&p.Status.Conditions, c, metav1.Now())
-		if err := r.patchStatus(ctx, p, before); err != nil {
-			return ctrl.Result{}, err
+		if res, err := r.patchStatusFresh(ctx, p, before); err != nil || !res.IsZero() {
+			return res, err
 		}
 		if changed {
 			log.Info("QoSPolicy deletion held: still referenced", "users", users.String())

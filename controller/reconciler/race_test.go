@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"sort"
 	"sync"
 	"testing"
@@ -128,11 +129,9 @@ type staleClient struct {
 }
 
 func (s *staleClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if key == client.ObjectKeyFromObject(s.snap) {
-		if o, ok := obj.(*v1.IptablesFIPRule); ok {
-			s.snap.(*v1.IptablesFIPRule).DeepCopyInto(o)
-			return nil
-		}
+	if key == client.ObjectKeyFromObject(s.snap) && reflect.TypeOf(obj) == reflect.TypeOf(s.snap) {
+		reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(s.snap.DeepCopyObject()).Elem())
+		return nil
 	}
 	return s.Client.Get(ctx, key, obj, opts...)
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // BenchmarkUIDIndexCost weighs a UID field index for Absent's cache reads
-// (a lever of issue 25 not taken) at scenario 6's full size: the heap an
+// (a memory lever not taken) at scenario 6's full size: the heap an
 // informer's indexer of 100k IptablesDnatRules holds with and without a
 // metadata.uid index built as controller-runtime's IndexField builds one,
 // and a walk of the whole store (what confirmAbsent does per owner kind it
@@ -23,7 +23,7 @@ import (
 // on top of a 71 MiB store, held for the process's life; the walk it
 // would replace costs ~0.1 s and one 1.6 MB slice, once per kind per
 // converge that finds objects the desired set lacks (none in scenario 6).
-// bench/README.md, "Issue 25's levers, measured".
+// bench/README.md, "Scale levers, measured".
 func BenchmarkUIDIndexCost(b *testing.B) {
 	const n = 100_000
 	build := func(withUID bool) (toolscache.Indexer, []string) {

@@ -148,9 +148,17 @@ func (r *natGatewayReconciler) programQoS(ctx context.Context, g *v1.VpcNatGatew
 	if g.Status.QoSPolicy != g.Spec.QoSPolicy {
 		before := g.DeepCopy()
 		g.Status.QoSPolicy = g.Spec.QoSPolicy
-		if err := r.patchStatus(ctx, g, before); err != nil {
+		res, err := r.patchStatusFresh(ctx, g, before)
+		if err != nil {
 			f := fail(v1.ReasonProgramFailed, "record status.qosPolicy: %v", err)
 			f.err = err
+			return f
+		}
+		if !res.IsZero() {
+			// Read from a cache older than the stored gateway: its status
+			// and Events stay as they are until a fresh read decides.
+			f := fail(v1.ReasonProgramFailed, "record status.qosPolicy: the gateway changed since it was read")
+			f.requeueAfter, f.quiet = res.RequeueAfter, true
 			return f
 		}
 	}

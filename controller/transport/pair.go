@@ -71,6 +71,9 @@ type Pair struct {
 	// on them, oldest first (under mu).
 	queue  chan standbyJob
 	queued []time.Time
+	// drained is closed while queued is empty; a new one is made when
+	// the first change is queued (under mu): Flush waits on it.
+	drained chan struct{}
 }
 
 // StandbyQueue is how many changes a two-replica gateway's standbys may be
@@ -107,7 +110,7 @@ func NewPair(gw Endpoint, members []Member, active string, log logr.Logger) (*Pa
 	ms := append([]Member(nil), members...)
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Pod < ms[j].Pod })
 	ctx, stop := context.WithCancel(context.Background())
-	p := &Pair{gw: gw, members: ms, log: log, active: active, done: make(chan struct{}), stop: stop, queue: make(chan standbyJob, StandbyQueue)}
+	p := &Pair{gw: gw, members: ms, log: log, active: active, done: make(chan struct{}), stop: stop, queue: make(chan standbyJob, StandbyQueue), drained: closedChan()}
 	go p.standbyWorker(ctx)
 	for _, m := range ms {
 		go func() {
@@ -283,6 +286,9 @@ func (p *Pair) enqueue(ctx context.Context, j standbyJob) error {
 		return nil
 	}
 	j.at = time.Now()
+	if len(p.queued) == 0 {
+		p.drained = make(chan struct{})
+	}
 	p.queued = append(p.queued, j.at)
 	p.mu.Unlock()
 	select {
@@ -304,7 +310,17 @@ func (p *Pair) unqueue(at time.Time) {
 	defer p.mu.Unlock()
 	if i := slices.Index(p.queued, at); i >= 0 {
 		p.queued = slices.Delete(p.queued, i, i+1)
+		if len(p.queued) == 0 {
+			close(p.drained)
+		}
 	}
+}
+
+// closedChan returns a closed channel.
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
 }
 
 // standbyWorker gives the standbys the queued changes, one at a time in
@@ -360,24 +376,22 @@ func (p *Pair) runStandby(ctx context.Context, j standbyJob) {
 // Flush waits until the standbys got every change made before it (or
 // the Pair ended: Err says why).
 func (p *Pair) Flush(ctx context.Context) error {
-	t := time.NewTicker(time.Millisecond)
-	defer t.Stop()
-	for {
+	p.mu.Lock()
+	err, drained := p.err, p.drained
+	p.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	select {
+	case <-drained:
+		return nil
+	case <-p.done:
+		return p.Err()
+	case <-ctx.Done():
 		p.mu.Lock()
-		n, err := len(p.queued), p.err
+		n := len(p.queued)
 		p.mu.Unlock()
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("gateway %s: %d changes still to reach the standbys: %w", p.gw.Name, n, ctx.Err())
-		case <-p.done:
-		case <-t.C:
-		}
+		return fmt.Errorf("gateway %s: %d changes still to reach the standbys: %w", p.gw.Name, n, ctx.Err())
 	}
 }
 

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"strings"
@@ -192,12 +193,7 @@ func TestPairChange(t *testing.T) {
 // none active, a call waits for every replica.
 func TestPairStandbyAfterActive(t *testing.T) {
 	ctx := context.Background()
-	a, b := newFakeAgent("ba"), newFakeAgent("bb")
-	b.gate = make(chan struct{})
-	p, err := NewPair(Endpoint{Name: "g"}, []Member{{Pod: "vpc-nat-gw-g-0", Session: a}, {Pod: "vpc-nat-gw-g-1", Session: b}}, "vpc-nat-gw-g-0", testlog.New(t, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, a, b := heldPair(t, "vpc-nat-gw-g-0")
 	defer p.Close()
 	steps := []func() error{
 		func() error { return p.Apply(ctx, nat.Object{UID: "x"}) },
@@ -253,12 +249,7 @@ func TestPairStandbyAfterActive(t *testing.T) {
 	}
 
 	// None active: the call waits for every replica.
-	c, d := newFakeAgent("bc"), newFakeAgent("bd")
-	d.gate = make(chan struct{})
-	q, err := NewPair(Endpoint{Name: "g"}, []Member{{Pod: "vpc-nat-gw-g-0", Session: c}, {Pod: "vpc-nat-gw-g-1", Session: d}}, "", testlog.New(t, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	q, _, d := heldPair(t, "")
 	defer q.Close()
 	done := make(chan error, 1)
 	go func() { done <- q.Apply(ctx, nat.Object{UID: "z"}) }()
@@ -448,4 +439,83 @@ func TestExecPair(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("pair not ended 10 s after a pod was recreated")
 	}
+}
+
+// TestPairFlushWaits: concurrent Flushes while changes are queued for a
+// held standby block (none returns before the standby got every change
+// made before it), all return once the queue drained, a Flush with
+// nothing queued returns at once, and a Flush waiting when the Pair ends
+// returns its error. Run with -race.
+func TestPairFlushWaits(t *testing.T) {
+	ctx := context.Background()
+	p, _, b := heldPair(t, "vpc-nat-gw-g-0")
+	defer p.Close()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatalf("flush with nothing queued: %v", err)
+	}
+	const changes, flushers = 20, 8
+	for i := range changes {
+		if err := p.Apply(ctx, nat.Object{UID: fmt.Sprint("u", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make(chan int, flushers) // the standby's calls when a Flush returned
+	errs := make(chan error, flushers)
+	for range flushers {
+		go func() {
+			err := p.Flush(ctx)
+			got <- len(b.recorded())
+			errs <- err
+		}()
+	}
+	select {
+	case n := <-got:
+		t.Fatalf("a flush returned (%v) with the standby held, %d calls carried out", <-errs, n)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(b.gate)
+	for range flushers {
+		select {
+		case n := <-got:
+			if err := <-errs; err != nil || n != changes {
+				t.Errorf("flush returned %v with %d of %d changes on the standby", err, n, changes)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a flush did not return after the standby caught up")
+		}
+	}
+
+	// A Flush waiting when the Pair ends returns the end's error.
+	q, c, d := heldPair(t, "vpc-nat-gw-g-0")
+	defer close(d.gate)
+	if err := q.Apply(ctx, nat.Object{UID: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- q.Flush(ctx) }()
+	time.Sleep(20 * time.Millisecond)
+	close(c.done) // a replica's session ends: the Pair ends
+	select {
+	case err := <-ended:
+		if err == nil || !strings.Contains(err.Error(), "replica vpc-nat-gw-g-0") {
+			t.Errorf("flush after the end: %v, want the replica named", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("flush did not return after the Pair ended")
+	}
+	q.Close()
+}
+
+// heldPair returns a Pair of two fake replicas, vpc-nat-gw-g-0 (a) and
+// vpc-nat-gw-g-1 (b, its changes held until b.gate is closed), with active
+// holding the Lease ("" none).
+func heldPair(t *testing.T, active string) (p *Pair, a, b *fakeAgent) {
+	t.Helper()
+	a, b = newFakeAgent("ba"), newFakeAgent("bb")
+	b.gate = make(chan struct{})
+	p, err := NewPair(Endpoint{Name: "g"}, []Member{{Pod: "vpc-nat-gw-g-0", Session: a}, {Pod: "vpc-nat-gw-g-1", Session: b}}, active, testlog.New(t, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, a, b
 }

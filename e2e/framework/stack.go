@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -33,15 +32,17 @@ const (
 )
 
 // Scheme knows the core and natgw kinds.
-var Scheme = runtime.NewScheme()
+var Scheme = mustScheme()
+
+func mustScheme() *runtime.Scheme {
+	s, err := v1.NewScheme()
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
 
 func init() {
-	if err := clientgoscheme.AddToScheme(Scheme); err != nil {
-		panic(err)
-	}
-	if err := v1.AddToScheme(Scheme); err != nil {
-		panic(err)
-	}
 	// envtest logs through controller-runtime's logger; the controller's
 	// own logs are in its log file.
 	ctrllog.SetLogger(logr.Discard())

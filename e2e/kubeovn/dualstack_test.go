@@ -20,7 +20,7 @@ const (
 	dualFIP6 = "fip-dual-6" // internalIp vm0's IPv6 address (netlab.VMAddr6(0))
 )
 
-// TestReplaceDualStack is issue 27's lab: Kube-OVN v1.16.2's own
+// TestReplaceDualStack is the dual-stack lab: Kube-OVN v1.16.2's own
 // controller (its VPC NAT gateway feature off) and natgw-controller in
 // replace mode (--network-source=kube-ovn) on a dual-stack external subnet
 // (netlab.ExtNet and netlab.ExtNet6, protocol Dual). It proves:

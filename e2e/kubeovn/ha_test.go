@@ -29,7 +29,7 @@ spec:
   lanIp: %[2]s
 `, gwName, lanIP, provision.ReplicasAnnotation)
 
-// TestHAGatewayPods (issue 23, step 2): natgw-controller with
+// TestHAGatewayPods: natgw-controller with
 // --provision-gateways --ha-gateways and controller/config/ha applied turns
 // a VpcNatGateway asking for two replicas into two Running pods in
 // Kube-OVN's network: neither given the lanIp as its own address (it
@@ -40,7 +40,7 @@ spec:
 // leaves both pods (refused, Warning ReplicasChangeRefused) and restarts
 // neither; deleting the VpcNatGateway removes them (and the lanIp Vip).
 // Both containers of each pod (the gateway and natgw-ha) come up Ready and
-// do not restart. The lanIp (issue 23 point 2): natgw's Vip
+// do not restart. The lanIp: natgw's Vip
 // provision.LanVipName is listed in both pods' ovn.kubernetes.io/aaps and
 // Kube-OVN's own controller gives it the lanIp in its status and makes it
 // an OVN virtual port (checkLanVip). What it does not check: the lanIp

@@ -197,7 +197,7 @@ const haClusterLease = 0
 // default) to measure another lease.
 const haLeaseEnv = "NATGW_HA_CLUSTER_LEASE"
 
-// TestHAFailoverCluster (issue 23, "Single-node cluster") runs a
+// TestHAFailoverCluster runs a
 // two-replica gateway in the cluster lab with real TCP through a FIP across
 // a kubelet restart and two failovers, one of them with natgw-controller
 // stopped:

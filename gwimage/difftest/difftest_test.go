@@ -407,8 +407,8 @@ const (
 	// (the rules joined with blanks).
 	formBashC execForm = iota
 	// formArgv is master's argv exec, ["bash", "/kube-ovn/SCRIPT", OP,
-	// RULE...] with no -c (KUBE-OVN-CONTRACT.md: vpc_nat_gateway.go:955,
-	// service_lb.go:279); get-iptables-version keeps the bash -c form
+	// RULE...] with no -c (Kube-OVN master's pkg/controller
+	// vpc_nat_gateway.go:955, service_lb.go:279); get-iptables-version keeps the bash -c form
 	// (:749-751).
 	formArgv
 )
@@ -1003,7 +1003,7 @@ func TestLBSvcAgainstUpstream(t *testing.T) {
 // exec'd in Kube-OVN master's argv form (["bash", "/kube-ovn/SCRIPT", OP,
 // RULE...], no -c) on both sides: upstream v1.16.2's scripts (master's are
 // not served by the module proxy) and natgw's image must still agree call
-// for call (issue 24). Each script gets gateways of its own, as each runs in
+// for call. Each script gets gateways of its own, as each runs in
 // pods of its own (a NAT gateway's iptables-legacy tables would make
 // lb-svc.sh's iptables-save warn).
 func TestAgainstUpstreamArgv(t *testing.T) {

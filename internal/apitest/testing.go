@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -47,11 +46,9 @@ func StartT(t testing.TB, env *envtest.Environment) *rest.Config {
 // one cannot be added).
 func Scheme(t testing.TB) *runtime.Scheme {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
+	scheme, err := v1.NewScheme()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return scheme
 }

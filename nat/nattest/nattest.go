@@ -28,6 +28,16 @@
 //	              family parameter) in IPv6 through a dual-stack topology,
 //	              the FIP's EIP dual-stack beside an IPv4 FIP
 //	              (Options.NoIPv6: every IPv6 kind refused, nothing changed)
+//	ShareDNAT     share DNAT backends: spread, pinning, per-backend cleanup
+//
+// Every case runs in both families: RoundTrip to LargeSync (the state
+// cases, one body with a family parameter) again under <case>/IPv6 with
+// IPv6 objects (IPv6-only EIPs, IPv6 internal addresses, CIDRs and routes;
+// Update and Conflicts add dual-stack EIP rows) in a stand-alone namespace
+// whose net1 and eth0 have IPv6 addresses too; Link, Packets and ShareDNAT
+// under Link/IPv6, Packets/IPv6 and ShareDNAT/IPv6. A backend of
+// Options.NoIPv6 gets no <case>/IPv6 state runs: Packets/IPv6 checks its
+// refusal of every IPv6 kind instead.
 //
 // Before the backend is opened, foreign nft tables and iptables-legacy rules
 // (filter, nat and mangle, built-in and own chains) are put in the gateway
@@ -139,6 +149,8 @@ type env struct {
 	empty string
 	// last caches the kernel state until the next operation (see touch).
 	last *snapshot
+	// v6: the stand-alone namespace gets IPv6 addresses too (gatewayNS).
+	v6 bool
 }
 
 // newEnv makes a gateway namespace (the standard topology when topo is
@@ -150,10 +162,11 @@ func (s *suite) newEnv(t *testing.T, topo bool) *env {
 }
 
 // newEnvWith is newEnv with the topology's options (a dual-stack one:
-// netlab.GatewayOptions.IPv6).
+// netlab.GatewayOptions.IPv6; without topology, IPv6 puts IPv6 addresses
+// on the stand-alone net1 and eth0 too).
 func (s *suite) newEnvWith(t *testing.T, topo bool, opts netlab.GatewayOptions) *env {
 	t.Helper()
-	e := &env{t: t, s: s, ctx: context.Background(), lab: netlab.ForTest(t)}
+	e := &env{t: t, s: s, ctx: context.Background(), lab: netlab.ForTest(t), v6: opts.IPv6}
 	if topo {
 		gw, err := e.lab.Gateway(opts)
 		if err != nil {
@@ -186,7 +199,7 @@ func (e *env) recreateNS() {
 			e.t.Fatal(err)
 		}
 	}
-	ns, err := GatewayNS(e.lab, "gw")
+	ns, err := gatewayNS(e.lab, "gw", e.v6)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -199,15 +212,29 @@ func (e *env) recreateNS() {
 // GatewayNS creates namespace role in lab with interfaces named like
 // Kube-OVN's gateway (net1 192.0.2.254/24, eth0 198.51.100.1/24) and IPv4
 // forwarding on: enough for a backend that sends no packets.
-func GatewayNS(lab *netlab.Lab, role string) (string, error) {
+func GatewayNS(lab *netlab.Lab, role string) (string, error) { return gatewayNS(lab, role, false) }
+
+// gatewayNS is GatewayNS; with v6 net1 also has 2001:db8:2::fe/64 and
+// eth0 2001:db8:100::1/64 (the dual-stack topology's, without duplicate
+// address detection) and IPv6 forwarding is on.
+func gatewayNS(lab *netlab.Lab, role string, v6 bool) (string, error) {
 	ns, err := lab.NS(role)
 	if err != nil {
 		return "", err
 	}
-	if err := netlab.Stub(ns, nat.DefaultExternalInterface, netip.PrefixFrom(netlab.GWExtAddr, netlab.ExtNet.Bits())); err != nil {
+	ext := []netip.Prefix{netip.PrefixFrom(netlab.GWExtAddr, netlab.ExtNet.Bits())}
+	vpc := []netip.Prefix{netip.PrefixFrom(netlab.GWVPCAddr, netlab.VPCNet.Bits())}
+	if v6 {
+		if err := netlab.IPv6Sysctls(ns, true); err != nil {
+			return "", err
+		}
+		ext = append(ext, netip.PrefixFrom(netlab.GWExtAddr6, netlab.ExtNet6.Bits()))
+		vpc = append(vpc, netip.PrefixFrom(netlab.GWVPCAddr6, netlab.VPCNet6.Bits()))
+	}
+	if err := netlab.Stub(ns, nat.DefaultExternalInterface, ext...); err != nil {
 		return "", err
 	}
-	if err := netlab.Stub(ns, nat.DefaultInternalInterface, netip.PrefixFrom(netlab.GWVPCAddr, netlab.VPCNet.Bits())); err != nil {
+	if err := netlab.Stub(ns, nat.DefaultInternalInterface, vpc...); err != nil {
 		return "", err
 	}
 	if err := netlab.Sysctl(ns, "net.ipv4.ip_forward", "1"); err != nil {

@@ -628,19 +628,11 @@ func (s *suite) testHairpin(t *testing.T, f family) {
 }
 
 // testQoS sends bulk TCP through a FIP whose EIP is policed and checks that
-// each direction is held near its rate: the transfer cannot beat the rate
-// by more than a burst of 1.5 s (backends may round bursts up). Then the
-// QoS is removed by an update and the same transfer is much faster. In
-// IPv6 the FIP and its EIP are IPv6-only, in the dual-stack topology.
+// each direction is held near its rate (WantPoliced). Then the QoS is
+// removed by an update and the same transfer is much faster. In IPv6 the
+// FIP and its EIP are IPv6-only, in the dual-stack topology.
 func (s *suite) testQoS(t *testing.T, f family) {
-	const (
-		rateMbps = 16
-		size     = 6 << 20                  // bytes: about 3 s at the rate
-		rate     = rateMbps * 1_000_000 / 8 // bytes per second
-		timeout  = 30 * time.Second
-	)
-	// 80% of the time the bytes beyond a 1.5 s burst need at the rate.
-	const floor = time.Duration((size - 3*rate/2) * int64(time.Second) / rate * 8 / 10)
+	const rateMbps = 16
 	q := nat.QoS{IngressRateMbps: rateMbps, IngressBurstMbit: 1, EgressRateMbps: rateMbps, EgressBurstMbit: 1}
 	e, eip := s.topoEnv(t, f), f.eip(0)
 	ext, v1 := f.host(e.gw.Ext), f.host(e.gw.VMs[0])
@@ -648,18 +640,45 @@ func (s *suite) testQoS(t *testing.T, f family) {
 	policed.EIP.QoS = &q
 	e.applyEIPs(policed)
 	e.apply(FIP(UID(nat.KindFIP, 0), eip, v1.Addr))
-	target := netip.AddrPortFrom(eip, vmTCP).String()
-	type xfer struct {
-		name string
-		run  func() (netlab.Reply, time.Duration, error)
+	served := func(_ netip.AddrPort, r netlab.Reply) error {
+		if !strings.HasPrefix(r.Server, v1.NS+"/") {
+			return fmt.Errorf("answered by %s", r.Server)
+		}
+		return nil
 	}
-	xfers := []xfer{
-		{"ingress (ext uploads to the EIP)", func() (netlab.Reply, time.Duration, error) {
-			return netlab.Upload(e.ctx, ext.NS, target, size, timeout)
-		}},
-		{"egress (ext downloads from the EIP)", func() (netlab.Reply, time.Duration, error) {
-			return netlab.Download(e.ctx, ext.NS, target, size, timeout)
-		}},
+	WantPoliced(t, e.ctx, ext.NS, []netip.AddrPort{netip.AddrPortFrom(eip, vmTCP)}, rateMbps, served, func() { e.apply(unlimit) })
+}
+
+// WantPoliced checks an EIP QoS of rateMbps in both directions (burst 1
+// Mbit) with bulk TCP from namespace client to each target (a TCP probe
+// server of netlab behind an EIP): an upload (ingress to the EIP) and a
+// download (egress from it) of 6 MB each may beat the rate by no more than
+// a burst of 1.5 s (backends may round bursts up), and served, when not
+// nil, checks who answered. Then lift removes the QoS and the same
+// transfers must take at most half as long.
+func WantPoliced(t *testing.T, ctx context.Context, client string, targets []netip.AddrPort, rateMbps int64, served func(netip.AddrPort, netlab.Reply) error, lift func()) {
+	t.Helper()
+	const (
+		size    = 6 << 20 // bytes: about 3 s at 16 Mbit/s
+		timeout = 30 * time.Second
+	)
+	rate := rateMbps * 1_000_000 / 8 // bytes per second
+	// 80% of the time the bytes beyond a 1.5 s burst need at the rate.
+	floor := time.Duration((size - 3*rate/2) * int64(time.Second) / rate * 8 / 10)
+	type xfer struct {
+		name   string
+		target netip.AddrPort
+		run    func() (netlab.Reply, time.Duration, error)
+	}
+	var xfers []xfer
+	for _, target := range targets {
+		xfers = append(xfers,
+			xfer{"ingress (" + client + " uploads to " + target.String() + ")", target, func() (netlab.Reply, time.Duration, error) {
+				return netlab.Upload(ctx, client, target.String(), size, timeout)
+			}},
+			xfer{"egress (" + client + " downloads from " + target.String() + ")", target, func() (netlab.Reply, time.Duration, error) {
+				return netlab.Download(ctx, client, target.String(), size, timeout)
+			}})
 	}
 	took := make([]time.Duration, len(xfers))
 	for i, x := range xfers {
@@ -668,8 +687,10 @@ func (s *suite) testQoS(t *testing.T, f family) {
 			t.Errorf("%s with QoS %d Mbit/s: %v", x.name, rateMbps, err)
 			continue
 		}
-		if !strings.HasPrefix(r.Server, v1.NS+"/") {
-			t.Errorf("%s: answered by %s", x.name, r.Server)
+		if served != nil {
+			if err := served(x.target, r); err != nil {
+				t.Errorf("%s: %v", x.name, err)
+			}
 		}
 		took[i] = d
 		t.Logf("%s, policed at %d Mbit/s: %d bytes in %v (%.1f Mbit/s)", x.name, rateMbps, size, d, float64(size)*8/d.Seconds()/1e6)
@@ -677,7 +698,7 @@ func (s *suite) testQoS(t *testing.T, f family) {
 			t.Errorf("%s: %d bytes in %v, faster than %d Mbit/s allows (at least %v)", x.name, size, d, rateMbps, floor)
 		}
 	}
-	e.apply(unlimit)
+	lift()
 	for i, x := range xfers {
 		_, d, err := x.run()
 		if err != nil {

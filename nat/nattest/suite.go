@@ -14,18 +14,18 @@ import (
 
 func (s *suite) tests() []test {
 	return []test{
-		{"RoundTrip", s.testRoundTrip},
-		{"Idempotent", s.testIdempotent},
-		{"Update", s.testUpdate},
-		{"Conflicts", s.testConflicts},
-		{"InvalidBatch", s.testInvalid},
-		{"Reopen", s.testReopen},
-		{"LostState", s.testLostState},
-		{"Sync", s.testSync},
-		{"Concurrent", s.testConcurrent},
-		{"ConcurrentOpen", s.testConcurrentOpen},
-		{"Canceled", s.testCanceled},
-		{"LargeSync", s.testLargeSync},
+		s.familyTest("RoundTrip", s.testRoundTrip),
+		s.familyTest("Idempotent", s.testIdempotent),
+		s.familyTest("Update", s.testUpdate),
+		s.familyTest("Conflicts", s.testConflicts),
+		s.familyTest("InvalidBatch", s.testInvalid),
+		s.familyTest("Reopen", s.testReopen),
+		s.familyTest("LostState", s.testLostState),
+		s.familyTest("Sync", s.testSync),
+		s.familyTest("Concurrent", s.testConcurrent),
+		s.familyTest("ConcurrentOpen", s.testConcurrentOpen),
+		s.familyTest("Canceled", s.testCanceled),
+		s.familyTest("LargeSync", s.testLargeSync),
 		{"Link", s.testLink},
 		{"Packets", s.testPackets},
 		{"ShareDNAT", s.testShare},
@@ -61,9 +61,9 @@ func sample() []nat.Object {
 // one at a time; then all in one batch, deleted in one batch. List follows
 // each step, and after deleting everything the kernel is as right after
 // the backend was opened.
-func (s *suite) testRoundTrip(t *testing.T) {
-	e := s.newEnv(t, false)
-	objs := sample()
+func (s *suite) testRoundTrip(t *testing.T, f family) {
+	e := s.stateEnv(t, f)
+	objs := sampleOf(f)
 	for i, o := range objs {
 		e.apply(o)
 		e.wantList("after applying "+o.String(), objs[:i+1]...)
@@ -87,9 +87,9 @@ func (s *suite) testRoundTrip(t *testing.T) {
 }
 
 // testIdempotent applies twice and deletes twice.
-func (s *suite) testIdempotent(t *testing.T) {
-	e := s.newEnv(t, false)
-	objs := sample()
+func (s *suite) testIdempotent(t *testing.T, f family) {
+	e := s.stateEnv(t, f)
+	objs := sampleOf(f)
 	e.apply(objs...)
 	k := e.kernel()
 	e.apply(objs...)
@@ -111,11 +111,15 @@ func (s *suite) testIdempotent(t *testing.T) {
 
 // testUpdate re-applies UIDs with another spec: List shows the new spec and
 // the kernel is exactly as if the new spec had been applied alone.
-func (s *suite) testUpdate(t *testing.T) {
+func (s *suite) testUpdate(t *testing.T, f family) {
 	u := func(k nat.Kind) string { return UID(k, 100) }
-	eip4, eip5 := netlab.EIP(4), netlab.EIP(5)
-	// Addresses and prefixes no object of sample() uses.
-	spare1, spare2 := netlab.VMAddr(10), netlab.VMAddr(11)
+	eip4, eip5 := f.eip(4), f.eip(5)
+	vm1, vm2 := f.vm(0), f.vm(1)
+	// Addresses and prefixes no object of sampleOf(f) uses.
+	spare1, spare2 := f.vm(10), f.vm(11)
+	net25, net26 := f.pick("198.51.100.128/25", "2001:db8:100::80/121"), f.pick("198.51.100.128/26", "2001:db8:100::80/122")
+	EIP := f.eipObject
+	EIPQoS := f.eipQoS
 	cases := []struct {
 		name     string
 		old, new nat.Object
@@ -124,17 +128,29 @@ func (s *suite) testUpdate(t *testing.T) {
 		{"fip EIP", FIP(u(nat.KindFIP), eip4, spare1), FIP(u(nat.KindFIP), eip5, spare1)},
 		{"dnat internal port", DNAT(u(nat.KindDNAT), eip4, nat.TCP, 80, vm1, 8080), DNAT(u(nat.KindDNAT), eip4, nat.TCP, 80, vm1, 9090)},
 		{"dnat external port and protocol", DNAT(u(nat.KindDNAT), eip4, nat.TCP, 80, vm1, 8080), DNAT(u(nat.KindDNAT), eip4, nat.UDP, 53, vm1, 8080)},
-		{"snat CIDR", SNAT(u(nat.KindSNAT), eip4, prefix("198.51.100.128/25"), false), SNAT(u(nat.KindSNAT), eip4, prefix("198.51.100.128/26"), false)},
-		{"snat random-fully", SNAT(u(nat.KindSNAT), eip4, prefix("198.51.100.128/25"), false), SNAT(u(nat.KindSNAT), eip4, prefix("198.51.100.128/25"), true)},
+		{"snat CIDR", SNAT(u(nat.KindSNAT), eip4, net25, false), SNAT(u(nat.KindSNAT), eip4, net26, false)},
+		{"snat random-fully", SNAT(u(nat.KindSNAT), eip4, net25, false), SNAT(u(nat.KindSNAT), eip4, net25, true)},
 		{"eip QoS added", EIP(u(nat.KindEIP), eip4), EIPQoS(u(nat.KindEIP), eip4, nat.QoS{IngressRateMbps: 100})},
 		{"eip QoS changed", EIPQoS(u(nat.KindEIP), eip4, nat.QoS{IngressRateMbps: 100}), EIPQoS(u(nat.KindEIP), eip4, nat.QoS{IngressRateMbps: 50, EgressRateMbps: 40, EgressBurstMbit: 4})},
 		{"eip QoS removed", EIPQoS(u(nat.KindEIP), eip4, nat.QoS{IngressRateMbps: 100}), EIP(u(nat.KindEIP), eip4)},
 		{"eip address", EIP(u(nat.KindEIP), eip4), EIP(u(nat.KindEIP), eip5)},
-		{"route next hop", Route(u(nat.KindRoute), prefix("10.1.0.0/16"), vm1, nat.DeviceInternal), Route(u(nat.KindRoute), prefix("10.1.0.0/16"), vm2, nat.DeviceInternal)},
+		{"route next hop", Route(u(nat.KindRoute), f.pick("10.1.0.0/16", "2001:db8:400::/48"), vm1, nat.DeviceInternal), Route(u(nat.KindRoute), f.pick("10.1.0.0/16", "2001:db8:400::/48"), vm2, nat.DeviceInternal)},
 	}
-	e := s.newEnv(t, false)
+	if f.v6 {
+		// A dual-stack EIP: its IPv4 address added and removed beside
+		// the IPv6 one.
+		dual := DualEIP(u(nat.KindEIP), netlab.EIP(4), eip4)
+		cases = append(cases, struct {
+			name     string
+			old, new nat.Object
+		}{"eip IPv4 address added", EIP(u(nat.KindEIP), eip4), dual}, struct {
+			name     string
+			old, new nat.Object
+		}{"eip IPv4 address removed", dual, EIP(u(nat.KindEIP), eip4)})
+	}
+	e := s.stateEnv(t, f)
 	// Other objects stay untouched by every update.
-	others := sample()
+	others := sampleOf(f)
 	e.apply(others...)
 	base := e.kernel()
 	for _, tc := range cases {
@@ -154,12 +170,15 @@ func (s *suite) testUpdate(t *testing.T) {
 
 // testConflicts checks that refused objects change nothing, also when the
 // batch holds valid objects too.
-func (s *suite) testConflicts(t *testing.T) {
-	eip0, eip1, eip5 := netlab.EIP(0), netlab.EIP(1), netlab.EIP(5)
+func (s *suite) testConflicts(t *testing.T, f family) {
+	eip0, eip1, eip5 := f.eip(0), f.eip(1), f.eip(5)
+	vm1, vm2, vm3 := f.vm(0), f.vm(1), f.vm(2)
+	vpc := f.vpcNet()
 	fipA := FIP("fip-a", eip0, vm1)
 	dnatA := DNAT("dnat-a", eip1, nat.TCP, 2222, vm2, 8080)
-	snatA := SNAT("snat-a", netlab.EIP(2), prefix("198.51.100.0/24"), false)
-	fresh := SNAT("snat-new", netlab.EIP(3), prefix("198.51.100.64/26"), false)
+	snatA := SNAT("snat-a", f.eip(2), vpc, false)
+	fresh := SNAT("snat-new", f.eip(3), f.pick("198.51.100.64/26", "2001:db8:100::40/122"), false)
+	dst := f.pick("203.0.113.0/24", "2001:db8:300::/48")
 	cases := []struct {
 		name  string
 		setup []nat.Object
@@ -170,16 +189,24 @@ func (s *suite) testConflicts(t *testing.T) {
 		{"DNAT on a FIP's EIP", []nat.Object{fipA}, []nat.Object{DNAT("dnat-b", eip0, nat.TCP, 22, vm2, 22)}},
 		{"FIP on a DNAT's EIP", []nat.Object{dnatA}, []nat.Object{FIP("fip-b", eip1, vm3)}},
 		{"duplicate DNAT", []nat.Object{dnatA}, []nat.Object{DNAT("dnat-b", eip1, nat.TCP, 2222, vm3, 9090)}},
-		{"duplicate SNAT CIDR", []nat.Object{snatA}, []nat.Object{SNAT("snat-b", netlab.EIP(3), prefix("198.51.100.0/24"), true)}},
-		{"duplicate EIP address", []nat.Object{EIP("eip-a", eip0)}, []nat.Object{EIP("eip-b", eip0)}},
-		{"duplicate route destination", []nat.Object{Route("route-a", prefix("203.0.113.0/24"), vm1, nat.DeviceInternal)},
-			[]nat.Object{Route("route-b", prefix("203.0.113.0/24"), vm2, nat.DeviceInternal)}},
+		{"duplicate SNAT CIDR", []nat.Object{snatA}, []nat.Object{SNAT("snat-b", f.eip(3), vpc, true)}},
+		{"duplicate EIP address", []nat.Object{f.eipObject("eip-a", eip0)}, []nat.Object{f.eipObject("eip-b", eip0)}},
+		{"duplicate route destination", []nat.Object{Route("route-a", dst, vm1, nat.DeviceInternal)},
+			[]nat.Object{Route("route-b", dst, vm2, nat.DeviceInternal)}},
 		{"two FIPs on one EIP in one batch", nil, []nat.Object{FIP("fip-b", eip5, vm2), FIP("fip-c", eip5, vm3)}},
 		{"valid object with a conflicting one", []nat.Object{fipA}, []nat.Object{fresh, FIP("fip-b", eip0, vm2)}},
 		{"conflicting one before a valid object", []nat.Object{fipA, dnatA}, []nat.Object{DNAT("dnat-b", eip1, nat.TCP, 2222, vm3, 1), fresh}},
 		{"update into a conflict", []nat.Object{fipA, dnatA}, []nat.Object{FIP("fip-a", eip1, vm1)}},
 	}
-	e := s.newEnv(t, false)
+	if f.v6 {
+		// A dual-stack EIP's IPv6 address is taken like an IPv6-only one's.
+		cases = append(cases, struct {
+			name  string
+			setup []nat.Object
+			bad   []nat.Object
+		}{"IPv6 address of a dual-stack EIP", []nat.Object{DualEIP("eip-a", netlab.EIP(0), eip0)}, []nat.Object{f.eipObject("eip-b", eip0)}})
+	}
+	e := s.stateEnv(t, f)
 	for _, tc := range cases {
 		e.run(tc.name, func(t *testing.T) {
 			if len(tc.setup) > 0 {
@@ -202,24 +229,33 @@ func (s *suite) testConflicts(t *testing.T) {
 }
 
 // testInvalid checks that a batch with one invalid object changes nothing.
-func (s *suite) testInvalid(t *testing.T) {
-	good := FIP("fip-good", netlab.EIP(6), vm3)
+func (s *suite) testInvalid(t *testing.T, f family) {
+	vm1, vm2, vm3 := f.vm(0), f.vm(1), f.vm(2)
+	// In IPv4 an IPv6 EIP with an IPv4 internal address; in IPv6 the
+	// reverse.
+	mixed := FIP("fip-bad", addr("2001:db8::1"), vm1)
+	eipLen := nat.EIP{Address: netlab.EIP(8), PrefixLen: 33}
+	if f.v6 {
+		mixed = FIP("fip-bad", f.eip(9), f.other().vm(0))
+		eipLen = nat.EIP{V6Address: f.eip(8), V6PrefixLen: 129}
+	}
+	good := FIP("fip-good", f.eip(6), vm3)
 	cases := []struct {
 		name string
 		bad  nat.Object
 	}{
-		{"DNAT port 0", DNAT("dnat-bad", netlab.EIP(1), nat.TCP, 0, vm2, 80)},
-		{"DNAT protocol", DNAT("dnat-bad", netlab.EIP(1), "icmp", 80, vm2, 80)},
-		{"IPv6 FIP", FIP("fip-bad", addr("2001:db8::1"), vm1)},
-		{"SNAT CIDR with host bits", SNAT("snat-bad", netlab.EIP(2), prefix("198.51.100.5/24"), false)},
-		{"UID with a space", FIP("bad uid", netlab.EIP(7), vm2)},
-		{"empty UID", FIP("", netlab.EIP(7), vm2)},
-		{"EIP prefix length", nat.Object{UID: "eip-bad", Kind: nat.KindEIP, EIP: &nat.EIP{Address: netlab.EIP(8), PrefixLen: 33}}},
-		{"two payloads", nat.Object{UID: "two", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: netlab.EIP(8), InternalIP: vm1}, SNAT: &nat.SNAT{EIP: netlab.EIP(8), InternalCIDR: prefix("198.51.100.0/24")}}},
-		{"route device", Route("route-bad", prefix("203.0.113.0/24"), vm1, "eth7")},
+		{"DNAT port 0", DNAT("dnat-bad", f.eip(1), nat.TCP, 0, vm2, 80)},
+		{"DNAT protocol", DNAT("dnat-bad", f.eip(1), "icmp", 80, vm2, 80)},
+		{"FIP of two families", mixed},
+		{"SNAT CIDR with host bits", SNAT("snat-bad", f.eip(2), f.pick("198.51.100.5/24", "2001:db8:100::5/64"), false)},
+		{"UID with a space", FIP("bad uid", f.eip(7), vm2)},
+		{"empty UID", FIP("", f.eip(7), vm2)},
+		{"EIP prefix length", nat.Object{UID: "eip-bad", Kind: nat.KindEIP, EIP: &eipLen}},
+		{"two payloads", nat.Object{UID: "two", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: f.eip(8), InternalIP: vm1}, SNAT: &nat.SNAT{EIP: f.eip(8), InternalCIDR: f.vpcNet()}}},
+		{"route device", Route("route-bad", f.pick("203.0.113.0/24", "2001:db8:300::/48"), vm1, "eth7")},
 	}
-	e := s.newEnv(t, false)
-	present := sample()
+	e := s.stateEnv(t, f)
+	present := sampleOf(f)
 	e.apply(present...)
 	before := e.kernel()
 	for _, tc := range cases {
@@ -260,9 +296,9 @@ func (e *env) wantReopenReload(objs ...nat.Object) {
 
 // testReopen closes the backend, opens a new one on the same namespace,
 // and deletes by UID with it.
-func (s *suite) testReopen(t *testing.T) {
-	e := s.newEnv(t, false)
-	objs := sample()
+func (s *suite) testReopen(t *testing.T, f family) {
+	e := s.stateEnv(t, f)
+	objs := sampleOf(f)
 	e.apply(objs...)
 	if e.dp.BootID() == "" {
 		t.Errorf("BootID is empty")
@@ -281,9 +317,9 @@ func (s *suite) testReopen(t *testing.T) {
 // testLostState recreates the gateway namespace (what a pod restart does:
 // the kernel state is gone): a backend opened on it starts empty, with a new
 // BootID, and takes the objects again.
-func (s *suite) testLostState(t *testing.T) {
-	e := s.newEnv(t, false)
-	objs := sample()
+func (s *suite) testLostState(t *testing.T, f family) {
+	e := s.stateEnv(t, f)
+	objs := sampleOf(f)
 	e.apply(objs...)
 	boot := e.dp.BootID()
 	e.closeDP()
@@ -302,15 +338,15 @@ func (s *suite) testLostState(t *testing.T) {
 }
 
 // testSync replaces the whole state in one call.
-func (s *suite) testSync(t *testing.T) {
-	e := s.newEnv(t, false)
-	objs := sample()
+func (s *suite) testSync(t *testing.T, f family) {
+	e := s.stateEnv(t, f)
+	objs := sampleOf(f)
 	e.apply(objs...)
 	desired := []nat.Object{
 		objs[0], objs[2], objs[7], objs[9], // kept
-		FIP(objs[4].UID, netlab.EIP(0), vm3),                               // updated
-		DNAT("dnat-new", netlab.EIP(5), nat.TCP, 443, vm2, 8443),           // new
-		SNAT("snat-new", netlab.EIP(2), prefix("198.51.100.12/32"), false), // new
+		FIP(objs[4].UID, f.eip(0), f.vm(2)),                                            // updated
+		DNAT("dnat-new", f.eip(5), nat.TCP, 443, f.vm(1), 8443),                        // new
+		SNAT("snat-new", f.eip(2), netip.PrefixFrom(f.vm(2), f.vm(2).BitLen()), false), // new
 	}
 	e.sync(desired...)
 	e.wantList("after sync", desired...)
@@ -327,8 +363,8 @@ func (s *suite) testSync(t *testing.T) {
 }
 
 // testConcurrent applies and deletes from several goroutines at once.
-func (s *suite) testConcurrent(t *testing.T) {
-	e := s.newEnv(t, false)
+func (s *suite) testConcurrent(t *testing.T, f family) {
+	e := s.stateEnv(t, f)
 	const workers, per = 4, 6
 	var want []nat.Object
 	var wg sync.WaitGroup
@@ -337,7 +373,7 @@ func (s *suite) testConcurrent(t *testing.T) {
 		var mine []nat.Object
 		for i := 0; i < per; i++ {
 			n := w*per + i
-			mine = append(mine, FIP(UID(nat.KindFIP, n), netip.AddrFrom4([4]byte{100, 64, byte(w), byte(i + 1)}), netip.AddrFrom4([4]byte{10, 0, byte(w), byte(i + 1)})))
+			mine = append(mine, FIP(UID(nat.KindFIP, n), f.benchAddr(100, 64, w<<8|i), f.benchAddr(10, 0, w<<8|i)))
 		}
 		want = append(want, mine[:per/2]...)
 		wg.Add(1)
@@ -375,8 +411,8 @@ func (s *suite) testConcurrent(t *testing.T) {
 // kernel state is empty, as when the agent starts while an operator runs
 // `natgw list`: every open succeeds, all agree on one BootID, and what one
 // applies another lists after a Reload.
-func (s *suite) testConcurrentOpen(t *testing.T) {
-	e := s.newEnv(t, false)
+func (s *suite) testConcurrentOpen(t *testing.T, f family) {
+	e := s.stateEnv(t, f)
 	const rounds, openers = 5, 6
 	for round := 0; round < rounds; round++ {
 		e.closeDP()
@@ -411,7 +447,7 @@ func (s *suite) testConcurrentOpen(t *testing.T) {
 			}
 			e.dp, e.name = open[0], open[0].Name()
 			e.check(fmt.Sprintf("round %d: concurrent opens", round))
-			fip := FIP(UID(nat.KindFIP, round), netlab.EIP(round), vm1)
+			fip := FIP(UID(nat.KindFIP, round), f.eip(round), f.vm(0))
 			e.apply(fip)
 			ctx, cancel := e.opCtx()
 			other := open[len(open)-1]
@@ -440,9 +476,9 @@ func (s *suite) testConcurrentOpen(t *testing.T) {
 
 // testCanceled calls every state-changing method with a context that is
 // already done: each fails with the context's error and changes nothing.
-func (s *suite) testCanceled(t *testing.T) {
-	e := s.newEnv(t, false)
-	objs := sample()
+func (s *suite) testCanceled(t *testing.T, f family) {
+	e := s.stateEnv(t, f)
+	objs := sampleOf(f)
 	e.apply(objs[:4]...)
 	before := e.kernel()
 	ctx, cancel := context.WithCancel(e.ctx)
@@ -468,16 +504,24 @@ func (s *suite) testCanceled(t *testing.T) {
 // testLargeSync syncs thousands of objects in one call (more than one
 // netlink message batch or restore chunk), reads them back after a reopen
 // and removes them in one call.
-func (s *suite) testLargeSync(t *testing.T) {
+func (s *suite) testLargeSync(t *testing.T, f family) {
 	const fips, dnats = 3000, 1000
-	e := s.newEnv(t, false)
+	e := s.stateEnv(t, f)
 	var objs []nat.Object
 	for i := 0; i < fips; i++ {
-		objs = append(objs, benchFIP(i))
+		if f.v6 {
+			objs = append(objs, FIP(UID(nat.KindFIP, i), f.benchAddr(100, 64, i), f.benchAddr(10, 0, i)))
+		} else {
+			objs = append(objs, benchFIP(i))
+		}
 	}
 	for i := 0; i < dnats; i++ {
 		eip := netip.AddrFrom4([4]byte{100, 127, byte(i / 200), byte(i % 200)})
-		objs = append(objs, DNAT(UID(nat.KindDNAT, i), eip, nat.TCP, uint16(1000+i), netip.AddrFrom4([4]byte{10, 200, byte(i >> 8), byte(i)}), 80))
+		in := netip.AddrFrom4([4]byte{10, 200, byte(i >> 8), byte(i)})
+		if f.v6 {
+			eip, in = f.benchAddr(100, 127, i), f.benchAddr(10, 200, i)
+		}
+		objs = append(objs, DNAT(UID(nat.KindDNAT, i), eip, nat.TCP, uint16(1000+i), in, 80))
 	}
 	e.sync(objs...)
 	if got := len(e.list()); got != len(objs) {

@@ -864,3 +864,54 @@ func TestUpgradeFromIPTable(t *testing.T) {
 	wantObjects(t, "after the reload", dp, objs)
 	dp.Close()
 }
+
+// TestDualStackOneTransaction: an operation that holds objects of both
+// families (a dual-stack EIP with QoS, FIPs, a DNAT and SNATs of each
+// family), its update, a delete of both families' FIPs and a Sync to a
+// subset of both families are one kernel transaction each (table inet
+// natgw holds both families' maps), and List gives back what was applied.
+func TestDualStackOneTransaction(t *testing.T) {
+	cfg := gateway(t)
+	dp := open(t, cfg, WithoutPlumbing())
+	a, p := netip.MustParseAddr, netip.MustParsePrefix
+	dual := nat.Object{UID: "eip-dual", Kind: nat.KindEIP, EIP: &nat.EIP{Address: a("192.0.2.10"), PrefixLen: 24, V6Address: a("2001:db8:2::100"), V6PrefixLen: 64,
+		QoS: &nat.QoS{IngressRateMbps: 10, EgressRateMbps: 20}}}
+	fip := func(uid, eip, in string) nat.Object {
+		return nat.Object{UID: uid, Kind: nat.KindFIP, FIP: &nat.FIP{EIP: a(eip), InternalIP: a(in)}}
+	}
+	snat := func(uid, eip, cidr string, rf bool) nat.Object {
+		return nat.Object{UID: uid, Kind: nat.KindSNAT, SNAT: &nat.SNAT{EIP: a(eip), InternalCIDR: p(cidr), RandomFully: rf}}
+	}
+	objs := []nat.Object{
+		dual,
+		fip("fip4", "192.0.2.10", "198.51.100.10"),
+		fip("fip6", "2001:db8:2::100", "2001:db8:100::a"),
+		{UID: "dnat6", Kind: nat.KindDNAT, DNAT: &nat.DNAT{EIP: a("2001:db8:2::101"), Protocol: nat.TCP, ExternalPort: 2222, InternalIP: a("2001:db8:100::b"), InternalPort: 22}},
+		snat("snat4", "192.0.2.11", "198.51.100.0/24", false),
+		snat("snat6", "2001:db8:2::101", "2001:db8:100::/64", false),
+		snat("snat6-long", "2001:db8:2::102", "2001:db8:100::8/126", true),
+	}
+	step := func(what string, op func() error, want []nat.Object) {
+		t.Helper()
+		gen := generation(t, cfg.NetNS)
+		if err := op(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if g := generation(t, cfg.NetNS); g != gen+1 {
+			t.Errorf("%s took %d transactions, want 1", what, g-gen)
+		}
+		if got := list(t, dp); !sameObjects(got, want) {
+			t.Errorf("%s: List = %v, want %v", what, got, want)
+		}
+	}
+	step("apply of both families", func() error { return dp.Apply(opCtx(t), objs...) }, objs)
+	moved := fip("fip6", "2001:db8:2::100", "2001:db8:100::c")
+	rf := snat("snat4", "192.0.2.11", "198.51.100.0/24", true)
+	updated := slices.Clone(objs)
+	updated[2], updated[4] = moved, rf
+	step("update of both families", func() error { return dp.Apply(opCtx(t), moved, rf) }, updated)
+	rest := slices.Concat(updated[:1], updated[3:])
+	step("delete of both families' FIPs", func() error { return dp.Delete(opCtx(t), "fip4", "fip6") }, rest)
+	subset := []nat.Object{rest[0], rest[2], rest[3]}
+	step("sync to a subset of both families", func() error { return dp.Sync(opCtx(t), subset) }, subset)
+}

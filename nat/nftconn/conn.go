@@ -6,6 +6,7 @@ import (
 	"runtime"
 
 	nft "github.com/google/nftables"
+	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/nat/netns"
 	"github.com/natgw/natgw/nat/nlsock"
@@ -142,11 +143,38 @@ func listRules(c *nft.Conn, t Table, chain ChainName) ([]RuleRef, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables: list %s %s: %w", t, chain, err)
 	}
+	if len(rules) == 0 {
+		// The kernel's rule dump filtered by chain answers a missing chain
+		// (or table) with no rules, not an error: ask for the chain.
+		if err := chainExists(c, tb, chain); err != nil {
+			return nil, fmt.Errorf("nftables: list %s %s: %w", t, chain, err)
+		}
+	}
 	refs := make([]RuleRef, 0, len(rules))
 	for _, r := range rules {
 		refs = append(refs, RuleRef{Handle: r.Handle, Tag: string(r.UserData)})
 	}
 	return refs, nil
+}
+
+// chainExists returns nil if chain is in tb, an error wrapping ENOENT (as
+// Fake's) if it is not. One GETCHAIN asks; google/nftables reports its
+// failure without the errno, so a failed one is settled by the table
+// family's chain dump.
+func chainExists(c *nft.Conn, tb *nft.Table, chain ChainName) error {
+	if _, err := c.ListChain(tb, string(chain)); err == nil {
+		return nil
+	}
+	chains, err := c.ListChainsOfTableFamily(tb.Family)
+	if err != nil {
+		return fmt.Errorf("list chains: %w", err)
+	}
+	for _, ch := range chains {
+		if ch.Name == string(chain) && ch.Table != nil && ch.Table.Name == tb.Name {
+			return nil
+		}
+	}
+	return fmt.Errorf("chain: %w", unix.ENOENT)
 }
 
 // listMapElements returns the elements of map name in t, read over c.

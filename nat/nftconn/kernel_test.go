@@ -180,6 +180,46 @@ func TestNetlinkMaps(t *testing.T) {
 	}
 }
 
+// TestRulesOfMissingChain: listing the rules of a chain that is not there
+// (or of a table that is not) is an error wrapping ENOENT on the kernel,
+// over both connections, as on Fake; an empty chain that is there lists
+// no rules and no error.
+func TestRulesOfMissingChain(t *testing.T) {
+	ns, name := labNS(t, "nftnochain")
+	ctx := context.Background()
+	l, err := DialLasting(ns, name, time.Minute, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	f := NewFake()
+	other := Table{Family: nft.TableFamilyIPv4, Name: "other"}
+	tx := baseTx()
+	tx.AddTable(other)
+	tx.AddChain(other, Chain{Name: "elsewhere"})
+	for _, c := range []Conn{Open(ns), l, f} {
+		if err := c.Apply(ctx, tx); err != nil {
+			t.Fatalf("build on %T: %v", c, err)
+		}
+		if refs, err := c.Rules(ctx, testTable, "plain"); err != nil || len(refs) != 0 {
+			t.Errorf("rules of an empty chain on %T: %+v, %v; want none, no error", c, refs, err)
+		}
+		for _, miss := range []struct {
+			t     Table
+			chain ChainName
+		}{
+			{testTable, "nope"},
+			{testTable, "elsewhere"}, // a chain of that name in another table
+			{Table{Family: nft.TableFamilyIPv4, Name: "nope"}, "plain"},
+			{Table{Family: nft.TableFamilyINet, Name: testTable.Name}, "plain"}, // another family
+		} {
+			if refs, err := c.Rules(ctx, miss.t, miss.chain); !errors.Is(err, unix.ENOENT) {
+				t.Errorf("rules of %s %s on %T: %+v, %v; want ENOENT", miss.t, miss.chain, c, refs, err)
+			}
+		}
+	}
+}
+
 // TestNetlinkLargeBatch: a transaction larger than a socket's default send
 // buffer (Netlink.Apply raises it for the batch; the kernel refuses a
 // message beyond it with EMSGSIZE) commits, all its elements read back.

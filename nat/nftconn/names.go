@@ -44,7 +44,7 @@
 // Batch.Elements), dumps sets on it and reads its structure at Load over
 // the Lasting's library connection.
 //
-// # Design: the main table on Tx (issue 26; not done yet)
+// # Design: the main table on Tx (not done yet)
 //
 // Done: one encoder and one socket for every table. Every batch natgw
 // sends is an nftconn.Batch committed by an nftconn.Socket (Classify's
