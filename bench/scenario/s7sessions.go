@@ -1,10 +1,12 @@
 package scenario
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/netip"
@@ -41,6 +43,9 @@ const (
 	// s7SessMaxPods bounds the node's capacity: netlab.EIP has 200
 	// addresses, one per gateway.
 	s7SessMaxPods = 190
+	// s7LeaseName is natgw-controller's leader election lease
+	// (controller/cmd/natgw-controller: LeaderElectionID).
+	s7LeaseName = "natgw-controller.kubeovn.io"
 )
 
 // s7SessSizes is the size of the held-sessions part.
@@ -53,6 +58,11 @@ type s7SessSizes struct {
 	FIPs int
 	// Window is how long CPU time is measured in each state.
 	Window time.Duration
+	// WaitGone makes the clean-up wait until the part's gateway pods are
+	// gone (another part follows on the same cluster); without it the
+	// StatefulSets are deleted and the cluster's tear-down stops what is
+	// left (190 pods took more than 5 min to go on this 2-core machine).
+	WaitGone bool
 }
 
 // procUse is one process's use in one state.
@@ -96,10 +106,19 @@ type s7SessResult struct {
 	// Reconnects its natgw_transport_reconnects_total, both as deltas.
 	APIWrites           int
 	Resyncs, Reconnects float64
+	// ResyncReasons is Resyncs by natgw_resyncs_total's reason label
+	// ("bootid": a controller process's first connect to the agent).
+	ResyncReasons map[string]float64
+	// LeaderBefore and LeaderAfter are the leader election lease's holder
+	// (pod name and process id) before and after the restart.
+	LeaderBefore, LeaderAfter string
 	// ControllerRestarts is how many times the controller pods' containers
 	// restarted across the API server's restart (a leader that lost its
 	// lease exits).
 	ControllerRestarts int
+	// CleanupErr says what the clean-up after the measurement failed at
+	// ("" when nothing): it does not void the figures.
+	CleanupErr string
 }
 
 // perSession is the cost of one session: (with − without) ÷ n (NaN when n
@@ -119,29 +138,6 @@ func cpuCores(before, after, wall time.Duration) float64 {
 		return math.NaN()
 	}
 	return float64(after-before) / float64(wall)
-}
-
-// gatewaySeries reads, from a Prometheus text exposition (parseProm),
-// every sample of the metrics names that carries a gateway label, and
-// returns per metric the per-gateway sum of their values (a counter with a
-// reason label summed over its reasons).
-func gatewaySeries(text string, names ...string) (map[string]map[string]float64, error) {
-	ps, err := parseProm(text)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]map[string]float64{}
-	for _, n := range names {
-		out[n] = map[string]float64{}
-	}
-	for _, p := range ps {
-		gw, ok := p.labels["gateway"]
-		if out[p.name] == nil || !ok {
-			continue
-		}
-		out[p.name][gw] += p.value
-	}
-	return out, nil
 }
 
 // linesLost counts the lines of before that after does not hold (as a
@@ -196,7 +192,7 @@ type s7SessPod struct {
 // each; then kube-apiserver restarted and the time from it answering again
 // until every gateway is connected again, with what the restart cost
 // (rules lost, rulesets rewritten, API writes, resyncs).
-func s7RunSessions(ctx context.Context, c *cluster.Cluster, repo string, sz s7SessSizes, logf func(string, ...any)) (_ *s7SessResult, err error) {
+func s7RunSessions(ctx context.Context, c *cluster.Cluster, repo string, sz s7SessSizes, logf func(string, ...any)) (res *s7SessResult, err error) {
 	cfg := c.Config()
 	cs, err := c.Clientset()
 	if err != nil {
@@ -220,22 +216,33 @@ func s7RunSessions(ctx context.Context, c *cluster.Cluster, repo string, sz s7Se
 			return nil, fmt.Errorf("node %s holds %d more pods, want at least %d", cfg.NodeName, n, s7SessMinPods)
 		}
 	}
-	res := &s7SessResult{N: n, FIPs: sz.FIPs, Window: sz.Window}
+	res = &s7SessResult{N: n, FIPs: sz.FIPs, Window: sz.Window}
 	pids := func() (int, int, error) { return s7DaemonPids(cfg) }
 
 	logf("held sessions: idle (no gateway pod), %v window", sz.Window)
 	if res.Idle, err = s7MeasureLoad(ctx, pids, sz.Window); err != nil {
 		return nil, err
 	}
+	logf("held sessions: idle: %s", res.Idle)
 
 	lab, err := netlab.New(ctx)
 	if err != nil {
 		return nil, err
 	}
+	measured := false
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 		defer cancel()
-		err = errors.Join(err, s7Cleanup(cctx, cl), s7SessDeletePods(cctx, cs, n), lab.Close())
+		cerr := errors.Join(s7Cleanup(cctx, cl), s7SessDeletePods(cctx, cs, n, sz.WaitGone), lab.Close())
+		switch {
+		case cerr == nil:
+		case measured && err == nil:
+			// The figures stand; the report says what the clean-up left.
+			res.CleanupErr = cerr.Error()
+			logf("held sessions: clean-up: %v", cerr)
+		default:
+			err = errors.Join(err, cerr)
+		}
 	}()
 	ext, err := lab.NS("ext-sess")
 	if err != nil {
@@ -246,7 +253,7 @@ func s7RunSessions(ctx context.Context, c *cluster.Cluster, repo string, sz s7Se
 	if err := s7SessCreatePods(ctx, cs, image, n); err != nil {
 		return nil, err
 	}
-	pods, err := s7SessWaitPods(ctx, c, cs, n, 5*time.Minute)
+	pods, err := s7SessWaitPods(ctx, c, cs, n, 10*time.Minute)
 	if err != nil {
 		return nil, err
 	}
@@ -262,6 +269,7 @@ func s7RunSessions(ctx context.Context, c *cluster.Cluster, repo string, sz s7Se
 	if res.Pods, err = s7MeasureLoad(ctx, pids, sz.Window); err != nil {
 		return nil, err
 	}
+	logf("held sessions: %d pods, no session: %s", n, res.Pods)
 
 	mc := &s7Metrics{cs: cs, hc: &http.Client{Timeout: time.Second}}
 	start = time.Now()
@@ -279,16 +287,27 @@ func s7RunSessions(ctx context.Context, c *cluster.Cluster, repo string, sz s7Se
 	if res.Held, err = s7MeasureLoad(ctx, pids, sz.Window); err != nil {
 		return nil, err
 	}
+	logf("held sessions: %d sessions held: %s", n, res.Held)
 
 	logf("held sessions: restarting kube-apiserver")
 	if err := s7SessRestart(ctx, c, cs, cl, mc, pods, res); err != nil {
 		return res, err
 	}
+	measured = true
+	logf("held sessions: API down %v, reconnect all %v (%s), %d rule lines lost, %d rulesets rewritten, %d API writes, resyncs %s, %d controller restarts, leader %q → %q",
+		res.APIDown.Round(time.Millisecond), res.Reconnect.Round(time.Millisecond), cmp.Or(res.ReconnectErr, "all"), res.Lost, res.Rewritten, res.APIWrites,
+		s7ResyncsText(res.Resyncs, res.ResyncReasons), res.ControllerRestarts, res.LeaderBefore, res.LeaderAfter)
 	return res, nil
 }
 
+// String is the load's figures for the progress log.
+func (l s7Load) String() string {
+	return fmt.Sprintf("kube-apiserver CPU %.1f %% VmRSS %.1f MiB, kubelet CPU %.1f %% VmRSS %.1f MiB (load %s)",
+		100*l.APIServer.CPU, l.APIServer.RSS/(1<<20), 100*l.Kubelet.CPU, l.Kubelet.RSS/(1<<20), l.LoadAvg)
+}
+
 // s7SessRestart restarts kube-apiserver and fills res's restart figures.
-// A gateway that did not reconnect within a minute is in
+// A gateway that did not reconnect within 5 minutes is in
 // res.ReconnectErr, not an error.
 func s7SessRestart(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interface, cl client.Client, mc *s7Metrics, pods []s7SessPod, res *s7SessResult) error {
 	rulesBefore, handlesBefore, err := s7SessRulesets(ctx, pods)
@@ -311,6 +330,7 @@ func s7SessRestart(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interf
 	if err != nil {
 		return err
 	}
+	res.LeaderBefore = s7Leader(ctx, cs)
 	begin := time.Now()
 	if err := c.Restart(ctx, "kube-apiserver"); err != nil {
 		return err
@@ -319,7 +339,7 @@ func s7SessRestart(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interf
 		return err
 	}
 	res.APIDown = time.Since(begin)
-	if res.Reconnect, err = s7SessWaitConnected(ctx, mc, pods, agentsBefore, time.Minute); err != nil {
+	if res.Reconnect, err = s7SessWaitConnected(ctx, mc, pods, agentsBefore, 5*time.Minute); err != nil {
 		res.ReconnectErr = err.Error()
 	}
 	// What the reconnect cost, once it settled: the reconnect's converge
@@ -348,10 +368,15 @@ func s7SessRestart(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interf
 	if err != nil {
 		return err
 	}
+	var gws []string
 	for _, p := range pods {
-		res.Resyncs += mAfter.resyncs[p.Gateway] - mBefore.resyncs[p.Gateway]
-		res.Reconnects += mAfter.reconnects[p.Gateway] - mBefore.reconnects[p.Gateway]
+		gws = append(gws, p.Gateway)
 	}
+	res.ResyncReasons, res.Reconnects = s7CounterDeltas(mBefore, mAfter, gws)
+	for _, v := range res.ResyncReasons {
+		res.Resyncs += v
+	}
+	res.LeaderAfter = s7Leader(ctx, cs)
 	restartsAfter, err := s7ControllerRestarts(ctx, cs)
 	if err != nil {
 		return err
@@ -589,10 +614,88 @@ type s7Metrics struct {
 	ips []string
 }
 
-// s7Snapshot is natgw-controller's per-gateway state summed over its pods
-// (only the leader runs gateways).
+// s7Snapshot is natgw-controller's per-gateway state: connected is the
+// largest over its pods (only the leader runs gateways); procs holds each
+// pod's (by IP) process counters, which a container restart resets.
 type s7Snapshot struct {
-	connected, resyncs, reconnects map[string]float64
+	connected map[string]float64
+	procs     map[string]s7Proc
+}
+
+// s7Proc is one natgw-controller process's counters.
+type s7Proc struct {
+	// start is process_start_time_seconds: a new value is a new process
+	// (the container restarted), whose counters began at 0.
+	start float64
+	// resyncs is natgw_resyncs_total by gateway and reason; reconnects
+	// natgw_transport_reconnects_total by gateway.
+	resyncs    map[[2]string]float64
+	reconnects map[string]float64
+}
+
+// s7ParseProc reads one natgw-controller's metrics exposition: the
+// per-gateway connected gauge and the process's counters.
+func s7ParseProc(text string) (map[string]float64, s7Proc, error) {
+	ps, err := parseProm(text)
+	if err != nil {
+		return nil, s7Proc{}, err
+	}
+	connected := map[string]float64{}
+	pr := s7Proc{resyncs: map[[2]string]float64{}, reconnects: map[string]float64{}}
+	for _, p := range ps {
+		gw := p.labels["gateway"]
+		switch p.name {
+		case "process_start_time_seconds":
+			pr.start = p.value
+		case "natgw_gateway_connected":
+			if gw != "" {
+				connected[gw] = max(connected[gw], p.value)
+			}
+		case "natgw_resyncs_total":
+			if gw != "" {
+				pr.resyncs[[2]string{gw, p.labels["reason"]}] += p.value
+			}
+		case "natgw_transport_reconnects_total":
+			if gw != "" {
+				pr.reconnects[gw] += p.value
+			}
+		}
+	}
+	return connected, pr, nil
+}
+
+// s7CounterDeltas is what natgw-controller counted between two snapshots
+// for gateways: full syncs by reason and transport reconnects, summed
+// over its pods. A pod whose process is new in after (another
+// process_start_time_seconds, or not scraped before) counts all of after:
+// its counters began at 0 (a leader that lost its lease exits and its
+// container restarts; subtracting the old process's counts would hide the
+// new one's syncs).
+func s7CounterDeltas(before, after s7Snapshot, gateways []string) (resyncs map[string]float64, reconnects float64) {
+	want := map[string]bool{}
+	for _, g := range gateways {
+		want[g] = true
+	}
+	resyncs = map[string]float64{}
+	for ip, a := range after.procs {
+		b, ok := before.procs[ip]
+		if !ok || b.start != a.start {
+			b = s7Proc{}
+		}
+		for k, v := range a.resyncs {
+			if want[k[0]] {
+				if d := v - b.resyncs[k]; d != 0 {
+					resyncs[k[1]] += d
+				}
+			}
+		}
+		for g, v := range a.reconnects {
+			if want[g] {
+				reconnects += v - b.reconnects[g]
+			}
+		}
+	}
+	return resyncs, reconnects
 }
 
 func (m *s7Metrics) scrape(ctx context.Context) (s7Snapshot, error) {
@@ -608,8 +711,7 @@ func (m *s7Metrics) scrape(ctx context.Context) (s7Snapshot, error) {
 		}
 		m.ips = ips
 	}
-	snap := s7Snapshot{connected: map[string]float64{}, resyncs: map[string]float64{}, reconnects: map[string]float64{}}
-	answered := 0
+	snap := s7Snapshot{connected: map[string]float64{}, procs: map[string]s7Proc{}}
 	var errs []error
 	for _, ip := range m.ips {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ip+":8080/metrics", nil)
@@ -627,25 +729,30 @@ func (m *s7Metrics) scrape(ctx context.Context) (s7Snapshot, error) {
 			errs = append(errs, err)
 			continue
 		}
-		s, err := gatewaySeries(string(body), "natgw_gateway_connected", "natgw_resyncs_total", "natgw_transport_reconnects_total")
+		connected, pr, err := s7ParseProc(string(body))
 		if err != nil {
 			return snap, fmt.Errorf("natgw-controller %s: %w", ip, err)
 		}
-		answered++
-		for gw, v := range s["natgw_gateway_connected"] {
+		snap.procs[ip] = pr
+		for gw, v := range connected {
 			snap.connected[gw] = max(snap.connected[gw], v)
 		}
-		for gw, v := range s["natgw_resyncs_total"] {
-			snap.resyncs[gw] += v
-		}
-		for gw, v := range s["natgw_transport_reconnects_total"] {
-			snap.reconnects[gw] += v
-		}
 	}
-	if answered == 0 {
+	if len(snap.procs) == 0 {
 		return snap, fmt.Errorf("no natgw-controller pod's metrics answered (%d pods): %w", len(m.ips), errors.Join(errs...))
 	}
 	return snap, nil
+}
+
+// s7Leader is the holder of natgw-controller's leader election lease
+// ("" when there is none or it cannot be read: a figure for the report,
+// not a condition of the run).
+func s7Leader(ctx context.Context, cs kubernetes.Interface) string {
+	l, err := cs.CoordinationV1().Leases(clusterstack.ControllerNS).Get(ctx, s7LeaseName, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
 }
 
 // s7Agents maps network namespaces (net:[inode]) to the `natgw serve`
@@ -760,9 +867,9 @@ func s7ControllerRestarts(ctx context.Context, cs kubernetes.Interface) (int, er
 	return n, nil
 }
 
-// s7SessDeletePods deletes the part's StatefulSets and waits until no
-// gateway pod of the part is left.
-func s7SessDeletePods(ctx context.Context, cs kubernetes.Interface, n int) error {
+// s7SessDeletePods deletes the part's StatefulSets and, when wait, waits
+// until no gateway pod of the part is left.
+func s7SessDeletePods(ctx context.Context, cs kubernetes.Interface, n int, wait bool) error {
 	err := s7Parallel(n, 8, func(i int) error {
 		err := cs.AppsV1().StatefulSets(clusterstack.GatewayNamespace).Delete(ctx, transport.GatewayAppPrefix+s7SessName(i), metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -770,7 +877,7 @@ func s7SessDeletePods(ctx context.Context, cs kubernetes.Interface, n int) error
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil || !wait {
 		return err
 	}
 	for {
@@ -840,9 +947,19 @@ func reportS7Sessions(r *report.Report, sec *report.Section, res *s7SessResult, 
 			"resyncs: full syncs natgw-controller sent (`natgw_resyncs_total`).",
 		Header: []string{"gateways", "connect all (first)", "API down", "reconnect all", "rules lost", "rulesets rewritten", "API writes", "resyncs", "reconnects counted", "controller restarts"},
 		Rows: [][]string{{strconv.Itoa(n), fmt.Sprintf("%.2f s", res.ConnectAll.Seconds()), fmt.Sprintf("%.2f s", res.APIDown.Seconds()), reconnect,
-			strconv.Itoa(res.Lost), strconv.Itoa(res.Rewritten), strconv.Itoa(res.APIWrites), fmt.Sprintf("%.0f", res.Resyncs), fmt.Sprintf("%.0f", res.Reconnects), strconv.Itoa(res.ControllerRestarts)}},
+			strconv.Itoa(res.Lost), strconv.Itoa(res.Rewritten), strconv.Itoa(res.APIWrites), s7ResyncsText(res.Resyncs, res.ResyncReasons), fmt.Sprintf("%.0f", res.Reconnects), strconv.Itoa(res.ControllerRestarts)}},
 	}
 	sec.Tables = append(sec.Tables, rt)
+	if res.CleanupErr != "" {
+		sec.Notes = append(sec.Notes, "Held sessions: the clean-up after the measurement failed (the figures stand): "+res.CleanupErr)
+	}
+	if res.LeaderBefore != res.LeaderAfter {
+		sec.Notes = append(sec.Notes, fmt.Sprintf("natgw-controller's leader changed across the kube-apiserver restart: lease holder %q before, %q after "+
+			"(a leader that cannot renew its lease exits; the next leader is a new process, and a process's first connect to each agent is a full sync, reason bootid).",
+			res.LeaderBefore, res.LeaderAfter))
+	} else {
+		sec.Notes = append(sec.Notes, fmt.Sprintf("natgw-controller's leader was the same process before and after the kube-apiserver restart (lease holder %q).", res.LeaderBefore))
+	}
 	tg := report.Target{Name: tgName, Want: want + ", no rule lost, no write", Got: reconnect}
 	var why []string
 	if res.ReconnectErr != "" {
@@ -851,9 +968,12 @@ func reportS7Sessions(r *report.Report, sec *report.Section, res *s7SessResult, 
 		why = append(why, fmt.Sprintf("took %.2f s", res.Reconnect.Seconds()))
 	}
 	if res.Lost > 0 || res.Rewritten > 0 || res.APIWrites > 0 || res.Resyncs > 0 {
-		why = append(why, fmt.Sprintf("%d rule lines lost, %d rulesets rewritten, %d API writes, %.0f resyncs", res.Lost, res.Rewritten, res.APIWrites, res.Resyncs))
+		why = append(why, fmt.Sprintf("%d rule lines lost, %d rulesets rewritten, %d API writes, %s resyncs", res.Lost, res.Rewritten, res.APIWrites, s7ResyncsText(res.Resyncs, res.ResyncReasons)))
 	}
 	tg.Pass = len(why) == 0
+	if res.LeaderBefore != res.LeaderAfter {
+		why = append(why, "natgw-controller's leader changed (a new process: its first connect to each agent is a full sync)")
+	}
 	if n < s7SessMinPods {
 		// A caveat, not a miss: -quick's size.
 		why = append(why, fmt.Sprintf("%d gateways (quick size; the row is for ≥ %d)", n, s7SessMinPods))
@@ -881,6 +1001,19 @@ func reportS7Sessions(r *report.Report, sec *report.Section, res *s7SessResult, 
 	if res.ReconnectErr == "" {
 		r.AddMetric(report.NewMetric("s7_sessions_reconnect_all", "s", report.LowerIsBetter, res.Reconnect.Seconds(), math.NaN(), ""))
 	}
+}
+
+// s7ResyncsText is the full syncs' count with its reasons ("12 (bootid 10,
+// connect 2)").
+func s7ResyncsText(total float64, reasons map[string]float64) string {
+	if len(reasons) == 0 {
+		return fmt.Sprintf("%.0f", total)
+	}
+	var parts []string
+	for _, r := range slices.Sorted(maps.Keys(reasons)) {
+		parts = append(parts, fmt.Sprintf("%s %.0f", r, reasons[r]))
+	}
+	return fmt.Sprintf("%.0f (%s)", total, strings.Join(parts, ", "))
 }
 
 // s7SessPodsText says how many pods a size asks for.

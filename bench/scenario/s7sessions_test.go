@@ -52,7 +52,7 @@ func TestCPUCores(t *testing.T) {
 	}
 }
 
-func TestGatewaySeries(t *testing.T) {
+func TestS7ParseProc(t *testing.T) {
 	const expo = `# HELP natgw_gateway_connected 1 while a session to the gateway's agent is open.
 # TYPE natgw_gateway_connected gauge
 natgw_gateway_connected{dataplane="nftables",gateway="s7s000"} 1
@@ -64,37 +64,73 @@ natgw_resyncs_total{gateway="s7s001",reason="drift"} 1e+00
 natgw_transport_reconnects_total{gateway="s7s001"} 3
 natgw_gateway_objects{gateway="s7s000",kind="fip"} 2
 natgw_gateway_connectedness{gateway="s7s000"} 9
+process_start_time_seconds 1.7649e+09
 controller_runtime_reconcile_total{controller="fip",result="success"} 12
 `
-	got, err := gatewaySeries(expo, "natgw_gateway_connected", "natgw_resyncs_total", "natgw_transport_reconnects_total")
+	connected, pr, err := s7ParseProc(expo)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		metric, gw string
-		want       float64
-	}{
-		{"natgw_gateway_connected", "s7s000", 1},
-		{"natgw_gateway_connected", "s7s001", 0},
-		{"natgw_resyncs_total", "s7s000", 3},
-		{"natgw_resyncs_total", "s7s001", 1},
-		{"natgw_transport_reconnects_total", "s7s001", 3},
-		{"natgw_transport_reconnects_total", "s7s000", 0},
-	} {
-		if v := got[tc.metric][tc.gw]; v != tc.want {
-			t.Errorf("%s{gateway=%q} = %v, want %v", tc.metric, tc.gw, v, tc.want)
+	if connected["s7s000"] != 1 || connected["s7s001"] != 0 || len(connected) != 2 {
+		t.Errorf("connected = %v, want s7s000 1, s7s001 0", connected)
+	}
+	if pr.start != 1.7649e+09 {
+		t.Errorf("start = %v", pr.start)
+	}
+	for k, want := range map[[2]string]float64{{"s7s000", "bootid"}: 1, {"s7s000", "connect"}: 2, {"s7s001", "drift"}: 1} {
+		if pr.resyncs[k] != want {
+			t.Errorf("resyncs%v = %v, want %v", k, pr.resyncs[k], want)
 		}
 	}
-	if _, ok := got["natgw_gateway_objects"]; ok {
-		t.Errorf("a metric not asked for was read: %v", got)
+	if len(pr.resyncs) != 3 || pr.reconnects["s7s001"] != 3 || len(pr.reconnects) != 1 {
+		t.Errorf("resyncs %v, reconnects %v", pr.resyncs, pr.reconnects)
 	}
 	for _, bad := range []string{
 		"natgw_resyncs_total{gateway=\"a\",reason=\"x\"} many\n",
 		"natgw_resyncs_total{gateway=\"a\",reason=\"x\" 1\n",
 	} {
-		if _, err := gatewaySeries(bad, "natgw_resyncs_total"); err == nil {
+		if _, _, err := s7ParseProc(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
+	}
+}
+
+func TestS7CounterDeltas(t *testing.T) {
+	proc := func(start float64, bootid, connect, reconnects float64) s7Proc {
+		return s7Proc{start: start,
+			resyncs:    map[[2]string]float64{{"g0", "bootid"}: bootid, {"g0", "connect"}: connect, {"other", "bootid"}: 7},
+			reconnects: map[string]float64{"g0": reconnects, "other": 5}}
+	}
+	before := s7Snapshot{procs: map[string]s7Proc{"10.0.0.1": proc(100, 1, 0, 0), "10.0.0.2": proc(100, 0, 0, 0)}}
+	after := s7Snapshot{procs: map[string]s7Proc{
+		// The old leader's container restarted: a new process, counters from 0.
+		"10.0.0.1": proc(200, 0, 0, 0),
+		// The standby, same process, became the leader: bootid 1, one reconnect.
+		"10.0.0.2": proc(100, 1, 2, 1),
+		// A pod not scraped before: all of it counts.
+		"10.0.0.3": proc(300, 1, 0, 0),
+	}}
+	resyncs, reconnects := s7CounterDeltas(before, after, []string{"g0"})
+	if resyncs["bootid"] != 2 || resyncs["connect"] != 2 || len(resyncs) != 2 {
+		t.Errorf("resyncs = %v, want bootid 2, connect 2 (a restarted process's counters are not subtracted from)", resyncs)
+	}
+	if reconnects != 1 {
+		t.Errorf("reconnects = %v, want 1", reconnects)
+	}
+	// The same process throughout: plain differences.
+	same := s7Snapshot{procs: map[string]s7Proc{"10.0.0.1": proc(100, 1, 3, 2)}}
+	resyncs, reconnects = s7CounterDeltas(s7Snapshot{procs: map[string]s7Proc{"10.0.0.1": proc(100, 1, 1, 0)}}, same, []string{"g0"})
+	if resyncs["connect"] != 2 || resyncs["bootid"] != 0 || reconnects != 2 {
+		t.Errorf("same process: resyncs %v, reconnects %v; want connect 2, reconnects 2", resyncs, reconnects)
+	}
+}
+
+func TestS7ResyncsText(t *testing.T) {
+	if got := s7ResyncsText(12, map[string]float64{"connect": 2, "bootid": 10}); got != "12 (bootid 10, connect 2)" {
+		t.Errorf("got %q", got)
+	}
+	if got := s7ResyncsText(0, nil); got != "0" {
+		t.Errorf("got %q", got)
 	}
 }
 
@@ -156,6 +192,12 @@ func TestReportS7Sessions(t *testing.T) {
 		{"not all", func() *s7SessResult { r := *ok; r.ReconnectErr = "3 of 50 gateways not connected"; return &r }(), false, "3 of 50"},
 		{"rule lost", func() *s7SessResult { r := *ok; r.Lost = 2; return &r }(), false, "2 rule lines lost"},
 		{"resync", func() *s7SessResult { r := *ok; r.Resyncs = 1; return &r }(), false, "1 resyncs"},
+		{"resync reasons", func() *s7SessResult {
+			r := *ok
+			r.Resyncs, r.ResyncReasons = 50, map[string]float64{"bootid": 50}
+			return &r
+		}(), false, "50 (bootid 50) resyncs"},
+		{"leader changed", func() *s7SessResult { r := *ok; r.LeaderBefore, r.LeaderAfter = "a_1", "b_2"; return &r }(), true, "leader changed"},
 		{"quick size", func() *s7SessResult { r := *ok; r.N = 10; return &r }(), true, "quick size"},
 		{"quick size and slow", func() *s7SessResult { r := *ok; r.N = 10; r.Reconnect = 11 * time.Second; return &r }(), false, "took 11.00 s"},
 		{"not measured", nil, false, "no cluster"},
