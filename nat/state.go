@@ -145,6 +145,41 @@ func (s *State) Insert(o Object) error {
 	return nil
 }
 
+// NewStateOf returns a State holding objs, as if each were Inserted in
+// turn into an empty State; on the first object Insert would refuse it
+// returns that error ("object <index>: ..."), as PlanSync does.
+//
+// It is the bulk path of a reload or a Sync (100,000 objects): when no
+// object conflicts it checks each index entry once, on insertion (see
+// addFresh), instead of looking each up and then inserting it. Any
+// conflict (or invalid object) found that way discards the bulk State and
+// inserts objs one by one, so the error, and which object it names, is
+// Insert's.
+func NewStateOf(objs []Object) (*State, error) {
+	s := newState(len(objs))
+	ok := true
+	for _, o := range objs {
+		if o.Validate() != nil || s.crossConflict(o) != nil || !s.addFresh(o) {
+			ok = false
+			break
+		}
+	}
+	if ok {
+		return s, nil
+	}
+	s = newState(len(objs))
+	for i, o := range objs {
+		if err := s.Insert(o); err != nil {
+			return nil, fmt.Errorf("object %d: %w", i, err)
+		}
+	}
+	return s, nil
+}
+
+// conflict returns the *ConflictError of adding o (a valid object whose
+// UID is not present) to the State: an index entry o would take that
+// another object holds (the uniqueness rules: each index is keyed by the
+// identity it keeps unique, see add), else crossConflict's.
 func (s *State) conflict(o Object) error {
 	c := func(field, value, with, what string) error {
 		return &ConflictError{UID: o.UID, Field: field, Value: value, With: with, What: what}
@@ -166,27 +201,21 @@ func (s *State) conflict(o Object) error {
 		if u, ok := s.fipByEIP[key4(f.EIP)]; ok {
 			return c("fip.eip", f.EIP.String(), u, "EIP already has a floating IP")
 		}
-		if s.dnatsByEIP[key4(f.EIP)] > 0 {
-			return c("fip.eip", f.EIP.String(), s.anyDNATOn(key4(f.EIP)), "EIP is used by a port DNAT")
+		if err := s.crossConflict(o); err != nil {
+			return err
 		}
 		if u, ok := s.fipByInternal[key4(f.InternalIP)]; ok {
 			return c("fip.internalIP", f.InternalIP.String(), u, "internal IP already has a floating IP")
 		}
 	case KindDNAT:
 		d := o.DNAT
-		if u, ok := s.fipByEIP[key4(d.EIP)]; ok {
-			return c("dnat.eip", d.EIP.String(), u, "EIP is used by a floating IP")
+		if err := s.crossConflict(o); err != nil {
+			return err
 		}
 		k := dnatKey{key4(d.EIP), d.Protocol, d.ExternalPort}
-		id := fmt.Sprintf("%s:%d/%s", d.EIP, d.ExternalPort, d.Protocol)
-		if u, ok := s.dnatByKey[k]; ok {
-			if d.Shared() {
-				return c("dnat.type", string(DNATShare), u, "EIP, protocol and port "+id+" are held by an exclusive DNAT (every DNAT of a shared identity must have type share)")
-			}
+		id := dnatID(d)
+		if u, ok := s.dnatByKey[k]; ok && !d.Shared() {
 			return c("dnat.externalPort", id, u, "EIP, protocol and port already forwarded")
-		}
-		if holders := s.shareByKey[k]; len(holders) > 0 && !d.Shared() {
-			return c("dnat.type", string(DNATExclusive), anyKey(holders), "EIP, protocol and port "+id+" are shared by share DNATs (an exclusive DNAT needs the identity alone)")
 		}
 		if d.Shared() {
 			b := shareBackendKey{k, key4(d.InternalIP), d.InternalPort}
@@ -205,6 +234,41 @@ func (s *State) conflict(o Object) error {
 	}
 	return nil
 }
+
+// crossConflict returns the *ConflictError of adding o (valid) when an
+// object of another sort holds what o needs: a FIP's EIP used by a port
+// DNAT, a DNAT's EIP used by a FIP, a DNAT identity held by DNATs of the
+// other type (exclusive or share). These rules go both ways (whichever of
+// the two objects comes second is refused), so checking each object
+// against the ones before it, as NewStateOf does, finds every such
+// conflict; the rules of one index entry per identity are add's.
+func (s *State) crossConflict(o Object) error {
+	c := func(field, value, with, what string) error {
+		return &ConflictError{UID: o.UID, Field: field, Value: value, With: with, What: what}
+	}
+	switch o.Kind {
+	case KindFIP:
+		if e := key4(o.FIP.EIP); s.dnatsByEIP[e] > 0 {
+			return c("fip.eip", o.FIP.EIP.String(), s.anyDNATOn(e), "EIP is used by a port DNAT")
+		}
+	case KindDNAT:
+		d := o.DNAT
+		if u, ok := s.fipByEIP[key4(d.EIP)]; ok {
+			return c("dnat.eip", d.EIP.String(), u, "EIP is used by a floating IP")
+		}
+		k := dnatKey{key4(d.EIP), d.Protocol, d.ExternalPort}
+		if u, ok := s.dnatByKey[k]; ok && d.Shared() {
+			return c("dnat.type", string(DNATShare), u, "EIP, protocol and port "+dnatID(d)+" are held by an exclusive DNAT (every DNAT of a shared identity must have type share)")
+		}
+		if holders := s.shareByKey[k]; len(holders) > 0 && !d.Shared() {
+			return c("dnat.type", string(DNATExclusive), anyKey(holders), "EIP, protocol and port "+dnatID(d)+" are shared by share DNATs (an exclusive DNAT needs the identity alone)")
+		}
+	}
+	return nil
+}
+
+// dnatID names a DNAT's identity (EIP, port, protocol) in messages.
+func dnatID(d *DNAT) string { return fmt.Sprintf("%s:%d/%s", d.EIP, d.ExternalPort, d.Protocol) }
 
 func (s *State) anyDNATOn(eip v4) string {
 	for k, u := range s.dnatByKey {
@@ -243,16 +307,26 @@ func (s *State) ShareBackends(eip netip.Addr, proto Protocol, port uint16) []Obj
 	return out
 }
 
-func (s *State) add(o Object) {
-	s.byUID[o.UID] = o
+// add stores o (valid, checked by conflict) and its index entries.
+func (s *State) add(o Object) { s.addFresh(o) }
+
+// addFresh stores o and its index entries, and reports whether each entry
+// of a unique index (the UID, an EIP's addresses, a FIP's EIP and internal
+// IP, an exclusive DNAT's identity, a share backend, an SNAT's CIDR, a
+// route's destination) was new: false means o conflicts with an object
+// already stored (conflict would have refused it, crossConflict's rules
+// aside) and the State is damaged (an entry now names o): only NewStateOf,
+// which then discards the State, calls it on an unchecked object.
+func (s *State) addFresh(o Object) bool {
+	fresh := putNew(s.byUID, o.UID, o)
 	switch o.Kind {
 	case KindEIP:
 		for _, a := range o.EIP.Addrs() {
-			s.eipByAddr[key4(a)] = o.UID
+			fresh = putNew(s.eipByAddr, key4(a), o.UID) && fresh
 		}
 	case KindFIP:
-		s.fipByEIP[key4(o.FIP.EIP)] = o.UID
-		s.fipByInternal[key4(o.FIP.InternalIP)] = o.UID
+		fresh = putNew(s.fipByEIP, key4(o.FIP.EIP), o.UID) && fresh
+		fresh = putNew(s.fipByInternal, key4(o.FIP.InternalIP), o.UID) && fresh
 	case KindDNAT:
 		d := o.DNAT
 		k := dnatKey{key4(d.EIP), d.Protocol, d.ExternalPort}
@@ -263,16 +337,25 @@ func (s *State) add(o Object) {
 				s.shareByKey[k] = us
 			}
 			us[o.UID] = true
-			s.shareBackend[shareBackendKey{k, key4(d.InternalIP), d.InternalPort}] = o.UID
+			fresh = putNew(s.shareBackend, shareBackendKey{k, key4(d.InternalIP), d.InternalPort}, o.UID) && fresh
 		} else {
-			s.dnatByKey[k] = o.UID
+			fresh = putNew(s.dnatByKey, k, o.UID) && fresh
 		}
 		s.dnatsByEIP[key4(d.EIP)]++
 	case KindSNAT:
-		s.snatByCIDR[o.SNAT.InternalCIDR] = o.UID
+		fresh = putNew(s.snatByCIDR, o.SNAT.InternalCIDR, o.UID) && fresh
 	case KindRoute:
-		s.routeByDest[o.Route.Destination] = o.UID
+		fresh = putNew(s.routeByDest, o.Route.Destination, o.UID) && fresh
 	}
+	return fresh
+}
+
+// putNew sets m[k] to v and reports whether k was not in m before (one
+// hash lookup, not two).
+func putNew[K comparable, V any](m map[K]V, k K, v V) bool {
+	n := len(m)
+	m[k] = v
+	return len(m) > n
 }
 
 func (s *State) remove(uid string) (Object, bool) {
@@ -426,11 +509,9 @@ func (s *State) PlanChange(objs []Object, uids []string) (*Change, error) {
 // order, Added in the order of desired). desired is validated and
 // checked for conflicts on its own; on error the State is unchanged.
 func (s *State) PlanSync(desired []Object) (*Change, error) {
-	next := newState(len(desired))
-	for i, o := range desired {
-		if err := next.Insert(o); err != nil {
-			return nil, fmt.Errorf("object %d: %w", i, err)
-		}
+	next, err := NewStateOf(desired)
+	if err != nil {
+		return nil, err
 	}
 	c := &Change{s: s, replaced: &State{}}
 	*c.replaced = *s

@@ -241,13 +241,7 @@ func (r *Backend) readSnapshot(k *kernelState) (*rebuild, bool) {
 		}
 		return nil, false
 	}
-	var b *rebuild
-	err = decodeSnapshot(f, k.boot, k.snap, func(n int) { b = newRebuild(true, n) }, func(o nat.Object) error {
-		if err := b.st.Insert(o); err != nil {
-			return fmt.Errorf("%w: %w", errSnapshot, err)
-		}
-		return nil
-	})
+	b, err := snapshotRebuild(f, k.boot, k.snap)
 	if err != nil {
 		r.log.Info("index snapshot not used, reading the FIP maps", "file", path, "reason", err.Error())
 		return nil, false
@@ -255,6 +249,25 @@ func (r *Backend) readSnapshot(k *kernelState) (*rebuild, bool) {
 	b.fromSnap = true
 	r.log.V(1).Info("FIPs from the index snapshot", "file", path, "fips", b.st.Len())
 	return b, true
+}
+
+// snapshotRebuild returns a mirror rebuild holding the FIPs of snapshot
+// file f (checked against boot and id): their nat.State is built in bulk
+// (nat.NewStateOf), so the checksum and ids prove the file is natgw's own
+// and NewStateOf still validates every FIP and refuses any conflict (an
+// error wrapping errSnapshot).
+func snapshotRebuild(f []byte, boot string, id uint64) (*rebuild, error) {
+	fips, err := decodeSnapshot(f, boot, id)
+	if err != nil {
+		return nil, err
+	}
+	st, err := nat.NewStateOf(fips)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errSnapshot, err)
+	}
+	b := newRebuild(true, 0)
+	b.st = st
+	return b, nil
 }
 
 // generation reads the namespace's ruleset generation (the kernel bumps it

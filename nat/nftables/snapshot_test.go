@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -22,16 +23,12 @@ import (
 func TestSnapshotFile(t *testing.T) {
 	fips := append(manyFIPs(3, 64), nattest.FIP("fip-v6", addr("2001:db8::10"), addr("fd00::10")))
 	b := encodeSnapshot("boot1", 42, fips)
-	var got []nat.Object
-	hinted := -1
-	if err := decodeSnapshot(b, "boot1", 42, func(n int) { hinted = n }, func(o nat.Object) error {
-		got = append(got, o)
-		return nil
-	}); err != nil {
+	got, err := decodeSnapshot(b, "boot1", 42)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if hinted != len(fips) || !sameObjects(got, fips) {
-		t.Errorf("decoded %d (hint %d): %v, want %v", len(got), hinted, got, fips)
+	if !sameObjects(got, fips) {
+		t.Errorf("decoded %d: %v, want %v", len(got), got, fips)
 	}
 	flipped := bytes.Clone(b)
 	flipped[len(flipped)/2] ^= 1
@@ -46,8 +43,7 @@ func TestSnapshotFile(t *testing.T) {
 		"truncated":         {b[:len(b)-10], "boot1", 42},
 		"empty":             {nil, "boot1", 42},
 	} {
-		err := decodeSnapshot(tc.b, tc.boot, tc.id, func(int) {}, func(nat.Object) error { return nil })
-		if !errors.Is(err, errSnapshot) {
+		if _, err := decodeSnapshot(tc.b, tc.boot, tc.id); !errors.Is(err, errSnapshot) {
 			t.Errorf("%s: %v, want errSnapshot", name, err)
 		}
 	}
@@ -150,6 +146,44 @@ func TestIndexSnapshot(t *testing.T) {
 	run(cfg, nil)
 	check("after an agent rewrote it", true, want)
 
+	// A file with the right boot id, id and checksum whose FIPs conflict
+	// (a writer's bug, a hand-made file): the bulk State refuses it and
+	// Load reads the FIP maps.
+	good, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot, id := snapIDs(t, cfg)
+	for _, tc := range []struct {
+		name string
+		edit func(f []nat.Object)
+	}{
+		{"two FIPs on one EIP", func(f []nat.Object) { f[1].FIP = &nat.FIP{EIP: f[0].FIP.EIP, InternalIP: f[1].FIP.InternalIP} }},
+		{"one internal IP twice", func(f []nat.Object) { f[1].FIP = &nat.FIP{EIP: f[1].FIP.EIP, InternalIP: f[0].FIP.InternalIP} }},
+		{"one UID twice", func(f []nat.Object) { f[1].UID = f[0].UID }},
+		{"an invalid FIP", func(f []nat.Object) { f[1].FIP = &nat.FIP{EIP: f[1].FIP.EIP, InternalIP: addr("224.0.0.1")} }},
+	} {
+		fips, err := decodeSnapshot(good, boot, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The edits take two IPv4 FIPs, moved to the front.
+		v4 := slices.DeleteFunc(slices.Clone(fips), func(o nat.Object) bool { return !o.FIP.EIP.Is4() })
+		if len(v4) < 2 {
+			t.Fatalf("the snapshot holds %d IPv4 FIPs", len(v4))
+		}
+		fips = append(v4[:2:2], slices.DeleteFunc(fips, func(o nat.Object) bool { return o.UID == v4[0].UID || o.UID == v4[1].UID })...)
+		tc.edit(fips)
+		if err := os.WriteFile(file, encodeSnapshot(boot, id, fips), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		check("with a snapshot of "+tc.name, false, want)
+	}
+	if err := os.WriteFile(file, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check("with the good file put back", true, want)
+
 	// A natgw without a state directory that only starts keeps the
 	// snapshot valid (its repair leaves the FIP maps alone); one that
 	// changes a FIP ends it.
@@ -187,4 +221,23 @@ func snapFIPs(n int) []nat.Object {
 		out[i] = nattest.FIP(fmt.Sprintf("snapshot-fip-%d", i), netip.AddrFrom4([4]byte{100, 64, 0, byte(i + 1)}), netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}))
 	}
 	return out
+}
+
+// snapIDs returns the boot id of cfg's table and the index snapshot its
+// natgw_meta names (read as Load reads them).
+func snapIDs(t *testing.T, cfg nat.Config) (string, uint64) {
+	t.Helper()
+	r, err := NewBackend(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	k, err := r.readKernel(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.snap == 0 {
+		t.Fatalf("natgw_meta names no snapshot")
+	}
+	return k.boot, k.snap
 }
