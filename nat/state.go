@@ -147,33 +147,62 @@ func (s *State) Insert(o Object) error {
 
 // NewStateOf returns a State holding objs, as if each were Inserted in
 // turn into an empty State; on the first object Insert would refuse it
-// returns that error ("object <index>: ..."), as PlanSync does.
-//
-// It is the bulk path of a reload or a Sync (100,000 objects): when no
-// object conflicts it checks each index entry once, on insertion (see
-// addFresh), instead of looking each up and then inserting it. Any
-// conflict (or invalid object) found that way discards the bulk State and
-// inserts objs one by one, so the error, and which object it names, is
-// Insert's.
+// returns that error ("object <index>: ..."), as PlanSync does. It is
+// the bulk path (see StateBuilder): when none conflicts, each index entry
+// is checked once, on insertion, instead of looked up and then inserted;
+// any conflict or invalid object discards the bulk State and inserts objs
+// one by one, so the error, and which object it names, is Insert's.
 func NewStateOf(objs []Object) (*State, error) {
-	s := newState(len(objs))
-	ok := true
+	b := NewStateBuilder(len(objs))
 	for _, o := range objs {
-		if o.Validate() != nil || s.crossConflict(o) != nil || !s.addFresh(o) {
-			ok = false
+		if !b.Add(o) {
 			break
 		}
 	}
-	if ok {
+	if s, ok := b.State(); ok {
 		return s, nil
 	}
-	s = newState(len(objs))
+	s := newState(len(objs))
 	for i, o := range objs {
 		if err := s.Insert(o); err != nil {
 			return nil, fmt.Errorf("object %d: %w", i, err)
 		}
 	}
 	return s, nil
+}
+
+// StateBuilder builds a State from objects that are expected not to
+// conflict (a reload of 100,000 FIPs, a Sync's desired set), one pass over
+// them as they come (no list of them is kept): Add stores each index entry
+// and sees a conflict by the index not growing (addFresh), instead of
+// looking every entry up first as Insert does. It only says whether every
+// object went in valid and without conflict; to learn which object
+// conflicts and why, the caller inserts them again one by one (Insert) in
+// a new State, as NewStateOf does.
+type StateBuilder struct {
+	s   *State
+	bad bool
+}
+
+// NewStateBuilder returns a builder with room for n objects.
+func NewStateBuilder(n int) *StateBuilder { return &StateBuilder{s: newState(n)} }
+
+// Add adds o and reports whether it is valid and conflicts with none added
+// before; after a false, the builder is spent (State says so).
+func (b *StateBuilder) Add(o Object) bool {
+	if b.bad || o.Validate() != nil || b.s.crossConflict(o) != nil || !b.s.addFresh(o) {
+		b.bad = true
+	}
+	return !b.bad
+}
+
+// State returns the State built and true, or nil and false when an added
+// object was invalid or conflicted.
+func (b *StateBuilder) State() (*State, bool) {
+	if b.bad {
+		return nil, false
+	}
+	return b.s, true
 }
 
 // conflict returns the *ConflictError of adding o (a valid object whose
@@ -315,7 +344,7 @@ func (s *State) add(o Object) { s.addFresh(o) }
 // IP, an exclusive DNAT's identity, a share backend, an SNAT's CIDR, a
 // route's destination) was new: false means o conflicts with an object
 // already stored (conflict would have refused it, crossConflict's rules
-// aside) and the State is damaged (an entry now names o): only NewStateOf,
+// aside) and the State is damaged (an entry now names o): only StateBuilder,
 // which then discards the State, calls it on an unchecked object.
 func (s *State) addFresh(o Object) bool {
 	fresh := putNew(s.byUID, o.UID, o)

@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/natgw/natgw/nat"
 )
@@ -79,17 +78,19 @@ func encodeSnapshot(boot string, id uint64, fips []nat.Object) []byte {
 // format); the caller reads the kernel in full.
 var errSnapshot = errors.New("unusable index snapshot")
 
-// decodeSnapshot checks file b against boot and id and returns the FIPs
-// it holds, in its order. Their UIDs share one string and their payloads
-// one array (two allocations instead of two per FIP at a start on 100,000
-// FIPs; each stays in memory while any of its FIPs does).
-func decodeSnapshot(b []byte, boot string, id uint64) ([]nat.Object, error) {
+// decodeSnapshot checks file b against boot and id and calls fip for each
+// FIP it holds, in its order, as it decodes them (no list is kept); hint
+// gets their count before the first call. Their UIDs are substrings of
+// one copy of the file and their payloads share one array (two
+// allocations instead of two per FIP at a start on 100,000 FIPs; each
+// stays in memory while any of its FIPs does).
+func decodeSnapshot(b []byte, boot string, id uint64, hint func(n int), fip func(o nat.Object) error) error {
 	if len(b) < len(snapMagic)+4 || !bytes.HasPrefix(b, snapMagic) {
-		return nil, fmt.Errorf("%w: not a snapshot of this format", errSnapshot)
+		return fmt.Errorf("%w: not a snapshot of this format", errSnapshot)
 	}
 	body := b[:len(b)-4]
 	if crc32.Checksum(body, snapCRC) != binary.BigEndian.Uint32(b[len(b)-4:]) {
-		return nil, fmt.Errorf("%w: checksum differs", errSnapshot)
+		return fmt.Errorf("%w: checksum differs", errSnapshot)
 	}
 	r := body[len(snapMagic):]
 	next := func(n int) ([]byte, bool) {
@@ -111,73 +112,64 @@ func decodeSnapshot(b []byte, boot string, id uint64) ([]nat.Object, error) {
 	short := fmt.Errorf("%w: truncated", errSnapshot)
 	n, ok := uvarint()
 	if !ok {
-		return nil, short
+		return short
 	}
 	bt, ok := next(n)
 	if !ok {
-		return nil, short
+		return short
 	}
 	if string(bt) != boot {
-		return nil, fmt.Errorf("%w: boot id %q, the table's is %q", errSnapshot, bt, boot)
+		return fmt.Errorf("%w: boot id %q, the table's is %q", errSnapshot, bt, boot)
 	}
 	v, ok := next(8)
 	if !ok {
-		return nil, short
+		return short
 	}
 	if got := binary.BigEndian.Uint64(v); got != id {
-		return nil, fmt.Errorf("%w: id %016x, natgw_meta names %016x", errSnapshot, got, id)
+		return fmt.Errorf("%w: id %016x, natgw_meta names %016x", errSnapshot, got, id)
 	}
 	count, ok := uvarint()
 	if !ok {
-		return nil, short
+		return short
 	}
 	// Every FIP takes at least 2+2*4 bytes of the file: a count the file
 	// cannot hold is refused before anything is allocated for it.
 	if count > len(r)/10 {
-		return nil, fmt.Errorf("%w: %d FIPs in %d bytes", errSnapshot, count, len(r))
+		return fmt.Errorf("%w: %d FIPs in %d bytes", errSnapshot, count, len(r))
 	}
-	// The UIDs in one string: the file's bytes less the addresses are
-	// an upper bound of their total length.
-	var uids strings.Builder
-	uids.Grow(len(r))
-	ends := make([]int, count)
+	hint(count)
+	text := string(r) // the UIDs' one allocation
 	pays := make([]nat.FIP, count)
 	for i := range count {
 		l, ok := uvarint()
 		if !ok {
-			return nil, short
+			return short
 		}
-		uid, ok := next(l)
-		if !ok {
-			return nil, short
+		at := len(text) - len(r)
+		if _, ok := next(l); !ok {
+			return short
 		}
-		uids.Write(uid)
-		ends[i] = uids.Len()
 		al, ok := next(1)
 		if !ok || (al[0] != 4 && al[0] != 16) {
-			return nil, fmt.Errorf("%w: FIP %d: bad address length", errSnapshot, i)
+			return fmt.Errorf("%w: FIP %d: bad address length", errSnapshot, i)
 		}
 		a, ok := next(2 * int(al[0]))
 		if !ok {
-			return nil, short
+			return short
 		}
 		if al[0] == 4 {
 			pays[i] = nat.FIP{EIP: netip.AddrFrom4([4]byte(a[:4])), InternalIP: netip.AddrFrom4([4]byte(a[4:]))}
 		} else {
 			pays[i] = nat.FIP{EIP: netip.AddrFrom16([16]byte(a[:16])), InternalIP: netip.AddrFrom16([16]byte(a[16:]))}
 		}
+		if err := fip(nat.Object{UID: text[at : at+l], Kind: nat.KindFIP, FIP: &pays[i]}); err != nil {
+			return err
+		}
 	}
 	if len(r) != 0 {
-		return nil, fmt.Errorf("%w: %d bytes after the last FIP", errSnapshot, len(r))
+		return fmt.Errorf("%w: %d bytes after the last FIP", errSnapshot, len(r))
 	}
-	all := uids.String()
-	fips := make([]nat.Object, count)
-	start := 0
-	for i, end := range ends {
-		fips[i] = nat.Object{UID: all[start:end], Kind: nat.KindFIP, FIP: &pays[i]}
-		start = end
-	}
-	return fips, nil
+	return nil
 }
 
 // writeSnapshot writes the snapshot file of fips into dir atomically

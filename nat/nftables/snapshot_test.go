@@ -23,12 +23,16 @@ import (
 func TestSnapshotFile(t *testing.T) {
 	fips := append(manyFIPs(3, 64), nattest.FIP("fip-v6", addr("2001:db8::10"), addr("fd00::10")))
 	b := encodeSnapshot("boot1", 42, fips)
-	got, err := decodeSnapshot(b, "boot1", 42)
-	if err != nil {
+	var got []nat.Object
+	hinted := -1
+	if err := decodeSnapshot(b, "boot1", 42, func(n int) { hinted = n }, func(o nat.Object) error {
+		got = append(got, o)
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
-	if !sameObjects(got, fips) {
-		t.Errorf("decoded %d: %v, want %v", len(got), got, fips)
+	if hinted != len(fips) || !sameObjects(got, fips) {
+		t.Errorf("decoded %d (hint %d): %v, want %v", len(got), hinted, got, fips)
 	}
 	flipped := bytes.Clone(b)
 	flipped[len(flipped)/2] ^= 1
@@ -43,7 +47,7 @@ func TestSnapshotFile(t *testing.T) {
 		"truncated":         {b[:len(b)-10], "boot1", 42},
 		"empty":             {nil, "boot1", 42},
 	} {
-		if _, err := decodeSnapshot(tc.b, tc.boot, tc.id); !errors.Is(err, errSnapshot) {
+		if err := decodeSnapshot(tc.b, tc.boot, tc.id, func(int) {}, func(nat.Object) error { return nil }); !errors.Is(err, errSnapshot) {
 			t.Errorf("%s: %v, want errSnapshot", name, err)
 		}
 	}
@@ -163,8 +167,11 @@ func TestIndexSnapshot(t *testing.T) {
 		{"one UID twice", func(f []nat.Object) { f[1].UID = f[0].UID }},
 		{"an invalid FIP", func(f []nat.Object) { f[1].FIP = &nat.FIP{EIP: f[1].FIP.EIP, InternalIP: addr("224.0.0.1")} }},
 	} {
-		fips, err := decodeSnapshot(good, boot, id)
-		if err != nil {
+		var fips []nat.Object
+		if err := decodeSnapshot(good, boot, id, func(int) {}, func(o nat.Object) error {
+			fips = append(fips, o)
+			return nil
+		}); err != nil {
 			t.Fatal(err)
 		}
 		// The edits take two IPv4 FIPs, moved to the front.
