@@ -77,15 +77,7 @@ func TestIndexSnapshot(t *testing.T) {
 	// from the snapshot.
 	check := func(what string, fromSnap bool, want []nat.Object) {
 		t.Helper()
-		r, err := NewBackend(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close() // no Load: nothing to settle
-		k, err := r.readKernel(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		k := kernelOf(t, cfg)
 		if k.fromSnap != fromSnap {
 			t.Errorf("%s: FIPs from the snapshot: %v, want %v", what, k.fromSnap, fromSnap)
 		}
@@ -234,6 +226,17 @@ func snapFIPs(n int) []nat.Object {
 // natgw_meta names (read as Load reads them).
 func snapIDs(t *testing.T, cfg nat.Config) (string, uint64) {
 	t.Helper()
+	k := kernelOf(t, cfg)
+	if k.snap == 0 {
+		t.Fatalf("natgw_meta names no snapshot")
+	}
+	return k.boot, k.snap
+}
+
+// kernelOf reads cfg's table as Load does (readKernel), with a Backend
+// of its own that it closes (no Load: nothing to settle).
+func kernelOf(t *testing.T, cfg nat.Config) *kernelState {
+	t.Helper()
 	r, err := NewBackend(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -243,8 +246,5 @@ func snapIDs(t *testing.T, cfg nat.Config) (string, uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k.snap == 0 {
-		t.Fatalf("natgw_meta names no snapshot")
-	}
-	return k.boot, k.snap
+	return k
 }
