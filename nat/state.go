@@ -145,6 +145,70 @@ func (s *State) Insert(o Object) error {
 	return nil
 }
 
+// NewStateOf returns a State holding objs, as if each were Inserted in
+// turn into an empty State; on the first object Insert would refuse it
+// returns that error ("object <index>: ..."), as PlanSync does. It is
+// the bulk path (see StateBuilder): when none conflicts, each index entry
+// is checked once, on insertion, instead of looked up and then inserted;
+// any conflict or invalid object discards the bulk State and inserts objs
+// one by one, so the error, and which object it names, is Insert's.
+func NewStateOf(objs []Object) (*State, error) {
+	b := NewStateBuilder(len(objs))
+	for _, o := range objs {
+		if !b.Add(o) {
+			break
+		}
+	}
+	if s, ok := b.State(); ok {
+		return s, nil
+	}
+	s := newState(len(objs))
+	for i, o := range objs {
+		if err := s.Insert(o); err != nil {
+			return nil, fmt.Errorf("object %d: %w", i, err)
+		}
+	}
+	return s, nil
+}
+
+// StateBuilder builds a State from objects that are expected not to
+// conflict (a reload of 100,000 FIPs, a Sync's desired set), one pass over
+// them as they come (no list of them is kept): Add stores each index entry
+// and sees a conflict by the index not growing (addFresh), instead of
+// looking every entry up first as Insert does. It only says whether every
+// object went in valid and without conflict; to learn which object
+// conflicts and why, the caller inserts them again one by one (Insert) in
+// a new State, as NewStateOf does.
+type StateBuilder struct {
+	s   *State
+	bad bool
+}
+
+// NewStateBuilder returns a builder with room for n objects.
+func NewStateBuilder(n int) *StateBuilder { return &StateBuilder{s: newState(n)} }
+
+// Add adds o and reports whether it is valid and conflicts with none added
+// before; after a false, the builder is spent (State says so).
+func (b *StateBuilder) Add(o Object) bool {
+	if b.bad || o.Validate() != nil || b.s.crossConflict(o) != nil || !b.s.addFresh(o) {
+		b.bad = true
+	}
+	return !b.bad
+}
+
+// State returns the State built and true, or nil and false when an added
+// object was invalid or conflicted.
+func (b *StateBuilder) State() (*State, bool) {
+	if b.bad {
+		return nil, false
+	}
+	return b.s, true
+}
+
+// conflict returns the *ConflictError of adding o (a valid object whose
+// UID is not present) to the State: an index entry o would take that
+// another object holds (the uniqueness rules: each index is keyed by the
+// identity it keeps unique, see add), else crossConflict's.
 func (s *State) conflict(o Object) error {
 	c := func(field, value, with, what string) error {
 		return &ConflictError{UID: o.UID, Field: field, Value: value, With: with, What: what}
@@ -166,27 +230,21 @@ func (s *State) conflict(o Object) error {
 		if u, ok := s.fipByEIP[key4(f.EIP)]; ok {
 			return c("fip.eip", f.EIP.String(), u, "EIP already has a floating IP")
 		}
-		if s.dnatsByEIP[key4(f.EIP)] > 0 {
-			return c("fip.eip", f.EIP.String(), s.anyDNATOn(key4(f.EIP)), "EIP is used by a port DNAT")
+		if err := s.crossConflict(o); err != nil {
+			return err
 		}
 		if u, ok := s.fipByInternal[key4(f.InternalIP)]; ok {
 			return c("fip.internalIP", f.InternalIP.String(), u, "internal IP already has a floating IP")
 		}
 	case KindDNAT:
 		d := o.DNAT
-		if u, ok := s.fipByEIP[key4(d.EIP)]; ok {
-			return c("dnat.eip", d.EIP.String(), u, "EIP is used by a floating IP")
+		if err := s.crossConflict(o); err != nil {
+			return err
 		}
 		k := dnatKey{key4(d.EIP), d.Protocol, d.ExternalPort}
-		id := fmt.Sprintf("%s:%d/%s", d.EIP, d.ExternalPort, d.Protocol)
-		if u, ok := s.dnatByKey[k]; ok {
-			if d.Shared() {
-				return c("dnat.type", string(DNATShare), u, "EIP, protocol and port "+id+" are held by an exclusive DNAT (every DNAT of a shared identity must have type share)")
-			}
+		id := dnatID(d)
+		if u, ok := s.dnatByKey[k]; ok && !d.Shared() {
 			return c("dnat.externalPort", id, u, "EIP, protocol and port already forwarded")
-		}
-		if holders := s.shareByKey[k]; len(holders) > 0 && !d.Shared() {
-			return c("dnat.type", string(DNATExclusive), anyKey(holders), "EIP, protocol and port "+id+" are shared by share DNATs (an exclusive DNAT needs the identity alone)")
 		}
 		if d.Shared() {
 			b := shareBackendKey{k, key4(d.InternalIP), d.InternalPort}
@@ -205,6 +263,41 @@ func (s *State) conflict(o Object) error {
 	}
 	return nil
 }
+
+// crossConflict returns the *ConflictError of adding o (valid) when an
+// object of another sort holds what o needs: a FIP's EIP used by a port
+// DNAT, a DNAT's EIP used by a FIP, a DNAT identity held by DNATs of the
+// other type (exclusive or share). These rules go both ways (whichever of
+// the two objects comes second is refused), so checking each object
+// against the ones before it, as NewStateOf does, finds every such
+// conflict; the rules of one index entry per identity are add's.
+func (s *State) crossConflict(o Object) error {
+	c := func(field, value, with, what string) error {
+		return &ConflictError{UID: o.UID, Field: field, Value: value, With: with, What: what}
+	}
+	switch o.Kind {
+	case KindFIP:
+		if e := key4(o.FIP.EIP); s.dnatsByEIP[e] > 0 {
+			return c("fip.eip", o.FIP.EIP.String(), s.anyDNATOn(e), "EIP is used by a port DNAT")
+		}
+	case KindDNAT:
+		d := o.DNAT
+		if u, ok := s.fipByEIP[key4(d.EIP)]; ok {
+			return c("dnat.eip", d.EIP.String(), u, "EIP is used by a floating IP")
+		}
+		k := dnatKey{key4(d.EIP), d.Protocol, d.ExternalPort}
+		if u, ok := s.dnatByKey[k]; ok && d.Shared() {
+			return c("dnat.type", string(DNATShare), u, "EIP, protocol and port "+dnatID(d)+" are held by an exclusive DNAT (every DNAT of a shared identity must have type share)")
+		}
+		if holders := s.shareByKey[k]; len(holders) > 0 && !d.Shared() {
+			return c("dnat.type", string(DNATExclusive), anyKey(holders), "EIP, protocol and port "+dnatID(d)+" are shared by share DNATs (an exclusive DNAT needs the identity alone)")
+		}
+	}
+	return nil
+}
+
+// dnatID names a DNAT's identity (EIP, port, protocol) in messages.
+func dnatID(d *DNAT) string { return fmt.Sprintf("%s:%d/%s", d.EIP, d.ExternalPort, d.Protocol) }
 
 func (s *State) anyDNATOn(eip v4) string {
 	for k, u := range s.dnatByKey {
@@ -243,16 +336,26 @@ func (s *State) ShareBackends(eip netip.Addr, proto Protocol, port uint16) []Obj
 	return out
 }
 
-func (s *State) add(o Object) {
-	s.byUID[o.UID] = o
+// add stores o (valid, checked by conflict) and its index entries.
+func (s *State) add(o Object) { s.addFresh(o) }
+
+// addFresh stores o and its index entries, and reports whether each entry
+// of a unique index (the UID, an EIP's addresses, a FIP's EIP and internal
+// IP, an exclusive DNAT's identity, a share backend, an SNAT's CIDR, a
+// route's destination) was new: false means o conflicts with an object
+// already stored (conflict would have refused it, crossConflict's rules
+// aside) and the State is damaged (an entry now names o): only StateBuilder,
+// which then discards the State, calls it on an unchecked object.
+func (s *State) addFresh(o Object) bool {
+	fresh := putNew(s.byUID, o.UID, o)
 	switch o.Kind {
 	case KindEIP:
 		for _, a := range o.EIP.Addrs() {
-			s.eipByAddr[key4(a)] = o.UID
+			fresh = putNew(s.eipByAddr, key4(a), o.UID) && fresh
 		}
 	case KindFIP:
-		s.fipByEIP[key4(o.FIP.EIP)] = o.UID
-		s.fipByInternal[key4(o.FIP.InternalIP)] = o.UID
+		fresh = putNew(s.fipByEIP, key4(o.FIP.EIP), o.UID) && fresh
+		fresh = putNew(s.fipByInternal, key4(o.FIP.InternalIP), o.UID) && fresh
 	case KindDNAT:
 		d := o.DNAT
 		k := dnatKey{key4(d.EIP), d.Protocol, d.ExternalPort}
@@ -263,16 +366,25 @@ func (s *State) add(o Object) {
 				s.shareByKey[k] = us
 			}
 			us[o.UID] = true
-			s.shareBackend[shareBackendKey{k, key4(d.InternalIP), d.InternalPort}] = o.UID
+			fresh = putNew(s.shareBackend, shareBackendKey{k, key4(d.InternalIP), d.InternalPort}, o.UID) && fresh
 		} else {
-			s.dnatByKey[k] = o.UID
+			fresh = putNew(s.dnatByKey, k, o.UID) && fresh
 		}
 		s.dnatsByEIP[key4(d.EIP)]++
 	case KindSNAT:
-		s.snatByCIDR[o.SNAT.InternalCIDR] = o.UID
+		fresh = putNew(s.snatByCIDR, o.SNAT.InternalCIDR, o.UID) && fresh
 	case KindRoute:
-		s.routeByDest[o.Route.Destination] = o.UID
+		fresh = putNew(s.routeByDest, o.Route.Destination, o.UID) && fresh
 	}
+	return fresh
+}
+
+// putNew sets m[k] to v and reports whether k was not in m before (one
+// hash lookup, not two).
+func putNew[K comparable, V any](m map[K]V, k K, v V) bool {
+	n := len(m)
+	m[k] = v
+	return len(m) > n
 }
 
 func (s *State) remove(uid string) (Object, bool) {
@@ -426,11 +538,9 @@ func (s *State) PlanChange(objs []Object, uids []string) (*Change, error) {
 // order, Added in the order of desired). desired is validated and
 // checked for conflicts on its own; on error the State is unchanged.
 func (s *State) PlanSync(desired []Object) (*Change, error) {
-	next := newState(len(desired))
-	for i, o := range desired {
-		if err := next.Insert(o); err != nil {
-			return nil, fmt.Errorf("object %d: %w", i, err)
-		}
+	next, err := NewStateOf(desired)
+	if err != nil {
+		return nil, err
 	}
 	c := &Change{s: s, replaced: &State{}}
 	*c.replaced = *s

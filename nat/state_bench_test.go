@@ -33,3 +33,35 @@ func BenchmarkPlanSync100k(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkNewStateOf100k: the bulk construction of a State of 100,000
+// FIPs (NewStateOf) against its reference, Insert one by one into a
+// presized State (what PlanSync and a reload from the index snapshot did
+// before), in the same run.
+func BenchmarkNewStateOf100k(b *testing.B) {
+	objs := fips(100_000)
+	for _, bc := range []struct {
+		name string
+		fn   func([]Object) (*State, error)
+	}{
+		{"Bulk", NewStateOf},
+		{"InsertEach", func(objs []Object) (*State, error) {
+			s := NewStateSize(len(objs))
+			for _, o := range objs {
+				if err := s.Insert(o); err != nil {
+					return nil, err
+				}
+			}
+			return s, nil
+		}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if s, err := bc.fn(objs); err != nil || s.Len() != len(objs) {
+					b.Fatalf("%d objects, %v", s.Len(), err)
+				}
+			}
+		})
+	}
+}

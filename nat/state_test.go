@@ -124,8 +124,9 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestPlanApplyConflicts(t *testing.T) {
-	base := []Object{
+// conflictBase is the State TestPlanApplyConflicts applies its cases to.
+func conflictBase() []Object {
+	return []Object{
 		fip("f1", "192.0.2.10", "10.0.0.5"),
 		dnat("d1", "192.0.2.20", TCP, 80, "10.0.0.6", 80),
 		snat("s1", "192.0.2.30", "10.0.0.0/24"),
@@ -137,12 +138,19 @@ func TestPlanApplyConflicts(t *testing.T) {
 		snat("s6", "2001:db8::30", "fd00:1::/64"),
 		share("h6", "2001:db8::21", TCP, 443, "fd00::6", 443),
 	}
-	for _, tc := range []struct {
-		name  string
-		objs  []Object
-		field string // "" = no conflict
-		with  string
-	}{
+}
+
+// conflictCase is a batch applied to conflictBase and the conflict it must
+// meet (field "" = none).
+type conflictCase struct {
+	name  string
+	objs  []Object
+	field string // "" = no conflict
+	with  string
+}
+
+func conflictCases() []conflictCase {
+	return []conflictCase{
 		{"second v6 fip on eip", []Object{fip("f7", "2001:db8::10", "fd00::9")}, "fip.eip", "f6"},
 		{"second v6 fip on internal", []Object{fip("f7", "2001:db8::12", "fd00::5")}, "fip.internalIP", "f6"},
 		{"v6 dnat on fip eip", []Object{dnat("d7", "2001:db8::10", TCP, 80, "fd00::9", 80)}, "dnat.eip", "f6"},
@@ -186,7 +194,12 @@ func TestPlanApplyConflicts(t *testing.T) {
 		{"duplicate route", []Object{route("r2", "0.0.0.0/0", "192.0.2.2", DeviceExternal)}, "route.destination", "r1"},
 		{"conflict within one batch", []Object{fip("f2", "192.0.2.11", "10.0.0.7"), fip("f3", "192.0.2.11", "10.0.0.8")}, "fip.eip", "f2"},
 		{"update frees eip for another in same batch", []Object{fip("f1", "192.0.2.12", "10.0.0.5"), fip("f2", "192.0.2.10", "10.0.0.9")}, "", ""},
-	} {
+	}
+}
+
+func TestPlanApplyConflicts(t *testing.T) {
+	base := conflictBase()
+	for _, tc := range conflictCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			s := NewState()
 			for _, o := range base {

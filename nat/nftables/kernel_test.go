@@ -655,15 +655,7 @@ func TestSyncDiff(t *testing.T) {
 			if g := generation(t, cfg.NetNS); g != gen+1 {
 				t.Errorf("sync took %d committed transactions, want 1", g-gen)
 			}
-			r, err := NewBackend(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			k, err := r.readKernel(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
+			k := kernelOf(t, cfg)
 			st, _, consistent := k.objects(logr.Discard())
 			if objs := st.Objects(); !sameObjects(objs, next) {
 				t.Errorf("kernel holds %d objects, want the %d synced", len(objs), len(next))

@@ -241,13 +241,7 @@ func (r *Backend) readSnapshot(k *kernelState) (*rebuild, bool) {
 		}
 		return nil, false
 	}
-	var b *rebuild
-	err = decodeSnapshot(f, k.boot, k.snap, func(n int) { b = newRebuild(true, n) }, func(o nat.Object) error {
-		if err := b.st.Insert(o); err != nil {
-			return fmt.Errorf("%w: %w", errSnapshot, err)
-		}
-		return nil
-	})
+	b, err := snapshotRebuild(f, k.boot, k.snap)
 	if err != nil {
 		r.log.Info("index snapshot not used, reading the FIP maps", "file", path, "reason", err.Error())
 		return nil, false
@@ -256,6 +250,41 @@ func (r *Backend) readSnapshot(k *kernelState) (*rebuild, bool) {
 	r.log.V(1).Info("FIPs from the index snapshot", "file", path, "fips", b.st.Len())
 	return b, true
 }
+
+// snapshotRebuild returns a mirror rebuild holding the FIPs of snapshot
+// file f (checked against boot and id). Their nat.State is built in bulk
+// as they are decoded (nat.StateBuilder: the checksum and ids prove the
+// file is natgw's own, the builder still validates every FIP and finds
+// any conflict); when it finds one, the file is decoded again into
+// Insert for the reason (an error wrapping errSnapshot).
+func snapshotRebuild(f []byte, boot string, id uint64) (*rebuild, error) {
+	var sb *nat.StateBuilder
+	err := decodeSnapshot(f, boot, id, func(n int) { sb = nat.NewStateBuilder(n) }, func(o nat.Object) error {
+		if !sb.Add(o) {
+			return errBulk
+		}
+		return nil
+	})
+	if errors.Is(err, errBulk) {
+		st := nat.NewState()
+		err = decodeSnapshot(f, boot, id, func(int) {}, st.Insert)
+		if err == nil {
+			err = errors.New("the bulk State refused a FIP that Insert took") // a bug of nat.StateBuilder
+		}
+		return nil, fmt.Errorf("%w: %w", errSnapshot, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	st, _ := sb.State()
+	b := newRebuild(true, 0)
+	b.st = st
+	return b, nil
+}
+
+// errBulk stops a snapshot's decode at the first FIP nat.StateBuilder
+// refuses.
+var errBulk = errors.New("refused by the bulk State")
 
 // generation reads the namespace's ruleset generation (the kernel bumps it
 // once per committed nf_tables transaction, whoever commits).

@@ -79,8 +79,11 @@ func encodeSnapshot(boot string, id uint64, fips []nat.Object) []byte {
 var errSnapshot = errors.New("unusable index snapshot")
 
 // decodeSnapshot checks file b against boot and id and calls fip for each
-// FIP it holds; it returns their count (the count is known before the
-// first call: hint gets it).
+// FIP it holds, in its order, as it decodes them (no list is kept); hint
+// gets their count before the first call. (UIDs as substrings of one
+// copy of the file and payloads in one array, two allocations instead of
+// two per FIP, were tried: cachegrind counted 2x the last-level misses of
+// a build of 100k, the slabs being written then read back cold.)
 func decodeSnapshot(b []byte, boot string, id uint64, hint func(n int), fip func(o nat.Object) error) error {
 	if len(b) < len(snapMagic)+4 || !bytes.HasPrefix(b, snapMagic) {
 		return fmt.Errorf("%w: not a snapshot of this format", errSnapshot)
@@ -129,8 +132,13 @@ func decodeSnapshot(b []byte, boot string, id uint64, hint func(n int), fip func
 	if !ok {
 		return short
 	}
+	// Every FIP takes at least 2+2*4 bytes of the file: a count the file
+	// cannot hold is refused before anything is allocated for it.
+	if count > len(r)/10 {
+		return fmt.Errorf("%w: %d FIPs in %d bytes", errSnapshot, count, len(r))
+	}
 	hint(count)
-	for i := 0; i < count; i++ {
+	for i := range count {
 		l, ok := uvarint()
 		if !ok {
 			return short
@@ -147,13 +155,11 @@ func decodeSnapshot(b []byte, boot string, id uint64, hint func(n int), fip func
 		if !ok {
 			return short
 		}
-		var eip, in netip.Addr
-		if al[0] == 4 {
-			eip, in = netip.AddrFrom4([4]byte(a[:4])), netip.AddrFrom4([4]byte(a[4:]))
-		} else {
-			eip, in = netip.AddrFrom16([16]byte(a[:16])), netip.AddrFrom16([16]byte(a[16:]))
+		f := &nat.FIP{EIP: netip.AddrFrom4([4]byte(a[:4])), InternalIP: netip.AddrFrom4([4]byte(a[4:]))}
+		if al[0] == 16 {
+			f = &nat.FIP{EIP: netip.AddrFrom16([16]byte(a[:16])), InternalIP: netip.AddrFrom16([16]byte(a[16:]))}
 		}
-		if err := fip(nat.Object{UID: string(uid), Kind: nat.KindFIP, FIP: &nat.FIP{EIP: eip, InternalIP: in}}); err != nil {
+		if err := fip(nat.Object{UID: string(uid), Kind: nat.KindFIP, FIP: f}); err != nil {
 			return err
 		}
 	}

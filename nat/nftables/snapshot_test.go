@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -46,8 +47,7 @@ func TestSnapshotFile(t *testing.T) {
 		"truncated":         {b[:len(b)-10], "boot1", 42},
 		"empty":             {nil, "boot1", 42},
 	} {
-		err := decodeSnapshot(tc.b, tc.boot, tc.id, func(int) {}, func(nat.Object) error { return nil })
-		if !errors.Is(err, errSnapshot) {
+		if err := decodeSnapshot(tc.b, tc.boot, tc.id, func(int) {}, func(nat.Object) error { return nil }); !errors.Is(err, errSnapshot) {
 			t.Errorf("%s: %v, want errSnapshot", name, err)
 		}
 	}
@@ -77,15 +77,7 @@ func TestIndexSnapshot(t *testing.T) {
 	// from the snapshot.
 	check := func(what string, fromSnap bool, want []nat.Object) {
 		t.Helper()
-		r, err := NewBackend(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close() // no Load: nothing to settle
-		k, err := r.readKernel(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		k := kernelOf(t, cfg)
 		if k.fromSnap != fromSnap {
 			t.Errorf("%s: FIPs from the snapshot: %v, want %v", what, k.fromSnap, fromSnap)
 		}
@@ -150,6 +142,47 @@ func TestIndexSnapshot(t *testing.T) {
 	run(cfg, nil)
 	check("after an agent rewrote it", true, want)
 
+	// A file with the right boot id, id and checksum whose FIPs conflict
+	// (a writer's bug, a hand-made file): the bulk State refuses it and
+	// Load reads the FIP maps.
+	good, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot, id := snapIDs(t, cfg)
+	for _, tc := range []struct {
+		name string
+		edit func(f []nat.Object)
+	}{
+		{"two FIPs on one EIP", func(f []nat.Object) { f[1].FIP = &nat.FIP{EIP: f[0].FIP.EIP, InternalIP: f[1].FIP.InternalIP} }},
+		{"one internal IP twice", func(f []nat.Object) { f[1].FIP = &nat.FIP{EIP: f[1].FIP.EIP, InternalIP: f[0].FIP.InternalIP} }},
+		{"one UID twice", func(f []nat.Object) { f[1].UID = f[0].UID }},
+		{"an invalid FIP", func(f []nat.Object) { f[1].FIP = &nat.FIP{EIP: f[1].FIP.EIP, InternalIP: addr("224.0.0.1")} }},
+	} {
+		var fips []nat.Object
+		if err := decodeSnapshot(good, boot, id, func(int) {}, func(o nat.Object) error {
+			fips = append(fips, o)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		// The edits take two IPv4 FIPs, moved to the front.
+		v4 := slices.DeleteFunc(slices.Clone(fips), func(o nat.Object) bool { return !o.FIP.EIP.Is4() })
+		if len(v4) < 2 {
+			t.Fatalf("the snapshot holds %d IPv4 FIPs", len(v4))
+		}
+		fips = append(v4[:2:2], slices.DeleteFunc(fips, func(o nat.Object) bool { return o.UID == v4[0].UID || o.UID == v4[1].UID })...)
+		tc.edit(fips)
+		if err := os.WriteFile(file, encodeSnapshot(boot, id, fips), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		check("with a snapshot of "+tc.name, false, want)
+	}
+	if err := os.WriteFile(file, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check("with the good file put back", true, want)
+
 	// A natgw without a state directory that only starts keeps the
 	// snapshot valid (its repair leaves the FIP maps alone); one that
 	// changes a FIP ends it.
@@ -187,4 +220,31 @@ func snapFIPs(n int) []nat.Object {
 		out[i] = nattest.FIP(fmt.Sprintf("snapshot-fip-%d", i), netip.AddrFrom4([4]byte{100, 64, 0, byte(i + 1)}), netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}))
 	}
 	return out
+}
+
+// snapIDs returns the boot id of cfg's table and the index snapshot its
+// natgw_meta names (read as Load reads them).
+func snapIDs(t *testing.T, cfg nat.Config) (string, uint64) {
+	t.Helper()
+	k := kernelOf(t, cfg)
+	if k.snap == 0 {
+		t.Fatalf("natgw_meta names no snapshot")
+	}
+	return k.boot, k.snap
+}
+
+// kernelOf reads cfg's table as Load does (readKernel), with a Backend
+// of its own that it closes (no Load: nothing to settle).
+func kernelOf(t *testing.T, cfg nat.Config) *kernelState {
+	t.Helper()
+	r, err := NewBackend(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	k, err := r.readKernel(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }
