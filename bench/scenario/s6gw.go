@@ -21,8 +21,8 @@ import (
 	"github.com/natgw/natgw/internal/netlab"
 )
 
-// The second part of scenario 6: many small gateways (issue 25's
-// "1,000 gateways × 100 rules"), the same machinery as the first part
+// The second part of scenario 6: many small gateways ("1,000 gateways ×
+// 100 rules"), the same machinery as the first part
 // (s6Prepare, s6RunLoad, s6RunPaced, s6ColdStart, s6CheckKernel), and one
 // change measured while a steady churn of creates and deletes spreads over
 // every gateway.
@@ -49,7 +49,7 @@ const (
 	s6GWChurnPerSecond = 20
 )
 
-// Targets of the second part (issue 25).
+// Targets of the second part.
 const (
 	s6GWTargetRSS   = 256 << 20
 	s6GWTargetCold  = 10 * time.Second

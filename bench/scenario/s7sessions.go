@@ -34,7 +34,7 @@ import (
 	"github.com/natgw/natgw/internal/procfs"
 )
 
-// Issue 25's row for held exec sessions: at least s7SessMinPods gateway
+// The row for held exec sessions: at least s7SessMinPods gateway
 // pods at full size, every one connected again within s7SessMaxReconnect
 // of the API server answering after its restart.
 const (
@@ -184,7 +184,7 @@ type s7SessPod struct {
 	NSLink       string // readlink of NetNS (net:[inode])
 }
 
-// s7RunSessions is the held-sessions part of scenario 7 (issue 25): N
+// s7RunSessions is the held-sessions part of scenario 7: N
 // gateway pods in upstream's StatefulSet shape (as many as the node holds
 // at full size), each with one EIP and sz.FIPs FIPs through natgw-controller's
 // exec transport; kube-apiserver's and kubelet's CPU and memory with no
@@ -916,7 +916,7 @@ func reportS7Sessions(r *report.Report, sec *report.Section, res *s7SessResult, 
 	pct := func(c float64) string { return fmt.Sprintf("%.1f %%", 100*c) }
 	n := res.N
 	t := report.Table{
-		Caption: fmt.Sprintf("**Held exec sessions** (issue 25): %d gateway pods in upstream's StatefulSet shape, each with one EIP and %d FIPs, "+
+		Caption: fmt.Sprintf("**Held exec sessions**: %d gateway pods in upstream's StatefulSet shape, each with one EIP and %d FIPs, "+
 			"one long-lived `natgw serve` exec session to each through kube-apiserver and kubelet (natgw-controller `--transport=exec`). "+
 			"CPU = CPU time ÷ wall time over a %v window (/proc/PID/stat; 100 %% = one core), memory = VmRSS at its end. "+
 			"Per session = (held − pods without sessions) ÷ %d.", n, res.FIPs, res.Window, n),
