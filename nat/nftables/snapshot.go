@@ -155,9 +155,11 @@ func decodeSnapshot(b []byte, boot string, id uint64, hint func(n int), fip func
 		if !ok {
 			return short
 		}
-		f := &nat.FIP{EIP: netip.AddrFrom4([4]byte(a[:4])), InternalIP: netip.AddrFrom4([4]byte(a[4:]))}
-		if al[0] == 16 {
-			f = &nat.FIP{EIP: netip.AddrFrom16([16]byte(a[:16])), InternalIP: netip.AddrFrom16([16]byte(a[16:]))}
+		f := &nat.FIP{}
+		if al[0] == 4 {
+			f.EIP, f.InternalIP = netip.AddrFrom4([4]byte(a[:4])), netip.AddrFrom4([4]byte(a[4:]))
+		} else {
+			f.EIP, f.InternalIP = netip.AddrFrom16([16]byte(a[:16])), netip.AddrFrom16([16]byte(a[16:]))
 		}
 		if err := fip(nat.Object{UID: string(uid), Kind: nat.KindFIP, FIP: f}); err != nil {
 			return err

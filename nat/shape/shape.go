@@ -470,8 +470,6 @@ func toEIPs(cs []class) []EIP {
 		}
 		if c.dir == ingress {
 			e.Mark6 = c.mark6
-		}
-		if c.dir == ingress {
 			e.Ingress = c.lim
 		} else {
 			e.Egress = c.lim
@@ -549,6 +547,15 @@ func (m mapKind) dir() direction {
 		return ingress
 	}
 	return egress
+}
+
+// keyLen is the length of the map's keys: a mark or an IPv4 address 4
+// bytes, an IPv6 address 16.
+func (m mapKind) keyLen() int {
+	if m == mapEgress6 {
+		return 16
+	}
+	return 4
 }
 
 // spec is the map's definition.
@@ -636,7 +643,7 @@ func readMaps(ctx context.Context, c nftconn.Conn) ([]class, error) {
 		}
 		d := m.dir()
 		for _, el := range els {
-			if len(el.Val) != 4 || len(el.Key) != map[bool]int{true: 16, false: 4}[m == mapEgress6] {
+			if len(el.Val) != 4 || len(el.Key) != m.keyLen() {
 				return nil, fmt.Errorf("shape: %s map %s: bad element %x : %x", t.Name, m.spec().Name, el.Key, el.Val)
 			}
 			id := binary.NativeEndian.Uint32(el.Val)
