@@ -651,23 +651,42 @@ func s6Run(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab
 	return rg.coldStart(ctx, "s6-heap-cold.pb.gz", eips, rules)
 }
 
+// s6ConnectStall is how long s6WaitConnected waits for one more gateway
+// to connect before it gives up.
+const s6ConnectStall = 2 * time.Minute
+
 // s6WaitConnected waits until the controller's natgw_gateway_connected
-// says every gateway has a session.
+// says every gateway has a session. The gateways connect through a
+// bounded number of slots, so the whole wait grows with their number
+// (1,000 gateways take minutes on a loaded 2-core machine): it gives up
+// when the count has not grown for s6ConnectStall, not after a fixed time.
 func s6WaitConnected(ctx context.Context, ctl *ctlProcess, n int) error {
-	_, err := framework.Wait(ctx, 2*time.Minute, func() error {
-		if err := ctl.alive(); err != nil {
-			return err
-		}
-		ms, err := ctl.metrics(ctx)
+	last, since := -1, time.Now()
+	for {
+		err := ctl.alive()
 		if err != nil {
 			return err
 		}
-		if got := ms.sum("natgw_gateway_connected", nil); int(got) != n {
-			return fmt.Errorf("%v of %d gateways connected", got, n)
+		ms, err := ctl.metrics(ctx)
+		if err == nil {
+			got := int(ms.sum("natgw_gateway_connected", nil))
+			if got == n {
+				return nil
+			}
+			if got != last {
+				last, since = got, time.Now()
+			}
+			err = fmt.Errorf("%d of %d gateways connected", got, n)
 		}
-		return nil
-	})
-	return err
+		if time.Since(since) > s6ConnectStall {
+			return fmt.Errorf("no gateway connected for %v: %w", s6ConnectStall, err)
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), err)
+		case <-time.After(framework.Poll):
+		}
+	}
 }
 
 // s6Controllers are natgw-controller's controllers (as named in
