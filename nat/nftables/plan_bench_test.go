@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // BenchmarkPlanEncode100k is the user-space share of a full Sync of
@@ -21,8 +22,8 @@ func BenchmarkPlanEncode100k(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		tx := r.plan(ch)
-		t := newTxn(1, tx.elemBytes(), nil)
-		if err := t.encode(tx); err != nil {
+		t := nftconn.NewBatch(1, tx.tx.SizeHint(), nil)
+		if err := tx.tx.Encode(t); err != nil {
 			b.Fatal(err)
 		}
 	}
