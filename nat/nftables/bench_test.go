@@ -179,10 +179,11 @@ func liveHeap() int64 {
 }
 
 // BenchmarkEncodeElements encodes the elements of 100,000 FIPs (200,000
-// elements, as a full Sync does) with natgw's direct encoder (txn.elements)
-// and, for comparison, with mdlayher/netlink's attribute encoder building
-// the same messages (elemsWithEncoder): the measured gain of the fast path.
-// No kernel needed.
+// elements, as a full Sync does) with natgw's direct encoder (nftconn's
+// Batch.Elements, through Tx.Encode) and, for comparison, with
+// mdlayher/netlink's attribute encoder building the same messages
+// (elemsWithEncoder): the measured gain of the fast path. No kernel
+// needed.
 func BenchmarkEncodeElements(b *testing.B) {
 	es := setElems{}
 	for _, o := range manyFIPs(100_000, 36) {
@@ -190,15 +191,16 @@ func BenchmarkEncodeElements(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	var tx Tx
-	for _, set := range slices.Sorted(maps.Keys(es)) {
+	var tx txPlan
+	sets := slices.Sorted(maps.Keys(es))
+	for _, set := range sets {
 		tx.addElements(set, es[set], false)
 	}
 	b.Run("direct", func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
-			t := newTxn(1, tx.elemBytes(), nil)
-			if err := t.encode(&tx); err != nil {
+			t := nftconn.NewBatch(1, tx.tx.SizeHint(), nil)
+			if err := tx.tx.Encode(t); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -206,9 +208,9 @@ func BenchmarkEncodeElements(b *testing.B) {
 	b.Run("attribute-encoder", func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
-			t := newTxn(1, tx.elemBytes(), nil)
-			for _, o := range tx.ops {
-				if err := elemsWithEncoder(t, o.name, o.elems); err != nil {
+			t := nftconn.NewBatch(1, tx.tx.SizeHint(), nil)
+			for _, set := range sets {
+				if err := elemsWithEncoder(t, set, es[set]); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -216,11 +218,12 @@ func BenchmarkEncodeElements(b *testing.B) {
 	})
 }
 
-// elemsWithEncoder is txn.elements (adds, with userdata comments) written
-// with mdlayher/netlink's attribute encoder, for BenchmarkEncodeElements.
-func elemsWithEncoder(t *txn, set string, es []nft.SetElement) error {
+// elemsWithEncoder is Batch.Elements (adds, with userdata comments)
+// written with mdlayher/netlink's attribute encoder, for
+// BenchmarkEncodeElements.
+func elemsWithEncoder(t *nftconn.Batch, set string, es []nft.SetElement) error {
 	for _, part := range nftconn.Chunks(es) {
-		err := t.msg(unix.NFT_MSG_NEWSETELEM, unix.NLM_F_CREATE, "add elements", func(ae *netlink.AttributeEncoder) {
+		err := t.Msg(nfFamily, unix.NFT_MSG_NEWSETELEM, unix.NLM_F_CREATE, "add elements", func(ae *netlink.AttributeEncoder) {
 			ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, tableName)
 			ae.String(unix.NFTA_SET_ELEM_LIST_SET, set)
 			ae.Nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(list *netlink.AttributeEncoder) error {

@@ -77,8 +77,12 @@ func cmpQoSKey(a, b qosKey) int {
 // it, in an order the kernel accepts within one transaction (deletes
 // before the deletion of what they referenced, creations before their
 // references). It does not touch the kernel.
-func (r *Backend) plan(ch *change) *Tx {
-	tx := &Tx{ops: r.ops[:0]}
+func (r *Backend) plan(ch *change) *txPlan {
+	tx := r.spare // the last small transaction's, reused (see exec)
+	if tx == nil {
+		tx = &txPlan{}
+	}
+	r.spare = nil
 	if ch.dropLegacy {
 		tx.deleteLegacyTable()
 	}
@@ -202,7 +206,7 @@ func (r *Backend) plan(ch *change) *Tx {
 // share_mod element and its slots; an added or removed backend of an
 // identity that keeps its slot count rewrites the slots that change). No
 // chain, rule or set changes, whatever the identity.
-func planShare(tx *Tx, ch *change) {
+func planShare(tx *txPlan, ch *change) {
 	keys := map[shareKey]bool{}
 	for k := range ch.shareBefore {
 		keys[k] = true
@@ -363,21 +367,26 @@ func (r *Backend) run(ctx context.Context, ch *change) error {
 	return r.exec(ctx, r.plan(ch))
 }
 
-// keepOps bounds the operations slice the Backend keeps for the next
-// transaction (a one-FIP add allocated it twice as it grew).
+// keepOps bounds the operations the Backend keeps room for in the next
+// transaction (a one-FIP add allocated them twice as they grew).
 const keepOps = 64
 
+// recycle empties tx, sent, and keeps it for the next transaction (its
+// operations' room, unless a bulk transaction's; not the elements).
+func (r *Backend) recycle(tx *txPlan) {
+	tx.tx.Reset(keepOps)
+	*tx = txPlan{tx: tx.tx}
+	r.spare = tx
+}
+
 // exec sends tx through the transport and keeps the generation count.
-func (r *Backend) exec(ctx context.Context, tx *Tx) error {
+func (r *Backend) exec(ctx context.Context, tx *txPlan) error {
 	if r.traceForTest != nil {
-		r.traceForTest(tx)
+		r.traceForTest(&tx.tx)
 	}
-	touches, snap := tx.touchesFIPs(), tx.snap() // before the ops are cleared
-	sent, stamped, err := r.send(ctx, tx)
-	if cap(tx.ops) <= keepOps {
-		clear(tx.ops) // drop the elements they hold
-		r.ops = tx.ops[:0]
-	}
+	touches, stamped, snap := tx.touchesFIPs(), tx.stamped, tx.snap
+	sent, err := r.send(ctx, &tx.tx)
+	r.recycle(tx)
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/natgw/natgw/nat/engine"
 	"github.com/natgw/natgw/nat/nattest"
 	"github.com/natgw/natgw/nat/netns"
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/golden/*.nft")
@@ -724,11 +725,11 @@ func TestListing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var model listing
+	model := nftconn.NewFake()
 	var sent []string
-	r.traceForTest = func(tx *Tx) {
+	r.traceForTest = func(tx *nftconn.Tx) {
 		sent = append(sent, tx.String())
-		if err := model.apply(tx); err != nil {
+		if err := model.Apply(context.Background(), tx); err != nil {
 			t.Errorf("the model refuses transaction %d:\n%s\n%v", len(sent), tx, err)
 		}
 	}
@@ -740,7 +741,7 @@ func TestListing(t *testing.T) {
 	defer e.Close()
 	check := func(step string) {
 		t.Helper()
-		got, want := canonical(normalize(table(t, cfg.NetNS))), canonical(normalize(model.String()))
+		got, want := canonical(normalize(table(t, cfg.NetNS))), canonical(normalize(model.Dump()))
 		if got != want {
 			t.Fatalf("%s: the kernel lists\n%s\nthe rendering of the %d transactions sent says\n%s\nlast transaction:\n%s", step, got, len(sent), want, sent[len(sent)-1])
 		}

@@ -596,16 +596,7 @@ func fixedChains(cfg nat.Config) []chainSpec {
 						&expr.Lookup{SourceRegister: reg0, SetName: setEIPs},
 					}, markFrom(reg0, reg1)),
 				},
-				{
-					text:    "ct mark set ip daddr dnat ip to ip daddr map @fip_dnat",
-					comment: "natgw: floating IP DNAT",
-					exprs: cat(nfproto(false), []expr.Any{
-						loadIP(offDaddr, reg0),
-						lookup(setFIPDNAT, reg0, reg1),
-					}, markFrom(reg0, reg2), []expr.Any{
-						&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1},
-					}),
-				},
+				fipRule(false, false),
 				{
 					text:    "ct mark set ip daddr dnat ip to ip daddr . meta l4proto . th dport map @port_dnat",
 					comment: "natgw: port DNAT",
@@ -629,15 +620,7 @@ func fixedChains(cfg nat.Config) []chainSpec {
 						&expr.Ct{Key: expr.CtKeyMARK, Register: r6b, SourceRegister: true},
 					}),
 				},
-				{
-					text:    "dnat ip6 to ip6 daddr map @fip_dnat6",
-					comment: "natgw: IPv6 floating IP DNAT",
-					exprs: cat(nfproto(true), []expr.Any{
-						loadIP6(offDaddr6, r6a),
-						lookup(setFIPDNAT6, r6a, r6b),
-						&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV6, RegAddrMin: r6b},
-					}),
-				},
+				fipRule(false, true),
 				{
 					text:    "dnat ip6 to ip6 daddr . meta l4proto . th dport map @port_dnat6",
 					comment: "natgw: IPv6 port DNAT",
@@ -655,25 +638,8 @@ func fixedChains(cfg nat.Config) []chainSpec {
 		{
 			name: chainSNAT, hook: nft.ChainHookPostrouting, prio: ptr(prioSNAT), typ: nft.ChainTypeNAT,
 			rules: []ruleSpec{
-				{
-					text:    "ct mark set ip saddr map @fip_snat snat ip to ip saddr map @fip_snat",
-					comment: "natgw: floating IP SNAT",
-					exprs: cat(nfproto(false), []expr.Any{
-						loadIP(offSaddr, reg0),
-						lookup(setFIPSNAT, reg0, reg1),
-					}, markFrom(reg1, reg2), []expr.Any{
-						&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1},
-					}),
-				},
-				{
-					text:    "snat ip6 to ip6 saddr map @fip_snat6",
-					comment: "natgw: IPv6 floating IP SNAT",
-					exprs: cat(nfproto(true), []expr.Any{
-						loadIP6(offSaddr6, r6a),
-						lookup(setFIPSNAT6, r6a, r6b),
-						&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV6, RegAddrMin: r6b},
-					}),
-				},
+				fipRule(true, false),
+				fipRule(true, true),
 				{
 					text:    "oifname " + qext + " jump snat_cidr",
 					comment: "natgw: CIDR SNAT on egress to the external network",
@@ -690,6 +656,46 @@ func fixedChains(cfg nat.Config) []chainSpec {
 		shareChain(true),
 		qosBaseChain(qosOut, ext),
 		mark6Chain(),
+	}
+}
+
+// fipRule is the floating IP NAT rule of one direction (DNAT, or SNAT
+// with snat) and family: the packet's address (destination, or source)
+// looked up in the FIP map of that direction gives the address to NAT
+// to. An IPv4 connection's ct mark is set to its EIP, as a host-order
+// number: the destination before DNAT, the address the map gives for
+// SNAT. (An IPv6 EIP's mark id comes from eip_marks6, in other rules.)
+func fipRule(snat, v6 bool) ruleSpec {
+	verb, what, addr, typ := "dnat", "DNAT", "daddr", expr.NATTypeDestNAT
+	set, off, set6, off6 := setFIPDNAT, uint32(offDaddr), setFIPDNAT6, uint32(offDaddr6)
+	if snat {
+		verb, what, addr, typ = "snat", "SNAT", "saddr", expr.NATTypeSourceNAT
+		set, off, set6, off6 = setFIPSNAT, offSaddr, setFIPSNAT6, offSaddr6
+	}
+	if v6 {
+		return ruleSpec{
+			text:    verb + " ip6 to ip6 " + addr + " map @" + set6,
+			comment: "natgw: IPv6 floating IP " + what,
+			exprs: cat(nfproto(true), []expr.Any{
+				loadIP6(off6, r6a),
+				lookup(set6, r6a, r6b),
+				&expr.NAT{Type: typ, Family: unix.NFPROTO_IPV6, RegAddrMin: r6b},
+			}),
+		}
+	}
+	markSrc, mark := uint32(reg0), "ct mark set ip daddr " // the EIP, before DNAT
+	if snat {
+		markSrc, mark = reg1, "ct mark set ip saddr map @"+set+" " // the EIP the map gives
+	}
+	return ruleSpec{
+		text:    mark + verb + " ip to ip " + addr + " map @" + set,
+		comment: "natgw: floating IP " + what,
+		exprs: cat(nfproto(false), []expr.Any{
+			loadIP(off, reg0),
+			lookup(set, reg0, reg1),
+		}, markFrom(markSrc, reg2), []expr.Any{
+			&expr.NAT{Type: typ, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1},
+		}),
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/natgw/natgw/nat/engine"
 	"github.com/natgw/natgw/nat/link"
 	"github.com/natgw/natgw/nat/netns"
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // Socket sizing (see nat/README.md, "Transaction sizing").
@@ -118,8 +119,8 @@ type Backend struct {
 	snapID       uint64
 	snapDir      string
 	state        *nat.State
-	traceForTest func(*Tx) // set by tests only: sees every transaction before it is sent
-	ops          []op      // the last small transaction's operations, reused (see exec)
+	traceForTest func(*nftconn.Tx) // set by tests only: sees every transaction before it is sent
+	spare        *txPlan           // the last transaction, emptied, for the next (see exec)
 
 	// The kernel's structure, read at Load and kept by Commit. Elements
 	// need no index: the kernel holds exactly the rendering of the

@@ -17,8 +17,8 @@ import (
 // lasting connection (conn), which reads the table's structure at Load,
 // and an nftconn.Socket (natgw's own, over nlsock: nl) for batches, set
 // dumps and the ruleset generation. conn and nl are nil after a failure
-// until redialed. It knows nothing of the layout: it sends what a Tx says
-// (send) and answers reads.
+// until redialed. It knows nothing of the layout: it sends what an
+// nftconn.Tx says (send) and answers reads.
 type transport struct {
 	ns      *netns.NS // kept open for the sockets' life
 	nsName  string    // for errors
@@ -30,27 +30,27 @@ type transport struct {
 	nl      *nlsock.Socket // lasting's Socket's, for dumps
 }
 
-// send encodes tx into one netlink batch and commits it: one kernel
-// transaction, all or nothing. It reports whether the batch held any
-// message and whether it stored the generation in natgw_meta. A rejected
-// batch (an errno in an answer) changed nothing; anything else (ENOBUFS on
-// the answers, a timeout, a broken socket) leaves the outcome unknown
+// send encodes tx into one netlink batch (sized once from its elements)
+// and commits it on the Socket: one kernel transaction, all or nothing.
+// It reports whether the batch held any message. A rejected batch (an
+// errno in an answer) changed nothing; anything else (ENOBUFS on the
+// answers, a timeout, a broken socket) leaves the outcome unknown
 // (nat.ErrUnknownState). Either way the sockets are replaced, since
 // answers may be left on them. An encoding error sends nothing.
-func (tr *transport) send(ctx context.Context, tx *Tx) (sent, stamped bool, err error) {
+func (tr *transport) send(ctx context.Context, tx *nftconn.Tx) (sent bool, err error) {
 	fast := tr.lasting.Socket()
-	t := &txn{Batch: fast.NewBatch(tx.elemBytes())}
-	if err := t.encode(tx); err != nil {
-		return false, false, err
+	b := fast.NewBatch(tx.SizeHint())
+	if err := tx.Encode(b); err != nil {
+		return false, err
 	}
-	sent, err = fast.Commit(ctx, t.Batch)
+	sent, err = fast.Commit(ctx, b)
 	if err == nil {
-		return sent, t.stamped, nil
+		return sent, nil
 	}
 	if rerr := tr.redial(); rerr != nil {
 		tr.log.Error(rerr, "redial after failed transaction")
 	}
-	return false, false, err
+	return false, err
 }
 
 // dial opens the library's lasting connection and natgw's own socket in

@@ -1,128 +1,108 @@
 package nftables
 
 import (
+	"encoding/binary"
+	"fmt"
+
 	nft "github.com/google/nftables"
 
 	"github.com/natgw/natgw/nat/nftconn"
 )
 
-// Tx is one transaction on natgw's table as a value: the operations, in the
-// order the kernel applies them. The layout step (Backend.plan, Plan)
-// computes it from a change of objects without touching the kernel; String
-// renders it in nft syntax; the transport (encode.go, batch.go) sends it as
-// one netlink batch, all or nothing.
-type Tx struct {
-	ops []op
+// mainTable is natgw's table: inet natgw.
+var mainTable = nftconn.Table{Family: tableFamily, Name: nftconn.MainTable}
+
+// legacyIPTable is the table layouts 1-3 wrote: ip natgw (IPv4 only).
+var legacyIPTable = nftconn.Table{Family: nft.TableFamilyIPv4, Name: nftconn.MainTable}
+
+// txPlan is one transaction on natgw's table being planned: an
+// nftconn.Tx (the one transaction type of every natgw table; it encodes
+// and renders it) whose operations name the main table, and what the
+// Backend keeps of it once it commits: whether it stores the generation
+// in natgw_meta and which index snapshot id, and whether it changes the
+// FIP maps' elements. The layout step (Backend.plan, Plan) computes it
+// from a change of objects without touching the kernel; the transport
+// sends its Tx as one netlink batch, all or nothing.
+type txPlan struct {
+	tx      nftconn.Tx
+	stamped bool   // stores the generation (see stamp)
+	snap    uint64 // the index snapshot id the stamp stores (0: none)
+	touches bool   // changes the FIP maps (or may: see touchesFIPs)
 }
 
-// opKind is what one operation of a Tx does.
-type opKind uint8
+func (p *txPlan) createTable() { p.tx.CreateTable(mainTable); p.touches = true }
+func (p *txPlan) deleteTable() { p.tx.DeleteTable(mainTable); p.touches = true }
 
-const (
-	opCreateTable       opKind = iota + 1 // create the table; fails if it exists
-	opDeleteTable                         // delete the table and everything in it
-	opAddSet                              // add a set or map (set)
-	opFlushSet                            // delete every element of a set
-	opDeleteSet                           // delete a set
-	opAddChain                            // add a chain (chain: base chains have a hook)
-	opFlushChain                          // delete every rule of a chain
-	opDeleteChain                         // delete an empty chain
-	opAddRule                             // append a rule to a chain (rule)
-	opAddLimit                            // add a named limit object (limit)
-	opDeleteLimit                         // delete a named limit object
-	opAddElements                         // add elements to a set (elems; excl: fail on an existing key)
-	opDeleteElements                      // delete elements of a set by key (elems)
-	opStamp                               // replace natgw_meta's element (comment, gen)
-	opDeleteLegacyTable                   // delete table ip natgw (layouts 1-3: IPv4 only)
-)
+// deleteLegacyTable deletes table ip natgw (layouts 1-3).
+func (p *txPlan) deleteLegacyTable() { p.tx.DeleteTable(legacyIPTable) }
 
-// op is one operation; which fields are set depends on kind.
-type op struct {
-	kind    opKind
-	name    string // the set, chain or limit object
-	set     setSpec
-	chain   chainSpec
-	rule    ruleSpec
-	limit   qosVal
-	elems   []nft.SetElement
-	excl    bool
-	comment string
-	gen     uint32
-	snap    uint64 // opStamp: the index snapshot id (0: none)
+func (p *txPlan) addSet(s setSpec) { p.tx.AddSet(mainTable, s.conn()) }
+
+func (p *txPlan) flushSet(name string) {
+	p.tx.FlushSet(mainTable, specOf(name).conn())
+	p.touches = p.touches || isFIPMap(name)
 }
 
-// Len returns the number of operations.
-func (t *Tx) Len() int { return len(t.ops) }
-
-// Empty reports whether the transaction does nothing.
-func (t *Tx) Empty() bool { return len(t.ops) == 0 }
-
-func (t *Tx) add(o op) { t.ops = append(t.ops, o) }
-
-func (t *Tx) createTable()                { t.add(op{kind: opCreateTable}) }
-func (t *Tx) deleteTable()                { t.add(op{kind: opDeleteTable}) }
-func (t *Tx) deleteLegacyTable()          { t.add(op{kind: opDeleteLegacyTable}) }
-func (t *Tx) addSet(s setSpec)            { t.add(op{kind: opAddSet, name: s.name, set: s}) }
-func (t *Tx) flushSet(name string)        { t.add(op{kind: opFlushSet, name: name}) }
-func (t *Tx) deleteSet(name string)       { t.add(op{kind: opDeleteSet, name: name}) }
-func (t *Tx) addChain(c chainSpec)        { t.add(op{kind: opAddChain, name: c.name, chain: c}) }
-func (t *Tx) flushChain(name string)      { t.add(op{kind: opFlushChain, name: name}) }
-func (t *Tx) deleteChain(name string)     { t.add(op{kind: opDeleteChain, name: name}) }
-func (t *Tx) deleteLimit(name string)     { t.add(op{kind: opDeleteLimit, name: name}) }
-func (t *Tx) addLimit(k qosKey, v qosVal) { t.add(op{kind: opAddLimit, name: k.name(), limit: v}) }
-
-func (t *Tx) addRule(chain string, r ruleSpec) {
-	t.add(op{kind: opAddRule, name: chain, rule: r})
+func (p *txPlan) deleteSet(name string) {
+	p.tx.DeleteSet(mainTable, specOf(name).conn())
+	p.touches = p.touches || isFIPMap(name)
 }
+
+func (p *txPlan) addChain(c chainSpec) { p.tx.AddChain(mainTable, c.conn()) }
+
+func (p *txPlan) flushChain(name string) { p.tx.FlushChain(mainTable, nftconn.ChainName(name)) }
+
+// deleteChain deletes an empty chain.
+func (p *txPlan) deleteChain(name string) { p.tx.DeleteChain(mainTable, nftconn.ChainName(name)) }
+
+// addRule appends r to chain, its comment as nft's.
+func (p *txPlan) addRule(chain string, r ruleSpec) {
+	p.tx.AppendRule(mainTable, nftconn.ChainName(chain), nftconn.Rule{Exprs: r.exprs, Text: r.text, Comment: r.comment})
+}
+
+func (p *txPlan) addLimit(k qosKey, v qosVal) { p.tx.AddLimit(mainTable, k.name(), *limitExpr(v)) }
+func (p *txPlan) deleteLimit(name string)     { p.tx.DeleteLimit(mainTable, name) }
 
 // addElements adds es to the set; with excl, the kernel refuses the
-// transaction if one of the keys is present.
-func (t *Tx) addElements(set string, es []nft.SetElement, excl bool) {
+// transaction if one of the keys is present. The Tx keeps es.
+func (p *txPlan) addElements(set string, es []nft.SetElement, excl bool) {
 	if len(es) > 0 {
-		t.add(op{kind: opAddElements, name: set, set: specOf(set), elems: es, excl: excl})
+		p.tx.AddSetElements(mainTable, specOf(set).conn(), es, excl)
+		p.touches = p.touches || isFIPMap(set)
 	}
 }
 
 // deleteElements deletes the elements of es's keys (values are ignored).
-func (t *Tx) deleteElements(set string, es []nft.SetElement) {
+func (p *txPlan) deleteElements(set string, es []nft.SetElement) {
 	if len(es) > 0 {
-		t.add(op{kind: opDeleteElements, name: set, set: specOf(set), elems: es})
+		p.tx.DeleteSetElements(mainTable, specOf(set).conn(), es)
+		p.touches = p.touches || isFIPMap(set)
 	}
 }
 
-// stamp replaces the natgw_meta element: comment, and gen and the index
-// snapshot id snap (0: none) in userdata.
-func (t *Tx) stamp(comment string, gen uint32, snap uint64) {
-	t.add(op{kind: opStamp, name: setMeta, comment: comment, gen: gen, snap: snap})
+// stamp flushes natgw_meta and adds its element again with comment, and
+// in its user data the generation gen (see udataGen) and the index
+// snapshot id snap unless 0 (see udataSnap). A flush, not a delete, so
+// that it works even if the element was deleted by hand.
+func (p *txPlan) stamp(comment string, gen uint32, snap uint64) {
+	meta := specOf(setMeta).conn()
+	ud := binary.BigEndian.AppendUint32([]byte{udataGen, 4}, gen)
+	note := fmt.Sprintf("generation %d", gen)
+	if snap != 0 {
+		ud = append(ud, udataSnap, 8)
+		ud = binary.BigEndian.AppendUint64(ud, snap)
+		note += fmt.Sprintf(", index snapshot %016x", snap)
+	}
+	p.tx.FlushSet(mainTable, meta)
+	p.tx.AddElementUserData(mainTable, meta, metaKey, comment, ud, note+" in userdata")
+	p.stamped, p.snap = true, snap
 }
 
-// snap returns the index snapshot id t's stamp stores (0: none, or no
-// stamp).
-func (t *Tx) snap() uint64 {
-	for _, o := range t.ops {
-		if o.kind == opStamp {
-			return o.snap
-		}
-	}
-	return 0
-}
-
-// touchesFIPs says whether t changes the FIP maps' elements (or may:
-// a table created or deleted, a FIP map flushed), which ends the validity
-// of an index snapshot (see nat/README.md, "The index snapshot").
-func (t *Tx) touchesFIPs() bool {
-	for _, o := range t.ops {
-		switch o.kind {
-		case opCreateTable, opDeleteTable:
-			return true
-		case opFlushSet, opDeleteSet, opAddElements, opDeleteElements:
-			if isFIPMap(o.name) {
-				return true
-			}
-		}
-	}
-	return false
-}
+// touchesFIPs says whether the transaction changes the FIP maps' elements
+// (or may: a table created or deleted, a FIP map flushed), which ends the
+// validity of an index snapshot (see nat/README.md, "The index
+// snapshot").
+func (p *txPlan) touchesFIPs() bool { return p.touches }
 
 // specOf returns the spec of a set of the table by name (fixed or CIDR SNAT).
 func specOf(name string) setSpec {
@@ -137,14 +117,14 @@ func specOf(name string) setSpec {
 	return setSpec{name: name}
 }
 
-// elemBytes estimates the encoded size of the transaction's element
-// messages, to size the batch buffer once.
-func (t *Tx) elemBytes() int {
-	n := 0
-	for _, o := range t.ops {
-		if o.kind == opAddElements || o.kind == opDeleteElements {
-			n += nftconn.ElemBytes(o.elems)
-		}
-	}
-	return n + 4096
+// conn is s as an nftconn.Set: the one place the main table's set spec
+// becomes nftconn's (its netlink attributes and its text).
+func (s setSpec) conn() nftconn.Set {
+	return nftconn.Set{Name: nftconn.SetName(s.name), Key: s.key, Data: s.val, Concat: s.concat}
+}
+
+// conn is c as an nftconn.Chain: the one place the main table's chain
+// name becomes nftconn's (its header text and its netlink attributes).
+func (c chainSpec) conn() nftconn.Chain {
+	return nftconn.Chain{Name: nftconn.ChainName(c.name), Type: c.typ, Hook: c.hook, Priority: c.prio}
 }

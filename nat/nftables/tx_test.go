@@ -1,8 +1,7 @@
 package nftables
 
 import (
-	"fmt"
-	"maps"
+	"context"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,7 +12,6 @@ import (
 	nft "github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/mdlayher/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/nattest"
@@ -42,12 +40,12 @@ func TestPlanListing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m listing
-	if err := m.apply(tx); err != nil {
+	m := nftconn.NewFake()
+	if err := m.Apply(context.Background(), tx); err != nil {
 		t.Fatal(err)
 	}
 	want := readGolden(t, "table.nft")
-	if got := canonical(normalize(m.String())); got != canonical(want) {
+	if got := canonical(normalize(m.Dump())); got != canonical(want) {
 		t.Errorf("the planned table, listed:\n%s\nthe kernel's (testdata/golden/table.nft):\n%s", got, canonical(want))
 	}
 }
@@ -83,37 +81,37 @@ func TestTxText(t *testing.T) {
 	k := qosKey{qosIn, addr("192.0.2.10")}
 	for _, tc := range []struct {
 		name string
-		tx   func(*Tx)
+		tx   func(*txPlan)
 		want string
 	}{
-		{"delete table", (*Tx).deleteTable, "delete table inet natgw\n"},
-		{"delete legacy table", (*Tx).deleteLegacyTable, "delete table ip natgw\n"},
-		{"flush map", func(tx *Tx) { tx.flushSet(setFIPDNAT) }, "flush map inet natgw fip_dnat\n"},
-		{"flush set", func(tx *Tx) { tx.flushSet(setEIPs) }, "flush set inet natgw eips\n"},
-		{"delete snat map", func(tx *Tx) { tx.deleteSet("snat_p24") }, "delete map inet natgw snat_p24\n"},
-		{"flush chain", func(tx *Tx) { tx.flushChain(k.name()) }, "flush chain inet natgw qos_in_192_0_2_10\n"},
-		{"delete chain", func(tx *Tx) { tx.deleteChain(k.name()) }, "delete chain inet natgw qos_in_192_0_2_10\n"},
-		{"delete limit", func(tx *Tx) { tx.deleteLimit(k.name()) }, "delete limit inet natgw qos_in_192_0_2_10\n"},
-		{"limit in kbytes", func(tx *Tx) { tx.addLimit(k, qosVal{rate: 128 * mbit, burst: 0}) },
+		{"delete table", (*txPlan).deleteTable, "delete table inet natgw\n"},
+		{"delete legacy table", (*txPlan).deleteLegacyTable, "delete table ip natgw\n"},
+		{"flush map", func(tx *txPlan) { tx.flushSet(setFIPDNAT) }, "flush map inet natgw fip_dnat\n"},
+		{"flush set", func(tx *txPlan) { tx.flushSet(setEIPs) }, "flush set inet natgw eips\n"},
+		{"delete snat map", func(tx *txPlan) { tx.deleteSet("snat_p24") }, "delete map inet natgw snat_p24\n"},
+		{"flush chain", func(tx *txPlan) { tx.flushChain(k.name()) }, "flush chain inet natgw qos_in_192_0_2_10\n"},
+		{"delete chain", func(tx *txPlan) { tx.deleteChain(k.name()) }, "delete chain inet natgw qos_in_192_0_2_10\n"},
+		{"delete limit", func(tx *txPlan) { tx.deleteLimit(k.name()) }, "delete limit inet natgw qos_in_192_0_2_10\n"},
+		{"limit in kbytes", func(tx *txPlan) { tx.addLimit(k, qosVal{rate: 128 * mbit, burst: 0}) },
 			"add limit inet natgw qos_in_192_0_2_10 { rate over 15625 kbytes/second; }\n"},
-		{"limit in mbytes", func(tx *Tx) { tx.addLimit(k, qosVal{rate: 1 << 20, burst: 3 << 10}) },
+		{"limit in mbytes", func(tx *txPlan) { tx.addLimit(k, qosVal{rate: 1 << 20, burst: 3 << 10}) },
 			"add limit inet natgw qos_in_192_0_2_10 { rate over 1 mbytes/second burst 3 kbytes; }\n"},
-		{"delete elements", func(tx *Tx) {
+		{"delete elements", func(tx *txPlan) {
 			tx.deleteElements(setPortDNAT, []nft.SetElement{{Key: append(append(a4(addr("192.0.2.11")), 6, 0, 0, 0), port4(8080)...)}})
 		}, "delete element inet natgw port_dnat { 192.0.2.11 . tcp . 8080 }\n"},
-		{"exclusive add", func(tx *Tx) {
+		{"exclusive add", func(tx *txPlan) {
 			tx.addElements(setFIPDNAT, []nft.SetElement{{Key: a4(addr("192.0.2.10")), Val: a4(addr("198.51.100.10")), Comment: "u"}}, true)
 		}, "create element inet natgw fip_dnat { 192.0.2.10 comment \"u\" : 198.51.100.10 }\n"},
-		{"no elements", func(tx *Tx) { tx.addElements(setEIPs, nil, false) }, ""},
-		{"stamp", func(tx *Tx) { tx.stamp("natgw layout=1 boot=b", 7, 0) },
+		{"no elements", func(tx *txPlan) { tx.addElements(setEIPs, nil, false) }, ""},
+		{"stamp", func(tx *txPlan) { tx.stamp("natgw layout=1 boot=b", 7, 0) },
 			"flush set inet natgw natgw_meta\nadd element inet natgw natgw_meta { 0x00000001 comment \"natgw layout=1 boot=b\" } # generation 7 in userdata\n"},
-		{"stamp with snapshot", func(tx *Tx) { tx.stamp("natgw layout=1 boot=b", 7, 0xab) },
+		{"stamp with snapshot", func(tx *txPlan) { tx.stamp("natgw layout=1 boot=b", 7, 0xab) },
 			"flush set inet natgw natgw_meta\nadd element inet natgw natgw_meta { 0x00000001 comment \"natgw layout=1 boot=b\" } # generation 7, index snapshot 00000000000000ab in userdata\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var tx Tx
+			var tx txPlan
 			tc.tx(&tx)
-			if got := tx.String(); got != tc.want {
+			if got := tx.tx.String(); got != tc.want {
 				t.Errorf("got  %q\nwant %q", got, tc.want)
 			}
 		})
@@ -130,7 +128,7 @@ func TestEncodeMatchesLibrary(t *testing.T) {
 	snat := snatClass{bits: 28, randomFully: true}
 	chains := fixedChains(nat.Config{}.WithDefaults())
 
-	var tx Tx
+	var tx txPlan
 	tx.deleteTable()
 	tx.createTable()
 	for _, s := range append(slices.Clone(fixedSets), snat.spec()) {
@@ -154,8 +152,8 @@ func TestEncodeMatchesLibrary(t *testing.T) {
 	tx.addRule(chainSNATCIDR, snatRule(snat))
 	tx.addRule(chainSNATCIDR, snatRule(snatClass{bits: 32}))
 	tx.addRule(k.name(), qosRule(k))
-	ours := newTxn(1, tx.elemBytes(), nil)
-	if err := ours.encode(&tx); err != nil {
+	ours := nftconn.NewBatch(1, tx.tx.SizeHint(), nil)
+	if err := tx.tx.Encode(ours); err != nil {
 		t.Fatal(err)
 	}
 
@@ -203,7 +201,7 @@ func TestEncodeMatchesLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	diffs, err := ours.DiffLibrary(theirs, func(m netlink.Message, _ bool) string { return withoutSetID(t, m) })
+	diffs, err := ours.DiffLibrary(theirs, func(m netlink.Message, _ bool) string { return nftconn.WithoutSetID(m) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,214 +212,6 @@ func TestEncodeMatchesLibrary(t *testing.T) {
 
 func commentUserdata(s string) []byte {
 	return append([]byte{0, byte(len(s) + 1)}, append([]byte(s), 0)...)
-}
-
-// withoutSetID is a message's data in hex with a NEWSET's set id zeroed
-// (ids are only unique within a batch).
-func withoutSetID(t *testing.T, m netlink.Message) string {
-	t.Helper()
-	data := slices.Clone(m.Data)
-	if uint16(m.Header.Type)&0xff == unix.NFT_MSG_NEWSET {
-		attrs, err := netlink.UnmarshalAttributes(data[4:])
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range attrs {
-			if attrs[i].Type == unix.NFTA_SET_ID {
-				attrs[i].Data = make([]byte, 4)
-			}
-		}
-		b, err := netlink.MarshalAttributes(attrs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		data = append(data[:4:4], b...)
-	}
-	return fmt.Sprintf("%x", data)
-}
-
-// listing is natgw's table as `nft list table` shows it, built by applying
-// transactions to nothing: a model of what the kernel does with them, for
-// comparing the text rendering with the kernel (TestPlanListing,
-// TestListing). It refuses what the kernel would refuse for a missing or
-// existing table, set, chain, limit or key; it does not model rule
-// references.
-type listing struct {
-	exists bool
-	limits []string // names, in creation order
-	limit  map[string]string
-	sets   []string
-	set    map[string]*listedSet
-	chains []string
-	chain  map[string]*listedChain
-}
-
-type listedSet struct {
-	spec  setSpec
-	elems map[string]string // key text -> element text
-}
-
-type listedChain struct {
-	header string
-	rules  []string
-}
-
-func (l *listing) clone() *listing {
-	c := &listing{exists: l.exists, limits: slices.Clone(l.limits), sets: slices.Clone(l.sets), chains: slices.Clone(l.chains),
-		limit: map[string]string{}, set: map[string]*listedSet{}, chain: map[string]*listedChain{}}
-	for k, v := range l.limit {
-		c.limit[k] = v
-	}
-	for k, v := range l.set {
-		es := map[string]string{}
-		for a, b := range v.elems {
-			es[a] = b
-		}
-		c.set[k] = &listedSet{spec: v.spec, elems: es}
-	}
-	for k, v := range l.chain {
-		c.chain[k] = &listedChain{header: v.header, rules: slices.Clone(v.rules)}
-	}
-	return c
-}
-
-// apply applies tx all or nothing.
-func (l *listing) apply(tx *Tx) error {
-	n := l.clone()
-	for i, o := range tx.ops {
-		if err := n.op(&o); err != nil {
-			return fmt.Errorf("operation %d: %w", i+1, err)
-		}
-	}
-	*l = *n
-	return nil
-}
-
-func remove(names []string, name string) []string {
-	return slices.DeleteFunc(names, func(s string) bool { return s == name })
-}
-
-func (l *listing) op(o *op) error {
-	if o.kind != opCreateTable && !l.exists {
-		return fmt.Errorf("no table")
-	}
-	switch o.kind {
-	case opCreateTable:
-		if l.exists {
-			return fmt.Errorf("table exists")
-		}
-		*l = listing{exists: true, limit: map[string]string{}, set: map[string]*listedSet{}, chain: map[string]*listedChain{}}
-	case opDeleteTable:
-		*l = listing{}
-	case opAddSet:
-		if _, ok := l.set[o.name]; !ok {
-			l.sets = append(l.sets, o.name)
-			l.set[o.name] = &listedSet{spec: o.set, elems: map[string]string{}}
-		}
-	case opFlushSet, opDeleteSet:
-		if l.set[o.name] == nil {
-			return fmt.Errorf("no set %s", o.name)
-		}
-		l.set[o.name].elems = map[string]string{}
-		if o.kind == opDeleteSet {
-			delete(l.set, o.name)
-			l.sets = remove(l.sets, o.name)
-		}
-	case opAddChain:
-		if _, ok := l.chain[o.name]; !ok {
-			l.chains = append(l.chains, o.name)
-			l.chain[o.name] = &listedChain{header: chainHeader(o.chain)}
-		}
-	case opFlushChain, opDeleteChain, opAddRule:
-		c := l.chain[o.name]
-		if c == nil {
-			return fmt.Errorf("no chain %s", o.name)
-		}
-		switch o.kind {
-		case opFlushChain:
-			c.rules = nil
-		case opDeleteChain:
-			if len(c.rules) > 0 {
-				return fmt.Errorf("chain %s not empty", o.name)
-			}
-			delete(l.chain, o.name)
-			l.chains = remove(l.chains, o.name)
-		case opAddRule:
-			c.rules = append(c.rules, ruleText(o.rule))
-		}
-	case opAddLimit:
-		if _, ok := l.limit[o.name]; ok {
-			return fmt.Errorf("limit %s exists", o.name)
-		}
-		l.limits = append(l.limits, o.name)
-		l.limit[o.name] = limitText(o.limit)
-	case opDeleteLimit:
-		if _, ok := l.limit[o.name]; !ok {
-			return fmt.Errorf("no limit %s", o.name)
-		}
-		delete(l.limit, o.name)
-		l.limits = remove(l.limits, o.name)
-	case opAddElements, opDeleteElements, opStamp:
-		s := l.set[o.name]
-		if s == nil {
-			return fmt.Errorf("no set %s", o.name)
-		}
-		if o.kind == opStamp {
-			s.elems = map[string]string{valueText(s.spec.key, metaKey): elemText(s.spec, nft.SetElement{Key: metaKey, Comment: o.comment}, false)}
-			return nil
-		}
-		for _, e := range o.elems {
-			key := valueText(s.spec.key, e.Key)
-			_, has := s.elems[key]
-			switch {
-			case o.kind == opDeleteElements && !has:
-				return fmt.Errorf("no element %s in %s", key, o.name)
-			case o.kind == opDeleteElements:
-				delete(s.elems, key)
-			case has && o.excl:
-				return fmt.Errorf("element %s exists in %s", key, o.name)
-			default:
-				s.elems[key] = elemText(s.spec, e, false)
-			}
-		}
-	}
-	return nil
-}
-
-// String is the table as nft 1.0 lists it (elements on one line: see
-// canonical for nft's wrapping).
-func (l *listing) String() string {
-	if !l.exists {
-		return ""
-	}
-	var blocks []string
-	for _, n := range l.limits {
-		blocks = append(blocks, fmt.Sprintf("\tlimit %s {\n\t\t%s\n\t}\n", n, l.limit[n]))
-	}
-	for _, n := range l.sets {
-		s := l.set[n]
-		b := fmt.Sprintf("\t%s %s {\n\t\ttype %s\n", setWord(s.spec), n, typeText(s.spec))
-		if len(s.elems) > 0 {
-			var es []string
-			for _, k := range slices.Sorted(maps.Keys(s.elems)) {
-				es = append(es, s.elems[k])
-			}
-			b += "\t\telements = { " + strings.Join(es, ", ") + " }\n"
-		}
-		blocks = append(blocks, b+"\t}\n")
-	}
-	for _, n := range l.chains {
-		c := l.chain[n]
-		b := fmt.Sprintf("\tchain %s {\n", n)
-		if c.header != "" {
-			b += "\t\t" + c.header + "\n"
-		}
-		for _, r := range c.rules {
-			b += "\t\t" + r + "\n"
-		}
-		blocks = append(blocks, b+"\t}\n")
-	}
-	return "table inet " + tableName + " {\n" + strings.Join(blocks, "\n") + "}\n"
 }
 
 var elementsRE = regexp.MustCompile(`(?s)elements = \{ (.*?) \}\n`)

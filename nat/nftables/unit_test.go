@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"net/netip"
@@ -448,35 +449,49 @@ func testShareChangeElementsOnly(t *testing.T, eip, in netip.Addr) {
 				r.shareChange(ch, []nat.Object{backend(tc.to)}, nil)
 			}
 			tx := r.plan(ch)
-			var l listing
-			l.exists, l.set = true, map[string]*listedSet{}
-			for _, s := range []string{k.modSet(), k.bkSet()} {
-				l.set[s] = &listedSet{spec: specOf(s), elems: map[string]string{}}
+			ctx := context.Background()
+			f := nftconn.NewFake()
+			setup := &txPlan{}
+			setup.createTable()
+			for _, set := range []string{k.modSet(), k.bkSet()} {
+				setup.addSet(specOf(set))
 			}
 			for set, es := range shareRender(k, before) {
-				for _, e := range es {
-					l.set[set].elems[valueText(l.set[set].spec.key, e.Key)] = elemText(l.set[set].spec, e, false)
+				setup.addElements(set, es, false)
+			}
+			if err := f.Apply(ctx, &setup.tx); err != nil {
+				t.Fatal(err)
+			}
+			for i, line := range strings.Split(strings.TrimSuffix(tx.tx.String(), "\n"), "\n") {
+				if !strings.HasPrefix(line, "add element ") && !strings.HasPrefix(line, "delete element ") {
+					t.Fatalf("command %d is not an element operation: %s", i+1, line)
 				}
 			}
-			for i, o := range tx.ops {
-				if o.kind != opAddElements && o.kind != opDeleteElements {
-					t.Fatalf("operation %d is of kind %d, not an element operation", i+1, o.kind)
-				}
-				if err := l.op(&o); err != nil {
-					t.Fatalf("operation %d: %v", i+1, err)
-				}
+			if err := f.Apply(ctx, &tx.tx); err != nil {
+				t.Fatalf("the change: %v\n%s", err, tx.tx.String())
 			}
 			r.commitShare(ch)
-			want := 0
-			for set, es := range shareRender(k, r.share[k]) {
+			want, got := 0, 0
+			for _, set := range []string{k.modSet(), k.bkSet()} {
+				spec := specOf(set).conn()
+				els, err := f.MapElements(ctx, mainTable, nftconn.MapName(set))
+				if err != nil {
+					t.Fatal(err)
+				}
+				got += len(els)
+				texts := map[string]string{}
+				for _, e := range els {
+					texts[spec.KeyText(e.Key)] = e.Text
+				}
+				es := shareRender(k, r.share[k])[set]
 				want += len(es)
 				for _, e := range es {
-					if got := l.set[set].elems[valueText(l.set[set].spec.key, e.Key)]; got != elemText(l.set[set].spec, e, false) {
-						t.Errorf("%s: %q, want %q", set, got, elemText(l.set[set].spec, e, false))
+					if g := texts[spec.KeyText(e.Key)]; g != spec.ElementText(e) {
+						t.Errorf("%s: %q, want %q", set, g, spec.ElementText(e))
 					}
 				}
 			}
-			if got := len(l.set[k.modSet()].elems) + len(l.set[k.bkSet()].elems); got != want || len(r.share[k]) != tc.to {
+			if got != want || len(r.share[k]) != tc.to {
 				t.Errorf("%d elements and %d backends after the change, want %d and %d", got, len(r.share[k]), want, tc.to)
 			}
 		})

@@ -75,3 +75,26 @@ func (b *Batch) DiffLibrary(theirs []netlink.Message, data func(m netlink.Messag
 	}
 	return diffs, nil
 }
+
+// WithoutSetID is a message's data in hex with a NEWSET's set ID zeroed
+// (each encoder numbers its sets its own way), for DiffLibrary.
+func WithoutSetID(m netlink.Message) string {
+	data := m.Data
+	if uint16(m.Header.Type)&0xff == unix.NFT_MSG_NEWSET && len(data) > 4 {
+		attrs, err := netlink.UnmarshalAttributes(data[4:])
+		if err != nil {
+			return fmt.Sprintf("%x (undecodable: %v)", data, err)
+		}
+		for i := range attrs {
+			if attrs[i].Type == unix.NFTA_SET_ID {
+				attrs[i].Data = make([]byte, 4)
+			}
+		}
+		b, err := netlink.MarshalAttributes(attrs)
+		if err != nil {
+			return fmt.Sprintf("%x (unencodable: %v)", data, err)
+		}
+		data = append(data[:4:4], b...)
+	}
+	return fmt.Sprintf("%x", data)
+}

@@ -6,6 +6,7 @@ import (
 
 	nft "github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -44,6 +45,10 @@ func (tx *Tx) Encode(b *Batch) error {
 				ae.String(unix.NFTA_CHAIN_NAME, string(o.chain.Name))
 			})
 		case opAppendRule, opInsertRule:
+			if o.rule.Tag != "" && o.rule.Comment != "" {
+				err = fmt.Errorf("add rule to %s: a rule has a tag or a comment, not both (tag %q, comment %q)", o.chain.Name, o.rule.Tag, o.rule.Comment)
+				break
+			}
 			flags := uint16(unix.NLM_F_CREATE | unix.NLM_F_ECHO)
 			if o.kind == opAppendRule {
 				flags |= unix.NLM_F_APPEND
@@ -58,7 +63,10 @@ func (tx *Tx) Encode(b *Batch) error {
 					}
 					return nil
 				})
-				if o.rule.Tag != "" {
+				switch {
+				case o.rule.Comment != "":
+					ae.Bytes(unix.NFTA_RULE_USERDATA, userdata.AppendString(nil, userdata.TypeComment, o.rule.Comment))
+				case o.rule.Tag != "":
 					ae.Bytes(unix.NFTA_RULE_USERDATA, []byte(o.rule.Tag))
 				}
 			})
@@ -93,11 +101,55 @@ func (tx *Tx) Encode(b *Batch) error {
 			}
 			b.Elements(fam, tn, string(o.set.Name), false, false, els)
 		default:
-			err = fmt.Errorf("unknown operation %d on %s", o.kind, o.table)
+			err = o.encodeSet(b, fam, tn)
 		}
 		if err != nil {
 			return fmt.Errorf("nftables: %w", err)
 		}
+	}
+	return nil
+}
+
+// encodeSet appends the messages of an operation on a Set or a limit
+// object. A Set added in the transaction gets an ID from SetIDs, but the
+// lookups of it are not given it (the main table's rules name its sets;
+// the kernel finds a set added in the same transaction by name).
+func (o *op) encodeSet(b *Batch, fam uint8, tn string) error {
+	name := string(o.spec.Name)
+	switch o.kind {
+	case opAddSet:
+		return b.Msg(fam, unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, "add set "+name, func(ae *netlink.AttributeEncoder) {
+			setAttrs(ae, tn, o.spec, SetIDs.Add(1)+1<<20)
+		})
+	case opFlushSet, opDeleteSet:
+		typ, what := uint16(unix.NFT_MSG_DELSETELEM), "flush set "
+		if o.kind == opDeleteSet {
+			typ, what = unix.NFT_MSG_DELSET, "delete set "
+		}
+		return b.Msg(fam, typ, 0, what+name, func(ae *netlink.AttributeEncoder) {
+			ae.String(unix.NFTA_SET_TABLE, tn)
+			ae.String(unix.NFTA_SET_NAME, name)
+		})
+	case opAddSetElements:
+		b.Elements(fam, tn, name, false, o.excl, o.elems)
+	case opDeleteSetElements:
+		b.Elements(fam, tn, name, true, false, o.elems)
+	case opAddElementUserData:
+		e := o.elems[0]
+		if len(e.Comment)+1 > 255 || len(e.Comment)+3+len(o.userData) > 0xffff-8 {
+			return fmt.Errorf("add element to %s: user data of %d bytes and a comment of %d: too long", name, len(o.userData), len(e.Comment))
+		}
+		b.ElementUserData(fam, tn, name, e.Key, append(commentTLV(nil, e.Comment), o.userData...))
+	case opAddLimit:
+		return b.Msg(fam, unix.NFT_MSG_NEWOBJ, unix.NLM_F_CREATE, "add limit "+o.object, func(ae *netlink.AttributeEncoder) {
+			limitAttrs(ae, fam, tn, o.object, &o.limit)
+		})
+	case opDeleteLimit:
+		return b.Msg(fam, unix.NFT_MSG_DELOBJ, 0, "delete limit "+o.object, func(ae *netlink.AttributeEncoder) {
+			limitAttrs(ae, fam, tn, o.object, nil)
+		})
+	default:
+		return fmt.Errorf("unknown operation %d on %s", o.kind, o.table)
 	}
 	return nil
 }

@@ -14,9 +14,13 @@ import (
 
 // Fake is a Conn that keeps the tables in memory, for tests without a
 // kernel or root: Apply checks a transaction as the kernel would for the
-// operations Tx has (a missing table, chain or rule, or a created table
-// that exists, fails it and changes nothing; it does not model jumps, so
-// a delete of a chain another chain jumps to is not refused), and Dump renders the tables as `nft list ruleset` lists them,
+// operations Tx has (a missing table, chain, set, map, limit, rule or
+// element to delete, a created table that exists, an element created
+// with a key that is there or added with another value, fails it and
+// changes nothing; it does not model references, so a delete of a chain
+// another chain jumps to, or of a set or limit a rule uses, is not
+// refused; it refuses to add a limit that exists, which the kernel may
+// update), and Dump renders the tables as `nft list ruleset` lists them,
 // each rule by its Text. It is safe for concurrent use.
 type Fake struct {
 	mu     sync.Mutex
@@ -27,13 +31,28 @@ type Fake struct {
 }
 
 type fakeTable struct {
-	maps   []*fakeMap
+	limits []fakeLimit
+	maps   []*fakeMap // maps (AddMap) and sets (AddSet), in the order added
 	chains []*fakeChain
 }
 
+type fakeLimit struct {
+	name, text string
+}
+
+// fakeMap is a map added with AddMap (spec) or a set or map added with
+// AddSet (set non-nil).
 type fakeMap struct {
 	spec     Map
-	elements []Element
+	set      *Set
+	elements []fakeElem
+}
+
+// fakeElem is an element and its value as compared on an add (the value
+// bytes, or the verdict's text).
+type fakeElem struct {
+	Element
+	value string
 }
 
 type fakeChain struct {
@@ -67,12 +86,16 @@ func (t *fakeTable) set(name MapName) *fakeMap {
 	return nil
 }
 
+func (t *fakeTable) limit(name string) int {
+	return slices.IndexFunc(t.limits, func(l fakeLimit) bool { return l.name == name })
+}
+
 func (f *Fake) clone() map[Table]*fakeTable {
 	out := make(map[Table]*fakeTable, len(f.tables))
 	for k, t := range f.tables {
-		nt := &fakeTable{}
+		nt := &fakeTable{limits: slices.Clone(t.limits)}
 		for _, m := range t.maps {
-			nt.maps = append(nt.maps, &fakeMap{spec: m.spec, elements: slices.Clone(m.elements)})
+			nt.maps = append(nt.maps, &fakeMap{spec: m.spec, set: m.set, elements: slices.Clone(m.elements)})
 		}
 		for _, c := range t.chains {
 			nt.chains = append(nt.chains, &fakeChain{spec: c.spec, rules: slices.Clone(c.rules)})
@@ -167,6 +190,8 @@ func (f *Fake) Apply(ctx context.Context, tx *Tx) error {
 				}
 				c.rules = slices.Delete(c.rules, j, j+1)
 			}
+		default:
+			err = applySetOp(tables, &o)
 		}
 		if err != nil {
 			return fmt.Errorf("nftables transaction (fake): operation %d: %w", i+1, err)
@@ -181,13 +206,106 @@ func (f *Fake) Apply(ctx context.Context, tx *Tx) error {
 // value is kept, with another value refused (EBUSY).
 func (m *fakeMap) add(els []Element) error {
 	for _, e := range els {
-		j := slices.IndexFunc(m.elements, func(x Element) bool { return slices.Equal(x.Key, e.Key) })
-		switch {
-		case j < 0:
-			m.elements = append(m.elements, e)
-		case !slices.Equal(m.elements[j].Val, e.Val):
-			return fmt.Errorf("map %s: element %q with another value: %w", m.spec.Name, e.Text, unix.EBUSY)
+		if err := m.addOne(fakeElem{Element: e, value: string(e.Val)}, false); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// addOne adds e as the kernel does; with excl a key that is there is
+// refused (EEXIST).
+func (m *fakeMap) addOne(e fakeElem, excl bool) error {
+	j := m.find(e.Key)
+	switch {
+	case j < 0:
+		m.elements = append(m.elements, e)
+	case excl:
+		return fmt.Errorf("%s: element %q exists: %w", m.name(), e.Text, unix.EEXIST)
+	case m.elements[j].value != e.value:
+		return fmt.Errorf("%s: element %q with another value: %w", m.name(), e.Text, unix.EBUSY)
+	}
+	return nil
+}
+
+func (m *fakeMap) find(key []byte) int {
+	return slices.IndexFunc(m.elements, func(x fakeElem) bool { return slices.Equal(x.Key, key) })
+}
+
+func (m *fakeMap) name() string {
+	if m.set != nil {
+		return m.set.word() + " " + string(m.set.Name)
+	}
+	return "map " + string(m.spec.Name)
+}
+
+// texts returns m's elements' Texts.
+func (m *fakeMap) texts() []string {
+	out := make([]string, len(m.elements))
+	for i, e := range m.elements {
+		out[i] = e.Text
+	}
+	return out
+}
+
+// applySetOp applies an operation on a Set or a limit object to tables.
+func applySetOp(tables map[Table]*fakeTable, o *op) error {
+	t := tables[o.table]
+	if t == nil {
+		return missing("table " + o.table.String())
+	}
+	switch o.kind {
+	case opAddLimit:
+		if t.limit(o.object) >= 0 {
+			return fmt.Errorf("limit %s %s: %w", o.table, o.object, unix.EEXIST)
+		}
+		t.limits = append(t.limits, fakeLimit{o.object, LimitText(o.limit)})
+		return nil
+	case opDeleteLimit:
+		j := t.limit(o.object)
+		if j < 0 {
+			return missing("limit " + o.table.String() + " " + o.object)
+		}
+		t.limits = slices.Delete(t.limits, j, j+1)
+		return nil
+	}
+	m := t.set(MapName(o.spec.Name))
+	if o.kind == opAddSet {
+		if m == nil {
+			s := o.spec
+			t.maps = append(t.maps, &fakeMap{spec: Map{Name: MapName(s.Name)}, set: &s})
+		}
+		return nil
+	}
+	if m == nil || m.set == nil {
+		return missing(o.spec.word() + " " + o.table.String() + " " + string(o.spec.Name))
+	}
+	switch o.kind {
+	case opFlushSet:
+		m.elements = nil
+	case opDeleteSet:
+		t.maps = slices.DeleteFunc(t.maps, func(x *fakeMap) bool { return x == m })
+	case opDeleteSetElements:
+		for _, e := range o.elems {
+			j := m.find(e.Key)
+			if j < 0 {
+				return missing(fmt.Sprintf("%s: element %s", m.name(), m.set.KeyText(e.Key)))
+			}
+			m.elements = slices.Delete(m.elements, j, j+1)
+		}
+	case opAddSetElements, opAddElementUserData:
+		for _, e := range o.elems {
+			value := string(e.Val)
+			if e.VerdictData != nil {
+				value = verdictText(e.VerdictData)
+			}
+			fe := fakeElem{Element: Element{Key: e.Key, Val: e.Val, Comment: e.Comment, Text: m.set.ElementText(e)}, value: value}
+			if err := m.addOne(fe, o.excl); err != nil {
+				return err
+			}
+		}
+	default:
+		return fmt.Errorf("unknown operation %d on %s", o.kind, o.table)
 	}
 	return nil
 }
@@ -206,7 +324,11 @@ func (f *Fake) MapElements(ctx context.Context, t Table, name MapName) ([]Elemen
 	if m == nil {
 		return nil, fmt.Errorf("nftables (fake): map %s %s: %w", t, name, missing("map"))
 	}
-	return slices.Clone(m.elements), nil
+	out := make([]Element, len(m.elements))
+	for i, e := range m.elements {
+		out[i] = e.Element
+	}
+	return out, nil
 }
 
 // Tables implements Conn.
@@ -248,9 +370,9 @@ func (f *Fake) Rules(ctx context.Context, t Table, chain ChainName) ([]RuleRef, 
 }
 
 // Dump renders every table, ordered by family then name, as nft lists a
-// ruleset: maps then chains, each in the order they were added, a map's
-// elements by their Text on one line, each rule by its Text with its tag
-// as a # comment.
+// ruleset: limit objects, sets and maps, then chains, each in the order
+// they were added, a map's elements by their Text on one line, each rule
+// by its Text with its comment and its tag as a # comment.
 func (f *Fake) Dump() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -265,10 +387,18 @@ func (f *Fake) Dump() string {
 	for _, k := range keys {
 		fmt.Fprintf(&b, "table %s {\n", k)
 		sep := ""
+		for _, l := range f.tables[k].limits {
+			fmt.Fprintf(&b, "%s\tlimit %s {\n\t\t%s\n\t}\n", sep, l.name, l.text)
+			sep = "\n"
+		}
 		for _, m := range f.tables[k].maps {
-			fmt.Fprintf(&b, "%s\tmap %s {\n\t\ttype %s : %s\n", sep, m.spec.Name, m.spec.KeyType.Name, m.spec.DataType.Name)
+			if m.set != nil {
+				fmt.Fprintf(&b, "%s\t%s %s {\n\t\ttype %s\n", sep, m.set.word(), m.set.Name, m.set.TypeText())
+			} else {
+				fmt.Fprintf(&b, "%s\tmap %s {\n\t\ttype %s : %s\n", sep, m.spec.Name, m.spec.KeyType.Name, m.spec.DataType.Name)
+			}
 			if len(m.elements) > 0 {
-				fmt.Fprintf(&b, "\t\telements = { %s }\n", elementsText(m.elements))
+				fmt.Fprintf(&b, "\t\telements = { %s }\n", strings.Join(m.texts(), ", "))
 			}
 			b.WriteString("\t}\n")
 			sep = "\n"
@@ -334,13 +464,18 @@ func (f *Fake) NotListed(t Table, listing string) []string {
 			}
 		}
 	}
+	for _, l := range ft.limits {
+		if rest, ok := block("limit", l.name); ok {
+			find(rest, l.name, "", []string{l.text}, false)
+		}
+	}
 	for _, m := range ft.maps {
-		if rest, ok := block("map", string(m.spec.Name)); ok {
-			texts := make([]string, len(m.elements))
-			for i, e := range m.elements {
-				texts[i] = e.Text
-			}
-			find(rest, string(m.spec.Name), "", texts, false)
+		word := "map"
+		if m.set != nil {
+			word = m.set.word()
+		}
+		if rest, ok := block(word, string(m.spec.Name)); ok {
+			find(rest, string(m.spec.Name), "", m.texts(), false)
 		}
 	}
 	for _, c := range ft.chains {

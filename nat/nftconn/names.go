@@ -22,9 +22,11 @@
 //     answers up to the last message's; Classify tells a rejected batch
 //     (nothing changed) from an unknown outcome (nat.ErrUnknownState).
 //     Request numbers the dump requests a caller sends on it.
-//   - Tx (tx.go) and Tx.Encode (encode.go): the operations of one
+//   - Tx (tx.go, set.go) and Tx.Encode (encode.go): the operations of one
 //     transaction, in the bytes google/nftables would send for them
-//     (TestEncodeMatchesLibrary), and their nft text (String).
+//     (TestEncodeMatchesLibrary, TestEncodeSetsMatchLibrary), and their
+//     nft text (String; text.go renders a Set's elements and limit
+//     objects from their types, only when shown).
 //   - Conn (conn.go): Netlink encodes a Tx and commits it over a Socket
 //     dialed per call (reads go through google/nftables); Lasting
 //     (lasting.go) keeps a Socket and google/nftables' lasting connection
@@ -33,58 +35,40 @@
 //
 // # Users
 //
-// gwimage/lbsvc (table ip natgw_lbsvc), gwimage/vpclb (tables ip and ip6
-// natgw_vpclb), nat/planes (removal of the other plane's table inet/ip
-// natgw), nat/gwqos (table ip natgw_gwqos, two chains; it finds its
-// rules by their tags), nat/shape (table inet natgw_shape: three maps of
-// classids and a chain that looks them up) write through Conn (Netlink). The main table (nat/nftables) keeps a Lasting
-// for its life (a small transaction costs ~11 µs: no dial per call),
-// commits its own Batches on the Lasting's Socket (its txn wraps a Batch,
-// its structural messages use Batch.Msg and ChainAttrs, its elements
-// Batch.Elements), dumps sets on it and reads its structure at Load over
-// the Lasting's library connection.
+// Every table natgw writes is planned into a Tx. gwimage/lbsvc (table ip
+// natgw_lbsvc), gwimage/vpclb (tables ip and ip6 natgw_vpclb), nat/planes
+// (removal of the other plane's table inet/ip natgw), nat/gwqos (table ip
+// natgw_gwqos, two chains; it finds its rules by their tags), nat/shape
+// (table inet natgw_shape: three maps of classids and a chain that looks
+// them up) apply theirs through Conn (Netlink). The main table
+// (nat/nftables) plans into a Tx too (its txPlan fixes table inet natgw):
+// sets with concatenated keys, elements by the 100,000 without a copy or
+// a text each, limit objects, rules with nft comments, the generation
+// stamp on natgw_meta. It keeps a Lasting for its life (a small
+// transaction costs ~11 µs: no dial per call), encodes each Tx into a
+// Batch sized once (Tx.SizeHint) on the Lasting's Socket, where the
+// Socket reuses a small batch's buffer, and commits it there; it dumps
+// sets on that Socket and reads its structure at Load over the Lasting's
+// library connection. Its golden text and its kernel listing test model
+// the table with Fake.
 //
-// # Design: the main table on Tx (not done yet)
+// # Design
 //
-// Done: one encoder and one socket for every table. Every batch natgw
-// sends is an nftconn.Batch committed by an nftconn.Socket (Classify's
-// rejected/unknown split, one ack per batch, the send buffer raised for a
-// large batch); set IDs come from one process counter (SetIDs); base
-// chains encode and render through Chain (ChainAttrs, Header); both
-// encoders are checked against google/nftables' bytes by the same
-// comparison (LibraryMessages, Batch.DiffLibrary).
+// One encoder, one socket and one transaction type for every table:
+// every batch natgw sends is a Tx encoded into an nftconn.Batch and
+// committed by an nftconn.Socket (Classify's rejected/unknown split, one
+// ack per batch, the send buffer raised for a large batch); set IDs come
+// from one process counter (SetIDs); base chains encode and render
+// through Chain (ChainAttrs, Header); the encoding is checked against
+// google/nftables' bytes by one comparison (LibraryMessages,
+// Batch.DiffLibrary).
 //
-// Left: the main table still plans into its own transaction type
-// (nat/nftables/tx.go: Tx, its ops and their encoding in encode.go),
-// whose operations this Tx lacks (it has CreateTable and DeleteChain; the
-// legacy table's delete is DeleteTable of family ip):
-//   - plain sets (no data type; Map is always a map), concatenated keys
-//     (NFTA_SET_DESC) and the key byte order in the set's user data
-//     (nft's listing of a mark key), set flush and set delete;
-//   - named limit objects (add, delete);
-//   - element adds that must not find their key (create: NLM_F_EXCL) and
-//     element deletes by key; the generation stamp on natgw_meta (an
-//     element whose user data holds the generation);
-//   - rule user data as an nft comment TLV (nft shows `comment "C"`), where
-//     Rule.Tag is sent as raw bytes;
-//   - elements as nft.SetElement without a text each, their text rendered
-//     from the set's types only when String is called (a 100,000-FIP Sync
-//     cannot afford a text per element; Element carries Text today).
-//
-// The plan, in green steps: (1) grow this Tx and Encode by the operations
-// above, each with a case in TestEncodeMatchesLibrary; (2) move
-// nat/nftables/text.go's value rendering (types to nft text) here, so
-// Tx.String renders the main table's elements; (3) make nat/nftables.Tx
-// a thin wrapper that fixes table inet natgw and plans into this Tx, its
-// transport calling Tx.Encode and Socket.Commit as Lasting.Apply does
-// (keeping the batch sized once from ElemBytes and the buffer reuse of
-// small batches); (4) rewrite nat/nftables' kernel model in tests
-// (tx_test.go's listing, which reads the operations) over the exported
-// operations. The main table's golden dumps (testdata/golden) fix the
-// text and must not change: one command per element, `comment "C"` after
-// a rule. Each step passes the A/B of nat/nftables' benchmarks
-// (BenchmarkFIP, BenchmarkFIPAddDelete, BenchmarkEncodeElements; branch
-// ÷ main ≤ 1.1 in the medians).
+// Left: reads are not one way yet. The main table reads its structure
+// at Load through google/nftables and its elements and generation with
+// its own dump decoder on the Socket (nat/nftables load.go, dump.go);
+// the other tables read through Conn (Tables, Rules, MapElements, which
+// reads a Set's elements too). Fake does not model references (a delete
+// of a chain, set or limit object in use is refused by the kernel only).
 package nftconn
 
 // TableName is the name of a table natgw writes: one of the consts below,

@@ -77,20 +77,27 @@ var hookNames = map[nft.ChainHook]string{
 // Rule is one rule: the expressions the kernel gets, the same rule as nft
 // lists it (Text, for people and golden files; the layout that builds
 // Exprs writes it, and the layout's kernel test checks that nft lists
-// it so), and its tag, stored as the rule's user data, by which natgw
-// finds it again.
+// it so), and either its tag, stored as the rule's user data as it is, by
+// which natgw finds it again, or its comment, stored as nft's comment TLV
+// (nft lists it as `comment "C"` after the rule). Not both: Encode
+// refuses a rule with both.
 type Rule struct {
-	Exprs []expr.Any
-	Text  string
-	Tag   string
+	Exprs   []expr.Any
+	Text    string
+	Tag     string
+	Comment string
 }
 
 // line is the rule as a dump shows it.
 func (r Rule) line() string {
-	if r.Tag == "" {
-		return r.Text
+	s := r.Text
+	if r.Comment != "" {
+		s += " comment " + strconv.Quote(r.Comment)
 	}
-	return r.Text + " # " + strconv.Quote(r.Tag)
+	if r.Tag != "" {
+		s += " # " + strconv.Quote(r.Tag)
+	}
+	return s
 }
 
 // Map is a map's spec: its name and the datatypes of its keys and values
@@ -139,6 +146,14 @@ const (
 	opAddMap
 	opFlushMap
 	opAddElements
+	opAddSet
+	opFlushSet
+	opDeleteSet
+	opAddSetElements
+	opDeleteSetElements
+	opAddElementUserData
+	opAddLimit
+	opDeleteLimit
 )
 
 type op struct {
@@ -149,6 +164,15 @@ type op struct {
 	handle   uint64
 	set      Map
 	elements []Element
+
+	// Sets (Set), their elements and limit objects.
+	spec     Set
+	elems    []nft.SetElement // kept as the caller gave them
+	excl     bool
+	userData []byte // opAddElementUserData: after the comment TLV
+	note     string // opAddElementUserData: what userData holds
+	object   string // a limit object's name
+	limit    expr.Limit
 }
 
 // AddTable adds t; a table that exists is kept as it is (nft's `add`).
@@ -217,8 +241,34 @@ func (tx *Tx) AddElements(t Table, name MapName, els ...Element) {
 // Len returns the number of operations.
 func (tx *Tx) Len() int { return len(tx.ops) }
 
+// Reset empties tx for the next transaction. It keeps the room of its
+// operations if they are at most keep (a writer of many small
+// transactions saves their growth); a larger transaction's is let go.
+// Either way tx no longer holds what its operations referred to.
+func (tx *Tx) Reset(keep int) {
+	if cap(tx.ops) > keep {
+		tx.ops = nil
+		return
+	}
+	clear(tx.ops)
+	tx.ops = tx.ops[:0]
+}
+
+// SizeHint estimates the bytes of tx's netlink batch, to size its buffer
+// once: its elements' messages (ElemBytes) and 4 KiB for the rest.
+func (tx *Tx) SizeHint() int {
+	n := 4096
+	for i := range tx.ops {
+		if o := &tx.ops[i]; o.kind == opAddSetElements || o.kind == opDeleteSetElements {
+			n += ElemBytes(o.elems)
+		}
+	}
+	return n
+}
+
 // String renders the transaction in nft syntax, one command per line; a
-// rule's tag follows as a # comment.
+// rule's tag follows as a # comment. A Set's elements are one command
+// each, rendered from the set's types (Set.ElementText).
 func (tx *Tx) String() string {
 	var b strings.Builder
 	for _, o := range tx.ops {
@@ -255,9 +305,52 @@ func (tx *Tx) String() string {
 			fmt.Fprintf(&b, "flush map %s %s\n", o.table, o.set.Name)
 		case opAddElements:
 			fmt.Fprintf(&b, "add element %s %s { %s }\n", o.table, o.set.Name, elementsText(o.elements))
+		default:
+			o.setText(&b)
 		}
 	}
 	return b.String()
+}
+
+// setText renders the operations on Sets and limit objects.
+func (o *op) setText(b *strings.Builder) {
+	switch o.kind {
+	case opAddSet:
+		fmt.Fprintf(b, "add %s %s %s { type %s; }\n", o.spec.word(), o.table, o.spec.Name, o.spec.TypeText())
+	case opFlushSet:
+		fmt.Fprintf(b, "flush %s %s %s\n", o.spec.word(), o.table, o.spec.Name)
+	case opDeleteSet:
+		fmt.Fprintf(b, "delete %s %s %s\n", o.spec.word(), o.table, o.spec.Name)
+	case opAddSetElements, opDeleteSetElements:
+		verb := "add"
+		switch {
+		case o.kind == opDeleteSetElements:
+			verb = "delete"
+		case o.excl:
+			verb = "create"
+		}
+		for _, e := range o.elems {
+			text := ""
+			if o.kind == opDeleteSetElements {
+				text = o.spec.KeyText(e.Key)
+			} else {
+				text = o.spec.ElementText(e)
+			}
+			fmt.Fprintf(b, "%s element %s %s { %s }\n", verb, o.table, o.spec.Name, text)
+		}
+	case opAddElementUserData:
+		fmt.Fprintf(b, "add element %s %s { %s }", o.table, o.spec.Name, o.spec.ElementText(o.elems[0]))
+		if o.note != "" {
+			fmt.Fprintf(b, " # %s", o.note)
+		}
+		b.WriteString("\n")
+	case opAddLimit:
+		fmt.Fprintf(b, "add limit %s %s { %s; }\n", o.table, o.object, LimitText(o.limit))
+	case opDeleteLimit:
+		fmt.Fprintf(b, "delete limit %s %s\n", o.table, o.object)
+	default:
+		fmt.Fprintf(b, "# unknown operation %d on %s\n", o.kind, o.table)
+	}
 }
 
 // elementsText is els' Texts as nft lists them, comma-separated.
