@@ -27,8 +27,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// serveAgents runs n agents on the fake data plane, each holding
-// gatewayObjects, until every one's input ends.
+// serveAgents runs n agents on the fake data plane, each holding a small
+// gateway's set (scenario 6's many small gateways hold 113 objects each:
+// here 10 FIPs and 103 DNATs), until every one's input ends.
 func serveAgents(n string) int {
 	count, err := strconv.Atoi(n)
 	if err != nil || count <= 0 {
@@ -41,7 +42,7 @@ func serveAgents(n string) int {
 		req := os.NewFile(uintptr(3+2*i), fmt.Sprintf("requests %d", i))
 		resp := os.NewFile(uintptr(4+2*i), fmt.Sprintf("responses %d", i))
 		dp := newFakeDP()
-		if err := dp.Dataplane.Apply(context.Background(), gatewayObjects(i)...); err != nil {
+		if err := dp.Dataplane.Apply(context.Background(), smallGateway(10, 103)...); err != nil {
 			fmt.Fprintf(os.Stderr, "agent %d: load: %v\n", i, err)
 			return 2
 		}
@@ -61,23 +62,22 @@ func serveAgents(n string) int {
 	return 0
 }
 
-// gatewayObjects is a small gateway's set (scenario 6's many small
-// gateways hold 113 objects each): 10 FIPs and 103 DNATs.
-func gatewayObjects(gw int) []nat.Object {
+// smallGateway is a gateway of fips FIPs and dnats DNATs (on one EIP).
+func smallGateway(fips, dnats int) []nat.Object {
 	var objs []nat.Object
-	for i := range 10 {
-		objs = append(objs, fip(fmt.Sprintf("gw%d-fip-%d", gw, i), fmt.Sprintf("192.0.2.%d", 1+i), fmt.Sprintf("10.0.0.%d", 1+i)))
+	for i := range fips {
+		objs = append(objs, fip(fmt.Sprintf("fip-%04d", i), fmt.Sprintf("192.0.%d.%d", 2+i/250, 1+i%250), fmt.Sprintf("10.0.0.%d", 1+i%250)))
 	}
-	for i := range 103 {
-		objs = append(objs, dnat(fmt.Sprintf("gw%d-dnat-%d", gw, i), "198.51.100.1", uint16(1000+i), fmt.Sprintf("10.0.1.%d", 1+i%200), 8080))
+	for i := range dnats {
+		objs = append(objs, dnat(fmt.Sprintf("dnat-%04d", i), "198.51.100.1", uint16(1000+i), fmt.Sprintf("10.0.%d.%d", 1+i/200, 1+i%200), 8080))
 	}
 	return objs
 }
 
 // heap is what the process holds after two forced collections.
 type heap struct {
-	inuse, stack uint64
-	goroutines   int
+	inuse, alloc, stack uint64
+	goroutines          int
 }
 
 func heapNow() heap {
@@ -85,7 +85,7 @@ func heapNow() heap {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return heap{inuse: ms.HeapInuse, stack: ms.StackInuse, goroutines: runtime.NumGoroutine()}
+	return heap{inuse: ms.HeapInuse, alloc: ms.HeapAlloc, stack: ms.StackInuse, goroutines: runtime.NumGoroutine()}
 }
 
 // idleSessionBytes bounds the heap an idle session's client side holds
@@ -115,8 +115,8 @@ func TestIdleSessionMemory(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			per := idleSessions(t, n, direct)
-			t.Logf("%d idle sessions (%s): heap in use %d B per session, goroutine stacks %d B per session, %.1f goroutines per session",
-				n, name, per.inuse, per.stack, float64(per.goroutines)/n)
+			t.Logf("%d idle sessions (%s): heap in use %d B (live objects %d B) per session, goroutine stacks %d B per session, %.1f goroutines per session",
+				n, name, per.inuse, per.alloc, per.stack, float64(per.goroutines)/n)
 			if per.inuse > idleSessionBytes {
 				t.Errorf("an idle session holds %d B of heap, want at most %d", per.inuse, idleSessionBytes)
 			}
@@ -190,6 +190,7 @@ func idleSessions(t *testing.T, n int, direct bool) heap {
 	after := heapNow()
 	return heap{
 		inuse:      (after.inuse - min(after.inuse, before.inuse)) / uint64(n),
+		alloc:      (after.alloc - min(after.alloc, before.alloc)) / uint64(n),
 		stack:      (after.stack - min(after.stack, before.stack)) / uint64(n),
 		goroutines: after.goroutines - before.goroutines - 1, // the Wait above
 	}
