@@ -1,39 +1,67 @@
 package agentapi
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"io"
 	"os"
+	"sync"
 )
 
 // prefixKeep is how much of an over-long line is kept, to recover its
 // request id (see idFromPrefix).
 const prefixKeep = 128
 
-// keepBuf is the largest line buffer kept between lines.
+// keepBuf is the largest line buffer kept between lines by next.
 const keepBuf = 1 << 20
 
-// keepIdle is the largest line buffer kept by release: a reader that may
-// wait long for its next line (a Client between two calls) keeps no more.
-const keepIdle = 64 << 10
+// idleBuf is the size of a lineReader's own buffer, the only one it holds
+// once release gave its larger buffer back: what an idle session keeps,
+// and where a reader waiting for the next line reads into. Short lines
+// (every response but a list's) fit in it.
+const idleBuf = 512
+
+// poolBuf is the size of the pooled buffers a line that outgrows idleBuf
+// continues in (a reader that needs more grows its own, by doubling).
+const poolBuf = 64 << 10
+
+// bufs holds poolBuf-sized buffers between the lines of all readers: one
+// session per gateway, most idle, share the few that calls use at a time.
+var bufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, poolBuf)
+	return &b
+}}
 
 // lineReader reads newline-terminated lines of at most max bytes. A longer
 // line is not buffered: its bytes are discarded up to the next newline and
 // reported as an overflow, keeping only a short prefix.
+//
+// It reads straight into its line buffer (no bufio.Reader in front), and
+// while waiting for a line it reads into its own small buffer (idleBuf):
+// a reader that waits, or is idle after release, holds no large buffer.
 type lineReader struct {
-	br  *bufio.Reader
+	r   io.Reader
 	max int
-	buf []byte
+	// buf[off:] is read and not yet returned; no newline is in its first
+	// scan bytes. buf is small[:] unless the line outgrew it: then a
+	// pooled buffer (pooled points at it, for its return) or a larger one.
+	buf    []byte
+	off    int
+	scan   int
+	pooled *[]byte
+	err    error // the last read's error, returned once buf holds no line
+	empty  int   // reads in a row that returned nothing
 	// cur is the line being read; resume says a read deadline cut it
 	// short and the next call goes on with it.
 	cur    line
 	resume bool
+	small  [idleBuf]byte
 }
 
 func newLineReader(r io.Reader, max int) *lineReader {
-	return &lineReader{br: bufio.NewReaderSize(r, 64<<10), max: max}
+	lr := &lineReader{r: r, max: max}
+	lr.buf = lr.small[:0]
+	return lr
 }
 
 // line is one line read by lineReader.
@@ -45,81 +73,139 @@ type line struct {
 
 // next returns the next line. A last line without a newline before EOF is
 // returned as a line; io.EOF comes only when nothing is left. The returned
-// data is valid until the next call.
+// data is valid until the next call (of next or release).
 //
 // When the underlying reader's deadline passes (os.ErrDeadlineExceeded),
 // the bytes of the line read so far are kept and the next call goes on with
 // them, so a read given up on does not lose a partly received line.
 func (lr *lineReader) next() (line, error) {
 	if !lr.resume {
-		if cap(lr.buf) > keepBuf {
-			lr.buf = nil // do not hold on to the memory of one huge line
-		}
-		lr.buf = lr.buf[:0]
 		lr.cur = line{}
+		if lr.off == len(lr.buf) && cap(lr.buf) > keepBuf {
+			lr.shrink() // do not hold on to the memory of one huge line
+		}
 	}
 	lr.resume = false
-	l := &lr.cur
 	for {
-		chunk, err := lr.br.ReadSlice('\n')
-		if need := len(lr.buf) + len(chunk); l.overflow == 0 && need <= lr.max+1 {
-			if need > cap(lr.buf) {
-				grown := make([]byte, len(lr.buf), min(max(2*cap(lr.buf), need), lr.max+1))
-				copy(grown, lr.buf)
-				lr.buf = grown
+		pending := lr.buf[lr.off:]
+		if lr.cur.overflow > 0 {
+			// Skipping an over-long line: count its bytes up to the newline.
+			if i := bytes.IndexByte(pending, '\n'); i >= 0 {
+				lr.cur.overflow += int64(i + 1)
+				lr.off += i + 1
+				return lr.cur, nil
 			}
-			lr.buf = append(lr.buf, chunk...)
+			lr.cur.overflow += int64(len(pending))
+			lr.buf, lr.off = lr.buf[:0], 0
+			pending = nil
+		} else if i := bytes.IndexByte(pending[lr.scan:], '\n'); i >= 0 {
+			end := lr.scan + i
+			lr.off += end + 1
+			lr.scan = 0
+			if end > lr.max {
+				return line{overflow: int64(end + 1), prefix: append([]byte(nil), pending[:min(prefixKeep, end+1)]...)}, nil
+			}
+			return line{data: bytes.TrimSuffix(pending[:end], []byte{'\r'})}, nil
+		} else if len(pending) > lr.max {
+			lr.cur = line{overflow: int64(len(pending)), prefix: append([]byte(nil), pending[:min(prefixKeep, len(pending))]...)}
+			lr.buf, lr.off, lr.scan = lr.buf[:0], 0, 0
+			pending = nil
 		} else {
-			if l.overflow == 0 {
-				keep := min(prefixKeep, len(lr.buf)+len(chunk))
-				l.prefix = append(append([]byte(nil), lr.buf...), chunk...)[:keep]
-				l.overflow = int64(len(lr.buf))
-				lr.buf = lr.buf[:0]
-			}
-			l.overflow += int64(len(chunk))
+			lr.scan = len(pending)
 		}
-		switch {
-		case err == nil:
-			return lr.finish(*l), nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case errors.Is(err, io.EOF):
-			if len(lr.buf) == 0 && l.overflow == 0 {
-				return line{}, io.EOF
+		if err := lr.err; err != nil {
+			switch {
+			case errors.Is(err, io.EOF):
+				// EOF stays: every later call ends the same way.
+				if lr.cur.overflow > 0 {
+					l := lr.cur
+					lr.cur = line{}
+					return l, nil
+				}
+				if len(pending) == 0 {
+					return line{}, io.EOF
+				}
+				lr.off, lr.scan = len(lr.buf), 0
+				return line{data: bytes.TrimSuffix(pending, []byte{'\r'})}, nil
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				lr.err = nil
+				lr.resume = true
+				return line{}, err
+			default:
+				return line{}, err
 			}
-			return lr.finish(*l), nil
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			lr.resume = true
-			return line{}, err
-		default:
-			return line{}, err
 		}
+		lr.fill()
 	}
 }
 
-// release drops the line buffer when it grew past keepIdle, once the last
-// line was used: a Client holding one session per gateway would otherwise
-// keep the memory of each gateway's last List response (hundreds of KiB at
-// 1k objects) until its next call. A partly read line is kept.
+// fill makes room after the pending bytes and reads once into it.
+func (lr *lineReader) fill() {
+	if len(lr.buf) == cap(lr.buf) {
+		if lr.off > 0 {
+			n := copy(lr.buf, lr.buf[lr.off:])
+			lr.buf, lr.off = lr.buf[:n], 0
+		}
+		if len(lr.buf) == cap(lr.buf) {
+			lr.grow()
+		}
+	}
+	n, err := lr.r.Read(lr.buf[len(lr.buf):cap(lr.buf)])
+	lr.buf = lr.buf[:len(lr.buf)+n]
+	switch {
+	case err != nil:
+		lr.err = err
+	case n == 0:
+		if lr.empty++; lr.empty >= 100 {
+			lr.err = io.ErrNoProgress
+		}
+	default:
+		lr.empty = 0
+	}
+}
+
+// grow moves the pending bytes (off is 0) to a buffer twice as large: a
+// pooled one when that is large enough, else one of its own, at most
+// max+1 bytes (a line longer than max is not buffered).
+func (lr *lineReader) grow() {
+	size := max(2*cap(lr.buf), poolBuf)
+	var grown []byte
+	var pooled *[]byte
+	if size == poolBuf && poolBuf <= lr.max+1 {
+		pooled = bufs.Get().(*[]byte)
+		grown = (*pooled)[:0]
+	} else {
+		grown = make([]byte, 0, min(size, lr.max+1))
+	}
+	grown = append(grown, lr.buf...)
+	lr.putPooled()
+	lr.buf, lr.pooled = grown, pooled
+}
+
+// putPooled returns the pooled buffer, if buf is one.
+func (lr *lineReader) putPooled() {
+	if lr.pooled != nil {
+		*lr.pooled = (*lr.pooled)[:0]
+		bufs.Put(lr.pooled)
+		lr.pooled = nil
+	}
+}
+
+// shrink goes back to the reader's own small buffer. Nothing is pending.
+func (lr *lineReader) shrink() {
+	lr.putPooled()
+	lr.buf, lr.off, lr.scan = lr.small[:0], 0, 0
+}
+
+// release gives back the line buffer once the last line was used and
+// nothing more is pending: a Client holding one session per gateway would
+// otherwise keep a buffer per session (and the memory of each gateway's
+// last List response, hundreds of KiB at 1k objects) until its next call.
+// A partly read line is kept.
 func (lr *lineReader) release() {
-	if !lr.resume && cap(lr.buf) > keepIdle {
-		lr.buf = nil
-		lr.cur = line{}
+	if !lr.resume && lr.off == len(lr.buf) {
+		lr.shrink()
 	}
-}
-
-func (lr *lineReader) finish(l line) line {
-	if l.overflow > 0 {
-		return l
-	}
-	d := bytes.TrimSuffix(lr.buf, []byte{'\n'})
-	d = bytes.TrimSuffix(d, []byte{'\r'})
-	if len(d) > lr.max {
-		// Only possible when the newline made the difference.
-		return line{overflow: int64(len(d)), prefix: append([]byte(nil), d[:min(prefixKeep, len(d))]...)}
-	}
-	l.data = d
-	return l
 }
 
 // idFromPrefix recovers the request id from the beginning of a line that

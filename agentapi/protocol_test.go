@@ -462,8 +462,8 @@ func TestLineReader(t *testing.T) {
 	}
 }
 
-// chunkReader returns its chunks one per Read; a nil chunk is a passed read
-// deadline.
+// chunkReader returns its chunks one per Read (a chunk larger than the
+// read's buffer over several); a nil chunk is a passed read deadline.
 type chunkReader struct{ chunks [][]byte }
 
 func (r *chunkReader) Read(p []byte) (int, error) {
@@ -475,7 +475,11 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 	if c == nil {
 		return 0, os.ErrDeadlineExceeded
 	}
-	return copy(p, c), nil
+	n := copy(p, c)
+	if n < len(c) { // the rest comes with the next read
+		r.chunks = append([][]byte{c[n:]}, r.chunks...)
+	}
+	return n, nil
 }
 
 func TestLineReaderResumesAfterDeadline(t *testing.T) {
@@ -759,7 +763,7 @@ func TestDirectClientReleasesLargeBuffer(t *testing.T) {
 	c, _ := pipeAgentMode(t, dp, true)
 	ctx := ctxT(t)
 	var objs []nat.Object
-	for i := range 2000 { // ~100 bytes a line each: well over keepIdle
+	for i := range 2000 { // ~100 bytes each: a line well over poolBuf
 		objs = append(objs, fip(fmt.Sprintf("uid-%04d", i), fmt.Sprintf("192.0.%d.%d", 2+i/250, 1+i%250), fmt.Sprintf("198.51.%d.%d", i/250, 1+i%250)))
 	}
 	if err := c.Apply(ctx, objs...); err != nil {
@@ -769,8 +773,8 @@ func TestDirectClientReleasesLargeBuffer(t *testing.T) {
 	if err != nil || len(got) != len(objs) {
 		t.Fatalf("list = %d objects, %v; want %d", len(got), err, len(objs))
 	}
-	if n := cap(c.lr.buf); n > keepIdle {
-		t.Fatalf("client keeps a line buffer of %d bytes after the List, want at most %d", n, keepIdle)
+	if n := cap(c.lr.buf); n > idleBuf || c.lr.pooled != nil {
+		t.Fatalf("client keeps a line buffer of %d bytes after the List (pooled: %v), want at most %d", n, c.lr.pooled != nil, idleBuf)
 	}
 	if _, err := c.Info(ctx); err != nil { // the reader still works after the release
 		t.Fatalf("info after the release: %v", err)
@@ -779,12 +783,12 @@ func TestDirectClientReleasesLargeBuffer(t *testing.T) {
 
 // release keeps a line that a read deadline cut short.
 func TestLineReaderReleaseKeepsPartialLine(t *testing.T) {
-	long := strings.Repeat("z", 2*keepIdle)
+	long := strings.Repeat("z", 2*poolBuf)
 	var chunks [][]byte
-	for i := 0; i < len(long); i += 16 << 10 { // each fits bufio's buffer
+	for i := 0; i < len(long); i += 16 << 10 {
 		chunks = append(chunks, []byte(long[i:min(len(long), i+16<<10)]))
 	}
-	lr := newLineReader(&chunkReader{chunks: append(chunks, nil, []byte("\n"))}, 4*keepIdle)
+	lr := newLineReader(&chunkReader{chunks: append(chunks, nil, []byte("\n"))}, 4*poolBuf)
 	if _, err := lr.next(); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("first read = %v, want the deadline", err)
 	}
@@ -794,7 +798,7 @@ func TestLineReaderReleaseKeepsPartialLine(t *testing.T) {
 		t.Fatalf("line after release = %d bytes, %v; want the %d bytes read before the deadline", len(l.data), err, len(long))
 	}
 	lr.release()
-	if cap(lr.buf) > keepIdle {
-		t.Fatalf("buffer of %d bytes kept after release, want at most %d", cap(lr.buf), keepIdle)
+	if cap(lr.buf) > idleBuf {
+		t.Fatalf("buffer of %d bytes kept after release, want at most %d", cap(lr.buf), idleBuf)
 	}
 }

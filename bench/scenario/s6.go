@@ -896,8 +896,9 @@ func s6RunLoad(ctx context.Context, e *Env, cp *controlPlane, c client.Client, c
 
 // s6ColdStart stops the controller (SIGTERM) and starts it again with
 // every object in place: the time from exec until every gateway is synced
-// (the controller's "gateway connected" log line, which follows the sync
-// of the gateway's desired set) and until its queues are drained, and the
+// (the controller's "gateway connected" log line, logged once the gateway
+// holds its desired set: synced, or found holding it) and until its queues
+// are drained, and the
 // API writes the restart made.
 func s6ColdStart(ctx context.Context, e *Env, cp *controlPlane, ctl *ctlProcess, tr *readyTracker, plan s6Plan, counts map[string]int, phase func(string), heapName string) (*s6Cold, error) {
 	cs := &s6Cold{}
@@ -1092,7 +1093,7 @@ func reportS6(e *Env, sec *report.Section, r *s6Result, runErr error) {
 			fmt.Sprintf("Steps: every gateway's VpcNatGateway and %d EIPs for paced FIPs; **paced, ~0 objects**: %d FIPs one at a time (create, Ready, delete, gone) after a warm-up FIP checked in the kernel; "+
 				"**load**: every EIP created by %d parallel clients (client-side rate limiting off), awaited Ready, then every rule, with the controller running (its first programming overlaps the creation); "+
 				"controller memory from /proc/PID/status; **paced, all objects in place**: the same paced FIPs on the same controller; "+
-				"**cold start**: SIGTERM, then the same binary started again with everything in place: exec → every gateway synced (its \"gateway connected\" log line, logged after the gateway's desired set was synced to its agent) "+
+				"**cold start**: SIGTERM, then the same binary started again with everything in place: exec → every gateway synced (its \"gateway connected\" log line, logged once the gateway's agent holds its desired set: synced, or found holding it, which sends no sync) "+
 				"and → its work queues drained (controller-runtime's workqueue_depth and active workers 0, every object reconciled once, from its /metrics), the API writes the restart made (kube-apiserver's apiserver_request_total), "+
 				"then every gateway's nft table read: it must hold exactly the UIDs of its objects, and net1 exactly their addresses. "+
 				"Ready is as a watch (informers) on the API server sees it: Ready=True for the object's generation.", p.Paced+1, p.Paced, p.Creators))

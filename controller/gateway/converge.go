@@ -12,12 +12,41 @@ import (
 	"github.com/natgw/natgw/nat"
 )
 
+// convergeMode says what a converge takes as desired and when it syncs.
+type convergeMode int
+
+const (
+	// check (drift and sweep checks, a reconnect to an agent of the same
+	// boot id): only API objects already on the gateway are desired (the
+	// others' reconciles are pending); a difference is repaired.
+	check convergeMode = iota
+	// complete (the first session of this process with an agent whose
+	// boot id it has not seen: a cold start): every API object is
+	// desired, and only a difference is written. Nothing says the agent
+	// lost anything, and a sync of what it already holds changes nothing
+	// an agent's list does not show: the agent's fresh list re-reads the
+	// kernel, which its load repairs (nftables rewrites every rule and
+	// policer and any element that does not match its object; iptables
+	// rewrites every chain that differs), a sync plans against that same
+	// state (an empty change: no address, route or conntrack work), and
+	// the gateway-wide QoS is sent as when forced. Not for a two-replica
+	// gateway (transport.Pair): its list reads one replica, and its agents
+	// leave the sync mark `natgw ha` waits for only after a sync.
+	complete
+	// forced (a new boot id of an agent this process knew, a data plane
+	// switch): every API object is desired and the whole set is synced
+	// even when nothing differs.
+	forced
+)
+
 // converge compares the gateway's objects with the desired set: objects
 // that are not desired and whose Kubernetes object is confirmed gone are
 // orphans; anything else that differs is repaired with one sync (which also
-// removes the orphans); orphans alone are deleted by UID. force syncs even
-// when nothing differs (a new boot id). Caller holds mu exclusively.
-func (g *Manager) converge(ctx context.Context, s transport.Session, dp nat.DataplaneName, reason string, fresh, force bool) error {
+// removes the orphans); orphans alone are deleted by UID. mode says what is
+// desired and whether the set is synced even when nothing differs. Caller
+// holds mu exclusively.
+func (g *Manager) converge(ctx context.Context, s transport.Session, dp nat.DataplaneName, reason string, fresh bool, mode convergeMode) error {
+	force := mode != check // every API object desired, QoS sent
 	have, err := s.List(ctx, fresh)
 	if err != nil {
 		return fmt.Errorf("list: %w", err)
@@ -45,10 +74,10 @@ func (g *Manager) converge(ctx context.Context, s transport.Session, dp nat.Data
 	}
 
 	// The desired set, conflict-free: what this process programmed first,
-	// then what the API says, oldest first. Unless forced (new boot id,
-	// data plane switch), API objects that are not on the gateway yet are
-	// left to their reconcile, which is pending: a drift check during
-	// churn would otherwise sync the whole set for them.
+	// then what the API says, oldest first. In a check, API objects that
+	// are not on the gateway yet are left to their reconcile, which is
+	// pending: a drift check during churn would otherwise sync the whole
+	// set for them.
 	candidates := known
 	if force {
 		candidates = append(candidates, fromAPI...)
@@ -130,8 +159,11 @@ func (g *Manager) converge(ctx context.Context, s transport.Session, dp nat.Data
 		g.updateGauge()
 	}
 	switch {
-	case same && !force:
-	case !force && sameExcept(have, want, orphans):
+	case same && mode != forced:
+		if mode == complete {
+			g.log.V(1).Info("the gateway holds the desired set: no sync", "reason", reason, "objects", len(want))
+		}
+	case mode != forced && sameExcept(have, want, orphans):
 		start := time.Now()
 		if err := s.Delete(ctx, orphans...); err != nil {
 			return fmt.Errorf("delete orphans: %w", err)

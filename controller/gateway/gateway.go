@@ -1,11 +1,13 @@
 // Package gateway keeps one connection manager per gateway: it opens the
 // gateway's agent session through a transport.Transport and reopens it with
-// backoff when it breaks; answers a new agent boot id (kernel state lost)
-// with one sync of the desired set; sweeps orphans (objects on the gateway
-// whose Kubernetes object is confirmed gone by a live read) on every
-// (re)connect and periodically; repairs drift (a periodic fresh list
-// compared to the desired set, repaired with sync); and switches a
-// gateway's data plane when asked to.
+// backoff when it breaks; answers a new boot id of an agent it knew
+// (kernel state lost) with one sync of the desired set, and converges a
+// gateway whose agent it has not seen yet (a cold start) by writing only
+// what differs from the desired set (see complete); sweeps orphans
+// (objects on the gateway whose Kubernetes object is confirmed gone by a
+// live read) on every (re)connect and periodically; repairs drift (a
+// periodic fresh list compared to the desired set, repaired with sync);
+// and switches a gateway's data plane when asked to.
 //
 // Reconcilers program through Manager.Apply and Manager.Delete, which run
 // in parallel; syncs, sweeps and data plane switches exclude them for their

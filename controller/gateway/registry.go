@@ -77,8 +77,9 @@ type Options struct {
 	// CallTimeout bounds sync, list and sweep calls of the manager (1m).
 	CallTimeout time.Duration
 	// SyncParallel bounds how many gateways connect at once: open their
-	// agent session and converge it (a full sync on a new boot id, as at a
-	// cold start). The others wait for a slot before their own CallTimeout
+	// agent session and converge it (a full sync on a new boot id of a
+	// known agent; at a cold start, a sync of what differs). The others
+	// wait for a slot before their own CallTimeout
 	// starts. 0: DefaultSyncParallel.
 	SyncParallel int
 	// Initial, when set, names the gateways whose managers start with the

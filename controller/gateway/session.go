@@ -148,12 +148,19 @@ func (g *Manager) connect(ctx context.Context, dp nat.DataplaneName) (transport.
 	g.qosKnown = false
 	g.qosMu.Unlock()
 	reason := "connect"
+	mode := check
 	if info.BootID != g.bootID {
-		reason = "bootid"
-		g.log.Info("agent has a new boot id: syncing the desired set", "dataplane", dp, "bootID", info.BootID, "previousBootID", g.bootID)
+		reason, mode = "bootid", forced
+		if _, pair := s.(*transport.Pair); g.bootID == "" && !pair {
+			// This process has not seen the agent before (a cold start):
+			// nothing says its kernel state was lost, and a fresh list
+			// that equals the desired set needs no sync (see complete).
+			mode = complete
+		}
+		g.log.Info("agent has a new boot id: converging the whole desired set", "dataplane", dp, "bootID", info.BootID, "previousBootID", g.bootID)
 	}
 	mark := g.deletes()
-	if err := g.converge(octx, s, dp, reason, true, reason != "connect"); err != nil {
+	if err := g.converge(octx, s, dp, reason, true, mode); err != nil {
 		_ = s.Close()
 		return nil, err
 	}
@@ -223,7 +230,7 @@ func (g *Manager) periodic(ctx context.Context, reason string, fresh bool) {
 		return
 	}
 	mark := g.deletes()
-	if err := g.converge(cctx, g.sess, g.dataplane, reason, fresh, false); err != nil {
+	if err := g.converge(cctx, g.sess, g.dataplane, reason, fresh, check); err != nil {
 		g.log.Error(err, "converging the gateway failed", "reason", reason)
 		return
 	}
@@ -299,7 +306,7 @@ func (g *Manager) maybeSwitch(ctx context.Context) transport.Session {
 	// session must not program anything any more.
 	_ = old.Close()
 	g.publish(nil, "")
-	if err := g.converge(cctx, next, want, "dataplane", true, true); err != nil {
+	if err := g.converge(cctx, next, want, "dataplane", true, forced); err != nil {
 		log.Error(err, "data plane switch: syncing the new data plane failed; reconnecting")
 		_ = next.Close()
 		return nil

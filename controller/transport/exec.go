@@ -183,7 +183,7 @@ func (e *Exec) openPod(ctx context.Context, gw Endpoint, pod *corev1.Pod, rulesO
 	ended := make(chan error, 1)
 	go func() {
 		err := executor.StreamWithContext(streamCtx, remotecommand.StreamOptions{
-			Stdin: stdinR, Stdout: stdoutW, Stderr: stderrW,
+			Stdin: stdinR, Stdout: quietCopy{stdoutW}, Stderr: quietCopy{stderrW},
 		})
 		if err == nil {
 			err = io.EOF

@@ -69,16 +69,18 @@ func (l *Local) Open(ctx context.Context, gw Endpoint) (Session, error) {
 		return nil, fmt.Errorf("gateway %s: start %s: %w", gw.Name, l.Binary, err)
 	}
 	log := l.Log.WithValues("gateway", gw.Name, "dataplane", gw.Dataplane, "pid", cmd.Process.Pid)
-	forwarded := make(chan struct{}) // the agent's log is read to its end
-	go func() {
-		defer close(forwarded)
-		defer stderrR.Close()
-		forwardLines(stderrR, log)
-	}()
-
 	client := agentapi.NewClient(stdoutR, stdin)
+	// One goroutine per session, and no thread: it forwards the agent's
+	// log until its stderr ends, which is when the agent exits (natgw
+	// serve hands its own fd 2 to no other process), and only then reaps
+	// it. Waiting for the exit itself (cmd.Wait, a blocking waitid) would
+	// hold an OS thread per idle session.
+	forwarded := make(chan struct{}) // the agent's log is read to its end
 	exited := make(chan error, 1)
 	go func() {
+		forwardLines(stderrR, log)
+		close(forwarded)
+		stderrR.Close()
 		err := cmd.Wait()
 		// The client reads only while a call waits: tell it now.
 		client.Broken(fmt.Errorf("gateway %s: agent exited: %v", gw.Name, exitStatus(err)))
@@ -98,20 +100,22 @@ func (l *Local) Open(ctx context.Context, gw Endpoint) (Session, error) {
 				select {
 				case err := <-exited:
 					waitErr = exitError(err)
-					stdoutR.Close()
 				case <-time.After(grace):
 					_ = cmd.Process.Kill()
 					waitErr = fmt.Errorf("gateway %s: agent did not exit within %v after end of input; killed", gw.Name, grace)
-					<-exited
-					stdoutR.Close()
+					// Its stderr ends with it, unless another process
+					// holds it: then stop reading the log.
+					select {
+					case <-exited:
+					case <-time.After(grace):
+						stderrR.Close()
+						<-exited
+					}
 				}
 				// Nothing of the session logs after Close returns (its
-				// last lines are the agent's stop messages).
-				select {
-				case <-forwarded:
-				case <-time.After(grace):
-					stderrR.Close()
-				}
+				// last lines are the agent's stop messages): the log
+				// was read to its end before the agent was reaped.
+				stdoutR.Close()
 			})
 			return waitErr
 		},
@@ -145,7 +149,9 @@ func exitStatus(err error) string {
 // forwardLines logs each line read from r until it ends.
 func forwardLines(r io.Reader, log logr.Logger) {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	// Held while the agent is quiet (every idle session): log lines are
+	// short, a longer one grows it.
+	sc.Buffer(make([]byte, 0, 256), 1<<20)
 	for sc.Scan() {
 		log.Info("agent: " + sc.Text())
 	}
