@@ -361,3 +361,33 @@ func TestSNATQueuedBehindKept(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 }
+
+// TestStillDue: both confirmations of a removal (the live list, then the
+// gateway read again) keep, in order, the objects still due, and take
+// every other one out of its gateway's suspects only.
+func TestStillDue(t *testing.T) {
+	h := newHarness(t, "gw1", "gw2")
+	due := []nat.Object{eipObj(eipA), fipObj(eipA, inA), snatObj(eipA, "10.0.0.0/24")}
+	for _, gw := range []string{"gw1", "gw2"} {
+		h.s.suspects[gw] = map[string]suspect{}
+		for _, o := range due {
+			h.s.suspects[gw][o.UID] = suspect{obj: o, first: h.now}
+		}
+	}
+	dropped := due[1].UID
+	got := h.s.stillDue("gw1", due, func(o nat.Object) bool { return o.UID != dropped })
+	if len(got) != 2 || got[0].UID != due[0].UID || got[1].UID != due[2].UID {
+		t.Fatalf("stillDue = %v, want %s and %s", got, due[0].UID, due[2].UID)
+	}
+	for gw, want := range map[string]int{"gw1": 2, "gw2": 3} {
+		if n := len(h.s.suspects[gw]); n != want {
+			t.Errorf("%s: %d suspects, want %d", gw, n, want)
+		}
+	}
+	if _, ok := h.s.suspects["gw1"][dropped]; ok {
+		t.Errorf("gw1: %s still suspected", dropped)
+	}
+	if got := h.s.stillDue("gw1", due, func(nat.Object) bool { return false }); len(got) != 0 || len(h.s.suspects["gw1"]) != 0 {
+		t.Errorf("none still due: got %v, %d suspects left", got, len(h.s.suspects["gw1"]))
+	}
+}
