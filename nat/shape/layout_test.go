@@ -3,12 +3,10 @@ package shape
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"net/netip"
 	"path/filepath"
 	"reflect"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/natgw/natgw/internal/golden"
@@ -89,14 +87,7 @@ func TestLayoutGolden(t *testing.T) {
 			t.Errorf("step %d: the maps read back as %+v, want %+v", i+1, got, want)
 		}
 	}
-	var b strings.Builder
-	for i, tx := range f.Applied {
-		fmt.Fprintf(&b, "# transaction %d\n%s", i+1, tx)
-	}
-	for i, d := range dumps {
-		fmt.Fprintf(&b, "\n# after step %d\n%s", i+1, d)
-	}
-	golden.Check(t, filepath.Join("testdata", "golden", "shape.nft"), b.String(), *update)
+	golden.Check(t, filepath.Join("testdata", "golden", "shape.nft"), golden.Transcript(f.Applied, dumps, "step"), *update)
 }
 
 // sorted returns cs by direction, then address.
