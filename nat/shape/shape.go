@@ -161,10 +161,6 @@ func (e EIP) key() netip.Addr {
 	return e.V6Address
 }
 
-// markIDMax is the highest IPv6 mark id (nat/nftables' markID6Max): an
-// IPv4 EIP's ct mark (its address, never in 0.0.0.0/8) is above it.
-const markIDMax = 0x00ffffff
-
 // direction names the two directions and their maps.
 type direction int
 
@@ -282,7 +278,7 @@ func ValidateAll(eips []EIP) error {
 		if e.V6Address.IsValid() && (!e.V6Address.Is6() || e.V6Address.Is4In6() || e.V6Address.IsUnspecified() || e.V6Address.IsMulticast()) {
 			return &nat.FieldError{Field: f + ".v6Address", Value: e.V6Address.String(), Reason: "want a unicast IPv6 address"}
 		}
-		if e.Mark6 > markIDMax || e.Mark6 != 0 && !e.V6Address.IsValid() {
+		if e.Mark6 > conntrack.MarkID6Max || e.Mark6 != 0 && !e.V6Address.IsValid() {
 			return &nat.FieldError{Field: f + ".mark6", Value: fmt.Sprint(e.Mark6), Reason: "want an IPv6 EIP's mark id (at most 0xffffff)"}
 		}
 		for _, a := range []struct {
@@ -666,7 +662,7 @@ func readMaps(ctx context.Context, c nftconn.Conn) ([]class, error) {
 			}
 			switch m {
 			case mapIngress:
-				if mk := binary.NativeEndian.Uint32(el.Key); mk <= markIDMax {
+				if mk := binary.NativeEndian.Uint32(el.Key); mk <= conntrack.MarkID6Max {
 					cl.mark6 = mk
 				} else {
 					cl.eip = netip.AddrFrom4([4]byte(binary.BigEndian.AppendUint32(nil, mk)))
