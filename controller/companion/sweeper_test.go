@@ -151,6 +151,20 @@ func (h *harness) sweep(after time.Duration) Result {
 	return r
 }
 
+// newSuspectingHarness is gateway gw1 holding EIP eipA, which CR e claims,
+// and a FIP on it that no CR claims, after the sweep that first suspects
+// the FIP.
+func newSuspectingHarness(t *testing.T) *harness {
+	h := newHarness(t, "gw1")
+	e := eipCR("e", eipA.String(), "", "gw1")
+	h.create(&e)
+	h.program("gw1", eipObj(eipA), fipObj(eipA, inA))
+	if r := h.sweep(0); r.Suspected != 1 || len(r.Removed) != 0 {
+		t.Fatalf("first sweep: %+v, want the FIP suspected, nothing removed", r)
+	}
+	return h
+}
+
 // TestOrphanRemovedAfterGrace: an unclaimed compat FIP is suspected at the
 // first sweep, kept at a second sweep inside the grace, removed at the first
 // sweep at least the grace after the first sighting, with metrics and an
@@ -234,11 +248,7 @@ func TestCacheLagsLiveListKeeps(t *testing.T) {
 // TestCRCreatedDuringRemovalRestored: a CR claiming the object appears
 // between the confirming live list and the removal: the object is put back.
 func TestCRCreatedDuringRemovalRestored(t *testing.T) {
-	h := newHarness(t, "gw1")
-	e := eipCR("e", eipA.String(), "", "gw1")
-	h.create(&e)
-	h.program("gw1", eipObj(eipA), fipObj(eipA, inA))
-	h.sweep(0)
+	h := newSuspectingHarness(t)
 	h.tr.beforeDelete = func() {
 		f := fipCR("f", "e", inA.String())
 		if err := h.live.Create(h.ctx, &f); err != nil {
@@ -258,11 +268,7 @@ func TestCRCreatedDuringRemovalRestored(t *testing.T) {
 // TestChangedRestartsGrace: an object whose content changed between sweeps
 // (the compat path replaced it) starts its grace over.
 func TestChangedRestartsGrace(t *testing.T) {
-	h := newHarness(t, "gw1")
-	e := eipCR("e", eipA.String(), "", "gw1")
-	h.create(&e)
-	h.program("gw1", eipObj(eipA), fipObj(eipA, inA))
-	h.sweep(0)
+	h := newSuspectingHarness(t)
 	h.program("gw1", fipObj(eipA, inB))
 	if r := h.sweep(grace); len(r.Removed) != 0 {
 		t.Fatalf("changed object removed at once: %v", r.Removed)
