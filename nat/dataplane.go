@@ -3,6 +3,7 @@ package nat
 import (
 	"context"
 	"errors"
+	"net/netip"
 
 	"github.com/go-logr/logr"
 )
@@ -37,6 +38,16 @@ type Dataplane interface {
 	BootID() string
 	// Close releases sockets. Kernel state stays.
 	Close() error
+}
+
+// MarkIDs is the optional interface of a data plane whose rules give an
+// IPv6 EIP's connections a ct mark id (in nat/conntrack's
+// MarkID6Min..MarkID6Max): nat/nftables' Backend, forwarded by nat/engine's
+// Engine; nat/shape finds an IPv6 EIP's ingress class by it.
+type MarkIDs interface {
+	// MarkID6 returns the mark id of IPv6 EIP address a; false when a has
+	// none.
+	MarkID6(a netip.Addr) (uint32, bool)
 }
 
 // Config says which gateway a backend programs.

@@ -193,10 +193,55 @@ func ParseIPv4Network(field, s string) (netip.Prefix, error) {
 	if err != nil || !p.Addr().Is4() {
 		return netip.Prefix{}, &FieldError{Field: field, Value: s, Reason: "not an IPv4 CIDR"}
 	}
-	if p.Masked() != p {
-		return netip.Prefix{}, &FieldError{Field: field, Value: s, Reason: "host bits set (want " + p.Masked().String() + ")"}
+	if err := CheckNetwork(field, p); err != nil {
+		return netip.Prefix{}, err
 	}
 	return p, nil
+}
+
+// CheckNetwork is natgw's one rule that a network (a route's destination,
+// an SNAT's internal CIDR) has its host bits clear; the error names the
+// masked form.
+func CheckNetwork(field string, p netip.Prefix) error {
+	if fe := checkNetwork(field, p); fe != nil {
+		return fe
+	}
+	return nil
+}
+
+// CheckRoute is natgw's one rule for a route: dst a network of either
+// family with its host bits clear (CheckNetwork), hop a unicast next hop
+// (CheckUnicast) of dst's family. dstField and hopField name them in the
+// error, a *FieldError.
+func CheckRoute(dstField string, dst netip.Prefix, hopField string, hop netip.Addr) error {
+	if fe := checkRoute(dstField, dst, hopField, hop); fe != nil {
+		return fe
+	}
+	return nil
+}
+
+func checkRoute(dstField string, dst netip.Prefix, hopField string, hop netip.Addr) *FieldError {
+	if !dst.IsValid() || dst.Addr().Is4In6() || dst.Addr().Zone() != "" {
+		return &FieldError{Field: dstField, Value: prefixText(dst), Reason: "must be an IPv4 or IPv6 CIDR"}
+	}
+	if fe := checkNetwork(dstField, dst); fe != nil {
+		return fe
+	}
+	if fe := checkUnicast(hopField, hop); fe != nil {
+		return fe
+	}
+	if hop.Is4() != dst.Addr().Is4() {
+		return &FieldError{Field: hopField, Value: hop.String(), Reason: fmt.Sprintf("an %s next hop for the %s %s %s (a route's addresses must be of one family)",
+			Family(hop), Family(dst.Addr()), dstField, dst)}
+	}
+	return nil
+}
+
+func checkNetwork(field string, p netip.Prefix) *FieldError {
+	if p.Masked() != p {
+		return &FieldError{Field: field, Value: p.String(), Reason: "host bits set (want " + p.Masked().String() + ")"}
+	}
+	return nil
 }
 
 // ParsePort parses a TCP/UDP/SCTP port: decimal digits without sign or

@@ -200,3 +200,39 @@ func TestEIPAddressFor(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckNetwork: one host-bits rule for a parsed network
+// (ParseIPv4Network), an SNAT's internal CIDR and a route's destination
+// (Object.Validate): the same reason, naming the masked form.
+func TestCheckNetwork(t *testing.T) {
+	for _, tc := range []struct {
+		p    string
+		want string // "" accepted
+	}{
+		{"10.1.0.0/16", ""}, {"2001:db8::/64", ""}, {"10.1.0.5/32", ""},
+		{"10.1.0.5/16", "host bits set (want 10.1.0.0/16)"},
+		{"2001:db8::1/64", "host bits set (want 2001:db8::/64)"},
+	} {
+		p := netip.MustParsePrefix(tc.p)
+		err := CheckNetwork("f", p)
+		var fe *FieldError
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("CheckNetwork(%s): %v", tc.p, err)
+			}
+			continue
+		}
+		if !errors.As(err, &fe) || fe.Field != "f" || fe.Value != tc.p || fe.Reason != tc.want {
+			t.Errorf("CheckNetwork(%s) = %v, want field f, reason %q", tc.p, err, tc.want)
+		}
+		route := Object{UID: "r", Kind: KindRoute, Route: &Route{Destination: p, NextHop: p.Addr(), Device: DeviceExternal}}
+		if err := route.Validate(); !errors.As(err, &fe) || fe.Field != "route.destination" || fe.Reason != tc.want {
+			t.Errorf("route to %s: %v, want route.destination refused: %s", tc.p, err, tc.want)
+		}
+		if p.Addr().Is4() {
+			if _, err := ParseIPv4Network("f", tc.p); !errors.As(err, &fe) || fe.Reason != tc.want {
+				t.Errorf("ParseIPv4Network(%s) = %v, want %s", tc.p, err, tc.want)
+			}
+		}
+	}
+}

@@ -87,6 +87,13 @@ func (o Object) Validate() error {
 		}
 		return nil
 	}
+	network := func(field string, p netip.Prefix) error {
+		if fe := checkNetwork(field, p); fe != nil {
+			fe.UID = o.UID
+			return fe
+		}
+		return nil
+	}
 	same := func(field string, a netip.Addr, eipField string, eip netip.Addr) error {
 		if err := CheckSameFamily(field, a, eipField, eip); err != nil {
 			err.(*FieldError).UID = o.UID
@@ -204,26 +211,17 @@ func (o Object) Validate() error {
 			return bad("snat.internalCIDR", s.InternalCIDR.String(),
 				fmt.Sprintf("an %s CIDR with the %s snat.eip %s (an object's addresses must be of one family)", Family(a), Family(s.EIP), s.EIP))
 		}
-		if s.InternalCIDR.Masked() != s.InternalCIDR {
-			return bad("snat.internalCIDR", s.InternalCIDR.String(), "host bits set (want "+s.InternalCIDR.Masked().String()+")")
+		if err := network("snat.internalCIDR", s.InternalCIDR); err != nil {
+			return err
 		}
 	case KindRoute:
 		r := o.Route
 		if r == nil {
 			return bad("kind", string(o.Kind), "route payload missing")
 		}
-		if !r.Destination.IsValid() || r.Destination.Addr().Is4In6() || r.Destination.Addr().Zone() != "" {
-			return bad("route.destination", prefixText(r.Destination), "must be an IPv4 or IPv6 CIDR")
-		}
-		if r.Destination.Masked() != r.Destination {
-			return bad("route.destination", r.Destination.String(), "host bits set (want "+r.Destination.Masked().String()+")")
-		}
-		if err := unicast("route.nextHop", r.NextHop); err != nil {
-			return err
-		}
-		if r.NextHop.Is4() != r.Destination.Addr().Is4() {
-			return bad("route.nextHop", r.NextHop.String(), fmt.Sprintf("an %s next hop for the %s route.destination %s (a route's addresses must be of one family)",
-				Family(r.NextHop), Family(r.Destination.Addr()), r.Destination))
+		if fe := checkRoute("route.destination", r.Destination, "route.nextHop", r.NextHop); fe != nil {
+			fe.UID = o.UID
+			return fe
 		}
 		if r.Device != DeviceInternal && r.Device != DeviceExternal {
 			return bad("route.device", string(r.Device), "must be internal or external")

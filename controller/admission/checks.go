@@ -85,9 +85,13 @@ func (v *Validator) gateway(ctx context.Context, g *v1.VpcNatGateway) (field.Err
 		}
 	}
 	lan := specPath.Child("lanIp")
-	addr, perr := netip.ParseAddr(g.Spec.LanIP)
+	addr, perr := nat.ParseIP(lan.String(), g.Spec.LanIP)
 	if perr != nil {
-		errs = append(errs, field.Invalid(lan, g.Spec.LanIP, "not an IP address"))
+		fe, err := fieldError(perr)
+		if err != nil {
+			return nil, err
+		}
+		errs = append(errs, fe)
 	}
 	if g.Spec.Subnet == "" {
 		errs = append(errs, field.Required(specPath.Child("subnet"), ""))

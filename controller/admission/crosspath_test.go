@@ -320,9 +320,16 @@ func validator(t *testing.T) *admission.Validator {
 	return admission.New(b.Build(), scheme, false)
 }
 
-// admit sends a create review to the webhook's handler.
+// admit sends a create review of field's kind, field set to value, to the
+// webhook's handler.
 func admit(t *testing.T, v *admission.Validator, eip, field, value string) result {
 	obj, kind := crdObject(eip, field, value)
+	return admitObject(t, v, obj, kind)
+}
+
+// admitObject sends a create review of obj (of kind) to the webhook's
+// handler.
+func admitObject(t *testing.T, v *admission.Validator, obj client.Object, kind string) result {
 	raw, err := json.Marshal(obj)
 	if err != nil {
 		t.Fatal(err)

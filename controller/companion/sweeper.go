@@ -313,18 +313,14 @@ func (s *Sweeper) remove(ctx context.Context, sess transport.Session, gw *v1.Vpc
 	if err != nil {
 		return fmt.Errorf("confirm orphans with a live list: %w", err)
 	}
-	var uids []string
-	var gone []nat.Object
-	for _, o := range due {
-		if why := live.Protects(gw.Name, o); why != "" {
+	due = s.stillDue(gw.Name, due, func(o nat.Object) bool {
+		why := live.Protects(gw.Name, o)
+		if why != "" {
 			log.Info("suspected orphan claimed per the API server, kept", "uid", o.UID, "reason", why)
-			s.drop(gw.Name, o.UID)
-			continue
 		}
-		uids = append(uids, o.UID)
-		gone = append(gone, o)
-	}
-	if len(uids) == 0 {
+		return why == ""
+	})
+	if len(due) == 0 {
 		return nil
 	}
 	// The gateway again, fresh: each must still be the object seen (the
@@ -335,29 +331,27 @@ func (s *Sweeper) remove(ctx context.Context, sess transport.Session, gw *v1.Vpc
 		return fmt.Errorf("re-read before removal: %w", err)
 	}
 	now := byUID(objs)
-	uids, gone = uids[:0], gone[:0:0]
-	for _, o := range due {
+	gone := s.stillDue(gw.Name, due, func(o nat.Object) bool {
+		if why := live.Keep(gw.Name, o, now); why != "" {
+			log.Info("suspected orphan kept per the API server", "uid", o.UID, "reason", why)
+			return false
+		}
 		cur, ok := now[o.UID]
 		switch {
-		case live.Protects(gw.Name, o) != "":
-			continue
-		case live.Keep(gw.Name, o, now) != "":
-			log.Info("suspected orphan kept per the API server", "uid", o.UID, "reason", live.Keep(gw.Name, o, now))
-			s.drop(gw.Name, o.UID)
-			continue
 		case !ok:
-			s.drop(gw.Name, o.UID) // removed by someone else meanwhile
-			continue
+			return false // removed by someone else meanwhile
 		case !cur.Equal(o):
 			log.Info("suspected orphan changed on the gateway, its grace starts over", "uid", o.UID, "was", o.String(), "now", cur.String())
-			s.drop(gw.Name, o.UID)
-			continue
+			return false
 		}
-		uids = append(uids, o.UID)
-		gone = append(gone, o)
-	}
-	if len(uids) == 0 {
+		return true
+	})
+	if len(gone) == 0 {
 		return nil
+	}
+	uids := make([]string, len(gone))
+	for i, o := range gone {
+		uids[i] = o.UID
 	}
 	if err := sess.Delete(ctx, uids...); err != nil {
 		return fmt.Errorf("remove %v: %w", uids, err)
@@ -401,6 +395,21 @@ func byUID(objs []nat.Object) map[string]nat.Object {
 		m[o.UID] = o
 	}
 	return m
+}
+
+// stillDue returns the objects of due that still holds true of, in their
+// order; every other one leaves gw's suspects (seen again, it starts its
+// grace over).
+func (s *Sweeper) stillDue(gw string, due []nat.Object, still func(nat.Object) bool) []nat.Object {
+	var out []nat.Object
+	for _, o := range due {
+		if !still(o) {
+			s.drop(gw, o.UID)
+			continue
+		}
+		out = append(out, o)
+	}
+	return out
 }
 
 func (s *Sweeper) drop(gw, uid string) {

@@ -151,6 +151,20 @@ func (h *harness) sweep(after time.Duration) Result {
 	return r
 }
 
+// newSuspectingHarness is gateway gw1 holding EIP eipA, which CR e claims,
+// and a FIP on it that no CR claims, after the sweep that first suspects
+// the FIP.
+func newSuspectingHarness(t *testing.T) *harness {
+	h := newHarness(t, "gw1")
+	e := eipCR("e", eipA.String(), "", "gw1")
+	h.create(&e)
+	h.program("gw1", eipObj(eipA), fipObj(eipA, inA))
+	if r := h.sweep(0); r.Suspected != 1 || len(r.Removed) != 0 {
+		t.Fatalf("first sweep: %+v, want the FIP suspected, nothing removed", r)
+	}
+	return h
+}
+
 // TestOrphanRemovedAfterGrace: an unclaimed compat FIP is suspected at the
 // first sweep, kept at a second sweep inside the grace, removed at the first
 // sweep at least the grace after the first sighting, with metrics and an
@@ -234,11 +248,7 @@ func TestCacheLagsLiveListKeeps(t *testing.T) {
 // TestCRCreatedDuringRemovalRestored: a CR claiming the object appears
 // between the confirming live list and the removal: the object is put back.
 func TestCRCreatedDuringRemovalRestored(t *testing.T) {
-	h := newHarness(t, "gw1")
-	e := eipCR("e", eipA.String(), "", "gw1")
-	h.create(&e)
-	h.program("gw1", eipObj(eipA), fipObj(eipA, inA))
-	h.sweep(0)
+	h := newSuspectingHarness(t)
 	h.tr.beforeDelete = func() {
 		f := fipCR("f", "e", inA.String())
 		if err := h.live.Create(h.ctx, &f); err != nil {
@@ -258,11 +268,7 @@ func TestCRCreatedDuringRemovalRestored(t *testing.T) {
 // TestChangedRestartsGrace: an object whose content changed between sweeps
 // (the compat path replaced it) starts its grace over.
 func TestChangedRestartsGrace(t *testing.T) {
-	h := newHarness(t, "gw1")
-	e := eipCR("e", eipA.String(), "", "gw1")
-	h.create(&e)
-	h.program("gw1", eipObj(eipA), fipObj(eipA, inA))
-	h.sweep(0)
+	h := newSuspectingHarness(t)
 	h.program("gw1", fipObj(eipA, inB))
 	if r := h.sweep(grace); len(r.Removed) != 0 {
 		t.Fatalf("changed object removed at once: %v", r.Removed)
@@ -359,5 +365,35 @@ func TestSNATQueuedBehindKept(t *testing.T) {
 	h.sweep(0)
 	if r := h.sweep(grace); len(r.Removed) != 1 {
 		t.Fatalf("%+v", r)
+	}
+}
+
+// TestStillDue: both confirmations of a removal (the live list, then the
+// gateway read again) keep, in order, the objects still due, and take
+// every other one out of its gateway's suspects only.
+func TestStillDue(t *testing.T) {
+	h := newHarness(t, "gw1", "gw2")
+	due := []nat.Object{eipObj(eipA), fipObj(eipA, inA), snatObj(eipA, "10.0.0.0/24")}
+	for _, gw := range []string{"gw1", "gw2"} {
+		h.s.suspects[gw] = map[string]suspect{}
+		for _, o := range due {
+			h.s.suspects[gw][o.UID] = suspect{obj: o, first: h.now}
+		}
+	}
+	dropped := due[1].UID
+	got := h.s.stillDue("gw1", due, func(o nat.Object) bool { return o.UID != dropped })
+	if len(got) != 2 || got[0].UID != due[0].UID || got[1].UID != due[2].UID {
+		t.Fatalf("stillDue = %v, want %s and %s", got, due[0].UID, due[2].UID)
+	}
+	for gw, want := range map[string]int{"gw1": 2, "gw2": 3} {
+		if n := len(h.s.suspects[gw]); n != want {
+			t.Errorf("%s: %d suspects, want %d", gw, n, want)
+		}
+	}
+	if _, ok := h.s.suspects["gw1"][dropped]; ok {
+		t.Errorf("gw1: %s still suspected", dropped)
+	}
+	if got := h.s.stillDue("gw1", due, func(nat.Object) bool { return false }); len(got) != 0 || len(h.s.suspects["gw1"]) != 0 {
+		t.Errorf("none still due: got %v, %d suspects left", got, len(h.s.suspects["gw1"]))
 	}
 }

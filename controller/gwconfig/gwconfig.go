@@ -122,10 +122,11 @@ func (g Entry) validate(where string) error {
 	if g.ExternalPrefixLen < 0 || g.ExternalPrefixLen > 32 {
 		return fmt.Errorf("%s.externalPrefixLen: %d is not 1..32", where, g.ExternalPrefixLen)
 	}
+	// The external gateways are the next hops of the gateway's default
+	// routes: nat's rule for an address a gateway programs.
 	if g.ExternalGateway != "" {
-		a, err := netip.ParseAddr(g.ExternalGateway)
-		if err != nil || !a.Is4() {
-			return fmt.Errorf("%s.externalGateway: %q is not an IPv4 address", where, g.ExternalGateway)
+		if _, err := nat.ParseUnicastIPv4(where+".externalGateway", g.ExternalGateway); err != nil {
+			return err
 		}
 	}
 	if g.ExternalV6PrefixLen < 0 || g.ExternalV6PrefixLen > 128 {

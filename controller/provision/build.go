@@ -32,6 +32,7 @@ import (
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/kubeovn"
 	"github.com/natgw/natgw/controller/transport"
+	"github.com/natgw/natgw/nat"
 )
 
 // Names and keys of upstream's gateway workload (Kube-OVN v1.16.2).
@@ -373,9 +374,9 @@ const (
 // lanPrefix is the lanIp with the gateway subnet's IPv4 prefix length, the
 // floating address of `natgw ha --lan-ip`.
 func lanPrefix(lanIP string, sub kubeovn.Subnet) (netip.Prefix, error) {
-	a, err := netip.ParseAddr(lanIP)
-	if err != nil || !a.Is4() {
-		return netip.Prefix{}, fmt.Errorf("spec.lanIp %q: a two-replica gateway needs an IPv4 lanIp", lanIP)
+	a, err := nat.ParseIPv4("spec.lanIp", lanIP)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("a two-replica gateway needs an IPv4 lanIp: %w", err)
 	}
 	c, err := sub.V4CIDR()
 	if err != nil {

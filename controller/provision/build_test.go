@@ -503,7 +503,7 @@ func TestBuildReplicas(t *testing.T) {
 				c.Command = append(c.Command, "--lease", "1s")
 			},
 		},
-		{name: "2, IPv6 lanIp", replicas: 2, gw: func(g *v1.VpcNatGateway) { g.Spec.LanIP = "fd00::5" }, err: `spec.lanIp "fd00::5": a two-replica gateway needs an IPv4 lanIp`},
+		{name: "2, IPv6 lanIp", replicas: 2, gw: func(g *v1.VpcNatGateway) { g.Spec.LanIP = "fd00::5" }, err: `a two-replica gateway needs an IPv4 lanIp: invalid spec.lanIp "fd00::5": not an IPv4 address`},
 		{name: "2, lanIp outside the subnet", replicas: 2, gw: func(g *v1.VpcNatGateway) { g.Spec.LanIP = "10.9.0.5" }, err: `spec.lanIp "10.9.0.5": not in subnet "net1"`},
 		{name: "3", replicas: 3, err: "replicas 3: want 1"},
 		{name: "-1", replicas: -1, err: "replicas -1: want 1"},

@@ -11,10 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/natgw/natgw/controller/crdtest"
-	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/testlog"
 )
 
@@ -25,28 +23,11 @@ import (
 // garbage collector's part, which envtest does not run), the provisioner
 // releases it there and the API server removes it.
 func TestEnvNamespace(t *testing.T) {
-	assets := apitest.RequireAssets(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// Kube-OVN v1.16.2's CRDs for its Vpcs and Subnets, natgw's for the
 	// NAT kinds (natgw's set has no Vpc or Subnet).
-	up, err := crdtest.LoadSet(ctx, crdtest.Upstream, apitest.CRDDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ours, err := crdtest.LoadSet(ctx, crdtest.Natgw, apitest.CRDDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, crd := range ours {
-		up[name] = crd
-	}
-	env := apitest.Environment(assets, "")
-	env.CRDDirectoryPaths, env.ErrorIfCRDPathMissing = nil, false
-	for _, crd := range up {
-		env.CRDs = append(env.CRDs, crd)
-	}
-	c := envClient(t, env)
+	c := envWithCRDs(ctx, t, crdtest.Upstream, crdtest.Natgw)
 	const gwNS = "team-a"
 	g := gateway()
 	g.UID = ""
@@ -55,16 +36,10 @@ func TestEnvNamespace(t *testing.T) {
 	if g.Spec.Namespace != gwNS {
 		t.Fatalf("the API server kept spec.namespace %q, want %q", g.Spec.Namespace, gwNS)
 	}
-	r := &Reconciler{client: c, reader: c, api: c, recorder: events.NewFakeRecorder(16),
-		opts: Options{Namespace: "kube-system", GatewayNamespaces: []string{gwNS}, Image: testImage, Log: testlog.New(t, 0)}}
-	reconcile := func() {
-		t.Helper()
-		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: g.Name}}); err != nil {
-			t.Fatalf("reconcile: %v", err)
-		}
-	}
+	reconcile := envReconciler(ctx, t, c, events.NewFakeRecorder(16),
+		Options{Namespace: "kube-system", GatewayNamespaces: []string{gwNS}, Image: testImage, Log: testlog.New(t, 0)})
 	key := types.NamespacedName{Namespace: gwNS, Name: StatefulSetName(g.Name)}
-	reconcile()
+	reconcile(g.Name)
 	s := &appsv1.StatefulSet{}
 	if err := c.Get(ctx, key, s); err != nil {
 		t.Fatalf("StatefulSet in %s: %v", gwNS, err)
@@ -85,7 +60,7 @@ func TestEnvNamespace(t *testing.T) {
 	if err := c.Get(ctx, key, s); err != nil || s.DeletionTimestamp.IsZero() {
 		t.Fatalf("StatefulSet after delete: %v (deletionTimestamp %v), want held by natgw's finalizer", err, s.DeletionTimestamp)
 	}
-	reconcile()
+	reconcile(g.Name)
 	if err := c.Get(ctx, key, s); !apierrors.IsNotFound(err) {
 		t.Fatalf("StatefulSet %s after the gateway went: %v (finalizers %v), want deleted", key, err, s.Finalizers)
 	}

@@ -2,6 +2,8 @@ package provision
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -35,6 +38,40 @@ func envClient(t *testing.T, env *envtest.Environment) client.Client {
 	return c
 }
 
+// envWithCRDs starts a kube-apiserver (stopped when the test ends) that
+// holds the CRDs of sets, a later set's CRD of a kind replacing an earlier
+// one's, and returns a client of it.
+func envWithCRDs(ctx context.Context, t *testing.T, sets ...crdtest.Set) client.Client {
+	t.Helper()
+	assets := apitest.RequireAssets(t)
+	byName := map[string]*apiextv1.CustomResourceDefinition{}
+	for _, set := range sets {
+		crds, err := crdtest.LoadSet(ctx, set, apitest.CRDDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		maps.Copy(byName, crds)
+	}
+	env := apitest.Environment(assets, "")
+	env.CRDDirectoryPaths, env.ErrorIfCRDPathMissing = nil, false
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		env.CRDs = append(env.CRDs, byName[name])
+	}
+	return envClient(t, env)
+}
+
+// envReconciler is a reconciler over c with opts (its events in rec), and
+// a call that reconciles the gateway named, failing t on an error.
+func envReconciler(ctx context.Context, t *testing.T, c client.Client, rec events.EventRecorder, opts Options) func(name string) {
+	r := &Reconciler{client: c, reader: c, api: c, recorder: rec, opts: opts}
+	return func(name string) {
+		t.Helper()
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: name}}); err != nil {
+			t.Fatalf("reconcile %s: %v", name, err)
+		}
+	}
+}
+
 // createWithNetwork creates Kube-OVN's Vpc vpc1 and the Subnets of
 // subnets(), then objs in their order.
 func createWithNetwork(ctx context.Context, t *testing.T, c client.Client, objs ...client.Object) {
@@ -54,28 +91,16 @@ func createWithNetwork(ctx context.Context, t *testing.T, c client.Client, objs 
 // leaves it at 2 with a Warning; a single gateway beside it is today's;
 // the Lease's holder becomes the annotation naming the active pod.
 func TestEnvTwoReplicas(t *testing.T) {
-	assets := apitest.RequireAssets(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dir, err := crdtest.Path(ctx, crdtest.Upstream, apitest.CRDDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := envClient(t, apitest.Environment(assets, dir))
+	c := envWithCRDs(ctx, t, crdtest.Upstream)
 	ha, single := gateway(), gateway()
 	ha.Annotations = map[string]string{ReplicasAnnotation: "2"}
 	single.Name, single.UID = "gw2", ""
 	ha.UID = ""
 	createWithNetwork(ctx, t, c, ha, single)
 	rec := events.NewFakeRecorder(16)
-	r := &Reconciler{client: c, reader: c, api: c, recorder: rec,
-		opts: Options{Namespace: "kube-system", Image: testImage, HA: true, Log: testlog.New(t, 0)}}
-	reconcile := func(name string) {
-		t.Helper()
-		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: name}}); err != nil {
-			t.Fatalf("reconcile %s: %v", name, err)
-		}
-	}
+	reconcile := envReconciler(ctx, t, c, rec, Options{Namespace: "kube-system", Image: testImage, HA: true, Log: testlog.New(t, 0)})
 	sts := func(name string) *appsv1.StatefulSet {
 		t.Helper()
 		s := &appsv1.StatefulSet{}

@@ -46,26 +46,9 @@ func TestReconcileNamespace(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			g := gateway()
-			if tc.gw != nil {
-				tc.gw(g)
-			}
-			e := newFakeEnv(t, g)
-			e.r.opts.GatewayNamespaces = []string{"team-a"}
-			if err := e.reconcile(t); err != nil {
-				t.Fatal(err)
-			}
+			e := newReconciledEnv(t, tc.gw, func(o *Options) { o.GatewayNamespaces = []string{"team-a"} })
 			if tc.change != nil {
-				g := e.gateway(t)
-				tc.change(g)
-				if err := e.c.Update(ctx, g); err != nil {
-					t.Fatal(err)
-				}
-				e.events()
-				e.applies = 0
-				if err := e.reconcile(t); err != nil {
-					t.Fatal(err)
-				}
+				e.changeGateway(t, tc.change)
 			}
 			if e.applies != tc.applies {
 				t.Errorf("%d applies, want %d", e.applies, tc.applies)

@@ -117,6 +117,38 @@ func newHAFakeEnv(t *testing.T, replicas int32, namespace string, ha bool) (*v1.
 	return g, e
 }
 
+// newReconciledEnv is a fake env of gateway() as gw leaves it (nil: as
+// is), its reconciler's options as opts leaves them, reconciled once.
+func newReconciledEnv(t *testing.T, gw func(*v1.VpcNatGateway), opts func(*Options)) *fakeEnv {
+	t.Helper()
+	g := gateway()
+	if gw != nil {
+		gw(g)
+	}
+	e := newFakeEnv(t, g)
+	opts(&e.r.opts)
+	if err := e.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// changeGateway drains the events and zeroes the applies so far, updates
+// the gateway as change leaves it and reconciles again.
+func (e *fakeEnv) changeGateway(t *testing.T, change func(*v1.VpcNatGateway)) {
+	t.Helper()
+	e.events()
+	e.applies = 0
+	g := e.gateway(t)
+	change(g)
+	if err := e.c.Update(context.Background(), g); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (e *fakeEnv) reconcile(t *testing.T) error {
 	t.Helper()
 	_, err := e.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Name: "gw1"}})

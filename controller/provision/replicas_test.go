@@ -67,32 +67,15 @@ func TestReconcileReplicas(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			g := gateway()
-			if tc.gw != nil {
-				tc.gw(g)
-			}
-			e := newFakeEnv(t, g)
-			e.r.opts.HA = tc.ha
-			if err := e.reconcile(t); err != nil {
-				t.Fatal(err)
-			}
+			e := newReconciledEnv(t, tc.gw, func(o *Options) { o.HA = tc.ha })
 			if tc.change != nil {
 				if e.applies != 1 {
 					t.Fatalf("first reconcile: %d applies, want 1", e.applies)
 				}
-				e.events()
-				e.applies = 0
 				if tc.haOffAfter {
 					e.r.opts.HA = false
 				}
-				g := e.gateway(t)
-				tc.change(g)
-				if err := e.c.Update(context.Background(), g); err != nil {
-					t.Fatal(err)
-				}
-				if err := e.reconcile(t); err != nil {
-					t.Fatal(err)
-				}
+				e.changeGateway(t, tc.change)
 			}
 			if e.applies != tc.wantApplies {
 				t.Errorf("%d applies, want %d", e.applies, tc.wantApplies)

@@ -27,20 +27,10 @@ import (
 )
 
 // shapeManifest is one VpcNatGateway that sets every field the
-// StatefulSet is built from: external subnet, node selector, tolerations,
-// affinity, routes, user annotations, lanIp (and a second subnet in its VPC
-// is routed too). Its placement fits the single node.
-var shapeManifest = fmt.Sprintf(`apiVersion: kubeovn.io/v1
-kind: VpcNatGateway
-metadata:
-  name: %[1]s
-spec:
-  vpc: vpc-%[1]s
-  subnet: subnet-%[1]s
-  lanIp: %[2]s
-  externalSubnets: [%[3]s]
-  selector: ["kubernetes.io/os: linux"]
-  tolerations:
+// StatefulSet is built from: docGateway's (external subnet, node selector,
+// lanIp) and tolerations, affinity, routes, user annotations (and a second
+// subnet in its VPC is routed too). Its placement fits the single node.
+var shapeManifest = docGateway + `  tolerations:
   - {key: natgw.test/dedicated, operator: Exists, effect: NoSchedule}
   affinity:
     nodeAffinity:
@@ -53,7 +43,7 @@ spec:
   - {cidr: 172.30.0.0/16, nextHopIP: 10.244.77.1}
   annotations:
     natgw.test/note: shape
-`, gwName, lanIP, kubeovn.ExternalNetwork)
+`
 
 // secondSubnet is another subnet of the gateway's VPC: both controllers
 // route it via eth0 in the pod's annotations.

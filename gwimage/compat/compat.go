@@ -568,8 +568,8 @@ func gatewayQoS(r *ruleParser, p *Plan, add bool) error {
 		if q.CIDR, err = r.prefix(6, "cidr"); err != nil {
 			return err
 		}
-		if q.CIDR.Masked() != q.CIDR {
-			return r.fail("cidr", r.fields[6], "host bits set")
+		if err := nat.CheckNetwork("cidr", q.CIDR); err != nil {
+			return r.refused(err)
 		}
 	case "matchall":
 		for i, name := range map[int]string{4: "matchType", 5: "matchDirection", 6: "cidr"} {

@@ -3,7 +3,6 @@ package lbsvc
 import (
 	"context"
 	"flag"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -68,10 +67,6 @@ func TestLayoutGolden(t *testing.T) {
 			t.Fatalf("dnat-del %s: %v", rule, err)
 		}
 	}
-	var b strings.Builder
-	for i, tx := range f.Applied {
-		fmt.Fprintf(&b, "# transaction %d\n%s", i+1, tx)
-	}
-	got := b.String() + "\n# after the dnat-adds\n" + added + "\n# after the dnat-dels\n" + f.Dump()
+	got := golden.Transcript(f.Applied, nil, "") + "\n# after the dnat-adds\n" + added + "\n# after the dnat-dels\n" + f.Dump()
 	golden.Check(t, filepath.Join("testdata", "golden", "lbsvc.nft"), got, *update)
 }

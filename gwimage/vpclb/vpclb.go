@@ -9,7 +9,6 @@ package vpclb
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -19,6 +18,7 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 
+	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/nftconn"
 )
 
@@ -39,13 +39,20 @@ func ParseRoute(args []string) (Route, error) {
 	if len(args) != 5 || args[0] != "route" || args[1] != "replace" || args[3] != "via" {
 		return Route{}, fmt.Errorf("natgw serves only `ip [-4|-6] route replace CIDR via GATEWAY`, got %q", strings.Join(args, " "))
 	}
-	dst, err := parseCIDR(args[2])
-	if err != nil {
-		return Route{}, fmt.Errorf("route replace: destination %q: %w", args[2], err)
+	// nat's parsers and its rule for a route (the agent's).
+	dst, err := nat.ParsePrefix("destination", args[2])
+	var gw netip.Addr
+	if err == nil {
+		gw, err = nat.ParseIP("gateway", args[4])
 	}
-	gw, err := netip.ParseAddr(args[4])
-	if err != nil || gw.Is4() != dst.Addr().Is4() || (fam == 4 && !gw.Is4()) || (fam == 6 && !gw.Is6()) {
-		return Route{}, fmt.Errorf("route replace: gateway %q: not an address of the destination's family", args[4])
+	if err == nil {
+		err = nat.CheckRoute("destination", dst, "gateway", gw)
+	}
+	if err == nil && (fam == 4 && !gw.Is4() || fam == 6 && !gw.Is6()) {
+		err = &nat.FieldError{Field: "gateway", Value: args[4], Reason: fmt.Sprintf("not an IPv%d address (ip -%d)", fam, fam)}
+	}
+	if err != nil {
+		return Route{}, fmt.Errorf("route replace: %w", err)
 	}
 	return Route{Dst: dst, Via: gw}, nil
 }
@@ -77,32 +84,26 @@ func ParseMasquerade(prog string, args []string) (Masquerade, error) {
 	if !ok {
 		return Masquerade{}, fmt.Errorf("natgw serves only `%s -t nat -I POSTROUTING -d CIDR -j MASQUERADE`, got %q", prog, strings.Join(args, " "))
 	}
-	dst, err := parseCIDR(args[5])
+	dst, err := parseCIDR("-d", args[5])
 	if err == nil && dst.Addr().Is4() != (prog == "iptables") {
-		err = fmt.Errorf("not an IPv%d CIDR", map[bool]int{true: 4, false: 6}[prog == "iptables"])
+		err = &nat.FieldError{Field: "-d", Value: args[5], Reason: fmt.Sprintf("not an IPv%d CIDR", map[bool]int{true: 4, false: 6}[prog == "iptables"])}
 	}
 	if err != nil {
-		return Masquerade{}, fmt.Errorf("-d %q: %w", args[5], err)
+		return Masquerade{}, fmt.Errorf("%s: %w", prog, err)
 	}
 	return Masquerade{Dst: dst}, nil
 }
 
-// parseCIDR reads an address or CIDR of either family (a bare address is
-// a host route) with no host bits set.
-func parseCIDR(s string) (netip.Prefix, error) {
-	if !strings.Contains(s, "/") {
-		a, err := netip.ParseAddr(s)
-		if err != nil {
-			return netip.Prefix{}, errors.New("not an address or CIDR")
-		}
-		return netip.PrefixFrom(a, a.BitLen()), nil
-	}
-	p, err := netip.ParsePrefix(s)
+// parseCIDR reads field's network, by nat's rules: an address or CIDR of
+// either family (a bare address is a host route, nat.ParsePrefix) with no
+// host bits set (nat.CheckNetwork).
+func parseCIDR(field, s string) (netip.Prefix, error) {
+	p, err := nat.ParsePrefix(field, s)
 	if err != nil {
-		return netip.Prefix{}, errors.New("not an address or CIDR")
+		return netip.Prefix{}, err
 	}
-	if p.Masked() != p {
-		return netip.Prefix{}, fmt.Errorf("host bits set (want %s)", p.Masked())
+	if err := nat.CheckNetwork(field, p); err != nil {
+		return netip.Prefix{}, err
 	}
 	return p, nil
 }

@@ -3,8 +3,10 @@
 package golden
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -29,4 +31,18 @@ func Check(t testing.TB, path, got string, update bool) {
 	if got != string(want) {
 		t.Errorf("%s differs (rewrite it with the test's update switch after checking):\n--- got\n%s\n--- want\n%s", path, got, want)
 	}
+}
+
+// Transcript is the text of a table layout's golden file: each transaction
+// applied, "# transaction N" above it, then each dump taken after a step,
+// "# after STEP N" above it (both counted from 1).
+func Transcript(applied, dumps []string, step string) string {
+	var b strings.Builder
+	for i, tx := range applied {
+		fmt.Fprintf(&b, "# transaction %d\n%s", i+1, tx)
+	}
+	for i, d := range dumps {
+		fmt.Fprintf(&b, "\n# after %s %d\n%s", step, i+1, d)
+	}
+	return b.String()
 }

@@ -43,3 +43,15 @@ func TestCheck(t *testing.T) {
 		t.Errorf("file %q, %v; want the last update", b, err)
 	}
 }
+
+func TestTranscript(t *testing.T) {
+	got := Transcript([]string{"add table t\n", "flush table t\n"}, []string{"table t {\n}\n", ""}, "step")
+	want := "# transaction 1\nadd table t\n# transaction 2\nflush table t\n" +
+		"\n# after step 1\ntable t {\n}\n\n# after step 2\n"
+	if got != want {
+		t.Errorf("Transcript:\n%q\nwant\n%q", got, want)
+	}
+	if got := Transcript(nil, nil, "step"); got != "" {
+		t.Errorf("Transcript of nothing = %q, want empty", got)
+	}
+}

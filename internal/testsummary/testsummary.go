@@ -8,6 +8,7 @@ package testsummary
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -65,4 +66,17 @@ func Scenario(t testing.TB, prefix, scenario, dataplane string, kv ...any) {
 		b.WriteString(" result=ok")
 	}
 	Record(t, b.String())
+}
+
+// Percentile returns the p-th percentile (0 < p ≤ 100) of d by nearest
+// rank (the smallest value at or above which p % of d lie), without
+// changing d; 0 for an empty d.
+func Percentile(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[min(max(i-1, 0), len(s)-1)]
 }

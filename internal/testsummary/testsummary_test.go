@@ -36,3 +36,22 @@ func TestScenario(t *testing.T) {
 		t.Errorf("file holds %q, want %q", got, want)
 	}
 }
+
+func TestPercentile(t *testing.T) {
+	const ms = time.Millisecond
+	d := []time.Duration{5 * ms, ms, 4 * ms, 2 * ms, 3 * ms, 10 * ms, 9 * ms, 8 * ms, 7 * ms, 6 * ms}
+	for _, tc := range []struct {
+		p    int
+		want time.Duration
+	}{{50, 5 * time.Millisecond}, {99, 10 * time.Millisecond}, {100, 10 * time.Millisecond}, {10, time.Millisecond}, {1, time.Millisecond}, {91, 10 * time.Millisecond}, {90, 9 * time.Millisecond}} {
+		if got := Percentile(d, tc.p); got != tc.want {
+			t.Errorf("Percentile(1..10 ms, %d) = %v, want %v", tc.p, got, tc.want)
+		}
+	}
+	if d[0] != 5*time.Millisecond {
+		t.Error("Percentile sorted its argument")
+	}
+	if got := Percentile(nil, 50); got != 0 {
+		t.Errorf("Percentile(nil) = %v, want 0", got)
+	}
+}

@@ -58,12 +58,21 @@ func Open(ns *netns.NS) (*Cleaner, error) {
 	return &Cleaner{ns: ns, conn: c, nl: nl, buf: make([]byte, 4096)}, nil
 }
 
+// The range of IPv6 EIPs' mark ids (see MarkOf), which the nftables data
+// plane allocates (nat.MarkIDs). Every IPv4 EIP's mark is above
+// MarkID6Max, as 0.0.0.0/8 is never an EIP (nat.ParseUnicastIPv4); a share
+// identity's slot count (1..8, 256..65536) sits in the ct mark while its
+// first packet passes chain share/share6, so the ids start above 65536.
+const (
+	MarkID6Min = 0x00010001
+	MarkID6Max = 0x00ffffff
+)
+
 // MarkOf returns the ct mark natgw's nftables rules give the IPv4
 // connections NATed through eip: the IPv4 address as a big-endian 32-bit
 // number. An IPv6 address does not fit a mark: IPv6 connections carry
-// their EIP's mark id instead, which the nftables data plane allocates
-// (0x00010001..0x00ffffff, disjoint from every IPv4 EIP's mark because
-// 0.0.0.0/8 is never an EIP). eip must be an IPv4 address.
+// their EIP's mark id instead (MarkID6Min..MarkID6Max, disjoint from every
+// IPv4 EIP's mark). eip must be an IPv4 address.
 func MarkOf(eip netip.Addr) uint32 {
 	b := eip.As4()
 	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])

@@ -119,3 +119,15 @@ func TestMarkOf(t *testing.T) {
 		}
 	}
 }
+
+// TestMarkID6Range: IPv6 EIPs' mark ids lie above a share identity's
+// slot counts (up to 65536) and below every IPv4 EIP's mark (MarkOf of
+// 1.0.0.0, the lowest IPv4 EIP).
+func TestMarkID6Range(t *testing.T) {
+	if MarkID6Min <= 65536 || MarkID6Min > MarkID6Max {
+		t.Errorf("mark ids %#x..%#x: want a range above 65536", MarkID6Min, MarkID6Max)
+	}
+	if low := MarkOf(netip.MustParseAddr("1.0.0.0")); MarkID6Max >= low {
+		t.Errorf("MarkID6Max %#x reaches the lowest IPv4 EIP's mark %#x", MarkID6Max, low)
+	}
+}

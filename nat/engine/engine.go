@@ -231,9 +231,7 @@ func (e *Engine) Counts() map[nat.Kind]int {
 func (e *Engine) MarkID6(a netip.Addr) (uint32, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if m, ok := e.r.(interface {
-		MarkID6(netip.Addr) (uint32, bool)
-	}); ok {
+	if m, ok := e.r.(nat.MarkIDs); ok {
 		return m.MarkID6(a)
 	}
 	return 0, false

@@ -89,3 +89,33 @@ func TestEngineSequencing(t *testing.T) {
 		t.Fatalf("after cancelled apply %v", got)
 	}
 }
+
+// markBackend is a natfake backend whose rules give every IPv6 address
+// mark id 0x10002.
+type markBackend struct{ *natfake.Backend }
+
+func (markBackend) MarkID6(a netip.Addr) (uint32, bool) { return 0x10002, a.Is6() }
+
+// TestMarkID6: the engine is a nat.MarkIDs (what nat/shape looks for) and
+// answers with its backend's MarkID6, or false when the backend has none.
+func TestMarkID6(t *testing.T) {
+	ctx := context.Background()
+	v6 := netip.MustParseAddr("2001:db8::1")
+	for _, tc := range []struct {
+		name string
+		r    engine.Backend
+		want bool
+	}{
+		{"backend with mark ids", markBackend{natfake.NewBackend("", "b1")}, true},
+		{"backend without", natfake.NewBackend("", "b1"), false},
+	} {
+		e, err := engine.New(ctx, tc.r, nil, logr.Discard())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids nat.MarkIDs = e
+		if id, ok := ids.MarkID6(v6); ok != tc.want || ok && id != 0x10002 {
+			t.Errorf("%s: MarkID6(%s) = %#x, %v; want 0x10002 %v", tc.name, v6, id, ok, tc.want)
+		}
+	}
+}

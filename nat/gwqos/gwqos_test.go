@@ -15,6 +15,7 @@ import (
 	"github.com/natgw/natgw/internal/golden"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/nattest"
 	"github.com/natgw/natgw/nat/netns"
 	"github.com/natgw/natgw/nat/nftconn"
 	"github.com/natgw/natgw/nat/shape"
@@ -483,17 +484,10 @@ func TestMarkOf(t *testing.T) {
 // context, and an ended one is refused before any socket is opened (no
 // root needed).
 func TestCanceledContext(t *testing.T) {
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	cfg := nat.Config{NetNS: "/nonexistent/natgw-test-ns"}
-	for name, call := range map[string]func() error{
-		"Set":    func() error { return Set(ctx, cfg, nil) },
-		"Ensure": func() error { _, err := Ensure(ctx, cfg, nil); return err },
-		"Apply":  func() error { return Apply(ctx, cfg, nil) },
-		"List":   func() error { _, err := List(ctx, cfg); return err },
-	} {
-		if err := call(); !errors.Is(err, context.Canceled) {
-			t.Errorf("%s with a canceled context: %v, want context.Canceled", name, err)
-		}
-	}
+	nattest.Canceled(t, map[string]func(context.Context, nat.Config) error{
+		"Set":    func(ctx context.Context, cfg nat.Config) error { return Set(ctx, cfg, nil) },
+		"Ensure": func(ctx context.Context, cfg nat.Config) error { _, err := Ensure(ctx, cfg, nil); return err },
+		"Apply":  func(ctx context.Context, cfg nat.Config) error { return Apply(ctx, cfg, nil) },
+		"List":   func(ctx context.Context, cfg nat.Config) error { _, err := List(ctx, cfg); return err },
+	})
 }

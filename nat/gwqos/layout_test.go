@@ -97,14 +97,7 @@ func TestLayoutGolden(t *testing.T) {
 			t.Errorf("write %d: holds is true of entries with another class", i+1)
 		}
 	}
-	var b strings.Builder
-	for i, tx := range f.Applied {
-		fmt.Fprintf(&b, "# transaction %d\n%s", i+1, tx)
-	}
-	for i, d := range dumps {
-		fmt.Fprintf(&b, "\n# after write %d\n%s", i+1, d)
-	}
-	golden.Check(t, filepath.Join("testdata", "golden", "gwqos.nft"), b.String(), *update)
+	golden.Check(t, filepath.Join("testdata", "golden", "gwqos.nft"), golden.Transcript(f.Applied, dumps, "write"), *update)
 }
 
 // TestWriteTxLimit: more rules than the mark numbers is refused before

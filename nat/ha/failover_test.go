@@ -22,6 +22,7 @@ import (
 
 	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/internal/testsummary"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/ha"
 )
@@ -508,14 +509,9 @@ func TestFailoverFigures(t *testing.T) {
 	}
 }
 
+// pct is the p-th percentile of d, to the millisecond.
 func pct(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := (len(s)*p + 99) / 100
-	return s[min(max(i-1, 0), len(s)-1)].Round(time.Millisecond)
+	return testsummary.Percentile(d, p).Round(time.Millisecond)
 }
 
 // cutHeartbeats drops everything between the replicas' own internal

@@ -179,9 +179,14 @@ func CheckTiming(interval time.Duration, misses int, lease time.Duration) error 
 	return nil
 }
 
+// checkFloating checks a floating address/length: its address is one a
+// gateway programs (nat.CheckUnicast, the agent's rule for an EIP).
 func checkFloating(p netip.Prefix) error {
-	if !p.IsValid() || p.Addr().Is4In6() || p.Addr().Zone() != "" {
+	if !p.IsValid() {
 		return fmt.Errorf("floating address %q: want an IPv4 or IPv6 address/length", p)
+	}
+	if err := nat.CheckUnicast("address", p.Addr()); err != nil {
+		return fmt.Errorf("floating address %q: %w", p, err)
 	}
 	return nil
 }

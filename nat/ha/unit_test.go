@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/natgw/natgw/nat"
 )
 
 // TestFence: one holder at a time; renewal by the holder; takeover only
@@ -171,6 +173,8 @@ func TestConfig(t *testing.T) {
 		{"fence", func(c *Config) { c.Fence = nil }, "fence"},
 		{"v4-mapped eip", func(c *Config) { c.EIPs = []netip.Prefix{netip.MustParsePrefix("::ffff:192.0.2.1/120")} }, "::ffff:192.0.2.1/120"},
 		{"zero lanIp", func(c *Config) { c.LanIPs = []netip.Prefix{{}} }, "floating address"},
+		{"loopback eip", func(c *Config) { c.EIPs = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/8")} }, `"127.0.0.1/8": invalid address "127.0.0.1": not a unicast address`},
+		{"link-local lanIp", func(c *Config) { c.LanIPs = []netip.Prefix{netip.MustParsePrefix("fe80::1/64")} }, `"fe80::1/64": invalid address "fe80::1": a link-local IPv6 address`},
 	} {
 		c := ok()
 		tc.mod(&c)
@@ -262,5 +266,19 @@ func TestKeptByPeer(t *testing.T) {
 				t.Fatalf("keptByPeer = %t, want %t (keepUntil now%+v)", got, tc.want, r.keepUntil(seen).Sub(now))
 			}
 		})
+	}
+}
+
+// TestFloatingNatRule: a floating address is refused exactly when nat
+// refuses it as an address a gateway programs (nat.CheckUnicast), with
+// nat's error.
+func TestFloatingNatRule(t *testing.T) {
+	for _, s := range []string{"192.0.2.10/24", "2001:db8::10/64", "127.0.0.1/8", "0.0.0.0/0", "224.0.0.1/4", "255.255.255.255/32", "::1/128", "fe80::1/64", "ff02::1/16", "::ffff:192.0.2.1/120"} {
+		p := netip.MustParsePrefix(s)
+		err, want := checkFloating(p), nat.CheckUnicast("address", p.Addr())
+		var fe, wantFE *nat.FieldError
+		if (err == nil) != (want == nil) || want != nil && (!errors.As(err, &fe) || !errors.As(want, &wantFE) || *fe != *wantFE) {
+			t.Errorf("%s: %v, want nat's %v", s, err, want)
+		}
 	}
 }

@@ -53,7 +53,8 @@
 //	}
 //
 // Every test builds its own namespaces (internal/netlab) and removes them;
-// it skips when not root.
+// it skips when not root. Canceled, for a package's own tests, checks that
+// its netlink calls refuse an ended context (no root needed).
 package nattest
 
 import (

@@ -11,6 +11,7 @@ import (
 	nft "github.com/google/nftables"
 
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/conntrack"
 )
 
 // IPv6 EIPs' conntrack mark ids. An IPv6 address does not fit a 32-bit ct
@@ -24,8 +25,8 @@ import (
 // the ct mark while its first packet passes chain share/share6, so the
 // ids start above 65536.
 const (
-	markID6Min = 0x00010001
-	markID6Max = 0x00ffffff
+	markID6Min = conntrack.MarkID6Min
+	markID6Max = conntrack.MarkID6Max
 )
 
 // markID is an IPv6 EIP's mark id and the UID of the EIP object that

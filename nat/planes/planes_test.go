@@ -131,6 +131,20 @@ func reaches(t *testing.T, gw *netlab.Gateway, addr netip.Addr) string {
 	return r.Server
 }
 
+// newGateway is a lab gateway (removed when t ends), its lab, and a
+// context bounding the test's calls.
+func newGateway(t *testing.T) (*netlab.Lab, *netlab.Gateway, context.Context) {
+	t.Helper()
+	lab := netlab.ForTest(t)
+	gw, err := lab.Gateway(netlab.GatewayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return lab, gw, ctx
+}
+
 // TestSwitch programs one data plane, then starts the other the way natgw
 // serve does (EmptyOthers, open, Restore) and programs only part of the old
 // state there (fip0 was deleted while the controller switched). After
@@ -164,13 +178,7 @@ func TestSwitch(t *testing.T) {
 			name += "/shared"
 		}
 		t.Run(name, func(t *testing.T) {
-			lab := netlab.ForTest(t)
-			gw, err := lab.Gateway(netlab.GatewayOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
+			lab, gw, ctx := newGateway(t)
 			for i := range 2 {
 				if _, err := lab.ServeTCP(ctx, gw.VMs[i].NS, ":80"); err != nil {
 					t.Fatal(err)
@@ -232,12 +240,7 @@ func TestSwitch(t *testing.T) {
 // TestNothingToEmpty: a fresh namespace, and a namespace holding only the
 // kept data plane, are left alone (and no table or chain is created).
 func TestNothingToEmpty(t *testing.T) {
-	lab := netlab.ForTest(t)
-	gw, err := lab.Gateway(netlab.GatewayOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
+	_, gw, ctx := newGateway(t)
 	for _, keep := range Names {
 		e, err := EmptyOthers(ctx, keep, gw.Config())
 		if err != nil || !e.Empty() {
@@ -269,13 +272,7 @@ func TestSwitchWithoutPlumbing(t *testing.T) {
 	for _, pair := range [][2]nat.DataplaneName{{nat.DataplaneNftables, nat.DataplaneIptables}, {nat.DataplaneIptables, nat.DataplaneNftables}} {
 		from, to := pair[0], pair[1]
 		t.Run(string(from)+"-to-"+string(to), func(t *testing.T) {
-			lab := netlab.ForTest(t)
-			gw, err := lab.Gateway(netlab.GatewayOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
+			_, gw, ctx := newGateway(t)
 			cfg := gw.Config()
 			old, err := OpenWithoutPlumbing(ctx, from, cfg)
 			if err != nil {

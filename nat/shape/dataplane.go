@@ -31,27 +31,20 @@ import (
 type Dataplane struct {
 	inner nat.Dataplane
 	cfg   nat.Config
-	ids   markIDs // nil: the inner data plane gives IPv6 EIPs no mark ids
+	ids   nat.MarkIDs // nil: the inner data plane gives IPv6 EIPs no mark ids
 
 	mu     sync.Mutex
 	shaped shaping // by EIP UID; nil: not read yet (or unknown after an error)
 }
 
-// markIDs is the optional interface of a wrapped data plane whose rules
-// give an IPv6 EIP's connections a ct mark id (nftables.Backend.MarkID6,
-// forwarded by nat/engine's Engine).
-type markIDs interface {
-	MarkID6(a netip.Addr) (uint32, bool)
-}
-
 // Wrap returns inner with EIP QoS shaped in cfg's gateway. inner must be
 // the nftables data plane (the ingress classes are found by its ct mark).
 // The QoS of an EIP with an IPv6 address is shaped only when inner gives
-// IPv6 EIPs mark ids (markIDs, and inner is the nftables data plane: the
+// IPv6 EIPs mark ids (nat.MarkIDs, and inner is the nftables data plane: the
 // engine forwards MarkID6 for any backend); otherwise it stays with inner.
 func Wrap(inner nat.Dataplane, cfg nat.Config) *Dataplane {
 	d := &Dataplane{inner: inner, cfg: cfg.WithDefaults()}
-	if m, ok := inner.(markIDs); ok && inner.Name() == nat.DataplaneNftables {
+	if m, ok := inner.(nat.MarkIDs); ok && inner.Name() == nat.DataplaneNftables {
 		d.ids = m
 	}
 	return d

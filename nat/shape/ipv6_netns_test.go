@@ -76,7 +76,7 @@ func TestWrapShapesIPv6EIPs(t *testing.T) {
 	}
 	in, eg := QoSToLimits(&q)
 	var want []EIP
-	ids, ok := inner.(markIDs)
+	ids, ok := inner.(nat.MarkIDs)
 	if !ok {
 		t.Fatal("the nftables data plane gives no IPv6 mark ids")
 	}

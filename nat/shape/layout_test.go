@@ -3,13 +3,13 @@ package shape
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"net/netip"
 	"path/filepath"
 	"reflect"
 	"slices"
-	"strings"
 	"testing"
+
+	nft "github.com/google/nftables"
 
 	"github.com/natgw/natgw/internal/golden"
 	"github.com/natgw/natgw/internal/netlab"
@@ -43,24 +43,13 @@ func layoutSteps() [][]EIP {
 func fakeSet(t *testing.T, c nftconn.Conn, cfg nat.Config, eips []EIP) []class {
 	t.Helper()
 	ctx := context.Background()
-	cur, err := readMaps(ctx, c)
+	cur, there, err := readMaps(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want, err := assign(cur, eips)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var there tablesThere
-	for _, x := range []struct {
-		t  nftconn.Table
-		ok *bool
-	}{{table, &there.inet}, {oldTable, &there.old}} {
-		ok, err := nftconn.HasTable(ctx, c, x.t)
-		if err != nil {
-			t.Fatal(err)
-		}
-		*x.ok = ok
 	}
 	if err := c.Apply(ctx, tableTx(cfg, len(want) > 0, there, want)); err != nil {
 		t.Fatal(err)
@@ -81,7 +70,7 @@ func TestLayoutGolden(t *testing.T) {
 	for i, eips := range layoutSteps() {
 		want := fakeSet(t, f, cfg, eips)
 		dumps = append(dumps, f.Dump())
-		got, err := readMaps(ctx, f)
+		got, _, err := readMaps(ctx, f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,14 +78,69 @@ func TestLayoutGolden(t *testing.T) {
 			t.Errorf("step %d: the maps read back as %+v, want %+v", i+1, got, want)
 		}
 	}
-	var b strings.Builder
-	for i, tx := range f.Applied {
-		fmt.Fprintf(&b, "# transaction %d\n%s", i+1, tx)
+	golden.Check(t, filepath.Join("testdata", "golden", "shape.nft"), golden.Transcript(f.Applied, dumps, "step"), *update)
+}
+
+// listCounter is a Conn that counts the table listings it answers.
+type listCounter struct {
+	nftconn.Conn
+	lists int
+}
+
+func (c *listCounter) Tables(ctx context.Context, f nft.TableFamily) ([]string, error) {
+	c.lists++
+	return c.Conn.Tables(ctx, f)
+}
+
+// TestReadMapsTables: the read before a change says which tables are there
+// (what the change's transaction deletes or flushes) with one listing per
+// family, for each of none, the inet table, the old family ip one, and
+// both; the classes come from the inet table when it is there.
+func TestReadMapsTables(t *testing.T) {
+	ctx := context.Background()
+	cfg := nat.Config{}.WithDefaults()
+	eips := layoutSteps()[0]
+	for _, there := range []tablesThere{{}, {inet: true}, {old: true}, {inet: true, old: true}} {
+		f := nftconn.NewFake()
+		var want []class
+		if there.old {
+			old, err := assign(nil, eips[:1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			tx := &nftconn.Tx{}
+			tx.AddTable(oldTable)
+			for _, m := range []mapKind{mapIngress, mapEgress} {
+				tx.AddMap(oldTable, m.spec())
+				tx.AddElements(oldTable, m.spec().Name, elementsOf(m, old)...)
+			}
+			if err := f.Apply(ctx, tx); err != nil {
+				t.Fatal(err)
+			}
+			want = old
+		}
+		if there.inet {
+			inet, err := assign(nil, eips)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Apply(ctx, tableTx(cfg, true, tablesThere{}, inet)); err != nil {
+				t.Fatal(err)
+			}
+			want = inet
+		}
+		c := &listCounter{Conn: f}
+		got, gotThere, err := readMaps(ctx, c)
+		if err != nil {
+			t.Fatalf("%+v: %v", there, err)
+		}
+		if gotThere != there || c.lists != 2 {
+			t.Errorf("%+v: readMaps says %+v after %d table listings, want 2", there, gotThere, c.lists)
+		}
+		if len(got) != len(want) || len(want) > 0 && !reflect.DeepEqual(sorted(got), sorted(want)) {
+			t.Errorf("%+v: classes %+v, want %+v", there, got, want)
+		}
 	}
-	for i, d := range dumps {
-		fmt.Fprintf(&b, "\n# after step %d\n%s", i+1, d)
-	}
-	golden.Check(t, filepath.Join("testdata", "golden", "shape.nft"), b.String(), *update)
 }
 
 // sorted returns cs by direction, then address.
@@ -173,7 +217,7 @@ func TestUpgradeFromIPTable(t *testing.T) {
 	var cur []class
 	err := withKernel(ctx, cfg.WithDefaults(), func(k *kernel) error {
 		var err error
-		if cur, err = k.readMaps(); err != nil {
+		if cur, _, err = k.readMaps(); err != nil {
 			return err
 		}
 		tx := &nftconn.Tx{}
@@ -211,7 +255,7 @@ func TestUpgradeFromIPTable(t *testing.T) {
 		t.Errorf("no inet table: %v", err)
 	}
 	err = withKernel(ctx, cfg.WithDefaults(), func(k *kernel) error {
-		after, err := k.readMaps()
+		after, _, err := k.readMaps()
 		if err != nil {
 			return err
 		}

@@ -161,10 +161,6 @@ func (e EIP) key() netip.Addr {
 	return e.V6Address
 }
 
-// markIDMax is the highest IPv6 mark id (nat/nftables' markID6Max): an
-// IPv4 EIP's ct mark (its address, never in 0.0.0.0/8) is above it.
-const markIDMax = 0x00ffffff
-
 // direction names the two directions and their maps.
 type direction int
 
@@ -282,7 +278,7 @@ func ValidateAll(eips []EIP) error {
 		if e.V6Address.IsValid() && (!e.V6Address.Is6() || e.V6Address.Is4In6() || e.V6Address.IsUnspecified() || e.V6Address.IsMulticast()) {
 			return &nat.FieldError{Field: f + ".v6Address", Value: e.V6Address.String(), Reason: "want a unicast IPv6 address"}
 		}
-		if e.Mark6 > markIDMax || e.Mark6 != 0 && !e.V6Address.IsValid() {
+		if e.Mark6 > conntrack.MarkID6Max || e.Mark6 != 0 && !e.V6Address.IsValid() {
 			return &nat.FieldError{Field: f + ".mark6", Value: fmt.Sprint(e.Mark6), Reason: "want an IPv6 EIP's mark id (at most 0xffffff)"}
 		}
 		for _, a := range []struct {
@@ -398,7 +394,7 @@ func Set(ctx context.Context, cfg nat.Config, eips []EIP) error {
 		return err
 	}
 	return withKernel(ctx, cfg, func(k *kernel) error {
-		cur, err := k.readMaps()
+		cur, there, err := k.readMaps()
 		if err != nil {
 			return err
 		}
@@ -406,7 +402,7 @@ func Set(ctx context.Context, cfg nat.Config, eips []EIP) error {
 		if err != nil {
 			return err
 		}
-		return k.apply(cur, want)
+		return k.apply(cur, there, want)
 	})
 }
 
@@ -420,7 +416,7 @@ func Get(ctx context.Context, cfg nat.Config) ([]EIP, error) {
 	cfg = cfg.WithDefaults()
 	var out []EIP
 	err := withKernel(ctx, cfg, func(k *kernel) error {
-		cur, err := k.readMaps()
+		cur, _, err := k.readMaps()
 		if err != nil {
 			return err
 		}
@@ -608,24 +604,34 @@ func elementsOf(m mapKind, want []class) []nftconn.Element {
 	return els
 }
 
-// readMaps returns the classes recorded in natgw's table.
-func (k *kernel) readMaps() ([]class, error) { return readMaps(k.ctx, k.conn) }
+// readMaps returns the classes recorded in natgw's table, and which
+// tables are there.
+func (k *kernel) readMaps() ([]class, tablesThere, error) { return readMaps(k.ctx, k.conn) }
 
 // readMaps returns the classes recorded in natgw's table (the old family
 // ip one when the inet one is not there), read through c, by direction and
-// minor: a class's elements (one per family) make one class.
-func readMaps(ctx context.Context, c nftconn.Conn) ([]class, error) {
-	t := table
-	if ok, err := nftconn.HasTable(ctx, c, table); err != nil {
-		return nil, fmt.Errorf("shape: %w", err)
-	} else if !ok {
-		t = oldTable
-		if ok, err := nftconn.HasTable(ctx, c, oldTable); err != nil || !ok {
-			if err != nil {
-				return nil, fmt.Errorf("shape: %w", err)
-			}
-			return nil, nil
+// minor: a class's elements (one per family) make one class. It also says
+// which of the two tables are there, for the transaction that follows
+// (tableTx): one listing of each family answers both.
+func readMaps(ctx context.Context, c nftconn.Conn) ([]class, tablesThere, error) {
+	var there tablesThere
+	for _, x := range []struct {
+		t  nftconn.Table
+		ok *bool
+	}{{table, &there.inet}, {oldTable, &there.old}} {
+		ok, err := nftconn.HasTable(ctx, c, x.t)
+		if err != nil {
+			return nil, there, fmt.Errorf("shape: %w", err)
 		}
+		*x.ok = ok
+	}
+	t := table
+	switch {
+	case there.inet:
+	case there.old:
+		t = oldTable
+	default:
+		return nil, there, nil
 	}
 	type ref struct {
 		dir   direction
@@ -639,20 +645,20 @@ func readMaps(ctx context.Context, c nftconn.Conn) ([]class, error) {
 		}
 		els, err := c.MapElements(ctx, t, m.spec().Name)
 		if err != nil {
-			return nil, fmt.Errorf("shape: %w", err)
+			return nil, there, fmt.Errorf("shape: %w", err)
 		}
 		d := m.dir()
 		for _, el := range els {
 			if len(el.Val) != 4 || len(el.Key) != m.keyLen() {
-				return nil, fmt.Errorf("shape: %s map %s: bad element %x : %x", t.Name, m.spec().Name, el.Key, el.Val)
+				return nil, there, fmt.Errorf("shape: %s map %s: bad element %x : %x", t.Name, m.spec().Name, el.Key, el.Val)
 			}
 			id := binary.NativeEndian.Uint32(el.Val)
 			lim, v6, err := parseComment(el.Comment)
 			if err != nil {
-				return nil, fmt.Errorf("shape: %s map %s element %x: %w", t.Name, m.spec().Name, el.Key, err)
+				return nil, there, fmt.Errorf("shape: %s map %s element %x: %w", t.Name, m.spec().Name, el.Key, err)
 			}
 			if id>>16 != Major {
-				return nil, fmt.Errorf("shape: %s map %s element %x: class %x:%x is not natgw's", t.Name, m.spec().Name, el.Key, id>>16, id&0xffff)
+				return nil, there, fmt.Errorf("shape: %s map %s element %x: class %x:%x is not natgw's", t.Name, m.spec().Name, el.Key, id>>16, id&0xffff)
 			}
 			r := ref{d, uint16(id)}
 			cl := by[r]
@@ -662,11 +668,11 @@ func readMaps(ctx context.Context, c nftconn.Conn) ([]class, error) {
 				order = append(order, r)
 			}
 			if cl.lim != lim || cl.v6 != v6 {
-				return nil, fmt.Errorf("shape: %s map %s element %x: class %x:%x is also %q's", t.Name, m.spec().Name, el.Key, Major, uint16(id), el.Comment)
+				return nil, there, fmt.Errorf("shape: %s map %s element %x: class %x:%x is also %q's", t.Name, m.spec().Name, el.Key, Major, uint16(id), el.Comment)
 			}
 			switch m {
 			case mapIngress:
-				if mk := binary.NativeEndian.Uint32(el.Key); mk <= markIDMax {
+				if mk := binary.NativeEndian.Uint32(el.Key); mk <= conntrack.MarkID6Max {
 					cl.mark6 = mk
 				} else {
 					cl.eip = netip.AddrFrom4([4]byte(binary.BigEndian.AppendUint32(nil, mk)))
@@ -685,11 +691,11 @@ func readMaps(ctx context.Context, c nftconn.Conn) ([]class, error) {
 			cl.eip = cl.v6 // IPv6-only EIP
 		}
 		if !cl.eip.IsValid() {
-			return nil, fmt.Errorf("shape: %s: class %x:%x has no EIP address", t.Name, Major, cl.minor)
+			return nil, there, fmt.Errorf("shape: %s: class %x:%x has no EIP address", t.Name, Major, cl.minor)
 		}
 		out = append(out, cl)
 	}
-	return out, nil
+	return out, there, nil
 }
 
 // link returns the interface named dev.
@@ -822,8 +828,9 @@ func classRef(l netlink.Link, minor uint16) netlink.Class {
 	return &netlink.GenericClass{ClassAttrs: netlink.ClassAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.MakeHandle(Major, 0), Handle: netlink.MakeHandle(Major, minor)}, ClassType: "htb"}
 }
 
-// apply moves the kernel from cur to want (both with minors).
-func (k *kernel) apply(cur, want []class) (err error) {
+// apply moves the kernel from cur to want (both with minors); there is
+// which tables readMaps found.
+func (k *kernel) apply(cur []class, there tablesThere, want []class) (err error) {
 	links := map[direction]netlink.Link{}
 	ours := map[direction]bool{}
 	wanted := map[direction]bool{}
@@ -907,7 +914,7 @@ func (k *kernel) apply(cur, want []class) (err error) {
 		}
 	}
 	// 2. the table, in one transaction.
-	if err := k.writeTable(len(want) > 0, k.tables(), want); err != nil {
+	if err := k.writeTable(len(want) > 0, there, want); err != nil {
 		return err
 	}
 	undo = nil // the maps point at want now: no going back.
@@ -935,17 +942,6 @@ func (k *kernel) apply(cur, want []class) (err error) {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// tables says whether the inet table and the old family ip one are there
-// (an error reading counts as there: the transaction then deletes or
-// flushes it, and fails if it was not).
-func (k *kernel) tables() tablesThere {
-	has := func(t nftconn.Table) bool {
-		ok, err := nftconn.HasTable(k.ctx, k.conn, t)
-		return err != nil || ok
-	}
-	return tablesThere{inet: has(table), old: has(oldTable)}
 }
 
 // tablesThere says which of natgw's shaping tables a namespace holds.
@@ -1070,7 +1066,7 @@ func Change(ctx context.Context, cfg nat.Config, updates []Update) error {
 		}
 	}
 	return withKernel(ctx, cfg, func(k *kernel) error {
-		cur, err := k.readMaps()
+		cur, there, err := k.readMaps()
 		if err != nil {
 			return err
 		}
@@ -1082,7 +1078,7 @@ func Change(ctx context.Context, cfg nat.Config, updates []Update) error {
 		if err != nil {
 			return err
 		}
-		return k.apply(cur, want)
+		return k.apply(cur, there, want)
 	})
 }
 

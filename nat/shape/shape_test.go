@@ -14,6 +14,7 @@ import (
 
 	"github.com/natgw/natgw/internal/golden"
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/nattest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/plan.golden")
@@ -261,18 +262,13 @@ func TestLeafKind(t *testing.T) {
 // context, and an ended one is refused before any socket is opened (no
 // root needed).
 func TestCanceledContext(t *testing.T) {
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	cfg := nat.Config{NetNS: "/nonexistent/natgw-test-ns"}
-	for name, call := range map[string]func() error{
-		"Set":          func() error { return Set(ctx, cfg, nil) },
-		"Get":          func() error { _, err := Get(ctx, cfg); return err },
-		"Change":       func() error { return Change(ctx, cfg, nil) },
-		"SetGateway":   func() error { return SetGateway(ctx, cfg, nil, nil, func() error { return nil }) },
-		"HoldsGateway": func() error { _, err := HoldsGateway(ctx, cfg, nil); return err },
-	} {
-		if err := call(); !errors.Is(err, context.Canceled) {
-			t.Errorf("%s with a canceled context: %v, want context.Canceled", name, err)
-		}
-	}
+	nattest.Canceled(t, map[string]func(context.Context, nat.Config) error{
+		"Set":    func(ctx context.Context, cfg nat.Config) error { return Set(ctx, cfg, nil) },
+		"Get":    func(ctx context.Context, cfg nat.Config) error { _, err := Get(ctx, cfg); return err },
+		"Change": func(ctx context.Context, cfg nat.Config) error { return Change(ctx, cfg, nil) },
+		"SetGateway": func(ctx context.Context, cfg nat.Config) error {
+			return SetGateway(ctx, cfg, nil, nil, func() error { return nil })
+		},
+		"HoldsGateway": func(ctx context.Context, cfg nat.Config) error { _, err := HoldsGateway(ctx, cfg, nil); return err },
+	})
 }

@@ -51,6 +51,8 @@ func TestHAFlags(t *testing.T) {
 		{"sibling namespace with a slash", []string{"--local", "10.0.0.2:7400", "--peer-sibling", "kube-system/x", "--id", "vpc-nat-gw-g-1", "--eip", "192.0.2.10/24", "--fence-file", "/x"}, `--peer-sibling "kube-system/x"`},
 		{"sibling with a missing kubeconfig", []string{"--local", "10.0.0.2:7400", "--peer-sibling", "kube-system", "--id", "vpc-nat-gw-g-1", "--eip", "192.0.2.10/24", "--fence-file", "/x", "--kubeconfig", "/nonexistent/kubeconfig"}, `--kubeconfig "/nonexistent/kubeconfig"`},
 		{"IPv4-mapped eip", append(append([]string{}, base...), "--eip", "::ffff:192.0.2.1/120"), `"::ffff:192.0.2.1/120"`},
+		{"loopback eip (nat's rule)", append(append([]string{}, base...), "--eip", "127.0.0.1/8"), `floating address "127.0.0.1/8": invalid address "127.0.0.1": not a unicast address`},
+		{"multicast lan-ip (nat's rule)", append(append([]string{}, base...), "--lan-ip", "224.0.0.5/24"), `floating address "224.0.0.5/24": invalid address "224.0.0.5": not a unicast address`},
 		{"bad eips-poll", []string{"--local", "10.0.0.2:7400", "--peer", "10.0.0.3:7400", "--eips-from-dataplane", "--eips-poll", "2m", "--fence-file", "/x"}, "--eips-poll 2m0s"},
 	} {
 		var out, errb bytes.Buffer

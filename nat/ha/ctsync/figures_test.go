@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +19,7 @@ import (
 	ct "github.com/ti-mo/conntrack"
 
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/internal/testsummary"
 	"github.com/natgw/natgw/nat/netns"
 )
 
@@ -147,16 +147,6 @@ func waitFor(t *testing.T, what string, within time.Duration, ok func() bool) ti
 	return time.Since(start)
 }
 
-func pctl(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := (len(s)*p + 99) / 100
-	return s[min(max(i-1, 0), len(s)-1)]
-}
-
 // pacedLag creates rate new NATed entries per second for secs seconds in
 // the active namespace (10 ms ticks) and polls the standby's entry count
 // every millisecond: the lag of entry k is when the standby first counted
@@ -264,8 +254,8 @@ func TestReplicationFigures(t *testing.T) {
 		natOK, all := natKept(t, r.sb)
 		fmt.Printf("ctsync standby entries with the DNAT binding and NAT status: %d of %d\n", natOK, all)
 		fmt.Printf("ctsync     paced %5d new flows/s (offered %.0f/s): lag p50=%s p99=%s max=%s caught up=%t; sender-measured (event→ack) p50=%s p99=%s; overruns=%d; CPU of the load generator %.0f%% of one core; CPU ctsync active %.0f%% standby %.0f%% of one core\n",
-			rate, offered, pctl(lags, 50).Round(100*time.Microsecond), pctl(lags, 99).Round(100*time.Microsecond), pctl(lags, 100).Round(100*time.Microsecond), ok,
-			pctl(st.LagSamples, 50).Round(100*time.Microsecond), pctl(st.LagSamples, 99).Round(100*time.Microsecond), st.Overruns, load, actCPU, sbCPU)
+			rate, offered, testsummary.Percentile(lags, 50).Round(100*time.Microsecond), testsummary.Percentile(lags, 99).Round(100*time.Microsecond), testsummary.Percentile(lags, 100).Round(100*time.Microsecond), ok,
+			testsummary.Percentile(st.LagSamples, 50).Round(100*time.Microsecond), testsummary.Percentile(st.LagSamples, 99).Round(100*time.Microsecond), st.Overruns, load, actCPU, sbCPU)
 		var rst ReceiverStats
 		recv.stop(t, &rst)
 	}
@@ -350,7 +340,7 @@ func TestConntrackdFigures(t *testing.T) {
 		natOK, all := natKept(t, r.sb)
 		fmt.Printf("conntrackd standby entries with the DNAT binding and NAT status: %d of %d\n", natOK, all)
 		fmt.Printf("conntrackd paced %5d new flows/s (offered %.0f/s): lag p50=%s p99=%s max=%s caught up=%t (%d of %d steps); CPU of the load generator %.0f%% of one core; CPU conntrackd active %.0f%% standby %.0f%% of one core\n",
-			rate, offered, pctl(lags, 50).Round(100*time.Microsecond), pctl(lags, 99).Round(100*time.Microsecond), pctl(lags, 100).Round(100*time.Microsecond), ok, len(lags), rate*2/(rate/100), pct(cpuTime()-cpu0), actCPU, sbCPU)
+			rate, offered, testsummary.Percentile(lags, 50).Round(100*time.Microsecond), testsummary.Percentile(lags, 99).Round(100*time.Microsecond), testsummary.Percentile(lags, 100).Round(100*time.Microsecond), ok, len(lags), rate*2/(rate/100), pct(cpuTime()-cpu0), actCPU, sbCPU)
 	}
 
 	// Burst and catch-up with total concurrent flows, as ctsync's.
