@@ -139,7 +139,7 @@ func (o *op) encodeSet(b *Batch, fam uint8, tn string) error {
 		if len(e.Comment)+1 > 255 || len(e.Comment)+3+len(o.userData) > 0xffff-8 {
 			return fmt.Errorf("add element to %s: user data of %d bytes and a comment of %d: too long", name, len(o.userData), len(e.Comment))
 		}
-		b.ElementUserData(fam, tn, name, e.Key, append(commentTLV(nil, e.Comment), o.userData...))
+		b.ElementUserData(fam, tn, name, e.Key, append(userdata.AppendString(nil, userdata.TypeComment, e.Comment), o.userData...))
 	case opAddLimit:
 		return b.Msg(fam, unix.NFT_MSG_NEWOBJ, unix.NLM_F_CREATE, "add limit "+o.object, func(ae *netlink.AttributeEncoder) {
 			limitAttrs(ae, fam, tn, o.object, &o.limit)

@@ -185,11 +185,3 @@ func (b *Batch) ElementUserData(family uint8, table, set string, key, ud []byte)
 	b.Finish(start)
 	b.Acked(start, "add element to "+set)
 }
-
-// commentTLV appends the user data TLV of an nft comment (type 0, length
-// with the NUL, the text, NUL) to ud.
-func commentTLV(ud []byte, comment string) []byte {
-	ud = append(ud, 0 /* comment */, byte(len(comment)+1))
-	ud = append(ud, comment...)
-	return append(ud, 0)
-}
