@@ -533,11 +533,53 @@ func (s *State) PlanChange(objs []Object, uids []string) (*Change, error) {
 	return &Change{s: s, Removed: append(d.Removed, a.Removed...), Added: a.Added}, nil
 }
 
+// holdsExactly says whether desired is the State's objects, each once and
+// each Equal to the one held with its UID (with its kind's payload only,
+// as Validate wants), in any order; it builds no index but a set of
+// UIDs, and only once every object was found equal. A first difference
+// ends it (a Sync that changes something pays up to it).
+func (s *State) holdsExactly(desired []Object) bool {
+	if len(desired) != len(s.byUID) || len(desired) == 0 {
+		return false
+	}
+	for _, o := range desired {
+		old, ok := s.byUID[o.UID]
+		if !ok || !o.Equal(old) || !o.onlyPayload() {
+			return false
+		}
+	}
+	seen := make(map[string]struct{}, len(desired))
+	for _, o := range desired {
+		seen[o.UID] = struct{}{}
+	}
+	return len(seen) == len(desired)
+}
+
+// onlyPayload says whether o holds no payload but its kind's (Equal
+// compares that one only).
+func (o Object) onlyPayload() bool {
+	n := 0
+	for _, p := range [...]bool{o.EIP != nil, o.FIP != nil, o.DNAT != nil, o.SNAT != nil, o.Route != nil} {
+		if p {
+			n++
+		}
+	}
+	return n == 1
+}
+
 // PlanSync replaces the whole State with desired: objects not in desired are
 // removed, changed ones updated, new ones added (Removed is in no particular
-// order, Added in the order of desired). desired is validated and
-// checked for conflicts on its own; on error the State is unchanged.
+// order, Added in the order of desired; from an empty State, Added shares
+// desired's array, so the caller leaves desired unchanged until the Change
+// is done). desired is validated and checked for conflicts on its own; on
+// error the State is unchanged.
 func (s *State) PlanSync(desired []Object) (*Change, error) {
+	if s.holdsExactly(desired) {
+		// A Sync that changes nothing (a resync of a gateway that
+		// holds its objects): no new index. desired is valid and free
+		// of conflicts, being the State's own objects.
+		return &Change{s: s}, nil
+	}
 	next, err := NewStateOf(desired)
 	if err != nil {
 		return nil, err
@@ -546,8 +588,10 @@ func (s *State) PlanSync(desired []Object) (*Change, error) {
 	*c.replaced = *s
 	switch {
 	case len(s.byUID) == 0:
-		// From nothing (a resync into a new table): everything is added.
-		c.Added = append(make([]Object, 0, len(desired)), desired...)
+		// From nothing (a resync into a new table): everything is
+		// added; Added is desired itself, not a copy (100,000 objects
+		// are 7 MB), capped so that an append cannot write into it.
+		c.Added = desired[:len(desired):len(desired)]
 	case len(desired) == 0:
 		// To nothing: everything is removed, in one allocation (appending
 		// 100,000 objects one by one reallocated ~40 MB).

@@ -167,14 +167,14 @@ func (e *Engine) Apply(ctx context.Context, objs ...nat.Object) error {
 	if err != nil {
 		return fmt.Errorf("apply: %w", err)
 	}
-	return e.run(ctx, "apply", c, false)
+	return e.run(ctx, "apply", c, nil)
 }
 
 // Delete implements nat.Dataplane.
 func (e *Engine) Delete(ctx context.Context, uids ...string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.run(ctx, "delete", e.state.PlanDelete(uids), false)
+	return e.run(ctx, "delete", e.state.PlanDelete(uids), nil)
 }
 
 // Change deletes the objects with the given UIDs and applies objs in one
@@ -187,18 +187,24 @@ func (e *Engine) Change(ctx context.Context, objs []nat.Object, uids []string) e
 	if err != nil {
 		return fmt.Errorf("change: %w", err)
 	}
-	return e.run(ctx, "change", c, false)
+	return e.run(ctx, "change", c, nil)
 }
 
 // Sync implements nat.Dataplane.
 func (e *Engine) Sync(ctx context.Context, desired []nat.Object) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if desired == nil {
+		desired = []nat.Object{} // a Sync to nothing is still a Sync (run)
+	}
 	c, err := e.state.PlanSync(desired)
 	if err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
-	return e.run(ctx, "sync", c, true)
+	// The State now holds exactly desired (PlanSync checked its UIDs
+	// are unique): a Backend that wants the whole desired state gets
+	// desired itself, not a list built from the State's index.
+	return e.run(ctx, "sync", c, desired)
 }
 
 // List implements nat.Dataplane.
@@ -250,8 +256,11 @@ func (e *Engine) Close() error {
 }
 
 // run carries out a planned change: plumbing check, one packet-filter
-// transaction, plumbing, conntrack. Called with e.mu held.
-func (e *Engine) run(ctx context.Context, op string, c *nat.Change, full bool) error {
+// transaction, plumbing, conntrack. A Sync passes its desired objects
+// (non-nil, perhaps empty: the change is full, and the State holds exactly
+// them); other changes nil. Called with e.mu held.
+func (e *Engine) run(ctx context.Context, op string, c *nat.Change, desired []nat.Object) error {
+	full := desired != nil
 	if c.Empty() && !full {
 		c.Commit()
 		return nil
@@ -269,7 +278,7 @@ func (e *Engine) run(ctx context.Context, op string, c *nat.Change, full bool) e
 	commit := Commit{Removed: c.Removed, Added: c.Added, Full: full}
 	if full {
 		if wd, ok := e.r.(WantOnDemand); ok && wd.WantOnDemand() {
-			commit.desired, commit.n = e.state.Unordered, e.state.Len()
+			commit.desired, commit.n = func() []nat.Object { return desired }, len(desired)
 		} else {
 			commit.Want = e.state.Objects()
 		}

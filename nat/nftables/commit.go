@@ -588,16 +588,16 @@ func (r *Backend) qosPresent() map[qosKey]qosState {
 // identity of want is added whole; so is eip_marks6, refilled with the ids
 // the IPv6 EIPs of want hold (a new one gets its home id, or the next free one after it).
 func (r *Backend) fullChange(want []nat.Object, snatBefore map[snatClass]bool, qosBefore map[qosKey]qosState, force bool) (*change, map[snatClass]int, map[qosKey]qosVal, markDelta, error) {
-	ch := &change{full: true, stamp: true, add: presized(want), qosBefore: qosBefore, qosAfter: map[qosKey]qosVal{}, qosForce: force,
+	ch := &change{full: true, stamp: true, qosBefore: qosBefore, qosAfter: map[qosKey]qosVal{}, qosForce: force,
 		snatBefore: snatBefore, shareBefore: map[shareKey][]nat.Object{}, shareAfter: shareWanted(slices.Values(want))}
 	if err := checkShare(ch.shareAfter); err != nil {
 		return nil, nil, nil, markDelta{}, err
 	}
-	for _, o := range want {
-		if err := render(o, ch.add); err != nil {
-			return nil, nil, nil, markDelta{}, fmt.Errorf("nftables: %w", err)
-		}
+	add, err := renderBulk(want)
+	if err != nil {
+		return nil, nil, nil, markDelta{}, fmt.Errorf("nftables: %w", err)
 	}
+	ch.add = add
 	marks, err := r.markFull(ch, want)
 	if err != nil {
 		return nil, nil, nil, markDelta{}, err
@@ -610,38 +610,6 @@ func (r *Backend) fullChange(want []nat.Object, snatBefore map[snatClass]bool, q
 	}
 	snat := structureOf(slices.Values(want), ch)
 	return ch, snat, maps.Clone(ch.qosAfter), marks, nil
-}
-
-// presized returns a setElems with room for the fixed sets' elements of objs.
-func presized(objs []nat.Object) setElems {
-	n := map[string]int{}
-	for _, o := range objs {
-		switch o.Kind {
-		case nat.KindEIP:
-			n[setEIPs]++
-		case nat.KindFIP:
-			if o.FIP != nil && o.FIP.EIP.Is6() {
-				n[setFIPDNAT6]++
-				n[setFIPSNAT6]++
-				break
-			}
-			n[setFIPDNAT]++
-			n[setFIPSNAT]++
-		case nat.KindDNAT:
-			n[setPortDNAT]++
-		case nat.KindRoute:
-			if o.Route != nil && o.Route.Destination.Addr().Is6() {
-				n[setRoutes6]++
-				break
-			}
-			n[setRoutes]++
-		}
-	}
-	es := setElems{}
-	for set, c := range n {
-		es[set] = make([]nft.SetElement, 0, c)
-	}
-	return es
 }
 
 // structureOf fills ch's wanted CIDR SNAT maps and policers for objs and

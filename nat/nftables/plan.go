@@ -31,13 +31,12 @@ func Plan(cfg nat.Config, objs []nat.Object, boot string) (*nftconn.Tx, error) {
 			return nil, fmt.Errorf("plan: %w", err)
 		}
 	}
-	ch := &change{createTable: true, bootID: boot, fixedChains: true, stamp: true, add: presized(objs),
-		qosBefore: map[qosKey]qosState{}, qosAfter: map[qosKey]qosVal{}, snatBefore: map[snatClass]bool{}}
-	for _, o := range objs {
-		if err := render(o, ch.add); err != nil {
-			return nil, fmt.Errorf("plan: %w", err)
-		}
+	add, err := renderBulk(objs)
+	if err != nil {
+		return nil, fmt.Errorf("plan: %w", err)
 	}
+	ch := &change{createTable: true, bootID: boot, fixedChains: true, stamp: true, add: add,
+		qosBefore: map[qosKey]qosState{}, qosAfter: map[qosKey]qosVal{}, snatBefore: map[snatClass]bool{}}
 	structureOf(slices.Values(objs), ch)
 	ch.shareBefore, ch.shareAfter = map[shareKey][]nat.Object{}, shareWanted(slices.Values(objs))
 	if err := checkShare(ch.shareAfter); err != nil {
