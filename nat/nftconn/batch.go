@@ -279,6 +279,8 @@ func (b *Batch) element(e *nft.SetElement, keyOnly bool) {
 	}
 	if c := e.Comment; c != "" {
 		// userdata: one comment TLV (type, length incl. NUL, text, NUL),
+		// the bytes of google/nftables' userdata.AppendString written in
+		// place (it allocates per element; TestElementBytes compares),
 		// its NUL and padding zeroed first.
 		q := p[w:]
 		putHdr(q, 4+2+len(c)+1, unix.NFTA_SET_ELEM_USERDATA)

@@ -8,6 +8,7 @@ import (
 
 	nft "github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
 	"golang.org/x/sys/unix"
 )
 
@@ -36,11 +37,8 @@ func appendElement(b *Batch, e nft.SetElement, keyOnly bool) {
 			b.End(d)
 		}
 		if e.Comment != "" {
-			b.buf = binary.NativeEndian.AppendUint16(b.buf, uint16(4+2+len(e.Comment)+1))
-			b.buf = binary.NativeEndian.AppendUint16(b.buf, unix.NFTA_SET_ELEM_USERDATA)
-			b.buf = append(b.buf, 0, byte(len(e.Comment)+1))
-			b.buf = append(b.buf, e.Comment...)
-			b.buf = pad(append(b.buf, 0))
+			// google/nftables' own comment TLV, the one the rules use.
+			b.Attr(unix.NFTA_SET_ELEM_USERDATA, userdata.AppendString(nil, userdata.TypeComment, e.Comment))
 		}
 	}
 	b.End(el)
