@@ -42,6 +42,21 @@ var specOrMetaChanged = predicate.Funcs{
 	},
 }
 
+// ruleUseChanged passes the rule events that can change what an EIP's
+// status.nat says (natUsers counts the rules on it that are not
+// terminating): creates, the updates specOrMetaChanged passes (spec.eip,
+// deletion), and the deletes of rules that were not terminating when last
+// seen. The delete of a rule seen terminating changes nothing there: the
+// update that made it terminating passed and reconciled the EIP without it
+// (its finalizer's removal deletes the object without another update).
+// Deletes of unknown final state pass.
+var ruleUseChanged = predicate.Funcs{
+	UpdateFunc: specOrMetaChanged.UpdateFunc,
+	DeleteFunc: func(e event.DeleteEvent) bool {
+		return e.DeleteStateUnknown || e.Object == nil || e.Object.GetDeletionTimestamp().IsZero()
+	},
+}
+
 // eipChangedForRules passes EIP updates that matter to its rules: spec,
 // deletion, readiness or address (not status.nat, which the rules change).
 var eipChangedForRules = updateChanged(func(o, n *v1.IptablesEIP) bool {

@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/eipalloc"
 )
 
@@ -49,5 +50,35 @@ func TestVipAddrsChanged(t *testing.T) {
 				t.Errorf("vipAddrsChanged = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestRuleUseChanged: the EIP's rule watches pass what can change its
+// status.nat (a create, the update that makes a rule terminating, the
+// delete of a rule last seen live or of unknown state) and drop the
+// delete of a rule last seen terminating (its EIP was reconciled without
+// it already) and status-only updates.
+func TestRuleUseChanged(t *testing.T) {
+	now := metav1.Now()
+	live := &v1.IptablesFIPRule{ObjectMeta: metav1.ObjectMeta{Name: "f", Generation: 1, Finalizers: []string{Finalizer}}, Spec: v1.IptablesFIPRuleSpec{EIP: "e"}}
+	terminating := live.DeepCopy()
+	terminating.DeletionTimestamp = &now
+	ready := live.DeepCopy()
+	ready.Status.Ready = true
+	for _, tc := range []struct {
+		name string
+		got  bool
+		want bool
+	}{
+		{"create", ruleUseChanged.Create(event.CreateEvent{Object: live}), true},
+		{"status only", ruleUseChanged.Update(event.UpdateEvent{ObjectOld: live, ObjectNew: ready}), false},
+		{"becomes terminating", ruleUseChanged.Update(event.UpdateEvent{ObjectOld: live, ObjectNew: terminating}), true},
+		{"delete of a live rule", ruleUseChanged.Delete(event.DeleteEvent{Object: live}), true},
+		{"delete of a terminating rule", ruleUseChanged.Delete(event.DeleteEvent{Object: terminating}), false},
+		{"delete, final state unknown", ruleUseChanged.Delete(event.DeleteEvent{Object: terminating, DeleteStateUnknown: true}), true},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: passed %v, want %v", tc.name, tc.got, tc.want)
+		}
 	}
 }

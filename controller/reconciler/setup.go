@@ -136,9 +136,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 	toEIP := toNamed(RuleEIP)
 	eipCtl := ctrl.NewControllerManagedBy(mgr).Named("iptables-eip").WithOptions(opts).
 		For(&v1.IptablesEIP{}, builder.WithPredicates(specOrMetaChanged)).
-		Watches(&v1.IptablesFIPRule{}, toEIP, builder.WithPredicates(specOrMetaChanged)).
-		Watches(&v1.IptablesDnatRule{}, toEIP, builder.WithPredicates(specOrMetaChanged)).
-		Watches(&v1.IptablesSnatRule{}, toEIP, builder.WithPredicates(specOrMetaChanged)).
+		Watches(&v1.IptablesFIPRule{}, toEIP, builder.WithPredicates(ruleUseChanged)).
+		Watches(&v1.IptablesDnatRule{}, toEIP, builder.WithPredicates(ruleUseChanged)).
+		Watches(&v1.IptablesSnatRule{}, toEIP, builder.WithPredicates(ruleUseChanged)).
 		Watches(&v1.QoSPolicy{}, handler.EnqueueRequestsFromMapFunc(deps.eipsOfPolicy), builder.WithPredicates(specOrMetaChanged)).
 		WatchesRawSource(gev.source(deps.eipsOfGateway))
 	gwCtl := ctrl.NewControllerManagedBy(mgr).Named("vpc-nat-gateway").WithOptions(opts).
