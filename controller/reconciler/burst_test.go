@@ -98,6 +98,7 @@ func TestBurstCounts(t *testing.T) {
 		{"create", float64(created.conflicts) / n, 0, "409 conflicts per FIP"},
 		{"create", created.applies["eip"] / n, 0, "gateway applies of the EIP per FIP"},
 		{"create", created.applies["fip"] / n, 1, "gateway applies of the FIP per FIP"},
+		{"delete", deleted.reconciles["iptables-fip-rule"] / n, 1.05, "FIP reconciles per FIP"},
 		{"delete", deleted.reconciles["iptables-eip"] / n, 1.05, "EIP reconciles per FIP"},
 		{"delete", float64(deleted.writeTotal()) / n, 2, "controller API writes per FIP (finalizer, status.nat)"},
 		{"delete", float64(deleted.conflicts) / n, 0, "409 conflicts per FIP"},

@@ -398,11 +398,15 @@ func (d *Deps) finishDeleteThen(ctx context.Context, log logr.Logger, obj client
 			return ctrl.Result{RequeueAfter: releaseRetry}, nil
 		}
 	}
-	if ok, res, err := d.removeFinalizers(ctx, obj); !ok {
-		return res, err
-	}
+	// Deleted on every gateway: nothing is left for reapVanished. Forgotten
+	// before the finalizer goes, so that the object's delete event finds
+	// nothing tracked (untrackedGone drops it); a failed removal retries
+	// the whole deletion, which needs no tracker (the object is there).
 	for _, uid := range uids {
 		d.tracked().forget(kind, obj.GetName(), uid)
+	}
+	if ok, res, err := d.removeFinalizers(ctx, obj); !ok {
+		return res, err
 	}
 	log.V(1).Info("deleted on gateway; finalizer removed", "gateways", gws)
 	d.deleteLeftovers(ctx, log, kind, uids)

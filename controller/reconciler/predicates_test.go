@@ -9,6 +9,7 @@ import (
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/eipalloc"
+	"github.com/natgw/natgw/nat"
 )
 
 // TestVipAddrsChanged: the rules' Vip watch passes the changes of what a
@@ -80,5 +81,34 @@ func TestRuleUseChanged(t *testing.T) {
 		if tc.got != tc.want {
 			t.Errorf("%s: passed %v, want %v", tc.name, tc.got, tc.want)
 		}
+	}
+}
+
+// TestUntrackedGone: a rule's own delete event is dropped only when the
+// cache last saw it terminating and nothing is tracked under its name
+// (finishDelete forgot it before removing the finalizer); a tracked name,
+// a rule deleted while live and an unknown final state pass.
+func TestUntrackedGone(t *testing.T) {
+	now := metav1.Now()
+	d := &Deps{}
+	live := &v1.IptablesFIPRule{ObjectMeta: metav1.ObjectMeta{Name: "f", UID: "u1"}}
+	terminating := live.DeepCopy()
+	terminating.DeletionTimestamp = &now
+	p := d.untrackedGone(nat.KindFIP)
+	if !p.Delete(event.DeleteEvent{Object: live}) {
+		t.Error("the delete of a rule last seen live was dropped")
+	}
+	if p.Delete(event.DeleteEvent{Object: terminating}) {
+		t.Error("the delete of an untracked rule last seen terminating passed")
+	}
+	if !p.Delete(event.DeleteEvent{Object: terminating, DeleteStateUnknown: true}) {
+		t.Error("a delete of unknown final state was dropped")
+	}
+	d.tracked().set(nat.KindFIP, "f", "u1", "gw")
+	if !p.Delete(event.DeleteEvent{Object: terminating}) {
+		t.Error("the delete of a tracked rule (left on a gateway) was dropped")
+	}
+	if !p.Update(event.UpdateEvent{ObjectOld: live, ObjectNew: terminating}) || !p.Create(event.CreateEvent{Object: live}) {
+		t.Error("untrackedGone filters more than deletes")
 	}
 }
