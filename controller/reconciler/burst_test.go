@@ -70,7 +70,8 @@ func TestBurstCounts(t *testing.T) {
 	})
 	e.quiet(reqs)
 	created := takeCounts(t, reqs).sub(c0)
-	t.Logf("create burst of %d FIPs (all Ready after %v, %s): %s", burstFIPs, readySpan.Round(time.Millisecond), loadAvg(), created.perFIP(burstFIPs))
+	la, _ := os.ReadFile("/proc/loadavg") // the wall times below are given with the load
+	t.Logf("create burst of %d FIPs (all Ready after %v, /proc/loadavg %s): %s", burstFIPs, readySpan.Round(time.Millisecond), strings.TrimSpace(string(la)), created.perFIP(burstFIPs))
 	t.Logf("create burst, FIP controller: %s", created.workerNote("iptables-fip-rule", 4, readySpan))
 
 	// Delete burst.
@@ -401,17 +402,4 @@ func (c burstCounts) workerNote(ctl string, workers int, span time.Duration) str
 	return fmt.Sprintf("workers busy %.0f%% of %d × %v; mean reconcile %.1f ms; mean wait in the queue %.1f ms",
 		100*c.reconcileSec[ctl]/(float64(workers)*span.Seconds()), workers, span.Round(time.Millisecond),
 		1000*c.reconcileSec[ctl]/n, 1000*c.queueSec[ctl]/n)
-}
-
-// loadAvg is /proc/loadavg's first three fields ("" when unreadable).
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "load unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "load unknown"
-	}
-	return "load " + strings.Join(f[:3], " ")
 }
