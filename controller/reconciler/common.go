@@ -88,6 +88,12 @@ type Deps struct {
 	Alloc *eipalloc.Allocator
 	Log   logr.Logger
 
+	// sessions, when set (Setup: gateway.Options.OnConnection), counts
+	// each gateway's session changes: an EIP whose gateway object is
+	// unchanged since it was applied over the current session is not
+	// sent again (eipReconciler.onGateway). Nil: every reconcile applies.
+	sessions *gatewayEvents
+
 	track     *tracker
 	trackOnce sync.Once
 }
@@ -392,11 +398,15 @@ func (d *Deps) finishDeleteThen(ctx context.Context, log logr.Logger, obj client
 			return ctrl.Result{RequeueAfter: releaseRetry}, nil
 		}
 	}
-	if ok, res, err := d.removeFinalizers(ctx, obj); !ok {
-		return res, err
-	}
+	// Deleted on every gateway: nothing is left for reapVanished. Forgotten
+	// before the finalizer goes, so that the object's delete event finds
+	// nothing tracked (untrackedGone drops it); a failed removal retries
+	// the whole deletion, which needs no tracker (the object is there).
 	for _, uid := range uids {
 		d.tracked().forget(kind, obj.GetName(), uid)
+	}
+	if ok, res, err := d.removeFinalizers(ctx, obj); !ok {
+		return res, err
 	}
 	log.V(1).Info("deleted on gateway; finalizer removed", "gateways", gws)
 	d.deleteLeftovers(ctx, log, kind, uids)

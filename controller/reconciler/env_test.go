@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -179,6 +180,9 @@ type envOptions struct {
 	// kubeOVNNetwork is the controller's --network-source=kube-ovn (needs
 	// the upstream CRD set).
 	kubeOVNNetwork bool
+	// wrapTransport, when set, wraps the controller's HTTP transport to
+	// the API server (a test counts its requests).
+	wrapTransport func(http.RoundTripper) http.RoundTripper
 }
 
 // newEnv builds the topology and starts a controller for it.
@@ -231,9 +235,14 @@ func (e *env) startManager(cfg *rest.Config, o envOptions) {
 	t, ctx, cancel, name := e.t, e.ctx, e.cancel, e.case_
 	gcfg := gwconfigFor(e)
 	sel := labels.SelectorFromSet(labels.Set{testLabel: name})
-	if o.warnings != nil {
+	if o.warnings != nil || o.wrapTransport != nil {
 		cfg = rest.CopyConfig(cfg)
-		cfg.WarningHandler = o.warnings
+		if o.warnings != nil {
+			cfg.WarningHandler = o.warnings
+		}
+		if o.wrapTransport != nil {
+			cfg.Wrap(o.wrapTransport)
+		}
 	}
 	copts := cache.Options{DefaultLabelSelector: sel}
 	if o.kubeOVNNetwork {

@@ -11,6 +11,7 @@ import (
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/kubeovn"
+	"github.com/natgw/natgw/nat"
 )
 
 // updateChanged passes the updates of T for which changed says the old
@@ -40,6 +41,43 @@ var specOrMetaChanged = predicate.Funcs{
 			!equality.Semantic.DeepEqual(o.GetLabels(), n.GetLabels()) ||
 			!equality.Semantic.DeepEqual(o.GetAnnotations(), n.GetAnnotations())
 	},
+}
+
+// ruleUseChanged passes the rule events that can change what an EIP's
+// status.nat says (natUsers counts the rules on it that are not
+// terminating): creates, the updates specOrMetaChanged passes (spec.eip,
+// deletion), and the deletes of rules that were not terminating when last
+// seen. The delete of a rule seen terminating changes nothing there: the
+// update that made it terminating passed and reconciled the EIP without it
+// (its finalizer's removal deletes the object without another update).
+// Deletes of unknown final state pass.
+var ruleUseChanged = predicate.Funcs{
+	UpdateFunc: specOrMetaChanged.UpdateFunc,
+	DeleteFunc: func(e event.DeleteEvent) bool {
+		return e.DeleteStateUnknown || e.Object == nil || e.Object.GetDeletionTimestamp().IsZero()
+	},
+}
+
+// untrackedGone drops the delete of an object of kind the cache last saw
+// terminating when this process tracks nothing under its name: its
+// reconcile would find it gone and nothing to reap (reapVanished). The
+// update that made it terminating passed (specOrMetaChanged) and its
+// reconcile deleted it on the gateways (finishDelete forgets it before the
+// finalizer goes); a reconcile that read it live and programmed it since
+// runs again for that update and reaps it. Deletes of objects last seen
+// live, of unknown final state, or of a name still tracked (natgw's
+// finalizer removed by someone else while another one held the object)
+// pass.
+func (d *Deps) untrackedGone(kind nat.Kind) predicate.Funcs {
+	return predicate.Funcs{
+		DeleteFunc: func(e event.DeleteEvent) bool {
+			if e.DeleteStateUnknown || e.Object == nil || e.Object.GetDeletionTimestamp().IsZero() {
+				return true
+			}
+			_, tracked := d.tracked().get(kind, e.Object.GetName())
+			return tracked
+		},
+	}
 }
 
 // eipChangedForRules passes EIP updates that matter to its rules: spec,

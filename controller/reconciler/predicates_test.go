@@ -7,7 +7,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/eipalloc"
+	"github.com/natgw/natgw/nat"
 )
 
 // TestVipAddrsChanged: the rules' Vip watch passes the changes of what a
@@ -49,5 +51,64 @@ func TestVipAddrsChanged(t *testing.T) {
 				t.Errorf("vipAddrsChanged = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestRuleUseChanged: the EIP's rule watches pass what can change its
+// status.nat (a create, the update that makes a rule terminating, the
+// delete of a rule last seen live or of unknown state) and drop the
+// delete of a rule last seen terminating (its EIP was reconciled without
+// it already) and status-only updates.
+func TestRuleUseChanged(t *testing.T) {
+	now := metav1.Now()
+	live := &v1.IptablesFIPRule{ObjectMeta: metav1.ObjectMeta{Name: "f", Generation: 1, Finalizers: []string{Finalizer}}, Spec: v1.IptablesFIPRuleSpec{EIP: "e"}}
+	terminating := live.DeepCopy()
+	terminating.DeletionTimestamp = &now
+	ready := live.DeepCopy()
+	ready.Status.Ready = true
+	for _, tc := range []struct {
+		name string
+		got  bool
+		want bool
+	}{
+		{"create", ruleUseChanged.Create(event.CreateEvent{Object: live}), true},
+		{"status only", ruleUseChanged.Update(event.UpdateEvent{ObjectOld: live, ObjectNew: ready}), false},
+		{"becomes terminating", ruleUseChanged.Update(event.UpdateEvent{ObjectOld: live, ObjectNew: terminating}), true},
+		{"delete of a live rule", ruleUseChanged.Delete(event.DeleteEvent{Object: live}), true},
+		{"delete of a terminating rule", ruleUseChanged.Delete(event.DeleteEvent{Object: terminating}), false},
+		{"delete, final state unknown", ruleUseChanged.Delete(event.DeleteEvent{Object: terminating, DeleteStateUnknown: true}), true},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: passed %v, want %v", tc.name, tc.got, tc.want)
+		}
+	}
+}
+
+// TestUntrackedGone: a rule's own delete event is dropped only when the
+// cache last saw it terminating and nothing is tracked under its name
+// (finishDelete forgot it before removing the finalizer); a tracked name,
+// a rule deleted while live and an unknown final state pass.
+func TestUntrackedGone(t *testing.T) {
+	now := metav1.Now()
+	d := &Deps{}
+	live := &v1.IptablesFIPRule{ObjectMeta: metav1.ObjectMeta{Name: "f", UID: "u1"}}
+	terminating := live.DeepCopy()
+	terminating.DeletionTimestamp = &now
+	p := d.untrackedGone(nat.KindFIP)
+	if !p.Delete(event.DeleteEvent{Object: live}) {
+		t.Error("the delete of a rule last seen live was dropped")
+	}
+	if p.Delete(event.DeleteEvent{Object: terminating}) {
+		t.Error("the delete of an untracked rule last seen terminating passed")
+	}
+	if !p.Delete(event.DeleteEvent{Object: terminating, DeleteStateUnknown: true}) {
+		t.Error("a delete of unknown final state was dropped")
+	}
+	d.tracked().set(nat.KindFIP, "f", "u1", "gw")
+	if !p.Delete(event.DeleteEvent{Object: terminating}) {
+		t.Error("the delete of a tracked rule (left on a gateway) was dropped")
+	}
+	if !p.Update(event.UpdateEvent{ObjectOld: live, ObjectNew: terminating}) || !p.Create(event.CreateEvent{Object: live}) {
+		t.Error("untrackedGone filters more than deletes")
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/natgw/natgw/controller/eipalloc"
 	"github.com/natgw/natgw/controller/gateway"
 	"github.com/natgw/natgw/controller/kubeovn"
+	"github.com/natgw/natgw/nat"
 )
 
 // EIPIndex indexes rules (IptablesFIPRule, IptablesDnatRule,
@@ -108,6 +109,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 	}
 	gev := &gatewayEvents{}
 	gopts.OnConnection = gev.send
+	deps.sessions = gev
 	reg := gateway.NewRegistry(gopts)
 	deps.Registry = reg
 	if err := mgr.Add(&registryRunnable{reg: reg, mgr: mgr}); err != nil {
@@ -134,10 +136,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 
 	toEIP := toNamed(RuleEIP)
 	eipCtl := ctrl.NewControllerManagedBy(mgr).Named("iptables-eip").WithOptions(opts).
-		For(&v1.IptablesEIP{}, builder.WithPredicates(specOrMetaChanged)).
-		Watches(&v1.IptablesFIPRule{}, toEIP, builder.WithPredicates(specOrMetaChanged)).
-		Watches(&v1.IptablesDnatRule{}, toEIP, builder.WithPredicates(specOrMetaChanged)).
-		Watches(&v1.IptablesSnatRule{}, toEIP, builder.WithPredicates(specOrMetaChanged)).
+		For(&v1.IptablesEIP{}, builder.WithPredicates(specOrMetaChanged, deps.untrackedGone(nat.KindEIP))).
+		Watches(&v1.IptablesFIPRule{}, toEIP, builder.WithPredicates(ruleUseChanged)).
+		Watches(&v1.IptablesDnatRule{}, toEIP, builder.WithPredicates(ruleUseChanged)).
+		Watches(&v1.IptablesSnatRule{}, toEIP, builder.WithPredicates(ruleUseChanged)).
 		Watches(&v1.QoSPolicy{}, handler.EnqueueRequestsFromMapFunc(deps.eipsOfPolicy), builder.WithPredicates(specOrMetaChanged)).
 		WatchesRawSource(gev.source(deps.eipsOfGateway))
 	gwCtl := ctrl.NewControllerManagedBy(mgr).Named("vpc-nat-gateway").WithOptions(opts).
@@ -268,7 +270,7 @@ func setupRule[T client.Object](ctx context.Context, mgr ctrl.Manager, deps *Dep
 	}
 	waiting := handler.EnqueueRequestsFromMapFunc(rulesOfEIP(true))
 	b := ctrl.NewControllerManagedBy(mgr).Named(name).WithOptions(opts).
-		For(k.newObj(), builder.WithPredicates(specOrMetaChanged)).
+		For(k.newObj(), builder.WithPredicates(specOrMetaChanged, deps.untrackedGone(k.kind))).
 		Watches(&v1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(rulesOfEIP(false)), builder.WithPredicates(eipChangedForRules)).
 		Watches(&v1.IptablesFIPRule{}, waiting, builder.WithPredicates(specOrMetaChanged)).
 		Watches(&v1.IptablesDnatRule{}, waiting, builder.WithPredicates(specOrMetaChanged)).

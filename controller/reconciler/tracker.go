@@ -26,13 +26,36 @@ type trackKey struct {
 type trackVal struct {
 	uid     string
 	gateway string
+	// applied is the gateway object applied last (set by setApplied, for
+	// EIPs), over session (gatewayEvents.session of gateway then).
+	applied nat.Object
+	session gatewaySession
 }
 
 func newTracker() *tracker { return &tracker{m: map[trackKey]trackVal{}} }
 
 func (t *tracker) set(kind nat.Kind, name, uid, gateway string) {
 	t.mu.Lock()
-	t.m[trackKey{kind, name}] = trackVal{uid, gateway}
+	t.m[trackKey{kind, name}] = trackVal{uid: uid, gateway: gateway}
+	t.mu.Unlock()
+}
+
+// setApplied is set that also remembers the object applied to the gateway
+// and the gateway's session it was applied over.
+func (t *tracker) setApplied(kind nat.Kind, name, uid, gateway string, applied nat.Object, s gatewaySession) {
+	t.mu.Lock()
+	t.m[trackKey{kind, name}] = trackVal{uid: uid, gateway: gateway, applied: applied, session: s}
+	t.mu.Unlock()
+}
+
+// dropApplied forgets the object applied last for name (an apply failed:
+// what the gateway holds is not known).
+func (t *tracker) dropApplied(kind nat.Kind, name string) {
+	t.mu.Lock()
+	if v, ok := t.m[trackKey{kind, name}]; ok {
+		v.applied, v.session = nat.Object{}, gatewaySession{}
+		t.m[trackKey{kind, name}] = v
+	}
 	t.mu.Unlock()
 }
 
