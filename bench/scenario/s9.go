@@ -138,13 +138,38 @@ type s9Key struct {
 // median of each run's idle pings; loaded: every answered ping under
 // load, pooled over the runs), UDP at 2× (delivered in the second half,
 // % of the rate; loss, % of datagrams sent), the burst run (MB passed
-// above the rate; ms until the burst's bytes had arrived).
+// above the rate; ms until the burst's bytes had arrived). err is the
+// failure of one of its runs: the cell is then not measured (its figures
+// so far are not reported and its later runs are skipped), the other
+// cells still are. slowDial is its flows' slowest dial (slowWhere: which
+// run and part), redials how many of its dials timed out and were tried
+// again (qoslab.DialTimeout).
 type s9Cell struct {
 	g1, g8, r1, r8, j8 []float64
 	idle, loaded       []float64
 	pingsSent          int
 	udpRx, udpLoss     []float64
 	burst, burstMs     []float64
+	err                error
+	slowDial           time.Duration
+	slowWhere          string
+	redials            int
+}
+
+// measured says whether c holds figures to report: it ran, no run failed.
+func (c *s9Cell) measured() bool { return c != nil && c.err == nil && len(c.g1) > 0 }
+
+// s9SlowDial is the dial time above which the report names a cell's
+// dials: one SYN retransmitted (TCP's first after 1 s) or a SYN queued as
+// long behind the limit.
+const s9SlowDial = time.Second
+
+// dialed adds run's dials of part (e.g. "8 flows") to c.
+func (c *s9Cell) dialed(run int, part string, r qoslab.TCPRun) {
+	c.redials += r.Redials
+	if r.SlowestDial > c.slowDial {
+		c.slowDial, c.slowWhere = r.SlowestDial, fmt.Sprintf("run %d, %s", run, part)
+	}
 }
 
 // s9Script runs upstream's script in the lab's gateway, as
@@ -316,12 +341,12 @@ func s9Unmodified(ctx context.Context, tp *qoslab.Topo, ns *netns.NS, up *s9Scri
 	return strings.Join(parts, "; "), s9Reset(ctx, tp)
 }
 
-// s9Measure adds one run of plane p at k.rate in direction k.dir to c,
+// s9Measure adds run (1-based) of plane p at k.rate in direction k.dir to c,
 // the plane configured afresh before the first part and refreshed
 // (s9Refresh) before each other: idle pings and one bulk
 // flow with pings under load; s9Flows flows sharing the limit; UDP at
 // s9Overload× the rate; one flow with a burst of s9BurstMB.
-func s9Measure(ctx context.Context, tp *qoslab.Topo, ns *netns.NS, up *s9Script, k s9Key, plan s9Plan, c *s9Cell) error {
+func s9Measure(ctx context.Context, tp *qoslab.Topo, ns *netns.NS, up *s9Script, k s9Key, plan s9Plan, run int, c *s9Cell) error {
 	p, rate, dir := k.plane, k.rate, k.dir
 	if err := s9Configure(ctx, tp, ns, up, p, rate, 0); err != nil {
 		return err
@@ -338,6 +363,7 @@ func s9Measure(ctx context.Context, tp *qoslab.Topo, ns *netns.NS, up *s9Script,
 	if err != nil {
 		return fmt.Errorf("1 flow: %w", err)
 	}
+	c.dialed(run, "1 flow", r1)
 	c.g1 = append(c.g1, 100*r1.Goodput()/float64(rate))
 	c.r1 = append(c.r1, r1.Retrans)
 	c.loaded = append(c.loaded, msOf(r1.Pings)...)
@@ -349,6 +375,7 @@ func s9Measure(ctx context.Context, tp *qoslab.Topo, ns *netns.NS, up *s9Script,
 	if err != nil {
 		return fmt.Errorf("%d flows: %w", s9Flows, err)
 	}
+	c.dialed(run, fmt.Sprintf("%d flows", s9Flows), rn)
 	c.g8 = append(c.g8, 100*rn.Goodput()/float64(rate))
 	c.r8 = append(c.r8, rn.Retrans)
 	c.j8 = append(c.j8, rn.Jain())
@@ -369,6 +396,7 @@ func s9Measure(ctx context.Context, tp *qoslab.Topo, ns *netns.NS, up *s9Script,
 	if err != nil {
 		return fmt.Errorf("burst of %g MB: %w", b, err)
 	}
+	c.dialed(run, "burst", rb)
 	excess, at := rb.AboveRate(b * shape.BytesPerMB)
 	c.burst = append(c.burst, excess/shape.BytesPerMB)
 	c.burstMs = append(c.burstMs, at*1000)
@@ -434,22 +462,16 @@ func runS9(ctx context.Context, e *Env, sec *report.Section, plan s9Plan) error 
 					return err
 				}
 			}
-			for run := range plan.Runs {
-				for _, rate := range plan.Rates {
-					for _, dir := range plan.Dirs {
-						for i := range planes {
-							p := planes[(i+run)%len(planes)] // rotate which plane goes first
-							k := s9Key{rtt, rate, dir, p}
-							if cells[k] == nil {
-								cells[k] = &s9Cell{}
-							}
-							e.Progress.Printf("RTT %v, %d Mbit/s, %s, %s: run %d/%d (%s so far)", rtt, rate, dir, p, run+1, plan.Runs, time.Since(start).Round(time.Second))
-							if err := s9Measure(ctx, tp, ns, up, k, plan, cells[k]); err != nil {
-								return fmt.Errorf("RTT %v, %d Mbit/s, %s, %s, run %d: %w", rtt, rate, dir, p, run+1, err)
-							}
-						}
-					}
+			errs = append(errs, s9RunCells(ctx, plan, planes, rtt, cells, func(k s9Key, run int, c *s9Cell) error {
+				e.Progress.Printf("RTT %v, %d Mbit/s, %s, %s: run %d/%d (%s so far)", k.rtt, k.rate, k.dir, k.plane, run, plan.Runs, time.Since(start).Round(time.Second))
+				err := s9Measure(ctx, tp, ns, up, k, plan, run, c)
+				if err != nil {
+					e.Progress.Printf("RTT %v, %d Mbit/s, %s, %s: run %d failed, the cell is not measured: %v", k.rtt, k.rate, k.dir, k.plane, run, err)
 				}
+				return err
+			})...)
+			if ctx.Err() != nil {
+				return ctx.Err()
 			}
 			return s9Reset(ctx, tp)
 		})
@@ -463,6 +485,41 @@ func runS9(ctx context.Context, e *Env, sec *report.Section, plan s9Plan) error 
 	}
 	reportS9(e.Report, sec, plan, planes, cells, unmodified, time.Since(start))
 	return errors.Join(errs...)
+}
+
+// s9RunCells runs measure (run 1-based) for every run and cell of RTT rtt
+// in plan's order (planes interleaved, the first one rotated per run),
+// the cells made in cells as needed. A cell whose run fails keeps the
+// error (c.err: the cell is not measured, its later runs are skipped)
+// and the other cells still run, each from its plane configured afresh;
+// only ctx's end stops the loop. It returns the cells' errors.
+func s9RunCells(ctx context.Context, plan s9Plan, planes []s9Plane, rtt time.Duration, cells map[s9Key]*s9Cell, measure func(k s9Key, run int, c *s9Cell) error) []error {
+	var errs []error
+	for run := range plan.Runs {
+		for _, rate := range plan.Rates {
+			for _, dir := range plan.Dirs {
+				for i := range planes {
+					p := planes[(i+run)%len(planes)] // rotate which plane goes first
+					k := s9Key{rtt, rate, dir, p}
+					if cells[k] == nil {
+						cells[k] = &s9Cell{}
+					}
+					c := cells[k]
+					if c.err != nil {
+						continue // failed in an earlier run: not measured
+					}
+					if err := measure(k, run+1, c); err != nil {
+						c.err = fmt.Errorf("run %d: %w", run+1, err)
+						errs = append(errs, fmt.Errorf("scenario 9: RTT %v, %d Mbit/s, %s, %s: %w", rtt, rate, dir, p, c.err))
+						if ctx.Err() != nil {
+							return errs
+						}
+					}
+				}
+			}
+		}
+	}
+	return errs
 }
 
 // s9OpenUpstream finds upstream's script (the Go module proxy, through
@@ -570,7 +627,8 @@ func reportS9(r *report.Report, sec *report.Section, plan s9Plan, planes []s9Pla
 			for _, dir := range dirs {
 				for _, p := range planes {
 					c := cells[s9Key{rtt, rate, dir, p}]
-					if c == nil || len(c.g1) == 0 {
+					if !c.measured() {
+						t.Rows = append(t.Rows, s9NotMeasuredRow(rtt, rate, dir, p, c, len(t.Header)))
 						continue
 					}
 					s := summarizeS9(c)
@@ -587,20 +645,20 @@ func reportS9(r *report.Report, sec *report.Section, plan s9Plan, planes []s9Pla
 			for _, dir := range dirs {
 				c := cells[s9Key{rtt, rate, dir, s9Shape}]
 				name := fmt.Sprintf("S9 shape, RTT %v, %d Mbit/s, %s", rtt, rate, dir)
-				if c == nil || len(c.g1) == 0 {
-					sec.Targets = append(sec.Targets, report.Target{Name: name, Want: "measured", Got: "not measured", Reason: "the run failed (see the notes)"})
+				if !c.measured() {
+					sec.Targets = append(sec.Targets, report.Target{Name: name, Want: "measured", Got: "not measured", Reason: s9NotMeasured(c)})
 					continue
 				}
 				sec.Targets = append(sec.Targets, s9Targets(name, rate, summarizeS9(c))...)
 				base := cells[s9Key{rtt, rate, dir, s9Upstream}]
 				for _, p := range []s9Plane{s9Shape, s9Police} {
 					pc := cells[s9Key{rtt, rate, dir, p}]
-					if pc == nil || len(pc.g1) == 0 {
+					if !pc.measured() {
 						continue
 					}
 					ours := summarizeS9(pc)
 					theirs := s9Summary{g1: math.NaN(), g8: math.NaN(), j8: math.NaN(), r1: math.NaN(), loadP99: math.NaN(), idle: math.NaN()}
-					if base != nil && len(base.g1) > 0 {
+					if base.measured() {
 						theirs = summarizeS9(base)
 					}
 					const bn = "Kube-OVN v1.16.2 nat-gateway.sh, same run"
@@ -623,8 +681,57 @@ func reportS9(r *report.Report, sec *report.Section, plan s9Plan, planes []s9Pla
 			"So the upstream plane runs the script with a `tc` first on its PATH that skips that one command (the class keeps HTB's default leaf, "+
 			"pfifo at the device's txqueuelen, as natgw's shaper on this kernel): upstream's shape without fq_codel. fq_codel itself is not measured here.")
 	}
+	if n := s9DialNote(plan, planes, cells); n != "" {
+		sec.Notes = append(sec.Notes, n)
+	}
 	sec.Notes = append(sec.Notes, fmt.Sprintf("%d RTT(s) × %d rate(s) × %d direction(s) × %d planes × %d run(s) in %v.",
 		len(plan.RTTs), len(plan.Rates), len(dirs), len(planes), plan.Runs, took.Round(time.Second)))
+}
+
+// s9NotMeasured says why cell c has no figures: its run's error, or that
+// it never ran (its RTT's lab failed: the notes say how).
+func s9NotMeasured(c *s9Cell) string {
+	if c != nil && c.err != nil {
+		return "not measured: " + c.err.Error()
+	}
+	return "not measured: not run (see the notes)"
+}
+
+// s9NotMeasuredRow is the table's row of a cell without figures: why in
+// the first figure's column, "–" in the others (width columns in all).
+func s9NotMeasuredRow(rtt time.Duration, rate int, dir qoslab.Dir, p s9Plane, c *s9Cell, width int) []string {
+	row := []string{rtt.String(), fmt.Sprintf("%d Mbit/s", rate), string(dir), string(p), s9NotMeasured(c)}
+	for len(row) < width {
+		row = append(row, "–")
+	}
+	return row
+}
+
+// s9DialNote names the cells whose flows' dials took longer than
+// s9SlowDial or were tried again (a SYN lost behind, or queued in, a
+// limit the earlier flows fill); "" if none did.
+func s9DialNote(plan s9Plan, planes []s9Plane, cells map[s9Key]*s9Cell) string {
+	var parts []string
+	for _, rtt := range plan.RTTs {
+		for _, rate := range plan.Rates {
+			for _, dir := range plan.Dirs {
+				for _, p := range planes {
+					c := cells[s9Key{rtt, rate, dir, p}]
+					if c == nil || (c.slowDial <= s9SlowDial && c.redials == 0) {
+						continue
+					}
+					parts = append(parts, fmt.Sprintf("RTT %v, %d Mbit/s, %s, %s: slowest dial %v (%s), %d redial(s)",
+						rtt, rate, dir, p, c.slowDial.Round(10*time.Millisecond), c.slowWhere, c.redials))
+				}
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("Flows' dials that waited behind the limit (over %v: a SYN retransmitted, TCP's first after 1 s, or queued as long "+
+		"behind the earlier flows' bytes; each flow may dial %d times, %v each): %s.",
+		s9SlowDial, qoslab.DialAttempts, qoslab.DialTimeout, strings.Join(parts, "; "))
 }
 
 // s9Targets checks one shape cell at rate Mbit/s against bench/README.md's

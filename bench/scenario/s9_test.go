@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -87,8 +88,13 @@ func TestReportS9(t *testing.T) {
 	r := &report.Report{}
 	sec := r.Section("s9", "Scenario 9")
 	reportS9(r, sec, plan, planes, cells, "", time.Minute)
-	if len(sec.Tables) != 1 || len(sec.Tables[0].Rows) != 4 {
-		t.Fatalf("tables %+v, want one with 4 rows", sec.Tables)
+	if len(sec.Tables) != 1 || len(sec.Tables[0].Rows) != 6 {
+		t.Fatalf("tables %+v, want one with 6 rows (2 not measured)", sec.Tables)
+	}
+	for _, i := range []int{4, 5} { // upload police and upstream: no cell
+		if got := sec.Tables[0].Rows[i]; got[4] != "not measured: not run (see the notes)" || len(got) != len(sec.Tables[0].Header) {
+			t.Errorf("row %d %q: want not measured, as wide as the header", i, got)
+		}
 	}
 	row := sec.Tables[0].Rows[0]
 	if got, want := strings.Join(row, " "), "20ms 10 Mbit/s download shape 95.5 94.5 0.925 0.00 0.25 21.0 70.0 79.8 25.0% 96.5 51.5% 1 1.00 160"; got != want {
@@ -129,6 +135,110 @@ func TestReportS9(t *testing.T) {
 	}
 	if !found {
 		t.Error("no s9.shape.download.rate=10.rtt=20ms.goodput_1flow metric")
+	}
+}
+
+// TestS9CellFailure: one cell's failed run (a dial timing out behind a
+// saturated 1 Mbit/s limit) costs that cell only: every other cell of the
+// same RTT runs all its runs and is reported with figures, the failed
+// cell is not run again and its row and target say not measured with the
+// error; slow dials are named in a note.
+func TestS9CellFailure(t *testing.T) {
+	plan := s9Plan{RTTs: []time.Duration{0}, Rates: []int{1, 10, 100}, Dirs: []qoslab.Dir{qoslab.Download, qoslab.Upload}, Runs: 2, Warm: time.Second, Dur: 2500 * time.Millisecond}
+	planes := []s9Plane{s9Shape, s9Police, s9Upstream}
+	bad := s9Key{0, 1, qoslab.Upload, s9Upstream}
+	slow := s9Key{0, 1, qoslab.Upload, s9Shape}
+	dialErr := errors.New("8 flows: qoslab: dial 7 from vm: dial tcp4 192.0.2.1:5001: i/o timeout")
+	cells := map[s9Key]*s9Cell{}
+	runs := map[s9Key][]int{}
+	errs := s9RunCells(context.Background(), plan, planes, 0, cells, func(k s9Key, run int, c *s9Cell) error {
+		runs[k] = append(runs[k], run)
+		c.g1 = append(c.g1, 95) // the part before the failure ran
+		if k == bad && run == 1 {
+			return dialErr
+		}
+		c.g8, c.r1, c.r8, c.j8 = append(c.g8, 96), append(c.r1, 0), append(c.r8, 0), append(c.j8, 0.9)
+		c.idle, c.loaded, c.pingsSent = append(c.idle, 0.2), append(c.loaded, 1, 2), c.pingsSent+2
+		c.udpRx, c.udpLoss, c.burst, c.burstMs = append(c.udpRx, 97), append(c.udpLoss, 50), append(c.burst, 1), append(c.burstMs, 100)
+		if k == slow {
+			c.dialed(run, "8 flows", qoslab.TCPRun{Redials: 1, SlowestDial: 9500 * time.Millisecond})
+		}
+		return nil
+	})
+	if len(errs) != 1 || !errors.Is(errs[0], dialErr) || !strings.Contains(errs[0].Error(), "RTT 0s, 1 Mbit/s, upload, upstream: run 1: 8 flows") {
+		t.Fatalf("errors %v, want the one cell's, named", errs)
+	}
+	if len(cells) != 3*2*3 {
+		t.Fatalf("%d cells, want 18", len(cells))
+	}
+	for k := range cells {
+		want := []int{1, 2}
+		if k == bad {
+			want = []int{1}
+		}
+		if !slices.Equal(runs[k], want) {
+			t.Errorf("cell %v ran runs %v, want %v", k, runs[k], want)
+		}
+	}
+	r := &report.Report{}
+	sec := r.Section("s9", "Scenario 9")
+	reportS9(r, sec, plan, planes, cells, "", time.Minute)
+	rows := sec.Tables[0].Rows
+	if len(rows) != 18 {
+		t.Fatalf("%d rows, want 18", len(rows))
+	}
+	for _, row := range rows {
+		isBad := row[1] == "1 Mbit/s" && row[2] == "upload" && row[3] == "upstream"
+		if isBad {
+			if !strings.HasPrefix(row[4], "not measured: run 1: 8 flows: qoslab: dial 7") || row[5] != "–" {
+				t.Errorf("failed cell's row %q: want not measured with the error", row)
+			}
+			continue
+		}
+		if row[4] != "95.0" || row[5] != "96.0" {
+			t.Errorf("row %q: want the cell's figures", row)
+		}
+	}
+	var shapeTargets int
+	for _, tg := range sec.Targets {
+		if strings.Contains(tg.Got, "not measured") {
+			t.Errorf("target %+v not measured; only upstream's cell failed", tg)
+		}
+		if strings.HasPrefix(tg.Name, "S9 shape, RTT 0s, ") {
+			shapeTargets++
+		}
+	}
+	if shapeTargets != 6*6 {
+		t.Errorf("%d shape targets, want 36 (6 cells × 6)", shapeTargets)
+	}
+	for _, m := range r.Metrics {
+		if strings.Contains(m.Name, ".upload.rate=1.") && m.Baseline != nil {
+			t.Errorf("metric %s has a baseline from the failed upstream cell", m.Name)
+		}
+	}
+	var note string
+	for _, n := range sec.Notes {
+		if strings.HasPrefix(n, "Flows' dials") {
+			note = n
+		}
+	}
+	if !strings.Contains(note, "RTT 0s, 1 Mbit/s, upload, shape: slowest dial 9.5s (run 1, 8 flows), 2 redial(s)") || strings.Count(note, "slowest dial") != 1 {
+		t.Errorf("dial note %q: want the one slow cell (2 runs, 1 redial each)", note)
+	}
+
+	// A failed shape cell's targets say not measured with the error.
+	cells[slow].err = errors.New("run 2: 1 flow: boom")
+	r = &report.Report{}
+	sec = r.Section("s9", "Scenario 9")
+	reportS9(r, sec, plan, planes, cells, "", time.Minute)
+	var found bool
+	for _, tg := range sec.Targets {
+		if tg.Name == "S9 shape, RTT 0s, 1 Mbit/s, upload" {
+			found = tg.Got == "not measured" && tg.Reason == "not measured: run 2: 1 flow: boom"
+		}
+	}
+	if !found {
+		t.Errorf("targets %+v: want the failed shape cell's not measured, with its error", sec.Targets)
 	}
 }
 

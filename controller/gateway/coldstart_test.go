@@ -192,3 +192,55 @@ func TestColdConnectPairSyncs(t *testing.T) {
 		})
 	}
 }
+
+// wrappedSession wraps another session (as a metrics or tracing layer
+// would) and forwards its answer to transport.ColdStartSyncer.
+type wrappedSession struct{ transport.Session }
+
+func (w wrappedSession) SyncAtColdStart() bool { return transport.ColdStartSync(w.Session) }
+
+// wrapTransport opens inner's sessions wrapped in wrappedSession.
+type wrapTransport struct{ inner transport.Transport }
+
+func (w wrapTransport) Open(ctx context.Context, gw transport.Endpoint) (transport.Session, error) {
+	s, err := w.inner.Open(ctx, gw)
+	if err != nil {
+		return nil, err
+	}
+	return wrappedSession{s}, nil
+}
+
+// TestColdConnectWrappedSession: the cold start's sync is decided by the
+// session's answer (transport.ColdStartSync), not by its type: a wrapper
+// of a two-replica gateway's Pair that forwards the answer is synced
+// although its list equals the desired set; a wrapper of a single agent's
+// session is not (the default).
+func TestColdConnectWrappedSession(t *testing.T) {
+	for _, pair := range []bool{true, false} {
+		t.Run(fmt.Sprintf("pair=%v", pair), func(t *testing.T) {
+			nft := newAgent()
+			nft.put(fip("a", 1))
+			src := &source{desired: []nat.Object{fip("a", 1)}}
+			f := startWith(t, src, nft, newAgent(), nil, 0, func(o *Options) {
+				var inner transport.Transport = o.Transport
+				if pair {
+					inner = pairTransport{fakeTransport: o.Transport.(*fakeTransport), t: t}
+				}
+				o.Transport = wrapTransport{inner: inner}
+			})
+			f.connected(t)
+			if !pair {
+				if got := nft.callLog(); len(got) != 0 {
+					t.Errorf("calls %v at a cold connect of a wrapped single-agent session holding the desired set, want none", got)
+				}
+				return
+			}
+			eventually(t, "synced", func() error {
+				if got := syncs(nft.callLog()); !slices.Equal(got, []string{"sync a"}) {
+					return fmt.Errorf("syncs %v, want [sync a]", got)
+				}
+				return nil
+			})
+		})
+	}
+}

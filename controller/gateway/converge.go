@@ -29,9 +29,10 @@ const (
 	// policer and any element that does not match its object; iptables
 	// rewrites every chain that differs), a sync plans against that same
 	// state (an empty change: no address, route or conntrack work), and
-	// the gateway-wide QoS is sent as when forced. Not for a two-replica
-	// gateway (transport.Pair): its list reads one replica, and its agents
-	// leave the sync mark `natgw ha` waits for only after a sync.
+	// the gateway-wide QoS is sent as when forced. Not for a session that
+	// asks for a sync (transport.ColdStartSync: a two-replica gateway's
+	// Pair, whose list reads one replica and whose agents leave the sync
+	// mark `natgw ha` waits for only after a sync).
 	complete
 	// forced (a new boot id of an agent this process knew, a data plane
 	// switch): every API object is desired and the whole set is synced

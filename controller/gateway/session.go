@@ -151,10 +151,12 @@ func (g *Manager) connect(ctx context.Context, dp nat.DataplaneName) (transport.
 	mode := check
 	if info.BootID != g.bootID {
 		reason, mode = "bootid", forced
-		if _, pair := s.(*transport.Pair); g.bootID == "" && !pair {
+		if g.bootID == "" && !transport.ColdStartSync(s) {
 			// This process has not seen the agent before (a cold start):
 			// nothing says its kernel state was lost, and a fresh list
-			// that equals the desired set needs no sync (see complete).
+			// that equals the desired set needs no sync (see complete;
+			// a session that answers otherwise, a two-replica gateway's
+			// Pair, is synced: transport.ColdStartSyncer).
 			mode = complete
 		}
 		g.log.Info("agent has a new boot id: converging the whole desired set", "dataplane", dp, "bootID", info.BootID, "previousBootID", g.bootID)

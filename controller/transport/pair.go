@@ -488,6 +488,14 @@ func (p *Pair) CatchUp(ctx context.Context) error {
 
 var _ Session = (*Pair)(nil)
 
+var _ ColdStartSyncer = (*Pair)(nil)
+
+// SyncAtColdStart is true: a Pair's List reads one replica (the active, or
+// the first by pod name), and each replica's agent (`serve --rules-only`)
+// leaves the sync mark its `natgw ha` waits for before it may lead
+// (agentapi.RulesSyncedFile) only after a Sync, of an empty set too.
+func (p *Pair) SyncAtColdStart() bool { return true }
+
 // qosSetter is a session that programs gateway-wide QoS (agentapi.Client).
 type qosSetter interface {
 	SetGatewayQoS(ctx context.Context, rules []gwqos.Rule) (changed bool, err error)

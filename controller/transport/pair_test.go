@@ -519,3 +519,19 @@ func heldPair(t *testing.T, active string) (p *Pair, a, b *fakeAgent) {
 	}
 	return p, a, b
 }
+
+// TestColdStartSync: a Pair asks for a sync at a cold start, a session
+// that does not answer ColdStartSyncer (one agent) does not.
+func TestColdStartSync(t *testing.T) {
+	p, err := NewPair(Endpoint{Name: "g"}, []Member{{Pod: "vpc-nat-gw-g-0", Session: newFakeAgent("ba")}}, "", testlog.New(t, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if !ColdStartSync(p) {
+		t.Error("ColdStartSync(Pair) = false, want true")
+	}
+	if ColdStartSync(newFakeAgent("boot")) {
+		t.Error("ColdStartSync(one agent's session) = true, want false")
+	}
+}

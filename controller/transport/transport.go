@@ -48,6 +48,29 @@ type Session interface {
 	Close() error
 }
 
+// ColdStartSyncer is answered by a Session whose gateway must get a Sync
+// of the whole desired set at a controller's cold start (its first
+// session with agents whose boot id it has not seen) even when the
+// session's fresh List equals that set. A Session that does not answer it
+// is a single agent: its List reads everything a Sync would write, and a
+// List equal to the desired set needs no Sync. A Session that wraps
+// another must forward the wrapped one's answer (ColdStartSync).
+type ColdStartSyncer interface {
+	// SyncAtColdStart reports whether a cold start must Sync even a
+	// desired set the List already shows: true when the List does not
+	// read every agent a Sync reaches, or when the agents need a Sync to
+	// reach a state of their own (Pair: both).
+	SyncAtColdStart() bool
+}
+
+// ColdStartSync says whether a cold start must Sync s even when its List
+// equals the desired set: s's SyncAtColdStart when it answers
+// ColdStartSyncer, false otherwise.
+func ColdStartSync(s Session) bool {
+	c, ok := s.(ColdStartSyncer)
+	return ok && c.SyncAtColdStart()
+}
+
 // Transport opens sessions to gateways.
 type Transport interface {
 	// Open starts or reaches the agent of gw. ctx bounds the opening only,

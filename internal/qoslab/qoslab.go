@@ -192,7 +192,23 @@ type TCPRun struct {
 	// sent); PingsSent how many were sent.
 	Pings     []time.Duration
 	PingsSent int
+	// Redials is how many flows' dials timed out and were tried again
+	// (see DialTimeout); SlowestDial the longest time one flow took to
+	// connect, redials included. A dial behind a saturated limit waits for
+	// the queue ahead of its SYN or for TCP's SYN retransmits (1 s, then
+	// 3 s, 7 s after the first).
+	Redials     int
+	SlowestDial time.Duration
 }
+
+// Dials of RunTCP's flows: each attempt may take DialTimeout (TCP sends
+// its SYN at 0, 1, 3 and 7 s, so three lost SYNs, or a SYN queued for
+// seconds behind a limit the earlier flows fill, still connect) and a flow
+// is dialed up to DialAttempts times.
+const (
+	DialTimeout  = 8 * time.Second
+	DialAttempts = 3
+)
 
 // Goodput returns the flows' total in the window in Mbit/s.
 func (r TCPRun) Goodput() float64 {
@@ -250,6 +266,25 @@ type TCPOptions struct {
 	PingEvery time.Duration
 }
 
+// dial connects vm to ext's TCPPort: up to DialAttempts attempts of
+// DialTimeout each while ctx lasts. It returns the connection, how many
+// attempts timed out before it and how long it took in all.
+func (tp *Topo) dial(ctx context.Context) (c net.Conn, redials int, took time.Duration, err error) {
+	t0 := time.Now()
+	for a := range DialAttempts {
+		err = netns.Do(tp.VM, func() error {
+			var err error
+			c, err = (&net.Dialer{Timeout: DialTimeout}).DialContext(ctx, "tcp4", fmt.Sprintf("%s:%d", netlab.ExtAddr, TCPPort))
+			return err
+		})
+		if err == nil || !isTimeout(err) || ctx.Err() != nil || a == DialAttempts-1 {
+			break
+		}
+		redials++
+	}
+	return c, redials, time.Since(t0), err
+}
+
 // RunTCP runs o.Flows bulk TCP flows for o.Dur, all opened by vm to ext
 // (vm's FIP SNAT makes them the EIP's): in Download ext sends, in Upload
 // vm. It counts each flow's bytes delivered between o.Warm and o.Dur, the
@@ -260,7 +295,7 @@ func (tp *Topo) RunTCP(ctx context.Context, o TCPOptions) (TCPRun, error) {
 	if n <= 0 || d <= warm {
 		return TCPRun{}, fmt.Errorf("qoslab: RunTCP: %d flows, window %v..%v: want flows ≥ 1 and Dur > Warm", n, warm, d)
 	}
-	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second+time.Duration(n)*DialAttempts*DialTimeout)
 	defer cancel()
 	var ln net.Listener
 	if err := netns.Do(tp.Ext, func() error {
@@ -337,16 +372,15 @@ func (tp *Topo) RunTCP(ctx context.Context, o TCPOptions) (TCPRun, error) {
 		}
 		acc <- nil
 	}()
+	var res TCPRun
 	for i := range n {
-		var c net.Conn
-		if err := netns.Do(tp.VM, func() error {
-			var err error
-			c, err = (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp4", fmt.Sprintf("%s:%d", netlab.ExtAddr, TCPPort))
-			return err
-		}); err != nil {
+		c, redials, took, err := tp.dial(ctx)
+		res.Redials += redials
+		res.SlowestDial = max(res.SlowestDial, took)
+		if err != nil {
 			ln.Close()
 			halt()
-			return TCPRun{}, fmt.Errorf("qoslab: dial %d from %s: %w", i, tp.VM, err)
+			return TCPRun{}, fmt.Errorf("qoslab: dial %d from %s (%d attempt(s) of %v): %w", i, tp.VM, redials+1, DialTimeout, err)
 		}
 		// One byte at a time, so the accept side's reader takes no more.
 		for _, b := range []byte(strconv.Itoa(i) + "\n") {
@@ -366,7 +400,6 @@ func (tp *Topo) RunTCP(ctx context.Context, o TCPOptions) (TCPRun, error) {
 		return TCPRun{}, err
 	}
 	start := time.Now()
-	var res TCPRun
 	sum := func() (s int64) {
 		for i := range counts {
 			s += counts[i].Load()
