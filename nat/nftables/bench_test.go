@@ -349,3 +349,102 @@ func BenchmarkFIPAddDelete(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLoad100kSnapshot times the start of an agent that has a state
+// directory (natgw serve in the gateway image) on a table of 100,000 FIPs
+// after a clean stop: the FIPs come from the index snapshot, the other
+// sets are dumped. New is the whole start (nftables.New: the read, the
+// State, the repair transaction); Read is its read alone (NewBackend and
+// readObjects: the kernel's small objects, the dumps, the snapshot and its
+// State, the consistency check), so New − Read is the repair transaction.
+// Besides the median each reports the process's CPU time per op split
+// into user and kernel (getrusage: CPU time, not wall time, so less
+// sensitive to the machine's load than the median).
+func BenchmarkLoad100kSnapshot(b *testing.B) {
+	const n = 100_000
+	ctx := context.Background()
+	cfg := gateway(b)
+	cfg.StateDir = b.TempDir()
+	dp, err := New(ctx, cfg, WithoutPlumbing())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := dp.Sync(ctx, manyFIPs(n, 36)); err != nil {
+		b.Fatal(err)
+	}
+	if err := dp.Close(); err != nil { // writes the snapshot
+		b.Fatal(err)
+	}
+	if k := kernelOf(b, cfg); !k.fromSnap {
+		b.Fatal("a start would not take the FIPs from the index snapshot")
+	}
+	b.Run("New", func(b *testing.B) {
+		var last nat.Dataplane
+		cpuOps(b, func() error {
+			if last != nil {
+				return last.Close()
+			}
+			return nil
+		}, func() error {
+			var err error
+			last, err = New(ctx, cfg, WithoutPlumbing())
+			return err
+		})
+		if last != nil {
+			if got, err := last.List(ctx); err != nil || len(got) != n {
+				b.Fatalf("after the benchmark: %d objects (%v), want %d", len(got), err, n)
+			}
+			last.Close()
+		}
+	})
+	b.Run("Read", func(b *testing.B) {
+		var r *Backend
+		cpuOps(b, func() error {
+			if r != nil {
+				return r.Close()
+			}
+			return nil
+		}, func() error {
+			var err error
+			if r, err = NewBackend(cfg, WithoutPlumbing()); err != nil {
+				return err
+			}
+			k, st, _, ok, err := r.readObjects(ctx)
+			switch {
+			case err != nil:
+				return err
+			case !k.fromSnap || !ok || st.Len() != n:
+				return fmt.Errorf("read %d objects, from the snapshot %v, consistent %v", st.Len(), k.fromSnap, ok)
+			}
+			return nil
+		})
+		if r != nil {
+			r.Close()
+		}
+	})
+}
+
+// cpuOps is timeOps that also reports the process's user and system CPU
+// time per op (getrusage around each op).
+func cpuOps(b *testing.B, setup, op func() error) {
+	b.Helper()
+	var user, sys time.Duration
+	timeOps(b, setup, func() error {
+		u0, s0 := cpuTimes()
+		err := op()
+		u1, s1 := cpuTimes()
+		user, sys = user+u1-u0, sys+s1-s0
+		return err
+	})
+	b.ReportMetric(float64(user.Microseconds())/float64(b.N), "µs-user/op")
+	b.ReportMetric(float64(sys.Microseconds())/float64(b.N), "µs-sys/op")
+}
+
+// cpuTimes returns the process's user and system CPU time so far.
+func cpuTimes() (user, sys time.Duration) {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0, 0
+	}
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
+}
