@@ -17,6 +17,7 @@ import (
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/conntrack"
+	"github.com/natgw/natgw/nat/engine"
 	"github.com/natgw/natgw/nat/nattest"
 	"github.com/natgw/natgw/nat/nftconn"
 )
@@ -146,18 +147,9 @@ func BenchmarkLoad100k(b *testing.B) {
 	if err := dp.Sync(ctx, manyFIPs(n, 36)); err != nil {
 		b.Fatal(err)
 	}
-	var last nat.Dataplane
-	timeOps(b, func() error {
-		if last != nil {
-			return last.Close()
-		}
-		return nil
-	}, func() error {
-		var err error
-		last, err = New(ctx, cfg, WithoutPlumbing())
-		return err
-	})
-	if last != nil {
+	setup, op, opened := reopen(ctx, cfg)
+	timeOps(b, setup, op)
+	if last := *opened; last != nil {
 		if got, err := last.List(ctx); err != nil || len(got) != n {
 			b.Fatalf("after the benchmark: %d objects (%v), want %d", len(got), err, n)
 		}
@@ -165,9 +157,28 @@ func BenchmarkLoad100k(b *testing.B) {
 		// heap with it, minus live heap once it is closed and dropped.
 		with := liveHeap()
 		last.Close()
-		last = nil
+		*opened, last = nil, nil
 		b.ReportMetric(float64(with-liveHeap())/(1<<20), "MiB-kept")
 	}
+}
+
+// reopen returns the setup and op of a benchmark that opens the engine on
+// cfg once per op (New; setup closes the one opened before), and where the
+// last one opened is.
+func reopen(ctx context.Context, cfg nat.Config) (setup, op func() error, last *nat.Dataplane) {
+	last = new(nat.Dataplane)
+	setup = func() error {
+		if *last != nil {
+			return (*last).Close()
+		}
+		return nil
+	}
+	op = func() error {
+		var err error
+		*last, err = New(ctx, cfg, WithoutPlumbing())
+		return err
+	}
+	return setup, op, last
 }
 
 // liveHeap returns the heap in use after a garbage collection.
@@ -348,4 +359,96 @@ func BenchmarkFIPAddDelete(b *testing.B) {
 			b.ReportMetric(med(dels), "µs-delete-median")
 		})
 	}
+}
+
+// BenchmarkLoad100kSnapshot times the start of an agent that has a state
+// directory (natgw serve in the gateway image) on a table of 100,000 FIPs
+// after a clean stop: the FIPs come from the index snapshot, the other
+// sets are dumped. New is the whole start (nftables.New: the read, the
+// State, the repair transaction); Read is its read alone (NewBackend and
+// readObjects: the kernel's small objects, the dumps, the snapshot and its
+// State, the consistency check), so New − Read is the repair transaction.
+// Besides the median each reports the process's CPU time per op split
+// into user and kernel (getrusage: CPU time, not wall time, so less
+// sensitive to the machine's load than the median).
+func BenchmarkLoad100kSnapshot(b *testing.B) {
+	const n = 100_000
+	ctx := context.Background()
+	cfg := gateway(b)
+	cfg.StateDir = b.TempDir()
+	dp, err := New(ctx, cfg, WithoutPlumbing())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := dp.Sync(ctx, manyFIPs(n, 36)); err != nil {
+		b.Fatal(err)
+	}
+	if err := dp.Close(); err != nil { // writes the snapshot
+		b.Fatal(err)
+	}
+	if k := kernelOf(b, cfg); !k.fromSnap {
+		b.Fatal("a start would not take the FIPs from the index snapshot")
+	}
+	b.Run("New", func(b *testing.B) {
+		setup, op, opened := reopen(ctx, cfg)
+		cpuOps(b, setup, op)
+		if last := *opened; last != nil {
+			// Counts, not List: List sorts 100k objects, which would
+			// not cancel out of the instruction counts of two runs.
+			if got := last.(*engine.Engine).Counts()[nat.KindFIP]; got != n {
+				b.Fatalf("after the benchmark: %d FIPs, want %d", got, n)
+			}
+			last.Close()
+		}
+	})
+	b.Run("Read", func(b *testing.B) {
+		var r *Backend
+		cpuOps(b, func() error {
+			if r != nil {
+				return r.Close()
+			}
+			return nil
+		}, func() error {
+			var err error
+			if r, err = NewBackend(cfg, WithoutPlumbing()); err != nil {
+				return err
+			}
+			k, st, _, ok, err := r.readObjects(ctx)
+			switch {
+			case err != nil:
+				return err
+			case !k.fromSnap || !ok || st.Len() != n:
+				return fmt.Errorf("read %d objects, from the snapshot %v, consistent %v", st.Len(), k.fromSnap, ok)
+			}
+			return nil
+		})
+		if r != nil {
+			r.Close()
+		}
+	})
+}
+
+// cpuOps is timeOps that also reports the process's user and system CPU
+// time per op (getrusage around each op).
+func cpuOps(b *testing.B, setup, op func() error) {
+	b.Helper()
+	var user, sys time.Duration
+	timeOps(b, setup, func() error {
+		u0, s0 := cpuTimes()
+		err := op()
+		u1, s1 := cpuTimes()
+		user, sys = user+u1-u0, sys+s1-s0
+		return err
+	})
+	b.ReportMetric(float64(user.Microseconds())/float64(b.N), "µs-user/op")
+	b.ReportMetric(float64(sys.Microseconds())/float64(b.N), "µs-sys/op")
+}
+
+// cpuTimes returns the process's user and system CPU time so far.
+func cpuTimes() (user, sys time.Duration) {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0, 0
+	}
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
 }

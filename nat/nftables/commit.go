@@ -30,6 +30,11 @@ type change struct {
 	createTable bool   // create table, fixed sets and the meta element
 	bootID      string // with createTable
 	fixedChains bool   // (re)create the fixed chains and rewrite their rules
+	// keepRules: with fixedChains, the fixed chains' rules are known to
+	// be those of r.rules (Load: the mirror condition and the stored
+	// fingerprint say so): the chains are added (a no-op on existing
+	// ones) but their rules not rewritten, except snat_cidr's.
+	keepRules bool
 
 	full  bool     // flush these sets before adding (Sync)
 	flush []string // with full
@@ -154,7 +159,7 @@ func (r *Backend) plan(ch *change) *txPlan {
 	}
 	if ch.fixedChains {
 		for _, cs := range chains {
-			if cs.name == chainSNATCIDR {
+			if cs.name == chainSNATCIDR || ch.keepRules {
 				continue
 			}
 			if !ch.createTable {
@@ -195,7 +200,7 @@ func (r *Backend) plan(ch *change) *txPlan {
 		if snap == 0 && !tx.touchesFIPs() {
 			snap = r.snapID
 		}
-		tx.stamp(metaComment(boot), r.gen+1, snap)
+		tx.stamp(metaComment(boot), r.gen+1, snap, r.rules)
 	}
 	return tx
 }

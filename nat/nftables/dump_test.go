@@ -125,7 +125,7 @@ func TestDecodeMetaCopies(t *testing.T) {
 	for i := range b {
 		b[i] = 0xff // the next reply
 	}
-	if boot, _, _, _, broken := parseMeta([]metaElem{m}); broken != "" || boot != "0123" {
+	if boot, _, _, _, _, broken := parseMeta([]metaElem{m}); broken != "" || boot != "0123" {
 		t.Errorf("after the buffer's reuse: boot %q, broken %q; want boot 0123", boot, broken)
 	}
 }

@@ -3,6 +3,7 @@ package nftables
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"net/netip"
 	"sort"
 	"strconv"
@@ -106,6 +107,36 @@ const udataGen = 0xf0
 // element that names the index snapshot the FIP maps equal (8 bytes, big
 // endian; absent: none). See nat/README.md, "The index snapshot".
 const udataSnap = 0xf1
+
+// udataRules is the userdata TLV type of natgw's own on the natgw_meta
+// element that fingerprints the rules of the fixed chains natgw wrote
+// (8 bytes, big endian; absent: unknown): rulesPrint of the writer's
+// configuration. While the mirror condition holds, a Load whose own
+// rulesPrint equals it leaves those rules alone instead of rewriting them
+// (see nat/README.md, "Start").
+const udataRules = 0xf2
+
+// rulesPrint returns the fingerprint of the fixed chains' rules for cfg:
+// the FNV-1a hash of their netlink encoding (each chain and its rules, as
+// a repair transaction adds them), so it changes with anything that
+// changes a rule's bytes: the configuration (interface names) or the code
+// that renders them. Never 0.
+func rulesPrint(cfg nat.Config) (uint64, error) {
+	var p txPlan
+	for _, cs := range fixedChains(cfg) {
+		p.addChain(cs)
+		for _, rs := range cs.rules {
+			p.addRule(cs.name, rs)
+		}
+	}
+	b := nftconn.NewBatch(0, p.tx.SizeHint(), nil)
+	if err := p.tx.Encode(b); err != nil {
+		return 0, fmt.Errorf("fingerprint of the fixed rules: %w", err)
+	}
+	h := fnv.New64a()
+	h.Write(b.Bytes())
+	return max(h.Sum64(), 1), nil
+}
 
 // metaComment is the comment of the natgw_meta element.
 func metaComment(boot string) string {

@@ -107,6 +107,9 @@ type Backend struct {
 	// stores it in natgw_meta stores gen+1, its own (see Load, Settle).
 	gen     uint32
 	stamped bool // natgw_meta holds gen (see Settle)
+	// rules is rulesPrint(cfg), which every stamp stores (0 in Plan's
+	// Backend: none stored).
+	rules uint64
 
 	// snapID is the index snapshot the kernel's FIP maps are known to
 	// equal (0: none known): the one Load found valid, or Settle wrote;
@@ -167,6 +170,10 @@ func NewBackend(cfg nat.Config, opts ...Option) (*Backend, error) {
 	r.snapDir = cfg.StateDir
 	r.transport = transport{nsName: cfg.NetNS, timeout: r.opts.timeout, log: cfg.Log.WithName("nftables")}
 	if err := checkInterfaces(cfg); err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	var err error
+	if r.rules, err = rulesPrint(cfg); err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
 	ns, err := netns.Open(cfg.NetNS)

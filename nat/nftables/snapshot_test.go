@@ -235,7 +235,7 @@ func snapIDs(t *testing.T, cfg nat.Config) (string, uint64) {
 
 // kernelOf reads cfg's table as Load does (readKernel), with a Backend
 // of its own that it closes (no Load: nothing to settle).
-func kernelOf(t *testing.T, cfg nat.Config) *kernelState {
+func kernelOf(t testing.TB, cfg nat.Config) *kernelState {
 	t.Helper()
 	r, err := NewBackend(cfg)
 	if err != nil {

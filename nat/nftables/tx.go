@@ -81,10 +81,11 @@ func (p *txPlan) deleteElements(set string, es []nft.SetElement) {
 }
 
 // stamp flushes natgw_meta and adds its element again with comment, and
-// in its user data the generation gen (see udataGen) and the index
-// snapshot id snap unless 0 (see udataSnap). A flush, not a delete, so
-// that it works even if the element was deleted by hand.
-func (p *txPlan) stamp(comment string, gen uint32, snap uint64) {
+// in its user data the generation gen (see udataGen), the index snapshot
+// id snap unless 0 (see udataSnap) and the fixed rules' fingerprint rules
+// unless 0 (see udataRules; the text's note leaves it out). A flush, not a
+// delete, so that it works even if the element was deleted by hand.
+func (p *txPlan) stamp(comment string, gen uint32, snap, rules uint64) {
 	meta := specOf(setMeta).conn()
 	ud := binary.BigEndian.AppendUint32([]byte{udataGen, 4}, gen)
 	note := fmt.Sprintf("generation %d", gen)
@@ -92,6 +93,10 @@ func (p *txPlan) stamp(comment string, gen uint32, snap uint64) {
 		ud = append(ud, udataSnap, 8)
 		ud = binary.BigEndian.AppendUint64(ud, snap)
 		note += fmt.Sprintf(", index snapshot %016x", snap)
+	}
+	if rules != 0 {
+		ud = append(ud, udataRules, 8)
+		ud = binary.BigEndian.AppendUint64(ud, rules)
 	}
 	p.tx.FlushSet(mainTable, meta)
 	p.tx.AddElementUserData(mainTable, meta, metaKey, comment, ud, note+" in userdata")

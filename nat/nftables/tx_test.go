@@ -103,9 +103,9 @@ func TestTxText(t *testing.T) {
 			tx.addElements(setFIPDNAT, []nft.SetElement{{Key: a4(addr("192.0.2.10")), Val: a4(addr("198.51.100.10")), Comment: "u"}}, true)
 		}, "create element inet natgw fip_dnat { 192.0.2.10 comment \"u\" : 198.51.100.10 }\n"},
 		{"no elements", func(tx *txPlan) { tx.addElements(setEIPs, nil, false) }, ""},
-		{"stamp", func(tx *txPlan) { tx.stamp("natgw layout=1 boot=b", 7, 0) },
+		{"stamp", func(tx *txPlan) { tx.stamp("natgw layout=1 boot=b", 7, 0, 0) },
 			"flush set inet natgw natgw_meta\nadd element inet natgw natgw_meta { 0x00000001 comment \"natgw layout=1 boot=b\" } # generation 7 in userdata\n"},
-		{"stamp with snapshot", func(tx *txPlan) { tx.stamp("natgw layout=1 boot=b", 7, 0xab) },
+		{"stamp with snapshot", func(tx *txPlan) { tx.stamp("natgw layout=1 boot=b", 7, 0xab, 0xcd) },
 			"flush set inet natgw natgw_meta\nadd element inet natgw natgw_meta { 0x00000001 comment \"natgw layout=1 boot=b\" } # generation 7, index snapshot 00000000000000ab in userdata\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
