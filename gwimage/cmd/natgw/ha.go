@@ -21,12 +21,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/natgw/natgw/internal/kuberest"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/ha"
 	"github.com/natgw/natgw/nat/ha/leasefence"
@@ -113,7 +111,7 @@ func (f *haFlags) restConfig(flag string) (*rest.Config, error) {
 // only how the address is learnt, not the detector: the heartbeats go to
 // the pod directly, and an API server that is gone keeps the last address.
 type siblingPeer struct {
-	pods      corev1client.PodInterface
+	pods      podGetter
 	ns, name  string
 	port      uint16
 	log       logr.Logger
@@ -121,12 +119,17 @@ type siblingPeer struct {
 	lastError string
 }
 
+// podGetter reads a pod namespace/name (kuberest.Resource of "pods").
+type podGetter interface {
+	Get(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+}
+
 // read returns the sibling's address, zero when it has none yet (not
 // created, not scheduled, or a non-IPv4 address).
 func (s *siblingPeer) read(ctx context.Context) (netip.AddrPort, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	pod, err := s.pods.Get(ctx, s.name, metav1.GetOptions{})
+	pod, err := s.pods.Get(ctx, s.ns, s.name)
 	if apierrors.IsNotFound(err) {
 		return netip.AddrPort{}, nil
 	}
@@ -390,11 +393,14 @@ func (f *haFlags) sibling(cfg ha.Config) (*siblingPeer, error) {
 	if err != nil {
 		return nil, err
 	}
-	cs, err := kubernetes.NewForConfig(rc)
+	// A RESTClient knowing core/v1 only, not the typed clientset (whose
+	// package initialisers cost every natgw start; internal/kuberest).
+	c, err := kuberest.ForGroupVersion(rc, corev1.SchemeGroupVersion, corev1.AddToScheme)
 	if err != nil {
 		return nil, fmt.Errorf("--peer-sibling: client: %w", err)
 	}
-	return &siblingPeer{pods: cs.CoreV1().Pods(f.peerSibling), ns: f.peerSibling, name: name,
+	pods := kuberest.Resource[corev1.Pod, *corev1.Pod]{Client: c, Name: "pods"}
+	return &siblingPeer{pods: pods, ns: f.peerSibling, name: name,
 		port: cfg.Local.Port(), log: cfg.Log.WithName("peer")}, nil
 }
 

@@ -14,8 +14,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/kubernetes"
 
+	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/nat/ha"
 	"github.com/natgw/natgw/nat/ha/leasefence"
 )
@@ -150,13 +151,28 @@ func TestSiblingPod(t *testing.T) {
 // TestSiblingPeerFollow: the follower hands the sibling's address to the
 // replica when the pod gets one and when it changes (a new pod), keeps
 // the last one while the pod is gone, and takes the IPv4 of a dual-stack
-// pod. The API is a fake clientset: this is the follower's logic only.
+// pod. The API server is a real kube-apiserver (envtest) and the follower
+// is the one `natgw ha --peer-sibling` builds (its core/v1-only RESTClient,
+// from --kubeconfig); the test writes the pods through the typed clientset.
 func TestSiblingPeerFollow(t *testing.T) {
-	cs := fake.NewClientset()
-	pods := cs.CoreV1().Pods("kube-system")
+	assets := apitest.RequireAssets(t)
+	env := apitest.Environment(assets, apitest.CRDDir())
+	cfg := apitest.StartT(t, env)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pods := kubernetes.NewForConfigOrDie(cfg).CoreV1().Pods("default")
+	f := haFlags{id: "vpc-nat-gw-g-0", peerSibling: "default", kubeconfig: kubeconfig}
+	s, err := f.sibling(ha.Config{Local: netip.MustParseAddrPort("10.0.1.4:7460")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ns != "default" || s.name != "vpc-nat-gw-g-1" {
+		t.Fatalf("sibling %s/%s, want default/vpc-nat-gw-g-1", s.ns, s.name)
+	}
 	got := make(chan netip.AddrPort, 16)
-	s := &siblingPeer{pods: pods, ns: "kube-system", name: "vpc-nat-gw-g-1", port: 7460,
-		setPeer: func(p netip.AddrPort) error { got <- p; return nil }}
+	s.setPeer = func(p netip.AddrPort) error { got <- p; return nil }
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if p, err := s.read(ctx); err != nil || p.IsValid() {
@@ -176,8 +192,12 @@ func TestSiblingPeerFollow(t *testing.T) {
 			t.Fatalf("%s: no peer address given, want %s", what, want)
 		}
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "vpc-nat-gw-g-1", Namespace: "kube-system"}}
-	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	// Bound to a node (no node object is needed) as a pod with an address
+	// is; deleted with no grace period, as there is no kubelet.
+	spec := corev1.PodSpec{NodeName: "node1", Containers: []corev1.Container{{Name: "gw", Image: "natgw"}}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "vpc-nat-gw-g-1", Namespace: "default"}, Spec: spec}
+	pod, err = pods.Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	pod.Status.PodIPs = []corev1.PodIP{{IP: "fd00::5"}, {IP: "10.0.1.5"}}
@@ -186,12 +206,18 @@ func TestSiblingPeerFollow(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("scheduled, dual stack", "10.0.1.5:7460")
-	if err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+	if err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
-	pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "vpc-nat-gw-g-1", Namespace: "kube-system"},
-		Status: corev1.PodStatus{PodIP: "10.0.1.9"}}
-	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	if p, err := s.read(ctx); err != nil || p.IsValid() {
+		t.Fatalf("pod deleted: %v, %v; want no address and no error", p, err)
+	}
+	pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "vpc-nat-gw-g-1", Namespace: "default"}, Spec: spec}
+	if pod, err = pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{PodIP: "10.0.1.9", PodIPs: []corev1.PodIP{{IP: "10.0.1.9"}}}
+	if _, err := pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	expect("a new pod with another address", "10.0.1.9:7460")

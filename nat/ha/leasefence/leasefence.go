@@ -28,10 +28,9 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/natgw/natgw/internal/kuberest"
 	"github.com/natgw/natgw/nat/ha"
 )
 
@@ -42,10 +41,21 @@ const DurationAnnotation = "natgw.io/lease-duration-ms"
 // earlier deadline.
 const DefaultCallTimeout = 2 * time.Second
 
+// Leases is the API the fence uses: the Leases of one API server. Errors
+// are client-go's (apierrors.IsNotFound, IsConflict and IsAlreadyExists
+// hold for them). LeasesForConfig returns one.
+type Leases interface {
+	Get(ctx context.Context, namespace, name string) (*coordinationv1.Lease, error)
+	// Create creates l in l.Namespace.
+	Create(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error)
+	// Update replaces l conditioned on l.ResourceVersion.
+	Update(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error)
+}
+
 // Fence is an ha.Fence backed by the Lease Namespace/Name. Create it with
 // New; it is safe for concurrent use.
 type Fence struct {
-	leases      coordclient.LeasesGetter
+	leases      Leases
 	ns, name    string
 	callTimeout time.Duration
 	now         func() time.Time
@@ -55,10 +65,9 @@ type Fence struct {
 }
 
 // New returns the fence of the Lease namespace/name through client (for
-// example kubernetes.Clientset.CoordinationV1()). callTimeout bounds every
-// API call (0: DefaultCallTimeout); the caller's context may bound it
-// further.
-func New(client coordclient.LeasesGetter, namespace, name string, callTimeout time.Duration) (*Fence, error) {
+// example LeasesForConfig's). callTimeout bounds every API call (0:
+// DefaultCallTimeout); the caller's context may bound it further.
+func New(client Leases, namespace, name string, callTimeout time.Duration) (*Fence, error) {
 	switch {
 	case client == nil:
 		return nil, errors.New("leasefence: no client")
@@ -76,17 +85,32 @@ func New(client coordclient.LeasesGetter, namespace, name string, callTimeout ti
 }
 
 // ForConfig returns the fence of the Lease namespace/name on the API server
-// of rc, with DefaultCallTimeout. The client's rate limit is raised (100
-// QPS, burst 200): the active renews every heartbeat interval and
-// client-go's default (5/s) would delay renewals past the lease.
+// of rc (through LeasesForConfig), with DefaultCallTimeout.
 func ForConfig(rc *rest.Config, namespace, name string) (*Fence, error) {
+	leases, err := LeasesForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return New(leases, namespace, name, 0)
+}
+
+// LeasesForConfig returns the Leases of rc's API server, through a
+// client-go RESTClient whose scheme holds coordination.k8s.io/v1 only (not
+// the typed clientset, whose package initialisers cost every natgw start;
+// see internal/kuberest). The client's rate limit is raised (100 QPS,
+// burst 200): the active renews every heartbeat interval and client-go's
+// default (5/s) would delay renewals past the lease.
+func LeasesForConfig(rc *rest.Config) (Leases, error) {
+	if rc == nil {
+		return nil, errors.New("leasefence: no rest.Config")
+	}
 	rc = rest.CopyConfig(rc)
 	rc.QPS, rc.Burst = 100, 200
-	cs, err := kubernetes.NewForConfig(rc)
+	c, err := kuberest.ForGroupVersion(rc, coordinationv1.SchemeGroupVersion, coordinationv1.AddToScheme)
 	if err != nil {
 		return nil, fmt.Errorf("leasefence: client for %s: %w", rc.Host, err)
 	}
-	return New(cs.CoordinationV1(), namespace, name, 0)
+	return kuberest.Resource[coordinationv1.Lease, *coordinationv1.Lease]{Client: c, Name: "leases"}, nil
 }
 
 var _ ha.Fence = (*Fence)(nil)
@@ -168,14 +192,14 @@ func (f *Fence) Acquire(ctx context.Context, holder string, ttl time.Duration) e
 		}
 	}
 	cctx, cancel := f.call(ctx)
-	l, err := f.leases.Leases(f.ns).Get(cctx, f.name, metav1.GetOptions{})
+	l, err := f.leases.Get(cctx, f.ns, f.name)
 	cancel()
 	switch {
 	case apierrors.IsNotFound(err):
 		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: f.name}}
 		stamp(l, holder, ttl, f.now())
 		cctx, cancel := f.call(ctx)
-		created, err := f.leases.Leases(f.ns).Create(cctx, l, metav1.CreateOptions{})
+		created, err := f.leases.Create(cctx, l)
 		cancel()
 		if apierrors.IsAlreadyExists(err) {
 			f.last = nil
@@ -204,7 +228,7 @@ func (f *Fence) Acquire(ctx context.Context, holder string, ttl time.Duration) e
 func (f *Fence) update(ctx context.Context, l *coordinationv1.Lease) error {
 	cctx, cancel := f.call(ctx)
 	defer cancel()
-	out, err := f.leases.Leases(f.ns).Update(cctx, l, metav1.UpdateOptions{})
+	out, err := f.leases.Update(cctx, l)
 	if apierrors.IsConflict(err) {
 		f.last = nil
 		return fmt.Errorf("leasefence: %s changed by another writer: %w", f, errors.Join(err, ha.ErrHeld))
@@ -222,7 +246,7 @@ func (f *Fence) Release(ctx context.Context, holder string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	cctx, cancel := f.call(ctx)
-	l, err := f.leases.Leases(f.ns).Get(cctx, f.name, metav1.GetOptions{})
+	l, err := f.leases.Get(cctx, f.ns, f.name)
 	cancel()
 	switch {
 	case apierrors.IsNotFound(err):
@@ -241,7 +265,7 @@ func (f *Fence) Release(ctx context.Context, holder string) error {
 	l.Spec.RenewTime = nil
 	cctx, cancel = f.call(ctx)
 	defer cancel()
-	out, err := f.leases.Leases(f.ns).Update(cctx, l, metav1.UpdateOptions{})
+	out, err := f.leases.Update(cctx, l)
 	if apierrors.IsConflict(err) {
 		f.last = nil
 		return nil // somebody else wrote: holder no longer holds it

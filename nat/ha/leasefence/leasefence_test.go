@@ -18,7 +18,16 @@ import (
 )
 
 func TestNewRejects(t *testing.T) {
-	cs := kubernetes.NewForConfigOrDie(&rest.Config{Host: "http://127.0.0.1:1"}).CoordinationV1()
+	leases, err := LeasesForConfig(&rest.Config{Host: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(nil, "ns", "gw", 0); err == nil || !strings.Contains(err.Error(), "no client") {
+		t.Fatalf("New(nil client) = %v, want an error naming the client", err)
+	}
+	if _, err := LeasesForConfig(nil); err == nil {
+		t.Fatal("LeasesForConfig(nil): no error")
+	}
 	for _, tc := range []struct {
 		name      string
 		ns, lname string
@@ -30,7 +39,7 @@ func TestNewRejects(t *testing.T) {
 		{"negative timeout", "ns", "gw", -time.Second, "call timeout -1s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := New(cs, tc.ns, tc.lname, tc.timeout)
+			_, err := New(leases, tc.ns, tc.lname, tc.timeout)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("New(%q, %q, %s) = %v, want an error naming %q", tc.ns, tc.lname, tc.timeout, err, tc.want)
 			}
@@ -54,14 +63,21 @@ func TestLeaseFence(t *testing.T) {
 			_ = env.Stop()
 		}
 	})
-	cs := kubernetes.NewForConfigOrDie(cfg).CoordinationV1()
-	ctx := t.Context()
-	const ttl = 400 * time.Millisecond
-	a, err := New(cs, "default", "gw1", 0)
+	// The fences use LeasesForConfig's client (a RESTClient knowing
+	// coordination/v1 only); the test reads the holder through the typed
+	// clientset, a reader independent of the code under test.
+	leases, err := LeasesForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := New(cs, "default", "gw1", 0)
+	cs := kubernetes.NewForConfigOrDie(cfg).CoordinationV1()
+	ctx := t.Context()
+	const ttl = 400 * time.Millisecond
+	a, err := New(leases, "default", "gw1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := New(leases, "default", "gw1", 0)
 	holder := func() string {
 		l, err := cs.Leases("default").Get(ctx, "gw1", metav1.GetOptions{})
 		if err != nil {
@@ -125,8 +141,8 @@ func TestLeaseFence(t *testing.T) {
 	// most one wins every round (exactly one when the API server answers).
 	for round := range 20 {
 		name := fmt.Sprintf("race%d", round)
-		x, _ := New(cs, "default", name, 0)
-		y, _ := New(cs, "default", name, 0)
+		x, _ := New(leases, "default", name, 0)
+		y, _ := New(leases, "default", name, 0)
 		if round%2 == 1 { // a lease that exists and is free
 			if err := x.Acquire(ctx, "x", ttl); err != nil {
 				t.Fatal(err)
@@ -157,7 +173,7 @@ func TestLeaseFence(t *testing.T) {
 
 	// The API server stopped: the holder's renewal fails with an error that
 	// is not ErrHeld (cannot prove it may lead), within the call timeout.
-	c, _ := New(cs, "default", "gw2", 300*time.Millisecond)
+	c, _ := New(leases, "default", "gw2", 300*time.Millisecond)
 	if err := c.Acquire(ctx, "c", ttl); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// heavyDeps are packages the natgw binary must not link: the typed
+// clientset and what it brings (every API group's scheme registration, the
+// apply configurations, structured-merge-diff's typed schema, the discovery
+// client's OpenAPI models and protobuf descriptors). Their package
+// initialisers ran in every natgw start, before main: at 216028c `natgw
+// --help` ran 273 package inits, the top ones these (kubernetes/scheme about
+// 30 ms, structured-merge-diff/v6/typed 17 ms). natgw reaches the API server
+// through internal/kuberest instead. A prefix ending in "/" matches the
+// packages under it; one without matches the package and those under it.
+var heavyDeps = []string{
+	"k8s.io/client-go/kubernetes",
+	"k8s.io/client-go/applyconfigurations",
+	"k8s.io/client-go/discovery",
+	"k8s.io/client-go/openapi",
+	"github.com/google/gnostic-models",
+	"google.golang.org/protobuf/types/descriptorpb",
+	"sigs.k8s.io/structured-merge-diff/",
+}
+
+// allowedDeps are exceptions to heavyDeps: k8s.io/apimachinery/pkg/runtime
+// itself imports structured-merge-diff's value package (cheap; no schema).
+var allowedDeps = map[string]bool{
+	"sigs.k8s.io/structured-merge-diff/v6/value": true,
+}
+
+func heavy(pkg string) bool {
+	if allowedDeps[pkg] {
+		return false
+	}
+	for _, h := range heavyDeps {
+		if strings.HasSuffix(h, "/") && strings.HasPrefix(pkg, h) || pkg == h || strings.HasPrefix(pkg, h+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestNoHeavyDeps: the natgw binary's dependency list (`go list -deps` of
+// this package, as `make natgw` builds it: CGO_ENABLED=0, no test files)
+// holds none of heavyDeps. It needs the go command (go test puts its own
+// first in PATH) and the module cache, not the network (GOPROXY=off).
+func TestNoHeavyDeps(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}:{{join .Imports \" \"}}", ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOPROXY=off", "GOFLAGS=-mod=readonly")
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("go list -deps .: %v\n%s", err, stderr)
+	}
+	importers := map[string][]string{}
+	var pkgs []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, imports, _ := strings.Cut(line, ":")
+		pkgs = append(pkgs, pkg)
+		for _, imp := range strings.Fields(imports) {
+			importers[imp] = append(importers[imp], pkg)
+		}
+	}
+	if len(pkgs) < 100 || !slices.Contains(pkgs, "k8s.io/client-go/rest") {
+		t.Fatalf("go list -deps .: %d packages, without k8s.io/client-go/rest: not natgw's list?", len(pkgs))
+	}
+	n := 0
+	for _, p := range pkgs {
+		if heavy(p) {
+			n++
+			by := importers[p]
+			if len(by) > 3 {
+				by = append(by[:3:3], fmt.Sprintf("… %d in all", len(importers[p])))
+			}
+			t.Errorf("natgw links %s (imported by %s)", p, strings.Join(by, ", "))
+		}
+	}
+	if n > 0 {
+		t.Errorf("natgw links %d packages it must not (see heavyDeps); reach the API server through internal/kuberest", n)
+	}
+}
+
+func TestHeavy(t *testing.T) {
+	for pkg, want := range map[string]bool{
+		"k8s.io/client-go/kubernetes":                        true,
+		"k8s.io/client-go/kubernetes/scheme":                 true,
+		"k8s.io/client-go/kubernetes/typed/core/v1":          true,
+		"k8s.io/client-go/applyconfigurations/core/v1":       true,
+		"k8s.io/client-go/discovery":                         true,
+		"sigs.k8s.io/structured-merge-diff/v6/typed":         true,
+		"sigs.k8s.io/structured-merge-diff/v6/value":         false,
+		"k8s.io/client-go/rest":                              false,
+		"k8s.io/client-go/kubernetesx":                       false,
+		"google.golang.org/protobuf/types/descriptorpb":      true,
+		"google.golang.org/protobuf/types/known/timestamppb": false,
+	} {
+		if got := heavy(pkg); got != want {
+			t.Errorf("heavy(%q) = %t, want %t", pkg, got, want)
+		}
+	}
+}
