@@ -16,7 +16,7 @@ import (
 // initialisers ran in every natgw start, before main: at 216028c `natgw
 // --help` ran 273 package inits, the top ones these (kubernetes/scheme about
 // 30 ms, structured-merge-diff/v6/typed 17 ms). natgw reaches the API server
-// through internal/kuberest instead. A prefix ending in "/" matches the
+// through nat/ha/kuberest instead. A prefix ending in "/" matches the
 // packages under it; one without matches the package and those under it.
 var heavyDeps = []string{
 	"k8s.io/client-go/kubernetes",
@@ -85,7 +85,7 @@ func TestNoHeavyDeps(t *testing.T) {
 		}
 	}
 	if n > 0 {
-		t.Errorf("natgw links %d packages it must not (see heavyDeps); reach the API server through internal/kuberest", n)
+		t.Errorf("natgw links %d packages it must not (see heavyDeps); reach the API server through nat/ha/kuberest", n)
 	}
 }
 

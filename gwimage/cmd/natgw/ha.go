@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/natgw/natgw/internal/kuberest"
+	"github.com/natgw/natgw/nat/ha/kuberest"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/ha"
 	"github.com/natgw/natgw/nat/ha/leasefence"
@@ -394,7 +394,7 @@ func (f *haFlags) sibling(cfg ha.Config) (*siblingPeer, error) {
 		return nil, err
 	}
 	// A RESTClient knowing core/v1 only, not the typed clientset (whose
-	// package initialisers cost every natgw start; internal/kuberest).
+	// package initialisers cost every natgw start; nat/ha/kuberest).
 	c, err := kuberest.ForGroupVersion(rc, corev1.SchemeGroupVersion, corev1.AddToScheme)
 	if err != nil {
 		return nil, fmt.Errorf("--peer-sibling: client: %w", err)

@@ -30,7 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
-	"github.com/natgw/natgw/internal/kuberest"
+	"github.com/natgw/natgw/nat/ha/kuberest"
 	"github.com/natgw/natgw/nat/ha"
 )
 
@@ -97,7 +97,7 @@ func ForConfig(rc *rest.Config, namespace, name string) (*Fence, error) {
 // LeasesForConfig returns the Leases of rc's API server, through a
 // client-go RESTClient whose scheme holds coordination.k8s.io/v1 only (not
 // the typed clientset, whose package initialisers cost every natgw start;
-// see internal/kuberest). The client's rate limit is raised (100 QPS,
+// see nat/ha/kuberest). The client's rate limit is raised (100 QPS,
 // burst 200): the active renews every heartbeat interval and client-go's
 // default (5/s) would delay renewals past the lease.
 func LeasesForConfig(rc *rest.Config) (Leases, error) {
