@@ -24,9 +24,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/natgw/natgw/nat/ha/kuberest"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/ha"
+	"github.com/natgw/natgw/nat/ha/kuberest"
 	"github.com/natgw/natgw/nat/ha/leasefence"
 	"github.com/natgw/natgw/nat/planes"
 )

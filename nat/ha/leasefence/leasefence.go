@@ -30,8 +30,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
-	"github.com/natgw/natgw/nat/ha/kuberest"
 	"github.com/natgw/natgw/nat/ha"
+	"github.com/natgw/natgw/nat/ha/kuberest"
 )
 
 // DurationAnnotation holds the holder's lease duration in milliseconds.
