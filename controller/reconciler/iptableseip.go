@@ -115,7 +115,7 @@ func (r *eipReconciler) onGateway(name, gw string, obj nat.Object) (gatewaySessi
 	}
 	s := r.sessions.session(gw)
 	v, ok := r.tracked().get(nat.KindEIP, name)
-	if !ok || !s.connected || v.uid != obj.UID || v.gateway != gw || v.session != s || !v.applied.Equal(obj) {
+	if !ok || !s.connected || v.uid != obj.UID || v.gateway != gw || v.applied == nil || v.applied.session != s || !v.applied.obj.Equal(obj) {
 		return s, false
 	}
 	return s, slices.Contains(r.Registry.Holders(obj.UID), gw)

@@ -26,9 +26,17 @@ type trackKey struct {
 type trackVal struct {
 	uid     string
 	gateway string
-	// applied is the gateway object applied last (set by setApplied, for
-	// EIPs), over session (gatewayEvents.session of gateway then).
-	applied nat.Object
+	// applied is what setApplied recorded (EIPs only; nil for every other
+	// entry): a pointer, so that the entry of each of the many rules stays
+	// two strings and a word (40 bytes instead of 120: the tracker holds
+	// one entry per object, 113k at scenario 6's full size).
+	applied *appliedObject
+}
+
+// appliedObject is the gateway object applied last, over session
+// (gatewayEvents.session of the gateway then).
+type appliedObject struct {
+	obj     nat.Object
 	session gatewaySession
 }
 
@@ -44,7 +52,7 @@ func (t *tracker) set(kind nat.Kind, name, uid, gateway string) {
 // and the gateway's session it was applied over.
 func (t *tracker) setApplied(kind nat.Kind, name, uid, gateway string, applied nat.Object, s gatewaySession) {
 	t.mu.Lock()
-	t.m[trackKey{kind, name}] = trackVal{uid: uid, gateway: gateway, applied: applied, session: s}
+	t.m[trackKey{kind, name}] = trackVal{uid: uid, gateway: gateway, applied: &appliedObject{obj: applied, session: s}}
 	t.mu.Unlock()
 }
 
@@ -53,7 +61,7 @@ func (t *tracker) setApplied(kind nat.Kind, name, uid, gateway string, applied n
 func (t *tracker) dropApplied(kind nat.Kind, name string) {
 	t.mu.Lock()
 	if v, ok := t.m[trackKey{kind, name}]; ok {
-		v.applied, v.session = nat.Object{}, gatewaySession{}
+		v.applied = nil
 		t.m[trackKey{kind, name}] = v
 	}
 	t.mu.Unlock()
