@@ -58,8 +58,11 @@ type lineReader struct {
 	// last is the length of the last line that outgrew poolBuf: grow
 	// goes straight to about that size once a line has come within
 	// hintReach of it, instead of doubling (and copying) all the way.
-	last  int
-	small [idleBuf]byte
+	last int
+	// onData, when set, is called after each read that returned bytes
+	// (Serve: input arrived, so a memory release waits).
+	onData func()
+	small  [idleBuf]byte
 }
 
 // hintReach: grow jumps to the last large line's size once the buffer
@@ -175,6 +178,9 @@ func (lr *lineReader) fill() {
 		}
 	default:
 		lr.empty = 0
+	}
+	if n > 0 && lr.onData != nil {
+		lr.onData()
 	}
 }
 

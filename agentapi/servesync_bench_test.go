@@ -2,8 +2,11 @@ package agentapi
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"net/netip"
 	"os"
+	"runtime/debug"
 	"syscall"
 	"testing"
 
@@ -28,7 +31,12 @@ import (
 //   - roundtrip: Client.Sync against Serve over two os.Pipe, the data
 //     plane doing nothing; "release" with natgw serve's
 //     WithReleaseMemory(1 MiB), which returns the request's memory to the
-//     system after each answer (the next sync faults it in again).
+//     system once input stops for releaseIdle, "release-at-once" as it
+//     did until 2026-12-06: right after each answer (the next sync
+//     faults it all in again);
+//   - engine: scenario 2's loop, a sync of none then the sync of 100k,
+//     through the real engine over natfake's in-memory backend, in the
+//     same three modes.
 //
 // Besides time, bytes and allocations it reports minor page faults per
 // op (getrusage: the first touches of memory the process got from the
@@ -100,11 +108,32 @@ func BenchmarkServeSync100k(b *testing.B) {
 		}
 		faults()
 	})
-	for _, mode := range []struct {
+	modes := []struct {
 		name string
 		opts []Option
-	}{{"roundtrip/keep", nil}, {"roundtrip/release", []Option{WithReleaseMemory(1 << 20)}}} {
-		b.Run(mode.name, func(b *testing.B) {
+	}{{"keep", nil}, {"release", []Option{WithReleaseMemory(1 << 20)}},
+		{"release-at-once", []Option{WithReleaseMemory(1 << 20), withFree(0, debug.FreeOSMemory)}}}
+	for _, mode := range modes {
+		// Scenario 2's loop over the real engine (natfake's in-memory
+		// backend: no kernel): a sync of none, then the sync of 100k.
+		b.Run("engine/"+mode.name, func(b *testing.B) {
+			objs := distinctFIPs(100_000)
+			c, stop := osPipeAgent(b, newFakeDP(), mode.opts...)
+			defer stop()
+			faults := faultMeter(b)
+			for b.Loop() {
+				if err := c.Sync(ctx, nil); err != nil {
+					b.Fatal(err)
+				}
+				if err := c.Sync(ctx, objs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			faults()
+		})
+	}
+	for _, mode := range modes {
+		b.Run("roundtrip/"+mode.name, func(b *testing.B) {
 			dp := &nullDP{}
 			c, stop := osPipeAgent(b, dp, mode.opts...)
 			defer stop()
@@ -117,6 +146,18 @@ func BenchmarkServeSync100k(b *testing.B) {
 			faults()
 		})
 	}
+}
+
+// distinctFIPs are n FIPs the engine takes together (syncRequest100k's
+// repeat UIDs and EIPs: it measures the codec only).
+func distinctFIPs(n int) []nat.Object {
+	objs := make([]nat.Object, n)
+	for i := range objs {
+		j := i + 1
+		objs[i] = nat.Object{UID: fmt.Sprintf("00000001-f111-4000-8000-%012d", j), Kind: nat.KindFIP,
+			FIP: &nat.FIP{EIP: netip.AddrFrom4([4]byte{100, byte(64 + j>>16), byte(j >> 8), byte(j)}), InternalIP: netip.AddrFrom4([4]byte{10, byte(j >> 16), byte(j >> 8), byte(j)})}}
+	}
+	return objs
 }
 
 // line0 is data as lineReader returns a complete line.
