@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"runtime/debug"
 	"syscall"
 	"testing"
@@ -28,8 +27,9 @@ import (
 //     (handleLine, handle with a data plane that takes the objects and
 //     does nothing, write), without the framing;
 //   - response: the Client's side of the answer (dispatch's decoding);
-//   - roundtrip: Client.Sync against Serve over two os.Pipe, the data
-//     plane doing nothing; "release" with natgw serve's
+//   - roundtrip: Client.Sync against Serve over two os.Pipe
+//     (pipeAgentMode), the data plane doing nothing; "release" with natgw
+//     serve's
 //     WithReleaseMemory(1 MiB), which returns the request's memory to the
 //     system once input stops for releaseIdle, "release-at-once" as it
 //     did until 2026-12-06: right after each answer (the next sync
@@ -118,7 +118,7 @@ func BenchmarkServeSync100k(b *testing.B) {
 		// backend: no kernel): a sync of none, then the sync of 100k.
 		b.Run("engine/"+mode.name, func(b *testing.B) {
 			objs := distinctFIPs(100_000)
-			c, stop := osPipeAgent(b, newFakeDP(), mode.opts...)
+			c, stop := pipeAgentMode(b, newFakeDP(), true, mode.opts...)
 			defer stop()
 			faults := faultMeter(b)
 			for b.Loop() {
@@ -135,7 +135,7 @@ func BenchmarkServeSync100k(b *testing.B) {
 	for _, mode := range modes {
 		b.Run("roundtrip/"+mode.name, func(b *testing.B) {
 			dp := &nullDP{}
-			c, stop := osPipeAgent(b, dp, mode.opts...)
+			c, stop := pipeAgentMode(b, dp, true, mode.opts...)
 			defer stop()
 			faults := faultMeter(b)
 			for b.Loop() {
@@ -162,33 +162,6 @@ func distinctFIPs(n int) []nat.Object {
 
 // line0 is data as lineReader returns a complete line.
 func line0(data []byte) line { return line{data: data} }
-
-// osPipeAgent serves dp over two os.Pipe (as natgw serve's stdin and stdout
-// are pipes) and returns a Client of it and a func that ends both.
-func osPipeAgent(b *testing.B, dp nat.Dataplane, opts ...Option) (*Client, func()) {
-	reqR, reqW, err := os.Pipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	respR, respW, err := os.Pipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		done <- Serve(context.Background(), dp, reqR, respW, Info{Version: "bench"}, opts...)
-		respW.Close()
-	}()
-	c := NewClient(respR, reqW)
-	return c, func() {
-		c.Close()
-		if err := <-done; err != nil {
-			b.Error(err)
-		}
-		reqR.Close()
-		respR.Close()
-	}
-}
 
 // faultMeter reports allocations, and returns a func that reports the
 // process's minor page faults per op since faultMeter was called.
