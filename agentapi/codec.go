@@ -209,6 +209,12 @@ func (s *scanner) lit(lit string) bool {
 	return true
 }
 
+// next says that the input continues with `,"` and c: the first letter of
+// an optional key, checked before peek compares the whole key.
+func (s *scanner) next(c byte) bool {
+	return len(s.b)-s.i > 2 && s.b[s.i] == ',' && s.b[s.i+1] == '"' && s.b[s.i+2] == c
+}
+
 // peek consumes lit when the input continues with it.
 func (s *scanner) peek(lit string) bool {
 	if s.bad || len(s.b)-s.i < len(lit) || string(s.b[s.i:s.i+len(lit)]) != lit {
@@ -334,7 +340,7 @@ func (s *scanner) object(o *nat.Object) {
 	o.UID = string(s.str())
 	s.lit(`,"kind":`)
 	o.Kind = name(s, nat.Kinds)
-	if s.peek(`,"eip":{"address":`) {
+	if s.next('e') && s.peek(`,"eip":{"address":`) {
 		e := &nat.EIP{Address: s.addr()}
 		s.lit(`,"prefixLen":`)
 		e.PrefixLen = int(s.uint(31)) // non-negative and fits any int
@@ -369,14 +375,14 @@ func (s *scanner) object(o *nat.Object) {
 		s.lit("}")
 		o.EIP = e
 	}
-	if s.peek(`,"fip":{"eip":`) {
+	if s.next('f') && s.peek(`,"fip":{"eip":`) {
 		f := &nat.FIP{EIP: s.addr()}
 		s.lit(`,"internalIP":`)
 		f.InternalIP = s.addr()
 		s.lit("}")
 		o.FIP = f
 	}
-	if s.peek(`,"dnat":{"eip":`) {
+	if s.next('d') && s.peek(`,"dnat":{"eip":`) {
 		d := &nat.DNAT{EIP: s.addr()}
 		s.lit(`,"protocol":`)
 		d.Protocol = name(s, protocols)
@@ -392,7 +398,7 @@ func (s *scanner) object(o *nat.Object) {
 		s.lit("}")
 		o.DNAT = d
 	}
-	if s.peek(`,"snat":{"eip":`) {
+	if s.next('s') && s.peek(`,"snat":{"eip":`) {
 		n := &nat.SNAT{EIP: s.addr()}
 		s.lit(`,"internalCIDR":`)
 		n.InternalCIDR = s.prefix()
@@ -400,7 +406,7 @@ func (s *scanner) object(o *nat.Object) {
 		s.lit("}")
 		o.SNAT = n
 	}
-	if s.peek(`,"route":{"destination":`) {
+	if s.next('r') && s.peek(`,"route":{"destination":`) {
 		r := &nat.Route{Destination: s.prefix()}
 		s.lit(`,"nextHop":`)
 		r.NextHop = s.addr()
