@@ -92,12 +92,12 @@ func appendObject(b []byte, o *nat.Object) []byte {
 	b = appendString(b, string(o.Kind))
 	if e := o.EIP; e != nil {
 		b = append(b, `,"eip":{"address":`...)
-		b = appendText(b, e.Address)
+		b = appendAddr(b, e.Address)
 		b = append(b, `,"prefixLen":`...)
 		b = strconv.AppendInt(b, int64(e.PrefixLen), 10)
 		if e.V6Address.IsValid() {
 			b = append(b, `,"v6Address":`...)
-			b = appendText(b, e.V6Address)
+			b = appendAddr(b, e.V6Address)
 		}
 		if e.V6PrefixLen != 0 {
 			b = append(b, `,"v6PrefixLen":`...)
@@ -129,20 +129,20 @@ func appendObject(b []byte, o *nat.Object) []byte {
 	}
 	if f := o.FIP; f != nil {
 		b = append(b, `,"fip":{"eip":`...)
-		b = appendText(b, f.EIP)
+		b = appendAddr(b, f.EIP)
 		b = append(b, `,"internalIP":`...)
-		b = appendText(b, f.InternalIP)
+		b = appendAddr(b, f.InternalIP)
 		b = append(b, '}')
 	}
 	if d := o.DNAT; d != nil {
 		b = append(b, `,"dnat":{"eip":`...)
-		b = appendText(b, d.EIP)
+		b = appendAddr(b, d.EIP)
 		b = append(b, `,"protocol":`...)
 		b = appendString(b, string(d.Protocol))
 		b = append(b, `,"externalPort":`...)
 		b = strconv.AppendUint(b, uint64(d.ExternalPort), 10)
 		b = append(b, `,"internalIP":`...)
-		b = appendText(b, d.InternalIP)
+		b = appendAddr(b, d.InternalIP)
 		b = append(b, `,"internalPort":`...)
 		b = strconv.AppendUint(b, uint64(d.InternalPort), 10)
 		if d.Type != "" {
@@ -153,7 +153,7 @@ func appendObject(b []byte, o *nat.Object) []byte {
 	}
 	if s := o.SNAT; s != nil {
 		b = append(b, `,"snat":{"eip":`...)
-		b = appendText(b, s.EIP)
+		b = appendAddr(b, s.EIP)
 		b = append(b, `,"internalCIDR":`...)
 		b = appendText(b, s.InternalCIDR)
 		if s.RandomFully {
@@ -165,25 +165,12 @@ func appendObject(b []byte, o *nat.Object) []byte {
 		b = append(b, `,"route":{"destination":`...)
 		b = appendText(b, r.Destination)
 		b = append(b, `,"nextHop":`...)
-		b = appendText(b, r.NextHop)
+		b = appendAddr(b, r.NextHop)
 		b = append(b, `,"device":`...)
 		b = appendString(b, string(r.Device))
 		b = append(b, '}')
 	}
 	return append(b, '}')
-}
-
-// plain reports whether s needs no escaping in encoding/json's output
-// (printable ASCII other than the quote, the backslash and the HTML
-// characters it escapes).
-func plain(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return false
-		}
-	}
-	return true
 }
 
 func appendString(b []byte, s string) []byte {
@@ -222,6 +209,12 @@ func (s *scanner) lit(lit string) bool {
 	return true
 }
 
+// next says that the input continues with `,"` and c: the first letter of
+// an optional key, checked before peek compares the whole key.
+func (s *scanner) next(c byte) bool {
+	return len(s.b)-s.i > 2 && s.b[s.i] == ',' && s.b[s.i+1] == '"' && s.b[s.i+2] == c
+}
+
 // peek consumes lit when the input continues with it.
 func (s *scanner) peek(lit string) bool {
 	if s.bad || len(s.b)-s.i < len(lit) || string(s.b[s.i:s.i+len(lit)]) != lit {
@@ -236,21 +229,33 @@ func (s *scanner) str() []byte {
 	if !s.lit(`"`) {
 		return nil
 	}
-	start := s.i
-	for ; s.i < len(s.b); s.i++ {
-		c := s.b[s.i]
-		if c == '"' {
-			v := s.b[start:s.i]
-			s.i++
-			return v
-		}
-		if c < 0x20 || c > 0x7e || c == '\\' {
-			break // escapes and non-ASCII: let encoding/json judge
+	b := s.b[s.i:]
+	j := strRun(b)
+	if j == len(b) || b[j] != '"' {
+		s.bad = true // escapes and non-ASCII: let encoding/json judge
+		return nil
+	}
+	s.i += j + 1
+	return b[:j]
+}
+
+// name reads a string that is most often one of known (a kind, a
+// protocol): that one is returned without allocating a new string.
+func name[T ~string](s *scanner, known []T) T {
+	t := s.str()
+	for _, k := range known {
+		if string(t) == string(k) {
+			return k
 		}
 	}
-	s.bad = true
-	return nil
+	return T(t)
 }
+
+// Values name returns without allocating.
+var (
+	protocols = []nat.Protocol{nat.TCP, nat.UDP}
+	ops       = []string{OpApply, OpDelete, OpList, OpSync, OpInfo, OpGatewayQoS}
+)
 
 // uint reads an unsigned integer in canonical form that fits in bits.
 func (s *scanner) uint(bits int) uint64 {
@@ -274,7 +279,26 @@ func (s *scanner) uint(bits int) uint64 {
 	return v
 }
 
-func (s *scanner) addr() netip.Addr { return scanText(s, netip.ParseAddr) }
+// addr reads a string holding an address; a dotted quad is parsed in
+// place (ipv4Prefix), anything else by netip.ParseAddr.
+func (s *scanner) addr() netip.Addr {
+	if !s.bad && s.i < len(s.b) && s.b[s.i] == '"' {
+		rest := s.b[s.i+1:]
+		if v, n, ok := ipv4Prefix(rest); ok && n < len(rest) && rest[n] == '"' {
+			s.i += n + 2
+			return netip.AddrFrom4(v)
+		}
+	}
+	t := s.str()
+	if s.bad || len(t) == 0 {
+		return netip.Addr{}
+	}
+	a, err := netip.ParseAddr(string(t))
+	if err != nil {
+		s.bad = true
+	}
+	return a
+}
 
 func (s *scanner) prefix() netip.Prefix { return scanText(s, netip.ParsePrefix) }
 
@@ -315,8 +339,8 @@ func (s *scanner) object(o *nat.Object) {
 	s.lit(`{"uid":`)
 	o.UID = string(s.str())
 	s.lit(`,"kind":`)
-	o.Kind = nat.Kind(s.str())
-	if s.peek(`,"eip":{"address":`) {
+	o.Kind = name(s, nat.Kinds)
+	if s.next('e') && s.peek(`,"eip":{"address":`) {
 		e := &nat.EIP{Address: s.addr()}
 		s.lit(`,"prefixLen":`)
 		e.PrefixLen = int(s.uint(31)) // non-negative and fits any int
@@ -351,17 +375,17 @@ func (s *scanner) object(o *nat.Object) {
 		s.lit("}")
 		o.EIP = e
 	}
-	if s.peek(`,"fip":{"eip":`) {
+	if s.next('f') && s.peek(`,"fip":{"eip":`) {
 		f := &nat.FIP{EIP: s.addr()}
 		s.lit(`,"internalIP":`)
 		f.InternalIP = s.addr()
 		s.lit("}")
 		o.FIP = f
 	}
-	if s.peek(`,"dnat":{"eip":`) {
+	if s.next('d') && s.peek(`,"dnat":{"eip":`) {
 		d := &nat.DNAT{EIP: s.addr()}
 		s.lit(`,"protocol":`)
-		d.Protocol = nat.Protocol(s.str())
+		d.Protocol = name(s, protocols)
 		s.lit(`,"externalPort":`)
 		d.ExternalPort = uint16(s.uint(16))
 		s.lit(`,"internalIP":`)
@@ -374,7 +398,7 @@ func (s *scanner) object(o *nat.Object) {
 		s.lit("}")
 		o.DNAT = d
 	}
-	if s.peek(`,"snat":{"eip":`) {
+	if s.next('s') && s.peek(`,"snat":{"eip":`) {
 		n := &nat.SNAT{EIP: s.addr()}
 		s.lit(`,"internalCIDR":`)
 		n.InternalCIDR = s.prefix()
@@ -382,7 +406,7 @@ func (s *scanner) object(o *nat.Object) {
 		s.lit("}")
 		o.SNAT = n
 	}
-	if s.peek(`,"route":{"destination":`) {
+	if s.next('r') && s.peek(`,"route":{"destination":`) {
 		r := &nat.Route{Destination: s.prefix()}
 		s.lit(`,"nextHop":`)
 		r.NextHop = s.addr()
@@ -401,7 +425,7 @@ func fastRequest(data []byte) (req Request, ok bool) {
 	s.lit(`{"id":`)
 	req.ID = s.uint(64)
 	s.lit(`,"op":`)
-	req.Op = string(s.str())
+	req.Op = name(s, ops)
 	if s.peek(`,"objects":`) {
 		req.Objects = s.objects()
 	}

@@ -179,6 +179,10 @@ func FuzzFastDecode(f *testing.F) {
 	f.Add(appendRequest(nil, Request{ID: 3, Op: OpList, Fresh: true}))
 	line, _ := marshalResponse(Response{ID: 4, OK: true, Objects: plainObjs})
 	f.Add(line)
+	// The IPv4 and name fast paths: octets at the edges, a leading zero
+	// and an octet out of range (left to netip), names near the known ones.
+	f.Add([]byte(`{"id":5,"op":"sync","objects":[{"uid":"a","kind":"fip","fip":{"eip":"255.0.10.199","internalIP":"01.2.3.4"}},{"uid":"b","kind":"fipx","fip":{"eip":"1.2.3.256","internalIP":"::ffff:1.2.3.4"}}]}`))
+	f.Add([]byte(`{"id":6,"op":"syn","objects":[{"uid":"d","kind":"dnat","dnat":{"eip":"0.0.0.0","protocol":"udpx","externalPort":1,"internalIP":"9.9.9.9","internalPort":2}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if fast, ok := fastRequest(data); ok {
 			slow, err := decodeStrict(data)

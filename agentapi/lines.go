@@ -55,8 +55,22 @@ type lineReader struct {
 	// short and the next call goes on with it.
 	cur    line
 	resume bool
+	// last is the length of the last line that outgrew poolBuf: grow
+	// goes straight to about that size once a line has come within
+	// hintReach of it, instead of doubling (and copying) all the way.
+	last int
+	// onData, when set, is called after each read that returned bytes
+	// (Serve: input arrived, so a memory release waits).
+	onData func()
 	small  [idleBuf]byte
 }
+
+// hintReach: grow jumps to the last large line's size once the buffer
+// it would double to is at least that size / hintReach. Lines of a
+// similar size (a controller's syncs of the same gateway) then cost one
+// large buffer and a few small copies; a much shorter line after a long
+// one doubles as before, never allocating the long one's size.
+const hintReach = 8
 
 func newLineReader(r io.Reader, max int) *lineReader {
 	lr := &lineReader{r: r, max: max}
@@ -104,6 +118,9 @@ func (lr *lineReader) next() (line, error) {
 			lr.scan = 0
 			if end > lr.max {
 				return line{overflow: int64(end + 1), prefix: append([]byte(nil), pending[:min(prefixKeep, end+1)]...)}, nil
+			}
+			if end >= poolBuf {
+				lr.last = end + 1
 			}
 			return line{data: bytes.TrimSuffix(pending[:end], []byte{'\r'})}, nil
 		} else if len(pending) > lr.max {
@@ -162,13 +179,21 @@ func (lr *lineReader) fill() {
 	default:
 		lr.empty = 0
 	}
+	if n > 0 && lr.onData != nil {
+		lr.onData()
+	}
 }
 
 // grow moves the pending bytes (off is 0) to a buffer twice as large: a
 // pooled one when that is large enough, else one of its own, at most
-// max+1 bytes (a line longer than max is not buffered).
+// max+1 bytes (a line longer than max is not buffered). Near the size
+// of the last large line it goes to that size and an eighth at once
+// (see last).
 func (lr *lineReader) grow() {
 	size := max(2*cap(lr.buf), poolBuf)
+	if size > poolBuf && size < lr.last && size*hintReach >= lr.last {
+		size = lr.last + lr.last/8
+	}
 	var grown []byte
 	var pooled *[]byte
 	if size == poolBuf && poolBuf <= lr.max+1 {

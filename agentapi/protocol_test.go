@@ -38,7 +38,7 @@ func pipeAgent(t *testing.T, dp nat.Dataplane, opts ...Option) (*Client, func() 
 
 // pipeAgentMode is pipeAgent with the responses on an os.Pipe when direct is
 // set: a reader with deadlines, which the Client reads from in its calls.
-func pipeAgentMode(t *testing.T, dp nat.Dataplane, direct bool, opts ...Option) (*Client, func() error) {
+func pipeAgentMode(t testing.TB, dp nat.Dataplane, direct bool, opts ...Option) (*Client, func() error) {
 	t.Helper()
 	var reqR, respR io.Reader
 	var reqW, respW io.WriteCloser

@@ -8,7 +8,6 @@ import (
 	"io"
 	"runtime/debug"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -23,8 +22,12 @@ type Option func(*serveOptions)
 type serveOptions struct {
 	maxLine   int
 	releaseAt int
-	qos       func(context.Context, []gwqos.Rule) (bool, error)
-	onSync    func(ctx context.Context) error
+	// releaseIdle and free: WithReleaseMemory's wait and release
+	// (releaseIdle, debug.FreeOSMemory; tests change them).
+	releaseIdle time.Duration
+	free        func()
+	qos         func(context.Context, []gwqos.Rule) (bool, error)
+	onSync      func(ctx context.Context) error
 }
 
 // WithGatewayQoS makes Serve answer gwqos requests with set: it must make
@@ -53,11 +56,15 @@ func WithOnSync(f func(ctx context.Context) error) Option {
 const reloadBytesPerObject = 1024
 
 // WithReleaseMemory makes Serve return the memory of a large request to the
-// operating system once it is answered: when the request line and the
-// response line together reach n bytes (a sync or list of many objects), a
-// forced garbage collection runs in the background (debug.FreeOSMemory), so
-// the agent's resident memory falls back to what its index needs instead of
-// staying at the request's peak until the runtime's scavenger gets to it.
+// operating system once it is answered and no more input came for a moment
+// (releaseIdle, 200 ms): when the request line and the response line
+// together reach n bytes (a sync or list of many objects), a forced garbage
+// collection runs in the background (debug.FreeOSMemory), so the agent's
+// resident memory falls back to what its index needs instead of staying at
+// the request's peak until the runtime's scavenger gets to it. Requests
+// that follow each other closely (a sync right after a sync) reuse the
+// memory instead of faulting it in again; the release waits until they
+// stop.
 // A request that re-reads the kernel (list or info with fresh) counts
 // reloadBytesPerObject per object the agent then holds, since reading a big
 // table back leaves garbage far beyond its small request and response.
@@ -96,20 +103,16 @@ type counter interface {
 // w. Logs go to the logr.Logger in ctx. When Serve returns because ctx is
 // done, a goroutine may stay blocked reading r until r is closed.
 func Serve(ctx context.Context, dp nat.Dataplane, r io.Reader, w io.Writer, info Info, opts ...Option) error {
-	o := serveOptions{maxLine: MaxLineBytes}
+	o := serveOptions{maxLine: MaxLineBytes, releaseIdle: releaseIdle, free: debug.FreeOSMemory}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	log := logr.FromContextOrDiscard(ctx)
 	s := &server{dp: dp, w: w, info: info, log: log, qos: o.qos, onSync: o.onSync}
-	var releasing atomic.Bool
-	release := func() {
-		if releasing.CompareAndSwap(false, true) {
-			go func() {
-				defer releasing.Store(false)
-				debug.FreeOSMemory()
-			}()
-		}
+	var rel *idleRelease
+	if o.releaseAt > 0 {
+		rel = newIdleRelease(o.releaseIdle, o.free)
+		defer rel.stop()
 	}
 
 	// The reading goroutine also carries each request out and answers it,
@@ -138,6 +141,9 @@ func Serve(ctx context.Context, dp nat.Dataplane, r io.Reader, w io.Writer, info
 		case rerr != nil:
 			return true, fmt.Errorf("read request: %w", rerr)
 		}
+		if rel != nil {
+			rel.busy()
+		}
 		resp, skip := s.handleLine(ctx, l, o.maxLine)
 		if skip {
 			return false, nil
@@ -148,13 +154,20 @@ func Serve(ctx context.Context, dp nat.Dataplane, r io.Reader, w io.Writer, info
 		}
 		work := len(l.data) + out + s.reloaded*reloadBytesPerObject
 		s.reloaded = 0
-		if o.releaseAt > 0 && work >= o.releaseAt {
-			release()
+		switch {
+		case rel == nil:
+		case work >= o.releaseAt:
+			rel.owe()
+		default:
+			rel.idle()
 		}
 		return false, nil
 	}
 	go func() {
 		lr := newLineReader(r, o.maxLine)
+		if rel != nil {
+			lr.onData = rel.busy
+		}
 		for {
 			if end, err := step(lr.next()); end {
 				done <- err

@@ -128,7 +128,8 @@ func markSynced(path string) error {
 
 // serveOptions are the protocol options of natgw serve: the memory of a
 // request of a megabyte or more (a sync or list of thousands of objects) goes
-// back to the system once it is answered; gwqos requests set the gateway's
+// back to the system once it is answered and input pauses (agentapi's
+// releaseIdle, 200 ms); gwqos requests set the gateway's
 // gateway-wide QoS (package nat/gwqos, table natgw_gwqos) in its namespace,
 // a rule without interface on the external one.
 func serveOptions(g *globals) []agentapi.Option {
