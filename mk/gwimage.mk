@@ -25,7 +25,7 @@ NATGW_LDFLAGS := -s -w -buildid= -X github.com/natgw/natgw/gwimage/version.Versi
 # bought on this machine.
 FUZZTIME ?= 50000x
 # package:FuzzTarget, one package at a time.
-GWIMAGE_FUZZ := ./agentapi:FuzzDecodeRequest ./agentapi:FuzzFastDecode ./agentapi:FuzzServe ./gwimage/compat:FuzzParse
+GWIMAGE_FUZZ := ./agentapi:FuzzDecodeRequest ./agentapi:FuzzFastDecode ./agentapi:FuzzParseIPv4 ./agentapi:FuzzStrRun ./agentapi:FuzzServe ./gwimage/compat:FuzzParse
 
 .PHONY: natgw image gwimage-fuzz
 natgw:
