@@ -125,15 +125,15 @@ func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("read set %s: %w", setMeta, err)
 	}
-	var stored uint32
-	var hasGen bool
-	var snap, rules uint64
-	if k.boot, stored, hasGen, snap, rules, k.broken = parseMeta(meta); k.broken != "" {
+	m, broken := parseMeta(meta)
+	if broken != "" {
+		k.broken = broken
 		return k, nil
 	}
-	k.mirror = hasGen && stored == gen
+	k.boot = m.boot
+	k.mirror = m.hasGen && m.gen == gen
 	if k.mirror {
-		k.snap, k.rules = snap, rules
+		k.snap, k.rules = m.snap, m.rules
 	}
 	chains, err := r.conn.ListChainsOfTableFamily(tableFamily)
 	if err != nil {
@@ -366,12 +366,14 @@ func sameHook(cs chainSpec, c *nft.Chain) bool {
 	return *cs.hook == *c.Hooknum && c.Priority != nil && *cs.prio == *c.Priority && cs.typ == c.Type
 }
 
-// metaElem is an element of natgw_meta.
+// metaElem is an element of natgw_meta: decodeMeta fills all but boot,
+// parseMeta finds the one natgw wrote and reads boot from its comment.
 type metaElem struct {
 	key     []byte
-	comment string
-	gen     uint32
-	hasGen  bool
+	comment string // "natgw layout=N boot=ID" (see metaComment)
+	boot    string // the boot id of comment (set by parseMeta)
+	gen     uint32 // the ruleset generation natgw's last transaction stored
+	hasGen  bool   // gen was stored (see udataGen)
 	snap    uint64 // the index snapshot it names (0: none)
 	rules   uint64 // the fixed rules' fingerprint it stores (0: none)
 }
@@ -406,24 +408,27 @@ func decodeMeta(b []byte) (metaElem, error) {
 	return m, nil
 }
 
-// parseMeta reads the boot id, the stored generation, snapshot id and
-// fixed rules' fingerprint, and checks the layout version.
-func parseMeta(es []metaElem) (boot string, gen uint32, hasGen bool, snap, rules uint64, broken string) {
+// parseMeta returns the element of es with natgw's meta key (metaKey),
+// its boot id read from its comment, once it checked that the comment
+// names this layout version. Otherwise it returns why the table is not
+// usable (the second result; "" when the element is returned).
+func parseMeta(es []metaElem) (metaElem, string) {
 	for _, e := range es {
 		if !bytes.Equal(e.key, metaKey) {
 			continue
 		}
 		f := strings.Fields(e.comment)
 		if len(f) != 3 || f[0] != "natgw" || f[1] != fmt.Sprintf("layout=%d", LayoutVersion) {
-			return "", 0, false, 0, 0, fmt.Sprintf("meta element %q: not layout %d", e.comment, LayoutVersion)
+			return metaElem{}, fmt.Sprintf("meta element %q: not layout %d", e.comment, LayoutVersion)
 		}
 		boot, ok := strings.CutPrefix(f[2], "boot=")
 		if !ok || boot == "" {
-			return "", 0, false, 0, 0, fmt.Sprintf("meta element %q: no boot id", e.comment)
+			return metaElem{}, fmt.Sprintf("meta element %q: no boot id", e.comment)
 		}
-		return boot, e.gen, e.hasGen, e.snap, e.rules, ""
+		e.boot = boot
+		return e, ""
 	}
-	return "", 0, false, 0, 0, "no boot id"
+	return metaElem{}, "no boot id"
 }
 
 // objects finishes the rebuild of the objects from the elements read (see
