@@ -162,6 +162,31 @@ func BenchmarkLoad100k(b *testing.B) {
 	}
 }
 
+// BenchmarkLoadSmall times the start of an agent on a table of 10 FIPs
+// (New: the read and the repair transaction), where the reads of the
+// table's small objects (tables, sets, chains, limit objects, natgw_meta)
+// are most of the work.
+func BenchmarkLoadSmall(b *testing.B) {
+	const n = 10
+	ctx := context.Background()
+	cfg := gateway(b)
+	dp := open(b, cfg, WithoutPlumbing())
+	if err := dp.Sync(ctx, manyFIPs(n, 36)); err != nil {
+		b.Fatal(err)
+	}
+	if err := dp.Close(); err != nil {
+		b.Fatal(err)
+	}
+	setup, op, opened := reopen(ctx, cfg)
+	cpuOps(b, setup, op)
+	if last := *opened; last != nil {
+		if got := last.(*engine.Engine).Counts()[nat.KindFIP]; got != n {
+			b.Fatalf("after the benchmark: %d FIPs, want %d", got, n)
+		}
+		last.Close()
+	}
+}
+
 // reopen returns the setup and op of a benchmark that opens the engine on
 // cfg once per op (New; setup closes the one opened before), and where the
 // last one opened is.
