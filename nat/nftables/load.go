@@ -143,14 +143,16 @@ func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
 			k.qos[q] = st
 		}
 	}
-	if err := r.limitNames(ctx, func(name string) {
-		if q, ok := parseQoSName(name); ok {
+	limits, err := r.kernelLimits(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range limits {
+		if q, ok := parseQoSName(o.name); ok {
 			st := k.qos[q]
 			st.obj = true
 			k.qos[q] = st
 		}
-	}); err != nil {
-		return nil, err
 	}
 	for name := range byName {
 		if cl, ok := parseSNATSet(name); ok {

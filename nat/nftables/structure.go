@@ -55,25 +55,45 @@ func (r *Backend) tableFamilies(ctx context.Context) (inet, legacy bool, err err
 	return inet, legacy, nil
 }
 
-// kernelSets returns the sets of natgw's table by name.
-func (r *Backend) kernelSets(ctx context.Context) (map[string]kernelSet, error) {
-	sets := map[string]kernelSet{}
-	err := r.dumpSmall(ctx, unix.NFT_MSG_GETSET, nfFamily, []netlink.Attribute{
-		{Type: unix.NFTA_SET_TABLE, Data: []byte(tableName + "\x00")},
-	}, unix.NFT_MSG_NEWSET, func(_ uint8, b []byte) error {
-		s, err := decodeSet(b)
-		if err == nil {
-			sets[s.name] = s
+// dumpOf dumps the objects of one kind in natgw's family (request typ,
+// replies of type reply; see dumpSmall) and returns those that decode
+// decodes and keep keeps (all when keep is nil). what names the kind in
+// errors.
+func dumpOf[T any](ctx context.Context, r *Backend, what string, typ uint16, req []netlink.Attribute, reply uint16, decode func([]byte) (T, error), keep func(T) bool) ([]T, error) {
+	var out []T
+	err := r.dumpSmall(ctx, typ, nfFamily, req, reply, func(_ uint8, b []byte) error {
+		v, err := decode(b)
+		if err != nil {
+			return fmt.Errorf("decode: %w", err)
 		}
-		return err
+		if keep == nil || keep(v) {
+			out = append(out, v)
+		}
+		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list sets: %w", err)
+		return nil, fmt.Errorf("list %s: %w", what, err)
+	}
+	return out, nil
+}
+
+// kernelSets returns the sets of natgw's table by name.
+func (r *Backend) kernelSets(ctx context.Context) (map[string]kernelSet, error) {
+	list, err := dumpOf(ctx, r, "sets", unix.NFT_MSG_GETSET, []netlink.Attribute{
+		{Type: unix.NFTA_SET_TABLE, Data: []byte(tableName + "\x00")},
+	}, unix.NFT_MSG_NEWSET, decodeSet, nil)
+	if err != nil {
+		return nil, err
+	}
+	sets := make(map[string]kernelSet, len(list))
+	for _, s := range list {
+		sets[s.name] = s
 	}
 	return sets, nil
 }
 
-// decodeSet decodes the attributes of one NEWSET message.
+// decodeSet decodes the attributes of one NEWSET message (what
+// setMismatch checks).
 func decodeSet(b []byte) (kernelSet, error) {
 	var s kernelSet
 	err := attrs(b, func(typ uint16, v []byte) error {
@@ -95,27 +115,14 @@ func decodeSet(b []byte) (kernelSet, error) {
 		}
 		return nil
 	})
-	if err != nil {
-		return kernelSet{}, fmt.Errorf("decode set %q: %w", s.name, err)
-	}
-	return s, nil
+	return s, err
 }
 
 // kernelChains returns the chains of natgw's table (the dump holds every
 // chain of the family; the others are left out).
 func (r *Backend) kernelChains(ctx context.Context) ([]kernelChain, error) {
-	var chains []kernelChain
-	err := r.dumpSmall(ctx, unix.NFT_MSG_GETCHAIN, nfFamily, nil, unix.NFT_MSG_NEWCHAIN, func(_ uint8, b []byte) error {
-		c, err := decodeChain(b)
-		if err == nil && c.ofNatgw {
-			chains = append(chains, c)
-		}
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list chains: %w", err)
-	}
-	return chains, nil
+	return dumpOf(ctx, r, "chains", unix.NFT_MSG_GETCHAIN, nil, unix.NFT_MSG_NEWCHAIN, decodeChain,
+		func(c kernelChain) bool { return c.ofNatgw })
 }
 
 // decodeChain decodes the attributes of one NEWCHAIN message.
@@ -145,46 +152,36 @@ func decodeChain(b []byte) (kernelChain, error) {
 		}
 		return nil
 	})
-	if err != nil {
-		return kernelChain{}, fmt.Errorf("decode chain %q: %w", c.name, err)
-	}
-	return c, nil
+	return c, err
 }
 
-// limitNames calls fn with the name of each limit object of natgw's
-// table.
-func (r *Backend) limitNames(ctx context.Context, fn func(name string)) error {
-	err := r.dumpSmall(ctx, unix.NFT_MSG_GETOBJ, nfFamily, []netlink.Attribute{
+// kernelObj is what Load reads of a stateful object of natgw's table.
+type kernelObj struct {
+	name string
+	kind uint32 // NFT_OBJECT_LIMIT, ...
+}
+
+// kernelLimits returns the limit objects of natgw's table.
+func (r *Backend) kernelLimits(ctx context.Context) ([]kernelObj, error) {
+	return dumpOf(ctx, r, "objects", unix.NFT_MSG_GETOBJ, []netlink.Attribute{
 		{Type: unix.NFTA_OBJ_TABLE, Data: []byte(tableName + "\x00")},
 		{Type: unix.NFTA_OBJ_TYPE, Data: binary.BigEndian.AppendUint32(nil, unix.NFT_OBJECT_LIMIT)},
-	}, unix.NFT_MSG_NEWOBJ, func(_ uint8, b []byte) error {
-		name, kind, err := decodeObj(b)
-		if err == nil && kind == unix.NFT_OBJECT_LIMIT {
-			fn(name)
-		}
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("list objects: %w", err)
-	}
-	return nil
+	}, unix.NFT_MSG_NEWOBJ, decodeObj, func(o kernelObj) bool { return o.kind == unix.NFT_OBJECT_LIMIT })
 }
 
 // decodeObj decodes the name and type of one NEWOBJ message.
-func decodeObj(b []byte) (name string, kind uint32, err error) {
-	err = attrs(b, func(typ uint16, v []byte) error {
+func decodeObj(b []byte) (kernelObj, error) {
+	var o kernelObj
+	err := attrs(b, func(typ uint16, v []byte) error {
 		switch typ {
 		case unix.NFTA_OBJ_NAME:
-			name = cString(v)
+			o.name = cString(v)
 		case unix.NFTA_OBJ_TYPE:
-			return be32To(&kind, v)
+			return be32To(&o.kind, v)
 		}
 		return nil
 	})
-	if err != nil {
-		return "", 0, fmt.Errorf("decode object %q: %w", name, err)
-	}
-	return name, kind, nil
+	return o, err
 }
 
 // be32 returns the big-endian uint32 attribute v.

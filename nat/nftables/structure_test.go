@@ -47,11 +47,10 @@ func plannedStructure(t *testing.T, cfg nat.Config) (map[string]kernelSet, map[s
 			}
 			chains[c.name] = c
 		case unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWOBJ:
-			var name string
-			var kind uint32
-			name, kind, err = decodeObj(m.Data[4:])
-			if kind == unix.NFT_OBJECT_LIMIT {
-				limits = append(limits, name)
+			var o kernelObj
+			o, err = decodeObj(m.Data[4:])
+			if o.kind == unix.NFT_OBJECT_LIMIT {
+				limits = append(limits, o.name)
 			}
 		}
 		if err != nil {
@@ -228,14 +227,18 @@ func TestStructureMatchesLibrary(t *testing.T) {
 	}
 
 	var limits, libLimits []string
-	if err := r.limitNames(ctx, func(n string) { limits = append(limits, n) }); err != nil {
-		t.Fatal(err)
-	}
-	objs, err := lib.GetNamedObjects(&nft.Table{Family: tableFamily, Name: tableName})
+	objs, err := r.kernelLimits(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, o := range objs {
+		limits = append(limits, o.name)
+	}
+	libObjs, err := lib.GetNamedObjects(&nft.Table{Family: tableFamily, Name: tableName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range libObjs {
 		if no, ok := o.(*nft.NamedObj); ok && no.Type == nft.ObjTypeLimit {
 			libLimits = append(libLimits, no.Name)
 		}
