@@ -142,11 +142,7 @@ func BenchmarkSync100k(b *testing.B) {
 func BenchmarkLoad100k(b *testing.B) {
 	const n = 100_000
 	ctx := context.Background()
-	cfg := gateway(b)
-	dp := open(b, cfg, WithoutPlumbing())
-	if err := dp.Sync(ctx, manyFIPs(n, 36)); err != nil {
-		b.Fatal(err)
-	}
+	cfg, _ := synced(b, n)
 	setup, op, opened := reopen(ctx, cfg)
 	timeOps(b, setup, op)
 	if last := *opened; last != nil {
@@ -160,6 +156,48 @@ func BenchmarkLoad100k(b *testing.B) {
 		*opened, last = nil, nil
 		b.ReportMetric(float64(with-liveHeap())/(1<<20), "MiB-kept")
 	}
+}
+
+// BenchmarkLoadSmall times the start of an agent on a table of 10 FIPs
+// (New: the read and the repair transaction), where the reads of the
+// table's small objects (tables, sets, chains, limit objects, natgw_meta)
+// are most of the work.
+func BenchmarkLoadSmall(b *testing.B) {
+	const n = 10
+	cfg, dp := synced(b, n)
+	if err := dp.Close(); err != nil {
+		b.Fatal(err)
+	}
+	setup, op, opened := reopen(context.Background(), cfg)
+	cpuOps(b, setup, op)
+	closeLast(b, *opened, n)
+}
+
+// synced returns the config of a new gateway whose table holds n FIPs,
+// and the engine that synced them (open).
+func synced(b *testing.B, n int) (nat.Config, nat.Dataplane) {
+	b.Helper()
+	cfg := gateway(b)
+	dp := open(b, cfg, WithoutPlumbing())
+	if err := dp.Sync(context.Background(), manyFIPs(n, 36)); err != nil {
+		b.Fatal(err)
+	}
+	return cfg, dp
+}
+
+// closeLast checks that last, the engine a benchmark opened last (nil if
+// none), holds n FIPs, and closes it. Counts, not List: List sorts the
+// objects, which would not cancel out of the instruction counts of two
+// runs.
+func closeLast(b *testing.B, last nat.Dataplane, n int) {
+	b.Helper()
+	if last == nil {
+		return
+	}
+	if got := last.(*engine.Engine).Counts()[nat.KindFIP]; got != n {
+		b.Fatalf("after the benchmark: %d FIPs, want %d", got, n)
+	}
+	last.Close()
 }
 
 // reopen returns the setup and op of a benchmark that opens the engine on
@@ -392,14 +430,7 @@ func BenchmarkLoad100kSnapshot(b *testing.B) {
 	b.Run("New", func(b *testing.B) {
 		setup, op, opened := reopen(ctx, cfg)
 		cpuOps(b, setup, op)
-		if last := *opened; last != nil {
-			// Counts, not List: List sorts 100k objects, which would
-			// not cancel out of the instruction counts of two runs.
-			if got := last.(*engine.Engine).Counts()[nat.KindFIP]; got != n {
-				b.Fatalf("after the benchmark: %d FIPs, want %d", got, n)
-			}
-			last.Close()
-		}
+		closeLast(b, *opened, n)
 	})
 	b.Run("Read", func(b *testing.B) {
 		var r *Backend

@@ -42,7 +42,9 @@ func (r *Backend) dumpSet(ctx context.Context, set string, elem func(b []byte) e
 		var derr error
 		for b := range full {
 			if derr == nil {
-				derr = decodeReply(b, elem)
+				derr = decodeReply(b, unix.NFT_MSG_NEWSETELEM, func(_ uint8, m []byte) error {
+					return decodeElemList(m, elem)
+				})
 			}
 			free <- b[:cap(b)]
 		}
@@ -126,18 +128,55 @@ func dumpEnd(b []byte, seq uint32) (bool, error) {
 	return false, nil
 }
 
-// decodeReply calls elem with each element of the NEWSETELEM messages in
+// dumpSmall dumps objects of a kind with few of them (tables, sets,
+// chains, limit objects; a few KB in all) over natgw's own socket (r.nl):
+// it sends request typ for family with the request's attributes, reads
+// the replies into the socket's answer buffer, and calls msg with the
+// family and the attributes of each reply message of type reply (see
+// decodeReply), in the reading goroutine. The attributes are valid only
+// during the call. Set elements, which come by the 100,000, go through
+// dumpSet instead.
+func (r *Backend) dumpSmall(ctx context.Context, typ uint16, family uint8, attrs []netlink.Attribute, reply uint16, msg func(family uint8, attrs []byte) error) error {
+	data, err := netlink.MarshalAttributes(attrs)
+	if err != nil {
+		return err
+	}
+	req, seq := r.request(typ, unix.NLM_F_REQUEST|unix.NLM_F_DUMP, family, data)
+	if err := r.nl.Send(ctx, req); err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	buf := r.buffer()
+	for {
+		n, err := r.nl.Recv(ctx, buf)
+		if err != nil {
+			return fmt.Errorf("receive: %w", err)
+		}
+		end, err := dumpEnd(buf[:n], seq)
+		if err != nil {
+			return err
+		}
+		if err := decodeReply(buf[:n], reply, msg); err != nil {
+			return err
+		}
+		if end {
+			return nil
+		}
+	}
+}
+
+// decodeReply calls msg with the family (nfgenmsg's) and the attributes of
+// each nf_tables message of type typ (NFT_MSG_NEWSETELEM, NEWSET, ...) in
 // one dump datagram.
-func decodeReply(b []byte, elem func(b []byte) error) error {
+func decodeReply(b []byte, typ uint16, msg func(family uint8, attrs []byte) error) error {
 	var bad error
 	for h, m := range nlsock.Messages(b, &bad) {
-		if h.Type != unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWSETELEM {
+		if h.Type != unix.NFNL_SUBSYS_NFTABLES<<8|typ {
 			continue
 		}
 		if len(m) < 4 {
-			return fmt.Errorf("short element message (%d bytes)", len(m))
+			return fmt.Errorf("short message of type %d (%d bytes)", typ, len(m))
 		}
-		if err := decodeElemList(m[4:], elem); err != nil {
+		if err := msg(m[0], m[4:]); err != nil {
 			return err
 		}
 	}

@@ -3,6 +3,9 @@ package nftables
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
+	"reflect"
+	"strings"
 	"testing"
 
 	nft "github.com/google/nftables"
@@ -125,7 +128,47 @@ func TestDecodeMetaCopies(t *testing.T) {
 	for i := range b {
 		b[i] = 0xff // the next reply
 	}
-	if boot, _, _, _, _, broken := parseMeta([]metaElem{m}); broken != "" || boot != "0123" {
-		t.Errorf("after the buffer's reuse: boot %q, broken %q; want boot 0123", boot, broken)
+	if got, broken := parseMeta([]metaElem{m}); broken != "" || got.boot != "0123" {
+		t.Errorf("after the buffer's reuse: boot %q, broken %q; want boot 0123", got.boot, broken)
 	}
+}
+
+// TestParseMeta: parseMeta finds the element with the meta key, checks
+// its layout and boot id, and returns it whole (the generation, snapshot
+// and fingerprint readKernel decides the mirror condition from).
+func TestParseMeta(t *testing.T) {
+	good := metaElem{key: metaKey, comment: metaComment("b00t"), gen: 7, hasGen: true, snap: 9, rules: 11}
+	other := metaElem{key: []byte{9, 9, 9, 9}, comment: metaComment("other")}
+	for _, tc := range []struct {
+		name   string
+		es     []metaElem
+		want   metaElem // its boot set
+		broken string
+	}{
+		{"none", nil, metaElem{}, "no boot id"},
+		{"other key only", []metaElem{other}, metaElem{}, "no boot id"},
+		{"found after another key", []metaElem{other, good}, withBoot(good, "b00t"), ""},
+		{"without generation", []metaElem{{key: metaKey, comment: metaComment("x")}}, metaElem{key: metaKey, comment: metaComment("x"), boot: "x"}, ""},
+		{"older layout", []metaElem{{key: metaKey, comment: "natgw layout=3 boot=x"}}, metaElem{},
+			fmt.Sprintf("meta element %q: not layout %d", "natgw layout=3 boot=x", LayoutVersion)},
+		{"not natgw's", []metaElem{{key: metaKey, comment: "kube layout=4 boot=x"}}, metaElem{}, "not layout"},
+		{"no boot", []metaElem{{key: metaKey, comment: fmt.Sprintf("natgw layout=%d boot=", LayoutVersion)}}, metaElem{}, "no boot id"},
+		{"no boot field", []metaElem{{key: metaKey, comment: fmt.Sprintf("natgw layout=%d id=x", LayoutVersion)}}, metaElem{}, "no boot id"},
+		{"empty comment", []metaElem{{key: metaKey}}, metaElem{}, "not layout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, broken := parseMeta(tc.es)
+			if tc.broken == "" && broken != "" || !strings.Contains(broken, tc.broken) {
+				t.Fatalf("broken %q, want %q", broken, tc.broken)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func withBoot(m metaElem, boot string) metaElem {
+	m.boot = boot
+	return m
 }

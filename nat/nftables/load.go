@@ -70,8 +70,9 @@ type kernelState struct {
 	marks6 map[netip.Addr]markID
 }
 
-// readKernel reads natgw's table: sets and their elements, chains, limit
-// objects. It never looks at other tables.
+// readKernel reads natgw's table over natgw's socket: which tables exist,
+// its sets (their types, then their elements), chains and limit objects
+// (see structure.go). Of other tables it looks at nothing but their names.
 func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
 	k := &kernelState{snat: map[snatClass]bool{}, qos: map[qosKey]qosState{}}
 	gen, err := r.generation(ctx)
@@ -79,32 +80,17 @@ func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
 		return nil, err
 	}
 	k.gen = gen
-	tables, err := r.conn.ListTablesOfFamily(tableFamily)
-	if err != nil {
-		return nil, fmt.Errorf("list tables: %w", err)
-	}
-	for _, t := range tables {
-		k.exists = k.exists || t.Name == tableName
-	}
 	// Layouts 1-3 kept table ip natgw (IPv4 only): Load replaces it in
 	// the transaction that creates or repairs the inet table.
-	legacy, err := r.conn.ListTablesOfFamily(nft.TableFamilyIPv4)
-	if err != nil {
-		return nil, fmt.Errorf("list tables: %w", err)
-	}
-	for _, t := range legacy {
-		k.legacy = k.legacy || t.Name == tableName
+	if k.exists, k.legacy, err = r.tableFamilies(ctx); err != nil {
+		return nil, err
 	}
 	if !k.exists {
 		return k, nil
 	}
-	sets, err := r.conn.GetSets(r.table)
+	byName, err := r.kernelSets(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list sets: %w", err)
-	}
-	byName := map[string]*nft.Set{}
-	for _, s := range sets {
-		byName[s.Name] = s
+		return nil, err
 	}
 	for _, spec := range fixedSets {
 		s, ok := byName[spec.name]
@@ -125,52 +111,47 @@ func (r *Backend) readKernel(ctx context.Context) (*kernelState, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("read set %s: %w", setMeta, err)
 	}
-	var stored uint32
-	var hasGen bool
-	var snap, rules uint64
-	if k.boot, stored, hasGen, snap, rules, k.broken = parseMeta(meta); k.broken != "" {
+	m, broken := parseMeta(meta)
+	if broken != "" {
+		k.broken = broken
 		return k, nil
 	}
-	k.mirror = hasGen && stored == gen
+	k.boot = m.boot
+	k.mirror = m.hasGen && m.gen == gen
 	if k.mirror {
-		k.snap, k.rules = snap, rules
+		k.snap, k.rules = m.snap, m.rules
 	}
-	chains, err := r.conn.ListChainsOfTableFamily(tableFamily)
+	chains, err := r.kernelChains(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list chains: %w", err)
+		return nil, err
 	}
 	fixed := map[string]chainSpec{}
 	for _, cs := range fixedChains(r.cfg) {
 		fixed[cs.name] = cs
 	}
 	for _, c := range chains {
-		if c.Table == nil || c.Table.Name != tableName {
-			continue
-		}
-		if cs, ok := fixed[c.Name]; ok {
+		if cs, ok := fixed[c.name]; ok {
 			if !sameHook(cs, c) {
-				k.broken = "chain " + c.Name + " has another type or hook"
+				k.broken = "chain " + c.name + " has another type or hook"
 				return k, nil
 			}
 			continue
 		}
-		if q, ok := parseQoSName(c.Name); ok {
+		if q, ok := parseQoSName(c.name); ok {
 			st := k.qos[q]
 			st.chain = true
 			k.qos[q] = st
 		}
 	}
-	objs, err := r.conn.GetNamedObjects(r.table)
+	limits, err := r.kernelLimits(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list objects: %w", err)
+		return nil, err
 	}
-	for _, o := range objs {
-		if no, ok := o.(*nft.NamedObj); ok && no.Type == nft.ObjTypeLimit {
-			if q, ok := parseQoSName(no.Name); ok {
-				st := k.qos[q]
-				st.obj = true
-				k.qos[q] = st
-			}
+	for _, o := range limits {
+		if q, ok := parseQoSName(o.name); ok {
+			st := k.qos[q]
+			st.obj = true
+			k.qos[q] = st
 		}
 	}
 	for name := range byName {
@@ -340,38 +321,42 @@ func (r *Backend) generation(ctx context.Context) (uint32, error) {
 }
 
 // setMismatch says how a kernel set differs from its spec ("" if it does not).
-func setMismatch(spec setSpec, s *nft.Set) string {
-	if s.IsMap != spec.isMap() {
+func setMismatch(spec setSpec, s kernelSet) string {
+	if s.isMap != spec.isMap() {
 		return "map flag differs"
 	}
 	if spec.val == nft.TypeVerdict {
-		return "" // the library does not decode verdict map types
+		return "" // the key type of a verdict map is not checked (google/nftables did not decode it)
 	}
-	if s.KeyType.GetNFTMagic() != spec.key.GetNFTMagic() || s.KeyType.Bytes != spec.key.Bytes {
+	if s.keyType != spec.key.GetNFTMagic() || s.keyLen != spec.key.Bytes {
 		return "key type differs"
 	}
-	if spec.isMap() && (s.DataType.GetNFTMagic() != spec.val.GetNFTMagic() || s.DataType.Bytes != spec.val.Bytes) {
+	if spec.isMap() && (s.dataType != spec.val.GetNFTMagic() || s.dataLen != spec.val.Bytes) {
 		return "data type differs"
 	}
 	return ""
 }
 
-func sameHook(cs chainSpec, c *nft.Chain) bool {
-	if (cs.hook == nil) != (c.Hooknum == nil) {
+// sameHook reports whether kernel chain c has the type, hook and priority
+// of spec cs (a regular chain: no hook).
+func sameHook(cs chainSpec, c kernelChain) bool {
+	if (cs.hook == nil) != !c.base {
 		return false
 	}
 	if cs.hook == nil {
 		return true
 	}
-	return *cs.hook == *c.Hooknum && c.Priority != nil && *cs.prio == *c.Priority && cs.typ == c.Type
+	return uint32(*cs.hook) == c.hook && c.hasPrio && int32(*cs.prio) == c.prio && string(cs.typ) == c.typ
 }
 
-// metaElem is an element of natgw_meta.
+// metaElem is an element of natgw_meta: decodeMeta fills all but boot,
+// parseMeta finds the one natgw wrote and reads boot from its comment.
 type metaElem struct {
 	key     []byte
-	comment string
-	gen     uint32
-	hasGen  bool
+	comment string // "natgw layout=N boot=ID" (see metaComment)
+	boot    string // the boot id of comment (set by parseMeta)
+	gen     uint32 // the ruleset generation natgw's last transaction stored
+	hasGen  bool   // gen was stored (see udataGen)
 	snap    uint64 // the index snapshot it names (0: none)
 	rules   uint64 // the fixed rules' fingerprint it stores (0: none)
 }
@@ -406,24 +391,27 @@ func decodeMeta(b []byte) (metaElem, error) {
 	return m, nil
 }
 
-// parseMeta reads the boot id, the stored generation, snapshot id and
-// fixed rules' fingerprint, and checks the layout version.
-func parseMeta(es []metaElem) (boot string, gen uint32, hasGen bool, snap, rules uint64, broken string) {
+// parseMeta returns the element of es with natgw's meta key (metaKey),
+// its boot id read from its comment, once it checked that the comment
+// names this layout version. Otherwise it returns why the table is not
+// usable (the second result; "" when the element is returned).
+func parseMeta(es []metaElem) (metaElem, string) {
 	for _, e := range es {
 		if !bytes.Equal(e.key, metaKey) {
 			continue
 		}
 		f := strings.Fields(e.comment)
 		if len(f) != 3 || f[0] != "natgw" || f[1] != fmt.Sprintf("layout=%d", LayoutVersion) {
-			return "", 0, false, 0, 0, fmt.Sprintf("meta element %q: not layout %d", e.comment, LayoutVersion)
+			return metaElem{}, fmt.Sprintf("meta element %q: not layout %d", e.comment, LayoutVersion)
 		}
 		boot, ok := strings.CutPrefix(f[2], "boot=")
 		if !ok || boot == "" {
-			return "", 0, false, 0, 0, fmt.Sprintf("meta element %q: no boot id", e.comment)
+			return metaElem{}, fmt.Sprintf("meta element %q: no boot id", e.comment)
 		}
-		return boot, e.gen, e.hasGen, e.snap, e.rules, ""
+		e.boot = boot
+		return e, ""
 	}
-	return "", 0, false, 0, 0, "no boot id"
+	return metaElem{}, "no boot id"
 }
 
 // objects finishes the rebuild of the objects from the elements read (see
@@ -915,9 +903,7 @@ const maxReads = 20
 func (r *Backend) readObjects(ctx context.Context) (*kernelState, *nat.State, []nat.Object, bool, error) {
 	pause := 10 * time.Millisecond
 	for try := 1; ; try++ {
-		done := r.deadline(ctx)
 		k, err := r.readKernel(ctx)
-		done()
 		if err != nil {
 			// A read can leave partial dump replies on the socket.
 			if rerr := r.redial(); rerr != nil {

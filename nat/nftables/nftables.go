@@ -323,7 +323,7 @@ type flushTarget struct {
 // close, kernel state stays.
 func (r *Backend) Close() error {
 	var errs []error
-	if r.conn != nil {
+	if r.nl != nil {
 		// The stored generation is only a hint for the next Load.
 		ctx, cancel := context.WithTimeout(context.Background(), r.opts.timeout)
 		if err := r.Settle(ctx); err != nil {

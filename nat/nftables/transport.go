@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	nft "github.com/google/nftables"
 
 	"github.com/natgw/natgw/nat/netns"
 	"github.com/natgw/natgw/nat/nftconn"
@@ -13,12 +12,11 @@ import (
 )
 
 // transport carries transactions to the kernel and reads the table back,
-// over an nftconn.Lasting in the gateway's namespace: google/nftables'
-// lasting connection (conn), which reads the table's structure at Load,
-// and an nftconn.Socket (natgw's own, over nlsock: nl) for batches, set
-// dumps and the ruleset generation. conn and nl are nil after a failure
-// until redialed. It knows nothing of the layout: it sends what an
-// nftconn.Tx says (send) and answers reads.
+// over an nftconn.Lasting in the gateway's namespace: its nftconn.Socket
+// (natgw's own, over nlsock: nl) carries the batches and every read of
+// Load (the structure's and the sets' dumps, the ruleset generation).
+// nl is nil after a failure until redialed. It knows nothing of the
+// layout: it sends what an nftconn.Tx says (send) and answers reads.
 type transport struct {
 	ns      *netns.NS // kept open for the sockets' life
 	nsName  string    // for errors
@@ -26,7 +24,6 @@ type transport struct {
 	log     logr.Logger
 
 	lasting *nftconn.Lasting
-	conn    *nft.Conn      // lasting's library connection
 	nl      *nlsock.Socket // lasting's Socket's, for dumps
 }
 
@@ -53,9 +50,9 @@ func (tr *transport) send(ctx context.Context, tx *nftconn.Tx) (sent bool, err e
 	return false, err
 }
 
-// dial opens the library's lasting connection and natgw's own socket in
-// the namespace (nftconn.Lasting). The own socket gets buffers sized for
-// large transactions (see nftconn.DialSocket) and short error answers.
+// dial opens natgw's own socket in the namespace (nftconn.Lasting), with
+// buffers sized for large transactions (see nftconn.DialSocket) and short
+// error answers.
 func (tr *transport) dial() error {
 	if tr.lasting == nil {
 		l, err := nftconn.DialLasting(tr.ns, tr.nsName, tr.timeout, sendBuffer, recvBuffer)
@@ -65,20 +62,20 @@ func (tr *transport) dial() error {
 		tr.lasting = l
 	}
 	err := tr.lasting.Ready()
-	tr.conn, tr.nl = tr.lasting.NFT(), nil
+	tr.nl = nil
 	if s := tr.lasting.Socket(); s != nil {
 		tr.nl = s.NL()
 	}
 	return err
 }
 
-// closeSockets closes both sockets (kernel state stays).
+// closeSockets closes the sockets (kernel state stays).
 func (tr *transport) closeSockets() error {
 	if tr.lasting == nil {
 		return nil
 	}
 	err := tr.lasting.Close()
-	tr.conn, tr.nl = nil, nil
+	tr.nl = nil
 	return err
 }
 
@@ -91,16 +88,11 @@ func (tr *transport) redial() error {
 
 // ready makes sure there is a connection.
 func (tr *transport) ready() error {
-	if tr.conn != nil {
+	if tr.nl != nil {
 		return nil
 	}
 	return tr.dial()
 }
-
-// deadline bounds the next reads on conn by ctx's deadline (or the default
-// timeout) and interrupts them when ctx is cancelled. The returned
-// function lifts the bound.
-func (tr *transport) deadline(ctx context.Context) func() { return tr.lasting.Deadline(ctx) }
 
 // classify wraps a failed commit (see nftconn.Classify).
 func classify(err error) error { return nftconn.Classify(err) }

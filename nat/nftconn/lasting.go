@@ -16,9 +16,11 @@ import (
 // Lasting is a Conn that keeps its sockets for its life, for a writer that
 // sends many transactions (a small one costs tens of µs: no dial, no
 // close): a Socket for batches and dumps, and google/nftables' lasting
-// connection for reading a table's structure. Both are nil after Close or
-// a failed Redial until Ready dials again. Its methods are called one at a
-// time. nat/nftables' transport is one.
+// connection for Conn's reads (Tables, Rules, MapElements), dialed at the
+// first of them: a user that reads over the Socket only (nat/nftables'
+// transport) never dials it. Both are nil after Close or a failed Redial
+// until Ready (the Socket) or a read (the library's) dials again. Its
+// methods are called one at a time.
 type Lasting struct {
 	ns               *netns.NS // not owned: the caller keeps it open
 	name             string    // the namespace's name, for errors
@@ -30,9 +32,10 @@ type Lasting struct {
 	fast *Socket
 }
 
-// DialLasting dials a Lasting in ns (named name in errors); timeout bounds
-// an operation whose context has no deadline; the Socket's buffers are
-// sendBuf and recvBuf bytes (see DialSocket; 0 keeps the system's).
+// DialLasting dials a Lasting's Socket in ns (named name in errors);
+// timeout bounds an operation whose context has no deadline; the Socket's
+// buffers are sendBuf and recvBuf bytes (see DialSocket; 0 keeps the
+// system's).
 func DialLasting(ns *netns.NS, name string, timeout time.Duration, sendBuf, recvBuf int) (*Lasting, error) {
 	l := &Lasting{ns: ns, name: name, timeout: timeout, sendBuf: sendBuf, recvBuf: recvBuf}
 	if err := l.Ready(); err != nil {
@@ -41,14 +44,24 @@ func DialLasting(ns *netns.NS, name string, timeout time.Duration, sendBuf, recv
 	return l, nil
 }
 
-// NFT returns google/nftables' lasting connection (nil until Ready).
-func (l *Lasting) NFT() *nft.Conn { return l.conn }
-
 // Socket returns the batch and dump socket (nil until Ready).
 func (l *Lasting) Socket() *Socket { return l.fast }
 
-// Ready dials both sockets unless they are there.
+// Ready dials the Socket unless it is there.
 func (l *Lasting) Ready() error {
+	if l.fast != nil {
+		return nil
+	}
+	fast, err := DialSocket(l.ns, l.timeout, l.sendBuf, l.recvBuf)
+	if err != nil {
+		return fmt.Errorf("nftables: netns %q: %w", l.name, err)
+	}
+	l.fast = fast
+	return nil
+}
+
+// library dials google/nftables' lasting connection unless it is there.
+func (l *Lasting) library() error {
 	if l.conn != nil {
 		return nil
 	}
@@ -64,12 +77,7 @@ func (l *Lasting) Ready() error {
 		}
 		return fmt.Errorf("nftables: dial netlink in netns %q: %w", l.name, err)
 	}
-	fast, err := DialSocket(l.ns, l.timeout, l.sendBuf, l.recvBuf)
-	if err != nil {
-		_ = c.CloseLasting()
-		return fmt.Errorf("nftables: netns %q: %w", l.name, err)
-	}
-	l.conn, l.sock, l.fast = c, sock, fast
+	l.conn, l.sock = c, sock
 	return nil
 }
 
@@ -88,16 +96,17 @@ func (l *Lasting) Close() error {
 }
 
 // Redial drops both sockets (queued messages, a sticky queueing error or
-// stray answers go with them) and dials new ones.
+// stray answers go with them) and dials a new Socket.
 func (l *Lasting) Redial() error {
 	_ = l.Close()
 	return l.Ready()
 }
 
-// Deadline bounds the next operations on NFT's connection by ctx's
-// deadline (or the timeout) and interrupts them when ctx is cancelled. The
-// returned function lifts the bound. Ready must have succeeded.
-func (l *Lasting) Deadline(ctx context.Context) func() {
+// deadline bounds the next operations on the library's connection by
+// ctx's deadline (or the timeout) and interrupts them when ctx is
+// cancelled. The returned function lifts the bound. library must have
+// succeeded.
+func (l *Lasting) deadline(ctx context.Context) func() {
 	d, ok := ctx.Deadline()
 	if !ok {
 		d = time.Now().Add(l.timeout)
@@ -143,15 +152,15 @@ func (l *Lasting) Apply(ctx context.Context, tx *Tx) error {
 	return nil
 }
 
-// read runs fn over NFT's connection, bounded by ctx.
+// read runs fn over the library's connection, bounded by ctx.
 func (l *Lasting) read(ctx context.Context, fn func(c *nft.Conn) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := l.Ready(); err != nil {
+	if err := l.library(); err != nil {
 		return err
 	}
-	done := l.Deadline(ctx)
+	done := l.deadline(ctx)
 	defer done()
 	return fn(l.conn)
 }
