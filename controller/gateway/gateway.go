@@ -130,7 +130,16 @@ func (g *Manager) Dataplane() nat.DataplaneName {
 	return g.dataplane
 }
 
-// Apply programs objs in one transaction on the gateway.
+// Apply programs objs in one transaction on the gateway. Objects the
+// current session is known to hold exactly as given (Manager.known: what
+// the session's converge left on the agent, or an Apply over it put there,
+// equal to the object) are not sent: the agent would plan no change for
+// them (nat.State.PlanApply skips an equal object), so a call of only such
+// objects is answered here, without a round trip, once a session is
+// published. A reconcile that runs again for an object it programmed (a
+// cold start's first reconcile of every object after the gateway's
+// converge, the status update's own event, a resync) then costs the agent
+// nothing. natgw_gateway_unchanged_applies_total counts them.
 func (g *Manager) Apply(ctx context.Context, objs ...nat.Object) error {
 	if len(objs) == 0 {
 		return nil
@@ -139,15 +148,23 @@ func (g *Manager) Apply(ctx context.Context, objs ...nat.Object) error {
 	// (which holds it exclusively) sees the gateway and known agree.
 	err := g.call(ctx, "apply", string(objs[0].Kind), func(s transport.Session) error {
 		g.knownMu.Lock()
-		for _, o := range objs {
+		send := g.unheld(objs)
+		for _, o := range send {
 			g.held[o.UID] = struct{}{}
 		}
 		g.knownMu.Unlock()
-		if err := s.Apply(ctx, objs...); err != nil {
+		if len(send) == 0 {
+			metrics.UnchangedApplies.WithLabelValues(g.cfg.Name).Add(float64(len(objs)))
+			return errSentNothing
+		}
+		if err := s.Apply(ctx, send...); err != nil {
 			return err
 		}
+		if n := len(objs) - len(send); n > 0 {
+			metrics.UnchangedApplies.WithLabelValues(g.cfg.Name).Add(float64(n))
+		}
 		g.knownMu.Lock()
-		for _, o := range objs {
+		for _, o := range send {
 			g.known[o.UID] = o
 		}
 		g.knownMu.Unlock()
@@ -159,6 +176,36 @@ func (g *Manager) Apply(ctx context.Context, objs ...nat.Object) error {
 	g.updateGauge()
 	return nil
 }
+
+// unheld returns the objects of objs the agent is not known to hold
+// exactly (objs itself when that is all of them). Caller holds knownMu
+// and mu (shared or exclusive), so that known is the current session's.
+func (g *Manager) unheld(objs []nat.Object) []nat.Object {
+	held := func(o nat.Object) bool {
+		k, ok := g.known[o.UID]
+		return ok && k.Equal(o)
+	}
+	n := 0
+	for _, o := range objs {
+		if !held(o) {
+			n++
+		}
+	}
+	if n == len(objs) {
+		return objs
+	}
+	out := make([]nat.Object, 0, n)
+	for _, o := range objs {
+		if !held(o) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// errSentNothing is what a call's fn returns when it had nothing to send:
+// the call succeeds and records no programming latency.
+var errSentNothing = errors.New("nothing to send")
 
 // Delete removes the objects with these UIDs from the gateway in one
 // transaction; a nil error is the agent's confirmation.
@@ -297,6 +344,9 @@ func (g *Manager) call(ctx context.Context, op, kind string, fn func(transport.S
 	}
 	start := time.Now()
 	err := fn(s)
+	if err == errSentNothing {
+		return nil
+	}
 	metrics.ObserveProgram(op, kind, dp, start)
 	if err != nil {
 		select {

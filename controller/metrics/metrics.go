@@ -56,6 +56,14 @@ var (
 		Help: "Objects gone from the API without natgw's deletion whose programmed rule the reconciler deleted, by kind.",
 	}, []string{"kind"})
 
+	// UnchangedApplies counts objects a reconcile asked to apply that the
+	// gateway's current session was known to hold exactly: not sent (the
+	// agent would have planned no change).
+	UnchangedApplies = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "natgw_gateway_unchanged_applies_total",
+		Help: "Objects asked to be applied that the gateway's agent already held exactly, per the controller's record of its current session: not sent.",
+	}, []string{"gateway"})
+
 	// Reconnects counts sessions opened after the first one.
 	Reconnects = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "natgw_transport_reconnects_total",
@@ -64,7 +72,7 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(ProgramDuration, GatewayObjects, GatewayConnected, SweepDeletions, Resyncs, Reconnects, VanishedReaped)
+	crmetrics.Registry.MustRegister(ProgramDuration, GatewayObjects, GatewayConnected, SweepDeletions, Resyncs, Reconnects, VanishedReaped, UnchangedApplies)
 }
 
 // ObserveProgram records one call's latency since start.

@@ -88,12 +88,6 @@ type Deps struct {
 	Alloc *eipalloc.Allocator
 	Log   logr.Logger
 
-	// sessions, when set (Setup: gateway.Options.OnConnection), counts
-	// each gateway's session changes: an EIP whose gateway object is
-	// unchanged since it was applied over the current session is not
-	// sent again (eipReconciler.onGateway). Nil: every reconcile applies.
-	sessions *gatewayEvents
-
 	track     *tracker
 	trackOnce sync.Once
 }

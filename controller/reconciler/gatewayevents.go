@@ -26,39 +26,14 @@ import (
 type gatewayEvents struct {
 	mu    sync.Mutex
 	chans []chan event.GenericEvent
-	// sessions counts each gateway's connection changes, with whether it
-	// is connected now (session).
-	sessions map[string]gatewaySession
 }
 
-// gatewaySession is a gateway's count of connection changes and whether
-// the last one published a session.
-type gatewaySession struct {
-	changes   uint64
-	connected bool
-}
-
-// session returns gw's connection changes so far and whether it has a
-// session now (none before its first connect). Two reads with the same
-// count and connected true are within one session: nothing applied over it
-// was lost to a reconnect (whose sync starts from the desired set) or a
-// data plane switch.
-func (e *gatewayEvents) session(gw string) gatewaySession {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.sessions[gw]
-}
-
-// send records one change and fans it out to every controller's channel
+// send fans a change out to every controller's channel
 // without blocking (it runs under the manager's lock); a full channel
 // drops it (1024 pending changes: the objects are reconciled anyway).
 func (e *gatewayEvents) send(gw string, connected bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.sessions == nil {
-		e.sessions = map[string]gatewaySession{}
-	}
-	e.sessions[gw] = gatewaySession{changes: e.sessions[gw].changes + 1, connected: connected}
 	ev := event.GenericEvent{Object: &v1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: gw}}}
 	for _, ch := range e.chans {
 		select {

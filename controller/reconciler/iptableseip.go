@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"slices"
 	"strings"
 	"time"
 
@@ -84,41 +83,19 @@ func (r *eipReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if f != nil {
 		return r.finish(ctx, log, e, f)
 	}
-	session, on := r.onGateway(e.Name, gwName, obj)
-	if !on {
-		gw, err := r.Registry.Get(gwName)
-		if err == nil {
-			err = gw.Apply(ctx, obj)
-		}
-		if err != nil {
-			r.tracked().dropApplied(nat.KindEIP, e.Name)
-			return r.finish(ctx, log, e, classify(gwName, err))
-		}
-		r.tracked().setApplied(nat.KindEIP, e.Name, uid, gwName, obj, session)
-		log.V(1).Info("programmed", "gateway", gwName, "object", obj.String())
+	// The gateway's manager sends the object only when its agent does not
+	// hold it exactly (gateway.Manager.Apply): a rule taking or leaving
+	// the EIP changes its status.nat, not the gateway, and costs no call.
+	gw, err := r.Registry.Get(gwName)
+	if err == nil {
+		err = gw.Apply(ctx, obj)
 	}
+	if err != nil {
+		return r.finish(ctx, log, e, classify(gwName, err))
+	}
+	r.tracked().set(nat.KindEIP, e.Name, uid, gwName)
+	log.V(1).Info("programmed", "gateway", gwName, "object", obj.String())
 	return r.setStatus(ctx, e, obj, nil)
-}
-
-// onGateway says whether obj, the EIP name's gateway object, is on gateway
-// gw as this process applied it: the same object applied there last, over
-// the gateway's current session (no reconnect, whose sync starts from the
-// desired set, and no data plane switch since), and still held there
-// (gateway.Registry.Holders: no delete since). Then the reconcile only
-// writes the status: a rule taking or leaving the EIP changes its
-// status.nat, not the gateway (one gateway call less per rule created or
-// deleted; the agent's kernel drift is the gateway manager's drift check).
-// session is the gateway's session now, to record with an Apply.
-func (r *eipReconciler) onGateway(name, gw string, obj nat.Object) (gatewaySession, bool) {
-	if r.sessions == nil {
-		return gatewaySession{}, false
-	}
-	s := r.sessions.session(gw)
-	v, ok := r.tracked().get(nat.KindEIP, name)
-	if !ok || !s.connected || v.uid != obj.UID || v.gateway != gw || v.applied == nil || v.applied.session != s || !v.applied.obj.Equal(obj) {
-		return s, false
-	}
-	return s, slices.Contains(r.Registry.Holders(obj.UID), gw)
 }
 
 // addressRetry is the requeue delay of an EIP whose address Kube-OVN has

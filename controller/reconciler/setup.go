@@ -109,7 +109,6 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 	}
 	gev := &gatewayEvents{}
 	gopts.OnConnection = gev.send
-	deps.sessions = gev
 	reg := gateway.NewRegistry(gopts)
 	deps.Registry = reg
 	if err := mgr.Add(&registryRunnable{reg: reg, mgr: mgr}); err != nil {

@@ -26,18 +26,6 @@ type trackKey struct {
 type trackVal struct {
 	uid     string
 	gateway string
-	// applied is what setApplied recorded (EIPs only; nil for every other
-	// entry): a pointer, so that the entry of each of the many rules stays
-	// two strings and a word (40 bytes instead of 120: the tracker holds
-	// one entry per object, 113k at scenario 6's full size).
-	applied *appliedObject
-}
-
-// appliedObject is the gateway object applied last, over session
-// (gatewayEvents.session of the gateway then).
-type appliedObject struct {
-	obj     nat.Object
-	session gatewaySession
 }
 
 func newTracker() *tracker { return &tracker{m: map[trackKey]trackVal{}} }
@@ -45,25 +33,6 @@ func newTracker() *tracker { return &tracker{m: map[trackKey]trackVal{}} }
 func (t *tracker) set(kind nat.Kind, name, uid, gateway string) {
 	t.mu.Lock()
 	t.m[trackKey{kind, name}] = trackVal{uid: uid, gateway: gateway}
-	t.mu.Unlock()
-}
-
-// setApplied is set that also remembers the object applied to the gateway
-// and the gateway's session it was applied over.
-func (t *tracker) setApplied(kind nat.Kind, name, uid, gateway string, applied nat.Object, s gatewaySession) {
-	t.mu.Lock()
-	t.m[trackKey{kind, name}] = trackVal{uid: uid, gateway: gateway, applied: &appliedObject{obj: applied, session: s}}
-	t.mu.Unlock()
-}
-
-// dropApplied forgets the object applied last for name (an apply failed:
-// what the gateway holds is not known).
-func (t *tracker) dropApplied(kind nat.Kind, name string) {
-	t.mu.Lock()
-	if v, ok := t.m[trackKey{kind, name}]; ok {
-		v.applied = nil
-		t.m[trackKey{kind, name}] = v
-	}
 	t.mu.Unlock()
 }
 
