@@ -32,7 +32,13 @@ const benchGateways = 100
 
 // natObject returns object i of kind: on gateway i%benchGateways; a FIP
 // and an SNAT have an EIP each, ten DNATs share one.
-func natObject(kind string, i int) client.Object {
+func natObject(kind string, i int) client.Object { return natObjectShaped(kind, i, false) }
+
+// natObjectShaped is natObject; bare leaves out what kubectl and
+// --rule-labels add (labels, the last-applied annotation, kubectl's
+// managedFields entry): an object a program created, as natgw-bench's
+// scenario 6 does.
+func natObjectShaped(kind string, i int, bare bool) client.Object {
 	gw := fmt.Sprintf("gw-%03d", i%benchGateways)
 	eipOf := func(e int) (string, string) {
 		return fmt.Sprintf("eip-%06d", e), fmt.Sprintf("172.%d.%d.%d", 16+e>>16, e>>8&255, e&255)
@@ -44,6 +50,21 @@ func natObject(kind string, i int) client.Object {
 	meta := func(name, v4ip string, spec any) metav1.ObjectMeta {
 		applied, _ := json.Marshal(map[string]any{"apiVersion": v1.GroupVersion.String(), "kind": kind, "metadata": map[string]any{"name": name}, "spec": spec})
 		fields := func(s string) *metav1.FieldsV1 { return &metav1.FieldsV1{Raw: []byte(s)} }
+		if bare {
+			now := now
+			return metav1.ObjectMeta{
+				Name: name, UID: types.UID(fmt.Sprintf("%08x-1111-4222-8333-%012x", i, i)), ResourceVersion: fmt.Sprint(1000000 + i),
+				Generation: 1, CreationTimestamp: now, Finalizers: []string{reconciler.Finalizer},
+				ManagedFields: []metav1.ManagedFieldsEntry{
+					{Manager: "natgw-bench", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: v1.GroupVersion.String(), Time: &now, FieldsType: "FieldsV1",
+						FieldsV1: fields(`{"f:spec":{".":{},"f:eip":{},"f:internalIp":{}}}`)},
+					{Manager: "natgw-controller", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: v1.GroupVersion.String(), Time: &now, FieldsType: "FieldsV1",
+						FieldsV1: fields(`{"f:metadata":{"f:finalizers":{".":{},"v:\"natgw.kubeovn.io/finalizer\"":{}}}}`)},
+					{Manager: "natgw-controller", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: v1.GroupVersion.String(), Time: &now, FieldsType: "FieldsV1", Subresource: "status",
+						FieldsV1: fields(`{"f:status":{".":{},"f:conditions":{},"f:natGwDp":{},"f:ready":{},"f:v4ip":{}}}`)},
+				},
+			}
+		}
 		return metav1.ObjectMeta{
 			Name: name, UID: types.UID(fmt.Sprintf("%08x-1111-4222-8333-%012x", i, i)), ResourceVersion: fmt.Sprint(1000000 + i),
 			Generation: 1, CreationTimestamp: now,
@@ -139,7 +160,9 @@ func liveHeap() uint64 {
 // through a cache transform and kept in a client-go Indexer with natgw's
 // indexes; B/obj is the heap after runtime.GC over n, load-independent.
 // Transforms: none, strip (managedFields and last-applied dropped, the
-// transform before interning) and intern (stripCache).
+// transform before interning) and intern (stripCache). Shapes: kubectl
+// (natObject: applied with kubectl, upstream's labels) and bare
+// (natObjectShaped's bare: created by a program, as in natgw-bench).
 func BenchmarkCacheHeap(b *testing.B) {
 	const n = 10_000
 	scheme, err := v1.NewScheme()
@@ -147,49 +170,51 @@ func BenchmarkCacheHeap(b *testing.B) {
 		b.Fatal(err)
 	}
 	dec := serializer.NewCodecFactory(scheme).UniversalDeserializer()
-	for _, kind := range cacheKinds {
-		raw := make([][]byte, n)
-		for i := range raw {
-			if raw[i], err = json.Marshal(natObject(kind, i)); err != nil {
-				b.Fatal(err)
-			}
-		}
-		for _, tr := range []struct {
-			name string
-			f    toolscache.TransformFunc
-		}{
-			{"none", func(o any) (any, error) { return o, nil }},
-			{"strip", stripFields},
-			{"intern", stripCache},
-		} {
-			b.Run(kind+"/"+tr.name, func(b *testing.B) {
-				for b.Loop() {
-					h0 := liveHeap()
-					var s toolscache.Indexer
-					for i, data := range raw {
-						obj, _, err := dec.Decode(data, nil, nil)
-						if err != nil {
-							b.Fatal(err)
-						}
-						if s == nil {
-							s = toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, natgwIndexers(b, obj.(client.Object)))
-						}
-						o, err := tr.f(obj)
-						if err != nil {
-							b.Fatal(err)
-						}
-						if err := s.Add(o); err != nil {
-							b.Fatalf("object %d: %v", i, err)
-						}
-					}
-					h1 := liveHeap()
-					if len(s.List()) != n {
-						b.Fatalf("%d objects cached, want %d", len(s.List()), n)
-					}
-					runtime.KeepAlive(s)
-					b.ReportMetric(float64(h1-h0)/n, "B/obj")
+	for _, shape := range []string{"kubectl", "bare"} {
+		for _, kind := range cacheKinds {
+			raw := make([][]byte, n)
+			for i := range raw {
+				if raw[i], err = json.Marshal(natObjectShaped(kind, i, shape == "bare")); err != nil {
+					b.Fatal(err)
 				}
-			})
+			}
+			for _, tr := range []struct {
+				name string
+				f    toolscache.TransformFunc
+			}{
+				{"none", func(o any) (any, error) { return o, nil }},
+				{"strip", stripFields},
+				{"intern", stripCache},
+			} {
+				b.Run(shape+"/"+kind+"/"+tr.name, func(b *testing.B) {
+					for b.Loop() {
+						h0 := liveHeap()
+						var s toolscache.Indexer
+						for i, data := range raw {
+							obj, _, err := dec.Decode(data, nil, nil)
+							if err != nil {
+								b.Fatal(err)
+							}
+							if s == nil {
+								s = toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, natgwIndexers(b, obj.(client.Object)))
+							}
+							o, err := tr.f(obj)
+							if err != nil {
+								b.Fatal(err)
+							}
+							if err := s.Add(o); err != nil {
+								b.Fatalf("object %d: %v", i, err)
+							}
+						}
+						h1 := liveHeap()
+						if len(s.List()) != n {
+							b.Fatalf("%d objects cached, want %d", len(s.List()), n)
+						}
+						runtime.KeepAlive(s)
+						b.ReportMetric(float64(h1-h0)/n, "B/obj")
+					}
+				})
+			}
 		}
 	}
 }
