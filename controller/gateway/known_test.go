@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/natgw/natgw/controller/gwconfig"
+	"github.com/natgw/natgw/internal/heapstat"
 	"github.com/natgw/natgw/nat"
 )
 
@@ -72,14 +73,6 @@ func knownBenchObject(uid string, i int) nat.Object {
 	return nat.Object{UID: uid, Kind: nat.KindEIP, EIP: &nat.EIP{Address: eip, PrefixLen: 24}}
 }
 
-func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
-
 // BenchmarkKnownHeap is the live heap Manager.known holds per object
 // (B/obj, heap after runtime.GC over n; load-independent): n objects
 // (FIP, DNAT, SNAT, EIP in turn) remembered as Apply remembers them, in
@@ -94,26 +87,26 @@ func BenchmarkKnownHeap(b *testing.B) {
 	}
 	b.Run("nat.Object", func(b *testing.B) {
 		for b.Loop() {
-			h0 := liveHeap()
+			h0 := heapstat.Live()
 			m := map[string]nat.Object{}
 			for i, u := range uids {
 				o := knownBenchObject(u, i)
 				m[o.UID] = o
 			}
-			h1 := liveHeap()
+			h1 := heapstat.Live()
 			runtime.KeepAlive(m)
 			b.ReportMetric(float64(h1-h0)/n, "B/obj")
 		}
 	})
 	b.Run("known", func(b *testing.B) {
 		for b.Loop() {
-			h0 := liveHeap()
+			h0 := heapstat.Live()
 			g := newManager(gwconfig.Entry{Name: "gw"}, &Options{})
 			for i, u := range uids {
 				o := knownBenchObject(u, i)
 				g.known[o.UID] = newKnown(o)
 			}
-			h1 := liveHeap()
+			h1 := heapstat.Live()
 			if len(g.known) != n {
 				b.Fatalf("%d known", len(g.known))
 			}

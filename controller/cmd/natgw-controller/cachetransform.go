@@ -116,6 +116,16 @@ func internConditions(cs []v1.Condition) {
 	}
 }
 
+// internNAT interns a NAT object's metadata, conditions and the spec and
+// status strings fields points to.
+func internNAT(tm *metav1.TypeMeta, om *metav1.ObjectMeta, conds []v1.Condition, fields ...*string) {
+	internMeta(tm, om)
+	for _, f := range fields {
+		intern(f)
+	}
+	internConditions(conds)
+}
+
 // internObject interns the repeating strings of a cached object: for the
 // NAT kinds every field of spec and status but the object's own name (an
 // internal address is shared by its spec and status, an EIP's name and
@@ -125,34 +135,19 @@ func internConditions(cs []v1.Condition) {
 func internObject(in any) {
 	switch o := in.(type) {
 	case *v1.IptablesEIP:
-		internMeta(&o.TypeMeta, &o.ObjectMeta)
 		s, st := &o.Spec, &o.Status
-		for _, p := range []*string{&s.V4ip, &s.V6ip, &s.MacAddress, &s.NatGwDp, &s.QoSPolicy, &s.ExternalSubnet, &st.IP, &st.Nat, &st.Redo, &st.QoSPolicy} {
-			intern(p)
-		}
-		internConditions(st.Conditions)
+		internNAT(&o.TypeMeta, &o.ObjectMeta, st.Conditions, &s.V4ip, &s.V6ip, &s.MacAddress, &s.NatGwDp, &s.QoSPolicy, &s.ExternalSubnet,
+			&st.IP, &st.Nat, &st.Redo, &st.QoSPolicy)
 	case *v1.IptablesFIPRule:
-		internMeta(&o.TypeMeta, &o.ObjectMeta)
 		s, st := &o.Spec, &o.Status
-		for _, p := range []*string{&s.EIP, &s.InternalIP, &st.V4ip, &st.V6ip, &st.NatGwDp, &st.Redo, &st.InternalIP} {
-			intern(p)
-		}
-		internConditions(st.Conditions)
+		internNAT(&o.TypeMeta, &o.ObjectMeta, st.Conditions, &s.EIP, &s.InternalIP, &st.V4ip, &st.V6ip, &st.NatGwDp, &st.Redo, &st.InternalIP)
 	case *v1.IptablesDnatRule:
-		internMeta(&o.TypeMeta, &o.ObjectMeta)
 		s, st := &o.Spec, &o.Status
-		for _, p := range []*string{&s.EIP, &s.ExternalPort, &s.Protocol, &s.InternalIP, &s.InternalPort, &s.Type,
-			&st.V4ip, &st.V6ip, &st.NatGwDp, &st.Redo, &st.Protocol, &st.InternalIP, &st.InternalPort, &st.ExternalPort} {
-			intern(p)
-		}
-		internConditions(st.Conditions)
+		internNAT(&o.TypeMeta, &o.ObjectMeta, st.Conditions, &s.EIP, &s.ExternalPort, &s.Protocol, &s.InternalIP, &s.InternalPort, &s.Type,
+			&st.V4ip, &st.V6ip, &st.NatGwDp, &st.Redo, &st.Protocol, &st.InternalIP, &st.InternalPort, &st.ExternalPort)
 	case *v1.IptablesSnatRule:
-		internMeta(&o.TypeMeta, &o.ObjectMeta)
 		s, st := &o.Spec, &o.Status
-		for _, p := range []*string{&s.EIP, &s.InternalCIDR, &st.V4ip, &st.V6ip, &st.NatGwDp, &st.Redo, &st.InternalCIDR} {
-			intern(p)
-		}
-		internConditions(st.Conditions)
+		internNAT(&o.TypeMeta, &o.ObjectMeta, st.Conditions, &s.EIP, &s.InternalCIDR, &st.V4ip, &st.V6ip, &st.NatGwDp, &st.Redo, &st.InternalCIDR)
 	case metav1.Object:
 		if l := o.GetLabels(); len(l) > 0 {
 			o.SetLabels(internMap(l))
