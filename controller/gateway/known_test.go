@@ -42,6 +42,9 @@ func TestKnownRoundTrip(t *testing.T) {
 		{nat.Object{UID: "route", Kind: nat.KindRoute, Route: &nat.Route{Destination: netip.MustParsePrefix("0.0.0.0/0"), NextHop: a4, Device: nat.DeviceExternal}}, false},
 		{nat.Object{UID: "two-payloads", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: a4, InternalIP: b4}, SNAT: &nat.SNAT{EIP: a4}}, false},
 		{nat.Object{UID: "no-payload", Kind: nat.KindFIP}, false},
+		{nat.Object{UID: "fip-mapped", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: netip.MustParseAddr("::ffff:172.31.0.10"), InternalIP: b4}}, true},
+		{nat.Object{UID: "fip-zone", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: a4, InternalIP: netip.MustParseAddr("fe80::1%eth0")}}, false},
+		{nat.Object{UID: "fip-zero", Kind: nat.KindFIP, FIP: &nat.FIP{EIP: a4}}, true},
 	}
 	for _, c := range cases {
 		k := newKnown(c.o)
