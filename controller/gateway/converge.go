@@ -58,8 +58,8 @@ func (g *Manager) converge(ctx context.Context, s transport.Session, dp nat.Data
 	}
 	g.knownMu.Lock()
 	known := make([]nat.Object, 0, len(g.known))
-	for _, o := range g.known {
-		known = append(known, o)
+	for uid, o := range g.known {
+		known = append(known, o.object(uid))
 	}
 	g.knownMu.Unlock()
 	sort.Slice(known, func(i, j int) bool { return known[i].UID < known[j].UID })
@@ -148,12 +148,12 @@ func (g *Manager) converge(ctx context.Context, s transport.Session, dp nat.Data
 	// Remember exactly what is now desired and on the gateway.
 	setKnown := func() {
 		g.knownMu.Lock()
-		g.known = map[string]nat.Object{}
+		g.known = map[string]knownObj{}
 		g.held = make(map[string]struct{}, len(want))
 		for _, o := range want {
 			g.held[o.UID] = struct{}{}
 			if desired[o.UID] {
-				g.known[o.UID] = o
+				g.known[o.UID] = newKnown(o)
 			}
 		}
 		g.knownMu.Unlock()

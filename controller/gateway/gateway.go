@@ -58,7 +58,7 @@ type Manager struct {
 	triedOnce sync.Once
 
 	knownMu sync.Mutex
-	known   map[string]nat.Object // what this process programmed and has not deleted
+	known   map[string]knownObj // what this process programmed and has not deleted, by UID
 	// held mirrors the UIDs the agent holds (guarded by knownMu): what the
 	// last converge left on it (the fresh list's objects kept, unconfirmed
 	// ones included), plus every UID an Apply sent, minus those a Delete
@@ -89,7 +89,7 @@ func newManager(cfg gwconfig.Entry, opts *Options) *Manager {
 		log:   opts.Log.WithValues("gateway", cfg.Name),
 		ready: make(chan struct{}),
 		tried: make(chan struct{}),
-		known: map[string]nat.Object{},
+		known: map[string]knownObj{},
 		held:  map[string]struct{}{},
 		kick:  make(chan struct{}, 1),
 		check: make(chan struct{}, 1),
@@ -165,7 +165,7 @@ func (g *Manager) Apply(ctx context.Context, objs ...nat.Object) error {
 		}
 		g.knownMu.Lock()
 		for _, o := range send {
-			g.known[o.UID] = o
+			g.known[o.UID] = newKnown(o)
 		}
 		g.knownMu.Unlock()
 		return nil
@@ -183,7 +183,7 @@ func (g *Manager) Apply(ctx context.Context, objs ...nat.Object) error {
 func (g *Manager) unheld(objs []nat.Object) []nat.Object {
 	held := func(o nat.Object) bool {
 		k, ok := g.known[o.UID]
-		return ok && k.Equal(o)
+		return ok && k.object(o.UID).Equal(o)
 	}
 	n := 0
 	for _, o := range objs {
@@ -363,7 +363,7 @@ func (g *Manager) updateGauge() {
 	counts := map[nat.Kind]int{}
 	g.knownMu.Lock()
 	for _, o := range g.known {
-		counts[o.Kind]++
+		counts[o.Kind()]++
 	}
 	g.knownMu.Unlock()
 	for _, k := range nat.Kinds {

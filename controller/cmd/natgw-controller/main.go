@@ -18,9 +18,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
@@ -424,27 +422,6 @@ func cacheOptions(f *flags) cache.Options {
 	}
 	return o
 }
-
-// stripCache is the cache's transform: managedFields and kubectl's
-// last-applied-configuration annotation dropped; objects that are not
-// metav1.Object (tombstones) pass unchanged.
-func stripCache(in any) (any, error) {
-	in, err := stripManagedFields(in)
-	if err != nil {
-		return in, err
-	}
-	if o, ok := in.(metav1.Object); ok {
-		if a := o.GetAnnotations(); a != nil {
-			if _, ok := a[corev1.LastAppliedConfigAnnotation]; ok {
-				delete(a, corev1.LastAppliedConfigAnnotation)
-				o.SetAnnotations(a)
-			}
-		}
-	}
-	return in, nil
-}
-
-var stripManagedFields = cache.TransformStripManagedFields()
 
 // metricsOptions is the metrics endpoint, with Go's runtime profiles under
 // /debug/pprof/ when --pprof is set (bench scenario 6 reads the heap there).
