@@ -25,7 +25,6 @@ import (
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/reconciler"
-	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/procfs"
 )
 
@@ -152,7 +151,7 @@ func RunColdList(ctx context.Context, o ColdListOptions) (*ColdListResult, error
 		}
 		defer os.Unsetenv(consistencyCheckerEnv)
 	}
-	cp, err := startColdListPlane(env, o.EtcdDir)
+	cp, err := startControlPlaneIn(env, o.EtcdDir)
 	if err != nil {
 		return nil, err
 	}
@@ -206,25 +205,6 @@ func RunColdList(ctx context.Context, o ColdListOptions) (*ColdListResult, error
 		}
 	}
 	return res, nil
-}
-
-// startColdListPlane starts the control plane, with etcd's data in
-// etcdDir when set (kept after Close).
-func startColdListPlane(e *Env, etcdDir string) (*controlPlane, error) {
-	env := apitest.Environment(e.EnvtestAssets, e.CRDDir)
-	if etcdDir != "" {
-		if err := os.MkdirAll(etcdDir, 0o700); err != nil {
-			return nil, fmt.Errorf("etcd data directory: %w", err)
-		}
-		env.ControlPlane.Etcd = &envtest.Etcd{DataDir: etcdDir}
-	}
-	cfg, err := apitest.Start(env)
-	if err != nil {
-		return nil, err
-	}
-	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst = -1, 0
-	return &controlPlane{env: env, cfg: cfg}, nil
 }
 
 // coldListReader adds the read-only user (get, list, watch of every
