@@ -53,7 +53,20 @@ func envtestReady(e *Env) string {
 // startControlPlane starts kube-apiserver and etcd from e.EnvtestAssets
 // and installs the CRDs of e.CRDDir.
 func startControlPlane(e *Env) (*controlPlane, error) {
+	return startControlPlaneIn(e, "")
+}
+
+// startControlPlaneIn is startControlPlane with etcd's data in etcdDir
+// when set (created if missing, kept after Close: a later start finds the
+// objects again).
+func startControlPlaneIn(e *Env, etcdDir string) (*controlPlane, error) {
 	env := apitest.Environment(e.EnvtestAssets, e.CRDDir)
+	if etcdDir != "" {
+		if err := os.MkdirAll(etcdDir, 0o700); err != nil {
+			return nil, fmt.Errorf("etcd data directory: %w", err)
+		}
+		env.ControlPlane.Etcd = &envtest.Etcd{DataDir: etcdDir}
+	}
 	cfg, err := apitest.Start(env)
 	if err != nil {
 		return nil, err

@@ -58,6 +58,8 @@ func freeLocalAddr() (string, error) {
 type ctlProcess struct {
 	bin, logPath, metricsAddr string
 	args                      []string
+	// env is added to this process's environment (nil: inherited as is).
+	env []string
 
 	// memCap, when set, bounds the controller's VmRSS: above it the
 	// benchmark kills the controller (and says so) rather than let it take
@@ -152,6 +154,9 @@ func (p *ctlProcess) start() error {
 	}
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Stdout, cmd.Stderr = log, log
+	if p.env != nil {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	exited, started := make(chan struct{}), make(chan error, 1)
 	go func() {

@@ -29,6 +29,19 @@ func updateChanged[T client.Object](changed func(o, n T) bool) predicate.Funcs {
 	}
 }
 
+// notInitialList drops the create events of an informer's initial list
+// (a start's, also a cold start's) on the watches that map one object to
+// others (a rule to its EIP, an EIP to its rules, a rule to the rules
+// waiting on its EIP): every object of the initial list gets its own
+// create event on its own controller, whose workers start only once every
+// informer and handler synced, so the mapped requests add nothing but
+// their cost (at 113k objects a tenth of the controller's CPU until
+// synced, bench/README.md "Scenario 6: the cold start's list"). Creates
+// after the initial list, updates and deletes pass.
+var notInitialList = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool { return !e.IsInInitialList },
+}
+
 // specOrMetaChanged drops update events that change nothing a reconcile
 // reads from the object itself: status-only updates (our own status
 // patches) would otherwise reconcile every object once more.

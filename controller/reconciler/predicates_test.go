@@ -112,3 +112,18 @@ func TestUntrackedGone(t *testing.T) {
 		t.Error("untrackedGone filters more than deletes")
 	}
 }
+
+// TestNotInitialList: the mapping watches drop the creates of an
+// informer's initial list and pass every later create, update and delete.
+func TestNotInitialList(t *testing.T) {
+	r := &v1.IptablesDnatRule{ObjectMeta: metav1.ObjectMeta{Name: "d"}}
+	if notInitialList.Create(event.CreateEvent{Object: r, IsInInitialList: true}) {
+		t.Error("a create of the initial list passed")
+	}
+	if !notInitialList.Create(event.CreateEvent{Object: r}) {
+		t.Error("a create after the initial list was dropped")
+	}
+	if !notInitialList.Update(event.UpdateEvent{ObjectOld: r, ObjectNew: r}) || !notInitialList.Delete(event.DeleteEvent{Object: r}) || !notInitialList.Generic(event.GenericEvent{Object: r}) {
+		t.Error("an update, delete or generic event was dropped")
+	}
+}

@@ -136,9 +136,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*gateway.Registry
 	toEIP := toNamed(RuleEIP)
 	eipCtl := ctrl.NewControllerManagedBy(mgr).Named("iptables-eip").WithOptions(opts).
 		For(&v1.IptablesEIP{}, builder.WithPredicates(specOrMetaChanged, deps.untrackedGone(nat.KindEIP))).
-		Watches(&v1.IptablesFIPRule{}, toEIP, builder.WithPredicates(ruleUseChanged)).
-		Watches(&v1.IptablesDnatRule{}, toEIP, builder.WithPredicates(ruleUseChanged)).
-		Watches(&v1.IptablesSnatRule{}, toEIP, builder.WithPredicates(ruleUseChanged)).
+		Watches(&v1.IptablesFIPRule{}, toEIP, builder.WithPredicates(ruleUseChanged, notInitialList)).
+		Watches(&v1.IptablesDnatRule{}, toEIP, builder.WithPredicates(ruleUseChanged, notInitialList)).
+		Watches(&v1.IptablesSnatRule{}, toEIP, builder.WithPredicates(ruleUseChanged, notInitialList)).
 		Watches(&v1.QoSPolicy{}, handler.EnqueueRequestsFromMapFunc(deps.eipsOfPolicy), builder.WithPredicates(specOrMetaChanged)).
 		WatchesRawSource(gev.source(deps.eipsOfGateway))
 	gwCtl := ctrl.NewControllerManagedBy(mgr).Named("vpc-nat-gateway").WithOptions(opts).
@@ -270,10 +270,10 @@ func setupRule[T client.Object](ctx context.Context, mgr ctrl.Manager, deps *Dep
 	waiting := handler.EnqueueRequestsFromMapFunc(rulesOfEIP(true))
 	b := ctrl.NewControllerManagedBy(mgr).Named(name).WithOptions(opts).
 		For(k.newObj(), builder.WithPredicates(specOrMetaChanged, deps.untrackedGone(k.kind))).
-		Watches(&v1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(rulesOfEIP(false)), builder.WithPredicates(eipChangedForRules)).
-		Watches(&v1.IptablesFIPRule{}, waiting, builder.WithPredicates(specOrMetaChanged)).
-		Watches(&v1.IptablesDnatRule{}, waiting, builder.WithPredicates(specOrMetaChanged)).
-		Watches(&v1.IptablesSnatRule{}, waiting, builder.WithPredicates(specOrMetaChanged))
+		Watches(&v1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(rulesOfEIP(false)), builder.WithPredicates(eipChangedForRules, notInitialList)).
+		Watches(&v1.IptablesFIPRule{}, waiting, builder.WithPredicates(specOrMetaChanged, notInitialList)).
+		Watches(&v1.IptablesDnatRule{}, waiting, builder.WithPredicates(specOrMetaChanged, notInitialList)).
+		Watches(&v1.IptablesSnatRule{}, waiting, builder.WithPredicates(specOrMetaChanged, notInitialList))
 	if deps.Alloc != nil {
 		// A rule reads its EIP's IPv6 address from the EIP's Vip
 		// (Deps.eipAddrs): when Kube-OVN writes or changes status.v6ip

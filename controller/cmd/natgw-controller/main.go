@@ -83,6 +83,7 @@ type flags struct {
 	pprof            bool
 	syncParallel     int
 	memoryLimit      string
+	watchList        bool
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
@@ -128,6 +129,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	fs.IntVar(&f.webhookPort, "webhook-port", 0, "replace mode: serve the validating admission webhook (controller/admission: Kube-OVN's webhook checks of the NAT CRs, which Kube-OVN stops making with its feature off) on this port; 0 disables it. Deploy controller/config/webhook with it")
 	fs.StringVar(&f.webhookCertDir, "webhook-cert-dir", "", "with --webhook-port: directory of the serving certificate (tls.crt, tls.key); default controller-runtime's, $TMPDIR/k8s-webhook-server/serving-certs")
 	fs.StringVar(&f.memoryLimit, "memory-limit", memoryLimitAuto, "the Go runtime's soft memory limit (debug.SetMemoryLimit): a quantity such as 400Mi; off (or 0) for none; auto: GOMEMLIMIT when set, else 90% of the container's cgroup memory limit when it has one. Under it the garbage collector runs more often instead of letting the heap grow to twice what is live (GOGC=100), which is most of the resident memory at a cold start")
+	fs.BoolVar(&f.watchList, "watch-list-client", true, "informers' initial lists as watch streams, one event per object (client-go's WatchListClient gate and default); false: one LIST per kind, which at 113k objects halves the controller's and kube-apiserver's CPU and the time until the caches synced, for a resident peak 45-135 MiB higher at the start (bench/README.md, \"Scenario 6: the cold start's list\"; controller/docs/operations.md, Memory); $"+watchListEnv+", when set, wins")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's runtime profiles (net/http/pprof) under /debug/pprof/ on the metrics endpoint (needs --metrics-bind-address)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -248,6 +250,11 @@ func run() error {
 		return err
 	}
 	log.Info("memory limit", "bytes", memLimit, "from", memSource)
+	watchList, err := applyWatchList(f.watchList, os.Getenv)
+	if err != nil {
+		return err
+	}
+	log.Info("informers' initial lists", "watchListClient", watchList)
 
 	cfg := &gwconfig.Config{}
 	if f.gatewayConfig != "" {
