@@ -526,7 +526,7 @@ func loadAverage() float64 {
 
 // coldListVariants are the variants natgw-coldlist knows by name.
 var coldListVariants = []ColdListVariant{
-	// The binary's own default (since --watch-list-client: one LIST).
+	// The binary's own default (--watch-list-client=true: client-go's watch list).
 	{Name: "default"},
 	// client-go's WatchListClient gate (beta, on): the informers' initial
 	// list as a watch stream (sendInitialEvents) or as a LIST.

@@ -5,7 +5,7 @@
 // workers, with the CPU seconds of the controller, kube-apiserver and etcd
 // (see bench/README.md, "Scenario 6: the cold start's list").
 //
-//	natgw-coldlist -gateways 1000 -rules 100000 -rounds 3 -variants default,watchlist-on -profile 45
+//	natgw-coldlist -gateways 1000 -rules 100000 -rounds 3 -variants default,watchlist-off -profile 45
 package main
 
 import (
