@@ -21,6 +21,7 @@ import (
 
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/engine"
+	"github.com/natgw/natgw/nat/nftconn"
 	"github.com/natgw/natgw/nat/nlsock"
 )
 
@@ -197,7 +198,7 @@ func (r *Backend) readSets(ctx context.Context, b *rebuild, names []string) erro
 			continue
 		}
 		if err := r.dumpSet(ctx, name, func(v []byte) error {
-			e, err := decodeElem(v)
+			e, err := nftconn.DecodeElem(v)
 			if err != nil {
 				return err
 			}
@@ -301,7 +302,7 @@ func (r *Backend) generation(ctx context.Context) (uint32, error) {
 			}
 			var gen uint32
 			found := false
-			if err := attrs(m[4:], func(typ uint16, v []byte) error {
+			if err := nftconn.Attrs(m[4:], func(typ uint16, v []byte) error {
 				if typ == unix.NFTA_GEN_ID && len(v) == 4 {
 					gen, found = binary.BigEndian.Uint32(v), true
 				}
@@ -365,21 +366,21 @@ type metaElem struct {
 // nothing of b.
 func decodeMeta(b []byte) (metaElem, error) {
 	var m metaElem
-	err := attrs(b, func(typ uint16, v []byte) error {
+	err := nftconn.Attrs(b, func(typ uint16, v []byte) error {
 		switch typ {
 		case unix.NFTA_SET_ELEM_KEY:
-			key, _, err := dataValue(v)
+			key, _, err := nftconn.DataValue(v)
 			m.key = bytes.Clone(key) // b is a dump buffer, reused
 			return err
 		case unix.NFTA_SET_ELEM_USERDATA:
-			m.comment = elemComment(v)
-			if g := udataTLV(v, udataGen); len(g) == 4 {
+			m.comment = nftconn.ElemComment(v)
+			if g := nftconn.UdataTLV(v, udataGen); len(g) == 4 {
 				m.gen, m.hasGen = binary.BigEndian.Uint32(g), true
 			}
-			if s := udataTLV(v, udataSnap); len(s) == 8 {
+			if s := nftconn.UdataTLV(v, udataSnap); len(s) == 8 {
 				m.snap = binary.BigEndian.Uint64(s)
 			}
-			if r := udataTLV(v, udataRules); len(r) == 8 {
+			if r := nftconn.UdataTLV(v, udataRules); len(r) == 8 {
 				m.rules = binary.BigEndian.Uint64(r)
 			}
 		}

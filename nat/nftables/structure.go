@@ -7,13 +7,15 @@ import (
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/natgw/natgw/nat/nftconn"
 )
 
 // The reads of natgw's table's structure at Load (which tables exist, the
 // sets' types, the chains' hooks, the limit objects' names), dumped over
-// natgw's own socket (dumpSmall) and decoded by the attribute walker the
-// set element dumps use (attrs): a few KB in four round trips, in the
-// attributes Load checks and nothing else.
+// natgw's own socket (nftconn.Socket.Dump) and decoded by the attribute
+// walker every read uses (nftconn.Attrs): a few KB in four round trips,
+// in the attributes Load checks and nothing else.
 
 // kernelSet is what Load checks of a set of natgw's table (see
 // setMismatch): its flags, key and data types (nft magic) and lengths.
@@ -40,9 +42,9 @@ type kernelChain struct {
 // and as the legacy table ip natgw (layouts 1-3): one dump of every
 // family's tables.
 func (r *Backend) tableFamilies(ctx context.Context) (inet, legacy bool, err error) {
-	err = r.dumpSmall(ctx, unix.NFT_MSG_GETTABLE, unix.NFPROTO_UNSPEC, nil, unix.NFT_MSG_NEWTABLE, func(fam uint8, b []byte) error {
-		return attrs(b, func(typ uint16, v []byte) error {
-			if typ == unix.NFTA_TABLE_NAME && cString(v) == tableName {
+	err = r.dumps().Dump(ctx, unix.NFT_MSG_GETTABLE, unix.NFPROTO_UNSPEC, nil, unix.NFT_MSG_NEWTABLE, func(fam uint8, b []byte) error {
+		return nftconn.Attrs(b, func(typ uint16, v []byte) error {
+			if typ == unix.NFTA_TABLE_NAME && nftconn.CString(v) == tableName {
 				inet = inet || fam == nfFamily
 				legacy = legacy || fam == unix.NFPROTO_IPV4
 			}
@@ -56,12 +58,12 @@ func (r *Backend) tableFamilies(ctx context.Context) (inet, legacy bool, err err
 }
 
 // dumpOf dumps the objects of one kind in natgw's family (request typ,
-// replies of type reply; see dumpSmall) and returns those that decode
+// replies of type reply; see nftconn.Socket.Dump) and returns those that decode
 // decodes and keep keeps (all when keep is nil). what names the kind in
 // errors.
 func dumpOf[T any](ctx context.Context, r *Backend, what string, typ uint16, req []netlink.Attribute, reply uint16, decode func([]byte) (T, error), keep func(T) bool) ([]T, error) {
 	var out []T
-	err := r.dumpSmall(ctx, typ, nfFamily, req, reply, func(_ uint8, b []byte) error {
+	err := r.dumps().Dump(ctx, typ, nfFamily, req, reply, func(_ uint8, b []byte) error {
 		v, err := decode(b)
 		if err != nil {
 			return fmt.Errorf("decode: %w", err)
@@ -96,12 +98,12 @@ func (r *Backend) kernelSets(ctx context.Context) (map[string]kernelSet, error) 
 // setMismatch checks).
 func decodeSet(b []byte) (kernelSet, error) {
 	var s kernelSet
-	err := attrs(b, func(typ uint16, v []byte) error {
+	err := nftconn.Attrs(b, func(typ uint16, v []byte) error {
 		switch typ {
 		case unix.NFTA_SET_NAME:
-			s.name = cString(v)
+			s.name = nftconn.CString(v)
 		case unix.NFTA_SET_FLAGS:
-			f, err := be32(v)
+			f, err := nftconn.BE32(v)
 			s.isMap = f&unix.NFT_SET_MAP != 0
 			return err
 		case unix.NFTA_SET_KEY_TYPE:
@@ -128,22 +130,22 @@ func (r *Backend) kernelChains(ctx context.Context) ([]kernelChain, error) {
 // decodeChain decodes the attributes of one NEWCHAIN message.
 func decodeChain(b []byte) (kernelChain, error) {
 	var c kernelChain
-	err := attrs(b, func(typ uint16, v []byte) error {
+	err := nftconn.Attrs(b, func(typ uint16, v []byte) error {
 		switch typ {
 		case unix.NFTA_CHAIN_TABLE:
-			c.ofNatgw = cString(v) == tableName
+			c.ofNatgw = nftconn.CString(v) == tableName
 		case unix.NFTA_CHAIN_NAME:
-			c.name = cString(v)
+			c.name = nftconn.CString(v)
 		case unix.NFTA_CHAIN_TYPE:
-			c.typ = cString(v)
+			c.typ = nftconn.CString(v)
 		case unix.NFTA_CHAIN_HOOK:
 			c.base = true
-			return attrs(v, func(typ uint16, v []byte) error {
+			return nftconn.Attrs(v, func(typ uint16, v []byte) error {
 				switch typ {
 				case unix.NFTA_HOOK_HOOKNUM:
 					return be32To(&c.hook, v)
 				case unix.NFTA_HOOK_PRIORITY:
-					p, err := be32(v)
+					p, err := nftconn.BE32(v)
 					c.prio, c.hasPrio = int32(p), err == nil
 					return err
 				}
@@ -172,10 +174,10 @@ func (r *Backend) kernelLimits(ctx context.Context) ([]kernelObj, error) {
 // decodeObj decodes the name and type of one NEWOBJ message.
 func decodeObj(b []byte) (kernelObj, error) {
 	var o kernelObj
-	err := attrs(b, func(typ uint16, v []byte) error {
+	err := nftconn.Attrs(b, func(typ uint16, v []byte) error {
 		switch typ {
 		case unix.NFTA_OBJ_NAME:
-			o.name = cString(v)
+			o.name = nftconn.CString(v)
 		case unix.NFTA_OBJ_TYPE:
 			return be32To(&o.kind, v)
 		}
@@ -184,17 +186,9 @@ func decodeObj(b []byte) (kernelObj, error) {
 	return o, err
 }
 
-// be32 returns the big-endian uint32 attribute v.
-func be32(v []byte) (uint32, error) {
-	if len(v) != 4 {
-		return 0, fmt.Errorf("attribute of %d bytes, want 4", len(v))
-	}
-	return binary.BigEndian.Uint32(v), nil
-}
-
 // be32To stores the big-endian uint32 attribute v in *p.
 func be32To(p *uint32, v []byte) error {
-	u, err := be32(v)
+	u, err := nftconn.BE32(v)
 	*p = u
 	return err
 }

@@ -103,5 +103,9 @@ func (tr *transport) request(typ, flags uint16, family uint8, attrs []byte) ([]b
 	return tr.lasting.Socket().Request(typ, flags, family, attrs)
 }
 
+// dumps returns the Socket the reads of Load go over (see
+// nftconn.Socket.Dump).
+func (tr *transport) dumps() *nftconn.Socket { return tr.lasting.Socket() }
+
 // buffer returns the socket's receive buffer for answers.
 func (tr *transport) buffer() []byte { return tr.lasting.Socket().Buffer() }

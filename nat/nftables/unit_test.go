@@ -3,7 +3,6 @@ package nftables
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"net/netip"
 	"slices"
 	"strings"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/go-logr/logr"
 	nft "github.com/google/nftables"
-	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/nattest"
@@ -319,55 +317,6 @@ func TestObjectsCheck(t *testing.T) {
 			}
 			if tc.consistent && (!sameObjects(got, objs) || st.Len() != len(objs)) {
 				t.Errorf("rebuilt %d objects (state %d), want %d", len(got), st.Len(), len(objs))
-			}
-		})
-	}
-}
-
-// TestDumpEnd: a dump ends at its own NLMSG_DONE or error reply; replies of
-// other dumps (stale sequence numbers) do not end it; an errno ends it with
-// that error; a bad length is an error.
-func TestDumpEnd(t *testing.T) {
-	msg := func(typ uint16, seq uint32, payload ...byte) []byte {
-		b := binary.NativeEndian.AppendUint32(nil, uint32(unix.SizeofNlMsghdr+len(payload)))
-		b = binary.NativeEndian.AppendUint16(b, typ)
-		b = binary.NativeEndian.AppendUint16(b, 0)
-		b = binary.NativeEndian.AppendUint32(b, seq)
-		b = binary.NativeEndian.AppendUint32(b, 0)
-		return append(b, payload...)
-	}
-	errno := func(e unix.Errno) []byte { return binary.NativeEndian.AppendUint32(nil, uint32(-int32(e))) }
-	elem := msg(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWSETELEM, 7, 2, 0, 0, 0)
-	for _, tc := range []struct {
-		name    string
-		b       []byte
-		end     bool
-		wantErr error
-		badLen  bool
-	}{
-		{"elements only", elem, false, nil, false},
-		{"done", append(elem, msg(unix.NLMSG_DONE, 7, 0, 0, 0, 0)...), true, nil, false},
-		{"done of another dump", msg(unix.NLMSG_DONE, 6, 0, 0, 0, 0), false, nil, false},
-		{"error", msg(unix.NLMSG_ERROR, 7, errno(unix.ENOENT)...), true, unix.ENOENT, false},
-		{"ack", msg(unix.NLMSG_ERROR, 7, 0, 0, 0, 0), true, nil, false},
-		{"bad length", func() []byte { b := msg(unix.NLMSG_DONE, 7); binary.NativeEndian.PutUint32(b, 3); return b }(), false, nil, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			end, err := dumpEnd(tc.b, 7)
-			if end != tc.end {
-				t.Errorf("end %v, want %v", end, tc.end)
-			}
-			switch {
-			case tc.badLen:
-				if err == nil || !strings.Contains(err.Error(), "bad message length") {
-					t.Errorf("err %v, want a bad length", err)
-				}
-			case tc.wantErr != nil:
-				if !errors.Is(err, tc.wantErr) {
-					t.Errorf("err %v, want %v", err, tc.wantErr)
-				}
-			case err != nil:
-				t.Errorf("err %v, want none", err)
 			}
 		})
 	}

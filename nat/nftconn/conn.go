@@ -6,7 +6,6 @@ import (
 	"runtime"
 
 	nft "github.com/google/nftables"
-	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/nat/netns"
 	"github.com/natgw/natgw/nat/nlsock"
@@ -28,30 +27,19 @@ type Conn interface {
 	MapElements(ctx context.Context, t Table, name MapName) ([]Element, error)
 }
 
-// Netlink is a Conn over netlink, one socket per call: Apply sends its own
-// encoding (Encode, Socket), reads go through google/nftables.
+// Netlink is a Conn over netlink, one Socket per call, dialed in its
+// namespace: Apply sends its own encoding (Tx.Encode, Socket.Commit), the
+// reads are dumps decoded by this package (read.go).
 type Netlink struct {
-	ns   *netns.NS // nil: the calling thread's namespace
-	opts []nft.ConnOption
+	ns *netns.NS // nil: the calling thread's namespace
 }
 
 // Open returns a Conn to ns's nftables; ns must stay open while it is used.
-func Open(ns *netns.NS) *Netlink {
-	return &Netlink{ns: ns, opts: []nft.ConnOption{nft.WithNetNSFd(ns.Fd())}}
-}
+func Open(ns *netns.NS) *Netlink { return &Netlink{ns: ns} }
 
 // Current returns a Conn to the nftables of the calling thread's network
 // namespace (the thread that calls its methods).
 func Current() *Netlink { return &Netlink{} }
-
-func (n *Netlink) conn() (*nft.Conn, error) {
-	c, err := nft.New(n.opts...)
-	runtime.KeepAlive(n.ns)
-	if err != nil {
-		return nil, fmt.Errorf("nftables netlink: %w", err)
-	}
-	return c, nil
-}
 
 // Apply implements Conn: tx is encoded into one Batch (Tx.Encode) and
 // committed over a Socket dialed for the call (buffers as the system
@@ -88,110 +76,37 @@ func (n *Netlink) Apply(ctx context.Context, tx *Tx) error {
 // buffer (net.core.wmem_default is 208 KiB or more).
 const smallBatch = 128 << 10
 
-// reader returns a library connection for one read, unless ctx is done.
-func (n *Netlink) reader(ctx context.Context) (*nft.Conn, error) {
+// read runs fn over a Socket dialed for the call (the system's buffer
+// sizes), unless ctx is done.
+func (n *Netlink) read(ctx context.Context, fn func(s *Socket) error) error {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return err
 	}
-	return n.conn()
+	s, err := DialSocket(n.ns, nlsock.DefaultTimeout, 0, 0)
+	runtime.KeepAlive(n.ns)
+	if err != nil {
+		return fmt.Errorf("nftables netlink: %w", err)
+	}
+	defer s.Close()
+	return fn(s)
 }
 
 // Tables implements Conn.
-func (n *Netlink) Tables(ctx context.Context, f nft.TableFamily) ([]string, error) {
-	c, err := n.reader(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return listTables(c, f)
+func (n *Netlink) Tables(ctx context.Context, f nft.TableFamily) (names []string, err error) {
+	err = n.read(ctx, func(s *Socket) error { names, err = readTables(ctx, s, f); return err })
+	return names, err
 }
 
 // Rules implements Conn.
-func (n *Netlink) Rules(ctx context.Context, t Table, chain ChainName) ([]RuleRef, error) {
-	c, err := n.reader(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return listRules(c, t, chain)
+func (n *Netlink) Rules(ctx context.Context, t Table, chain ChainName) (refs []RuleRef, err error) {
+	err = n.read(ctx, func(s *Socket) error { refs, err = readRules(ctx, s, t, chain); return err })
+	return refs, err
 }
 
 // MapElements implements Conn.
-func (n *Netlink) MapElements(ctx context.Context, t Table, name MapName) ([]Element, error) {
-	c, err := n.reader(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return listMapElements(c, t, name)
-}
-
-// listTables returns the names of the tables of family f, read over c.
-func listTables(c *nft.Conn, f nft.TableFamily) ([]string, error) {
-	tables, err := c.ListTablesOfFamily(f)
-	if err != nil {
-		return nil, fmt.Errorf("nftables: list %s tables: %w", FamilyName(f), err)
-	}
-	names := make([]string, 0, len(tables))
-	for _, t := range tables {
-		names = append(names, t.Name)
-	}
-	return names, nil
-}
-
-// listRules returns the rules of chain in t, read over c.
-func listRules(c *nft.Conn, t Table, chain ChainName) ([]RuleRef, error) {
-	tb := &nft.Table{Name: string(t.Name), Family: t.Family}
-	rules, err := c.GetRules(tb, &nft.Chain{Name: string(chain), Table: tb})
-	if err != nil {
-		return nil, fmt.Errorf("nftables: list %s %s: %w", t, chain, err)
-	}
-	if len(rules) == 0 {
-		// The kernel's rule dump filtered by chain answers a missing chain
-		// (or table) with no rules, not an error: ask for the chain.
-		if err := chainExists(c, tb, chain); err != nil {
-			return nil, fmt.Errorf("nftables: list %s %s: %w", t, chain, err)
-		}
-	}
-	refs := make([]RuleRef, 0, len(rules))
-	for _, r := range rules {
-		refs = append(refs, RuleRef{Handle: r.Handle, Tag: string(r.UserData)})
-	}
-	return refs, nil
-}
-
-// chainExists returns nil if chain is in tb, an error wrapping ENOENT (as
-// Fake's) if it is not. One GETCHAIN asks; google/nftables reports its
-// failure without the errno, so a failed one is settled by the table
-// family's chain dump.
-func chainExists(c *nft.Conn, tb *nft.Table, chain ChainName) error {
-	if _, err := c.ListChain(tb, string(chain)); err == nil {
-		return nil
-	}
-	chains, err := c.ListChainsOfTableFamily(tb.Family)
-	if err != nil {
-		return fmt.Errorf("list chains: %w", err)
-	}
-	for _, ch := range chains {
-		if ch.Name == string(chain) && ch.Table != nil && ch.Table.Name == tb.Name {
-			return nil
-		}
-	}
-	return fmt.Errorf("chain: %w", unix.ENOENT)
-}
-
-// listMapElements returns the elements of map name in t, read over c.
-func listMapElements(c *nft.Conn, t Table, name MapName) ([]Element, error) {
-	s, err := c.GetSetByName(&nft.Table{Name: string(t.Name), Family: t.Family}, string(name))
-	if err != nil {
-		return nil, fmt.Errorf("nftables: map %s %s: %w", t, name, err)
-	}
-	els, err := c.GetSetElements(s)
-	if err != nil {
-		return nil, fmt.Errorf("nftables: map %s %s elements: %w", t, name, err)
-	}
-	out := make([]Element, 0, len(els))
-	for _, e := range els {
-		out = append(out, Element{Key: e.Key, Val: e.Val, Comment: e.Comment})
-	}
-	return out, nil
+func (n *Netlink) MapElements(ctx context.Context, t Table, name MapName) (els []Element, err error) {
+	err = n.read(ctx, func(s *Socket) error { els, err = readMapElements(ctx, s, t, name); return err })
+	return els, err
 }
 
 // FindRule returns the handle of the first rule of chain tagged tag (ok

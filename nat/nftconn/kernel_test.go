@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -142,16 +140,8 @@ func TestNetlinkMaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	ef, _ := f.MapElements(ctx, testTable, "m")
-	strip := func(els []Element) string { // in key order: the kernel has its own
-		var lines []string
-		for _, e := range els {
-			lines = append(lines, fmt.Sprintf("%x:%x %q;", e.Key, e.Val, e.Comment))
-		}
-		slices.Sort(lines)
-		return strings.Join(lines, "")
-	}
-	if len(ek) != 2 || strip(ek) != strip(ef) {
-		t.Fatalf("kernel elements %s, fake's %s", strip(ek), strip(ef))
+	if len(ek) != 2 || elemLines(ek) != elemLines(ef) {
+		t.Fatalf("kernel elements %s, fake's %s", elemLines(ek), elemLines(ef))
 	}
 	listing, err := netlab.NftTable(ctx, name, "ip", testTable.Name)
 	if err != nil {
@@ -304,7 +294,7 @@ func TestLasting(t *testing.T) {
 
 // labNS makes a namespace for the test (root needed; netlab skips without)
 // and opens it until the test ends; it returns the handle and the name.
-func labNS(t *testing.T, prefix string) (*netns.NS, string) {
+func labNS(t testing.TB, prefix string) (*netns.NS, string) {
 	t.Helper()
 	name, err := netlab.ForTest(t).NS(prefix)
 	if err != nil {

@@ -21,16 +21,22 @@
 //     nat/nlsock. Commit sends a Batch in one sendmsg and reads the
 //     answers up to the last message's; Classify tells a rejected batch
 //     (nothing changed) from an unknown outcome (nat.ErrUnknownState).
-//     Request numbers the dump requests a caller sends on it.
+//     Dump and Get send a request and read its answers up to their end
+//     (Request numbers the requests a caller sends on it).
+//   - The decoder (decode.go): the one walker of nf_tables netlink
+//     answers in natgw (Attrs, DumpEnd, DecodeReply, ElemList,
+//     DecodeElem, ...), in place, only the attributes a reader uses; it
+//     decodes Conn's reads (read.go) and nat/nftables' Load.
 //   - Tx (tx.go, set.go) and Tx.Encode (encode.go): the operations of one
 //     transaction, in the bytes google/nftables would send for them
 //     (TestEncodeMatchesLibrary, TestEncodeSetsMatchLibrary), and their
 //     nft text (String; text.go renders a Set's elements and limit
 //     objects from their types, only when shown).
 //   - Conn (conn.go): Netlink encodes a Tx and commits it over a Socket
-//     dialed per call (reads go through google/nftables); Lasting
-//     (lasting.go) keeps a Socket for its life (and google/nftables'
-//     lasting connection from the first of Conn's reads) and redials
+//     dialed per call, and reads (Tables, Rules, MapElements: read.go)
+//     with one dump on such a Socket each, decoded into what RuleRef and
+//     Element carry (a rule's expressions are not decoded); Lasting
+//     (lasting.go) keeps one Socket for its life for both, and redials
 //     after a failed commit; Fake applies a Tx in memory.
 //
 // # Users
@@ -49,29 +55,31 @@
 // Batch sized once (Tx.SizeHint) on the Lasting's Socket, where the
 // Socket reuses a small batch's buffer, and commits it there; every read
 // of its Load (the structure, the sets' elements, the generation) is a
-// request on that Socket (Request), decoded by its own attribute walker,
-// so its Lasting never dials the library's connection (moving the
-// structure's reads there saved ~0.4M instructions and 845 allocations
-// of a Load of a small table; BenchmarkLoadSmall). Its golden text and
-// its kernel listing test model the table with Fake.
+// request on that Socket (Socket.Dump, Request), decoded by this
+// package's attribute walker (moving the structure's reads off the
+// library's connection saved ~0.4M instructions and 845 allocations of a
+// Load of a small table; BenchmarkLoadSmall). Its golden text and its
+// kernel listing test model the table with Fake.
 //
 // # Design
 //
-// One encoder, one socket and one transaction type for every table:
-// every batch natgw sends is a Tx encoded into an nftconn.Batch and
+// One encoder, one decoder, one socket and one transaction type for every
+// table: every batch natgw sends is a Tx encoded into an nftconn.Batch and
 // committed by an nftconn.Socket (Classify's rejected/unknown split, one
-// ack per batch, the send buffer raised for a large batch); set IDs come
+// ack per batch, the send buffer raised for a large batch); every read is
+// a dump on an nftconn.Socket decoded by decode.go; set IDs come
 // from one process counter (SetIDs); base chains encode and render
 // through Chain (ChainAttrs, Header); the encoding is checked against
 // google/nftables' bytes by one comparison (LibraryMessages,
 // Batch.DiffLibrary).
 //
-// Left: reads are not one way yet. The main table reads everything at
-// Load on the Socket with its own dump decoder (nat/nftables load.go,
-// structure.go, dump.go); the other tables read through Conn (Tables,
-// Rules, MapElements, which reads a Set's elements too), that is through
-// google/nftables' decoders. Fake does not model references (a delete of
-// a chain, set or limit object in use is refused by the kernel only).
+// google/nftables is used for its types, constants and expression
+// encoding (expr.Marshal), never for a connection to the kernel: its
+// Conn appears only in LibraryMessages, a test dial without a socket
+// that the encoding tests compare with, and in TestReadsMatchLibrary,
+// the reference of the reads. Left: Fake does not model references (a
+// delete of a chain, set or limit object in use is refused by the kernel
+// only).
 package nftconn
 
 // TableName is the name of a table natgw writes: one of the consts below,

@@ -333,16 +333,9 @@ func TestNetlinkSets(t *testing.T) {
 	if !strings.Contains(last, `0x00000001 comment "stamp 2"`) {
 		t.Errorf("the replaced mark element is not listed:\n%s", last)
 	}
-	// The element's own user data is in the kernel after the comment.
-	s, err := k.conn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := s.GetSetByName(&nft.Table{Name: string(setTable.Name), Family: setTable.Family}, string(metaSet.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	els, err := s.GetSetElements(set)
+	// The element's own user data is in the kernel after the comment
+	// (MapElements reads a Set's elements too).
+	els, err := k.MapElements(ctx, setTable, MapName(metaSet.Name))
 	if err != nil || len(els) != 1 {
 		t.Fatalf("meta elements: %+v (%v), want 1", els, err)
 	}
