@@ -402,7 +402,8 @@ func coldListStart(ctx context.Context, cp *controlPlane, o ColdListOptions, v C
 		return run, nil, err
 	}
 	run.HWM = hwm / (1 << 20)
-	run.Load = loadAverage()
+	// The 1-minute load average, 0 when unreadable.
+	run.Load, _ = procfs.LoadAverage1()
 	pwg.Wait() // the profiles span the sync (the controller runs on)
 	close(perr)
 	for err := range perr {
@@ -511,17 +512,6 @@ func coldListProfile(ctx context.Context, hc *http.Client, base string, seconds 
 		}
 		return f.Close()
 	}
-}
-
-// loadAverage is the 1-minute load average (0 when unreadable).
-func loadAverage() float64 {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return 0
-	}
-	var l float64
-	_, _ = fmt.Sscanf(string(b), "%f", &l)
-	return l
 }
 
 // coldListVariants are the variants natgw-coldlist knows by name.

@@ -1,8 +1,6 @@
 package scenario
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/natgw/natgw/bench/report"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/internal/procfs"
 )
 
 // RunS5 measures the agent's resident memory at several object counts and
@@ -35,39 +34,6 @@ func RunS5(ctx context.Context, e *Env) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// procStatus reads VmRSS and VmHWM (bytes) of a process.
-func procStatus(pid int) (rss, hwm float64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	rss, hwm = math.NaN(), math.NaN()
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok || (k != "VmRSS" && k != "VmHWM") {
-			continue
-		}
-		f := strings.Fields(v)
-		if len(f) != 2 || f[1] != "kB" {
-			return 0, 0, fmt.Errorf("/proc/%d/status: unexpected %s line %q", pid, k, sc.Text())
-		}
-		kb, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			return 0, 0, err
-		}
-		if k == "VmRSS" {
-			rss = kb * 1024
-		} else {
-			hwm = kb * 1024
-		}
-	}
-	if math.IsNaN(rss) || math.IsNaN(hwm) {
-		return 0, 0, fmt.Errorf("/proc/%d/status: no VmRSS/VmHWM", pid)
-	}
-	return rss, hwm, nil
 }
 
 func s5RSS(ctx context.Context, e *Env, plan Plan, sec *report.Section) error {
@@ -91,7 +57,7 @@ func s5RSS(ctx context.Context, e *Env, plan Plan, sec *report.Section) error {
 				return a.wrap(err)
 			}
 			time.Sleep(time.Second)
-			row[0], row[1], err = procStatus(a.PID())
+			row[0], row[1], err = procfs.Memory(a.PID())
 			if cerr := a.Close(); err == nil {
 				err = cerr
 			}
@@ -107,7 +73,7 @@ func s5RSS(ctx context.Context, e *Env, plan Plan, sec *report.Section) error {
 				return err
 			}
 			time.Sleep(time.Second)
-			row[2], row[3], err = procStatus(b.PID())
+			row[2], row[3], err = procfs.Memory(b.PID())
 			if cerr := b.Close(); err == nil {
 				err = cerr
 			}

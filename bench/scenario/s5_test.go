@@ -33,13 +33,3 @@ ok  	github.com/natgw/natgw/nat/nftables	12.3s
 		t.Errorf("parsed %d results from output without benchmarks", len(rs))
 	}
 }
-
-func TestProcStatus(t *testing.T) {
-	rss, hwm, err := procStatus(1)
-	if err != nil {
-		t.Skipf("no /proc/1/status here: %v", err)
-	}
-	if rss <= 0 || hwm < rss {
-		t.Errorf("pid 1: rss %v, hwm %v", rss, hwm)
-	}
-}

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/natgw/natgw/internal/procfs"
 )
 
 // controllerBinary returns the natgw-controller binary: the one next to
@@ -119,7 +121,7 @@ func (p *ctlProcess) guard(pid int, exited chan struct{}) {
 			return
 		case <-t.C:
 		}
-		rss, _, err := procStatus(pid)
+		rss, _, err := procfs.Memory(pid)
 		if err != nil {
 			continue
 		}
@@ -281,7 +283,7 @@ func (p *ctlProcess) memory() (rss, hwm float64, err error) {
 	if pid == 0 {
 		return 0, 0, errors.New("natgw-controller not running")
 	}
-	rss, hwm, err = procStatus(pid)
+	rss, hwm, err = procfs.Memory(pid)
 	if err != nil {
 		return 0, 0, fmt.Errorf("natgw-controller memory: %w", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/e2e/framework"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/internal/procfs"
 )
 
 // The second part of scenario 6: many small gateways ("1,000 gateways ×
@@ -399,24 +399,20 @@ func s6AgentMemory(pgid int) (s6Agents, error) {
 	if pgid == 0 {
 		return a, errors.New("natgw-controller not running")
 	}
-	ents, err := os.ReadDir("/proc")
+	pids, err := procfs.Pids()
 	if err != nil {
 		return a, fmt.Errorf("agents' memory: %w", err)
 	}
-	for _, d := range ents {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil || pid == pgid {
+	for _, pid := range pids {
+		if pid == pgid {
 			continue
 		}
-		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		st, err := procfs.ReadStat(pid)
+		if err != nil || st.Pgrp != pgid {
+			continue // exited, or another group's
+		}
+		rss, _, err := procfs.Memory(pid)
 		if err != nil {
-			continue // exited
-		}
-		if g, ok := s6StatPgrp(string(st)); !ok || g != pgid {
-			continue
-		}
-		rss, _, err := procStatus(pid)
-		if err != nil || math.IsNaN(rss) {
 			continue
 		}
 		a.n++
@@ -430,21 +426,6 @@ func s6AgentMemory(pgid int) (s6Agents, error) {
 		return a, fmt.Errorf("no agent in natgw-controller's process group %d", pgid)
 	}
 	return a, nil
-}
-
-// s6StatPgrp returns the process group of a /proc/PID/stat line (the
-// fifth field; the second, in parentheses, may hold spaces).
-func s6StatPgrp(stat string) (int, bool) {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(stat[i+1:])
-	if len(f) < 3 {
-		return 0, false
-	}
-	g, err := strconv.Atoi(f[2])
-	return g, err == nil
 }
 
 // s6Pss returns the Pss line of /proc/PID/smaps_rollup in bytes (0 when

@@ -194,21 +194,7 @@ Showing top 3 nodes out of 120
 	}
 }
 
-func TestS6StatPgrpPss(t *testing.T) {
-	for _, c := range []struct {
-		stat string
-		want int
-		ok   bool
-	}{
-		{"123 (natgw) S 1 456 456 0 -1", 456, true},
-		{"123 (a b) c) R 1 77 77 0", 77, true},
-		{"123 natgw S 1 456", 0, false},
-		{"123 (x) S 1", 0, false},
-	} {
-		if g, ok := s6StatPgrp(c.stat); g != c.want || ok != c.ok {
-			t.Errorf("%q: %d %v, want %d %v", c.stat, g, ok, c.want, c.ok)
-		}
-	}
+func TestS6Pss(t *testing.T) {
 	if p := s6Pss("Rss:  100 kB\nPss:   40 kB\nPss_Anon: 3 kB\n"); p != 40*1024 {
 		t.Errorf("Pss %v", p)
 	}

@@ -10,7 +10,6 @@ import (
 	"math"
 	"net/http"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -444,14 +443,14 @@ func s7MeasureLoad(ctx context.Context, pids func() (int, int, error), window ti
 		if err != nil {
 			return s7Load{}, fmt.Errorf("pid %d: %w", p, err)
 		}
-		rss, _, err := procStatus(p)
+		rss, _, err := procfs.Memory(p)
 		if err != nil {
 			return s7Load{}, err
 		}
 		out[i] = procUse{CPU: cpuCores(c0[i], c1, wall), RSS: rss}
 	}
-	la, _ := os.ReadFile("/proc/loadavg")
-	return s7Load{APIServer: out[0], Kubelet: out[1], LoadAvg: strings.Join(strings.Fields(string(la))[:min(3, len(strings.Fields(string(la))))], " ")}, nil
+	la, _ := procfs.LoadAverage() // "" when unreadable
+	return s7Load{APIServer: out[0], Kubelet: out[1], LoadAvg: la}, nil
 }
 
 // s7SessCreatePods creates the part's n gateway StatefulSets (8 at a time).
@@ -526,7 +525,7 @@ func s7SessWaitPods(ctx context.Context, c *cluster.Cluster, cs kubernetes.Inter
 					return nil, fmt.Errorf("pod %s: no running task", p.Name)
 				}
 				ns := fmt.Sprintf("/proc/%d/ns/net", pid)
-				link, err := os.Readlink(ns)
+				link, err := procfs.NetNS(pid)
 				if err != nil {
 					return nil, fmt.Errorf("pod %s: %w", p.Name, err)
 				}
@@ -766,7 +765,7 @@ func s7Agents() (map[string][]int, error) {
 	}
 	out := map[string][]int{}
 	for _, p := range pids {
-		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", p)); err == nil {
+		if l, err := procfs.NetNS(p); err == nil {
 			out[l] = append(out[l], p)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/internal/procfs"
 )
 
 // burstFIPs is the size of TestBurstCounts' burst: one FIP per EIP (a FIP
@@ -70,8 +70,8 @@ func TestBurstCounts(t *testing.T) {
 	})
 	e.quiet(reqs)
 	created := takeCounts(t, reqs).sub(c0)
-	la, _ := os.ReadFile("/proc/loadavg") // the wall times below are given with the load
-	t.Logf("create burst of %d FIPs (all Ready after %v, /proc/loadavg %s): %s", burstFIPs, readySpan.Round(time.Millisecond), strings.TrimSpace(string(la)), created.perFIP(burstFIPs))
+	la, _ := procfs.LoadAverage() // the wall times below are given with the load
+	t.Logf("create burst of %d FIPs (all Ready after %v, /proc/loadavg %s): %s", burstFIPs, readySpan.Round(time.Millisecond), la, created.perFIP(burstFIPs))
 	t.Logf("create burst, FIP controller: %s", created.workerNote("iptables-fip-rule", 4, readySpan))
 
 	// Delete burst.

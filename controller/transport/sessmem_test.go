@@ -10,8 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/natgw/natgw/agentapi"
+	"github.com/natgw/natgw/internal/procfs"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/natfake"
 )
@@ -269,16 +268,9 @@ func memNow() memFigures {
 // osThreads is the process's thread count (/proc/self/status), -1 when
 // unknown.
 func osThreads() int {
-	b, err := os.ReadFile("/proc/self/status")
+	n, err := procfs.Threads(os.Getpid())
 	if err != nil {
 		return -1
 	}
-	for l := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
-			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
-				return n
-			}
-		}
-	}
-	return -1
+	return n
 }

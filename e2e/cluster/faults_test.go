@@ -20,6 +20,7 @@ import (
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	fw "github.com/natgw/natgw/e2e/framework"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/internal/procfs"
 )
 
 // Storm parameters: one storm phase per fault, each at least phaseCycles
@@ -286,21 +287,15 @@ func agentPids(ns string) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	ents, err := os.ReadDir("/proc")
+	agents, err := procfs.Find(func(argv []string) bool {
+		return strings.Contains(strings.Join(argv, "\x00"), "natgw\x00serve")
+	})
 	if err != nil {
 		return nil, err
 	}
 	var pids []int
-	for _, e := range ents {
-		var pid int
-		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil {
-			continue
-		}
-		cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil || !strings.Contains(string(cmd), "natgw\x00serve") {
-			continue
-		}
-		if n, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid)); err == nil && n == want {
+	for _, pid := range agents {
+		if n, err := procfs.NetNS(pid); err == nil && n == want {
 			pids = append(pids, pid)
 		}
 	}

@@ -1,7 +1,6 @@
 package firstrun_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -12,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/natgw/natgw/internal/cluster"
+	"github.com/natgw/natgw/internal/procfs"
 )
 
 // host is what the cluster changes on the host (internal/cluster's lists
@@ -40,27 +40,15 @@ func snapshot(ctx context.Context, t *testing.T) host {
 		t.Fatalf("nft list tables: %v", err)
 	}
 	h.nft = lines(string(out))
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := procfs.Mounts()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options ... - fstype source ...
-		fields := strings.Fields(sc.Text())
-		sep := indexOf(fields, "-")
-		if len(fields) < 5 || sep < 0 || sep+1 >= len(fields) {
+	for _, m := range mounts {
+		if m.FSType == "nsfs" || strings.HasPrefix(m.Point, "/run/netns/") || strings.HasPrefix(m.Point, "/var/run/netns/") {
 			continue
 		}
-		mp, fstype := fields[4], fields[sep+1]
-		if fstype == "nsfs" || strings.HasPrefix(mp, "/run/netns/") || strings.HasPrefix(mp, "/var/run/netns/") {
-			continue
-		}
-		h.mounts = append(h.mounts, mp+" "+fstype)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
+		h.mounts = append(h.mounts, m.Point+" "+m.FSType)
 	}
 	sort.Strings(h.mounts)
 	ifs, err := net.Interfaces()
@@ -135,15 +123,6 @@ func lines(s string) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func indexOf(f []string, s string) int {
-	for i, x := range f {
-		if x == s {
-			return i
-		}
-	}
-	return -1
 }
 
 // TestHostDiff: the before/after comparison reports each kind of change

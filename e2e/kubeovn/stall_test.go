@@ -5,12 +5,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/natgw/natgw/internal/procfs"
 )
 
 // A Kube-OVN phase of the migration's set-up is stalled when the count of
@@ -139,50 +139,28 @@ func podProcesses(nsPath string) ([]proc, error) {
 	if err := syscall.Stat(nsPath, &want); err != nil {
 		return nil, err
 	}
-	up, err := os.ReadFile("/proc/uptime")
-	if err != nil {
-		return nil, err
-	}
-	uptime, err := strconv.ParseFloat(strings.Fields(string(up))[0], 64)
-	if err != nil {
-		return nil, fmt.Errorf("/proc/uptime: %w", err)
-	}
-	dirs, err := filepath.Glob("/proc/[0-9]*")
+	pids, err := procfs.Pids()
 	if err != nil {
 		return nil, err
 	}
 	var out []proc
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(filepath.Base(d))
-		if err != nil {
-			continue
-		}
+	for _, pid := range pids {
+		d := fmt.Sprintf("/proc/%d", pid)
 		var st syscall.Stat_t
 		if syscall.Stat(d+"/ns/net", &st) != nil || st.Ino != want.Ino || st.Dev != want.Dev {
 			continue
 		}
-		stat, err := os.ReadFile(d + "/stat")
+		age, err := procfs.Age(pid)
 		if err != nil {
-			continue
+			continue // exited
 		}
-		// Fields after the command's closing parenthesis: state is
-		// field 3, starttime (clock ticks since boot) field 22.
-		s := string(stat)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 20 {
-			continue
-		}
-		ticks, err := strconv.ParseFloat(f[19], 64)
-		if err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile(d + "/cmdline")
+		argv, _ := procfs.Cmdline(pid)
 		wchan, _ := os.ReadFile(d + "/wchan")
 		out = append(out, proc{
 			pid:   pid,
-			age:   time.Duration((uptime - ticks/100) * float64(time.Second)),
+			age:   age,
 			wchan: string(wchan),
-			argv:  strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00"),
+			argv:  argv,
 		})
 	}
 	return out, nil

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/natgw/natgw/internal/procfs"
 )
 
 // Sysctls are the host settings the kubelet (vm.overcommit_memory,
@@ -495,14 +497,10 @@ func waitGone(ctx context.Context, pids []int, limit time.Duration) {
 	}
 }
 
+// zombie reports whether pid is a zombie or gone.
 func zombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && i+2 < len(s) && s[i+2] == 'Z'
+	st, err := procfs.ReadStat(pid)
+	return err != nil || st.State == 'Z'
 }
 
 func exeOf(pid int) string {
@@ -526,10 +524,9 @@ func clusterPids(binDirs []string) []int {
 		}
 	}
 	binDirs = dirs
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		var pid int
-		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid == os.Getpid() {
+	all, _ := procfs.Pids()
+	for _, pid := range all {
+		if pid == os.Getpid() {
 			continue
 		}
 		exe := exeOf(pid)
@@ -569,31 +566,17 @@ func clusterPids(binDirs []string) []int {
 
 // cgroupRoots are the mounted cgroup hierarchies (v1 controllers and v2).
 func cgroupRoots() []string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := procfs.Mounts()
 	if err != nil {
 		return nil
 	}
 	var roots []string
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		i := indexOf(f, "-")
-		if i < 0 || i+1 >= len(f) || len(f) < 5 {
-			continue
-		}
-		if f[i+1] == "cgroup" || f[i+1] == "cgroup2" {
-			roots = append(roots, unescapeMount(f[4]))
+	for _, m := range mounts {
+		if m.FSType == "cgroup" || m.FSType == "cgroup2" {
+			roots = append(roots, m.Point)
 		}
 	}
 	return roots
-}
-
-func indexOf(f []string, s string) int {
-	for i, x := range f {
-		if x == s {
-			return i
-		}
-	}
-	return -1
 }
 
 // removeCgroups removes the kubelet's kubepods cgroups, deepest first.
@@ -627,17 +610,13 @@ func removeCgroups() error {
 
 // unmountUnder detaches every mount at or below one of dirs, deepest first.
 func unmountUnder(dirs []string) error {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := procfs.Mounts()
 	if err != nil {
 		return fmt.Errorf("mountinfo: %w", err)
 	}
 	var mps []string
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMount(f[4])
+	for _, m := range mounts {
+		mp := m.Point
 		for _, d := range dirs {
 			if d != "" && (mp == d || strings.HasPrefix(mp, d+"/")) {
 				mps = append(mps, mp)
@@ -653,26 +632,6 @@ func unmountUnder(dirs []string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// unescapeMount decodes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v int
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%o", &v); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // run runs a command with a timeout, returning its output in the error.

@@ -74,20 +74,6 @@ func TestIPTablesUndo(t *testing.T) {
 	}
 }
 
-func TestUnescapeMount(t *testing.T) {
-	for in, want := range map[string]string{
-		"/var/lib/x":          "/var/lib/x",
-		`/a\040b`:             "/a b",
-		`/tab\011end\134x`:    "/tab\tend\\x",
-		`/trailing\04`:        `/trailing\04`,
-		`/var/lib/natgw\040c`: "/var/lib/natgw c",
-	} {
-		if got := unescapeMount(in); got != want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestParseTCPLine(t *testing.T) {
 	for _, tc := range []struct {
 		line  string

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/natgw/natgw/internal/procfs"
 )
 
 // listener is a process listening on one of the cluster's fixed ports.
@@ -105,15 +107,12 @@ func listeners(ports []int) ([]listener, error) {
 		return nil, nil
 	}
 	var out []listener
-	procs, _ := os.ReadDir("/proc")
-	for _, e := range procs {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		fds, _ := os.ReadDir(filepath.Join("/proc", e.Name(), "fd"))
+	pids, _ := procfs.Pids()
+	for _, pid := range pids {
+		dir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
+		fds, _ := os.ReadDir(dir)
 		for _, fd := range fds {
-			link, err := os.Readlink(filepath.Join("/proc", e.Name(), "fd", fd.Name()))
+			link, err := os.Readlink(filepath.Join(dir, fd.Name()))
 			if err != nil || !strings.HasPrefix(link, "socket:[") {
 				continue
 			}
@@ -121,9 +120,8 @@ func listeners(ports []int) ([]listener, error) {
 			if !ok {
 				continue
 			}
-			b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-			out = append(out, listener{port: port, pid: pid, exe: exeOf(pid),
-				argv: strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")})
+			argv, _ := procfs.Cmdline(pid)
+			out = append(out, listener{port: port, pid: pid, exe: exeOf(pid), argv: argv})
 			break
 		}
 	}

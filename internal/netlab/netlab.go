@@ -53,6 +53,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/natgw/natgw/internal/procfs"
 	"github.com/natgw/natgw/nat/netns"
 )
 
@@ -326,50 +327,11 @@ func ownerAlive(li labInfo) bool {
 	if err := unix.Kill(li.pid, 0); errors.Is(err, unix.ESRCH) {
 		return false
 	}
-	start, err := processStart(li.pid)
+	start, err := procfs.StartTime(li.pid)
 	if err != nil {
 		return !errors.Is(err, os.ErrNotExist)
 	}
 	return !start.After(li.created.Add(2 * time.Second))
-}
-
-// userHZ is the unit of /proc/PID/stat times (USER_HZ, 100 on Linux).
-const userHZ = 100
-
-// processStart returns when process pid started, from /proc/PID/stat and
-// the boot time in /proc/stat.
-func processStart(pid int) (time.Time, error) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return time.Time{}, err
-	}
-	// The command name (field 2) may hold spaces: count after its ')'.
-	i := strings.LastIndexByte(string(stat), ')')
-	if i < 0 {
-		return time.Time{}, fmt.Errorf("parse /proc/%d/stat", pid)
-	}
-	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 20 {
-		return time.Time{}, fmt.Errorf("parse /proc/%d/stat: %d fields", pid, len(f))
-	}
-	ticks, err := strconv.ParseInt(f[19], 10, 64) // field 22: starttime
-	if err != nil {
-		return time.Time{}, fmt.Errorf("parse /proc/%d/stat starttime: %w", pid, err)
-	}
-	procStat, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return time.Time{}, err
-	}
-	for _, line := range strings.Split(string(procStat), "\n") {
-		if rest, ok := strings.CutPrefix(line, "btime "); ok {
-			boot, err := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
-			if err != nil {
-				return time.Time{}, fmt.Errorf("parse btime: %w", err)
-			}
-			return time.Unix(boot, 0).Add(time.Duration(ticks) * time.Second / userHZ), nil
-		}
-	}
-	return time.Time{}, errors.New("no btime in /proc/stat")
 }
 
 // SweepStale deletes namespaces left by Labs of processes that are gone and

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/natgw/natgw/internal/procfs"
 	"github.com/natgw/natgw/nat/netns"
 )
 
@@ -390,7 +391,7 @@ func TestSweepStale(t *testing.T) {
 		name(os.Getpid(), old, "reused"):         true,  // pid reused: this process started after the lab
 		Prefix + "not-a-lab-" + fmt.Sprint(dead): false, // not a lab's
 	}
-	if start, err := processStart(1); err != nil {
+	if start, err := procfs.StartTime(1); err != nil {
 		t.Fatal(err)
 	} else if time.Since(start) > 2*time.Minute {
 		names[name(1, start.Unix()+1, "alive")] = false // owner alive

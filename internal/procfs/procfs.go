@@ -1,5 +1,9 @@
-// Package procfs finds processes by their command line and reads their CPU
-// time, from /proc.
+// Package procfs is the one reader of /proc for natgw's tests, benchmarks
+// and e2e: processes by their command line, their state, process group,
+// start and CPU time (/proc/PID/stat), their memory and thread count
+// (/proc/PID/status), the load average (/proc/loadavg) and the mount table
+// (/proc/self/mountinfo). Shipped binaries do not import it: a product
+// package that reads /proc keeps its own reader.
 package procfs
 
 import (
@@ -9,28 +13,56 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 )
 
-// Find returns the pids of the processes whose command line (argv, without
-// the trailing NUL) match accepts, in /proc order. Processes that exit while
-// it reads are skipped.
-func Find(match func(argv []string) bool) ([]int, error) {
+// Pids returns the pids of the processes in /proc, in /proc order.
+func Pids() ([]int, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
 	}
 	var pids []int
 	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// Cmdline returns the command line (argv) of process pid; it is empty for
+// a kernel thread and a zombie.
+func Cmdline(pid int) ([]string, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	if err != nil {
+		return nil, err
+	}
+	return parseCmdline(string(b)), nil
+}
+
+// parseCmdline splits /proc/PID/cmdline (arguments each ended by a NUL).
+func parseCmdline(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(strings.TrimRight(s, "\x00"), "\x00")
+}
+
+// Find returns the pids of the processes whose command line (argv, without
+// the trailing NUL) match accepts, in /proc order. Processes that exit while
+// it reads, kernel threads and zombies (no command line) are skipped.
+func Find(match func(argv []string) bool) ([]int, error) {
+	all, err := Pids()
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, pid := range all {
+		argv, err := Cmdline(pid)
+		if err != nil || len(argv) == 0 {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || len(b) == 0 {
-			continue
-		}
-		if match(strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")) {
+		if match(argv) {
 			pids = append(pids, pid)
 		}
 	}
@@ -52,38 +84,8 @@ func FindOne(name, arg string) (int, error) {
 	return pids[0], nil
 }
 
-// userHZ is the unit of the times in /proc/PID/stat (USER_HZ, 100 on every
-// Linux architecture Go supports).
-const userHZ = 100
-
-// CPUTime returns the user plus system CPU time pid has used so far.
-func CPUTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0, err
-	}
-	return parseStat(string(b))
-}
-
-// parseStat reads utime and stime (fields 14 and 15) of a /proc/PID/stat
-// line. The command name (field 2) is in parentheses and may hold spaces
-// and parentheses, so fields are counted from its last ')'.
-func parseStat(s string) (time.Duration, error) {
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("stat %q: no command name", s)
-	}
-	f := strings.Fields(s[i+1:]) // f[0] is field 3 (state)
-	if len(f) < 13 {
-		return 0, fmt.Errorf("stat %q: %d fields after the command name, want ≥13", s, len(f))
-	}
-	var ticks int64
-	for _, v := range f[11:13] {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("stat %q: %w", s, err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * time.Second / userHZ, nil
+// NetNS returns the network namespace of process pid as /proc/PID/ns/net
+// names it ("net:[4026531840]"): equal for processes in one namespace.
+func NetNS(pid int) (string, error) {
+	return os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "ns", "net"))
 }

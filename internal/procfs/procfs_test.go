@@ -7,24 +7,21 @@ import (
 	"time"
 )
 
-func TestParseStat(t *testing.T) {
+func TestParseCmdline(t *testing.T) {
 	tests := []struct {
-		name    string
-		in      string
-		want    time.Duration
-		wantErr bool
+		name string
+		in   string
+		want []string
 	}{
-		{name: "plain", in: "42 (etcd) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 12 0 100", want: 3 * time.Second},
-		{name: "spaces and parens in the name", in: "7 (a b) (c)) R 1 7 7 0 -1 0 0 0 0 0 1 2 0 0", want: 30 * time.Millisecond},
-		{name: "no name", in: "7 R 1", wantErr: true},
-		{name: "short", in: "7 (x) R 1 2 3", wantErr: true},
-		{name: "not a number", in: "7 (x) R 1 7 7 0 -1 0 0 0 0 0 x 2 0 0", wantErr: true},
+		{name: "args", in: "kube-apiserver\x00--secure-port=6443\x00", want: []string{"kube-apiserver", "--secure-port=6443"}},
+		{name: "empty argument kept", in: "sh\x00-c\x00\x00", want: []string{"sh", "-c"}},
+		{name: "no trailing NUL", in: "natgw\x00serve", want: []string{"natgw", "serve"}},
+		{name: "kernel thread", in: "", want: nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseStat(tc.in)
-			if (err != nil) != tc.wantErr || got != tc.want {
-				t.Errorf("parseStat = %v, %v; want %v, error %v", got, err, tc.want, tc.wantErr)
+			if got := parseCmdline(tc.in); !slices.Equal(got, tc.want) {
+				t.Errorf("parseCmdline(%q) = %q, want %q", tc.in, got, tc.want)
 			}
 		})
 	}

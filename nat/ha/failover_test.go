@@ -22,6 +22,7 @@ import (
 
 	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/internal/procfs"
 	"github.com/natgw/natgw/internal/testsummary"
 	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/ha"
@@ -898,22 +899,11 @@ func apiserverPID(t *testing.T, host string) int {
 	if !ok {
 		t.Fatalf("API server host %q: no port", host)
 	}
-	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, d := range dirs {
-		b, err := os.ReadFile(d)
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(b), "\x00")
-		if filepath.Base(args[0]) == "kube-apiserver" && slices.Contains(args, "--secure-port="+port) {
-			pid, err := strconv.Atoi(filepath.Base(filepath.Dir(d)))
-			if err == nil {
-				return pid
-			}
-		}
+	pid, err := procfs.FindOne("kube-apiserver", "--secure-port="+port)
+	if err != nil {
+		t.Fatalf("the test's kube-apiserver: %v", err)
 	}
-	t.Fatalf("no kube-apiserver with --secure-port=%s", port)
-	return 0
+	return pid
 }
 
 // TestRulesGate: a standby whose rules are not synced yet (no sync mark,

@@ -30,6 +30,7 @@ import (
 	"github.com/natgw/natgw/bench/scenario"
 	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/internal/procfs"
 )
 
 func main() {
@@ -109,7 +110,7 @@ func run() error {
 		return err
 	}
 	rep.Meta.Finished = time.Now()
-	rep.Meta.LoadEnd = loadavg()
+	rep.Meta.LoadEnd, _ = procfs.LoadAverage() // "" when unreadable
 	if err := rep.Write(*out); err != nil {
 		return err
 	}
@@ -152,13 +153,14 @@ func removeStalePlots(dir string, rep *report.Report) error {
 }
 
 func meta(ctx context.Context, mode, natgw, envtestAssets string) report.Meta {
+	load, _ := procfs.LoadAverage() // "" when unreadable
 	m := report.Meta{
 		Command:   strings.Join(os.Args, " "),
 		Mode:      mode,
 		Started:   time.Now(),
 		CPUs:      runtime.NumCPU(),
 		CPUModel:  cpuModel(),
-		LoadStart: loadavg(),
+		LoadStart: load,
 		Go:        runtime.Version() + " (runner)",
 		Tools:     scenario.Tools(ctx, natgw, envtestAssets),
 	}
@@ -185,16 +187,4 @@ func cpuModel() string {
 		}
 	}
 	return ""
-}
-
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
 }

@@ -19,6 +19,7 @@ import (
 	ct "github.com/ti-mo/conntrack"
 
 	"github.com/natgw/natgw/internal/netlab"
+	"github.com/natgw/natgw/internal/procfs"
 	"github.com/natgw/natgw/internal/testsummary"
 	"github.com/natgw/natgw/nat/netns"
 )
@@ -439,21 +440,11 @@ func startConntrackd(t *testing.T, ctx context.Context, bin, dir, name string, n
 // procCPU is the user+system CPU time process pid has used (/proc/PID/stat,
 // clock ticks of 10 ms).
 func procCPU(t *testing.T, pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	d, err := procfs.CPUTime(pid)
 	if err != nil {
 		t.Fatalf("CPU of process %d: %v", pid, err)
 	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // f[0] is field 3 (state)
-	if len(f) < 13 {
-		t.Fatalf("/proc/%d/stat: %d fields after the name, want ≥ 13", pid, len(f))
-	}
-	u, err1 := strconv.ParseInt(f[11], 10, 64)
-	k, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		t.Fatalf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
-	}
-	return time.Duration(u+k) * 10 * time.Millisecond
+	return d
 }
 
 // entryCounter returns a function counting the entries of ns's conntrack

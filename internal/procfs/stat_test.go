@@ -1,0 +1,101 @@
+package procfs
+
+import (
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestParseStat(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    Stat
+		wantErr bool
+	}{
+		{name: "plain", in: "42 (etcd) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 12 0 1234 0 0",
+			want: Stat{State: 'S', Pgrp: 42, CPU: 3 * time.Second, Start: 12340 * time.Millisecond}},
+		{name: "spaces and parens in the name", in: "7 (a b) (c)) Z 1 9 7 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 5\n",
+			want: Stat{State: 'Z', Pgrp: 9, CPU: 30 * time.Millisecond, Start: 50 * time.Millisecond}},
+		{name: "no name", in: "7 R 1", wantErr: true},
+		{name: "missing fields", in: "7 (x) R 1 2 3", wantErr: true},
+		{name: "no starttime", in: "7 (x) R 1 7 7 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0", wantErr: true},
+		{name: "utime not a number", in: "7 (x) R 1 7 7 0 -1 0 0 0 0 0 x 2 0 0 20 0 1 0 5", wantErr: true},
+		{name: "pgrp not a number", in: "7 (x) R 1 - 7 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 5", wantErr: true},
+		{name: "state not one letter", in: "7 (x) RR 1 7 7 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 5", wantErr: true},
+		{name: "empty", in: "", wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseStat(tc.in)
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Errorf("parseStat = %+v, %v; want %+v, error %v", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestParseUptime(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    time.Duration
+		wantErr bool
+	}{
+		{name: "kernel line", in: "12345.67 23456.78\n", want: 12345670 * time.Millisecond},
+		{name: "one field", in: "42.00", want: 42 * time.Second},
+		{name: "empty", in: "", wantErr: true},
+		{name: "not a number", in: "soon 1.0\n", wantErr: true},
+		{name: "negative", in: "-1.00 1.00\n", wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseUptime(tc.in)
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Errorf("parseUptime = %v, %v; want %v, error %v", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestReadStatSelf reads this process's stat: running, in its own process
+// group, started before the test and not before boot.
+func TestReadStatSelf(t *testing.T) {
+	st, err := ReadStat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != 'R' {
+		t.Errorf("state %q, want R (this process is running)", st.State)
+	}
+	if want := syscall.Getpgrp(); st.Pgrp != want {
+		t.Errorf("process group %d, want %d", st.Pgrp, want)
+	}
+	// The process started before processStart, by the time to reach
+	// package init; /proc/uptime is truncated to 10 ms.
+	since := time.Since(processStart)
+	age, err := Age(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if age < since-10*time.Millisecond || age > since+time.Minute {
+		t.Errorf("age %v, the package initialised %v ago", age, since)
+	}
+	start, err := StartTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := processStart.Sub(start); d < -time.Second || d > time.Minute {
+		t.Errorf("StartTime %v, %v before the package initialised (%v)", start, d, processStart)
+	}
+	if _, err := Age(-1); err == nil {
+		t.Error("Age(-1): no error")
+	}
+	if _, err := ReadStat(-1); err == nil {
+		t.Error("ReadStat(-1): no error")
+	}
+}
+
+// processStart is about when this test binary started.
+var processStart = time.Now()
