@@ -13,7 +13,7 @@ import (
 
 // Encode appends tx's operations to b as nf_tables messages, in the same
 // bytes google/nftables' Conn sends for them (TestEncodeMatchesLibrary),
-// up to the set IDs: a map added in tx gets an ID from this process's
+// up to the set IDs and a rule add's NLM_F_ECHO (see LibraryOnlyFlags): a map added in tx gets an ID from this process's
 // counter and the lookups of it in tx's rules carry that ID. Elements go
 // through Batch.Elements. An encoding error leaves b unusable.
 func (tx *Tx) Encode(b *Batch) error {
@@ -49,7 +49,10 @@ func (tx *Tx) Encode(b *Batch) error {
 				err = fmt.Errorf("add rule to %s: a rule has a tag or a comment, not both (tag %q, comment %q)", o.chain.Name, o.rule.Tag, o.rule.Comment)
 				break
 			}
-			flags := uint16(unix.NLM_F_CREATE | unix.NLM_F_ECHO)
+			// No NLM_F_ECHO (google/nftables sets it): natgw learns
+			// handles from dumps, and an echo per rule overran the
+			// receive buffer of a batch of thousands (ENOBUFS).
+			flags := uint16(unix.NLM_F_CREATE)
 			if o.kind == opAppendRule {
 				flags |= unix.NLM_F_APPEND
 			}
