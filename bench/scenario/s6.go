@@ -948,6 +948,12 @@ func s6ColdStart(ctx context.Context, e *Env, cp *controlPlane, ctl *ctlProcess,
 		if len(synced) < plan.Gateways {
 			return fmt.Errorf("%d of %d gateways synced", len(synced), plan.Gateways)
 		}
+		// A gateway's session does not wait for the reconcilers'
+		// caches: with few objects every gateway can be synced before
+		// the first workers start; their line is read too.
+		if cs.workers == 0 {
+			return errors.New("every gateway synced, no controller's workers started yet")
+		}
 		return nil
 	})
 	if err != nil {
