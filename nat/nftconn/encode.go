@@ -13,9 +13,10 @@ import (
 
 // Encode appends tx's operations to b as nf_tables messages, in the same
 // bytes google/nftables' Conn sends for them (TestEncodeMatchesLibrary),
-// up to the set IDs and a rule add's NLM_F_ECHO (see LibraryOnlyFlags): a map added in tx gets an ID from this process's
-// counter and the lookups of it in tx's rules carry that ID. Elements go
-// through Batch.Elements. An encoding error leaves b unusable.
+// up to the set IDs and a rule add's NLM_F_ECHO (LibraryOnlyFlags): a map
+// added in tx gets an ID from this process's counter and the lookups of it
+// in tx's rules carry that ID. Elements go through Batch.Elements. An
+// encoding error leaves b unusable.
 func (tx *Tx) Encode(b *Batch) error {
 	ids := map[string]uint32{} // maps added in tx, by table and name
 	for i := range tx.ops {
