@@ -52,9 +52,10 @@ func LibraryMessages(calls func(*nft.Conn) error) ([]netlink.Message, error) {
 }
 
 // DiffLibrary compares b's messages with theirs (LibraryMessages) in
-// order: the count, each one's type and flags (but LibraryOnlyFlags), and its data as data
-// renders it (ours true for b's; data hides what may differ, such as set
-// IDs). It returns one line per difference, none when they match.
+// order: the count, each one's type and flags (but LibraryOnlyFlags), and
+// its data as data renders it (ours true for b's; data hides what may
+// differ, such as set IDs). It returns one line per difference, none when
+// they match.
 func (b *Batch) DiffLibrary(theirs []netlink.Message, data func(m netlink.Message, ours bool) string) ([]string, error) {
 	got, err := b.Messages()
 	if err != nil {
