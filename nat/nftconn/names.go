@@ -66,7 +66,8 @@
 // One encoder, one decoder, one socket and one transaction type for every
 // table: every batch natgw sends is a Tx encoded into an nftconn.Batch and
 // committed by an nftconn.Socket (Classify's rejected/unknown split, one
-// ack per batch, the send buffer raised for a large batch); every read is
+// ack per batch, the send buffer raised for a large batch, no rule echoed
+// back: TestNetlinkManyRules); every read is
 // a dump on an nftconn.Socket decoded by decode.go; set IDs come
 // from one process counter (SetIDs); base chains encode and render
 // through Chain (ChainAttrs, Header); the encoding is checked against
