@@ -2,6 +2,8 @@ package procfs
 
 import (
 	"os"
+	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -59,15 +61,18 @@ func TestParseUptime(t *testing.T) {
 	}
 }
 
-// TestReadStatSelf reads this process's stat: running, in its own process
-// group, started before the test and not before boot.
+// TestReadStatSelf reads this process's stat: alive, in its own process
+// group, started before the test and not before boot. The state of a Go
+// process is its main thread's, which may sleep while the test runs on
+// another thread, so it is only required to be a live one (R, S or D);
+// TestReadStatStopped checks that the state field is read.
 func TestReadStatSelf(t *testing.T) {
 	st, err := ReadStat(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.State != 'R' {
-		t.Errorf("state %q, want R (this process is running)", st.State)
+	if !strings.ContainsRune("RSD", rune(st.State)) {
+		t.Errorf("state %q, want R, S or D (this process is alive)", st.State)
 	}
 	if want := syscall.Getpgrp(); st.Pgrp != want {
 		t.Errorf("process group %d, want %d", st.Pgrp, want)
@@ -99,3 +104,37 @@ func TestReadStatSelf(t *testing.T) {
 
 // processStart is about when this test binary started.
 var processStart = time.Now()
+
+// TestReadStatStopped reads the state of a child as it changes: sleeping,
+// then stopped by SIGSTOP, then sleeping again after SIGCONT.
+func TestReadStatStopped(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Skipf("no sleep(1) to start: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	waitState := func(want byte) {
+		t.Helper()
+		var st Stat
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			var err error
+			if st, err = ReadStat(pid); err != nil {
+				t.Fatal(err)
+			}
+			if st.State == want {
+				return
+			}
+		}
+		t.Fatalf("pid %d: state %q after 10 s, want %q", pid, st.State, want)
+	}
+	waitState('S')
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitState('T')
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitState('S')
+}

@@ -30,6 +30,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/natgw/natgw/internal/delayline"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
@@ -519,7 +521,22 @@ func parseSNMP(ns, snmp string) (TCPCounters, error) {
 // UDPRun is what RunUDP measured.
 type UDPRun struct {
 	Sent, Received int64
-	RxMbps         float64 // delivered in the second half
+	RxMbps         float64 // delivered in the second half (NaN when the sender never reached it)
+	// MaxGap is the longest time the sender went without sending: its
+	// 1 ms pacing loop stalled by a busy machine. After a stall the
+	// sender catches up in one burst, so the offered load was not the
+	// steady rate asked for (see Steady).
+	MaxGap time.Duration
+}
+
+// UDPMaxGap is the longest sender stall a steady UDP run allows.
+const UDPMaxGap = 100 * time.Millisecond
+
+// Steady reports whether the sender offered its rate without a stall
+// longer than UDPMaxGap, so RxMbps and Loss measure the limit and not
+// the machine. A run that is not steady is to be repeated.
+func (r UDPRun) Steady() bool {
+	return r.MaxGap <= UDPMaxGap && !math.IsNaN(r.RxMbps)
 }
 
 // Loss is the datagrams lost in % of those sent (NaN when none were).
@@ -528,6 +545,42 @@ func (r UDPRun) Loss() float64 {
 		return math.NaN()
 	}
 	return 100 * float64(r.Sent-r.Received) / float64(r.Sent)
+}
+
+// udpSendBuf is the UDP sender's socket buffer: more than a leaf queue of
+// the device's txqueuelen (1,000 datagrams of ~2.3 kB of kernel memory).
+const udpSendBuf = 8 << 20
+
+// udpSender returns a send function for c that never waits. A datagram
+// queued by a shaper in another namespace of this host is still charged to
+// the sender's socket (veth does not orphan it), so a blocking write would
+// wait for the gateway's queue to drain: back-pressure that a sender on
+// another host never feels, and a stall of seconds in the pacing loop. So
+// the socket gets a buffer larger than a shaper's queue (SO_SNDBUFFORCE as
+// root; the system's limit otherwise), and a datagram the socket cannot
+// take at once (EAGAIN) is dropped, as a NIC's full queue drops it.
+func udpSender(c *net.UDPConn) (func([]byte), error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, udpSendBuf); errors.Is(serr, unix.EPERM) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, udpSendBuf)
+		}
+	}); err != nil {
+		return nil, err
+	}
+	if serr != nil {
+		return nil, fmt.Errorf("send buffer: %w", serr)
+	}
+	return func(b []byte) {
+		_ = rc.Write(func(fd uintptr) bool {
+			_, _ = unix.Write(int(fd), b) // EAGAIN: dropped, not waited for
+			return true
+		})
+	}, nil
 }
 
 // RunUDP sends 1,200-byte datagrams at mbps for d in dir (Download: ext
@@ -579,13 +632,23 @@ func (tp *Topo) RunUDP(ctx context.Context, dir Dir, mbps float64, d time.Durati
 		return UDPRun{}, fmt.Errorf("qoslab: dial udp from %s: %w", txNS, err)
 	}
 	defer c.Close()
+	uc, ok := c.(*net.UDPConn)
+	if !ok {
+		return UDPRun{}, fmt.Errorf("qoslab: dial udp from %s: a %T, not a UDP socket", txNS, c)
+	}
+	send, err := udpSender(uc)
+	if err != nil {
+		return UDPRun{}, fmt.Errorf("qoslab: udp sender in %s: %w", txNS, err)
+	}
 	pps := mbps * 1e6 / 8 / size
 	buf := make([]byte, size)
 	var sent int64
 	start := time.Now()
 	var halfAt time.Time
+	var maxGap, last time.Duration
 	for {
 		el := time.Since(start)
+		maxGap, last = max(maxGap, el-last), el
 		if el >= d {
 			break
 		}
@@ -594,7 +657,7 @@ func (tp *Topo) RunUDP(ctx context.Context, dir Dir, mbps float64, d time.Durati
 			half.Store(true)
 		}
 		for owed := int64(el.Seconds()*pps) - sent; owed > 0; owed-- {
-			_, _ = c.Write(buf) // a local drop is a loss too
+			send(buf) // a local drop is a loss too
 			sent++
 		}
 		time.Sleep(time.Millisecond)
@@ -604,7 +667,9 @@ func (tp *Topo) RunUDP(ctx context.Context, dir Dir, mbps float64, d time.Durati
 	time.Sleep(300 * time.Millisecond) // what is queued arrives
 	pc.Close()
 	<-rxDone
-	r := UDPRun{Sent: sent, Received: got.Load()}
-	r.RxMbps = float64(gotHalf.Load()) * size * 8 / end.Sub(halfAt).Seconds() / 1e6
+	r := UDPRun{Sent: sent, Received: got.Load(), MaxGap: maxGap, RxMbps: math.NaN()}
+	if !halfAt.IsZero() {
+		r.RxMbps = float64(gotHalf.Load()) * size * 8 / end.Sub(halfAt).Seconds() / 1e6
+	}
 	return r, nil
 }
