@@ -24,7 +24,9 @@ BENCH_FLAGS = -natgw $(BENCH_BIN)/natgw -envtest-assets $(ENVTEST_ASSETS) -crds 
 .PHONY: bench bench-quick bench-build
 bench-build:
 	@mkdir -p $(BENCH_BIN)
-	$(GO) build -o $(BENCH_BIN)/ ./bench/cmd/natgw-bench ./gwimage/cmd/natgw ./controller/cmd/natgw-controller
+	$(GO) build -o $(BENCH_BIN)/ ./bench/cmd/natgw-bench ./controller/cmd/natgw-controller
+	$(GO) build -tags natgw_omit_ha -o $(BENCH_BIN)/natgw ./gwimage/cmd/natgw
+	$(GO) build -o $(BENCH_BIN)/natgw-ha ./gwimage/cmd/natgw
 	$(GO) test -c -o $(BENCH_BIN)/ha.test ./nat/ha
 	$(GO) test -c -o $(BENCH_BIN)/ctsync.test ./nat/ha/ctsync
 

@@ -1,6 +1,8 @@
 # gwimage (gwimage/README.md): the natgw binary and the gateway image.
 #
-#   make natgw         static natgw binary -> gwimage/out/natgw
+#   make natgw         static natgw binaries as the image has them ->
+#                      gwimage/out/natgw (without ha: tag natgw_omit_ha) and
+#                      gwimage/out/natgw-ha (`natgw ha` execs it)
 #   make image         the gateway image, built without a Docker daemon ->
 #                      gwimage/out/natgw-image.tar (OCI image layout that is
 #                      also a docker-save archive: docker load -i / podman
@@ -30,7 +32,8 @@ GWIMAGE_FUZZ := ./agentapi:FuzzDecodeRequest ./agentapi:FuzzFastDecode ./agentap
 .PHONY: natgw image gwimage-fuzz
 natgw:
 	@mkdir -p $(NATGW_OUT)
-	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags '$(NATGW_LDFLAGS)' -o $(NATGW_OUT)/natgw ./gwimage/cmd/natgw
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -tags natgw_omit_ha -ldflags '$(NATGW_LDFLAGS)' -o $(NATGW_OUT)/natgw ./gwimage/cmd/natgw
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags '$(NATGW_LDFLAGS)' -o $(NATGW_OUT)/natgw-ha ./gwimage/cmd/natgw
 
 image:
 	$(GO) run ./gwimage/cmd/mkimage -version $(NATGW_VERSION) -o $(NATGW_OUT)/natgw-image.tar

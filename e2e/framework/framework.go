@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/natgw/natgw/controller/crdtest"
+	"github.com/natgw/natgw/gwimage/imagebuild"
 	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/internal/testsummary"
@@ -55,16 +56,21 @@ func Main(m *testing.M) int {
 	return code
 }
 
-// build compiles both commands with one go build.
+// build compiles the commands: natgw as the image has it (without ha,
+// imagebuild.OmitHATag) with natgw-ha beside it, and natgw-controller.
 func build(dir string) (Binaries, error) {
 	b := Binaries{Natgw: filepath.Join(dir, "natgw"), Controller: filepath.Join(dir, "natgw-controller")}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/",
-		"github.com/natgw/natgw/gwimage/cmd/natgw",
-		"github.com/natgw/natgw/controller/cmd/natgw-controller")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return Binaries{}, fmt.Errorf("go build natgw, natgw-controller: %v\n%s", err, out)
+	for _, args := range [][]string{
+		{"-tags", imagebuild.OmitHATag, "-o", b.Natgw, imagebuild.MainPackage},
+		{"-o", filepath.Join(dir, imagebuild.HABinary), imagebuild.MainPackage},
+		{"-o", b.Controller, "github.com/natgw/natgw/controller/cmd/natgw-controller"},
+	} {
+		cmd := exec.CommandContext(ctx, "go", append([]string{"build"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return Binaries{}, fmt.Errorf("go build %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
 	}
 	return b, nil
 }

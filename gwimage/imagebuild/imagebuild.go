@@ -8,7 +8,10 @@
 //
 // The image holds:
 //
-//	/natgw                               the binary (entrypoint: /natgw pause)
+//	/natgw                               the binary (entrypoint: /natgw pause), built
+//	                                     with OmitHATag: every command but `ha`
+//	/natgw-ha                            the same main package without the tag: `ha`
+//	                                     (/natgw ha execs it), with client-go and Prometheus
 //	/usr/local/bin/nat-gateway.sh -> /natgw   Kube-OVN script name (argv[0] dispatch)
 //	/kube-ovn/nat-gateway.sh -> /natgw        the path Kube-OVN's controller execs
 //	/kube-ovn/lb-svc.sh -> /natgw             the LoadBalancer-Service pods' script
@@ -48,6 +51,14 @@ const (
 	MainPackage = "github.com/natgw/natgw/gwimage/cmd/natgw"
 	// VersionVar is stamped with the version at link time.
 	VersionVar = "github.com/natgw/natgw/gwimage/version.Version"
+	// OmitHATag builds natgw without `natgw ha` and what only it links
+	// (client-go's REST client, API machinery, Prometheus): the image's
+	// /natgw, exec'd per rule and per session, maps and starts half as much
+	// (gwimage/cmd/natgw/ha_omit.go). Its `ha` execs HABinary.
+	OmitHATag = "natgw_omit_ha"
+	// HABinary is the image's second binary, MainPackage without
+	// OmitHATag, beside /natgw.
+	HABinary = "natgw-ha"
 )
 
 // Epoch is the timestamp of every file, the layer and the config (SOURCE_DATE_EPOCH
@@ -76,6 +87,7 @@ type Result struct {
 	ConfigID    v1.Hash // the config digest (what docker shows as the image ID)
 	LayerSize   int64   // compressed layer bytes
 	BinarySize  int64   // natgw's bytes
+	HASize      int64   // natgw-ha's bytes
 	ArchiveSize int64   // the archive's bytes
 	Name        string
 }
@@ -96,15 +108,19 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 		return nil, fmt.Errorf("imagebuild: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "natgw")
-	if err := BuildBinary(ctx, o, bin); err != nil {
+	if err := BuildBinaries(ctx, o, tmp); err != nil {
 		return nil, err
 	}
-	binData, err := os.ReadFile(bin)
-	if err != nil {
-		return nil, fmt.Errorf("imagebuild: %w", err)
+	var bins Binaries
+	for _, b := range []struct {
+		name string
+		data *[]byte
+	}{{"natgw", &bins.Natgw}, {HABinary, &bins.HA}} {
+		if *b.data, err = os.ReadFile(filepath.Join(tmp, b.name)); err != nil {
+			return nil, fmt.Errorf("imagebuild: %w", err)
+		}
 	}
-	img, err := Image(binData, o)
+	img, err := Image(bins, o)
 	if err != nil {
 		return nil, err
 	}
@@ -112,14 +128,30 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res.BinarySize = int64(len(binData))
+	res.BinarySize, res.HASize = int64(len(bins.Natgw)), int64(len(bins.HA))
 	return res, nil
 }
 
-// BuildBinary builds natgw statically and reproducibly into out.
-func BuildBinary(ctx context.Context, o Options, out string) error {
+// Binaries are the image's two builds of MainPackage.
+type Binaries struct {
+	Natgw []byte // with OmitHATag
+	HA    []byte // without
+}
+
+// BuildBinaries builds the image's natgw (OmitHATag) and HABinary into
+// dir, statically and reproducibly.
+func BuildBinaries(ctx context.Context, o Options, dir string) error {
+	if err := BuildBinary(ctx, o, filepath.Join(dir, "natgw"), OmitHATag); err != nil {
+		return err
+	}
+	return BuildBinary(ctx, o, filepath.Join(dir, HABinary), "")
+}
+
+// BuildBinary builds MainPackage with the build tags (comma-separated, ""
+// for none) statically and reproducibly into out.
+func BuildBinary(ctx context.Context, o Options, out, tags string) error {
 	cmd := exec.CommandContext(ctx, o.Go, "build",
-		"-trimpath", "-buildvcs=false",
+		"-trimpath", "-buildvcs=false", "-tags", tags,
 		"-ldflags", fmt.Sprintf("-s -w -buildid= -X %s=%s", VersionVar, o.Version),
 		"-o", out, MainPackage)
 	cmd.Dir = o.ModuleDir
@@ -127,7 +159,7 @@ func BuildBinary(ctx context.Context, o Options, out string) error {
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("imagebuild: go build %s: %w\n%s", MainPackage, err, stderr.String())
+		return fmt.Errorf("imagebuild: go build -tags %q %s: %w\n%s", tags, MainPackage, err, stderr.String())
 	}
 	return nil
 }
@@ -137,7 +169,7 @@ func BuildBinary(ctx context.Context, o Options, out string) error {
 var Links = []string{"bin/bash", "bin/ip", "bin/ip6tables", "bin/iptables", "bin/sh", "bin/sleep", "bin/sysctl", "kube-ovn/lb-svc.sh", "kube-ovn/nat-gateway.sh", "usr/local/bin/nat-gateway.sh"}
 
 // layerEntries lists the layer's files in archive order.
-func layerEntries(bin []byte) []Entry {
+func layerEntries(bins Binaries) []Entry {
 	dir := func(n string, mode int64) Entry { return Entry{Name: n, Mode: mode, Type: tar.TypeDir} }
 	sym := func(n string) Entry { return Entry{Name: n, Link: "/natgw", Mode: 0o777, Type: tar.TypeSymlink} }
 	return []Entry{
@@ -152,7 +184,8 @@ func layerEntries(bin []byte) []Entry {
 		dir("kube-ovn/", 0o755),
 		sym("kube-ovn/lb-svc.sh"),
 		sym("kube-ovn/nat-gateway.sh"),
-		{Name: "natgw", Mode: 0o755, Type: tar.TypeReg, Data: bin},
+		{Name: "natgw", Mode: 0o755, Type: tar.TypeReg, Data: bins.Natgw},
+		{Name: HABinary, Mode: 0o755, Type: tar.TypeReg, Data: bins.HA},
 		dir("tmp/", 0o1777),
 		dir("usr/", 0o755),
 		dir("usr/local/", 0o755),
@@ -179,13 +212,13 @@ func Labels(version string) map[string]string {
 // same container starts from the last one's.
 const IndexDir = "/etc/natgw"
 
-// Image assembles the image from the natgw binary.
-func Image(bin []byte, o Options) (v1.Image, error) {
-	raw, err := LayerTar(layerEntries(bin))
+// Image assembles the image from its binaries.
+func Image(bins Binaries, o Options) (v1.Image, error) {
+	raw, err := LayerTar(layerEntries(bins))
 	if err != nil {
 		return nil, err
 	}
-	return OneLayer(raw, "natgw imagebuild: /natgw, compatibility links", "natgw "+o.Version, o.Arch, v1.Config{
+	return OneLayer(raw, "natgw imagebuild: /natgw, /natgw-ha, compatibility links", "natgw "+o.Version, o.Arch, v1.Config{
 		Entrypoint: []string{"/natgw", "pause"},
 		Env:        []string{"PATH=/usr/local/bin:/bin", "NATGW_INDEX_DIR=" + IndexDir},
 		WorkingDir: "/",

@@ -156,8 +156,11 @@ func TestImage(t *testing.T) {
 			t.Errorf("%s: mtime %v owner %d:%d", name, h.ModTime, h.Uid, h.Gid)
 		}
 	}
-	if len(lfiles) != 1 || lfiles["natgw"] == nil {
-		t.Fatalf("regular files %v, want only natgw", keys(lfiles))
+	if len(lfiles) != 2 || lfiles["natgw"] == nil || lfiles[HABinary] == nil {
+		t.Fatalf("regular files %v, want only natgw and %s", keys(lfiles), HABinary)
+	}
+	if n, h := len(lfiles["natgw"]), len(lfiles[HABinary]); int64(n) != r1.BinarySize || int64(h) != r1.HASize || n >= h {
+		t.Errorf("natgw %d bytes (Result %d), %s %d (Result %d): want natgw, built without ha, the smaller", n, r1.BinarySize, HABinary, h, r1.HASize)
 	}
 	if len(links) != len(Links) {
 		t.Errorf("links %v, want %v", keys(links), Links)
@@ -168,30 +171,48 @@ func TestImage(t *testing.T) {
 		}
 	}
 
-	// natgw is static and runs.
+	// natgw and natgw-ha are static and run.
 	bin := filepath.Join(dir, "natgw")
-	if err := os.WriteFile(bin, lfiles["natgw"], 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ef, err := elf.Open(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range ef.Progs {
-		if p.Type == elf.PT_INTERP {
-			t.Error("natgw has a program interpreter: not static")
+	for _, name := range []string{"natgw", HABinary} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, lfiles[name], 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ef, err := elf.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ef.Progs {
+			if p.Type == elf.PT_INTERP {
+				t.Errorf("%s has a program interpreter: not static", name)
+			}
+		}
+		if libs, err := ef.ImportedLibraries(); err != nil || len(libs) != 0 {
+			t.Errorf("%s needs %v (%v): not static", name, libs, err)
+		}
+		if ds, _ := ef.DynString(elf.DT_NEEDED); len(ds) != 0 {
+			t.Errorf("%s DT_NEEDED %v", name, ds)
+		}
+		ef.Close()
+		out, err := exec.Command(p, "version").CombinedOutput()
+		if err != nil || !strings.HasPrefix(string(out), "natgw 9.9.9-test ") {
+			t.Fatalf("%s version: %q, %v", name, out, err)
 		}
 	}
-	if libs, err := ef.ImportedLibraries(); err != nil || len(libs) != 0 {
-		t.Errorf("natgw needs %v (%v): not static", libs, err)
+	// natgw ha runs natgw-ha (its usage names the fencing flags), and
+	// says so when natgw-ha is missing.
+	out, err := exec.Command(bin, "ha", "-h").CombinedOutput()
+	if !strings.Contains(string(out), "-fence-lease") {
+		t.Errorf("natgw ha -h: %q, %v: want natgw-ha's usage", out, err)
 	}
-	if ds, _ := ef.DynString(elf.DT_NEEDED); len(ds) != 0 {
-		t.Errorf("natgw DT_NEEDED %v", ds)
+	alone := filepath.Join(t.TempDir(), "natgw")
+	if err := os.WriteFile(alone, lfiles["natgw"], 0o755); err != nil {
+		t.Fatal(err)
 	}
-	ef.Close()
-	out, err := exec.Command(bin, "version").CombinedOutput()
-	if err != nil || !strings.HasPrefix(string(out), "natgw 9.9.9-test ") {
-		t.Fatalf("natgw version: %q, %v", out, err)
+	cmd := exec.Command(alone, "ha", "-h")
+	cmd.Env = []string{"PATH=/nonexistent"}
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "built without ha") {
+		t.Errorf("natgw ha without natgw-ha: %q, %v: want an error that says why", out, err)
 	}
 	// The compat name resolves by argv[0] in the image too.
 	link := filepath.Join(dir, "nat-gateway.sh")

@@ -1,10 +1,9 @@
 package ha
 
 import (
-	"errors"
-	"fmt"
-	"os"
 	"sync/atomic"
+
+	"github.com/natgw/natgw/agentapi"
 )
 
 // RulesSyncedFile returns a Config.RulesReady that is ready once the file
@@ -21,15 +20,10 @@ func RulesSyncedFile(path string) func() error {
 		if seen.Load() {
 			return nil
 		}
-		_, err := os.Stat(path)
-		switch {
-		case err == nil:
-			seen.Store(true)
-			return nil
-		case errors.Is(err, os.ErrNotExist):
-			return fmt.Errorf("no sync yet: %s does not exist", path)
-		default:
-			return fmt.Errorf("sync mark %s: %w", path, err)
+		if err := agentapi.CheckSynced(path); err != nil {
+			return err
 		}
+		seen.Store(true)
+		return nil
 	}
 }

@@ -19,13 +19,15 @@ import (
 	"time"
 
 	"github.com/natgw/natgw/agentapi"
+	"github.com/natgw/natgw/gwimage/imagebuild"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/internal/syncbuf"
 	"github.com/natgw/natgw/nat"
 )
 
-// natgwBin is the real binary, built once by TestMain; binDir also holds
-// the nat-gateway.sh and bash names of it.
+// natgwBin is the real binary, built once by TestMain as the image has it
+// (imagebuild.OmitHATag, its `ha` exec'ing natgw-ha beside it); binDir also
+// holds natgw-ha and the nat-gateway.sh and bash names of natgw.
 var natgwBin, binDir string
 
 func TestMain(m *testing.M) {
@@ -35,12 +37,14 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir, natgwBin = dir, filepath.Join(dir, "natgw")
-	build := exec.Command("go", "build", "-trimpath", "-o", natgwBin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build natgw: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
+	for _, b := range []struct{ out, tags string }{{natgwBin, imagebuild.OmitHATag}, {filepath.Join(dir, imagebuild.HABinary), ""}} {
+		build := exec.Command("go", "build", "-trimpath", "-tags", b.tags, "-o", b.out, ".")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b.out, err, out)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
 	}
 	for _, name := range []string{"nat-gateway.sh", "bash"} {
 		if err := os.Symlink("natgw", filepath.Join(dir, name)); err != nil {

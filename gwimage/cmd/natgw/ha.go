@@ -1,3 +1,5 @@
+//go:build !natgw_omit_ha
+
 package main
 
 import (

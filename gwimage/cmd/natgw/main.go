@@ -55,15 +55,16 @@ func main() {
 	os.Exit(run(context.Background(), os.Args, os.Stdin, os.Stdout, os.Stderr))
 }
 
-// env carries a command's streams.
+// env carries a command's streams and the command line it came from.
 type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
+	argv           []string // as run got it (the lean build's `ha` passes it on)
 }
 
 // run dispatches on the program name, then on the subcommand.
 func run(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	e := env{stdin: stdin, stdout: stdout, stderr: stderr}
+	e := env{stdin: stdin, stdout: stdout, stderr: stderr, argv: argv}
 	if code, ok := multicall(ctx, e, argv); ok {
 		return code
 	}

@@ -5,12 +5,11 @@ import (
 	"fmt"
 
 	"github.com/natgw/natgw/agentapi"
-	"github.com/natgw/natgw/nat/ha"
 )
 
 // cmdSynced is `natgw synced [--file PATH]`: exit 0 when the agent's sync
 // mark exists (the rule of `natgw ha --rules-synced-file`,
-// ha.RulesSyncedFile), else 1 with the reason on stderr. A two-replica
+// agentapi.CheckSynced), else 1 with the reason on stderr. A two-replica
 // gateway's pod runs it as its gateway container's readiness probe
 // (controller/provision), so that the StatefulSet creates pod -1 only once
 // pod -0 has been synced (OrderedReady) and a rolling update deletes the
@@ -21,7 +20,7 @@ func cmdSynced(ctx context.Context, e env, g *globals, args []string) int {
 	if code, ok := noArgs(fs, args); !ok {
 		return code
 	}
-	if err := ha.RulesSyncedFile(*file)(); err != nil {
+	if err := agentapi.CheckSynced(*file); err != nil {
 		fmt.Fprintf(e.stderr, "natgw synced: %v\n", err)
 		return exitFail
 	}
