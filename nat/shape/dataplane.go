@@ -34,7 +34,8 @@ type Dataplane struct {
 	ids   nat.MarkIDs // nil: the inner data plane gives IPv6 EIPs no mark ids
 
 	mu     sync.Mutex
-	shaped shaping // by EIP UID; nil: not read yet (or unknown after an error)
+	shaped shaping        // by EIP UID; nil: not read yet (or unknown after an error)
+	k      *lastingKernel // dialed on first use, kept until Close or an error
 }
 
 // Wrap returns inner with EIP QoS shaped in cfg's gateway. inner must be
@@ -56,8 +57,67 @@ func (d *Dataplane) Name() nat.DataplaneName { return d.inner.Name() }
 // BootID is the wrapped data plane's.
 func (d *Dataplane) BootID() string { return d.inner.BootID() }
 
-// Close closes the wrapped data plane; kernel state stays.
-func (d *Dataplane) Close() error { return d.inner.Close() }
+// Close closes the wrapped data plane and the shaping's sockets; kernel
+// state stays.
+func (d *Dataplane) Close() error {
+	d.mu.Lock()
+	d.dropKernel()
+	d.mu.Unlock()
+	return d.inner.Close()
+}
+
+// withKernel runs fn over the Dataplane's kernel, dialed on first use and
+// kept: every Sync reads and writes the shaping, and a socket dialed and
+// closed per call costs more than the work when the gateway holds nothing
+// to shape. Closing an nftables netlink socket that has sent a request
+// waits (the kernel's NETLINK_URELEASE handler) for the deferred
+// destruction of the namespace's last transaction that freed objects, an
+// RCU grace period: 5–16 ms each on this project's VMs, several per Sync
+// (session 37, strace -f -T of natgw serve in scenario 2: the bulk load of
+// 1k FIPs through serve 3.8 ms with --eip-qos=police, 8–14 ms with shape).
+// After an error the kernel is dropped and the next call dials again.
+// Called with d.mu held.
+func (d *Dataplane) withKernel(ctx context.Context, fn func(k *kernel) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("shape: %w", err)
+	}
+	if d.k == nil {
+		k, err := dialKernel(d.cfg)
+		if err != nil {
+			return err
+		}
+		d.k = k
+	}
+	d.k.ctx = ctx
+	err := fn(&d.k.kernel)
+	d.k.ctx = nil
+	if err != nil {
+		d.dropKernel()
+	}
+	return err
+}
+
+// dropKernel closes the Dataplane's kernel (d.mu held).
+func (d *Dataplane) dropKernel() {
+	if d.k != nil {
+		d.k.close()
+		d.k = nil
+	}
+}
+
+// get is Get over the Dataplane's kernel.
+func (d *Dataplane) get(ctx context.Context) (out []EIP, err error) {
+	err = d.withKernel(ctx, func(k *kernel) error { out, err = k.get(); return err })
+	return out, err
+}
+
+// set is Set over the Dataplane's kernel.
+func (d *Dataplane) set(ctx context.Context, eips []EIP) error {
+	if err := ValidateAll(eips); err != nil {
+		return err
+	}
+	return d.withKernel(ctx, func(k *kernel) error { return k.set(eips) })
+}
 
 // Reload re-reads the wrapped data plane's kernel state (and the shaping,
 // at the next call).
@@ -192,7 +252,7 @@ func (d *Dataplane) load(ctx context.Context) error {
 	if d.shaped != nil {
 		return nil
 	}
-	have, err := Get(ctx, d.cfg)
+	have, err := d.get(ctx)
 	if err != nil {
 		return err
 	}
@@ -239,7 +299,7 @@ func (d *Dataplane) change(ctx context.Context, next shaping, force bool, fn fun
 		return err
 	}
 	set := d.marked(next)
-	if err := Set(ctx, d.cfg, set); err != nil {
+	if err := d.set(ctx, set); err != nil {
 		d.shaped = nil
 		return err
 	}
@@ -249,7 +309,7 @@ func (d *Dataplane) change(ctx context.Context, next shaping, force bool, fn fun
 		d.shaped = next
 		// A new IPv6 EIP got its mark id in fn: classify its ingress now.
 		if after := d.marked(next); !slices.Equal(after, set) {
-			if serr := Set(context.WithoutCancel(ctx), d.cfg, after); serr != nil {
+			if serr := d.set(context.WithoutCancel(ctx), after); serr != nil {
 				d.shaped = nil
 				return fmt.Errorf("%w: shape: the IPv6 ingress of the applied change: %w", nat.ErrUnknownState, serr)
 			}
@@ -257,7 +317,7 @@ func (d *Dataplane) change(ctx context.Context, next shaping, force bool, fn fun
 	case errors.Is(err, nat.ErrUnknownState):
 		d.shaped = nil
 	default:
-		if rerr := Set(context.WithoutCancel(ctx), d.cfg, prev.list()); rerr != nil {
+		if rerr := d.set(context.WithoutCancel(ctx), prev.list()); rerr != nil {
 			d.shaped = nil
 			return errors.Join(err, fmt.Errorf("shape: restoring the shaping after the failed change: %w", rerr))
 		}

@@ -92,6 +92,7 @@ import (
 	"github.com/natgw/natgw/nat/conntrack"
 	"github.com/natgw/natgw/nat/netns"
 	"github.com/natgw/natgw/nat/nftconn"
+	"github.com/natgw/natgw/nat/nlsock"
 )
 
 // Major is the handle of natgw's root HTB qdisc on both interfaces
@@ -393,17 +394,20 @@ func Set(ctx context.Context, cfg nat.Config, eips []EIP) error {
 	if err := ValidateAll(eips); err != nil {
 		return err
 	}
-	return withKernel(ctx, cfg, func(k *kernel) error {
-		cur, there, err := k.readMaps()
-		if err != nil {
-			return err
-		}
-		want, err := assign(cur, eips)
-		if err != nil {
-			return err
-		}
-		return k.apply(cur, there, want)
-	})
+	return withKernel(ctx, cfg, func(k *kernel) error { return k.set(eips) })
+}
+
+// set is Set over k.
+func (k *kernel) set(eips []EIP) error {
+	cur, there, err := k.readMaps()
+	if err != nil {
+		return err
+	}
+	want, err := assign(cur, eips)
+	if err != nil {
+		return err
+	}
+	return k.apply(cur, there, want)
 }
 
 // Get returns the EIPs natgw shapes, sorted by address, as recorded in its
@@ -415,19 +419,21 @@ func Set(ctx context.Context, cfg nat.Config, eips []EIP) error {
 func Get(ctx context.Context, cfg nat.Config) ([]EIP, error) {
 	cfg = cfg.WithDefaults()
 	var out []EIP
-	err := withKernel(ctx, cfg, func(k *kernel) error {
-		cur, _, err := k.readMaps()
-		if err != nil {
-			return err
-		}
-		held, err := k.heldClasses(cur)
-		if err != nil {
-			return err
-		}
-		out = toEIPs(held)
-		return nil
-	})
+	err := withKernel(ctx, cfg, func(k *kernel) (err error) { out, err = k.get(); return err })
 	return out, err
+}
+
+// get is Get over k.
+func (k *kernel) get() ([]EIP, error) {
+	cur, _, err := k.readMaps()
+	if err != nil {
+		return nil, err
+	}
+	held, err := k.heldClasses(cur)
+	if err != nil {
+		return nil, err
+	}
+	return toEIPs(held), nil
 }
 
 // heldClasses returns the classes of cs that the kernel holds with their
@@ -487,6 +493,10 @@ type kernel struct {
 	conn nftconn.Conn
 }
 
+// withKernel runs fn over a kernel dialed for the call (Set, Get and the
+// other package functions: one call of a short-lived process). A
+// Dataplane keeps one for its life instead (lastingKernel).
+
 func withKernel(ctx context.Context, cfg nat.Config, fn func(k *kernel) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("shape: %w", err)
@@ -512,6 +522,61 @@ func withKernel(ctx context.Context, cfg nat.Config, fn func(k *kernel) error) e
 	}
 	defer h.Close()
 	return fn(&kernel{cfg: cfg, h: h, ctx: ctx, conn: conn})
+}
+
+// lastingKernel is a kernel a Dataplane keeps for its life: the
+// namespace open, a route netlink handle (tc) and an nftables socket
+// (nftconn.Lasting) that are not closed between calls.
+type lastingKernel struct {
+	kernel
+	ns      *netns.NS // nil: the calling thread's namespace
+	lasting *nftconn.Lasting
+}
+
+// Buffers of a lastingKernel's nftables socket: natgw_shape's maps hold
+// one element per shaped EIP and direction (at most 2^15 classes per
+// device: ~4 MiB of batch).
+const (
+	lastingSendBuf = 16 << 20
+	lastingRecvBuf = 4 << 20
+)
+
+// dialKernel opens a lastingKernel in cfg's namespace.
+func dialKernel(cfg nat.Config) (_ *lastingKernel, err error) {
+	lk := &lastingKernel{kernel: kernel{cfg: cfg}}
+	defer func() {
+		if err != nil {
+			lk.close()
+		}
+	}()
+	if cfg.NetNS != "" {
+		if lk.ns, err = netns.Open(cfg.NetNS); err != nil {
+			return nil, fmt.Errorf("shape: %w", err)
+		}
+		if lk.h, err = netlink.NewHandleAt(vnetns.NsHandle(lk.ns.Fd()), unix.NETLINK_ROUTE); err != nil {
+			return nil, fmt.Errorf("shape: netlink in %s: %w", cfg.NetNS, err)
+		}
+	} else if lk.h, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
+		return nil, fmt.Errorf("shape: netlink: %w", err)
+	}
+	if lk.lasting, err = nftconn.DialLasting(lk.ns, cfg.NetNS, nlsock.DefaultTimeout, lastingSendBuf, lastingRecvBuf); err != nil {
+		return nil, fmt.Errorf("shape: %w", err)
+	}
+	lk.conn = lk.lasting
+	return lk, nil
+}
+
+// close closes what dialKernel opened (kernel state stays).
+func (lk *lastingKernel) close() {
+	if lk.lasting != nil {
+		_ = lk.lasting.Close()
+	}
+	if lk.h != nil {
+		lk.h.Close()
+	}
+	if lk.ns != nil {
+		_ = lk.ns.Close()
+	}
 }
 
 // table is natgw's shaping table, family inet: one chain classifies both

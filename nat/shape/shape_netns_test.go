@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
+	"github.com/natgw/natgw/nat/nftables"
 )
 
 // TestShapeTCP shapes the lab's EIP at 10 Mbit/s both ways and checks with
@@ -388,6 +390,95 @@ func TestDriftRestoresClass(t *testing.T) {
 		}
 		if objs, err := dp.List(ctx); err != nil || fmt.Sprint(objs) != fmt.Sprint(desired) {
 			t.Fatalf("%s: after Sync a fresh List = %v, %v; want %v", drift.name, objs, err, desired)
+		}
+	}
+}
+
+// TestWrapKeepsItsKernel: a Dataplane dials its sockets once and keeps
+// them across Syncs and Applies (closing an nftables socket after a
+// transaction that freed objects waits for an RCU grace period: see
+// Dataplane.withKernel), drops them after a failed kernel call so the
+// next one dials again, and Close closes every one it opened.
+func TestWrapKeepsItsKernel(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	lab := netlab.ForTest(t)
+	gw, err := lab.Gateway(netlab.GatewayOptions{VMs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := gw.Config()
+	inner, err := nftables.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fds := func() map[string]bool {
+		t.Helper()
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]bool{}
+		for _, e := range ents {
+			m[e.Name()] = true
+		}
+		return m
+	}
+	before := fds()
+	dp := Wrap(inner, cfg)
+	q := &nat.QoS{IngressRateMbps: 10, EgressRateMbps: 20}
+	objs := []nat.Object{{UID: "eip-0", Kind: nat.KindEIP, EIP: &nat.EIP{Address: netlab.EIP(0), PrefixLen: 24, QoS: q}}}
+	round := func(i int) {
+		t.Helper()
+		if err := dp.Sync(ctx, objs); err != nil {
+			t.Fatal(err)
+		}
+		fip := nat.Object{UID: fmt.Sprintf("fip-%d", i), Kind: nat.KindFIP, FIP: &nat.FIP{EIP: netlab.EIP(0), InternalIP: gw.VMs[0].Addr}}
+		if err := dp.Apply(ctx, fip); err != nil {
+			t.Fatal(err)
+		}
+		if err := dp.Delete(ctx, fip.UID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	round(0) // the inner data plane opens what it opens on first use too
+	k := dp.k
+	if k == nil {
+		t.Fatal("no kernel kept after a Sync")
+	}
+	opened := fds()
+	for i := range 5 {
+		round(i + 1)
+	}
+	if dp.k != k {
+		t.Error("the kernel was dialed again between calls that succeeded")
+	}
+	if now := fds(); len(now) != len(opened) {
+		t.Errorf("%d open files after five more rounds, %d after the first: sockets dialed per call", len(now), len(opened))
+	}
+	// A failed kernel call drops the kernel; the next call dials again.
+	dp.mu.Lock()
+	err = dp.withKernel(ctx, func(*kernel) error { return errors.New("injected") })
+	dropped := dp.k == nil
+	dp.mu.Unlock()
+	if err == nil || !dropped {
+		t.Errorf("after a failed kernel call: error %v, kernel dropped %v", err, dropped)
+	}
+	if err := dp.Sync(ctx, objs); err != nil {
+		t.Fatal(err)
+	}
+	if dp.k == nil || dp.k == k {
+		t.Error("the Sync after the failure did not dial a new kernel")
+	}
+	if err := dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if dp.k != nil {
+		t.Error("Close kept the kernel")
+	}
+	for fd := range fds() {
+		if !before[fd] {
+			t.Errorf("fd %s opened by the Dataplane is still open after Close", fd)
 		}
 	}
 }
