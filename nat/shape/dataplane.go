@@ -73,8 +73,9 @@ func (d *Dataplane) Close() error {
 // waits (the kernel's NETLINK_URELEASE handler) for the deferred
 // destruction of the namespace's last transaction that freed objects, an
 // RCU grace period: 5–16 ms each on this project's VMs, several per Sync
-// (session 37, strace -f -T of natgw serve in scenario 2: the bulk load of
-// 1k FIPs through serve 3.8 ms with --eip-qos=police, 8–14 ms with shape).
+// (strace -f -T of natgw serve in scenario 2; bench/results/lean-ab: the
+// bulk load of 1k FIPs through serve 3.8 ms with --eip-qos=police, 8–12 ms
+// with shape before the kernel was kept).
 // After an error the kernel is dropped and the next call dials again.
 // Called with d.mu held.
 func (d *Dataplane) withKernel(ctx context.Context, fn func(k *kernel) error) error {

@@ -111,7 +111,7 @@ func TestNoHeavyDeps(t *testing.T) {
 // imagebuild.OmitHATag) must not link: only `natgw ha` talks to the API
 // server and serves metrics. Leaving them out made natgw 6.7 MB instead of
 // 19.5 MB (stripped) and `natgw version` 5.6 MB of RSS with ~390 page
-// faults instead of 14 MB and ~790 (session 37, /usr/bin/time -f %M %R).
+// faults instead of 14 MB and ~790 (gwimage/README, "Image").
 var haOnlyDeps = []string{"k8s.io/", "github.com/prometheus/", "google.golang.org/protobuf/"}
 
 // TestLeanDeps: the image's natgw links nothing of haOnlyDeps, and

@@ -19,8 +19,8 @@ import (
 // Prometheus for the replica's metrics). Every pod execs natgw, often once
 // per rule (nat-gateway.sh through Kube-OVN's controller) or once per
 // session (natgw serve); a replica runs once per pod. Leaving these out of
-// natgw halves its size and what each exec maps and starts (bench/README,
-// the lean-agent bullet).
+// natgw halves its size and what each exec maps and starts (gwimage/README,
+// "Image"; bench/results/lean-ab, s6gw-1000x20-lean).
 const HABinary = "natgw-ha"
 
 // cmdHA is `natgw ha` in a natgw built without it: it execs HABinary from
