@@ -21,6 +21,10 @@ import (
 // session (natgw serve); a replica runs once per pod. Leaving these out of
 // natgw halves its size and what each exec maps and starts (gwimage/README,
 // "Image"; bench/results/lean-ab, s6gw-1000x20-lean).
+//
+// imagebuild.HABinary names the same file in the image (this binary cannot
+// import the image builder); imagebuild.TestImage runs `natgw ha` in the
+// image's layout, so the two cannot drift apart unnoticed.
 const HABinary = "natgw-ha"
 
 // cmdHA is `natgw ha` in a natgw built without it: it execs HABinary from
