@@ -412,7 +412,9 @@ func TestWrapKeepsItsKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fds := func() map[string]bool {
+	// What each open fd is ("socket:[inode]", a path): fd numbers are
+	// reused, and other tests' goroutines may open and close files.
+	targets := func() map[string]bool {
 		t.Helper()
 		ents, err := os.ReadDir("/proc/self/fd")
 		if err != nil {
@@ -420,11 +422,13 @@ func TestWrapKeepsItsKernel(t *testing.T) {
 		}
 		m := map[string]bool{}
 		for _, e := range ents {
-			m[e.Name()] = true
+			if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil {
+				m[l] = true
+			}
 		}
 		return m
 	}
-	before := fds()
+	before := targets()
 	dp := Wrap(inner, cfg)
 	q := &nat.QoS{IngressRateMbps: 10, EgressRateMbps: 20}
 	objs := []nat.Object{{UID: "eip-0", Kind: nat.KindEIP, EIP: &nat.EIP{Address: netlab.EIP(0), PrefixLen: 24, QoS: q}}}
@@ -446,15 +450,26 @@ func TestWrapKeepsItsKernel(t *testing.T) {
 	if k == nil {
 		t.Fatal("no kernel kept after a Sync")
 	}
-	opened := fds()
+	var opened []string // the sockets and files the first round left open
+	for l := range targets() {
+		if !before[l] {
+			opened = append(opened, l)
+		}
+	}
+	if len(opened) == 0 {
+		t.Fatal("the first round left nothing open: no kernel kept?")
+	}
 	for i := range 5 {
 		round(i + 1)
 	}
 	if dp.k != k {
 		t.Error("the kernel was dialed again between calls that succeeded")
 	}
-	if now := fds(); len(now) != len(opened) {
-		t.Errorf("%d open files after five more rounds, %d after the first: sockets dialed per call", len(now), len(opened))
+	now := targets()
+	for _, l := range opened {
+		if !now[l] {
+			t.Errorf("%s, open after the first round, was closed by later rounds: dialed per call", l)
+		}
 	}
 	// A failed kernel call drops the kernel; the next call dials again.
 	dp.mu.Lock()
@@ -476,9 +491,10 @@ func TestWrapKeepsItsKernel(t *testing.T) {
 	if dp.k != nil {
 		t.Error("Close kept the kernel")
 	}
-	for fd := range fds() {
-		if !before[fd] {
-			t.Errorf("fd %s opened by the Dataplane is still open after Close", fd)
+	after := targets()
+	for _, l := range opened {
+		if after[l] {
+			t.Errorf("%s, opened by the Dataplane, is still open after Close", l)
 		}
 	}
 }
