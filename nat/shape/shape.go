@@ -496,7 +496,6 @@ type kernel struct {
 // withKernel runs fn over a kernel dialed for the call (Set, Get and the
 // other package functions: one call of a short-lived process). A
 // Dataplane keeps one for its life instead (lastingKernel).
-
 func withKernel(ctx context.Context, cfg nat.Config, fn func(k *kernel) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("shape: %w", err)
