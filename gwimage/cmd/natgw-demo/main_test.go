@@ -10,10 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/natgw/natgw/gwimage/imagebuild"
 	"github.com/natgw/natgw/internal/netlab"
 )
 
-// build compiles natgw and the demo into a temp dir.
+// build compiles natgw as `make demo` and the image build it (without
+// `natgw ha`: imagebuild.OmitHATag, which the demo never runs) and the demo
+// into a temp dir.
 func build(t *testing.T) (natgw, demo string) {
 	t.Helper()
 	if reason := netlab.Unavailable(); reason != "" {
@@ -21,8 +24,8 @@ func build(t *testing.T) (natgw, demo string) {
 	}
 	dir := t.TempDir()
 	natgw, demo = filepath.Join(dir, "natgw"), filepath.Join(dir, "natgw-demo")
-	for _, b := range []struct{ out, pkg string }{{natgw, "../natgw"}, {demo, "."}} {
-		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
+	for _, b := range []struct{ out, pkg, tags string }{{natgw, "../natgw", imagebuild.OmitHATag}, {demo, ".", ""}} {
+		cmd := exec.Command("go", "build", "-tags", b.tags, "-o", b.out, b.pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("build %s: %v\n%s", b.pkg, err, out)
