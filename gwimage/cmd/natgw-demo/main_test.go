@@ -14,9 +14,9 @@ import (
 	"github.com/natgw/natgw/internal/netlab"
 )
 
-// build compiles natgw as `make demo` and the image build it (without
-// `natgw ha`: imagebuild.OmitHATag, which the demo never runs) and the demo
-// into a temp dir.
+// build compiles natgw and the demo into a temp dir. natgw is built as
+// `make demo` and the image build it: with imagebuild.OmitHATag (no
+// `natgw ha`, which the demo never runs).
 func build(t *testing.T) (natgw, demo string) {
 	t.Helper()
 	if reason := netlab.Unavailable(); reason != "" {
