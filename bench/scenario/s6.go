@@ -257,6 +257,12 @@ type s6Cold struct {
 	rss, hwm              float64
 	kernelOK, kernelTotal int // gateways whose kernel state held exactly their objects
 	kernelObjects         int // UIDs found in all gateways' kernel state
+	// The CPU profile from the first answer of the new process's endpoint
+	// until every gateway synced: its top by flat and by cumulative time,
+	// or why there is none.
+	cpuProfile      string
+	cpuFlat, cpuCum []s6HeapTop
+	cpuTopError     string
 }
 
 // s6PhasePeak is the controller's largest sampled VmRSS in one phase.
@@ -509,12 +515,13 @@ func (rg *s6Rig) baseAndLoad(ctx context.Context, ready func()) (eips, rules []s
 	return eips, rules, nil
 }
 
-// coldStart restarts the controller (s6ColdStart) and then checks every
+// coldStart restarts the controller (s6ColdStart: its heap profile saved as
+// heapName, its CPU profile until every gateway synced as cpuName) and then checks every
 // gateway's kernel state against objs (the load's EIPs and rules).
-func (rg *s6Rig) coldStart(ctx context.Context, heapName string, objs ...[]s6Obj) error {
+func (rg *s6Rig) coldStart(ctx context.Context, heapName, cpuName string, objs ...[]s6Obj) error {
 	r := rg.r
 	var err error
-	if r.cold, err = s6ColdStart(ctx, rg.e, rg.cp, rg.ctl, rg.tr, r.plan, r.counts, rg.phase, heapName); err != nil {
+	if r.cold, err = s6ColdStart(ctx, rg.e, rg.cp, rg.ctl, rg.tr, r.plan, r.counts, rg.phase, heapName, cpuName); err != nil {
 		return err
 	}
 	kernel := func(g int) (framework.Kernel, error) { return rg.kernel(ctx, g) }
@@ -648,7 +655,7 @@ func s6Run(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netlab
 	e.Progress.Printf("one FIP at a time, create→Ready p50 %s p99 %s with ~0 objects, p50 %s p99 %s with %s in place",
 		report.Seconds(r.base.ready.Median), report.Seconds(r.base.ready.P99), report.Seconds(r.loaded.ready.Median),
 		report.Seconds(r.loaded.ready.P99), report.SizeLabel(len(eips)+len(rules)))
-	return rg.coldStart(ctx, "s6-heap-cold.pb.gz", eips, rules)
+	return rg.coldStart(ctx, "s6-heap-cold.pb.gz", "s6-cpu-cold.pb.gz", eips, rules)
 }
 
 // s6ConnectStall is how long s6WaitConnected waits for one more gateway
@@ -900,7 +907,7 @@ func s6RunLoad(ctx context.Context, e *Env, cp *controlPlane, c client.Client, c
 // holds its desired set: synced, or found holding it) and until its queues
 // are drained, and the
 // API writes the restart made.
-func s6ColdStart(ctx context.Context, e *Env, cp *controlPlane, ctl *ctlProcess, tr *readyTracker, plan s6Plan, counts map[string]int, phase func(string), heapName string) (*s6Cold, error) {
+func s6ColdStart(ctx context.Context, e *Env, cp *controlPlane, ctl *ctlProcess, tr *readyTracker, plan s6Plan, counts map[string]int, phase func(string), heapName, cpuName string) (*s6Cold, error) {
 	cs := &s6Cold{}
 	_, lost0 := tr.counts()
 	w0, err := s6APIWrites(ctx, cp)
@@ -918,6 +925,17 @@ func s6ColdStart(ctx context.Context, e *Env, cp *controlPlane, ctl *ctlProcess,
 		return nil, err
 	}
 	exec := ctl.started
+	// The CPU profile runs from the new process's first answer on its
+	// endpoint until every gateway synced; a failure to record it is
+	// reported, not fatal.
+	var cpu *s6CPURecorder
+	if e.OutDir != "" {
+		if cpu, err = s6RecordCPU(ctx, ctl); err != nil {
+			cs.cpuTopError = err.Error()
+		} else {
+			defer cpu.discard()
+		}
+	}
 	synced := map[string]time.Time{}
 	shown := -1
 	_, err = framework.Wait(ctx, 10*time.Minute, func() error {
@@ -967,6 +985,9 @@ func s6ColdStart(ctx context.Context, e *Env, cp *controlPlane, ctl *ctlProcess,
 		cs.synced = max(cs.synced, d)
 	}
 	phase("cold start: exec until every gateway synced")
+	if cpu != nil {
+		cpu.stop()
+	}
 	e.Progress.Step(0, 0, "cold start: waiting for the queues to drain")
 	minRec := map[string]int{"gw": plan.Gateways}
 	for k, n := range counts {
@@ -980,6 +1001,9 @@ func s6ColdStart(ctx context.Context, e *Env, cp *controlPlane, ctl *ctlProcess,
 	cs.drained = at.Sub(exec)
 	phase("cold start: until the queues drained")
 	s6SaveHeap(ctx, e, ctl, heapName)
+	if cpu != nil {
+		s6SaveCPU(ctx, e, cs, cpu, cpuName)
+	}
 	if cs.ctlCPU, err = procfs.CPUTime(ctl.pid()); err != nil {
 		return nil, err
 	}
@@ -1257,6 +1281,35 @@ func s6Metrics(e *Env, r *s6Result) {
 	}
 }
 
+// s6SaveCPU merges the cold start's CPU profile into the output directory
+// as name and reads its tops into cs.
+func s6SaveCPU(ctx context.Context, e *Env, cs *s6Cold, cpu *s6CPURecorder, name string) {
+	path := filepath.Join(e.OutDir, name)
+	if err := cpu.finish(ctx, path); err != nil {
+		cs.cpuTopError = err.Error()
+		e.Progress.Printf("CPU profile %s: %v", name, err)
+		if _, serr := os.Stat(path); serr != nil {
+			return
+		}
+	}
+	e.Progress.Printf("CPU profile of natgw-controller's cold start: %s", path)
+	cs.cpuProfile = name
+	var errs []string
+	for _, v := range []struct {
+		into *[]s6HeapTop
+		args []string
+	}{{&cs.cpuFlat, []string{"-sample_index=cpu"}}, {&cs.cpuCum, []string{"-sample_index=cpu", "-cum"}}} {
+		tops, msg := s6ProfileTops(ctx, e, s6CPUTopLines, v.args, name)
+		*v.into = tops
+		if msg != "" {
+			errs = append(errs, msg)
+		}
+	}
+	if len(errs) > 0 {
+		cs.cpuTopError = strings.Join(append([]string{cs.cpuTopError}, errs...), "; ")
+	}
+}
+
 // s6SaveHeap writes the controller's heap profile into the output
 // directory (`go tool pprof -top -sample_index=inuse_space FILE`); a failure
 // is reported as progress, not as the scenario's failure.
@@ -1351,6 +1404,20 @@ func s6ReportCommon(sec *report.Section, r *s6Result, runErr error) {
 				strconv.Itoa(c.lostReady), cpuCell(c.ctlCPU, c.drained),
 				fmt.Sprintf("%d of %d (%s)", c.kernelOK, c.kernelTotal, report.Count(float64(c.kernelObjects))),
 			}}})
+		for _, v := range []struct {
+			by   string
+			tops []s6HeapTop
+		}{{"flat", c.cpuFlat}, {"cumulative", c.cpuCum}} {
+			for _, h := range v.tops {
+				sec.Tables = append(sec.Tables, report.Table{Caption: fmt.Sprintf("**natgw-controller CPU profile of the cold start** `%s` "+
+					"(from the new process's first answer on its profile endpoint until every gateway synced, %s windows merged; `go tool pprof -top`, by %s time, first %d lines)",
+					h.profile, report.Seconds(s6CPUWindow.Seconds()), v.by, s6CPUTopLines),
+					Header: []string{"flat", "flat%", "sum%", "cum", "cum%", "function"}, Rows: h.rows})
+			}
+		}
+		if c.cpuTopError != "" {
+			sec.Notes = append(sec.Notes, "Cold start CPU profile: "+c.cpuTopError)
+		}
 	}
 }
 

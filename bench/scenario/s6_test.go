@@ -3,6 +3,8 @@ package scenario
 import (
 	"context"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -72,9 +74,21 @@ func TestS6Tiny(t *testing.T) {
 	}
 
 	sec := e.Report.Section("s6", "")
-	if sec.NotRun != "" || len(sec.Tables) != 6 {
-		t.Fatalf("not run %q, %d tables, want 6 (objects, load, memory, memory by phase, cold start, paced); notes %v", sec.NotRun, len(sec.Tables), sec.Notes)
+	if sec.NotRun != "" || len(sec.Tables) != 8 {
+		t.Fatalf("not run %q, %d tables, want 8 (objects, load, memory, memory by phase, cold start, its CPU profile by flat and by cumulative time, paced); notes %v", sec.NotRun, len(sec.Tables), sec.Notes)
 	}
+	// The cold start's CPU profile: saved, and its tops read (a row is a
+	// function with samples).
+	if _, err := os.Stat(filepath.Join(e.OutDir, c.cpuProfile)); c.cpuProfile == "" || err != nil || c.cpuTopError != "" {
+		t.Errorf("cold start CPU profile %q (%v): %s", c.cpuProfile, err, c.cpuTopError)
+	}
+	for i, by := range []string{"flat", "cumulative"} {
+		tb := sec.Tables[5+i]
+		if !strings.Contains(tb.Caption, "CPU profile of the cold start") || !strings.Contains(tb.Caption, "by "+by) || len(tb.Rows) == 0 {
+			t.Errorf("table %d: %q with %d rows, want the cold start CPU profile by %s time", 5+i, tb.Caption, len(tb.Rows), by)
+		}
+	}
+
 	if len(r.peaks) != 8 || len(sec.Tables[3].Rows) != 8 {
 		t.Errorf("%d phases with a sampled peak, want 8: %+v", len(r.peaks), r.peaks)
 	}

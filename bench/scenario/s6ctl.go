@@ -317,19 +317,26 @@ func (p *ctlProcess) metrics(ctx context.Context) (promSamples, error) {
 // --pprof endpoint) to path, after a forced GC (debug/pprof/heap?gc=1), so
 // `go tool pprof -top path` names what holds the memory at that point.
 func (p *ctlProcess) heapProfile(ctx context.Context, path string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	return p.profile(ctx, "heap?gc=1", path, 30*time.Second)
+}
+
+// profile saves one of the controller's runtime profiles from its --pprof
+// endpoint (query: the part of the URL after /debug/pprof/) to path.
+func (p *ctlProcess) profile(ctx context.Context, query, path string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metricsAddr+"/debug/pprof/heap?gc=1", nil)
+	what := "natgw-controller profile " + query
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metricsAddr+"/debug/pprof/"+query, nil)
 	if err != nil {
 		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("natgw-controller heap profile: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("natgw-controller heap profile: %s", resp.Status)
+		return fmt.Errorf("%s: %s", what, resp.Status)
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -337,7 +344,7 @@ func (p *ctlProcess) heapProfile(ctx context.Context, path string) error {
 	}
 	if _, err := io.Copy(f, resp.Body); err != nil {
 		f.Close()
-		return fmt.Errorf("natgw-controller heap profile: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return f.Close()
 }

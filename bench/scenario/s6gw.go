@@ -248,7 +248,7 @@ func s6GWRun(ctx context.Context, e *Env, r *s6Result, cp *controlPlane, l *netl
 		report.Seconds(x.idle.ready.Median), report.Seconds(x.idle.ready.P99), report.Seconds(x.churn.ready.Median), report.Seconds(x.churn.ready.P99))
 
 	coldHeap := "s6gw-heap-cold.pb.gz"
-	if err := rg.coldStart(ctx, coldHeap, eips, rules); err != nil {
+	if err := rg.coldStart(ctx, coldHeap, "s6gw-cpu-cold.pb.gz", eips, rules); err != nil {
 		return err
 	}
 	agents(&x.agentsCold)
