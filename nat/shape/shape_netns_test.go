@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/nat"
@@ -459,11 +462,34 @@ func TestWrapKeepsItsKernel(t *testing.T) {
 	if len(opened) == 0 {
 		t.Fatal("the first round left nothing open: no kernel kept?")
 	}
+	// The namespaces of the sockets the first round left open, the host's
+	// left out (other tests' sockets live there): a socket opened in them
+	// and left open by a later call beside the kept ones is a leak, which
+	// the fd targets above cannot tell from other tests' files.
+	host, err := hostNetnsCookie()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsOf := map[uint64]bool{}
+	mine := 0 // of opened, the sockets in those namespaces
+	for _, l := range opened {
+		if c, ok := netnsCookie(l); ok && c != host {
+			nsOf[c] = true
+			mine++
+		}
+	}
+	if mine == 0 {
+		t.Fatalf("none of %v is a socket in the gateway's namespace", opened)
+	}
+	kept := socketsIn(nsOf)
 	for i := range 5 {
 		round(i + 1)
 	}
 	if dp.k != k {
 		t.Error("the kernel was dialed again between calls that succeeded")
+	}
+	if n := socketsIn(nsOf); n != kept {
+		t.Errorf("%d sockets in the gateway's namespace after five more rounds, %d after the first: a socket left open per call", n, kept)
 	}
 	now := targets()
 	for _, l := range opened {
@@ -497,4 +523,65 @@ func TestWrapKeepsItsKernel(t *testing.T) {
 			t.Errorf("%s, opened by the Dataplane, is still open after Close", l)
 		}
 	}
+	// Close closes the inner data plane too: nothing of this process is
+	// left in the gateway's namespace.
+	if n := socketsIn(nsOf); n != 0 {
+		t.Errorf("%d sockets in the gateway's namespace after Close, want 0", n)
+	}
+}
+
+// soNetnsCookie is SO_NETNS_COOKIE (Linux 5.14), which golang.org/x/sys
+// does not name: the cookie of the network namespace a socket is in.
+const soNetnsCookie = 71
+
+// netnsCookie returns the namespace cookie of the socket the fd link
+// target l names ("socket:[inode]"), looked up among this process's fds.
+func netnsCookie(l string) (uint64, bool) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 0, false
+	}
+	for _, e := range ents {
+		if t, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && t == l {
+			if fd, err := strconv.Atoi(e.Name()); err == nil {
+				c, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, soNetnsCookie)
+				return c, err == nil
+			}
+		}
+	}
+	return 0, false
+}
+
+// hostNetnsCookie is the namespace cookie of a socket opened by this
+// goroutine's thread (the test process's namespace).
+func hostNetnsCookie() (uint64, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	return unix.GetsockoptUint64(fd, unix.SOL_SOCKET, soNetnsCookie)
+}
+
+// socketsIn counts this process's open sockets in the namespaces whose
+// cookies are in ns.
+func socketsIn(ns map[uint64]bool) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || !strings.HasPrefix(l, "socket:") {
+			continue
+		}
+		if c, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, soNetnsCookie); err == nil && ns[c] {
+			n++
+		}
+	}
+	return n
 }
