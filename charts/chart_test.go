@@ -15,12 +15,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/natgw/natgw/controller/reconciler"
 	"github.com/natgw/natgw/gwimage/images"
 	"github.com/natgw/natgw/gwimage/version"
 	"github.com/natgw/natgw/internal/cluster"
@@ -386,7 +388,7 @@ func TestTemplateValues(t *testing.T) {
 		image    string
 		err      string
 	}{
-		{name: "defaults", args: []string{"--dataplane=nftables", "--transport=exec", "--natgw-binary=/natgw", "--workers=4", "--leader-elect"}, notArgs: []string{"--mode", "--provision-gateways", "--ha-gateways", "--webhook-port", "--network-source", "--pod-namespace"}, replicas: 2, image: "docker.io/natgw/natgw-controller:" + version.Release()},
+		{name: "defaults", args: []string{"--dataplane=nftables", "--transport=exec", "--natgw-binary=/natgw", "--workers=" + strconv.Itoa(reconciler.DefaultWorkers), "--leader-elect"}, notArgs: []string{"--mode", "--provision-gateways", "--ha-gateways", "--webhook-port", "--network-source", "--pod-namespace"}, replicas: 2, image: "docker.io/natgw/natgw-controller:" + version.Release()},
 		{name: "iptables, 3 replicas, workers", set: []string{"dataplane=iptables", "replicas=3", "workers=8"}, args: []string{"--dataplane=iptables", "--workers=8"}, replicas: 3},
 		{name: "companion", set: []string{"mode=companion", "admissionPolicy.enabled=false"}, args: []string{"--mode=companion"}, replicas: 2},
 		{name: "provisioning", set: []string{"provisioning.enabled=true", "provisioning.gatewayImage=docker.io/natgw/natgw:0.1.0", "networkSource=kube-ovn", "podNamespace=gw"}, args: []string{"--provision-gateways", "--gateway-image=docker.io/natgw/natgw:0.1.0", "--service-cluster-ip-range=10.96.0.0/12", "--network-source=kube-ovn", "--pod-namespace=gw"}, replicas: 2},

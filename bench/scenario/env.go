@@ -12,6 +12,7 @@ import (
 
 	"github.com/natgw/natgw/bench/progress"
 	"github.com/natgw/natgw/bench/report"
+	"github.com/natgw/natgw/controller/reconciler"
 	"github.com/natgw/natgw/internal/netlab"
 )
 
@@ -89,7 +90,7 @@ type Plan struct {
 	// S3Burst FIPs (each on its own EIP) are created at once by
 	// S3Creators parallel clients, then deleted at once; S3Paced FIPs are
 	// created and deleted one at a time, each waited for. S3Workers is
-	// the controller's --workers.
+	// the controller's --workers (its default).
 	S3Burst, S3Paced, S3Creators, S3Workers int
 	// S3StartTogether starts every data plane's kube-apiserver + etcd at
 	// once before the first run, instead of each just before its run.
@@ -106,7 +107,7 @@ func FullPlan() Plan {
 		S2OneByOne: 1000, S2ScriptOneByOne: 100, S2SyncSizes: []int{1000, 10000, 100000}, S2ResyncSizes: []int{10000, 100000},
 		S2StartupSize: 100000, S2Reps: 3,
 		S5Sizes: []int{0, 10000, 100000}, S5BenchTime: map[string]string{"nftables": "300x", "iptables": "5x"},
-		S3Burst: 1000, S3Paced: 100, S3Creators: 16, S3Workers: 4,
+		S3Burst: 1000, S3Paced: 100, S3Creators: 16, S3Workers: reconciler.DefaultWorkers,
 	}
 }
 
@@ -126,7 +127,7 @@ func QuickPlan() Plan {
 		// about a second more.
 		S2StartupSize: 10000, S2Reps: 5,
 		S5Sizes: []int{0, 10000}, S5BenchTime: map[string]string{"nftables": "20x"},
-		S3Burst: 50, S3Paced: 20, S3Creators: 16, S3Workers: 4, S3StartTogether: true,
+		S3Burst: 50, S3Paced: 20, S3Creators: 16, S3Workers: reconciler.DefaultWorkers, S3StartTogether: true,
 	}
 }
 

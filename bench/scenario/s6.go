@@ -22,6 +22,7 @@ import (
 	"github.com/natgw/natgw/bench/stats"
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/gwconfig"
+	"github.com/natgw/natgw/controller/reconciler"
 	"github.com/natgw/natgw/e2e/framework"
 	"github.com/natgw/natgw/internal/apitest"
 	"github.com/natgw/natgw/internal/netlab"
@@ -41,7 +42,7 @@ type s6Plan struct {
 	Paced int
 	// Creators are the parallel API clients that create the objects.
 	Creators int
-	// Workers is the controller's --workers.
+	// Workers is the controller's --workers (its default).
 	Workers int
 }
 
@@ -56,7 +57,7 @@ const (
 )
 
 func s6PlanFor(quick bool) (s6Plan, error) {
-	p := s6Plan{Gateways: s6FullGateways, Rules: s6FullRules, Paced: 30, Creators: 16, Workers: 4}
+	p := s6Plan{Gateways: s6FullGateways, Rules: s6FullRules, Paced: 30, Creators: 16, Workers: reconciler.DefaultWorkers}
 	if quick {
 		p.Gateways, p.Rules = 10, 10000
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/natgw/natgw/bench/report"
 	"github.com/natgw/natgw/bench/stats"
 	v1 "github.com/natgw/natgw/controller/api/v1"
+	"github.com/natgw/natgw/controller/reconciler"
 	"github.com/natgw/natgw/e2e/framework"
 	"github.com/natgw/natgw/internal/netlab"
 	"github.com/natgw/natgw/internal/procfs"
@@ -97,7 +98,7 @@ func s6Ints(env, v, usage string, lo int, into []int) (int, error) {
 }
 
 func s6GWPlanFor(quick bool) (s6GWPlan, error) {
-	p := s6GWPlan{s6Plan: s6Plan{Gateways: s6GWFullGateways, Paced: 30, Creators: 16, Workers: 4}, ChurnPerS: s6GWChurnPerSecond}
+	p := s6GWPlan{s6Plan: s6Plan{Gateways: s6GWFullGateways, Paced: 30, Creators: 16, Workers: reconciler.DefaultWorkers}, ChurnPerS: s6GWChurnPerSecond}
 	perGW := s6GWRulesPerGW
 	if quick {
 		p.Gateways = s6GWQuickGateways

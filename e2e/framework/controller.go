@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/natgw/natgw/controller/gwconfig"
+	"github.com/natgw/natgw/controller/reconciler"
 	"github.com/natgw/natgw/internal/procfs"
 )
 
@@ -26,7 +27,7 @@ type ControllerOptions struct {
 	Dataplane string
 	// SweepPeriod and DriftPeriod are the controller's periods (default 2s).
 	SweepPeriod, DriftPeriod time.Duration
-	// Workers is --workers (default 4).
+	// Workers is --workers (natgw-controller's default: reconciler.DefaultWorkers).
 	Workers int
 	// Verbosity is -v (default: $E2E_CONTROLLER_V, else 0).
 	Verbosity int
@@ -62,7 +63,7 @@ func StartController(t testing.TB, bin Binaries, api *APIServer, gws []gwconfig.
 		o.DriftPeriod = 2 * time.Second
 	}
 	if o.Workers == 0 {
-		o.Workers = 4
+		o.Workers = reconciler.DefaultWorkers
 	}
 	if o.Verbosity == 0 {
 		o.Verbosity, _ = strconv.Atoi(os.Getenv("E2E_CONTROLLER_V"))

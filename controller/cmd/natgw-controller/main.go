@@ -92,7 +92,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	fs.DurationVar(&f.companionPeriod, "companion-period", companion.DefaultPeriod, "companion mode: period of the leak sweep over every gateway")
 	fs.DurationVar(&f.companionGrace, "companion-grace", companion.DefaultGrace, "companion mode: an unclaimed compat object is removed only once seen unclaimed and unchanged in two sweeps at least this far apart")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)")
-	fs.IntVar(&f.workers, "workers", 4, "parallel reconciles per kind (per-gateway ordering comes from the agent)")
+	fs.IntVar(&f.workers, "workers", reconciler.DefaultWorkers, "parallel reconciles per kind (per-gateway ordering comes from the agent)")
 	fs.IntVar(&f.syncParallel, "gateway-sync-parallel", gateway.DefaultSyncParallel(), "gateways that connect (open their agent session and sync their desired set) at once; the others wait their turn, as at a cold start where every gateway syncs")
 	fs.DurationVar(&f.sweepPeriod, "sweep-period", 5*time.Minute, "period of the orphan sweep on every gateway (also runs on each (re)connect); 0 disables the periodic sweep")
 	fs.DurationVar(&f.driftPeriod, "drift-period", 10*time.Minute, "period of the drift check (fresh list compared to the desired set, repaired with sync); 0 disables it")

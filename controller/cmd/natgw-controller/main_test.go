@@ -18,6 +18,7 @@ import (
 
 	v1 "github.com/natgw/natgw/controller/api/v1"
 	"github.com/natgw/natgw/controller/gateway"
+	"github.com/natgw/natgw/controller/reconciler"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -27,7 +28,7 @@ func TestParseFlags(t *testing.T) {
 		check   func(*flags) bool
 	}{
 		{nil, "", func(f *flags) bool {
-			return f.mode == modeReplace && f.transport == "exec" && f.dataplane == "nftables" && f.leaderElect && f.workers == 4 && f.removeUpstream && !f.ruleLabels && !f.provision && f.networkSource == networkConfig
+			return f.mode == modeReplace && f.transport == "exec" && f.dataplane == "nftables" && f.leaderElect && f.workers == reconciler.DefaultWorkers && f.removeUpstream && !f.ruleLabels && !f.provision && f.networkSource == networkConfig
 		}},
 		{[]string{"--mode=companion", "--companion-grace=45s", "--companion-period=10s"}, "", func(f *flags) bool {
 			return f.mode == modeCompanion && f.companionGrace == 45*time.Second && f.companionPeriod == 10*time.Second
