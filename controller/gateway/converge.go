@@ -149,6 +149,7 @@ func (g *Manager) converge(ctx context.Context, s transport.Session, dp nat.Data
 	setKnown := func() {
 		g.knownMu.Lock()
 		g.known = map[string]knownObj{}
+		before := g.held
 		g.held = make(map[string]struct{}, len(want))
 		for _, o := range want {
 			g.held[o.UID] = struct{}{}
@@ -156,6 +157,7 @@ func (g *Manager) converge(ctx context.Context, s transport.Session, dp nat.Data
 				g.known[o.UID] = newKnown(o)
 			}
 		}
+		g.holders.replace(g, before, g.held)
 		g.knownMu.Unlock()
 		g.updateGauge()
 	}

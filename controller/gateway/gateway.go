@@ -64,6 +64,9 @@ type Manager struct {
 	// ones included), plus every UID an Apply sent, minus those a Delete
 	// removed. A superset: an Apply that failed may have left nothing.
 	held map[string]struct{}
+	// holders is the Registry's index of every manager's held set
+	// (updated with held; nil outside a Registry).
+	holders *holderIndex
 
 	// qosMu guards qosSent and qosKnown: the gateway-wide QoS last sent
 	// to the agent, valid while qosKnown (false: unknown, the next
@@ -149,9 +152,14 @@ func (g *Manager) Apply(ctx context.Context, objs ...nat.Object) error {
 	err := g.call(ctx, "apply", string(objs[0].Kind), func(s transport.Session) error {
 		g.knownMu.Lock()
 		send := g.unheld(objs)
+		var added []string
 		for _, o := range send {
-			g.held[o.UID] = struct{}{}
+			if _, ok := g.held[o.UID]; !ok {
+				g.held[o.UID] = struct{}{}
+				added = append(added, o.UID)
+			}
 		}
+		g.holders.update(g, added, nil)
 		g.knownMu.Unlock()
 		if len(send) == 0 {
 			metrics.UnchangedApplies.WithLabelValues(g.cfg.Name).Add(float64(len(objs)))
@@ -228,9 +236,14 @@ func (g *Manager) Delete(ctx context.Context, kind nat.Kind, uids ...string) err
 		return err
 	}
 	g.knownMu.Lock()
+	var removed []string
 	for _, u := range uids {
-		delete(g.held, u)
+		if _, ok := g.held[u]; ok {
+			delete(g.held, u)
+			removed = append(removed, u)
+		}
 	}
+	g.holders.update(g, nil, removed)
 	g.knownMu.Unlock()
 	g.updateGauge()
 	return nil

@@ -134,6 +134,8 @@ type Registry struct {
 	slots chan struct{}
 	// recovery is nil without Options.Probe.
 	recovery *recovery
+	// holders indexes every manager's held set (Holders).
+	holders *holderIndex
 }
 
 // NewRegistry returns a Registry; call Start to run it.
@@ -164,7 +166,7 @@ func NewRegistry(opts Options) *Registry {
 	}
 	r := &Registry{
 		opts: opts, gateways: map[string]*Manager{}, started: make(chan struct{}),
-		slots: make(chan struct{}, opts.SyncParallel),
+		slots: make(chan struct{}, opts.SyncParallel), holders: newHolderIndex(),
 	}
 	if opts.Probe != nil {
 		r.recovery = newRecovery(opts.Probe, opts.ProbeInterval)
@@ -231,7 +233,7 @@ func (r *Registry) Get(name string) (*Manager, error) {
 		return g, nil
 	}
 	g := newManager(cfg, &r.opts)
-	g.slots, g.recovery = r.slots, r.recovery
+	g.slots, g.recovery, g.holders = r.slots, r.recovery, r.holders
 	r.gateways[name] = g
 	if r.ctx != nil {
 		r.run(g)
@@ -263,24 +265,36 @@ func (r *Registry) Kick(name string) {
 // exclusively), so the answer includes what they left on a gateway. A
 // gateway that has no session yet is not a holder: its next connect lists
 // its objects and deletes those whose Kubernetes object is confirmed gone.
+//
+// The answer is read from the Registry's index of every manager's held set
+// (holderIndex) after waiting for the gateways whose lock was taken
+// exclusively, or wanted, when this call passed them: the index then holds
+// what those left, and every other gateway's entries are as current as its
+// lock allowed. One lookup, so its cost does not grow with the gateways.
 func (r *Registry) Holders(uid string) []string {
 	r.mu.Lock()
-	gws := make([]*Manager, 0, len(r.gateways))
+	var busy []*Manager
 	for _, g := range r.gateways {
-		gws = append(gws, g)
-	}
-	r.mu.Unlock()
-	var out []string
-	for _, g := range gws {
-		g.mu.RLock()
-		g.knownMu.Lock()
-		_, ok := g.held[uid]
-		g.knownMu.Unlock()
-		g.mu.RUnlock()
-		if ok {
-			out = append(out, g.cfg.Name)
+		if g.mu.TryRLock() {
+			g.mu.RUnlock()
+		} else {
+			busy = append(busy, g)
 		}
 	}
+	r.mu.Unlock()
+	// Taking and releasing the lock waits for the sync in progress.
+	for _, g := range busy {
+		g.mu.RLock()
+		g.mu.RUnlock()
+	}
+	hs := r.holders.get(uid)
+	out := make([]string, 0, len(hs))
+	for _, g := range hs {
+		out = append(out, g.cfg.Name)
+	}
 	sort.Strings(out)
+	if len(out) == 0 {
+		return nil
+	}
 	return out
 }
