@@ -262,7 +262,7 @@ type s6Cold struct {
 	// until every gateway synced: its top by flat and by cumulative time,
 	// or why there is none.
 	cpuProfile      string
-	cpuFlat, cpuCum []s6HeapTop
+	cpuFlat, cpuCum []s6ProfileTop
 	cpuTopError     string
 }
 
@@ -1297,7 +1297,7 @@ func s6SaveCPU(ctx context.Context, e *Env, cs *s6Cold, cpu *s6CPURecorder, name
 	cs.cpuProfile = name
 	var errs []string
 	for _, v := range []struct {
-		into *[]s6HeapTop
+		into *[]s6ProfileTop
 		args []string
 	}{{&cs.cpuFlat, []string{"-sample_index=cpu"}}, {&cs.cpuCum, []string{"-sample_index=cpu", "-cum"}}} {
 		tops, msg := s6ProfileTops(ctx, e, s6CPUTopLines, v.args, name)
@@ -1407,7 +1407,7 @@ func s6ReportCommon(sec *report.Section, r *s6Result, runErr error) {
 			}}})
 		for _, v := range []struct {
 			by   string
-			tops []s6HeapTop
+			tops []s6ProfileTop
 		}{{"flat", c.cpuFlat}, {"cumulative", c.cpuCum}} {
 			for _, h := range v.tops {
 				sec.Tables = append(sec.Tables, report.Table{Caption: fmt.Sprintf("**natgw-controller CPU profile of the cold start** `%s` "+

@@ -153,7 +153,7 @@ type s6GW struct {
 	agentsIdle   *s6Agents // gateways connected, before the load
 	agentsReady  *s6Agents // every object Ready
 	agentsCold   *s6Agents // after the cold start
-	heapTop      []s6HeapTop
+	heapTop      []s6ProfileTop
 	heapTopError string
 }
 

@@ -12,8 +12,8 @@ import (
 	"time"
 )
 
-// s6HeapTop is the top of one saved profile of the controller.
-type s6HeapTop struct {
+// s6ProfileTop is the top of one saved profile (heap or CPU) of the controller.
+type s6ProfileTop struct {
 	profile string     // file name in the output directory
 	rows    [][]string // flat, flat%, sum%, cum, cum%, function
 }
@@ -29,17 +29,17 @@ const (
 // s6HeapTops reads the top of each saved heap profile (inuse_space, as
 // `go tool pprof -top` prints it); the error says why there is none (no
 // output directory, no go tool).
-func s6HeapTops(ctx context.Context, e *Env, names ...string) ([]s6HeapTop, string) {
+func s6HeapTops(ctx context.Context, e *Env, names ...string) ([]s6ProfileTop, string) {
 	return s6ProfileTops(ctx, e, s6HeapTopLines, []string{"-sample_index=inuse_space"}, names...)
 }
 
 // s6ProfileTops reads the top n functions of each saved profile as
 // `go tool pprof -top` prints them with args (the sample index, -cum).
-func s6ProfileTops(ctx context.Context, e *Env, n int, args []string, names ...string) ([]s6HeapTop, string) {
+func s6ProfileTops(ctx context.Context, e *Env, n int, args []string, names ...string) ([]s6ProfileTop, string) {
 	if e.OutDir == "" {
 		return nil, "no output directory: no profile saved"
 	}
-	var out []s6HeapTop
+	var out []s6ProfileTop
 	var errs []string
 	for _, name := range names {
 		path := filepath.Join(e.OutDir, name)
@@ -60,7 +60,7 @@ func s6ProfileTops(ctx context.Context, e *Env, n int, args []string, names ...s
 			errs = append(errs, fmt.Sprintf("go tool pprof %s: no rows in %q", name, lastLines(string(b), 3)))
 			continue
 		}
-		out = append(out, s6HeapTop{profile: name, rows: rows})
+		out = append(out, s6ProfileTop{profile: name, rows: rows})
 	}
 	return out, strings.Join(errs, "; ")
 }
