@@ -264,6 +264,10 @@ type s6Cold struct {
 	cpuProfile      string
 	cpuFlat, cpuCum []s6ProfileTop
 	cpuTopError     string
+	// cpu is where the machine's CPU went: exec → caches synced → every
+	// gateway synced → queues drained (the first reading after each was
+	// seen).
+	cpu []s6CPUSpan
 }
 
 // s6PhasePeak is the controller's largest sampled VmRSS in one phase.
@@ -922,10 +926,12 @@ func s6ColdStart(ctx context.Context, e *Env, cp *controlPlane, ctl *ctlProcess,
 	ctl.takePeak() // the old process's last samples: in the previous phase
 	offset := ctl.logSize()
 	e.Progress.Step(0, 0, "cold start: starting the controller with everything in place")
+	cpuExec := s6ReadCPU(cp, 0)
 	if err := ctl.start(); err != nil {
 		return nil, err
 	}
 	exec := ctl.started
+	var cpuWorkers s6CPUAt
 	// The CPU profile runs from the new process's first answer on its
 	// endpoint until every gateway synced; a failure to record it is
 	// reported, not fatal.
@@ -960,6 +966,9 @@ func s6ColdStart(ctx context.Context, e *Env, cp *controlPlane, ctl *ctlProcess,
 				}
 			}
 		}
+		if cs.workers != 0 && cpuWorkers.at.IsZero() {
+			cpuWorkers = s6ReadCPU(cp, ctl.pid())
+		}
 		if len(synced) != shown {
 			shown = len(synced)
 			e.Progress.Step(shown, plan.Gateways, "cold start: gateways synced")
@@ -978,6 +987,7 @@ func s6ColdStart(ctx context.Context, e *Env, cp *controlPlane, ctl *ctlProcess,
 	if err != nil {
 		return nil, fmt.Errorf("cold start: %w", err)
 	}
+	cpuSynced := s6ReadCPU(cp, ctl.pid())
 	for _, t := range synced {
 		d := t.Sub(exec)
 		if cs.firstSynced == 0 || d < cs.firstSynced {
@@ -1000,6 +1010,17 @@ func s6ColdStart(ctx context.Context, e *Env, cp *controlPlane, ctl *ctlProcess,
 		return nil, fmt.Errorf("cold start: %w", err)
 	}
 	cs.drained = at.Sub(exec)
+	cpuDrained := s6ReadCPU(cp, ctl.pid())
+	cs.cpu = []s6CPUSpan{
+		s6CPUBetween("exec → caches synced (first workers started)", cpuExec, cpuWorkers),
+		s6CPUBetween("caches synced → every gateway synced", cpuWorkers, cpuSynced),
+		s6CPUBetween("every gateway synced → queues drained", cpuSynced, cpuDrained),
+	}
+	if cs.synced <= cs.workers {
+		// Every gateway synced before the caches did (few objects): one
+		// window until both.
+		cs.cpu = []s6CPUSpan{s6CPUBetween("exec → caches and every gateway synced", cpuExec, cpuSynced), cs.cpu[2]}
+	}
 	phase("cold start: until the queues drained")
 	s6SaveHeap(ctx, e, ctl, heapName)
 	if cpu != nil {
@@ -1418,6 +1439,13 @@ func s6ReportCommon(sec *report.Section, r *s6Result, runErr error) {
 		}
 		if c.cpuTopError != "" {
 			sec.Notes = append(sec.Notes, "Cold start CPU profile: "+c.cpuTopError)
+		}
+		if len(c.cpu) > 0 {
+			t, notes := s6CPUTable(c.cpu)
+			if len(t.Rows) > 0 {
+				sec.Tables = append(sec.Tables, t)
+			}
+			sec.Notes = append(sec.Notes, notes...)
 		}
 	}
 }

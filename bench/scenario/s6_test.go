@@ -74,8 +74,8 @@ func TestS6Tiny(t *testing.T) {
 	}
 
 	sec := e.Report.Section("s6", "")
-	if sec.NotRun != "" || len(sec.Tables) != 8 {
-		t.Fatalf("not run %q, %d tables, want 8 (objects, load, memory, memory by phase, cold start, its CPU profile by flat and by cumulative time, paced); notes %v", sec.NotRun, len(sec.Tables), sec.Notes)
+	if sec.NotRun != "" || len(sec.Tables) != 9 {
+		t.Fatalf("not run %q, %d tables, want 9 (objects, load, memory, memory by phase, cold start, its CPU profile by flat and by cumulative time, its CPU by process, paced); notes %v", sec.NotRun, len(sec.Tables), sec.Notes)
 	}
 	// The cold start's CPU profile: saved, and its tops read (a row is a
 	// function with samples).
@@ -87,6 +87,27 @@ func TestS6Tiny(t *testing.T) {
 		if !strings.Contains(tb.Caption, "CPU profile of the cold start") || !strings.Contains(tb.Caption, "by "+by) || len(tb.Rows) == 0 {
 			t.Errorf("table %d: %q with %d rows, want the cold start CPU profile by %s time", 5+i, tb.Caption, len(tb.Rows), by)
 		}
+	}
+
+	// The cold start's CPU by process: every window read without error,
+	// the new controller and its 2 agents used some, and the machine was
+	// busy at least as long as the processes read (a tick of 10 ms per
+	// reading of each).
+	var ctl, agents, api, busy time.Duration
+	for _, w := range c.cpu {
+		if w.err != nil || w.span <= 0 || w.ctl < 0 || w.agents < 0 || w.api < 0 {
+			t.Errorf("cold start CPU window %+v", w)
+		}
+		ctl, agents, api, busy = ctl+w.ctl, agents+w.agents, api+w.api, busy+w.machineBusy
+	}
+	if n := len(c.cpu); n < 2 || n > 3 || c.cpu[n-1].agentsN != 2 {
+		t.Errorf("cold start CPU windows %+v: want 2 or 3, the last with 2 agents running", c.cpu)
+	}
+	if ctl <= 0 || agents <= 0 || api <= 0 || busy < ctl+agents+api-time.Duration(len(c.cpu))*60*time.Millisecond {
+		t.Errorf("cold start CPU: controller %v, agents %v, API server %v, machine busy %v", ctl, agents, api, busy)
+	}
+	if tb := sec.Tables[7]; !strings.Contains(tb.Caption, "CPU during the cold start") || len(tb.Rows) != len(c.cpu) {
+		t.Errorf("table 7: %q with %d rows, want the cold start's CPU by process in %d windows", tb.Caption, len(tb.Rows), len(c.cpu))
 	}
 
 	if len(r.peaks) != 8 || len(sec.Tables[3].Rows) != 8 {

@@ -23,6 +23,10 @@ type Stat struct {
 	Pgrp int
 	// CPU is user plus system time (fields 14 and 15).
 	CPU time.Duration
+	// ChildrenCPU is the user plus system time of the children it waited
+	// for (fields 16 and 17): a process's children that exited and were
+	// reaped, with their own reaped children.
+	ChildrenCPU time.Duration
 	// Start is when the process started after boot (field 22).
 	Start time.Duration
 }
@@ -100,11 +104,13 @@ func parseStat(s string) (Stat, error) {
 	pgrp, err1 := num(5)
 	utime, err2 := num(14)
 	stime, err3 := num(15)
-	start, err4 := num(22)
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
+	cutime, err4 := num(16)
+	cstime, err5 := num(17)
+	start, err6 := num(22)
+	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
 		return Stat{}, err
 	}
-	return Stat{State: f[0][0], Pgrp: int(pgrp), CPU: ticks(utime + stime), Start: ticks(start)}, nil
+	return Stat{State: f[0][0], Pgrp: int(pgrp), CPU: ticks(utime + stime), ChildrenCPU: ticks(cutime + cstime), Start: ticks(start)}, nil
 }
 
 func ticks(n int64) time.Duration { return time.Duration(n) * time.Second / userHZ }

@@ -18,6 +18,9 @@ func TestParseStat(t *testing.T) {
 	}{
 		{name: "plain", in: "42 (etcd) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 12 0 1234 0 0",
 			want: Stat{State: 'S', Pgrp: 42, CPU: 3 * time.Second, Start: 12340 * time.Millisecond}},
+		{name: "reaped children", in: "42 (natgw-controller) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 700 25 20 0 12 0 1234 0 0",
+			want: Stat{State: 'S', Pgrp: 42, CPU: 3 * time.Second, ChildrenCPU: 7250 * time.Millisecond, Start: 12340 * time.Millisecond}},
+		{name: "cstime not a number", in: "7 (x) R 1 7 7 0 -1 0 0 0 0 0 1 2 0 ? 20 0 1 0 5", wantErr: true},
 		{name: "spaces and parens in the name", in: "7 (a b) (c)) Z 1 9 7 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 5\n",
 			want: Stat{State: 'Z', Pgrp: 9, CPU: 30 * time.Millisecond, Start: 50 * time.Millisecond}},
 		{name: "no name", in: "7 R 1", wantErr: true},
