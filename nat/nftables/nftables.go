@@ -173,7 +173,7 @@ func NewBackend(cfg nat.Config, opts ...Option) (*Backend, error) {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
 	var err error
-	if r.rules, err = rulesPrint(cfg); err != nil {
+	if r.rules, err = rulesPrintOf(cfg); err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
 	ns, err := netns.Open(cfg.NetNS)

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/natgw/natgw/nat"
 	"github.com/natgw/natgw/nat/nftconn"
 )
 
@@ -91,5 +92,53 @@ func TestLoadKeepsRules(t *testing.T) {
 		if got := load(step.what, step.rules); got != step.want {
 			t.Errorf("%s: Load added %d rules to the fixed chains but %s, want %d", step.what, got, chainSNATCIDR, step.want)
 		}
+	}
+}
+
+// TestRulesPrints: every precomputed fingerprint equals rulesPrint of its
+// interfaces (a change to the fixed rules fails here with the value to
+// store), rulesPrintOf uses them and computes any other configuration's.
+func TestRulesPrints(t *testing.T) {
+	if !littleEndian {
+		t.Skip("rulesPrints holds little-endian hosts' fingerprints; this host is big endian")
+	}
+	for ifs, stored := range rulesPrints {
+		cfg := nat.Config{ExternalInterface: ifs[0], InternalInterface: ifs[1]}
+		got, err := rulesPrint(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != stored {
+			t.Errorf("rulesPrints[%q] = %#016x, but rulesPrint renders %#016x: store the new value", ifs, stored, got)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		ext, in string
+		precomp bool
+	}{
+		{"Kube-OVN's interfaces", nat.DefaultExternalInterface, nat.DefaultInternalInterface, true},
+		{"another external interface", "net2", nat.DefaultInternalInterface, false},
+		{"another internal interface", nat.DefaultExternalInterface, "eth1", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := nat.Config{ExternalInterface: tc.ext, InternalInterface: tc.in}
+			want, err := rulesPrint(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := rulesPrintOf(cfg)
+			if err != nil || got != want {
+				t.Errorf("rulesPrintOf = %#016x, %v; want %#016x", got, err, want)
+			}
+			if _, ok := rulesPrints[[2]string{tc.ext, tc.in}]; ok != tc.precomp {
+				t.Errorf("precomputed: %v, want %v", ok, tc.precomp)
+			}
+		})
+	}
+	a, _ := rulesPrint(nat.Config{ExternalInterface: "net1", InternalInterface: "eth0"})
+	b, _ := rulesPrint(nat.Config{ExternalInterface: "net2", InternalInterface: "eth0"})
+	if a == b {
+		t.Errorf("rulesPrint does not depend on the external interface: %#016x for both", a)
 	}
 }

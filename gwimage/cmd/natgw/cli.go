@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"runtime/metrics"
 	"sort"
 	"strings"
 	"sync"
@@ -83,7 +84,9 @@ func cmdServe(ctx context.Context, e env, g *globals, args []string) int {
 	log.Info("serving", "version", version.Version, "dataplane", dp.Name(), "netns", g.netns, "bootID", dp.BootID(), "rulesOnly", *rulesOnly)
 	// Reading a big table back leaves its garbage behind: return it to
 	// the system while the first requests are served.
-	go debug.FreeOSMemory()
+	if heapObjectBytes() >= startReleaseBytes {
+		go debug.FreeOSMemory()
+	}
 	info := agentapi.Info{Version: version.Version}
 	sctx := logr.NewContext(ctx, log)
 	opts := serveOptions(g)
@@ -493,4 +496,20 @@ func reap() {
 			return
 		}
 	}
+}
+
+// startReleaseBytes is the heap (live objects and garbage not yet
+// collected) above which serve returns memory to the system after its
+// start: below it the collection and the returned pages cost more than
+// they free.
+const startReleaseBytes = 16 << 20
+
+// heapObjectBytes is the memory in heap objects, garbage included.
+func heapObjectBytes() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
