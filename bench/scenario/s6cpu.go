@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/natgw/natgw/bench/report"
@@ -11,12 +12,13 @@ import (
 // s6CPUAt is where the machine's CPU time went, read at one moment of the
 // cold start: the new natgw-controller process, its `natgw serve` agents
 // (the other processes of its process group, and those it reaped), the
-// API server with etcd, and the whole machine.
+// API server with etcd, this process (natgw-bench: it reads the
+// controller's log and metrics) and the whole machine.
 type s6CPUAt struct {
 	at             time.Time
 	ctl, agents    time.Duration
 	agentsN        int
-	api            time.Duration
+	api, bench     time.Duration
 	machine        procfs.MachineCPU
 	ctlErr, apiErr error
 }
@@ -29,6 +31,7 @@ func s6ReadCPU(cp *controlPlane, pgid int) s6CPUAt {
 	c := s6CPUAt{at: time.Now()}
 	c.machine, _ = procfs.ReadMachineCPU()
 	c.api, c.apiErr = cp.cpu()
+	c.bench, _ = procfs.CPUTime(os.Getpid())
 	if pgid == 0 {
 		return c
 	}
@@ -60,6 +63,7 @@ type s6CPUSpan struct {
 	name                  string
 	span                  time.Duration
 	ctl, agents, api      time.Duration
+	bench                 time.Duration
 	agentsN               int // agents running at the end
 	machineBusy, machTick time.Duration
 	err                   error
@@ -69,7 +73,7 @@ type s6CPUSpan struct {
 func s6CPUBetween(name string, a, b s6CPUAt) s6CPUSpan {
 	m := b.machine.Sub(a.machine)
 	s := s6CPUSpan{name: name, span: b.at.Sub(a.at), ctl: b.ctl - a.ctl, agents: b.agents - a.agents, api: b.api - a.api,
-		agentsN: b.agentsN, machineBusy: m.Busy(), machTick: m.Total}
+		bench: b.bench - a.bench, agentsN: b.agentsN, machineBusy: m.Busy(), machTick: m.Total}
 	for _, err := range []error{a.ctlErr, b.ctlErr, a.apiErr, b.apiErr} {
 		if err != nil && s.err == nil {
 			s.err = err
@@ -82,7 +86,7 @@ func s6CPUBetween(name string, a, b s6CPUAt) s6CPUSpan {
 func s6CPUTable(spans []s6CPUSpan) (report.Table, []string) {
 	t := report.Table{Caption: "**CPU during the cold start** by process (CPU time, and its share of all the machine's CPUs over the window; " +
 		"the agents: the new controller's `natgw serve` processes; the machine: every process and the kernel, from /proc/stat)",
-		Header: []string{"window", "wall time", "natgw-controller", "natgw serve agents (running at the end)", "kube-apiserver + etcd", "the machine busy", "the rest (busy, not the three above)"}}
+		Header: []string{"window", "wall time", "natgw-controller", "natgw serve agents (running at the end)", "kube-apiserver + etcd", "natgw-bench", "the machine busy", "the rest (busy, not the four before)"}}
 	var notes []string
 	for _, s := range spans {
 		if s.span <= 0 {
@@ -96,10 +100,10 @@ func s6CPUTable(spans []s6CPUSpan) (report.Table, []string) {
 		rest := "—"
 		if s.machTick > 0 {
 			busy = fmt.Sprintf("%s (%.0f%%)", report.Seconds(s.machineBusy.Seconds()), 100*float64(s.machineBusy)/float64(s.machTick))
-			rest = cpuCell(max(0, s.machineBusy-s.ctl-s.agents-s.api), s.span)
+			rest = cpuCell(max(0, s.machineBusy-s.ctl-s.agents-s.api-s.bench), s.span)
 		}
 		t.Rows = append(t.Rows, []string{s.name, report.Seconds(s.span.Seconds()), cpuCell(s.ctl, s.span),
-			fmt.Sprintf("%s (%d)", cpuCell(s.agents, s.span), s.agentsN), cpuCell(s.api, s.span), busy, rest})
+			fmt.Sprintf("%s (%d)", cpuCell(s.agents, s.span), s.agentsN), cpuCell(s.api, s.span), cpuCell(s.bench, s.span), busy, rest})
 	}
 	return t, notes
 }
