@@ -82,6 +82,15 @@ func (a *agent) Close() error {
 	}
 }
 
+// cpu is the user plus system CPU time the agent process used, once it
+// exited (Close); 0 before.
+func (a *agent) cpu() time.Duration {
+	if ps := a.cmd.ProcessState; ps != nil {
+		return ps.UserTime() + ps.SystemTime()
+	}
+	return 0
+}
+
 // wrap adds the agent's last stderr lines to a failed call's error.
 func (a *agent) wrap(err error) error {
 	if err == nil {

@@ -276,12 +276,13 @@ func RunS2(ctx context.Context, e *Env) error {
 	startup := report.Table{
 		Caption: fmt.Sprintf("**agent start-up** on a gateway holding N FIPs: from exec of `natgw serve` until its first info answer, median of %d (min / max); "+
 			"the agents have an index directory as in the gateway image (`NATGW_INDEX_DIR`), so a start after a clean stop takes the FIPs from the verified index snapshot instead of dumping the FIP maps (nat/README.md); "+
-			"the in-process column is nftables.New alone without a snapshot (read the whole table back, build the index)", plan.S2Reps),
-		Header: []string{"N", "natgw serve start-up", "nftables.New in-process"},
+			"the in-process column is nftables.New alone without a snapshot (read the whole table back, build the index); "+
+			"the CPU column is the agent process's user + system time over its life (start, the info request, stop on end of input), what each gateway's agent costs its node when a controller restarts", plan.S2Reps),
+		Header: []string{"N", "natgw serve start-up", "nftables.New in-process", "natgw serve CPU"},
 	}
 	startMed := map[int]float64{}
 	for _, size := range []int{0, n} {
-		var starts, loads []float64
+		var starts, loads, cpus []float64
 		note(fmt.Sprintf("agent start-up at N=%s", report.SizeLabel(size)), withGateway(ctx, func(gw *netlab.Gateway) error {
 			// As in the gateway image (imagebuild.IndexDir): the agents
 			// of this gateway share an index directory, here a temporary
@@ -332,14 +333,15 @@ func RunS2(ctx context.Context, e *Env) error {
 					return err
 				}
 				if r > 0 {
-					starts, loads = append(starts, d), append(loads, ld)
+					starts, loads, cpus = append(starts, d), append(loads, ld), append(cpus, a.cpu().Seconds())
 				}
 			}
 			return nil
 		}))
-		st, ld := stats.Summarize(starts), stats.Summarize(loads)
+		st, ld, cpu := stats.Summarize(starts), stats.Summarize(loads), stats.Summarize(cpus)
 		startMed[size] = st.Median
-		startup.Rows = append(startup.Rows, []string{report.SizeLabel(size), spread(st), spread(ld)})
+		startup.Rows = append(startup.Rows, []string{report.SizeLabel(size), spread(st), spread(ld), spread(cpu)})
+		e.Report.AddMetric(report.NewMetric("s2.agent_start_cpu.N="+report.SizeLabel(size), "s", report.LowerIsBetter, cpu.Median, math.NaN(), ""))
 		if size == n {
 			e.Report.AddMetric(report.NewMetric("s2.agent_startup.N="+report.SizeLabel(n), "s", report.LowerIsBetter, st.Median, math.NaN(), ""))
 			t := maxTarget(fmt.Sprintf("S2 agent start-up (index rebuild) at %s%s", report.SizeLabel(n), quickNote(n, 100000)), s2TargetStartup, st.Median)
