@@ -41,39 +41,34 @@ func s6ReadCPU(cp *controlPlane, pgid int) s6CPUAt {
 		return c
 	}
 	c.ctl, c.agents = st.CPU, st.ChildrenCPU
-	pids, err := procfs.Pids()
+	agents, err := s6GroupMembers(pgid)
 	if err != nil {
 		c.ctlErr = err
 		return c
 	}
-	for _, pid := range pids {
-		if pid == pgid {
-			continue
-		}
-		if st, err := procfs.ReadStat(pid); err == nil && st.Pgrp == pgid {
-			c.agents += st.CPU + st.ChildrenCPU
-			c.agentsN++
-		}
+	for _, st := range agents {
+		c.agents += st.CPU + st.ChildrenCPU
 	}
+	c.agentsN = len(agents)
 	return c
 }
 
 // s6CPUSpan is the CPU time spent between two readings.
 type s6CPUSpan struct {
-	name                  string
-	span                  time.Duration
-	ctl, agents, api      time.Duration
-	bench                 time.Duration
-	agentsN               int // agents running at the end
-	machineBusy, machTick time.Duration
-	err                   error
+	name                      string
+	span                      time.Duration
+	ctl, agents, api          time.Duration
+	bench                     time.Duration
+	agentsN                   int // agents running at the end
+	machineBusy, machineTotal time.Duration
+	err                       error
 }
 
 // s6CPUBetween returns what was spent from a to b.
 func s6CPUBetween(name string, a, b s6CPUAt) s6CPUSpan {
 	m := b.machine.Sub(a.machine)
 	s := s6CPUSpan{name: name, span: b.at.Sub(a.at), ctl: b.ctl - a.ctl, agents: b.agents - a.agents, api: b.api - a.api,
-		bench: b.bench - a.bench, agentsN: b.agentsN, machineBusy: m.Busy(), machTick: m.Total}
+		bench: b.bench - a.bench, agentsN: b.agentsN, machineBusy: m.Busy(), machineTotal: m.Total}
 	for _, err := range []error{a.ctlErr, b.ctlErr, a.apiErr, b.apiErr} {
 		if err != nil && s.err == nil {
 			s.err = err
@@ -98,8 +93,8 @@ func s6CPUTable(spans []s6CPUSpan) (report.Table, []string) {
 		}
 		busy := "—"
 		rest := "—"
-		if s.machTick > 0 {
-			busy = fmt.Sprintf("%s (%.0f%%)", report.Seconds(s.machineBusy.Seconds()), 100*float64(s.machineBusy)/float64(s.machTick))
+		if s.machineTotal > 0 {
+			busy = fmt.Sprintf("%s (%.0f%%)", report.Seconds(s.machineBusy.Seconds()), 100*float64(s.machineBusy)/float64(s.machineTotal))
 			rest = cpuCell(max(0, s.machineBusy-s.ctl-s.agents-s.api-s.bench), s.span)
 		}
 		t.Rows = append(t.Rows, []string{s.name, report.Seconds(s.span.Seconds()), cpuCell(s.ctl, s.span),

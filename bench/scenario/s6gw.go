@@ -400,18 +400,11 @@ func s6AgentMemory(pgid int) (s6Agents, error) {
 	if pgid == 0 {
 		return a, errors.New("natgw-controller not running")
 	}
-	pids, err := procfs.Pids()
+	agents, err := s6GroupMembers(pgid)
 	if err != nil {
 		return a, fmt.Errorf("agents' memory: %w", err)
 	}
-	for _, pid := range pids {
-		if pid == pgid {
-			continue
-		}
-		st, err := procfs.ReadStat(pid)
-		if err != nil || st.Pgrp != pgid {
-			continue // exited, or another group's
-		}
+	for pid := range agents {
 		rss, _, err := procfs.Memory(pid)
 		if err != nil {
 			continue
@@ -427,6 +420,26 @@ func s6AgentMemory(pgid int) (s6Agents, error) {
 		return a, fmt.Errorf("no agent in natgw-controller's process group %d", pgid)
 	}
 	return a, nil
+}
+
+// s6GroupMembers returns the /proc/PID/stat of every process in process
+// group pgid but its leader (the controller): its agents. A process that
+// exits while the group is read is left out.
+func s6GroupMembers(pgid int) (map[int]procfs.Stat, error) {
+	pids, err := procfs.Pids()
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]procfs.Stat{}
+	for _, pid := range pids {
+		if pid == pgid {
+			continue
+		}
+		if st, err := procfs.ReadStat(pid); err == nil && st.Pgrp == pgid {
+			out[pid] = st
+		}
+	}
+	return out, nil
 }
 
 // s6Pss returns the Pss line of /proc/PID/smaps_rollup in bytes (0 when

@@ -290,13 +290,13 @@ func (r *Registry) Holders(uid string) []string {
 		g.mu.RUnlock()
 	}
 	hs := r.holders.get(uid)
+	if len(hs) == 0 {
+		return nil
+	}
 	out := make([]string, 0, len(hs))
 	for _, g := range hs {
 		out = append(out, g.cfg.Name)
 	}
 	sort.Strings(out)
-	if len(out) == 0 {
-		return nil
-	}
 	return out
 }
