@@ -68,6 +68,9 @@ type flags struct {
 	probeAddr        string
 	leaderElect      bool
 	leaderElectionNS string
+	leaseDuration    time.Duration
+	renewDeadline    time.Duration
+	retryPeriod      time.Duration
 	removeUpstream   bool
 	ruleLabels       bool
 	verbosity        int
@@ -116,6 +119,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	fs.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader so that only one replica programs gateways")
 	fs.StringVar(&f.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's namespace)")
+	fs.DurationVar(&f.leaseDuration, "leader-elect-lease-duration", DefaultLeaseDuration, "how long a standby replica waits after the leader's last renewal before it takes the lease (a clean stop gives the lease back at once; this is the wait after a crash)")
+	fs.DurationVar(&f.renewDeadline, "leader-elect-renew-deadline", DefaultRenewDeadline, "how long the leader keeps trying to renew its lease before it gives up leading and exits: the longest kube-apiserver outage (a restart, an upgrade) the leader survives with its caches and gateway sessions; must be below --leader-elect-lease-duration")
+	fs.DurationVar(&f.retryPeriod, "leader-elect-retry-period", DefaultRetryPeriod, "how often the leader renews its lease and a standby tries to take it")
 	fs.BoolVar(&f.removeUpstream, "remove-upstream-finalizer", true, "also remove Kube-OVN's "+v1.Finalizer+" finalizer when natgw completes a deletion (natgw replaces kube-ovn-controller's VPC NAT gateway handling)")
 	fs.BoolVar(&f.ruleLabels, "rule-labels", false, "also write upstream's labels "+v1.LabelEIPV4IP+" and "+v1.LabelVpcNatGwName+" on NAT rules (the latter on IptablesEIPs) before programming, as kube-ovn-controller does; natgw does not need them (one more API write per object)")
 	fs.IntVar(&f.verbosity, "v", 0, "log verbosity (0: changes and failures, 1: every object programmed, 2+: debug)")
@@ -135,6 +141,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (*flags, error) {
 		return nil, err
 	}
 	if _, _, err := memoryLimit(f.memoryLimit, func(string) string { return "" }); err != nil {
+		return nil, err
+	}
+	if err := checkLeaderElection(f.leaseDuration, f.renewDeadline, f.retryPeriod); err != nil {
 		return nil, err
 	}
 	if f.pprof && f.metricsAddr == "0" {
@@ -229,6 +238,34 @@ const (
 	networkConfig  = "config"
 )
 
+// Leader election timings. controller-runtime's defaults (15 s, 10 s, 2 s)
+// make the leader give up when kube-apiserver is away for more than 10 s,
+// which a restart of it often is: the process exits, and its successor
+// lists every object again and reconnects every gateway. These survive an
+// outage of up to 40 s, at the price of a standby waiting up to 60 s after
+// the leader crashed (a clean stop hands the lease over at once). The
+// lease outlasts the renew deadline by 20 s, so a leader cut off from the
+// API server has stopped leading before anyone else may start.
+const (
+	DefaultLeaseDuration = 60 * time.Second
+	DefaultRenewDeadline = 40 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+)
+
+// checkLeaderElection validates the leader election timings as client-go's
+// leader elector does, naming the flags.
+func checkLeaderElection(lease, renew, retry time.Duration) error {
+	switch {
+	case retry <= 0:
+		return fmt.Errorf("--leader-elect-retry-period %s: want > 0", retry)
+	case float64(renew) <= 1.2*float64(retry):
+		return fmt.Errorf("--leader-elect-renew-deadline %s: want more than 1.2 × --leader-elect-retry-period (%s)", renew, retry)
+	case lease <= renew:
+		return fmt.Errorf("--leader-elect-lease-duration %s: want more than --leader-elect-renew-deadline (%s)", lease, renew)
+	}
+	return nil
+}
+
 // gracefulShutdown bounds how long a stopping controller waits for its
 // gateway managers (sessions closing) before it releases the lease anyway.
 var gracefulShutdown = 20 * time.Second
@@ -290,6 +327,9 @@ func run() error {
 		// over at once instead of waiting for the lease to expire. Safe:
 		// the process exits right after mgr.Start returns.
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &f.leaseDuration,
+		RenewDeadline:                 &f.renewDeadline,
+		RetryPeriod:                   &f.retryPeriod,
 		GracefulShutdownTimeout:       &gracefulShutdown,
 	})
 	if err != nil {

@@ -75,6 +75,15 @@ func TestParseFlags(t *testing.T) {
 		}},
 		{nil, "", func(f *flags) bool { return len(metricsOptions(f).ExtraHandlers) == 0 }},
 		{[]string{"--pprof", "--metrics-bind-address=0"}, "--pprof needs --metrics-bind-address", nil},
+		{nil, "", func(f *flags) bool {
+			return f.leaseDuration == DefaultLeaseDuration && f.renewDeadline == DefaultRenewDeadline && f.retryPeriod == DefaultRetryPeriod
+		}},
+		{[]string{"--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s"}, "", func(f *flags) bool {
+			return f.leaseDuration == 15*time.Second && f.renewDeadline == 10*time.Second && f.retryPeriod == 2*time.Second
+		}},
+		{[]string{"--leader-elect-renew-deadline=60s"}, "--leader-elect-lease-duration 1m0s: want more than --leader-elect-renew-deadline (1m0s)", nil},
+		{[]string{"--leader-elect-renew-deadline=2s"}, "--leader-elect-renew-deadline 2s: want more than 1.2 × --leader-elect-retry-period (2s)", nil},
+		{[]string{"--leader-elect-retry-period=0s"}, "--leader-elect-retry-period 0s: want > 0", nil},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
