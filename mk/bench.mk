@@ -2,7 +2,8 @@
 # programming a VPC NAT gateway, in network namespaces the runner creates and
 # removes. Needs root (namespaces, netfilter).
 #
-#   make bench        every scenario at full size (32 min here, 2026-12-03); writes the
+#   make bench        every scenario at full size (56 min here, 2026-12-07, after the
+#                     assets below are built); writes the
 #                     committed bench/results/ (REPORT.md, summary.json, SVG plots)
 #   make bench-quick  the same at reduced sizes and repetitions (a few minutes;
 #                     scenario 7 adds ~2 min when the cluster is built); writes .cache/bench-quick/
@@ -11,8 +12,11 @@
 # sizes there. Scenario 3 (controller path) runs kube-apiserver + etcd from
 # the envtest assets (mk/envtest.mk builds them; a stamp check when current).
 # Scenario 7 (the exec path in a real cluster) brings up internal/cluster's
-# single-node Kubernetes: `make bench` builds its assets and images first;
-# bench-quick runs it at reduced sizes when they are built, and otherwise
+# single-node Kubernetes: `make bench` builds its assets and images first,
+# and Kube-OVN's own controller and OVN's databases (mk/kubeovn.mk) for its
+# two-replica comparison; scenario 8 compares ctsync with conntrackd
+# (hack/install-deps.sh installs it). bench-quick runs scenario 7 at
+# reduced sizes when its assets are built, and otherwise
 # reports it not run, with the reason.
 
 BENCH_BIN := $(CURDIR)/.cache/bin
@@ -34,7 +38,7 @@ bench-build:
 	$(GO) test -c -o $(BENCH_BIN)/ha.test ./nat/ha
 	$(GO) test -c -o $(BENCH_BIN)/ctsync.test ./nat/ha/ctsync
 
-bench: deps envtest-assets cluster-assets image cluster-images bench-build
+bench: deps envtest-assets cluster-assets kubeovn-assets image cluster-images bench-build
 	$(BENCH_SUDO) $(BENCH_BIN)/natgw-bench -out bench/results $(BENCH_FLAGS) $(BENCH_ARGS)
 
 bench-quick: deps envtest-assets bench-build

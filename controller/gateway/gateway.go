@@ -56,6 +56,13 @@ type Manager struct {
 	// no session fails with ErrConnecting.
 	tried     chan struct{}
 	triedOnce sync.Once
+	// unsure: the session was withdrawn while the path to the agents was
+	// down (publishAs); calls that find no session fail with
+	// ErrConnecting, as before the first connect ended. Guarded by readyMu.
+	unsure bool
+	// reportedUp is what Options.OnConnection last said (false before
+	// the first connect). Guarded by mu.
+	reportedUp bool
 
 	knownMu sync.Mutex
 	known   map[string]knownObj // what this process programmed and has not deleted, by UID
@@ -340,6 +347,12 @@ func (g *Manager) call(ctx context.Context, op, kind string, fn func(transport.S
 	select {
 	case <-ready:
 	case <-wait.C:
+		g.readyMu.Lock()
+		unsure := g.unsure
+		g.readyMu.Unlock()
+		if unsure {
+			return fmt.Errorf("gateway %s: %w: %w (reconnecting while the path to the agents is down, no session within %v)", g.cfg.Name, ErrNotReady, ErrConnecting, g.opts.ConnectWait)
+		}
 		select {
 		case <-g.tried:
 		default:

@@ -17,6 +17,12 @@ type recovery struct {
 	probe    func(context.Context) error
 	interval time.Duration
 
+	// probeMu serializes down's probes; probedAt and probeErr are the
+	// last one's time and result, reused for interval.
+	probeMu  sync.Mutex
+	probedAt time.Time
+	probeErr error
+
 	mu      sync.Mutex
 	waiters int
 	// back is closed when the probe answers after it failed while
@@ -90,4 +96,25 @@ func (r *recovery) run(ctx context.Context) {
 			r.mu.Unlock()
 		}
 	}
+}
+
+// down reports whether the path to the agents fails its probe now; false
+// for a nil recovery (no Options.Probe: a broken session is the gateway's
+// own). Every session breaks at once when the API server restarts:
+// concurrent callers share one probe, and a result is reused for the
+// probe interval.
+func (r *recovery) down(ctx context.Context) bool {
+	if r == nil {
+		return false
+	}
+	r.probeMu.Lock()
+	defer r.probeMu.Unlock()
+	if !r.probedAt.IsZero() && time.Since(r.probedAt) < r.interval {
+		return r.probeErr != nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, max(r.interval, 2*time.Second))
+	r.probeErr = r.probe(pctx)
+	cancel()
+	r.probedAt = time.Now()
+	return r.probeErr != nil
 }

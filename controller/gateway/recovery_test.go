@@ -3,6 +3,9 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -127,4 +130,94 @@ func TestNoWakeWithoutRecovery(t *testing.T) {
 	if n := f.opens() - before; n != 1 {
 		t.Errorf("%d opens, want 1", n)
 	}
+}
+
+// TestPathDownIsNotGatewayDown: sessions broken while the path to the
+// agents is down (an API server restart) are not reported as the gateway
+// going down, and calls meanwhile fail with ErrConnecting (status left
+// alone), not ErrNotReady alone; the reconnect once the path answers
+// reports nothing either (no status written twice per object). When the
+// path answers but the reconnect fails, the gateway is down: reported
+// once, and calls fail with ErrNotReady alone. A break with the path up
+// is reported at once, as before.
+func TestPathDownIsNotGatewayDown(t *testing.T) {
+	api := &apiServer{}
+	var mu sync.Mutex
+	var got []string
+	f := startWith(t, &source{}, newAgent(), newAgent(), nil, 0, func(o *Options) {
+		o.BackoffMin, o.BackoffMax = 20*time.Millisecond, 20*time.Millisecond
+		o.Probe, o.ProbeInterval = api.probe, 20*time.Millisecond
+		o.ConnectWait = 20 * time.Millisecond
+		o.OnConnection = func(gw string, connected bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, fmt.Sprintf("%s:%v", gw, connected))
+		}
+	})
+	seen := func(want ...string) func() error {
+		return func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(got, want) {
+				return fmt.Errorf("notified %v, want %v", got, want)
+			}
+			return nil
+		}
+	}
+	eventually(t, "connected", seen("gw1:true"))
+
+	// The API server restarts: every session breaks, the path is down.
+	before := f.opens()
+	f.setDown(api, true)
+	f.tr.breakSessions()
+	eventually(t, "retries failing while the path is down", func() error {
+		if f.gw.Dataplane() != "" || f.opens() < before+2 {
+			return errors.New("no failed retries yet")
+		}
+		return nil
+	})
+	if err := f.gw.Apply(context.Background(), fip("a", 1)); !errors.Is(err, ErrConnecting) || !errors.Is(err, ErrNotReady) {
+		t.Errorf("Apply while the path is down: %v, want ErrConnecting and ErrNotReady", err)
+	}
+	if err := seen("gw1:true")(); err != nil {
+		t.Errorf("while the path is down: %v", err)
+	}
+	f.setDown(api, false)
+	eventually(t, "reconnected", func() error { return f.gw.Apply(context.Background(), fip("a", 1)) })
+	if err := seen("gw1:true")(); err != nil {
+		t.Errorf("after reconnecting: %v", err)
+	}
+
+	// The path goes down and comes back, but the agent stays unreachable
+	// (its pod went away meanwhile): down once the path answers.
+	f.setDown(api, true)
+	f.tr.breakSessions()
+	eventually(t, "session gone", func() error {
+		if dp := f.gw.Dataplane(); dp != "" {
+			return fmt.Errorf("still connected on %s", dp)
+		}
+		return nil
+	})
+	api.down.Store(false)
+	eventually(t, "reported down after a reconnect with the path up", seen("gw1:true", "gw1:false"))
+	eventually(t, "calls fail with ErrNotReady alone", func() error {
+		err := f.gw.Apply(context.Background(), fip("a", 1))
+		if !errors.Is(err, ErrNotReady) || errors.Is(err, ErrConnecting) {
+			return fmt.Errorf("Apply: %v, want ErrNotReady alone", err)
+		}
+		return nil
+	})
+	f.setDown(api, false)
+	eventually(t, "reconnected again", seen("gw1:true", "gw1:false", "gw1:true"))
+
+	// A break with the path up (the agent killed) is reported at once.
+	f.tr.mu.Lock()
+	f.tr.refuse = true
+	f.tr.mu.Unlock()
+	f.tr.breakSessions()
+	eventually(t, "reported down", seen("gw1:true", "gw1:false", "gw1:true", "gw1:false"))
+	f.tr.mu.Lock()
+	f.tr.refuse = false
+	f.tr.mu.Unlock()
+	eventually(t, "back", seen("gw1:true", "gw1:false", "gw1:true", "gw1:false", "gw1:true"))
 }

@@ -114,8 +114,10 @@ var ErrNotReady = errors.New("gateway not connected")
 // (it waits for a connect slot, or is connecting and syncing): what the
 // gateway holds is unknown, not known to be gone, so callers should retry
 // without reporting the gateway down (a controller restart must not turn
-// every object of the gateways that connect last NotReady).
-var ErrConnecting = errors.New("first connect since the controller started not finished")
+// every object of the gateways that connect last NotReady). The same holds
+// after a session broke while the path to the agents was down (an API
+// server restart), until a reconnect made while the path answers ended.
+var ErrConnecting = errors.New("connect not finished: the gateway's state is unknown")
 
 // ErrUnknownGateway is matched for gateways that are not configured.
 var ErrUnknownGateway = errors.New("gateway not configured")

@@ -10,18 +10,35 @@ import (
 	"github.com/natgw/natgw/nat"
 )
 
-// publish makes s the current session (nil: none). Caller holds mu.
+// publish makes s the current session (nil: none) and reports the change
+// (Options.OnConnection). Caller holds mu.
 func (g *Manager) publish(s transport.Session, dp nat.DataplaneName) {
+	g.publishAs(s, dp, false)
+}
+
+// publishAs is publish; with unsure, a withdrawn session is not reported:
+// the path to the agents is down (Options.Probe fails), so the gateway's
+// state is unknown, not down. Calls that find no session then fail with
+// ErrConnecting (status left alone) until a connect attempt made while
+// the path answers ends: a session published again reports nothing, as
+// nothing was reported gone, and a failed attempt reports the gateway
+// down (reportDown). Caller holds mu.
+func (g *Manager) publishAs(s transport.Session, dp nat.DataplaneName, unsure bool) {
 	if g.dataplane != "" {
 		metrics.GatewayConnected.WithLabelValues(g.cfg.Name, string(g.dataplane)).Set(0)
 	}
-	was := g.sess != nil
 	g.sess, g.dataplane = s, dp
-	if now := s != nil; now != was && g.opts.OnConnection != nil {
-		g.opts.OnConnection(g.cfg.Name, now)
+	up := s != nil
+	unsure = unsure && !up
+	if !unsure && up != g.reportedUp {
+		g.reportedUp = up
+		if g.opts.OnConnection != nil {
+			g.opts.OnConnection(g.cfg.Name, up)
+		}
 	}
 	g.readyMu.Lock()
 	defer g.readyMu.Unlock()
+	g.unsure = unsure
 	if s == nil {
 		select {
 		case <-g.ready:
@@ -35,6 +52,23 @@ func (g *Manager) publish(s transport.Session, dp nat.DataplaneName) {
 	case <-g.ready:
 	default:
 		close(g.ready)
+	}
+}
+
+// reportDown ends an unsure withdrawal (publishAs): a connect attempt made
+// while the path to the agents answers failed, so the gateway is down.
+func (g *Manager) reportDown() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.readyMu.Lock()
+	was := g.unsure
+	g.unsure = false
+	g.readyMu.Unlock()
+	if was && g.sess == nil && g.reportedUp {
+		g.reportedUp = false
+		if g.opts.OnConnection != nil {
+			g.opts.OnConnection(g.cfg.Name, false)
+		}
 	}
 }
 
@@ -79,6 +113,9 @@ func (g *Manager) run(ctx context.Context) {
 		g.release()
 		g.triedFirst()
 		if err != nil {
+			if !g.recovery.down(ctx) {
+				g.reportDown()
+			}
 			g.log.Error(err, "connecting to the gateway agent failed; retrying", "dataplane", dp, "backoff", backoff)
 			ok, recovered := g.recovery.wait(ctx, backoff)
 			if !ok {
@@ -195,10 +232,15 @@ func (g *Manager) serve(ctx context.Context, s transport.Session) {
 				resweep.Reset(g.opts.Resweep)
 			}
 		case <-s.Done():
-			g.log.Info("session to the gateway agent ended; reconnecting", "reason", fmt.Sprint(s.Err()))
+			// Broken by the path to the agent (kube-apiserver restarting
+			// breaks every exec session): the gateway is not known to be
+			// down, so it is not reported down until a reconnect made
+			// while the path answers fails.
+			unsure := g.recovery.down(ctx)
+			g.log.Info("session to the gateway agent ended; reconnecting", "reason", fmt.Sprint(s.Err()), "pathDown", unsure)
 			g.mu.Lock()
 			if g.sess == s {
-				g.publish(nil, "")
+				g.publishAs(nil, "", unsure)
 			}
 			g.mu.Unlock()
 			_ = s.Close()

@@ -151,7 +151,8 @@ type failure struct {
 	err          error // returned to controller-runtime (backoff) when set
 	// quiet: the outcome says nothing about the object (its gateway's
 	// first connect since the controller started has not ended, or its
-	// status write was refused as made from a stale read), so its status
+	// session broke while the path to the agents was down and no
+	// reconnect has ended since, or its status write was refused as made from a stale read), so its status
 	// stays as it is, no Event is emitted, and it runs again after
 	// requeueAfter.
 	quiet bool
