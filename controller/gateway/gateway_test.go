@@ -727,29 +727,39 @@ func TestDataplaneChangedWhileAway(t *testing.T) {
 	}
 }
 
+// connLog records Options.OnConnection's reports as "gateway:connected".
+type connLog struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (c *connLog) record(gw string, connected bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.got = append(c.got, fmt.Sprintf("%s:%v", gw, connected))
+}
+
+// seen returns a check that the reports so far are exactly want.
+func (c *connLog) seen(want ...string) func() error {
+	return func() error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if !slices.Equal(c.got, want) {
+			return fmt.Errorf("notified %v, want %v", c.got, want)
+		}
+		return nil
+	}
+}
+
 // TestOnConnection: the manager reports each change of its gateway's
 // connection (connected, session broke, reconnected), once per change, so
 // that the API's Ready state follows the gateway.
 func TestOnConnection(t *testing.T) {
-	var mu sync.Mutex
-	var got []string
+	conns := &connLog{}
 	f := startWith(t, &source{}, newAgent(), newAgent(), nil, 0, func(o *Options) {
-		o.OnConnection = func(gw string, connected bool) {
-			mu.Lock()
-			defer mu.Unlock()
-			got = append(got, fmt.Sprintf("%s:%v", gw, connected))
-		}
+		o.OnConnection = conns.record
 	})
-	seen := func(want ...string) func() error {
-		return func() error {
-			mu.Lock()
-			defer mu.Unlock()
-			if !slices.Equal(got, want) {
-				return fmt.Errorf("notified %v, want %v", got, want)
-			}
-			return nil
-		}
-	}
+	seen := conns.seen
 	eventually(t, "connected", seen("gw1:true"))
 	f.tr.mu.Lock()
 	f.tr.refuse = true

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -142,28 +140,14 @@ func TestNoWakeWithoutRecovery(t *testing.T) {
 // is reported at once, as before.
 func TestPathDownIsNotGatewayDown(t *testing.T) {
 	api := &apiServer{}
-	var mu sync.Mutex
-	var got []string
+	conns := &connLog{}
 	f := startWith(t, &source{}, newAgent(), newAgent(), nil, 0, func(o *Options) {
 		o.BackoffMin, o.BackoffMax = 20*time.Millisecond, 20*time.Millisecond
 		o.Probe, o.ProbeInterval = api.probe, 20*time.Millisecond
 		o.ConnectWait = 20 * time.Millisecond
-		o.OnConnection = func(gw string, connected bool) {
-			mu.Lock()
-			defer mu.Unlock()
-			got = append(got, fmt.Sprintf("%s:%v", gw, connected))
-		}
+		o.OnConnection = conns.record
 	})
-	seen := func(want ...string) func() error {
-		return func() error {
-			mu.Lock()
-			defer mu.Unlock()
-			if !slices.Equal(got, want) {
-				return fmt.Errorf("notified %v, want %v", got, want)
-			}
-			return nil
-		}
-	}
+	seen := conns.seen
 	eventually(t, "connected", seen("gw1:true"))
 
 	// The API server restarts: every session breaks, the path is down.
