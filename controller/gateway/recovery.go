@@ -81,10 +81,7 @@ func (r *recovery) run(ctx context.Context) {
 			failed = false
 			continue
 		}
-		pctx, cancel := context.WithTimeout(ctx, max(r.interval, 2*time.Second))
-		err := r.probe(pctx)
-		cancel()
-		if err != nil {
+		if err := r.probeNow(ctx); err != nil {
 			failed = true
 			continue
 		}
@@ -112,9 +109,14 @@ func (r *recovery) down(ctx context.Context) bool {
 	if !r.probedAt.IsZero() && time.Since(r.probedAt) < r.interval {
 		return r.probeErr != nil
 	}
-	pctx, cancel := context.WithTimeout(ctx, max(r.interval, 2*time.Second))
-	r.probeErr = r.probe(pctx)
-	cancel()
+	r.probeErr = r.probeNow(ctx)
 	r.probedAt = time.Now()
 	return r.probeErr != nil
+}
+
+// probeNow runs the probe once, bounded by the interval (at least 2 s).
+func (r *recovery) probeNow(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, max(r.interval, 2*time.Second))
+	defer cancel()
+	return r.probe(pctx)
 }
