@@ -193,6 +193,8 @@ type fakeTransport struct {
 	refuse      bool
 	unreachable map[nat.DataplaneName]bool // data planes whose agent cannot start
 	opens       int                        // Open calls
+	// onRefused, when set, runs (with mu held) after an Open is refused.
+	onRefused func()
 }
 
 func (t *fakeTransport) Open(_ context.Context, gw transport.Endpoint) (transport.Session, error) {
@@ -200,6 +202,9 @@ func (t *fakeTransport) Open(_ context.Context, gw transport.Endpoint) (transpor
 	defer t.mu.Unlock()
 	t.opens++
 	if t.refuse {
+		if t.onRefused != nil {
+			t.onRefused()
+		}
 		return nil, errors.New("agent unreachable (test)")
 	}
 	a, ok := t.agents[gw.Dataplane]

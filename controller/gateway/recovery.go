@@ -11,14 +11,16 @@ import (
 // every exec session breaks at once, and without it each manager would
 // wait out its doubled backoff (up to BackoffMax) after the API server is
 // back. One probe for all gateways, only while some manager waits in
-// backoff, at most every Options.ProbeInterval: it never adds load while
-// the API server is down beyond that one request.
+// backoff, at most every Options.ProbeInterval; managers asking whether
+// a broken session or a failed reconnect is the path's fault (down) share
+// it. One probe at a time: it never adds load while the API server is
+// down beyond that one request.
 type recovery struct {
 	probe    func(context.Context) error
 	interval time.Duration
 
-	// probeMu serializes down's probes; probedAt and probeErr are the
-	// last one's time and result, reused for interval.
+	// probeMu serializes probes; probedAt is when the last one started
+	// and probeErr its result, shared by callers that asked before then.
 	probeMu  sync.Mutex
 	probedAt time.Time
 	probeErr error
@@ -81,7 +83,7 @@ func (r *recovery) run(ctx context.Context) {
 			failed = false
 			continue
 		}
-		if err := r.probeNow(ctx); err != nil {
+		if r.down(ctx) {
 			failed = true
 			continue
 		}
@@ -95,22 +97,24 @@ func (r *recovery) run(ctx context.Context) {
 	}
 }
 
-// down reports whether the path to the agents fails its probe now; false
-// for a nil recovery (no Options.Probe: a broken session is the gateway's
-// own). Every session breaks at once when the API server restarts:
-// concurrent callers share one probe, and a result is reused for the
-// probe interval.
+// down reports whether the path to the agents fails a probe started
+// after the call; false for a nil recovery (no Options.Probe: a broken
+// session is the gateway's own). Every session breaks at once when the
+// API server restarts: concurrent callers share a probe, one started
+// after each of them asked (never an older result: one from before the
+// path went down would read as the gateway's own failure).
 func (r *recovery) down(ctx context.Context) bool {
 	if r == nil {
 		return false
 	}
+	asked := time.Now()
 	r.probeMu.Lock()
 	defer r.probeMu.Unlock()
-	if !r.probedAt.IsZero() && time.Since(r.probedAt) < r.interval {
+	if !r.probedAt.Before(asked) {
 		return r.probeErr != nil
 	}
-	r.probeErr = r.probeNow(ctx)
 	r.probedAt = time.Now()
+	r.probeErr = r.probeNow(ctx)
 	return r.probeErr != nil
 }
 

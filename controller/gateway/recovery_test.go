@@ -205,3 +205,41 @@ func TestPathDownIsNotGatewayDown(t *testing.T) {
 	f.tr.mu.Unlock()
 	eventually(t, "back", seen("gw1:true", "gw1:false", "gw1:true", "gw1:false", "gw1:true"))
 }
+
+// TestPathBackJustAfterAFailedAttempt: a reconnect that failed while the
+// path to the agents was down is not the gateway down, also when the path
+// answers again a moment after the failure (before the manager asks it):
+// only an attempt made with the path up before and after it tells (CI saw
+// the gateway reported down and up again when the API server came back).
+func TestPathBackJustAfterAFailedAttempt(t *testing.T) {
+	api := &apiServer{}
+	conns := &connLog{}
+	f := startWith(t, &source{}, newAgent(), newAgent(), nil, 0, func(o *Options) {
+		o.BackoffMin, o.BackoffMax = 20*time.Millisecond, 20*time.Millisecond
+		o.Probe, o.ProbeInterval = api.probe, time.Millisecond
+		o.ConnectWait = 20 * time.Millisecond
+		o.OnConnection = conns.record
+	})
+	eventually(t, "connected", conns.seen("gw1:true"))
+
+	before := f.opens()
+	f.setDown(api, true)
+	f.tr.breakSessions()
+	eventually(t, "a failed retry while the path is down", func() error {
+		if f.gw.Dataplane() != "" || f.opens() < before+1 {
+			return errors.New("no failed retry yet")
+		}
+		return nil
+	})
+	// The next refused attempt is the last: the path answers right after it.
+	f.tr.mu.Lock()
+	f.tr.onRefused = func() {
+		f.tr.refuse, f.tr.onRefused = false, nil
+		api.down.Store(false)
+	}
+	f.tr.mu.Unlock()
+	eventually(t, "reconnected", func() error { return f.gw.Apply(context.Background(), fip("a", 1)) })
+	if err := conns.seen("gw1:true")(); err != nil {
+		t.Errorf("after reconnecting: %v", err)
+	}
+}

@@ -55,6 +55,13 @@ func (g *Manager) publishAs(s transport.Session, dp nat.DataplaneName, unsure bo
 	}
 }
 
+// isUnsure reports whether the session was withdrawn unsure (publishAs).
+func (g *Manager) isUnsure() bool {
+	g.readyMu.Lock()
+	defer g.readyMu.Unlock()
+	return g.unsure
+}
+
 // reportDown ends an unsure withdrawal (publishAs): a connect attempt made
 // while the path to the agents answers failed, so the gateway is down.
 func (g *Manager) reportDown() {
@@ -105,6 +112,11 @@ func (g *Manager) run(ctx context.Context) {
 			metrics.Reconnects.WithLabelValues(g.cfg.Name).Inc()
 		}
 		first = false
+		// After an unsure withdrawal, only an attempt made while the path
+		// answered, before it and after it, tells the gateway is down: an
+		// attempt that failed while the path was down and a probe that
+		// saw it back a moment later tell nothing.
+		pathUp := g.isUnsure() && !g.recovery.down(ctx)
 		if !g.acquire(ctx) {
 			break
 		}
@@ -113,7 +125,7 @@ func (g *Manager) run(ctx context.Context) {
 		g.release()
 		g.triedFirst()
 		if err != nil {
-			if !g.recovery.down(ctx) {
+			if pathUp && !g.recovery.down(ctx) {
 				g.reportDown()
 			}
 			g.log.Error(err, "connecting to the gateway agent failed; retrying", "dataplane", dp, "backoff", backoff)
