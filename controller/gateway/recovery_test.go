@@ -32,6 +32,23 @@ func (f *fixture) setDown(api *apiServer, down bool) {
 	api.down.Store(down)
 }
 
+// restartAPI takes the API server down with every session (setDown, then
+// the sessions break) and waits until the manager has no session and n
+// opens failed; it returns the opens counted before the restart.
+func (f *fixture) restartAPI(t *testing.T, api *apiServer, n int) int {
+	t.Helper()
+	before := f.opens()
+	f.setDown(api, true)
+	f.tr.breakSessions()
+	eventually(t, fmt.Sprintf("%d failed retries while the path is down", n), func() error {
+		if f.gw.Dataplane() != "" || f.opens() < before+n {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	return before
+}
+
 func (f *fixture) opens() int {
 	f.tr.mu.Lock()
 	defer f.tr.mu.Unlock()
@@ -63,15 +80,7 @@ func startRecovery(t *testing.T, api *apiServer) *fixture {
 func TestReconnectWhenAPIServerBack(t *testing.T) {
 	api := &apiServer{}
 	f := startRecovery(t, api)
-	before := f.opens()
-	f.setDown(api, true)
-	f.tr.breakSessions()
-	eventually(t, "a failed retry", func() error {
-		if f.gw.Dataplane() != "" || f.opens() < before+1 {
-			return errors.New("no retry yet")
-		}
-		return nil
-	})
+	before := f.restartAPI(t, api, 1)
 	probes := api.probes.Load()
 	eventually(t, "the probe failing", func() error {
 		if api.probes.Load() < probes+3 {
@@ -151,15 +160,7 @@ func TestPathDownIsNotGatewayDown(t *testing.T) {
 	eventually(t, "connected", seen("gw1:true"))
 
 	// The API server restarts: every session breaks, the path is down.
-	before := f.opens()
-	f.setDown(api, true)
-	f.tr.breakSessions()
-	eventually(t, "retries failing while the path is down", func() error {
-		if f.gw.Dataplane() != "" || f.opens() < before+2 {
-			return errors.New("no failed retries yet")
-		}
-		return nil
-	})
+	f.restartAPI(t, api, 2)
 	if err := f.gw.Apply(context.Background(), fip("a", 1)); !errors.Is(err, ErrConnecting) || !errors.Is(err, ErrNotReady) {
 		t.Errorf("Apply while the path is down: %v, want ErrConnecting and ErrNotReady", err)
 	}
@@ -222,15 +223,7 @@ func TestPathBackJustAfterAFailedAttempt(t *testing.T) {
 	})
 	eventually(t, "connected", conns.seen("gw1:true"))
 
-	before := f.opens()
-	f.setDown(api, true)
-	f.tr.breakSessions()
-	eventually(t, "a failed retry while the path is down", func() error {
-		if f.gw.Dataplane() != "" || f.opens() < before+1 {
-			return errors.New("no failed retry yet")
-		}
-		return nil
-	})
+	f.restartAPI(t, api, 1)
 	// The next refused attempt is the last: the path answers right after it.
 	f.tr.mu.Lock()
 	f.tr.onRefused = func() {
