@@ -10,11 +10,11 @@ import (
 // the agents answers again (Options.Probe): after an API server restart
 // every exec session breaks at once, and without it each manager would
 // wait out its doubled backoff (up to BackoffMax) after the API server is
-// back. One probe for all gateways, only while some manager waits in
-// backoff, at most every Options.ProbeInterval; managers asking whether
-// a broken session or a failed reconnect is the path's fault (down) share
-// it. One probe at a time: it never adds load while the API server is
-// down beyond that one request.
+// back. The loop probes only while some manager waits in backoff, at
+// most every Options.ProbeInterval; managers asking whether a broken
+// session or a failed reconnect is the path's fault (down) probe too, at
+// most twice per connect attempt, sharing the probe in flight. One probe
+// at a time, for all gateways: never more than one request at once.
 type recovery struct {
 	probe    func(context.Context) error
 	interval time.Duration
