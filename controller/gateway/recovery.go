@@ -13,8 +13,9 @@ import (
 // back. The loop probes only while some manager waits in backoff, at
 // most every Options.ProbeInterval; managers asking whether a broken
 // session or a failed reconnect is the path's fault (down) probe too, at
-// most twice per connect attempt, sharing the probe in flight. One probe
-// at a time, for all gateways: never more than one request at once.
+// most twice per connect attempt, sharing the next probe with every
+// caller waiting for it (never one that started before they asked). One
+// probe at a time, for all gateways: never more than one request at once.
 type recovery struct {
 	probe    func(context.Context) error
 	interval time.Duration
